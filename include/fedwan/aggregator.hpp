@@ -1,0 +1,76 @@
+// A region or root aggregator: one process-level object serving one node of
+// the topology. Construct from AggregatorOptions, then run() blocks until the
+// federation is done. Thread safety: run() on one thread; stop() from any.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "fedwan/topology.hpp"
+
+namespace fedwan {
+
+// Traffic and timing of one round, over every link of the tree (the root
+// sums its own links and its regions' reports).
+struct RoundReport {
+  uint64_t round = 0;
+  double seconds = 0;         // root: round opened -> global model updated
+  uint64_t wan_bytes = 0;     // bytes on the wire, frame headers included
+  uint64_t fp32_bytes = 0;    // the same frames had they carried fp32
+  uint64_t frames = 0;
+  double weight = 0;          // total site weight aggregated
+};
+
+struct AggregatorOptions {
+  Topology topology;
+  std::string node_id;                 // a root or region of the topology
+  // Root only: the starting global model (flat fp32). Sites whose initial
+  // model has the same SHA-256 start from their own copy; others are sent it.
+  std::vector<float> initial_model;
+  // Root only, on run()'s thread: the global model after round `round`.
+  std::function<void(uint64_t round, const std::vector<float>& global)> on_model;
+  // On run()'s thread, once a round's traffic over the whole subtree is known.
+  std::function<void(const RoundReport&)> on_round;
+  std::chrono::milliseconds join_timeout{std::chrono::minutes(5)};
+  // Per round; defaults to the topology's federation.round_timeout_s.
+  std::optional<std::chrono::milliseconds> round_timeout;
+  int window = 8;                      // frames queued per child and direction
+};
+
+struct AggregatorSummary {
+  uint64_t rounds = 0;
+  std::vector<RoundReport> reports;    // root: whole tree; region: its subtree
+  uint64_t wan_bytes_total = 0;
+  uint64_t fp32_bytes_total = 0;
+  uint64_t rejected_frames = 0;        // malformed, unauthorised, stale, duplicate
+  std::vector<float> global_model;     // root: the final global model
+};
+
+class Aggregator {
+ public:
+  // Validates the options and binds the node's endpoint. Throws ConfigError
+  // (bad options) or TransportError (cannot bind).
+  explicit Aggregator(AggregatorOptions options);
+  ~Aggregator();
+  Aggregator(const Aggregator&) = delete;
+  Aggregator& operator=(const Aggregator&) = delete;
+
+  // Serves until the last round is done. Throws TimeoutError when children
+  // do not join or a round does not complete in time (naming who is missing),
+  // ProtocolError when the parent refuses this node, Error when stopped.
+  AggregatorSummary run();
+
+  // Makes run() return (by throwing fedwan::Error "stopped") within ~100 ms.
+  void stop();
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace fedwan

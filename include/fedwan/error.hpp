@@ -1,0 +1,49 @@
+// fedwan error hierarchy. Every failure at the API boundary is one of these;
+// expected outcomes (would block, stale round, duplicate) are return values.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace fedwan {
+
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& what) : std::runtime_error(what) {}
+};
+
+// Bad configuration or user input: topology, options, flags, model shape.
+class ConfigError : public Error {
+ public:
+  using Error::Error;
+};
+
+// A peer broke the wire protocol (malformed frame, wrong element count, ...).
+class ProtocolError : public Error {
+ public:
+  using Error::Error;
+};
+
+// Authentication, encryption or integrity failure.
+class CryptoError : public Error {
+ public:
+  using Error::Error;
+};
+
+// Socket, connection or I/O failure.
+class TransportError : public Error {
+ public:
+  using Error::Error;
+};
+
+// A blocking call ran past its timeout.
+class TimeoutError : public Error {
+ public:
+  using Error::Error;
+};
+
+}  // namespace fedwan
+
+// Throws `type` with the message prefixed by file:line (for internal checks).
+#define FEDWAN_THROW(type, msg)                                                   \
+  throw type(std::string(__FILE__) + ":" + std::to_string(__LINE__) + ": " + (msg))

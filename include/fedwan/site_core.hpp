@@ -1,0 +1,64 @@
+// The site leader's side of the federation over a flat fp32 parameter buffer
+// that the caller owns (a LibTorch flat view, a NumPy array, ...). No torch
+// here: fedwan::Site wraps this for torch::nn::Module, the Python module for
+// tensors. Thread safety: one thread drives a SiteCore; the buffer must not
+// be written by others while join() or sync() runs.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "fedwan/topology.hpp"
+
+namespace fedwan {
+
+struct SiteOptions {
+  Topology topology;
+  std::string node_id;                 // a site of the topology
+  std::chrono::milliseconds join_timeout{std::chrono::minutes(5)};
+  // How long sync() waits for the next anchor; defaults to the topology's
+  // federation.round_timeout_s.
+  std::chrono::milliseconds round_timeout{0};
+  int window = 8;                      // frames queued towards the parent
+};
+
+struct SyncResult {
+  uint64_t round = 0;        // the round the site now trains in
+  bool finished = false;     // the federation is done; params hold the final model
+  uint64_t bytes_sent = 0;   // this sync, on the wire
+  uint64_t bytes_received = 0;
+};
+
+class SiteCore {
+ public:
+  // `params` (n floats) is the live model; it must outlive the SiteCore.
+  // Throws ConfigError if the node is not a site of the topology.
+  SiteCore(SiteOptions options, float* params, size_t n);
+  ~SiteCore();
+  SiteCore(const SiteCore&) = delete;
+  SiteCore& operator=(const SiteCore&) = delete;
+
+  // Connects and joins. Afterwards params hold the federation's anchor for
+  // the current round (unchanged when they already matched it). Throws
+  // TimeoutError, or ProtocolError with the parent's reason when refused.
+  SyncResult join();
+
+  // Ends the round: sends (anchor - params), compressed with error feedback,
+  // waits for the next anchor and loads it into params. Throws TimeoutError,
+  // ProtocolError (refused, or a malformed anchor), TransportError.
+  SyncResult sync();
+
+  uint64_t round() const;
+  bool finished() const;
+  uint64_t inner_steps() const;        // H, from the topology
+  const std::array<uint8_t, 32>& initial_digest() const;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace fedwan

@@ -1,0 +1,88 @@
+// The federation tree (root, regions, sites) and its round settings, loaded
+// from a YAML file. Pure data: no sockets. Thread safe once built (const).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace fedwan {
+
+enum class Role : uint8_t { kRoot = 0, kRegion = 1, kSite = 2 };
+const char* role_name(Role role);
+
+struct NodeSpec {
+  std::string id;         // unique, [A-Za-z0-9._-], at most 64 characters
+  Role role = Role::kSite;
+  std::string parent;     // empty for the root
+  std::string endpoint;   // aggregators: ZeroMQ endpoint children connect to
+  std::string bind;       // aggregators: endpoint to bind (defaults to endpoint)
+  double weight = 1.0;    // sites: aggregation weight (> 0)
+  uint32_t index = 0;     // position in the file; the node's wire sender id
+  uint32_t parent_index = 0;        // meaningless for the root
+  std::vector<uint32_t> children;   // indices, in file order
+};
+
+struct OuterOptimizerSpec {
+  std::string name = "fedavg";  // fedavg | diloco | fedadam
+  std::optional<double> lr;      // default per optimizer
+  std::optional<double> momentum;
+  std::optional<double> beta1, beta2, eps;
+};
+
+struct FederationSpec {
+  uint64_t rounds = 10;
+  uint64_t inner_steps = 50;        // H
+  std::string codec = "fp16";
+  uint64_t chunk_bytes = 1 << 20;   // fp32 bytes per chunk, 4 KiB .. 4 MiB
+  OuterOptimizerSpec outer;
+  double round_timeout_s = 600;     // how long a node waits for one round
+};
+
+class Topology {
+ public:
+  // Parse and validate. Throws ConfigError whose message names the file (or
+  // "<string>"), the node and the problem: duplicate id, unknown parent, cycle,
+  // missing endpoint, more or fewer than one root, a site with children, an
+  // aggregator without children, bad weight, unknown role or key.
+  static Topology parse(const std::string& yaml_text, const std::string& source = "<string>");
+  static Topology load(const std::string& path);
+
+  const std::string& job() const { return job_; }
+  uint64_t job_id() const { return job_id_; }   // first 8 bytes of SHA-256(job), LE
+  const FederationSpec& federation() const { return federation_; }
+  FederationSpec& federation() { return federation_; }
+  const std::vector<NodeSpec>& nodes() const { return nodes_; }
+  const NodeSpec& node(const std::string& id) const;  // throws ConfigError: not in topology
+  const NodeSpec* find(const std::string& id) const;   // nullptr when absent
+  const NodeSpec& node(uint32_t index) const { return nodes_.at(index); }
+  const NodeSpec& root() const { return nodes_.at(root_index_); }
+  // Sites in the subtree under `index` (the node itself if it is a site).
+  std::vector<uint32_t> sites_under(uint32_t index) const;
+  // Sum of site weights under `index`.
+  double weight_under(uint32_t index) const;
+  // SHA-256 over a canonical rendering of the tree (ids, roles, parents,
+  // weights, endpoints) and the federation settings: every node of one
+  // federation must agree on it.
+  const std::array<uint8_t, 32>& digest() const { return digest_; }
+  std::string digest_hex() const;
+  // Renders back to YAML (used by `fedwan demo` to write its topology).
+  std::string to_yaml() const;
+
+  // Builds a topology programmatically; validates like parse().
+  static Topology build(std::string job, FederationSpec federation, std::vector<NodeSpec> nodes);
+
+ private:
+  void finalize(const std::string& source);  // validate, index, digest
+
+  std::string job_;
+  uint64_t job_id_ = 0;
+  FederationSpec federation_;
+  std::vector<NodeSpec> nodes_;
+  uint32_t root_index_ = 0;
+  std::array<uint8_t, 32> digest_{};
+};
+
+}  // namespace fedwan

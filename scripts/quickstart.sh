@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The two Quickstart commands:
+#   scripts/quickstart.sh demo [fedwan demo flags...]  install, build, run the demo federation
+#   scripts/quickstart.sh test                         install, build, run every test (C++ and Python)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+mode="${1:-}"
+shift || true
+BUILD_DIR="${FEDWAN_BUILD_DIR:-build}"
+JOBS="${FEDWAN_JOBS:-$(nproc)}"
+# Debian's interpreter: it is the one python3-torch and pybind11 belong to.
+PYTHON="${FEDWAN_PYTHON:-/usr/bin/python3}"
+
+bash scripts/setup.sh
+
+configure() {
+  cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release \
+    -DPython3_EXECUTABLE="$PYTHON" -DPYTHON_EXECUTABLE="$PYTHON" "$@"
+}
+
+case "$mode" in
+  demo)
+    configure -DFEDWAN_BUILD_TESTS=OFF -DFEDWAN_BUILD_BENCHMARKS=OFF
+    cmake --build "$BUILD_DIR" -j "$JOBS" --target fedwan_cli
+    exec "$BUILD_DIR/bin/fedwan" demo "$@"
+    ;;
+  test)
+    configure -DFEDWAN_BUILD_TESTS=ON -DFEDWAN_BUILD_BENCHMARKS=ON
+    cmake --build "$BUILD_DIR" -j "$JOBS"
+    (cd "$BUILD_DIR" && ctest --output-on-failure -j "$JOBS")
+    if [ -d bindings/python/tests ]; then
+      PYTHONPATH="$PWD/$BUILD_DIR/python${PYTHONPATH:+:$PYTHONPATH}" \
+        "$PYTHON" -m pytest -q bindings/python/tests
+    fi
+    ;;
+  *)
+    echo "usage: scripts/quickstart.sh demo|test [args...]" >&2
+    exit 2
+    ;;
+esac

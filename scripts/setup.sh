@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs every system dependency of fedwan from Debian 12 packages.
+# Idempotent: installs only what is missing; needs root (or sudo) for that.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake ccache pkg-config git
+  libtorch-dev python3-torch
+  libzmq3-dev cppzmq-dev libssl-dev zlib1g-dev
+  libboost-dev libboost-system-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
+  pybind11-dev python3-pybind11 python3-dev python3-numpy python3-pytest
+  dataset-fashion-mnist
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+echo "setup: installing ${missing[*]}"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"

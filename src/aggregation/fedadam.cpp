@@ -1,0 +1,46 @@
+#include "aggregation/fedadam.hpp"
+
+#include <cmath>
+#include <string>
+
+#include "fedwan/error.hpp"
+
+namespace fedwan {
+
+FedAdamOptimizer::FedAdamOptimizer(const Options& options, size_t total_elements)
+    : options_(options),
+      first_moment_(total_elements, 0.0f),
+      second_moment_(total_elements, 0.0f) {}
+
+void FedAdamOptimizer::begin_round(uint64_t /*round*/) {}
+
+void FedAdamOptimizer::step(float* params, const float* pseudo_grad, size_t offset, size_t n) {
+  const size_t total = first_moment_.size();
+  if (offset > total || n > total - offset) {
+    FEDWAN_THROW(Error, "fedadam step: range [" + std::to_string(offset) + ", +" +
+                            std::to_string(n) + ") exceeds the model's " + std::to_string(total) +
+                            " elements");
+  }
+  const float lr = options_.lr;
+  const float b1 = options_.beta1;
+  const float b2 = options_.beta2;
+  const float one_minus_b1 = 1.0f - b1;
+  const float one_minus_b2 = 1.0f - b2;
+  const float eps = options_.eps;
+  float* m = first_moment_.data() + offset;
+  float* v = second_moment_.data() + offset;
+  for (size_t i = 0; i < n; ++i) {
+    const float g = pseudo_grad[i];
+    const float mi = b1 * m[i] + one_minus_b1 * g;
+    const float vi = b2 * v[i] + one_minus_b2 * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    params[i] -= lr * mi / (std::sqrt(vi) + eps);
+  }
+}
+
+std::vector<OuterOptimizer::StateBuffer> FedAdamOptimizer::state() {
+  return {{"first_moment", &first_moment_}, {"second_moment", &second_moment_}};
+}
+
+}  // namespace fedwan

@@ -1,0 +1,43 @@
+// FedAdam (Reddi et al. 2021): Adam on the pseudo-gradient without bias
+// correction, so the update depends only on the moments, not on the round:
+//   m = b1 * m + (1 - b1) * g;  v = b2 * v + (1 - b2) * g * g;
+//   params -= lr * m / (sqrt(v) + eps).
+// Both moments live across rounds and must be checkpointed with the global
+// model. Not thread safe: one owner.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "fedwan/outer_optimizer.hpp"
+
+namespace fedwan {
+
+class FedAdamOptimizer final : public OuterOptimizer {
+ public:
+  // Trusted as given: make_outer_optimizer validates user input.
+  struct Options {
+    float lr = 0.01f;
+    float beta1 = 0.9f;
+    float beta2 = 0.99f;
+    float eps = 1e-3f;
+  };
+
+  // Allocates two zeroed moment buffers of total_elements floats each.
+  FedAdamOptimizer(const Options& options, size_t total_elements);
+
+  std::string_view name() const override { return "fedadam"; }
+  void begin_round(uint64_t round) override;
+  void step(float* params, const float* pseudo_grad, size_t offset, size_t n) override;
+  // Two buffers, "first_moment" (m) and "second_moment" (v).
+  std::vector<StateBuffer> state() override;
+
+ private:
+  Options options_;
+  std::vector<float> first_moment_;
+  std::vector<float> second_moment_;
+};
+
+}  // namespace fedwan

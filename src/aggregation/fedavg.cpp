@@ -1,0 +1,24 @@
+#include "aggregation/fedavg.hpp"
+
+#include <string>
+
+#include "fedwan/error.hpp"
+
+namespace fedwan {
+
+FedAvgOptimizer::FedAvgOptimizer(const Options& options, size_t total_elements)
+    : options_(options), total_elements_(total_elements) {}
+
+void FedAvgOptimizer::begin_round(uint64_t /*round*/) {}
+
+void FedAvgOptimizer::step(float* params, const float* pseudo_grad, size_t offset, size_t n) {
+  if (offset > total_elements_ || n > total_elements_ - offset) {
+    FEDWAN_THROW(Error, "fedavg step: range [" + std::to_string(offset) + ", +" +
+                            std::to_string(n) + ") exceeds the model's " +
+                            std::to_string(total_elements_) + " elements");
+  }
+  const float lr = options_.lr;
+  for (size_t i = 0; i < n; ++i) params[i] -= lr * pseudo_grad[i];
+}
+
+}  // namespace fedwan

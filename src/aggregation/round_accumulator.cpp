@@ -1,0 +1,98 @@
+#include "aggregation/round_accumulator.hpp"
+
+#include <algorithm>
+#include <utility>
+
+#include "fedwan/error.hpp"
+
+namespace fedwan {
+
+const char* add_outcome_name(AddOutcome o) {
+  switch (o) {
+    case AddOutcome::kAccepted: return "accepted";
+    case AddOutcome::kDuplicate: return "duplicate";
+    case AddOutcome::kStale: return "stale";
+    case AddOutcome::kFuture: return "future";
+    case AddOutcome::kUnknownSender: return "unknown-sender";
+    case AddOutcome::kBadChunk: return "bad-chunk";
+    case AddOutcome::kBadPayload: return "bad-payload";
+  }
+  return "?";
+}
+
+RoundAccumulator::RoundAccumulator(ChunkPlan plan, std::vector<uint32_t> children)
+    : plan_(plan), children_(std::move(children)) {
+  if (children_.empty()) throw ConfigError("an aggregator needs at least one child");
+}
+
+void RoundAccumulator::open(uint64_t round) {
+  round_ = round;
+  open_ = true;
+  seen_.assign(children_.size(), std::vector<bool>(plan_.count(), false));
+  delivered_.assign(children_.size(), 0);
+  inflight_.clear();
+  taken_.assign(plan_.count(), false);
+  chunks_done_ = 0;
+}
+
+int RoundAccumulator::child_slot(uint32_t sender) const {
+  for (size_t i = 0; i < children_.size(); ++i) {
+    if (children_[i] == sender) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+RoundAccumulator::Result RoundAccumulator::add(uint64_t round, uint32_t sender, uint32_t chunk,
+                                               uint32_t element_count, double weight,
+                                               const Codec& codec, const uint8_t* payload,
+                                               size_t bytes) {
+  const int slot = child_slot(sender);
+  if (slot < 0) return {AddOutcome::kUnknownSender};
+  if (!open_ || round > round_) return {AddOutcome::kFuture};
+  if (round < round_) return {AddOutcome::kStale};
+  if (chunk >= plan_.count() || element_count != plan_.size(chunk)) return {AddOutcome::kBadChunk};
+  if (seen_[slot][chunk]) return {AddOutcome::kDuplicate};
+  if (!(weight > 0) || weight != weight || weight > 1e300) return {AddOutcome::kBadPayload};
+  // Validate before touching the accumulator: a bad payload must leave no trace.
+  if (!codec.validate(payload, bytes, element_count)) return {AddOutcome::kBadPayload};
+
+  Inflight& acc = inflight_[chunk];
+  if (acc.sum.empty()) acc.sum.assign(element_count, 0.0f);
+  codec.decode_accumulate(payload, element_count, static_cast<float>(weight), acc.sum.data());
+  acc.weight += weight;
+  acc.arrivals += 1;
+  seen_[slot][chunk] = true;
+  delivered_[slot] += 1;
+  return {AddOutcome::kAccepted, acc.arrivals == children_.size()};
+}
+
+ChunkSum RoundAccumulator::take(uint32_t chunk) {
+  auto it = inflight_.find(chunk);
+  if (it == inflight_.end() || it->second.arrivals != children_.size() || taken_.at(chunk)) {
+    FEDWAN_THROW(Error, "chunk " + std::to_string(chunk) + " is not complete");
+  }
+  ChunkSum out;
+  out.index = chunk;
+  out.weight = it->second.weight;
+  out.mean = std::move(it->second.sum);
+  inflight_.erase(it);
+  taken_[chunk] = true;
+  chunks_done_ += 1;
+  finalize_mean(out.mean.data(), out.mean.size(), out.weight);
+  return out;
+}
+
+std::vector<uint32_t> RoundAccumulator::missing_children() const {
+  std::vector<uint32_t> out;
+  for (size_t i = 0; i < children_.size(); ++i) {
+    if (!open_ || delivered_[i] < plan_.count()) out.push_back(children_[i]);
+  }
+  return out;
+}
+
+void finalize_mean(float* sum, size_t n, double weight) {
+  const float w = static_cast<float>(weight);
+  for (size_t i = 0; i < n; ++i) sum[i] = sum[i] / w;
+}
+
+}  // namespace fedwan

@@ -1,0 +1,29 @@
+#include "codec/bf16_codec.hpp"
+
+#include <limits>
+
+#include "codec/half.hpp"
+
+namespace fedwan {
+
+void Bf16Codec::encode(const float* in, size_t n, float* residual, uint8_t* out) const {
+  const auto& k = kernels::half_kernels();
+  // A checking pass first, so the residual is untouched when we throw.
+  kernels::require_finite_input("bf16", k.max_abs_bits(in, residual, n), in, residual, n);
+  k.bf16_encode(in, residual, n, out);
+}
+
+bool Bf16Codec::validate(const uint8_t* in, size_t bytes, size_t n) const {
+  if (n > std::numeric_limits<size_t>::max() / 2 || bytes != encoded_size(n)) return false;
+  return kernels::half_kernels().u16_max_abs(in, n) < kernels::kBf16ExpMask;
+}
+
+void Bf16Codec::decode(const uint8_t* in, size_t n, float* out) const {
+  kernels::half_kernels().bf16_decode(in, n, out);
+}
+
+void Bf16Codec::decode_accumulate(const uint8_t* in, size_t n, float weight, float* acc) const {
+  kernels::half_kernels().bf16_decode_accumulate(in, n, weight, acc);
+}
+
+}  // namespace fedwan

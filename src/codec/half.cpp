@@ -1,0 +1,389 @@
+#include "codec/half.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "fedwan/error.hpp"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace fedwan::kernels {
+namespace {
+
+inline uint32_t bits_of(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+inline float float_of(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+// Byte-wise so the payload is little-endian on any host and may be unaligned.
+inline uint16_t load_u16(const uint8_t* p) { return uint16_t(p[0] | (p[1] << 8)); }
+inline void store_u16(uint8_t* p, uint16_t v) {
+  p[0] = uint8_t(v);
+  p[1] = uint8_t(v >> 8);
+}
+
+}  // namespace
+
+uint16_t fp32_to_fp16(float f) {
+  uint32_t x = bits_of(f);
+  const uint16_t sign = uint16_t((x >> 16) & 0x8000u);
+  x &= kF32AbsMask;
+  if (x >= kF32ExpMask) {  // NaN keeps a quiet bit so it cannot turn into Inf
+    return x == kF32ExpMask ? uint16_t(sign | 0x7C00u)
+                            : uint16_t(sign | 0x7E00u | ((x >> 13) & 0x3FFu));
+  }
+  if (x >= 0x477FF000u) return uint16_t(sign | 0x7C00u);  // >= 65520 rounds past 65504
+  if (x >= 0x38800000u) {
+    // Normal half: rebias the exponent (127 -> 15) and round off 13 bits; a
+    // carry out of the mantissa correctly bumps the exponent.
+    return uint16_t(sign | ((x - 0x38000000u + 0xFFFu + ((x >> 13) & 1u)) >> 13));
+  }
+  if (x <= 0x33000000u) return sign;  // <= 2^-25: the tie goes to the even zero
+  // Subnormal half, counted in units of 2^-24.
+  const uint32_t e = x >> 23;
+  const uint32_t m = (x & 0x7FFFFFu) | 0x800000u;
+  const uint32_t shift = 126 - e;  // 14..24
+  uint32_t q = m >> shift;
+  const uint32_t rem = m & ((1u << shift) - 1);
+  const uint32_t halfway = 1u << (shift - 1);
+  if (rem > halfway || (rem == halfway && (q & 1u))) ++q;
+  return uint16_t(sign | q);
+}
+
+float fp16_to_fp32(uint16_t h) {
+  const uint32_t sign = uint32_t(h & 0x8000u) << 16;
+  const uint32_t e = (h >> 10) & 0x1Fu;
+  const uint32_t m = h & 0x3FFu;
+  if (e == 0x1F) return float_of(sign | kF32ExpMask | (m << 13));
+  if (e != 0) return float_of(sign | ((e + 112) << 23) | (m << 13));
+  return float_of(sign | bits_of(float(m) * 0x1p-24f));  // exact: m < 2^10
+}
+
+uint16_t fp32_to_bf16(float f) {
+  const uint32_t x = bits_of(f);
+  const uint32_t a = x & kF32AbsMask;
+  const uint32_t r = std::min<uint32_t>((a + 0x7FFFu + ((a >> 16) & 1u)) >> 16, 0x7F7Fu);
+  return uint16_t(r | ((x >> 16) & 0x8000u));
+}
+
+float bf16_to_fp32(uint16_t h) { return float_of(uint32_t(h) << 16); }
+
+Fp16Scale fp16_scale_for(uint32_t max_abs_bits) {
+  Fp16Scale s;
+  if (max_abs_bits == 0) return s;  // all zeros: any scale decodes them exactly
+  const int e = int(max_abs_bits >> 23);  // biased exponent; 0 when subnormal
+  // Clamped to the smallest normal float so 1/scale stays representable;
+  // only chunks below ~1e-34 lose precision to that.
+  const int se = std::max(e - 14, 1);
+  s.scale = float_of(uint32_t(se) << 23);
+  s.inv = float_of(uint32_t(254 - se) << 23);
+  if (e == 254) s.limit = 32752.0f;
+  return s;
+}
+
+void require_finite_input(const char* codec, uint32_t max_abs_bits, const float* in,
+                          const float* residual, size_t n) {
+  if (max_abs_bits < kF32ExpMask) return;
+  size_t i = 0;
+  float v = 0.0f;
+  for (; i < n; ++i) {
+    v = residual ? in[i] + residual[i] : in[i];
+    if ((bits_of(v) & kF32AbsMask) >= kF32ExpMask) break;
+  }
+  throw Error(std::string("codec ") + codec + ": cannot encode a non-finite value (" +
+              std::to_string(v) + (residual ? " in input + residual" : " in input") +
+              " at element " + std::to_string(i) + " of " + std::to_string(n) +
+              "); the model update diverged or was not initialised");
+}
+
+// ---- scalar kernels -------------------------------------------------------
+// These also finish the tails of the vector kernels, so every element goes
+// through the same sequence of IEEE operations on either path.
+namespace {
+
+uint32_t scalar_max_abs_bits(const float* in, const float* res, size_t n) {
+  uint32_t m = 0;
+  if (res) {
+    for (size_t i = 0; i < n; ++i) m = std::max(m, bits_of(in[i] + res[i]) & kF32AbsMask);
+  } else {
+    for (size_t i = 0; i < n; ++i) m = std::max(m, bits_of(in[i]) & kF32AbsMask);
+  }
+  return m;
+}
+
+inline uint16_t fp16_quantise(float v, const Fp16Scale& s) {
+  const float t = std::min(std::max(v * s.inv, -s.limit), s.limit);
+  return fp32_to_fp16(t);
+}
+
+void scalar_fp16_encode(const float* in, float* res, size_t n, const Fp16Scale& s,
+                        uint8_t* out) {
+  if (!res) {
+    for (size_t i = 0; i < n; ++i) store_u16(out + 2 * i, fp16_quantise(in[i], s));
+    return;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const float v = in[i] + res[i];
+    const uint16_t h = fp16_quantise(v, s);
+    store_u16(out + 2 * i, h);
+    res[i] = v - fp16_to_fp32(h) * s.scale;
+  }
+}
+
+void scalar_fp16_decode(const uint8_t* in, size_t n, float scale, float* out) {
+  for (size_t i = 0; i < n; ++i) out[i] = fp16_to_fp32(load_u16(in + 2 * i)) * scale;
+}
+
+void scalar_fp16_decode_accumulate(const uint8_t* in, size_t n, float scale, float weight,
+                                   float* acc) {
+  for (size_t i = 0; i < n; ++i) {
+    const float x = fp16_to_fp32(load_u16(in + 2 * i)) * scale;
+    acc[i] = acc[i] + weight * x;
+  }
+}
+
+void scalar_bf16_encode(const float* in, float* res, size_t n, uint8_t* out) {
+  if (!res) {
+    for (size_t i = 0; i < n; ++i) store_u16(out + 2 * i, fp32_to_bf16(in[i]));
+    return;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const float v = in[i] + res[i];
+    const uint16_t h = fp32_to_bf16(v);
+    store_u16(out + 2 * i, h);
+    res[i] = v - bf16_to_fp32(h);
+  }
+}
+
+void scalar_bf16_decode(const uint8_t* in, size_t n, float* out) {
+  for (size_t i = 0; i < n; ++i) out[i] = bf16_to_fp32(load_u16(in + 2 * i));
+}
+
+void scalar_bf16_decode_accumulate(const uint8_t* in, size_t n, float weight, float* acc) {
+  for (size_t i = 0; i < n; ++i) acc[i] = acc[i] + weight * bf16_to_fp32(load_u16(in + 2 * i));
+}
+
+uint16_t scalar_u16_max_abs(const uint8_t* in, size_t n) {
+  uint16_t m = 0;
+  for (size_t i = 0; i < n; ++i) m = std::max<uint16_t>(m, load_u16(in + 2 * i) & 0x7FFFu);
+  return m;
+}
+
+const HalfKernels kScalar{"scalar",
+                          scalar_max_abs_bits,
+                          scalar_fp16_encode,
+                          scalar_fp16_decode,
+                          scalar_fp16_decode_accumulate,
+                          scalar_bf16_encode,
+                          scalar_bf16_decode,
+                          scalar_bf16_decode_accumulate,
+                          scalar_u16_max_abs};
+
+// ---- AVX2 + F16C kernels --------------------------------------------------
+// No "fma" in the target list on purpose: without it the compiler cannot
+// contract mul+add, which keeps the results equal to the scalar path.
+#if defined(__x86_64__)
+#define FEDWAN_AVX2 __attribute__((target("avx2,f16c")))
+
+constexpr int kRoundNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+
+FEDWAN_AVX2 inline __m256i abs_bits(__m256 v) {
+  return _mm256_and_si256(_mm256_castps_si256(v), _mm256_set1_epi32(int(kF32AbsMask)));
+}
+
+FEDWAN_AVX2 uint32_t avx2_max_abs_bits(const float* in, const float* res, size_t n) {
+  // Four accumulators so the loop is bound by loads, not by max latency.
+  __m256i m0 = _mm256_setzero_si256(), m1 = m0, m2 = m0, m3 = m0;
+  size_t i = 0;
+  if (res) {
+    for (; i + 32 <= n; i += 32) {
+      m0 = _mm256_max_epi32(m0, abs_bits(_mm256_add_ps(_mm256_loadu_ps(in + i),
+                                                       _mm256_loadu_ps(res + i))));
+      m1 = _mm256_max_epi32(m1, abs_bits(_mm256_add_ps(_mm256_loadu_ps(in + i + 8),
+                                                       _mm256_loadu_ps(res + i + 8))));
+      m2 = _mm256_max_epi32(m2, abs_bits(_mm256_add_ps(_mm256_loadu_ps(in + i + 16),
+                                                       _mm256_loadu_ps(res + i + 16))));
+      m3 = _mm256_max_epi32(m3, abs_bits(_mm256_add_ps(_mm256_loadu_ps(in + i + 24),
+                                                       _mm256_loadu_ps(res + i + 24))));
+    }
+  } else {
+    for (; i + 32 <= n; i += 32) {
+      m0 = _mm256_max_epi32(m0, abs_bits(_mm256_loadu_ps(in + i)));
+      m1 = _mm256_max_epi32(m1, abs_bits(_mm256_loadu_ps(in + i + 8)));
+      m2 = _mm256_max_epi32(m2, abs_bits(_mm256_loadu_ps(in + i + 16)));
+      m3 = _mm256_max_epi32(m3, abs_bits(_mm256_loadu_ps(in + i + 24)));
+    }
+  }
+  // Signed max is right: every masked pattern is non-negative as an int32.
+  const __m256i m = _mm256_max_epi32(_mm256_max_epi32(m0, m1), _mm256_max_epi32(m2, m3));
+  __m128i h = _mm_max_epi32(_mm256_castsi256_si128(m), _mm256_extracti128_si256(m, 1));
+  h = _mm_max_epi32(h, _mm_shuffle_epi32(h, 0x4E));
+  h = _mm_max_epi32(h, _mm_shuffle_epi32(h, 0xB1));
+  const uint32_t head = uint32_t(_mm_cvtsi128_si32(h));
+  return std::max(head, scalar_max_abs_bits(in + i, res ? res + i : nullptr, n - i));
+}
+
+FEDWAN_AVX2 inline __m128i avx2_fp16_quantise(__m256 v, __m256 inv, __m256 lo, __m256 hi) {
+  const __m256 t = _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(v, inv), lo), hi);
+  return _mm256_cvtps_ph(t, kRoundNearest);
+}
+
+FEDWAN_AVX2 void avx2_fp16_encode(const float* in, float* res, size_t n, const Fp16Scale& s,
+                                  uint8_t* out) {
+  const __m256 inv = _mm256_set1_ps(s.inv), scale = _mm256_set1_ps(s.scale);
+  const __m256 hi = _mm256_set1_ps(s.limit), lo = _mm256_set1_ps(-s.limit);
+  size_t i = 0;
+  if (res) {
+    for (; i + 8 <= n; i += 8) {
+      const __m256 v = _mm256_add_ps(_mm256_loadu_ps(in + i), _mm256_loadu_ps(res + i));
+      const __m128i h = avx2_fp16_quantise(v, inv, lo, hi);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2 * i), h);
+      const __m256 back = _mm256_mul_ps(_mm256_cvtph_ps(h), scale);
+      _mm256_storeu_ps(res + i, _mm256_sub_ps(v, back));
+    }
+  } else {
+    for (; i + 16 <= n; i += 16) {
+      const __m128i h0 = avx2_fp16_quantise(_mm256_loadu_ps(in + i), inv, lo, hi);
+      const __m128i h1 = avx2_fp16_quantise(_mm256_loadu_ps(in + i + 8), inv, lo, hi);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 2 * i), _mm256_set_m128i(h1, h0));
+    }
+  }
+  scalar_fp16_encode(in + i, res ? res + i : nullptr, n - i, s, out + 2 * i);
+}
+
+FEDWAN_AVX2 inline __m256 load_fp16x8(const uint8_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+FEDWAN_AVX2 void avx2_fp16_decode(const uint8_t* in, size_t n, float scale, float* out) {
+  const __m256 sc = _mm256_set1_ps(scale);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, _mm256_mul_ps(load_fp16x8(in + 2 * i), sc));
+  scalar_fp16_decode(in + 2 * i, n - i, scale, out + i);
+}
+
+FEDWAN_AVX2 void avx2_fp16_decode_accumulate(const uint8_t* in, size_t n, float scale,
+                                             float weight, float* acc) {
+  const __m256 sc = _mm256_set1_ps(scale), w = _mm256_set1_ps(weight);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x = _mm256_mul_ps(load_fp16x8(in + 2 * i), sc);
+    _mm256_storeu_ps(acc + i, _mm256_add_ps(_mm256_loadu_ps(acc + i), _mm256_mul_ps(w, x)));
+  }
+  scalar_fp16_decode_accumulate(in + 2 * i, n - i, scale, weight, acc + i);
+}
+
+// Same integer rounding as fp32_to_bf16, eight lanes at a time; returns the
+// bf16 patterns zero-extended in 32-bit lanes.
+FEDWAN_AVX2 inline __m256i avx2_bf16_round(__m256 v) {
+  const __m256i x = _mm256_castps_si256(v);
+  const __m256i a = _mm256_and_si256(x, _mm256_set1_epi32(int(kF32AbsMask)));
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(a, 16), _mm256_set1_epi32(1));
+  __m256i r = _mm256_add_epi32(_mm256_add_epi32(a, _mm256_set1_epi32(0x7FFF)), lsb);
+  r = _mm256_min_epu32(_mm256_srli_epi32(r, 16), _mm256_set1_epi32(0x7F7F));
+  const __m256i sign = _mm256_srli_epi32(x, 31);
+  return _mm256_or_si256(r, _mm256_slli_epi32(sign, 15));
+}
+
+FEDWAN_AVX2 inline void store_u16x8(uint8_t* p, __m256i r) {
+  const __m128i packed =
+      _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), packed);
+}
+
+FEDWAN_AVX2 void avx2_bf16_encode(const float* in, float* res, size_t n, uint8_t* out) {
+  size_t i = 0;
+  if (res) {
+    for (; i + 8 <= n; i += 8) {
+      const __m256 v = _mm256_add_ps(_mm256_loadu_ps(in + i), _mm256_loadu_ps(res + i));
+      const __m256i r = avx2_bf16_round(v);
+      store_u16x8(out + 2 * i, r);
+      const __m256 back = _mm256_castsi256_ps(_mm256_slli_epi32(r, 16));
+      _mm256_storeu_ps(res + i, _mm256_sub_ps(v, back));
+    }
+  } else {
+    for (; i + 8 <= n; i += 8) store_u16x8(out + 2 * i, avx2_bf16_round(_mm256_loadu_ps(in + i)));
+  }
+  scalar_bf16_encode(in + i, res ? res + i : nullptr, n - i, out + 2 * i);
+}
+
+FEDWAN_AVX2 inline __m256 load_bf16x8(const uint8_t* p) {
+  const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+}
+
+FEDWAN_AVX2 void avx2_bf16_decode(const uint8_t* in, size_t n, float* out) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, load_bf16x8(in + 2 * i));
+  scalar_bf16_decode(in + 2 * i, n - i, out + i);
+}
+
+FEDWAN_AVX2 void avx2_bf16_decode_accumulate(const uint8_t* in, size_t n, float weight,
+                                             float* acc) {
+  const __m256 w = _mm256_set1_ps(weight);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x = load_bf16x8(in + 2 * i);
+    _mm256_storeu_ps(acc + i, _mm256_add_ps(_mm256_loadu_ps(acc + i), _mm256_mul_ps(w, x)));
+  }
+  scalar_bf16_decode_accumulate(in + 2 * i, n - i, weight, acc + i);
+}
+
+FEDWAN_AVX2 uint16_t avx2_u16_max_abs(const uint8_t* in, size_t n) {
+  const __m256i mask = _mm256_set1_epi16(0x7FFF);
+  __m256i m0 = _mm256_setzero_si256(), m1 = m0;
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + 2 * i));
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + 2 * i + 32));
+    m0 = _mm256_max_epu16(m0, _mm256_and_si256(a, mask));
+    m1 = _mm256_max_epu16(m1, _mm256_and_si256(b, mask));
+  }
+  alignas(32) uint16_t lanes[16];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), _mm256_max_epu16(m0, m1));
+  uint16_t m = scalar_u16_max_abs(in + 2 * i, n - i);
+  for (uint16_t v : lanes) m = std::max(m, v);
+  return m;
+}
+
+const HalfKernels kAvx2{"avx2",
+                        avx2_max_abs_bits,
+                        avx2_fp16_encode,
+                        avx2_fp16_decode,
+                        avx2_fp16_decode_accumulate,
+                        avx2_bf16_encode,
+                        avx2_bf16_decode,
+                        avx2_bf16_decode_accumulate,
+                        avx2_u16_max_abs};
+#endif  // __x86_64__
+
+}  // namespace
+
+const HalfKernels& scalar_half_kernels() { return kScalar; }
+
+const HalfKernels* avx2_half_kernels() {
+#if defined(__x86_64__)
+  static const bool supported = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  }();
+  return supported ? &kAvx2 : nullptr;
+#else
+  return nullptr;
+#endif
+}
+
+const HalfKernels& half_kernels() {
+  static const HalfKernels& best = avx2_half_kernels() ? *avx2_half_kernels() : kScalar;
+  return best;
+}
+
+}  // namespace fedwan::kernels

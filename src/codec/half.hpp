@@ -1,0 +1,84 @@
+// fp32 <-> fp16 / bf16 conversion kernels behind the fp16 and bf16 codecs.
+//
+// Two implementations with identical results bit for bit: a portable scalar
+// one and, on x86-64 CPUs with AVX2 + F16C, a vectorised one picked at run
+// time (the library itself is built for generic x86-64). Both are exposed so
+// tests can hold them against each other.
+//
+// Payload pointers are byte pointers with no alignment requirement; 16-bit
+// values in them are little-endian. Float arrays are naturally aligned.
+// All kernels are pure functions of their arguments and thread safe.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace fedwan::kernels {
+
+// Round to nearest, ties to even. Overflow gives +-Inf, NaN stays NaN.
+uint16_t fp32_to_fp16(float f);
+float fp16_to_fp32(uint16_t h);
+// Round to nearest, ties to even, but finite values saturate at the largest
+// finite bf16 instead of rounding up to Inf (FLT_MAX would otherwise). NaN and
+// Inf never reach it: encoders reject non-finite input first.
+uint16_t fp32_to_bf16(float f);
+float bf16_to_fp32(uint16_t h);
+
+inline constexpr uint32_t kF32AbsMask = 0x7FFFFFFFu;
+inline constexpr uint32_t kF32ExpMask = 0x7F800000u;  // abs bits >= this: Inf/NaN
+inline constexpr uint16_t kF16ExpMask = 0x7C00u;      // abs bits >= this: Inf/NaN
+inline constexpr uint16_t kBf16ExpMask = 0x7F80u;
+
+// Per-chunk power-of-two scale of the fp16 codec: the chunk's largest
+// magnitude lands in [2^14, 2^15) of the half range, so small values keep
+// their precision, and scaling either way is exact.
+struct Fp16Scale {
+  float scale = 1.0f;  // decoded = half * scale
+  float inv = 1.0f;    // 1 / scale, exactly
+  // Clamp for scaled values before rounding. 65504 (a no-op) except when
+  // the chunk's magnitude is near FLT_MAX, where rounding up to 2^15 would
+  // decode to Inf; then the largest half below 2^15.
+  float limit = 65504.0f;
+};
+// `max_abs_bits` is the bit pattern of the chunk's largest |value| (finite).
+Fp16Scale fp16_scale_for(uint32_t max_abs_bits);
+
+// Throws fedwan::Error naming the codec and the first non-finite element of
+// in + residual when `max_abs_bits` (from HalfKernels::max_abs_bits) says
+// there is one. Encoders call it before touching the residual.
+void require_finite_input(const char* codec, uint32_t max_abs_bits, const float* in,
+                          const float* residual, size_t n);
+
+struct HalfKernels {
+  const char* name;  // "scalar" or "avx2"
+
+  // Largest bit pattern of |in[i] + residual[i]| (residual may be null).
+  // Non-finite values compare above every finite one, so a result
+  // >= kF32ExpMask means the input holds an Inf or NaN.
+  uint32_t (*max_abs_bits)(const float* in, const float* residual, size_t n);
+
+  // Writes n LE halves of round((in + residual) / scale); with a residual,
+  // leaves in it what the rounding lost. A single pass.
+  void (*fp16_encode)(const float* in, float* residual, size_t n, const Fp16Scale& s,
+                      uint8_t* out);
+  void (*fp16_decode)(const uint8_t* in, size_t n, float scale, float* out);
+  // acc[i] = acc[i] + weight * (half[i] * scale): two roundings, no FMA.
+  void (*fp16_decode_accumulate)(const uint8_t* in, size_t n, float scale, float weight,
+                                 float* acc);
+
+  void (*bf16_encode)(const float* in, float* residual, size_t n, uint8_t* out);
+  void (*bf16_decode)(const uint8_t* in, size_t n, float* out);
+  void (*bf16_decode_accumulate)(const uint8_t* in, size_t n, float weight, float* acc);
+
+  // Largest (value & 0x7FFF) over n LE u16: the magnitude bits of fp16 and
+  // bf16 alike, so receivers can check for Inf/NaN and overflow in one pass.
+  uint16_t (*u16_max_abs)(const uint8_t* in, size_t n);
+};
+
+const HalfKernels& scalar_half_kernels();
+// nullptr when the build or the CPU has no AVX2 + F16C.
+const HalfKernels* avx2_half_kernels();
+// The fastest available set, chosen once.
+const HalfKernels& half_kernels();
+
+}  // namespace fedwan::kernels

@@ -1,0 +1,38 @@
+// Small helpers shared by the aggregator and the site engine to build the
+// frames of the round protocol and to explain refusals.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "fedwan/topology.hpp"
+#include "wire/frame.hpp"
+
+namespace fedwan {
+
+// A header pre-filled with this node's job id and sender id.
+inline wire::FrameHeader node_header(const Topology& topo, uint32_t self, wire::MsgType type,
+                                     uint64_t round) {
+  wire::FrameHeader h;
+  h.type = type;
+  h.job_id = topo.job_id();
+  h.sender = self;
+  h.round = round;
+  return h;
+}
+
+inline std::vector<uint8_t> make_frame(const wire::FrameHeader& h,
+                                       const std::vector<uint8_t>& payload) {
+  wire::FrameHeader copy = h;
+  copy.payload_length = static_cast<uint32_t>(payload.size());
+  return wire::encode_frame(copy, payload.data(), payload.size());
+}
+
+inline std::vector<uint8_t> reject_frame(const Topology& topo, uint32_t self, uint64_t round,
+                                         const std::string& reason) {
+  const std::string text = reason.size() > 1000 ? reason.substr(0, 1000) : reason;
+  std::vector<uint8_t> payload(text.begin(), text.end());
+  return make_frame(node_header(topo, self, wire::MsgType::kReject, round), payload);
+}
+
+}  // namespace fedwan

@@ -1,0 +1,233 @@
+// SiteCore: the site role of the round protocol over a caller-owned flat
+// fp32 buffer. join() says hello and loads the federation's anchor; sync()
+// streams the pseudo-gradient (anchor - params) chunk by chunk with error
+// feedback, then applies the next anchor as its chunks arrive.
+#include "fedwan/site_core.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/log.hpp"
+#include "common/sha256.hpp"
+#include "fedwan/codec.hpp"
+#include "fedwan/error.hpp"
+#include "runtime/node_frames.hpp"
+#include "tensor/chunk_plan.hpp"
+#include "transport/links.hpp"
+
+namespace fedwan {
+namespace {
+using Clock = std::chrono::steady_clock;
+}  // namespace
+
+class SiteCore::Impl {
+ public:
+  Impl(SiteOptions options, float* params, size_t n);
+  SyncResult join();
+  SyncResult sync();
+
+  SiteOptions opt;
+  const Topology& topo;
+  const NodeSpec& self;
+  float* params;
+  ChunkPlan plan;
+  const Codec* codec;
+  std::array<uint8_t, 32> initial_digest{};
+  std::vector<float> anchor;    // the model the federation agreed on for this round
+  std::vector<float> residual;  // error feedback of the deltas sent (lossy codecs)
+  uint64_t round = 0;
+  bool joined = false;
+  bool finished = false;
+  Millis round_timeout;
+
+  zmq::context_t ctx{1};
+  std::unique_ptr<ParentLink> link;
+
+ private:
+  // Receives the anchor chunks of `round` into anchor (full values or an
+  // update), then copies it into params. Returns false if the federation
+  // finished instead.
+  bool receive_anchor(uint64_t round, bool full, SyncResult* res);
+  wire::ParsedFrame next_frame(Incoming* in, Clock::time_point deadline, const char* waiting_for);
+};
+
+SiteCore::Impl::Impl(SiteOptions options, float* p, size_t n)
+    : opt(std::move(options)),
+      topo(opt.topology),
+      self(topo.node(opt.node_id)),
+      params(p),
+      plan(ChunkPlan::from_bytes(n, topo.federation().chunk_bytes)),
+      codec(&codec_by_name(topo.federation().codec)) {
+  if (self.role != Role::kSite) {
+    throw ConfigError("node '" + self.id + "' is a " + role_name(self.role) +
+                      ", not a site; run it with `fedwan aggregator`");
+  }
+  if (params == nullptr) throw ConfigError("site '" + self.id + "': no parameter buffer");
+  round_timeout = opt.round_timeout.count() > 0
+                      ? opt.round_timeout
+                      : Millis(static_cast<int64_t>(topo.federation().round_timeout_s * 1000));
+  initial_digest = sha256(params, n * sizeof(float));
+  LinkOptions lo;
+  lo.window = opt.window;
+  lo.max_message_bytes =
+      static_cast<int64_t>(wire::kHeaderSize + topo.federation().chunk_bytes + 4096);
+  const NodeSpec& parent = topo.node(self.parent_index);
+  link = std::make_unique<ParentLink>(ctx, parent.endpoint, self.id, lo,
+                                      plaintext_security_factory());
+}
+
+wire::ParsedFrame SiteCore::Impl::next_frame(Incoming* in, Clock::time_point deadline,
+                                             const char* waiting_for) {
+  wire::FrameLimits limits;
+  limits.max_chunk_elements = plan.chunk_elements();
+  limits.max_total_elements = plan.total();
+  for (;;) {
+    const auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());
+    if (left.count() <= 0 || !link->recv(in, left)) {
+      throw TimeoutError("site '" + self.id + "': no " + waiting_for + " from parent '" +
+                         topo.node(self.parent_index).id + "' at " + link->endpoint() +
+                         " within " + std::to_string(round_timeout.count() / 1000) +
+                         " s (is it running?)");
+    }
+    wire::ParsedFrame f = wire::parse_frame(in->data(), in->frame_size, limits);
+    if (!f.ok()) {
+      log().warn("[site:{}] dropped malformed frame from parent: {} ({})", self.id,
+                 wire::reject_reason_name(f.reject), f.detail);
+      continue;
+    }
+    if (f.header.job_id != topo.job_id() || f.header.sender != self.parent_index) {
+      log().warn("[site:{}] dropped a frame not from its parent", self.id);
+      continue;
+    }
+    if (f.header.type == wire::MsgType::kReject) {
+      throw ProtocolError("site '" + self.id + "' refused by '" +
+                          topo.node(self.parent_index).id + "': " +
+                          std::string(reinterpret_cast<const char*>(f.payload), f.payload_size));
+    }
+    return f;
+  }
+}
+
+SyncResult SiteCore::Impl::join() {
+  if (joined) throw Error("site '" + self.id + "' already joined");
+  wire::HelloPayload hello;
+  hello.node_id = self.id;
+  hello.topology_digest = topo.digest();
+  hello.model_digest = initial_digest;
+  wire::FrameHeader h = node_header(topo, self.index, wire::MsgType::kHello, 0);
+  h.total_elements = plan.total();
+  SyncResult res;
+  res.bytes_sent += link->send(make_frame(h, wire::encode_hello(hello)), opt.join_timeout);
+  const auto deadline = Clock::now() + opt.join_timeout;
+  Incoming in;
+  for (;;) {
+    wire::ParsedFrame f = next_frame(&in, deadline, "welcome");
+    res.bytes_received += in.message.size();
+    if (f.header.type != wire::MsgType::kWelcome) {
+      log().warn("[site:{}] ignored {} while joining", self.id, wire::msg_type_name(f.header.type));
+      continue;
+    }
+    if (f.header.total_elements != plan.total()) {
+      throw ProtocolError("site '" + self.id + "': the federation's model has " +
+                          std::to_string(f.header.total_elements) + " parameters, ours " +
+                          std::to_string(plan.total()));
+    }
+    round = f.header.round;
+    anchor.assign(params, params + plan.total());
+    if (!(f.header.flags & wire::kFlagNoChange)) {
+      if (!receive_anchor(round, true, &res)) finished = true;
+    }
+    break;
+  }
+  joined = true;
+  res.round = round;
+  res.finished = finished;
+  log().info("[site:{}] joined at round {}", self.id, round);
+  return res;
+}
+
+bool SiteCore::Impl::receive_anchor(uint64_t want_round, bool full, SyncResult* res) {
+  const auto deadline = Clock::now() + round_timeout;
+  std::vector<bool> got(plan.count(), false);
+  uint32_t received = 0;
+  std::vector<float> update;
+  Incoming in;
+  while (received < plan.count()) {
+    wire::ParsedFrame f = next_frame(&in, deadline, "anchor");
+    res->bytes_received += in.message.size();
+    const wire::FrameHeader& h = f.header;
+    if (h.type == wire::MsgType::kDone) return false;
+    if (h.type != wire::MsgType::kAnchor) {
+      log().warn("[site:{}] ignored {} while waiting for the anchor", self.id,
+                 wire::msg_type_name(h.type));
+      continue;
+    }
+    const bool is_full = (h.flags & wire::kFlagFullAnchor) != 0;
+    const Codec* c = codec_by_wire_id(h.codec);
+    if (h.round != want_round || is_full != full || h.total_elements != plan.total() ||
+        h.chunk_count != plan.count() || h.element_count != plan.size(h.chunk_index) ||
+        got[h.chunk_index] || !c->validate(f.payload, f.payload_size, h.element_count)) {
+      throw ProtocolError("site '" + self.id + "': parent sent an anchor chunk that does not "
+                          "fit (round " + std::to_string(h.round) + ", chunk " +
+                          std::to_string(h.chunk_index) + ", " +
+                          std::to_string(h.element_count) + " elements); expected round " +
+                          std::to_string(want_round));
+    }
+    float* dst = anchor.data() + plan.offset(h.chunk_index);
+    if (is_full) {
+      c->decode(f.payload, h.element_count, dst);
+    } else {
+      c->decode_accumulate(f.payload, h.element_count, 1.0f, dst);
+    }
+    got[h.chunk_index] = true;
+    received += 1;
+  }
+  std::memcpy(params, anchor.data(), plan.total() * sizeof(float));
+  return true;
+}
+
+SyncResult SiteCore::Impl::sync() {
+  if (!joined) throw Error("site '" + self.id + "': call join() before sync()");
+  if (finished) throw Error("site '" + self.id + "': the federation is already finished");
+  SyncResult res;
+  const bool lossy = codec->id() != CodecId::kFp32;
+  if (lossy && residual.empty()) residual.assign(plan.total(), 0.0f);
+  std::vector<float> delta(plan.chunk_elements());
+  std::vector<uint8_t> payload;
+  for (uint32_t i = 0; i < plan.count(); ++i) {
+    const uint64_t off = plan.offset(i);
+    const uint32_t n = plan.size(i);
+    for (uint32_t k = 0; k < n; ++k) delta[k] = anchor[off + k] - params[off + k];
+    payload.resize(codec->encoded_size(n));
+    codec->encode(delta.data(), n, lossy ? residual.data() + off : nullptr, payload.data());
+    wire::FrameHeader h = node_header(topo, self.index, wire::MsgType::kDelta, round);
+    h.codec = static_cast<uint8_t>(codec->id());
+    h.chunk_index = i;
+    h.chunk_count = plan.count();
+    h.element_count = n;
+    h.total_elements = plan.total();
+    h.weight = self.weight;
+    res.bytes_sent += link->send(make_frame(h, payload), round_timeout);
+  }
+  if (receive_anchor(round + 1, false, &res)) {
+    round += 1;
+    if (round >= topo.federation().rounds) finished = true;
+  } else {
+    finished = true;
+  }
+  res.round = round;
+  res.finished = finished;
+  return res;
+}
+
+SiteCore::SiteCore(SiteOptions options, float* params, size_t n)
+    : impl_(std::make_unique<Impl>(std::move(options), params, n)) {}
+SiteCore::~SiteCore() = default;
+SyncResult SiteCore::join() { return impl_->join(); }
+SyncResult SiteCore::sync() { return impl_->sync(); }
+uint64_t SiteCore::round() const { return impl_->round; }
+bool SiteCore::finished() const { return impl_->finished; }
+uint64_t SiteCore::inner_steps() const { return impl_->topo.federation().inner_steps; }
+const std::array<uint8_t, 32>& SiteCore::initial_digest() const { return impl_->initial_digest; }
+
+}  // namespace fedwan

@@ -1,0 +1,551 @@
+// Topology file (YAML). Every key is checked: a misspelt key is an error, not
+// a silently ignored setting. See docs/topology.md for the full reference.
+//
+//   job: fashion-demo                 # required; 1..64 of [A-Za-z0-9._-]
+//   federation:                       # optional; every key optional
+//     rounds: 20                      # >= 1
+//     inner_steps: 50                 # >= 1 (H)
+//     codec: fp16                     # a registered codec name
+//     chunk_bytes: 1048576            # 4096..4194304, a multiple of 4
+//     round_timeout_s: 600            # finite, > 0
+//     outer_optimizer: {name: diloco, lr: 0.7, momentum: 0.9}
+//   nodes:                            # file order = index = wire sender id
+//     - {id: root, role: root, endpoint: "tcp://127.0.0.1:7000"}
+//     - {id: eu, role: region, parent: root, endpoint: "tcp://127.0.0.1:7001",
+//        bind: "tcp://*:7001"}
+//     - {id: site-a, role: site, parent: eu, weight: 6000}
+//
+// Node rules: exactly one root, without a parent; every other node names an
+// existing root or region as parent, and the parent links form a tree.
+// Aggregators (root, region) need an endpoint (tcp://, ipc:// or inproc://),
+// may give a separate bind endpoint, need at least one child and take no
+// weight (theirs is the sum of their sites'). Sites take a weight (finite,
+// > 0, default 1) and no endpoint or bind: a site only connects to its parent,
+// so an endpoint there is a mistake that would otherwise look meaningful.
+// Outer optimizer hyper-parameters: fedavg takes lr; diloco lr and momentum;
+// fedadam lr, beta1, beta2 and eps. One its optimizer does not use is refused.
+#include "fedwan/topology.hpp"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "common/node_id.hpp"
+#include "common/sha256.hpp"
+#include "fedwan/codec.hpp"
+#include "fedwan/error.hpp"
+
+namespace fedwan {
+namespace {
+
+constexpr uint64_t kMinChunkBytes = 4096;
+constexpr uint64_t kMaxChunkBytes = 4u << 20;
+
+const std::vector<std::string> kTopKeys = {"job", "federation", "nodes"};
+const std::vector<std::string> kFederationKeys = {
+    "rounds", "inner_steps", "codec", "chunk_bytes", "round_timeout_s", "outer_optimizer"};
+const std::vector<std::string> kOuterKeys = {"name", "lr", "momentum", "beta1", "beta2", "eps"};
+const std::vector<std::string> kNodeKeys = {"id", "role", "parent", "endpoint", "bind", "weight"};
+
+std::string join(const std::vector<std::string>& v) {
+  std::string out;
+  for (const std::string& s : v) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
+
+// Shortest text that reads back to the same double: stable for the digest
+// and readable in to_yaml().
+std::string format_double(double d) {
+  char buf[64];
+  auto res = std::to_chars(buf, buf + sizeof(buf), d);
+  return std::string(buf, res.ptr);
+}
+
+bool valid_endpoint(const std::string& e) {
+  static const char* const kSchemes[] = {"tcp://", "ipc://", "inproc://"};
+  bool scheme = false;
+  for (const char* s : kSchemes) {
+    size_t n = std::strlen(s);
+    if (e.size() > n && e.compare(0, n, s) == 0) scheme = true;
+  }
+  // Printable ASCII without spaces keeps the canonical rendering unambiguous.
+  return scheme && std::all_of(e.begin(), e.end(), [](char c) { return c > 0x20 && c < 0x7f; });
+}
+
+// ---- YAML reading ---------------------------------------------------------
+
+class YamlReader {
+ public:
+  explicit YamlReader(const std::string& source) : source_(source) {}
+
+  [[noreturn]] void fail(const YAML::Node& at, const std::string& ctx,
+                         const std::string& msg) const {
+    std::string where = source_;
+    if (at && !at.Mark().is_null()) {
+      where +=
+          ":" + std::to_string(at.Mark().line + 1) + ":" + std::to_string(at.Mark().column + 1);
+    }
+    throw ConfigError(where + ": " + ctx + ": " + msg);
+  }
+
+  void expect_map(const YAML::Node& n, const std::string& ctx) const {
+    if (!n.IsMap()) fail(n, ctx, "expected a mapping of key: value");
+  }
+
+  // Unknown and repeated keys are both errors (yaml-cpp keeps only one of a
+  // repeated key, which would silently drop a setting).
+  void check_keys(const YAML::Node& map, const std::vector<std::string>& known,
+                  const std::string& ctx) const {
+    std::vector<std::string> seen;
+    for (auto it = map.begin(); it != map.end(); ++it) {
+      if (!it->first.IsScalar()) fail(it->first, ctx, "keys must be plain names");
+      const std::string& key = it->first.Scalar();
+      if (std::find(known.begin(), known.end(), key) == known.end()) {
+        fail(it->first, ctx, "unknown key '" + key + "'; known keys are " + join(known));
+      }
+      if (std::find(seen.begin(), seen.end(), key) != seen.end()) {
+        fail(it->first, ctx, "key '" + key + "' given twice");
+      }
+      seen.push_back(key);
+    }
+  }
+
+  std::string str(const YAML::Node& n, const std::string& ctx, const std::string& key) const {
+    if (!n.IsScalar()) fail(n, ctx, "'" + key + "' must be a string");
+    return n.Scalar();
+  }
+
+  uint64_t u64(const YAML::Node& n, const std::string& ctx, const std::string& key) const {
+    std::string s = n.IsScalar() ? n.Scalar() : std::string();
+    uint64_t v = 0;
+    auto res = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (s.empty() || res.ec != std::errc() || res.ptr != s.data() + s.size()) {
+      fail(n, ctx, "'" + key + "' must be a non-negative integer, got '" + s + "'");
+    }
+    return v;
+  }
+
+  double f64(const YAML::Node& n, const std::string& ctx, const std::string& key) const {
+    std::string s = n.IsScalar() ? n.Scalar() : std::string();
+    double v = 0;
+    auto res = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (s.empty() || res.ec != std::errc() || res.ptr != s.data() + s.size()) {
+      fail(n, ctx, "'" + key + "' must be a number, got '" + s + "'");
+    }
+    return v;
+  }
+
+ private:
+  const std::string& source_;
+};
+
+FederationSpec read_federation(const YamlReader& r, const YAML::Node& n) {
+  FederationSpec f;
+  r.expect_map(n, "federation");
+  r.check_keys(n, kFederationKeys, "federation");
+  if (auto v = n["rounds"]) f.rounds = r.u64(v, "federation", "rounds");
+  if (auto v = n["inner_steps"]) f.inner_steps = r.u64(v, "federation", "inner_steps");
+  if (auto v = n["codec"]) f.codec = r.str(v, "federation", "codec");
+  if (auto v = n["chunk_bytes"]) f.chunk_bytes = r.u64(v, "federation", "chunk_bytes");
+  if (auto v = n["round_timeout_s"]) f.round_timeout_s = r.f64(v, "federation", "round_timeout_s");
+  if (auto o = n["outer_optimizer"]) {
+    const std::string ctx = "federation.outer_optimizer";
+    r.expect_map(o, ctx);
+    r.check_keys(o, kOuterKeys, ctx);
+    if (auto v = o["name"]) f.outer.name = r.str(v, ctx, "name");
+    if (auto v = o["lr"]) f.outer.lr = r.f64(v, ctx, "lr");
+    if (auto v = o["momentum"]) f.outer.momentum = r.f64(v, ctx, "momentum");
+    if (auto v = o["beta1"]) f.outer.beta1 = r.f64(v, ctx, "beta1");
+    if (auto v = o["beta2"]) f.outer.beta2 = r.f64(v, ctx, "beta2");
+    if (auto v = o["eps"]) f.outer.eps = r.f64(v, ctx, "eps");
+  }
+  return f;
+}
+
+NodeSpec read_node(const YamlReader& r, const YAML::Node& n, size_t pos) {
+  std::string ctx = "nodes[" + std::to_string(pos) + "]";
+  r.expect_map(n, ctx);
+  NodeSpec s;
+  if (!n["id"]) r.fail(n, ctx, "missing 'id'; give every node a unique id");
+  s.id = r.str(n["id"], ctx, "id");
+  ctx = "node '" + s.id + "'";
+  r.check_keys(n, kNodeKeys, ctx);
+  if (!n["role"]) r.fail(n, ctx, "missing 'role'; use root, region or site");
+  std::string role = r.str(n["role"], ctx, "role");
+  if (role == "root") {
+    s.role = Role::kRoot;
+  } else if (role == "region") {
+    s.role = Role::kRegion;
+  } else if (role == "site") {
+    s.role = Role::kSite;
+  } else {
+    r.fail(n["role"], ctx, "unknown role '" + role + "'; use root, region or site");
+  }
+  if (auto v = n["parent"]) s.parent = r.str(v, ctx, "parent");
+  if (auto v = n["endpoint"]) s.endpoint = r.str(v, ctx, "endpoint");
+  if (auto v = n["bind"]) s.bind = r.str(v, ctx, "bind");
+  if (auto v = n["weight"]) {
+    if (s.role != Role::kSite) {
+      r.fail(v, ctx, "'weight' applies to sites only; an aggregator weighs the sum of its sites");
+    }
+    s.weight = r.f64(v, ctx, "weight");
+  }
+  return s;
+}
+
+// ---- validation -----------------------------------------------------------
+
+void validate_federation(const FederationSpec& f, const std::string& src) {
+  auto fail = [&](const std::string& msg) { throw ConfigError(src + ": federation: " + msg); };
+  if (f.rounds < 1) fail("rounds is 0; run at least 1 round");
+  if (f.inner_steps < 1) fail("inner_steps is 0; take at least 1 local step per round");
+  if (f.chunk_bytes < kMinChunkBytes || f.chunk_bytes > kMaxChunkBytes || f.chunk_bytes % 4 != 0) {
+    fail("chunk_bytes " + std::to_string(f.chunk_bytes) +
+         " is invalid; use a multiple of 4 between 4096 and 4194304");
+  }
+  if (!std::isfinite(f.round_timeout_s) || f.round_timeout_s <= 0) {
+    fail("round_timeout_s " + format_double(f.round_timeout_s) + " must be finite and > 0");
+  }
+  try {
+    codec_by_name(f.codec);
+  } catch (const ConfigError& e) {
+    fail(std::string("codec: ") + e.what());
+  }
+
+  const OuterOptimizerSpec& o = f.outer;
+  const std::string ctx = "outer_optimizer '" + o.name + "': ";
+  std::vector<std::string> takes;
+  if (o.name == "fedavg") {
+    takes = {"lr"};
+  } else if (o.name == "diloco") {
+    takes = {"lr", "momentum"};
+  } else if (o.name == "fedadam") {
+    takes = {"lr", "beta1", "beta2", "eps"};
+  } else {
+    fail("unknown outer_optimizer '" + o.name + "'; use fedavg, diloco or fedadam");
+  }
+  struct Param {
+    const char* name;
+    const std::optional<double>& value;
+    bool below_one;  // a decay rate in [0, 1) rather than a positive scale
+  };
+  for (const Param& p :
+       {Param{"lr", o.lr, false}, Param{"momentum", o.momentum, true},
+        Param{"beta1", o.beta1, true}, Param{"beta2", o.beta2, true}, Param{"eps", o.eps, false}}) {
+    if (!p.value) continue;
+    if (std::find(takes.begin(), takes.end(), p.name) == takes.end()) {
+      fail(ctx + "does not use '" + p.name + "'; it takes " + join(takes));
+    }
+    double v = *p.value;
+    bool ok = p.below_one ? (std::isfinite(v) && v >= 0 && v < 1) : (std::isfinite(v) && v > 0);
+    if (!ok) {
+      fail(ctx + p.name + " " + format_double(v) +
+           (p.below_one ? " must be in [0, 1)" : " must be finite and > 0"));
+    }
+  }
+}
+
+}  // namespace
+
+const char* role_name(Role role) {
+  switch (role) {
+    case Role::kRoot: return "root";
+    case Role::kRegion: return "region";
+    case Role::kSite: return "site";
+  }
+  return "unknown";
+}
+
+Topology Topology::parse(const std::string& yaml_text, const std::string& source) {
+  YamlReader r(source);
+  Topology t;
+  try {
+    YAML::Node doc = YAML::Load(yaml_text);
+    if (!doc.IsMap()) {
+      r.fail(doc, "topology", "expected a mapping with 'job', 'federation' and 'nodes'");
+    }
+    r.check_keys(doc, kTopKeys, "topology");
+    if (!doc["job"]) r.fail(doc, "topology", "missing 'job'; name the federation job");
+    t.job_ = r.str(doc["job"], "topology", "job");
+    if (auto f = doc["federation"]) t.federation_ = read_federation(r, f);
+    YAML::Node nodes = doc["nodes"];
+    if (!nodes || !nodes.IsSequence() || nodes.size() == 0) {
+      r.fail(nodes ? nodes : doc, "topology", "'nodes' must be a non-empty list of nodes");
+    }
+    for (size_t i = 0; i < nodes.size(); ++i) t.nodes_.push_back(read_node(r, nodes[i], i));
+  } catch (const YAML::Exception& e) {
+    std::string where = source;
+    if (!e.mark.is_null()) {
+      where += ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1);
+    }
+    throw ConfigError(where + ": YAML syntax error: " + e.msg);
+  }
+  t.finalize(source);
+  return t;
+}
+
+Topology Topology::load(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw ConfigError("cannot open topology file '" + path + "': " + std::strerror(errno));
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw ConfigError("cannot read topology file '" + path + "'");
+  return parse(text.str(), path);
+}
+
+Topology Topology::build(std::string job, FederationSpec federation, std::vector<NodeSpec> nodes) {
+  Topology t;
+  t.job_ = std::move(job);
+  t.federation_ = std::move(federation);
+  t.nodes_ = std::move(nodes);
+  t.finalize("<build>");
+  return t;
+}
+
+void Topology::finalize(const std::string& src) {
+  auto fail = [&](const std::string& msg) { throw ConfigError(src + ": " + msg); };
+  if (!is_valid_node_id(job_)) {
+    fail("job '" + job_ + "' is invalid; use 1..64 characters of [A-Za-z0-9._-]");
+  }
+  validate_federation(federation_, src);
+  if (nodes_.empty()) fail("the topology has no nodes; list a root, its regions and sites");
+  if (nodes_.size() > UINT32_MAX) fail("too many nodes");
+
+  const uint32_t n = static_cast<uint32_t>(nodes_.size());
+  std::vector<uint32_t> roots;
+  for (uint32_t i = 0; i < n; ++i) {
+    NodeSpec& s = nodes_[i];
+    const std::string who = "node '" + s.id + "': ";
+    if (!is_valid_node_id(s.id)) {
+      fail(who + "invalid id (node " + std::to_string(i) +
+           "); use 1..64 characters of [A-Za-z0-9._-]");
+    }
+    for (uint32_t j = 0; j < i; ++j) {
+      if (nodes_[j].id == s.id) {
+        fail(who + "duplicate id (nodes " + std::to_string(j) + " and " + std::to_string(i) +
+             "); every node needs a unique id");
+      }
+    }
+    if (s.role != Role::kRoot && s.role != Role::kRegion && s.role != Role::kSite) {
+      fail(who + "unknown role " + std::to_string(static_cast<int>(s.role)) +
+           "; use root, region or site");
+    }
+    s.index = i;
+    s.parent_index = 0;
+    s.children.clear();
+    if (s.role == Role::kSite) {
+      if (!s.endpoint.empty() || !s.bind.empty()) {
+        fail(who +
+             "a site has no endpoint or bind (it connects to its parent's endpoint); "
+             "remove them");
+      }
+      if (!std::isfinite(s.weight) || s.weight <= 0) {
+        fail(who + "weight " + format_double(s.weight) + " must be finite and > 0");
+      }
+      continue;
+    }
+    if (s.role == Role::kRoot) roots.push_back(i);
+    if (s.endpoint.empty()) {
+      fail(who + std::string(role_name(s.role)) +
+           " needs an endpoint its children connect to, e.g. tcp://host:7000");
+    }
+    if (s.bind.empty()) s.bind = s.endpoint;
+    for (const std::string* e : {&s.endpoint, &s.bind}) {
+      if (!valid_endpoint(*e)) {
+        fail(who + "endpoint '" + *e +
+             "' is invalid; use tcp://, ipc:// or inproc:// followed by an address, no spaces");
+      }
+    }
+    if (s.weight != 1.0) {
+      fail(who + "weight applies to sites only; an aggregator weighs the sum of its sites");
+    }
+  }
+
+  if (roots.size() != 1) {
+    std::vector<std::string> ids;
+    for (uint32_t r : roots) ids.push_back(nodes_[r].id);
+    fail(roots.empty() ? "no node has role root; exactly one aggregator must be the root"
+                       : std::to_string(roots.size()) + " nodes have role root (" + join(ids) +
+                             "); exactly one may");
+  }
+  root_index_ = roots[0];
+  for (NodeSpec& s : nodes_) {
+    const std::string who = "node '" + s.id + "': ";
+    if (s.role == Role::kRoot) {
+      if (!s.parent.empty()) {
+        fail(who + "the root has parent '" + s.parent + "'; the root has no parent, remove it");
+      }
+      continue;
+    }
+    if (s.parent.empty()) {
+      fail(who + "missing parent; name the root or region this " + role_name(s.role) +
+           " reports to");
+    }
+    const NodeSpec* p = find(s.parent);
+    if (p == nullptr) fail(who + "parent '" + s.parent + "' is not a node of this topology");
+    if (p->role == Role::kSite) {
+      fail(who + "parent '" + s.parent + "' is a site; only a root or region can have children");
+    }
+    s.parent_index = p->index;
+  }
+
+  // Walk up from every node; a walk that meets itself before the root has
+  // found a cycle. 0: not visited, 1: on the current walk, 2: reaches the root.
+  std::vector<uint8_t> state(n, 0);
+  state[root_index_] = 2;
+  for (uint32_t i = 0; i < n; ++i) {
+    std::vector<uint32_t> path;
+    uint32_t cur = i;
+    while (state[cur] == 0) {
+      state[cur] = 1;
+      path.push_back(cur);
+      cur = nodes_[cur].parent_index;
+    }
+    if (state[cur] == 1) {
+      size_t start = std::find(path.begin(), path.end(), cur) - path.begin();
+      auto chain = [&](size_t from) {
+        std::string out;
+        for (size_t k = from; k < path.size(); ++k) out += nodes_[path[k]].id + " -> ";
+        return out + nodes_[cur].id;
+      };
+      std::string cycle = chain(start);
+      if (start == 0) {
+        fail("node '" + nodes_[i].id + "': cycle in parent links " + cycle +
+             "; these nodes are unreachable from root '" + root().id +
+             "', point one of them at an aggregator under the root");
+      }
+      fail("node '" + nodes_[i].id + "': unreachable from root '" + root().id +
+           "', its parent chain " + chain(0) + " runs into the cycle " + cycle);
+    }
+    for (uint32_t k : path) state[k] = 2;
+  }
+
+  for (uint32_t i = 0; i < n; ++i) {
+    if (i != root_index_) nodes_[nodes_[i].parent_index].children.push_back(i);
+  }
+  for (const NodeSpec& s : nodes_) {
+    if (s.role != Role::kSite && s.children.empty()) {
+      fail("node '" + s.id + "': " + role_name(s.role) +
+           " has no children; add sites under it or remove it");
+    }
+  }
+
+  Sha256Digest job_hash = sha256(job_.data(), job_.size());
+  job_id_ = 0;
+  for (int k = 7; k >= 0; --k) job_id_ = (job_id_ << 8) | job_hash[k];
+
+  // One line per field, keys sorted, nodes in index order (the index is the
+  // wire sender id, so order matters). Optional values render as "-".
+  auto opt = [](const std::optional<double>& v) {
+    return v ? format_double(*v) : std::string("-");
+  };
+  const FederationSpec& f = federation_;
+  std::string c = "fedwan-topology 1\n";
+  c += "federation.chunk_bytes=" + std::to_string(f.chunk_bytes) + "\n";
+  c += "federation.codec=" + f.codec + "\n";
+  c += "federation.inner_steps=" + std::to_string(f.inner_steps) + "\n";
+  c += "federation.outer.beta1=" + opt(f.outer.beta1) + "\n";
+  c += "federation.outer.beta2=" + opt(f.outer.beta2) + "\n";
+  c += "federation.outer.eps=" + opt(f.outer.eps) + "\n";
+  c += "federation.outer.lr=" + opt(f.outer.lr) + "\n";
+  c += "federation.outer.momentum=" + opt(f.outer.momentum) + "\n";
+  c += "federation.outer.name=" + f.outer.name + "\n";
+  c += "federation.round_timeout_s=" + format_double(f.round_timeout_s) + "\n";
+  c += "federation.rounds=" + std::to_string(f.rounds) + "\n";
+  c += "job=" + job_ + "\n";
+  for (const NodeSpec& s : nodes_) {
+    c += "node." + std::to_string(s.index) + " bind=" + s.bind + " endpoint=" + s.endpoint +
+         " id=" + s.id + " parent=" + s.parent + " role=" + role_name(s.role) +
+         " weight=" + format_double(s.weight) + "\n";
+  }
+  digest_ = sha256(c.data(), c.size());
+}
+
+const NodeSpec& Topology::node(const std::string& id) const {
+  const NodeSpec* s = find(id);
+  if (s == nullptr) throw ConfigError("node '" + id + "' is not in topology '" + job_ + "'");
+  return *s;
+}
+
+const NodeSpec* Topology::find(const std::string& id) const {
+  for (const NodeSpec& s : nodes_) {
+    if (s.id == id) return &s;
+  }
+  return nullptr;
+}
+
+// Ascending index (file order), so callers iterate sites deterministically.
+std::vector<uint32_t> Topology::sites_under(uint32_t index) const {
+  std::vector<uint32_t> out;
+  std::vector<uint32_t> stack = {nodes_.at(index).index};
+  while (!stack.empty()) {
+    const NodeSpec& s = nodes_[stack.back()];
+    stack.pop_back();
+    if (s.role == Role::kSite) out.push_back(s.index);
+    stack.insert(stack.end(), s.children.begin(), s.children.end());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// Summed in index order, so every aggregator computes the same double.
+double Topology::weight_under(uint32_t index) const {
+  double sum = 0;
+  for (uint32_t i : sites_under(index)) sum += nodes_[i].weight;
+  return sum;
+}
+
+std::string Topology::digest_hex() const { return to_hex(digest_.data(), digest_.size()); }
+
+std::string Topology::to_yaml() const {
+  // Strings are always double-quoted: an id such as "null" or "1" must stay a string.
+  auto q = [](const std::string& s) {
+    std::string out = "\"";
+    for (char ch : s) {
+      if (ch == '"' || ch == '\\') out += '\\';
+      out += ch;
+    }
+    return out + "\"";
+  };
+  const FederationSpec& f = federation_;
+  std::string y = "# fedwan topology, digest " + digest_hex() + "\n";
+  y += "job: " + q(job_) + "\n";
+  y += "federation:\n";
+  y += "  rounds: " + std::to_string(f.rounds) + "\n";
+  y += "  inner_steps: " + std::to_string(f.inner_steps) + "\n";
+  y += "  codec: " + q(f.codec) + "\n";
+  y += "  chunk_bytes: " + std::to_string(f.chunk_bytes) + "\n";
+  y += "  round_timeout_s: " + format_double(f.round_timeout_s) + "\n";
+  y += "  outer_optimizer: {name: " + q(f.outer.name);
+  const std::pair<const char*, const std::optional<double>*> params[] = {
+      {"lr", &f.outer.lr},
+      {"momentum", &f.outer.momentum},
+      {"beta1", &f.outer.beta1},
+      {"beta2", &f.outer.beta2},
+      {"eps", &f.outer.eps}};
+  for (const auto& [key, value] : params) {
+    if (*value) y += std::string(", ") + key + ": " + format_double(**value);
+  }
+  y += "}\nnodes:\n";
+  for (const NodeSpec& s : nodes_) {
+    y += "  - {id: " + q(s.id) + ", role: " + role_name(s.role);
+    if (!s.parent.empty()) y += ", parent: " + q(s.parent);
+    if (s.role == Role::kSite) {
+      y += ", weight: " + format_double(s.weight);
+    } else {
+      y += ", endpoint: " + q(s.endpoint);
+      if (s.bind != s.endpoint) y += ", bind: " + q(s.bind);
+    }
+    y += "}\n";
+  }
+  return y;
+}
+
+}  // namespace fedwan

@@ -1,0 +1,97 @@
+// The two ends of a tree link over ZeroMQ. A parent binds one ROUTER socket
+// for all its children; each child connects one DEALER whose routing id is
+// its node id. One long-lived connection per link; ZeroMQ reconnects it.
+//
+// Back-pressure: each direction keeps at most `window` frames queued per peer
+// (send and receive high-water marks); a send beyond that blocks the caller
+// up to its timeout. Sockets cap the message size so a peer cannot make us
+// allocate more than one maximal frame.
+//
+// Thread safety: a link is owned by one thread (ZeroMQ sockets are not
+// thread safe); the context may be shared.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "transport/channel_security.hpp"
+
+namespace fedwan {
+
+using Millis = std::chrono::milliseconds;
+
+struct LinkOptions {
+  int window = 8;                         // frames queued per peer and direction
+  int64_t max_message_bytes = (4 << 20) + 4096;
+  int linger_ms = 5000;                   // flush time for queued frames at close
+};
+
+struct LinkCounters {
+  uint64_t frames_sent = 0, bytes_sent = 0;
+  uint64_t frames_received = 0, bytes_received = 0;
+  uint64_t rejected = 0;  // dropped by the security layer
+};
+
+// A received frame: the bytes stay in the ZeroMQ message (no copy).
+struct Incoming {
+  std::string peer;   // routing id (node id) for ROUTER; parent id for DEALER
+  zmq::message_t message;
+  size_t frame_size = 0;
+  const uint8_t* data() const { return static_cast<const uint8_t*>(message.data()); }
+};
+
+using SecurityFactory = std::function<std::unique_ptr<ChannelSecurity>(const std::string& peer)>;
+SecurityFactory plaintext_security_factory();
+
+// Child end: DEALER connected to the parent.
+class ParentLink {
+ public:
+  ParentLink(zmq::context_t& ctx, const std::string& endpoint, const std::string& self_id,
+             const LinkOptions& options, SecurityFactory security);
+  // Blocks while the window is full, at most `timeout`; throws TimeoutError.
+  // Returns the bytes put on the wire (after the security layer).
+  size_t send(std::vector<uint8_t> frame, Millis timeout);
+  // Waits at most `timeout` for one frame that passes the security layer.
+  bool recv(Incoming* out, Millis timeout);
+  zmq::socket_t& socket() { return socket_; }
+  const LinkCounters& counters() const { return counters_; }
+  const std::string& endpoint() const { return endpoint_; }
+
+ private:
+  zmq::socket_t socket_;
+  std::string endpoint_;
+  std::unique_ptr<ChannelSecurity> security_;
+  LinkCounters counters_;
+};
+
+// Parent end: ROUTER bound for all children.
+class ChildrenLink {
+ public:
+  ChildrenLink(zmq::context_t& ctx, const std::string& bind_endpoint, const LinkOptions& options,
+               SecurityFactory security);
+  // Blocks while that child's window is full, at most `timeout`. Throws
+  // TransportError when the child is not connected, TimeoutError on timeout.
+  // Returns the bytes put on the wire (after the security layer).
+  size_t send(const std::string& peer, std::vector<uint8_t> frame, Millis timeout);
+  // Waits at most `timeout`; false when nothing (valid) arrived.
+  bool recv(Incoming* out, Millis timeout);
+  zmq::socket_t& socket() { return socket_; }
+  const LinkCounters& counters() const { return counters_; }
+
+ private:
+  ChannelSecurity& security_for(const std::string& peer);
+
+  zmq::socket_t socket_;
+  SecurityFactory factory_;
+  std::unordered_map<std::string, std::unique_ptr<ChannelSecurity>> security_;
+  LinkCounters counters_;
+};
+
+}  // namespace fedwan

@@ -1,0 +1,144 @@
+// Wire frame, protocol version 1: a fixed 64-byte little-endian header
+// followed by the payload. Parsing checks every field against limits before
+// anything is allocated; a frame that fails is rejected with a reason, never
+// thrown at the caller (rejects are an expected outcome on a hostile WAN).
+//
+// Header layout (offsets in bytes):
+//   0 u32 magic 'FWAN'     4 u8 version   5 u8 type   6 u8 codec   7 u8 flags
+//   8 u64 job_id          16 u64 round   24 u32 sender
+//  28 u32 chunk_index     32 u32 chunk_count          36 u32 element_count
+//  40 u64 total_elements  48 f64 weight  56 u32 payload_length   60 u32 reserved (0)
+// The encoded header is also the AEAD associated data of the secure channel.
+//
+// Rules parse_frame enforces, in this order (first failure wins):
+//   size >= 64 (kTooShort); magic; version == 1 (kBadVersion, so a newer peer
+//   is told apart from garbage); type 1..7; codec: a registered codec id on
+//   kAnchor/kDelta, 0 on every other type (kBadCodec); reserved == 0 and no
+//   flag bits except kFlagFullAnchor on kAnchor and kFlagNoChange on kWelcome
+//   (both kBadReserved); payload_length == bytes after the header, so trailing
+//   bytes and truncation are kLengthMismatch.
+//   kAnchor/kDelta: 1 <= chunk_count <= max_chunk_count, chunk_index <
+//   chunk_count, chunk_count <= total_elements (kBadChunk); 1 <= element_count
+//   <= max_chunk_elements, total_elements <= max_total_elements, and the chunk
+//   fits its stream: the other chunk_count-1 chunks get >= 1 element each, a
+//   single chunk carries exactly total_elements (kBadElements); payload_length
+//   == codec.encoded_size(element_count) (kBadPayloadSize); kDelta weight
+//   finite and > 0, kAnchor weight +0.0 (kBadWeight).
+//   Control types (kHello, kWelcome, kTelemetry, kReject, kDone) carry no
+//   tensor: chunk_index, chunk_count (kBadChunk), element_count (kBadElements)
+//   and weight (kBadWeight, +0.0 bit pattern) must be 0, and payload_length
+//   <= max_control_payload (kPayloadTooLarge). total_elements must be 0
+//   except on kHello/kWelcome, where it is the model's element count
+//   (<= max_total_elements) so both ends can check they train one shape
+//   (kBadElements).
+//   Their payload's own structure is checked by decode_hello/decode_telemetry.
+// job_id, round and sender are not judged here: they need session state.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace fedwan::wire {
+
+inline constexpr uint32_t kMagic = 0x4E415746;  // "FWAN" read as little-endian u32
+inline constexpr uint8_t kVersion = 1;
+inline constexpr size_t kHeaderSize = 64;
+
+enum class MsgType : uint8_t {
+  kHello = 1,      // child -> parent: join; payload HelloPayload
+  kWelcome = 2,    // parent -> child: accepted; round = round the child joins at
+  kAnchor = 3,     // parent -> child: one chunk of the anchor for `round`
+  kDelta = 4,      // child -> parent: one chunk of a weighted delta sum for `round`
+  kTelemetry = 5,  // child -> parent: subtree byte counters for `round`
+  kReject = 6,     // either way: refusal; payload is a UTF-8 reason
+  kDone = 7,       // parent -> child: the federation finished; `round` = rounds run
+};
+const char* msg_type_name(MsgType t);
+
+// Flags.
+inline constexpr uint8_t kFlagFullAnchor = 0x01;  // kAnchor: values, not an update
+inline constexpr uint8_t kFlagNoChange = 0x02;    // kWelcome: child's model digest matched
+
+struct FrameHeader {
+  MsgType type = MsgType::kHello;
+  uint8_t codec = 0;  // CodecId for kAnchor/kDelta, else 0
+  uint8_t flags = 0;
+  uint64_t job_id = 0;
+  uint64_t round = 0;
+  uint32_t sender = 0;
+  uint32_t chunk_index = 0;
+  uint32_t chunk_count = 0;
+  uint32_t element_count = 0;
+  uint64_t total_elements = 0;
+  double weight = 0.0;
+  uint32_t payload_length = 0;
+};
+
+struct FrameLimits {
+  uint32_t max_chunk_elements = 1u << 20;   // 4 MiB of fp32
+  uint32_t max_chunk_count = 1u << 20;
+  uint64_t max_total_elements = 1ull << 36;
+  uint32_t max_control_payload = 4096;      // kHello, kReject, kTelemetry, ...
+};
+
+enum class RejectReason : uint8_t {
+  kNone = 0,
+  kTooShort,          // fewer than kHeaderSize bytes
+  kBadMagic,
+  kBadVersion,
+  kBadType,
+  kBadCodec,          // unknown codec id, or a codec on a control message
+  kBadReserved,
+  kLengthMismatch,    // payload_length != bytes after the header
+  kBadChunk,          // chunk_index >= chunk_count, count or elements over limits
+  kBadElements,       // element_count/total_elements inconsistent or over limits
+  kBadPayloadSize,    // payload size wrong for the codec and element count
+  kBadWeight,         // non-finite or not > 0 on kDelta
+  kPayloadTooLarge,   // control payload over its limit
+};
+const char* reject_reason_name(RejectReason r);
+
+// Writes the 64-byte header.
+void encode_header(const FrameHeader& h, uint8_t* out);
+
+// Header + payload in one buffer. payload_length is taken from `size`, not
+// from h; throws ProtocolError if size does not fit 32 bits.
+std::vector<uint8_t> encode_frame(const FrameHeader& h, const uint8_t* payload, size_t size);
+
+// On a reject, `header` still holds the raw decoded fields (when at least 64
+// bytes came) for logging; none of them may be trusted.
+struct ParsedFrame {
+  RejectReason reject = RejectReason::kNone;
+  std::string detail;         // human-readable, for logs and the audit trail
+  FrameHeader header;
+  const uint8_t* payload = nullptr;  // points into the parsed buffer
+  size_t payload_size = 0;
+  bool ok() const { return reject == RejectReason::kNone; }
+};
+
+// Checks every field; never throws, never allocates more than `detail`.
+ParsedFrame parse_frame(const uint8_t* data, size_t size, const FrameLimits& limits = {});
+
+// kHello payload: node id, topology digest and the SHA-256 of the model the
+// child starts from (lets the parent skip sending a full anchor).
+struct HelloPayload {
+  std::string node_id;
+  std::array<uint8_t, 32> topology_digest{};
+  std::array<uint8_t, 32> model_digest{};
+};
+std::vector<uint8_t> encode_hello(const HelloPayload& p);
+bool decode_hello(const uint8_t* data, size_t size, HelloPayload* out);  // false if malformed
+
+// kTelemetry payload: bytes that crossed the links of a subtree for a round.
+struct TelemetryPayload {
+  uint64_t wan_bytes = 0;    // actual bytes on the wire (headers included)
+  uint64_t fp32_bytes = 0;   // what the same frames would have been with fp32
+  uint64_t frames = 0;
+};
+std::vector<uint8_t> encode_telemetry(const TelemetryPayload& p);
+bool decode_telemetry(const uint8_t* data, size_t size, TelemetryPayload* out);
+
+}  // namespace fedwan::wire

@@ -1,0 +1,145 @@
+// Builds small federations for tests: a topology over ipc:// endpoints in a
+// private temporary directory, and helpers to run every node as a thread.
+#pragma once
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "fedwan/aggregator.hpp"
+#include "fedwan/site_core.hpp"
+#include "fedwan/synthetic.hpp"
+#include "fedwan/topology.hpp"
+
+namespace fedwan::testing {
+
+// A private directory removed at scope exit.
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "fedwan-test-XXXXXX").string();
+    if (!mkdtemp(tmpl.data())) std::abort();
+    path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// root -> `regions` regions -> `sites_per_region` sites each (regions = 0:
+// the sites hang directly under the root).
+inline Topology make_tree(const std::filesystem::path& dir, int regions, int sites_per_region,
+                          FederationSpec fed) {
+  std::vector<NodeSpec> nodes;
+  auto endpoint = [&](const std::string& id) { return "ipc://" + (dir / (id + ".sock")).string(); };
+  NodeSpec root;
+  root.id = "root";
+  root.role = Role::kRoot;
+  root.endpoint = endpoint("root");
+  nodes.push_back(root);
+  int site = 0;
+  auto add_sites = [&](const std::string& parent) {
+    for (int s = 0; s < sites_per_region; ++s, ++site) {
+      NodeSpec n;
+      n.id = "site-" + std::to_string(site);
+      n.role = Role::kSite;
+      n.parent = parent;
+      n.weight = 100.0 + 37.0 * site;  // unequal weights exercise the weighting
+      nodes.push_back(n);
+    }
+  };
+  if (regions == 0) add_sites("root");
+  for (int r = 0; r < regions; ++r) {
+    NodeSpec n;
+    n.id = "region-" + std::to_string(r);
+    n.role = Role::kRegion;
+    n.parent = "root";
+    n.endpoint = endpoint(n.id);
+    nodes.push_back(n);
+    add_sites(n.id);
+  }
+  return Topology::build("test-job", fed, nodes);
+}
+
+struct FederationRun {
+  AggregatorSummary root;
+  std::vector<AggregatorSummary> regions;
+  std::vector<std::vector<float>> site_models;  // final params per site, by site order
+  std::vector<std::string> errors;
+};
+
+// Runs every node of `topo` as a thread; sites train with the synthetic
+// workload. Returns when all threads ended.
+inline FederationRun run_threads(const Topology& topo, const std::vector<float>& init,
+                                 uint64_t seed) {
+  FederationRun out;
+  std::mutex mu;
+  std::vector<std::thread> threads;
+  std::vector<const NodeSpec*> sites;
+  for (const NodeSpec& n : topo.nodes()) {
+    if (n.role == Role::kSite) sites.push_back(&n);
+  }
+  out.site_models.resize(sites.size());
+  auto fail = [&](const std::string& who, const std::exception& e) {
+    std::lock_guard<std::mutex> lock(mu);
+    out.errors.push_back(who + ": " + e.what());
+  };
+  for (const NodeSpec& n : topo.nodes()) {
+    if (n.role == Role::kSite) continue;
+    threads.emplace_back([&, id = n.id, is_root = n.role == Role::kRoot] {
+      try {
+        AggregatorOptions o;
+        o.topology = topo;
+        o.node_id = id;
+        o.join_timeout = std::chrono::seconds(15);
+        if (is_root) o.initial_model = init;
+        Aggregator agg(std::move(o));
+        AggregatorSummary s = agg.run();
+        std::lock_guard<std::mutex> lock(mu);
+        if (is_root) {
+          out.root = std::move(s);
+        } else {
+          out.regions.push_back(std::move(s));
+        }
+      } catch (const std::exception& e) {
+        fail(id, e);
+      }
+    });
+  }
+  for (size_t i = 0; i < sites.size(); ++i) {
+    threads.emplace_back([&, i] {
+      const NodeSpec& n = *sites[i];
+      try {
+        std::vector<float> params = init;
+        SiteOptions o;
+        o.topology = topo;
+        o.node_id = n.id;
+        o.join_timeout = std::chrono::seconds(15);
+        o.round_timeout = std::chrono::seconds(15);
+        SiteCore site(std::move(o), params.data(), params.size());
+        SyncResult r = site.join();
+        while (!r.finished) {
+          synthetic::local_steps(params.data(), params.size(), n.index,
+                                 topo.federation().inner_steps, seed);
+          r = site.sync();
+        }
+        out.site_models[i] = params;
+      } catch (const std::exception& e) {
+        fail(n.id, e);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return out;
+}
+
+}  // namespace fedwan::testing

@@ -1,0 +1,99 @@
+// Whole federations with every node as a thread over ipc:// sockets: the
+// result must equal the in-process reference bit for bit, and traffic must
+// be accounted exactly.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "harness/federation_fixture.hpp"
+#include "harness/reference_federation.hpp"
+
+namespace fedwan::testing {
+namespace {
+
+constexpr uint64_t kSeed = 7;
+
+FederationSpec spec(const std::string& codec, const std::string& outer, uint64_t rounds) {
+  FederationSpec f;
+  f.rounds = rounds;
+  f.inner_steps = 3;
+  f.codec = codec;
+  f.chunk_bytes = 4096;  // many chunks even for a small model
+  f.outer.name = outer;
+  f.round_timeout_s = 15;
+  return f;
+}
+
+LocalTraining synthetic_training(const Topology& topo) {
+  return [&topo](uint32_t site, uint64_t, std::vector<float>& p) {
+    synthetic::local_steps(p.data(), p.size(), site, topo.federation().inner_steps, kSeed);
+  };
+}
+
+bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+struct Case {
+  std::string codec;
+  std::string outer;
+};
+
+class FederationMatchesReference : public ::testing::TestWithParam<Case> {};
+
+TEST_P(FederationMatchesReference, TwoRegionsFourSites) {
+  TempDir dir;
+  const Topology topo = make_tree(dir.path(), 2, 2, spec(GetParam().codec, GetParam().outer, 4));
+  const std::vector<float> init = synthetic::initial_model(5000, kSeed);  // 5 chunks
+  FederationRun run = run_threads(topo, init, kSeed);
+  ASSERT_TRUE(run.errors.empty()) << run.errors.front();
+  const ReferenceResult ref = run_reference(topo, init, synthetic_training(topo));
+  EXPECT_TRUE(bit_equal(run.root.global_model, ref.global));
+  for (const auto& site : run.site_models) EXPECT_TRUE(bit_equal(site, ref.held));
+  // The federation made progress towards the sites' mean target.
+  EXPECT_FALSE(bit_equal(ref.global, init));
+  ASSERT_EQ(run.root.reports.size(), 4u);
+  for (uint64_t r = 0; r < 4; ++r) EXPECT_EQ(run.root.reports[r].round, r);
+}
+
+INSTANTIATE_TEST_SUITE_P(Codecs, FederationMatchesReference,
+                         ::testing::Values(Case{"fp32", "fedavg"}, Case{"fp16", "fedavg"},
+                                           Case{"fp16", "diloco"}, Case{"bf16", "fedadam"}),
+                         [](const auto& info) {
+                           return info.param.codec + "_" + info.param.outer;
+                         });
+
+TEST(Federation, SitesDirectlyUnderTheRoot) {
+  TempDir dir;
+  const Topology topo = make_tree(dir.path(), 0, 2, spec("fp32", "diloco", 3));
+  const std::vector<float> init = synthetic::initial_model(3000, kSeed);
+  FederationRun run = run_threads(topo, init, kSeed);
+  ASSERT_TRUE(run.errors.empty()) << run.errors.front();
+  const ReferenceResult ref = run_reference(topo, init, synthetic_training(topo));
+  EXPECT_TRUE(bit_equal(run.root.global_model, ref.global));
+}
+
+TEST(Federation, Fp16HalvesTheWanBytes) {
+  TempDir dir;
+  FederationSpec f = spec("fp16", "fedavg", 5);
+  f.chunk_bytes = 1 << 20;
+  const Topology topo = make_tree(dir.path(), 2, 2, f);
+  const std::vector<float> init = synthetic::initial_model(300000, kSeed);
+  FederationRun run = run_threads(topo, init, kSeed);
+  ASSERT_TRUE(run.errors.empty()) << run.errors.front();
+  // Every link carries one delta up and one anchor down per round: with fp16
+  // payloads the bytes are about half of fp32's, headers included.
+  ASSERT_GT(run.root.fp32_bytes_total, 0u);
+  const double ratio = double(run.root.wan_bytes_total) / double(run.root.fp32_bytes_total);
+  EXPECT_LE(ratio, 0.52);
+  EXPECT_GE(ratio, 0.45);
+  // 6 links x 5 rounds x 2 directions x (300000 x 4 bytes) is the fp32 floor.
+  EXPECT_GE(run.root.fp32_bytes_total, 6ull * 5 * 2 * 300000 * 4);
+  // Totals are the sum of the per-round reports.
+  uint64_t sum = 0;
+  for (const RoundReport& r : run.root.reports) sum += r.wan_bytes;
+  EXPECT_EQ(sum, run.root.wan_bytes_total);
+}
+
+}  // namespace
+}  // namespace fedwan::testing

@@ -1,0 +1,478 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "codec/half.hpp"
+#include "fedwan/codec.hpp"
+#include "fedwan/error.hpp"
+
+namespace fedwan {
+namespace {
+
+using Bytes = std::vector<uint8_t>;
+using Floats = std::vector<float>;
+
+const size_t kSizes[] = {0, 1, 7, 8, 9, 1000003};
+const char* const kNames[] = {"fp32", "fp16", "bf16"};
+
+Floats random_floats(size_t n, uint32_t seed, float sigma = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, sigma);
+  Floats v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+Bytes encode(const Codec& c, const Floats& in, float* residual = nullptr) {
+  Bytes out(c.encoded_size(in.size()));
+  c.encode(in.data(), in.size(), residual, out.data());
+  return out;
+}
+
+Floats decode(const Codec& c, const Bytes& b, size_t n) {
+  Floats out(n);
+  c.decode(b.data(), n, out.data());
+  return out;
+}
+
+float max_abs(const Floats& v) {
+  float m = 0;
+  for (float x : v) m = std::max(m, std::fabs(x));
+  return m;
+}
+
+bool same_bits(const Floats& a, const Floats& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+void put_u16(Bytes& b, size_t off, uint16_t v) {
+  b[off] = uint8_t(v);
+  b[off + 1] = uint8_t(v >> 8);
+}
+void put_f32(Bytes& b, size_t off, float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  for (int i = 0; i < 4; ++i) b[off + i] = uint8_t(u >> (8 * i));
+}
+
+// ---- registry ------------------------------------------------------------
+
+TEST(CodecRegistry, FindsBuiltinsByNameAndWireId) {
+  EXPECT_EQ(codec_by_name("fp32").id(), CodecId::kFp32);
+  EXPECT_EQ(codec_by_name("fp16").id(), CodecId::kFp16);
+  EXPECT_EQ(codec_by_name("bf16").id(), CodecId::kBf16);
+  for (const char* name : kNames) {
+    const Codec& c = codec_by_name(name);
+    EXPECT_EQ(c.name(), name);
+    EXPECT_EQ(codec_by_id(c.id()), &c);
+    EXPECT_EQ(codec_by_wire_id(static_cast<uint8_t>(c.id())), &c);
+  }
+  EXPECT_EQ(codec_by_wire_id(0), nullptr);
+  EXPECT_EQ(codec_by_wire_id(77), nullptr);
+  const auto names = codec_names();
+  ASSERT_GE(names.size(), 3u);
+  EXPECT_EQ(std::vector<std::string>(names.begin(), names.begin() + 3),
+            (std::vector<std::string>{"fp32", "fp16", "bf16"}));
+}
+
+TEST(CodecRegistry, UnknownNameThrowsConfigErrorListingKnownCodecs) {
+  try {
+    codec_by_name("zstd");
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("unknown codec 'zstd'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("known codecs: fp32, fp16, bf16"), std::string::npos) << msg;
+  }
+  EXPECT_THROW(codec_by_name(""), ConfigError);
+  EXPECT_THROW(codec_by_name("FP16"), ConfigError);
+}
+
+class RenamedCodec final : public Codec {
+ public:
+  RenamedCodec(std::string name, CodecId id) : name_(std::move(name)), id_(id) {}
+  CodecId id() const override { return id_; }
+  std::string_view name() const override { return name_; }
+  size_t encoded_size(size_t n) const override { return base().encoded_size(n); }
+  void encode(const float* in, size_t n, float* r, uint8_t* out) const override {
+    base().encode(in, n, r, out);
+  }
+  bool validate(const uint8_t* in, size_t b, size_t n) const override {
+    return base().validate(in, b, n);
+  }
+  void decode(const uint8_t* in, size_t n, float* out) const override { base().decode(in, n, out); }
+  void decode_accumulate(const uint8_t* in, size_t n, float w, float* acc) const override {
+    base().decode_accumulate(in, n, w, acc);
+  }
+
+ private:
+  static const Codec& base() { return codec_by_name("fp32"); }
+  std::string name_;
+  CodecId id_;
+};
+
+TEST(CodecRegistry, RegisterRejectsDuplicatesAndAcceptsNewCodecs) {
+  EXPECT_THROW(register_codec(nullptr), ConfigError);
+  EXPECT_THROW(register_codec(std::make_unique<RenamedCodec>("fp16", CodecId(201))), ConfigError);
+  EXPECT_THROW(register_codec(std::make_unique<RenamedCodec>("other", CodecId::kBf16)),
+               ConfigError);
+  EXPECT_THROW(register_codec(std::make_unique<RenamedCodec>("zero", CodecId(0))), ConfigError);
+  EXPECT_EQ(codec_by_wire_id(201), nullptr);  // failed registrations left no trace
+  if (codec_by_wire_id(250) == nullptr) {     // the registry is process-wide
+    register_codec(std::make_unique<RenamedCodec>("test-fp32-copy", CodecId(250)));
+  }
+  const Codec* c = codec_by_wire_id(250);
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(&codec_by_name("test-fp32-copy"), c);
+  EXPECT_THROW(register_codec(std::make_unique<RenamedCodec>("test-fp32-copy", CodecId(251))),
+               ConfigError);
+}
+
+TEST(CodecRegistry, ConcurrentLookupsAgree) {
+  const Codec* fp16 = &codec_by_name("fp16");
+  std::vector<std::thread> threads;
+  std::vector<int> bad(4, 0);
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 20000; ++i) {
+        bad[t] += codec_by_wire_id(2) != fp16;
+        bad[t] += &codec_by_name("fp16") != fp16;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int b : bad) EXPECT_EQ(b, 0);
+}
+
+// ---- round trips, over codec x size ---------------------------------------
+
+class CodecRoundTrip : public ::testing::TestWithParam<std::tuple<const char*, size_t>> {};
+
+TEST_P(CodecRoundTrip, StaysWithinTheCodecsErrorBound) {
+  const Codec& c = codec_by_name(std::get<0>(GetParam()));
+  const size_t n = std::get<1>(GetParam());
+  const Floats in = random_floats(n, 7 + uint32_t(n), 3.0f);
+  const Bytes b = encode(c, in);
+  ASSERT_EQ(b.size(), c.encoded_size(n));
+  ASSERT_TRUE(c.validate(b.data(), b.size(), n));
+  const Floats out = decode(c, b, n);
+  const float chunk_bound = std::ldexp(max_abs(in), -11);
+  for (size_t i = 0; i < n; ++i) {
+    const float err = std::fabs(out[i] - in[i]);
+    if (c.id() == CodecId::kFp32) ASSERT_EQ(out[i], in[i]) << i;
+    if (c.id() == CodecId::kFp16) ASSERT_LE(err, chunk_bound) << i;
+    if (c.id() == CodecId::kBf16) ASSERT_LE(err, std::ldexp(std::fabs(in[i]), -8)) << i;
+  }
+}
+
+TEST_P(CodecRoundTrip, DecodeAccumulateEqualsDecodeThenAccumulateBitForBit) {
+  const Codec& c = codec_by_name(std::get<0>(GetParam()));
+  const size_t n = std::get<1>(GetParam());
+  const Bytes b = encode(c, random_floats(n, 11, 0.01f));
+  for (float w : {1.0f, 0.3f, 1.0f / 3.0f, -2.5f}) {
+    Floats fused = random_floats(n, 12, 5.0f);
+    Floats reference = fused;
+    c.decode_accumulate(b.data(), n, w, fused.data());
+    const Floats x = decode(c, b, n);
+    accumulate_weighted(reference.data(), x.data(), n, w);
+    ASSERT_TRUE(same_bits(fused, reference)) << "weight " << w;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllCodecs, CodecRoundTrip,
+                         ::testing::Combine(::testing::ValuesIn(kNames),
+                                            ::testing::ValuesIn(kSizes)));
+
+TEST(Accumulate, ProductIsRoundedBeforeTheAdd) {
+  // 3 * fp32(1/3) = 1 + 2^-25 rounds to 1, so -1 + it is exactly 0; a fused
+  // multiply-add would keep the 2^-25.
+  for (size_t n : {size_t(1), size_t(37)}) {
+    Floats acc(n, -1.0f), x(n, 1.0f / 3.0f);
+    accumulate_weighted(acc.data(), x.data(), n, 3.0f);
+    for (float a : acc) EXPECT_EQ(a, 0.0f);
+  }
+  for (const char* name : kNames) {  // 3 is exact in every codec; the weight carries 1/3
+    const Codec& c = codec_by_name(name);
+    Floats acc(37, -1.0f);
+    c.decode_accumulate(encode(c, Floats(37, 3.0f)).data(), 37, 1.0f / 3.0f, acc.data());
+    for (float a : acc) EXPECT_EQ(a, 0.0f) << name;
+  }
+}
+
+TEST(Fp16Codec, TinyMagnitudesKeepRelativePrecision) {
+  const Codec& c = codec_by_name("fp16");
+  Floats in = random_floats(4099, 3, 1e-9f);
+  EXPECT_EQ(kernels::fp32_to_fp16(1e-9f), 0);  // unscaled fp16 would flush them all
+  const Floats out = decode(c, encode(c, in), in.size());
+  const float bound = std::ldexp(max_abs(in), -11);
+  for (size_t i = 0; i < in.size(); ++i) {
+    ASSERT_LE(std::fabs(out[i] - in[i]), bound) << i;
+    if (std::fabs(in[i]) > 1e-11f) ASSERT_NE(out[i], 0.0f) << i;
+  }
+}
+
+TEST(Fp16Codec, ExtremeChunksStayFiniteAndAllZeroWorks) {
+  const Codec& c = codec_by_name("fp16");
+  const float big = std::numeric_limits<float>::max();
+  for (Floats in : {Floats{big, -big, 1.0f, 3e37f}, Floats(9, 0.0f),
+                    Floats{std::numeric_limits<float>::denorm_min(), 1e-40f}}) {
+    Floats residual(in.size(), 0.0f);
+    const Bytes b = encode(c, in, residual.data());
+    ASSERT_TRUE(c.validate(b.data(), b.size(), in.size()));
+    const Floats out = decode(c, b, in.size());
+    for (size_t i = 0; i < in.size(); ++i) {
+      ASSERT_TRUE(std::isfinite(out[i]) && std::isfinite(residual[i])) << i;
+      ASSERT_LE(std::fabs(out[i] - in[i]), std::ldexp(max_abs(in), -11)) << i;
+      if (in[i] == 0.0f) ASSERT_EQ(out[i], 0.0f);
+    }
+  }
+}
+
+TEST(Bf16Codec, SaturatesInsteadOfOverflowing) {
+  const Codec& c = codec_by_name("bf16");
+  const Floats in{std::numeric_limits<float>::max(), -std::numeric_limits<float>::max()};
+  const Bytes b = encode(c, in);
+  ASSERT_TRUE(c.validate(b.data(), b.size(), 2));
+  const Floats out = decode(c, b, 2);
+  EXPECT_TRUE(std::isfinite(out[0]) && std::isfinite(out[1]));
+  EXPECT_LE(std::fabs(out[0] - in[0]), std::ldexp(in[0], -8));
+}
+
+// ---- error feedback --------------------------------------------------------
+
+TEST(CodecErrorFeedback, DecodedSumTracksTheTrueSum) {
+  const size_t n = 4096, rounds = 50;
+  for (const char* name : {"fp16", "bf16"}) {
+    const Codec& c = codec_by_name(name);
+    std::vector<double> truth(n, 0), with_ef(n, 0), without(n, 0);
+    Floats residual(n, 0.0f);
+    float largest = 0;
+    for (size_t r = 0; r < rounds; ++r) {
+      const Floats delta = random_floats(n, 100 + uint32_t(r), 0.01f);
+      largest = std::max(largest, max_abs(delta));
+      const Floats a = decode(c, encode(c, delta, residual.data()), n);
+      const Floats b = decode(c, encode(c, delta), n);
+      for (size_t i = 0; i < n; ++i) {
+        truth[i] += delta[i];
+        with_ef[i] += a[i];
+        without[i] += b[i];
+      }
+    }
+    // One quantisation step at the top of a chunk: 2^-10 relative for fp16,
+    // 2^-7 for bf16.
+    const double step = std::ldexp(double(largest), c.id() == CodecId::kFp16 ? -10 : -7);
+    double max_ef = 0, ss_ef = 0, ss_plain = 0;
+    for (size_t i = 0; i < n; ++i) {
+      max_ef = std::max(max_ef, std::fabs(with_ef[i] - truth[i]));
+      ss_ef += (with_ef[i] - truth[i]) * (with_ef[i] - truth[i]);
+      ss_plain += (without[i] - truth[i]) * (without[i] - truth[i]);
+    }
+    EXPECT_LE(max_ef, step) << name;
+    // Without feedback the rounding errors of 50 rounds add up (~sqrt(50)x).
+    EXPECT_GT(ss_plain, 16 * ss_ef) << name;
+  }
+}
+
+TEST(CodecErrorFeedback, LosslessFp32FoldsAndClearsTheResidual) {
+  const Codec& c = codec_by_name("fp32");
+  const Floats in = random_floats(9, 1);
+  Floats residual = random_floats(9, 2);
+  const Floats expected_residual = residual;
+  const Floats out = decode(c, encode(c, in, residual.data()), 9);
+  for (size_t i = 0; i < 9; ++i) {
+    EXPECT_EQ(out[i], in[i] + expected_residual[i]);
+    EXPECT_EQ(residual[i], 0.0f);
+  }
+}
+
+TEST(CodecErrorFeedback, NonFiniteInputThrowsAndLeavesResidualUntouched) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  const float big = std::numeric_limits<float>::max();
+  for (const char* name : kNames) {
+    const Codec& c = codec_by_name(name);
+    for (size_t n : {size_t(1), size_t(9), size_t(100003)}) {
+      for (float bad : {nan, inf, -inf, big}) {
+        Floats in = random_floats(n, 5);
+        Floats residual = random_floats(n, 6, 1e-3f);
+        in[n - 1] = bad;
+        if (bad == big) residual[n - 1] = big;  // finite parts, non-finite sum
+        const Floats before = residual;
+        Bytes out(c.encoded_size(n));
+        EXPECT_THROW(c.encode(in.data(), n, residual.data(), out.data()), Error) << name << n;
+        EXPECT_TRUE(same_bits(residual, before)) << name << " n=" << n;
+        if (bad != big) EXPECT_THROW(c.encode(in.data(), n, nullptr, out.data()), Error);
+      }
+    }
+  }
+}
+
+// ---- validate --------------------------------------------------------------
+
+TEST(CodecValidate, RejectsEveryMalformedPayload) {
+  const size_t n = 1000003;
+  for (const char* name : kNames) {
+    const Codec& c = codec_by_name(name);
+    const Bytes good = encode(c, random_floats(n, 9));
+    ASSERT_TRUE(c.validate(good.data(), good.size(), n));
+    EXPECT_FALSE(c.validate(good.data(), good.size() - 1, n)) << name;
+    EXPECT_FALSE(c.validate(good.data(), good.size(), n + 1)) << name;
+    EXPECT_FALSE(c.validate(good.data(), good.size(), n - 1)) << name;
+    EXPECT_EQ(c.validate(good.data(), 0, 0), c.encoded_size(0) == 0) << name;
+    EXPECT_FALSE(c.validate(good.data(), good.size(), std::numeric_limits<size_t>::max()));
+    const size_t body = c.id() == CodecId::kFp16 ? 4 : 0;
+    const size_t width = c.id() == CodecId::kFp32 ? 4 : 2;
+    std::vector<uint32_t> bad_values;
+    if (c.id() == CodecId::kFp32) bad_values = {0x7F800000u, 0xFF800000u, 0x7FC00000u, 0x7F800001u};
+    if (c.id() == CodecId::kFp16) bad_values = {0x7C00u, 0xFC00u, 0x7E00u, 0x7C01u};
+    if (c.id() == CodecId::kBf16) bad_values = {0x7F80u, 0xFF80u, 0x7FC0u, 0x7F81u};
+    for (size_t at : {size_t(0), n / 2, n - 1}) {
+      for (uint32_t v : bad_values) {
+        Bytes b = good;
+        for (size_t k = 0; k < width; ++k) b[body + at * width + k] = uint8_t(v >> (8 * k));
+        EXPECT_FALSE(c.validate(b.data(), b.size(), n)) << name << " at " << at << " " << v;
+      }
+    }
+  }
+  const Codec& fp16 = codec_by_name("fp16");
+  Bytes b = encode(fp16, Floats{1.0f, -2.0f, 0.5f});
+  for (float scale : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                      -std::numeric_limits<float>::infinity(), -1.0f, -0.0f, 0x1p120f}) {
+    Bytes bad = b;
+    put_f32(bad, 0, scale);  // 2^120: the largest value, 2^14 scaled, decodes past FLT_MAX
+    EXPECT_FALSE(fp16.validate(bad.data(), bad.size(), 3)) << scale;
+  }
+  put_f32(b, 0, 0.0f);  // zero scale: decodes to zeros, harmless
+  EXPECT_TRUE(fp16.validate(b.data(), b.size(), 3));
+  put_u16(b, 4, 0x7BFF);
+  put_f32(b, 0, 1.0f);
+  EXPECT_TRUE(fp16.validate(b.data(), b.size(), 3));
+}
+
+// ---- conversion kernels ----------------------------------------------------
+
+TEST(Fp16Kernels, ScalarConversionsRoundToNearestEven) {
+  EXPECT_EQ(kernels::fp32_to_fp16(1.0f), 0x3C00);
+  EXPECT_EQ(kernels::fp32_to_fp16(-2.0f), 0xC000);
+  EXPECT_EQ(kernels::fp32_to_fp16(65504.0f), 0x7BFF);
+  EXPECT_EQ(kernels::fp32_to_fp16(65519.0f), 0x7BFF);
+  EXPECT_EQ(kernels::fp32_to_fp16(65520.0f), 0x7C00);  // tie with 2^16 goes to even: Inf
+  EXPECT_EQ(kernels::fp32_to_fp16(1.0f + 0x1p-11f), 0x3C00);         // tie -> even
+  EXPECT_EQ(kernels::fp32_to_fp16(1.0f + 3 * 0x1p-11f), 0x3C02);     // tie -> even
+  EXPECT_EQ(kernels::fp32_to_fp16(0x1p-24f), 0x0001);
+  EXPECT_EQ(kernels::fp32_to_fp16(0x1p-25f), 0x0000);                // tie -> even zero
+  EXPECT_EQ(kernels::fp32_to_fp16(3 * 0x1p-25f), 0x0002);            // tie -> even
+  EXPECT_EQ(kernels::fp32_to_fp16(0x1p-14f - 0x1p-25f), 0x0400);     // rounds up to normal
+  EXPECT_EQ(kernels::fp32_to_fp16(-0.0f), 0x8000);
+  for (uint32_t h = 0; h < 0x10000; ++h) {  // every non-NaN half survives a round trip
+    if ((h & 0x7C00) == 0x7C00 && (h & 0x3FF)) continue;
+    ASSERT_EQ(kernels::fp32_to_fp16(kernels::fp16_to_fp32(uint16_t(h))), h) << h;
+  }
+  EXPECT_EQ(kernels::fp32_to_bf16(1.0f + 0x1p-8f), 0x3F80);
+  EXPECT_EQ(kernels::fp32_to_bf16(1.0f + 3 * 0x1p-8f), 0x3F82);
+  EXPECT_EQ(kernels::fp32_to_bf16(-std::numeric_limits<float>::max()), 0xFF7F);
+  EXPECT_EQ(kernels::bf16_to_fp32(0x3F80), 1.0f);
+}
+
+// Inputs that stress rounding: ties, half subnormals, the top of the half
+// range, fp32 subnormals, signed zeros, plus random values over many binades.
+Floats edge_values(size_t n) {
+  const Floats special{0.0f, -0.0f, 1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f, 0x1p-24f, 0x1p-25f,
+                       3 * 0x1p-25f, 0x1p-14f - 0x1p-25f, 65504.0f, 65519.0f, 65520.0f,
+                       -65520.0f, 1e-40f, -1e-45f, 1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f,
+                       std::numeric_limits<float>::max(), 12345.678f};
+  Floats v = random_floats(n, 42);
+  std::mt19937 rng(43);
+  for (size_t i = 0; i < n; ++i) {
+    if (i % 3 == 0) v[i] = special[(i / 3) % special.size()];
+    if (i % 3 == 1) v[i] = std::ldexp(v[i], int(rng() % 60) - 40);
+  }
+  return v;
+}
+
+TEST(Fp16Kernels, SimdMatchesScalarBitForBit) {
+  const kernels::HalfKernels* simd = kernels::avx2_half_kernels();
+  if (!simd) GTEST_SKIP() << "no AVX2 + F16C on this machine or build";
+  const kernels::HalfKernels& ref = kernels::scalar_half_kernels();
+  for (size_t n : {size_t(0), size_t(1), size_t(7), size_t(8), size_t(9), size_t(31),
+                   size_t(33), size_t(1000003)}) {
+    const Floats in = edge_values(n);
+    const Floats res0 = random_floats(n, 44, 1e-3f);
+    EXPECT_EQ(simd->max_abs_bits(in.data(), nullptr, n), ref.max_abs_bits(in.data(), nullptr, n));
+    EXPECT_EQ(simd->max_abs_bits(in.data(), res0.data(), n),
+              ref.max_abs_bits(in.data(), res0.data(), n));
+    const float inf = std::numeric_limits<float>::infinity();
+    for (kernels::Fp16Scale s : {kernels::Fp16Scale{}, kernels::Fp16Scale{1.0f, 1.0f, inf},
+                                 kernels::fp16_scale_for(0x3F800000u),
+                                 kernels::fp16_scale_for(0x7F7FFFFFu),
+                                 kernels::fp16_scale_for(0x00000010u)}) {
+      for (bool ef : {false, true}) {
+        Bytes a(2 * n), b(2 * n);
+        Floats ra = res0, rb = res0;
+        simd->fp16_encode(in.data(), ef ? ra.data() : nullptr, n, s, a.data());
+        ref.fp16_encode(in.data(), ef ? rb.data() : nullptr, n, s, b.data());
+        ASSERT_EQ(a, b) << "n=" << n << " scale=" << s.scale << " ef=" << ef;
+        ASSERT_TRUE(same_bits(ra, rb)) << "n=" << n;
+      }
+    }
+    for (bool ef : {false, true}) {
+      Bytes a(2 * n), b(2 * n);
+      Floats ra = res0, rb = res0;
+      Floats finite = in;
+      for (auto& x : finite) x = std::isfinite(x) ? x : 1.0f;
+      simd->bf16_encode(finite.data(), ef ? ra.data() : nullptr, n, a.data());
+      ref.bf16_encode(finite.data(), ef ? rb.data() : nullptr, n, b.data());
+      ASSERT_EQ(a, b) << "bf16 n=" << n;
+      ASSERT_TRUE(same_bits(ra, rb)) << "bf16 n=" << n;
+    }
+    // Decoding: random non-NaN 16-bit patterns.
+    std::mt19937 rng{static_cast<uint32_t>(n)};
+    Bytes payload(2 * n);
+    for (size_t i = 0; i < n; ++i) {
+      uint16_t h = uint16_t(rng());
+      if ((h & 0x7C00) == 0x7C00) h &= 0x83FF;
+      put_u16(payload, 2 * i, h);
+    }
+    EXPECT_EQ(simd->u16_max_abs(payload.data(), n), ref.u16_max_abs(payload.data(), n));
+    Floats da(n), db(n), acc_a = random_floats(n, 45), acc_b = acc_a;
+    simd->fp16_decode(payload.data(), n, 0x1p-7f, da.data());
+    ref.fp16_decode(payload.data(), n, 0x1p-7f, db.data());
+    ASSERT_TRUE(same_bits(da, db));
+    simd->fp16_decode_accumulate(payload.data(), n, 0x1p-7f, 0.7f, acc_a.data());
+    ref.fp16_decode_accumulate(payload.data(), n, 0x1p-7f, 0.7f, acc_b.data());
+    ASSERT_TRUE(same_bits(acc_a, acc_b));
+    simd->bf16_decode(payload.data(), n, da.data());
+    ref.bf16_decode(payload.data(), n, db.data());
+    ASSERT_TRUE(same_bits(da, db));
+    simd->bf16_decode_accumulate(payload.data(), n, 1.3f, acc_a.data());
+    ref.bf16_decode_accumulate(payload.data(), n, 1.3f, acc_b.data());
+    ASSERT_TRUE(same_bits(acc_a, acc_b));
+  }
+}
+
+TEST(Fp16Kernels, EveryHalfPatternDecodesIdenticallyOnBothPaths) {
+  const kernels::HalfKernels* simd = kernels::avx2_half_kernels();
+  if (!simd) GTEST_SKIP() << "no AVX2 + F16C on this machine or build";
+  Bytes payload;
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    if ((h & 0x7C00) == 0x7C00 && (h & 0x3FF)) continue;  // NaN never passes validate()
+    payload.push_back(uint8_t(h));
+    payload.push_back(uint8_t(h >> 8));
+  }
+  const size_t n = payload.size() / 2;
+  Floats a(n), b(n);
+  simd->fp16_decode(payload.data(), n, 1.0f, a.data());
+  kernels::scalar_half_kernels().fp16_decode(payload.data(), n, 1.0f, b.data());
+  EXPECT_TRUE(same_bits(a, b));
+}
+
+}  // namespace
+}  // namespace fedwan

@@ -1,0 +1,443 @@
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/sha256.hpp"
+#include "fedwan/error.hpp"
+#include "fedwan/topology.hpp"
+
+namespace fedwan {
+namespace {
+
+const char* kExample = R"(
+job: fashion-demo
+federation:            # optional; every key optional
+  rounds: 20
+  inner_steps: 50
+  codec: fp16
+  chunk_bytes: 1048576
+  round_timeout_s: 600
+  outer_optimizer: {name: diloco, lr: 0.7, momentum: 0.9}
+nodes:
+  - {id: root, role: root, endpoint: "tcp://127.0.0.1:7000"}
+  - {id: eu, role: region, parent: root, endpoint: "tcp://127.0.0.1:7001", bind: "tcp://*:7001"}
+  - {id: site-a, role: site, parent: eu, weight: 6000}
+  - {id: us, role: region, parent: root, endpoint: "tcp://127.0.0.1:7002"}
+  - {id: site-b, role: site, parent: eu, weight: 4000}
+  - {id: site-c, role: site, parent: us}
+)";
+
+// The example with one node line replaced (`line` is the index in `nodes`),
+// or with extra text appended to the node list when line < 0.
+std::string example_with(int line, const std::string& replacement) {
+  std::vector<std::string> nodes = {
+      R"({id: root, role: root, endpoint: "tcp://127.0.0.1:7000"})",
+      R"({id: eu, role: region, parent: root, endpoint: "tcp://127.0.0.1:7001"})",
+      R"({id: site-a, role: site, parent: eu, weight: 6000})",
+      R"({id: us, role: region, parent: root, endpoint: "tcp://127.0.0.1:7002"})",
+      R"({id: site-b, role: site, parent: eu, weight: 4000})",
+      R"({id: site-c, role: site, parent: us})"};
+  if (line >= 0) nodes[static_cast<size_t>(line)] = replacement;
+  std::string y = "job: fashion-demo\nnodes:\n";
+  for (const std::string& n : nodes) {
+    if (!n.empty()) y += "  - " + n + "\n";
+  }
+  if (line < 0) y += replacement;
+  return y;
+}
+
+// Parses and returns the ConfigError message ("" if it parsed).
+std::string error_of(const std::string& yaml) {
+  try {
+    Topology::parse(yaml, "topo.yaml");
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+void expect_error(const std::string& yaml, const std::vector<std::string>& parts) {
+  std::string msg = error_of(yaml);
+  ASSERT_FALSE(msg.empty()) << "accepted:\n" << yaml;
+  EXPECT_EQ(msg.rfind("topo.yaml", 0), 0u) << msg;
+  for (const std::string& p : parts)
+    EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
+}
+
+TEST(Topology, ValidThreeLevelTree) {
+  Topology t = Topology::parse(kExample);
+  EXPECT_EQ(t.job(), "fashion-demo");
+  Sha256Digest h = sha256("fashion-demo", 12);
+  uint64_t want = 0;
+  for (int i = 7; i >= 0; --i) want = (want << 8) | h[i];
+  EXPECT_EQ(t.job_id(), want);
+
+  const FederationSpec& f = t.federation();
+  EXPECT_EQ(f.rounds, 20u);
+  EXPECT_EQ(f.inner_steps, 50u);
+  EXPECT_EQ(f.codec, "fp16");
+  EXPECT_EQ(f.chunk_bytes, 1048576u);
+  EXPECT_EQ(f.round_timeout_s, 600.0);
+  EXPECT_EQ(f.outer.name, "diloco");
+  EXPECT_EQ(f.outer.lr, 0.7);
+  EXPECT_EQ(f.outer.momentum, 0.9);
+  EXPECT_FALSE(f.outer.beta1.has_value());
+
+  ASSERT_EQ(t.nodes().size(), 6u);
+  EXPECT_EQ(t.root().id, "root");
+  EXPECT_EQ(t.root().children, (std::vector<uint32_t>{1, 3}));
+  const NodeSpec& eu = t.node("eu");
+  EXPECT_EQ(eu.index, 1u);
+  EXPECT_EQ(eu.role, Role::kRegion);
+  EXPECT_EQ(eu.parent_index, 0u);
+  EXPECT_EQ(eu.bind, "tcp://*:7001");
+  EXPECT_EQ(eu.children, (std::vector<uint32_t>{2, 4}));
+  EXPECT_EQ(t.node("us").bind, "tcp://127.0.0.1:7002");  // bind defaults to endpoint
+  EXPECT_EQ(t.node("site-a").weight, 6000.0);
+  EXPECT_EQ(t.node("site-c").weight, 1.0);
+  EXPECT_EQ(t.node("site-c").parent_index, 3u);
+  EXPECT_EQ(t.node(5).id, "site-c");
+
+  EXPECT_EQ(t.sites_under(0), (std::vector<uint32_t>{2, 4, 5}));
+  EXPECT_EQ(t.sites_under(1), (std::vector<uint32_t>{2, 4}));
+  EXPECT_EQ(t.sites_under(2), (std::vector<uint32_t>{2}));
+  EXPECT_EQ(t.weight_under(0), 10001.0);
+  EXPECT_EQ(t.weight_under(1), 10000.0);
+  EXPECT_EQ(t.weight_under(5), 1.0);
+  EXPECT_THROW(t.sites_under(6), std::out_of_range);
+
+  EXPECT_EQ(t.find("nope"), nullptr);
+  EXPECT_EQ(t.find("us"), &t.node("us"));
+  EXPECT_THROW(t.node("nope"), ConfigError);
+  EXPECT_EQ(t.digest_hex().size(), 64u);
+}
+
+TEST(Topology, FederationDefaultsWhenAbsent) {
+  Topology t = Topology::parse(example_with(-1, ""));
+  FederationSpec d;
+  EXPECT_EQ(t.federation().rounds, d.rounds);
+  EXPECT_EQ(t.federation().codec, d.codec);
+  EXPECT_EQ(t.federation().chunk_bytes, d.chunk_bytes);
+  EXPECT_EQ(t.federation().outer.name, "fedavg");
+}
+
+TEST(Topology, DeeperTree) {
+  Topology t = Topology::parse(R"(
+job: deep
+nodes:
+  - {id: r, role: root, endpoint: "inproc://r"}
+  - {id: s1, role: site, parent: sub, weight: 2}
+  - {id: eu, role: region, parent: r, endpoint: "inproc://eu"}
+  - {id: sub, role: region, parent: eu, endpoint: "ipc:///tmp/sub"}
+  - {id: s2, role: site, parent: sub, weight: 3}
+  - {id: s3, role: site, parent: eu, weight: 5}
+  - {id: s4, role: site, parent: r, weight: 7}
+)");
+  EXPECT_EQ(t.root().index, 0u);
+  EXPECT_EQ(t.node("sub").parent_index, 2u);
+  EXPECT_EQ(t.node("sub").children, (std::vector<uint32_t>{1, 4}));
+  EXPECT_EQ(t.node("eu").children, (std::vector<uint32_t>{3, 5}));
+  EXPECT_EQ(t.root().children, (std::vector<uint32_t>{2, 6}));
+  EXPECT_EQ(t.sites_under(0), (std::vector<uint32_t>{1, 4, 5, 6}));
+  EXPECT_EQ(t.sites_under(2), (std::vector<uint32_t>{1, 4, 5}));
+  EXPECT_EQ(t.sites_under(3), (std::vector<uint32_t>{1, 4}));
+  EXPECT_EQ(t.weight_under(0), 17.0);
+  EXPECT_EQ(t.weight_under(2), 10.0);
+  EXPECT_EQ(t.weight_under(3), 5.0);
+}
+
+TEST(Topology, RejectsYamlAndKeyMistakes) {
+  expect_error("job: x\nnodes: [ {id: a", {"topo.yaml:2:", "YAML syntax error"});
+  expect_error("- a\n- b\n", {"expected a mapping"});
+  expect_error(std::string(kExample) + "federaton: {}\n",
+               {"unknown key 'federaton'", "federation"});
+  expect_error(example_with(-1, "federation: {round: 3}\n"), {"unknown key 'round'", "rounds"});
+  expect_error(example_with(-1, "federation: {outer_optimizer: {name: diloco, mom: 0.9}}\n"),
+               {"unknown key 'mom'", "outer_optimizer"});
+  expect_error(example_with(1, R"({id: eu, role: region, parent: root, endpiont: "tcp://h:1"})"),
+               {"node 'eu'", "unknown key 'endpiont'", "endpoint"});
+  expect_error(example_with(2, "{id: site-a, role: site, parent: eu, weight: 1, weight: 2}"),
+               {"node 'site-a'", "'weight' given twice"});
+  expect_error("nodes: []\n", {"missing 'job'"});
+  expect_error("job: x\nnodes: []\n", {"'nodes' must be a non-empty list"});
+  expect_error("job: x\nnodes: {a: 1}\n", {"'nodes' must be a non-empty list"});
+  expect_error(example_with(-1, "  - {role: site, parent: eu}\n"), {"nodes[6]", "missing 'id'"});
+  expect_error(example_with(2, "{id: site-a, parent: eu}"), {"node 'site-a'", "missing 'role'"});
+  expect_error(example_with(-1, "job2: x\n"), {"unknown key 'job2'"});
+}
+
+TEST(Topology, RejectsBadIdsAndRoles) {
+  expect_error(example_with(2, "{id: site a, role: site, parent: eu}"),
+               {"node 'site a'", "invalid id"});
+  expect_error(example_with(2, "{id: " + std::string(65, 'x') + ", role: site, parent: eu}"),
+               {"invalid id"});
+  expect_error(example_with(5, "{id: site-a, role: site, parent: us}"),
+               {"node 'site-a'", "duplicate id", "nodes 2 and 5"});
+  expect_error(example_with(1, R"({id: eu, role: regoin, parent: root, endpoint: "tcp://h:1"})"),
+               {"node 'eu'", "unknown role 'regoin'"});
+  expect_error(example_with(0, R"({id: root, role: region, endpoint: "tcp://h:1"})"),
+               {"no node has role root"});
+  expect_error(example_with(3, R"({id: us, role: root, endpoint: "tcp://h:2"})"),
+               {"2 nodes have role root", "root, us"});
+  expect_error("job: bad job\nnodes:\n  - {id: r, role: root}\n", {"job 'bad job' is invalid"});
+}
+
+TEST(Topology, RejectsBadParentLinks) {
+  expect_error(example_with(0, R"({id: root, role: root, parent: eu, endpoint: "tcp://h:0"})"),
+               {"node 'root'", "the root has parent 'eu'"});
+  expect_error(example_with(2, "{id: site-a, role: site}"), {"node 'site-a'", "missing parent"});
+  expect_error(example_with(1, R"({id: eu, role: region, endpoint: "tcp://h:1"})"),
+               {"node 'eu'", "missing parent"});
+  expect_error(example_with(2, "{id: site-a, role: site, parent: ue}"),
+               {"node 'site-a'", "parent 'ue' is not a node"});
+  expect_error(example_with(4, "{id: site-b, role: site, parent: site-a}"),
+               {"node 'site-b'", "parent 'site-a' is a site"});
+  // eu and us point at each other: a cycle, unreachable from the root.
+  std::string cyc = R"(job: j
+nodes:
+  - {id: root, role: root, endpoint: "tcp://h:0"}
+  - {id: eu, role: region, parent: us, endpoint: "tcp://h:1"}
+  - {id: us, role: region, parent: eu, endpoint: "tcp://h:2"}
+  - {id: s, role: site, parent: eu}
+)";
+  expect_error(cyc, {"node 'eu'", "cycle in parent links eu -> us -> eu", "unreachable from root"});
+  // A region whose chain runs into a cycle without being on it.
+  std::string tail = example_with(-1,
+                                  "  - {id: x, role: region, parent: y, endpoint: \"tcp://h:9\"}\n"
+                                  "  - {id: y, role: region, parent: z, endpoint: \"tcp://h:9\"}\n"
+                                  "  - {id: z, role: region, parent: y, endpoint: \"tcp://h:9\"}\n"
+                                  "  - {id: sx, role: site, parent: x}\n");
+  expect_error(
+      tail, {"node 'x'", "unreachable from root 'root'", "x -> y -> z -> y", "cycle y -> z -> y"});
+  expect_error(example_with(1, R"({id: eu, role: region, parent: eu, endpoint: "tcp://h:1"})"),
+               {"node 'eu'", "cycle in parent links eu -> eu"});
+}
+
+TEST(Topology, RejectsBadEndpointsAndWeights) {
+  expect_error(example_with(1, "{id: eu, role: region, parent: root}"),
+               {"node 'eu'", "region needs an endpoint"});
+  expect_error(example_with(0, "{id: root, role: root}"),
+               {"node 'root'", "root needs an endpoint"});
+  expect_error(example_with(1, R"({id: eu, role: region, parent: root, endpoint: "http://h:1"})"),
+               {"node 'eu'", "endpoint 'http://h:1' is invalid", "tcp://"});
+  expect_error(example_with(1, R"({id: eu, role: region, parent: root, endpoint: "tcp://h:1",
+                                   bind: "tcp://* :1"})"),
+               {"node 'eu'", "endpoint 'tcp://* :1' is invalid"});
+  expect_error(example_with(1, R"({id: eu, role: region, parent: root, endpoint: "tcp://"})"),
+               {"node 'eu'", "is invalid"});
+  expect_error(example_with(2, R"({id: site-a, role: site, parent: eu, endpoint: "tcp://h:3"})"),
+               {"node 'site-a'", "a site has no endpoint"});
+  expect_error(example_with(2, R"({id: site-a, role: site, parent: eu, bind: "tcp://*:3"})"),
+               {"node 'site-a'", "a site has no endpoint or bind"});
+  expect_error(
+      example_with(-1, "  - {id: lonely, role: region, parent: root, endpoint: \"tcp://h:4\"}\n"),
+      {"node 'lonely'", "region has no children"});
+  for (const char* w : {"0", "-1", "nan", "inf"}) {
+    expect_error(
+        example_with(2, std::string("{id: site-a, role: site, parent: eu, weight: ") + w + "}"),
+        {"node 'site-a'", "weight", "must be finite and > 0"});
+  }
+  expect_error(example_with(2, "{id: site-a, role: site, parent: eu, weight: heavy}"),
+               {"node 'site-a'", "'weight' must be a number, got 'heavy'"});
+  expect_error(
+      example_with(1, R"({id: eu, role: region, parent: root, endpoint: "tcp://h:1", weight: 2})"),
+      {"node 'eu'", "'weight' applies to sites only"});
+}
+
+TEST(Topology, RejectsFederationValuesOutOfRange) {
+  auto fed = [](const std::string& body) {
+    return example_with(-1, "federation: {" + body + "}\n");
+  };
+  expect_error(fed("rounds: 0"), {"federation", "rounds is 0"});
+  expect_error(fed("rounds: -3"), {"'rounds' must be a non-negative integer, got '-3'"});
+  expect_error(fed("rounds: 2.5"), {"'rounds' must be a non-negative integer"});
+  expect_error(fed("inner_steps: 0"), {"inner_steps is 0"});
+  for (const char* cb : {"1000", "4092", "4194308", "4098"}) {
+    expect_error(fed(std::string("chunk_bytes: ") + cb),
+                 {std::string("chunk_bytes ") + cb + " is invalid", "multiple of 4"});
+  }
+  EXPECT_EQ(error_of(fed("chunk_bytes: 4096")), "");
+  EXPECT_EQ(error_of(fed("chunk_bytes: 4194304")), "");
+  expect_error(fed("codec: fp8"), {"federation", "codec", "fp8"});
+  expect_error(fed("round_timeout_s: 0"), {"round_timeout_s 0 must be finite and > 0"});
+  expect_error(fed("outer_optimizer: {name: sgd}"), {"unknown outer_optimizer 'sgd'", "fedadam"});
+  expect_error(fed("outer_optimizer: {name: diloco, lr: -1}"),
+               {"diloco", "lr -1 must be finite and > 0"});
+  expect_error(fed("outer_optimizer: {name: diloco, momentum: 1}"),
+               {"momentum 1 must be in [0, 1)"});
+  expect_error(fed("outer_optimizer: {name: fedavg, momentum: 0.9}"),
+               {"'fedavg'", "does not use 'momentum'"});
+  expect_error(fed("outer_optimizer: {name: fedadam, eps: 0}"), {"eps 0 must be finite and > 0"});
+  EXPECT_EQ(error_of(fed(
+                "outer_optimizer: {name: fedadam, lr: 0.01, beta1: 0.9, beta2: 0.99, eps: 0.001}")),
+            "");
+}
+
+TEST(Topology, BuildValidatesLikeParse) {
+  Topology t = Topology::parse(kExample);
+  std::vector<NodeSpec> nodes = t.nodes();
+  Topology same = Topology::build(t.job(), t.federation(), nodes);
+  EXPECT_EQ(same.digest(), t.digest());
+  EXPECT_EQ(same.node("eu").children, t.node("eu").children);
+
+  nodes[2].endpoint = "tcp://h:9";
+  try {
+    Topology::build(t.job(), t.federation(), nodes);
+    FAIL() << "site with an endpoint accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("<build>: node 'site-a'"), std::string::npos) << e.what();
+  }
+  nodes = t.nodes();
+  nodes[3].role = static_cast<Role>(9);
+  EXPECT_THROW(Topology::build(t.job(), t.federation(), nodes), ConfigError);
+  EXPECT_THROW(Topology::build(t.job(), t.federation(), {}), ConfigError);
+}
+
+TEST(Topology, ToYamlRoundTrips) {
+  Topology t = Topology::parse(kExample);
+  Topology back = Topology::parse(t.to_yaml());
+  EXPECT_EQ(back.digest(), t.digest());
+  EXPECT_EQ(back.to_yaml(), t.to_yaml());
+
+  // Ids YAML would read as null, numbers or booleans stay strings; odd doubles survive.
+  FederationSpec f;
+  f.outer.name = "fedadam";
+  f.outer.lr = 0.1 + 0.2;
+  f.outer.beta1 = 0.9;
+  f.outer.beta2 = 0.999;
+  f.outer.eps = 1e-8;
+  f.round_timeout_s = 1.0 / 3.0;
+  std::vector<NodeSpec> nodes(3);
+  nodes[0] = {"null", Role::kRoot, "", "tcp://[::1]:7000", "tcp://*:7000", 1.0, 0, 0, {}};
+  nodes[1] = {"1", Role::kSite, "null", "", "", 1e-300, 0, 0, {}};
+  nodes[2] = {"true", Role::kSite, "null", "", "", 123456.789, 0, 0, {}};
+  Topology odd = Topology::build("0", f, nodes);
+  Topology odd_back = Topology::parse(odd.to_yaml());
+  EXPECT_EQ(odd_back.digest(), odd.digest());
+  EXPECT_EQ(odd_back.node("1").weight, 1e-300);
+  EXPECT_EQ(odd_back.federation().outer.lr, 0.1 + 0.2);
+  EXPECT_EQ(odd_back.federation().round_timeout_s, 1.0 / 3.0);
+}
+
+TEST(Topology, DigestIgnoresFormattingOnly) {
+  Topology a = Topology::parse(kExample);
+  std::string reformatted = R"(
+# same federation, written differently
+nodes:
+  - id: root
+    endpoint: tcp://127.0.0.1:7000
+    role: root
+  - {role: region, id: eu, parent: root, endpoint: "tcp://127.0.0.1:7001", bind: "tcp://*:7001"}
+  - {id: site-a, role: site, parent: eu, weight: 6.0e3}
+  - {id: us, role: region, parent: root, endpoint: "tcp://127.0.0.1:7002", bind: "tcp://127.0.0.1:7002"}
+  - {id: site-b, role: site, parent: eu, weight: 4000}
+  - {id: site-c, role: site, parent: us, weight: 1}
+federation:
+  outer_optimizer: {momentum: 0.9, lr: 0.70, name: diloco}
+  codec: "fp16"
+  rounds: 20
+  inner_steps: 50
+  chunk_bytes: 1048576
+  round_timeout_s: 600.0
+job: fashion-demo
+)";
+  EXPECT_EQ(Topology::parse(reformatted).digest(), a.digest());
+  EXPECT_EQ(Topology::parse(kExample).digest(), a.digest());
+}
+
+TEST(Topology, DigestChangesWithEveryField) {
+  const Topology base = Topology::parse(kExample);
+  using Edit = std::function<void(std::string&, FederationSpec&, std::vector<NodeSpec>&)>;
+  const std::vector<Edit> edits = {
+      [](auto& job, auto&, auto&) { job = "fashion-demo2"; },
+      [](auto&, auto& f, auto&) { f.rounds = 21; },
+      [](auto&, auto& f, auto&) { f.inner_steps = 51; },
+      [](auto&, auto& f, auto&) { f.codec = "fp32"; },
+      [](auto&, auto& f, auto&) { f.chunk_bytes = 4096; },
+      [](auto&, auto& f, auto&) { f.round_timeout_s = 601; },
+      [](auto&, auto& f, auto&) {
+        f.outer.name = "fedavg";
+        f.outer.momentum.reset();
+      },
+      [](auto&, auto& f, auto&) { f.outer.lr = 0.7000000000000001; },
+      [](auto&, auto& f, auto&) { f.outer.lr.reset(); },
+      [](auto&, auto& f, auto&) { f.outer.momentum = 0.8; },
+      [](auto&, auto& f, auto&) {
+        f.outer = OuterOptimizerSpec{"fedadam", 0.7, std::nullopt, 0.9, std::nullopt, std::nullopt};
+      },
+      [](auto&, auto& f, auto&) {
+        f.outer =
+            OuterOptimizerSpec{"fedadam", 0.7, std::nullopt, std::nullopt, 0.99, std::nullopt};
+      },
+      [](auto&, auto& f, auto&) {
+        f.outer =
+            OuterOptimizerSpec{"fedadam", 0.7, std::nullopt, std::nullopt, std::nullopt, 1e-3};
+      },
+      [](auto&, auto&, auto& n) { n[2].id = "site-z"; },
+      [](auto&, auto&, auto& n) { n[4].parent = "us"; },
+      [](auto&, auto&, auto& n) { n[1].endpoint = "tcp://127.0.0.1:7009"; },
+      [](auto&, auto&, auto& n) { n[1].bind = "tcp://127.0.0.1:7001"; },
+      [](auto&, auto&, auto& n) { n[2].weight = 6000.5; },
+      [](auto&, auto&, auto& n) { std::swap(n[2], n[4]); },
+      [](auto&, auto&, auto& n) {  // eu becomes the root and the old root a region under it
+        n[0].role = Role::kRegion;
+        n[0].parent = "eu";
+        n[1].role = Role::kRoot;
+        n[1].parent.clear();
+      },
+  };
+  std::set<std::string> digests = {base.digest_hex()};
+  for (size_t i = 0; i < edits.size(); ++i) {
+    std::string job = base.job();
+    FederationSpec f = base.federation();
+    std::vector<NodeSpec> n = base.nodes();
+    edits[i](job, f, n);
+    Topology t = Topology::build(job, f, n);
+    EXPECT_TRUE(digests.insert(t.digest_hex()).second)
+        << "edit " << i << " left the digest unchanged";
+    // And the edited topology still round-trips through YAML.
+    EXPECT_EQ(Topology::parse(t.to_yaml()).digest(), t.digest()) << "edit " << i;
+  }
+}
+
+TEST(Topology, LoadNamesTheFile) {
+  std::string path = ::testing::TempDir() + "fedwan_topology_test.yaml";
+  {
+    std::ofstream out(path);
+    out << example_with(2, "{id: site-a, role: site, parent: eu, weight: -2}");
+  }
+  try {
+    Topology::load(path);
+    FAIL() << "negative weight accepted";
+  } catch (const ConfigError& e) {
+    std::string msg = e.what();
+    EXPECT_EQ(msg.rfind(path + ": node 'site-a'", 0), 0u) << msg;
+  }
+  {
+    std::ofstream out(path);
+    out << kExample;
+  }
+  EXPECT_EQ(Topology::load(path).digest(), Topology::parse(kExample).digest());
+  std::remove(path.c_str());
+  try {
+    Topology::load(path);
+    FAIL() << "missing file accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos);
+  }
+}
+
+TEST(Topology, RoleNames) {
+  EXPECT_STREQ(role_name(Role::kRoot), "root");
+  EXPECT_STREQ(role_name(Role::kRegion), "region");
+  EXPECT_STREQ(role_name(Role::kSite), "site");
+  EXPECT_STREQ(role_name(static_cast<Role>(9)), "unknown");
+}
+
+}  // namespace
+}  // namespace fedwan
