@@ -1,2 +1,44 @@
-// Placeholder entry point; the real CLI replaces this file.
-int main() { return 0; }
+// fedwan: run one node of a federation, or a whole demo federation.
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/commands.hpp"
+#include "common/log.hpp"
+#include "fedwan/config.h"
+#include "fedwan/error.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"fedwan " FEDWAN_VERSION_STRING " - cross-site federated training"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", FEDWAN_VERSION_STRING);
+  std::string log_level;
+  app.add_option("--log-level", log_level, "trace, debug, info, warn (default), error, off")
+      ->envname("FEDWAN_LOG_LEVEL");
+
+  int exit_code = 0;
+  fedwan::cli::NodeArgs agg_args, site_args;
+  fedwan::cli::DemoArgs demo_args;
+  fedwan::cli::add_aggregator_command(app, agg_args, &exit_code);
+  fedwan::cli::add_site_command(app, site_args, &exit_code);
+  fedwan::cli::add_demo_command(app, demo_args, &exit_code);
+  app.parse_complete_callback([&] {
+    if (!log_level.empty()) fedwan::set_log_level(log_level);
+  });
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const fedwan::ConfigError& e) {
+    std::cerr << "fedwan: configuration error: " << e.what() << "\n";
+    return 2;
+  } catch (const fedwan::Error& e) {
+    std::cerr << "fedwan: " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "fedwan: unexpected error: " << e.what() << "\n";
+    return 1;
+  }
+  return exit_code;
+}

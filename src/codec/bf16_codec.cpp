@@ -10,7 +10,9 @@ void Bf16Codec::encode(const float* in, size_t n, float* residual, uint8_t* out)
   const auto& k = kernels::half_kernels();
   // A checking pass first, so the residual is untouched when we throw.
   kernels::require_finite_input("bf16", k.max_abs_bits(in, residual, n), in, residual, n);
-  k.bf16_encode(in, residual, n, out);
+  kernels::for_blocks_backward(n, [&](size_t b, size_t len) {
+    k.bf16_encode(in + b, residual ? residual + b : nullptr, len, out + 2 * b);
+  });
 }
 
 bool Bf16Codec::validate(const uint8_t* in, size_t bytes, size_t n) const {

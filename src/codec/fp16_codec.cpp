@@ -33,7 +33,10 @@ void Fp16Codec::encode(const float* in, size_t n, float* residual, uint8_t* out)
   kernels::require_finite_input("fp16", max_bits, in, residual, n);
   const kernels::Fp16Scale s = kernels::fp16_scale_for(max_bits);
   store_scale(out, s.scale);
-  k.fp16_encode(in, residual, n, s, out + kScaleBytes);
+  uint8_t* const halves = out + kScaleBytes;
+  kernels::for_blocks_backward(n, [&](size_t b, size_t len) {
+    k.fp16_encode(in + b, residual ? residual + b : nullptr, len, s, halves + 2 * b);
+  });
 }
 
 bool Fp16Codec::validate(const uint8_t* in, size_t bytes, size_t n) const {

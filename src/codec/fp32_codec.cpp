@@ -53,8 +53,10 @@ void Fp32Codec::encode(const float* in, size_t n, float* residual, uint8_t* out)
     }
     return;
   }
-  for (size_t i = 0; i < n; ++i) store_f32(out + 4 * i, in[i] + residual[i]);
-  std::fill(residual, residual + n, 0.0f);
+  kernels::for_blocks_backward(n, [&](size_t b, size_t len) {
+    for (size_t i = b; i < b + len; ++i) store_f32(out + 4 * i, in[i] + residual[i]);
+    std::fill(residual + b, residual + b + len, 0.0f);
+  });
 }
 
 bool Fp32Codec::validate(const uint8_t* in, size_t bytes, size_t n) const {

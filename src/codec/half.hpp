@@ -49,6 +49,21 @@ Fp16Scale fp16_scale_for(uint32_t max_abs_bits);
 void require_finite_input(const char* codec, uint32_t max_abs_bits, const float* in,
                           const float* residual, size_t n);
 
+// Runs f(begin, count) over [0, n) in blocks, last block first. Encoders
+// make their second pass this way: a chunk with its residual is larger than
+// L2, so a forward second pass would find every line evicted by the first,
+// while a backward one starts on what the first left in cache. Blocks start
+// at multiples of kPassBlock so only the last one has a ragged tail.
+inline constexpr size_t kPassBlock = 16384;  // elements
+template <class F>
+void for_blocks_backward(size_t n, F&& f) {
+  for (size_t end = n; end > 0;) {
+    const size_t begin = (end - 1) / kPassBlock * kPassBlock;
+    f(begin, end - begin);
+    end = begin;
+  }
+}
+
 struct HalfKernels {
   const char* name;  // "scalar" or "avx2"
 

@@ -1,0 +1,383 @@
+// Peak memory of a region aggregator as its number of sites grows.
+//
+// Claim under test: a region aggregator holds one fp32 accumulator per chunk
+// in flight and one error-feedback residual of the model size, never one
+// copy per child, so its peak RSS for a given model does not grow with the
+// number of sites beyond what the socket windows let queue (window frames
+// per child and direction).
+//
+// For each site count K the driver writes a topology root -> region-0 -> K
+// sites over ipc:// endpoints, starts the region as a separate process (this
+// binary, hidden mode --serve-region) so that its VmHWM covers nothing but
+// the aggregator, and runs the root and the K sites as threads of its own.
+// The region reports its RSS after construction (idle) and its peak RSS at
+// the end. The smallest K is the baseline; growth to larger K is compared
+// with the socket-window bound and with a design that buffered every child's
+// full delta (K x model).
+//
+// Usage: fedwan_aggregator_memory [--params N] [--sites 2,8] [--rounds R]
+//            [--chunk-bytes B] [--window W] [--codec fp16|bf16|fp32]
+// Prints a table and PASS (exit 0) or FAIL (exit 1); exit 2 on errors.
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "fedwan/aggregator.hpp"
+#include "fedwan/error.hpp"
+#include "fedwan/site_core.hpp"
+#include "fedwan/synthetic.hpp"
+#include "fedwan/topology.hpp"
+
+extern char** environ;
+
+namespace {
+
+using fedwan::Role;
+constexpr double kMiB = 1024.0 * 1024.0;
+constexpr uint64_t kSeed = 11;
+// RSS noise that is not queued data: allocator rounding, page-granular
+// growth of the heap, ZeroMQ's per-connection buffers (8 KiB batches, pipes).
+constexpr double kSlackMiB = 8.0;
+
+struct Config {
+  uint64_t params = 10'000'000;
+  std::vector<int> sites = {2, 8};
+  uint64_t rounds = 3;
+  uint64_t chunk_bytes = 1 << 20;
+  int window = 8;
+  std::string codec = "fp16";
+};
+
+// A field of /proc/self/status in KiB (VmRSS, VmHWM, ...); -1 if absent.
+long status_kib(const char* field) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  const size_t n = std::strlen(field);
+  while (std::getline(in, line)) {
+    if (line.compare(0, n, field) == 0 && line.size() > n && line[n] == ':') {
+      return std::strtol(line.c_str() + n + 1, nullptr, 10);
+    }
+  }
+  return -1;
+}
+
+[[noreturn]] void usage(const std::string& why) {
+  std::cerr << "fedwan_aggregator_memory: " << why << "\n"
+            << "usage: fedwan_aggregator_memory [--params N] [--sites 2,8] [--rounds R]\n"
+            << "         [--chunk-bytes B] [--window W] [--codec fp16|bf16|fp32]\n";
+  std::exit(2);
+}
+
+std::vector<int> parse_sites(const std::string& list) {
+  std::vector<int> out;
+  std::stringstream ss(list);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    const int k = std::atoi(item.c_str());
+    if (k < 1) usage("--sites takes a comma-separated list of positive counts");
+    out.push_back(k);
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  if (out.size() < 2) usage("--sites needs at least two different counts to compare");
+  return out;
+}
+
+// ---- the region process ------------------------------------------------------
+
+// Runs node "region-0" of the topology file and writes its memory figures
+// (KiB) to `report` as key=value lines. Returns the exit status.
+int serve_region(const std::string& topology_path, const std::string& report, int window) {
+  try {
+    fedwan::AggregatorOptions o;
+    o.topology = fedwan::Topology::load(topology_path);
+    o.node_id = "region-0";
+    o.join_timeout = std::chrono::seconds(60);
+    o.window = window;
+    fedwan::Aggregator agg(std::move(o));
+    const long idle_rss = status_kib("VmRSS");
+    const auto t0 = std::chrono::steady_clock::now();
+    const fedwan::AggregatorSummary s = agg.run();
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::ofstream out(report);
+    out << "idle_rss_kib=" << idle_rss << "\n"
+        << "peak_rss_kib=" << status_kib("VmHWM") << "\n"
+        << "end_rss_kib=" << status_kib("VmRSS") << "\n"
+        << "rounds=" << s.rounds << "\n"
+        << "rejected=" << s.rejected_frames << "\n"
+        << "seconds=" << secs << "\n";
+    return out ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::cerr << "region-0: " << e.what() << "\n";
+    return 1;
+  }
+}
+
+// ---- the driver ----------------------------------------------------------------
+
+struct Measurement {
+  int sites = 0;
+  double idle_mib = 0, peak_mib = 0;
+  double seconds = 0;  // the whole federation, as the driver saw it
+};
+
+class ScratchDir {
+ public:
+  ScratchDir() {
+    std::string tmpl =
+        (std::filesystem::temp_directory_path() / "fedwan-aggmem-XXXXXX").string();
+    if (!mkdtemp(tmpl.data())) throw fedwan::Error("cannot create a temporary directory");
+    path_ = tmpl;
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+fedwan::Topology make_topology(const std::filesystem::path& dir, int sites, const Config& cfg) {
+  auto endpoint = [&](const std::string& id) { return "ipc://" + (dir / (id + ".sock")).string(); };
+  std::vector<fedwan::NodeSpec> nodes;
+  fedwan::NodeSpec root;
+  root.id = "root";
+  root.role = Role::kRoot;
+  root.endpoint = endpoint(root.id);
+  nodes.push_back(root);
+  fedwan::NodeSpec region;
+  region.id = "region-0";
+  region.role = Role::kRegion;
+  region.parent = root.id;
+  region.endpoint = endpoint(region.id);
+  nodes.push_back(region);
+  for (int s = 0; s < sites; ++s) {
+    fedwan::NodeSpec n;
+    n.id = "site-" + std::to_string(s);
+    n.role = Role::kSite;
+    n.parent = region.id;
+    n.weight = 1.0 + s;
+    nodes.push_back(n);
+  }
+  fedwan::FederationSpec fed;
+  fed.rounds = cfg.rounds;
+  fed.inner_steps = 1;  // local training is not what is measured; keep it cheap
+  fed.codec = cfg.codec;
+  fed.chunk_bytes = cfg.chunk_bytes;
+  fed.round_timeout_s = 120;
+  return fedwan::Topology::build("aggregator-memory", fed, nodes);
+}
+
+std::map<std::string, double> read_report(const std::filesystem::path& path) {
+  std::map<std::string, double> out;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    const size_t eq = line.find('=');
+    if (eq != std::string::npos) out[line.substr(0, eq)] = std::atof(line.c_str() + eq + 1);
+  }
+  return out;
+}
+
+pid_t spawn_region(const std::filesystem::path& topology, const std::filesystem::path& report,
+                   int window) {
+  char exe[4096];
+  const ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  if (len <= 0) throw fedwan::Error("cannot resolve /proc/self/exe");
+  exe[len] = '\0';
+  std::vector<std::string> args = {exe, "--serve-region", topology.string(), "--report",
+                                   report.string(), "--window", std::to_string(window)};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, exe, nullptr, nullptr, argv.data(), environ);
+  if (rc != 0) throw fedwan::Error(std::string("cannot start the region process: ") + strerror(rc));
+  return pid;
+}
+
+// One federation with `sites` sites; the region runs in its own process.
+Measurement measure(int sites, const Config& cfg, const std::vector<float>& init) {
+  ScratchDir dir;
+  const std::filesystem::path topo_path = dir.path() / "topology.yaml";
+  const std::filesystem::path report_path = dir.path() / "region.report";
+  {
+    std::ofstream out(topo_path);
+    out << make_topology(dir.path(), sites, cfg).to_yaml();
+    if (!out) throw fedwan::Error("cannot write " + topo_path.string());
+  }
+  // Every node loads the same file, so all agree on the topology digest.
+  const fedwan::Topology topo = fedwan::Topology::load(topo_path.string());
+  const auto t0 = std::chrono::steady_clock::now();
+  const pid_t region = spawn_region(topo_path, report_path, cfg.window);
+
+  std::mutex mu;
+  std::vector<std::string> errors;
+  auto fail = [&](const std::string& who, const std::exception& e) {
+    std::lock_guard<std::mutex> lock(mu);
+    errors.push_back(who + ": " + e.what());
+  };
+  std::vector<std::thread> threads;
+  threads.emplace_back([&] {
+    try {
+      fedwan::AggregatorOptions o;
+      o.topology = topo;
+      o.node_id = "root";
+      o.initial_model = init;
+      o.join_timeout = std::chrono::seconds(60);
+      o.window = cfg.window;
+      fedwan::Aggregator(std::move(o)).run();
+    } catch (const std::exception& e) {
+      fail("root", e);
+    }
+  });
+  for (const fedwan::NodeSpec& n : topo.nodes()) {
+    if (n.role != Role::kSite) continue;
+    threads.emplace_back([&, id = n.id, index = n.index] {
+      try {
+        std::vector<float> params = init;
+        fedwan::SiteOptions o;
+        o.topology = topo;
+        o.node_id = id;
+        o.join_timeout = std::chrono::seconds(60);
+        o.window = cfg.window;
+        fedwan::SiteCore site(std::move(o), params.data(), params.size());
+        fedwan::SyncResult r = site.join();
+        while (!r.finished) {
+          fedwan::synthetic::local_steps(params.data(), params.size(), index, 1, kSeed);
+          r = site.sync();
+        }
+      } catch (const std::exception& e) {
+        fail(id, e);
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  if (!errors.empty()) kill(region, SIGTERM);  // it would otherwise wait out its timeouts
+  int status = 0;
+  waitpid(region, &status, 0);
+  Measurement m;
+  m.sites = sites;
+  m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!errors.empty()) {
+    std::string all;
+    for (const std::string& e : errors) all += "\n  " + e;
+    throw fedwan::Error("federation with " + std::to_string(sites) + " sites failed:" + all);
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    throw fedwan::Error("the region process failed (status " + std::to_string(status) + ")");
+  }
+  const auto rep = read_report(report_path);
+  if (!rep.count("peak_rss_kib") || rep.at("rounds") != double(cfg.rounds)) {
+    throw fedwan::Error("the region process did not report a complete run");
+  }
+  m.idle_mib = rep.at("idle_rss_kib") / 1024.0;
+  m.peak_mib = rep.at("peak_rss_kib") / 1024.0;
+  return m;
+}
+
+int drive(const Config& cfg) {
+  const double model_mib = double(cfg.params) * sizeof(float) / kMiB;
+  const double chunk_mib = double(cfg.chunk_bytes) / kMiB;
+  std::printf("region aggregator memory: %llu parameters (%.1f MiB fp32), codec %s, chunk %.2f "
+              "MiB, window %d, %llu rounds\n",
+              static_cast<unsigned long long>(cfg.params), model_mib, cfg.codec.c_str(),
+              chunk_mib, cfg.window, static_cast<unsigned long long>(cfg.rounds));
+  std::fflush(stdout);
+  const std::vector<float> init = fedwan::synthetic::initial_model(cfg.params, kSeed);
+  std::vector<Measurement> runs;
+  for (int k : cfg.sites) {
+    runs.push_back(measure(k, cfg, init));
+    std::printf("  %d sites: done in %.1f s\n", k, runs.back().seconds);
+    std::fflush(stdout);
+  }
+
+  const Measurement& base = runs.front();
+  std::printf("\n%6s %10s %10s %10s %12s %12s %12s %14s\n", "sites", "model MiB", "idle MiB",
+              "peak MiB", "growth MiB", "in chunks", "in models", "K x model MiB");
+  bool pass = true;
+  for (const Measurement& m : runs) {
+    const double growth = m.peak_mib - base.peak_mib;
+    std::printf("%6d %10.1f %10.1f %10.1f %12.1f %12.1f %12.2f %14.1f\n", m.sites, model_mib,
+                m.idle_mib, m.peak_mib, growth, growth / chunk_mib, growth / model_mib,
+                m.sites * model_mib);
+  }
+  std::printf("\n");
+  for (size_t i = 1; i < runs.size(); ++i) {
+    const Measurement& m = runs[i];
+    const int extra = m.sites - base.sites;
+    const double growth = m.peak_mib - base.peak_mib;
+    // Each extra child may hold `window` frames queued in each direction.
+    const double window_bound = extra * cfg.window * chunk_mib * 2 + kSlackMiB;
+    const double per_child_models = extra * model_mib;
+    const bool ok = growth <= window_bound && growth <= 0.25 * per_child_models;
+    pass = pass && ok;
+    std::printf("%d -> %d sites: peak grew %.1f MiB = %.2f MiB per extra site; window bound "
+                "%.1f MiB; %d extra full deltas would be %.1f MiB (growth is %.1f%% of that) %s\n",
+                base.sites, m.sites, growth, growth / extra, window_bound, extra,
+                per_child_models, 100.0 * growth / per_child_models, ok ? "ok" : "TOO MUCH");
+  }
+  std::printf("%s\n", pass ? "PASS" : "FAIL");
+  return pass ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Config cfg;
+  std::string serve_topology, report;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--params") {
+      cfg.params = std::strtoull(value().c_str(), nullptr, 10);
+    } else if (a == "--sites") {
+      cfg.sites = parse_sites(value());
+    } else if (a == "--rounds") {
+      cfg.rounds = std::strtoull(value().c_str(), nullptr, 10);
+    } else if (a == "--chunk-bytes") {
+      cfg.chunk_bytes = std::strtoull(value().c_str(), nullptr, 10);
+    } else if (a == "--window") {
+      cfg.window = std::atoi(value().c_str());
+    } else if (a == "--codec") {
+      cfg.codec = value();
+    } else if (a == "--serve-region") {  // internal: the measured process
+      serve_topology = value();
+    } else if (a == "--report") {
+      report = value();
+    } else {
+      usage("unknown argument '" + a + "'");
+    }
+  }
+  if (!serve_topology.empty()) return serve_region(serve_topology, report, cfg.window);
+  if (cfg.params == 0 || cfg.rounds == 0 || cfg.window < 1) {
+    usage("--params, --rounds and --window must be positive");
+  }
+  try {
+    return drive(cfg);
+  } catch (const std::exception& e) {
+    std::cerr << "fedwan_aggregator_memory: " << e.what() << "\n";
+    return 2;
+  }
+}

@@ -1,0 +1,305 @@
+// `fedwan demo`: a whole federation on loopback, one OS process per node
+// (the same `fedwan aggregator` / `fedwan site` commands a deployment runs),
+// then the same model trained centrally on the pooled data for the same
+// number of samples, and a JSON report comparing the two.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <torch/optim/adam.h>
+#include <torch/optim/sgd.h>
+#include <torch/utils.h>
+
+#include "cli/commands.hpp"
+#include "cli/fashion_mnist.hpp"
+#include "cli/fashion_model.hpp"
+#include "fedwan/codec.hpp"
+#include "fedwan/error.hpp"
+#include "fedwan/outer_optimizer.hpp"
+#include "fedwan/topology.hpp"
+
+namespace fedwan::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+// A loopback TCP port that is free right now.
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) throw Error("demo: cannot create a socket to find a free port");
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    ::close(fd);
+    throw Error("demo: cannot find a free loopback port");
+  }
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+std::string self_exe() {
+  std::error_code ec;
+  fs::path p = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) throw Error("demo: cannot locate the fedwan executable: " + ec.message());
+  return p.string();
+}
+
+struct Child {
+  std::string node;
+  pid_t pid = -1;
+  std::string log;
+};
+
+// Starts `exe args...`; stdout is inherited when `log` is empty, otherwise
+// both streams go to the log file.
+pid_t spawn(const std::string& exe, const std::vector<std::string>& args, const std::string& log) {
+  std::vector<char*> argv;
+  argv.push_back(const_cast<char*>(exe.c_str()));
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid < 0) throw Error("demo: fork failed");
+  if (pid == 0) {
+    if (!log.empty()) {
+      FILE* f = std::fopen(log.c_str(), "w");
+      if (f) {
+        ::dup2(fileno(f), STDERR_FILENO);
+      }
+    }
+    ::execv(exe.c_str(), argv.data());
+    std::perror("fedwan demo: exec");
+    ::_exit(127);
+  }
+  return pid;
+}
+
+std::string tail_of(const std::string& path, size_t max_bytes = 2000) {
+  std::ifstream f(path);
+  std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  return s.size() > max_bytes ? "..." + s.substr(s.size() - max_bytes) : s;
+}
+
+// Waits for every child; on the first failure stops the others.
+bool wait_all(std::vector<Child>& children) {
+  bool ok = true;
+  size_t left = children.size();
+  while (left > 0) {
+    int status = 0;
+    const pid_t pid = ::waitpid(-1, &status, 0);
+    if (pid < 0) break;
+    for (Child& c : children) {
+      if (c.pid != pid) continue;
+      c.pid = -1;
+      --left;
+      const bool good = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+      if (!good && ok) {
+        ok = false;
+        std::cerr << "fedwan demo: node '" << c.node << "' failed ("
+                  << (WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status))
+                                        : "signal " + std::to_string(WTERMSIG(status)))
+                  << "); its log " << c.log << " ends with:\n"
+                  << tail_of(c.log) << "\n";
+        for (Child& other : children) {
+          if (other.pid > 0) ::kill(other.pid, SIGTERM);
+        }
+      }
+    }
+  }
+  return ok;
+}
+
+Topology demo_topology(const DemoArgs& a, const std::vector<double>& weights) {
+  FederationSpec fed;
+  fed.rounds = a.rounds;
+  fed.inner_steps = a.inner_steps;
+  fed.codec = a.codec;
+  fed.chunk_bytes = a.chunk_bytes;
+  fed.outer.name = a.outer;
+  auto endpoint = [&](int k) {
+    const int port = a.base_port > 0 ? a.base_port + k : free_port();
+    return "tcp://127.0.0.1:" + std::to_string(port);
+  };
+  std::vector<NodeSpec> nodes;
+  NodeSpec root;
+  root.id = "root";
+  root.role = Role::kRoot;
+  root.endpoint = endpoint(0);
+  nodes.push_back(root);
+  for (int r = 0; r < a.regions; ++r) {
+    NodeSpec n;
+    n.id = "region-" + std::to_string(r);
+    n.role = Role::kRegion;
+    n.parent = "root";
+    n.endpoint = endpoint(1 + r);
+    nodes.push_back(n);
+  }
+  for (int s = 0; s < a.sites; ++s) {
+    NodeSpec n;
+    n.id = "site-" + std::to_string(s);
+    n.role = Role::kSite;
+    n.parent = a.regions > 0 ? "region-" + std::to_string(s % a.regions) : "root";
+    n.weight = weights[static_cast<size_t>(s)];
+    nodes.push_back(n);
+  }
+  return Topology::build("fedwan-demo", fed, nodes);
+}
+
+// Central training on the pooled shards for `steps` minibatches.
+double train_baseline(const WorkloadSettings& w, uint64_t steps) {
+  const FashionMnistData train = load_fashion_mnist(FashionMnistSet::kTrain, w.data_dir);
+  const FashionMnistData test = load_fashion_mnist(FashionMnistSet::kTest, w.data_dir);
+  std::vector<int64_t> all(static_cast<size_t>(train.labels.size(0)));
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
+  FashionCnn model = make_fashion_cnn(w.seed);
+  std::unique_ptr<torch::optim::Optimizer> opt;
+  if (w.inner_optimizer == "adam") {
+    opt = std::make_unique<torch::optim::Adam>(model->parameters(),
+                                               torch::optim::AdamOptions(w.lr));
+  } else {
+    opt = std::make_unique<torch::optim::SGD>(model->parameters(),
+                                              torch::optim::SGDOptions(w.lr).momentum(0.9));
+  }
+  Trainer trainer(train.images, train.labels, std::move(all), w.batch_size, w.seed);
+  for (uint64_t s = 0; s < steps; ++s) trainer.step(model, *opt);
+  return evaluate(model, test.images, test.labels).accuracy;
+}
+
+int run_demo(const DemoArgs& a) {
+  torch::set_num_threads(1);
+  if (a.sites < 1) throw ConfigError("--sites must be at least 1");
+  if (a.regions < 0 || a.regions > a.sites) {
+    throw ConfigError("--regions must be between 0 and the number of sites");
+  }
+  (void)codec_by_name(a.codec);  // fail before launching anything
+  (void)make_outer_optimizer(OuterOptimizerSpec{a.outer}, 1);
+  const auto t0 = Clock::now();
+
+  fs::path dir = a.work_dir;
+  if (dir.empty()) {
+    std::string tmpl = (fs::temp_directory_path() / "fedwan-demo-XXXXXX").string();
+    if (!::mkdtemp(tmpl.data())) throw Error("demo: cannot create a temporary directory");
+    dir = tmpl;
+  } else {
+    fs::create_directories(dir);
+  }
+
+  // Site weights are their sample counts (FedAvg weighting).
+  std::vector<double> weights(static_cast<size_t>(a.sites), 1.0);
+  if (a.workload.trainer == "fashion-cnn") {
+    const auto shards = fashion_shards(a.workload, static_cast<size_t>(a.sites));
+    for (size_t s = 0; s < shards.size(); ++s) weights[s] = static_cast<double>(shards[s].size());
+  }
+  const Topology topo = demo_topology(a, weights);
+  const std::string topo_path = (dir / "topology.yaml").string();
+  std::ofstream(topo_path) << topo.to_yaml();
+
+  std::cout << "fedwan demo: root, " << a.regions << " regions, " << a.sites << " sites; "
+            << a.rounds << " rounds x " << a.inner_steps << " steps; codec " << a.codec
+            << ", outer " << a.outer << ", trainer " << a.workload.trainer << "\n"
+            << "fedwan demo: topology and logs in " << dir.string() << std::endl;
+
+  const std::string exe = self_exe();
+  const std::string root_report = (dir / "root.json").string();
+  std::vector<Child> children;
+  auto launch = [&](const std::string& cmd, const std::string& node, bool root) {
+    std::vector<std::string> args = {cmd, "--topology", topo_path, "--node", node};
+    if (root) {
+      args.insert(args.end(), {"--eval", "--report", root_report});
+    }
+    for (const std::string& w : workload_args(a.workload)) args.push_back(w);
+    Child c;
+    c.node = node;
+    c.log = (dir / (node + ".log")).string();
+    c.pid = spawn(exe, args, c.log);
+    children.push_back(c);
+  };
+  for (const NodeSpec& n : topo.nodes()) {
+    launch(n.role == Role::kSite ? "site" : "aggregator", n.id, n.role == Role::kRoot);
+  }
+  if (!wait_all(children)) return 1;
+  const double fed_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+
+  nlohmann::json report;
+  {
+    std::ifstream f(root_report);
+    if (!f) throw Error("demo: the root wrote no report at " + root_report);
+    report = nlohmann::json::parse(f);
+  }
+  std::optional<double> baseline;
+  if (!a.no_baseline && a.workload.trainer == "fashion-cnn") {
+    const uint64_t steps = a.rounds * a.inner_steps * static_cast<uint64_t>(a.sites);
+    std::cout << "baseline: central training on the pooled data, " << steps << " steps of "
+              << a.workload.batch_size << " samples" << std::endl;
+    baseline = train_baseline(a.workload, steps);
+    std::printf("baseline accuracy %.4f\n", *baseline);
+  }
+  const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
+  report["baseline_accuracy"] = baseline ? nlohmann::json(*baseline) : nlohmann::json(nullptr);
+  report["wall_seconds"] = wall;
+  report["federation_seconds"] = fed_seconds;
+  report["configuration"] = {
+      {"sites", a.sites},           {"regions", a.regions},
+      {"rounds", a.rounds},         {"inner_steps", a.inner_steps},
+      {"codec", a.codec},           {"outer_optimizer", a.outer},
+      {"chunk_bytes", a.chunk_bytes}, {"trainer", a.workload.trainer},
+      {"seed", a.workload.seed},    {"alpha", a.workload.alpha},
+      {"batch_size", a.workload.batch_size},
+      {"inner_optimizer", a.workload.inner_optimizer}, {"lr", a.workload.lr},
+      {"topology_digest", topo.digest_hex()}};
+  const double ratio = report["fp32_bytes_total"].get<double>() > 0
+                           ? report["wan_bytes_total"].get<double>() /
+                                 report["fp32_bytes_total"].get<double>()
+                           : 0.0;
+  std::printf("federation: final accuracy %s, WAN %.2f MB (%.3f of fp32), %.1f s; total %.1f s\n",
+              report.contains("final_accuracy")
+                  ? std::to_string(report["final_accuracy"].get<double>()).c_str()
+                  : "n/a",
+              report["wan_bytes_total"].get<double>() / 1e6, ratio, fed_seconds, wall);
+  if (!a.report.empty()) {
+    std::ofstream(a.report) << report.dump(2) << "\n";
+    std::cout << "report written to " << a.report << std::endl;
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_demo_command(CLI::App& app, DemoArgs& a, int* exit_code) {
+  CLI::App* cmd = app.add_subcommand(
+      "demo", "launch a whole federation on loopback (one process per node) and compare it "
+              "with central training");
+  cmd->add_option("--sites", a.sites, "number of sites")->capture_default_str();
+  cmd->add_option("--regions", a.regions, "number of region aggregators (0: sites under root)")
+      ->capture_default_str();
+  cmd->add_option("--rounds", a.rounds, "outer rounds")->capture_default_str();
+  cmd->add_option("--inner-steps,-H", a.inner_steps, "local steps per round")
+      ->capture_default_str();
+  cmd->add_option("--codec", a.codec, "delta codec: fp32, fp16, bf16")->capture_default_str();
+  cmd->add_option("--outer", a.outer, "outer optimizer: fedavg, diloco, fedadam")
+      ->capture_default_str();
+  cmd->add_option("--chunk-bytes", a.chunk_bytes, "fp32 bytes per chunk")->capture_default_str();
+  cmd->add_flag("--no-baseline", a.no_baseline, "skip the central-training baseline");
+  cmd->add_option("--report", a.report, "write the JSON report here");
+  cmd->add_option("--dir", a.work_dir, "working directory (default: a new temporary one)");
+  cmd->add_option("--base-port", a.base_port, "first loopback port (default: free ports)");
+  add_workload_flags(*cmd, a.workload);
+  cmd->callback([&a, exit_code] { *exit_code = run_demo(a); });
+}
+
+}  // namespace fedwan::cli

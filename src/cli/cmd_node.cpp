@@ -1,0 +1,199 @@
+// `fedwan aggregator` and `fedwan site`: one node of a real deployment.
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <optional>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <torch/optim/adam.h>
+#include <torch/optim/sgd.h>
+#include <torch/utils.h>
+
+#include "cli/commands.hpp"
+#include "cli/fashion_mnist.hpp"
+#include "cli/fashion_model.hpp"
+#include "fedwan/aggregator.hpp"
+#include "fedwan/error.hpp"
+#include "fedwan/site.hpp"
+#include "fedwan/synthetic.hpp"
+#include "runtime/partition.hpp"
+
+namespace fedwan::cli {
+namespace {
+
+void add_node_flags(CLI::App& cmd, NodeArgs& a) {
+  cmd.add_option("--topology", a.topology, "topology YAML file")->required()->check(
+      CLI::ExistingFile);
+  cmd.add_option("--node", a.node, "this node's id in the topology")->required();
+  cmd.add_option("--out", a.out, "write the final model here (raw little-endian fp32)");
+  cmd.add_option("--join-timeout", a.join_timeout_s, "seconds to wait for the tree to form")
+      ->capture_default_str();
+  add_workload_flags(cmd, a.workload);
+}
+
+std::string human_bytes(uint64_t b) {
+  char buf[32];
+  if (b >= 10'000'000) {
+    std::snprintf(buf, sizeof buf, "%.1f MB", b / 1e6);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.1f kB", b / 1e3);
+  }
+  return buf;
+}
+
+int run_aggregator(const NodeArgs& a) {
+  torch::set_num_threads(1);
+  AggregatorOptions o;
+  o.topology = Topology::load(a.topology);
+  o.node_id = a.node;
+  o.join_timeout = std::chrono::milliseconds(static_cast<int64_t>(a.join_timeout_s * 1000));
+  const NodeSpec& self = o.topology.node(a.node);
+  const bool root = self.role == Role::kRoot;
+  const uint64_t rounds = o.topology.federation().rounds;
+
+  // Root: evaluation of the global model every round (fashion-cnn).
+  std::optional<FashionMnistData> test;
+  FashionCnn model{nullptr};
+  std::optional<FlatParameters> flat;
+  std::map<uint64_t, Evaluation> evals;
+  nlohmann::json rounds_json = nlohmann::json::array();
+  if (root) {
+    o.initial_model = initial_model(a.workload);
+    if (a.eval && a.workload.trainer == "fashion-cnn") {
+      test = load_fashion_mnist(FashionMnistSet::kTest, a.workload.data_dir);
+      model = make_fashion_cnn(a.workload.seed);
+      flat.emplace(*model);
+      o.on_model = [&](uint64_t round, const std::vector<float>& global) {
+        std::memcpy(flat->data(), global.data(), global.size() * sizeof(float));
+        evals[round] = evaluate(model, test->images, test->labels);
+      };
+    }
+    o.on_round = [&](const RoundReport& r) {
+      nlohmann::json row = {{"round", r.round},           {"wan_bytes", r.wan_bytes},
+                            {"fp32_bytes", r.fp32_bytes}, {"seconds", r.seconds},
+                            {"frames", r.frames},         {"weight", r.weight}};
+      char line[256];
+      auto it = evals.find(r.round);
+      if (it != evals.end()) {
+        row["accuracy"] = it->second.accuracy;
+        row["loss"] = it->second.loss;
+        std::snprintf(line, sizeof line,
+                      "round %3llu/%llu  accuracy %.4f  loss %.4f  wan %s (fp32 %s)  %.2f s",
+                      static_cast<unsigned long long>(r.round + 1),
+                      static_cast<unsigned long long>(rounds), it->second.accuracy,
+                      it->second.loss, human_bytes(r.wan_bytes).c_str(),
+                      human_bytes(r.fp32_bytes).c_str(), r.seconds);
+      } else {
+        std::snprintf(line, sizeof line, "round %3llu/%llu  wan %s (fp32 %s)  %.2f s",
+                      static_cast<unsigned long long>(r.round + 1),
+                      static_cast<unsigned long long>(rounds), human_bytes(r.wan_bytes).c_str(),
+                      human_bytes(r.fp32_bytes).c_str(), r.seconds);
+      }
+      std::cout << line << std::endl;
+      rounds_json.push_back(row);
+    };
+  }
+  Aggregator agg(std::move(o));
+  const AggregatorSummary s = agg.run();
+  if (root && !a.out.empty()) write_model(a.out, s.global_model.data(), s.global_model.size());
+  if (root && !a.report.empty()) {
+    nlohmann::json j = {{"rounds", rounds_json},
+                        {"wan_bytes_total", s.wan_bytes_total},
+                        {"fp32_bytes_total", s.fp32_bytes_total},
+                        {"rejected_frames", s.rejected_frames}};
+    if (!rounds_json.empty() && rounds_json.back().contains("accuracy")) {
+      j["final_accuracy"] = rounds_json.back()["accuracy"];
+      j["final_loss"] = rounds_json.back()["loss"];
+    }
+    std::ofstream(a.report) << j.dump(2) << "\n";
+  }
+  return 0;
+}
+
+// Position of `node` among the topology's sites (its data shard).
+size_t site_ordinal(const Topology& topo, const std::string& node) {
+  size_t k = 0;
+  for (const NodeSpec& n : topo.nodes()) {
+    if (n.role != Role::kSite) continue;
+    if (n.id == node) return k;
+    ++k;
+  }
+  throw ConfigError("node '" + node + "' is not a site of the topology");
+}
+
+int run_site(const NodeArgs& a) {
+  torch::set_num_threads(1);
+  SiteOptions o;
+  o.topology = Topology::load(a.topology);
+  o.node_id = a.node;
+  o.join_timeout = std::chrono::milliseconds(static_cast<int64_t>(a.join_timeout_s * 1000));
+  const uint64_t steps = o.topology.federation().inner_steps;
+  const WorkloadSettings& w = a.workload;
+
+  if (w.trainer == "synthetic") {
+    const uint32_t index = o.topology.node(a.node).index;
+    std::vector<float> params = initial_model(w);
+    SiteCore site(std::move(o), params.data(), params.size());
+    SyncResult r = site.join();
+    while (!r.finished) {
+      synthetic::local_steps(params.data(), params.size(), index, steps, w.seed);
+      r = site.sync();
+    }
+    if (!a.out.empty()) write_model(a.out, params.data(), params.size());
+    return 0;
+  }
+
+  size_t num_sites = 0;
+  for (const NodeSpec& n : o.topology.nodes()) num_sites += n.role == Role::kSite;
+  const size_t ordinal = site_ordinal(o.topology, a.node);
+  const FashionMnistData train = load_fashion_mnist(FashionMnistSet::kTrain, w.data_dir);
+  const auto shards = runtime::dirichlet_partition(train.label_bytes, kFashionMnistClasses,
+                                                   num_sites, w.alpha, w.seed);
+  std::vector<int64_t> indices(shards[ordinal].begin(), shards[ordinal].end());
+  FashionCnn model = make_fashion_cnn(w.seed);
+  Site site(std::move(o), *model);
+  std::unique_ptr<torch::optim::Optimizer> opt;
+  if (w.inner_optimizer == "adam") {
+    opt = std::make_unique<torch::optim::Adam>(model->parameters(),
+                                               torch::optim::AdamOptions(w.lr));
+  } else {
+    opt = std::make_unique<torch::optim::SGD>(model->parameters(),
+                                              torch::optim::SGDOptions(w.lr).momentum(0.9));
+  }
+  Trainer trainer(train.images, train.labels, std::move(indices), w.batch_size,
+                  w.seed * 1000 + ordinal);
+  site.join();
+  while (!site.finished()) {
+    trainer.step(model, *opt);
+    site.step();
+  }
+  if (!a.out.empty()) {
+    write_model(a.out, site.parameters().data(), site.parameters().numel());
+  }
+  return 0;
+}
+
+}  // namespace
+
+void write_model(const std::string& path, const float* data, size_t n) {
+  std::ofstream f(path, std::ios::binary);
+  f.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(n * sizeof(float)));
+  if (!f) throw Error("cannot write the model to " + path);
+}
+
+void add_aggregator_command(CLI::App& app, NodeArgs& args, int* exit_code) {
+  CLI::App* cmd = app.add_subcommand("aggregator", "run a root or region aggregator");
+  add_node_flags(*cmd, args);
+  cmd->add_flag("--eval", args.eval, "root: evaluate the global model on the test set each round");
+  cmd->add_option("--report", args.report, "root: write a JSON report of the rounds here");
+  cmd->callback([&args, exit_code] { *exit_code = run_aggregator(args); });
+}
+
+void add_site_command(CLI::App& app, NodeArgs& args, int* exit_code) {
+  CLI::App* cmd = app.add_subcommand("site", "run a site (the leader rank of one site)");
+  add_node_flags(*cmd, args);
+  cmd->callback([&args, exit_code] { *exit_code = run_site(args); });
+}
+
+}  // namespace fedwan::cli

@@ -1,0 +1,48 @@
+// The subcommands of the `fedwan` tool. Each registers its flags on a CLI11
+// subcommand and returns the process exit code when run.
+#pragma once
+
+#include <string>
+
+#include "cli/workload.hpp"
+
+namespace CLI {
+class App;
+}
+
+namespace fedwan::cli {
+
+struct NodeArgs {
+  std::string topology;
+  std::string node;
+  std::string report;      // JSON report path (root: rounds; site: nothing)
+  std::string out;         // write the final model (raw little-endian fp32) here
+  bool eval = false;       // root: evaluate the global model every round
+  double join_timeout_s = 300;
+  WorkloadSettings workload;
+};
+
+void add_aggregator_command(CLI::App& app, NodeArgs& args, int* exit_code);
+void add_site_command(CLI::App& app, NodeArgs& args, int* exit_code);
+
+struct DemoArgs {
+  int sites = 4;
+  int regions = 2;
+  uint64_t rounds = 30;
+  uint64_t inner_steps = 50;
+  std::string codec = "fp16";
+  std::string outer = "fedavg";
+  uint64_t chunk_bytes = 1 << 20;
+  bool no_baseline = false;
+  std::string report;
+  std::string work_dir;  // default: a fresh temporary directory
+  int base_port = 0;     // 0: pick free ports
+  WorkloadSettings workload;
+};
+
+void add_demo_command(CLI::App& app, DemoArgs& args, int* exit_code);
+
+// Writes a flat fp32 model to `path` (raw little-endian floats).
+void write_model(const std::string& path, const float* data, size_t n);
+
+}  // namespace fedwan::cli

@@ -1,0 +1,64 @@
+#include "cli/workload.hpp"
+
+#include <CLI/CLI.hpp>
+#include <torch/utils.h>
+
+#include "cli/fashion_mnist.hpp"
+#include "cli/fashion_model.hpp"
+#include "fedwan/error.hpp"
+#include "fedwan/flat_parameters.hpp"
+#include "fedwan/synthetic.hpp"
+#include "runtime/partition.hpp"
+
+namespace fedwan::cli {
+
+void add_workload_flags(CLI::App& app, WorkloadSettings& s) {
+  app.add_option("--trainer", s.trainer, "what to train: fashion-cnn or synthetic")
+      ->check(CLI::IsMember({"fashion-cnn", "synthetic"}))
+      ->capture_default_str();
+  app.add_option("--seed", s.seed, "seed of the model, the data split and the shuffling")
+      ->capture_default_str();
+  app.add_option("--data", s.data_dir, "Fashion-MNIST directory")->capture_default_str();
+  app.add_option("--alpha", s.alpha, "Dirichlet concentration of the non-IID split")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--batch-size", s.batch_size, "minibatch size")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--inner-optimizer", s.inner_optimizer, "site optimizer: adam or sgd")
+      ->check(CLI::IsMember({"adam", "sgd"}))
+      ->capture_default_str();
+  app.add_option("--lr", s.lr, "site learning rate")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--synthetic-size", s.synthetic_size, "parameters of the synthetic model")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+}
+
+std::vector<std::string> workload_args(const WorkloadSettings& s) {
+  return {"--trainer",         s.trainer,
+          "--seed",            std::to_string(s.seed),
+          "--data",            s.data_dir,
+          "--alpha",           std::to_string(s.alpha),
+          "--batch-size",      std::to_string(s.batch_size),
+          "--inner-optimizer", s.inner_optimizer,
+          "--lr",              std::to_string(s.lr),
+          "--synthetic-size",  std::to_string(s.synthetic_size)};
+}
+
+std::vector<float> initial_model(const WorkloadSettings& s) {
+  if (s.trainer == "synthetic") return synthetic::initial_model(s.synthetic_size, s.seed);
+  FashionCnn model = make_fashion_cnn(s.seed);
+  FlatParameters flat(*model);
+  const float* p = flat.data();
+  return std::vector<float>(p, p + flat.numel());
+}
+
+std::vector<std::vector<uint32_t>> fashion_shards(const WorkloadSettings& s, size_t num_sites) {
+  const FashionMnistData train = load_fashion_mnist(FashionMnistSet::kTrain, s.data_dir);
+  return runtime::dirichlet_partition(train.label_bytes, kFashionMnistClasses, num_sites,
+                                      s.alpha, s.seed);
+}
+
+}  // namespace fedwan::cli

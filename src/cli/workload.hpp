@@ -1,0 +1,41 @@
+// What a node trains: the Fashion-MNIST CNN (the demo) or the synthetic
+// quadratic (tests and benchmarks, no data needed). Shared by the site,
+// aggregator and demo commands so that every process derives the same model,
+// shards and weights from the same settings.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace CLI {
+class App;
+}
+
+namespace fedwan::cli {
+
+struct WorkloadSettings {
+  std::string trainer = "fashion-cnn";  // fashion-cnn | synthetic
+  uint64_t seed = 1;
+  std::string data_dir = "/usr/share/datasets/fashion-mnist";
+  double alpha = 1.0;          // Dirichlet concentration of the label split
+  int64_t batch_size = 32;
+  std::string inner_optimizer = "adam";  // adam | sgd
+  double lr = 1e-3;
+  uint64_t synthetic_size = 100000;  // parameters of the synthetic model
+};
+
+// Registers the workload flags on a subcommand.
+void add_workload_flags(CLI::App& app, WorkloadSettings& s);
+
+// The flags that reproduce `s` in a child process.
+std::vector<std::string> workload_args(const WorkloadSettings& s);
+
+// The initial model, flat (every node derives the same from the settings).
+std::vector<float> initial_model(const WorkloadSettings& s);
+
+// Sample indices of each of `num_sites` sites (fashion-cnn only).
+std::vector<std::vector<uint32_t>> fashion_shards(const WorkloadSettings& s, size_t num_sites);
+
+}  // namespace fedwan::cli

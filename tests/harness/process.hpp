@@ -1,0 +1,79 @@
+// Launching and reaping child processes in tests, with a deadline.
+#pragma once
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace fedwan::testing {
+
+// A loopback TCP port that was free a moment ago.
+inline int free_tcp_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+// Runs `exe args` with stderr and stdout sent to `log`.
+inline pid_t spawn_process(const std::string& exe, const std::vector<std::string>& args,
+                           const std::string& log) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    FILE* f = std::fopen(log.c_str(), "w");
+    if (f) {
+      ::dup2(fileno(f), STDOUT_FILENO);
+      ::dup2(fileno(f), STDERR_FILENO);
+    }
+    std::vector<char*> argv{const_cast<char*>(exe.c_str())};
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execv(exe.c_str(), argv.data());
+    ::_exit(127);
+  }
+  return pid;
+}
+
+// Waits for every pid until the deadline, then kills the rest. Returns the
+// exit codes (-1 for killed or signalled).
+inline std::vector<int> wait_processes(const std::vector<pid_t>& pids,
+                                       std::chrono::seconds timeout) {
+  std::vector<int> codes(pids.size(), -2);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  size_t left = pids.size();
+  while (left > 0 && std::chrono::steady_clock::now() < deadline) {
+    for (size_t i = 0; i < pids.size(); ++i) {
+      if (codes[i] != -2) continue;
+      int status = 0;
+      if (::waitpid(pids[i], &status, WNOHANG) == pids[i]) {
+        codes[i] = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+        --left;
+      }
+    }
+    if (left > 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  for (size_t i = 0; i < pids.size(); ++i) {
+    if (codes[i] == -2) {
+      ::kill(pids[i], SIGKILL);
+      ::waitpid(pids[i], nullptr, 0);
+      codes[i] = -1;
+    }
+  }
+  return codes;
+}
+
+}  // namespace fedwan::testing
