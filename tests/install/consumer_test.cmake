@@ -1,0 +1,130 @@
+# Installs a built fedwan tree into a scratch prefix, checks what was
+# installed, then configures, builds and runs examples/consumer against that
+# prefix as a separate project. Any failing step fails the script.
+#
+#   cmake -DFEDWAN_BUILD_DIR=<built tree> -DFEDWAN_SOURCE_DIR=<source tree>
+#         -DCONSUMER_SOURCE_DIR=<examples/consumer> -DSCRATCH_DIR=<dir>
+#         [-DBUILD_TYPE=Release] [-DCXX_COMPILER=...] [-DCXX_LAUNCHER=ccache]
+#         [-DTorch_DIR=...] [-DPREFIX_PATH=a|b] -P consumer_test.cmake
+#
+# SCRATCH_DIR holds the prefix and the consumer's build tree. Keep it fixed:
+# `cmake --install` keeps the files' times, so a re-run recompiles only what
+# changed.
+cmake_minimum_required(VERSION 3.18)
+
+foreach(var FEDWAN_BUILD_DIR FEDWAN_SOURCE_DIR CONSUMER_SOURCE_DIR SCRATCH_DIR)
+  if(NOT ${var})
+    message(FATAL_ERROR "consumer_test.cmake: -D${var}=... is required")
+  endif()
+endforeach()
+if(NOT BUILD_TYPE)
+  set(BUILD_TYPE Release)
+endif()
+
+set(prefix ${SCRATCH_DIR}/prefix)
+set(consumer_build ${SCRATCH_DIR}/consumer-build)
+set(headers_src ${SCRATCH_DIR}/headers-src)
+set(headers_build ${SCRATCH_DIR}/headers-build)
+
+# Runs one step; on failure prints its output and stops. `echo` prints the
+# output on success as well.
+function(run_step name echo)
+  message(STATUS "[${name}] ${ARGN}")
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out
+                  TIMEOUT 500)
+  if(NOT rc EQUAL 0)
+    message("${out}")
+    message(FATAL_ERROR "[${name}] failed (${rc})")
+  endif()
+  if(echo)
+    message("${out}")
+  endif()
+endfunction()
+
+# Configure arguments shared by the two projects built against the prefix.
+# Only the scratch prefix may provide fedwan: no package registry, and the
+# prefix comes before the paths fedwan itself was configured with.
+set(prefix_path ${prefix})
+if(PREFIX_PATH)
+  string(REPLACE "|" ";" extra "${PREFIX_PATH}")
+  list(APPEND prefix_path ${extra})
+endif()
+set(configure_args
+  "-DCMAKE_PREFIX_PATH=${prefix_path}"
+  -DCMAKE_BUILD_TYPE=${BUILD_TYPE}
+  -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF)
+if(CXX_COMPILER)
+  list(APPEND configure_args -DCMAKE_CXX_COMPILER=${CXX_COMPILER})
+endif()
+if(CXX_LAUNCHER)
+  list(APPEND configure_args -DCMAKE_CXX_COMPILER_LAUNCHER=${CXX_LAUNCHER})
+endif()
+if(Torch_DIR)
+  list(APPEND configure_args -DTorch_DIR=${Torch_DIR})
+endif()
+
+# 1. Install into a fresh prefix, so nothing stale from an earlier run (a
+#    header since removed) can mask a missing file.
+file(REMOVE_RECURSE ${prefix})
+run_step(install OFF ${CMAKE_COMMAND} --install ${FEDWAN_BUILD_DIR} --prefix ${prefix}
+         --config ${BUILD_TYPE})
+
+# 2. The installed package must not point back into the source or build
+#    tree: it would work here and break on every other machine.
+file(GLOB package_files ${prefix}/lib*/cmake/fedwan/*.cmake)
+if(NOT package_files)
+  message(FATAL_ERROR "[check] no package config under ${prefix}/lib*/cmake/fedwan")
+endif()
+foreach(f ${package_files})
+  file(READ ${f} text)
+  string(REPLACE "${prefix}" "" text "${text}")
+  foreach(tree ${FEDWAN_SOURCE_DIR} ${FEDWAN_BUILD_DIR})
+    string(FIND "${text}" "${tree}" at)
+    if(NOT at EQUAL -1)
+      message(FATAL_ERROR "[check] ${f} refers to ${tree}; installed files must use "
+                          "install-relative paths ($<INSTALL_INTERFACE:...>)")
+    endif()
+  endforeach()
+endforeach()
+
+# 3. Every installed header compiles on its own with only installed include
+#    paths (no private header of src/ reachable). One file per header;
+#    rewritten only when it changes, so re-runs are incremental.
+file(GLOB headers RELATIVE ${prefix}/include ${prefix}/include/fedwan/*.hpp)
+set(sources "")
+foreach(h ${headers})
+  string(MAKE_C_IDENTIFIER ${h} stem)
+  file(WRITE ${SCRATCH_DIR}/tmp.cpp "#include <${h}>\n")
+  configure_file(${SCRATCH_DIR}/tmp.cpp ${headers_src}/${stem}.cpp COPYONLY)
+  list(APPEND sources ${stem}.cpp)
+endforeach()
+file(WRITE ${SCRATCH_DIR}/tmp.cpp
+  "cmake_minimum_required(VERSION 3.18)\n"
+  "project(fedwan_headers LANGUAGES CXX)\n"
+  "find_package(fedwan REQUIRED)\n"
+  "add_library(headers OBJECT ${sources})\n"
+  "target_compile_features(headers PRIVATE cxx_std_17)\n"
+  "target_link_libraries(headers PRIVATE fedwan::fedwan)\n")
+configure_file(${SCRATCH_DIR}/tmp.cpp ${headers_src}/CMakeLists.txt COPYONLY)
+file(REMOVE ${SCRATCH_DIR}/tmp.cpp)
+run_step(headers-configure OFF ${CMAKE_COMMAND} -S ${headers_src} -B ${headers_build}
+         ${configure_args})
+run_step(headers-build OFF ${CMAKE_COMMAND} --build ${headers_build} --config ${BUILD_TYPE})
+
+# 4. The example, configured exactly as a user would: find_package(fedwan).
+run_step(configure OFF ${CMAKE_COMMAND} -S ${CONSUMER_SOURCE_DIR} -B ${consumer_build}
+         ${configure_args})
+file(STRINGS ${consumer_build}/CMakeCache.txt found REGEX "^fedwan_DIR:")
+string(FIND "${found}" "${prefix}/" at)
+if(NOT at GREATER -1)
+  message(FATAL_ERROR "[configure] found a fedwan outside the scratch prefix: ${found}")
+endif()
+run_step(build OFF ${CMAKE_COMMAND} --build ${consumer_build} --config ${BUILD_TYPE})
+
+# 5. Run it. It must find fedwan's libraries in the prefix by itself (RPATH).
+set(example ${consumer_build}/train_two_sites)
+if(NOT EXISTS ${example})
+  set(example ${consumer_build}/${BUILD_TYPE}/train_two_sites)
+endif()
+run_step(run ON ${example})
+message(STATUS "consumer of the installed fedwan: built and passed")

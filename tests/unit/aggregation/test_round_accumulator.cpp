@@ -1,0 +1,132 @@
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "aggregation/round_accumulator.hpp"
+#include "fedwan/codec.hpp"
+#include "fedwan/error.hpp"
+
+#include <limits>
+
+namespace fedwan {
+namespace {
+
+std::vector<uint8_t> encode_fp32(const std::vector<float>& v) {
+  const Codec& c = codec_by_name("fp32");
+  std::vector<uint8_t> out(c.encoded_size(v.size()));
+  c.encode(v.data(), v.size(), nullptr, out.data());
+  return out;
+}
+
+class RoundAccumulatorTest : public ::testing::Test {
+ protected:
+  const Codec& fp32 = codec_by_name("fp32");
+  ChunkPlan plan{10, 4};  // chunks of 4, 4, 2
+  RoundAccumulator acc{plan, {7, 9}};
+
+  RoundAccumulator::Result add(uint64_t round, uint32_t sender, uint32_t chunk, float value,
+                               double weight) {
+    std::vector<float> v(plan.size(chunk), value);
+    const auto bytes = encode_fp32(v);
+    return acc.add(round, sender, chunk, plan.size(chunk), weight, fp32, bytes.data(),
+                   bytes.size());
+  }
+};
+
+TEST_F(RoundAccumulatorTest, WeightedMeanOfTwoChildren) {
+  acc.open(3);
+  EXPECT_FALSE(add(3, 7, 1, 1.0f, 1.0).chunk_complete);
+  EXPECT_EQ(acc.chunks_in_flight(), 1u);
+  auto r = add(3, 9, 1, 4.0f, 3.0);
+  EXPECT_EQ(r.outcome, AddOutcome::kAccepted);
+  EXPECT_TRUE(r.chunk_complete);
+  ChunkSum s = acc.take(1);
+  EXPECT_EQ(s.weight, 4.0);
+  for (float x : s.mean) EXPECT_FLOAT_EQ(x, (1.0f * 1 + 4.0f * 3) / 4);
+  // The chunk's accumulator is released as soon as it is taken.
+  EXPECT_EQ(acc.chunks_in_flight(), 0u);
+  EXPECT_FALSE(acc.round_complete());
+}
+
+TEST_F(RoundAccumulatorTest, CountsEachSenderChunkOnce) {
+  acc.open(0);
+  EXPECT_EQ(add(0, 7, 0, 1.0f, 1.0).outcome, AddOutcome::kAccepted);
+  EXPECT_EQ(add(0, 7, 0, 100.0f, 1.0).outcome, AddOutcome::kDuplicate);
+  add(0, 9, 0, 3.0f, 1.0);
+  ChunkSum s = acc.take(0);
+  EXPECT_FLOAT_EQ(s.mean[0], 2.0f);  // the duplicate left no trace
+}
+
+TEST_F(RoundAccumulatorTest, StaleFutureAndStrangers) {
+  acc.open(5);
+  EXPECT_EQ(add(4, 7, 0, 1.0f, 1.0).outcome, AddOutcome::kStale);
+  EXPECT_EQ(add(6, 7, 0, 1.0f, 1.0).outcome, AddOutcome::kFuture);
+  EXPECT_EQ(add(5, 8, 0, 1.0f, 1.0).outcome, AddOutcome::kUnknownSender);
+  EXPECT_EQ(acc.chunks_in_flight(), 0u);
+}
+
+TEST_F(RoundAccumulatorTest, RejectsChunksThatDisagreeWithThePlan) {
+  acc.open(0);
+  std::vector<float> v(3, 1.0f);
+  auto bytes = encode_fp32(v);
+  // Chunk 2 has 2 elements, not 3.
+  EXPECT_EQ(acc.add(0, 7, 2, 3, 1.0, fp32, bytes.data(), bytes.size()).outcome,
+            AddOutcome::kBadChunk);
+  EXPECT_EQ(acc.add(0, 7, 3, 2, 1.0, fp32, bytes.data(), bytes.size()).outcome,
+            AddOutcome::kBadChunk);
+  EXPECT_EQ(acc.chunks_in_flight(), 0u);
+}
+
+TEST_F(RoundAccumulatorTest, RejectsBadPayloadsAndWeightsWithoutATrace) {
+  acc.open(0);
+  std::vector<float> v(4, 1.0f);
+  v[2] = std::numeric_limits<float>::quiet_NaN();
+  std::vector<uint8_t> nan_bytes(16);
+  std::memcpy(nan_bytes.data(), v.data(), 16);
+  EXPECT_EQ(acc.add(0, 7, 0, 4, 1.0, fp32, nan_bytes.data(), nan_bytes.size()).outcome,
+            AddOutcome::kBadPayload);
+  EXPECT_EQ(add(0, 7, 0, 1.0f, 0.0).outcome, AddOutcome::kBadPayload);
+  EXPECT_EQ(add(0, 7, 0, 1.0f, -2.0).outcome, AddOutcome::kBadPayload);
+  EXPECT_EQ(add(0, 7, 0, 1.0f, std::numeric_limits<double>::infinity()).outcome,
+            AddOutcome::kBadPayload);
+  EXPECT_EQ(acc.chunks_in_flight(), 0u);
+  // The sender can still deliver the chunk properly afterwards.
+  EXPECT_EQ(add(0, 7, 0, 1.0f, 1.0).outcome, AddOutcome::kAccepted);
+}
+
+TEST_F(RoundAccumulatorTest, RoundCompletesWhenEveryChunkIsTakenAndReportsMissing) {
+  acc.open(1);
+  for (uint32_t c = 0; c < plan.count(); ++c) add(1, 7, c, 1.0f, 1.0);
+  EXPECT_EQ(acc.missing_children(), std::vector<uint32_t>{9});
+  for (uint32_t c = 0; c < plan.count(); ++c) {
+    ASSERT_TRUE(add(1, 9, c, 1.0f, 1.0).chunk_complete);
+    acc.take(c);
+  }
+  EXPECT_TRUE(acc.round_complete());
+  EXPECT_TRUE(acc.missing_children().empty());
+  EXPECT_THROW(acc.take(0), Error);
+  acc.open(2);
+  EXPECT_FALSE(acc.round_complete());
+}
+
+TEST_F(RoundAccumulatorTest, ArrivalOrderOfTwoChildrenDoesNotChangeBits) {
+  const std::vector<float> a = {0.1f, 1e-7f, 3.3f, -2.5f}, b = {0.7f, 5e-8f, -1.1f, 9.0f};
+  auto run = [&](bool a_first) {
+    RoundAccumulator r(ChunkPlan(4, 4), {1, 2});
+    r.open(0);
+    const auto ba = encode_fp32(a), bb = encode_fp32(b);
+    if (a_first) {
+      r.add(0, 1, 0, 4, 3.0, fp32, ba.data(), ba.size());
+      r.add(0, 2, 0, 4, 7.0, fp32, bb.data(), bb.size());
+    } else {
+      r.add(0, 2, 0, 4, 7.0, fp32, bb.data(), bb.size());
+      r.add(0, 1, 0, 4, 3.0, fp32, ba.data(), ba.size());
+    }
+    return r.take(0).mean;
+  };
+  const auto x = run(true), y = run(false);
+  EXPECT_EQ(0, std::memcmp(x.data(), y.data(), 16));
+}
+
+}  // namespace
+}  // namespace fedwan
