@@ -2,7 +2,10 @@
 
 #include <thread>
 
+#include "common/log.hpp"
 #include "fedwan/error.hpp"
+
+#include <mutex>
 
 namespace fedwan {
 namespace {
@@ -39,6 +42,11 @@ bool wait_readable(zmq::socket_t& s, Millis timeout) {
 }  // namespace
 
 SecurityFactory plaintext_security_factory() {
+  static std::once_flag warned;
+  std::call_once(warned, [] {
+    log().warn("links are plaintext: not authenticated or encrypted in this release; "
+               "run only on a trusted network (see docs/security.md)");
+  });
   return [](const std::string&) { return std::make_unique<PlaintextSecurity>(); };
 }
 

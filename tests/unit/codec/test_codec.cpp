@@ -51,7 +51,8 @@ float max_abs(const Floats& v) {
 }
 
 bool same_bits(const Floats& a, const Floats& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 void put_u16(Bytes& b, size_t off, uint16_t v) {

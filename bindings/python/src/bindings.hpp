@@ -1,0 +1,47 @@
+// Shared declarations of the _fedwan extension: one bind_* function per
+// public area, and the checks that turn Python objects into C++ views.
+#pragma once
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <chrono>
+#include <cstddef>
+#include <string>
+
+#include "fedwan/topology.hpp"
+
+namespace fedwan::python {
+
+namespace py = pybind11;
+
+void bind_errors(py::module_& m);
+void bind_codec(py::module_& m);
+void bind_topology(py::module_& m);
+void bind_site_core(py::module_& m);
+void bind_aggregator(py::module_& m);
+void bind_synthetic(py::module_& m);
+
+// The float32 NumPy array behind `obj`, used in place (no copy). Throws
+// ConfigError naming `what` unless obj is a C-contiguous float32 ndarray,
+// writeable when `writable`, with at least one element when `non_empty`.
+py::array float32_buffer(const py::handle& obj, const std::string& what, bool writable,
+                         bool non_empty);
+
+// A C-contiguous float32 array with the values of `obj` (a copy only when
+// obj is a float32 array of another layout). Other dtypes throw ConfigError:
+// a silent cast from float64 would hide a precision loss.
+py::array_t<float, py::array::c_style> float32_values(const py::handle& obj,
+                                                      const std::string& what);
+
+// A new NumPy array holding a copy of p[0, n).
+py::array_t<float> copy_to_numpy(const float* p, size_t n);
+
+// A fedwan.Topology, or a path (str or os.PathLike) to load one from.
+Topology topology_from(const py::handle& obj);
+
+// Seconds from Python to milliseconds; throws ConfigError naming `what`
+// unless finite and > 0.
+std::chrono::milliseconds seconds_to_ms(double seconds, const std::string& what);
+
+}  // namespace fedwan::python
