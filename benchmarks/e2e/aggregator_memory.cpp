@@ -16,7 +16,8 @@
 // full delta (K x model).
 //
 // Usage: fedwan_aggregator_memory [--params N] [--sites 2,8] [--rounds R]
-//            [--chunk-bytes B] [--window W] [--codec fp16|bf16|fp32]
+//            [--chunk-bytes B] [--window W] [--peer-window W] [--repeat N]
+//            [--codec fp16|bf16|fp32]
 // Prints a table and PASS (exit 0) or FAIL (exit 1); exit 2 on errors.
 #include <spawn.h>
 #include <sys/wait.h>
@@ -60,7 +61,9 @@ struct Config {
   uint64_t rounds = 3;
   uint64_t chunk_bytes = 1 << 20;
   int window = 8;
+  int peer_window = 0;  // root and sites; 0: one round of chunks plus `window` (see drive())
   std::string codec = "fp16";
+  int repeat = 3;       // runs per site count
 };
 
 // A field of /proc/self/status in KiB (VmRSS, VmHWM, ...); -1 if absent.
@@ -79,7 +82,8 @@ long status_kib(const char* field) {
 [[noreturn]] void usage(const std::string& why) {
   std::cerr << "fedwan_aggregator_memory: " << why << "\n"
             << "usage: fedwan_aggregator_memory [--params N] [--sites 2,8] [--rounds R]\n"
-            << "         [--chunk-bytes B] [--window W] [--codec fp16|bf16|fp32]\n";
+            << "         [--chunk-bytes B] [--window W] [--peer-window W] [--repeat N]\n"
+            << "         [--codec fp16|bf16|fp32]\n";
   std::exit(2);
 }
 
@@ -182,7 +186,7 @@ fedwan::Topology make_topology(const std::filesystem::path& dir, int sites, cons
   fed.inner_steps = 1;  // local training is not what is measured; keep it cheap
   fed.codec = cfg.codec;
   fed.chunk_bytes = cfg.chunk_bytes;
-  fed.round_timeout_s = 120;
+  fed.round_timeout_s = 60;
   return fedwan::Topology::build("aggregator-memory", fed, nodes);
 }
 
@@ -243,7 +247,7 @@ Measurement measure(int sites, const Config& cfg, const std::vector<float>& init
       o.node_id = "root";
       o.initial_model = init;
       o.join_timeout = std::chrono::seconds(60);
-      o.window = cfg.window;
+      o.window = cfg.peer_window;
       fedwan::Aggregator(std::move(o)).run();
     } catch (const std::exception& e) {
       fail("root", e);
@@ -258,7 +262,7 @@ Measurement measure(int sites, const Config& cfg, const std::vector<float>& init
         o.topology = topo;
         o.node_id = id;
         o.join_timeout = std::chrono::seconds(60);
-        o.window = cfg.window;
+        o.window = cfg.peer_window;
         fedwan::SiteCore site(std::move(o), params.data(), params.size());
         fedwan::SyncResult r = site.join();
         while (!r.finished) {
@@ -294,46 +298,83 @@ Measurement measure(int sites, const Config& cfg, const std::vector<float>& init
   return m;
 }
 
-int drive(const Config& cfg) {
+int drive(Config cfg) {
+  // Cut-through makes both directions of a link busy at once: the root
+  // streams round r+1's anchor chunk i down while round r's delta chunks
+  // still stream up. Each end sends from its single event thread, blocking
+  // while the peer's window is full, without reading meanwhile; once a round
+  // has more chunks than the two windows (and the kernel's socket buffer)
+  // hold, root and region, or region and a site, wait on each other until
+  // the send timeout. Giving the root and the sites a window of one round of
+  // chunks lets them take everything the region sends while they are busy
+  // sending; their queues live in this process. The region, the process
+  // measured, keeps `window`, so its own queues are what the numbers show.
+  const uint64_t chunks = (cfg.params * sizeof(float) + cfg.chunk_bytes - 1) / cfg.chunk_bytes;
+  if (cfg.peer_window <= 0) cfg.peer_window = static_cast<int>(chunks) + cfg.window;
   const double model_mib = double(cfg.params) * sizeof(float) / kMiB;
   const double chunk_mib = double(cfg.chunk_bytes) / kMiB;
-  std::printf("region aggregator memory: %llu parameters (%.1f MiB fp32), codec %s, chunk %.2f "
-              "MiB, window %d, %llu rounds\n",
+  std::printf("region aggregator memory: %llu parameters (%.1f MiB fp32), codec %s, %llu chunks "
+              "of %.2f MiB, region window %d (root and sites %d), %llu rounds, %d runs per "
+              "site count\n",
               static_cast<unsigned long long>(cfg.params), model_mib, cfg.codec.c_str(),
-              chunk_mib, cfg.window, static_cast<unsigned long long>(cfg.rounds));
+              static_cast<unsigned long long>(chunks), chunk_mib, cfg.window, cfg.peer_window,
+              static_cast<unsigned long long>(cfg.rounds), cfg.repeat);
   std::fflush(stdout);
   const std::vector<float> init = fedwan::synthetic::initial_model(cfg.params, kSeed);
-  std::vector<Measurement> runs;
+
+  // How many chunks a region holds accumulators for depends on how far its
+  // fastest child runs ahead of its slowest, which varies from run to run;
+  // the worst of several runs is what a deployment must provision for.
+  struct Row {
+    int sites = 0;
+    double idle_mib = 0, peak_min = 0, peak_max = 0, seconds = 0;
+  };
+  std::vector<Row> rows;
   for (int k : cfg.sites) {
-    runs.push_back(measure(k, cfg, init));
-    std::printf("  %d sites: done in %.1f s\n", k, runs.back().seconds);
+    Row row;
+    row.sites = k;
+    for (int r = 0; r < cfg.repeat; ++r) {
+      const Measurement m = measure(k, cfg, init);
+      row.idle_mib = std::max(row.idle_mib, m.idle_mib);
+      row.peak_min = r == 0 ? m.peak_mib : std::min(row.peak_min, m.peak_mib);
+      row.peak_max = std::max(row.peak_max, m.peak_mib);
+      row.seconds += m.seconds;
+    }
+    std::printf("  %d sites: %d runs in %.1f s\n", k, cfg.repeat, row.seconds);
     std::fflush(stdout);
+    rows.push_back(row);
   }
 
-  const Measurement& base = runs.front();
-  std::printf("\n%6s %10s %10s %10s %12s %12s %12s %14s\n", "sites", "model MiB", "idle MiB",
+  const Row& base = rows.front();
+  std::printf("\n%5s %9s %9s %15s %11s %10s %10s %13s\n", "sites", "model MiB", "idle MiB",
               "peak MiB", "growth MiB", "in chunks", "in models", "K x model MiB");
-  bool pass = true;
-  for (const Measurement& m : runs) {
-    const double growth = m.peak_mib - base.peak_mib;
-    std::printf("%6d %10.1f %10.1f %10.1f %12.1f %12.1f %12.2f %14.1f\n", m.sites, model_mib,
-                m.idle_mib, m.peak_mib, growth, growth / chunk_mib, growth / model_mib,
-                m.sites * model_mib);
+  for (const Row& r : rows) {
+    const double growth = r.peak_max - base.peak_max;
+    char peak[32];
+    std::snprintf(peak, sizeof(peak), "%.1f..%.1f", r.peak_min, r.peak_max);
+    std::printf("%5d %9.1f %9.1f %15s %11.1f %10.1f %10.2f %13.1f\n", r.sites, model_mib,
+                r.idle_mib, peak, growth, growth / chunk_mib, growth / model_mib,
+                r.sites * model_mib);
   }
-  std::printf("\n");
-  for (size_t i = 1; i < runs.size(); ++i) {
-    const Measurement& m = runs[i];
-    const int extra = m.sites - base.sites;
-    const double growth = m.peak_mib - base.peak_mib;
-    // Each extra child may hold `window` frames queued in each direction.
+  std::printf("(peak: VmHWM of the region process, lowest..highest of the runs; growth: highest "
+              "peak minus the %d-site one; K x model: what buffering every child's full fp32 "
+              "delta would take)\n\n",
+              base.sites);
+  bool pass = true;
+  for (size_t i = 1; i < rows.size(); ++i) {
+    const Row& r = rows[i];
+    const int extra = r.sites - base.sites;
+    const double growth = r.peak_max - base.peak_max;
+    // Each extra child may hold `window` frames of at most one chunk queued
+    // in each direction; that is all that may grow with the site count.
     const double window_bound = extra * cfg.window * chunk_mib * 2 + kSlackMiB;
-    const double per_child_models = extra * model_mib;
-    const bool ok = growth <= window_bound && growth <= 0.25 * per_child_models;
+    const double full_deltas = extra * model_mib;
+    const bool ok = growth <= window_bound && growth <= 0.5 * full_deltas;
     pass = pass && ok;
-    std::printf("%d -> %d sites: peak grew %.1f MiB = %.2f MiB per extra site; window bound "
-                "%.1f MiB; %d extra full deltas would be %.1f MiB (growth is %.1f%% of that) %s\n",
-                base.sites, m.sites, growth, growth / extra, window_bound, extra,
-                per_child_models, 100.0 * growth / per_child_models, ok ? "ok" : "TOO MUCH");
+    std::printf("%d -> %d sites: peak grew %.1f MiB (%.2f MiB per extra site); window bound "
+                "%.1f MiB; %d more full deltas would be %.1f MiB, growth is %.1f%% of that: %s\n",
+                base.sites, r.sites, growth, growth / extra, window_bound, extra, full_deltas,
+                100.0 * growth / full_deltas, ok ? "ok" : "too much");
   }
   std::printf("%s\n", pass ? "PASS" : "FAIL");
   return pass ? 0 : 1;
@@ -360,6 +401,10 @@ int main(int argc, char** argv) {
       cfg.chunk_bytes = std::strtoull(value().c_str(), nullptr, 10);
     } else if (a == "--window") {
       cfg.window = std::atoi(value().c_str());
+    } else if (a == "--peer-window") {
+      cfg.peer_window = std::atoi(value().c_str());
+    } else if (a == "--repeat") {
+      cfg.repeat = std::atoi(value().c_str());
     } else if (a == "--codec") {
       cfg.codec = value();
     } else if (a == "--serve-region") {  // internal: the measured process
@@ -371,8 +416,8 @@ int main(int argc, char** argv) {
     }
   }
   if (!serve_topology.empty()) return serve_region(serve_topology, report, cfg.window);
-  if (cfg.params == 0 || cfg.rounds == 0 || cfg.window < 1) {
-    usage("--params, --rounds and --window must be positive");
+  if (cfg.params == 0 || cfg.rounds == 0 || cfg.window < 1 || cfg.repeat < 1) {
+    usage("--params, --rounds, --window and --repeat must be positive");
   }
   try {
     return drive(cfg);

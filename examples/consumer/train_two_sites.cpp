@@ -7,8 +7,9 @@
 // initial model did and both sites ended with the same parameters.
 #include <stdlib.h>
 
-#include <cstdio>
+#include <chrono>
 #include <filesystem>
+#include <iostream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -65,9 +66,9 @@ int main() {
   const std::vector<Dataset> data = {make_site_data(0, 192), make_site_data(1, 320)};
   fedwan::FederationSpec fed;
   fed.rounds = 6;
-  fed.inner_steps = 5;           // H: local SGD steps between two syncs
-  fed.codec = "fp16";            // deltas travel as fp16 (half the fp32 bytes)
-  fed.round_timeout_s = 60;      // fail instead of waiting forever
+  fed.inner_steps = 5;       // H: local SGD steps between two syncs
+  fed.codec = "fp16";        // deltas travel as fp16 (half the fp32 bytes)
+  fed.round_timeout_s = 60;  // fail instead of waiting forever
   std::vector<fedwan::NodeSpec> nodes(3);
   nodes[0].id = "root";
   nodes[0].role = fedwan::Role::kRoot;
@@ -86,6 +87,7 @@ int main() {
   fedwan::AggregatorOptions agg_opts;
   agg_opts.topology = topology;
   agg_opts.node_id = "root";
+  agg_opts.join_timeout = std::chrono::seconds(30);  // every blocking call has a deadline
   {
     fedwan::FlatParameters flat(*initial);
     agg_opts.initial_model.assign(flat.data(), flat.data() + flat.numel());
@@ -112,6 +114,7 @@ int main() {
         fedwan::SiteOptions opts;
         opts.topology = topology;
         opts.node_id = nodes[s + 1].id;
+        opts.join_timeout = std::chrono::seconds(30);
         // Flattens the parameters in place: model, optimizer and fedwan now
         // share one buffer, so a sync rewrites what the model computes with.
         fedwan::Site site(opts, *model, &optimizer);
@@ -133,29 +136,25 @@ int main() {
 
   bool ok = true;
   for (size_t i = 0; i < errors.size(); ++i) {
-    if (errors[i].empty()) continue;
-    std::fprintf(stderr, "%s failed: %s\n", i == 0 ? "root" : nodes[i].id.c_str(),
-                 errors[i].c_str());
-    ok = false;
+    if (!errors[i].empty()) std::cerr << nodes[i].id << " failed: " << errors[i] << "\n";
+    ok = ok && errors[i].empty();
   }
   if (!ok) return 1;
 
   // After the last round every site holds the same global model.
   const double loss_after = loss_on(models[0], data);
-  std::printf("rounds: %llu, H = %llu\n", static_cast<unsigned long long>(summary.rounds),
-              static_cast<unsigned long long>(fed.inner_steps));
-  std::printf("loss on both sites' data: before %.4f, after %.4f\n", loss_before, loss_after);
-  std::printf("WAN bytes: %llu (%llu had the deltas been fp32)\n",
-              static_cast<unsigned long long>(summary.wan_bytes_total),
-              static_cast<unsigned long long>(summary.fp32_bytes_total));
+  std::cout << "rounds: " << summary.rounds << ", H = " << fed.inner_steps << "\n"
+            << "loss on both sites' data: before " << loss_before << ", after " << loss_after
+            << "\nWAN bytes: " << summary.wan_bytes_total << " (" << summary.fp32_bytes_total
+            << " had the deltas been fp32)\n";
   if (!(loss_after < loss_before)) {
-    std::fprintf(stderr, "error: the loss did not go down\n");
+    std::cerr << "error: the loss did not go down\n";
     ok = false;
   }
-  const torch::Tensor p0 = torch::nn::utils::parameters_to_vector(models[0]->parameters());
-  const torch::Tensor p1 = torch::nn::utils::parameters_to_vector(models[1]->parameters());
-  if (!torch::equal(p0, p1)) {
-    std::fprintf(stderr, "error: the sites ended with different parameters\n");
+  using torch::nn::utils::parameters_to_vector;
+  if (!torch::equal(parameters_to_vector(models[0]->parameters()),
+                    parameters_to_vector(models[1]->parameters()))) {
+    std::cerr << "error: the sites ended with different parameters\n";
     ok = false;
   }
   return ok ? 0 : 1;

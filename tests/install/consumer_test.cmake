@@ -29,7 +29,8 @@ set(headers_build ${SCRATCH_DIR}/headers-build)
 # Runs one step; on failure prints its output and stops. `echo` prints the
 # output on success as well.
 function(run_step name echo)
-  message(STATUS "[${name}] ${ARGN}")
+  list(JOIN ARGN " " shown)
+  message(STATUS "[${name}] ${shown}")
   execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out
                   TIMEOUT 500)
   if(NOT rc EQUAL 0)
@@ -87,10 +88,29 @@ foreach(f ${package_files})
   endforeach()
 endforeach()
 
-# 3. Every installed header compiles on its own with only installed include
+# 3. Installed binaries find fedwan's own libraries next to them (RUNPATH
+#    $ORIGIN), whatever links or dlopens them. Needs ldd; skipped without.
+find_program(ldd ldd)
+file(GLOB binaries ${prefix}/lib*/libfedwan*.so* ${prefix}/bin/*)
+if(ldd)
+  foreach(b ${binaries})
+    if(IS_SYMLINK ${b})
+      continue()
+    endif()
+    execute_process(COMMAND ${ldd} ${b} OUTPUT_VARIABLE deps ERROR_QUIET)
+    string(REGEX MATCH "libfedwan[^ ]* => not found" missing "${deps}")
+    if(missing)
+      message(FATAL_ERROR "[check] ${b}: ${missing}; give the target "
+                          "INSTALL_RPATH \"$ORIGIN\" (bin/: \"$ORIGIN/../lib\")")
+    endif()
+  endforeach()
+endif()
+
+# 4. Every installed header compiles on its own with only installed include
 #    paths (no private header of src/ reachable). One file per header;
 #    rewritten only when it changes, so re-runs are incremental.
-file(GLOB headers RELATIVE ${prefix}/include ${prefix}/include/fedwan/*.hpp)
+file(GLOB headers RELATIVE ${prefix}/include ${prefix}/include/fedwan/*.h
+     ${prefix}/include/fedwan/*.hpp)
 set(sources "")
 foreach(h ${headers})
   string(MAKE_C_IDENTIFIER ${h} stem)
@@ -111,7 +131,7 @@ run_step(headers-configure OFF ${CMAKE_COMMAND} -S ${headers_src} -B ${headers_b
          ${configure_args})
 run_step(headers-build OFF ${CMAKE_COMMAND} --build ${headers_build} --config ${BUILD_TYPE})
 
-# 4. The example, configured exactly as a user would: find_package(fedwan).
+# 5. The example, configured exactly as a user would: find_package(fedwan).
 run_step(configure OFF ${CMAKE_COMMAND} -S ${CONSUMER_SOURCE_DIR} -B ${consumer_build}
          ${configure_args})
 file(STRINGS ${consumer_build}/CMakeCache.txt found REGEX "^fedwan_DIR:")
@@ -121,7 +141,7 @@ if(NOT at GREATER -1)
 endif()
 run_step(build OFF ${CMAKE_COMMAND} --build ${consumer_build} --config ${BUILD_TYPE})
 
-# 5. Run it. It must find fedwan's libraries in the prefix by itself (RPATH).
+# 6. Run it. It must find fedwan's libraries in the prefix by itself (RPATH).
 set(example ${consumer_build}/train_two_sites)
 if(NOT EXISTS ${example})
   set(example ${consumer_build}/${BUILD_TYPE}/train_two_sites)

@@ -1,0 +1,167 @@
+// Aggregator (root or region) for Python. run() releases the GIL for the
+// whole federation; the callbacks re-take it on run()'s thread. An exception
+// raised by a callback stops the aggregator and is re-raised from run().
+#include <pybind11/stl.h>
+
+#include <atomic>
+#include <exception>
+#include <memory>
+#include <optional>
+
+#include "bindings.hpp"
+#include "fedwan/aggregator.hpp"
+#include "fedwan/error.hpp"
+
+namespace fedwan::python {
+namespace {
+
+// Unwinds Aggregator::run() after a callback failed. Not a std::exception,
+// so no handler inside the core can mistake it for a runtime error.
+struct CallbackFailed {};
+
+py::dict report_dict(const RoundReport& r) {
+  py::dict d;
+  d["round"] = r.round;
+  d["seconds"] = r.seconds;
+  d["wan_bytes"] = r.wan_bytes;
+  d["fp32_bytes"] = r.fp32_bytes;
+  d["frames"] = r.frames;
+  d["weight"] = r.weight;
+  return d;
+}
+
+void require_callable(const py::object& f, const char* what) {
+  if (!f.is_none() && !PyCallable_Check(f.ptr())) {
+    throw ConfigError(std::string(what) + " must be callable or None");
+  }
+}
+
+class PyAggregator {
+ public:
+  PyAggregator(const py::handle& topology, const std::string& node_id,
+               const py::handle& initial_model, py::object on_round, py::object on_model,
+               double join_timeout_s, std::optional<double> round_timeout_s, int window)
+      : on_round_(std::move(on_round)), on_model_(std::move(on_model)) {
+    require_callable(on_round_, "on_round");
+    require_callable(on_model_, "on_model");
+    AggregatorOptions opt;
+    opt.topology = topology_from(topology);
+    opt.node_id = node_id;
+    if (!initial_model.is_none()) {
+      const auto values = float32_values(initial_model, "initial_model");
+      opt.initial_model.assign(values.data(), values.data() + values.size());
+    }
+    opt.join_timeout = seconds_to_ms(join_timeout_s, "join_timeout_s");
+    if (round_timeout_s) opt.round_timeout = seconds_to_ms(*round_timeout_s, "round_timeout_s");
+    if (window < 1) throw ConfigError("window must be >= 1, got " + std::to_string(window));
+    opt.window = window;
+    // The lambdas hold `this`, never a Python object: the core may copy or
+    // destroy them without the GIL.
+    if (!on_round_.is_none()) {
+      opt.on_round = [this](const RoundReport& r) {
+        call_python([&] { on_round_(report_dict(r)); });
+      };
+    }
+    if (!on_model_.is_none()) {
+      opt.on_model = [this](uint64_t round, const std::vector<float>& global) {
+        call_python([&] { on_model_(round, copy_to_numpy(global.data(), global.size())); });
+      };
+    }
+    agg_ = std::make_unique<Aggregator>(std::move(opt));
+  }
+
+  // Closing the sockets may wait up to their linger time (seconds) for
+  // frames children never took; other Python threads run meanwhile.
+  ~PyAggregator() {
+    py::gil_scoped_release nogil;
+    agg_.reset();
+  }
+  PyAggregator(const PyAggregator&) = delete;
+  PyAggregator& operator=(const PyAggregator&) = delete;
+
+  py::dict run() {
+    if (started_.exchange(true)) {
+      throw Error("Aggregator.run() was already called; build a new Aggregator per federation");
+    }
+    AggregatorSummary s;
+    bool callback_failed = false;
+    {
+      py::gil_scoped_release nogil;
+      try {
+        s = agg_->run();
+      } catch (const CallbackFailed&) {
+        callback_failed = true;
+      }
+    }
+    if (callback_failed && callback_error_) {
+      std::exception_ptr e = std::move(callback_error_);
+      callback_error_ = nullptr;
+      std::rethrow_exception(e);
+    }
+    py::list reports;
+    for (const RoundReport& r : s.reports) reports.append(report_dict(r));
+    py::dict d;
+    d["rounds"] = s.rounds;
+    d["reports"] = reports;
+    d["wan_bytes_total"] = s.wan_bytes_total;
+    d["fp32_bytes_total"] = s.fp32_bytes_total;
+    d["rejected_frames"] = s.rejected_frames;
+    d["global_model"] = s.global_model.empty()
+                            ? py::object(py::none())
+                            : py::object(copy_to_numpy(s.global_model.data(),
+                                                       s.global_model.size()));
+    return d;
+  }
+
+  // Any thread; run() then raises fedwan.Error("... stopped") within ~100 ms.
+  void stop() { agg_->stop(); }
+
+ private:
+  // Runs `f` under the GIL on run()'s thread. A failure is kept (to be
+  // re-raised by run() once it holds the GIL) and unwinds the core's loop.
+  template <class F>
+  void call_python(F&& f) {
+    py::gil_scoped_acquire gil;
+    try {
+      f();
+    } catch (...) {
+      callback_error_ = std::current_exception();
+      throw CallbackFailed{};
+    }
+  }
+
+  py::object on_round_;
+  py::object on_model_;
+  std::exception_ptr callback_error_;  // written and read under the GIL
+  std::atomic<bool> started_{false};
+  std::unique_ptr<Aggregator> agg_;    // last: destroyed before the callbacks it calls
+};
+
+}  // namespace
+
+void bind_aggregator(py::module_& m) {
+  using namespace pybind11::literals;
+  py::class_<PyAggregator>(m, "Aggregator", R"(A root or region aggregator of the topology.
+
+Construction validates the options and binds the node's endpoint (raises
+fedwan.ConfigError or fedwan.TransportError). The root needs `initial_model`, a
+float32 array (copied). Callbacks run on run()'s thread with the GIL held:
+on_round(report: dict) once a round's traffic over the subtree is known, and
+(root only) on_model(round: int, global_model: numpy copy). An exception raised
+by a callback aborts the federation and propagates out of run().)")
+      .def(py::init<const py::handle&, const std::string&, const py::handle&, py::object,
+                    py::object, double, std::optional<double>, int>(),
+           "topology"_a, "node_id"_a, "initial_model"_a = py::none(), "on_round"_a = py::none(),
+           "on_model"_a = py::none(), "join_timeout_s"_a = 300.0, py::kw_only(),
+           "round_timeout_s"_a = py::none(), "window"_a = 8)
+      .def("run", &PyAggregator::run,
+           R"(Serves until the last round is done (blocking, GIL released). Returns
+{rounds, reports: [ {round, seconds, wan_bytes, fp32_bytes, frames, weight} ],
+ wan_bytes_total, fp32_bytes_total, rejected_frames, global_model (root: float32
+ array; region: None)}. Raises fedwan.TimeoutError when children do not join or a
+round does not complete in time, fedwan.Error when stopped.)")
+      .def("stop", &PyAggregator::stop,
+           "Makes run() raise fedwan.Error('... stopped') within ~100 ms; any thread.");
+}
+
+}  // namespace fedwan::python

@@ -1,0 +1,127 @@
+// SiteCore over a caller-owned float32 NumPy array. The wrapper keeps the
+// array alive for as long as the SiteCore writes into it, and releases the
+// GIL while join() and sync() block on the network.
+#include <pybind11/stl.h>
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <optional>
+
+#include "bindings.hpp"
+#include "fedwan/error.hpp"
+#include "fedwan/site_core.hpp"
+
+namespace fedwan::python {
+namespace {
+
+py::dict sync_dict(const SyncResult& r) {
+  py::dict d;
+  d["round"] = r.round;
+  d["finished"] = r.finished;
+  d["bytes_sent"] = r.bytes_sent;
+  d["bytes_received"] = r.bytes_received;
+  return d;
+}
+
+// Thread safety: one Python thread at a time may be in join()/sync(); a
+// second gets fedwan.Error at once rather than waiting (waiting while
+// holding the GIL could deadlock with the first thread re-taking it). The
+// read-only properties never block.
+class PySiteCore {
+ public:
+  PySiteCore(const py::handle& topology, const std::string& node_id, const py::handle& params,
+             double join_timeout_s, std::optional<double> round_timeout_s, int window)
+      : params_(float32_buffer(params, "params", /*writable=*/true, /*non_empty=*/true)) {
+    SiteOptions opt;
+    opt.topology = topology_from(topology);
+    opt.node_id = node_id;
+    opt.join_timeout = seconds_to_ms(join_timeout_s, "join_timeout_s");
+    if (round_timeout_s) opt.round_timeout = seconds_to_ms(*round_timeout_s, "round_timeout_s");
+    if (window < 1) throw ConfigError("window must be >= 1, got " + std::to_string(window));
+    opt.window = window;
+    core_ = std::make_unique<SiteCore>(std::move(opt), static_cast<float*>(params_.mutable_data()),
+                                       static_cast<size_t>(params_.size()));
+    inner_steps_ = core_->inner_steps();
+  }
+
+  // Closing the socket may wait up to its linger time (seconds) for frames
+  // a vanished parent never took; other Python threads run meanwhile.
+  ~PySiteCore() {
+    py::gil_scoped_release nogil;
+    core_.reset();
+  }
+  PySiteCore(const PySiteCore&) = delete;
+  PySiteCore& operator=(const PySiteCore&) = delete;
+
+  py::dict join() { return run_locked("join", [this] { return core_->join(); }); }
+  py::dict sync() { return run_locked("sync", [this] { return core_->sync(); }); }
+
+  uint64_t round() const { return round_.load(); }
+  bool finished() const { return finished_.load(); }
+  uint64_t inner_steps() const { return inner_steps_; }
+  const py::array& params() const { return params_; }
+  py::bytes initial_digest() const {
+    const auto& d = core_->initial_digest();
+    return py::bytes(reinterpret_cast<const char*>(d.data()), d.size());
+  }
+
+ private:
+  template <class F>
+  py::dict run_locked(const char* what, F&& call) {
+    std::unique_lock<std::mutex> lock(busy_, std::try_to_lock);
+    if (!lock) {
+      throw Error(std::string("SiteCore.") + what + "(): another thread is already in join() "
+                  "or sync() of this site; drive a site from one thread");
+    }
+    SyncResult r;
+    {
+      py::gil_scoped_release nogil;
+      r = call();
+    }
+    round_.store(r.round);
+    finished_.store(r.finished);
+    return sync_dict(r);
+  }
+
+  py::array params_;  // the caller's buffer; kept alive while core_ writes into it
+  std::unique_ptr<SiteCore> core_;
+  uint64_t inner_steps_ = 0;
+  std::mutex busy_;
+  std::atomic<uint64_t> round_{0};
+  std::atomic<bool> finished_{false};
+};
+
+}  // namespace
+
+void bind_site_core(py::module_& m) {
+  using namespace pybind11::literals;
+  py::class_<PySiteCore>(m, "SiteCore", R"(The site side of the federation over a float32 NumPy array.
+
+`params` must be a C-contiguous, writeable float32 ndarray; it is used in place
+(no copy) and kept alive by this object. join() and sync() write the federation's
+model into it. For a torch model use fedwan.Site, which builds such an array over
+the model's parameters.)")
+      .def(py::init<const py::handle&, const std::string&, const py::handle&, double,
+                    std::optional<double>, int>(),
+           "topology"_a, "node_id"_a, "params"_a, "join_timeout_s"_a = 300.0, py::kw_only(),
+           "round_timeout_s"_a = py::none(), "window"_a = 8,
+           "round_timeout_s=None uses the topology's federation.round_timeout_s.")
+      .def("join", &PySiteCore::join,
+           "Connects and joins; afterwards params hold the federation's model. Returns "
+           "{round, finished, bytes_sent, bytes_received}. Raises fedwan.TimeoutError or "
+           "fedwan.ProtocolError (refused by the parent).")
+      .def("sync", &PySiteCore::sync,
+           "Ends the round: sends the pseudo-gradient, waits for the next model and loads it "
+           "into params. Returns {round, finished, bytes_sent, bytes_received}.")
+      .def_property_readonly("round", &PySiteCore::round, "The round the site trains in.")
+      .def_property_readonly("finished", &PySiteCore::finished,
+                             "True once the federation is done; params hold the final model.")
+      .def_property_readonly("inner_steps", &PySiteCore::inner_steps,
+                             "H: local steps per round, from the topology.")
+      .def_property_readonly("params", &PySiteCore::params, "The array the site works on.")
+      .def_property_readonly("initial_digest", &PySiteCore::initial_digest,
+                             "SHA-256 of params when the SiteCore was built.");
+}
+
+}  // namespace fedwan::python

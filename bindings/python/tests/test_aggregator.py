@@ -1,0 +1,100 @@
+"""fedwan.Aggregator from Python: option errors, stop(), timeouts, and
+callback exceptions that propagate out of run() without hanging anything."""
+
+import builtins
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import fedwan
+from helpers import JOIN_TIMEOUT_S, Worker, join_all, topology_yaml
+
+
+def two_site_topology(sock_dir, **kw):
+    return fedwan.Topology.parse(topology_yaml(
+        "py-agg", sock_dir, [("site-0", "root", 1), ("site-1", "root", 1)], **kw))
+
+
+def synthetic_site(topo, node_id, initial):
+    """A site on the synthetic workload. Returns None when the federation
+    finished, else the name of the fedwan error that ended it (not the error
+    itself: its traceback would keep the SiteCore and its socket alive)."""
+    params = initial.copy()
+    core = fedwan.SiteCore(topo, node_id, params, join_timeout_s=JOIN_TIMEOUT_S)
+    try:
+        core.join()
+        while not core.finished:
+            fedwan.synthetic_local_steps(params, topo.node(node_id).index, 2, 5)
+            core.sync()
+    except fedwan.Error as e:
+        return type(e).__name__
+    return None
+
+
+def test_options_are_checked(sock_dir):
+    topo = two_site_topology(sock_dir)
+    with pytest.raises(fedwan.ConfigError, match="root 'root' needs an initial model"):
+        fedwan.Aggregator(topo, "root")
+    with pytest.raises(fedwan.ConfigError, match="'site-0' is a site"):
+        fedwan.Aggregator(topo, "site-0")
+    with pytest.raises(fedwan.ConfigError, match="initial_model must have dtype float32"):
+        fedwan.Aggregator(topo, "root", np.zeros(4))
+    with pytest.raises(fedwan.ConfigError, match="on_round must be callable"):
+        fedwan.Aggregator(topo, "root", np.zeros(4, np.float32), on_round=3)
+
+
+def test_join_timeout_names_the_missing_children(sock_dir):
+    root = fedwan.Aggregator(two_site_topology(sock_dir), "root", np.zeros(4, np.float32),
+                             join_timeout_s=0.3)
+    with pytest.raises(fedwan.TimeoutError, match="did not join.*site-0, site-1") as info:
+        root.run()
+    assert isinstance(info.value, builtins.TimeoutError)
+    with pytest.raises(fedwan.Error, match="already called"):
+        root.run()
+
+
+def test_stop_from_another_thread_ends_run(sock_dir):
+    root = fedwan.Aggregator(two_site_topology(sock_dir), "root", np.zeros(4, np.float32),
+                             join_timeout_s=60)
+    worker = Worker("root", root.run)
+    worker.start()
+    time.sleep(0.2)
+    started = time.monotonic()
+    root.stop()
+    worker.join(5)
+    assert not worker.is_alive()
+    assert time.monotonic() - started < 2
+    assert isinstance(worker.error, fedwan.Error) and "stopped" in str(worker.error)
+
+
+# on_model fails in round 1 of 3: the federation is cut short and the sites
+# time out. on_round fails after the last round: the sites are already done.
+@pytest.mark.parametrize("which,failing_call,sites_finish",
+                         [("on_model", 2, False), ("on_round", 3, True)])
+def test_callback_exception_propagates_out_of_run(sock_dir, which, failing_call, sites_finish):
+    # A short round timeout: the sites give up soon after the root is gone.
+    topo = two_site_topology(sock_dir, rounds=3, round_timeout_s=1.0)
+    initial = fedwan.synthetic_initial_model(64, 5)
+    calls = []
+
+    def callback(*args):
+        calls.append(threading.current_thread().name)
+        if len(calls) == failing_call:
+            raise ValueError(f"boom from {which}")
+
+    root = fedwan.Aggregator(topo, "root", initial, join_timeout_s=JOIN_TIMEOUT_S,
+                             **{which: callback})
+    sites = [Worker(n, lambda n=n: synthetic_site(topo, n, initial))
+             for n in ("site-0", "site-1")]
+    for w in sites:
+        w.start()
+    with pytest.raises(ValueError, match=f"boom from {which}"):
+        root.run()
+    # Callbacks ran on run()'s thread (this one) until one raised; no more.
+    assert calls == [threading.current_thread().name] * failing_call
+    del root  # closes its sockets
+    join_all(sites)
+    want = None if sites_finish else "TimeoutError"
+    assert [w.result for w in sites] == [want, want]

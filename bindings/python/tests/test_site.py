@@ -1,0 +1,102 @@
+"""fedwan.Site and fedwan.SiteCore argument handling: the shared buffer, and
+clear ConfigErrors for parameters or arrays they cannot use."""
+
+import numpy as np
+import pytest
+
+import fedwan
+from helpers import topology_yaml
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.fixture
+def topo(sock_dir):
+    return fedwan.Topology.parse(topology_yaml(
+        "py-site", sock_dir, [("site-0", "root", 1), ("site-1", "root", 1)]))
+
+
+def test_site_flattens_parameters_into_one_shared_buffer(topo):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2))
+    before = [p.detach().clone() for p in model.parameters()]
+    site = fedwan.Site(topo, "site-0", model.parameters())
+    assert site.numel == 3 * 4 + 4 + 4 * 2 + 2
+    assert site.flat.dtype == torch.float32 and site.flat.is_contiguous()
+    assert site.inner_steps == 2 and site.round == 0 and not site.finished
+    # Values are kept, shapes too; every parameter is now a slice of flat.
+    for p, old in zip(model.parameters(), before):
+        assert p.shape == old.shape and torch.equal(p.detach(), old)
+    flat = site.flat
+    flat[0] = 42.0
+    assert model[0].weight[0, 0].item() == 42.0
+    # The optimizer writes into the buffer fedwan sends from.
+    opt = torch.optim.SGD(model.parameters(), lr=1.0)
+    for p in model.parameters():
+        p.grad = torch.ones_like(p)
+    opt.step()
+    assert flat[0].item() == 41.0 and flat[-1].item() == before[-1][-1].item() - 1.0
+    # The model still trains through autograd on the views.
+    model(torch.ones(1, 3)).sum().backward()
+    assert model[0].weight.grad is not None
+
+
+def test_site_rejects_parameters_it_cannot_share(topo):
+    with pytest.raises(fedwan.ConfigError, match=r"parameter 0 .* is torch.float64.*model.float\(\)"):
+        fedwan.Site(topo, "site-0", torch.nn.Linear(2, 2).double().parameters())
+    meta = torch.nn.Parameter(torch.empty(4, device="meta"))
+    with pytest.raises(fedwan.ConfigError, match=r"is on meta.*CPU tensors only"):
+        fedwan.Site(topo, "site-0", [meta])
+    with pytest.raises(fedwan.ConfigError, match="not a torch tensor"):
+        fedwan.Site(topo, "site-0", [np.zeros(3, np.float32)])
+    with pytest.raises(fedwan.ConfigError, match="at least one parameter"):
+        fedwan.Site(topo, "site-0", [])
+
+
+def test_site_rejects_nodes_that_are_not_its_sites(topo, sock_dir):
+    params = list(torch.nn.Linear(2, 2).parameters())
+    with pytest.raises(fedwan.ConfigError, match="'root' is a root, not a site"):
+        fedwan.Site(topo, "root", params)
+    with pytest.raises(fedwan.ConfigError, match="'site-9' is not in topology 'py-site'"):
+        fedwan.Site(topo, "site-9", params)
+    path = f"{sock_dir}/federation.yaml"
+    with open(path, "w") as f:
+        f.write(topo.to_yaml())
+    assert fedwan.Site(path, "site-1", params).numel == 6
+
+
+def test_site_core_checks_its_array(topo):
+    with pytest.raises(fedwan.ConfigError, match="dtype float32, not float64"):
+        fedwan.SiteCore(topo, "site-0", np.zeros(8))
+    with pytest.raises(fedwan.ConfigError, match="C-contiguous"):
+        fedwan.SiteCore(topo, "site-0", np.zeros(16, np.float32)[::2])
+    frozen = np.zeros(8, np.float32)
+    frozen.flags.writeable = False
+    with pytest.raises(fedwan.ConfigError, match="read-only"):
+        fedwan.SiteCore(topo, "site-0", frozen)
+    with pytest.raises(fedwan.ConfigError, match="empty"):
+        fedwan.SiteCore(topo, "site-0", np.zeros(0, np.float32))
+    with pytest.raises(fedwan.ConfigError, match="join_timeout_s must be a finite number"):
+        fedwan.SiteCore(topo, "site-0", np.zeros(8, np.float32), join_timeout_s=0)
+    with pytest.raises(fedwan.ConfigError, match="fedwan.Topology or the path"):
+        fedwan.SiteCore(42, "site-0", np.zeros(8, np.float32))
+
+
+def test_site_core_keeps_its_array_alive_and_uses_it_in_place(topo):
+    core = fedwan.SiteCore(topo, "site-0", np.arange(8, dtype=np.float32))
+    # The only reference left is the SiteCore's own.
+    assert core.params.base is None and np.array_equal(core.params, np.arange(8))
+    params = np.ones(8, np.float32)
+    core = fedwan.SiteCore(topo, "site-0", params)
+    assert core.params is params
+
+
+def test_join_times_out_when_the_parent_does_not_answer(topo):
+    # The root binds its endpoint but never runs: the hello is taken, never answered.
+    root = fedwan.Aggregator(topo, "root", np.zeros(8, np.float32))
+    core = fedwan.SiteCore(topo, "site-0", np.zeros(8, np.float32), join_timeout_s=0.3)
+    with pytest.raises(fedwan.TimeoutError, match="site 'site-0': no welcome from parent 'root'"):
+        core.join()
+    with pytest.raises(fedwan.Error, match="call join"):
+        core.sync()
+    del core, root

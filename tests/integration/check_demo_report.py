@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""Runs `fedwan demo` and checks its JSON report against thresholds.
+
+usage: check_demo_report.py FEDWAN_BINARY WORKDIR [--min-accuracy A] [--max-gap G]
+                            [--max-ratio R] [--require-improvement] -- [demo flags...]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+
+def main() -> int:
+    argv = sys.argv[1:]
+    demo_flags = []
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, demo_flags = argv[:cut], argv[cut + 1:]
+    p = argparse.ArgumentParser()
+    p.add_argument("fedwan")
+    p.add_argument("workdir")
+    p.add_argument("--min-accuracy", type=float)
+    p.add_argument("--max-gap", type=float)
+    p.add_argument("--max-ratio", type=float)
+    p.add_argument("--require-improvement", action="store_true")
+    a = p.parse_args(argv)
+
+    os.makedirs(a.workdir, exist_ok=True)
+    report_path = os.path.join(a.workdir, "report.json")
+    if os.path.exists(report_path):
+        os.remove(report_path)
+    cmd = [a.fedwan, "demo", "--dir", os.path.join(a.workdir, "run"), "--report", report_path]
+    cmd += demo_flags
+    print("running:", " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True)
+    with open(report_path) as f:
+        r = json.load(f)
+
+    failures = []
+    for key in ("rounds", "final_accuracy", "baseline_accuracy", "wan_bytes_total",
+                "fp32_bytes_total", "wall_seconds", "configuration"):
+        if key not in r:
+            failures.append(f"report lacks '{key}'")
+    rounds = r.get("rounds", [])
+    expected_rounds = r.get("configuration", {}).get("rounds")
+    if len(rounds) != expected_rounds:
+        failures.append(f"{len(rounds)} round rows, configuration says {expected_rounds}")
+    for row in rounds:
+        for key in ("round", "accuracy", "loss", "wan_bytes", "seconds"):
+            if key not in row:
+                failures.append(f"round row lacks '{key}': {row}")
+    if sum(row.get("wan_bytes", 0) for row in rounds) != r.get("wan_bytes_total"):
+        failures.append("wan_bytes_total is not the sum of the rounds' wan_bytes")
+    final = r.get("final_accuracy") or 0.0
+    base = r.get("baseline_accuracy")
+    ratio = r["wan_bytes_total"] / r["fp32_bytes_total"] if r.get("fp32_bytes_total") else 1.0
+    print(f"final_accuracy {final:.4f}  baseline_accuracy {base}  wan/fp32 {ratio:.4f}  "
+          f"wall {r.get('wall_seconds', 0):.1f} s")
+    if a.min_accuracy is not None and final < a.min_accuracy:
+        failures.append(f"final accuracy {final:.4f} < {a.min_accuracy}")
+    if a.max_gap is not None:
+        if base is None:
+            failures.append("no baseline accuracy")
+        elif abs(final - base) > a.max_gap:
+            failures.append(f"|final - baseline| = {abs(final - base):.4f} > {a.max_gap}")
+    if a.max_ratio is not None and ratio > a.max_ratio:
+        failures.append(f"wan/fp32 bytes {ratio:.4f} > {a.max_ratio}")
+    if a.require_improvement and len(rounds) >= 2 and not rounds[-1]["accuracy"] > rounds[0]["accuracy"]:
+        failures.append("accuracy did not improve over the rounds")
+    for f in failures:
+        print("FAIL:", f)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
