@@ -61,9 +61,9 @@ struct Config {
   uint64_t rounds = 3;
   uint64_t chunk_bytes = 1 << 20;
   int window = 8;
-  int peer_window = 0;  // root and sites; 0: one round of chunks plus `window` (see drive())
+  int peer_window = 0;  // root and sites; 0: the same as `window`
   std::string codec = "fp16";
-  int repeat = 3;       // runs per site count
+  int repeat = 3;  // runs per site count
 };
 
 // A field of /proc/self/status in KiB (VmRSS, VmHWM, ...); -1 if absent.
@@ -93,7 +93,11 @@ std::vector<int> parse_sites(const std::string& list) {
   std::string item;
   while (std::getline(ss, item, ',')) {
     const int k = std::atoi(item.c_str());
-    if (k < 1) usage("--sites takes a comma-separated list of positive counts");
+    // With one child every chunk completes on arrival, so a one-site region
+    // never holds more than one accumulator; from two children on it may
+    // hold up to a model's worth, whatever their number. A one-site
+    // baseline would charge that step to the site count.
+    if (k < 2) usage("--sites takes a comma-separated list of counts of at least 2");
     out.push_back(k);
   }
   std::sort(out.begin(), out.end());
@@ -293,24 +297,21 @@ Measurement measure(int sites, const Config& cfg, const std::vector<float>& init
   if (!rep.count("peak_rss_kib") || rep.at("rounds") != double(cfg.rounds)) {
     throw fedwan::Error("the region process did not report a complete run");
   }
+  if (rep.at("rejected") != 0) {
+    throw fedwan::Error("the region rejected " + std::to_string(rep.at("rejected")) +
+                        " frames; the run does not show a clean federation");
+  }
   m.idle_mib = rep.at("idle_rss_kib") / 1024.0;
   m.peak_mib = rep.at("peak_rss_kib") / 1024.0;
   return m;
 }
 
 int drive(Config cfg) {
-  // Cut-through makes both directions of a link busy at once: the root
-  // streams round r+1's anchor chunk i down while round r's delta chunks
-  // still stream up. Each end sends from its single event thread, blocking
-  // while the peer's window is full, without reading meanwhile; once a round
-  // has more chunks than the two windows (and the kernel's socket buffer)
-  // hold, root and region, or region and a site, wait on each other until
-  // the send timeout. Giving the root and the sites a window of one round of
-  // chunks lets them take everything the region sends while they are busy
-  // sending; their queues live in this process. The region, the process
-  // measured, keeps `window`, so its own queues are what the numbers show.
+  // Every node uses the same window unless --peer-window says otherwise
+  // (the root and the sites live in this process; only the region, a
+  // process of its own, is measured).
   const uint64_t chunks = (cfg.params * sizeof(float) + cfg.chunk_bytes - 1) / cfg.chunk_bytes;
-  if (cfg.peer_window <= 0) cfg.peer_window = static_cast<int>(chunks) + cfg.window;
+  if (cfg.peer_window <= 0) cfg.peer_window = cfg.window;
   const double model_mib = double(cfg.params) * sizeof(float) / kMiB;
   const double chunk_mib = double(cfg.chunk_bytes) / kMiB;
   std::printf("region aggregator memory: %llu parameters (%.1f MiB fp32), codec %s, %llu chunks "
@@ -358,8 +359,12 @@ int drive(Config cfg) {
   }
   std::printf("(peak: VmHWM of the region process, lowest..highest of the runs; growth: highest "
               "peak minus the %d-site one; K x model: what buffering every child's full fp32 "
-              "delta would take)\n\n",
+              "delta would take)\n",
               base.sites);
+  std::printf("a region holds: idle + one error-feedback residual of the model (lossy codecs) "
+              "+ one %.2f MiB accumulator per chunk in flight (up to %llu, as far as its "
+              "fastest child runs ahead) + per child up to %d frames queued each way\n\n",
+              chunk_mib, static_cast<unsigned long long>(chunks), cfg.window);
   bool pass = true;
   for (size_t i = 1; i < rows.size(); ++i) {
     const Row& r = rows[i];

@@ -8,6 +8,7 @@
 #include "fedwan/aggregator.hpp"
 
 #include <atomic>
+#include <deque>
 #include <map>
 #include <optional>
 #include <unordered_map>
@@ -27,7 +28,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr Millis kPoll{100};
-constexpr Millis kSendTimeout{60000};
 
 struct Child {
   uint32_t index = 0;
@@ -81,9 +81,27 @@ class Aggregator::Impl {
   void try_send_telemetry(uint64_t round);
   void check_deadlines();
 
-  // Sending with accounting.
-  void send_child(const Child& c, std::vector<uint8_t> frame, const wire::FrameHeader& h);
+  // Sending never blocks the event loop: frames wait in a per-peer outbox
+  // and go out as the peer's window opens (see flush()). What can wait is
+  // bounded by the protocol: one round's chunks per direction, and anchor
+  // frames are shared by all children's outboxes.
+  using Frame = std::shared_ptr<const std::vector<uint8_t>>;
+  struct Outgoing {
+    Frame frame;
+    wire::FrameHeader header;
+  };
+  struct Outbox {
+    std::deque<Outgoing> frames;
+    Clock::time_point waiting_since;  // when the head frame started waiting
+  };
+  void send_child(const Child& c, Frame frame, const wire::FrameHeader& h);
+  void send_child(const Child& c, std::vector<uint8_t> frame, const wire::FrameHeader& h) {
+    send_child(c, std::make_shared<const std::vector<uint8_t>>(std::move(frame)), h);
+  }
   void send_parent(std::vector<uint8_t> frame);
+  // Sends what the windows take; returns true when every outbox is empty.
+  bool flush();
+  bool outboxes_empty() const;
   void refuse(const std::string& peer, const std::string& reason, bool count = true);
   void send_done(uint64_t rounds);
   void init_model_state(uint64_t total_elements);
@@ -128,6 +146,9 @@ class Aggregator::Impl {
   bool done_from_parent_ = false;
   uint64_t telemetry_sent_through_ = 0;  // telemetry sent for rounds < this
 
+  std::vector<Outbox> child_out_;  // by child slot
+  Outbox parent_out_;
+
   TrafficLedger ledger_;
   std::map<uint64_t, SubtreeTraffic> subtree_;
   AggregatorSummary summary_;
@@ -167,6 +188,7 @@ Aggregator::Impl::Impl(AggregatorOptions options)
     child_slot_[c.id] = children_.size();
     children_.push_back(std::move(c));
   }
+  child_out_.resize(children_.size());
   LinkOptions lo;
   lo.window = opt_.window;
   lo.max_message_bytes = static_cast<int64_t>(wire::kHeaderSize + topo_.federation().chunk_bytes +
@@ -193,21 +215,62 @@ void Aggregator::Impl::init_model_state(uint64_t total_elements) {
 
 // ---- sending ------------------------------------------------------------------
 
-void Aggregator::Impl::send_child(const Child& c, std::vector<uint8_t> frame,
-                                  const wire::FrameHeader& h) {
-  const size_t wire_bytes = children_link_->send(c.id, std::move(frame), kSendTimeout);
-  ledger_.charge_frame(h, wire_bytes, round_);
+void Aggregator::Impl::send_child(const Child& c, Frame frame, const wire::FrameHeader& h) {
+  Outbox& box = child_out_[child_slot_.at(c.id)];
+  if (box.frames.empty()) box.waiting_since = Clock::now();
+  box.frames.push_back({std::move(frame), h});
+  flush();
 }
 
 void Aggregator::Impl::send_parent(std::vector<uint8_t> frame) {
-  parent_link_->send(std::move(frame), kSendTimeout);
+  if (parent_out_.frames.empty()) parent_out_.waiting_since = Clock::now();
+  parent_out_.frames.push_back(
+      {std::make_shared<const std::vector<uint8_t>>(std::move(frame)), wire::FrameHeader{}});
+  flush();
+}
+
+bool Aggregator::Impl::flush() {
+  for (size_t i = 0; i < children_.size(); ++i) {
+    Outbox& box = child_out_[i];
+    while (!box.frames.empty()) {
+      const Outgoing& head = box.frames.front();
+      std::optional<size_t> sent;
+      try {
+        sent = children_link_->try_send(children_[i].id, *head.frame);
+      } catch (const TransportError&) {
+        if (head.header.type != wire::MsgType::kDone) throw;
+        // A site that already holds the final anchor may have left: fine.
+        box.frames.pop_front();
+        continue;
+      }
+      if (!sent) break;
+      ledger_.charge_frame(head.header, *sent, round_);
+      box.frames.pop_front();
+      box.waiting_since = Clock::now();
+    }
+  }
+  while (!parent_out_.frames.empty()) {
+    if (!parent_link_->try_send(*parent_out_.frames.front().frame)) break;
+    parent_out_.frames.pop_front();
+    parent_out_.waiting_since = Clock::now();
+  }
+  return outboxes_empty();
+}
+
+bool Aggregator::Impl::outboxes_empty() const {
+  if (!parent_out_.frames.empty()) return false;
+  for (const Outbox& box : child_out_) {
+    if (!box.frames.empty()) return false;
+  }
+  return true;
 }
 
 void Aggregator::Impl::refuse(const std::string& peer, const std::string& reason, bool count) {
   if (count) summary_.rejected_frames += 1;
   log().warn("[agg:{}] refused '{}': {}", self_.id, peer, reason);
   try {
-    children_link_->send(peer, reject_frame(topo_, self_.index, round_, reason), Millis(1000));
+    // Best effort and never queued: a refused peer may not be reading.
+    (void)children_link_->try_send(peer, reject_frame(topo_, self_.index, round_, reason));
   } catch (const Error& e) {
     // An unknown or vanished peer cannot be told; the refusal is logged.
     log().debug("[agg:{}] could not deliver refusal to '{}': {}", self_.id, peer, e.what());
@@ -217,12 +280,7 @@ void Aggregator::Impl::refuse(const std::string& peer, const std::string& reason
 void Aggregator::Impl::send_done(uint64_t rounds) {
   for (const Child& c : children_) {
     wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kDone, rounds);
-    try {
-      send_child(c, make_frame(h, {}), h);
-    } catch (const TransportError& e) {
-      // A site that already holds the final anchor may have left: fine.
-      log().debug("[agg:{}] done not delivered to '{}': {}", self_.id, c.id, e.what());
-    }
+    send_child(c, make_frame(h, {}), h);
   }
 }
 
@@ -232,10 +290,14 @@ AggregatorSummary Aggregator::Impl::run() {
   phase_deadline_ = Clock::now() + opt_.join_timeout;
   while (phase_ != Phase::kDone) {
     if (stop_requested.load()) throw Error("aggregator '" + self_.id + "' stopped");
-    zmq::pollitem_t items[2] = {{children_link_->socket().handle(), 0, ZMQ_POLLIN, 0},
-                                {parent_link_ ? parent_link_->socket().handle() : nullptr, 0,
-                                 ZMQ_POLLIN, 0}};
-    zmq::poll(items, parent_link_ ? 2 : 1, kPoll);
+    const bool pending = !flush();
+    zmq::pollitem_t items[2] = {
+        {children_link_->socket().handle(), 0, ZMQ_POLLIN, 0},
+        {parent_link_ ? parent_link_->socket().handle() : nullptr, 0,
+         static_cast<short>(ZMQ_POLLIN | (parent_out_.frames.empty() ? 0 : ZMQ_POLLOUT)), 0}};
+    // A ROUTER cannot signal room for one particular child, so while frames
+    // wait the loop polls briefly instead of sleeping.
+    zmq::poll(items, parent_link_ ? 2 : 1, pending ? Millis(2) : kPoll);
     Incoming in;
     // Drain a bounded batch per socket so neither side starves the other.
     for (int i = 0; i < 64 && children_link_->recv(&in, Millis(0)); ++i) on_child_frame(in);
@@ -246,13 +308,33 @@ AggregatorSummary Aggregator::Impl::run() {
     }
     check_deadlines();
   }
+  // Deliver what is still queued (the last anchors, done, telemetry).
+  const auto deadline = Clock::now() + std::min<Millis>(round_timeout_, Millis(30000));
+  while (!flush() && Clock::now() < deadline) {
+    zmq::pollitem_t item{children_link_->socket().handle(), 0, ZMQ_POLLOUT, 0};
+    zmq::poll(&item, 1, Millis(2));
+  }
   summary_.rejected_frames += children_link_->counters().rejected;
   if (is_root_) summary_.global_model = global_;
   return summary_;
 }
 
 void Aggregator::Impl::check_deadlines() {
-  if (Clock::now() < phase_deadline_) return;
+  const auto now = Clock::now();
+  for (size_t i = 0; i < children_.size(); ++i) {
+    const Outbox& box = child_out_[i];
+    if (!box.frames.empty() && now - box.waiting_since > round_timeout_) {
+      throw TimeoutError("aggregator '" + self_.id + "': child '" + children_[i].id +
+                         "' has not read for " + std::to_string(round_timeout_.count() / 1000) +
+                         " s (" + std::to_string(box.frames.size()) + " frames waiting)");
+    }
+  }
+  if (!parent_out_.frames.empty() && now - parent_out_.waiting_since > round_timeout_) {
+    throw TimeoutError("aggregator '" + self_.id + "': parent '" +
+                       topo_.node(self_.parent_index).id + "' has not read for " +
+                       std::to_string(round_timeout_.count() / 1000) + " s");
+  }
+  if (now < phase_deadline_) return;
   std::string missing;
   auto add = [&](const std::string& id) { missing += (missing.empty() ? "" : ", ") + id; };
   switch (phase_) {
@@ -501,7 +583,7 @@ void Aggregator::Impl::complete_chunk(uint32_t chunk) {
     h.chunk_count = plan_->count();
     h.element_count = n;
     h.total_elements = total_elements_;
-    const std::vector<uint8_t> frame = make_frame(h, payload);
+    const Frame frame = std::make_shared<const std::vector<uint8_t>>(make_frame(h, payload));
     for (const Child& c : children_) send_child(c, frame, h);
     pending_reports_[round_].report.weight = cs.weight;
     return;
@@ -689,8 +771,9 @@ void Aggregator::Impl::on_parent_anchor(const wire::ParsedFrame& f, const uint8_
   // Relay the chunk as it is, re-addressed from this node: no decode.
   wire::FrameHeader out = h;
   out.sender = self_.index;
-  std::vector<uint8_t> frame(raw, raw + raw_size);
-  wire::encode_header(out, frame.data());
+  auto bytes = std::make_shared<std::vector<uint8_t>>(raw, raw + raw_size);
+  wire::encode_header(out, bytes->data());
+  const Frame frame = std::move(bytes);
   for (const Child& c : children_) send_child(c, frame, out);
   relayed_chunks_ += 1;
   if (relayed_chunks_ < plan_->count()) return;

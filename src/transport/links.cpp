@@ -85,6 +85,22 @@ size_t ParentLink::send(std::vector<uint8_t> frame, Millis timeout) {
   return n;
 }
 
+std::optional<size_t> ParentLink::try_send(const std::vector<uint8_t>& frame) {
+  try {
+    if (!(socket_.get(zmq::sockopt::events) & ZMQ_POLLOUT)) return std::nullopt;
+    std::vector<uint8_t> bytes(frame);
+    security_->seal(bytes);
+    zmq::message_t msg(bytes.data(), bytes.size());
+    // POLLOUT guarantees room for one message, so this does not fail.
+    if (!socket_.send(msg, zmq::send_flags::dontwait)) return std::nullopt;
+    counters_.frames_sent += 1;
+    counters_.bytes_sent += bytes.size();
+    return bytes.size();
+  } catch (const zmq::error_t& e) {
+    throw TransportError("send to parent " + endpoint_ + " failed: " + e.what());
+  }
+}
+
 bool ParentLink::recv(Incoming* out, Millis timeout) {
   const auto deadline = Clock::now() + timeout;
   for (;;) {
@@ -157,6 +173,28 @@ size_t ChildrenLink::send(const std::string& peer, std::vector<uint8_t> frame, M
   counters_.frames_sent += 1;
   counters_.bytes_sent += n;
   return n;
+}
+
+std::optional<size_t> ChildrenLink::try_send(const std::string& peer,
+                                             const std::vector<uint8_t>& frame) {
+  try {
+    zmq::message_t id(peer.data(), peer.size());
+    // With ROUTER_MANDATORY a full window refuses the routing frame, before
+    // anything is sealed.
+    if (!socket_.send(id, zmq::send_flags::dontwait | zmq::send_flags::sndmore)) {
+      return std::nullopt;
+    }
+    std::vector<uint8_t> bytes(frame);
+    security_for(peer).seal(bytes);
+    zmq::message_t body(bytes.data(), bytes.size());
+    socket_.send(body, zmq::send_flags::none);
+    counters_.frames_sent += 1;
+    counters_.bytes_sent += bytes.size();
+    return bytes.size();
+  } catch (const zmq::error_t& e) {
+    if (e.num() == EHOSTUNREACH) throw TransportError("child '" + peer + "' is not connected");
+    throw TransportError("send to child '" + peer + "' failed: " + e.what());
+  }
 }
 
 bool ChildrenLink::recv(Incoming* out, Millis timeout) {

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -58,6 +59,9 @@ class ParentLink {
   // Blocks while the window is full, at most `timeout`; throws TimeoutError.
   // Returns the bytes put on the wire (after the security layer).
   size_t send(std::vector<uint8_t> frame, Millis timeout);
+  // Never blocks: the bytes put on the wire, or nullopt when the window is
+  // full (nothing was sealed or consumed; try again later).
+  std::optional<size_t> try_send(const std::vector<uint8_t>& frame);
   // Waits at most `timeout` for one frame that passes the security layer.
   bool recv(Incoming* out, Millis timeout);
   zmq::socket_t& socket() { return socket_; }
@@ -80,6 +84,10 @@ class ChildrenLink {
   // TransportError when the child is not connected, TimeoutError on timeout.
   // Returns the bytes put on the wire (after the security layer).
   size_t send(const std::string& peer, std::vector<uint8_t> frame, Millis timeout);
+  // Never blocks: the bytes put on the wire, or nullopt when that child's
+  // window is full (nothing was sealed or consumed). Throws TransportError
+  // when the child is not connected.
+  std::optional<size_t> try_send(const std::string& peer, const std::vector<uint8_t>& frame);
   // Waits at most `timeout`; false when nothing (valid) arrived.
   bool recv(Incoming* out, Millis timeout);
   zmq::socket_t& socket() { return socket_; }

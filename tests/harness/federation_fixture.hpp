@@ -80,7 +80,7 @@ struct FederationRun {
 // Runs every node of `topo` as a thread; sites train with the synthetic
 // workload. Returns when all threads ended.
 inline FederationRun run_threads(const Topology& topo, const std::vector<float>& init,
-                                 uint64_t seed) {
+                                 uint64_t seed, int window = 8) {
   FederationRun out;
   std::mutex mu;
   std::vector<std::thread> threads;
@@ -101,6 +101,7 @@ inline FederationRun run_threads(const Topology& topo, const std::vector<float>&
         o.topology = topo;
         o.node_id = id;
         o.join_timeout = std::chrono::seconds(15);
+        o.window = window;
         if (is_root) o.initial_model = init;
         Aggregator agg(std::move(o));
         AggregatorSummary s = agg.run();
@@ -125,6 +126,7 @@ inline FederationRun run_threads(const Topology& topo, const std::vector<float>&
         o.node_id = n.id;
         o.join_timeout = std::chrono::seconds(15);
         o.round_timeout = std::chrono::seconds(15);
+        o.window = window;
         SiteCore site(std::move(o), params.data(), params.size());
         SyncResult r = site.join();
         while (!r.finished) {

@@ -73,6 +73,19 @@ TEST(Federation, SitesDirectlyUnderTheRoot) {
   EXPECT_TRUE(bit_equal(run.root.global_model, ref.global));
 }
 
+TEST(Federation, ManyMoreChunksThanTheWindowDoNotDeadlock) {
+  // Anchors of round r+1 flow down while deltas of round r still flow up;
+  // with 250 chunks a round and a window of 2 frames, any node that blocks
+  // in a send without reading would deadlock here.
+  TempDir dir;
+  const Topology topo = make_tree(dir.path(), 2, 2, spec("fp16", "diloco", 3));
+  const std::vector<float> init = synthetic::initial_model(256000, kSeed);
+  FederationRun run = run_threads(topo, init, kSeed, /*window=*/2);
+  ASSERT_TRUE(run.errors.empty()) << run.errors.front();
+  const ReferenceResult ref = run_reference(topo, init, synthetic_training(topo));
+  EXPECT_TRUE(bit_equal(run.root.global_model, ref.global));
+}
+
 TEST(Federation, Fp16HalvesTheWanBytes) {
   TempDir dir;
   FederationSpec f = spec("fp16", "fedavg", 5);
