@@ -18,8 +18,6 @@
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
-#include <torch/optim/adam.h>
-#include <torch/optim/sgd.h>
 #include <torch/utils.h>
 
 #include "cli/commands.hpp"
@@ -167,14 +165,7 @@ double train_baseline(const WorkloadSettings& w, uint64_t steps) {
   std::vector<int64_t> all(static_cast<size_t>(train.labels.size(0)));
   for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
   FashionCnn model = make_fashion_cnn(w.seed);
-  std::unique_ptr<torch::optim::Optimizer> opt;
-  if (w.inner_optimizer == "adam") {
-    opt = std::make_unique<torch::optim::Adam>(model->parameters(),
-                                               torch::optim::AdamOptions(w.lr));
-  } else {
-    opt = std::make_unique<torch::optim::SGD>(model->parameters(),
-                                              torch::optim::SGDOptions(w.lr).momentum(0.9));
-  }
+  std::unique_ptr<torch::optim::Optimizer> opt = make_inner_optimizer(*model, w);
   Trainer trainer(train.images, train.labels, std::move(all), w.batch_size, w.seed);
   for (uint64_t s = 0; s < steps; ++s) trainer.step(model, *opt);
   return evaluate(model, test.images, test.labels).accuracy;

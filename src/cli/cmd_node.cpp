@@ -6,8 +6,6 @@
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
-#include <torch/optim/adam.h>
-#include <torch/optim/sgd.h>
 #include <torch/utils.h>
 
 #include "cli/commands.hpp"
@@ -153,14 +151,7 @@ int run_site(const NodeArgs& a) {
   std::vector<int64_t> indices(shards[ordinal].begin(), shards[ordinal].end());
   FashionCnn model = make_fashion_cnn(w.seed);
   Site site(std::move(o), *model);
-  std::unique_ptr<torch::optim::Optimizer> opt;
-  if (w.inner_optimizer == "adam") {
-    opt = std::make_unique<torch::optim::Adam>(model->parameters(),
-                                               torch::optim::AdamOptions(w.lr));
-  } else {
-    opt = std::make_unique<torch::optim::SGD>(model->parameters(),
-                                              torch::optim::SGDOptions(w.lr).momentum(0.9));
-  }
+  std::unique_ptr<torch::optim::Optimizer> opt = make_inner_optimizer(*model, w);
   Trainer trainer(train.images, train.labels, std::move(indices), w.batch_size,
                   w.seed * 1000 + ordinal);
   site.join();

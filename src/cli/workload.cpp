@@ -1,6 +1,8 @@
 #include "cli/workload.hpp"
 
 #include <CLI/CLI.hpp>
+#include <torch/optim/adam.h>
+#include <torch/optim/sgd.h>
 #include <torch/utils.h>
 
 #include "cli/fashion_mnist.hpp"
@@ -53,6 +55,16 @@ std::vector<float> initial_model(const WorkloadSettings& s) {
   FlatParameters flat(*model);
   const float* p = flat.data();
   return std::vector<float>(p, p + flat.numel());
+}
+
+std::unique_ptr<torch::optim::Optimizer> make_inner_optimizer(torch::nn::Module& module,
+                                                              const WorkloadSettings& s) {
+  if (s.inner_optimizer == "adam") {
+    return std::make_unique<torch::optim::Adam>(module.parameters(),
+                                                torch::optim::AdamOptions(s.lr));
+  }
+  return std::make_unique<torch::optim::SGD>(module.parameters(),
+                                             torch::optim::SGDOptions(s.lr).momentum(0.9));
 }
 
 std::vector<std::vector<uint32_t>> fashion_shards(const WorkloadSettings& s, size_t num_sites) {

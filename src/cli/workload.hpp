@@ -9,6 +9,9 @@
 #include <string>
 #include <vector>
 
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+
 namespace CLI {
 class App;
 }
@@ -34,6 +37,10 @@ std::vector<std::string> workload_args(const WorkloadSettings& s);
 
 // The initial model, flat (every node derives the same from the settings).
 std::vector<float> initial_model(const WorkloadSettings& s);
+
+// The site (and baseline) optimizer the settings name, over `module`.
+std::unique_ptr<torch::optim::Optimizer> make_inner_optimizer(torch::nn::Module& module,
+                                                              const WorkloadSettings& s);
 
 // Sample indices of each of `num_sites` sites (fashion-cnn only).
 std::vector<std::vector<uint32_t>> fashion_shards(const WorkloadSettings& s, size_t num_sites);
