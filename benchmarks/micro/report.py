@@ -15,7 +15,7 @@ import subprocess
 import sys
 
 NAME = re.compile(r"^BM_(?P<group>[A-Za-z0-9]+)_(?P<what>[A-Za-z0-9]+)/(?P<arg>[^/]+)")
-GATE_WHAT, GATE_RATIO = "Fp16Encode", 0.5
+GATE_RATIO = 0.5
 
 
 def run(binary, extra):
@@ -97,21 +97,26 @@ def main():
         r = f"{ratio:.2f}" if ratio is not None else "-"
         print(f"{what:<30} {chunk:>8} {t:>12} {bps / 2**30:>8.2f} {r:>9}")
 
-    gate = [(chunk, ratio) for what, chunk, _, _, ratio in rows
-            if what == f"Codec {GATE_WHAT}" and ratio is not None]
-    if not gate:
-        print(f"fp16 encode >= {GATE_RATIO}x memcpy: NOT MEASURED (filtered out?)")
-    else:
-        ok = all(r >= GATE_RATIO for _, r in gate)
-        detail = ", ".join(f"{c}: {r:.2f}x" for c, r in gate)
-        print(f"{'PASS' if ok else 'FAIL'}: fp16 encode >= {GATE_RATIO}x memcpy ({detail})")
-    ef = [(chunk, ratio) for what, chunk, _, _, ratio in rows
-          if what == f"Codec {GATE_WHAT}EF" and ratio is not None]
-    if ef:
-        # Not gated: with a residual the encoder moves ~2.75x the bytes of a
-        # memcpy (in and residual read twice, residual and payload written).
-        detail = ", ".join(f"{c}: {r:.2f}x" for c, r in ef)
-        print(f"info: fp16 encode with error feedback ({detail})")
+    # Gate 1 (the acceptance criterion): fp16 encode >= 0.5x memcpy.
+    plain = [(c, r) for w, c, _, _, r in rows if w == "Codec Fp16Encode" and r is not None]
+    # Gate 2 (what a sender needs): with error feedback, every production
+    # sender's mode, one core must emit fp16 faster than a 10 Gbit/s link
+    # carries it. Error feedback reads the values and the residual before it
+    # writes anything (a failed encode must leave the residual untouched), so
+    # its ratio to a one-array memcpy is printed but not gated.
+    ef = [(c, bps, r) for w, c, bps, _, r in rows if w == "Codec Fp16EncodeEF"]
+    if not plain or not ef:
+        print("fp16 encode gates: NOT MEASURED (filtered out?)")
+        return 0
+    ok1 = all(r >= GATE_RATIO for _, r in plain)
+    print(f"{'PASS' if ok1 else 'FAIL'}: fp16 encode >= {GATE_RATIO}x memcpy ("
+          + ", ".join(f"{c}: {r:.2f}x" for c, r in plain) + ")")
+    link = 10e9 / 8  # bytes per second of a 10 Gbit/s link
+    # fp16 output is half the fp32 input bytes.
+    ok2 = all(bps / 2 >= link for _, bps, _ in ef)
+    print(f"{'PASS' if ok2 else 'FAIL'}: fp16 encode with error feedback emits >= 10 Gbit/s "
+          "on one core (" + ", ".join(f"{c}: {bps / 2 * 8 / 1e9:.1f} Gbit/s, "
+                                      f"{r:.2f}x memcpy" for c, bps, r in ef) + ")")
     return 0
 
 

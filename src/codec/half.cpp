@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <string>
 
 #include "fedwan/error.hpp"
@@ -231,31 +232,43 @@ FEDWAN_AVX2 uint32_t avx2_max_abs_bits(const float* in, const float* res, size_t
   return std::max(head, scalar_max_abs_bits(in + i, res ? res + i : nullptr, n - i));
 }
 
+// Clamp is false only for an infinite limit, where clamping is a no-op.
+template <bool Clamp>
 FEDWAN_AVX2 inline __m128i avx2_fp16_quantise(__m256 v, __m256 inv, __m256 lo, __m256 hi) {
-  const __m256 t = _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(v, inv), lo), hi);
+  __m256 t = _mm256_mul_ps(v, inv);
+  if constexpr (Clamp) t = _mm256_min_ps(_mm256_max_ps(t, lo), hi);
   return _mm256_cvtps_ph(t, kRoundNearest);
 }
 
-FEDWAN_AVX2 void avx2_fp16_encode(const float* in, float* res, size_t n, const Fp16Scale& s,
-                                  uint8_t* out) {
+template <bool Clamp>
+FEDWAN_AVX2 size_t avx2_fp16_encode_head(const float* in, float* res, size_t n,
+                                         const Fp16Scale& s, uint8_t* out) {
   const __m256 inv = _mm256_set1_ps(s.inv), scale = _mm256_set1_ps(s.scale);
   const __m256 hi = _mm256_set1_ps(s.limit), lo = _mm256_set1_ps(-s.limit);
   size_t i = 0;
   if (res) {
     for (; i + 8 <= n; i += 8) {
       const __m256 v = _mm256_add_ps(_mm256_loadu_ps(in + i), _mm256_loadu_ps(res + i));
-      const __m128i h = avx2_fp16_quantise(v, inv, lo, hi);
+      const __m128i h = avx2_fp16_quantise<Clamp>(v, inv, lo, hi);
       _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2 * i), h);
       const __m256 back = _mm256_mul_ps(_mm256_cvtph_ps(h), scale);
       _mm256_storeu_ps(res + i, _mm256_sub_ps(v, back));
     }
   } else {
     for (; i + 16 <= n; i += 16) {
-      const __m128i h0 = avx2_fp16_quantise(_mm256_loadu_ps(in + i), inv, lo, hi);
-      const __m128i h1 = avx2_fp16_quantise(_mm256_loadu_ps(in + i + 8), inv, lo, hi);
+      const __m128i h0 = avx2_fp16_quantise<Clamp>(_mm256_loadu_ps(in + i), inv, lo, hi);
+      const __m128i h1 = avx2_fp16_quantise<Clamp>(_mm256_loadu_ps(in + i + 8), inv, lo, hi);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 2 * i), _mm256_set_m128i(h1, h0));
     }
   }
+  return i;
+}
+
+FEDWAN_AVX2 void avx2_fp16_encode(const float* in, float* res, size_t n, const Fp16Scale& s,
+                                  uint8_t* out) {
+  const size_t i = s.limit == std::numeric_limits<float>::infinity()
+                       ? avx2_fp16_encode_head<false>(in, res, n, s, out)
+                       : avx2_fp16_encode_head<true>(in, res, n, s, out);
   scalar_fp16_encode(in + i, res ? res + i : nullptr, n - i, s, out + 2 * i);
 }
 

@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 
 namespace fedwan::kernels {
 
@@ -29,18 +30,19 @@ inline constexpr uint32_t kF32ExpMask = 0x7F800000u;  // abs bits >= this: Inf/N
 inline constexpr uint16_t kF16ExpMask = 0x7C00u;      // abs bits >= this: Inf/NaN
 inline constexpr uint16_t kBf16ExpMask = 0x7F80u;
 
-// Per-chunk power-of-two scale of the fp16 codec: the chunk's largest
+// Per-block power-of-two scale of the fp16 codec: the block's largest
 // magnitude lands in [2^14, 2^15) of the half range, so small values keep
 // their precision, and scaling either way is exact.
 struct Fp16Scale {
   float scale = 1.0f;  // decoded = half * scale
   float inv = 1.0f;    // 1 / scale, exactly
-  // Clamp for scaled values before rounding. 65504 (a no-op) except when
-  // the chunk's magnitude is near FLT_MAX, where rounding up to 2^15 would
+  // Clamp for scaled values before rounding. +Inf, meaning no clamp (the
+  // block's values scale below 2^15, so none is needed), except when the
+  // block's magnitude is near FLT_MAX, where rounding up to 2^15 would
   // decode to Inf; then the largest half below 2^15.
-  float limit = 65504.0f;
+  float limit = std::numeric_limits<float>::infinity();
 };
-// `max_abs_bits` is the bit pattern of the chunk's largest |value| (finite).
+// `max_abs_bits` is the bit pattern of the block's largest |value| (finite).
 Fp16Scale fp16_scale_for(uint32_t max_abs_bits);
 
 // Throws fedwan::Error naming the codec and the first non-finite element of
@@ -72,8 +74,9 @@ struct HalfKernels {
   // >= kF32ExpMask means the input holds an Inf or NaN.
   uint32_t (*max_abs_bits)(const float* in, const float* residual, size_t n);
 
-  // Writes n LE halves of round((in + residual) / scale); with a residual,
-  // leaves in it what the rounding lost. A single pass.
+  // Writes n LE halves of round(clamp((in + residual) / scale, +-limit));
+  // with a residual, leaves in it what the rounding lost. A single pass;
+  // an infinite limit skips the clamp, which would be a no-op.
   void (*fp16_encode)(const float* in, float* residual, size_t n, const Fp16Scale& s,
                       uint8_t* out);
   void (*fp16_decode)(const uint8_t* in, size_t n, float scale, float* out);
