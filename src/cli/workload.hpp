@@ -23,7 +23,7 @@ struct WorkloadSettings {
   uint64_t seed = 1;
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   double alpha = 1.0;          // Dirichlet concentration of the label split
-  int64_t batch_size = 32;
+  int64_t batch_size = 64;
   std::string inner_optimizer = "adam";  // adam | sgd
   double lr = 1e-3;
   uint64_t synthetic_size = 100000;  // parameters of the synthetic model

@@ -605,7 +605,10 @@ void Aggregator::Impl::complete_chunk(uint32_t chunk) {
 }
 
 void Aggregator::Impl::complete_round() {
-  const double secs = std::chrono::duration<double>(Clock::now() - round_started_).count();
+  // A round lasts from the end of the previous one to the end of this one,
+  // so time spent in on_model (while the sites already train) is counted.
+  const auto now = Clock::now();
+  const double secs = std::chrono::duration<double>(now - round_started_).count();
   log().info("[agg:{}] round {} complete in {:.2f} s", self_.id, round_, secs);
   if (!is_root_) {
     phase_ = Phase::kAwaitAnchor;
@@ -625,6 +628,7 @@ void Aggregator::Impl::complete_round() {
     phase_deadline_ = Clock::now() + round_timeout_;
   } else {
     open_round(round_ + 1);
+    round_started_ = now;
   }
   try_finish_round_report(finished);
 }
