@@ -39,6 +39,8 @@ struct Case {
   std::string outer;
 };
 
+void PrintTo(const Case& c, std::ostream* os) { *os << c.codec << "/" << c.outer; }
+
 class FederationMatchesReference : public ::testing::TestWithParam<Case> {};
 
 TEST_P(FederationMatchesReference, TwoRegionsFourSites) {
