@@ -6,6 +6,7 @@
 #include <array>
 #include <cerrno>
 #include <climits>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -91,8 +92,9 @@ class IdxReader {
 uint32_t read_count(IdxReader& r, uint32_t magic, const char* kind) {
   const uint32_t got = r.read_be32("magic number");
   if (got != magic) {
-    fail(r.path(), std::string("is not an IDX ") + kind + " file (magic " + std::to_string(got) +
-                       ", expected " + std::to_string(magic) + ")");
+    char text[64];
+    std::snprintf(text, sizeof text, " file (magic 0x%08x, expected 0x%08x)", got, magic);
+    fail(r.path(), std::string("is not an IDX ") + kind + text);
   }
   const uint32_t count = r.read_be32("sample count");
   if (count == 0 || count > kMaxSamples) {

@@ -35,6 +35,7 @@ struct Child {
   bool is_site = true;
   bool joined = false;
   bool welcomed = false;
+  bool confirmed_end = false;  // said it holds the final model (kDone upward)
   wire::HelloPayload hello;
 };
 
@@ -80,6 +81,10 @@ class Aggregator::Impl {
   void try_finish_round_report(uint64_t round);
   void try_send_telemetry(uint64_t round);
   void check_deadlines();
+  // Ends run() once the last round is reported and every child confirmed it
+  // holds the final model (or the wait for that ran out): closing a socket
+  // earlier could lose the last frames still on their way.
+  void maybe_finish();
 
   // Sending never blocks the event loop: frames wait in a per-peer outbox
   // and go out as the peer's window opens (see flush()). What can wait is
@@ -93,6 +98,7 @@ class Aggregator::Impl {
   struct Outbox {
     std::deque<Outgoing> frames;
     Clock::time_point waiting_since;  // when the head frame started waiting
+    uint64_t sent = 0;
   };
   void send_child(const Child& c, Frame frame, const wire::FrameHeader& h);
   void send_child(const Child& c, std::vector<uint8_t> frame, const wire::FrameHeader& h) {
@@ -144,6 +150,7 @@ class Aggregator::Impl {
   uint32_t relayed_chunks_ = 0;
   uint64_t relayed_through_ = 0;  // anchors relayed for rounds < this
   bool done_from_parent_ = false;
+  Clock::time_point finish_deadline_;
   uint64_t telemetry_sent_through_ = 0;  // telemetry sent for rounds < this
 
   std::vector<Outbox> child_out_;  // by child slot
@@ -245,6 +252,7 @@ bool Aggregator::Impl::flush() {
       }
       if (!sent) break;
       ledger_.charge_frame(head.header, *sent, round_);
+      box.sent += 1;
       box.frames.pop_front();
       box.waiting_since = Clock::now();
     }
@@ -306,6 +314,7 @@ AggregatorSummary Aggregator::Impl::run() {
         on_parent_frame(in);
       }
     }
+    maybe_finish();
     check_deadlines();
   }
   // Deliver what is still queued (the last anchors, done, telemetry).
@@ -314,9 +323,38 @@ AggregatorSummary Aggregator::Impl::run() {
     zmq::pollitem_t item{children_link_->socket().handle(), 0, ZMQ_POLLOUT, 0};
     zmq::poll(&item, 1, Millis(2));
   }
+  for (size_t i = 0; i < children_.size(); ++i) {
+    log().debug("[agg:{}] sent {} frames to '{}'", self_.id, child_out_[i].sent, children_[i].id);
+  }
+  if (!outboxes_empty()) {
+    size_t left = parent_out_.frames.size();
+    for (const Outbox& box : child_out_) left += box.frames.size();
+    log().warn("[agg:{}] {} frames were not delivered before shutdown", self_.id, left);
+  }
   summary_.rejected_frames += children_link_->counters().rejected;
   if (is_root_) summary_.global_model = global_;
   return summary_;
+}
+
+void Aggregator::Impl::maybe_finish() {
+  if (phase_ != Phase::kDraining) return;
+  const bool reported = is_root_ ? pending_reports_.empty()
+                                 : telemetry_sent_through_ >= relayed_through_;
+  if (!reported) return;
+  std::string missing;
+  for (const Child& c : children_) {
+    if (!c.confirmed_end) missing += (missing.empty() ? "" : ", ") + c.id;
+  }
+  if (!missing.empty()) {
+    if (Clock::now() < finish_deadline_) return;
+    log().warn("[agg:{}] finishing although {} did not confirm the final model", self_.id,
+               missing);
+  }
+  if (!is_root_) {
+    send_parent(make_frame(
+        node_header(topo_, self_.index, wire::MsgType::kDone, topo_.federation().rounds), {}));
+  }
+  phase_ = Phase::kDone;
 }
 
 void Aggregator::Impl::check_deadlines() {
@@ -394,6 +432,10 @@ void Aggregator::Impl::on_child_frame(Incoming& in) {
     case wire::MsgType::kHello: on_hello(c, f); break;
     case wire::MsgType::kDelta: on_delta(c, f); break;
     case wire::MsgType::kTelemetry: on_telemetry(c, f); break;
+    case wire::MsgType::kDone:
+      c.confirmed_end = true;
+      maybe_finish();
+      break;
     case wire::MsgType::kReject:
       log().warn("[agg:{}] child '{}' reports: {}", self_.id, c.id,
                  std::string(reinterpret_cast<const char*>(f.payload), f.payload_size));
@@ -626,6 +668,7 @@ void Aggregator::Impl::complete_round() {
     round_ += 1;
     phase_ = Phase::kDraining;
     phase_deadline_ = Clock::now() + round_timeout_;
+    finish_deadline_ = Clock::now() + std::min<Millis>(round_timeout_, Millis(30000));
   } else {
     open_round(round_ + 1);
     round_started_ = now;
@@ -672,7 +715,7 @@ void Aggregator::Impl::try_finish_round_report(uint64_t round) {
   summary_.wan_bytes_total += out.wan_bytes;
   summary_.fp32_bytes_total += out.fp32_bytes;
   if (opt_.on_round) opt_.on_round(out);
-  if (phase_ == Phase::kDraining && pending_reports_.empty()) phase_ = Phase::kDone;
+  maybe_finish();
 }
 
 void Aggregator::Impl::try_send_telemetry(uint64_t round) {
@@ -699,7 +742,7 @@ void Aggregator::Impl::try_send_telemetry(uint64_t round) {
   summary_.wan_bytes_total += t.wan_bytes;
   summary_.fp32_bytes_total += t.fp32_bytes;
   if (opt_.on_round) opt_.on_round(rep);
-  if (done_from_parent_ && telemetry_sent_through_ >= relayed_through_) phase_ = Phase::kDone;
+  maybe_finish();
 }
 
 // ---- the parent side (regions) ----------------------------------------------------
@@ -732,7 +775,10 @@ void Aggregator::Impl::on_parent_frame(Incoming& in) {
     case wire::MsgType::kDone:
       send_done(f.header.round);
       done_from_parent_ = true;
-      if (telemetry_sent_through_ >= relayed_through_) phase_ = Phase::kDone;
+      phase_ = Phase::kDraining;
+      phase_deadline_ = Clock::now() + round_timeout_;
+      finish_deadline_ = Clock::now() + std::min<Millis>(round_timeout_, Millis(30000));
+      maybe_finish();
       break;
     default:
       summary_.rejected_frames += 1;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "common/log.hpp"
 #include "common/sha256.hpp"
@@ -44,10 +45,27 @@ class SiteCore::Impl {
   std::unique_ptr<ParentLink> link;
 
  private:
-  // Receives the anchor chunks of `round` into anchor (full values or an
-  // update), then copies it into params. Returns false if the federation
-  // finished instead.
-  bool receive_anchor(uint64_t round, bool full, SyncResult* res);
+  // The chunks of one anchor as they arrive (full values, or an update).
+  struct AnchorAssembly {
+    uint64_t round = 0;
+    bool full = false;
+    std::vector<bool> got;
+    uint32_t received = 0;
+    bool done_signalled = false;  // the federation finished instead
+  };
+  AnchorAssembly expect_anchor(uint64_t round, bool full) const;
+  // Applies one frame to the assembly (anchor chunks into `anchor`).
+  void on_anchor_frame(const wire::ParsedFrame& f, AnchorAssembly* a);
+  bool complete(const AnchorAssembly& a) const {
+    return a.done_signalled || a.received == plan.count();
+  }
+  // Waits until the assembly is complete; then loads the anchor into params.
+  // Returns false if the federation finished instead.
+  bool finish_anchor(AnchorAssembly* a, SyncResult* res);
+  // Tells the parent this site holds the final model, so it may close.
+  void confirm_end(SyncResult* res);
+  // The next valid frame from the parent within `timeout`, or nullopt.
+  std::optional<wire::ParsedFrame> poll_frame(Incoming* in, Millis timeout);
   wire::ParsedFrame next_frame(Incoming* in, Clock::time_point deadline, const char* waiting_for);
 };
 
@@ -76,19 +94,15 @@ SiteCore::Impl::Impl(SiteOptions options, float* p, size_t n)
                                       plaintext_security_factory());
 }
 
-wire::ParsedFrame SiteCore::Impl::next_frame(Incoming* in, Clock::time_point deadline,
-                                             const char* waiting_for) {
+std::optional<wire::ParsedFrame> SiteCore::Impl::poll_frame(Incoming* in, Millis timeout) {
   wire::FrameLimits limits;
   limits.max_chunk_elements = plan.chunk_elements();
   limits.max_total_elements = plan.total();
+  const auto deadline = Clock::now() + timeout;
   for (;;) {
-    const auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());
-    if (left.count() <= 0 || !link->recv(in, left)) {
-      throw TimeoutError("site '" + self.id + "': no " + waiting_for + " from parent '" +
-                         topo.node(self.parent_index).id + "' at " + link->endpoint() +
-                         " within " + std::to_string(round_timeout.count() / 1000) +
-                         " s (is it running?)");
-    }
+    const auto left = std::max(Millis(0), std::chrono::duration_cast<Millis>(
+                                              deadline - Clock::now()));
+    if (!link->recv(in, left)) return std::nullopt;
     wire::ParsedFrame f = wire::parse_frame(in->data(), in->frame_size, limits);
     if (!f.ok()) {
       log().warn("[site:{}] dropped malformed frame from parent: {} ({})", self.id,
@@ -106,6 +120,19 @@ wire::ParsedFrame SiteCore::Impl::next_frame(Incoming* in, Clock::time_point dea
     }
     return f;
   }
+}
+
+wire::ParsedFrame SiteCore::Impl::next_frame(Incoming* in, Clock::time_point deadline,
+                                             const char* waiting_for) {
+  const auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());
+  std::optional<wire::ParsedFrame> f = left.count() > 0 ? poll_frame(in, left) : std::nullopt;
+  if (!f) {
+    throw TimeoutError("site '" + self.id + "': no " + waiting_for + " from parent '" +
+                       topo.node(self.parent_index).id + "' at " + link->endpoint() +
+                       " within " + std::to_string(round_timeout.count() / 1000) +
+                       " s (is it running?)");
+  }
+  return *f;
 }
 
 SyncResult SiteCore::Impl::join() {
@@ -135,7 +162,8 @@ SyncResult SiteCore::Impl::join() {
     round = f.header.round;
     anchor.assign(params, params + plan.total());
     if (!(f.header.flags & wire::kFlagNoChange)) {
-      if (!receive_anchor(round, true, &res)) finished = true;
+      AnchorAssembly a = expect_anchor(round, true);
+      if (!finish_anchor(&a, &res)) finished = true;
     }
     break;
   }
@@ -146,44 +174,73 @@ SyncResult SiteCore::Impl::join() {
   return res;
 }
 
-bool SiteCore::Impl::receive_anchor(uint64_t want_round, bool full, SyncResult* res) {
-  const auto deadline = Clock::now() + round_timeout;
-  std::vector<bool> got(plan.count(), false);
-  uint32_t received = 0;
-  std::vector<float> update;
-  Incoming in;
-  while (received < plan.count()) {
-    wire::ParsedFrame f = next_frame(&in, deadline, "anchor");
-    res->bytes_received += in.message.size();
-    const wire::FrameHeader& h = f.header;
-    if (h.type == wire::MsgType::kDone) return false;
-    if (h.type != wire::MsgType::kAnchor) {
-      log().warn("[site:{}] ignored {} while waiting for the anchor", self.id,
-                 wire::msg_type_name(h.type));
-      continue;
-    }
-    const bool is_full = (h.flags & wire::kFlagFullAnchor) != 0;
-    const Codec* c = codec_by_wire_id(h.codec);
-    if (h.round != want_round || is_full != full || h.total_elements != plan.total() ||
-        h.chunk_count != plan.count() || h.element_count != plan.size(h.chunk_index) ||
-        got[h.chunk_index] || !c->validate(f.payload, f.payload_size, h.element_count)) {
-      throw ProtocolError("site '" + self.id + "': parent sent an anchor chunk that does not "
-                          "fit (round " + std::to_string(h.round) + ", chunk " +
-                          std::to_string(h.chunk_index) + ", " +
-                          std::to_string(h.element_count) + " elements); expected round " +
-                          std::to_string(want_round));
-    }
-    float* dst = anchor.data() + plan.offset(h.chunk_index);
-    if (is_full) {
-      c->decode(f.payload, h.element_count, dst);
-    } else {
-      c->decode_accumulate(f.payload, h.element_count, 1.0f, dst);
-    }
-    got[h.chunk_index] = true;
-    received += 1;
+SiteCore::Impl::AnchorAssembly SiteCore::Impl::expect_anchor(uint64_t want_round,
+                                                            bool full) const {
+  AnchorAssembly a;
+  a.round = want_round;
+  a.full = full;
+  a.got.assign(plan.count(), false);
+  return a;
+}
+
+void SiteCore::Impl::on_anchor_frame(const wire::ParsedFrame& f, AnchorAssembly* a) {
+  const wire::FrameHeader& h = f.header;
+  if (h.type == wire::MsgType::kDone) {
+    a->done_signalled = true;
+    return;
   }
+  if (h.type != wire::MsgType::kAnchor) {
+    log().warn("[site:{}] ignored {} while waiting for the anchor", self.id,
+               wire::msg_type_name(h.type));
+    return;
+  }
+  const bool is_full = (h.flags & wire::kFlagFullAnchor) != 0;
+  const Codec* c = codec_by_wire_id(h.codec);
+  if (h.round != a->round || is_full != a->full || h.total_elements != plan.total() ||
+      h.chunk_count != plan.count() || h.element_count != plan.size(h.chunk_index) ||
+      a->got[h.chunk_index] || !c->validate(f.payload, f.payload_size, h.element_count)) {
+    throw ProtocolError("site '" + self.id + "': parent sent an anchor chunk that does not "
+                        "fit (round " + std::to_string(h.round) + ", chunk " +
+                        std::to_string(h.chunk_index) + ", " + std::to_string(h.element_count) +
+                        " elements); expected round " + std::to_string(a->round));
+  }
+  float* dst = anchor.data() + plan.offset(h.chunk_index);
+  if (is_full) {
+    c->decode(f.payload, h.element_count, dst);
+  } else {
+    c->decode_accumulate(f.payload, h.element_count, 1.0f, dst);
+  }
+  a->got[h.chunk_index] = true;
+  a->received += 1;
+}
+
+bool SiteCore::Impl::finish_anchor(AnchorAssembly* a, SyncResult* res) {
+  const auto deadline = Clock::now() + round_timeout;
+  Incoming in;
+  while (!complete(*a)) {
+    const std::string what = "anchor for round " + std::to_string(a->round) + " (" +
+                             std::to_string(a->received) + " of " +
+                             std::to_string(plan.count()) + " chunks in, " +
+                             std::to_string(link->counters().frames_received) +
+                             " frames received in all)";
+    wire::ParsedFrame f = next_frame(&in, deadline, what.c_str());
+    res->bytes_received += in.message.size();
+    on_anchor_frame(f, a);
+  }
+  if (a->done_signalled) return false;
   std::memcpy(params, anchor.data(), plan.total() * sizeof(float));
   return true;
+}
+
+void SiteCore::Impl::confirm_end(SyncResult* res) {
+  try {
+    res->bytes_sent +=
+        link->send(make_frame(node_header(topo, self.index, wire::MsgType::kDone, round), {}),
+                   Millis(2000));
+  } catch (const Error& e) {
+    // The parent then waits out its bound and finishes anyway.
+    log().warn("[site:{}] could not confirm the end to the parent: {}", self.id, e.what());
+  }
 }
 
 SyncResult SiteCore::Impl::sync() {
@@ -194,6 +251,11 @@ SyncResult SiteCore::Impl::sync() {
   if (lossy && residual.empty()) residual.assign(plan.total(), 0.0f);
   std::vector<float> delta(plan.chunk_elements());
   std::vector<uint8_t> payload;
+  // Anchor chunk i exists only once every site has sent delta chunk i, so
+  // chunks of the next anchor are applied while later deltas still go out:
+  // they touch anchor elements whose delta was already computed.
+  AnchorAssembly next = expect_anchor(round + 1, false);
+  Incoming in;
   for (uint32_t i = 0; i < plan.count(); ++i) {
     const uint64_t off = plan.offset(i);
     const uint32_t n = plan.size(i);
@@ -208,13 +270,20 @@ SyncResult SiteCore::Impl::sync() {
     h.total_elements = plan.total();
     h.weight = self.weight;
     res.bytes_sent += link->send(make_frame(h, payload), round_timeout);
+    while (!complete(next)) {
+      std::optional<wire::ParsedFrame> f = poll_frame(&in, Millis(0));
+      if (!f) break;
+      res.bytes_received += in.message.size();
+      on_anchor_frame(*f, &next);
+    }
   }
-  if (receive_anchor(round + 1, false, &res)) {
+  if (finish_anchor(&next, &res)) {
     round += 1;
     if (round >= topo.federation().rounds) finished = true;
   } else {
     finished = true;
   }
+  if (finished) confirm_end(&res);
   res.round = round;
   res.finished = finished;
   return res;

@@ -75,6 +75,11 @@ struct FederationRun {
   std::vector<AggregatorSummary> regions;
   std::vector<std::vector<float>> site_models;  // final params per site, by site order
   std::vector<std::string> errors;
+  std::string error_text() const {
+    std::string out;
+    for (const std::string& e : errors) out += e + "\n";
+    return out;
+  }
 };
 
 // Runs every node of `topo` as a thread; sites train with the synthetic

@@ -48,7 +48,7 @@ TEST_P(FederationMatchesReference, TwoRegionsFourSites) {
   const Topology topo = make_tree(dir.path(), 2, 2, spec(GetParam().codec, GetParam().outer, 4));
   const std::vector<float> init = synthetic::initial_model(5000, kSeed);  // 5 chunks
   FederationRun run = run_threads(topo, init, kSeed);
-  ASSERT_TRUE(run.errors.empty()) << run.errors.front();
+  ASSERT_TRUE(run.errors.empty()) << run.error_text();
   const ReferenceResult ref = run_reference(topo, init, synthetic_training(topo));
   EXPECT_TRUE(bit_equal(run.root.global_model, ref.global));
   for (const auto& site : run.site_models) EXPECT_TRUE(bit_equal(site, ref.held));
@@ -70,7 +70,7 @@ TEST(Federation, SitesDirectlyUnderTheRoot) {
   const Topology topo = make_tree(dir.path(), 0, 2, spec("fp32", "diloco", 3));
   const std::vector<float> init = synthetic::initial_model(3000, kSeed);
   FederationRun run = run_threads(topo, init, kSeed);
-  ASSERT_TRUE(run.errors.empty()) << run.errors.front();
+  ASSERT_TRUE(run.errors.empty()) << run.error_text();
   const ReferenceResult ref = run_reference(topo, init, synthetic_training(topo));
   EXPECT_TRUE(bit_equal(run.root.global_model, ref.global));
 }
@@ -83,7 +83,7 @@ TEST(Federation, ManyMoreChunksThanTheWindowDoNotDeadlock) {
   const Topology topo = make_tree(dir.path(), 2, 2, spec("fp16", "diloco", 3));
   const std::vector<float> init = synthetic::initial_model(256000, kSeed);
   FederationRun run = run_threads(topo, init, kSeed, /*window=*/2);
-  ASSERT_TRUE(run.errors.empty()) << run.errors.front();
+  ASSERT_TRUE(run.errors.empty()) << run.error_text();
   const ReferenceResult ref = run_reference(topo, init, synthetic_training(topo));
   EXPECT_TRUE(bit_equal(run.root.global_model, ref.global));
 }
@@ -95,7 +95,7 @@ TEST(Federation, Fp16HalvesTheWanBytes) {
   const Topology topo = make_tree(dir.path(), 2, 2, f);
   const std::vector<float> init = synthetic::initial_model(300000, kSeed);
   FederationRun run = run_threads(topo, init, kSeed);
-  ASSERT_TRUE(run.errors.empty()) << run.errors.front();
+  ASSERT_TRUE(run.errors.empty()) << run.error_text();
   // Every link carries one delta up and one anchor down per round: with fp16
   // payloads the bytes are about half of fp32's, headers included.
   ASSERT_GT(run.root.fp32_bytes_total, 0u);
