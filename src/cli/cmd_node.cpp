@@ -145,14 +145,24 @@ int run_site(const NodeArgs& a) {
   size_t num_sites = 0;
   for (const NodeSpec& n : o.topology.nodes()) num_sites += n.role == Role::kSite;
   const size_t ordinal = site_ordinal(o.topology, a.node);
-  const FashionMnistData train = load_fashion_mnist(FashionMnistSet::kTrain, w.data_dir);
-  const auto shards = runtime::dirichlet_partition(train.label_bytes, kFashionMnistClasses,
-                                                   num_sites, w.alpha, w.seed);
-  std::vector<int64_t> indices(shards[ordinal].begin(), shards[ordinal].end());
+  // Keep only this site's samples (the full set is freed at the end of the
+  // block): the shuffle permutes positions, so the minibatches are the same.
+  torch::Tensor images, labels;
+  {
+    const FashionMnistData train = load_fashion_mnist(FashionMnistSet::kTrain, w.data_dir);
+    const auto shards = runtime::dirichlet_partition(train.label_bytes, kFashionMnistClasses,
+                                                     num_sites, w.alpha, w.seed);
+    const torch::Tensor rows = torch::tensor(
+        std::vector<int64_t>(shards[ordinal].begin(), shards[ordinal].end()), torch::kInt64);
+    images = train.images.index_select(0, rows);
+    labels = train.labels.index_select(0, rows);
+  }
+  std::vector<int64_t> indices(static_cast<size_t>(images.size(0)));
+  for (size_t i = 0; i < indices.size(); ++i) indices[i] = static_cast<int64_t>(i);
   FashionCnn model = make_fashion_cnn(w.seed);
   Site site(std::move(o), *model);
   std::unique_ptr<torch::optim::Optimizer> opt = make_inner_optimizer(*model, w);
-  Trainer trainer(train.images, train.labels, std::move(indices), w.batch_size,
+  Trainer trainer(images, labels, std::move(indices), w.batch_size,
                   w.seed * 1000 + ordinal);
   site.join();
   while (!site.finished()) {
