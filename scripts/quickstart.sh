@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The two Quickstart commands:
 #   scripts/quickstart.sh demo [fedwan demo flags...]  install, build, run the demo federation
-#   scripts/quickstart.sh test                         install, build, run every test (C++ and Python)
+#   scripts/quickstart.sh test                         install, build, run every test (C++ and
+#                                                      Python), then fuzz each target briefly
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,6 +32,9 @@ case "$mode" in
     # ctest runs the C++ suites, the demo checks and the Python suite
     # (registered as python_bindings).
     (cd "$BUILD_DIR" && ctest --output-on-failure -j "$JOBS")
+    # A short fuzzing pass over every fuzz target (own clang build in
+    # build-fuzz); fuzz/README.md has the long run.
+    bash scripts/fuzz.sh "${FEDWAN_FUZZ_SECONDS:-15}"
     ;;
   *)
     echo "usage: scripts/quickstart.sh demo|test [args...]" >&2

@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "fedwan/aggregator.hpp"
+#include "fedwan/security.hpp"
 #include "fedwan/error.hpp"
 #include "fedwan/site_core.hpp"
 #include "fedwan/synthetic.hpp"
@@ -117,6 +118,9 @@ int serve_region(const std::string& topology_path, const std::string& report, in
     o.node_id = "region-0";
     o.join_timeout = std::chrono::seconds(60);
     o.window = window;
+    // Credentials sit next to the topology file (see measure()).
+    o.security = fedwan::credentials_in(
+        (std::filesystem::path(topology_path).parent_path() / "pki").string(), "region-0");
     fedwan::Aggregator agg(std::move(o));
     const long idle_rss = status_kib("VmRSS");
     const auto t0 = std::chrono::steady_clock::now();
@@ -234,6 +238,9 @@ Measurement measure(int sites, const Config& cfg, const std::vector<float>& init
   }
   // Every node loads the same file, so all agree on the topology digest.
   const fedwan::Topology topo = fedwan::Topology::load(topo_path.string());
+  // Links are mutual TLS + AES-256-GCM, as in a deployment.
+  const std::string pki = (dir.path() / "pki").string();
+  fedwan::provision_credentials(topo, pki);
   const auto t0 = std::chrono::steady_clock::now();
   const pid_t region = spawn_region(topo_path, report_path, cfg.window);
 
@@ -252,6 +259,7 @@ Measurement measure(int sites, const Config& cfg, const std::vector<float>& init
       o.initial_model = init;
       o.join_timeout = std::chrono::seconds(60);
       o.window = cfg.peer_window;
+      o.security = fedwan::credentials_in(pki, "root");
       fedwan::Aggregator(std::move(o)).run();
     } catch (const std::exception& e) {
       fail("root", e);
@@ -267,6 +275,7 @@ Measurement measure(int sites, const Config& cfg, const std::vector<float>& init
         o.node_id = id;
         o.join_timeout = std::chrono::seconds(60);
         o.window = cfg.peer_window;
+        o.security = fedwan::credentials_in(pki, id);
         fedwan::SiteCore site(std::move(o), params.data(), params.size());
         fedwan::SyncResult r = site.join();
         while (!r.finished) {

@@ -18,6 +18,7 @@
 
 #include <fedwan/aggregator.hpp>
 #include <fedwan/flat_parameters.hpp>
+#include <fedwan/security.hpp>
 #include <fedwan/site.hpp>
 #include <fedwan/topology.hpp>
 
@@ -80,6 +81,10 @@ int main() {
     nodes[s + 1].weight = static_cast<double>(data[s].x.size(0));
   }
   const fedwan::Topology topology = fedwan::Topology::build("two-sites", fed, nodes);
+  // Every link is mutual TLS: a federation CA and one bundle per node (what
+  // `fedwan certs init` does). In a deployment each node gets only its own.
+  const std::string pki = (dir / "pki").string();
+  fedwan::provision_credentials(topology, pki);
 
   // The root needs the initial model as one flat fp32 vector.
   torch::nn::Sequential initial = make_model();
@@ -88,6 +93,7 @@ int main() {
   agg_opts.topology = topology;
   agg_opts.node_id = "root";
   agg_opts.join_timeout = std::chrono::seconds(30);  // every blocking call has a deadline
+  agg_opts.security = fedwan::credentials_in(pki, "root");
   {
     fedwan::FlatParameters flat(*initial);
     agg_opts.initial_model.assign(flat.data(), flat.data() + flat.numel());
@@ -115,6 +121,7 @@ int main() {
         opts.topology = topology;
         opts.node_id = nodes[s + 1].id;
         opts.join_timeout = std::chrono::seconds(30);
+        opts.security = fedwan::credentials_in(pki, nodes[s + 1].id);
         // Flattens the parameters in place: model, optimizer and fedwan now
         // share one buffer, so a sync rewrites what the model computes with.
         fedwan::Site site(opts, *model, &optimizer);

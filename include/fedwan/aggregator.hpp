@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "fedwan/security.hpp"
 #include "fedwan/topology.hpp"
 
 namespace fedwan {
@@ -40,6 +41,8 @@ struct AggregatorOptions {
   // Per round; defaults to the topology's federation.round_timeout_s.
   std::optional<std::chrono::milliseconds> round_timeout;
   int window = 8;                      // frames queued per child and direction
+  // Mutual TLS credentials (or explicit plaintext) and the audit log.
+  SecurityOptions security;
 };
 
 struct AggregatorSummary {
@@ -48,6 +51,8 @@ struct AggregatorSummary {
   uint64_t wan_bytes_total = 0;
   uint64_t fp32_bytes_total = 0;
   uint64_t rejected_frames = 0;        // malformed, unauthorised, stale, duplicate
+  std::string security_mode;           // "mtls/<cipher>" or "plaintext"
+  std::vector<double> handshake_ms;    // children's secure links, as each came up
   std::vector<float> global_model;     // root: the final global model
 };
 

@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "fedwan/security.hpp"
 #include "fedwan/topology.hpp"
 
 namespace fedwan {
@@ -23,6 +24,8 @@ struct SiteOptions {
   // federation.round_timeout_s.
   std::chrono::milliseconds round_timeout{0};
   int window = 8;                      // frames queued towards the parent
+  // Mutual TLS credentials (or explicit plaintext) and the audit log.
+  SecurityOptions security;
 };
 
 struct SyncResult {

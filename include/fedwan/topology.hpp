@@ -23,6 +23,11 @@ struct NodeSpec {
   uint32_t index = 0;     // position in the file; the node's wire sender id
   uint32_t parent_index = 0;        // meaningless for the root
   std::vector<uint32_t> children;   // indices, in file order
+  // Residency policy (see docs/topology.md). Labels are 1..32 characters of
+  // [A-Za-z0-9._-], compared exactly (case-sensitive).
+  std::string jurisdiction;                        // root, region: where it runs; "" = none
+  std::vector<std::string> allowed_jurisdictions;  // sites: where its delta may go; empty = any
+  uint32_t k_min = 0;  // regions: fewest sites per aggregate sent up; 0 = PolicySpec::k_min
 };
 
 struct OuterOptimizerSpec {
@@ -41,12 +46,19 @@ struct FederationSpec {
   double round_timeout_s = 600;     // how long a node waits for one round
 };
 
+// Federation-wide residency settings (top-level `policy:` key).
+struct PolicySpec {
+  uint32_t k_min = 1;  // default k_min of regions that set none; >= 1
+};
+
 class Topology {
  public:
   // Parse and validate. Throws ConfigError whose message names the file (or
   // "<string>"), the node and the problem: duplicate id, unknown parent, cycle,
   // missing endpoint, more or fewer than one root, a site with children, an
-  // aggregator without children, bad weight, unknown role or key.
+  // aggregator without children, bad weight, unknown role or key, a residency
+  // key on a role that cannot carry it, a site whose parent's jurisdiction its
+  // allowed_jurisdictions exclude, a region with fewer sites than its k_min.
   static Topology parse(const std::string& yaml_text, const std::string& source = "<string>");
   static Topology load(const std::string& path);
 
@@ -54,6 +66,7 @@ class Topology {
   uint64_t job_id() const { return job_id_; }   // first 8 bytes of SHA-256(job), LE
   const FederationSpec& federation() const { return federation_; }
   FederationSpec& federation() { return federation_; }
+  const PolicySpec& policy() const { return policy_; }
   const std::vector<NodeSpec>& nodes() const { return nodes_; }
   const NodeSpec& node(const std::string& id) const;  // throws ConfigError: not in topology
   const NodeSpec* find(const std::string& id) const;   // nullptr when absent
@@ -63,16 +76,33 @@ class Topology {
   std::vector<uint32_t> sites_under(uint32_t index) const;
   // Sum of site weights under `index`.
   double weight_under(uint32_t index) const;
+  // Residency checks for the runtime (pure; see docs/topology.md).
+  // Effective k_min of node `region_index`: the fewest sites an aggregate it
+  // sends upward must combine (a region forwarding fewer, e.g. after
+  // stragglers, would let a single site's delta leave). The region's own
+  // k_min, else policy().k_min; 1 for the root (the final destination, it
+  // sends nothing up) and for a site (its own delta is residency_refusal's
+  // business). Throws std::out_of_range for an index outside the topology.
+  uint32_t k_min_for(uint32_t region_index) const;
+  // Why `site_id`'s delta may not go to `aggregator_id`, or nullopt when it
+  // may: only to its own parent, and only if that aggregator's jurisdiction is
+  // in the site's allowed_jurisdictions (when it has any). Unknown ids, a
+  // sender that is not a site or a receiver that is not an aggregator give a
+  // reason too; never throws.
+  [[nodiscard]] std::optional<std::string> residency_refusal(
+      const std::string& site_id, const std::string& aggregator_id) const;
   // SHA-256 over a canonical rendering of the tree (ids, roles, parents,
-  // weights, endpoints) and the federation settings: every node of one
-  // federation must agree on it.
+  // weights, endpoints, residency fields), the federation settings and the
+  // policy: every node of one federation must agree on it. Residency fields
+  // that are unset add nothing, so a topology without them keeps its digest.
   const std::array<uint8_t, 32>& digest() const { return digest_; }
   std::string digest_hex() const;
   // Renders back to YAML (used by `fedwan demo` to write its topology).
   std::string to_yaml() const;
 
   // Builds a topology programmatically; validates like parse().
-  static Topology build(std::string job, FederationSpec federation, std::vector<NodeSpec> nodes);
+  static Topology build(std::string job, FederationSpec federation, std::vector<NodeSpec> nodes,
+                        PolicySpec policy = {});
 
  private:
   void finalize(const std::string& source);  // validate, index, digest
@@ -80,6 +110,7 @@ class Topology {
   std::string job_;
   uint64_t job_id_ = 0;
   FederationSpec federation_;
+  PolicySpec policy_;
   std::vector<NodeSpec> nodes_;
   uint32_t root_index_ = 0;
   std::array<uint8_t, 32> digest_{};

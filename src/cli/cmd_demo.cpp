@@ -25,6 +25,7 @@
 #include "cli/fashion_model.hpp"
 #include "fedwan/codec.hpp"
 #include "fedwan/error.hpp"
+#include "fedwan/security.hpp"
 #include "fedwan/outer_optimizer.hpp"
 #include "fedwan/topology.hpp"
 
@@ -199,17 +200,33 @@ int run_demo(const DemoArgs& a) {
   const Topology topo = demo_topology(a, weights);
   const std::string topo_path = (dir / "topology.yaml").string();
   std::ofstream(topo_path) << topo.to_yaml();
+  // Every link is mutual TLS unless asked otherwise: a fresh federation CA
+  // and one bundle per node, private to this run.
+  const fs::path pki = dir / "pki";
+  if (!a.insecure_plaintext) provision_credentials(topo, pki.string(), 7, /*overwrite=*/true);
+  fs::create_directories(dir / "audit");
 
   std::cout << "fedwan demo: root, " << a.regions << " regions, " << a.sites << " sites; "
             << a.rounds << " rounds x " << a.inner_steps << " steps; codec " << a.codec
             << ", outer " << a.outer << ", trainer " << a.workload.trainer << "\n"
-            << "fedwan demo: topology and logs in " << dir.string() << std::endl;
+            << "fedwan demo: topology and logs in " << dir.string() << "\n"
+            << "fedwan demo: links "
+            << (a.insecure_plaintext ? std::string("PLAINTEXT (--insecure-plaintext)")
+                                     : "mutual TLS 1.3, frames " + a.cipher +
+                                           "; credentials in " + (dir / "pki").string())
+            << std::endl;
 
   const std::string exe = self_exe();
   const std::string root_report = (dir / "root.json").string();
   std::vector<Child> children;
   auto launch = [&](const std::string& cmd, const std::string& node, bool root) {
     std::vector<std::string> args = {cmd, "--topology", topo_path, "--node", node};
+    if (a.insecure_plaintext) {
+      args.push_back("--insecure-plaintext");
+    } else {
+      args.insert(args.end(), {"--credentials", (pki / node).string(), "--cipher", a.cipher});
+    }
+    args.insert(args.end(), {"--audit-log", (dir / "audit" / (node + ".jsonl")).string()});
     if (root) {
       args.insert(args.end(), {"--eval", "--report", root_report});
     }
@@ -252,7 +269,9 @@ int run_demo(const DemoArgs& a) {
       {"seed", a.workload.seed},    {"alpha", a.workload.alpha},
       {"batch_size", a.workload.batch_size},
       {"inner_optimizer", a.workload.inner_optimizer}, {"lr", a.workload.lr},
-      {"topology_digest", topo.digest_hex()}};
+      {"topology_digest", topo.digest_hex()},
+      {"security", a.insecure_plaintext ? std::string("plaintext") : "mtls/" + a.cipher},
+      {"audit_dir", (dir / "audit").string()}};
   const double ratio = report["fp32_bytes_total"].get<double>() > 0
                            ? report["wan_bytes_total"].get<double>() /
                                  report["fp32_bytes_total"].get<double>()
@@ -289,6 +308,11 @@ void add_demo_command(CLI::App& app, DemoArgs& a, int* exit_code) {
   cmd->add_option("--report", a.report, "write the JSON report here");
   cmd->add_option("--dir", a.work_dir, "working directory (default: a new temporary one)");
   cmd->add_option("--base-port", a.base_port, "first loopback port (default: free ports)");
+  cmd->add_flag("--insecure-plaintext", a.insecure_plaintext,
+                "run the demo's links without TLS or encryption (default: a fresh federation "
+                "CA is provisioned and every link is mutual TLS)");
+  cmd->add_option("--cipher", a.cipher, "frame cipher: aes-256-gcm, chacha20-poly1305")
+      ->capture_default_str();
   add_workload_flags(*cmd, a.workload);
   cmd->callback([&a, exit_code] { *exit_code = run_demo(a); });
 }

@@ -27,7 +27,17 @@ void add_node_flags(CLI::App& cmd, NodeArgs& a) {
   cmd.add_option("--out", a.out, "write the final model here (raw little-endian fp32)");
   cmd.add_option("--join-timeout", a.join_timeout_s, "seconds to wait for the tree to form")
       ->capture_default_str();
+  add_security_flags(cmd, a.security);
   add_workload_flags(cmd, a.workload);
+}
+
+SecurityOptions security_options(const SecurityArgs& s) {
+  SecurityOptions o;
+  o.credentials_dir = s.credentials;
+  o.insecure_plaintext = s.insecure_plaintext;
+  o.cipher = s.cipher;
+  o.audit_log = s.audit_log;
+  return o;
 }
 
 std::string human_bytes(uint64_t b) {
@@ -46,6 +56,7 @@ int run_aggregator(const NodeArgs& a) {
   o.topology = Topology::load(a.topology);
   o.node_id = a.node;
   o.join_timeout = std::chrono::milliseconds(static_cast<int64_t>(a.join_timeout_s * 1000));
+  o.security = security_options(a.security);
   const NodeSpec& self = o.topology.node(a.node);
   const bool root = self.role == Role::kRoot;
   const uint64_t rounds = o.topology.federation().rounds;
@@ -99,7 +110,9 @@ int run_aggregator(const NodeArgs& a) {
     nlohmann::json j = {{"rounds", rounds_json},
                         {"wan_bytes_total", s.wan_bytes_total},
                         {"fp32_bytes_total", s.fp32_bytes_total},
-                        {"rejected_frames", s.rejected_frames}};
+                        {"rejected_frames", s.rejected_frames},
+                        {"security", s.security_mode},
+                        {"handshake_ms", s.handshake_ms}};
     if (!rounds_json.empty() && rounds_json.back().contains("accuracy")) {
       j["final_accuracy"] = rounds_json.back()["accuracy"];
       j["final_loss"] = rounds_json.back()["loss"];
@@ -126,6 +139,7 @@ int run_site(const NodeArgs& a) {
   o.topology = Topology::load(a.topology);
   o.node_id = a.node;
   o.join_timeout = std::chrono::milliseconds(static_cast<int64_t>(a.join_timeout_s * 1000));
+  o.security = security_options(a.security);
   const uint64_t steps = o.topology.federation().inner_steps;
   const WorkloadSettings& w = a.workload;
 
@@ -176,6 +190,19 @@ int run_site(const NodeArgs& a) {
 }
 
 }  // namespace
+
+void add_security_flags(CLI::App& cmd, SecurityArgs& s) {
+  cmd.add_option("--credentials", s.credentials,
+                 "this node's credentials bundle (DIR/<node-id> from `fedwan certs init`)")
+      ->envname("FEDWAN_CREDENTIALS");
+  cmd.add_flag("--insecure-plaintext", s.insecure_plaintext,
+               "run links WITHOUT authentication or encryption (loopback experiments only; "
+               "secure nodes refuse this node)");
+  cmd.add_option("--cipher", s.cipher, "frame cipher on the link to the parent: aes-256-gcm, "
+                                       "chacha20-poly1305")
+      ->capture_default_str();
+  cmd.add_option("--audit-log", s.audit_log, "append the hash-chained audit log to this file");
+}
 
 void write_model(const std::string& path, const float* data, size_t n) {
   std::ofstream f(path, std::ios::binary);

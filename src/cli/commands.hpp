@@ -12,6 +12,16 @@ class App;
 
 namespace fedwan::cli {
 
+// How a node protects its links (see fedwan/security.hpp).
+struct SecurityArgs {
+  std::string credentials;      // this node's bundle directory
+  bool insecure_plaintext = false;
+  std::string cipher = "aes-256-gcm";
+  std::string audit_log;
+};
+void add_security_flags(CLI::App& cmd, SecurityArgs& s);
+// SecurityOptions from the flags.
+
 struct NodeArgs {
   std::string topology;
   std::string node;
@@ -19,6 +29,7 @@ struct NodeArgs {
   std::string out;         // write the final model (raw little-endian fp32) here
   bool eval = false;       // root: evaluate the global model every round
   double join_timeout_s = 300;
+  SecurityArgs security;
   WorkloadSettings workload;
 };
 
@@ -39,10 +50,17 @@ struct DemoArgs {
   std::string report;
   std::string work_dir;  // default: a fresh temporary directory
   int base_port = 0;     // 0: pick free ports
+  bool insecure_plaintext = false;  // default: provision credentials, encrypt every link
+  std::string cipher = "aes-256-gcm";
   WorkloadSettings workload;
 };
 
 void add_demo_command(CLI::App& app, DemoArgs& args, int* exit_code);
+
+// `fedwan certs ...`: provision, rotate and revoke a federation's identities.
+void add_certs_command(CLI::App& app, int* exit_code);
+// `fedwan audit verify FILE`: check an audit log's hash chain.
+void add_audit_command(CLI::App& app, int* exit_code);
 
 // Writes a flat fp32 model to `path` (raw little-endian floats).
 void write_model(const std::string& path, const float* data, size_t n);

@@ -22,6 +22,8 @@ int main(int argc, char** argv) {
   fedwan::cli::add_aggregator_command(app, agg_args, &exit_code);
   fedwan::cli::add_site_command(app, site_args, &exit_code);
   fedwan::cli::add_demo_command(app, demo_args, &exit_code);
+  fedwan::cli::add_certs_command(app, &exit_code);
+  fedwan::cli::add_audit_command(app, &exit_code);
   app.parse_complete_callback([&] {
     if (!log_level.empty()) fedwan::set_log_level(log_level);
   });

@@ -13,6 +13,8 @@
 #include <optional>
 #include <unordered_map>
 
+#include <nlohmann/json.hpp>
+
 #include "aggregation/round_accumulator.hpp"
 #include "common/log.hpp"
 #include "common/sha256.hpp"
@@ -20,6 +22,7 @@
 #include "fedwan/error.hpp"
 #include "fedwan/outer_optimizer.hpp"
 #include "runtime/node_frames.hpp"
+#include "runtime/node_security.hpp"
 #include "runtime/traffic.hpp"
 #include "transport/links.hpp"
 
@@ -121,6 +124,8 @@ class Aggregator::Impl {
   Millis round_timeout_;
   uint32_t region_children_ = 0;
 
+  // Declared before the links: their security layers report to it.
+  std::unique_ptr<runtime::NodeSecurity> security_;
   zmq::context_t ctx_{1};
   std::unique_ptr<ChildrenLink> children_link_;
   std::unique_ptr<ParentLink> parent_link_;
@@ -201,11 +206,12 @@ Aggregator::Impl::Impl(AggregatorOptions options)
   lo.max_message_bytes = static_cast<int64_t>(wire::kHeaderSize + topo_.federation().chunk_bytes +
                                               4096);
   const std::string bind = self_.bind.empty() ? self_.endpoint : self_.bind;
-  children_link_ = std::make_unique<ChildrenLink>(ctx_, bind, lo, plaintext_security_factory());
+  security_ = std::make_unique<runtime::NodeSecurity>(opt_.security, topo_, self_);
+  children_link_ = std::make_unique<ChildrenLink>(ctx_, bind, lo, security_->children_factory());
   if (!is_root_) {
     const NodeSpec& parent = topo_.node(self_.parent_index);
     parent_link_ = std::make_unique<ParentLink>(ctx_, parent.endpoint, self_.id, lo,
-                                                plaintext_security_factory());
+                                                security_->parent_factory());
   }
   log().info("[agg:{}] {} serving {} children on {}", self_.id, role_name(self_.role),
              children_.size(), bind);
@@ -276,6 +282,7 @@ bool Aggregator::Impl::outboxes_empty() const {
 void Aggregator::Impl::refuse(const std::string& peer, const std::string& reason, bool count) {
   if (count) summary_.rejected_frames += 1;
   log().warn("[agg:{}] refused '{}': {}", self_.id, peer, reason);
+  security_->audit("refusal", {{"peer", peer}, {"round", round_}, {"reason", reason}});
   try {
     // Best effort and never queued: a refused peer may not be reading.
     (void)children_link_->try_send(peer, reject_frame(topo_, self_.index, round_, reason));
@@ -332,6 +339,9 @@ AggregatorSummary Aggregator::Impl::run() {
     log().warn("[agg:{}] {} frames were not delivered before shutdown", self_.id, left);
   }
   summary_.rejected_frames += children_link_->counters().rejected;
+  summary_.security_mode =
+      security_->plaintext() ? "plaintext" : "mtls/" + opt_.security.cipher;
+  summary_.handshake_ms = security_->handshake_ms();
   if (is_root_) summary_.global_model = global_;
   return summary_;
 }
@@ -573,6 +583,19 @@ void Aggregator::Impl::on_delta(Child& c, const wire::ParsedFrame& f) {
     r = acc_->add(h.round, c.index, h.chunk_index, h.element_count, h.weight, *codec, f.payload,
                   f.payload_size);
   }
+  if (security_->auditing()) {
+    const Sha256Digest d = sha256(f.payload, f.payload_size);
+    security_->audit("update", {{"sender", c.id},
+                                {"round", h.round},
+                                {"chunk", h.chunk_index},
+                                {"chunks", h.chunk_count},
+                                {"bytes", f.payload_size},
+                                {"weight", h.weight},
+                                {"sha256", to_hex(d.data(), d.size())},
+                                {"decision", r.outcome == AddOutcome::kAccepted
+                                                 ? "accepted"
+                                                 : add_outcome_name(r.outcome)}});
+  }
   switch (r.outcome) {
     case AddOutcome::kAccepted:
       if (r.chunk_complete) complete_chunk(h.chunk_index);
@@ -652,6 +675,8 @@ void Aggregator::Impl::complete_round() {
   const auto now = Clock::now();
   const double secs = std::chrono::duration<double>(now - round_started_).count();
   log().info("[agg:{}] round {} complete in {:.2f} s", self_.id, round_, secs);
+  security_->audit("round_closed", {{"round", round_}, {"children", children_.size()}});
+  security_->audit_sync();
   if (!is_root_) {
     phase_ = Phase::kAwaitAnchor;
     phase_deadline_ = Clock::now() + round_timeout_;

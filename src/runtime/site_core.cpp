@@ -12,9 +12,14 @@
 #include "common/sha256.hpp"
 #include "fedwan/codec.hpp"
 #include "fedwan/error.hpp"
+#include <nlohmann/json.hpp>
+
 #include "runtime/node_frames.hpp"
+#include "runtime/node_security.hpp"
+#include "security/sealing_pipeline.hpp"
 #include "tensor/chunk_plan.hpp"
 #include "transport/links.hpp"
+#include "transport/secure_channel.hpp"
 
 namespace fedwan {
 namespace {
@@ -41,6 +46,8 @@ class SiteCore::Impl {
   bool finished = false;
   Millis round_timeout;
 
+  // Declared before the link: its security layer reports to it.
+  std::unique_ptr<runtime::NodeSecurity> security;
   zmq::context_t ctx{1};
   std::unique_ptr<ParentLink> link;
 
@@ -90,8 +97,9 @@ SiteCore::Impl::Impl(SiteOptions options, float* p, size_t n)
   lo.max_message_bytes =
       static_cast<int64_t>(wire::kHeaderSize + topo.federation().chunk_bytes + 4096);
   const NodeSpec& parent = topo.node(self.parent_index);
+  security = std::make_unique<runtime::NodeSecurity>(opt.security, topo, self);
   link = std::make_unique<ParentLink>(ctx, parent.endpoint, self.id, lo,
-                                      plaintext_security_factory());
+                                      security->parent_factory());
 }
 
 std::optional<wire::ParsedFrame> SiteCore::Impl::poll_frame(Incoming* in, Millis timeout) {
@@ -256,6 +264,31 @@ SyncResult SiteCore::Impl::sync() {
   // they touch anchor elements whose delta was already computed.
   AnchorAssembly next = expect_anchor(round + 1, false);
   Incoming in;
+  const auto drain_anchor = [&] {
+    while (!complete(next)) {
+      std::optional<wire::ParsedFrame> f = poll_frame(&in, Millis(0));
+      if (!f) break;
+      res.bytes_received += in.message.size();
+      on_anchor_frame(*f, &next);
+    }
+  };
+  // On a secure link, chunk i is encrypted on a worker while chunk i+1 is
+  // encoded here, so sealing costs no extra time while the encoder is busy.
+  link->wait_established(round_timeout);
+  auto* secure = dynamic_cast<SecureChannel*>(&link->security());
+  std::optional<security::SealingPipeline> sealing;
+  if (secure != nullptr) sealing.emplace(*secure->sealer(), 2);
+  const auto send_sealed = [&](size_t keep) {
+    std::vector<uint8_t> sealed;
+    while (sealing->in_flight() > keep) {
+      if (!sealing->next(&sealed, round_timeout)) {
+        throw TimeoutError("site '" + self.id + "': sealing a delta chunk timed out");
+      }
+      res.bytes_sent += link->send_sealed(std::move(sealed), round_timeout);
+    }
+  };
+  Sha256 update_digest;
+  uint64_t update_bytes = 0;
   for (uint32_t i = 0; i < plan.count(); ++i) {
     const uint64_t off = plan.offset(i);
     const uint32_t n = plan.size(i);
@@ -269,13 +302,29 @@ SyncResult SiteCore::Impl::sync() {
     h.element_count = n;
     h.total_elements = plan.total();
     h.weight = self.weight;
-    res.bytes_sent += link->send(make_frame(h, payload), round_timeout);
-    while (!complete(next)) {
-      std::optional<wire::ParsedFrame> f = poll_frame(&in, Millis(0));
-      if (!f) break;
-      res.bytes_received += in.message.size();
-      on_anchor_frame(*f, &next);
+    if (security->auditing()) {
+      update_digest.update(payload.data(), payload.size());
+      update_bytes += payload.size();
     }
+    if (sealing) {
+      sealing->submit(make_frame(h, payload));
+      send_sealed(1);
+    } else {
+      res.bytes_sent += link->send(make_frame(h, payload), round_timeout);
+    }
+    drain_anchor();
+  }
+  if (sealing) {
+    send_sealed(0);
+    sealing.reset();
+  }
+  if (security->auditing()) {
+    const Sha256Digest d = update_digest.finish();
+    security->audit("update_sent", {{"round", round},
+                                    {"parent", topo.node(self.parent_index).id},
+                                    {"chunks", plan.count()},
+                                    {"bytes", update_bytes},
+                                    {"sha256", to_hex(d.data(), d.size())}});
   }
   if (finish_anchor(&next, &res)) {
     round += 1;
@@ -284,6 +333,7 @@ SyncResult SiteCore::Impl::sync() {
     finished = true;
   }
   if (finished) confirm_end(&res);
+  security->audit_sync();
   res.round = round;
   res.finished = finished;
   return res;

@@ -9,11 +9,12 @@
 //     chunk_bytes: 1048576            # 4096..4194304, a multiple of 4
 //     round_timeout_s: 600            # finite, > 0
 //     outer_optimizer: {name: diloco, lr: 0.7, momentum: 0.9}
+//   policy: {k_min: 2}                # optional; default k_min of regions
 //   nodes:                            # file order = index = wire sender id
-//     - {id: root, role: root, endpoint: "tcp://127.0.0.1:7000"}
+//     - {id: root, role: root, endpoint: "tcp://127.0.0.1:7000", jurisdiction: EU}
 //     - {id: eu, role: region, parent: root, endpoint: "tcp://127.0.0.1:7001",
-//        bind: "tcp://*:7001"}
-//     - {id: site-a, role: site, parent: eu, weight: 6000}
+//        bind: "tcp://*:7001", jurisdiction: EU, k_min: 2}
+//     - {id: site-a, role: site, parent: eu, weight: 6000, allowed_jurisdictions: [EU]}
 //
 // Node rules: exactly one root, without a parent; every other node names an
 // existing root or region as parent, and the parent links form a tree.
@@ -24,6 +25,9 @@
 // so an endpoint there is a mistake that would otherwise look meaningful.
 // Outer optimizer hyper-parameters: fedavg takes lr; diloco lr and momentum;
 // fedadam lr, beta1, beta2 and eps. One its optimizer does not use is refused.
+// Residency: `jurisdiction` on aggregators, `allowed_jurisdictions` on sites
+// (their parent's jurisdiction must be listed), `k_min` on regions (at least
+// that many sites under them); each key on another role is refused.
 #include "fedwan/topology.hpp"
 
 #include <yaml-cpp/yaml.h>
@@ -46,11 +50,16 @@ namespace {
 constexpr uint64_t kMinChunkBytes = 4096;
 constexpr uint64_t kMaxChunkBytes = 4u << 20;
 
-const std::vector<std::string> kTopKeys = {"job", "federation", "nodes"};
+constexpr size_t kMaxJurisdictionLength = 32;
+
+const std::vector<std::string> kTopKeys = {"job", "federation", "policy", "nodes"};
 const std::vector<std::string> kFederationKeys = {
     "rounds", "inner_steps", "codec", "chunk_bytes", "round_timeout_s", "outer_optimizer"};
 const std::vector<std::string> kOuterKeys = {"name", "lr", "momentum", "beta1", "beta2", "eps"};
-const std::vector<std::string> kNodeKeys = {"id", "role", "parent", "endpoint", "bind", "weight"};
+const std::vector<std::string> kPolicyKeys = {"k_min"};
+const std::vector<std::string> kNodeKeys = {
+    "id", "role", "parent", "endpoint", "bind", "weight",
+    "jurisdiction", "allowed_jurisdictions", "k_min"};
 
 std::string join(const std::vector<std::string>& v) {
   std::string out;
@@ -64,6 +73,75 @@ std::string format_double(double d) {
   char buf[64];
   auto res = std::to_chars(buf, buf + sizeof(buf), d);
   return std::string(buf, res.ptr);
+}
+
+// ---- residency rules, shared by parse() (which adds line:col) and build() --
+
+// "" when `label` is a valid jurisdiction, else what is wrong with it.
+std::string label_problem(const std::string& what, const std::string& label) {
+  if (label.size() <= kMaxJurisdictionLength && is_valid_node_id(label)) return "";
+  return what + " '" + label +
+         "' is invalid; use 1..32 characters of [A-Za-z0-9._-], such as EU or US-CA";
+}
+
+// "" when a node of `role` may carry residency key `key`, else why not.
+std::string misplaced_residency_key(const std::string& key, Role role) {
+  if (key == "jurisdiction" && role == Role::kSite) {
+    return "'jurisdiction' applies to root and region nodes, which receive deltas; a site "
+           "says where its delta may go with 'allowed_jurisdictions'";
+  }
+  if (key == "allowed_jurisdictions" && role != Role::kSite) {
+    return "'allowed_jurisdictions' applies to sites only; give an aggregator a "
+           "'jurisdiction' instead";
+  }
+  if (key == "k_min" && role == Role::kSite) {
+    return "'k_min' applies to regions only; a site sends only its own delta";
+  }
+  if (key == "k_min" && role == Role::kRoot) {
+    return "'k_min' applies to regions only; the root is the final destination and sends "
+           "nothing upward (policy.k_min sets the default of all regions)";
+  }
+  return "";
+}
+
+// First problem with `s`'s residency fields taken one by one ("" if none).
+std::string residency_field_problem(const NodeSpec& s) {
+  const std::pair<const char*, bool> present[] = {
+      {"jurisdiction", !s.jurisdiction.empty()},
+      {"allowed_jurisdictions", !s.allowed_jurisdictions.empty()},
+      {"k_min", s.k_min != 0}};
+  for (const auto& [key, set] : present) {
+    std::string why = set ? misplaced_residency_key(key, s.role) : "";
+    if (!why.empty()) return why;
+  }
+  if (!s.jurisdiction.empty()) {
+    std::string why = label_problem("jurisdiction", s.jurisdiction);
+    if (!why.empty()) return why;
+  }
+  const std::vector<std::string>& allowed = s.allowed_jurisdictions;
+  for (auto it = allowed.begin(); it != allowed.end(); ++it) {
+    std::string why = label_problem("allowed jurisdiction", *it);
+    if (!why.empty()) return why;
+    if (std::find(allowed.begin(), it, *it) != it) {
+      return "allowed_jurisdictions lists '" + *it + "' twice";
+    }
+  }
+  return "";
+}
+
+// Why `site` may not send its delta to aggregator `to` by jurisdiction alone,
+// or nullopt. `to_name` says how to refer to `to` ("its parent", "aggregator").
+std::optional<std::string> jurisdiction_refusal(const NodeSpec& site, const NodeSpec& to,
+                                                const std::string& to_name) {
+  const std::vector<std::string>& allowed = site.allowed_jurisdictions;
+  if (allowed.empty() ||
+      std::find(allowed.begin(), allowed.end(), to.jurisdiction) != allowed.end()) {
+    return std::nullopt;
+  }
+  return "site '" + site.id + "' may send its delta only to [" + join(allowed) + "]; " + to_name +
+         " '" + to.id + "' " +
+         (to.jurisdiction.empty() ? std::string("has no jurisdiction")
+                                  : "is in jurisdiction '" + to.jurisdiction + "'");
 }
 
 bool valid_endpoint(const std::string& e) {
@@ -140,6 +218,14 @@ class YamlReader {
     return v;
   }
 
+  uint32_t k_min(const YAML::Node& n, const std::string& ctx) const {
+    uint64_t v = u64(n, ctx, "k_min");
+    if (v < 1 || v > UINT32_MAX) {
+      fail(n, ctx, "k_min " + std::to_string(v) + " is invalid; use an integer >= 1");
+    }
+    return static_cast<uint32_t>(v);
+  }
+
  private:
   const std::string& source_;
 };
@@ -165,6 +251,14 @@ FederationSpec read_federation(const YamlReader& r, const YAML::Node& n) {
     if (auto v = o["eps"]) f.outer.eps = r.f64(v, ctx, "eps");
   }
   return f;
+}
+
+PolicySpec read_policy(const YamlReader& r, const YAML::Node& n) {
+  PolicySpec p;
+  r.expect_map(n, "policy");
+  r.check_keys(n, kPolicyKeys, "policy");
+  if (auto v = n["k_min"]) p.k_min = r.k_min(v, "policy");
+  return p;
 }
 
 NodeSpec read_node(const YamlReader& r, const YAML::Node& n, size_t pos) {
@@ -195,6 +289,32 @@ NodeSpec read_node(const YamlReader& r, const YAML::Node& n, size_t pos) {
     }
     s.weight = r.f64(v, ctx, "weight");
   }
+  for (const char* key : {"jurisdiction", "allowed_jurisdictions", "k_min"}) {
+    YAML::Node v = n[key];
+    std::string why = v ? misplaced_residency_key(key, s.role) : "";
+    if (!why.empty()) r.fail(v, ctx, why);
+  }
+  if (auto v = n["jurisdiction"]) {
+    s.jurisdiction = r.str(v, ctx, "jurisdiction");
+    std::string why = label_problem("jurisdiction", s.jurisdiction);
+    if (!why.empty()) r.fail(v, ctx, why);
+  }
+  if (auto v = n["allowed_jurisdictions"]) {
+    if (!v.IsSequence()) {
+      r.fail(v, ctx, "'allowed_jurisdictions' must be a list of jurisdictions, such as [EU]");
+    }
+    for (size_t i = 0; i < v.size(); ++i) {
+      std::string label = r.str(v[i], ctx, "allowed_jurisdictions[" + std::to_string(i) + "]");
+      std::string why = label_problem("allowed jurisdiction", label);
+      const auto& seen = s.allowed_jurisdictions;
+      if (why.empty() && std::find(seen.begin(), seen.end(), label) != seen.end()) {
+        why = "allowed_jurisdictions lists '" + label + "' twice";
+      }
+      if (!why.empty()) r.fail(v[i], ctx, why);
+      s.allowed_jurisdictions.push_back(label);
+    }
+  }
+  if (auto v = n["k_min"]) s.k_min = r.k_min(v, ctx);
   return s;
 }
 
@@ -273,6 +393,7 @@ Topology Topology::parse(const std::string& yaml_text, const std::string& source
     if (!doc["job"]) r.fail(doc, "topology", "missing 'job'; name the federation job");
     t.job_ = r.str(doc["job"], "topology", "job");
     if (auto f = doc["federation"]) t.federation_ = read_federation(r, f);
+    if (auto p = doc["policy"]) t.policy_ = read_policy(r, p);
     YAML::Node nodes = doc["nodes"];
     if (!nodes || !nodes.IsSequence() || nodes.size() == 0) {
       r.fail(nodes ? nodes : doc, "topology", "'nodes' must be a non-empty list of nodes");
@@ -300,10 +421,12 @@ Topology Topology::load(const std::string& path) {
   return parse(text.str(), path);
 }
 
-Topology Topology::build(std::string job, FederationSpec federation, std::vector<NodeSpec> nodes) {
+Topology Topology::build(std::string job, FederationSpec federation, std::vector<NodeSpec> nodes,
+                         PolicySpec policy) {
   Topology t;
   t.job_ = std::move(job);
   t.federation_ = std::move(federation);
+  t.policy_ = policy;
   t.nodes_ = std::move(nodes);
   t.finalize("<build>");
   return t;
@@ -315,6 +438,7 @@ void Topology::finalize(const std::string& src) {
     fail("job '" + job_ + "' is invalid; use 1..64 characters of [A-Za-z0-9._-]");
   }
   validate_federation(federation_, src);
+  if (policy_.k_min < 1) fail("policy: k_min 0 is invalid; use an integer >= 1");
   if (nodes_.empty()) fail("the topology has no nodes; list a root, its regions and sites");
   if (nodes_.size() > UINT32_MAX) fail("too many nodes");
 
@@ -337,6 +461,8 @@ void Topology::finalize(const std::string& src) {
       fail(who + "unknown role " + std::to_string(static_cast<int>(s.role)) +
            "; use root, region or site");
     }
+    std::string residency = residency_field_problem(s);
+    if (!residency.empty()) fail(who + residency);
     s.index = i;
     s.parent_index = 0;
     s.children.clear();
@@ -436,6 +562,33 @@ void Topology::finalize(const std::string& src) {
            " has no children; add sites under it or remove it");
     }
   }
+  // Residency across the tree. A site's allowed list is checked against its
+  // parent only: what its parent sends further up is an aggregate, and k_min
+  // is what keeps that aggregate from being one site's delta.
+  for (const NodeSpec& s : nodes_) {
+    if (s.role == Role::kSite) {
+      const NodeSpec& p = nodes_[s.parent_index];
+      if (auto why = jurisdiction_refusal(s, p, "its parent")) {
+        fail(*why + (p.jurisdiction.empty()
+                         ? "; give '" + p.id + "' a jurisdiction from that list"
+                         : "; move the site under an aggregator in one of them or add '" +
+                               p.jurisdiction + "' to its allowed_jurisdictions"));
+      }
+    } else if (s.role == Role::kRegion) {
+      size_t have = sites_under(s.index).size();
+      uint32_t need = k_min_for(s.index);
+      if (have < need) {
+        std::string rule = need == 2 ? std::string("no single site's delta may leave its region")
+                                     : "no aggregate of fewer than " + std::to_string(need) +
+                                           " sites may leave its region";
+        std::string from =
+            s.k_min != 0 ? "set on the region" : "set by policy.k_min; a region may set its own";
+        fail("region '" + s.id + "' aggregates " + std::to_string(have) +
+             (have == 1 ? " site" : " sites") + " but residency policy requires k_min " +
+             std::to_string(need) + ": " + rule + "; add sites or lower k_min (" + from + ")");
+      }
+    }
+  }
 
   Sha256Digest job_hash = sha256(job_.data(), job_.size());
   job_id_ = 0;
@@ -460,10 +613,21 @@ void Topology::finalize(const std::string& src) {
   c += "federation.round_timeout_s=" + format_double(f.round_timeout_s) + "\n";
   c += "federation.rounds=" + std::to_string(f.rounds) + "\n";
   c += "job=" + job_ + "\n";
+  // Residency fields appear only when set, so a topology without them keeps
+  // the digest it had before they existed. The allowed list is a set: sorted.
   for (const NodeSpec& s : nodes_) {
-    c += "node." + std::to_string(s.index) + " bind=" + s.bind + " endpoint=" + s.endpoint +
-         " id=" + s.id + " parent=" + s.parent + " role=" + role_name(s.role) +
+    std::vector<std::string> allowed = s.allowed_jurisdictions;
+    std::sort(allowed.begin(), allowed.end());
+    std::string line = "node." + std::to_string(s.index);
+    if (!allowed.empty()) line += " allowed_jurisdictions=" + join(allowed);
+    line += " bind=" + s.bind + " endpoint=" + s.endpoint + " id=" + s.id;
+    if (!s.jurisdiction.empty()) line += " jurisdiction=" + s.jurisdiction;
+    if (s.k_min != 0) line += " k_min=" + std::to_string(s.k_min);
+    c += line + " parent=" + s.parent + " role=" + role_name(s.role) +
          " weight=" + format_double(s.weight) + "\n";
+  }
+  if (policy_.k_min != PolicySpec{}.k_min) {
+    c += "policy.k_min=" + std::to_string(policy_.k_min) + "\n";
   }
   digest_ = sha256(c.data(), c.size());
 }
@@ -502,6 +666,36 @@ double Topology::weight_under(uint32_t index) const {
   return sum;
 }
 
+uint32_t Topology::k_min_for(uint32_t region_index) const {
+  const NodeSpec& s = nodes_.at(region_index);
+  if (s.role != Role::kRegion) return 1;
+  return s.k_min != 0 ? s.k_min : policy_.k_min;
+}
+
+std::optional<std::string> Topology::residency_refusal(const std::string& site_id,
+                                                       const std::string& aggregator_id) const {
+  const NodeSpec* site = find(site_id);
+  if (site == nullptr) return "sender '" + site_id + "' is not a node of topology '" + job_ + "'";
+  if (site->role != Role::kSite) {
+    return "'" + site_id + "' is a " + role_name(site->role) +
+           ", not a site; only sites send deltas";
+  }
+  const NodeSpec* to = find(aggregator_id);
+  if (to == nullptr) {
+    return "aggregator '" + aggregator_id + "' is not a node of topology '" + job_ + "'";
+  }
+  if (to->role == Role::kSite) return "'" + aggregator_id + "' is a site, not an aggregator";
+  // Jurisdiction before parentage: a delta headed out of its allowed
+  // jurisdictions is the breach an audit log must name, even when the
+  // aggregator is also the wrong one.
+  if (auto why = jurisdiction_refusal(*site, *to, "aggregator")) return why;
+  if (to->index != site->parent_index) {
+    return "site '" + site_id + "' reports to '" + site->parent + "', not to '" + aggregator_id +
+           "'";
+  }
+  return std::nullopt;
+}
+
 std::string Topology::digest_hex() const { return to_hex(digest_.data(), digest_.size()); }
 
 std::string Topology::to_yaml() const {
@@ -533,7 +727,11 @@ std::string Topology::to_yaml() const {
   for (const auto& [key, value] : params) {
     if (*value) y += std::string(", ") + key + ": " + format_double(**value);
   }
-  y += "}\nnodes:\n";
+  y += "}\n";
+  if (policy_.k_min != PolicySpec{}.k_min) {
+    y += "policy:\n  k_min: " + std::to_string(policy_.k_min) + "\n";
+  }
+  y += "nodes:\n";
   for (const NodeSpec& s : nodes_) {
     y += "  - {id: " + q(s.id) + ", role: " + role_name(s.role);
     if (!s.parent.empty()) y += ", parent: " + q(s.parent);
@@ -542,6 +740,15 @@ std::string Topology::to_yaml() const {
     } else {
       y += ", endpoint: " + q(s.endpoint);
       if (s.bind != s.endpoint) y += ", bind: " + q(s.bind);
+    }
+    if (!s.jurisdiction.empty()) y += ", jurisdiction: " + q(s.jurisdiction);
+    if (s.k_min != 0) y += ", k_min: " + std::to_string(s.k_min);
+    if (!s.allowed_jurisdictions.empty()) {
+      std::string list;
+      for (const std::string& a : s.allowed_jurisdictions) {
+        list += (list.empty() ? "" : ", ") + q(a);
+      }
+      y += ", allowed_jurisdictions: [" + list + "]";
     }
     y += "}\n";
   }

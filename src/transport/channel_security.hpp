@@ -1,9 +1,13 @@
-// The slot between framing and the socket where a security mechanism sits
-// (handshake, then seal/open of every frame). One instance per peer of a
+// The slot between framing and the socket where a security mechanism sits:
+// a handshake, then seal/open of every frame. One instance per peer of a
 // link; not thread safe (owned by the thread that owns the socket).
+//
+// Mechanisms: PlaintextSecurity (below, only when asked for explicitly) and
+// SecureChannel (secure_channel.hpp: mutual TLS 1.3, then AEAD frames).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -11,31 +15,75 @@
 
 namespace fedwan {
 
+// Bytes the mechanism wants sent to the peer: handshake records, refusals.
+using SecurityReplies = std::vector<std::vector<uint8_t>>;
+
+// What happened on a link, for the node's log and audit trail.
+struct LinkEvent {
+  enum class Kind { kHandshakeAccepted, kHandshakeRefused, kFrameRejected };
+  Kind kind = Kind::kFrameRejected;
+  std::string peer;        // routing id (parent side) or parent endpoint (child side)
+  std::string reason;      // refusals: why, in words
+  std::string peer_node;   // handshakes: who the peer's certificate names
+  std::string peer_role;
+  std::string peer_serial;
+  std::string cipher;
+  double handshake_ms = 0;
+  uint64_t bytes = 0;      // rejected frames: their size
+};
+using LinkEventSink = std::function<void(const LinkEvent&)>;
+
 class ChannelSecurity {
  public:
+  enum class Inbound {
+    kFrame,     // a data frame, opened in place: data[0, *frame_size)
+    kConsumed,  // a handshake message, handled; replies may be in *out
+    kRejected,  // dropped; *why says why (already reported to the sink)
+  };
+
   virtual ~ChannelSecurity() = default;
   virtual std::string_view name() const = 0;
+  // Data frames may be sealed and will be accepted.
+  virtual bool established() const = 0;
+  // Non-empty once the handshake failed for good (child side): why.
+  virtual const std::string& failure() const = 0;
+  // Child side: the first handshake flight, appended to *out.
+  virtual void start(SecurityReplies* out) { (void)out; }
 
   // Turns an encoded frame (header + payload) into the bytes to send; the
-  // header must stay authenticated. May grow the buffer.
+  // header stays readable and authenticated. Grows the buffer. Precondition:
+  // established().
   virtual void seal(std::vector<uint8_t>& bytes) = 0;
 
-  // Verifies (and decrypts) received bytes in place. On success returns true
-  // and sets *frame_size to the frame's length inside `data`; on failure
-  // returns false with the reason in *why (the caller drops and counts it).
-  virtual bool open(uint8_t* data, size_t size, size_t* frame_size, std::string* why) = 0;
+  // Handles one received message in place.
+  virtual Inbound receive(uint8_t* data, size_t size, size_t* frame_size, std::string* why,
+                          SecurityReplies* out) = 0;
 };
 
-// No protection: frames travel as encoded. For loopback tests and the
-// plaintext mode that a deployment must ask for explicitly.
+// No protection: frames travel as encoded. Only when a deployment asks for
+// it explicitly (loopback experiments); it refuses secure peers' handshake
+// and sealed frames with a message saying so.
 class PlaintextSecurity final : public ChannelSecurity {
  public:
+  PlaintextSecurity(uint64_t job_id, uint32_t self_index, LinkEventSink sink, std::string peer);
   std::string_view name() const override { return "plaintext"; }
+  bool established() const override { return true; }
+  const std::string& failure() const override { return failure_; }
   void seal(std::vector<uint8_t>&) override {}
-  bool open(uint8_t*, size_t size, size_t* frame_size, std::string*) override {
-    *frame_size = size;
-    return true;
-  }
+  Inbound receive(uint8_t* data, size_t size, size_t* frame_size, std::string* why,
+                  SecurityReplies* out) override;
+
+ private:
+  uint64_t job_id_;
+  uint32_t self_index_;
+  LinkEventSink sink_;
+  std::string peer_;
+  std::string failure_;
 };
+
+// A plain kReject frame carrying `reason`: what a node can still tell a peer
+// it has no session with.
+std::vector<uint8_t> plain_reject_frame(uint64_t job_id, uint32_t self_index,
+                                        const std::string& reason);
 
 }  // namespace fedwan

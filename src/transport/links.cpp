@@ -41,13 +41,18 @@ bool wait_readable(zmq::socket_t& s, Millis timeout) {
 
 }  // namespace
 
-SecurityFactory plaintext_security_factory() {
+SecurityFactory plaintext_security_factory(uint64_t job_id, uint32_t self_index,
+                                           LinkEventSink sink) {
   static std::once_flag warned;
   std::call_once(warned, [] {
-    log().warn("links are plaintext: not authenticated or encrypted in this release; "
-               "run only on a trusted network (see docs/security.md)");
+    log().error("INSECURE: --insecure-plaintext: links are NOT authenticated or encrypted. "
+                "Anyone on the network can read the model and impersonate nodes, and secure "
+                "nodes will refuse this one. Use only for loopback experiments "
+                "(see docs/security.md)");
   });
-  return [](const std::string&) { return std::make_unique<PlaintextSecurity>(); };
+  return [job_id, self_index, sink](const std::string& peer) {
+    return std::make_unique<PlaintextSecurity>(job_id, self_index, sink, peer);
+  };
 }
 
 // ---- ParentLink -------------------------------------------------------------
@@ -63,10 +68,71 @@ ParentLink::ParentLink(zmq::context_t& ctx, const std::string& endpoint,
   } catch (const zmq::error_t& e) {
     throw TransportError("cannot connect to parent at " + endpoint + ": " + e.what());
   }
+  SecurityReplies first;
+  security_->start(&first);
+  send_replies(first);
+}
+
+ParentLink::~ParentLink() {
+  if (!security_->established()) {
+    try {
+      socket_.set(zmq::sockopt::linger, 0);
+    } catch (const zmq::error_t&) {
+      // Closing anyway.
+    }
+  }
+}
+
+void ParentLink::send_replies(SecurityReplies& replies) {
+  for (auto& r : replies) {
+    zmq::message_t msg(r.data(), r.size());
+    // A connecting DEALER queues the message for the pipe; a full window
+    // during a handshake means the parent is gone, which the caller's
+    // timeout reports.
+    try {
+      if (socket_.send(msg, zmq::send_flags::dontwait)) {
+        counters_.frames_sent += 1;
+        counters_.bytes_sent += r.size();
+      }
+    } catch (const zmq::error_t& e) {
+      throw TransportError("send to parent " + endpoint_ + " failed: " + e.what());
+    }
+  }
+  replies.clear();
+}
+
+void ParentLink::check_failure() const {
+  if (!security_->failure().empty()) {
+    throw CryptoError("secure channel to parent " + endpoint_ + " failed: " +
+                      security_->failure());
+  }
+}
+
+void ParentLink::wait_established(Millis timeout) {
+  const auto deadline = Clock::now() + timeout;
+  while (!security_->established()) {
+    check_failure();
+    const auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());
+    if (left.count() <= 0) {
+      throw TimeoutError("TLS handshake with parent " + endpoint_ + " did not complete within " +
+                         std::to_string(timeout.count()) +
+                         " ms: is the parent running, with its credentials?");
+    }
+    Incoming ignored;
+    // Nothing but handshake messages can arrive before the session is up.
+    (void)recv(&ignored, std::min(left, Millis(50)));
+  }
 }
 
 size_t ParentLink::send(std::vector<uint8_t> frame, Millis timeout) {
+  const auto start = Clock::now();
+  wait_established(timeout);
+  timeout -= std::chrono::duration_cast<Millis>(Clock::now() - start);
   security_->seal(frame);
+  return send_sealed(std::move(frame), timeout);
+}
+
+size_t ParentLink::send_sealed(std::vector<uint8_t> frame, Millis timeout) {
   const size_t n = frame.size();
   zmq::message_t msg(frame.data(), n);
   const bool sent = send_with_deadline(socket_, timeout, [&] {
@@ -86,6 +152,8 @@ size_t ParentLink::send(std::vector<uint8_t> frame, Millis timeout) {
 }
 
 std::optional<size_t> ParentLink::try_send(const std::vector<uint8_t>& frame) {
+  check_failure();
+  if (!security_->established()) return std::nullopt;
   try {
     if (!(socket_.get(zmq::sockopt::events) & ZMQ_POLLOUT)) return std::nullopt;
     std::vector<uint8_t> bytes(frame);
@@ -112,8 +180,13 @@ bool ParentLink::recv(Incoming* out, Millis timeout) {
     counters_.bytes_received += msg.size();
     std::string why;
     size_t frame_size = 0;
-    if (!security_->open(static_cast<uint8_t*>(msg.data()), msg.size(), &frame_size, &why)) {
-      counters_.rejected += 1;
+    SecurityReplies replies;
+    const auto r = security_->receive(static_cast<uint8_t*>(msg.data()), msg.size(), &frame_size,
+                                      &why, &replies);
+    send_replies(replies);
+    if (r != ChannelSecurity::Inbound::kFrame) {
+      if (r == ChannelSecurity::Inbound::kRejected) counters_.rejected += 1;
+      check_failure();
       continue;
     }
     out->peer = endpoint_;
@@ -139,6 +212,11 @@ ChildrenLink::ChildrenLink(zmq::context_t& ctx, const std::string& bind_endpoint
     throw TransportError("cannot bind " + bind_endpoint + ": " + e.what() +
                          " (is another process using the port?)");
   }
+}
+
+bool ChildrenLink::established(const std::string& peer) const {
+  auto it = security_.find(peer);
+  return it != security_.end() && it->second->established();
 }
 
 ChannelSecurity& ChildrenLink::security_for(const std::string& peer) {
@@ -217,11 +295,31 @@ bool ChildrenLink::recv(Incoming* out, Millis timeout) {
     counters_.frames_received += 1;
     counters_.bytes_received += msg.size();
     std::string peer = id.to_string();
+    if (extra) {
+      counters_.rejected += 1;
+      continue;
+    }
     std::string why;
     size_t frame_size = 0;
-    if (extra || !security_for(peer).open(static_cast<uint8_t*>(msg.data()), msg.size(),
-                                           &frame_size, &why)) {
-      counters_.rejected += 1;
+    SecurityReplies replies;
+    const auto r = security_for(peer).receive(static_cast<uint8_t*>(msg.data()), msg.size(),
+                                              &frame_size, &why, &replies);
+    for (auto& reply : replies) {
+      // Best effort, never blocking: a peer that does not read its handshake
+      // replies times out on its side.
+      try {
+        zmq::message_t rid(peer.data(), peer.size());
+        if (!socket_.send(rid, zmq::send_flags::dontwait | zmq::send_flags::sndmore)) continue;
+        zmq::message_t body(reply.data(), reply.size());
+        socket_.send(body, zmq::send_flags::none);
+        counters_.frames_sent += 1;
+        counters_.bytes_sent += reply.size();
+      } catch (const zmq::error_t& e) {
+        log().debug("handshake reply to '{}' not delivered: {}", peer, e.what());
+      }
+    }
+    if (r != ChannelSecurity::Inbound::kFrame) {
+      if (r == ChannelSecurity::Inbound::kRejected) counters_.rejected += 1;
       continue;
     }
     out->peer = std::move(peer);

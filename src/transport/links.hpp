@@ -49,26 +49,48 @@ struct Incoming {
 };
 
 using SecurityFactory = std::function<std::unique_ptr<ChannelSecurity>(const std::string& peer)>;
-SecurityFactory plaintext_security_factory();
+// Plaintext links; warns loudly once per process.
+SecurityFactory plaintext_security_factory(uint64_t job_id, uint32_t self_index,
+                                           LinkEventSink sink = {});
 
-// Child end: DEALER connected to the parent.
+// Child end: DEALER connected to the parent. The security layer's handshake
+// starts at construction and advances whenever the link receives.
 class ParentLink {
  public:
   ParentLink(zmq::context_t& ctx, const std::string& endpoint, const std::string& self_id,
              const LinkOptions& options, SecurityFactory security);
-  // Blocks while the window is full, at most `timeout`; throws TimeoutError.
+  // A link whose session never came up has nothing worth flushing: it closes
+  // at once instead of lingering on a handshake nobody will read.
+  ~ParentLink();
+  ParentLink(const ParentLink&) = delete;
+  ParentLink& operator=(const ParentLink&) = delete;
+  // Waits (receiving) until the secure session is up, at most `timeout`.
+  // Throws CryptoError when the handshake failed or was refused (with the
+  // reason), TimeoutError when the parent did not answer.
+  void wait_established(Millis timeout);
+  bool established() const { return security_->established(); }
+  // Blocks while the session is not up or the window is full, at most
+  // `timeout`; throws TimeoutError, CryptoError (see wait_established).
   // Returns the bytes put on the wire (after the security layer).
   size_t send(std::vector<uint8_t> frame, Millis timeout);
   // Never blocks: the bytes put on the wire, or nullopt when the window is
-  // full (nothing was sealed or consumed; try again later).
+  // full or the session not up yet (nothing was sealed or consumed).
   std::optional<size_t> try_send(const std::vector<uint8_t>& frame);
+  // Like send() for bytes already sealed by this link's own sealer (see
+  // SecureChannel::sealer and security::SealingPipeline).
+  size_t send_sealed(std::vector<uint8_t> bytes, Millis timeout);
   // Waits at most `timeout` for one frame that passes the security layer.
+  // Throws CryptoError once the handshake failed.
   bool recv(Incoming* out, Millis timeout);
+  ChannelSecurity& security() { return *security_; }
   zmq::socket_t& socket() { return socket_; }
   const LinkCounters& counters() const { return counters_; }
   const std::string& endpoint() const { return endpoint_; }
 
  private:
+  void send_replies(SecurityReplies& replies);
+  void check_failure() const;
+
   zmq::socket_t socket_;
   std::string endpoint_;
   std::unique_ptr<ChannelSecurity> security_;
@@ -88,10 +110,13 @@ class ChildrenLink {
   // window is full (nothing was sealed or consumed). Throws TransportError
   // when the child is not connected.
   std::optional<size_t> try_send(const std::string& peer, const std::vector<uint8_t>& frame);
-  // Waits at most `timeout`; false when nothing (valid) arrived.
+  // Waits at most `timeout`; false when nothing (valid) arrived. Handshake
+  // messages are answered here and never returned.
   bool recv(Incoming* out, Millis timeout);
   zmq::socket_t& socket() { return socket_; }
   const LinkCounters& counters() const { return counters_; }
+  // Whether the child has a secure session (always true for plaintext).
+  bool established(const std::string& peer) const;
 
  private:
   ChannelSecurity& security_for(const std::string& peer);

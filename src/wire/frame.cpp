@@ -173,6 +173,7 @@ const char* msg_type_name(MsgType t) {
     case MsgType::kTelemetry: return "telemetry";
     case MsgType::kReject: return "reject";
     case MsgType::kDone: return "done";
+    case MsgType::kHandshake: return "handshake";
   }
   return "unknown";
 }
@@ -262,7 +263,7 @@ ParsedFrame parse_frame(const uint8_t* data, size_t size, const FrameLimits& lim
                   unsigned{version}, unsigned{kVersion});
   }
   uint8_t type = data[5];
-  if (type < static_cast<uint8_t>(MsgType::kHello) || type > static_cast<uint8_t>(MsgType::kDone)) {
+  if (type < static_cast<uint8_t>(MsgType::kHello) || type > static_cast<uint8_t>(MsgType::kHandshake)) {
     return reject(f, RejectReason::kBadType, "unknown message type %u", unsigned{type});
   }
   const char* tn = msg_type_name(h.type);
@@ -271,6 +272,11 @@ ParsedFrame parse_frame(const uint8_t* data, size_t size, const FrameLimits& lim
     codec = codec_by_wire_id(h.codec);
     if (codec == nullptr) {
       return reject(f, RejectReason::kBadCodec, "%s with unknown codec id %u", tn,
+                    unsigned{h.codec});
+    }
+  } else if (h.type == MsgType::kHandshake) {
+    if (h.codec > kMaxAeadId) {
+      return reject(f, RejectReason::kBadCodec, "handshake with unknown cipher id %u",
                     unsigned{h.codec});
     }
   } else if (h.codec != 0) {

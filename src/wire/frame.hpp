@@ -1,4 +1,4 @@
-// Wire frame, protocol version 1: a fixed 64-byte little-endian header
+// Wire frame, protocol version 2: a fixed 64-byte little-endian header
 // followed by the payload. Parsing checks every field against limits before
 // anything is allocated; a frame that fails is rejected with a reason, never
 // thrown at the caller (rejects are an expected outcome on a hostile WAN).
@@ -11,9 +11,10 @@
 // The encoded header is also the AEAD associated data of the secure channel.
 //
 // Rules parse_frame enforces, in this order (first failure wins):
-//   size >= 64 (kTooShort); magic; version == 1 (kBadVersion, so a newer peer
-//   is told apart from garbage); type 1..7; codec: a registered codec id on
-//   kAnchor/kDelta, 0 on every other type (kBadCodec); reserved == 0 and no
+//   size >= 64 (kTooShort); magic; version == 2 (kBadVersion, so a newer peer
+//   is told apart from garbage); type 1..8; codec: a registered codec id on
+//   kAnchor/kDelta, an AEAD id (0..kMaxAeadId) on kHandshake, 0 on every
+//   other type (kBadCodec); reserved == 0 and no
 //   flag bits except kFlagFullAnchor on kAnchor and kFlagNoChange on kWelcome
 //   (both kBadReserved); payload_length == bytes after the header, so trailing
 //   bytes and truncation are kLengthMismatch.
@@ -24,7 +25,7 @@
 //   single chunk carries exactly total_elements (kBadElements); payload_length
 //   == codec.encoded_size(element_count) (kBadPayloadSize); kDelta weight
 //   finite and > 0, kAnchor weight +0.0 (kBadWeight).
-//   Control types (kHello, kWelcome, kTelemetry, kReject, kDone) carry no
+//   Control types (kHello, kWelcome, kTelemetry, kReject, kDone, kHandshake) carry no
 //   tensor: chunk_index, chunk_count (kBadChunk), element_count (kBadElements)
 //   and weight (kBadWeight, +0.0 bit pattern) must be 0, and payload_length
 //   <= max_control_payload (kPayloadTooLarge). total_elements must be 0
@@ -44,7 +45,7 @@
 namespace fedwan::wire {
 
 inline constexpr uint32_t kMagic = 0x4E415746;  // "FWAN" read as little-endian u32
-inline constexpr uint8_t kVersion = 1;
+inline constexpr uint8_t kVersion = 2;  // 2: TLS handshake frames, sealed frames
 inline constexpr size_t kHeaderSize = 64;
 
 enum class MsgType : uint8_t {
@@ -55,10 +56,18 @@ enum class MsgType : uint8_t {
   kTelemetry = 5,  // child -> parent: subtree byte counters for `round`
   kReject = 6,     // either way: refusal; payload is a UTF-8 reason
   kDone = 7,       // parent -> child: the federation finished; `round` = rounds run
+  // Either way, before anything else: TLS 1.3 handshake records (payload),
+  // carried in plain frames; the child's first one names in `codec` the AEAD
+  // it asks for (security::AeadAlgorithm). Never seen by the round protocol:
+  // the link's security layer consumes it. A sealed, empty kHandshake from
+  // the parent confirms the child was authenticated and authorized.
+  kHandshake = 8,
 };
+inline constexpr uint8_t kMaxAeadId = 2;
 const char* msg_type_name(MsgType t);
 
-// Flags.
+// Flags. 0x80 marks a sealed frame on the wire (security/frame_protector.hpp);
+// the security layer clears it before a frame reaches parse_frame.
 inline constexpr uint8_t kFlagFullAnchor = 0x01;  // kAnchor: values, not an update
 inline constexpr uint8_t kFlagNoChange = 0x02;    // kWelcome: child's model digest matched
 

@@ -6,11 +6,15 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "fedwan/aggregator.hpp"
+#include "fedwan/security.hpp"
 #include "fedwan/site_core.hpp"
 #include "fedwan/synthetic.hpp"
 #include "fedwan/topology.hpp"
@@ -34,6 +38,27 @@ class TempDir {
  private:
   std::filesystem::path path_;
 };
+
+// Mutual-TLS settings for node `id` of `topo`: credentials are provisioned
+// once per topology (by digest) per test process into a private directory.
+inline SecurityOptions security_for(const Topology& topo, const std::string& id) {
+  static std::mutex mu;
+  static std::map<std::string, std::unique_ptr<TempDir>> provisioned;
+  std::lock_guard<std::mutex> lock(mu);
+  auto& dir = provisioned[topo.digest_hex()];
+  if (!dir) {
+    dir = std::make_unique<TempDir>();
+    provision_credentials(topo, (dir->path() / "pki").string());
+  }
+  return credentials_in((dir->path() / "pki").string(), id);
+}
+
+// The directory security_for() provisioned `topo` into (for tests that
+// issue or revoke certificates).
+inline std::string credentials_dir_for(const Topology& topo) {
+  const SecurityOptions s = security_for(topo, topo.root().id);
+  return std::filesystem::path(s.credentials_dir).parent_path().string();
+}
 
 // root -> `regions` regions -> `sites_per_region` sites each (regions = 0:
 // the sites hang directly under the root).
@@ -107,6 +132,7 @@ inline FederationRun run_threads(const Topology& topo, const std::vector<float>&
         o.node_id = id;
         o.join_timeout = std::chrono::seconds(15);
         o.window = window;
+        o.security = security_for(topo, id);
         if (is_root) o.initial_model = init;
         Aggregator agg(std::move(o));
         AggregatorSummary s = agg.run();
@@ -132,6 +158,7 @@ inline FederationRun run_threads(const Topology& topo, const std::vector<float>&
         o.join_timeout = std::chrono::seconds(15);
         o.round_timeout = std::chrono::seconds(15);
         o.window = window;
+        o.security = security_for(topo, n.id);
         SiteCore site(std::move(o), params.data(), params.size());
         SyncResult r = site.join();
         while (!r.finished) {

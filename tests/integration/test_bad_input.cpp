@@ -9,6 +9,7 @@
 #include <zmq.hpp>
 
 #include "harness/federation_fixture.hpp"
+#include "harness/raw_site.hpp"
 #include "harness/reference_federation.hpp"
 #include "common/sha256.hpp"
 #include "runtime/node_frames.hpp"
@@ -19,69 +20,6 @@ namespace {
 
 constexpr uint64_t kSeed = 11;
 constexpr size_t kParams = 3000;
-
-// A site driven frame by frame from the test, able to misbehave.
-class RawSite {
- public:
-  RawSite(zmq::context_t& ctx, const Topology& topo, const std::string& id)
-      : topo_(topo), self_(topo.node(id)), sock_(ctx, zmq::socket_type::dealer) {
-    sock_.set(zmq::sockopt::routing_id, id);
-    sock_.set(zmq::sockopt::linger, 0);
-    sock_.set(zmq::sockopt::rcvtimeo, 10000);
-    sock_.connect(topo.node(self_.parent_index).endpoint);
-  }
-
-  void send(const std::vector<uint8_t>& frame) {
-    sock_.send(zmq::buffer(frame), zmq::send_flags::none);
-  }
-
-  // Next frame from the parent (fails the test on timeout).
-  wire::ParsedFrame recv(std::vector<uint8_t>* storage) {
-    zmq::message_t msg;
-    EXPECT_TRUE(sock_.recv(msg).has_value()) << "no frame from the parent";
-    storage->assign(static_cast<uint8_t*>(msg.data()),
-                    static_cast<uint8_t*>(msg.data()) + msg.size());
-    return wire::parse_frame(storage->data(), storage->size());
-  }
-
-  void hello(const std::vector<float>& model) {
-    wire::HelloPayload h;
-    h.node_id = self_.id;
-    h.topology_digest = topo_.digest();
-    h.model_digest = sha256(model.data(), model.size() * sizeof(float));
-    wire::FrameHeader hd = node_header(topo_, self_.index, wire::MsgType::kHello, 0);
-    hd.total_elements = kParams;
-    send(make_frame(hd, wire::encode_hello(h)));
-  }
-
-  std::vector<uint8_t> delta(uint64_t round, uint32_t chunk, uint32_t count, uint32_t n,
-                             uint32_t claimed_n) {
-    const Codec& fp32 = codec_by_name("fp32");
-    std::vector<float> zeros(n, 0.0f);
-    std::vector<uint8_t> payload(fp32.encoded_size(n));
-    fp32.encode(zeros.data(), n, nullptr, payload.data());
-    wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kDelta, round);
-    h.codec = static_cast<uint8_t>(CodecId::kFp32);
-    h.chunk_index = chunk;
-    h.chunk_count = count;
-    h.element_count = claimed_n;
-    h.total_elements = kParams;
-    h.weight = self_.weight;
-    std::vector<uint8_t> f = make_frame(h, payload);
-    if (claimed_n != n) {
-      // Re-encode the header so the payload length stays self-consistent.
-      h.payload_length = static_cast<uint32_t>(fp32.encoded_size(claimed_n));
-      payload.resize(h.payload_length);
-      f = wire::encode_frame(h, payload.data(), payload.size());
-    }
-    return f;
-  }
-
- private:
-  const Topology& topo_;
-  const NodeSpec& self_;
-  zmq::socket_t sock_;
-};
 
 TEST(BadInput, AggregatorRefusesBrokenPeersAndKeepsServing) {
   TempDir dir;
@@ -116,6 +54,7 @@ TEST(BadInput, AggregatorRefusesBrokenPeersAndKeepsServing) {
     o.node_id = "root";
     o.initial_model = init;
     o.join_timeout = std::chrono::seconds(20);
+    o.security = security_for(topo, "root");
     root_summary = Aggregator(std::move(o)).run();
   }));
   threads.push_back(guard("region-0", [&] {
@@ -123,6 +62,7 @@ TEST(BadInput, AggregatorRefusesBrokenPeersAndKeepsServing) {
     o.topology = topo;
     o.node_id = "region-0";
     o.join_timeout = std::chrono::seconds(20);
+    o.security = security_for(topo, "region-0");
     region_summary = Aggregator(std::move(o)).run();
   }));
   threads.push_back(guard("site-0", [&] {
@@ -130,6 +70,7 @@ TEST(BadInput, AggregatorRefusesBrokenPeersAndKeepsServing) {
     o.topology = topo;
     o.node_id = "site-0";
     o.join_timeout = std::chrono::seconds(20);
+    o.security = security_for(topo, "site-0");
     o.round_timeout = std::chrono::seconds(20);
     SiteCore site(std::move(o), honest_final.data(), honest_final.size());
     SyncResult r = site.join();
@@ -142,7 +83,7 @@ TEST(BadInput, AggregatorRefusesBrokenPeersAndKeepsServing) {
   zmq::context_t ctx;
   std::vector<uint8_t> buf;
 
-  // A node that is not in the topology is refused by name.
+  // A node without credentials (plaintext) is refused, and told why.
   {
     zmq::socket_t s(ctx, zmq::socket_type::dealer);
     s.set(zmq::sockopt::routing_id, "intruder");
@@ -157,22 +98,24 @@ TEST(BadInput, AggregatorRefusesBrokenPeersAndKeepsServing) {
     ASSERT_TRUE(f.ok());
     EXPECT_EQ(f.header.type, wire::MsgType::kReject);
     const std::string why(reinterpret_cast<const char*>(f.payload), f.payload_size);
-    EXPECT_NE(why.find("'intruder' is not a child of 'region-0'"), std::string::npos) << why;
+    EXPECT_NE(why.find("requires mutual TLS"), std::string::npos) << why;
   }
 
   // The rogue site joins properly...
-  RawSite rogue(ctx, topo, "site-1");
+  RawSite rogue(topo, "site-1",
+                test_client_security(topo, "site-1",
+                                     security_for(topo, "site-1").credentials_dir));
   rogue.hello(init);
   wire::ParsedFrame f = rogue.recv(&buf);
   ASSERT_TRUE(f.ok());
   ASSERT_EQ(f.header.type, wire::MsgType::kWelcome);
 
   // ...then sends a frame of an unknown protocol version: dropped, no reply.
-  std::vector<uint8_t> bad = rogue.delta(0, 0, 3, 1024, 1024);
+  std::vector<uint8_t> bad = rogue.delta(0, 0, 3, 1024, 1024, kParams);
   bad[4] = 99;
-  rogue.send(bad);
+  rogue.send(bad);  // sealed: it authenticates, then fails parsing
   // ...and a delta whose element count disagrees with the chunk plan.
-  rogue.send(rogue.delta(0, 2, 3, 952, 1000));
+  rogue.send(rogue.delta(0, 2, 3, 952, 1000, kParams));
   f = rogue.recv(&buf);
   ASSERT_TRUE(f.ok());
   ASSERT_EQ(f.header.type, wire::MsgType::kReject);
@@ -184,7 +127,7 @@ TEST(BadInput, AggregatorRefusesBrokenPeersAndKeepsServing) {
   for (uint64_t round = 0; round < fed.rounds; ++round) {
     for (uint32_t c = 0; c < 3; ++c) {
       const uint32_t n = c < 2 ? 1024 : 952;
-      rogue.send(rogue.delta(round, c, 3, n, n));
+      rogue.send(rogue.delta(round, c, 3, n, n, kParams));
     }
     for (int got = 0; got < 3;) {
       f = rogue.recv(&buf);
@@ -204,7 +147,7 @@ TEST(BadInput, AggregatorRefusesBrokenPeersAndKeepsServing) {
   EXPECT_EQ(0, std::memcmp(root_summary.global_model.data(), ref.global.data(),
                            ref.global.size() * sizeof(float)));
   EXPECT_EQ(0, std::memcmp(honest_final.data(), ref.held.data(), ref.held.size() * sizeof(float)));
-  // Intruder hello, unknown version, wrong element count.
+  // Plaintext intruder, unknown version, wrong element count.
   EXPECT_GE(region_summary.rejected_frames, 3u);
 }
 

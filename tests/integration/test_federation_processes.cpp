@@ -63,7 +63,9 @@ TEST_P(ProcessFederation, MatchesInProcessReference) {
                                      "--trainer", "synthetic",
                                      "--synthetic-size", std::to_string(kParams),
                                      "--seed", std::to_string(kSeed),
-                                     "--join-timeout", "60"};
+                                     "--join-timeout", "60",
+                                     "--credentials", security_for(topo, n.id).credentials_dir,
+                                     "--audit-log", (dir.path() / (n.id + ".audit")).string()};
     if (site || n.role == Role::kRoot) {
       args.insert(args.end(), {"--out", (dir.path() / (n.id + ".bin")).string()});
     }

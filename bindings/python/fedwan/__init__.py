@@ -7,11 +7,20 @@ torch model to a federation by sharing its parameter memory with the runtime.
 Codecs and :class:`Topology` need only NumPy; :class:`Site` needs torch (any
 version; it is imported when a Site is built).
 
+Links between nodes are mutual TLS 1.3 with AEAD frames. Provision the
+federation's identities once (a CA and one bundle per node), then give each
+node its own bundle::
+
+    import fedwan
+    fedwan.provision_credentials("federation.yaml", "pki")   # pki/ca: keep offline
+    creds = fedwan.credentials_path("pki", "site-eu-1")      # ship pki/site-eu-1 only
+
 A site's training loop::
 
-    import fedwan, torch
+    import torch
     model = torch.nn.Linear(16, 4)
-    site = fedwan.Site("federation.yaml", "site-eu-1", model.parameters())
+    site = fedwan.Site("federation.yaml", "site-eu-1", model.parameters(),
+                       credentials=creds)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)   # after Site: same tensors
     site.join()                   # loads the federation's model into `model`
     while not site.finished:
@@ -20,7 +29,8 @@ A site's training loop::
 
 The root (or a region) runs an :class:`Aggregator`::
 
-    agg = fedwan.Aggregator("federation.yaml", "root", initial_model=site_flat_numpy)
+    agg = fedwan.Aggregator("federation.yaml", "root", initial_model=site_flat_numpy,
+                            credentials=fedwan.credentials_path("pki", "root"))
     summary = agg.run()           # blocks until the last round; GIL released
 """
 
@@ -41,9 +51,11 @@ from ._fedwan import (
     TimeoutError,
     TransportError,
     codec_names,
+    credentials_path,
     decode,
     encode,
     encoded_size,
+    provision_credentials,
     synthetic_initial_model,
     synthetic_local_steps,
     synthetic_targets,
@@ -67,9 +79,11 @@ __all__ = [
     "TimeoutError",
     "TransportError",
     "codec_names",
+    "credentials_path",
     "decode",
     "encode",
     "encoded_size",
+    "provision_credentials",
     "synthetic_initial_model",
     "synthetic_local_steps",
     "synthetic_targets",
@@ -118,9 +132,18 @@ class Site:
     ``join_timeout_s`` bounds :meth:`join`; ``round_timeout_s`` bounds each
     :meth:`sync` (None: the topology's ``federation.round_timeout_s``).
 
+    Security (keyword-only): ``credentials`` is this site's bundle directory,
+    ``credentials_path(dir, node_id)`` after :func:`provision_credentials`;
+    the link to the parent is then mutual TLS 1.3 with ``cipher``
+    (``"aes-256-gcm"`` or ``"chacha20-poly1305"``) on every frame.
+    ``insecure_plaintext=True`` runs without either, for loopback
+    experiments; secure parents refuse such a site. ``audit_log`` is a path
+    for a hash-chained JSONL log of this site's handshakes and updates.
+
     Raises :class:`ConfigError` for a parameter that is not fp32, not on the
-    CPU, or not a tensor, for no parameters at all, and for a node that is
-    not a site of the topology.
+    CPU, or not a tensor, for no parameters at all, for a node that is not a
+    site of the topology, and for neither credentials nor
+    ``insecure_plaintext`` (or both).
 
     Thread safety: one thread drives a Site. :meth:`join` and :meth:`sync`
     block on the network with the GIL released, so several sites can run in
@@ -128,7 +151,8 @@ class Site:
     """
 
     def __init__(self, topology, node_id, parameters, join_timeout_s=300.0,
-                 round_timeout_s=None, window=8):
+                 round_timeout_s=None, window=8, *, credentials=None,
+                 insecure_plaintext=False, cipher="aes-256-gcm", audit_log=None):
         import torch
 
         tensors = []
@@ -163,7 +187,10 @@ class Site:
         self._array = self._flat.numpy()
         self._core = SiteCore(topology, node_id, self._array,
                               join_timeout_s=join_timeout_s,
-                              round_timeout_s=round_timeout_s, window=window)
+                              round_timeout_s=round_timeout_s, window=window,
+                              credentials=credentials,
+                              insecure_plaintext=insecure_plaintext, cipher=cipher,
+                              audit_log=audit_log)
         self._node_id = node_id
         self._steps_in_round = 0
 

@@ -40,7 +40,9 @@ class PyAggregator {
  public:
   PyAggregator(const py::handle& topology, const std::string& node_id,
                const py::handle& initial_model, py::object on_round, py::object on_model,
-               double join_timeout_s, std::optional<double> round_timeout_s, int window)
+               double join_timeout_s, std::optional<double> round_timeout_s, int window,
+               const py::handle& credentials, bool insecure_plaintext, const std::string& cipher,
+               const py::handle& audit_log)
       : on_round_(std::move(on_round)), on_model_(std::move(on_model)) {
     require_callable(on_round_, "on_round");
     require_callable(on_model_, "on_model");
@@ -55,6 +57,7 @@ class PyAggregator {
     if (round_timeout_s) opt.round_timeout = seconds_to_ms(*round_timeout_s, "round_timeout_s");
     if (window < 1) throw ConfigError("window must be >= 1, got " + std::to_string(window));
     opt.window = window;
+    opt.security = security_options(credentials, insecure_plaintext, cipher, audit_log);
     // The lambdas hold `this`, never a Python object: the core may copy or
     // destroy them without the GIL.
     if (!on_round_.is_none()) {
@@ -106,6 +109,8 @@ class PyAggregator {
     d["wan_bytes_total"] = s.wan_bytes_total;
     d["fp32_bytes_total"] = s.fp32_bytes_total;
     d["rejected_frames"] = s.rejected_frames;
+    d["security_mode"] = s.security_mode;
+    d["handshake_ms"] = s.handshake_ms;
     d["global_model"] = s.global_model.empty()
                             ? py::object(py::none())
                             : py::object(copy_to_numpy(s.global_model.data(),
@@ -148,18 +153,32 @@ fedwan.ConfigError or fedwan.TransportError). The root needs `initial_model`, a
 float32 array (copied). Callbacks run on run()'s thread with the GIL held:
 on_round(report: dict) once a round's traffic over the subtree is known, and
 (root only) on_model(round: int, global_model: numpy copy). An exception raised
-by a callback aborts the federation and propagates out of run().)")
+by a callback aborts the federation and propagates out of run().
+
+Links are mutual TLS 1.3 with AEAD frames: `credentials` is this node's bundle
+directory (fedwan.credentials_path(dir, node_id) after
+fedwan.provision_credentials); children must present certificates of the same
+federation CA naming them. Without credentials the node needs
+insecure_plaintext=True (and then only plaintext children can join); neither
+raises fedwan.ConfigError. `cipher` is "aes-256-gcm" or "chacha20-poly1305";
+`audit_log` a path for a hash-chained JSONL log of handshakes, updates and
+refusals.)")
       .def(py::init<const py::handle&, const std::string&, const py::handle&, py::object,
-                    py::object, double, std::optional<double>, int>(),
+                    py::object, double, std::optional<double>, int, const py::handle&, bool,
+                    const std::string&, const py::handle&>(),
            "topology"_a, "node_id"_a, "initial_model"_a = py::none(), "on_round"_a = py::none(),
            "on_model"_a = py::none(), "join_timeout_s"_a = 300.0, py::kw_only(),
-           "round_timeout_s"_a = py::none(), "window"_a = 8)
+           "round_timeout_s"_a = py::none(), "window"_a = 8, "credentials"_a = py::none(),
+           "insecure_plaintext"_a = false, "cipher"_a = "aes-256-gcm",
+           "audit_log"_a = py::none())
       .def("run", &PyAggregator::run,
            R"(Serves until the last round is done (blocking, GIL released). Returns
 {rounds, reports: [ {round, seconds, wan_bytes, fp32_bytes, frames, weight} ],
- wan_bytes_total, fp32_bytes_total, rejected_frames, global_model (root: float32
- array; region: None)}. Raises fedwan.TimeoutError when children do not join or a
-round does not complete in time, fedwan.Error when stopped.)")
+ wan_bytes_total, fp32_bytes_total, rejected_frames, security_mode ("mtls/<cipher>"
+ or "plaintext"), handshake_ms (list: this node's TLS handshake times, in ms, as each
+ link came up), global_model (root: float32 array; region: None)}. Raises
+fedwan.TimeoutError when children do not join or a round does not complete in time,
+fedwan.Error when stopped.)")
       .def("stop", &PyAggregator::stop,
            "Makes run() raise fedwan.Error('... stopped') within ~100 ms; any thread.");
 }

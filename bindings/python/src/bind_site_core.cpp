@@ -31,7 +31,9 @@ py::dict sync_dict(const SyncResult& r) {
 class PySiteCore {
  public:
   PySiteCore(const py::handle& topology, const std::string& node_id, const py::handle& params,
-             double join_timeout_s, std::optional<double> round_timeout_s, int window)
+             double join_timeout_s, std::optional<double> round_timeout_s, int window,
+             const py::handle& credentials, bool insecure_plaintext, const std::string& cipher,
+             const py::handle& audit_log)
       : params_(float32_buffer(params, "params", /*writable=*/true, /*non_empty=*/true)) {
     SiteOptions opt;
     opt.topology = topology_from(topology);
@@ -40,6 +42,7 @@ class PySiteCore {
     if (round_timeout_s) opt.round_timeout = seconds_to_ms(*round_timeout_s, "round_timeout_s");
     if (window < 1) throw ConfigError("window must be >= 1, got " + std::to_string(window));
     opt.window = window;
+    opt.security = security_options(credentials, insecure_plaintext, cipher, audit_log);
     core_ = std::make_unique<SiteCore>(std::move(opt), static_cast<float*>(params_.mutable_data()),
                                        static_cast<size_t>(params_.size()));
     inner_steps_ = core_->inner_steps();
@@ -101,12 +104,24 @@ void bind_site_core(py::module_& m) {
 `params` must be a C-contiguous, writeable float32 ndarray; it is used in place
 (no copy) and kept alive by this object. join() and sync() write the federation's
 model into it. For a torch model use fedwan.Site, which builds such an array over
-the model's parameters.)")
+the model's parameters.
+
+Links are mutual TLS 1.3 with AEAD frames: `credentials` is this site's bundle
+directory (fedwan.credentials_path(dir, node_id) after
+fedwan.provision_credentials). Without it the site needs insecure_plaintext=True,
+which secure parents refuse; neither raises fedwan.ConfigError. `cipher` is
+"aes-256-gcm" or "chacha20-poly1305"; `audit_log` a path for a hash-chained JSONL
+log of handshakes and updates sent.)")
       .def(py::init<const py::handle&, const std::string&, const py::handle&, double,
-                    std::optional<double>, int>(),
+                    std::optional<double>, int, const py::handle&, bool, const std::string&,
+                    const py::handle&>(),
            "topology"_a, "node_id"_a, "params"_a, "join_timeout_s"_a = 300.0, py::kw_only(),
-           "round_timeout_s"_a = py::none(), "window"_a = 8,
-           "round_timeout_s=None uses the topology's federation.round_timeout_s.")
+           "round_timeout_s"_a = py::none(), "window"_a = 8, "credentials"_a = py::none(),
+           "insecure_plaintext"_a = false, "cipher"_a = "aes-256-gcm",
+           "audit_log"_a = py::none(),
+           "round_timeout_s=None uses the topology's federation.round_timeout_s. Raises "
+           "fedwan.ConfigError (bad options, no credentials, a bundle of another node) or "
+           "fedwan.CryptoError (the site's certificate is expired or revoked).")
       .def("join", &PySiteCore::join,
            "Connects and joins; afterwards params hold the federation's model. Returns "
            "{round, finished, bytes_sent, bytes_received}. Raises fedwan.TimeoutError or "

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <string>
 
+#include "fedwan/security.hpp"
 #include "fedwan/topology.hpp"
 
 namespace fedwan::python {
@@ -21,6 +22,7 @@ void bind_topology(py::module_& m);
 void bind_site_core(py::module_& m);
 void bind_aggregator(py::module_& m);
 void bind_synthetic(py::module_& m);
+void bind_security(py::module_& m);
 
 // The float32 NumPy array behind `obj`, used in place (no copy). Throws
 // ConfigError naming `what` unless obj is a C-contiguous float32 ndarray,
@@ -39,6 +41,16 @@ py::array_t<float> copy_to_numpy(const float* p, size_t n);
 
 // A fedwan.Topology, or a path (str or os.PathLike) to load one from.
 Topology topology_from(const py::handle& obj);
+
+// A filesystem path from a str or os.PathLike; throws ConfigError naming
+// `what` for anything else (bytes paths included).
+std::string path_from(const py::handle& obj, const std::string& what);
+
+// The SecurityOptions behind the keyword arguments SiteCore and Aggregator
+// share. `credentials` and `audit_log` are None or paths; the core checks
+// the combination and the cipher name when the node is built.
+SecurityOptions security_options(const py::handle& credentials, bool insecure_plaintext,
+                                 const std::string& cipher, const py::handle& audit_log);
 
 // Seconds from Python to milliseconds; throws ConfigError naming `what`
 // unless finite and > 0.

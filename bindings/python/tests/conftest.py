@@ -1,9 +1,13 @@
-"""Fixtures of the fedwan Python tests."""
+"""Fixtures of the fedwan Python tests: short socket directories and
+provisioned credentials."""
 
 import shutil
 import tempfile
+import threading
 
 import pytest
+
+import fedwan
 
 
 @pytest.fixture
@@ -19,3 +23,26 @@ def sock_dir(tmp_path):
     finally:
         shutil.rmtree(short, ignore_errors=True)
 
+
+
+@pytest.fixture
+def credentials(tmp_path):
+    """``credentials(topology, node_id)`` -> the node's bundle directory.
+
+    The first call for a topology provisions it with
+    fedwan.provision_credentials into tmp_path: one federation CA per
+    topology, as one federation has, shared by every node of the test.
+    Callable from node threads."""
+    provisioned = {}
+    lock = threading.Lock()
+
+    def bundle(topology, node_id):
+        key = topology.digest_hex()
+        with lock:
+            if key not in provisioned:
+                directory = tmp_path / f"pki-{len(provisioned)}"
+                fedwan.provision_credentials(topology, directory)
+                provisioned[key] = directory
+        return fedwan.credentials_path(provisioned[key], node_id)
+
+    return bundle

@@ -17,12 +17,13 @@ def two_site_topology(sock_dir, **kw):
         "py-agg", sock_dir, [("site-0", "root", 1), ("site-1", "root", 1)], **kw))
 
 
-def synthetic_site(topo, node_id, initial):
+def synthetic_site(topo, node_id, initial, credentials):
     """A site on the synthetic workload. Returns None when the federation
     finished, else the name of the fedwan error that ended it (not the error
     itself: its traceback would keep the SiteCore and its socket alive)."""
     params = initial.copy()
-    core = fedwan.SiteCore(topo, node_id, params, join_timeout_s=JOIN_TIMEOUT_S)
+    core = fedwan.SiteCore(topo, node_id, params, join_timeout_s=JOIN_TIMEOUT_S,
+                           credentials=credentials)
     try:
         core.join()
         while not core.finished:
@@ -33,21 +34,23 @@ def synthetic_site(topo, node_id, initial):
     return None
 
 
-def test_options_are_checked(sock_dir):
+def test_options_are_checked(sock_dir, credentials):
     topo = two_site_topology(sock_dir)
+    creds = credentials(topo, "root")
     with pytest.raises(fedwan.ConfigError, match="root 'root' needs an initial model"):
-        fedwan.Aggregator(topo, "root")
+        fedwan.Aggregator(topo, "root", credentials=creds)
     with pytest.raises(fedwan.ConfigError, match="'site-0' is a site"):
-        fedwan.Aggregator(topo, "site-0")
+        fedwan.Aggregator(topo, "site-0", credentials=credentials(topo, "site-0"))
     with pytest.raises(fedwan.ConfigError, match="initial_model must have dtype float32"):
-        fedwan.Aggregator(topo, "root", np.zeros(4))
+        fedwan.Aggregator(topo, "root", np.zeros(4), credentials=creds)
     with pytest.raises(fedwan.ConfigError, match="on_round must be callable"):
-        fedwan.Aggregator(topo, "root", np.zeros(4, np.float32), on_round=3)
+        fedwan.Aggregator(topo, "root", np.zeros(4, np.float32), on_round=3, credentials=creds)
 
 
-def test_join_timeout_names_the_missing_children(sock_dir):
-    root = fedwan.Aggregator(two_site_topology(sock_dir), "root", np.zeros(4, np.float32),
-                             join_timeout_s=0.3)
+def test_join_timeout_names_the_missing_children(sock_dir, credentials):
+    topo = two_site_topology(sock_dir)
+    root = fedwan.Aggregator(topo, "root", np.zeros(4, np.float32), join_timeout_s=0.3,
+                             credentials=credentials(topo, "root"))
     with pytest.raises(fedwan.TimeoutError, match="did not join.*site-0, site-1") as info:
         root.run()
     assert isinstance(info.value, builtins.TimeoutError)
@@ -55,9 +58,10 @@ def test_join_timeout_names_the_missing_children(sock_dir):
         root.run()
 
 
-def test_stop_from_another_thread_ends_run(sock_dir):
-    root = fedwan.Aggregator(two_site_topology(sock_dir), "root", np.zeros(4, np.float32),
-                             join_timeout_s=60)
+def test_stop_from_another_thread_ends_run(sock_dir, credentials):
+    topo = two_site_topology(sock_dir)
+    root = fedwan.Aggregator(topo, "root", np.zeros(4, np.float32), join_timeout_s=60,
+                             credentials=credentials(topo, "root"))
     worker = Worker("root", root.run)
     worker.start()
     # Only makes "stop while run() loops" the likely case; a stop() that wins
@@ -75,7 +79,8 @@ def test_stop_from_another_thread_ends_run(sock_dir):
 # time out. on_round fails after the last round: the sites are already done.
 @pytest.mark.parametrize("which,failing_call,sites_finish",
                          [("on_model", 2, False), ("on_round", 3, True)])
-def test_callback_exception_propagates_out_of_run(sock_dir, which, failing_call, sites_finish):
+def test_callback_exception_propagates_out_of_run(sock_dir, credentials, which, failing_call,
+                                                  sites_finish):
     # A short round timeout: the sites give up soon after the root is gone.
     topo = two_site_topology(sock_dir, rounds=3, round_timeout_s=1.0)
     initial = fedwan.synthetic_initial_model(64, 5)
@@ -87,8 +92,8 @@ def test_callback_exception_propagates_out_of_run(sock_dir, which, failing_call,
             raise ValueError(f"boom from {which}")
 
     root = fedwan.Aggregator(topo, "root", initial, join_timeout_s=JOIN_TIMEOUT_S,
-                             **{which: callback})
-    sites = [Worker(n, lambda n=n: synthetic_site(topo, n, initial))
+                             credentials=credentials(topo, "root"), **{which: callback})
+    sites = [Worker(n, lambda n=n: synthetic_site(topo, n, initial, credentials(topo, n)))
              for n in ("site-0", "site-1")]
     for w in sites:
         w.start()

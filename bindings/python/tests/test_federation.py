@@ -1,5 +1,6 @@
 """Whole federations in one process: aggregators and sites as threads over
-ipc:// sockets, checked against a NumPy FedAvg reference."""
+ipc:// sockets with mutual TLS links, checked against a NumPy FedAvg
+reference."""
 
 import numpy as np
 import pytest
@@ -23,11 +24,11 @@ def flat_numpy(model):
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy().copy()
 
 
-def train_site(topo, node_id, model, targets):
+def train_site(topo, node_id, model, targets, credentials):
     """A site's loop: SGD on 0.5 * ||p - target||^2, a deterministic update
     a NumPy reference can reproduce bit for bit: p <- p - lr * (p - t)."""
     site = fedwan.Site(topo, node_id, model.parameters(), join_timeout_s=JOIN_TIMEOUT_S,
-                       round_timeout_s=ROUND_TIMEOUT_S)
+                       round_timeout_s=ROUND_TIMEOUT_S, credentials=credentials)
     opt = torch.optim.SGD(model.parameters(), lr=LR)
     joined = site.join()
     after_join = flat_numpy(model)
@@ -66,7 +67,7 @@ def reference_fedavg(initial, targets, weights, rounds, inner_steps):
     return global_model, held
 
 
-def test_fedavg_two_sites_matches_numpy_reference_bit_for_bit(sock_dir):
+def test_fedavg_two_sites_matches_numpy_reference_bit_for_bit(sock_dir, credentials):
     rounds, inner_steps, weights = 3, 2, (3.0, 1.0)
     topo = fedwan.Topology.parse(topology_yaml(
         "py-fedavg", sock_dir, [("site-0", "root", 3), ("site-1", "root", 1)],
@@ -86,9 +87,11 @@ def test_fedavg_two_sites_matches_numpy_reference_bit_for_bit(sock_dir):
     root = fedwan.Aggregator(topo, "root", initial,
                              on_model=lambda r, g: seen_models.append((r, g)),
                              on_round=seen_rounds.append,
-                             join_timeout_s=JOIN_TIMEOUT_S, round_timeout_s=ROUND_TIMEOUT_S)
+                             join_timeout_s=JOIN_TIMEOUT_S, round_timeout_s=ROUND_TIMEOUT_S,
+                             credentials=credentials(topo, "root"))
     workers = [Worker("root", root.run)] + [
-        Worker(f"site-{i}", lambda i=i: train_site(topo, f"site-{i}", models[i], targets[i]))
+        Worker(f"site-{i}", lambda i=i: train_site(topo, f"site-{i}", models[i], targets[i],
+                                                   credentials(topo, f"site-{i}")))
         for i in range(2)]
     for w in workers:
         w.start()
@@ -127,6 +130,8 @@ def test_fedavg_two_sites_matches_numpy_reference_bit_for_bit(sock_dir):
     assert summary["wan_bytes_total"] == sum(r["wan_bytes"] for r in summary["reports"])
     assert summary["fp32_bytes_total"] > 0
     assert summary["rejected_frames"] == 0
+    assert summary["security_mode"] == "mtls/aes-256-gcm"
+    assert len(summary["handshake_ms"]) == 2
     assert [r["round"] for r in summary["reports"]] == [0, 1, 2]
     assert all(r["weight"] == 4.0 and r["frames"] > 0 for r in summary["reports"])
     assert seen_rounds == summary["reports"]
@@ -134,7 +139,7 @@ def test_fedavg_two_sites_matches_numpy_reference_bit_for_bit(sock_dir):
     assert np.array_equal(seen_models[-1][1], got_global)
 
 
-def test_region_tree_over_numpy_site_cores_with_fp16(sock_dir):
+def test_region_tree_over_numpy_site_cores_with_fp16(sock_dir, credentials):
     """root -> region -> 2 sites, the sites as SiteCore over NumPy arrays
     trained with the synthetic workload; fp16 on the wire."""
     rounds, inner_steps, n, seed = 4, 3, 3000, 11
@@ -147,7 +152,8 @@ def test_region_tree_over_numpy_site_cores_with_fp16(sock_dir):
         index = topo.node(node_id).index
         params = initial.copy()
         core = fedwan.SiteCore(topo, node_id, params, join_timeout_s=JOIN_TIMEOUT_S,
-                               round_timeout_s=ROUND_TIMEOUT_S)
+                               round_timeout_s=ROUND_TIMEOUT_S,
+                               credentials=credentials(topo, node_id))
         core.join()
         while not core.finished:
             fedwan.synthetic_local_steps(params, index, inner_steps, seed)
@@ -155,9 +161,11 @@ def test_region_tree_over_numpy_site_cores_with_fp16(sock_dir):
         return params
 
     root = fedwan.Aggregator(topo, "root", initial, join_timeout_s=JOIN_TIMEOUT_S,
-                             round_timeout_s=ROUND_TIMEOUT_S)
+                             round_timeout_s=ROUND_TIMEOUT_S,
+                             credentials=credentials(topo, "root"))
     region = fedwan.Aggregator(topo, "eu", join_timeout_s=JOIN_TIMEOUT_S,
-                               round_timeout_s=ROUND_TIMEOUT_S)
+                               round_timeout_s=ROUND_TIMEOUT_S,
+                               credentials=credentials(topo, "eu"))
     workers = [Worker("root", root.run), Worker("eu", region.run),
                Worker("a", lambda: site("a")), Worker("b", lambda: site("b"))]
     for w in workers:
@@ -181,6 +189,12 @@ def test_region_tree_over_numpy_site_cores_with_fp16(sock_dir):
         np.testing.assert_allclose(w.result, got, rtol=0, atol=2e-3)
 
     assert region_summary["global_model"] is None
+    # Every link is mutual TLS: the root's one child (the region) and the
+    # region's two sites each came up through a handshake.
+    assert root_summary["security_mode"] == region_summary["security_mode"] == "mtls/aes-256-gcm"
+    assert len(root_summary["handshake_ms"]) == 1
+    assert len(region_summary["handshake_ms"]) >= 2
+    assert all(ms > 0 for ms in root_summary["handshake_ms"] + region_summary["handshake_ms"])
     assert root_summary["rounds"] == rounds and region_summary["rounds"] == rounds
     # fp16 halves the traffic of the model-sized frames.
     assert 0 < root_summary["wan_bytes_total"] < 0.6 * root_summary["fp32_bytes_total"]

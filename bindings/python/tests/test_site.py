@@ -16,11 +16,17 @@ def topo(sock_dir):
         "py-site", sock_dir, [("site-0", "root", 1), ("site-1", "root", 1)]))
 
 
-def test_site_flattens_parameters_into_one_shared_buffer(topo):
+@pytest.fixture
+def creds(topo, credentials):
+    """node_id -> its bundle in the provisioned federation of `topo`."""
+    return lambda node_id: credentials(topo, node_id)
+
+
+def test_site_flattens_parameters_into_one_shared_buffer(topo, creds):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2))
     before = [p.detach().clone() for p in model.parameters()]
-    site = fedwan.Site(topo, "site-0", model.parameters())
+    site = fedwan.Site(topo, "site-0", model.parameters(), credentials=creds("site-0"))
     assert site.numel == 3 * 4 + 4 + 4 * 2 + 2
     assert site.flat.dtype == torch.float32 and site.flat.is_contiguous()
     assert site.inner_steps == 2 and site.round == 0 and not site.finished
@@ -41,61 +47,68 @@ def test_site_flattens_parameters_into_one_shared_buffer(topo):
     assert model[0].weight.grad is not None
 
 
-def test_site_rejects_parameters_it_cannot_share(topo):
+def test_site_rejects_parameters_it_cannot_share(topo, creds):
+    c = creds("site-0")
     with pytest.raises(fedwan.ConfigError, match=r"parameter 0 .* is torch.float64.*model.float\(\)"):
-        fedwan.Site(topo, "site-0", torch.nn.Linear(2, 2).double().parameters())
+        fedwan.Site(topo, "site-0", torch.nn.Linear(2, 2).double().parameters(), credentials=c)
     meta = torch.nn.Parameter(torch.empty(4, device="meta"))
     with pytest.raises(fedwan.ConfigError, match=r"is on meta.*CPU tensors only"):
-        fedwan.Site(topo, "site-0", [meta])
+        fedwan.Site(topo, "site-0", [meta], credentials=c)
     with pytest.raises(fedwan.ConfigError, match="not a torch tensor"):
-        fedwan.Site(topo, "site-0", [np.zeros(3, np.float32)])
+        fedwan.Site(topo, "site-0", [np.zeros(3, np.float32)], credentials=c)
     with pytest.raises(fedwan.ConfigError, match="at least one parameter"):
-        fedwan.Site(topo, "site-0", [])
+        fedwan.Site(topo, "site-0", [], credentials=c)
 
 
-def test_site_rejects_nodes_that_are_not_its_sites(topo, sock_dir):
+def test_site_rejects_nodes_that_are_not_its_sites(topo, creds, sock_dir):
     params = list(torch.nn.Linear(2, 2).parameters())
     with pytest.raises(fedwan.ConfigError, match="'root' is a root, not a site"):
-        fedwan.Site(topo, "root", params)
+        fedwan.Site(topo, "root", params, credentials=creds("root"))
     with pytest.raises(fedwan.ConfigError, match="'site-9' is not in topology 'py-site'"):
-        fedwan.Site(topo, "site-9", params)
+        fedwan.Site(topo, "site-9", params, credentials=creds("site-0"))
     path = f"{sock_dir}/federation.yaml"
     with open(path, "w") as f:
         f.write(topo.to_yaml())
-    assert fedwan.Site(path, "site-1", params).numel == 6
+    assert fedwan.Site(path, "site-1", params, credentials=creds("site-1")).numel == 6
 
 
-def test_site_core_checks_its_array(topo):
+def test_site_core_checks_its_array(topo, creds):
+    c = creds("site-0")
     with pytest.raises(fedwan.ConfigError, match="dtype float32, not float64"):
-        fedwan.SiteCore(topo, "site-0", np.zeros(8))
+        fedwan.SiteCore(topo, "site-0", np.zeros(8), credentials=c)
     with pytest.raises(fedwan.ConfigError, match="C-contiguous"):
-        fedwan.SiteCore(topo, "site-0", np.zeros(16, np.float32)[::2])
+        fedwan.SiteCore(topo, "site-0", np.zeros(16, np.float32)[::2], credentials=c)
     frozen = np.zeros(8, np.float32)
     frozen.flags.writeable = False
     with pytest.raises(fedwan.ConfigError, match="read-only"):
-        fedwan.SiteCore(topo, "site-0", frozen)
+        fedwan.SiteCore(topo, "site-0", frozen, credentials=c)
     with pytest.raises(fedwan.ConfigError, match="empty"):
-        fedwan.SiteCore(topo, "site-0", np.zeros(0, np.float32))
+        fedwan.SiteCore(topo, "site-0", np.zeros(0, np.float32), credentials=c)
     with pytest.raises(fedwan.ConfigError, match="join_timeout_s must be a finite number"):
-        fedwan.SiteCore(topo, "site-0", np.zeros(8, np.float32), join_timeout_s=0)
+        fedwan.SiteCore(topo, "site-0", np.zeros(8, np.float32), join_timeout_s=0, credentials=c)
     with pytest.raises(fedwan.ConfigError, match="fedwan.Topology or the path"):
-        fedwan.SiteCore(42, "site-0", np.zeros(8, np.float32))
+        fedwan.SiteCore(42, "site-0", np.zeros(8, np.float32), credentials=c)
 
 
-def test_site_core_keeps_its_array_alive_and_uses_it_in_place(topo):
-    core = fedwan.SiteCore(topo, "site-0", np.arange(8, dtype=np.float32))
+def test_site_core_keeps_its_array_alive_and_uses_it_in_place(topo, creds):
+    core = fedwan.SiteCore(topo, "site-0", np.arange(8, dtype=np.float32),
+                           credentials=creds("site-0"))
     # The only reference left is the SiteCore's own.
     assert core.params.base is None and np.array_equal(core.params, np.arange(8))
     params = np.ones(8, np.float32)
-    core = fedwan.SiteCore(topo, "site-0", params)
+    core = fedwan.SiteCore(topo, "site-0", params, credentials=creds("site-0"))
     assert core.params is params
 
 
-def test_join_times_out_when_the_parent_does_not_answer(topo):
-    # The root binds its endpoint but never runs: the hello is taken, never answered.
-    root = fedwan.Aggregator(topo, "root", np.zeros(8, np.float32))
-    core = fedwan.SiteCore(topo, "site-0", np.zeros(8, np.float32), join_timeout_s=0.3)
-    with pytest.raises(fedwan.TimeoutError, match="site 'site-0': no welcome from parent 'root'"):
+def test_join_times_out_when_the_parent_does_not_answer(topo, creds):
+    # The root binds its endpoint but never runs: the site's TLS handshake,
+    # its first message, is taken and never answered.
+    root = fedwan.Aggregator(topo, "root", np.zeros(8, np.float32), credentials=creds("root"))
+    core = fedwan.SiteCore(topo, "site-0", np.zeros(8, np.float32), join_timeout_s=0.3,
+                           credentials=creds("site-0"))
+    with pytest.raises(fedwan.TimeoutError,
+                       match=r"TLS handshake with parent .*root\.sock did not complete within "
+                             r"300 ms: is the parent running"):
         core.join()
     with pytest.raises(fedwan.Error, match="call join"):
         core.sync()

@@ -93,7 +93,7 @@ TEST(Frame, HeaderLayoutIsLittleEndianFwan) {
   const size_t need = fp16().encoded_size(600);
   ASSERT_EQ(b.size(), kHeaderSize + need);
   EXPECT_EQ(std::string(b.begin(), b.begin() + 4), "FWAN");
-  EXPECT_EQ(b[kOffVersion], 1);
+  EXPECT_EQ(b[kOffVersion], 2);
   EXPECT_EQ(b[kOffType], 4);
   EXPECT_EQ(b[kOffCodec], static_cast<uint8_t>(CodecId::kFp16));
   EXPECT_EQ(b[kOffElements], 600 & 0xff);
@@ -159,12 +159,12 @@ TEST(Frame, BadMagicVersionTypeReserved) {
     b[i] ^= 0x20;
     EXPECT_EQ(reason(b), RejectReason::kBadMagic) << i;
   }
-  for (uint8_t v : {0, 2, 255}) {
+  for (uint8_t v : {0, 1, 3, 255}) {
     Bytes b = data_frame(MsgType::kDelta, fp16());
     b[kOffVersion] = v;
     EXPECT_EQ(reason(b), RejectReason::kBadVersion) << int{v};
   }
-  for (uint8_t v : {0, 8, 200, 255}) {
+  for (uint8_t v : {0, 9, 200, 255}) {
     Bytes b = control_frame(MsgType::kHello);
     b[kOffType] = v;
     EXPECT_EQ(reason(b), RejectReason::kBadType) << int{v};
@@ -555,6 +555,22 @@ TEST(Frame, Names) {
   }
   EXPECT_EQ(reasons.size(), static_cast<size_t>(RejectReason::kPayloadTooLarge) + 1);
   EXPECT_EQ(reasons.count("unknown"), 0u);
+}
+
+TEST(Frame, HandshakeCarriesACipherIdAndNoTensor) {
+  for (int id = 0; id <= 255; ++id) {
+    Bytes b = control_frame(MsgType::kHandshake, {1, 2, 3});
+    b[kOffCodec] = static_cast<uint8_t>(id);
+    EXPECT_EQ(reason(b), id <= fedwan::wire::kMaxAeadId ? RejectReason::kNone
+                                                         : RejectReason::kBadCodec)
+        << id;
+  }
+  Bytes chunked = control_frame(MsgType::kHandshake, {1});
+  set_u32(chunked, kOffChunkCount, 1);
+  EXPECT_EQ(reason(chunked), RejectReason::kBadChunk);
+  Bytes sealed_flag = control_frame(MsgType::kHandshake, {1});
+  sealed_flag[kOffFlags] = 0x80;
+  EXPECT_EQ(reason(sealed_flag), RejectReason::kBadReserved);
 }
 
 }  // namespace

@@ -1,0 +1,204 @@
+// Writes the generated seed inputs of the fuzz targets:
+//   fuzz_make_corpus DIR   ->  DIR/<target>/<seed name>
+// Run by hand when a wire or file format changes (fuzz/README.md); the
+// certificate and CRL seeds of fuzz_certs come from the openssl command line
+// instead. Seeds are small valid inputs: the fuzzer mutates them into the
+// invalid ones.
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "fedwan/codec.hpp"
+#include "fuzz_keys.hpp"
+#include "security/audit_log.hpp"
+#include "security/frame_protector.hpp"
+#include "wire/frame.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace fedwan;
+using Bytes = std::vector<uint8_t>;
+
+fs::path g_out;
+
+void write_seed(const std::string& target, const std::string& name, const Bytes& bytes) {
+  const fs::path dir = g_out / target;
+  fs::create_directories(dir);
+  std::ofstream f(dir / name, std::ios::binary | std::ios::trunc);
+  f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  if (!f) throw std::runtime_error("cannot write " + (dir / name).string());
+}
+
+std::vector<float> ramp(size_t n, float scale) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) {
+    v[i] = scale * (static_cast<float>(i % 13) - 6.0f) / 7.0f * ((i % 5 == 0) ? 100.0f : 1.0f);
+  }
+  return v;
+}
+
+Bytes encode_values(const Codec& codec, const std::vector<float>& values) {
+  Bytes out(codec.encoded_size(values.size()));
+  codec.encode(values.data(), values.size(), nullptr, out.data());
+  return out;
+}
+
+wire::FrameHeader header(wire::MsgType type) {
+  wire::FrameHeader h;
+  h.type = type;
+  h.job_id = 0x1122334455667788ull;
+  h.round = 3;
+  h.sender = 2;
+  return h;
+}
+
+Bytes data_frame(wire::MsgType type, const Codec& codec, uint32_t index, uint32_t count,
+                 uint64_t total, const std::vector<float>& values, double weight, uint8_t flags) {
+  wire::FrameHeader h = header(type);
+  h.codec = static_cast<uint8_t>(codec.id());
+  h.flags = flags;
+  h.chunk_index = index;
+  h.chunk_count = count;
+  h.element_count = static_cast<uint32_t>(values.size());
+  h.total_elements = total;
+  h.weight = weight;
+  const Bytes payload = encode_values(codec, values);
+  return wire::encode_frame(h, payload.data(), payload.size());
+}
+
+Bytes control_frame(wire::MsgType type, const Bytes& payload, uint64_t total = 0, uint8_t flags = 0,
+                    uint8_t codec = 0) {
+  wire::FrameHeader h = header(type);
+  h.total_elements = total;
+  h.flags = flags;
+  h.codec = codec;
+  return wire::encode_frame(h, payload.data(), payload.size());
+}
+
+std::vector<std::pair<std::string, Bytes>> frames() {
+  wire::HelloPayload hello;
+  hello.node_id = "site-eu-1";
+  for (size_t i = 0; i < 32; ++i) {
+    hello.topology_digest[i] = static_cast<uint8_t>(i);
+    hello.model_digest[i] = static_cast<uint8_t>(255 - i);
+  }
+  wire::TelemetryPayload telemetry{123456, 654321, 42};
+  const std::string reason = "topology digest differs";
+  const Codec& fp32 = codec_by_name("fp32");
+  const Codec& fp16 = codec_by_name("fp16");
+  const Codec& bf16 = codec_by_name("bf16");
+  return {
+      {"hello", control_frame(wire::MsgType::kHello, wire::encode_hello(hello), 1000)},
+      {"welcome", control_frame(wire::MsgType::kWelcome, {}, 1000, wire::kFlagNoChange)},
+      {"anchor_fp16", data_frame(wire::MsgType::kAnchor, fp16, 0, 2, 24, ramp(16, 1.0f), 0.0,
+                                 wire::kFlagFullAnchor)},
+      {"delta_fp32", data_frame(wire::MsgType::kDelta, fp32, 0, 1, 6, ramp(6, 0.5f), 2.5, 0)},
+      {"delta_bf16", data_frame(wire::MsgType::kDelta, bf16, 2, 3, 30, ramp(10, 3.0f), 1.0, 0)},
+      {"telemetry", control_frame(wire::MsgType::kTelemetry, wire::encode_telemetry(telemetry))},
+      {"reject", control_frame(wire::MsgType::kReject, Bytes(reason.begin(), reason.end()))},
+      {"done", control_frame(wire::MsgType::kDone, {})},
+      {"handshake", control_frame(wire::MsgType::kHandshake, Bytes{0x16, 0x03, 0x03, 0, 2, 1, 0}, 0,
+                                  0, static_cast<uint8_t>(security::AeadAlgorithm::kAes256Gcm))},
+  };
+}
+
+// fuzz_codec input: u64 LE n | f32 LE weight | payload.
+Bytes codec_input(const Codec& codec, const std::vector<float>& values, float weight) {
+  Bytes out(12);
+  const uint64_t n = values.size();
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<uint8_t>(n >> (8 * i));
+  std::memcpy(out.data() + 8, &weight, sizeof weight);
+  const Bytes payload = encode_values(codec, values);
+  out.insert(out.end(), payload.begin(), payload.end());
+  return out;
+}
+
+void codec_seeds() {
+  const Codec& fp32 = codec_by_name("fp32");
+  const Codec& fp16 = codec_by_name("fp16");
+  const Codec& bf16 = codec_by_name("bf16");
+  write_seed("fuzz_codec", "fp32_5", codec_input(fp32, ramp(5, 1.0f), 1.0f));
+  write_seed("fuzz_codec", "fp16_7", codec_input(fp16, ramp(7, 1e-3f), 0.25f));
+  // Two fp16 blocks, the second short: the per-block scales both matter.
+  write_seed("fuzz_codec", "fp16_2100", codec_input(fp16, ramp(2100, 2.0f), 3.0f));
+  write_seed("fuzz_codec", "bf16_9", codec_input(bf16, ramp(9, 1e30f), 1.0f));
+}
+
+void frame_seeds() {
+  for (const auto& [name, bytes] : frames()) write_seed("fuzz_frame", name, bytes);
+}
+
+// fuzz_sealed inputs: selector byte, then a sealed frame (kModeOpen) or
+// tamper parameters and frame material (kModeTamper).
+void sealed_seeds() {
+  const auto all = frames();
+  for (uint8_t cipher : {uint8_t{0}, fuzz::kCipherChaCha}) {
+    const std::string suffix = cipher ? "_chacha" : "_aes";
+    const auto algorithm = fuzz::fuzz_cipher(cipher);
+    security::RekeyPolicy per_frame;
+    per_frame.max_frames = 1;
+    security::FrameSealer sealer(algorithm, fuzz::fuzz_key(), fuzz::fuzz_iv(), per_frame);
+    // Frame 0 under epoch 0, frame 1 under epoch 1: the second makes a fresh
+    // opener ratchet forward.
+    for (size_t i = 0; i < 2; ++i) {
+      Bytes sealed = all[i == 0 ? 3 : 0].second;
+      sealer.seal(sealed);
+      Bytes input{static_cast<uint8_t>(fuzz::kModeOpen | cipher)};
+      input.insert(input.end(), sealed.begin(), sealed.end());
+      write_seed("fuzz_sealed", "open_epoch" + std::to_string(i) + suffix, input);
+    }
+    // Tamper: 2 frames with a key each, flip a payload bit of the second.
+    Bytes input{static_cast<uint8_t>(fuzz::kModeTamper | cipher), 0x05, 0x10, 0x02, 0, 0};
+    const Bytes& frame = all[3].second;
+    input.insert(input.end(), frame.begin(), frame.end());
+    write_seed("fuzz_sealed", "tamper" + suffix, input);
+  }
+}
+
+void audit_seeds() {
+  const fs::path path = fs::temp_directory_path() / "fedwan-make-corpus-audit.jsonl";
+  fs::remove(path);
+  {
+    security::AuditLog log(path.string(), "region-eu");
+    log.append("peer_accepted", {{"peer", "site-eu-1"}, {"serial", "1A2B"}});
+    log.append("update", {{"round", 3}, {"sites", {"site-eu-1", "site-eu-2"}}, {"weight", 2.5}});
+    log.append("frame_rejected", {{"peer", "site-eu-2"},
+                                  {"reason", "bad_tag"},
+                                  {"nested", {{"a", {1, 2, {{"b", nullptr}}}}}}});
+  }
+  std::ifstream f(path, std::ios::binary);
+  const Bytes text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  fs::remove(path);
+  const security::AuditVerifyResult r =
+      security::verify_audit_text(std::string(text.begin(), text.end()));
+  if (!r.ok || r.entries != 3) throw std::runtime_error("generated audit log does not verify");
+  write_seed("fuzz_audit", "three_entries.jsonl", text);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: fuzz_make_corpus DIR   (writes DIR/<target>/<seed>)\n");
+    return 2;
+  }
+  g_out = argv[1];
+  try {
+    frame_seeds();
+    codec_seeds();
+    sealed_seeds();
+    audit_seeds();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fuzz_make_corpus: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,30 @@
+// Who may be on which link, decided from the topology and the identity in
+// the peer's (already verified) certificate. Pure functions; unit-tested
+// without sockets. Each returns nullopt to accept, or the reason to refuse.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "fedwan/topology.hpp"
+#include "security/identity.hpp"
+
+namespace fedwan::runtime {
+
+// At aggregator `self`: may the peer whose certificate says `cert`, which
+// connected under routing id `claimed`, act as one of self's children?
+// Checks: same job; the certificate names the claimed node; that node is in
+// the topology, under `self`, with the role and region the certificate
+// states (a site cannot act as an aggregator); a site's residency policy
+// lets its delta go to `self`.
+std::optional<std::string> authorize_child(const Topology& topology, const NodeSpec& self,
+                                           const security::NodeIdentity& cert,
+                                           const std::string& claimed);
+
+// At node `self` (a site or region): is the peer that answered on the
+// parent endpoint really self's parent, in its topology role, and (for a
+// site) an aggregator its residency policy allows?
+std::optional<std::string> authorize_parent(const Topology& topology, const NodeSpec& self,
+                                            const security::NodeIdentity& cert);
+
+}  // namespace fedwan::runtime

@@ -1,0 +1,698 @@
+#include "security/certs.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <openssl/bn.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/rand.h>
+#include <openssl/x509.h>
+#include <openssl/x509v3.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <set>
+#include <sstream>
+
+#include "common/openssl_check.hpp"
+#include "fedwan/error.hpp"
+
+namespace fedwan::security {
+namespace {
+
+namespace fs = std::filesystem;
+using detail::openssl_check_ptr;
+using detail::OpenSslPtr;
+
+using PkeyPtr = OpenSslPtr<EVP_PKEY, EVP_PKEY_free>;
+using X509Ptr = OpenSslPtr<X509, X509_free>;
+using CrlPtr = OpenSslPtr<X509_CRL, X509_CRL_free>;
+using BioPtr = OpenSslPtr<BIO, BIO_free_all>;
+using BnPtr = OpenSslPtr<BIGNUM, BN_free>;
+using IntPtr = OpenSslPtr<ASN1_INTEGER, ASN1_INTEGER_free>;
+using TimePtr = OpenSslPtr<ASN1_TIME, ASN1_TIME_free>;
+using ExtPtr = OpenSslPtr<X509_EXTENSION, X509_EXTENSION_free>;
+
+constexpr mode_t kSecretMode = 0600;
+constexpr mode_t kPublicMode = 0644;
+constexpr mode_t kPrivateDirMode = 0700;
+constexpr int64_t kDay = 24 * 3600;
+constexpr int64_t kCrlLifetime = 30 * kDay;
+// Past this a validity is a typo, and the day count would overflow an int.
+constexpr int64_t kMaxValidity = 100 * 366 * kDay;
+constexpr int64_t kCaMinBackdate = -300;  // tolerate clock skew between CA and nodes
+constexpr size_t kMaxFileBytes = 16 << 20;
+
+// ---- files -----------------------------------------------------------------
+
+[[noreturn]] void throw_io(const std::string& what, const fs::path& path, int err) {
+  throw ConfigError("cannot " + what + " " + path.string() + ": " + std::strerror(err) +
+                    "; check that the directory exists and is writable by this user");
+}
+
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+std::string read_file(const fs::path& path, const std::string& what) {
+  Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (f.fd < 0) {
+    if (errno == ENOENT) {
+      throw ConfigError(what + " " + path.string() +
+                        " does not exist; provision the federation first with `fedwan certs "
+                        "init` (or pass the directory it wrote)");
+    }
+    throw_io("read " + what, path, errno);
+  }
+  std::string out;
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = ::read(f.fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw_io("read " + what, path, errno);
+    if (n == 0) break;
+    out.append(buf, static_cast<size_t>(n));
+    if (out.size() > kMaxFileBytes) {
+      throw ConfigError(what + " " + path.string() + " is larger than 16 MiB; it is not a " +
+                        "fedwan credential file");
+    }
+  }
+  return out;
+}
+
+// Writes via a temporary file in the same directory and rename(), so a reader
+// (a node re-reading crl.pem) sees the old or the new file, never half of one.
+void write_atomic(const fs::path& path, const std::string& content, mode_t mode) {
+  std::string tmpl = (path.parent_path() / ("." + path.filename().string() + ".XXXXXX")).string();
+  Fd f{::mkstemp(tmpl.data())};  // created 0600: a key is never readable by others
+  if (f.fd < 0) throw_io("create a temporary file for", path, errno);
+  bool committed = false;
+  struct Unlink {
+    const std::string& name;
+    const bool& committed;
+    ~Unlink() {
+      if (!committed) ::unlink(name.c_str());
+    }
+  } unlink_guard{tmpl, committed};
+
+  for (size_t done = 0; done < content.size();) {
+    const ssize_t n = ::write(f.fd, content.data() + done, content.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw_io("write", path, errno);
+    done += static_cast<size_t>(n);
+  }
+  if (::fchmod(f.fd, mode) != 0) throw_io("set the mode of", path, errno);
+  if (::fsync(f.fd) != 0) throw_io("sync", path, errno);
+  const int fd = f.fd;
+  f.fd = -1;
+  if (::close(fd) != 0) throw_io("close", path, errno);
+  if (::rename(tmpl.c_str(), path.c_str()) != 0) throw_io("replace", path, errno);
+  committed = true;
+  // Make the rename durable too: a revocation reported done must survive a
+  // power cut. A failure here loses nothing already written.
+  Fd d{::open(path.parent_path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
+  if (d.fd >= 0) ::fsync(d.fd);
+}
+
+// Creates `dir` (parents as needed) and forces mode 0700 whatever the umask.
+void make_private_dir(const fs::path& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw_io("create directory", dir, ec.value());
+  if (::chmod(dir.c_str(), kPrivateDirMode) != 0) throw_io("set the mode of", dir, errno);
+}
+
+// ---- OpenSSL helpers ---------------------------------------------------------
+
+int no_passphrase(char*, int, int, void*) { return 0; }
+
+BioPtr read_bio(const std::string& text) {
+  if (text.size() > static_cast<size_t>(INT_MAX)) throw CryptoError("PEM text too large");
+  return BioPtr(openssl_check_ptr(BIO_new_mem_buf(text.data(), static_cast<int>(text.size())),
+                                  "BIO_new_mem_buf"));
+}
+
+std::string bio_text(BIO* bio) {
+  char* data = nullptr;
+  const long n = BIO_get_mem_data(bio, &data);
+  if (n < 0 || (n > 0 && data == nullptr)) throw CryptoError("BIO_get_mem_data failed");
+  return std::string(data, static_cast<size_t>(n));
+}
+
+BioPtr write_bio() { return BioPtr(openssl_check_ptr(BIO_new(BIO_s_mem()), "BIO_new")); }
+
+std::string cert_pem(X509* cert) {
+  BioPtr bio = write_bio();
+  FEDWAN_OPENSSL_CHECK(PEM_write_bio_X509(bio.get(), cert));
+  return bio_text(bio.get());
+}
+
+// Private key text, wiped when it goes out of scope.
+struct SecretText {
+  std::string text;
+  ~SecretText() { OPENSSL_cleanse(text.data(), text.size()); }
+};
+
+SecretText key_pem(EVP_PKEY* key) {
+  // A secure-heap BIO: its buffer is wiped when freed.
+  BioPtr bio(openssl_check_ptr(BIO_new(BIO_s_secmem()), "BIO_new(BIO_s_secmem)"));
+  FEDWAN_OPENSSL_CHECK(
+      PEM_write_bio_PrivateKey(bio.get(), key, nullptr, nullptr, 0, nullptr, nullptr));
+  return SecretText{bio_text(bio.get())};
+}
+
+std::string crl_pem(X509_CRL* crl) {
+  BioPtr bio = write_bio();
+  FEDWAN_OPENSSL_CHECK(PEM_write_bio_X509_CRL(bio.get(), crl));
+  return bio_text(bio.get());
+}
+
+CrlPtr parse_crl(const std::string& text, const fs::path& path) {
+  BioPtr bio = read_bio(text);
+  X509_CRL* crl = PEM_read_bio_X509_CRL(bio.get(), nullptr, no_passphrase, nullptr);
+  if (crl == nullptr) {
+    throw CryptoError(path.string() + " is not a PEM CRL: " + detail::openssl_error_string() +
+                      "; restore it from a backup (ca/revoked.txt lists what it revoked)");
+  }
+  return CrlPtr(crl);
+}
+
+void free_openssl_chars(char* p) { OPENSSL_free(p); }
+
+std::string bn_hex(const BIGNUM* bn) {
+  OpenSslPtr<char, free_openssl_chars> hex(openssl_check_ptr(BN_bn2hex(bn), "BN_bn2hex"));
+  return hex.get();
+}
+
+std::string int_hex(const ASN1_INTEGER* v) {
+  BnPtr bn(openssl_check_ptr(ASN1_INTEGER_to_BN(v, nullptr), "ASN1_INTEGER_to_BN"));
+  return bn_hex(bn.get());
+}
+
+PkeyPtr generate_key() {
+  // For "EC" the variadic argument is the curve name.
+  return PkeyPtr(openssl_check_ptr(EVP_PKEY_Q_keygen(nullptr, nullptr, "EC", "P-256"),
+                                   "EVP_PKEY_Q_keygen(EC, P-256)"));
+}
+
+// A random positive 128-bit serial not among `used` (upper-case hex).
+IntPtr random_serial(const std::set<std::string>& used) {
+  for (;;) {
+    unsigned char bytes[16];
+    FEDWAN_OPENSSL_CHECK(RAND_bytes(bytes, sizeof bytes));
+    BnPtr bn(openssl_check_ptr(BN_bin2bn(bytes, sizeof bytes, nullptr), "BN_bin2bn"));
+    if (BN_is_zero(bn.get()) || used.count(bn_hex(bn.get())) != 0) continue;
+    return IntPtr(openssl_check_ptr(BN_to_ASN1_INTEGER(bn.get(), nullptr), "BN_to_ASN1_INTEGER"));
+  }
+}
+
+// now + offset seconds, written into `t` (allocated when null).
+ASN1_TIME* set_time(ASN1_TIME* t, std::time_t now, int64_t offset) {
+  return openssl_check_ptr(
+      X509_time_adj_ex(t, static_cast<int>(offset / kDay), static_cast<long>(offset % kDay), &now),
+      "X509_time_adj_ex");
+}
+
+void add_name_entry(X509_NAME* name, int nid, const std::string& value) {
+  // A UTF8String set as is, not through MBSTRING_UTF8: that path enforces the
+  // RFC 5280 upper bound of 64 characters on O and CN, which "fedwan " plus a
+  // 64-character job exceeds. Verifiers do not enforce the bound.
+  FEDWAN_OPENSSL_CHECK(X509_NAME_add_entry_by_NID(
+      name, nid, V_ASN1_UTF8STRING, reinterpret_cast<const unsigned char*>(value.data()),
+      static_cast<int>(value.size()), -1, 0));
+}
+
+void add_ext(X509* cert, X509V3_CTX* ctx, int nid, const char* value) {
+  ExtPtr ext(
+      openssl_check_ptr(X509V3_EXT_nconf_nid(nullptr, ctx, nid, value), "X509V3_EXT_nconf_nid"));
+  FEDWAN_OPENSSL_CHECK(X509_add_ext(cert, ext.get(), -1));
+}
+
+// subjectAltName URI built from its parts rather than a config string, so no
+// character of the identity can be read as config syntax.
+void add_uri_san(X509* cert, const std::string& uri) {
+  OpenSslPtr<GENERAL_NAMES, GENERAL_NAMES_free> names(
+      openssl_check_ptr(GENERAL_NAMES_new(), "GENERAL_NAMES_new"));
+  OpenSslPtr<GENERAL_NAME, GENERAL_NAME_free> name(
+      openssl_check_ptr(GENERAL_NAME_new(), "GENERAL_NAME_new"));
+  OpenSslPtr<ASN1_IA5STRING, ASN1_IA5STRING_free> text(
+      openssl_check_ptr(ASN1_IA5STRING_new(), "ASN1_IA5STRING_new"));
+  FEDWAN_OPENSSL_CHECK(ASN1_STRING_set(text.get(), uri.data(), static_cast<int>(uri.size())));
+  GENERAL_NAME_set0_value(name.get(), GEN_URI, text.release());
+  FEDWAN_OPENSSL_CHECK(sk_GENERAL_NAME_push(names.get(), name.get()));
+  name.release();  // owned by `names` now
+  FEDWAN_OPENSSL_CHECK(
+      X509_add1_ext_i2d(cert, NID_subject_alt_name, names.get(), 0, X509V3_ADD_DEFAULT));
+}
+
+void set_validity(X509* cert, std::time_t now, int64_t not_before_offset, int64_t validity) {
+  set_time(X509_getm_notBefore(cert), now, not_before_offset);
+  set_time(X509_getm_notAfter(cert), now, not_before_offset + validity);
+}
+
+X509Ptr new_certificate(const std::set<std::string>& used, EVP_PKEY* key) {
+  X509Ptr cert(openssl_check_ptr(X509_new(), "X509_new"));
+  FEDWAN_OPENSSL_CHECK(X509_set_version(cert.get(), X509_VERSION_3));
+  IntPtr serial = random_serial(used);
+  FEDWAN_OPENSSL_CHECK(X509_set_serialNumber(cert.get(), serial.get()));
+  FEDWAN_OPENSSL_CHECK(X509_set_pubkey(cert.get(), key));
+  return cert;
+}
+
+// ---- validation --------------------------------------------------------------
+
+bool valid_name(const std::string& s) {
+  if (s.empty() || s.size() > 64) return false;
+  for (char c : s) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '_' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+// The node id names a directory under `dir`, so it must not climb out of it
+// or land on the CA's.
+void check_node_id(const std::string& node_id) {
+  if (!valid_name(node_id) || node_id == "." || node_id == "..") {
+    throw ConfigError("node id '" + node_id +
+                      "' cannot name a certificate bundle; use 1..64 characters of "
+                      "[A-Za-z0-9._-], other than '.' and '..'");
+  }
+  if (node_id == "ca") {
+    throw ConfigError(
+        "node id 'ca' collides with the CA directory <dir>/ca; rename the node in "
+        "the topology");
+  }
+}
+
+void check_identity(const NodeIdentity& id) {
+  check_node_id(id.node_id);
+  if (!valid_name(id.job)) {
+    throw ConfigError("job '" + id.job + "' is invalid; use 1..64 characters of [A-Za-z0-9._-]");
+  }
+  if (!id.region.empty() && !valid_name(id.region)) {
+    throw ConfigError("region '" + id.region + "' of node '" + id.node_id +
+                      "' is invalid; use 1..64 characters of [A-Za-z0-9._-]");
+  }
+}
+
+void check_window(std::chrono::seconds offset, std::chrono::seconds validity, const char* what) {
+  if (validity.count() <= 0 || validity.count() > kMaxValidity) {
+    throw ConfigError(std::string(what) + " validity of " + std::to_string(validity.count()) +
+                      " s is out of range; use more than 0 and at most 100 years");
+  }
+  if (offset.count() < -kMaxValidity || offset.count() > kMaxValidity) {
+    throw ConfigError(std::string(what) + " notBefore offset of " + std::to_string(offset.count()) +
+                      " s is more than 100 years from now");
+  }
+}
+
+// ---- the CA --------------------------------------------------------------------
+
+struct Ca {
+  X509Ptr cert;
+  PkeyPtr key;
+  std::string cert_pem;
+};
+
+X509Ptr parse_cert(const std::string& text, const fs::path& path, const std::string& what) {
+  BioPtr bio = read_bio(text);
+  X509* cert = PEM_read_bio_X509(bio.get(), nullptr, no_passphrase, nullptr);
+  if (cert == nullptr) {
+    throw CryptoError(what + " " + path.string() +
+                      " is not a PEM certificate: " + detail::openssl_error_string());
+  }
+  return X509Ptr(cert);
+}
+
+X509Ptr load_cert(const fs::path& path, const std::string& what) {
+  return parse_cert(read_file(path, what), path, what);
+}
+
+Ca load_ca(const fs::path& ca_dir) {
+  Ca ca;
+  const fs::path cert_path = ca_dir / "ca.pem";
+  ca.cert_pem = read_file(cert_path, "the CA certificate");
+  ca.cert = parse_cert(ca.cert_pem, cert_path, "the CA certificate");
+  const fs::path key_path = ca_dir / "ca.key";
+  const SecretText key_text{read_file(key_path, "the CA key")};
+  BioPtr bio = read_bio(key_text.text);
+  ca.key.reset(PEM_read_bio_PrivateKey(bio.get(), nullptr, no_passphrase, nullptr));
+  if (!ca.key) {
+    throw CryptoError("the CA key " + key_path.string() + " is not an unencrypted PEM private " +
+                      "key: " + detail::openssl_error_string());
+  }
+  if (X509_check_private_key(ca.cert.get(), ca.key.get()) != 1) {
+    throw CryptoError("the CA key " + key_path.string() + " does not belong to " +
+                      cert_path.string() + " (" + detail::openssl_error_string() +
+                      "); restore both from the same backup");
+  }
+  if (X509_check_ca(ca.cert.get()) == 0) {
+    throw CryptoError(cert_path.string() + " is not a CA certificate; point at the directory " +
+                      "`fedwan certs init` wrote");
+  }
+  return ca;
+}
+
+// The CA's notBefore relative to now: back-dated at least as far as the node
+// certificates, so test federations of already-expired node certificates
+// still have a valid CA.
+int64_t ca_start(const IssueOptions& o) {
+  return std::min<int64_t>(o.not_before_offset.count(), kCaMinBackdate);
+}
+
+X509Ptr make_ca_certificate(const std::string& job, EVP_PKEY* key, std::time_t now,
+                            const IssueOptions& o) {
+  X509Ptr cert = new_certificate({}, key);
+  OpenSslPtr<X509_NAME, X509_NAME_free> name(openssl_check_ptr(X509_NAME_new(), "X509_NAME_new"));
+  add_name_entry(name.get(), NID_organizationName, "fedwan " + job);
+  add_name_entry(name.get(), NID_commonName, "fedwan CA " + job);
+  FEDWAN_OPENSSL_CHECK(X509_set_subject_name(cert.get(), name.get()));
+  FEDWAN_OPENSSL_CHECK(X509_set_issuer_name(cert.get(), name.get()));
+  set_validity(cert.get(), now, ca_start(o), o.ca_validity.count());
+
+  X509V3_CTX ctx{};
+  X509V3_set_ctx(&ctx, cert.get(), cert.get(), nullptr, nullptr, 0);
+  // pathlen:0: the CA signs node certificates only, never another CA.
+  add_ext(cert.get(), &ctx, NID_basic_constraints, "critical,CA:TRUE,pathlen:0");
+  add_ext(cert.get(), &ctx, NID_key_usage, "critical,keyCertSign,cRLSign");
+  add_ext(cert.get(), &ctx, NID_subject_key_identifier, "hash");
+  FEDWAN_OPENSSL_CHECK(X509_sign(cert.get(), key, EVP_sha256()));
+  return cert;
+}
+
+X509Ptr make_node_certificate(const NodeIdentity& id, EVP_PKEY* key, const Ca& ca,
+                              const std::set<std::string>& used, std::time_t now,
+                              const IssueOptions& o) {
+  X509Ptr cert = new_certificate(used, key);
+  OpenSslPtr<X509_NAME, X509_NAME_free> name(openssl_check_ptr(X509_NAME_new(), "X509_NAME_new"));
+  if (!id.region.empty()) add_name_entry(name.get(), NID_localityName, id.region);
+  add_name_entry(name.get(), NID_organizationName, "fedwan " + id.job);
+  add_name_entry(name.get(), NID_organizationalUnitName, role_ou(id.role));
+  add_name_entry(name.get(), NID_commonName, id.node_id);
+  FEDWAN_OPENSSL_CHECK(X509_set_subject_name(cert.get(), name.get()));
+  FEDWAN_OPENSSL_CHECK(X509_set_issuer_name(
+      cert.get(),
+      openssl_check_ptr(X509_get_subject_name(ca.cert.get()), "X509_get_subject_name")));
+  set_validity(cert.get(), now, o.not_before_offset.count(), o.validity.count());
+
+  const ASN1_TIME* ca_end = X509_get0_notAfter(ca.cert.get());
+  const int ca_valid = X509_cmp_time(ca_end, &now);
+  if (ca_valid == 0) detail::throw_openssl_error("X509_cmp_time(CA notAfter)");
+  if (ca_valid < 0) {
+    throw ConfigError(
+        "the federation CA has expired; provision a new federation with `fedwan "
+        "certs init --force` and redistribute every bundle");
+  }
+  if (ASN1_TIME_compare(X509_get0_notAfter(cert.get()), ca_end) > 0) {
+    throw ConfigError("the certificate of '" + id.node_id +
+                      "' would outlive the federation CA; ask for a shorter validity (--days)");
+  }
+
+  X509V3_CTX ctx{};
+  X509V3_set_ctx(&ctx, ca.cert.get(), cert.get(), nullptr, nullptr, 0);
+  add_ext(cert.get(), &ctx, NID_basic_constraints, "critical,CA:FALSE");
+  add_ext(cert.get(), &ctx, NID_key_usage, "critical,digitalSignature");
+  // Every node is a TLS client (to its parent) and/or a server (to its children).
+  add_ext(cert.get(), &ctx, NID_ext_key_usage, "serverAuth,clientAuth");
+  add_ext(cert.get(), &ctx, NID_subject_key_identifier, "hash");
+  add_ext(cert.get(), &ctx, NID_authority_key_identifier, "keyid:always");
+  add_uri_san(cert.get(), "fedwan://" + id.job + "/" + id.node_id);
+  FEDWAN_OPENSSL_CHECK(X509_sign(cert.get(), ca.key.get(), EVP_sha256()));
+  return cert;
+}
+
+// ---- CRL -------------------------------------------------------------------------
+
+void check_crl_signed(X509_CRL* crl, X509* ca, const fs::path& path) {
+  EVP_PKEY* ca_pub = openssl_check_ptr(X509_get0_pubkey(ca), "X509_get0_pubkey");
+  if (X509_CRL_verify(crl, ca_pub) != 1) {
+    throw CryptoError(path.string() + " is not signed by the federation CA (" +
+                      detail::openssl_error_string() +
+                      "); restore it from a backup, or revoke a node again to re-sign it");
+  }
+}
+
+// A CRL v2 listing `previous`'s entries plus `add` (when not null and not
+// yet listed), lastUpdate now, nextUpdate now + 30 days, crlNumber one past
+// the previous one.
+CrlPtr sign_crl(const Ca& ca, X509_CRL* previous, ASN1_INTEGER* add, std::time_t now) {
+  CrlPtr crl(openssl_check_ptr(X509_CRL_new(), "X509_CRL_new"));
+  FEDWAN_OPENSSL_CHECK(X509_CRL_set_version(crl.get(), X509_CRL_VERSION_2));
+  FEDWAN_OPENSSL_CHECK(X509_CRL_set_issuer_name(
+      crl.get(), openssl_check_ptr(X509_get_subject_name(ca.cert.get()), "X509_get_subject_name")));
+  TimePtr last(set_time(nullptr, now, 0));
+  TimePtr next(set_time(nullptr, now, kCrlLifetime));
+  FEDWAN_OPENSSL_CHECK(X509_CRL_set1_lastUpdate(crl.get(), last.get()));
+  FEDWAN_OPENSSL_CHECK(X509_CRL_set1_nextUpdate(crl.get(), next.get()));
+
+  BnPtr number(openssl_check_ptr(BN_new(), "BN_new"));
+  FEDWAN_OPENSSL_CHECK(BN_one(number.get()));
+  bool listed = false;
+  if (previous != nullptr) {
+    STACK_OF(X509_REVOKED)* entries = X509_CRL_get_REVOKED(previous);  // null when empty
+    for (int i = 0; entries != nullptr && i < sk_X509_REVOKED_num(entries); ++i) {
+      const X509_REVOKED* r = sk_X509_REVOKED_value(entries, i);
+      if (add != nullptr && ASN1_INTEGER_cmp(X509_REVOKED_get0_serialNumber(r), add) == 0) {
+        listed = true;
+      }
+      OpenSslPtr<X509_REVOKED, X509_REVOKED_free> copy(
+          openssl_check_ptr(X509_REVOKED_dup(r), "X509_REVOKED_dup"));
+      FEDWAN_OPENSSL_CHECK(X509_CRL_add0_revoked(crl.get(), copy.get()));
+      copy.release();
+    }
+    IntPtr prev_number(static_cast<ASN1_INTEGER*>(
+        X509_CRL_get_ext_d2i(previous, NID_crl_number, nullptr, nullptr)));
+    if (prev_number) {
+      number.reset(
+          openssl_check_ptr(ASN1_INTEGER_to_BN(prev_number.get(), nullptr), "ASN1_INTEGER_to_BN"));
+      FEDWAN_OPENSSL_CHECK(BN_add_word(number.get(), 1));
+    }
+  }
+  if (add != nullptr && !listed) {
+    OpenSslPtr<X509_REVOKED, X509_REVOKED_free> entry(
+        openssl_check_ptr(X509_REVOKED_new(), "X509_REVOKED_new"));
+    FEDWAN_OPENSSL_CHECK(X509_REVOKED_set_serialNumber(entry.get(), add));
+    FEDWAN_OPENSSL_CHECK(X509_REVOKED_set_revocationDate(entry.get(), last.get()));
+    FEDWAN_OPENSSL_CHECK(X509_CRL_add0_revoked(crl.get(), entry.get()));
+    entry.release();
+  }
+  IntPtr crl_number(
+      openssl_check_ptr(BN_to_ASN1_INTEGER(number.get(), nullptr), "BN_to_ASN1_INTEGER"));
+  FEDWAN_OPENSSL_CHECK(
+      X509_CRL_add1_ext_i2d(crl.get(), NID_crl_number, crl_number.get(), 0, X509V3_ADD_DEFAULT));
+  X509V3_CTX ctx{};
+  X509V3_set_ctx(&ctx, ca.cert.get(), nullptr, nullptr, crl.get(), 0);
+  ExtPtr akid(openssl_check_ptr(
+      X509V3_EXT_nconf_nid(nullptr, &ctx, NID_authority_key_identifier, "keyid:always"),
+      "X509V3_EXT_nconf_nid"));
+  FEDWAN_OPENSSL_CHECK(X509_CRL_add_ext(crl.get(), akid.get(), -1));
+  FEDWAN_OPENSSL_CHECK(X509_CRL_sort(crl.get()));
+  FEDWAN_OPENSSL_CHECK(X509_CRL_sign(crl.get(), ca.key.get(), EVP_sha256()));
+  return crl;
+}
+
+// The CA's current CRL as PEM text, checked to be the CA's.
+std::string load_crl_text(const fs::path& ca_dir, X509* ca, CrlPtr* parsed = nullptr) {
+  const fs::path path = ca_dir / "crl.pem";
+  std::string text = read_file(path, "the CRL");
+  CrlPtr crl = parse_crl(text, path);
+  check_crl_signed(crl.get(), ca, path);
+  if (parsed != nullptr) *parsed = std::move(crl);
+  return text;
+}
+
+// ---- records -------------------------------------------------------------------
+
+// The serials (first word of each line) of dir/ca/serial or revoked.txt.
+std::set<std::string> record_serials(const std::string& text) {
+  std::set<std::string> out;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream words(line);
+    std::string serial;
+    if (words >> serial) out.insert(serial);
+  }
+  return out;
+}
+
+std::string read_record(const fs::path& path) {
+  std::error_code ec;
+  return fs::exists(path, ec) ? read_file(path, "the record") : std::string();
+}
+
+void append_record(const fs::path& path, const std::string& serial, const std::string& node) {
+  std::string text = read_record(path);
+  if (!text.empty() && text.back() != '\n') text += '\n';
+  write_atomic(path, text + serial + " " + node + "\n", kPublicMode);
+}
+
+// Issues one node with an already loaded CA. Each file is replaced atomically,
+// the bundle as a whole is not: a node starting in between sees a mismatched
+// key and certificate and refuses to start, it never runs with a wrong key.
+// crl.pem is written last because a running node reloads its bundle when
+// crl.pem changes, by then the rest is in place.
+void issue_with(const fs::path& root, const Ca& ca, const std::string& crl_text,
+                const NodeIdentity& id, const IssueOptions& o) {
+  check_identity(id);
+  check_window(o.not_before_offset, o.validity, "node certificate");
+  const fs::path serial_file = root / "ca" / "serial";
+  PkeyPtr key = generate_key();
+  X509Ptr cert = make_node_certificate(id, key.get(), ca, record_serials(read_record(serial_file)),
+                                       std::time(nullptr), o);
+  append_record(serial_file, int_hex(X509_get0_serialNumber(cert.get())), id.node_id);
+
+  const fs::path bundle = root / id.node_id;
+  make_private_dir(bundle);
+  write_atomic(bundle / "key.pem", key_pem(key.get()).text, kSecretMode);
+  write_atomic(bundle / "cert.pem", cert_pem(cert.get()), kPublicMode);
+  write_atomic(bundle / "ca.pem", ca.cert_pem, kPublicMode);
+  write_atomic(bundle / "crl.pem", crl_text, kPublicMode);
+}
+
+}  // namespace
+
+void provision_federation(const Topology& topology, const std::string& dir,
+                          const IssueOptions& options, bool overwrite) {
+  check_window(options.not_before_offset, options.validity, "node certificate");
+  check_window(std::chrono::seconds(0), options.ca_validity, "CA certificate");
+  const int64_t node_end = options.not_before_offset.count() + options.validity.count();
+  if (node_end > ca_start(options) + options.ca_validity.count()) {
+    throw ConfigError("node certificates valid for " +
+                      std::to_string(options.validity.count() / kDay) +
+                      " days would outlive the CA; ask for a shorter validity (--days)");
+  }
+  std::vector<NodeIdentity> ids;
+  for (const NodeSpec& n : topology.nodes()) {
+    ids.push_back(identity_for(topology, n.id));
+    check_identity(ids.back());  // all of them before anything is written
+  }
+  const fs::path root(dir);
+  const fs::path ca_dir = root / "ca";
+  std::error_code ec;
+  std::vector<fs::path> existing;
+  if (fs::exists(ca_dir, ec)) existing.push_back(ca_dir);
+  for (const NodeIdentity& id : ids) {
+    if (fs::exists(root / id.node_id, ec)) existing.push_back(root / id.node_id);
+  }
+  if (!existing.empty()) {
+    if (!overwrite) {
+      throw ConfigError(existing.front().string() + " already exists: " + dir +
+                        " holds a provisioned federation. Choose another output directory, or "
+                        "overwrite (--force) to replace its CA and every bundle; certificates "
+                        "from the old CA then stop verifying");
+    }
+    fs::remove_all(ca_dir, ec);  // the old CA's records and CRL mean nothing to the new one
+    if (ec) throw_io("remove the old CA directory", ca_dir, ec.value());
+  }
+  make_private_dir(ca_dir);
+
+  const std::time_t now = std::time(nullptr);
+  Ca ca;
+  ca.key = generate_key();
+  ca.cert = make_ca_certificate(topology.job(), ca.key.get(), now, options);
+  ca.cert_pem = cert_pem(ca.cert.get());
+  write_atomic(ca_dir / "ca.key", key_pem(ca.key.get()).text, kSecretMode);
+  write_atomic(ca_dir / "ca.pem", ca.cert_pem, kPublicMode);
+  CrlPtr crl = sign_crl(ca, nullptr, nullptr, now);
+  const std::string crl_text = crl_pem(crl.get());
+  write_atomic(ca_dir / "crl.pem", crl_text, kPublicMode);
+  write_atomic(ca_dir / "revoked.txt", "", kPublicMode);
+  write_atomic(ca_dir / "serial", int_hex(X509_get0_serialNumber(ca.cert.get())) + " ca\n",
+               kPublicMode);
+  for (const NodeIdentity& id : ids) issue_with(root, ca, crl_text, id, options);
+}
+
+void issue_node(const std::string& dir, const NodeIdentity& identity, const IssueOptions& options) {
+  check_identity(identity);
+  const fs::path root(dir);
+  const Ca ca = load_ca(root / "ca");
+  const std::string crl_text = load_crl_text(root / "ca", ca.cert.get());
+  issue_with(root, ca, crl_text, identity, options);
+}
+
+NodeIdentity identity_for(const Topology& topology, const std::string& node_id) {
+  const NodeSpec* n = topology.find(node_id);
+  if (n == nullptr) {
+    throw ConfigError("node '" + node_id + "' is not in the topology of job '" + topology.job() +
+                      "'; use one of the node ids the topology lists");
+  }
+  NodeIdentity id;
+  id.node_id = n->id;
+  id.role = n->role;
+  id.job = topology.job();
+  switch (n->role) {
+    case Role::kRoot:
+      break;
+    case Role::kRegion:
+      id.region = n->id;
+      break;
+    case Role::kSite:
+      id.region = n->parent;
+      break;
+  }
+  return id;
+}
+
+void revoke_node(const std::string& dir, const std::string& node_id) {
+  check_node_id(node_id);
+  const fs::path root(dir);
+  const fs::path cert_path = root / node_id / "cert.pem";
+  std::error_code ec;
+  if (!fs::exists(cert_path, ec)) {
+    throw ConfigError("node '" + node_id + "' has no bundle in " + dir + " (no " +
+                      cert_path.string() +
+                      "); check the node id and that the directory is the "
+                      "one `fedwan certs init` wrote");
+  }
+  const fs::path ca_dir = root / "ca";
+  const Ca ca = load_ca(ca_dir);
+  X509Ptr cert = load_cert(cert_path, "the certificate of node '" + node_id + "'");
+  EVP_PKEY* ca_pub = openssl_check_ptr(X509_get0_pubkey(ca.cert.get()), "X509_get0_pubkey");
+  if (X509_verify(cert.get(), ca_pub) != 1) {
+    throw CryptoError(cert_path.string() + " was not issued by the CA in " + ca_dir.string() +
+                      " (" + detail::openssl_error_string() +
+                      "); a certificate from another CA is not trusted here and needs no "
+                      "revocation");
+  }
+  CrlPtr previous;
+  load_crl_text(ca_dir, ca.cert.get(), &previous);
+  ASN1_INTEGER* serial = X509_get_serialNumber(cert.get());
+  CrlPtr crl = sign_crl(ca, previous.get(), serial, std::time(nullptr));
+  write_atomic(ca_dir / "crl.pem", crl_pem(crl.get()), kPublicMode);
+
+  const std::string hex = int_hex(serial);
+  const fs::path revoked = ca_dir / "revoked.txt";
+  if (record_serials(read_record(revoked)).count(hex) == 0) append_record(revoked, hex, node_id);
+  distribute_crl(dir);
+}
+
+void distribute_crl(const std::string& dir) {
+  const fs::path root(dir);
+  const fs::path ca_dir = root / "ca";
+  X509Ptr ca = load_cert(ca_dir / "ca.pem", "the CA certificate");
+  const std::string text = load_crl_text(ca_dir, ca.get());
+  std::error_code ec;
+  fs::directory_iterator it(root, ec);
+  for (; !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    const fs::path bundle = it->path();
+    std::error_code entry_ec;
+    if (bundle.filename() == "ca" || !fs::is_directory(bundle, entry_ec)) continue;
+    if (!fs::exists(bundle / "cert.pem", entry_ec)) continue;  // not a bundle
+    write_atomic(bundle / "crl.pem", text, kPublicMode);
+  }
+  if (ec) throw_io("list the bundles in", root, ec.value());
+}
+
+}  // namespace fedwan::security

@@ -1,0 +1,63 @@
+// Federation provisioning: a federation CA, one key and X.509 certificate per
+// node, per-node bundle directories and a certificate revocation list.
+// Used by `fedwan certs`, `fedwan demo` and the tests. Keys are ECDSA P-256.
+//
+// On-disk layout under `dir`:
+//   dir/ca/ca.key (0600)  dir/ca/ca.pem  dir/ca/crl.pem
+//   dir/ca/serial         (one "serial node-id" line per issued certificate,
+//                          upper-case hex; the CA's own line says "ca")
+//   dir/ca/revoked.txt    (one "serial node-id" line per revoked certificate)
+//   dir/<node-id>/{ca.pem, cert.pem, key.pem (0600), crl.pem}   one per node
+// ca/ and every bundle directory are 0700. Every write is atomic (temp file
+// + rename). Not thread safe per directory.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "fedwan/topology.hpp"
+#include "security/identity.hpp"
+
+namespace fedwan::security {
+
+struct IssueOptions {
+  // Validity window relative to now; a negative not_before_offset with a
+  // short validity lets tests make already-expired certificates.
+  std::chrono::seconds not_before_offset{-300};
+  std::chrono::seconds validity{std::chrono::hours(24 * 365)};
+  // provision_federation only: the CA certificate's lifetime. Node
+  // certificates are never issued past it.
+  std::chrono::seconds ca_validity{std::chrono::hours(24 * 3650)};
+};
+
+// Creates dir/ca (new CA key + self-signed CA certificate named after the
+// job, empty CRL) and one bundle per node of the topology. Throws ConfigError
+// when dir/ca (or a node's bundle) already exists and `overwrite` is false;
+// with `overwrite` the old CA, its records and CRL are replaced. Node ids
+// must be usable as directory names: "ca", "." and ".." are refused.
+void provision_federation(const Topology& topology, const std::string& dir,
+                          const IssueOptions& options = {}, bool overwrite = false);
+
+// Issues (or re-issues, for rotation) one node's key and certificate with the
+// CA in dir/ca and writes dir/<identity.node_id>/. The identity need not
+// match the topology: tests use this to make certificates that lie.
+void issue_node(const std::string& dir, const NodeIdentity& identity,
+                const IssueOptions& options = {});
+
+// Convenience: the identity a topology gives a node (role, region = parent
+// id for sites, job).
+NodeIdentity identity_for(const Topology& topology, const std::string& node_id);
+
+// Revokes the node's current certificate: appends it to the CRL (re-signed
+// by the CA) and copies the new crl.pem into every bundle under dir.
+// Throws ConfigError if the node has no bundle, CryptoError if its
+// certificate was not issued by this CA. Revoking an already revoked
+// certificate only re-signs and re-distributes the CRL.
+void revoke_node(const std::string& dir, const std::string& node_id);
+
+// Re-copies dir/ca/crl.pem into every bundle (after a manual CRL update).
+void distribute_crl(const std::string& dir);
+
+}  // namespace fedwan::security

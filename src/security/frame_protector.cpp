@@ -1,0 +1,237 @@
+#include "security/frame_protector.hpp"
+
+#include <openssl/crypto.h>
+
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "fedwan/error.hpp"
+#include "wire/frame.hpp"
+
+namespace fedwan::security {
+namespace {
+
+constexpr size_t kHeader = wire::kHeaderSize;
+constexpr size_t kOffFlags = 7;
+constexpr size_t kOffPayloadLength = 56;
+constexpr size_t kAadSize = kHeader + 4 + 8;  // header || epoch || seq
+static_assert(kSealTrailer == 4 + 8 + kAeadTagSize, "trailer = epoch, seq, tag");
+
+uint32_t load_u32(const uint8_t* p) {
+  return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
+}
+uint64_t load_u64(const uint8_t* p) { return load_u32(p) | uint64_t(load_u32(p + 4)) << 32; }
+void store_u32(uint8_t* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+void store_u64(uint8_t* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+
+// The associated data is not contiguous in the frame (the payload sits
+// between the header and the epoch/seq fields), so it is gathered here.
+void gather_aad(const uint8_t* header, const uint8_t* epoch_seq, uint8_t aad[kAadSize]) {
+  std::memcpy(aad, header, kHeader);
+  std::memcpy(aad + kHeader, epoch_seq, 12);
+}
+
+template <typename T>
+void wipe(T& secret) {
+  OPENSSL_cleanse(secret.data(), secret.size());
+}
+
+}  // namespace
+
+FrameSealer::FrameSealer(AeadAlgorithm algorithm, const AeadKey& key, const AeadNonce& iv,
+                         RekeyPolicy policy)
+    : cipher_(algorithm, key),
+      key_(key),
+      iv_(iv),
+      policy_(policy),
+      epoch_start_(std::chrono::steady_clock::now()) {}
+
+FrameSealer::~FrameSealer() {
+  wipe(key_);
+  wipe(iv_);
+}
+
+void FrameSealer::advance_epoch() {
+  if (epoch_ == std::numeric_limits<uint32_t>::max()) {
+    throw CryptoError(
+        "FrameSealer: all 2^32 key epochs of this link are used up; "
+        "reconnect to agree fresh keys");
+  }
+  AeadKey key = key_;
+  AeadNonce iv = iv_;
+  try {
+    ratchet(&key, &iv);
+    cipher_.rekey(key);
+  } catch (...) {
+    wipe(key);
+    wipe(iv);
+    throw;
+  }
+  wipe(key_);
+  key_ = key;
+  iv_ = iv;
+  wipe(key);
+  wipe(iv);
+  ++epoch_;
+  epoch_bytes_ = 0;
+  epoch_frames_ = 0;
+  epoch_start_ = std::chrono::steady_clock::now();
+}
+
+void FrameSealer::seal(std::vector<uint8_t>& frame) {
+  if (frame.size() < kHeader) {
+    throw ProtocolError("FrameSealer::seal: " + std::to_string(frame.size()) +
+                        " bytes cannot be a wire frame (the header alone is 64)");
+  }
+  const uint32_t payload = load_u32(frame.data() + kOffPayloadLength);
+  if (size_t(payload) != frame.size() - kHeader) {
+    throw ProtocolError("FrameSealer::seal: the header states a " + std::to_string(payload) +
+                        "-byte payload but " + std::to_string(frame.size() - kHeader) +
+                        " bytes follow it; seal exactly one encoded frame");
+  }
+  if (frame[kOffFlags] & kFlagSealed) {
+    throw ProtocolError("FrameSealer::seal: the frame is already sealed (flag 0x80 set)");
+  }
+  if (seq_ == std::numeric_limits<uint64_t>::max()) {
+    throw CryptoError("FrameSealer: sequence numbers of this link are used up; reconnect");
+  }
+
+  // Rekey before this frame would take the key past a limit. The byte limit
+  // only counts once the key has sealed something: a frame larger than
+  // max_bytes goes out alone under its key, since a fresh key would be no
+  // emptier.
+  const bool frames_full = epoch_frames_ >= policy_.max_frames;
+  const bool bytes_full = epoch_frames_ > 0 && (epoch_bytes_ > policy_.max_bytes ||
+                                                payload > policy_.max_bytes - epoch_bytes_);
+  const bool too_old = std::chrono::steady_clock::now() - epoch_start_ > policy_.max_age;
+  if (frames_full || bytes_full || too_old) advance_epoch();
+
+  frame[kOffFlags] |= kFlagSealed;
+  frame.resize(kHeader + payload + kSealTrailer);  // no copy when the caller reserved room
+  uint8_t* d = frame.data();
+  uint8_t* trailer = d + kHeader + payload;
+  store_u32(trailer, epoch_);
+  store_u64(trailer + 4, seq_);
+  uint8_t aad[kAadSize];
+  gather_aad(d, trailer, aad);
+  cipher_.seal(nonce_for(iv_, seq_), aad, kAadSize, d + kHeader, payload, d + kHeader,
+               trailer + 12);
+  ++seq_;
+  ++epoch_frames_;
+  epoch_bytes_ += payload;
+}
+
+const char* FrameOpener::result_name(Result r) {
+  switch (r) {
+    case Result::kOk:
+      return "ok";
+    case Result::kNotSealed:
+      return "not sealed";
+    case Result::kTruncated:
+      return "truncated";
+    case Result::kReplay:
+      return "replay";
+    case Result::kTooOld:
+      return "too old";
+    case Result::kStaleEpoch:
+      return "stale epoch";
+    case Result::kEpochJump:
+      return "epoch jump";
+    case Result::kBadTag:
+      return "bad tag";
+  }
+  return "unknown";
+}
+
+FrameOpener::FrameOpener(AeadAlgorithm algorithm, const AeadKey& key, const AeadNonce& iv)
+    : cipher_(algorithm, key), key_(key), iv_(iv) {}
+
+FrameOpener::~FrameOpener() {
+  wipe(key_);
+  wipe(iv_);
+}
+
+FrameOpener::Result FrameOpener::open(uint8_t* data, size_t size, size_t* frame_size) {
+  if (size < kHeader + kSealTrailer) return Result::kTruncated;
+  if (!(data[kOffFlags] & kFlagSealed)) return Result::kNotSealed;
+  const uint32_t payload = load_u32(data + kOffPayloadLength);
+  if (size_t(payload) != size - kHeader - kSealTrailer) return Result::kTruncated;
+
+  uint8_t* trailer = data + kHeader + payload;
+  const uint32_t epoch = load_u32(trailer);
+  const uint64_t seq = load_u64(trailer + 4);
+  // Cheap refusals first, before any cryptography: a replayed or stale frame
+  // costs an attacker nothing to send, so it must cost us nothing to drop.
+  switch (window_.check(seq)) {
+    case ReplayWindow::Verdict::kReplay:
+      return Result::kReplay;
+    case ReplayWindow::Verdict::kTooOld:
+      return Result::kTooOld;
+    case ReplayWindow::Verdict::kFresh:
+      break;
+  }
+  if (epoch < epoch_) return Result::kStaleEpoch;
+  if (uint64_t(epoch) > uint64_t(epoch_) + kMaxEpochJump) return Result::kEpochJump;
+
+  uint8_t aad[kAadSize];
+  gather_aad(data, trailer, aad);
+  const uint8_t* tag = trailer + 12;
+  uint8_t* body = data + kHeader;
+
+  if (epoch == epoch_) {
+    if (!cipher_.open(nonce_for(iv_, seq), aad, kAadSize, body, payload, body, tag)) {
+      return Result::kBadTag;
+    }
+  } else {
+    // The sender moved on (possibly several times while frames were lost).
+    // Follow on copies; the old key stays current until a frame proves the
+    // new one, so a forged epoch field cannot move this opener anywhere.
+    AeadKey key = key_;
+    AeadNonce iv = iv_;
+    bool ok = false, rekeyed = false;
+    try {
+      for (uint32_t e = epoch_; e < epoch; ++e) ratchet(&key, &iv);
+      cipher_.rekey(key);
+      rekeyed = true;
+      ok = cipher_.open(nonce_for(iv, seq), aad, kAadSize, body, payload, body, tag);
+      if (!ok) cipher_.rekey(key_);
+    } catch (...) {
+      wipe(key);
+      wipe(iv);
+      // Put the current key back for the frames still to come. Should that
+      // fail too, the cipher keeps a key no peer frame was sealed under, so
+      // the link fails closed (kBadTag) rather than open; the first error is
+      // the one worth reporting.
+      if (rekeyed) {
+        try {
+          cipher_.rekey(key_);
+        } catch (const CryptoError&) {
+        }
+      }
+      throw;
+    }
+    if (!ok) {
+      wipe(key);
+      wipe(iv);
+      return Result::kBadTag;
+    }
+    wipe(key_);
+    key_ = key;
+    iv_ = iv;
+    epoch_ = epoch;
+    wipe(key);
+    wipe(iv);
+  }
+
+  data[kOffFlags] &= static_cast<uint8_t>(~kFlagSealed);
+  window_.accept(seq);
+  *frame_size = kHeader + payload;
+  return Result::kOk;
+}
+
+}  // namespace fedwan::security

@@ -1,0 +1,115 @@
+// Protection of one direction of a link once the TLS handshake has agreed
+// keys: FrameSealer on the sending side, FrameOpener on the receiving side.
+//
+// Sealed frame (the wire frame with its payload encrypted):
+//   [0, 64)          frame header, flags |= kFlagSealed       (authenticated)
+//   [64, 64+P)       payload ciphertext, P = header.payload_length
+//   [64+P, +4)       key epoch, u32 LE                        (authenticated)
+//   [+4, +12)        sequence number, u64 LE                  (authenticated)
+//   [+12, +28)       AEAD tag
+// AAD = header || epoch || seq. nonce = iv(epoch) XOR seq (see aead.hpp).
+// Sequence numbers count every frame of the direction from 0 and never
+// repeat; epochs count key updates. A sealer moves to the next epoch
+// (security::ratchet, old key wiped) before its RekeyPolicy would be
+// exceeded; an opener follows forward (at most kMaxEpochJump at once) and
+// only commits the new key once a frame has authenticated under it.
+//
+// Thread safety: none; one owner per object. Keys are wiped on destruction.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "security/aead.hpp"
+#include "security/replay_window.hpp"
+
+namespace fedwan::security {
+
+inline constexpr uint8_t kFlagSealed = 0x80;  // header flags bit of a sealed frame
+inline constexpr size_t kSealTrailer = 4 + 8 + kAeadTagSize;  // epoch, seq, tag
+inline constexpr uint32_t kMaxEpochJump = 16;
+
+// A sealer rekeys before a frame would take its key past max_bytes or
+// max_frames, and before sealing under a key older than max_age. A frame
+// larger than max_bytes goes out alone under its key; max_frames 0 means a
+// fresh key for every frame.
+struct RekeyPolicy {
+  uint64_t max_bytes = uint64_t{1} << 36;   // payload bytes under one key
+  uint64_t max_frames = uint64_t{1} << 32;  // frames under one key
+  std::chrono::steady_clock::duration max_age = std::chrono::hours(1);
+};
+
+class FrameSealer {
+ public:
+  FrameSealer(AeadAlgorithm algorithm, const AeadKey& key, const AeadNonce& iv,
+              RekeyPolicy policy = {});
+  ~FrameSealer();
+  FrameSealer(const FrameSealer&) = delete;
+  FrameSealer& operator=(const FrameSealer&) = delete;
+
+  // Seals an encoded wire frame (64-byte header + payload whose length the
+  // header states) in place; the vector grows by kSealTrailer. Throws
+  // ProtocolError when the bytes are not a frame (too short, length field
+  // disagrees, already sealed), CryptoError on an OpenSSL failure (the
+  // frame's bytes are then unspecified). Reserve kSealTrailer bytes of spare
+  // capacity to keep the growth from copying the frame.
+  void seal(std::vector<uint8_t>& frame);
+
+  uint32_t epoch() const { return epoch_; }
+  uint64_t next_seq() const { return seq_; }
+
+ private:
+  void advance_epoch();
+
+  AeadCipher cipher_;
+  AeadKey key_;
+  AeadNonce iv_;
+  RekeyPolicy policy_;
+  uint32_t epoch_ = 0;
+  uint64_t seq_ = 0;
+  uint64_t epoch_bytes_ = 0, epoch_frames_ = 0;
+  std::chrono::steady_clock::time_point epoch_start_;
+};
+
+class FrameOpener {
+ public:
+  enum class Result {
+    kOk,
+    kNotSealed,   // no kFlagSealed: a plaintext frame on a secure link
+    kTruncated,   // shorter than header + trailer, or length field disagrees
+    kReplay,      // sequence number already seen
+    kTooOld,      // sequence number below the replay window
+    kStaleEpoch,  // key epoch older than the current one (its key is gone)
+    kEpochJump,   // more than kMaxEpochJump epochs ahead
+    kBadTag,      // authentication failed: tampered, or not our session
+  };
+  static const char* result_name(Result r);
+
+  FrameOpener(AeadAlgorithm algorithm, const AeadKey& key, const AeadNonce& iv);
+  ~FrameOpener();
+  FrameOpener(const FrameOpener&) = delete;
+  FrameOpener& operator=(const FrameOpener&) = delete;
+
+  // Verifies and decrypts a sealed frame in place. On kOk, data[0, *frame_size)
+  // is the plain wire frame (kFlagSealed cleared) and the sequence number is
+  // recorded; on anything else nothing changes (no key advance, no replay
+  // record) and the bytes must be dropped: after kBadTag the payload bytes
+  // are garbage, because decryption runs in place before the tag is known.
+  // Refusals that need no cryptography (everything but kBadTag) come first
+  // and leave the bytes untouched. Throws CryptoError only on an OpenSSL
+  // failure.
+  [[nodiscard]] Result open(uint8_t* data, size_t size, size_t* frame_size);
+
+  uint32_t epoch() const { return epoch_; }
+
+ private:
+  AeadCipher cipher_;
+  AeadKey key_;
+  AeadNonce iv_;
+  uint32_t epoch_ = 0;
+  ReplayWindow window_;
+};
+
+}  // namespace fedwan::security

@@ -1,0 +1,102 @@
+// Mutual TLS 1.3 over memory BIOs: the handshake's records travel in
+// kHandshake frames over the node's ZeroMQ link, so TLS authenticates both
+// ends and agrees keys, and fedwan then protects frames with keys taken from
+// the TLS exporter (RFC 8446 section 7.5). No TLS record layer is used after
+// the handshake and the SSL object is freed as soon as keys are exported.
+//
+// TlsContext: one per node, from its credentials bundle; thread safe after
+// construction except reload_crl_if_changed() (call from the owning thread).
+// TlsHandshake: one per link attempt; one owner.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <ctime>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "security/aead.hpp"
+#include "security/identity.hpp"
+
+typedef struct ssl_ctx_st SSL_CTX;
+typedef struct ssl_st SSL;
+
+namespace fedwan::security {
+
+class TlsContext {
+ public:
+  // Loads ca.pem, cert.pem, key.pem and crl.pem from `bundle_dir`. Throws
+  // ConfigError naming the missing or unreadable file, or CryptoError when
+  // this node's own certificate is not valid now (expired, not yet valid,
+  // revoked, or not issued by the bundle's CA), so a node never starts with
+  // credentials its peers will refuse. Tests that play an attacker with such
+  // credentials pass verify_own = false.
+  explicit TlsContext(const std::string& bundle_dir, bool verify_own = true);
+  ~TlsContext();
+  TlsContext(const TlsContext&) = delete;
+  TlsContext& operator=(const TlsContext&) = delete;
+
+  const NodeIdentity& self() const { return self_; }
+  const std::string& bundle_dir() const { return dir_; }
+  // Re-reads crl.pem when it changed on disk (revocations take effect at the
+  // next handshake without a restart). Throws ConfigError if it is unreadable.
+  void reload_crl_if_changed();
+  SSL_CTX* ctx() const { return ctx_; }
+
+ private:
+  void build();
+
+  std::string dir_;
+  bool verify_own_ = true;
+  NodeIdentity self_;
+  SSL_CTX* ctx_ = nullptr;
+  std::timespec crl_mtime_{};
+};
+
+// Keys for the two directions of a link, from the exporter.
+struct LinkKeys {
+  AeadKey child_to_parent_key{}, parent_to_child_key{};
+  AeadNonce child_to_parent_iv{}, parent_to_child_iv{};
+  void wipe();
+};
+
+class TlsHandshake {
+ public:
+  enum class State { kInProgress, kDone, kFailed };
+
+  // The child of a link is the TLS client, the parent the server.
+  TlsHandshake(std::shared_ptr<TlsContext> context, bool is_client);
+  ~TlsHandshake();
+  TlsHandshake(const TlsHandshake&) = delete;
+  TlsHandshake& operator=(const TlsHandshake&) = delete;
+
+  // Feeds bytes from the peer (none to start a client) and appends the
+  // bytes to send to *out (possibly also on failure: a TLS alert).
+  State step(const uint8_t* in, size_t size, std::vector<uint8_t>* out);
+  State state() const { return state_; }
+  // Why it failed, in words: the certificate verification error (unknown CA,
+  // expired, revoked, ...) or the alert the peer sent.
+  const std::string& error() const { return error_; }
+  // After kDone: who the peer's certificate says it is.
+  const NodeIdentity& peer() const { return peer_; }
+  std::string peer_serial() const { return peer_serial_; }
+  // After kDone: derives the link's keys with SSL_export_keying_material and
+  // frees the TLS state (wiping its secrets). Callable once.
+  LinkKeys export_keys();
+  double elapsed_ms() const;
+
+ private:
+  void fail(std::string why);
+
+  std::shared_ptr<TlsContext> context_;
+  bool is_client_;
+  SSL* ssl_ = nullptr;
+  State state_ = State::kInProgress;
+  std::string error_;
+  NodeIdentity peer_;
+  std::string peer_serial_;
+  std::chrono::steady_clock::time_point started_;
+};
+
+}  // namespace fedwan::security

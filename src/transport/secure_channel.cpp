@@ -1,0 +1,298 @@
+#include "transport/secure_channel.hpp"
+
+#include <cstring>
+
+#include "common/log.hpp"
+#include "fedwan/error.hpp"
+#include "wire/frame.hpp"
+
+namespace fedwan {
+namespace {
+
+using security::FrameOpener;
+using security::kFlagSealed;
+
+constexpr size_t kFlagsOffset = 7;
+constexpr size_t kTypeOffset = 5;
+constexpr size_t kCodecOffset = 6;
+
+bool looks_like_frame(const uint8_t* data, size_t size) {
+  return size >= wire::kHeaderSize &&
+         (uint32_t{data[0]} | uint32_t{data[1]} << 8 | uint32_t{data[2]} << 16 |
+          uint32_t{data[3]} << 24) == wire::kMagic;
+}
+
+bool is_sealed(const uint8_t* data) { return (data[kFlagsOffset] & kFlagSealed) != 0; }
+
+wire::MsgType type_of(const uint8_t* data) { return static_cast<wire::MsgType>(data[kTypeOffset]); }
+
+}  // namespace
+
+// ---- plaintext ------------------------------------------------------------------
+
+std::vector<uint8_t> plain_reject_frame(uint64_t job_id, uint32_t self_index,
+                                        const std::string& reason) {
+  wire::FrameHeader h;
+  h.type = wire::MsgType::kReject;
+  h.job_id = job_id;
+  h.sender = self_index;
+  const std::string text = reason.substr(0, 4000);
+  return wire::encode_frame(h, reinterpret_cast<const uint8_t*>(text.data()), text.size());
+}
+
+PlaintextSecurity::PlaintextSecurity(uint64_t job_id, uint32_t self_index, LinkEventSink sink,
+                                     std::string peer)
+    : job_id_(job_id), self_index_(self_index), sink_(std::move(sink)), peer_(std::move(peer)) {}
+
+ChannelSecurity::Inbound PlaintextSecurity::receive(uint8_t* data, size_t size,
+                                                    size_t* frame_size, std::string* why,
+                                                    SecurityReplies* out) {
+  if (looks_like_frame(data, size) &&
+      (type_of(data) == wire::MsgType::kHandshake || is_sealed(data))) {
+    *why = "peer uses an encrypted link but this node runs with --insecure-plaintext; "
+           "start every node of the federation with its credentials instead";
+    if (type_of(data) == wire::MsgType::kHandshake && !is_sealed(data)) {
+      out->push_back(plain_reject_frame(job_id_, self_index_, *why));
+    }
+    if (sink_) {
+      LinkEvent e;
+      e.kind = LinkEvent::Kind::kFrameRejected;
+      e.peer = peer_;
+      e.reason = *why;
+      e.bytes = size;
+      sink_(e);
+    }
+    return Inbound::kRejected;
+  }
+  *frame_size = size;
+  return Inbound::kFrame;
+}
+
+// ---- SecureChannel ----------------------------------------------------------------
+
+SecureChannel::SecureChannel(const SecureChannelConfig& config, bool is_client, std::string peer)
+    : config_(config), is_client_(is_client), peer_(std::move(peer)) {
+  if (!config_.tls) FEDWAN_THROW(ConfigError, "SecureChannel without TLS credentials");
+}
+
+SecureChannel::~SecureChannel() = default;
+
+void SecureChannel::emit(LinkEvent::Kind kind, const std::string& reason) {
+  if (!config_.on_event) return;
+  LinkEvent e;
+  e.kind = kind;
+  e.peer = peer_;
+  e.reason = reason;
+  if (peer_identity_) {
+    e.peer_node = peer_identity_->node_id;
+    e.peer_role = role_name(peer_identity_->role);
+  }
+  e.peer_serial = peer_serial_;
+  e.cipher = security::aead_name(cipher_);
+  e.handshake_ms = handshake_ms_;
+  config_.on_event(e);
+}
+
+std::vector<uint8_t> SecureChannel::handshake_frame(const std::vector<uint8_t>& records) const {
+  wire::FrameHeader h;
+  h.type = wire::MsgType::kHandshake;
+  h.job_id = config_.job_id;
+  h.sender = config_.self_index;
+  // Only the ClientHello names the cipher: that marks a new handshake.
+  h.codec = is_client_ && state_ == State::kIdle ? static_cast<uint8_t>(config_.cipher) : 0;
+  return wire::encode_frame(h, records.data(), records.size());
+}
+
+void SecureChannel::start(SecurityReplies* out) {
+  if (!is_client_ || state_ != State::kIdle) return;
+  config_.tls->reload_crl_if_changed();
+  pending_ = std::make_unique<security::TlsHandshake>(config_.tls, /*is_client=*/true);
+  pending_cipher_ = config_.cipher;
+  std::vector<uint8_t> records;
+  pending_->step(nullptr, 0, &records);
+  out->push_back(handshake_frame(records));
+  state_ = State::kHandshaking;
+}
+
+void SecureChannel::adopt_keys(security::LinkKeys& keys, security::AeadAlgorithm cipher) {
+  cipher_ = cipher;
+  if (is_client_) {
+    sealer_ = std::make_unique<security::FrameSealer>(cipher, keys.child_to_parent_key,
+                                                      keys.child_to_parent_iv, config_.rekey);
+    opener_ = std::make_unique<FrameOpener>(cipher, keys.parent_to_child_key,
+                                            keys.parent_to_child_iv);
+  } else {
+    sealer_ = std::make_unique<security::FrameSealer>(cipher, keys.parent_to_child_key,
+                                                      keys.parent_to_child_iv, config_.rekey);
+    opener_ = std::make_unique<FrameOpener>(cipher, keys.child_to_parent_key,
+                                            keys.child_to_parent_iv);
+  }
+  keys.wipe();
+}
+
+void SecureChannel::seal(std::vector<uint8_t>& bytes) {
+  if (!established()) {
+    throw TransportError("no secure session with '" + peer_ + "' yet: " +
+                         (failure_.empty() ? std::string("handshake not complete") : failure_));
+  }
+  sealer_->seal(bytes);
+}
+
+ChannelSecurity::Inbound SecureChannel::reject(std::string reason, uint64_t bytes,
+                                               std::string* why) {
+  *why = reason;
+  if (config_.on_event) {
+    LinkEvent e;
+    e.kind = LinkEvent::Kind::kFrameRejected;
+    e.peer = peer_;
+    e.reason = std::move(reason);
+    e.bytes = bytes;
+    e.cipher = security::aead_name(cipher_);
+    config_.on_event(e);
+  }
+  return Inbound::kRejected;
+}
+
+void SecureChannel::refuse_handshake(const std::string& reason, SecurityReplies* out) {
+  pending_.reset();
+  const std::optional<security::NodeIdentity> keep = peer_identity_;
+  emit(LinkEvent::Kind::kHandshakeRefused, reason);
+  if (!is_client_) {
+    out->insert(out->begin(), plain_reject_frame(config_.job_id, config_.self_index,
+                                                 "TLS handshake refused: " + reason));
+  } else {
+    failure_ = reason;
+    state_ = State::kFailed;
+  }
+  peer_identity_ = keep;
+}
+
+ChannelSecurity::Inbound SecureChannel::on_handshake(const uint8_t* data, size_t size,
+                                                     std::string* why, SecurityReplies* out) {
+  const wire::ParsedFrame f = wire::parse_frame(data, size);
+  if (!f.ok()) {
+    return reject(std::string("malformed handshake frame: ") + f.detail, size, why);
+  }
+  if (f.header.job_id != config_.job_id) {
+    return reject("handshake for another federation (job id mismatch)", size, why);
+  }
+  if (is_client_) {
+    if (state_ != State::kHandshaking || !pending_) {
+      return reject("unexpected handshake message from the parent", size, why);
+    }
+  } else if (f.header.codec != 0) {
+    // A ClientHello (the only child frame naming a cipher): a new handshake,
+    // on first contact or from a child that restarted. The current keys stay
+    // until it completes.
+    config_.tls->reload_crl_if_changed();
+    pending_ = std::make_unique<security::TlsHandshake>(config_.tls, /*is_client=*/false);
+    pending_cipher_ = static_cast<security::AeadAlgorithm>(f.header.codec);
+    if (state_ == State::kIdle) state_ = State::kHandshaking;
+  } else if (!pending_) {
+    return reject("handshake continuation without a ClientHello", size, why);
+  }
+  std::vector<uint8_t> records;
+  const auto st = pending_->step(f.payload, f.payload_size, &records);
+  // A child that refuses its parent withholds its last flight.
+  if (!records.empty() && st != security::TlsHandshake::State::kDone) {
+    out->push_back(handshake_frame(records));
+  }
+  if (st == security::TlsHandshake::State::kInProgress) return Inbound::kConsumed;
+  if (st == security::TlsHandshake::State::kFailed) {
+    handshake_ms_ = pending_->elapsed_ms();
+    const std::string err = pending_->error();
+    if (!is_client_ && !established()) state_ = State::kIdle;
+    refuse_handshake(err, out);
+    *why = err;
+    return Inbound::kConsumed;
+  }
+  // TLS completed: the certificate chains to our CA and is not revoked or
+  // expired. Now: is this peer allowed on this link?
+  handshake_ms_ = pending_->elapsed_ms();
+  const security::NodeIdentity who = pending_->peer();
+  peer_serial_ = pending_->peer_serial();
+  std::optional<std::string> refusal;
+  if (config_.authorize) refusal = config_.authorize(who, peer_);
+  if (!records.empty() && !(is_client_ && refusal)) out->push_back(handshake_frame(records));
+  if (refusal) {
+    const std::optional<security::NodeIdentity> prev = peer_identity_;
+    peer_identity_ = who;  // name the refused certificate in the event
+    if (!is_client_ && !established()) state_ = State::kIdle;
+    refuse_handshake(*refusal, out);
+    if (!is_client_) peer_identity_ = prev;
+    *why = *refusal;
+    return Inbound::kConsumed;
+  }
+  security::LinkKeys keys = pending_->export_keys();
+  pending_.reset();
+  adopt_keys(keys, pending_cipher_);
+  peer_identity_ = who;
+  if (is_client_) {
+    state_ = State::kAwaitConfirm;  // the parent has yet to accept us
+  } else {
+    std::vector<uint8_t> confirm = handshake_frame({});
+    sealer_->seal(confirm);
+    out->push_back(std::move(confirm));
+    state_ = State::kEstablished;
+    emit(LinkEvent::Kind::kHandshakeAccepted, "");
+  }
+  return Inbound::kConsumed;
+}
+
+ChannelSecurity::Inbound SecureChannel::on_sealed(uint8_t* data, size_t size, size_t* frame_size,
+                                                  std::string* why) {
+  if (!opener_) {
+    return reject("sealed frame before any session was established", size, why);
+  }
+  const FrameOpener::Result r = opener_->open(data, size, frame_size);
+  if (r != FrameOpener::Result::kOk) {
+    return reject(std::string("sealed frame refused: ") + FrameOpener::result_name(r), size, why);
+  }
+  if (type_of(data) == wire::MsgType::kHandshake) {
+    if (is_client_ && state_ == State::kAwaitConfirm) {
+      state_ = State::kEstablished;
+      emit(LinkEvent::Kind::kHandshakeAccepted, "");
+    }
+    return Inbound::kConsumed;
+  }
+  if (state_ != State::kEstablished) {
+    return reject("data frame before the parent confirmed the session", size, why);
+  }
+  return Inbound::kFrame;
+}
+
+ChannelSecurity::Inbound SecureChannel::receive(uint8_t* data, size_t size, size_t* frame_size,
+                                                std::string* why, SecurityReplies* out) {
+  if (!looks_like_frame(data, size)) {
+    return reject("not a fedwan frame (" + std::to_string(size) + " bytes)", size, why);
+  }
+  if (is_sealed(data)) return on_sealed(data, size, frame_size, why);
+  const wire::MsgType type = type_of(data);
+  if (type == wire::MsgType::kHandshake) return on_handshake(data, size, why, out);
+  if (type == wire::MsgType::kReject && is_client_ && state_ != State::kEstablished &&
+      state_ != State::kFailed) {
+    // The parent could not read us (no session yet): its refusal comes plain.
+    const wire::ParsedFrame f = wire::parse_frame(data, size);
+    std::string reason = f.ok() ? std::string(reinterpret_cast<const char*>(f.payload),
+                                              f.payload_size)
+                                : std::string("unreadable refusal");
+    failure_ = "parent refused this node: " + reason;
+    state_ = State::kFailed;
+    pending_.reset();
+    emit(LinkEvent::Kind::kHandshakeRefused, failure_);
+    *why = failure_;
+    return Inbound::kConsumed;
+  }
+  std::string reason =
+      "plaintext frame refused: this link requires mutual TLS (the peer runs without "
+      "credentials or with --insecure-plaintext)";
+  if (!is_client_ && !established() && type != wire::MsgType::kReject) {
+    out->push_back(plain_reject_frame(
+        config_.job_id, config_.self_index,
+        "this node requires mutual TLS and refuses plaintext peers; start the node with its "
+        "credentials bundle from `fedwan certs`"));
+  }
+  return reject(std::move(reason), size, why);
+}
+
+}  // namespace fedwan

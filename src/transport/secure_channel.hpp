@@ -1,0 +1,92 @@
+// SecureChannel: the mutual-TLS + AEAD mechanism of a link (see
+// docs/security.md and docs/protocol.md, "Secure channel").
+//
+//   child (TLS client)                      parent (TLS server)
+//   kHandshake[ClientHello, codec=cipher] ->
+//                                        <- kHandshake[ServerHello..Finished]
+//   verify parent cert, authorize
+//   kHandshake[Certificate..Finished]    ->
+//                                           verify child cert, authorize
+//                                        <- sealed empty kHandshake (confirm)
+//   established                             established
+//
+// Keys come from the TLS exporter, one per direction; frames are then sealed
+// by security::FrameSealer/FrameOpener. A refusal is reported to the event
+// sink and told to the peer in a plain kReject (it has no keys to read a
+// sealed one). A parent keeps a child's current keys while the child runs a
+// new handshake (after a restart) and switches when it completes.
+//
+// Not thread safe: owned by the link's thread.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "security/frame_protector.hpp"
+#include "security/identity.hpp"
+#include "security/tls_session.hpp"
+#include "transport/channel_security.hpp"
+
+namespace fedwan {
+
+struct SecureChannelConfig {
+  std::shared_ptr<security::TlsContext> tls;
+  security::AeadAlgorithm cipher = security::AeadAlgorithm::kAes256Gcm;  // child side
+  security::RekeyPolicy rekey;
+  uint64_t job_id = 0;
+  uint32_t self_index = 0;
+  // Decides whether the authenticated peer may be on this link: nullopt to
+  // accept, else the reason to refuse. `claimed` is the peer's routing id
+  // (parent side) or the id of the parent expected (child side).
+  std::function<std::optional<std::string>(const security::NodeIdentity& peer,
+                                           const std::string& claimed)>
+      authorize;
+  LinkEventSink on_event;
+};
+
+class SecureChannel final : public ChannelSecurity {
+ public:
+  SecureChannel(const SecureChannelConfig& config, bool is_client, std::string peer);
+  ~SecureChannel() override;
+
+  std::string_view name() const override { return "mtls"; }
+  bool established() const override { return sealer_ != nullptr && state_ == State::kEstablished; }
+  const std::string& failure() const override { return failure_; }
+  void start(SecurityReplies* out) override;
+  void seal(std::vector<uint8_t>& bytes) override;
+  Inbound receive(uint8_t* data, size_t size, size_t* frame_size, std::string* why,
+                  SecurityReplies* out) override;
+
+  // The peer's identity once established (nullopt before).
+  const std::optional<security::NodeIdentity>& peer_identity() const { return peer_identity_; }
+  // The sender of this channel's direction, for a SealingPipeline.
+  security::FrameSealer* sealer() { return sealer_.get(); }
+
+ private:
+  enum class State { kIdle, kHandshaking, kAwaitConfirm, kEstablished, kFailed };
+
+  Inbound on_handshake(const uint8_t* data, size_t size, std::string* why, SecurityReplies* out);
+  Inbound on_sealed(uint8_t* data, size_t size, size_t* frame_size, std::string* why);
+  Inbound reject(std::string reason, uint64_t bytes, std::string* why);
+  void refuse_handshake(const std::string& reason, SecurityReplies* out);
+  void adopt_keys(security::LinkKeys& keys, security::AeadAlgorithm cipher);
+  std::vector<uint8_t> handshake_frame(const std::vector<uint8_t>& records) const;
+  void emit(LinkEvent::Kind kind, const std::string& reason);
+
+  SecureChannelConfig config_;
+  bool is_client_;
+  std::string peer_;
+  State state_ = State::kIdle;
+  std::string failure_;
+  std::unique_ptr<security::TlsHandshake> pending_;
+  security::AeadAlgorithm pending_cipher_ = security::AeadAlgorithm::kAes256Gcm;
+  security::AeadAlgorithm cipher_ = security::AeadAlgorithm::kAes256Gcm;
+  std::unique_ptr<security::FrameSealer> sealer_;
+  std::unique_ptr<security::FrameOpener> opener_;
+  std::optional<security::NodeIdentity> peer_identity_;
+  std::string peer_serial_;
+  double handshake_ms_ = 0;
+};
+
+}  // namespace fedwan
