@@ -3,6 +3,7 @@
 //   fedwan::SiteOptions opts;
 //   opts.topology = fedwan::Topology::load("federation.yaml");
 //   opts.node_id = "site-eu-1";
+//   opts.security.credentials_dir = "pki/site-eu-1";  // from `fedwan certs init`
 //   fedwan::Site site(opts, *model);           // flattens the parameters
 //   torch::optim::Adam opt(model->parameters());
 //   site.join();                               // loads the federation's model

@@ -630,6 +630,22 @@ void Aggregator::Impl::on_delta(Child& c, const wire::ParsedFrame& f) {
 }
 
 void Aggregator::Impl::complete_chunk(uint32_t chunk) {
+  if (!is_root_) {
+    // Residency: an aggregate leaves the region only if it mixes at least
+    // k_min sites (every child contributes to every chunk in this protocol;
+    // the topology was checked at load, this guards the invariant at run
+    // time before anything is sent upward).
+    size_t sites = 0;
+    for (const Child& c : children_) sites += topo_.sites_under(c.index).size();
+    const uint32_t k_min = topo_.k_min_for(self_.index);
+    if (sites < k_min) {
+      const std::string why = "region '" + self_.id + "' would forward an aggregate of " +
+                              std::to_string(sites) + " site(s); residency policy requires " +
+                              std::to_string(k_min);
+      security_->audit("policy_refusal", {{"round", round_}, {"chunk", chunk}, {"reason", why}});
+      throw ProtocolError(why);
+    }
+  }
   ChunkSum cs = acc_->take(chunk);
   const uint64_t off = plan_->offset(chunk);
   const uint32_t n = plan_->size(chunk);

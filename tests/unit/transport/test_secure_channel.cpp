@@ -1,0 +1,237 @@
+// SecureChannel without sockets: a child and a parent channel exchange their
+// messages in memory, so the handshake, authorization, sealing, rekeying and
+// re-handshake logic is tested deterministically.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <random>
+
+#include "fedwan/error.hpp"
+#include "runtime/authorization.hpp"
+#include "security/certs.hpp"
+#include "transport/secure_channel.hpp"
+#include "wire/frame.hpp"
+
+namespace fedwan {
+namespace {
+
+namespace fs = std::filesystem;
+
+const char* kYaml = R"(job: unit-tls
+nodes:
+  - {id: root, role: root, endpoint: "ipc:///tmp/unit-tls-root"}
+  - {id: eu, role: region, parent: root, endpoint: "ipc:///tmp/unit-tls-eu"}
+  - {id: a, role: site, parent: eu}
+  - {id: b, role: site, parent: eu}
+)";
+
+class SecureChannelTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    topo_ = new Topology(Topology::parse(kYaml));
+    dir_ = new fs::path(fs::temp_directory_path() /
+                        ("fedwan-unit-tls-" + std::to_string(std::random_device{}())));
+    security::provision_federation(*topo_, dir_->string());
+  }
+  static void TearDownTestSuite() {
+    fs::remove_all(*dir_);
+    delete dir_;
+    delete topo_;
+  }
+
+  SecureChannelConfig config(const std::string& node, bool is_client,
+                             security::AeadAlgorithm cipher = security::AeadAlgorithm::kAes256Gcm) {
+    SecureChannelConfig c;
+    c.tls = std::make_shared<security::TlsContext>((*dir_ / node).string());
+    c.cipher = cipher;
+    c.job_id = topo_->job_id();
+    const NodeSpec* self = &topo_->node(node);
+    c.self_index = self->index;
+    const Topology* t = topo_;
+    if (is_client) {
+      c.authorize = [t, self](const security::NodeIdentity& cert, const std::string&) {
+        return runtime::authorize_parent(*t, *self, cert);
+      };
+    } else {
+      c.authorize = [t, self](const security::NodeIdentity& cert, const std::string& claimed) {
+        return runtime::authorize_child(*t, *self, cert, claimed);
+      };
+    }
+    c.on_event = [this](const LinkEvent& e) { events_.push_back(e); };
+    return c;
+  }
+
+  // Delivers every pending message both ways until nothing moves. Returns
+  // the data frames each side received.
+  void pump(SecureChannel& child, SecureChannel& parent, SecurityReplies to_parent,
+            SecurityReplies to_child = {}) {
+    for (int guard = 0; guard < 20 && (!to_parent.empty() || !to_child.empty()); ++guard) {
+      SecurityReplies next_child, next_parent;
+      for (auto& m : to_parent) deliver(parent, m, &next_child);
+      for (auto& m : to_child) deliver(child, m, &next_parent);
+      to_parent = std::move(next_parent);
+      to_child = std::move(next_child);
+    }
+  }
+  ChannelSecurity::Inbound deliver(SecureChannel& ch, std::vector<uint8_t>& m,
+                                   SecurityReplies* out, std::string* why_out = nullptr) {
+    size_t frame_size = 0;
+    std::string why;
+    const auto r = ch.receive(m.data(), m.size(), &frame_size, &why, out);
+    if (why_out) *why_out = why;
+    if (r == ChannelSecurity::Inbound::kFrame) m.resize(frame_size);
+    return r;
+  }
+  static std::vector<uint8_t> frame(uint32_t sender, uint64_t round, uint8_t fill) {
+    wire::FrameHeader h;
+    h.type = wire::MsgType::kTelemetry;
+    h.job_id = topo_->job_id();
+    h.sender = sender;
+    h.round = round;
+    std::vector<uint8_t> payload(24, fill);
+    return wire::encode_frame(h, payload.data(), payload.size());
+  }
+
+  static Topology* topo_;
+  static fs::path* dir_;
+  std::vector<LinkEvent> events_;
+};
+Topology* SecureChannelTest::topo_ = nullptr;
+fs::path* SecureChannelTest::dir_ = nullptr;
+
+TEST_F(SecureChannelTest, HandshakeThenFramesBothWays) {
+  SecureChannel child(config("a", true), true, "endpoint-of-eu");
+  SecureChannel parent(config("eu", false), false, "a");
+  SecurityReplies first;
+  child.start(&first);
+  EXPECT_FALSE(child.established());
+  pump(child, parent, std::move(first));
+  ASSERT_TRUE(parent.established());
+  ASSERT_TRUE(child.established());
+  EXPECT_EQ(parent.peer_identity()->node_id, "a");
+  EXPECT_EQ(child.peer_identity()->node_id, "eu");
+  int accepted = 0;
+  for (const LinkEvent& e : events_) accepted += e.kind == LinkEvent::Kind::kHandshakeAccepted;
+  EXPECT_EQ(accepted, 2);
+
+  for (uint8_t i = 0; i < 5; ++i) {
+    const std::vector<uint8_t> plain = frame(2, i, i);
+    std::vector<uint8_t> up = plain;
+    child.seal(up);
+    EXPECT_EQ(up.size(), plain.size() + security::kSealTrailer);
+    SecurityReplies none;
+    ASSERT_EQ(deliver(parent, up, &none), ChannelSecurity::Inbound::kFrame);
+    EXPECT_EQ(up, plain);
+    std::vector<uint8_t> down = frame(1, i, 0x55);
+    const std::vector<uint8_t> down_plain = down;
+    parent.seal(down);
+    ASSERT_EQ(deliver(child, down, &none), ChannelSecurity::Inbound::kFrame);
+    EXPECT_EQ(down, down_plain);
+  }
+}
+
+TEST_F(SecureChannelTest, ChildChoosesTheCipher) {
+  SecureChannel child(config("a", true, security::AeadAlgorithm::kChaCha20Poly1305), true, "eu");
+  SecureChannel parent(config("eu", false), false, "a");
+  SecurityReplies first;
+  child.start(&first);
+  pump(child, parent, std::move(first));
+  ASSERT_TRUE(child.established() && parent.established());
+  std::vector<uint8_t> up = frame(2, 0, 7);
+  child.seal(up);
+  SecurityReplies none;
+  EXPECT_EQ(deliver(parent, up, &none), ChannelSecurity::Inbound::kFrame);
+  EXPECT_EQ(events_.back().cipher, "chacha20-poly1305");
+}
+
+TEST_F(SecureChannelTest, ParentRefusalReachesTheChildWithItsReason) {
+  // Site b's credentials, claiming to be a on the link.
+  SecureChannel child(config("b", true), true, "eu");
+  SecureChannel parent(config("eu", false), false, "a");
+  SecurityReplies first;
+  child.start(&first);
+  pump(child, parent, std::move(first));
+  EXPECT_FALSE(parent.established());
+  EXPECT_FALSE(child.established());
+  EXPECT_NE(child.failure().find("node id mismatch"), std::string::npos) << child.failure();
+  std::vector<uint8_t> data = frame(3, 0, 0);
+  EXPECT_THROW(child.seal(data), TransportError);
+}
+
+TEST_F(SecureChannelTest, ChildRefusesAParentThatIsNotItsOwn) {
+  // Site a reaches the root instead of its region.
+  SecureChannel child(config("a", true), true, "root");
+  SecureChannel parent(config("root", false), false, "a");
+  SecurityReplies first;
+  child.start(&first);
+  pump(child, parent, std::move(first));
+  EXPECT_FALSE(child.established());
+  EXPECT_FALSE(parent.established());  // the child withheld its last flight
+  EXPECT_NE(child.failure().find("reports to 'eu'"), std::string::npos) << child.failure();
+}
+
+TEST_F(SecureChannelTest, PlaintextFrameIsRefusedAndTheSenderTold) {
+  SecureChannel parent(config("eu", false), false, "a");
+  std::vector<uint8_t> plain = frame(2, 0, 1);
+  SecurityReplies out;
+  std::string why;
+  EXPECT_EQ(deliver(parent, plain, &out, &why), ChannelSecurity::Inbound::kRejected);
+  EXPECT_NE(why.find("requires mutual TLS"), std::string::npos) << why;
+  ASSERT_EQ(out.size(), 1u);
+  const wire::ParsedFrame f = wire::parse_frame(out[0].data(), out[0].size());
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(f.header.type, wire::MsgType::kReject);
+}
+
+TEST_F(SecureChannelTest, RekeyingKeepsFramesFlowing) {
+  SecureChannelConfig cc = config("a", true);
+  cc.rekey.max_frames = 3;
+  SecureChannel child(cc, true, "eu");
+  SecureChannel parent(config("eu", false), false, "a");
+  SecurityReplies first;
+  child.start(&first);
+  pump(child, parent, std::move(first));
+  ASSERT_TRUE(child.established());
+  for (uint8_t i = 0; i < 20; ++i) {
+    std::vector<uint8_t> up = frame(2, i, i);
+    child.seal(up);
+    SecurityReplies none;
+    ASSERT_EQ(deliver(parent, up, &none), ChannelSecurity::Inbound::kFrame) << int{i};
+  }
+  EXPECT_GE(child.sealer()->epoch(), 6u);
+}
+
+TEST_F(SecureChannelTest, NewHandshakeReplacesKeysOnlyWhenComplete) {
+  SecureChannel parent(config("eu", false), false, "a");
+  auto child = std::make_unique<SecureChannel>(config("a", true), true, "eu");
+  SecurityReplies first;
+  child->start(&first);
+  pump(*child, parent, std::move(first));
+  std::vector<uint8_t> old_frame = frame(2, 1, 9);
+  child->seal(old_frame);
+
+  // The child restarts; its first flight alone does not drop the session.
+  auto again = std::make_unique<SecureChannel>(config("a", true), true, "eu");
+  SecurityReplies hello;
+  again->start(&hello);
+  SecurityReplies replies;
+  ASSERT_EQ(deliver(parent, hello[0], &replies), ChannelSecurity::Inbound::kConsumed);
+  EXPECT_TRUE(parent.established());
+  std::vector<uint8_t> still = old_frame;
+  SecurityReplies none;
+  EXPECT_EQ(deliver(parent, still, &none), ChannelSecurity::Inbound::kFrame);
+
+  pump(*again, parent, {}, std::move(replies));
+  ASSERT_TRUE(again->established());
+  // A frame of the old session no longer opens.
+  std::vector<uint8_t> replayed = old_frame;
+  std::string why;
+  EXPECT_EQ(deliver(parent, replayed, &none, &why), ChannelSecurity::Inbound::kRejected);
+  EXPECT_NE(why.find("bad tag"), std::string::npos) << why;
+  std::vector<uint8_t> fresh = frame(2, 2, 3);
+  again->seal(fresh);
+  EXPECT_EQ(deliver(parent, fresh, &none), ChannelSecurity::Inbound::kFrame);
+}
+
+}  // namespace
+}  // namespace fedwan
