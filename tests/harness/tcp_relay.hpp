@@ -12,7 +12,7 @@
 // Every descriptor is close-on-exec, so processes the test spawns do not
 // inherit them.
 //
-// Thread safety: build, port() and stop() from one thread; streams(),
+// Thread safety: construct, port() and stop() from one thread; streams(),
 // capture(), connections() and failure() only after stop() (they throw
 // std::logic_error before).
 #pragma once
@@ -30,6 +30,7 @@
 #include <list>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -61,7 +62,11 @@ class TcpRelay {
       fail_errno("getsockname");
     }
     port_ = ntohs(a.sin_port);
-    thread_ = std::thread([this] { loop(); });
+    try {
+      thread_ = std::thread([this] { loop(); });
+    } catch (const std::system_error& e) {
+      fail("starting the relay thread", e.what());
+    }
   }
 
   ~TcpRelay() {
@@ -152,14 +157,14 @@ class TcpRelay {
     return a;
   }
 
-  [[noreturn]] void fail_errno(const char* what) {
-    const std::string msg =
-        std::string("TcpRelay: ") + what + " failed: " + std::strerror(errno);
+  // Constructor failures: closes what was opened (the destructor will not run).
+  [[noreturn]] void fail(const std::string& what, const std::string& why) {
     close_fd(listen_fd_);
     close_fd(wake_read_);
     close_fd(wake_write_);
-    throw std::runtime_error(msg);
+    throw std::runtime_error("TcpRelay: " + what + " failed: " + why);
   }
+  [[noreturn]] void fail_errno(const char* what) { fail(what, std::strerror(errno)); }
 
   static void close_fd(int& fd) {
     if (fd >= 0) ::close(fd);
@@ -289,7 +294,8 @@ class TcpRelay {
         break;
       }
       if (fds[0].revents) break;  // stop()
-      if (fds[1].revents && !accept_all()) break;
+      // fds[2..] follow connections_ as it was polled: serve those before
+      // accepting new ones.
       size_t k = 2;
       for (auto it = connections_.begin(); it != connections_.end(); k += 2) {
         Connection& c = *it;
@@ -306,6 +312,7 @@ class TcpRelay {
           ++it;
         }
       }
+      if (fds[1].revents && !accept_all()) break;
     }
     for (Connection& c : connections_) {
       close_fd(c.client);

@@ -30,8 +30,11 @@ namespace fedwan::testing {
 namespace {
 
 constexpr size_t kParams = 20000;
+// The root starts from synthetic::initial_model(--synthetic-size, --seed),
+// as `fedwan aggregator` builds it (cli::initial_model). The sites' other
+// seed gives their model another digest, so the root sends a full anchor.
 constexpr uint64_t kRootSeed = 11;
-constexpr uint64_t kSiteSeed = 12;  // != kRootSeed: the sites' digest differs, a full anchor flows
+constexpr uint64_t kSiteSeed = 12;
 
 std::vector<float> read_model(const std::filesystem::path& p) {
   std::ifstream f(p, std::ios::binary);
@@ -116,8 +119,7 @@ std::vector<uint8_t> fp16_halves(const std::vector<float>& model) {
   std::vector<uint8_t> encoded(fp16.encoded_size(model.size()));
   fp16.encode(model.data(), model.size(), nullptr, encoded.data());
   const size_t scales = encoded.size() - 2 * model.size();
-  return std::vector<uint8_t>(encoded.begin() + static_cast<std::ptrdiff_t>(scales),
-                              encoded.end());
+  return std::vector<uint8_t>(encoded.begin() + static_cast<std::ptrdiff_t>(scales), encoded.end());
 }
 
 struct HeaderCounts {
@@ -143,7 +145,7 @@ struct CaptureRun {
   FederationSpec fed;
   std::vector<uint8_t> capture;  // every relay's streams, one after another
   size_t connections = 0;
-  std::vector<float> global;     // the root's final model
+  std::vector<float> global;  // the root's final model
 };
 
 // Runs root -> region -> 2 sites as processes, each aggregator behind a
@@ -185,13 +187,12 @@ void run_federation(bool encrypted, CaptureRun* out) {
   std::vector<std::string> logs;
   for (const NodeSpec& n : topo.nodes()) {
     const bool site = n.role == Role::kSite;
-    std::vector<std::string> args = {site ? "site" : "aggregator",
-                                     "--topology", topo_path.string(),
-                                     "--node", n.id,
-                                     "--trainer", "synthetic",
-                                     "--synthetic-size", std::to_string(kParams),
-                                     "--seed", std::to_string(site ? kSiteSeed : kRootSeed),
-                                     "--join-timeout", "60"};
+    std::vector<std::string> args = {site ? "site" : "aggregator", "--topology", topo_path.string(),
+                                     "--node", n.id};
+    args.insert(args.end(),
+                {"--trainer", "synthetic", "--synthetic-size", std::to_string(kParams)});
+    args.insert(args.end(), {"--seed", std::to_string(site ? kSiteSeed : kRootSeed)});
+    args.insert(args.end(), {"--join-timeout", "60"});
     if (encrypted) {
       args.insert(args.end(), {"--credentials", security_for(topo, n.id).credentials_dir});
     } else {
@@ -261,6 +262,32 @@ ModelHits search_models(const CaptureRun& run, const char* label) {
   report(label, "initial_fp16_windows", init_fp16.size());
   report(label, "initial_fp16_hits", h.initial_fp16.hits);
   return h;
+}
+
+// The search itself, without a federation: every window of each kind of model
+// is found once when the model's bytes sit at an odd offset inside other bytes.
+TEST(Capture, DetectorFindsEveryWindowOfAModel) {
+  const std::vector<float> model = synthetic::initial_model(kParams, kRootSeed);
+  const std::vector<uint8_t> halves = fp16_halves(model);
+  const auto* fp32 = reinterpret_cast<const uint8_t*>(model.data());
+  std::vector<uint8_t> haystack;
+  haystack.reserve(1001 + model.size() * sizeof(float) + 777 + halves.size() + 333);
+  haystack.insert(haystack.end(), 1001, 0x5A);
+  haystack.insert(haystack.end(), fp32, fp32 + model.size() * sizeof(float));
+  haystack.insert(haystack.end(), 777, 0xA5);
+  haystack.insert(haystack.end(), halves.begin(), halves.end());
+  haystack.insert(haystack.end(), 333, 0x00);
+
+  const WindowIndex w32 = fp32_windows(model);
+  const WindowIndex w16(8, halves.data(), halves.size(), 2);
+  EXPECT_EQ(w32.size(), kParams - 3);
+  EXPECT_EQ(w16.size(), kParams - 3);
+  const SearchResult r32 = w32.search(haystack);
+  const SearchResult r16 = w16.search(haystack);
+  EXPECT_EQ(r32.distinct, w32.size());
+  EXPECT_EQ(r32.hits, w32.size());
+  EXPECT_EQ(r16.distinct, w16.size());
+  EXPECT_EQ(r16.hits, w16.size());
 }
 
 TEST(Capture, EncryptedLinksCarryNoModelBytes) {
