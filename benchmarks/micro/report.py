@@ -158,22 +158,31 @@ def seal_gates(rows, ctx):
         # more runnable threads than cores, wall time measures the scheduler.
         print(f"note: load average {load:.1f} on {cpus} cpus: the Seal group is timed by the "
               "wall clock, so its figures (the pipelined ones most) include waiting for a core")
-    ratios = {}
-    for what, chunk, _, _, r in rows:
-        if r is not None:
-            ratios.setdefault(what.split(" ", 1)[1], []).append((chunk, r))
-    # The gate: a site encodes chunk c+1 while chunk c is encrypted, and the
-    # pair must keep up with what encryption alone could do.
-    piped = ratios.get("Pipelined")
-    if not piped:
+    ratios, times = {}, {}
+    for what, chunk, _, ns, r in rows:
+        short = what.split(" ", 1)[1]
+        times[(short, chunk)] = ns
+        if r is not None and short != "RawAes256GcmModel":
+            ratios.setdefault(short, []).append((chunk, r))
+    # The gate: a site turns each chunk of its model update into a sealed
+    # frame (fp16 encode with error feedback, then AES-256-GCM, overlapped on
+    # two threads). Per chunk, i.e. on the same model bytes, that must run at
+    # >= 0.8x the speed of AES-256-GCM alone over those bytes (the floor for
+    # sending the update encrypted at all).
+    chunks = sorted({c for (w, c) in times if w == "Pipelined"})
+    pairs = [(c, times[("RawAes256GcmModel", c)] / times[("Pipelined", c)])
+             for c in chunks if ("RawAes256GcmModel", c) in times]
+    if not pairs:
         print("sealing gate: NOT MEASURED (filtered out?)")
     else:
-        ok = all(r >= SEAL_GATE_RATIO for _, r in piped)
+        ok = all(r >= SEAL_GATE_RATIO for _, r in pairs)
         print(f"{'PASS' if ok else 'FAIL'}: sealed pipeline (encode + encrypt) >= "
-              f"{SEAL_GATE_RATIO}x raw AES-256-GCM ("
-              + ", ".join(f"{c}: {r:.2f}x" for c, r in piped) + ")")
-    # Printed for honesty, not gated: the serial paths and the other cipher.
-    for what, label in (("Frame", "FrameSealer alone"),
+              f"{SEAL_GATE_RATIO}x raw AES-256-GCM on the same model bytes ("
+              + ", ".join(f"{c}: {r:.2f}x" for c, r in pairs) + ")")
+    # Printed for honesty, not gated: per encoded byte, the pipeline against
+    # AES over its (half-size) output; the serial paths; the other cipher.
+    for what, label in (("Pipelined", "pipelined, per encoded byte"),
+                        ("Frame", "FrameSealer alone"),
                         ("EncodeThenSeal", "encode then seal, one thread, one hot chunk"),
                         ("SerialStream", "encode then seal, one thread, 16-chunk stream"),
                         ("PipelinedChaCha20Poly1305", "pipelined with ChaCha20-Poly1305")):

@@ -5,6 +5,8 @@ usage: check_demo_report.py FEDWAN_BINARY WORKDIR [--min-accuracy A] [--max-gap 
                             [--max-ratio R] [--require-improvement] -- [demo flags...]
 """
 import argparse
+import collections
+import glob
 import json
 import os
 import subprocess
@@ -68,6 +70,32 @@ def main() -> int:
         failures.append(f"wan/fp32 bytes {ratio:.4f} > {a.max_ratio}")
     if a.require_improvement and len(rounds) >= 2 and not rounds[-1]["accuracy"] > rounds[0]["accuracy"]:
         failures.append("accuracy did not improve over the rounds")
+    # Encrypted by default: every link mutual TLS, every node's audit log an
+    # intact chain that records the handshakes and the accepted updates.
+    cfg = r.get("configuration", {})
+    if "--insecure-plaintext" not in demo_flags:
+        if not str(cfg.get("security", "")).startswith("mtls/"):
+            failures.append(f"demo links are not mutual TLS: {cfg.get('security')}")
+        audit_dir = cfg.get("audit_dir", "")
+        logs = sorted(glob.glob(os.path.join(audit_dir, "*.jsonl")))
+        if not logs:
+            failures.append(f"no audit logs in '{audit_dir}'")
+        events = collections.Counter()
+        for log in logs:
+            v = subprocess.run([a.fedwan, "audit", "verify", log], capture_output=True, text=True)
+            if v.returncode != 0:
+                failures.append(f"audit log {log} does not verify: {v.stderr.strip()}")
+            with open(log) as f:
+                for line in f:
+                    e = json.loads(line)
+                    events[(e["event"], e["fields"].get("decision", ""))] += 1
+        if events[("handshake", "refused")]:
+            failures.append(f"{events[('handshake', 'refused')]} handshakes were refused")
+        if not events[("handshake", "accepted")]:
+            failures.append("no accepted handshake in the audit logs")
+        if not events[("update", "accepted")]:
+            failures.append("no accepted update in the audit logs")
+        print(f"audit: {len(logs)} logs verify; {dict(events)}")
     for f in failures:
         print("FAIL:", f)
     return 1 if failures else 0

@@ -49,11 +49,10 @@ std::string ascii_hex(const std::string& s) {
 // RFC 8439 section 2.8.2 (the "sunscreen" AEAD example) and the GCM
 // specification's Test Case 16 (McGrew and Viega, the AES-256 case with
 // associated data, as published with NIST SP 800-38D).
-const std::string kSunscreen = ascii_hex(
-    "Ladies and Gentlemen of the class of '99: If I could offer you only one tip for the "
-    "future, sunscreen would be it.");
-
 std::vector<KnownAnswer> known_answers() {
+  static const std::string kSunscreen = ascii_hex(
+      "Ladies and Gentlemen of the class of '99: If I could offer you only one tip for the "
+      "future, sunscreen would be it.");
   return {
       {"rfc8439_2_8_2", AeadAlgorithm::kChaCha20Poly1305,
        "808182838485868788898a8b8c8d8e8f909192939495969798999a9b9c9d9e9f",

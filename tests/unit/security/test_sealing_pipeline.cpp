@@ -23,7 +23,7 @@ constexpr milliseconds kWait{10'000};
 // A kTelemetry frame whose payload says which frame it is.
 Bytes numbered_frame(uint32_t i, size_t payload_size = 24) {
   Bytes payload(payload_size);
-  for (size_t k = 0; k < payload.size(); ++k) payload[k] = uint8_t(i * 7 + k);
+  for (size_t k = 0; k < payload.size(); ++k) payload[k] = uint8_t(size_t(i) * 7 + k);
   wire::FrameHeader h;
   h.type = wire::MsgType::kTelemetry;
   h.round = i;
