@@ -54,6 +54,13 @@ void bind_topology(py::module_& m) {
       .def_readonly("index", &NodeSpec::index, "Position in the file; the wire sender id.")
       .def_readonly("parent_index", &NodeSpec::parent_index)
       .def_readonly("children", &NodeSpec::children, "Indices of the children, in file order.")
+      .def_readonly("jurisdiction", &NodeSpec::jurisdiction,
+                    "Aggregators: where it runs, for the residency policy ('' if unset).")
+      .def_readonly("allowed_jurisdictions", &NodeSpec::allowed_jurisdictions,
+                    "Sites: jurisdictions its delta may go to (empty: any).")
+      .def_readonly("k_min", &NodeSpec::k_min,
+                    "Regions: forward only aggregates of at least this many sites (0: policy "
+                    "default).")
       .def("__repr__", &node_repr);
 
   py::class_<OuterOptimizerSpec>(m, "OuterOptimizerSpec",
@@ -142,6 +149,17 @@ problem. Every node of a federation must load the same topology (same digest).)"
             return py::bytes(reinterpret_cast<const char*>(t.digest().data()), t.digest().size());
           },
           "SHA-256 of the canonical tree and settings (32 bytes).")
+      .def(
+          "k_min_for",
+          [](const Topology& t, const std::string& id) { return t.k_min_for(t.node(id).index); },
+          "id"_a, "Effective k_min of a region (its own, else policy.k_min); 1 for the root.")
+      .def(
+          "residency_refusal",
+          [](const Topology& t, const std::string& site, const std::string& aggregator) {
+            return t.residency_refusal(site, aggregator);
+          },
+          "site"_a, "aggregator"_a,
+          "None when the site's delta may go to that aggregator, else the reason it may not.")
       .def("digest_hex", &Topology::digest_hex, "The digest as 64 hex characters.")
       .def("to_yaml", &Topology::to_yaml, "Renders back to YAML; parsing it gives the same digest.")
       .def("__repr__", [](const Topology& t) {

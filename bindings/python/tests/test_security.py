@@ -224,3 +224,24 @@ def test_audit_log_records_handshakes_and_updates(sock_dir, credentials, tmp_pat
             chunks = [u for u in updates if u["sender"] == node and u["round"] == s["round"]]
             assert sorted(u["chunk"] for u in chunks) == list(range(s["chunks"]))
             assert sum(u["bytes"] for u in chunks) == s["bytes"]
+
+
+def test_residency_policy_is_visible_from_python():
+    topo = fedwan.Topology.parse(
+        """job: residency
+policy: {k_min: 2}
+nodes:
+  - {id: root, role: root, endpoint: "tcp://127.0.0.1:7000"}
+  - {id: eu, role: region, parent: root, jurisdiction: EU, endpoint: "tcp://127.0.0.1:7001"}
+  - {id: us, role: region, parent: root, jurisdiction: US, endpoint: "tcp://127.0.0.1:7002"}
+  - {id: eu-a, role: site, parent: eu, allowed_jurisdictions: [EU]}
+  - {id: eu-b, role: site, parent: eu}
+  - {id: us-a, role: site, parent: us}
+  - {id: us-b, role: site, parent: us}
+"""
+    )
+    assert topo.node("eu").jurisdiction == "EU"
+    assert topo.node("eu-a").allowed_jurisdictions == ["EU"]
+    assert topo.k_min_for("eu") == 2
+    assert topo.residency_refusal("eu-a", "eu") is None
+    assert "may send its delta only to [EU]" in topo.residency_refusal("eu-a", "us")
