@@ -27,7 +27,8 @@
 // fedadam lr, beta1, beta2 and eps. One its optimizer does not use is refused.
 // Residency: `jurisdiction` on aggregators, `allowed_jurisdictions` on sites
 // (their parent's jurisdiction must be listed), `k_min` on regions (at least
-// that many sites under them); each key on another role is refused.
+// that many sites under them); each key on another role is refused. Those
+// are read and checked in topology_policy.cpp.
 #include "fedwan/topology.hpp"
 
 #include <yaml-cpp/yaml.h>
@@ -43,29 +44,31 @@
 #include "common/sha256.hpp"
 #include "fedwan/codec.hpp"
 #include "fedwan/error.hpp"
+#include "runtime/topology_internal.hpp"
 
 namespace fedwan {
+
+std::string topology_detail::join(const std::vector<std::string>& v) {
+  std::string out;
+  for (const std::string& s : v) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
+
 namespace {
+
+using topology_detail::join;
+using topology_detail::YamlReader;
 
 constexpr uint64_t kMinChunkBytes = 4096;
 constexpr uint64_t kMaxChunkBytes = 4u << 20;
-
-constexpr size_t kMaxJurisdictionLength = 32;
 
 const std::vector<std::string> kTopKeys = {"job", "federation", "policy", "nodes"};
 const std::vector<std::string> kFederationKeys = {
     "rounds", "inner_steps", "codec", "chunk_bytes", "round_timeout_s", "outer_optimizer"};
 const std::vector<std::string> kOuterKeys = {"name", "lr", "momentum", "beta1", "beta2", "eps"};
-const std::vector<std::string> kPolicyKeys = {"k_min"};
-const std::vector<std::string> kNodeKeys = {
-    "id", "role", "parent", "endpoint", "bind", "weight",
-    "jurisdiction", "allowed_jurisdictions", "k_min"};
-
-std::string join(const std::vector<std::string>& v) {
-  std::string out;
-  for (const std::string& s : v) out += (out.empty() ? "" : ", ") + s;
-  return out;
-}
+const std::vector<std::string> kNodeKeys = {"id", "role", "parent", "endpoint", "bind", "weight",
+                                            // residency, read in topology_policy.cpp
+                                            "jurisdiction", "allowed_jurisdictions", "k_min"};
 
 // Shortest text that reads back to the same double: stable for the digest
 // and readable in to_yaml().
@@ -73,75 +76,6 @@ std::string format_double(double d) {
   char buf[64];
   auto res = std::to_chars(buf, buf + sizeof(buf), d);
   return std::string(buf, res.ptr);
-}
-
-// ---- residency rules, shared by parse() (which adds line:col) and build() --
-
-// "" when `label` is a valid jurisdiction, else what is wrong with it.
-std::string label_problem(const std::string& what, const std::string& label) {
-  if (label.size() <= kMaxJurisdictionLength && is_valid_node_id(label)) return "";
-  return what + " '" + label +
-         "' is invalid; use 1..32 characters of [A-Za-z0-9._-], such as EU or US-CA";
-}
-
-// "" when a node of `role` may carry residency key `key`, else why not.
-std::string misplaced_residency_key(const std::string& key, Role role) {
-  if (key == "jurisdiction" && role == Role::kSite) {
-    return "'jurisdiction' applies to root and region nodes, which receive deltas; a site "
-           "says where its delta may go with 'allowed_jurisdictions'";
-  }
-  if (key == "allowed_jurisdictions" && role != Role::kSite) {
-    return "'allowed_jurisdictions' applies to sites only; give an aggregator a "
-           "'jurisdiction' instead";
-  }
-  if (key == "k_min" && role == Role::kSite) {
-    return "'k_min' applies to regions only; a site sends only its own delta";
-  }
-  if (key == "k_min" && role == Role::kRoot) {
-    return "'k_min' applies to regions only; the root is the final destination and sends "
-           "nothing upward (policy.k_min sets the default of all regions)";
-  }
-  return "";
-}
-
-// First problem with `s`'s residency fields taken one by one ("" if none).
-std::string residency_field_problem(const NodeSpec& s) {
-  const std::pair<const char*, bool> present[] = {
-      {"jurisdiction", !s.jurisdiction.empty()},
-      {"allowed_jurisdictions", !s.allowed_jurisdictions.empty()},
-      {"k_min", s.k_min != 0}};
-  for (const auto& [key, set] : present) {
-    std::string why = set ? misplaced_residency_key(key, s.role) : "";
-    if (!why.empty()) return why;
-  }
-  if (!s.jurisdiction.empty()) {
-    std::string why = label_problem("jurisdiction", s.jurisdiction);
-    if (!why.empty()) return why;
-  }
-  const std::vector<std::string>& allowed = s.allowed_jurisdictions;
-  for (auto it = allowed.begin(); it != allowed.end(); ++it) {
-    std::string why = label_problem("allowed jurisdiction", *it);
-    if (!why.empty()) return why;
-    if (std::find(allowed.begin(), it, *it) != it) {
-      return "allowed_jurisdictions lists '" + *it + "' twice";
-    }
-  }
-  return "";
-}
-
-// Why `site` may not send its delta to aggregator `to` by jurisdiction alone,
-// or nullopt. `to_name` says how to refer to `to` ("its parent", "aggregator").
-std::optional<std::string> jurisdiction_refusal(const NodeSpec& site, const NodeSpec& to,
-                                                const std::string& to_name) {
-  const std::vector<std::string>& allowed = site.allowed_jurisdictions;
-  if (allowed.empty() ||
-      std::find(allowed.begin(), allowed.end(), to.jurisdiction) != allowed.end()) {
-    return std::nullopt;
-  }
-  return "site '" + site.id + "' may send its delta only to [" + join(allowed) + "]; " + to_name +
-         " '" + to.id + "' " +
-         (to.jurisdiction.empty() ? std::string("has no jurisdiction")
-                                  : "is in jurisdiction '" + to.jurisdiction + "'");
 }
 
 bool valid_endpoint(const std::string& e) {
@@ -156,79 +90,6 @@ bool valid_endpoint(const std::string& e) {
 }
 
 // ---- YAML reading ---------------------------------------------------------
-
-class YamlReader {
- public:
-  explicit YamlReader(const std::string& source) : source_(source) {}
-
-  [[noreturn]] void fail(const YAML::Node& at, const std::string& ctx,
-                         const std::string& msg) const {
-    std::string where = source_;
-    if (at && !at.Mark().is_null()) {
-      where +=
-          ":" + std::to_string(at.Mark().line + 1) + ":" + std::to_string(at.Mark().column + 1);
-    }
-    throw ConfigError(where + ": " + ctx + ": " + msg);
-  }
-
-  void expect_map(const YAML::Node& n, const std::string& ctx) const {
-    if (!n.IsMap()) fail(n, ctx, "expected a mapping of key: value");
-  }
-
-  // Unknown and repeated keys are both errors (yaml-cpp keeps only one of a
-  // repeated key, which would silently drop a setting).
-  void check_keys(const YAML::Node& map, const std::vector<std::string>& known,
-                  const std::string& ctx) const {
-    std::vector<std::string> seen;
-    for (auto it = map.begin(); it != map.end(); ++it) {
-      if (!it->first.IsScalar()) fail(it->first, ctx, "keys must be plain names");
-      const std::string& key = it->first.Scalar();
-      if (std::find(known.begin(), known.end(), key) == known.end()) {
-        fail(it->first, ctx, "unknown key '" + key + "'; known keys are " + join(known));
-      }
-      if (std::find(seen.begin(), seen.end(), key) != seen.end()) {
-        fail(it->first, ctx, "key '" + key + "' given twice");
-      }
-      seen.push_back(key);
-    }
-  }
-
-  std::string str(const YAML::Node& n, const std::string& ctx, const std::string& key) const {
-    if (!n.IsScalar()) fail(n, ctx, "'" + key + "' must be a string");
-    return n.Scalar();
-  }
-
-  uint64_t u64(const YAML::Node& n, const std::string& ctx, const std::string& key) const {
-    std::string s = n.IsScalar() ? n.Scalar() : std::string();
-    uint64_t v = 0;
-    auto res = std::from_chars(s.data(), s.data() + s.size(), v);
-    if (s.empty() || res.ec != std::errc() || res.ptr != s.data() + s.size()) {
-      fail(n, ctx, "'" + key + "' must be a non-negative integer, got '" + s + "'");
-    }
-    return v;
-  }
-
-  double f64(const YAML::Node& n, const std::string& ctx, const std::string& key) const {
-    std::string s = n.IsScalar() ? n.Scalar() : std::string();
-    double v = 0;
-    auto res = std::from_chars(s.data(), s.data() + s.size(), v);
-    if (s.empty() || res.ec != std::errc() || res.ptr != s.data() + s.size()) {
-      fail(n, ctx, "'" + key + "' must be a number, got '" + s + "'");
-    }
-    return v;
-  }
-
-  uint32_t k_min(const YAML::Node& n, const std::string& ctx) const {
-    uint64_t v = u64(n, ctx, "k_min");
-    if (v < 1 || v > UINT32_MAX) {
-      fail(n, ctx, "k_min " + std::to_string(v) + " is invalid; use an integer >= 1");
-    }
-    return static_cast<uint32_t>(v);
-  }
-
- private:
-  const std::string& source_;
-};
 
 FederationSpec read_federation(const YamlReader& r, const YAML::Node& n) {
   FederationSpec f;
@@ -251,14 +112,6 @@ FederationSpec read_federation(const YamlReader& r, const YAML::Node& n) {
     if (auto v = o["eps"]) f.outer.eps = r.f64(v, ctx, "eps");
   }
   return f;
-}
-
-PolicySpec read_policy(const YamlReader& r, const YAML::Node& n) {
-  PolicySpec p;
-  r.expect_map(n, "policy");
-  r.check_keys(n, kPolicyKeys, "policy");
-  if (auto v = n["k_min"]) p.k_min = r.k_min(v, "policy");
-  return p;
 }
 
 NodeSpec read_node(const YamlReader& r, const YAML::Node& n, size_t pos) {
@@ -289,32 +142,7 @@ NodeSpec read_node(const YamlReader& r, const YAML::Node& n, size_t pos) {
     }
     s.weight = r.f64(v, ctx, "weight");
   }
-  for (const char* key : {"jurisdiction", "allowed_jurisdictions", "k_min"}) {
-    YAML::Node v = n[key];
-    std::string why = v ? misplaced_residency_key(key, s.role) : "";
-    if (!why.empty()) r.fail(v, ctx, why);
-  }
-  if (auto v = n["jurisdiction"]) {
-    s.jurisdiction = r.str(v, ctx, "jurisdiction");
-    std::string why = label_problem("jurisdiction", s.jurisdiction);
-    if (!why.empty()) r.fail(v, ctx, why);
-  }
-  if (auto v = n["allowed_jurisdictions"]) {
-    if (!v.IsSequence()) {
-      r.fail(v, ctx, "'allowed_jurisdictions' must be a list of jurisdictions, such as [EU]");
-    }
-    for (size_t i = 0; i < v.size(); ++i) {
-      std::string label = r.str(v[i], ctx, "allowed_jurisdictions[" + std::to_string(i) + "]");
-      std::string why = label_problem("allowed jurisdiction", label);
-      const auto& seen = s.allowed_jurisdictions;
-      if (why.empty() && std::find(seen.begin(), seen.end(), label) != seen.end()) {
-        why = "allowed_jurisdictions lists '" + label + "' twice";
-      }
-      if (!why.empty()) r.fail(v[i], ctx, why);
-      s.allowed_jurisdictions.push_back(label);
-    }
-  }
-  if (auto v = n["k_min"]) s.k_min = r.k_min(v, ctx);
+  topology_detail::read_residency(r, n, ctx, s);
   return s;
 }
 
@@ -374,9 +202,12 @@ void validate_federation(const FederationSpec& f, const std::string& src) {
 
 const char* role_name(Role role) {
   switch (role) {
-    case Role::kRoot: return "root";
-    case Role::kRegion: return "region";
-    case Role::kSite: return "site";
+    case Role::kRoot:
+      return "root";
+    case Role::kRegion:
+      return "region";
+    case Role::kSite:
+      return "site";
   }
   return "unknown";
 }
@@ -393,7 +224,7 @@ Topology Topology::parse(const std::string& yaml_text, const std::string& source
     if (!doc["job"]) r.fail(doc, "topology", "missing 'job'; name the federation job");
     t.job_ = r.str(doc["job"], "topology", "job");
     if (auto f = doc["federation"]) t.federation_ = read_federation(r, f);
-    if (auto p = doc["policy"]) t.policy_ = read_policy(r, p);
+    if (auto p = doc["policy"]) t.policy_ = topology_detail::read_policy(r, p);
     YAML::Node nodes = doc["nodes"];
     if (!nodes || !nodes.IsSequence() || nodes.size() == 0) {
       r.fail(nodes ? nodes : doc, "topology", "'nodes' must be a non-empty list of nodes");
@@ -461,7 +292,7 @@ void Topology::finalize(const std::string& src) {
       fail(who + "unknown role " + std::to_string(static_cast<int>(s.role)) +
            "; use root, region or site");
     }
-    std::string residency = residency_field_problem(s);
+    std::string residency = topology_detail::residency_field_problem(s);
     if (!residency.empty()) fail(who + residency);
     s.index = i;
     s.parent_index = 0;
@@ -562,33 +393,8 @@ void Topology::finalize(const std::string& src) {
            " has no children; add sites under it or remove it");
     }
   }
-  // Residency across the tree. A site's allowed list is checked against its
-  // parent only: what its parent sends further up is an aggregate, and k_min
-  // is what keeps that aggregate from being one site's delta.
-  for (const NodeSpec& s : nodes_) {
-    if (s.role == Role::kSite) {
-      const NodeSpec& p = nodes_[s.parent_index];
-      if (auto why = jurisdiction_refusal(s, p, "its parent")) {
-        fail(*why + (p.jurisdiction.empty()
-                         ? "; give '" + p.id + "' a jurisdiction from that list"
-                         : "; move the site under an aggregator in one of them or add '" +
-                               p.jurisdiction + "' to its allowed_jurisdictions"));
-      }
-    } else if (s.role == Role::kRegion) {
-      size_t have = sites_under(s.index).size();
-      uint32_t need = k_min_for(s.index);
-      if (have < need) {
-        std::string rule = need == 2 ? std::string("no single site's delta may leave its region")
-                                     : "no aggregate of fewer than " + std::to_string(need) +
-                                           " sites may leave its region";
-        std::string from =
-            s.k_min != 0 ? "set on the region" : "set by policy.k_min; a region may set its own";
-        fail("region '" + s.id + "' aggregates " + std::to_string(have) +
-             (have == 1 ? " site" : " sites") + " but residency policy requires k_min " +
-             std::to_string(need) + ": " + rule + "; add sites or lower k_min (" + from + ")");
-      }
-    }
-  }
+  // Residency across the tree, now that parents and children are known.
+  if (auto why = topology_detail::residency_tree_problem(*this)) fail(*why);
 
   Sha256Digest job_hash = sha256(job_.data(), job_.size());
   job_id_ = 0;
@@ -664,36 +470,6 @@ double Topology::weight_under(uint32_t index) const {
   double sum = 0;
   for (uint32_t i : sites_under(index)) sum += nodes_[i].weight;
   return sum;
-}
-
-uint32_t Topology::k_min_for(uint32_t region_index) const {
-  const NodeSpec& s = nodes_.at(region_index);
-  if (s.role != Role::kRegion) return 1;
-  return s.k_min != 0 ? s.k_min : policy_.k_min;
-}
-
-std::optional<std::string> Topology::residency_refusal(const std::string& site_id,
-                                                       const std::string& aggregator_id) const {
-  const NodeSpec* site = find(site_id);
-  if (site == nullptr) return "sender '" + site_id + "' is not a node of topology '" + job_ + "'";
-  if (site->role != Role::kSite) {
-    return "'" + site_id + "' is a " + role_name(site->role) +
-           ", not a site; only sites send deltas";
-  }
-  const NodeSpec* to = find(aggregator_id);
-  if (to == nullptr) {
-    return "aggregator '" + aggregator_id + "' is not a node of topology '" + job_ + "'";
-  }
-  if (to->role == Role::kSite) return "'" + aggregator_id + "' is a site, not an aggregator";
-  // Jurisdiction before parentage: a delta headed out of its allowed
-  // jurisdictions is the breach an audit log must name, even when the
-  // aggregator is also the wrong one.
-  if (auto why = jurisdiction_refusal(*site, *to, "aggregator")) return why;
-  if (to->index != site->parent_index) {
-    return "site '" + site_id + "' reports to '" + site->parent + "', not to '" + aggregator_id +
-           "'";
-  }
-  return std::nullopt;
 }
 
 std::string Topology::digest_hex() const { return to_hex(digest_.data(), digest_.size()); }

@@ -1,9 +1,5 @@
 #include "security/certs.hpp"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <openssl/bn.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -12,14 +8,14 @@
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
 
-#include <cerrno>
 #include <climits>
-#include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <optional>
 #include <set>
 #include <sstream>
 
+#include "common/atomic_file.hpp"
 #include "common/openssl_check.hpp"
 #include "fedwan/error.hpp"
 
@@ -41,7 +37,6 @@ using ExtPtr = OpenSslPtr<X509_EXTENSION, X509_EXTENSION_free>;
 
 constexpr mode_t kSecretMode = 0600;
 constexpr mode_t kPublicMode = 0644;
-constexpr mode_t kPrivateDirMode = 0700;
 constexpr int64_t kDay = 24 * 3600;
 constexpr int64_t kCrlLifetime = 30 * kDay;
 // Past this a validity is a typo, and the day count would overflow an int.
@@ -51,84 +46,20 @@ constexpr size_t kMaxFileBytes = 16 << 20;
 
 // ---- files -----------------------------------------------------------------
 
-[[noreturn]] void throw_io(const std::string& what, const fs::path& path, int err) {
-  throw ConfigError("cannot " + what + " " + path.string() + ": " + std::strerror(err) +
-                    "; check that the directory exists and is writable by this user");
-}
-
-struct Fd {
-  int fd = -1;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
+// A file of the federation directory: a missing one means it was never
+// provisioned, one over 16 MiB is not a credential.
+std::string read_federation_file(const fs::path& path, const std::string& what) {
+  ReadFileOptions options;
+  options.what = what;
+  options.max_bytes = kMaxFileBytes;
+  options.too_large_hint = "it is not a fedwan credential file";
+  std::optional<std::string> text = read_file_if_exists(path, options);
+  if (!text) {
+    throw ConfigError(what + " " + path.string() +
+                      " does not exist; provision the federation first with `fedwan certs "
+                      "init` (or pass the directory it wrote)");
   }
-};
-
-std::string read_file(const fs::path& path, const std::string& what) {
-  Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
-  if (f.fd < 0) {
-    if (errno == ENOENT) {
-      throw ConfigError(what + " " + path.string() +
-                        " does not exist; provision the federation first with `fedwan certs "
-                        "init` (or pass the directory it wrote)");
-    }
-    throw_io("read " + what, path, errno);
-  }
-  std::string out;
-  char buf[65536];
-  for (;;) {
-    const ssize_t n = ::read(f.fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw_io("read " + what, path, errno);
-    if (n == 0) break;
-    out.append(buf, static_cast<size_t>(n));
-    if (out.size() > kMaxFileBytes) {
-      throw ConfigError(what + " " + path.string() + " is larger than 16 MiB; it is not a " +
-                        "fedwan credential file");
-    }
-  }
-  return out;
-}
-
-// Writes via a temporary file in the same directory and rename(), so a reader
-// (a node re-reading crl.pem) sees the old or the new file, never half of one.
-void write_atomic(const fs::path& path, const std::string& content, mode_t mode) {
-  std::string tmpl = (path.parent_path() / ("." + path.filename().string() + ".XXXXXX")).string();
-  Fd f{::mkstemp(tmpl.data())};  // created 0600: a key is never readable by others
-  if (f.fd < 0) throw_io("create a temporary file for", path, errno);
-  bool committed = false;
-  struct Unlink {
-    const std::string& name;
-    const bool& committed;
-    ~Unlink() {
-      if (!committed) ::unlink(name.c_str());
-    }
-  } unlink_guard{tmpl, committed};
-
-  for (size_t done = 0; done < content.size();) {
-    const ssize_t n = ::write(f.fd, content.data() + done, content.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw_io("write", path, errno);
-    done += static_cast<size_t>(n);
-  }
-  if (::fchmod(f.fd, mode) != 0) throw_io("set the mode of", path, errno);
-  if (::fsync(f.fd) != 0) throw_io("sync", path, errno);
-  const int fd = f.fd;
-  f.fd = -1;
-  if (::close(fd) != 0) throw_io("close", path, errno);
-  if (::rename(tmpl.c_str(), path.c_str()) != 0) throw_io("replace", path, errno);
-  committed = true;
-  // Make the rename durable too: a revocation reported done must survive a
-  // power cut. A failure here loses nothing already written.
-  Fd d{::open(path.parent_path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
-  if (d.fd >= 0) ::fsync(d.fd);
-}
-
-// Creates `dir` (parents as needed) and forces mode 0700 whatever the umask.
-void make_private_dir(const fs::path& dir) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) throw_io("create directory", dir, ec.value());
-  if (::chmod(dir.c_str(), kPrivateDirMode) != 0) throw_io("set the mode of", dir, errno);
+  return std::move(*text);
 }
 
 // ---- OpenSSL helpers ---------------------------------------------------------
@@ -336,16 +267,16 @@ X509Ptr parse_cert(const std::string& text, const fs::path& path, const std::str
 }
 
 X509Ptr load_cert(const fs::path& path, const std::string& what) {
-  return parse_cert(read_file(path, what), path, what);
+  return parse_cert(read_federation_file(path, what), path, what);
 }
 
 Ca load_ca(const fs::path& ca_dir) {
   Ca ca;
   const fs::path cert_path = ca_dir / "ca.pem";
-  ca.cert_pem = read_file(cert_path, "the CA certificate");
+  ca.cert_pem = read_federation_file(cert_path, "the CA certificate");
   ca.cert = parse_cert(ca.cert_pem, cert_path, "the CA certificate");
   const fs::path key_path = ca_dir / "ca.key";
-  const SecretText key_text{read_file(key_path, "the CA key")};
+  const SecretText key_text{read_federation_file(key_path, "the CA key")};
   BioPtr bio = read_bio(key_text.text);
   ca.key.reset(PEM_read_bio_PrivateKey(bio.get(), nullptr, no_passphrase, nullptr));
   if (!ca.key) {
@@ -505,7 +436,7 @@ CrlPtr sign_crl(const Ca& ca, X509_CRL* previous, ASN1_INTEGER* add, std::time_t
 // The CA's current CRL as PEM text, checked to be the CA's.
 std::string load_crl_text(const fs::path& ca_dir, X509* ca, CrlPtr* parsed = nullptr) {
   const fs::path path = ca_dir / "crl.pem";
-  std::string text = read_file(path, "the CRL");
+  std::string text = read_federation_file(path, "the CRL");
   CrlPtr crl = parse_crl(text, path);
   check_crl_signed(crl.get(), ca, path);
   if (parsed != nullptr) *parsed = std::move(crl);
@@ -529,13 +460,13 @@ std::set<std::string> record_serials(const std::string& text) {
 
 std::string read_record(const fs::path& path) {
   std::error_code ec;
-  return fs::exists(path, ec) ? read_file(path, "the record") : std::string();
+  return fs::exists(path, ec) ? read_federation_file(path, "the record") : std::string();
 }
 
 void append_record(const fs::path& path, const std::string& serial, const std::string& node) {
   std::string text = read_record(path);
   if (!text.empty() && text.back() != '\n') text += '\n';
-  write_atomic(path, text + serial + " " + node + "\n", kPublicMode);
+  write_file_atomic(path, text + serial + " " + node + "\n", kPublicMode);
 }
 
 // Issues one node with an already loaded CA. Each file is replaced atomically,
@@ -554,11 +485,11 @@ void issue_with(const fs::path& root, const Ca& ca, const std::string& crl_text,
   append_record(serial_file, int_hex(X509_get0_serialNumber(cert.get())), id.node_id);
 
   const fs::path bundle = root / id.node_id;
-  make_private_dir(bundle);
-  write_atomic(bundle / "key.pem", key_pem(key.get()).text, kSecretMode);
-  write_atomic(bundle / "cert.pem", cert_pem(cert.get()), kPublicMode);
-  write_atomic(bundle / "ca.pem", ca.cert_pem, kPublicMode);
-  write_atomic(bundle / "crl.pem", crl_text, kPublicMode);
+  make_private_directory(bundle);
+  write_file_atomic(bundle / "key.pem", key_pem(key.get()).text, kSecretMode);
+  write_file_atomic(bundle / "cert.pem", cert_pem(cert.get()), kPublicMode);
+  write_file_atomic(bundle / "ca.pem", ca.cert_pem, kPublicMode);
+  write_file_atomic(bundle / "crl.pem", crl_text, kPublicMode);
 }
 
 }  // namespace
@@ -594,23 +525,23 @@ void provision_federation(const Topology& topology, const std::string& dir,
                         "from the old CA then stop verifying");
     }
     fs::remove_all(ca_dir, ec);  // the old CA's records and CRL mean nothing to the new one
-    if (ec) throw_io("remove the old CA directory", ca_dir, ec.value());
+    if (ec) throw_file_error("remove the old CA directory", ca_dir, ec.value());
   }
-  make_private_dir(ca_dir);
+  make_private_directory(ca_dir);
 
   const std::time_t now = std::time(nullptr);
   Ca ca;
   ca.key = generate_key();
   ca.cert = make_ca_certificate(topology.job(), ca.key.get(), now, options);
   ca.cert_pem = cert_pem(ca.cert.get());
-  write_atomic(ca_dir / "ca.key", key_pem(ca.key.get()).text, kSecretMode);
-  write_atomic(ca_dir / "ca.pem", ca.cert_pem, kPublicMode);
+  write_file_atomic(ca_dir / "ca.key", key_pem(ca.key.get()).text, kSecretMode);
+  write_file_atomic(ca_dir / "ca.pem", ca.cert_pem, kPublicMode);
   CrlPtr crl = sign_crl(ca, nullptr, nullptr, now);
   const std::string crl_text = crl_pem(crl.get());
-  write_atomic(ca_dir / "crl.pem", crl_text, kPublicMode);
-  write_atomic(ca_dir / "revoked.txt", "", kPublicMode);
-  write_atomic(ca_dir / "serial", int_hex(X509_get0_serialNumber(ca.cert.get())) + " ca\n",
-               kPublicMode);
+  write_file_atomic(ca_dir / "crl.pem", crl_text, kPublicMode);
+  write_file_atomic(ca_dir / "revoked.txt", "", kPublicMode);
+  write_file_atomic(ca_dir / "serial", int_hex(X509_get0_serialNumber(ca.cert.get())) + " ca\n",
+                    kPublicMode);
   for (const NodeIdentity& id : ids) issue_with(root, ca, crl_text, id, options);
 }
 
@@ -670,7 +601,7 @@ void revoke_node(const std::string& dir, const std::string& node_id) {
   load_crl_text(ca_dir, ca.cert.get(), &previous);
   ASN1_INTEGER* serial = X509_get_serialNumber(cert.get());
   CrlPtr crl = sign_crl(ca, previous.get(), serial, std::time(nullptr));
-  write_atomic(ca_dir / "crl.pem", crl_pem(crl.get()), kPublicMode);
+  write_file_atomic(ca_dir / "crl.pem", crl_pem(crl.get()), kPublicMode);
 
   const std::string hex = int_hex(serial);
   const fs::path revoked = ca_dir / "revoked.txt";
@@ -690,9 +621,9 @@ void distribute_crl(const std::string& dir) {
     std::error_code entry_ec;
     if (bundle.filename() == "ca" || !fs::is_directory(bundle, entry_ec)) continue;
     if (!fs::exists(bundle / "cert.pem", entry_ec)) continue;  // not a bundle
-    write_atomic(bundle / "crl.pem", text, kPublicMode);
+    write_file_atomic(bundle / "crl.pem", text, kPublicMode);
   }
-  if (ec) throw_io("list the bundles in", root, ec.value());
+  if (ec) throw_file_error("list the bundles in", root, ec.value());
 }
 
 }  // namespace fedwan::security

@@ -1,0 +1,65 @@
+// Whole-file reads and crash-safe whole-file writes for the small files the
+// library persists: credentials and CRLs (security/certs), checkpoints.
+//
+// Errors are ConfigError (a path the user chose is missing, unreadable or
+// unwritable). An I/O failure reads
+//   "cannot <action> <path>: <strerror>; check that the directory exists and
+//    is writable by this user"
+// Thread safety: the functions share no state. Writers racing on one path
+// each replace the file whole; the last rename wins.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <filesystem>
+#include <limits>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace fedwan {
+
+// Throws the ConfigError above for errno value `err`, e.g.
+// throw_file_error("list the bundles in", dir, errno).
+[[noreturn]] void throw_file_error(std::string_view action, const std::filesystem::path& path,
+                                   int err);
+
+struct ReadFileOptions {
+  // Names the file in messages: "cannot read <what> <path>: ...".
+  std::string what = "file";
+  // A longer file is refused without reading it all: ConfigError
+  // "<what> <path> is larger than <max_bytes>; <too_large_hint>" (the limit
+  // in MiB or KiB when it is a whole number of them). The default is no limit.
+  size_t max_bytes = std::numeric_limits<size_t>::max();
+  std::string too_large_hint;  // what the user should conclude; may be empty
+};
+
+// The whole content of `path`. Throws ConfigError when it cannot be opened
+// (a missing file too), read, or is longer than options.max_bytes.
+std::string read_file(const std::filesystem::path& path, const ReadFileOptions& options = {});
+
+// As read_file, but nullopt when `path` does not exist (open fails with
+// ENOENT, which includes a missing parent directory).
+std::optional<std::string> read_file_if_exists(const std::filesystem::path& path,
+                                               const ReadFileOptions& options = {});
+
+// Replaces `path` with `bytes` so that a reader, or a restart after a crash
+// or power cut, sees the old content or the new, never part of either: writes
+// a temporary ".<name>.XXXXXX" in the same directory (created 0600, so a
+// secret is never readable by others meanwhile), sets `mode` (the umask does
+// not apply), fsyncs it, renames it over `path` and fsyncs the directory.
+// On error the temporary file is removed and `path` is left as it was; the
+// final directory fsync is best effort (a failure there loses nothing already
+// written, so it is not reported). Blocks on the disk.
+void write_file_atomic(const std::filesystem::path& path, std::string_view bytes, mode_t mode);
+
+// fsync(2) on directory `dir`, making the creation, rename or removal of an
+// entry in it durable. Throws ConfigError "cannot sync directory <dir>: ...".
+void fsync_directory(const std::filesystem::path& dir);
+
+// Creates `dir` and any missing parents, then sets `dir` (not the parents) to
+// mode 0700 whatever the umask, also when it already existed.
+void make_private_directory(const std::filesystem::path& dir);
+
+}  // namespace fedwan

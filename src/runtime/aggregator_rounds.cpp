@@ -1,0 +1,403 @@
+// Aggregator, the round protocol: children join and are welcomed, deltas
+// accumulate chunk by chunk, a complete chunk is stepped (root) or forwarded
+// (region), a complete round is reported with its traffic, and a region
+// relays its parent's anchors down. aggregator.cpp has the event loop and
+// the outboxes these steps send through; docs/protocol.md the sequence.
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "aggregation/round_accumulator.hpp"
+#include "common/log.hpp"
+#include "common/sha256.hpp"
+#include "fedwan/codec.hpp"
+#include "fedwan/error.hpp"
+#include "runtime/aggregator_impl.hpp"
+#include "runtime/node_frames.hpp"
+
+namespace fedwan {
+
+// ---- joining ------------------------------------------------------------------
+
+void Aggregator::Impl::on_hello(Child& c, const wire::ParsedFrame& f) {
+  wire::HelloPayload hello;
+  if (!wire::decode_hello(f.payload, f.payload_size, &hello)) {
+    refuse(c.id, "malformed hello");
+    return;
+  }
+  if (hello.node_id != c.id) {
+    refuse(c.id, "hello names node '" + hello.node_id + "' but the connection is '" + c.id + "'");
+    return;
+  }
+  if (hello.topology_digest != topo_.digest()) {
+    refuse(c.id, "topology mismatch: '" + c.id + "' has digest " +
+                     to_hex(hello.topology_digest.data(), 32).substr(0, 12) + ", '" + self_.id +
+                     "' has " + topo_.digest_hex().substr(0, 12) +
+                     "; every node must load the same topology file");
+    return;
+  }
+  const uint64_t n = f.header.total_elements;
+  if (total_elements_ != 0 && n != total_elements_) {
+    refuse(c.id, "model has " + std::to_string(n) + " parameters; this federation's has " +
+                     std::to_string(total_elements_));
+    return;
+  }
+  if (c.welcomed) {
+    log().info("[agg:{}] '{}' said hello again; it is already in", self_.id, c.id);
+    return;
+  }
+  if (phase_ != Phase::kJoining) {
+    refuse(c.id, "joining after round " + std::to_string(round_) +
+                     " started is not supported "
+                     "yet; restart the federation");
+    return;
+  }
+  if (total_elements_ == 0) init_model_state(n);  // a region learns the size from its children
+  c.joined = true;
+  c.hello = hello;
+  log().info("[agg:{}] '{}' joined ({} parameters)", self_.id, c.id, n);
+  for (const Child& other : children_) {
+    if (!other.joined) return;
+  }
+  all_children_joined();
+}
+
+void Aggregator::Impl::all_children_joined() {
+  if (is_root_) {
+    for (Child& c : children_) {
+      const bool same = c.hello.model_digest == model_digest_;
+      std::vector<uint8_t> payload(model_digest_.begin(), model_digest_.end());
+      wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kWelcome, 0);
+      h.total_elements = total_elements_;
+      h.flags = same ? wire::kFlagNoChange : 0;
+      send_child(c, make_frame(h, payload), h);
+      c.welcomed = true;
+      if (!same) send_full_anchor(c);
+    }
+    open_round(0);
+    return;
+  }
+  // A region joins upward for its whole subtree. If all children start from
+  // one model it reports that digest; otherwise none, so a full anchor flows.
+  wire::HelloPayload up;
+  up.node_id = self_.id;
+  up.topology_digest = topo_.digest();
+  up.model_digest = children_.front().hello.model_digest;
+  for (const Child& c : children_) {
+    if (c.hello.model_digest != up.model_digest) up.model_digest = {};
+  }
+  wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kHello, 0);
+  h.total_elements = total_elements_;
+  send_parent(make_frame(h, wire::encode_hello(up)));
+  phase_ = Phase::kAwaitWelcome;
+  phase_deadline_ = Clock::now() + round_timeout_;
+}
+
+void Aggregator::Impl::send_full_anchor(const Child& c) {
+  const Codec& fp32 = *codec_by_id(CodecId::kFp32);
+  for (uint32_t i = 0; i < plan_->count(); ++i) {
+    const uint32_t n = plan_->size(i);
+    std::vector<uint8_t> payload(fp32.encoded_size(n));
+    fp32.encode(held_.data() + plan_->offset(i), n, nullptr, payload.data());
+    wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kAnchor, round_);
+    h.codec = static_cast<uint8_t>(CodecId::kFp32);
+    h.flags = wire::kFlagFullAnchor;
+    h.chunk_index = i;
+    h.chunk_count = plan_->count();
+    h.element_count = n;
+    h.total_elements = total_elements_;
+    send_child(c, make_frame(h, payload), h);
+  }
+}
+
+void Aggregator::Impl::welcome_children(uint64_t round, bool no_change,
+                                        const std::vector<uint8_t>& payload) {
+  for (Child& c : children_) {
+    wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kWelcome, round);
+    h.total_elements = total_elements_;
+    h.flags = no_change ? wire::kFlagNoChange : 0;
+    send_child(c, make_frame(h, payload), h);
+    c.welcomed = true;
+  }
+}
+
+// ---- rounds -------------------------------------------------------------------
+
+void Aggregator::Impl::open_round(uint64_t round) {
+  round_ = round;
+  acc_->open(round);
+  if (is_root_) outer_->begin_round(round);
+  phase_ = Phase::kTraining;
+  round_started_ = Clock::now();
+  phase_deadline_ = round_started_ + round_timeout_;
+  log().info("[agg:{}] round {} open", self_.id, round);
+}
+
+void Aggregator::Impl::on_delta(Child& c, const wire::ParsedFrame& f) {
+  const wire::FrameHeader& h = f.header;
+  if (!acc_ || phase_ == Phase::kJoining || phase_ == Phase::kAwaitWelcome) {
+    refuse(c.id, "delta before the federation started");
+    return;
+  }
+  const Codec* codec = codec_by_wire_id(h.codec);
+  RoundAccumulator::Result r{AddOutcome::kBadChunk};
+  if (h.total_elements == total_elements_ && h.chunk_count == plan_->count()) {
+    r = acc_->add(h.round, c.index, h.chunk_index, h.element_count, h.weight, *codec, f.payload,
+                  f.payload_size);
+  }
+  if (security_->auditing()) {
+    const Sha256Digest d = sha256(f.payload, f.payload_size);
+    security_->audit(
+        "update", {{"sender", c.id},
+                   {"round", h.round},
+                   {"chunk", h.chunk_index},
+                   {"chunks", h.chunk_count},
+                   {"bytes", f.payload_size},
+                   {"weight", h.weight},
+                   {"sha256", to_hex(d.data(), d.size())},
+                   {"decision", r.outcome == AddOutcome::kAccepted ? "accepted"
+                                                                   : add_outcome_name(r.outcome)}});
+  }
+  switch (r.outcome) {
+    case AddOutcome::kAccepted:
+      if (r.chunk_complete) complete_chunk(h.chunk_index);
+      if (acc_->round_complete()) complete_round();
+      return;
+    case AddOutcome::kDuplicate:
+    case AddOutcome::kStale:
+      summary_.rejected_frames += 1;
+      log().info("[agg:{}] ignored {} delta from '{}' (round {}, chunk {})", self_.id,
+                 add_outcome_name(r.outcome), c.id, h.round, h.chunk_index);
+      return;
+    case AddOutcome::kBadChunk:
+      refuse(c.id,
+             "delta chunk " + std::to_string(h.chunk_index) + "/" + std::to_string(h.chunk_count) +
+                 " of round " + std::to_string(h.round) + " has " +
+                 std::to_string(h.element_count) + " of " + std::to_string(h.total_elements) +
+                 " elements; expected chunk " + "size " +
+                 std::to_string(h.chunk_index < plan_->count() ? plan_->size(h.chunk_index) : 0) +
+                 " of " + std::to_string(total_elements_) + " in " +
+                 std::to_string(plan_->count()) + " chunks");
+      return;
+    case AddOutcome::kBadPayload:
+      refuse(c.id, "delta chunk " + std::to_string(h.chunk_index) + " of round " +
+                       std::to_string(h.round) + " has a malformed or non-finite payload");
+      return;
+    case AddOutcome::kFuture:
+    case AddOutcome::kUnknownSender:
+      refuse(c.id, std::string("delta refused: ") + add_outcome_name(r.outcome));
+      return;
+  }
+}
+
+void Aggregator::Impl::complete_chunk(uint32_t chunk) {
+  if (!is_root_) {
+    // Residency: an aggregate leaves the region only if it mixes at least
+    // k_min sites (every child contributes to every chunk in this protocol;
+    // the topology was checked at load, this guards the invariant at run
+    // time before anything is sent upward).
+    size_t sites = 0;
+    for (const Child& c : children_) sites += topo_.sites_under(c.index).size();
+    const uint32_t k_min = topo_.k_min_for(self_.index);
+    if (sites < k_min) {
+      const std::string why = "region '" + self_.id + "' would forward an aggregate of " +
+                              std::to_string(sites) + " site(s); residency policy requires " +
+                              std::to_string(k_min);
+      security_->audit("policy_refusal", {{"round", round_}, {"chunk", chunk}, {"reason", why}});
+      throw ProtocolError(why);
+    }
+  }
+  ChunkSum cs = acc_->take(chunk);
+  const uint64_t off = plan_->offset(chunk);
+  const uint32_t n = plan_->size(chunk);
+  std::vector<uint8_t> payload(codec_->encoded_size(n));
+  if (is_root_) {
+    outer_->step(global_.data() + off, cs.mean.data(), off, n);
+    // Send what the children need to move from `held` to the new global
+    // model; `held` then advances by exactly what they decode, so whatever
+    // the encoding lost is carried into the next round's update.
+    for (uint32_t k = 0; k < n; ++k) cs.mean[k] = global_[off + k] - held_[off + k];
+    codec_->encode(cs.mean.data(), n, nullptr, payload.data());
+    codec_->decode_accumulate(payload.data(), n, 1.0f, held_.data() + off);
+    wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kAnchor, round_ + 1);
+    h.codec = static_cast<uint8_t>(codec_->id());
+    h.chunk_index = chunk;
+    h.chunk_count = plan_->count();
+    h.element_count = n;
+    h.total_elements = total_elements_;
+    const Frame frame = std::make_shared<const std::vector<uint8_t>>(make_frame(h, payload));
+    for (const Child& c : children_) send_child(c, frame, h);
+    pending_reports_[round_].report.weight = cs.weight;
+    return;
+  }
+  float* residual = nullptr;
+  if (codec_->id() != CodecId::kFp32) {
+    if (residual_.empty()) residual_.assign(total_elements_, 0.0f);
+    residual = residual_.data() + off;
+  }
+  codec_->encode(cs.mean.data(), n, residual, payload.data());
+  wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kDelta, round_);
+  h.codec = static_cast<uint8_t>(codec_->id());
+  h.chunk_index = chunk;
+  h.chunk_count = plan_->count();
+  h.element_count = n;
+  h.total_elements = total_elements_;
+  h.weight = cs.weight;
+  send_parent(make_frame(h, payload));
+}
+
+void Aggregator::Impl::complete_round() {
+  // A round lasts from the end of the previous one to the end of this one,
+  // so time spent in on_model (while the sites already train) is counted.
+  const auto now = Clock::now();
+  const double secs = std::chrono::duration<double>(now - round_started_).count();
+  log().info("[agg:{}] round {} complete in {:.2f} s", self_.id, round_, secs);
+  security_->audit("round_closed", {{"round", round_}, {"children", children_.size()}});
+  security_->audit_sync();
+  if (!is_root_) {
+    phase_ = Phase::kAwaitAnchor;
+    phase_deadline_ = Clock::now() + round_timeout_;
+    return;
+  }
+  PendingReport& pending = pending_reports_[round_];
+  pending.report.round = round_;
+  pending.report.seconds = secs;
+  pending.complete = true;
+  if (opt_.on_model) opt_.on_model(round_, global_);
+  const uint64_t finished = round_;
+  if (round_ + 1 == topo_.federation().rounds) {
+    send_done(round_ + 1);
+    round_ += 1;
+    phase_ = Phase::kDraining;
+    phase_deadline_ = Clock::now() + round_timeout_;
+    finish_deadline_ = Clock::now() + std::min<Millis>(round_timeout_, Millis(30000));
+  } else {
+    open_round(round_ + 1);
+    round_started_ = now;
+  }
+  try_finish_round_report(finished);
+}
+
+// ---- traffic reports ------------------------------------------------------------
+
+void Aggregator::Impl::on_telemetry(Child& c, const wire::ParsedFrame& f) {
+  wire::TelemetryPayload t;
+  if (c.is_site || !wire::decode_telemetry(f.payload, f.payload_size, &t)) {
+    refuse(c.id, "unexpected or malformed telemetry");
+    return;
+  }
+  SubtreeTraffic& s = subtree_[f.header.round];
+  s.reports += 1;
+  s.traffic += Traffic{t.wan_bytes, t.fp32_bytes, t.frames};
+  if (is_root_) {
+    try_finish_round_report(f.header.round);
+  } else {
+    try_send_telemetry(f.header.round);
+  }
+}
+
+void Aggregator::Impl::try_finish_round_report(uint64_t round) {
+  auto rep = pending_reports_.find(round);
+  if (rep == pending_reports_.end() || !rep->second.complete) return;
+  auto sub = subtree_.find(round);
+  const uint32_t reports = sub == subtree_.end() ? 0 : sub->second.reports;
+  if (reports < region_children_) return;
+  Traffic t = ledger_.take(round);
+  if (sub != subtree_.end()) {
+    t += sub->second.traffic;
+    subtree_.erase(sub);
+  }
+  RoundReport out = rep->second.report;
+  pending_reports_.erase(rep);
+  out.wan_bytes = t.wan_bytes;
+  out.fp32_bytes = t.fp32_bytes;
+  out.frames = t.frames;
+  summary_.reports.push_back(out);
+  summary_.rounds = round + 1;
+  summary_.wan_bytes_total += out.wan_bytes;
+  summary_.fp32_bytes_total += out.fp32_bytes;
+  if (opt_.on_round) opt_.on_round(out);
+  maybe_finish();
+}
+
+void Aggregator::Impl::try_send_telemetry(uint64_t round) {
+  if (round >= relayed_through_ || round < telemetry_sent_through_) return;
+  auto sub = subtree_.find(round);
+  const uint32_t reports = sub == subtree_.end() ? 0 : sub->second.reports;
+  if (reports < region_children_) return;
+  Traffic t = ledger_.take(round);
+  if (sub != subtree_.end()) {
+    t += sub->second.traffic;
+    subtree_.erase(sub);
+  }
+  wire::TelemetryPayload p{t.wan_bytes, t.fp32_bytes, t.frames};
+  send_parent(make_frame(node_header(topo_, self_.index, wire::MsgType::kTelemetry, round),
+                         wire::encode_telemetry(p)));
+  telemetry_sent_through_ = round + 1;
+  RoundReport rep;
+  rep.round = round;
+  rep.wan_bytes = t.wan_bytes;
+  rep.fp32_bytes = t.fp32_bytes;
+  rep.frames = t.frames;
+  summary_.reports.push_back(rep);
+  summary_.rounds = round + 1;
+  summary_.wan_bytes_total += t.wan_bytes;
+  summary_.fp32_bytes_total += t.fp32_bytes;
+  if (opt_.on_round) opt_.on_round(rep);
+  maybe_finish();
+}
+
+// ---- anchor relay (regions) -------------------------------------------------------
+
+void Aggregator::Impl::on_parent_welcome(const wire::ParsedFrame& f) {
+  if (phase_ != Phase::kAwaitWelcome) {
+    log().info("[agg:{}] ignored a repeated welcome", self_.id);
+    return;
+  }
+  if (f.header.total_elements != total_elements_) {
+    throw ProtocolError("parent welcomed '" + self_.id + "' with a model of " +
+                        std::to_string(f.header.total_elements) + " parameters, children have " +
+                        std::to_string(total_elements_));
+  }
+  std::vector<uint8_t> payload(f.payload, f.payload + f.payload_size);
+  welcome_children(f.header.round, (f.header.flags & wire::kFlagNoChange) != 0, payload);
+  relayed_through_ = f.header.round;
+  telemetry_sent_through_ = f.header.round;
+  open_round(f.header.round);
+}
+
+void Aggregator::Impl::on_parent_anchor(const wire::ParsedFrame& f, const uint8_t* raw,
+                                        size_t raw_size) {
+  const wire::FrameHeader& h = f.header;
+  const bool full = (h.flags & wire::kFlagFullAnchor) != 0;
+  // A full anchor belongs to the round being trained; an update opens the next.
+  const uint64_t expected = full ? round_ : round_ + 1;
+  if (h.round != expected || h.total_elements != total_elements_ ||
+      h.chunk_count != plan_->count() || h.element_count != plan_->size(h.chunk_index)) {
+    throw ProtocolError("parent sent an anchor chunk that does not fit (round " +
+                        std::to_string(h.round) + ", chunk " + std::to_string(h.chunk_index) +
+                        "), expected round " + std::to_string(expected));
+  }
+  if (relay_round_ != h.round || relayed_chunks_ == 0) {
+    relay_round_ = h.round;
+  }
+  // Relay the chunk as it is, re-addressed from this node: no decode.
+  wire::FrameHeader out = h;
+  out.sender = self_.index;
+  auto bytes = std::make_shared<std::vector<uint8_t>>(raw, raw + raw_size);
+  wire::encode_header(out, bytes->data());
+  const Frame frame = std::move(bytes);
+  for (const Child& c : children_) send_child(c, frame, out);
+  relayed_chunks_ += 1;
+  if (relayed_chunks_ < plan_->count()) return;
+  relayed_chunks_ = 0;
+  if (full) return;
+  relayed_through_ = h.round;
+  if (h.round < topo_.federation().rounds) open_round(h.round);
+  try_send_telemetry(h.round - 1);
+}
+
+}  // namespace fedwan

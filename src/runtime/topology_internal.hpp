@@ -1,0 +1,110 @@
+// Private to the two translation units of Topology: topology.cpp (the YAML
+// structure, the tree, the federation settings, the digest) and
+// topology_policy.cpp (the residency policy: jurisdiction,
+// allowed_jurisdictions, k_min, policy, and the runtime checks on them).
+#pragma once
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "fedwan/error.hpp"
+#include "fedwan/topology.hpp"
+
+namespace fedwan::topology_detail {
+
+// "a, b, c".
+std::string join(const std::vector<std::string>& v);
+
+// Reads typed values from the YAML tree; every error is a ConfigError naming
+// source:line:col, the context (e.g. "node 'eu'") and the problem. Holds a
+// reference to `source`, which must outlive it.
+class YamlReader {
+ public:
+  explicit YamlReader(const std::string& source) : source_(source) {}
+
+  [[noreturn]] void fail(const YAML::Node& at, const std::string& ctx,
+                         const std::string& msg) const {
+    std::string where = source_;
+    if (at && !at.Mark().is_null()) {
+      where +=
+          ":" + std::to_string(at.Mark().line + 1) + ":" + std::to_string(at.Mark().column + 1);
+    }
+    throw ConfigError(where + ": " + ctx + ": " + msg);
+  }
+
+  void expect_map(const YAML::Node& n, const std::string& ctx) const {
+    if (!n.IsMap()) fail(n, ctx, "expected a mapping of key: value");
+  }
+
+  // Unknown and repeated keys are both errors (yaml-cpp keeps only one of a
+  // repeated key, which would silently drop a setting).
+  void check_keys(const YAML::Node& map, const std::vector<std::string>& known,
+                  const std::string& ctx) const {
+    std::vector<std::string> seen;
+    for (auto it = map.begin(); it != map.end(); ++it) {
+      if (!it->first.IsScalar()) fail(it->first, ctx, "keys must be plain names");
+      const std::string& key = it->first.Scalar();
+      if (std::find(known.begin(), known.end(), key) == known.end()) {
+        fail(it->first, ctx, "unknown key '" + key + "'; known keys are " + join(known));
+      }
+      if (std::find(seen.begin(), seen.end(), key) != seen.end()) {
+        fail(it->first, ctx, "key '" + key + "' given twice");
+      }
+      seen.push_back(key);
+    }
+  }
+
+  std::string str(const YAML::Node& n, const std::string& ctx, const std::string& key) const {
+    if (!n.IsScalar()) fail(n, ctx, "'" + key + "' must be a string");
+    return n.Scalar();
+  }
+
+  uint64_t u64(const YAML::Node& n, const std::string& ctx, const std::string& key) const {
+    std::string s = n.IsScalar() ? n.Scalar() : std::string();
+    uint64_t v = 0;
+    auto res = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (s.empty() || res.ec != std::errc() || res.ptr != s.data() + s.size()) {
+      fail(n, ctx, "'" + key + "' must be a non-negative integer, got '" + s + "'");
+    }
+    return v;
+  }
+
+  double f64(const YAML::Node& n, const std::string& ctx, const std::string& key) const {
+    std::string s = n.IsScalar() ? n.Scalar() : std::string();
+    double v = 0;
+    auto res = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (s.empty() || res.ec != std::errc() || res.ptr != s.data() + s.size()) {
+      fail(n, ctx, "'" + key + "' must be a number, got '" + s + "'");
+    }
+    return v;
+  }
+
+ private:
+  const std::string& source_;
+};
+
+// ---- residency policy (topology_policy.cpp) ---------------------------------
+
+// The top-level `policy:` mapping.
+PolicySpec read_policy(const YamlReader& r, const YAML::Node& n);
+
+// Reads node `n`'s residency keys (jurisdiction, allowed_jurisdictions,
+// k_min) into `s`, whose role is already read; `ctx` names the node.
+void read_residency(const YamlReader& r, const YAML::Node& n, const std::string& ctx, NodeSpec& s);
+
+// First problem with `s`'s residency fields taken one by one ("" if none):
+// what build() checks that read_residency() checked while parsing.
+std::string residency_field_problem(const NodeSpec& s);
+
+// First residency problem across the finished tree (a site whose parent's
+// jurisdiction it does not allow, a region with fewer sites than its k_min),
+// or nullopt. `t` must have its indices, parents and children set.
+std::optional<std::string> residency_tree_problem(const Topology& t);
+
+}  // namespace fedwan::topology_detail
