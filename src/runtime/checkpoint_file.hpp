@@ -1,0 +1,81 @@
+// The on-disk checkpoint container: named byte sections under a SHA-256
+// manifest, replaced atomically. What the sections hold (parameters, outer
+// optimizer state, round bookkeeping) is up to the fault-tolerance layer.
+//
+// Layout, all integers little-endian:
+//   offset  size  field
+//        0     4  magic "FWCK" (the bytes 'F' 'W' 'C' 'K')
+//        4     2  version, 1
+//        6     2  flags, 0 (a reader refuses any bit it does not know)
+//        8     8  round
+//       16    32  topology digest
+//       48     2  node id length N, 1..64
+//       50     N  node id, [A-Za-z0-9._-] (the common/node_id.hpp rule)
+//     50+N     4  section count S, 0..256
+//   then S manifest entries, in section order:
+//              2  name length L, 1..64
+//              L  name, [a-z0-9_.-], unique within the file
+//              8  byte length of the section
+//             32  SHA-256 of the section bytes
+//   then the bytes of each section, in order, with nothing between them;
+//   then 32 bytes: SHA-256 of every byte before it (the manifest digest).
+//
+// Errors: write_checkpoint throws ConfigError for a checkpoint that cannot be
+// encoded (bad node id or section name, duplicate names, too many sections)
+// and TransportError when the file system fails. read_checkpoint throws
+// TransportError when the file cannot be opened or read (a missing file
+// included) and CryptoError for any content that is not a valid, intact
+// checkpoint. Every message names the path.
+// Thread safety: the functions share no state. Writers racing on one path each
+// replace the file whole; the last rename wins.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace fedwan {
+
+inline constexpr uint16_t kCheckpointVersion = 1;
+inline constexpr size_t kMaxCheckpointSections = 256;
+inline constexpr size_t kMaxCheckpointSectionNameLength = 64;
+
+struct CheckpointSection {
+  std::string name;  // 1..64 characters of [a-z0-9_.-]
+  std::vector<uint8_t> bytes;
+};
+
+struct Checkpoint {
+  uint64_t round = 0;
+  std::array<uint8_t, 32> topology_digest{};
+  std::string node_id;
+  std::vector<CheckpointSection> sections;
+
+  // The section called `name`, or nullptr. Valid until `sections` changes.
+  const CheckpointSection* find(std::string_view name) const;
+};
+
+// True for 1..64 characters of [a-z0-9_.-].
+bool is_valid_checkpoint_section_name(std::string_view name);
+
+// Replaces `path` with `c` so that a reader, or a restart after a crash or
+// power cut, sees the old checkpoint or the new, never part of either: writes
+// a temporary ".<name>.XXXXXX" in the same directory, streaming each section
+// from its vector (no second copy of the data), sets mode 0600, fsyncs it,
+// renames it over `path` and fsyncs the directory. Blocks on the disk. On any
+// error the temporary file is removed and `path` is left as it was, except
+// when only the final directory fsync fails: the new file is then in place
+// but may not survive a power cut, and a TransportError says so.
+void write_checkpoint(const std::filesystem::path& path, const Checkpoint& c);
+
+// Reads `path` and verifies all of it (magic, version, flags, every length
+// against the limits and the file size before anything is allocated, names,
+// each section digest, the manifest digest, no trailing bytes). Memory use is
+// bounded by the file's size whatever its content. Blocks on the disk.
+Checkpoint read_checkpoint(const std::filesystem::path& path);
+
+}  // namespace fedwan
