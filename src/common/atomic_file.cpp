@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -77,35 +78,55 @@ std::string read_file(const fs::path& path, const ReadFileOptions& options) {
   return std::move(*text);
 }
 
-void write_file_atomic(const fs::path& path, std::string_view bytes, mode_t mode) {
-  std::string tmpl = (path.parent_path() / ("." + path.filename().string() + ".XXXXXX")).string();
-  Fd f{::mkstemp(tmpl.data())};  // created 0600: a key is never readable by others
-  if (f.fd < 0) throw_file_error("create a temporary file for", path, errno);
-  bool committed = false;
-  struct Unlink {
-    const std::string& name;
-    const bool& committed;
-    ~Unlink() {
-      if (!committed) ::unlink(name.c_str());
-    }
-  } unlink_guard{tmpl, committed};
+AtomicFileWriter::AtomicFileWriter(fs::path path, mode_t mode, FailFn fail)
+    : path_(std::move(path)), mode_(mode), fail_(std::move(fail)) {
+  temp_ = (path_.parent_path() / ("." + path_.filename().string() + ".XXXXXX")).string();
+  fd_ = ::mkstemp(temp_.data());  // created 0600: a key is never readable by others
+  if (fd_ < 0) failed("create a temporary file for", errno);
+  created_ = true;
+}
 
-  for (size_t done = 0; done < bytes.size();) {
-    const ssize_t n = ::write(f.fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw_file_error("write", path, errno);
-    done += static_cast<size_t>(n);
+AtomicFileWriter::~AtomicFileWriter() {
+  if (fd_ >= 0) ::close(fd_);
+  if (created_ && !committed_) ::unlink(temp_.c_str());
+}
+
+void AtomicFileWriter::failed(std::string_view action, int err) const {
+  if (fail_) fail_(action, err);
+  throw_file_error(action, path_, err);
+}
+
+void AtomicFileWriter::write(const void* data, size_t n) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  while (n > 0) {
+    // Modest pieces keep each write(2) bounded for very large files.
+    const ssize_t w = ::write(fd_, p, std::min<size_t>(n, size_t{4} << 20));
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) failed("write", errno);
+    p += w;
+    n -= static_cast<size_t>(w);
   }
-  if (::fchmod(f.fd, mode) != 0) throw_file_error("set the mode of", path, errno);
-  if (::fsync(f.fd) != 0) throw_file_error("sync", path, errno);
-  const int fd = f.fd;
-  f.fd = -1;
-  if (::close(fd) != 0) throw_file_error("close", path, errno);
-  if (::rename(tmpl.c_str(), path.c_str()) != 0) throw_file_error("replace", path, errno);
-  committed = true;
-  // Make the rename durable too: a revocation reported done must survive a
-  // power cut. A failure here loses nothing already written.
-  (void)sync_directory(path.has_parent_path() ? path.parent_path() : fs::path("."));
+}
+
+void AtomicFileWriter::commit(bool require_durable_rename) {
+  if (::fchmod(fd_, mode_) != 0) failed("set the mode of", errno);
+  if (::fsync(fd_) != 0) failed("sync", errno);
+  const int fd = fd_;
+  fd_ = -1;
+  if (::close(fd) != 0) failed("close", errno);
+  if (::rename(temp_.c_str(), path_.c_str()) != 0) failed("replace", errno);
+  committed_ = true;
+  // Make the rename durable too: a revocation or checkpoint reported done
+  // must survive a power cut.
+  const int err = sync_directory(path_.has_parent_path() ? path_.parent_path() : fs::path("."));
+  if (err != 0 && require_durable_rename) failed("sync directory of", err);
+}
+
+void write_file_atomic(const fs::path& path, std::string_view bytes, mode_t mode) {
+  AtomicFileWriter w(path, mode);
+  w.write(bytes.data(), bytes.size());
+  // A failure of the final directory fsync loses nothing already written.
+  w.commit();
 }
 
 void fsync_directory(const fs::path& dir) {

@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <string>
@@ -53,6 +54,37 @@ std::optional<std::string> read_file_if_exists(const std::filesystem::path& path
 // final directory fsync is best effort (a failure there loses nothing already
 // written, so it is not reported). Blocks on the disk.
 void write_file_atomic(const std::filesystem::path& path, std::string_view bytes, mode_t mode);
+
+// The streaming form of write_file_atomic, for files too large to build in
+// memory first (checkpoints): write() pieces, then commit(). Destroying an
+// uncommitted writer removes the temporary file and leaves `path` alone.
+// Failures go to `fail(action, errno)`, which must throw; the default throws
+// the ConfigError of throw_file_error. Not thread safe; blocks on the disk.
+class AtomicFileWriter {
+ public:
+  using FailFn = std::function<void(std::string_view action, int err)>;
+  AtomicFileWriter(std::filesystem::path path, mode_t mode, FailFn fail = {});
+  ~AtomicFileWriter();
+  AtomicFileWriter(const AtomicFileWriter&) = delete;
+  AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
+
+  void write(const void* data, size_t n);
+  // Sets the mode, fsyncs, renames over `path`, then fsyncs the directory.
+  // With require_durable_rename a failure of that last fsync is reported
+  // (as action "sync directory of"); otherwise it is best effort.
+  void commit(bool require_durable_rename = false);
+
+ private:
+  [[noreturn]] void failed(std::string_view action, int err) const;
+
+  std::filesystem::path path_;
+  mode_t mode_;
+  FailFn fail_;
+  std::string temp_;
+  int fd_ = -1;
+  bool created_ = false;
+  bool committed_ = false;
+};
 
 // fsync(2) on directory `dir`, making the creation, rename or removal of an
 // entry in it durable. Throws ConfigError "cannot sync directory <dir>: ...".

@@ -10,6 +10,7 @@
 #include <set>
 #include <utility>
 
+#include "common/atomic_file.hpp"
 #include "common/node_id.hpp"
 #include "common/sha256.hpp"
 #include "fedwan/error.hpp"
@@ -57,16 +58,6 @@ uint64_t get_le(const uint8_t* p, int n) {
 
 [[noreturn]] void throw_corrupt(const fs::path& path, const std::string& what) {
   throw CryptoError("checkpoint " + path.string() + ": " + what);
-}
-
-void write_all(int fd, const uint8_t* data, size_t n, const fs::path& path) {
-  while (n > 0) {
-    const ssize_t w = ::write(fd, data, std::min(n, kIoChunk));
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) throw_io("write", path, errno);
-    data += w;
-    n -= static_cast<size_t>(w);
-  }
 }
 
 void check_encodable(const Checkpoint& c) {
@@ -195,45 +186,27 @@ void write_checkpoint(const fs::path& path, const Checkpoint& c) {
   check_encodable(c);
   const std::vector<uint8_t> header = encode_header(c);
 
-  std::string tmpl = (path.parent_path() / ("." + path.filename().string() + ".XXXXXX")).string();
-  Fd f{::mkstemp(tmpl.data())};
-  if (f.fd < 0) throw_io("create a temporary file for", path, errno);
-  bool committed = false;
-  struct Unlink {
-    const std::string& name;
-    const bool& committed;
-    ~Unlink() {
-      if (!committed) ::unlink(name.c_str());
+  // Recovery trusts a checkpoint reported written, so unlike credentials a
+  // failure to make the rename durable is reported too.
+  AtomicFileWriter out(path, kCheckpointMode, [&path](std::string_view action, int err) {
+    if (action == "sync directory of") {
+      throw TransportError("checkpoint " + path.string() +
+                           " was written but its directory could not be synced: " +
+                           std::strerror(err) +
+                           "; it may not survive a power cut, write it again");
     }
-  } unlink_guard{tmpl, committed};
-
+    throw_io(action, path, err);
+  });
   Sha256 manifest;
   manifest.update(header.data(), header.size());
-  write_all(f.fd, header.data(), header.size(), path);
+  out.write(header.data(), header.size());
   for (const CheckpointSection& s : c.sections) {
     manifest.update(s.bytes.data(), s.bytes.size());
-    write_all(f.fd, s.bytes.data(), s.bytes.size(), path);
+    out.write(s.bytes.data(), s.bytes.size());
   }
   const Sha256Digest digest = manifest.finish();
-  write_all(f.fd, digest.data(), digest.size(), path);
-
-  if (::fchmod(f.fd, kCheckpointMode) != 0) throw_io("set the mode of", path, errno);
-  if (::fsync(f.fd) != 0) throw_io("sync", path, errno);
-  const int fd = f.fd;
-  f.fd = -1;
-  if (::close(fd) != 0) throw_io("close", path, errno);
-  if (::rename(tmpl.c_str(), path.c_str()) != 0) throw_io("replace", path, errno);
-  committed = true;
-
-  // Recovery trusts a checkpoint reported written, so the rename must be
-  // durable too; unlike the content, a failure here is reported.
-  const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
-  Fd d{::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
-  if (d.fd < 0 || ::fsync(d.fd) != 0) {
-    throw TransportError("checkpoint " + path.string() +
-                         " was written but its directory could not be synced: " +
-                         std::strerror(errno) + "; it may not survive a power cut, write it again");
-  }
+  out.write(digest.data(), digest.size());
+  out.commit(/*require_durable_rename=*/true);
 }
 
 Checkpoint read_checkpoint(const fs::path& path) {

@@ -88,9 +88,7 @@ void NodeSecurity::on_link_event(const LinkEvent& e, bool as_parent) {
   }
 }
 
-SecurityFactory NodeSecurity::children_factory() {
-  LinkEventSink sink = [this](const LinkEvent& e) { on_link_event(e, true); };
-  if (plaintext()) return plaintext_security_factory(topology_.job_id(), self_.index, sink);
+SecureChannelConfig NodeSecurity::channel_config(LinkEventSink sink) const {
   SecureChannelConfig c;
   c.tls = tls_;
   c.cipher = security::aead_by_name(options_.cipher);
@@ -99,7 +97,14 @@ SecurityFactory NodeSecurity::children_factory() {
   c.rekey.max_age = options_.rekey_interval;
   c.job_id = topology_.job_id();
   c.self_index = self_.index;
-  c.on_event = sink;
+  c.on_event = std::move(sink);
+  return c;
+}
+
+SecurityFactory NodeSecurity::children_factory() {
+  LinkEventSink sink = [this](const LinkEvent& e) { on_link_event(e, true); };
+  if (plaintext()) return plaintext_security_factory(topology_.job_id(), self_.index, sink);
+  SecureChannelConfig c = channel_config(sink);
   c.authorize = [this](const security::NodeIdentity& cert, const std::string& claimed) {
     return authorize_child(topology_, self_, cert, claimed);
   };
@@ -111,15 +116,7 @@ SecurityFactory NodeSecurity::children_factory() {
 SecurityFactory NodeSecurity::parent_factory() {
   LinkEventSink sink = [this](const LinkEvent& e) { on_link_event(e, false); };
   if (plaintext()) return plaintext_security_factory(topology_.job_id(), self_.index, sink);
-  SecureChannelConfig c;
-  c.tls = tls_;
-  c.cipher = security::aead_by_name(options_.cipher);
-  c.rekey.max_bytes = options_.rekey_after_bytes;
-  c.rekey.max_frames = options_.rekey_after_frames;
-  c.rekey.max_age = options_.rekey_interval;
-  c.job_id = topology_.job_id();
-  c.self_index = self_.index;
-  c.on_event = sink;
+  SecureChannelConfig c = channel_config(sink);
   c.authorize = [this](const security::NodeIdentity& cert, const std::string&) {
     return authorize_parent(topology_, self_, cert);
   };

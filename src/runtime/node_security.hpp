@@ -18,6 +18,10 @@ class AuditLog;
 class TlsContext;
 }  // namespace fedwan::security
 
+namespace fedwan {
+struct SecureChannelConfig;
+}  // namespace fedwan
+
 namespace fedwan::runtime {
 
 class NodeSecurity {
@@ -42,6 +46,8 @@ class NodeSecurity {
 
  private:
   void on_link_event(const LinkEvent& e, bool as_parent);
+  // The settings both sides of this node's secure links share.
+  SecureChannelConfig channel_config(LinkEventSink sink) const;
 
   SecurityOptions options_;
   const Topology& topology_;

@@ -10,6 +10,10 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <thread>
 #include <vector>
@@ -74,6 +78,21 @@ inline std::vector<int> wait_processes(const std::vector<pid_t>& pids,
     }
   }
   return codes;
+}
+
+// A model written by `fedwan ... --out` (raw little-endian fp32).
+inline std::vector<float> read_model(const std::filesystem::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::vector<float> out(bytes.size() / sizeof(float));
+  std::memcpy(out.data(), bytes.data(), out.size() * sizeof(float));
+  return out;
+}
+
+// A node's log, for failure messages.
+inline std::string read_text(const std::filesystem::path& p) {
+  std::ifstream f(p);
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
 }
 
 }  // namespace fedwan::testing

@@ -36,18 +36,6 @@ constexpr size_t kParams = 20000;
 constexpr uint64_t kRootSeed = 11;
 constexpr uint64_t kSiteSeed = 12;
 
-std::vector<float> read_model(const std::filesystem::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::vector<char> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  std::vector<float> out(bytes.size() / sizeof(float));
-  std::memcpy(out.data(), bytes.data(), out.size() * sizeof(float));
-  return out;
-}
-
-std::string read_text(const std::filesystem::path& p) {
-  std::ifstream f(p);
-  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-}
 
 // A window of 8 or 16 bytes as a hashable key (an 8-byte one has hi = 0).
 struct WindowKey {

@@ -14,18 +14,6 @@
 namespace fedwan::testing {
 namespace {
 
-std::vector<float> read_model(const std::filesystem::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::vector<char> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  std::vector<float> out(bytes.size() / sizeof(float));
-  std::memcpy(out.data(), bytes.data(), out.size() * sizeof(float));
-  return out;
-}
-
-std::string read_text(const std::filesystem::path& p) {
-  std::ifstream f(p);
-  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-}
 
 class ProcessFederation : public ::testing::TestWithParam<std::string> {};
 
