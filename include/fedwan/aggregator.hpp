@@ -43,6 +43,15 @@ struct AggregatorOptions {
   int window = 8;                      // frames queued per child and direction
   // Mutual TLS credentials (or explicit plaintext) and the audit log.
   SecurityOptions security;
+  // Fault tolerance (docs/operations.md). With a directory, the node writes
+  // a checkpoint there at every round boundary and, when one is there at
+  // start, resumes from it (at its last committed round) instead of starting
+  // over. Empty: no checkpoints.
+  std::string checkpoint_dir;
+  // Keeps every delta payload received, named by its SHA-256 as the audit
+  // log records it, so that the aggregation can be replayed from the audit
+  // log (forensics, recovery tests). Empty: not kept.
+  std::string record_updates_dir;
 };
 
 struct AggregatorSummary {
@@ -54,6 +63,11 @@ struct AggregatorSummary {
   std::string security_mode;           // "mtls/<cipher>" or "plaintext"
   std::vector<double> handshake_ms;    // children's secure links, as each came up
   std::vector<float> global_model;     // root: the final global model
+  uint64_t resumed_from_round = 0;     // > 0: resumed from a checkpoint at this round
+  uint64_t children_lost = 0;          // heartbeat timeouts of children
+  uint64_t rejoins = 0;                // children that said hello again mid-federation
+  uint64_t stale_updates = 0;          // delta chunks for a closed round or chunk
+  uint64_t checkpoints_written = 0;
 };
 
 class Aggregator {

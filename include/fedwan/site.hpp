@@ -43,6 +43,7 @@ class Site {
   uint64_t round() const { return core_->round(); }
   uint64_t inner_steps() const { return core_->inner_steps(); }
   FlatParameters& parameters() { return flat_; }
+  SiteCore& core() { return *core_; }
 
  private:
   FlatParameters flat_;

@@ -8,13 +8,23 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "fedwan/security.hpp"
 #include "fedwan/topology.hpp"
 
 namespace fedwan {
+
+// A named piece of caller state saved with the site's checkpoints (the inner
+// optimizer's state, say): name 1..64 of [a-z0-9_.-], not "params",
+// "anchor", "residual" or "meta".
+struct StateBlob {
+  std::string name;
+  std::vector<uint8_t> bytes;
+};
 
 struct SiteOptions {
   Topology topology;
@@ -26,11 +36,19 @@ struct SiteOptions {
   int window = 8;                      // frames queued towards the parent
   // Mutual TLS credentials (or explicit plaintext) and the audit log.
   SecurityOptions security;
+  // Fault tolerance (docs/operations.md). With a directory, the site writes
+  // a checkpoint there at every round boundary (and on checkpoint()), and
+  // join() resumes from one it finds: parameters, anchor, error-feedback
+  // residual, round, data position and the blobs below. Empty: none.
+  std::string checkpoint_dir;
+  std::function<std::vector<StateBlob>()> save_state;            // called at each checkpoint
+  std::function<void(const std::vector<StateBlob>&)> load_state;  // called on resume
 };
 
 struct SyncResult {
   uint64_t round = 0;        // the round the site now trains in
   bool finished = false;     // the federation is done; params hold the final model
+  bool resynced = false;     // params were replaced by the parent's anchor (rejoin)
   uint64_t bytes_sent = 0;   // this sync, on the wire
   uint64_t bytes_received = 0;
 };
@@ -53,6 +71,21 @@ class SiteCore {
   // waits for the next anchor and loads it into params. Throws TimeoutError,
   // ProtocolError (refused, or a malformed anchor), TransportError.
   SyncResult sync();
+
+  // Keeps the link alive while the caller trains: sends a heartbeat when one
+  // is due, reads what the parent sent (a resync included: then params hold
+  // a new anchor and round() changed; the result says so) and reconnects a
+  // lost link. Cheap; call it between inner steps (fedwan::Site does).
+  SyncResult service();
+
+  // Writes a checkpoint of the current state now (SIGTERM handling); a no-op
+  // without a checkpoint directory.
+  void checkpoint();
+
+  // Where the caller's data stream is, saved with each checkpoint.
+  void set_data_position(uint64_t position);
+  uint64_t data_position() const;
+  bool resumed() const;                // join() resumed from a checkpoint
 
   uint64_t round() const;
   bool finished() const;

@@ -44,6 +44,13 @@ struct FederationSpec {
   uint64_t chunk_bytes = 1 << 20;   // fp32 bytes per chunk, 4 KiB .. 4 MiB
   OuterOptimizerSpec outer;
   double round_timeout_s = 600;     // how long a node waits for one round
+  // Fault tolerance (docs/operations.md). A round closes once every live
+  // child has delivered, or at `deadline_s` after it opened (0: no deadline),
+  // and only if the delivered weight is at least `quorum` of the total.
+  double quorum = 1.0;              // share of total weight, (0, 1]
+  double deadline_s = 0;            // 0 = wait for every live child
+  double heartbeat_s = 2;           // heartbeat period on every link, > 0
+  double heartbeat_timeout_s = 10;  // silence after which a peer is lost, > heartbeat_s
 };
 
 // Federation-wide residency settings (top-level `policy:` key).

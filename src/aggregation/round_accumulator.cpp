@@ -25,9 +25,11 @@ RoundAccumulator::RoundAccumulator(ChunkPlan plan, std::vector<uint32_t> childre
   if (children_.empty()) throw ConfigError("an aggregator needs at least one child");
 }
 
-void RoundAccumulator::open(uint64_t round) {
+void RoundAccumulator::open(uint64_t round, double min_weight) {
   round_ = round;
   open_ = true;
+  min_weight_ = min_weight;
+  expected_.assign(children_.size(), true);
   seen_.assign(children_.size(), std::vector<bool>(plan_.count(), false));
   delivered_.assign(children_.size(), 0);
   inflight_.clear();
@@ -52,6 +54,7 @@ RoundAccumulator::Result RoundAccumulator::add(uint64_t round, uint32_t sender, 
   if (round < round_) return {AddOutcome::kStale};
   if (chunk >= plan_.count() || element_count != plan_.size(chunk)) return {AddOutcome::kBadChunk};
   if (seen_[slot][chunk]) return {AddOutcome::kDuplicate};
+  if (taken_[chunk]) return {AddOutcome::kStale};  // closed without this child
   if (!(weight > 0) || weight != weight || weight > 1e300) return {AddOutcome::kBadPayload};
   // Validate before touching the accumulator: a bad payload must leave no trace.
   if (!codec.validate(payload, bytes, element_count)) return {AddOutcome::kBadPayload};
@@ -63,13 +66,75 @@ RoundAccumulator::Result RoundAccumulator::add(uint64_t round, uint32_t sender, 
   acc.arrivals += 1;
   seen_[slot][chunk] = true;
   delivered_[slot] += 1;
-  return {AddOutcome::kAccepted, acc.arrivals == children_.size()};
+  return {AddOutcome::kAccepted, chunk_ready(chunk)};
+}
+
+bool RoundAccumulator::chunk_ready(uint32_t chunk) const {
+  if (taken_[chunk]) return false;
+  auto it = inflight_.find(chunk);
+  if (it == inflight_.end() || it->second.weight < min_weight_) return false;
+  for (size_t i = 0; i < children_.size(); ++i) {
+    if (expected_[i] && !seen_[i][chunk]) return false;
+  }
+  return true;
+}
+
+void RoundAccumulator::set_expected(uint32_t sender, bool expected) {
+  const int slot = child_slot(sender);
+  if (slot < 0) FEDWAN_THROW(Error, "unknown child " + std::to_string(sender));
+  expected_[static_cast<size_t>(slot)] = expected;
+}
+
+bool RoundAccumulator::expected(uint32_t sender) const {
+  const int slot = child_slot(sender);
+  return slot >= 0 && expected_[static_cast<size_t>(slot)];
+}
+
+std::vector<uint32_t> RoundAccumulator::ready_chunks() const {
+  std::vector<uint32_t> out;
+  if (!open_) return out;
+  for (uint32_t c = 0; c < plan_.count(); ++c) {
+    if (chunk_ready(c)) out.push_back(c);
+  }
+  return out;
+}
+
+std::vector<uint32_t> RoundAccumulator::quorate_chunks() const {
+  std::vector<uint32_t> out;
+  if (!open_) return out;
+  for (const auto& [chunk, acc] : inflight_) {
+    if (!taken_[chunk] && acc.arrivals > 0 && acc.weight >= min_weight_) out.push_back(chunk);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+double RoundAccumulator::chunk_weight(uint32_t chunk) const {
+  auto it = inflight_.find(chunk);
+  return it == inflight_.end() ? 0.0 : it->second.weight;
+}
+
+std::vector<uint32_t> RoundAccumulator::contributors(uint32_t chunk) const {
+  std::vector<uint32_t> out;
+  for (size_t i = 0; i < children_.size(); ++i) {
+    if (open_ && seen_[i].at(chunk)) out.push_back(children_[i]);
+  }
+  return out;
+}
+
+bool RoundAccumulator::delivered_all(uint32_t sender) const {
+  const int slot = child_slot(sender);
+  if (slot < 0 || !open_) return false;
+  for (uint32_t c = 0; c < plan_.count(); ++c) {
+    if (!taken_[c] && !seen_[static_cast<size_t>(slot)][c]) return false;
+  }
+  return true;
 }
 
 ChunkSum RoundAccumulator::take(uint32_t chunk) {
   auto it = inflight_.find(chunk);
-  if (it == inflight_.end() || it->second.arrivals != children_.size() || taken_.at(chunk)) {
-    FEDWAN_THROW(Error, "chunk " + std::to_string(chunk) + " is not complete");
+  if (it == inflight_.end() || it->second.arrivals == 0 || taken_.at(chunk)) {
+    FEDWAN_THROW(Error, "chunk " + std::to_string(chunk) + " has nothing to take");
   }
   ChunkSum out;
   out.index = chunk;
@@ -85,7 +150,7 @@ ChunkSum RoundAccumulator::take(uint32_t chunk) {
 std::vector<uint32_t> RoundAccumulator::missing_children() const {
   std::vector<uint32_t> out;
   for (size_t i = 0; i < children_.size(); ++i) {
-    if (!open_ || delivered_[i] < plan_.count()) out.push_back(children_[i]);
+    if (!open_ || (expected_[i] && delivered_[i] < plan_.count())) out.push_back(children_[i]);
   }
   return out;
 }

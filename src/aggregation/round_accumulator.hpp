@@ -2,6 +2,12 @@
 // and one fp32 accumulator per chunk *in flight* (allocated on the first
 // arrival of chunk i, released by take()). Memory is O(chunks in flight),
 // never O(children x model). Pure: no sockets, no clocks. Not thread safe.
+//
+// Fault tolerance: a chunk is ready once every *expected* child delivered it
+// (a child lost mid-round is no longer expected) and its weight reaches the
+// round's minimum; at a deadline, any chunk whose weight reaches the minimum
+// may be closed without the others. A chunk once taken is closed: later
+// arrivals for it are stale. Every (round, sender, chunk) counts at most once.
 #pragma once
 
 #include <cstdint>
@@ -36,23 +42,40 @@ class RoundAccumulator {
   // `children` are the wire sender ids whose chunks complete a round.
   RoundAccumulator(ChunkPlan plan, std::vector<uint32_t> children);
 
-  void open(uint64_t round);  // starts `round`; drops anything left of the last
+  // Starts `round` with every child expected; drops anything left of the
+  // last. A chunk becomes ready only with at least `min_weight` behind it.
+  void open(uint64_t round, double min_weight = 0);
   uint64_t round() const { return round_; }
   bool is_open() const { return open_; }
 
   struct Result {
     AddOutcome outcome;
-    bool chunk_complete = false;  // every child's chunk `chunk` is in
+    bool chunk_complete = false;  // every expected child's chunk `chunk` is in
   };
   // Validates and accumulates one child's chunk (a weighted mean + weight).
   Result add(uint64_t round, uint32_t sender, uint32_t chunk, uint32_t element_count,
              double weight, const Codec& codec, const uint8_t* payload, size_t bytes);
 
-  // Releases a complete chunk's accumulator as the weighted mean.
+  // Releases a chunk's accumulator as the weighted mean; the chunk must have
+  // at least one arrival and not be taken yet.
   ChunkSum take(uint32_t chunk);
 
+  // Whether `sender` must deliver for chunks to be ready (all are at open).
+  void set_expected(uint32_t sender, bool expected);
+  bool expected(uint32_t sender) const;
+  // Chunks not taken whose every expected child delivered, with enough weight.
+  std::vector<uint32_t> ready_chunks() const;
+  // Chunks not taken with at least the minimum weight (deadline closing).
+  std::vector<uint32_t> quorate_chunks() const;
+  bool chunk_taken(uint32_t chunk) const { return taken_.at(chunk); }
+  double chunk_weight(uint32_t chunk) const;
+  // Children whose chunk `chunk` is in (wire ids).
+  std::vector<uint32_t> contributors(uint32_t chunk) const;
+  // Whether `sender` delivered every chunk not yet taken.
+  bool delivered_all(uint32_t sender) const;
+
   bool round_complete() const { return open_ && chunks_done_ == plan_.count(); }
-  // Children that have not delivered every chunk of the open round.
+  // Expected children that have not delivered every chunk of the open round.
   std::vector<uint32_t> missing_children() const;
   // Accumulators alive right now (for memory accounting and tests).
   size_t chunks_in_flight() const { return inflight_.size(); }
@@ -65,9 +88,12 @@ class RoundAccumulator {
     uint32_t arrivals = 0;
   };
   int child_slot(uint32_t sender) const;
+  bool chunk_ready(uint32_t chunk) const;
 
   ChunkPlan plan_;
   std::vector<uint32_t> children_;
+  std::vector<bool> expected_;  // by child slot
+  double min_weight_ = 0;
   uint64_t round_ = 0;
   bool open_ = false;
   // seen_[slot][chunk]: whether that child's chunk arrived this round.

@@ -1,4 +1,6 @@
 // `fedwan aggregator` and `fedwan site`: one node of a real deployment.
+#include <atomic>
+#include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -20,6 +22,26 @@
 namespace fedwan::cli {
 namespace {
 
+// SIGTERM/SIGINT: an aggregator stops at once (its last round boundary is
+// checkpointed); a site finishes its current step or sync, checkpoints and
+// exits. Both exit 0. Only lock-free atomics are touched in the handler.
+std::atomic<bool> g_terminate{false};
+std::atomic<Aggregator*> g_aggregator{nullptr};
+static_assert(std::atomic<bool>::is_always_lock_free);
+
+extern "C" void on_terminate_signal(int) {
+  g_terminate.store(true);
+  if (Aggregator* a = g_aggregator.load()) a->stop();
+}
+
+void install_signal_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_terminate_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+}
+
 void add_node_flags(CLI::App& cmd, NodeArgs& a) {
   cmd.add_option("--topology", a.topology, "topology YAML file")->required()->check(
       CLI::ExistingFile);
@@ -27,6 +49,8 @@ void add_node_flags(CLI::App& cmd, NodeArgs& a) {
   cmd.add_option("--out", a.out, "write the final model here (raw little-endian fp32)");
   cmd.add_option("--join-timeout", a.join_timeout_s, "seconds to wait for the tree to form")
       ->capture_default_str();
+  cmd.add_option("--checkpoint-dir", a.checkpoint_dir,
+                 "write a checkpoint here at every round boundary; resume from it on restart");
   add_security_flags(cmd, a.security);
   add_workload_flags(cmd, a.workload);
 }
@@ -57,6 +81,8 @@ int run_aggregator(const NodeArgs& a) {
   o.node_id = a.node;
   o.join_timeout = std::chrono::milliseconds(static_cast<int64_t>(a.join_timeout_s * 1000));
   o.security = security_options(a.security);
+  o.checkpoint_dir = a.checkpoint_dir;
+  o.record_updates_dir = a.record_updates;
   const NodeSpec& self = o.topology.node(a.node);
   const bool root = self.role == Role::kRoot;
   const uint64_t rounds = o.topology.federation().rounds;
@@ -104,7 +130,20 @@ int run_aggregator(const NodeArgs& a) {
     };
   }
   Aggregator agg(std::move(o));
-  const AggregatorSummary s = agg.run();
+  install_signal_handlers();
+  g_aggregator.store(&agg);
+  AggregatorSummary s;
+  try {
+    s = agg.run();
+  } catch (const Error&) {
+    g_aggregator.store(nullptr);
+    if (!g_terminate.load()) throw;
+    std::cerr << "fedwan: aggregator '" << a.node << "' stopped by signal"
+              << (a.checkpoint_dir.empty() ? "" : "; it resumes from its last checkpoint")
+              << "\n";
+    return 0;
+  }
+  g_aggregator.store(nullptr);
   if (root && !a.out.empty()) write_model(a.out, s.global_model.data(), s.global_model.size());
   if (root && !a.report.empty()) {
     nlohmann::json j = {{"rounds", rounds_json},
@@ -140,6 +179,8 @@ int run_site(const NodeArgs& a) {
   o.node_id = a.node;
   o.join_timeout = std::chrono::milliseconds(static_cast<int64_t>(a.join_timeout_s * 1000));
   o.security = security_options(a.security);
+  o.checkpoint_dir = a.checkpoint_dir;
+  install_signal_handlers();
   const uint64_t steps = o.topology.federation().inner_steps;
   const WorkloadSettings& w = a.workload;
 
@@ -149,7 +190,18 @@ int run_site(const NodeArgs& a) {
     SiteCore site(std::move(o), params.data(), params.size());
     SyncResult r = site.join();
     while (!r.finished) {
-      synthetic::local_steps(params.data(), params.size(), index, steps, w.seed);
+      bool resynced = false;
+      for (uint64_t k = 0; k < steps && !resynced; ++k) {
+        synthetic::local_steps(params.data(), params.size(), index, 1, w.seed);
+        resynced = site.service().resynced;
+        if (g_terminate.load()) {
+          site.checkpoint();
+          std::cerr << "fedwan: site '" << a.node << "' stopped by signal at round "
+                    << site.round() << "\n";
+          return 0;
+        }
+      }
+      if (resynced) continue;
       r = site.sync();
     }
     if (!a.out.empty()) write_model(a.out, params.data(), params.size());
@@ -182,6 +234,12 @@ int run_site(const NodeArgs& a) {
   while (!site.finished()) {
     trainer.step(model, *opt);
     site.step();
+    if (g_terminate.load()) {
+      site.core().checkpoint();
+      std::cerr << "fedwan: site '" << a.node << "' stopped by signal at round " << site.round()
+                << "\n";
+      return 0;
+    }
   }
   if (!a.out.empty()) {
     write_model(a.out, site.parameters().data(), site.parameters().numel());
@@ -215,6 +273,9 @@ void add_aggregator_command(CLI::App& app, NodeArgs& args, int* exit_code) {
   add_node_flags(*cmd, args);
   cmd->add_flag("--eval", args.eval, "root: evaluate the global model on the test set each round");
   cmd->add_option("--report", args.report, "root: write a JSON report of the rounds here");
+  cmd->add_option("--record-updates", args.record_updates,
+                  "keep every update payload received here, named by its SHA-256 as the audit "
+                  "log records it (audit replay)");
   cmd->callback([&args, exit_code] { *exit_code = run_aggregator(args); });
 }
 

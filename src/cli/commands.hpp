@@ -29,6 +29,8 @@ struct NodeArgs {
   std::string out;         // write the final model (raw little-endian fp32) here
   bool eval = false;       // root: evaluate the global model every round
   double join_timeout_s = 300;
+  std::string checkpoint_dir;   // local checkpoints; resumed from when present
+  std::string record_updates;   // aggregators: keep received update payloads here
   SecurityArgs security;
   WorkloadSettings workload;
 };

@@ -108,14 +108,18 @@ void AtomicFileWriter::write(const void* data, size_t n) {
   }
 }
 
-void AtomicFileWriter::commit(bool require_durable_rename) {
+void AtomicFileWriter::commit(bool require_durable_rename,
+                              const std::function<void(std::string_view)>& on_step) {
+  if (on_step) on_step("written");
   if (::fchmod(fd_, mode_) != 0) failed("set the mode of", errno);
   if (::fsync(fd_) != 0) failed("sync", errno);
+  if (on_step) on_step("synced");
   const int fd = fd_;
   fd_ = -1;
   if (::close(fd) != 0) failed("close", errno);
   if (::rename(temp_.c_str(), path_.c_str()) != 0) failed("replace", errno);
   committed_ = true;
+  if (on_step) on_step("renamed");
   // Make the rename durable too: a revocation or checkpoint reported done
   // must survive a power cut.
   const int err = sync_directory(path_.has_parent_path() ? path_.parent_path() : fs::path("."));

@@ -72,7 +72,10 @@ class AtomicFileWriter {
   // Sets the mode, fsyncs, renames over `path`, then fsyncs the directory.
   // With require_durable_rename a failure of that last fsync is reported
   // (as action "sync directory of"); otherwise it is best effort.
-  void commit(bool require_durable_rename = false);
+  // `on_step`, if given, is called with "written" (before the fsync),
+  // "synced" (before the rename) and "renamed" (after it): crash points.
+  void commit(bool require_durable_rename = false,
+              const std::function<void(std::string_view step)>& on_step = {});
 
  private:
   [[noreturn]] void failed(std::string_view action, int err) const;

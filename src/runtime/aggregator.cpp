@@ -65,6 +65,8 @@ Aggregator::Impl::Impl(AggregatorOptions options)
     c.id = n.id;
     c.is_site = n.role == Role::kSite;
     if (!c.is_site) region_children_ += 1;
+    for (uint32_t s : topo_.sites_under(idx)) c.weight += topo_.node(s).weight;
+    total_weight_ += c.weight;
     child_slot_[c.id] = children_.size();
     children_.push_back(std::move(c));
   }
@@ -81,8 +83,17 @@ Aggregator::Impl::Impl(AggregatorOptions options)
     parent_link_ = std::make_unique<ParentLink>(ctx_, parent.endpoint, self_.id, lo,
                                                 security_->parent_factory());
   }
+  const FederationSpec& fed = topo_.federation();
+  heartbeat_ = Millis(static_cast<int64_t>(fed.heartbeat_s * 1000));
+  heartbeat_timeout_ = Millis(static_cast<int64_t>(fed.heartbeat_timeout_s * 1000));
+  deadline_timer_ = timers_.make_timer();
+  timers_.every(heartbeat_, [this] { on_heartbeat_timer(); });
+  parent_heard_ = Clock::now();
   log().info("[agg:{}] {} serving {} children on {}", self_.id, role_name(self_.role),
              children_.size(), bind);
+  if (resume_from_checkpoint()) {
+    log().info("[agg:{}] resumed from its checkpoint at round {}", self_.id, round_);
+  }
 }
 
 void Aggregator::Impl::init_model_state(uint64_t total_elements) {
@@ -119,10 +130,13 @@ bool Aggregator::Impl::flush() {
       try {
         sent = children_link_->try_send(children_[i].id, *head.frame);
       } catch (const TransportError&) {
-        if (head.header.type != wire::MsgType::kDone) throw;
-        // A site that already holds the final anchor may have left: fine.
-        box.frames.pop_front();
-        continue;
+        // Not connected: a site that holds the final anchor may have left,
+        // others are gone or reconnecting. What they missed reaches them as
+        // a resync when they say hello again (aggregator_recovery.cpp).
+        log().debug("[agg:{}] '{}' is not connected; dropped {} queued frames", self_.id,
+                    children_[i].id, box.frames.size());
+        box.frames.clear();
+        break;
       }
       if (!sent) break;
       ledger_.charge_frame(head.header, *sent, round_);
@@ -132,7 +146,10 @@ bool Aggregator::Impl::flush() {
     }
   }
   while (!parent_out_.frames.empty()) {
-    if (!parent_link_->try_send(*parent_out_.frames.front().frame)) break;
+    if (!parent_link_->established() ||
+        !parent_link_->try_send(*parent_out_.frames.front().frame)) {
+      break;
+    }
     parent_out_.frames.pop_front();
     parent_out_.waiting_since = Clock::now();
   }
@@ -160,6 +177,10 @@ void Aggregator::Impl::refuse(const std::string& peer, const std::string& reason
   }
 }
 
+void Aggregator::Impl::clear_outbox(const Child& c) {
+  child_out_[child_slot_.at(c.id)].frames.clear();
+}
+
 void Aggregator::Impl::send_done(uint64_t rounds) {
   for (const Child& c : children_) {
     wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kDone, rounds);
@@ -181,6 +202,7 @@ AggregatorSummary Aggregator::Impl::run() {
     // A ROUTER cannot signal room for one particular child, so while frames
     // wait the loop polls briefly instead of sleeping.
     zmq::poll(items, parent_link_ ? 2 : 1, pending ? Millis(2) : kPoll);
+    timers_.poll();
     Incoming in;
     // Drain a bounded batch per socket so neither side starves the other.
     for (int i = 0; i < 64 && children_link_->recv(&in, Millis(0)); ++i) on_child_frame(in);
@@ -215,8 +237,21 @@ AggregatorSummary Aggregator::Impl::run() {
 
 void Aggregator::Impl::maybe_finish() {
   if (phase_ != Phase::kDraining) return;
-  const bool reported =
+  bool reported =
       is_root_ ? pending_reports_.empty() : telemetry_sent_through_ >= relayed_through_;
+  if (!reported && Clock::now() >= finish_deadline_) {
+    // A child that was lost never reports its traffic: report without it.
+    log().warn("[agg:{}] reporting the last rounds without some children's traffic", self_.id);
+    force_reports_ = true;
+    if (is_root_) {
+      std::vector<uint64_t> rounds;
+      for (const auto& [r, p] : pending_reports_) rounds.push_back(r);
+      for (uint64_t r : rounds) try_finish_round_report(r);
+    } else {
+      for (uint64_t r = telemetry_sent_through_; r < relayed_through_; ++r) try_send_telemetry(r);
+    }
+    reported = true;
+  }
   if (!reported) return;
   std::string missing;
   for (const Child& c : children_) {
@@ -236,11 +271,13 @@ void Aggregator::Impl::maybe_finish() {
 void Aggregator::Impl::check_deadlines() {
   const auto now = Clock::now();
   for (size_t i = 0; i < children_.size(); ++i) {
-    const Outbox& box = child_out_[i];
-    if (!box.frames.empty() && now - box.waiting_since > round_timeout_) {
-      throw TimeoutError("aggregator '" + self_.id + "': child '" + children_[i].id +
-                         "' has not read for " + std::to_string(round_timeout_.count() / 1000) +
-                         " s (" + std::to_string(box.frames.size()) + " frames waiting)");
+    Outbox& box = child_out_[i];
+    if (!box.frames.empty() && now - box.waiting_since > heartbeat_timeout_ &&
+        children_[i].live) {
+      // A child that does not read is as good as gone: stop waiting for it.
+      log().warn("[agg:{}] '{}' has not read for {} ms ({} frames waiting)", self_.id,
+                 children_[i].id, heartbeat_timeout_.count(), box.frames.size());
+      child_lost(children_[i]);
     }
   }
   if (!parent_out_.frames.empty() && now - parent_out_.waiting_since > round_timeout_) {
@@ -287,6 +324,7 @@ void Aggregator::Impl::on_child_frame(Incoming& in) {
     return;
   }
   Child& c = children_[slot->second];
+  c.last_heard = Clock::now();
   if (!f.ok()) {
     ledger_.charge(round_, in.message.size(), in.message.size());
     summary_.rejected_frames += 1;
@@ -306,8 +344,14 @@ void Aggregator::Impl::on_child_frame(Incoming& in) {
   }
   switch (f.header.type) {
     case wire::MsgType::kHello:
-      on_hello(c, f);
+      if (phase_ == Phase::kJoining) {
+        on_hello(c, f);
+      } else {
+        on_rejoin(c, f);
+      }
       break;
+    case wire::MsgType::kHeartbeat:
+      break;  // liveness only: last_heard is updated above
     case wire::MsgType::kDelta:
       on_delta(c, f);
       break;
@@ -343,7 +387,19 @@ void Aggregator::Impl::on_parent_frame(Incoming& in) {
     log().warn("[agg:{}] dropped frame with wrong job or sender from parent", self_.id);
     return;
   }
+  parent_heard_ = Clock::now();
+  parent_backoff_ = Millis(0);
   switch (f.header.type) {
+    case wire::MsgType::kHeartbeat:
+      // The parent's round still lacks this region's aggregate (frames lost
+      // to a restart or a bad link): send it again; duplicates count once.
+      if ((f.header.flags & wire::kFlagNeedUpdate) && phase_ == Phase::kAwaitAnchor &&
+          f.header.round == round_ && !sent_up_.empty()) {
+        log().info("[agg:{}] parent lacks part of round {}; sending {} chunks again", self_.id,
+                   round_, sent_up_.size());
+        for (const Frame& fr : sent_up_) send_parent(std::vector<uint8_t>(*fr));
+      }
+      break;
     case wire::MsgType::kWelcome:
       on_parent_welcome(f);
       break;

@@ -3,7 +3,10 @@
 //   aggregator.cpp         construction, the per-peer outboxes, the event
 //                          loop, frame dispatch, deadlines, shutdown;
 //   aggregator_rounds.cpp  the round protocol: joining, deltas, chunk and
-//                          round completion, anchor relay, traffic reports.
+//                          round completion, anchor relay, traffic reports;
+//   aggregator_recovery.cpp  fault tolerance: rejoins, heartbeats and lost
+//                          children, deadlines and quorum, checkpoints and
+//                          resuming, reconnecting to the parent.
 // Thread safety: everything but stop_requested belongs to run()'s thread.
 #pragma once
 
@@ -15,6 +18,8 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <random>
+#include <utility>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -23,6 +28,7 @@
 #include "fedwan/aggregator.hpp"
 #include "fedwan/codec.hpp"
 #include "fedwan/outer_optimizer.hpp"
+#include "runtime/event_timers.hpp"
 #include "runtime/node_security.hpp"
 #include "runtime/traffic.hpp"
 #include "transport/links.hpp"
@@ -47,6 +53,12 @@ class Aggregator::Impl {
     bool welcomed = false;
     bool confirmed_end = false;  // said it holds the final model (kDone upward)
     wire::HelloPayload hello;
+    // Liveness: heard within the heartbeat timeout. A lost child is not
+    // waited for; it comes back by saying hello again.
+    bool live = true;
+    Clock::time_point last_heard;
+    bool rejoin_pending = false;  // welcomed at the next round boundary
+    double weight = 0;            // total site weight under it
   };
 
   // A root's round awaiting its regions' traffic reports.
@@ -74,7 +86,8 @@ class Aggregator::Impl {
 
   // Steps of the protocol.
   void all_children_joined();
-  void welcome_children(uint64_t round, bool no_change, const std::vector<uint8_t>& payload);
+  void welcome_children(uint64_t round);
+  void finish_parent_welcome();
   void send_full_anchor(const Child& c);
   void open_round(uint64_t round);
   void complete_chunk(uint32_t chunk);
@@ -82,6 +95,28 @@ class Aggregator::Impl {
   void try_finish_round_report(uint64_t round);
   void try_send_telemetry(uint64_t round);
   void check_deadlines();
+
+  // Fault tolerance (aggregator_recovery.cpp).
+  void on_rejoin(Child& c, const wire::ParsedFrame& f);
+  void welcome_one(Child& c, uint64_t round, bool full);
+  void welcome_pending();  // at a round boundary: deferred rejoins
+  void on_heartbeat_timer();
+  void child_lost(Child& c);
+  void close_ready_chunks();
+  void on_deadline(uint64_t round);
+  void arm_deadline();
+  void save_checkpoint();
+  bool resume_from_checkpoint();
+  void reconnect_parent(const std::string& why);
+  void hello_parent();
+  void record_update(const uint8_t* payload, size_t size, const std::string& sha_hex);
+  uint32_t live_region_children() const {
+    uint32_t n = 0;
+    for (const Child& c : children_) n += (!c.is_site && c.live) ? 1 : 0;
+    return n;
+  }
+  const std::vector<float>& anchor_values() const { return is_root_ ? held_ : anchor_; }
+  std::array<uint8_t, 32> anchor_digest() const;
   // Ends run() once the last round is reported and every child confirmed it
   // holds the final model (or the wait for that ran out): closing a socket
   // earlier could lose the last frames still on their way.
@@ -110,6 +145,7 @@ class Aggregator::Impl {
   bool flush();
   bool outboxes_empty() const;
   void refuse(const std::string& peer, const std::string& reason, bool count = true);
+  void clear_outbox(const Child& c);
   void send_done(uint64_t rounds);
   void init_model_state(uint64_t total_elements);
 
@@ -158,6 +194,31 @@ class Aggregator::Impl {
 
   std::vector<Outbox> child_out_;  // by child slot
   Outbox parent_out_;
+
+  // Fault tolerance.
+  runtime::EventTimers timers_;
+  std::unique_ptr<runtime::EventTimers::Timer> deadline_timer_;
+  Millis heartbeat_, heartbeat_timeout_;
+  double total_weight_ = 0;      // site weight under this node
+  bool anchor_intact_ = true;    // held_/anchor_ still equal the open round's anchor
+  std::vector<float> anchor_;    // region: the anchor its children hold
+  // Root: the last anchor chunk of a round waits until the round's
+  // checkpoint is durable, so no child ever holds a round the root could
+  // forget in a crash.
+  std::optional<std::pair<Frame, wire::FrameHeader>> held_back_;
+  // Region: the aggregate chunks sent up this round, kept until the next
+  // anchor completes so they can be sent again after the parent restarts.
+  std::vector<Frame> sent_up_;
+  bool force_reports_ = false;    // finishing: report without lost children's traffic
+  Clock::time_point parent_heard_;
+  Clock::time_point parent_retry_at_;
+  Millis parent_backoff_{0};
+  bool parent_welcomed_ = false;   // region: the parent welcomed this session
+  uint64_t parent_welcome_round_ = 0;
+  bool parent_full_pending_ = false;  // region: a full anchor from the parent is arriving
+  uint32_t parent_full_chunks_ = 0;
+  std::array<uint8_t, 32> parent_digest_{};
+  std::mt19937_64 jitter_rng_{std::random_device{}()};
 
   TrafficLedger ledger_;
   std::map<uint64_t, SubtreeTraffic> subtree_;

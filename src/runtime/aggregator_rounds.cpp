@@ -57,6 +57,7 @@ void Aggregator::Impl::on_hello(Child& c, const wire::ParsedFrame& f) {
   }
   if (total_elements_ == 0) init_model_state(n);  // a region learns the size from its children
   c.joined = true;
+  c.live = true;
   c.hello = hello;
   log().info("[agg:{}] '{}' joined ({} parameters)", self_.id, c.id, n);
   for (const Child& other : children_) {
@@ -80,18 +81,11 @@ void Aggregator::Impl::all_children_joined() {
     open_round(0);
     return;
   }
-  // A region joins upward for its whole subtree. If all children start from
-  // one model it reports that digest; otherwise none, so a full anchor flows.
-  wire::HelloPayload up;
-  up.node_id = self_.id;
-  up.topology_digest = topo_.digest();
-  up.model_digest = children_.front().hello.model_digest;
-  for (const Child& c : children_) {
-    if (c.hello.model_digest != up.model_digest) up.model_digest = {};
-  }
-  wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kHello, 0);
-  h.total_elements = total_elements_;
-  send_parent(make_frame(h, wire::encode_hello(up)));
+  // A region joins upward for its whole subtree and asks for the model in
+  // full (it keeps a copy to resync children that rejoin later); each child
+  // then gets it only if it does not hold it already.
+  anchor_.assign(total_elements_, 0.0f);
+  hello_parent();
   phase_ = Phase::kAwaitWelcome;
   phase_deadline_ = Clock::now() + round_timeout_;
 }
@@ -101,7 +95,7 @@ void Aggregator::Impl::send_full_anchor(const Child& c) {
   for (uint32_t i = 0; i < plan_->count(); ++i) {
     const uint32_t n = plan_->size(i);
     std::vector<uint8_t> payload(fp32.encoded_size(n));
-    fp32.encode(held_.data() + plan_->offset(i), n, nullptr, payload.data());
+    fp32.encode(anchor_values().data() + plan_->offset(i), n, nullptr, payload.data());
     wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kAnchor, round_);
     h.codec = static_cast<uint8_t>(CodecId::kFp32);
     h.flags = wire::kFlagFullAnchor;
@@ -113,14 +107,13 @@ void Aggregator::Impl::send_full_anchor(const Child& c) {
   }
 }
 
-void Aggregator::Impl::welcome_children(uint64_t round, bool no_change,
-                                        const std::vector<uint8_t>& payload) {
+void Aggregator::Impl::welcome_children(uint64_t round) {
+  // Each live child is welcomed at `round` and sent the model in full unless
+  // it already holds exactly this anchor.
+  const std::array<uint8_t, 32> digest = anchor_digest();
   for (Child& c : children_) {
-    wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kWelcome, round);
-    h.total_elements = total_elements_;
-    h.flags = no_change ? wire::kFlagNoChange : 0;
-    send_child(c, make_frame(h, payload), h);
-    c.welcomed = true;
+    if (!c.live) continue;
+    welcome_one(c, round, c.hello.model_digest != digest);
   }
 }
 
@@ -128,12 +121,20 @@ void Aggregator::Impl::welcome_children(uint64_t round, bool no_change,
 
 void Aggregator::Impl::open_round(uint64_t round) {
   round_ = round;
-  acc_->open(round);
+  // Quorum: a chunk closes only with this much weight behind it (a hair
+  // under, so a sum of the same weights in another order still counts).
+  acc_->open(round, topo_.federation().quorum * total_weight_ * (1 - 1e-9));
+  for (const Child& c : children_) {
+    if (!c.live || c.rejoin_pending) acc_->set_expected(c.index, false);
+  }
+  anchor_intact_ = true;
+  sent_up_.clear();
   if (is_root_) outer_->begin_round(round);
   phase_ = Phase::kTraining;
   round_started_ = Clock::now();
   phase_deadline_ = round_started_ + round_timeout_;
   log().info("[agg:{}] round {} open", self_.id, round);
+  arm_deadline();
 }
 
 void Aggregator::Impl::on_delta(Child& c, const wire::ParsedFrame& f) {
@@ -148,8 +149,10 @@ void Aggregator::Impl::on_delta(Child& c, const wire::ParsedFrame& f) {
     r = acc_->add(h.round, c.index, h.chunk_index, h.element_count, h.weight, *codec, f.payload,
                   f.payload_size);
   }
-  if (security_->auditing()) {
+  if (security_->auditing() || !opt_.record_updates_dir.empty()) {
     const Sha256Digest d = sha256(f.payload, f.payload_size);
+    const std::string hex = to_hex(d.data(), d.size());
+    if (r.outcome == AddOutcome::kAccepted) record_update(f.payload, f.payload_size, hex);
     security_->audit(
         "update", {{"sender", c.id},
                    {"round", h.round},
@@ -157,7 +160,9 @@ void Aggregator::Impl::on_delta(Child& c, const wire::ParsedFrame& f) {
                    {"chunks", h.chunk_count},
                    {"bytes", f.payload_size},
                    {"weight", h.weight},
-                   {"sha256", to_hex(d.data(), d.size())},
+                   {"codec", codec != nullptr ? std::string(codec->name()) : "?"},
+                   {"elements", h.element_count},
+                   {"sha256", hex},
                    {"decision", r.outcome == AddOutcome::kAccepted ? "accepted"
                                                                    : add_outcome_name(r.outcome)}});
   }
@@ -169,6 +174,7 @@ void Aggregator::Impl::on_delta(Child& c, const wire::ParsedFrame& f) {
     case AddOutcome::kDuplicate:
     case AddOutcome::kStale:
       summary_.rejected_frames += 1;
+      if (r.outcome == AddOutcome::kStale) summary_.stale_updates += 1;
       log().info("[agg:{}] ignored {} delta from '{}' (round {}, chunk {})", self_.id,
                  add_outcome_name(r.outcome), c.id, h.round, h.chunk_index);
       return;
@@ -200,7 +206,7 @@ void Aggregator::Impl::complete_chunk(uint32_t chunk) {
     // the topology was checked at load, this guards the invariant at run
     // time before anything is sent upward).
     size_t sites = 0;
-    for (const Child& c : children_) sites += topo_.sites_under(c.index).size();
+    for (uint32_t idx : acc_->contributors(chunk)) sites += topo_.sites_under(idx).size();
     const uint32_t k_min = topo_.k_min_for(self_.index);
     if (sites < k_min) {
       const std::string why = "region '" + self_.id + "' would forward an aggregate of " +
@@ -229,8 +235,15 @@ void Aggregator::Impl::complete_chunk(uint32_t chunk) {
     h.element_count = n;
     h.total_elements = total_elements_;
     const Frame frame = std::make_shared<const std::vector<uint8_t>>(make_frame(h, payload));
-    for (const Child& c : children_) send_child(c, frame, h);
+    anchor_intact_ = false;
     pending_reports_[round_].report.weight = cs.weight;
+    if (acc_->round_complete()) {
+      held_back_.emplace(frame, h);  // sent once the round's checkpoint is durable
+      return;
+    }
+    for (const Child& c : children_) {
+      if (c.live && !c.rejoin_pending) send_child(c, frame, h);
+    }
     return;
   }
   float* residual = nullptr;
@@ -246,7 +259,9 @@ void Aggregator::Impl::complete_chunk(uint32_t chunk) {
   h.element_count = n;
   h.total_elements = total_elements_;
   h.weight = cs.weight;
-  send_parent(make_frame(h, payload));
+  auto frame = std::make_shared<const std::vector<uint8_t>>(make_frame(h, payload));
+  sent_up_.push_back(frame);
+  send_parent(std::vector<uint8_t>(*frame));
 }
 
 void Aggregator::Impl::complete_round() {
@@ -255,8 +270,12 @@ void Aggregator::Impl::complete_round() {
   const auto now = Clock::now();
   const double secs = std::chrono::duration<double>(now - round_started_).count();
   log().info("[agg:{}] round {} complete in {:.2f} s", self_.id, round_, secs);
-  security_->audit("round_closed", {{"round", round_}, {"children", children_.size()}});
+  nlohmann::json missing = nlohmann::json::array();
+  for (uint32_t idx : acc_->missing_children()) missing.push_back(topo_.node(idx).id);
+  security_->audit("round_closed",
+                   {{"round", round_}, {"children", children_.size()}, {"missing", missing}});
   security_->audit_sync();
+  deadline_timer_->cancel();
   if (!is_root_) {
     phase_ = Phase::kAwaitAnchor;
     phase_deadline_ = Clock::now() + round_timeout_;
@@ -266,17 +285,27 @@ void Aggregator::Impl::complete_round() {
   pending.report.round = round_;
   pending.report.seconds = secs;
   pending.complete = true;
-  if (opt_.on_model) opt_.on_model(round_, global_);
   const uint64_t finished = round_;
-  if (round_ + 1 == topo_.federation().rounds) {
-    send_done(round_ + 1);
-    round_ += 1;
+  // Commit: the round's checkpoint is durable before the last anchor chunk
+  // leaves, so no child can be ahead of what a restarted root remembers.
+  round_ += 1;
+  save_checkpoint();
+  if (held_back_) {
+    for (const Child& c : children_) {
+      if (c.live && !c.rejoin_pending) send_child(c, held_back_->first, held_back_->second);
+    }
+    held_back_.reset();
+  }
+  if (opt_.on_model) opt_.on_model(finished, global_);
+  if (round_ == topo_.federation().rounds) {
+    send_done(round_);
     phase_ = Phase::kDraining;
     phase_deadline_ = Clock::now() + round_timeout_;
     finish_deadline_ = Clock::now() + std::min<Millis>(round_timeout_, Millis(30000));
   } else {
-    open_round(round_ + 1);
+    open_round(round_);
     round_started_ = now;
+    welcome_pending();
   }
   try_finish_round_report(finished);
 }
@@ -287,6 +316,12 @@ void Aggregator::Impl::on_telemetry(Child& c, const wire::ParsedFrame& f) {
   wire::TelemetryPayload t;
   if (c.is_site || !wire::decode_telemetry(f.payload, f.payload_size, &t)) {
     refuse(c.id, "unexpected or malformed telemetry");
+    return;
+  }
+  // Late telemetry of a round already reported (a region that was lost)
+  // has nowhere to go.
+  if (is_root_ ? pending_reports_.count(f.header.round) == 0
+               : f.header.round < telemetry_sent_through_) {
     return;
   }
   SubtreeTraffic& s = subtree_[f.header.round];
@@ -304,7 +339,7 @@ void Aggregator::Impl::try_finish_round_report(uint64_t round) {
   if (rep == pending_reports_.end() || !rep->second.complete) return;
   auto sub = subtree_.find(round);
   const uint32_t reports = sub == subtree_.end() ? 0 : sub->second.reports;
-  if (reports < region_children_) return;
+  if (reports < live_region_children() && !force_reports_) return;
   Traffic t = ledger_.take(round);
   if (sub != subtree_.end()) {
     t += sub->second.traffic;
@@ -327,7 +362,7 @@ void Aggregator::Impl::try_send_telemetry(uint64_t round) {
   if (round >= relayed_through_ || round < telemetry_sent_through_) return;
   auto sub = subtree_.find(round);
   const uint32_t reports = sub == subtree_.end() ? 0 : sub->second.reports;
-  if (reports < region_children_) return;
+  if (reports < live_region_children() && !force_reports_) return;
   Traffic t = ledger_.take(round);
   if (sub != subtree_.end()) {
     t += sub->second.traffic;
@@ -353,36 +388,89 @@ void Aggregator::Impl::try_send_telemetry(uint64_t round) {
 // ---- anchor relay (regions) -------------------------------------------------------
 
 void Aggregator::Impl::on_parent_welcome(const wire::ParsedFrame& f) {
-  if (phase_ != Phase::kAwaitWelcome) {
-    log().info("[agg:{}] ignored a repeated welcome", self_.id);
-    return;
-  }
   if (f.header.total_elements != total_elements_) {
     throw ProtocolError("parent welcomed '" + self_.id + "' with a model of " +
                         std::to_string(f.header.total_elements) + " parameters, children have " +
                         std::to_string(total_elements_));
   }
-  std::vector<uint8_t> payload(f.payload, f.payload + f.payload_size);
-  welcome_children(f.header.round, (f.header.flags & wire::kFlagNoChange) != 0, payload);
-  relayed_through_ = f.header.round;
-  telemetry_sent_through_ = f.header.round;
-  open_round(f.header.round);
+  parent_welcomed_ = true;
+  parent_welcome_round_ = f.header.round;
+  const bool no_change = (f.header.flags & wire::kFlagNoChange) != 0;
+  if (phase_ != Phase::kAwaitWelcome && no_change && f.header.round == round_) {
+    // Rejoined the parent (it or the link restarted) in the same round: send
+    // again what it may have lost; duplicates count once.
+    log().info("[agg:{}] parent welcomed it back at round {}", self_.id, round_);
+    for (const Frame& fr : sent_up_) send_parent(std::vector<uint8_t>(*fr));
+    return;
+  }
+  if (no_change) {
+    // Only a region that already holds this round's anchor asks without a
+    // full anchor (after resuming); open the round at once.
+    finish_parent_welcome();
+    return;
+  }
+  // The model follows in full; finish_parent_welcome() runs when it is in.
+  parent_full_pending_ = true;
+  parent_full_chunks_ = 0;
+  if (anchor_.size() != total_elements_) anchor_.assign(total_elements_, 0.0f);
+}
+
+void Aggregator::Impl::finish_parent_welcome() {
+  const uint64_t round = parent_welcome_round_;
+  const bool first = phase_ == Phase::kAwaitWelcome;
+  log().info("[agg:{}] {} at round {}", self_.id, first ? "joined" : "resynced to the parent",
+             round);
+  relayed_through_ = round;
+  telemetry_sent_through_ = std::max(telemetry_sent_through_, round);
+  for (Child& c : children_) {
+    if (!first && c.live) c.rejoin_pending = true;  // they hold an older anchor
+  }
+  open_round(round);
+  if (first) {
+    welcome_children(round);
+  } else {
+    welcome_pending();
+  }
 }
 
 void Aggregator::Impl::on_parent_anchor(const wire::ParsedFrame& f, const uint8_t* raw,
                                         size_t raw_size) {
   const wire::FrameHeader& h = f.header;
   const bool full = (h.flags & wire::kFlagFullAnchor) != 0;
-  // A full anchor belongs to the round being trained; an update opens the next.
-  const uint64_t expected = full ? round_ : round_ + 1;
-  if (h.round != expected || h.total_elements != total_elements_ ||
-      h.chunk_count != plan_->count() || h.element_count != plan_->size(h.chunk_index)) {
+  if (h.total_elements != total_elements_ || h.chunk_count != plan_->count() ||
+      h.element_count != plan_->size(h.chunk_index)) {
     throw ProtocolError("parent sent an anchor chunk that does not fit (round " +
                         std::to_string(h.round) + ", chunk " + std::to_string(h.chunk_index) +
-                        "), expected round " + std::to_string(expected));
+                        ", " + std::to_string(h.element_count) + " elements)");
   }
-  if (relay_round_ != h.round || relayed_chunks_ == 0) {
+  const Codec* codec = codec_by_wire_id(h.codec);
+  float* dst = anchor_.data() + plan_->offset(h.chunk_index);
+  if (full) {
+    // The model in full, answering this region's hello: kept, not relayed;
+    // children get it from welcome_children() as they need it.
+    if (!parent_full_pending_ || h.round != parent_welcome_round_) {
+      log().info("[agg:{}] ignored a full anchor chunk of round {} it did not ask for", self_.id,
+                 h.round);
+      return;
+    }
+    codec->decode(f.payload, h.element_count, dst);
+    if (++parent_full_chunks_ == plan_->count()) {
+      parent_full_pending_ = false;
+      finish_parent_welcome();
+    }
+    return;
+  }
+  // An update opens the next round.
+  if (h.round != round_ + 1 || parent_full_pending_) {
+    log().info("[agg:{}] ignored an anchor chunk of round {} (training round {})", self_.id,
+               h.round, round_);
+    return;
+  }
+  codec->decode_accumulate(f.payload, h.element_count, 1.0f, dst);
+  anchor_intact_ = false;
+  if (relay_round_ != h.round) {
     relay_round_ = h.round;
+    relayed_chunks_ = 0;
   }
   // Relay the chunk as it is, re-addressed from this node: no decode.
   wire::FrameHeader out = h;
@@ -390,13 +478,19 @@ void Aggregator::Impl::on_parent_anchor(const wire::ParsedFrame& f, const uint8_
   auto bytes = std::make_shared<std::vector<uint8_t>>(raw, raw + raw_size);
   wire::encode_header(out, bytes->data());
   const Frame frame = std::move(bytes);
-  for (const Child& c : children_) send_child(c, frame, out);
+  for (const Child& c : children_) {
+    if (c.live && !c.rejoin_pending) send_child(c, frame, out);
+  }
   relayed_chunks_ += 1;
   if (relayed_chunks_ < plan_->count()) return;
   relayed_chunks_ = 0;
-  if (full) return;
   relayed_through_ = h.round;
-  if (h.round < topo_.federation().rounds) open_round(h.round);
+  if (h.round < topo_.federation().rounds) {
+    round_ = h.round;
+    save_checkpoint();
+    open_round(h.round);
+    welcome_pending();
+  }
   try_send_telemetry(h.round - 1);
 }
 

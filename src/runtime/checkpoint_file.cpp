@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "common/atomic_file.hpp"
+#include "common/crash_point.hpp"
 #include "common/node_id.hpp"
 #include "common/sha256.hpp"
 #include "fedwan/error.hpp"
@@ -206,7 +207,9 @@ void write_checkpoint(const fs::path& path, const Checkpoint& c) {
   }
   const Sha256Digest digest = manifest.finish();
   out.write(digest.data(), digest.size());
-  out.commit(/*require_durable_rename=*/true);
+  out.commit(/*require_durable_rename=*/true, [](std::string_view step) {
+    crash_point(std::string("checkpoint.") + std::string(step));
+  });
 }
 
 Checkpoint read_checkpoint(const fs::path& path) {

@@ -2,79 +2,34 @@
 // fp32 buffer. join() says hello and loads the federation's anchor; sync()
 // streams the pseudo-gradient (anchor - params) chunk by chunk with error
 // feedback, then applies the next anchor as its chunks arrive.
+//
+// Fault tolerance: the encoded update of the current round is kept until the
+// next anchor is in, so it can be sent again after a reconnect (the parent
+// counts each (round, sender, chunk) once). Heartbeats go both ways; a
+// silent parent is reconnected with backoff and jitter, and the hello that
+// follows tells it the site's round and state so it can resync the site.
+// Checkpoints at each round boundary (site_checkpoint.cpp) let a restarted
+// site resume. The anchor of the round is never touched until the next one
+// is complete: new anchor chunks go into `params`, which they replace anyway.
 #include "fedwan/site_core.hpp"
 
 #include <algorithm>
 #include <cstring>
 #include <optional>
 
+#include <nlohmann/json.hpp>
+
+#include "common/crash_point.hpp"
 #include "common/log.hpp"
 #include "common/sha256.hpp"
 #include "fedwan/codec.hpp"
 #include "fedwan/error.hpp"
-#include <nlohmann/json.hpp>
-
 #include "runtime/node_frames.hpp"
-#include "runtime/node_security.hpp"
+#include "runtime/site_impl.hpp"
 #include "security/sealing_pipeline.hpp"
-#include "tensor/chunk_plan.hpp"
-#include "transport/links.hpp"
 #include "transport/secure_channel.hpp"
 
 namespace fedwan {
-namespace {
-using Clock = std::chrono::steady_clock;
-}  // namespace
-
-class SiteCore::Impl {
- public:
-  Impl(SiteOptions options, float* params, size_t n);
-  SyncResult join();
-  SyncResult sync();
-
-  SiteOptions opt;
-  const Topology& topo;
-  const NodeSpec& self;
-  float* params;
-  ChunkPlan plan;
-  const Codec* codec;
-  std::array<uint8_t, 32> initial_digest{};
-  std::vector<float> anchor;    // the model the federation agreed on for this round
-  std::vector<float> residual;  // error feedback of the deltas sent (lossy codecs)
-  uint64_t round = 0;
-  bool joined = false;
-  bool finished = false;
-  Millis round_timeout;
-
-  // Declared before the link: its security layer reports to it.
-  std::unique_ptr<runtime::NodeSecurity> security;
-  zmq::context_t ctx{1};
-  std::unique_ptr<ParentLink> link;
-
- private:
-  // The chunks of one anchor as they arrive (full values, or an update).
-  struct AnchorAssembly {
-    uint64_t round = 0;
-    bool full = false;
-    std::vector<bool> got;
-    uint32_t received = 0;
-    bool done_signalled = false;  // the federation finished instead
-  };
-  AnchorAssembly expect_anchor(uint64_t round, bool full) const;
-  // Applies one frame to the assembly (anchor chunks into `anchor`).
-  void on_anchor_frame(const wire::ParsedFrame& f, AnchorAssembly* a);
-  bool complete(const AnchorAssembly& a) const {
-    return a.done_signalled || a.received == plan.count();
-  }
-  // Waits until the assembly is complete; then loads the anchor into params.
-  // Returns false if the federation finished instead.
-  bool finish_anchor(AnchorAssembly* a, SyncResult* res);
-  // Tells the parent this site holds the final model, so it may close.
-  void confirm_end(SyncResult* res);
-  // The next valid frame from the parent within `timeout`, or nullopt.
-  std::optional<wire::ParsedFrame> poll_frame(Incoming* in, Millis timeout);
-  wire::ParsedFrame next_frame(Incoming* in, Clock::time_point deadline, const char* waiting_for);
-};
 
 SiteCore::Impl::Impl(SiteOptions options, float* p, size_t n)
     : opt(std::move(options)),
@@ -91,16 +46,26 @@ SiteCore::Impl::Impl(SiteOptions options, float* p, size_t n)
   round_timeout = opt.round_timeout.count() > 0
                       ? opt.round_timeout
                       : Millis(static_cast<int64_t>(topo.federation().round_timeout_s * 1000));
+  heartbeat = Millis(static_cast<int64_t>(topo.federation().heartbeat_s * 1000));
+  heartbeat_timeout = Millis(static_cast<int64_t>(topo.federation().heartbeat_timeout_s * 1000));
   initial_digest = sha256(params, n * sizeof(float));
+  security = std::make_unique<runtime::NodeSecurity>(opt.security, topo, self);
+  open_link();
+}
+
+void SiteCore::Impl::open_link() {
   LinkOptions lo;
   lo.window = opt.window;
   lo.max_message_bytes =
       static_cast<int64_t>(wire::kHeaderSize + topo.federation().chunk_bytes + 4096);
   const NodeSpec& parent = topo.node(self.parent_index);
-  security = std::make_unique<runtime::NodeSecurity>(opt.security, topo, self);
+  link.reset();
   link = std::make_unique<ParentLink>(ctx, parent.endpoint, self.id, lo,
                                       security->parent_factory());
+  link_ok = true;
 }
+
+// ---- receiving ------------------------------------------------------------------
 
 std::optional<wire::ParsedFrame> SiteCore::Impl::poll_frame(Incoming* in, Millis timeout) {
   wire::FrameLimits limits;
@@ -126,54 +91,282 @@ std::optional<wire::ParsedFrame> SiteCore::Impl::poll_frame(Incoming* in, Millis
                           topo.node(self.parent_index).id + "': " +
                           std::string(reinterpret_cast<const char*>(f.payload), f.payload_size));
     }
+    parent_heard = Clock::now();
+    backoff = Millis(0);
     return f;
   }
 }
 
-wire::ParsedFrame SiteCore::Impl::next_frame(Incoming* in, Clock::time_point deadline,
-                                             const char* waiting_for) {
-  const auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());
-  std::optional<wire::ParsedFrame> f = left.count() > 0 ? poll_frame(in, left) : std::nullopt;
-  if (!f) {
-    throw TimeoutError("site '" + self.id + "': no " + waiting_for + " from parent '" +
-                       topo.node(self.parent_index).id + "' at " + link->endpoint() +
-                       " within " + std::to_string(round_timeout.count() / 1000) +
-                       " s (is it running?)");
+// One turn of the link: the frames that are there (waiting at most `wait`
+// for the first), a heartbeat when due, a pending hello, a reconnect when the
+// parent went silent.
+void SiteCore::Impl::pump(Millis wait, SyncResult* res) {
+  upkeep();
+  Incoming in;
+  std::optional<wire::ParsedFrame> f = poll_frame(&in, wait);
+  for (int i = 0; f && i < 256; ++i) {
+    res->bytes_received += in.message.size();
+    on_frame(*f, res);
+    f = poll_frame(&in, Millis(0));
   }
-  return *f;
+  upkeep();
 }
 
-SyncResult SiteCore::Impl::join() {
-  if (joined) throw Error("site '" + self.id + "' already joined");
+void SiteCore::Impl::upkeep() {
+  const auto now = Clock::now();
+  if (hello_pending && link->established()) {
+    std::optional<size_t> n = link->try_send(hello_frame());
+    if (n) hello_pending = false;
+  }
+  if (welcomed_once && link->established() && now - last_heartbeat >= heartbeat) {
+    wire::FrameHeader h = node_header(topo, self.index, wire::MsgType::kHeartbeat, round);
+    (void)link->try_send(make_frame(h, {}));
+    last_heartbeat = now;
+  }
+  const bool silent = now - parent_heard > heartbeat_timeout;
+  if ((welcomed_once || resumed) && (silent || !link_ok) && now >= retry_at) {
+    reconnect(!link_ok ? "a send to it failed"
+                       : "no frame from it for " + std::to_string(heartbeat_timeout.count()) +
+                             " ms");
+  }
+}
+
+void SiteCore::Impl::reconnect(const std::string& why) {
+  backoff = backoff.count() == 0 ? heartbeat : std::min<Millis>(backoff * 2, Millis(30000));
+  std::uniform_real_distribution<double> jitter(0.5, 1.5);
+  const auto wait = Millis(static_cast<int64_t>(backoff.count() * jitter(rng)));
+  retry_at = Clock::now() + wait;
+  const NodeSpec& parent = topo.node(self.parent_index);
+  log().warn("[site:{}] reconnecting to '{}' ({}); next try in {} ms", self.id, parent.id, why,
+             wait.count());
+  security->audit("reconnect", {{"peer", parent.id}, {"reason", why}, {"round", round}});
+  reconnects += 1;
+  open_link();
+  // The parent learns where this site stands from the hello and answers
+  // with a welcome: carry on (and send the update again), or resync.
+  hello_pending = true;
+  awaiting_welcome = true;
+}
+
+std::vector<uint8_t> SiteCore::Impl::hello_frame() const {
   wire::HelloPayload hello;
   hello.node_id = self.id;
   hello.topology_digest = topo.digest();
-  hello.model_digest = initial_digest;
-  wire::FrameHeader h = node_header(topo, self.index, wire::MsgType::kHello, 0);
+  // A site that has never joined offers its initial model; one that has
+  // offers the anchor of its round (the parent skips the full model when it
+  // matches). An anchor being replaced in full is offered as nothing.
+  if (!full) hello.model_digest = joined_once ? sha256(anchor.data(), anchor.size() * 4)
+                                              : initial_digest;
+  wire::FrameHeader h = node_header(topo, self.index, wire::MsgType::kHello, round);
   h.total_elements = plan.total();
+  if (sent && !update_frames.empty()) h.flags = wire::kFlagSent;
+  return make_frame(h, wire::encode_hello(hello));
+}
+
+void SiteCore::Impl::on_frame(const wire::ParsedFrame& f, SyncResult* res) {
+  const wire::FrameHeader& h = f.header;
+  switch (h.type) {
+    case wire::MsgType::kWelcome:
+      on_welcome(f, res);
+      return;
+    case wire::MsgType::kAnchor:
+      on_anchor(f, res);
+      return;
+    case wire::MsgType::kHeartbeat:
+      on_heartbeat(f);
+      return;
+    case wire::MsgType::kDone:
+      if (full) return;  // the final model in full comes first
+      if (next) {
+        next->done_signalled = true;
+      } else {
+        finished = true;
+      }
+      return;
+    default:
+      log().warn("[site:{}] ignored {} from the parent", self.id, wire::msg_type_name(h.type));
+  }
+}
+
+void SiteCore::Impl::on_heartbeat(const wire::ParsedFrame& f) {
+  const wire::FrameHeader& h = f.header;
+  if (!welcomed_once || awaiting_welcome) return;
+  const auto now = Clock::now();
+  if ((h.flags & wire::kFlagNeedUpdate) && h.round == round && sent && !update_frames.empty() &&
+      now - last_resend > heartbeat_timeout) {
+    // The parent's round still lacks part of this update (lost on the way).
+    log().info("[site:{}] parent lacks part of round {}; sending the update again", self.id,
+               round);
+    resend_update();
+    last_resend = now;
+    return;
+  }
+  if (next && h.round > round) {
+    // The parent moved past the round whose anchor this site still waits
+    // for: some anchor chunks were lost. Rejoin to be resynced.
+    if (++behind_beats >= 3) {
+      log().warn("[site:{}] parent is at round {} while this site waits for the anchor of "
+                 "round {}; rejoining",
+                 self.id, h.round, round + 1);
+      behind_beats = 0;
+      hello_pending = true;
+      awaiting_welcome = true;
+    }
+  } else {
+    behind_beats = 0;
+  }
+}
+
+void SiteCore::Impl::on_welcome(const wire::ParsedFrame& f, SyncResult* res) {
+  const wire::FrameHeader& h = f.header;
+  if (h.total_elements != plan.total()) {
+    throw ProtocolError("site '" + self.id + "': the federation's model has " +
+                        std::to_string(h.total_elements) + " parameters, ours " +
+                        std::to_string(plan.total()));
+  }
+  awaiting_welcome = false;
+  welcomed_once = true;
+  parent_heard = Clock::now();
+  const bool no_change = (h.flags & wire::kFlagNoChange) != 0;
+  if (no_change && (h.round == round || !joined_once)) {
+    if (!joined_once) {
+      round = h.round;
+      anchor.assign(params, params + plan.total());
+      joined_once = true;
+    }
+    if (sent && !update_frames.empty()) {
+      log().info("[site:{}] welcomed back at round {}; sending its update again", self.id, round);
+      resend_update();
+    }
+    return;
+  }
+  // Resync: the model of round h.round follows in full.
+  if (anchor.size() != plan.total()) anchor.assign(params, params + plan.total());
+  full.emplace();
+  full->round = h.round;
+  full->got.assign(plan.count(), false);
+  (void)res;
+}
+
+void SiteCore::Impl::on_anchor(const wire::ParsedFrame& f, SyncResult* res) {
+  const wire::FrameHeader& h = f.header;
+  const bool is_full = (h.flags & wire::kFlagFullAnchor) != 0;
+  const Codec* c = codec_by_wire_id(h.codec);
+  if (h.total_elements != plan.total() || h.chunk_count != plan.count() ||
+      h.element_count != plan.size(h.chunk_index) ||
+      !c->validate(f.payload, f.payload_size, h.element_count)) {
+    throw ProtocolError("site '" + self.id + "': parent sent an anchor chunk that does not "
+                        "fit (round " + std::to_string(h.round) + ", chunk " +
+                        std::to_string(h.chunk_index) + ", " + std::to_string(h.element_count) +
+                        " elements)");
+  }
+  const uint64_t off = plan.offset(h.chunk_index);
+  const uint32_t n = h.element_count;
+  if (is_full) {
+    if (!full || h.round != full->round || full->got[h.chunk_index]) {
+      log().info("[site:{}] ignored a full anchor chunk of round {}", self.id, h.round);
+      return;
+    }
+    c->decode(f.payload, n, anchor.data() + off);
+    full->got[h.chunk_index] = true;
+    if (++full->received < plan.count()) return;
+    // The whole model is in: this round restarts from it.
+    std::memcpy(params, anchor.data(), plan.total() * sizeof(float));
+    log().info("[site:{}] {} at round {}", self.id, joined_once ? "resynced" : "joined",
+               full->round);
+    if (joined_once) {
+      security->audit("resync", {{"from_round", round}, {"to_round", full->round}});
+    }
+    round = full->round;
+    full.reset();
+    next.reset();
+    sent = false;
+    update_frames.clear();
+    std::fill(residual.begin(), residual.end(), 0.0f);
+    joined_once = true;
+    res->resynced = true;
+    if (round >= topo.federation().rounds) finished = true;
+    save_checkpoint();
+    return;
+  }
+  if (!next || h.round != next->round || next->got[h.chunk_index]) {
+    log().info("[site:{}] ignored an anchor chunk of round {} (at round {})", self.id, h.round,
+               round);
+    return;
+  }
+  if (h.chunk_index >= encoded_upto) {
+    // Closed without this site's chunk (quorum or deadline) before its delta
+    // was computed here: apply it once it is.
+    early.push_back({h.chunk_index, h.codec,
+                     std::vector<uint8_t>(f.payload, f.payload + f.payload_size)});
+    next->got[h.chunk_index] = true;
+    next->received += 1;
+    return;
+  }
+  apply_update_chunk(h.chunk_index, *c, f.payload);
+  next->got[h.chunk_index] = true;
+  next->received += 1;
+}
+
+void SiteCore::Impl::apply_update_chunk(uint32_t chunk, const Codec& c, const uint8_t* payload) {
+  const uint64_t off = plan.offset(chunk);
+  const uint32_t n = plan.size(chunk);
+  std::memcpy(params + off, anchor.data() + off, n * sizeof(float));
+  c.decode_accumulate(payload, n, 1.0f, params + off);
+}
+
+void SiteCore::Impl::apply_early() {
+  for (auto it = early.begin(); it != early.end();) {
+    if (it->chunk < encoded_upto) {
+      apply_update_chunk(it->chunk, *codec_by_wire_id(it->codec), it->payload.data());
+      it = early.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+// ---- sending ---------------------------------------------------------------------
+
+bool SiteCore::Impl::send_now(std::vector<uint8_t> frame, SyncResult* res) {
+  if (!link_ok) return false;
+  try {
+    res->bytes_sent += link->send(std::move(frame), heartbeat_timeout);
+    return true;
+  } catch (const TimeoutError& e) {
+    log().warn("[site:{}] send to the parent failed: {}", self.id, e.what());
+  } catch (const TransportError& e) {
+    log().warn("[site:{}] send to the parent failed: {}", self.id, e.what());
+  }
+  link_ok = false;
+  return false;
+}
+
+void SiteCore::Impl::resend_update() {
+  SyncResult ignored;
+  for (const std::vector<uint8_t>& fr : update_frames) {
+    if (!send_now(fr, &ignored)) return;
+  }
+}
+
+// ---- join and sync ------------------------------------------------------------------
+
+SyncResult SiteCore::Impl::join() {
+  if (joined) throw Error("site '" + self.id + "' already joined");
   SyncResult res;
-  res.bytes_sent += link->send(make_frame(h, wire::encode_hello(hello)), opt.join_timeout);
+  resume();  // from a checkpoint, when there is one
+  res.bytes_sent += link->send(hello_frame(), opt.join_timeout);
+  awaiting_welcome = true;
+  parent_heard = Clock::now();
   const auto deadline = Clock::now() + opt.join_timeout;
-  Incoming in;
-  for (;;) {
-    wire::ParsedFrame f = next_frame(&in, deadline, "welcome");
-    res.bytes_received += in.message.size();
-    if (f.header.type != wire::MsgType::kWelcome) {
-      log().warn("[site:{}] ignored {} while joining", self.id, wire::msg_type_name(f.header.type));
-      continue;
+  while (awaiting_welcome || full) {
+    if (Clock::now() >= deadline) {
+      throw TimeoutError("site '" + self.id + "': no welcome from parent '" +
+                         topo.node(self.parent_index).id + "' at " + link->endpoint() +
+                         " within " + std::to_string(opt.join_timeout.count() / 1000) +
+                         " s (is it running?)");
     }
-    if (f.header.total_elements != plan.total()) {
-      throw ProtocolError("site '" + self.id + "': the federation's model has " +
-                          std::to_string(f.header.total_elements) + " parameters, ours " +
-                          std::to_string(plan.total()));
-    }
-    round = f.header.round;
-    anchor.assign(params, params + plan.total());
-    if (!(f.header.flags & wire::kFlagNoChange)) {
-      AnchorAssembly a = expect_anchor(round, true);
-      if (!finish_anchor(&a, &res)) finished = true;
-    }
-    break;
+    pump(Millis(100), &res);
   }
   joined = true;
   res.round = round;
@@ -182,62 +375,137 @@ SyncResult SiteCore::Impl::join() {
   return res;
 }
 
-SiteCore::Impl::AnchorAssembly SiteCore::Impl::expect_anchor(uint64_t want_round,
-                                                            bool full) const {
-  AnchorAssembly a;
-  a.round = want_round;
-  a.full = full;
-  a.got.assign(plan.count(), false);
-  return a;
+SyncResult SiteCore::Impl::service() {
+  SyncResult res;
+  if (!joined || finished) return res;
+  pump(Millis(0), &res);
+  res.round = round;
+  res.finished = finished;
+  return res;
 }
 
-void SiteCore::Impl::on_anchor_frame(const wire::ParsedFrame& f, AnchorAssembly* a) {
-  const wire::FrameHeader& h = f.header;
-  if (h.type == wire::MsgType::kDone) {
-    a->done_signalled = true;
-    return;
+SyncResult SiteCore::Impl::sync() {
+  if (!joined) throw Error("site '" + self.id + "': call join() before sync()");
+  if (finished) throw Error("site '" + self.id + "': the federation is already finished");
+  SyncResult res;
+  const uint64_t start_round = round;
+  const bool lossy = codec->id() != CodecId::kFp32;
+  if (lossy && residual.empty()) residual.assign(plan.total(), 0.0f);
+  std::vector<float> delta(plan.chunk_elements());
+  std::vector<uint8_t> payload;
+  // Anchor chunk i may arrive while later deltas still go out; it goes into
+  // params once delta chunk i is computed (apply_early).
+  next.emplace();
+  next->round = round + 1;
+  next->got.assign(plan.count(), false);
+  encoded_upto = 0;
+  early.clear();
+  update_frames.clear();
+  sent = false;
+  // On a secure link, chunk i is encrypted on a worker while chunk i+1 is
+  // encoded here, so sealing costs no extra time while the encoder is busy.
+  if (link_ok && !awaiting_welcome) {
+    try {
+      link->wait_established(heartbeat_timeout);
+    } catch (const TimeoutError&) {
+      link_ok = false;
+    }
   }
-  if (h.type != wire::MsgType::kAnchor) {
-    log().warn("[site:{}] ignored {} while waiting for the anchor", self.id,
-               wire::msg_type_name(h.type));
-    return;
+  auto* secure = link_ok ? dynamic_cast<SecureChannel*>(&link->security()) : nullptr;
+  std::optional<security::SealingPipeline> sealing;
+  if (secure != nullptr && secure->established()) sealing.emplace(*secure->sealer(), 2);
+  const auto send_sealed = [&](size_t keep) {
+    std::vector<uint8_t> sealed;
+    while (sealing->in_flight() > keep) {
+      if (!sealing->next(&sealed, round_timeout)) {
+        throw TimeoutError("site '" + self.id + "': sealing a delta chunk timed out");
+      }
+      if (!link_ok) continue;
+      try {
+        res.bytes_sent += link->send_sealed(std::move(sealed), heartbeat_timeout);
+      } catch (const TimeoutError&) {
+        link_ok = false;
+      } catch (const TransportError&) {
+        link_ok = false;
+      }
+    }
+  };
+  Sha256 update_digest;
+  uint64_t update_bytes = 0;
+  for (uint32_t i = 0; i < plan.count() && round == start_round; ++i) {
+    const uint64_t off = plan.offset(i);
+    const uint32_t n = plan.size(i);
+    for (uint32_t k = 0; k < n; ++k) delta[k] = anchor[off + k] - params[off + k];
+    payload.resize(codec->encoded_size(n));
+    codec->encode(delta.data(), n, lossy ? residual.data() + off : nullptr, payload.data());
+    encoded_upto = i + 1;
+    wire::FrameHeader h = node_header(topo, self.index, wire::MsgType::kDelta, round);
+    h.codec = static_cast<uint8_t>(codec->id());
+    h.chunk_index = i;
+    h.chunk_count = plan.count();
+    h.element_count = n;
+    h.total_elements = plan.total();
+    h.weight = self.weight;
+    update_digest.update(payload.data(), payload.size());
+    update_bytes += payload.size();
+    update_frames.push_back(make_frame(h, payload));
+    if (sealing && link_ok) {
+      sealing->submit(update_frames.back());
+      send_sealed(1);
+    } else {
+      send_now(update_frames.back(), &res);
+    }
+    if (i == 0) crash_point("site.mid_upload");
+    apply_early();
+    pump(Millis(0), &res);
   }
-  const bool is_full = (h.flags & wire::kFlagFullAnchor) != 0;
-  const Codec* c = codec_by_wire_id(h.codec);
-  if (h.round != a->round || is_full != a->full || h.total_elements != plan.total() ||
-      h.chunk_count != plan.count() || h.element_count != plan.size(h.chunk_index) ||
-      a->got[h.chunk_index] || !c->validate(f.payload, f.payload_size, h.element_count)) {
-    throw ProtocolError("site '" + self.id + "': parent sent an anchor chunk that does not "
-                        "fit (round " + std::to_string(h.round) + ", chunk " +
-                        std::to_string(h.chunk_index) + ", " + std::to_string(h.element_count) +
-                        " elements); expected round " + std::to_string(a->round));
+  if (sealing) {
+    send_sealed(0);
+    sealing.reset();
   }
-  float* dst = anchor.data() + plan.offset(h.chunk_index);
-  if (is_full) {
-    c->decode(f.payload, h.element_count, dst);
-  } else {
-    c->decode_accumulate(f.payload, h.element_count, 1.0f, dst);
+  if (round == start_round) {
+    sent = true;
+    const Sha256Digest d = update_digest.finish();
+    security->audit("update_sent", {{"round", round},
+                                    {"parent", topo.node(self.parent_index).id},
+                                    {"chunks", plan.count()},
+                                    {"bytes", update_bytes},
+                                    {"sha256", to_hex(d.data(), d.size())}});
+    if (!link_ok) hello_pending = awaiting_welcome = true;  // resent after the welcome
   }
-  a->got[h.chunk_index] = true;
-  a->received += 1;
-}
-
-bool SiteCore::Impl::finish_anchor(AnchorAssembly* a, SyncResult* res) {
+  // Wait for the next anchor, a resync, or the end.
   const auto deadline = Clock::now() + round_timeout;
-  Incoming in;
-  while (!complete(*a)) {
-    const std::string what = "anchor for round " + std::to_string(a->round) + " (" +
-                             std::to_string(a->received) + " of " +
-                             std::to_string(plan.count()) + " chunks in, " +
-                             std::to_string(link->counters().frames_received) +
-                             " frames received in all)";
-    wire::ParsedFrame f = next_frame(&in, deadline, what.c_str());
-    res->bytes_received += in.message.size();
-    on_anchor_frame(f, a);
+  while (round == start_round && !finished) {
+    if (next && (next->done_signalled || next->received == plan.count())) break;
+    if (Clock::now() >= deadline) {
+      throw TimeoutError(
+          "site '" + self.id + "': no anchor for round " + std::to_string(round + 1) +
+          " from parent '" + topo.node(self.parent_index).id + "' at " + link->endpoint() +
+          " within " + std::to_string(round_timeout.count() / 1000) + " s (" +
+          std::to_string(next ? next->received : 0) + " of " + std::to_string(plan.count()) +
+          " chunks in; is it running?)");
+    }
+    pump(Millis(50), &res);
   }
-  if (a->done_signalled) return false;
-  std::memcpy(params, anchor.data(), plan.total() * sizeof(float));
-  return true;
+  if (round == start_round && next && !finished) {
+    if (next->done_signalled && next->received < plan.count()) {
+      finished = true;  // the federation ended instead
+    } else {
+      apply_early();
+      std::memcpy(anchor.data(), params, plan.total() * sizeof(float));
+      round += 1;
+      sent = false;
+      update_frames.clear();
+      if (round >= topo.federation().rounds) finished = true;
+      save_checkpoint();
+    }
+  }
+  next.reset();
+  if (finished) confirm_end(&res);
+  security->audit_sync();
+  res.round = round;
+  res.finished = finished;
+  return res;
 }
 
 void SiteCore::Impl::confirm_end(SyncResult* res) {
@@ -251,99 +519,18 @@ void SiteCore::Impl::confirm_end(SyncResult* res) {
   }
 }
 
-SyncResult SiteCore::Impl::sync() {
-  if (!joined) throw Error("site '" + self.id + "': call join() before sync()");
-  if (finished) throw Error("site '" + self.id + "': the federation is already finished");
-  SyncResult res;
-  const bool lossy = codec->id() != CodecId::kFp32;
-  if (lossy && residual.empty()) residual.assign(plan.total(), 0.0f);
-  std::vector<float> delta(plan.chunk_elements());
-  std::vector<uint8_t> payload;
-  // Anchor chunk i exists only once every site has sent delta chunk i, so
-  // chunks of the next anchor are applied while later deltas still go out:
-  // they touch anchor elements whose delta was already computed.
-  AnchorAssembly next = expect_anchor(round + 1, false);
-  Incoming in;
-  const auto drain_anchor = [&] {
-    while (!complete(next)) {
-      std::optional<wire::ParsedFrame> f = poll_frame(&in, Millis(0));
-      if (!f) break;
-      res.bytes_received += in.message.size();
-      on_anchor_frame(*f, &next);
-    }
-  };
-  // On a secure link, chunk i is encrypted on a worker while chunk i+1 is
-  // encoded here, so sealing costs no extra time while the encoder is busy.
-  link->wait_established(round_timeout);
-  auto* secure = dynamic_cast<SecureChannel*>(&link->security());
-  std::optional<security::SealingPipeline> sealing;
-  if (secure != nullptr) sealing.emplace(*secure->sealer(), 2);
-  const auto send_sealed = [&](size_t keep) {
-    std::vector<uint8_t> sealed;
-    while (sealing->in_flight() > keep) {
-      if (!sealing->next(&sealed, round_timeout)) {
-        throw TimeoutError("site '" + self.id + "': sealing a delta chunk timed out");
-      }
-      res.bytes_sent += link->send_sealed(std::move(sealed), round_timeout);
-    }
-  };
-  Sha256 update_digest;
-  uint64_t update_bytes = 0;
-  for (uint32_t i = 0; i < plan.count(); ++i) {
-    const uint64_t off = plan.offset(i);
-    const uint32_t n = plan.size(i);
-    for (uint32_t k = 0; k < n; ++k) delta[k] = anchor[off + k] - params[off + k];
-    payload.resize(codec->encoded_size(n));
-    codec->encode(delta.data(), n, lossy ? residual.data() + off : nullptr, payload.data());
-    wire::FrameHeader h = node_header(topo, self.index, wire::MsgType::kDelta, round);
-    h.codec = static_cast<uint8_t>(codec->id());
-    h.chunk_index = i;
-    h.chunk_count = plan.count();
-    h.element_count = n;
-    h.total_elements = plan.total();
-    h.weight = self.weight;
-    if (security->auditing()) {
-      update_digest.update(payload.data(), payload.size());
-      update_bytes += payload.size();
-    }
-    if (sealing) {
-      sealing->submit(make_frame(h, payload));
-      send_sealed(1);
-    } else {
-      res.bytes_sent += link->send(make_frame(h, payload), round_timeout);
-    }
-    drain_anchor();
-  }
-  if (sealing) {
-    send_sealed(0);
-    sealing.reset();
-  }
-  if (security->auditing()) {
-    const Sha256Digest d = update_digest.finish();
-    security->audit("update_sent", {{"round", round},
-                                    {"parent", topo.node(self.parent_index).id},
-                                    {"chunks", plan.count()},
-                                    {"bytes", update_bytes},
-                                    {"sha256", to_hex(d.data(), d.size())}});
-  }
-  if (finish_anchor(&next, &res)) {
-    round += 1;
-    if (round >= topo.federation().rounds) finished = true;
-  } else {
-    finished = true;
-  }
-  if (finished) confirm_end(&res);
-  security->audit_sync();
-  res.round = round;
-  res.finished = finished;
-  return res;
-}
+// ---- facade ----------------------------------------------------------------------------
 
 SiteCore::SiteCore(SiteOptions options, float* params, size_t n)
     : impl_(std::make_unique<Impl>(std::move(options), params, n)) {}
 SiteCore::~SiteCore() = default;
 SyncResult SiteCore::join() { return impl_->join(); }
 SyncResult SiteCore::sync() { return impl_->sync(); }
+SyncResult SiteCore::service() { return impl_->service(); }
+void SiteCore::checkpoint() { impl_->save_checkpoint(); }
+void SiteCore::set_data_position(uint64_t p) { impl_->data_position = p; }
+uint64_t SiteCore::data_position() const { return impl_->data_position; }
+bool SiteCore::resumed() const { return impl_->resumed; }
 uint64_t SiteCore::round() const { return impl_->round; }
 bool SiteCore::finished() const { return impl_->finished; }
 uint64_t SiteCore::inner_steps() const { return impl_->topo.federation().inner_steps; }

@@ -8,6 +8,10 @@
 //     codec: fp16                     # a registered codec name
 //     chunk_bytes: 1048576            # 4096..4194304, a multiple of 4
 //     round_timeout_s: 600            # finite, > 0
+//     quorum: 0.75                    # share of total weight, (0, 1]; default 1
+//     deadline_s: 120                 # round closes at quorum after this; 0 = none
+//     heartbeat_s: 2                  # > 0
+//     heartbeat_timeout_s: 10         # > heartbeat_s
 //     outer_optimizer: {name: diloco, lr: 0.7, momentum: 0.9}
 //   policy: {k_min: 2}                # optional; default k_min of regions
 //   nodes:                            # file order = index = wire sender id
@@ -64,7 +68,8 @@ constexpr uint64_t kMaxChunkBytes = 4u << 20;
 
 const std::vector<std::string> kTopKeys = {"job", "federation", "policy", "nodes"};
 const std::vector<std::string> kFederationKeys = {
-    "rounds", "inner_steps", "codec", "chunk_bytes", "round_timeout_s", "outer_optimizer"};
+    "rounds",      "inner_steps", "codec",       "chunk_bytes",        "round_timeout_s",
+    "quorum",      "deadline_s",  "heartbeat_s", "heartbeat_timeout_s", "outer_optimizer"};
 const std::vector<std::string> kOuterKeys = {"name", "lr", "momentum", "beta1", "beta2", "eps"};
 const std::vector<std::string> kNodeKeys = {"id", "role", "parent", "endpoint", "bind", "weight",
                                             // residency, read in topology_policy.cpp
@@ -100,6 +105,12 @@ FederationSpec read_federation(const YamlReader& r, const YAML::Node& n) {
   if (auto v = n["codec"]) f.codec = r.str(v, "federation", "codec");
   if (auto v = n["chunk_bytes"]) f.chunk_bytes = r.u64(v, "federation", "chunk_bytes");
   if (auto v = n["round_timeout_s"]) f.round_timeout_s = r.f64(v, "federation", "round_timeout_s");
+  if (auto v = n["quorum"]) f.quorum = r.f64(v, "federation", "quorum");
+  if (auto v = n["deadline_s"]) f.deadline_s = r.f64(v, "federation", "deadline_s");
+  if (auto v = n["heartbeat_s"]) f.heartbeat_s = r.f64(v, "federation", "heartbeat_s");
+  if (auto v = n["heartbeat_timeout_s"]) {
+    f.heartbeat_timeout_s = r.f64(v, "federation", "heartbeat_timeout_s");
+  }
   if (auto o = n["outer_optimizer"]) {
     const std::string ctx = "federation.outer_optimizer";
     r.expect_map(o, ctx);
@@ -158,6 +169,19 @@ void validate_federation(const FederationSpec& f, const std::string& src) {
   }
   if (!std::isfinite(f.round_timeout_s) || f.round_timeout_s <= 0) {
     fail("round_timeout_s " + format_double(f.round_timeout_s) + " must be finite and > 0");
+  }
+  if (!(f.quorum > 0 && f.quorum <= 1)) {
+    fail("quorum " + format_double(f.quorum) + " must be a share of the total weight in (0, 1]");
+  }
+  if (!std::isfinite(f.deadline_s) || f.deadline_s < 0) {
+    fail("deadline_s " + format_double(f.deadline_s) + " must be finite and >= 0 (0: none)");
+  }
+  if (!std::isfinite(f.heartbeat_s) || f.heartbeat_s <= 0) {
+    fail("heartbeat_s " + format_double(f.heartbeat_s) + " must be finite and > 0");
+  }
+  if (!std::isfinite(f.heartbeat_timeout_s) || f.heartbeat_timeout_s <= f.heartbeat_s) {
+    fail("heartbeat_timeout_s " + format_double(f.heartbeat_timeout_s) +
+         " must be finite and longer than heartbeat_s " + format_double(f.heartbeat_s));
   }
   try {
     codec_by_name(f.codec);
@@ -419,6 +443,19 @@ void Topology::finalize(const std::string& src) {
   c += "federation.round_timeout_s=" + format_double(f.round_timeout_s) + "\n";
   c += "federation.rounds=" + std::to_string(f.rounds) + "\n";
   c += "job=" + job_ + "\n";
+  // Fault-tolerance settings appear only when not the default, so a topology
+  // without them keeps the digest it had before they existed.
+  const FederationSpec defaults;
+  if (f.quorum != defaults.quorum) c += "federation.quorum=" + format_double(f.quorum) + "\n";
+  if (f.deadline_s != defaults.deadline_s) {
+    c += "federation.deadline_s=" + format_double(f.deadline_s) + "\n";
+  }
+  if (f.heartbeat_s != defaults.heartbeat_s) {
+    c += "federation.heartbeat_s=" + format_double(f.heartbeat_s) + "\n";
+  }
+  if (f.heartbeat_timeout_s != defaults.heartbeat_timeout_s) {
+    c += "federation.heartbeat_timeout_s=" + format_double(f.heartbeat_timeout_s) + "\n";
+  }
   // Residency fields appear only when set, so a topology without them keeps
   // the digest it had before they existed. The allowed list is a set: sorted.
   for (const NodeSpec& s : nodes_) {
@@ -493,6 +530,10 @@ std::string Topology::to_yaml() const {
   y += "  codec: " + q(f.codec) + "\n";
   y += "  chunk_bytes: " + std::to_string(f.chunk_bytes) + "\n";
   y += "  round_timeout_s: " + format_double(f.round_timeout_s) + "\n";
+  y += "  quorum: " + format_double(f.quorum) + "\n";
+  y += "  deadline_s: " + format_double(f.deadline_s) + "\n";
+  y += "  heartbeat_s: " + format_double(f.heartbeat_s) + "\n";
+  y += "  heartbeat_timeout_s: " + format_double(f.heartbeat_timeout_s) + "\n";
   y += "  outer_optimizer: {name: " + q(f.outer.name);
   const std::pair<const char*, const std::optional<double>*> params[] = {
       {"lr", &f.outer.lr},

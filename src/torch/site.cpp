@@ -27,6 +27,13 @@ Site::Site(SiteOptions options, torch::nn::Module& module,
 SyncResult Site::join() { return core_->join(); }
 
 std::optional<SyncResult> Site::step() {
+  // Keep the link alive between syncs (heartbeats, reconnects); a resync to
+  // the parent's anchor restarts the round's count.
+  const SyncResult s = core_->service();
+  if (s.resynced) {
+    steps_in_round_ = 0;
+    return s;
+  }
   if (++steps_in_round_ < core_->inner_steps()) return std::nullopt;
   return sync();
 }

@@ -48,6 +48,8 @@ uint8_t allowed_flags(MsgType t) {
   switch (t) {
     case MsgType::kAnchor: return kFlagFullAnchor;
     case MsgType::kWelcome: return kFlagNoChange;
+    case MsgType::kHello: return kFlagSent;
+    case MsgType::kHeartbeat: return kFlagNeedUpdate;
     default: return 0;
   }
 }
@@ -174,6 +176,7 @@ const char* msg_type_name(MsgType t) {
     case MsgType::kReject: return "reject";
     case MsgType::kDone: return "done";
     case MsgType::kHandshake: return "handshake";
+    case MsgType::kHeartbeat: return "heartbeat";
   }
   return "unknown";
 }
@@ -263,7 +266,7 @@ ParsedFrame parse_frame(const uint8_t* data, size_t size, const FrameLimits& lim
                   unsigned{version}, unsigned{kVersion});
   }
   uint8_t type = data[5];
-  if (type < static_cast<uint8_t>(MsgType::kHello) || type > static_cast<uint8_t>(MsgType::kHandshake)) {
+  if (type < static_cast<uint8_t>(MsgType::kHello) || type > static_cast<uint8_t>(MsgType::kHeartbeat)) {
     return reject(f, RejectReason::kBadType, "unknown message type %u", unsigned{type});
   }
   const char* tn = msg_type_name(h.type);

@@ -12,11 +12,11 @@
 //
 // Rules parse_frame enforces, in this order (first failure wins):
 //   size >= 64 (kTooShort); magic; version == 2 (kBadVersion, so a newer peer
-//   is told apart from garbage); type 1..8; codec: a registered codec id on
+//   is told apart from garbage); type 1..9; codec: a registered codec id on
 //   kAnchor/kDelta, an AEAD id (0..kMaxAeadId) on kHandshake, 0 on every
 //   other type (kBadCodec); reserved == 0 and no
-//   flag bits except kFlagFullAnchor on kAnchor and kFlagNoChange on kWelcome
-//   (both kBadReserved); payload_length == bytes after the header, so trailing
+//   flag bits except kFlagFullAnchor on kAnchor, kFlagNoChange on kWelcome,
+//   kFlagSent on kHello and kFlagNeedUpdate on kHeartbeat (kBadReserved); payload_length == bytes after the header, so trailing
 //   bytes and truncation are kLengthMismatch.
 //   kAnchor/kDelta: 1 <= chunk_count <= max_chunk_count, chunk_index <
 //   chunk_count, chunk_count <= total_elements (kBadChunk); 1 <= element_count
@@ -25,7 +25,8 @@
 //   single chunk carries exactly total_elements (kBadElements); payload_length
 //   == codec.encoded_size(element_count) (kBadPayloadSize); kDelta weight
 //   finite and > 0, kAnchor weight +0.0 (kBadWeight).
-//   Control types (kHello, kWelcome, kTelemetry, kReject, kDone, kHandshake) carry no
+//   Control types (kHello, kWelcome, kTelemetry, kReject, kDone, kHandshake,
+//   kHeartbeat) carry no
 //   tensor: chunk_index, chunk_count (kBadChunk), element_count (kBadElements)
 //   and weight (kBadWeight, +0.0 bit pattern) must be 0, and payload_length
 //   <= max_control_payload (kPayloadTooLarge). total_elements must be 0
@@ -45,7 +46,7 @@
 namespace fedwan::wire {
 
 inline constexpr uint32_t kMagic = 0x4E415746;  // "FWAN" read as little-endian u32
-inline constexpr uint8_t kVersion = 2;  // 2: TLS handshake frames, sealed frames
+inline constexpr uint8_t kVersion = 3;  // 2: TLS, sealed frames; 3: heartbeats, rejoin state
 inline constexpr size_t kHeaderSize = 64;
 
 enum class MsgType : uint8_t {
@@ -62,6 +63,10 @@ enum class MsgType : uint8_t {
   // the link's security layer consumes it. A sealed, empty kHandshake from
   // the parent confirms the child was authenticated and authorized.
   kHandshake = 8,
+  // Either way, every federation.heartbeat_s: `round` = the sender's round.
+  // From a parent, kFlagNeedUpdate says the open round still lacks chunks of
+  // the child's update (a child that already sent it sends it again).
+  kHeartbeat = 9,
 };
 inline constexpr uint8_t kMaxAeadId = 2;
 const char* msg_type_name(MsgType t);
@@ -70,6 +75,10 @@ const char* msg_type_name(MsgType t);
 // the security layer clears it before a frame reaches parse_frame.
 inline constexpr uint8_t kFlagFullAnchor = 0x01;  // kAnchor: values, not an update
 inline constexpr uint8_t kFlagNoChange = 0x02;    // kWelcome: child's model digest matched
+// kHello: the child has sent its whole update for `round` and waits for the
+// anchor (a child rejoining after a reconnect or a parent's restart).
+inline constexpr uint8_t kFlagSent = 0x04;
+inline constexpr uint8_t kFlagNeedUpdate = 0x04;  // kHeartbeat from a parent, see kHeartbeat
 
 struct FrameHeader {
   MsgType type = MsgType::kHello;

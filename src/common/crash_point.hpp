@@ -1,0 +1,17 @@
+// Crash points for recovery testing: a process started with
+//   FEDWAN_CRASH_POINT=<name>[@<n>]
+// kills itself with SIGKILL the n-th time (default: the first) execution
+// reaches crash_point("<name>"). Production runs leave the variable unset and
+// pay one cached getenv per call. Names in use (docs/operations.md):
+//   checkpoint.written  checkpoint.synced  checkpoint.renamed
+//   site.mid_upload     region.partial_round
+// Thread safety: safe to call from any thread.
+#pragma once
+
+#include <string_view>
+
+namespace fedwan {
+
+void crash_point(std::string_view name);
+
+}  // namespace fedwan

@@ -1,0 +1,344 @@
+// Aggregator, fault tolerance: children that rejoin (after a crash, a
+// reconnect or this node's own restart), heartbeats and lost children,
+// round deadlines and quorum, checkpoints at round boundaries and resuming
+// from them, and reconnecting to the parent with backoff and jitter.
+// docs/operations.md states the guarantees these steps give.
+#include <algorithm>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/atomic_file.hpp"
+#include "common/log.hpp"
+#include "common/sha256.hpp"
+#include "fedwan/error.hpp"
+#include "runtime/aggregator_impl.hpp"
+#include "runtime/node_checkpoint.hpp"
+#include "runtime/node_frames.hpp"
+
+namespace fedwan {
+namespace fs = std::filesystem;
+
+std::array<uint8_t, 32> Aggregator::Impl::anchor_digest() const {
+  const std::vector<float>& a = anchor_values();
+  return sha256(a.data(), a.size() * sizeof(float));
+}
+
+// ---- rejoining children -------------------------------------------------------
+
+void Aggregator::Impl::welcome_one(Child& c, uint64_t round, bool full) {
+  clear_outbox(c);
+  const std::array<uint8_t, 32> digest = anchor_digest();
+  std::vector<uint8_t> payload(digest.begin(), digest.end());
+  wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kWelcome, round);
+  h.total_elements = total_elements_;
+  h.flags = full ? 0 : wire::kFlagNoChange;
+  send_child(c, make_frame(h, payload), h);
+  if (full) send_full_anchor(c);
+  c.welcomed = true;
+  c.live = true;
+  c.rejoin_pending = false;
+  if (acc_ && acc_->is_open() && phase_ == Phase::kTraining) acc_->set_expected(c.index, true);
+}
+
+void Aggregator::Impl::on_rejoin(Child& c, const wire::ParsedFrame& f) {
+  wire::HelloPayload hello;
+  if (!wire::decode_hello(f.payload, f.payload_size, &hello) || hello.node_id != c.id ||
+      hello.topology_digest != topo_.digest() || f.header.total_elements != total_elements_) {
+    refuse(c.id, "hello does not match this federation (node, topology or model size)");
+    return;
+  }
+  const uint64_t their_round = f.header.round;
+  const bool sent = (f.header.flags & wire::kFlagSent) != 0;
+  c.hello = hello;
+  c.joined = true;
+  c.live = true;
+  c.last_heard = Clock::now();
+  summary_.rejoins += 1;
+  security_->audit("rejoin", {{"peer", c.id},
+                              {"their_round", their_round},
+                              {"round", round_},
+                              {"update_sent", sent}});
+  log().info("[agg:{}] '{}' rejoined (it is at round {}{}, this node at {})", self_.id, c.id,
+             their_round, sent ? ", update sent" : "", round_);
+  if (phase_ == Phase::kDraining || phase_ == Phase::kDone) {
+    // The federation is over: hand it the final model and the end.
+    welcome_one(c, round_, c.hello.model_digest != anchor_digest());
+    wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kDone, round_);
+    send_child(c, make_frame(h, {}), h);
+    return;
+  }
+  if (phase_ == Phase::kAwaitWelcome || parent_full_pending_) {
+    c.rejoin_pending = true;  // this region itself is (re)joining its parent
+    return;
+  }
+  const bool in_round = phase_ == Phase::kTraining || phase_ == Phase::kAwaitAnchor;
+  // A child that offers the anchor of this round holds it: the history of
+  // committed rounds is linear, so after round 0 a round number names one
+  // anchor. (It offers no digest while its anchor is being replaced, and
+  // at round 0 a newcomer's own initial model must be checked.)
+  const bool holds_anchor =
+      their_round == round_ && round_ > 0 && hello.model_digest != std::array<uint8_t, 32>{};
+  if (in_round && holds_anchor) {
+    // Carry on; an update it already sent comes again and counts once.
+    welcome_one(c, round_, false);
+    return;
+  }
+  if (in_round && anchor_intact_) {
+    welcome_one(c, round_, c.hello.model_digest != anchor_digest());
+    return;
+  }
+  // The anchor is changing under this round's finished chunks: welcome it
+  // at the next boundary, with the new anchor.
+  c.rejoin_pending = true;
+  if (acc_ && acc_->is_open()) acc_->set_expected(c.index, false);
+  close_ready_chunks();
+}
+
+void Aggregator::Impl::welcome_pending() {
+  bool any = false;
+  for (const Child& c : children_) any = any || c.rejoin_pending;
+  if (!any) return;
+  const std::array<uint8_t, 32> digest = anchor_digest();
+  for (Child& c : children_) {
+    if (c.rejoin_pending) welcome_one(c, round_, c.hello.model_digest != digest);
+  }
+}
+
+// ---- liveness -----------------------------------------------------------------
+
+void Aggregator::Impl::on_heartbeat_timer() {
+  const auto now = Clock::now();
+  if (phase_ != Phase::kJoining) {
+    for (Child& c : children_) {
+      if (c.live && now - c.last_heard > heartbeat_timeout_) child_lost(c);
+    }
+  }
+  for (const Child& c : children_) {
+    if (!c.live || !c.joined) continue;
+    wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kHeartbeat, round_);
+    if (phase_ == Phase::kTraining && acc_ && acc_->expected(c.index) &&
+        !acc_->delivered_all(c.index)) {
+      h.flags = wire::kFlagNeedUpdate;
+    }
+    // Never queued behind a full window: a heartbeat that cannot go now is
+    // superseded by the next.
+    try {
+      (void)children_link_->try_send(c.id, make_frame(h, {}));
+    } catch (const Error&) {
+      // Not connected right now; its silence is judged by the timeout.
+    }
+  }
+  if (!parent_link_) return;
+  if (parent_link_->established()) {
+    wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kHeartbeat, round_);
+    (void)parent_link_->try_send(make_frame(h, {}));
+  }
+  // Before its first answer the parent is judged by the join timeout.
+  if ((parent_welcomed_ || summary_.resumed_from_round > 0) &&
+      now - parent_heard_ > heartbeat_timeout_ && now >= parent_retry_at_) {
+    reconnect_parent("no frame from it for " + std::to_string(heartbeat_timeout_.count()) + " ms");
+  }
+}
+
+void Aggregator::Impl::child_lost(Child& c) {
+  if (!c.live) return;
+  c.live = false;
+  summary_.children_lost += 1;
+  clear_outbox(c);
+  log().warn("[agg:{}] lost '{}' (silent for over {} ms); round {} goes on without it",
+             self_.id, c.id, heartbeat_timeout_.count(), round_);
+  security_->audit("child_lost", {{"peer", c.id}, {"round", round_}});
+  if (acc_ && acc_->is_open() && phase_ == Phase::kTraining) {
+    acc_->set_expected(c.index, false);
+    close_ready_chunks();
+  }
+}
+
+void Aggregator::Impl::close_ready_chunks() {
+  if (!acc_ || phase_ != Phase::kTraining) return;
+  for (uint32_t chunk : acc_->ready_chunks()) complete_chunk(chunk);
+  if (acc_->round_complete()) complete_round();
+}
+
+void Aggregator::Impl::arm_deadline() {
+  const double d = topo_.federation().deadline_s;
+  if (d <= 0) return;
+  // A region closes a little earlier than the root so that its partial
+  // aggregate still arrives in time.
+  const double share = is_root_ ? 1.0 : 0.8;
+  const auto when = round_started_ + Millis(static_cast<int64_t>(d * share * 1000));
+  const uint64_t round = round_;
+  timers_.at(*deadline_timer_, when, [this, round] { on_deadline(round); });
+}
+
+void Aggregator::Impl::on_deadline(uint64_t round) {
+  if (phase_ != Phase::kTraining || round != round_ || !acc_) return;
+  const std::vector<uint32_t> chunks = acc_->quorate_chunks();
+  nlohmann::json missing = nlohmann::json::array();
+  for (uint32_t idx : acc_->missing_children()) missing.push_back(topo_.node(idx).id);
+  log().warn("[agg:{}] round {} reached its deadline; closing {} chunks with quorum, missing {}",
+             self_.id, round, chunks.size(), missing.dump());
+  security_->audit("deadline", {{"round", round}, {"chunks_closed", chunks.size()},
+                                {"missing", missing}});
+  for (uint32_t chunk : chunks) complete_chunk(chunk);
+  if (acc_->round_complete()) {
+    complete_round();
+  } else {
+    log().warn("[agg:{}] round {} lacks quorum ({} of the weight); waiting for children to "
+               "rejoin", self_.id, round, topo_.federation().quorum);
+  }
+}
+
+// ---- checkpoints --------------------------------------------------------------
+
+void Aggregator::Impl::save_checkpoint() {
+  if (opt_.checkpoint_dir.empty()) return;
+  Checkpoint c;
+  c.round = round_;  // the round a resumed node opens
+  c.topology_digest = topo_.digest();
+  c.node_id = self_.id;
+  nlohmann::json meta = {{"role", role_name(self_.role)}, {"elements", total_elements_}};
+  if (is_root_) {
+    c.sections.push_back(runtime::float_section("global", global_.data(), global_.size()));
+    c.sections.push_back(runtime::float_section("held", held_.data(), held_.size()));
+    for (const OuterOptimizer::StateBuffer& b : outer_->state()) {
+      c.sections.push_back(runtime::float_section("outer." + b.name, b.data->data(),
+                                                  b.data->size()));
+    }
+    meta["outer"] = std::string(outer_->name());
+  } else {
+    c.sections.push_back(runtime::float_section("anchor", anchor_.data(), anchor_.size()));
+    c.sections.push_back(runtime::float_section("residual", residual_.data(), residual_.size()));
+  }
+  const std::string m = meta.dump();
+  c.sections.push_back({"meta", std::vector<uint8_t>(m.begin(), m.end())});
+  const auto t0 = Clock::now();
+  runtime::save_node_checkpoint(opt_.checkpoint_dir, c);
+  summary_.checkpoints_written += 1;
+  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  log().info("[agg:{}] checkpoint of round {} written in {:.1f} ms", self_.id, round_, ms);
+  security_->audit("checkpoint", {{"round", round_},
+                                  {"path", runtime::checkpoint_path(opt_.checkpoint_dir, self_.id)},
+                                  {"ms", ms}});
+}
+
+bool Aggregator::Impl::resume_from_checkpoint() {
+  if (opt_.checkpoint_dir.empty()) return false;
+  auto loaded = runtime::load_node_checkpoint(opt_.checkpoint_dir, topo_, self_.id);
+  if (!loaded) {
+    if (is_root_) {
+      // Starting over from round 0 beside a checkpoint that could not be
+      // read would silently redo and double count committed rounds.
+      fs::path p = runtime::checkpoint_path(opt_.checkpoint_dir, self_.id);
+      std::error_code ec;
+      if (fs::exists(p.string() + ".corrupt", ec)) {
+        throw CryptoError("root '" + self_.id + "': its checkpoint " + p.string() +
+                          " is corrupt and no intact one is left; restore one (see "
+                          "docs/operations.md) or move the directory away to start over");
+      }
+    }
+    return false;
+  }
+  const Checkpoint& c = loaded->checkpoint;
+  round_ = c.round;
+  if (is_root_) {
+    global_ = runtime::floats_of(c, "global", 0);
+    held_ = runtime::floats_of(c, "held", global_.size());
+    init_model_state(global_.size());
+    outer_ = make_outer_optimizer(topo_.federation().outer, global_.size());
+    for (const OuterOptimizer::StateBuffer& b : outer_->state()) {
+      *b.data = runtime::floats_of(c, "outer." + b.name, b.data->size());
+    }
+    model_digest_ = sha256(held_.data(), held_.size() * sizeof(float));
+  } else {
+    anchor_ = runtime::floats_of(c, "anchor", 0);
+    init_model_state(anchor_.size());
+    residual_ = runtime::floats_of(c, "residual", 0);
+    if (!residual_.empty() && residual_.size() != anchor_.size()) {
+      throw CryptoError("checkpoint " + loaded->path.string() + ": residual size mismatch");
+    }
+  }
+  summary_.resumed_from_round = round_;
+  security_->audit("resumed", {{"round", round_}, {"path", loaded->path.string()}});
+  const auto now = Clock::now();
+  for (Child& c2 : children_) {
+    // Children come back by saying hello; until then the round waits for
+    // them as if they were there, and the heartbeat timeout judges them.
+    c2.joined = true;
+    c2.welcomed = false;
+    c2.live = true;
+    c2.last_heard = now;
+  }
+  if (round_ >= topo_.federation().rounds) {
+    phase_ = Phase::kDraining;
+    phase_deadline_ = now + round_timeout_;
+    finish_deadline_ = now + std::min<Millis>(round_timeout_, Millis(30000));
+    return true;
+  }
+  round_started_ = now;
+  relayed_through_ = round_;
+  telemetry_sent_through_ = round_;
+  open_round(round_);
+  if (!is_root_) hello_parent();
+  return true;
+}
+
+void Aggregator::Impl::record_update(const uint8_t* payload, size_t size,
+                                     const std::string& sha_hex) {
+  if (opt_.record_updates_dir.empty()) return;
+  const fs::path p = fs::path(opt_.record_updates_dir) / sha_hex;
+  std::error_code ec;
+  if (fs::exists(p, ec)) return;
+  fs::create_directories(opt_.record_updates_dir, ec);
+  write_file_atomic(p, std::string_view(reinterpret_cast<const char*>(payload), size), 0600);
+}
+
+// ---- the parent link (regions) ------------------------------------------------
+
+void Aggregator::Impl::hello_parent() {
+  wire::HelloPayload up;
+  up.node_id = self_.id;
+  up.topology_digest = topo_.digest();
+  // Resuming with an intact anchor: the parent can skip the full model.
+  if (anchor_.size() == total_elements_ && anchor_intact_ && phase_ != Phase::kJoining &&
+      phase_ != Phase::kAwaitWelcome) {
+    up.model_digest = anchor_digest();
+  }
+  wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kHello, round_);
+  h.total_elements = total_elements_;
+  if (phase_ == Phase::kAwaitAnchor) h.flags = wire::kFlagSent;
+  send_parent(make_frame(h, wire::encode_hello(up)));
+}
+
+void Aggregator::Impl::reconnect_parent(const std::string& why) {
+  // Exponential backoff with full jitter: 0.5..1.5 x the step, which
+  // doubles from the heartbeat period up to 30 s.
+  parent_backoff_ = parent_backoff_.count() == 0
+                        ? heartbeat_
+                        : std::min<Millis>(parent_backoff_ * 2, Millis(30000));
+  std::uniform_real_distribution<double> jitter(0.5, 1.5);
+  const auto wait = Millis(static_cast<int64_t>(parent_backoff_.count() * jitter(jitter_rng_)));
+  parent_retry_at_ = Clock::now() + wait;
+  const NodeSpec& parent = topo_.node(self_.parent_index);
+  log().warn("[agg:{}] reconnecting to parent '{}' ({}); next try in {} ms", self_.id, parent.id,
+             why, wait.count());
+  security_->audit("reconnect", {{"peer", parent.id}, {"reason", why}});
+  LinkOptions lo;
+  lo.window = opt_.window;
+  lo.max_message_bytes =
+      static_cast<int64_t>(wire::kHeaderSize + topo_.federation().chunk_bytes + 4096);
+  lo.linger_ms = 0;
+  parent_out_.frames.clear();
+  parent_link_.reset();
+  parent_link_ = std::make_unique<ParentLink>(ctx_, parent.endpoint, self_.id, lo,
+                                              security_->parent_factory());
+  parent_welcomed_ = false;
+  parent_full_pending_ = false;
+  if (phase_ != Phase::kJoining) hello_parent();
+}
+
+}  // namespace fedwan

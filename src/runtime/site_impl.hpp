@@ -1,0 +1,112 @@
+// SiteCore's state, private to site_core.cpp (the round protocol and link
+// upkeep) and site_checkpoint.cpp (saving and resuming). Thread safety: one
+// thread drives a SiteCore.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "fedwan/codec.hpp"
+#include "fedwan/site_core.hpp"
+#include "runtime/node_security.hpp"
+#include "tensor/chunk_plan.hpp"
+#include "transport/links.hpp"
+#include "wire/frame.hpp"
+
+namespace fedwan {
+
+class SiteCore::Impl {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  Impl(SiteOptions options, float* params, size_t n);
+  SyncResult join();
+  SyncResult sync();
+  SyncResult service();
+  void save_checkpoint();
+
+  SiteOptions opt;
+  const Topology& topo;
+  const NodeSpec& self;
+  float* params;
+  ChunkPlan plan;
+  const Codec* codec;
+  std::array<uint8_t, 32> initial_digest{};
+  std::vector<float> anchor;    // the model the federation agreed on for `round`
+  std::vector<float> residual;  // error feedback of the deltas sent (lossy codecs)
+  uint64_t round = 0;
+  bool joined = false;
+  bool finished = false;
+  bool resumed = false;
+  uint64_t data_position = 0;
+  uint64_t reconnects = 0;
+  Millis round_timeout, heartbeat, heartbeat_timeout;
+
+  // Declared before the link: its security layer reports to it.
+  std::unique_ptr<runtime::NodeSecurity> security;
+  zmq::context_t ctx{1};
+  std::unique_ptr<ParentLink> link;
+
+ private:
+  // The update anchor of round+1 while sync() waits for it (into params).
+  struct Assembly {
+    uint64_t round = 0;
+    std::vector<bool> got;
+    uint32_t received = 0;
+    bool done_signalled = false;  // the federation finished instead
+  };
+  // A model sent in full after a welcome (join or resync; into anchor).
+  struct FullAssembly {
+    uint64_t round = 0;
+    std::vector<bool> got;
+    uint32_t received = 0;
+  };
+  struct EarlyChunk {
+    uint32_t chunk;
+    uint8_t codec;
+    std::vector<uint8_t> payload;
+  };
+
+  void open_link();
+  void resume();
+  std::optional<wire::ParsedFrame> poll_frame(Incoming* in, Millis timeout);
+  void pump(Millis wait, SyncResult* res);
+  void upkeep();
+  void reconnect(const std::string& why);
+  std::vector<uint8_t> hello_frame() const;
+  void on_frame(const wire::ParsedFrame& f, SyncResult* res);
+  void on_welcome(const wire::ParsedFrame& f, SyncResult* res);
+  void on_anchor(const wire::ParsedFrame& f, SyncResult* res);
+  void on_heartbeat(const wire::ParsedFrame& f);
+  void apply_update_chunk(uint32_t chunk, const Codec& c, const uint8_t* payload);
+  void apply_early();
+  bool send_now(std::vector<uint8_t> frame, SyncResult* res);
+  void resend_update();
+  void confirm_end(SyncResult* res);
+
+  // The round's update, unsealed, kept until the next anchor is in.
+  std::vector<std::vector<uint8_t>> update_frames;
+  bool sent = false;  // the whole update of `round` is in update_frames
+  uint32_t encoded_upto = 0;
+  std::vector<EarlyChunk> early;
+  std::optional<Assembly> next;
+  std::optional<FullAssembly> full;
+
+  bool link_ok = true;
+  bool joined_once = false;      // holds a federation anchor
+  bool welcomed_once = false;
+  bool awaiting_welcome = false;
+  bool hello_pending = false;
+  int behind_beats = 0;
+  Clock::time_point parent_heard, last_heartbeat, retry_at, last_resend;
+  Millis backoff{0};
+  std::mt19937_64 rng{std::random_device{}()};
+};
+
+}  // namespace fedwan
