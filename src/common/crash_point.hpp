@@ -4,7 +4,7 @@
 // reaches crash_point("<name>"). Production runs leave the variable unset and
 // pay one cached getenv per call. Names in use (docs/operations.md):
 //   checkpoint.written  checkpoint.synced  checkpoint.renamed
-//   site.mid_upload     region.partial_round
+//   site.mid_upload     aggregator.update_accepted
 // Thread safety: safe to call from any thread.
 #pragma once
 

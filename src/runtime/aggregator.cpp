@@ -191,7 +191,8 @@ void Aggregator::Impl::send_done(uint64_t rounds) {
 // ---- event loop ---------------------------------------------------------------
 
 AggregatorSummary Aggregator::Impl::run() {
-  phase_deadline_ = Clock::now() + opt_.join_timeout;
+  // A resumed node is past joining: its round has the round timeout.
+  phase_deadline_ = Clock::now() + (phase_ == Phase::kJoining ? opt_.join_timeout : round_timeout_);
   while (phase_ != Phase::kDone) {
     if (stop_requested.load()) throw Error("aggregator '" + self_.id + "' stopped");
     const bool pending = !flush();
@@ -207,8 +208,18 @@ AggregatorSummary Aggregator::Impl::run() {
     // Drain a bounded batch per socket so neither side starves the other.
     for (int i = 0; i < 64 && children_link_->recv(&in, Millis(0)); ++i) on_child_frame(in);
     if (parent_link_) {
-      for (int i = 0; i < 64 && phase_ != Phase::kDone && parent_link_->recv(&in, Millis(0)); ++i) {
-        on_parent_frame(in);
+      try {
+        for (int i = 0; i < 64 && phase_ != Phase::kDone && parent_link_->recv(&in, Millis(0));
+             ++i) {
+          on_parent_frame(in);
+        }
+      } catch (const CryptoError& e) {
+        // See SiteCore::Impl::pump: after the first welcome a failed
+        // re-handshake is retried with backoff; a real refusal ends in the
+        // round timeout.
+        if (!parent_contact_) throw;
+        log().warn("[agg:{}] {}; will reconnect", self_.id, e.what());
+        parent_heard_ = Clock::time_point{};
       }
     }
     maybe_finish();

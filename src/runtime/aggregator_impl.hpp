@@ -209,11 +209,15 @@ class Aggregator::Impl {
   // Region: the aggregate chunks sent up this round, kept until the next
   // anchor completes so they can be sent again after the parent restarts.
   std::vector<Frame> sent_up_;
+  // The next round's anchor chunks sent down so far (shared with the
+  // outboxes), for a child welcomed back mid-round.
+  std::vector<std::pair<Frame, wire::FrameHeader>> next_anchor_;
   bool force_reports_ = false;    // finishing: report without lost children's traffic
   Clock::time_point parent_heard_;
   Clock::time_point parent_retry_at_;
   Millis parent_backoff_{0};
   bool parent_welcomed_ = false;   // region: the parent welcomed this session
+  bool parent_contact_ = false;    // region: welcomed once, or resumed: judge its silence
   uint64_t parent_welcome_round_ = 0;
   bool parent_full_pending_ = false;  // region: a full anchor from the parent is arriving
   uint32_t parent_full_chunks_ = 0;

@@ -38,6 +38,12 @@ void Aggregator::Impl::welcome_one(Child& c, uint64_t round, bool full) {
   h.flags = full ? 0 : wire::kFlagNoChange;
   send_child(c, make_frame(h, payload), h);
   if (full) send_full_anchor(c);
+  // Mid-round, the next anchor may be partly on its way already: what went
+  // to the child before it came back may be lost, so it goes again (a child
+  // ignores chunks it has).
+  if (round == round_ && (phase_ == Phase::kTraining || phase_ == Phase::kAwaitAnchor)) {
+    for (const auto& [frame, fh] : next_anchor_) send_child(c, frame, fh);
+  }
   c.welcomed = true;
   c.live = true;
   c.rejoin_pending = false;
@@ -138,7 +144,7 @@ void Aggregator::Impl::on_heartbeat_timer() {
     (void)parent_link_->try_send(make_frame(h, {}));
   }
   // Before its first answer the parent is judged by the join timeout.
-  if ((parent_welcomed_ || summary_.resumed_from_round > 0) &&
+  if (parent_contact_ &&
       now - parent_heard_ > heartbeat_timeout_ && now >= parent_retry_at_) {
     reconnect_parent("no frame from it for " + std::to_string(heartbeat_timeout_.count()) + " ms");
   }
@@ -263,6 +269,7 @@ bool Aggregator::Impl::resume_from_checkpoint() {
     }
   }
   summary_.resumed_from_round = round_;
+  parent_contact_ = true;
   security_->audit("resumed", {{"round", round_}, {"path", loaded->path.string()}});
   const auto now = Clock::now();
   for (Child& c2 : children_) {
@@ -333,6 +340,7 @@ void Aggregator::Impl::reconnect_parent(const std::string& why) {
       static_cast<int64_t>(wire::kHeaderSize + topo_.federation().chunk_bytes + 4096);
   lo.linger_ms = 0;
   parent_out_.frames.clear();
+  parent_link_->abandon();
   parent_link_.reset();
   parent_link_ = std::make_unique<ParentLink>(ctx_, parent.endpoint, self_.id, lo,
                                               security_->parent_factory());

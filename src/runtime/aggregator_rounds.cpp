@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "aggregation/round_accumulator.hpp"
+#include "common/crash_point.hpp"
 #include "common/log.hpp"
 #include "common/sha256.hpp"
 #include "fedwan/codec.hpp"
@@ -129,6 +130,7 @@ void Aggregator::Impl::open_round(uint64_t round) {
   }
   anchor_intact_ = true;
   sent_up_.clear();
+  next_anchor_.clear();
   if (is_root_) outer_->begin_round(round);
   phase_ = Phase::kTraining;
   round_started_ = Clock::now();
@@ -168,6 +170,7 @@ void Aggregator::Impl::on_delta(Child& c, const wire::ParsedFrame& f) {
   }
   switch (r.outcome) {
     case AddOutcome::kAccepted:
+      crash_point("aggregator.update_accepted");
       if (r.chunk_complete) complete_chunk(h.chunk_index);
       if (acc_->round_complete()) complete_round();
       return;
@@ -241,6 +244,7 @@ void Aggregator::Impl::complete_chunk(uint32_t chunk) {
       held_back_.emplace(frame, h);  // sent once the round's checkpoint is durable
       return;
     }
+    next_anchor_.emplace_back(frame, h);
     for (const Child& c : children_) {
       if (c.live && !c.rejoin_pending) send_child(c, frame, h);
     }
@@ -394,6 +398,7 @@ void Aggregator::Impl::on_parent_welcome(const wire::ParsedFrame& f) {
                         std::to_string(total_elements_));
   }
   parent_welcomed_ = true;
+  parent_contact_ = true;
   parent_welcome_round_ = f.header.round;
   const bool no_change = (f.header.flags & wire::kFlagNoChange) != 0;
   if (phase_ != Phase::kAwaitWelcome && no_change && f.header.round == round_) {
@@ -478,6 +483,7 @@ void Aggregator::Impl::on_parent_anchor(const wire::ParsedFrame& f, const uint8_
   auto bytes = std::make_shared<std::vector<uint8_t>>(raw, raw + raw_size);
   wire::encode_header(out, bytes->data());
   const Frame frame = std::move(bytes);
+  next_anchor_.emplace_back(frame, out);
   for (const Child& c : children_) {
     if (c.live && !c.rejoin_pending) send_child(c, frame, out);
   }

@@ -59,6 +59,7 @@ void SiteCore::Impl::open_link() {
   lo.max_message_bytes =
       static_cast<int64_t>(wire::kHeaderSize + topo.federation().chunk_bytes + 4096);
   const NodeSpec& parent = topo.node(self.parent_index);
+  if (link) link->abandon();
   link.reset();
   link = std::make_unique<ParentLink>(ctx, parent.endpoint, self.id, lo,
                                       security->parent_factory());
@@ -103,11 +104,22 @@ std::optional<wire::ParsedFrame> SiteCore::Impl::poll_frame(Incoming* in, Millis
 void SiteCore::Impl::pump(Millis wait, SyncResult* res) {
   upkeep();
   Incoming in;
-  std::optional<wire::ParsedFrame> f = poll_frame(&in, wait);
-  for (int i = 0; f && i < 256; ++i) {
-    res->bytes_received += in.message.size();
-    on_frame(*f, res);
-    f = poll_frame(&in, Millis(0));
+  try {
+    std::optional<wire::ParsedFrame> f = poll_frame(&in, wait);
+    for (int i = 0; f && i < 256; ++i) {
+      res->bytes_received += in.message.size();
+      on_frame(*f, res);
+      f = poll_frame(&in, Millis(0));
+    }
+  } catch (const CryptoError& e) {
+    // Once in the federation, a failed re-handshake is most often a race
+    // with the parent's restart (answers to an earlier attempt's hello):
+    // try again with backoff. A real refusal fails every attempt and ends
+    // in the round timeout, whose message names it.
+    if (!welcomed_once && !resumed) throw;
+    last_link_error = e.what();
+    log().warn("[site:{}] {}; will reconnect", self.id, e.what());
+    link_ok = false;
   }
   upkeep();
 }
@@ -289,6 +301,15 @@ void SiteCore::Impl::on_anchor(const wire::ParsedFrame& f, SyncResult* res) {
     save_checkpoint();
     return;
   }
+  if (!next && h.round == round + 1 && !full) {
+    // Before this site's sync() (it rejoined mid-round, or the round closed
+    // without it): kept until its deltas are computed.
+    next.emplace();
+    next->round = round + 1;
+    next->got.assign(plan.count(), false);
+    encoded_upto = 0;
+    early.clear();
+  }
   if (!next || h.round != next->round || next->got[h.chunk_index]) {
     log().info("[site:{}] ignored an anchor chunk of round {} (at round {})", self.id, h.round,
                round);
@@ -395,11 +416,13 @@ SyncResult SiteCore::Impl::sync() {
   std::vector<uint8_t> payload;
   // Anchor chunk i may arrive while later deltas still go out; it goes into
   // params once delta chunk i is computed (apply_early).
-  next.emplace();
-  next->round = round + 1;
-  next->got.assign(plan.count(), false);
+  if (!next || next->round != round + 1) {
+    next.emplace();
+    next->round = round + 1;
+    next->got.assign(plan.count(), false);
+    early.clear();
+  }
   encoded_upto = 0;
-  early.clear();
   update_frames.clear();
   sent = false;
   // On a secure link, chunk i is encrypted on a worker while chunk i+1 is
@@ -432,7 +455,7 @@ SyncResult SiteCore::Impl::sync() {
   };
   Sha256 update_digest;
   uint64_t update_bytes = 0;
-  for (uint32_t i = 0; i < plan.count() && round == start_round; ++i) {
+  for (uint32_t i = 0; i < plan.count() && round == start_round && !res.resynced; ++i) {
     const uint64_t off = plan.offset(i);
     const uint32_t n = plan.size(i);
     for (uint32_t k = 0; k < n; ++k) delta[k] = anchor[off + k] - params[off + k];
@@ -463,7 +486,7 @@ SyncResult SiteCore::Impl::sync() {
     send_sealed(0);
     sealing.reset();
   }
-  if (round == start_round) {
+  if (round == start_round && !res.resynced) {
     sent = true;
     const Sha256Digest d = update_digest.finish();
     security->audit("update_sent", {{"round", round},
@@ -475,7 +498,7 @@ SyncResult SiteCore::Impl::sync() {
   }
   // Wait for the next anchor, a resync, or the end.
   const auto deadline = Clock::now() + round_timeout;
-  while (round == start_round && !finished) {
+  while (round == start_round && !finished && !res.resynced) {
     if (next && (next->done_signalled || next->received == plan.count())) break;
     if (Clock::now() >= deadline) {
       throw TimeoutError(
@@ -483,11 +506,12 @@ SyncResult SiteCore::Impl::sync() {
           " from parent '" + topo.node(self.parent_index).id + "' at " + link->endpoint() +
           " within " + std::to_string(round_timeout.count() / 1000) + " s (" +
           std::to_string(next ? next->received : 0) + " of " + std::to_string(plan.count()) +
-          " chunks in; is it running?)");
+          " chunks in; is it running?)" +
+          (last_link_error.empty() ? "" : " Last link error: " + last_link_error));
     }
     pump(Millis(50), &res);
   }
-  if (round == start_round && next && !finished) {
+  if (round == start_round && next && !finished && !res.resynced) {
     if (next->done_signalled && next->received < plan.count()) {
       finished = true;  // the federation ended instead
     } else {

@@ -104,6 +104,7 @@ class SiteCore::Impl {
   bool awaiting_welcome = false;
   bool hello_pending = false;
   int behind_beats = 0;
+  std::string last_link_error;
   Clock::time_point parent_heard, last_heartbeat, retry_at, last_resend;
   Millis backoff{0};
   std::mt19937_64 rng{std::random_device{}()};

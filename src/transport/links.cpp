@@ -83,6 +83,14 @@ ParentLink::~ParentLink() {
   }
 }
 
+void ParentLink::abandon() {
+  try {
+    socket_.set(zmq::sockopt::linger, 0);
+  } catch (const zmq::error_t&) {
+    // Closing anyway.
+  }
+}
+
 void ParentLink::send_replies(SecurityReplies& replies) {
   for (auto& r : replies) {
     zmq::message_t msg(r.data(), r.size());

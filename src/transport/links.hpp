@@ -62,6 +62,10 @@ class ParentLink {
   // A link whose session never came up has nothing worth flushing: it closes
   // at once instead of lingering on a handshake nobody will read.
   ~ParentLink();
+  // Drops whatever is still queued so that closing does not linger: a
+  // replaced link must not keep reconnecting under this node's routing id
+  // (the parent would hand the id back and forth between the two sockets).
+  void abandon();
   ParentLink(const ParentLink&) = delete;
   ParentLink& operator=(const ParentLink&) = delete;
   // Waits (receiving) until the secure session is up, at most `timeout`.

@@ -16,6 +16,7 @@
 #include <iterator>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace fedwan::testing {
@@ -33,12 +34,16 @@ inline int free_tcp_port() {
   return ntohs(a.sin_port);
 }
 
-// Runs `exe args` with stderr and stdout sent to `log`.
+// Runs `exe args` with stderr and stdout sent to `log` (appended to when
+// `append`), with `env` added to the environment.
 inline pid_t spawn_process(const std::string& exe, const std::vector<std::string>& args,
-                           const std::string& log) {
+                           const std::string& log,
+                           const std::vector<std::pair<std::string, std::string>>& env = {},
+                           bool append = false) {
   const pid_t pid = ::fork();
   if (pid == 0) {
-    FILE* f = std::fopen(log.c_str(), "w");
+    for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
+    FILE* f = std::fopen(log.c_str(), append ? "a" : "w");
     if (f) {
       ::dup2(fileno(f), STDOUT_FILENO);
       ::dup2(fileno(f), STDERR_FILENO);

@@ -1,0 +1,371 @@
+// The chaos suite: real `fedwan` processes on loopback, faults injected, and
+// after each run two checks against the root's audit log:
+//   * the final global model equals, bit for bit, a replay of exactly the
+//     updates the log records as accepted (payloads kept by
+//     --record-updates), discarding rounds a restarted root reopened;
+//   * no (round, sender, chunk) is accepted twice.
+// Each scenario adds a row (rounds lost = RPO, seconds to resume = RTO) to
+// the chaos report (FEDWAN_CHAOS_REPORT, see harness/chaos_report.hpp).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "fedwan/synthetic.hpp"
+#include "harness/audit_replay.hpp"
+#include "harness/chaos_report.hpp"
+#include "harness/fault_proxy.hpp"
+#include "harness/federation_fixture.hpp"
+#include "harness/process.hpp"
+
+#ifdef FEDWAN_CLI_PATH
+
+namespace fedwan::testing {
+namespace {
+
+using Env = std::vector<std::pair<std::string, std::string>>;
+using SysClock = std::chrono::system_clock;
+
+constexpr uint64_t kSeed = 7;
+constexpr size_t kParams = 20000;
+
+// Parses the audit log's "2026-11-22T10:00:00.123Z" (UTC).
+SysClock::time_point audit_time(const std::string& t) {
+  std::tm tm{};
+  int ms = 0;
+  if (std::sscanf(t.c_str(), "%d-%d-%dT%d:%d:%d.%dZ", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
+                  &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &ms) != 7) {
+    return {};
+  }
+  tm.tm_year -= 1900;
+  tm.tm_mon -= 1;
+  return SysClock::from_time_t(timegm(&tm)) + std::chrono::milliseconds(ms);
+}
+
+class ChaosFederation {
+ public:
+  // root -> `regions` regions -> `sites` sites each, fp16, DiLoCo, 5 chunks.
+  ChaosFederation(int regions, int sites, uint64_t rounds = 6) {
+    FederationSpec fed;
+    fed.rounds = rounds;
+    fed.inner_steps = 3;
+    fed.codec = "fp16";
+    fed.chunk_bytes = 16384;
+    fed.outer.name = "diloco";
+    fed.round_timeout_s = 90;
+    fed.heartbeat_s = 0.3;
+    fed.heartbeat_timeout_s = 2;
+    Topology tree = make_tree(dir_.path(), regions, sites, fed);
+    std::vector<NodeSpec> nodes = tree.nodes();
+    for (NodeSpec& n : nodes) {
+      if (n.role == Role::kSite) continue;
+      ports_[n.id] = free_tcp_port();
+      n.endpoint = "tcp://127.0.0.1:" + std::to_string(ports_[n.id]);
+      n.bind = n.endpoint;
+    }
+    topo_ = Topology::build("chaos", fed, nodes);
+    write_topology();
+  }
+
+  // Routes every child of `node` through `proxy_port` (a FaultProxy in front
+  // of the node's real port).
+  void route_through(const std::string& node, int proxy_port) {
+    std::vector<NodeSpec> nodes = topo_.nodes();
+    for (NodeSpec& n : nodes) {
+      if (n.id == node) {
+        n.bind = "tcp://127.0.0.1:" + std::to_string(ports_[node]);
+        n.endpoint = "tcp://127.0.0.1:" + std::to_string(proxy_port);
+      }
+    }
+    topo_ = Topology::build("chaos", topo_.federation(), nodes);
+    write_topology();
+  }
+
+  const Topology& topo() const { return topo_; }
+  const std::filesystem::path& dir() const { return dir_.path(); }
+  int port(const std::string& node) const { return ports_.at(node); }
+  std::filesystem::path checkpoint_dir(const std::string& node) const {
+    return dir_.path() / "ckpt" / node;
+  }
+  std::filesystem::path audit(const std::string& node) const {
+    return dir_.path() / (node + ".audit");
+  }
+  std::string log(const std::string& node) const { return read_text(log_path(node)); }
+
+  pid_t start(const std::string& node, const Env& env = {}) {
+    const NodeSpec& n = topo_.node(node);
+    const bool site = n.role == Role::kSite;
+    std::vector<std::string> args = {site ? "site" : "aggregator",
+                                     "--topology", (dir_.path() / "topology.yaml").string(),
+                                     "--node", node,
+                                     "--trainer", "synthetic",
+                                     "--synthetic-size", std::to_string(kParams),
+                                     "--seed", std::to_string(kSeed),
+                                     "--join-timeout", "60",
+                                     "--credentials", security_for(topo_, node).credentials_dir,
+                                     "--audit-log", audit(node).string(),
+                                     "--checkpoint-dir", checkpoint_dir(node).string()};
+    if (!site) {
+      args.insert(args.end(), {"--record-updates", (dir_.path() / "store").string()});
+    }
+    if (n.role == Role::kRoot) args.insert(args.end(), {"--out", model_path().string()});
+    const bool restart = started_.count(node) > 0;
+    started_[node] = true;
+    const pid_t pid = spawn_process(FEDWAN_CLI_PATH, args, log_path(node), env, restart);
+    pids_[node] = pid;
+    return pid;
+  }
+
+  void start_all(const std::map<std::string, Env>& envs = {}) {
+    for (const NodeSpec& n : topo_.nodes()) {
+      auto it = envs.find(n.id);
+      start(n.id, it == envs.end() ? Env{} : it->second);
+    }
+  }
+
+  // Waits for `node` to die of a crash point (SIGKILL); returns when.
+  SysClock::time_point wait_crash(const std::string& node, std::chrono::seconds limit) {
+    const std::vector<int> codes = wait_processes({pids_.at(node)}, limit);
+    EXPECT_EQ(codes[0], -1) << node << " did not crash; log:\n" << log(node);
+    return SysClock::now();
+  }
+
+  // Waits for every running node; all must exit 0.
+  void wait_all(std::chrono::seconds limit) {
+    std::vector<pid_t> pids;
+    std::vector<std::string> ids;
+    for (const auto& [id, pid] : pids_) {
+      pids.push_back(pid);
+      ids.push_back(id);
+    }
+    const std::vector<int> codes = wait_processes(pids, limit);
+    for (size_t i = 0; i < codes.size(); ++i) {
+      // A node that crashed before was waited for already.
+      if (codes[i] == -1 && ::kill(pids[i], 0) != 0 && crashed_.count(ids[i])) continue;
+      EXPECT_EQ(codes[i], 0) << ids[i] << " log:\n" << log(ids[i]);
+    }
+    pids_.clear();
+  }
+
+  void forget(const std::string& node) {
+    pids_.erase(node);
+    crashed_[node] = true;
+  }
+
+  // The two checks of every scenario; returns the replay for RPO/RTO.
+  ReplayResult check_against_audit() {
+    const std::vector<float> init = synthetic::initial_model(kParams, kSeed);
+    ReplayResult r = replay_root_audit(topo_, init, audit(topo_.root().id), dir_.path() / "store");
+    EXPECT_TRUE(r.problems.empty()) << ::testing::PrintToString(r.problems);
+    EXPECT_EQ(r.rounds_committed, topo_.federation().rounds);
+    const std::vector<float> global = read_model(model_path());
+    EXPECT_EQ(global.size(), kParams);
+    if (global.size() == r.global.size()) {
+      EXPECT_EQ(0, std::memcmp(global.data(), r.global.data(), kParams * sizeof(float)))
+          << "the final model is not the replay of the accepted updates";
+    }
+    const uint32_t chunks = static_cast<uint32_t>((kParams * 4 + 16383) / 16384);
+    for (const auto& [key, n] : r.accepted_by_round_sender) {
+      EXPECT_LE(n, static_cast<int>(chunks)) << "round " << key.first << " sender " << key.second;
+    }
+    for (const std::string& id : {std::string("root")}) {
+      const security::AuditVerifyResult v = security::verify_audit_file(audit(id).string());
+      EXPECT_TRUE(v.ok) << v.problem;
+    }
+    return r;
+  }
+
+  // The first entry of `event` at `node` logged after `t` (its time).
+  std::optional<SysClock::time_point> first_after(const std::string& node,
+                                                  const std::string& event,
+                                                  SysClock::time_point t) const {
+    for (const AuditEntry& e : read_audit(audit(node))) {
+      const auto when = audit_time(e.time);
+      if (e.event == event && when >= t) return when;
+    }
+    return std::nullopt;
+  }
+
+  // The round `node` resumed at after `t`, from its audit log.
+  std::optional<uint64_t> resumed_round(const std::string& node) const {
+    std::optional<uint64_t> out;
+    for (const AuditEntry& e : read_audit(audit(node))) {
+      if (e.event == "resumed") out = e.fields.value("round", uint64_t{0});
+    }
+    return out;
+  }
+
+ private:
+  std::filesystem::path log_path(const std::string& node) const {
+    return dir_.path() / (node + ".log");
+  }
+  std::filesystem::path model_path() const { return dir_.path() / "root.bin"; }
+  void write_topology() {
+    std::ofstream(dir_.path() / "topology.yaml") << topo_.to_yaml();
+  }
+
+  TempDir dir_;
+  Topology topo_;
+  std::map<std::string, int> ports_;
+  std::map<std::string, pid_t> pids_;
+  std::map<std::string, bool> started_, crashed_;
+};
+
+double seconds_between(SysClock::time_point a, std::optional<SysClock::time_point> b) {
+  return b ? std::chrono::duration<double>(*b - a).count() : -1;
+}
+
+void report(const std::string& scenario, const std::string& mechanism, uint64_t rpo, double rto,
+            const std::string& notes) {
+  ChaosRow row;
+  row.scenario = scenario;
+  row.mechanism = mechanism;
+  row.rpo_rounds = rpo;
+  if (rto >= 0) row.rto_seconds = rto;
+  row.passed = !::testing::Test::HasFailure();
+  row.notes = notes;
+  ChaosReport rep;
+  rep.record(row);
+  rep.flush();
+}
+
+// 1. A site is SIGKILLed after its first delta chunk of round 2; it restarts
+// from its checkpoint, rejoins and the federation completes.
+TEST(Chaos, SiteKilledMidUploadRestartsAndRejoins) {
+  ChaosFederation fed(1, 2);
+  const std::string victim = fed.topo().nodes().back().id;
+  fed.start_all({{victim, {{"FEDWAN_CRASH_POINT", "site.mid_upload@3"}}}});
+  const auto crashed = fed.wait_crash(victim, std::chrono::seconds(60));
+  fed.forget(victim);
+  fed.start(victim);
+  fed.wait_all(std::chrono::seconds(120));
+  fed.check_against_audit();
+  const std::optional<uint64_t> resumed = fed.resumed_round(victim);
+  ASSERT_TRUE(resumed.has_value()) << fed.log(victim);
+  EXPECT_EQ(*resumed, 2u);
+  report("1 site SIGKILL mid-upload", "crash point site.mid_upload (SIGKILL)", 2 - *resumed,
+         seconds_between(crashed, fed.first_after("root", "round_closed", crashed)),
+         "restarted site resumed at round " + std::to_string(*resumed));
+}
+
+// 2. A region is SIGKILLed after it accepted 7 of the 10 chunk updates of
+// round 1 (its two sites, 5 chunks each); it restarts from its checkpoint,
+// its sites send their updates again and nothing is counted twice.
+TEST(Chaos, RegionKilledAfterSomeChildrenDelivered) {
+  ChaosFederation fed(2, 2);
+  const std::string region = fed.topo().node(fed.topo().root().children.front()).id;
+  fed.start_all({{region, {{"FEDWAN_CRASH_POINT", "aggregator.update_accepted@17"}}}});
+  const auto crashed = fed.wait_crash(region, std::chrono::seconds(60));
+  fed.forget(region);
+  fed.start(region);
+  fed.wait_all(std::chrono::seconds(150));
+  fed.check_against_audit();
+  const std::optional<uint64_t> resumed = fed.resumed_round(region);
+  ASSERT_TRUE(resumed.has_value()) << fed.log(region);
+  report("2 region SIGKILL after k of n delivered", "crash point aggregator.update_accepted@17",
+         1 - std::min<uint64_t>(1, *resumed),
+         seconds_between(crashed, fed.first_after("root", "round_closed", crashed)),
+         "region resumed at round " + std::to_string(*resumed));
+}
+
+// 3. The root is SIGKILLed inside its checkpoint write of round 3 (the
+// third), after the write, after the fsync, after the rename.
+class RootCheckpointCrash : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(RootCheckpointCrash, RestartsAtItsLastCommittedRound) {
+  ChaosFederation fed(1, 2);
+  const std::string step = GetParam();
+  fed.start_all({{"root", {{"FEDWAN_CRASH_POINT", "checkpoint." + step + "@3"}}}});
+  const auto crashed = fed.wait_crash("root", std::chrono::seconds(60));
+  fed.forget("root");
+  fed.start("root");
+  fed.wait_all(std::chrono::seconds(150));
+  const ReplayResult r = fed.check_against_audit();
+  const std::optional<uint64_t> resumed = fed.resumed_round("root");
+  ASSERT_TRUE(resumed.has_value()) << fed.log("root");
+  // Before the rename the old checkpoint (round 2) is the durable one; after
+  // it, the new one (round 3).
+  EXPECT_EQ(*resumed, step == "renamed" ? 3u : 2u);
+  report("3 root SIGKILL at checkpoint " + step, "crash point checkpoint." + step,
+         3 - *resumed, seconds_between(crashed, fed.first_after("root", "round_closed", crashed)),
+         "root resumed at round " + std::to_string(*resumed) + "; " +
+             std::to_string(r.discarded) + " uncommitted acceptances discarded");
+}
+
+INSTANTIATE_TEST_SUITE_P(Steps, RootCheckpointCrash,
+                         ::testing::Values("written", "synced", "renamed"));
+
+// 4. One byte of a site's latest checkpoint is flipped while it is down:
+// the reader detects it, keeps the file aside as *.corrupt and resumes from
+// the previous checkpoint.
+TEST(Chaos, FlippedCheckpointByteIsDetected) {
+  ChaosFederation fed(1, 2);
+  const std::string victim = fed.topo().nodes().back().id;
+  fed.start_all({{victim, {{"FEDWAN_CRASH_POINT", "site.mid_upload@4"}}}});
+  const auto crashed = fed.wait_crash(victim, std::chrono::seconds(60));
+  fed.forget(victim);
+  const auto latest = fed.checkpoint_dir(victim) / (victim + ".fwck");
+  {
+    std::fstream f(latest, std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(f.good());
+    f.seekp(200);
+    char b = 0;
+    f.seekg(200);
+    f.read(&b, 1);
+    b ^= 0x10;
+    f.seekp(200);
+    f.write(&b, 1);
+  }
+  fed.start(victim);
+  fed.wait_all(std::chrono::seconds(120));
+  fed.check_against_audit();
+  EXPECT_TRUE(std::filesystem::exists(latest.string() + ".corrupt"));
+  const std::optional<uint64_t> resumed = fed.resumed_round(victim);
+  ASSERT_TRUE(resumed.has_value()) << fed.log(victim);
+  EXPECT_EQ(*resumed, 2u) << "the previous checkpoint (round 2) should be used";
+  report("4 flipped checkpoint byte", "byte flip at offset 200 of the latest checkpoint",
+         3 - *resumed, seconds_between(crashed, fed.first_after("root", "round_closed", crashed)),
+         "detected (kept as .corrupt); resumed from the previous local checkpoint");
+}
+
+// 6. Every link to the region passes a fault-injecting proxy that drops,
+// duplicates and reorders ZeroMQ messages and adds delay. tc netem is not
+// used: the test machine's kernel has no netem qdisc.
+TEST(Chaos, LossyDuplicatingReorderingLink) {
+  ChaosFederation fed(1, 2, 5);
+  const std::string region = fed.topo().node(fed.topo().root().children.front()).id;
+  FaultProxyOptions po;
+  po.target_port = fed.port(region);
+  FaultProxy proxy(po);
+  fed.route_through(region, proxy.port());
+  FaultSpec spec;
+  spec.drop = 0.02;
+  spec.duplicate = 0.02;
+  spec.reorder = 0.02;
+  spec.max_delay_ms = 5;
+  spec.seed = 11;
+  proxy.set_faults(spec);
+  const auto t0 = SysClock::now();
+  fed.start_all();
+  fed.wait_all(std::chrono::seconds(180));
+  fed.check_against_audit();
+  const FaultProxyStats st = proxy.stats();
+  EXPECT_GT(st.messages_dropped + st.messages_duplicated + st.messages_reordered, 0u);
+  report("6 lossy, duplicating, reordering link", "fault-injecting proxy (no netem here)", 0,
+         -1,
+         "dropped " + std::to_string(st.messages_dropped) + ", duplicated " +
+             std::to_string(st.messages_duplicated) + ", reordered " +
+             std::to_string(st.messages_reordered) + " of " +
+             std::to_string(st.messages_forwarded) + " messages; " +
+             std::to_string(std::chrono::duration<double>(SysClock::now() - t0).count()) + " s");
+}
+
+}  // namespace
+}  // namespace fedwan::testing
+
+#endif  // FEDWAN_CLI_PATH
