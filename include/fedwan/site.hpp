@@ -29,9 +29,12 @@ namespace fedwan {
 class Site {
  public:
   // Flattens `module`'s parameters (see FlatParameters). If an optimizer is
-  // given, checks that it optimises exactly those parameters.
+  // given, checks that it optimises exactly those parameters. With
+  // options.checkpoint_dir, checkpoints also hold the optimizer's state, the
+  // module's buffers and the step within the round, and join() restores
+  // them (module and optimizer must outlive the Site).
   Site(SiteOptions options, torch::nn::Module& module,
-       const torch::optim::Optimizer* optimizer = nullptr);
+       torch::optim::Optimizer* optimizer = nullptr);
 
   SyncResult join();
   // Counts one inner step; on every H-th it syncs with the federation

@@ -226,8 +226,8 @@ int run_site(const NodeArgs& a) {
   std::vector<int64_t> indices(static_cast<size_t>(images.size(0)));
   for (size_t i = 0; i < indices.size(); ++i) indices[i] = static_cast<int64_t>(i);
   FashionCnn model = make_fashion_cnn(w.seed);
-  Site site(std::move(o), *model);
   std::unique_ptr<torch::optim::Optimizer> opt = make_inner_optimizer(*model, w);
+  Site site(std::move(o), *model, opt.get());
   Trainer trainer(images, labels, std::move(indices), w.batch_size,
                   w.seed * 1000 + ordinal);
   site.join();

@@ -88,7 +88,7 @@ Aggregator::Impl::Impl(AggregatorOptions options)
   heartbeat_timeout_ = Millis(static_cast<int64_t>(fed.heartbeat_timeout_s * 1000));
   deadline_timer_ = timers_.make_timer();
   timers_.every(heartbeat_, [this] { on_heartbeat_timer(); });
-  parent_heard_ = Clock::now();
+  parent_heard_ = parent_link_opened_ = Clock::now();
   log().info("[agg:{}] {} serving {} children on {}", self_.id, role_name(self_.role),
              children_.size(), bind);
   if (resume_from_checkpoint()) {
@@ -405,10 +405,25 @@ void Aggregator::Impl::on_parent_frame(Incoming& in) {
       // The parent's round still lacks this region's aggregate (frames lost
       // to a restart or a bad link): send it again; duplicates count once.
       if ((f.header.flags & wire::kFlagNeedUpdate) && phase_ == Phase::kAwaitAnchor &&
-          f.header.round == round_ && !sent_up_.empty()) {
+          f.header.round == round_ && !sent_up_.empty() &&
+          Clock::now() - last_resend_up_ > heartbeat_timeout_) {
         log().info("[agg:{}] parent lacks part of round {}; sending {} chunks again", self_.id,
                    round_, sent_up_.size());
         for (const Frame& fr : sent_up_) send_parent(std::vector<uint8_t>(*fr));
+        last_resend_up_ = Clock::now();
+      }
+      // The parent moved past the round whose anchor this node still waits
+      // for: anchor chunks were lost. Rejoin to be resynced.
+      if (parent_welcomed_ && !parent_full_pending_ && f.header.round > round_ &&
+          phase_ == Phase::kAwaitAnchor) {
+        if (++behind_beats_ >= 3) {
+          log().warn("[agg:{}] parent is at round {} while this node waits for the anchor of "
+                     "round {}; rejoining", self_.id, f.header.round, round_ + 1);
+          behind_beats_ = 0;
+          hello_parent();
+        }
+      } else {
+        behind_beats_ = 0;
       }
       break;
     case wire::MsgType::kWelcome:

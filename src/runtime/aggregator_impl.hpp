@@ -202,6 +202,7 @@ class Aggregator::Impl {
   double total_weight_ = 0;      // site weight under this node
   bool anchor_intact_ = true;    // held_/anchor_ still equal the open round's anchor
   std::vector<float> anchor_;    // region: the anchor its children hold
+  std::array<uint8_t, 32> round_anchor_digest_{};  // region: of anchor_ when the round opened
   // Root: the last anchor chunk of a round waits until the round's
   // checkpoint is durable, so no child ever holds a round the root could
   // forget in a crash.
@@ -212,7 +213,9 @@ class Aggregator::Impl {
   // The next round's anchor chunks sent down so far (shared with the
   // outboxes), for a child welcomed back mid-round.
   std::vector<std::pair<Frame, wire::FrameHeader>> next_anchor_;
-  bool force_reports_ = false;    // finishing: report without lost children's traffic
+  bool force_reports_ = false;
+  Clock::time_point parent_progress_at_, last_resend_up_, parent_link_opened_;
+  int behind_beats_ = 0;    // finishing: report without lost children's traffic
   Clock::time_point parent_heard_;
   Clock::time_point parent_retry_at_;
   Millis parent_backoff_{0};

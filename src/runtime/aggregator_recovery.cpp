@@ -139,9 +139,27 @@ void Aggregator::Impl::on_heartbeat_timer() {
     }
   }
   if (!parent_link_) return;
+  // A hello, welcome or piece of the full model lost on a bad link: without
+  // progress for a heartbeat timeout, ask again.
+  if ((parent_contact_ || phase_ == Phase::kAwaitWelcome) &&
+      (!parent_welcomed_ || parent_full_pending_) &&
+      now - parent_progress_at_ > heartbeat_timeout_) {
+    log().info("[agg:{}] no answer to its hello from the parent; saying hello again", self_.id);
+    parent_full_pending_ = false;
+    parent_progress_at_ = now;
+    hello_parent();
+  }
   if (parent_link_->established()) {
     wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kHeartbeat, round_);
     (void)parent_link_->try_send(make_frame(h, {}));
+  }
+  // A secure session that does not come up (a handshake message lost):
+  // start over.
+  if (!parent_link_->established() && now - parent_link_opened_ > heartbeat_timeout_ &&
+      now >= parent_retry_at_ && phase_ != Phase::kJoining) {
+    reconnect_parent("its secure session did not come up within " +
+                     std::to_string(heartbeat_timeout_.count()) + " ms");
+    return;
   }
   // Before its first answer the parent is judged by the join timeout.
   if (parent_contact_ &&
@@ -310,15 +328,19 @@ void Aggregator::Impl::hello_parent() {
   wire::HelloPayload up;
   up.node_id = self_.id;
   up.topology_digest = topo_.digest();
-  // Resuming with an intact anchor: the parent can skip the full model.
-  if (anchor_.size() == total_elements_ && anchor_intact_ && phase_ != Phase::kJoining &&
-      phase_ != Phase::kAwaitWelcome) {
-    up.model_digest = anchor_digest();
+  // It holds the anchor of its round (its digest was taken when the round
+  // opened, before the next anchor's chunks began to change it): the parent
+  // can skip the full model and take its update again.
+  if (anchor_.size() == total_elements_ && phase_ != Phase::kJoining &&
+      phase_ != Phase::kAwaitWelcome && !parent_full_pending_) {
+    up.model_digest = round_anchor_digest_;
   }
   wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kHello, round_);
   h.total_elements = total_elements_;
   if (phase_ == Phase::kAwaitAnchor) h.flags = wire::kFlagSent;
   send_parent(make_frame(h, wire::encode_hello(up)));
+  parent_welcomed_ = false;
+  parent_progress_at_ = Clock::now();
 }
 
 void Aggregator::Impl::reconnect_parent(const std::string& why) {
@@ -344,6 +366,7 @@ void Aggregator::Impl::reconnect_parent(const std::string& why) {
   parent_link_.reset();
   parent_link_ = std::make_unique<ParentLink>(ctx_, parent.endpoint, self_.id, lo,
                                               security_->parent_factory());
+  parent_link_opened_ = Clock::now();
   parent_welcomed_ = false;
   parent_full_pending_ = false;
   if (phase_ != Phase::kJoining) hello_parent();

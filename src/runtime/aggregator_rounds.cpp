@@ -131,6 +131,8 @@ void Aggregator::Impl::open_round(uint64_t round) {
   anchor_intact_ = true;
   sent_up_.clear();
   next_anchor_.clear();
+  // A region names the anchor it holds when it rejoins its parent.
+  if (!is_root_ && anchor_.size() == total_elements_) round_anchor_digest_ = anchor_digest();
   if (is_root_) outer_->begin_round(round);
   phase_ = Phase::kTraining;
   round_started_ = Clock::now();
@@ -459,6 +461,7 @@ void Aggregator::Impl::on_parent_anchor(const wire::ParsedFrame& f, const uint8_
       return;
     }
     codec->decode(f.payload, h.element_count, dst);
+    parent_progress_at_ = Clock::now();
     if (++parent_full_chunks_ == plan_->count()) {
       parent_full_pending_ = false;
       finish_parent_welcome();

@@ -64,6 +64,7 @@ void SiteCore::Impl::open_link() {
   link = std::make_unique<ParentLink>(ctx, parent.endpoint, self.id, lo,
                                       security->parent_factory());
   link_ok = true;
+  link_opened_at = Clock::now();
 }
 
 // ---- receiving ------------------------------------------------------------------
@@ -128,12 +129,34 @@ void SiteCore::Impl::upkeep() {
   const auto now = Clock::now();
   if (hello_pending && link->established()) {
     std::optional<size_t> n = link->try_send(hello_frame());
-    if (n) hello_pending = false;
+    if (n) {
+      hello_pending = false;
+      hello_sent_at = now;
+      progress_at = now;
+    }
+  }
+  // A hello, welcome or piece of a full model can be lost on a bad link:
+  // without progress for a heartbeat timeout, ask again.
+  if ((awaiting_welcome || full) && !hello_pending && now - progress_at > heartbeat_timeout &&
+      now - hello_sent_at > heartbeat_timeout) {
+    log().info("[site:{}] no {} from the parent; saying hello again", self.id,
+               awaiting_welcome ? "welcome" : "model");
+    hello_pending = true;
+    awaiting_welcome = true;
+    full.reset();
   }
   if (welcomed_once && link->established() && now - last_heartbeat >= heartbeat) {
     wire::FrameHeader h = node_header(topo, self.index, wire::MsgType::kHeartbeat, round);
     (void)link->try_send(make_frame(h, {}));
     last_heartbeat = now;
+  }
+  if (!link->established() && link_ok && now - link_opened_at > heartbeat_timeout &&
+      now >= retry_at) {
+    // A handshake message lost on the way: start the session over.
+    reconnect("its secure session did not come up within " +
+                  std::to_string(heartbeat_timeout.count()) + " ms",
+              /*grow_backoff=*/false);
+    return;
   }
   const bool silent = now - parent_heard > heartbeat_timeout;
   if ((welcomed_once || resumed) && (silent || !link_ok) && now >= retry_at) {
@@ -143,8 +166,13 @@ void SiteCore::Impl::upkeep() {
   }
 }
 
-void SiteCore::Impl::reconnect(const std::string& why) {
-  backoff = backoff.count() == 0 ? heartbeat : std::min<Millis>(backoff * 2, Millis(30000));
+void SiteCore::Impl::reconnect(const std::string& why, bool grow_backoff) {
+  // Exponential backoff with jitter (0.5..1.5 x a step that doubles from the
+  // heartbeat period up to 30 s) for a parent that is gone; a session that
+  // merely failed to come up is retried at a steady pace.
+  if (grow_backoff || backoff.count() == 0) {
+    backoff = backoff.count() == 0 ? heartbeat : std::min<Millis>(backoff * 2, Millis(30000));
+  }
   std::uniform_real_distribution<double> jitter(0.5, 1.5);
   const auto wait = Millis(static_cast<int64_t>(backoff.count() * jitter(rng)));
   retry_at = Clock::now() + wait;
@@ -238,7 +266,7 @@ void SiteCore::Impl::on_welcome(const wire::ParsedFrame& f, SyncResult* res) {
   }
   awaiting_welcome = false;
   welcomed_once = true;
-  parent_heard = Clock::now();
+  parent_heard = progress_at = Clock::now();
   const bool no_change = (h.flags & wire::kFlagNoChange) != 0;
   if (no_change && (h.round == round || !joined_once)) {
     if (!joined_once) {
@@ -281,6 +309,7 @@ void SiteCore::Impl::on_anchor(const wire::ParsedFrame& f, SyncResult* res) {
     }
     c->decode(f.payload, n, anchor.data() + off);
     full->got[h.chunk_index] = true;
+    progress_at = Clock::now();
     if (++full->received < plan.count()) return;
     // The whole model is in: this round restarts from it.
     std::memcpy(params, anchor.data(), plan.total() * sizeof(float));
@@ -376,8 +405,10 @@ SyncResult SiteCore::Impl::join() {
   if (joined) throw Error("site '" + self.id + "' already joined");
   SyncResult res;
   resume();  // from a checkpoint, when there is one
-  res.bytes_sent += link->send(hello_frame(), opt.join_timeout);
+  // Sent once the secure session is up (upkeep); asked again when lost.
+  hello_pending = true;
   awaiting_welcome = true;
+  hello_sent_at = progress_at = Clock::now();
   parent_heard = Clock::now();
   const auto deadline = Clock::now() + opt.join_timeout;
   while (awaiting_welcome || full) {

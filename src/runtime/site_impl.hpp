@@ -78,7 +78,7 @@ class SiteCore::Impl {
   std::optional<wire::ParsedFrame> poll_frame(Incoming* in, Millis timeout);
   void pump(Millis wait, SyncResult* res);
   void upkeep();
-  void reconnect(const std::string& why);
+  void reconnect(const std::string& why, bool grow_backoff = true);
   std::vector<uint8_t> hello_frame() const;
   void on_frame(const wire::ParsedFrame& f, SyncResult* res);
   void on_welcome(const wire::ParsedFrame& f, SyncResult* res);
@@ -106,6 +106,7 @@ class SiteCore::Impl {
   int behind_beats = 0;
   std::string last_link_error;
   Clock::time_point parent_heard, last_heartbeat, retry_at, last_resend;
+  Clock::time_point hello_sent_at, progress_at, link_opened_at;
   Millis backoff{0};
   std::mt19937_64 rng{std::random_device{}()};
 };
