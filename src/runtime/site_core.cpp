@@ -413,6 +413,13 @@ SyncResult SiteCore::Impl::join() {
   const auto deadline = Clock::now() + opt.join_timeout;
   while (awaiting_welcome || full) {
     if (Clock::now() >= deadline) {
+      if (!link->established()) {
+        throw TimeoutError("TLS handshake with parent " + link->endpoint() +
+                           " did not complete within " +
+                           std::to_string(opt.join_timeout.count()) +
+                           " ms: is the parent running, with its credentials?" +
+                           (last_link_error.empty() ? "" : " Last error: " + last_link_error));
+      }
       throw TimeoutError("site '" + self.id + "': no welcome from parent '" +
                          topo.node(self.parent_index).id + "' at " + link->endpoint() +
                          " within " + std::to_string(opt.join_timeout.count() / 1000) +

@@ -140,6 +140,12 @@ class Site:
     experiments; secure parents refuse such a site. ``audit_log`` is a path
     for a hash-chained JSONL log of this site's handshakes and updates.
 
+    Fault tolerance: ``checkpoint_dir`` (keyword-only) makes the site write a
+    checkpoint there at every round boundary (parameters, anchor,
+    error-feedback residual, round) and resume from it in :meth:`join` after
+    a restart. :meth:`step` keeps the link alive (heartbeats, reconnects)
+    between syncs.
+
     Raises :class:`ConfigError` for a parameter that is not fp32, not on the
     CPU, or not a tensor, for no parameters at all, for a node that is not a
     site of the topology, and for neither credentials nor
@@ -152,7 +158,8 @@ class Site:
 
     def __init__(self, topology, node_id, parameters, join_timeout_s=300.0,
                  round_timeout_s=None, window=8, *, credentials=None,
-                 insecure_plaintext=False, cipher="aes-256-gcm", audit_log=None):
+                 insecure_plaintext=False, cipher="aes-256-gcm", audit_log=None,
+                 checkpoint_dir=None):
         import torch
 
         tensors = []
@@ -190,7 +197,7 @@ class Site:
                               round_timeout_s=round_timeout_s, window=window,
                               credentials=credentials,
                               insecure_plaintext=insecure_plaintext, cipher=cipher,
-                              audit_log=audit_log)
+                              audit_log=audit_log, checkpoint_dir=checkpoint_dir)
         self._node_id = node_id
         self._steps_in_round = 0
 
@@ -204,7 +211,14 @@ class Site:
     def step(self):
         """Counts one inner step. Every ``inner_steps``-th call ends the round
         with :meth:`sync` (blocking) and returns its result dict; otherwise
-        returns None."""
+        returns None. Between syncs it services the link (heartbeats,
+        reconnects); if the parent resynced this site, the parameters now
+        hold its model, the round's count restarts and the result dict (with
+        ``resynced=True``) is returned."""
+        serviced = self._core.service()
+        if serviced["resynced"]:
+            self._steps_in_round = 0
+            return serviced
         self._steps_in_round += 1
         if self._steps_in_round < self._core.inner_steps:
             return None
@@ -217,6 +231,11 @@ class Site:
         bytes_received}``."""
         self._steps_in_round = 0
         return self._core.sync()
+
+    def checkpoint(self):
+        '''Writes a checkpoint of the current state to ``checkpoint_dir`` now
+        (for a SIGTERM handler); a no-op without one.'''
+        self._core.checkpoint()
 
     @property
     def finished(self):

@@ -42,7 +42,7 @@ class PyAggregator {
                const py::handle& initial_model, py::object on_round, py::object on_model,
                double join_timeout_s, std::optional<double> round_timeout_s, int window,
                const py::handle& credentials, bool insecure_plaintext, const std::string& cipher,
-               const py::handle& audit_log)
+               const py::handle& audit_log, const py::handle& checkpoint_dir)
       : on_round_(std::move(on_round)), on_model_(std::move(on_model)) {
     require_callable(on_round_, "on_round");
     require_callable(on_model_, "on_model");
@@ -58,6 +58,7 @@ class PyAggregator {
     if (window < 1) throw ConfigError("window must be >= 1, got " + std::to_string(window));
     opt.window = window;
     opt.security = security_options(credentials, insecure_plaintext, cipher, audit_log);
+    if (!checkpoint_dir.is_none()) opt.checkpoint_dir = path_from(checkpoint_dir, "checkpoint_dir");
     // The lambdas hold `this`, never a Python object: the core may copy or
     // destroy them without the GIL.
     if (!on_round_.is_none()) {
@@ -165,12 +166,12 @@ raises fedwan.ConfigError. `cipher` is "aes-256-gcm" or "chacha20-poly1305";
 refusals.)")
       .def(py::init<const py::handle&, const std::string&, const py::handle&, py::object,
                     py::object, double, std::optional<double>, int, const py::handle&, bool,
-                    const std::string&, const py::handle&>(),
+                    const std::string&, const py::handle&, const py::handle&>(),
            "topology"_a, "node_id"_a, "initial_model"_a = py::none(), "on_round"_a = py::none(),
            "on_model"_a = py::none(), "join_timeout_s"_a = 300.0, py::kw_only(),
            "round_timeout_s"_a = py::none(), "window"_a = 8, "credentials"_a = py::none(),
            "insecure_plaintext"_a = false, "cipher"_a = "aes-256-gcm",
-           "audit_log"_a = py::none())
+           "audit_log"_a = py::none(), "checkpoint_dir"_a = py::none())
       .def("run", &PyAggregator::run,
            R"(Serves until the last round is done (blocking, GIL released). Returns
 {rounds, reports: [ {round, seconds, wan_bytes, fp32_bytes, frames, weight} ],

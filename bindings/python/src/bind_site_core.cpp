@@ -21,6 +21,7 @@ py::dict sync_dict(const SyncResult& r) {
   d["finished"] = r.finished;
   d["bytes_sent"] = r.bytes_sent;
   d["bytes_received"] = r.bytes_received;
+  d["resynced"] = r.resynced;
   return d;
 }
 
@@ -33,7 +34,7 @@ class PySiteCore {
   PySiteCore(const py::handle& topology, const std::string& node_id, const py::handle& params,
              double join_timeout_s, std::optional<double> round_timeout_s, int window,
              const py::handle& credentials, bool insecure_plaintext, const std::string& cipher,
-             const py::handle& audit_log)
+             const py::handle& audit_log, const py::handle& checkpoint_dir)
       : params_(float32_buffer(params, "params", /*writable=*/true, /*non_empty=*/true)) {
     SiteOptions opt;
     opt.topology = topology_from(topology);
@@ -43,6 +44,7 @@ class PySiteCore {
     if (window < 1) throw ConfigError("window must be >= 1, got " + std::to_string(window));
     opt.window = window;
     opt.security = security_options(credentials, insecure_plaintext, cipher, audit_log);
+    if (!checkpoint_dir.is_none()) opt.checkpoint_dir = path_from(checkpoint_dir, "checkpoint_dir");
     core_ = std::make_unique<SiteCore>(std::move(opt), static_cast<float*>(params_.mutable_data()),
                                        static_cast<size_t>(params_.size()));
     inner_steps_ = core_->inner_steps();
@@ -59,6 +61,16 @@ class PySiteCore {
 
   py::dict join() { return run_locked("join", [this] { return core_->join(); }); }
   py::dict sync() { return run_locked("sync", [this] { return core_->sync(); }); }
+  py::dict service() { return run_locked("service", [this] { return core_->service(); }); }
+  void checkpoint() {
+    run_locked("checkpoint", [this] {
+      core_->checkpoint();
+      SyncResult r;
+      r.round = core_->round();
+      r.finished = core_->finished();
+      return r;
+    });
+  }
 
   uint64_t round() const { return round_.load(); }
   bool finished() const { return finished_.load(); }
@@ -114,11 +126,11 @@ which secure parents refuse; neither raises fedwan.ConfigError. `cipher` is
 log of handshakes and updates sent.)")
       .def(py::init<const py::handle&, const std::string&, const py::handle&, double,
                     std::optional<double>, int, const py::handle&, bool, const std::string&,
-                    const py::handle&>(),
+                    const py::handle&, const py::handle&>(),
            "topology"_a, "node_id"_a, "params"_a, "join_timeout_s"_a = 300.0, py::kw_only(),
            "round_timeout_s"_a = py::none(), "window"_a = 8, "credentials"_a = py::none(),
            "insecure_plaintext"_a = false, "cipher"_a = "aes-256-gcm",
-           "audit_log"_a = py::none(),
+           "audit_log"_a = py::none(), "checkpoint_dir"_a = py::none(),
            "round_timeout_s=None uses the topology's federation.round_timeout_s. Raises "
            "fedwan.ConfigError (bad options, no credentials, a bundle of another node) or "
            "fedwan.CryptoError (the site's certificate is expired or revoked).")
@@ -129,6 +141,12 @@ log of handshakes and updates sent.)")
       .def("sync", &PySiteCore::sync,
            "Ends the round: sends the pseudo-gradient, waits for the next model and loads it "
            "into params. Returns {round, finished, bytes_sent, bytes_received}.")
+      .def("service", &PySiteCore::service,
+           "Keeps the link alive between syncs (heartbeats, reconnects); call it between "
+           "inner steps. Returns the same dict as sync(); resynced=True means params now "
+           "hold the parent's model and the round restarts.")
+      .def("checkpoint", &PySiteCore::checkpoint,
+           "Writes a checkpoint of the current state to checkpoint_dir now (on SIGTERM).")
       .def_property_readonly("round", &PySiteCore::round, "The round the site trains in.")
       .def_property_readonly("finished", &PySiteCore::finished,
                              "True once the federation is done; params hold the final model.")
