@@ -1,8 +1,9 @@
 // Peak memory of a region aggregator as its number of sites grows.
 //
 // Claim under test: a region aggregator holds one fp32 accumulator per chunk
-// in flight and one error-feedback residual of the model size, never one
-// copy per child, so its peak RSS for a given model does not grow with the
+// in flight, one error-feedback residual and one anchor copy (to resync
+// children that rejoin) of the model size, never one copy per child, so its
+// peak RSS for a given model does not grow with the
 // number of sites beyond what the socket windows let queue (window frames
 // per child and direction).
 //
@@ -371,7 +372,7 @@ int drive(Config cfg) {
               "delta would take)\n",
               base.sites);
   std::printf("a region holds: idle + one error-feedback residual of the model (lossy codecs) "
-              "+ one %.2f MiB accumulator per chunk in flight (up to %llu, as far as its "
+              "+ one fp32 copy of the anchor (to resync children) + one %.2f MiB accumulator per chunk in flight (up to %llu, as far as its "
               "fastest child runs ahead) + per child up to %d frames queued each way\n\n",
               chunk_mib, static_cast<unsigned long long>(chunks), cfg.window);
   bool pass = true;

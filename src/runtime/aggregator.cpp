@@ -406,6 +406,7 @@ void Aggregator::Impl::on_parent_frame(Incoming& in) {
       // to a restart or a bad link): send it again; duplicates count once.
       if ((f.header.flags & wire::kFlagNeedUpdate) && phase_ == Phase::kAwaitAnchor &&
           f.header.round == round_ && !sent_up_.empty() &&
+          Clock::now() - sent_up_at_ > heartbeat_timeout_ &&
           Clock::now() - last_resend_up_ > heartbeat_timeout_) {
         log().info("[agg:{}] parent lacks part of round {}; sending {} chunks again", self_.id,
                    round_, sent_up_.size());

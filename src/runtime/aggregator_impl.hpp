@@ -214,7 +214,7 @@ class Aggregator::Impl {
   // outboxes), for a child welcomed back mid-round.
   std::vector<std::pair<Frame, wire::FrameHeader>> next_anchor_;
   bool force_reports_ = false;
-  Clock::time_point parent_progress_at_, last_resend_up_, parent_link_opened_;
+  Clock::time_point parent_progress_at_, last_resend_up_, parent_link_opened_, sent_up_at_;
   int behind_beats_ = 0;    // finishing: report without lost children's traffic
   Clock::time_point parent_heard_;
   Clock::time_point parent_retry_at_;

@@ -267,6 +267,7 @@ void Aggregator::Impl::complete_chunk(uint32_t chunk) {
   h.weight = cs.weight;
   auto frame = std::make_shared<const std::vector<uint8_t>>(make_frame(h, payload));
   sent_up_.push_back(frame);
+  sent_up_at_ = Clock::now();
   send_parent(std::vector<uint8_t>(*frame));
 }
 

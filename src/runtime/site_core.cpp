@@ -232,8 +232,10 @@ void SiteCore::Impl::on_heartbeat(const wire::ParsedFrame& f) {
   const wire::FrameHeader& h = f.header;
   if (!welcomed_once || awaiting_welcome) return;
   const auto now = Clock::now();
+  // Frames still queued towards the parent are not lost: only an update
+  // sent a heartbeat timeout ago and still missing goes again.
   if ((h.flags & wire::kFlagNeedUpdate) && h.round == round && sent && !update_frames.empty() &&
-      now - last_resend > heartbeat_timeout) {
+      now - sent_at > heartbeat_timeout && now - last_resend > heartbeat_timeout) {
     // The parent's round still lacks part of this update (lost on the way).
     log().info("[site:{}] parent lacks part of round {}; sending the update again", self.id,
                round);
@@ -526,6 +528,7 @@ SyncResult SiteCore::Impl::sync() {
   }
   if (round == start_round && !res.resynced) {
     sent = true;
+    sent_at = Clock::now();
     const Sha256Digest d = update_digest.finish();
     security->audit("update_sent", {{"round", round},
                                     {"parent", topo.node(self.parent_index).id},

@@ -106,7 +106,7 @@ class SiteCore::Impl {
   int behind_beats = 0;
   std::string last_link_error;
   Clock::time_point parent_heard, last_heartbeat, retry_at, last_resend;
-  Clock::time_point hello_sent_at, progress_at, link_opened_at;
+  Clock::time_point hello_sent_at, progress_at, link_opened_at, sent_at;
   Millis backoff{0};
   std::mt19937_64 rng{std::random_device{}()};
 };
