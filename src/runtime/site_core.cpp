@@ -126,6 +126,9 @@ void SiteCore::Impl::pump(Millis wait, SyncResult* res) {
 }
 
 void SiteCore::Impl::upkeep() {
+  // While the sealing pipeline's worker owns the link's sealer, nothing else
+  // may seal (a heartbeat, a hello) or replace the link under it.
+  if (sealing_active) return;
   const auto now = Clock::now();
   if (hello_pending && link->established()) {
     std::optional<size_t> n = link->try_send(hello_frame());
@@ -243,9 +246,14 @@ void SiteCore::Impl::on_heartbeat(const wire::ParsedFrame& f) {
     last_resend = now;
     return;
   }
-  if (next && h.round > round) {
-    // The parent moved past the round whose anchor this site still waits
-    // for: some anchor chunks were lost. Rejoin to be resynced.
+  // Anchor chunks lost on the way: the parent moved past the round whose
+  // anchor this site still misses, or it is in that round and nothing came
+  // for a heartbeat timeout. Rejoin to be resynced. (The parent being in the
+  // next round while the anchor is complete, or still arriving, is normal.)
+  const bool incomplete = next && next->received < plan.count() && !next->done_signalled;
+  const bool stalled = incomplete && h.round == next->round && sent &&
+                       now - anchor_progress_at > heartbeat_timeout;
+  if (incomplete && (h.round > next->round || stalled)) {
     if (++behind_beats >= 3) {
       log().warn("[site:{}] parent is at round {} while this site waits for the anchor of "
                  "round {}; rejoining",
@@ -353,11 +361,13 @@ void SiteCore::Impl::on_anchor(const wire::ParsedFrame& f, SyncResult* res) {
                      std::vector<uint8_t>(f.payload, f.payload + f.payload_size)});
     next->got[h.chunk_index] = true;
     next->received += 1;
+    anchor_progress_at = Clock::now();
     return;
   }
   apply_update_chunk(h.chunk_index, *c, f.payload);
   next->got[h.chunk_index] = true;
   next->received += 1;
+  anchor_progress_at = Clock::now();
 }
 
 void SiteCore::Impl::apply_update_chunk(uint32_t chunk, const Codec& c, const uint8_t* payload) {
@@ -395,6 +405,7 @@ bool SiteCore::Impl::send_now(std::vector<uint8_t> frame, SyncResult* res) {
 }
 
 void SiteCore::Impl::resend_update() {
+  if (sealing_active) return;  // mid-upload: the update is going out anyway
   SyncResult ignored;
   for (const std::vector<uint8_t>& fr : update_frames) {
     if (!send_now(fr, &ignored)) return;
@@ -476,7 +487,14 @@ SyncResult SiteCore::Impl::sync() {
   }
   auto* secure = link_ok ? dynamic_cast<SecureChannel*>(&link->security()) : nullptr;
   std::optional<security::SealingPipeline> sealing;
-  if (secure != nullptr && secure->established()) sealing.emplace(*secure->sealer(), 2);
+  if (secure != nullptr && secure->established()) {
+    sealing.emplace(*secure->sealer(), 2);
+    sealing_active = true;
+  }
+  struct SealingFlag {
+    bool& active;
+    ~SealingFlag() { active = false; }
+  } sealing_flag{sealing_active};
   const auto send_sealed = [&](size_t keep) {
     std::vector<uint8_t> sealed;
     while (sealing->in_flight() > keep) {
@@ -525,7 +543,9 @@ SyncResult SiteCore::Impl::sync() {
   if (sealing) {
     send_sealed(0);
     sealing.reset();
+    sealing_active = false;
   }
+  anchor_progress_at = Clock::now();
   if (round == start_round && !res.resynced) {
     sent = true;
     sent_at = Clock::now();

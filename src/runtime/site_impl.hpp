@@ -106,7 +106,8 @@ class SiteCore::Impl {
   int behind_beats = 0;
   std::string last_link_error;
   Clock::time_point parent_heard, last_heartbeat, retry_at, last_resend;
-  Clock::time_point hello_sent_at, progress_at, link_opened_at, sent_at;
+  Clock::time_point hello_sent_at, progress_at, link_opened_at, sent_at, anchor_progress_at;
+  bool sealing_active = false;  // the sealing pipeline's worker owns the sealer
   Millis backoff{0};
   std::mt19937_64 rng{std::random_device{}()};
 };
