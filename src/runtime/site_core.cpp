@@ -8,6 +8,7 @@
 // counts each (round, sender, chunk) once). Heartbeats go both ways; a
 // silent parent is reconnected with backoff and jitter, and the hello that
 // follows tells it the site's round and state so it can resync the site.
+// Link upkeep (heartbeats, reconnects, hellos) is in site_link.cpp.
 // Checkpoints at each round boundary (site_checkpoint.cpp) let a restarted
 // site resume. The anchor of the round is never touched until the next one
 // is complete: new anchor chunks go into `params`, which they replace anyway.
@@ -99,113 +100,6 @@ std::optional<wire::ParsedFrame> SiteCore::Impl::poll_frame(Incoming* in, Millis
   }
 }
 
-// One turn of the link: the frames that are there (waiting at most `wait`
-// for the first), a heartbeat when due, a pending hello, a reconnect when the
-// parent went silent.
-void SiteCore::Impl::pump(Millis wait, SyncResult* res) {
-  upkeep();
-  Incoming in;
-  try {
-    std::optional<wire::ParsedFrame> f = poll_frame(&in, wait);
-    for (int i = 0; f && i < 256; ++i) {
-      res->bytes_received += in.message.size();
-      on_frame(*f, res);
-      f = poll_frame(&in, Millis(0));
-    }
-  } catch (const CryptoError& e) {
-    // Once in the federation, a failed re-handshake is most often a race
-    // with the parent's restart (answers to an earlier attempt's hello):
-    // try again with backoff. A real refusal fails every attempt and ends
-    // in the round timeout, whose message names it.
-    if (!welcomed_once && !resumed) throw;
-    last_link_error = e.what();
-    log().warn("[site:{}] {}; will reconnect", self.id, e.what());
-    link_ok = false;
-  }
-  upkeep();
-}
-
-void SiteCore::Impl::upkeep() {
-  // While the sealing pipeline's worker owns the link's sealer, nothing else
-  // may seal (a heartbeat, a hello) or replace the link under it.
-  if (sealing_active) return;
-  const auto now = Clock::now();
-  if (hello_pending && link->established()) {
-    std::optional<size_t> n = link->try_send(hello_frame());
-    if (n) {
-      hello_pending = false;
-      hello_sent_at = now;
-      progress_at = now;
-    }
-  }
-  // A hello, welcome or piece of a full model can be lost on a bad link:
-  // without progress for a heartbeat timeout, ask again.
-  if ((awaiting_welcome || full) && !hello_pending && now - progress_at > heartbeat_timeout &&
-      now - hello_sent_at > heartbeat_timeout) {
-    log().info("[site:{}] no {} from the parent; saying hello again", self.id,
-               awaiting_welcome ? "welcome" : "model");
-    hello_pending = true;
-    awaiting_welcome = true;
-    full.reset();
-  }
-  if (welcomed_once && link->established() && now - last_heartbeat >= heartbeat) {
-    wire::FrameHeader h = node_header(topo, self.index, wire::MsgType::kHeartbeat, round);
-    (void)link->try_send(make_frame(h, {}));
-    last_heartbeat = now;
-  }
-  if (!link->established() && link_ok && now - link_opened_at > heartbeat_timeout &&
-      now >= retry_at) {
-    // A handshake message lost on the way: start the session over.
-    reconnect("its secure session did not come up within " +
-                  std::to_string(heartbeat_timeout.count()) + " ms",
-              /*grow_backoff=*/false);
-    return;
-  }
-  const bool silent = now - parent_heard > heartbeat_timeout;
-  if ((welcomed_once || resumed) && (silent || !link_ok) && now >= retry_at) {
-    reconnect(!link_ok ? "a send to it failed"
-                       : "no frame from it for " + std::to_string(heartbeat_timeout.count()) +
-                             " ms");
-  }
-}
-
-void SiteCore::Impl::reconnect(const std::string& why, bool grow_backoff) {
-  // Exponential backoff with jitter (0.5..1.5 x a step that doubles from the
-  // heartbeat period up to 30 s) for a parent that is gone; a session that
-  // merely failed to come up is retried at a steady pace.
-  if (grow_backoff || backoff.count() == 0) {
-    backoff = backoff.count() == 0 ? heartbeat : std::min<Millis>(backoff * 2, Millis(30000));
-  }
-  std::uniform_real_distribution<double> jitter(0.5, 1.5);
-  const auto wait = Millis(static_cast<int64_t>(backoff.count() * jitter(rng)));
-  retry_at = Clock::now() + wait;
-  const NodeSpec& parent = topo.node(self.parent_index);
-  log().warn("[site:{}] reconnecting to '{}' ({}); next try in {} ms", self.id, parent.id, why,
-             wait.count());
-  security->audit("reconnect", {{"peer", parent.id}, {"reason", why}, {"round", round}});
-  reconnects += 1;
-  open_link();
-  // The parent learns where this site stands from the hello and answers
-  // with a welcome: carry on (and send the update again), or resync.
-  hello_pending = true;
-  awaiting_welcome = true;
-}
-
-std::vector<uint8_t> SiteCore::Impl::hello_frame() const {
-  wire::HelloPayload hello;
-  hello.node_id = self.id;
-  hello.topology_digest = topo.digest();
-  // A site that has never joined offers its initial model; one that has
-  // offers the anchor of its round (the parent skips the full model when it
-  // matches). An anchor being replaced in full is offered as nothing.
-  if (!full) hello.model_digest = joined_once ? sha256(anchor.data(), anchor.size() * 4)
-                                              : initial_digest;
-  wire::FrameHeader h = node_header(topo, self.index, wire::MsgType::kHello, round);
-  h.total_elements = plan.total();
-  if (sent && !update_frames.empty()) h.flags = wire::kFlagSent;
-  return make_frame(h, wire::encode_hello(hello));
-}
-
 void SiteCore::Impl::on_frame(const wire::ParsedFrame& f, SyncResult* res) {
   const wire::FrameHeader& h = f.header;
   switch (h.type) {
@@ -228,42 +122,6 @@ void SiteCore::Impl::on_frame(const wire::ParsedFrame& f, SyncResult* res) {
       return;
     default:
       log().warn("[site:{}] ignored {} from the parent", self.id, wire::msg_type_name(h.type));
-  }
-}
-
-void SiteCore::Impl::on_heartbeat(const wire::ParsedFrame& f) {
-  const wire::FrameHeader& h = f.header;
-  if (!welcomed_once || awaiting_welcome) return;
-  const auto now = Clock::now();
-  // Frames still queued towards the parent are not lost: only an update
-  // sent a heartbeat timeout ago and still missing goes again.
-  if ((h.flags & wire::kFlagNeedUpdate) && h.round == round && sent && !update_frames.empty() &&
-      now - sent_at > heartbeat_timeout && now - last_resend > heartbeat_timeout) {
-    // The parent's round still lacks part of this update (lost on the way).
-    log().info("[site:{}] parent lacks part of round {}; sending the update again", self.id,
-               round);
-    resend_update();
-    last_resend = now;
-    return;
-  }
-  // Anchor chunks lost on the way: the parent moved past the round whose
-  // anchor this site still misses, or it is in that round and nothing came
-  // for a heartbeat timeout. Rejoin to be resynced. (The parent being in the
-  // next round while the anchor is complete, or still arriving, is normal.)
-  const bool incomplete = next && next->received < plan.count() && !next->done_signalled;
-  const bool stalled = incomplete && h.round == next->round && sent &&
-                       now - anchor_progress_at > heartbeat_timeout;
-  if (incomplete && (h.round > next->round || stalled)) {
-    if (++behind_beats >= 3) {
-      log().warn("[site:{}] parent is at round {} while this site waits for the anchor of "
-                 "round {}; rejoining",
-                 self.id, h.round, round + 1);
-      behind_beats = 0;
-      hello_pending = true;
-      awaiting_welcome = true;
-    }
-  } else {
-    behind_beats = 0;
   }
 }
 
