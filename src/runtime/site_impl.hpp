@@ -1,5 +1,5 @@
-// SiteCore's state, private to site_core.cpp (the round protocol and link
-// upkeep) and site_checkpoint.cpp (saving and resuming). Thread safety: one
+// SiteCore's state, private to site_core.cpp (the round protocol),
+// site_link.cpp (link upkeep) and site_checkpoint.cpp (saving and resuming). Thread safety: one
 // thread drives a SiteCore.
 #pragma once
 
