@@ -202,7 +202,7 @@ AggregatorSummary Aggregator::Impl::run() {
          static_cast<short>(ZMQ_POLLIN | (parent_out_.frames.empty() ? 0 : ZMQ_POLLOUT)), 0}};
     // A ROUTER cannot signal room for one particular child, so while frames
     // wait the loop polls briefly instead of sleeping.
-    zmq::poll(items, parent_link_ ? 2 : 1, pending ? Millis(2) : kPoll);
+    poll_items(items, parent_link_ ? 2 : 1, pending ? Millis(2) : kPoll);
     timers_.poll();
     Incoming in;
     // Drain a bounded batch per socket so neither side starves the other.
@@ -229,7 +229,7 @@ AggregatorSummary Aggregator::Impl::run() {
   const auto deadline = Clock::now() + std::min<Millis>(round_timeout_, Millis(30000));
   while (!flush() && Clock::now() < deadline) {
     zmq::pollitem_t item{children_link_->socket().handle(), 0, ZMQ_POLLOUT, 0};
-    zmq::poll(&item, 1, Millis(2));
+    poll_items(&item, 1, Millis(2));
   }
   for (size_t i = 0; i < children_.size(); ++i) {
     log().debug("[agg:{}] sent {} frames to '{}'", self_.id, child_out_[i].sent, children_[i].id);

@@ -1,5 +1,6 @@
 #include "transport/links.hpp"
 
+#include <cerrno>
 #include <thread>
 
 #include "common/log.hpp"
@@ -19,6 +20,19 @@ void configure(zmq::socket_t& s, const LinkOptions& o) {
   s.set(zmq::sockopt::linger, o.linger_ms);
 }
 
+}  // namespace
+
+int poll_items(zmq::pollitem_t* items, size_t count, Millis timeout) {
+  try {
+    return zmq::poll(items, count, timeout);
+  } catch (const zmq::error_t& e) {
+    if (e.num() == EINTR) return 0;
+    throw;
+  }
+}
+
+namespace {
+
 // Sends without blocking; on a full window waits for POLLOUT until the
 // deadline. Returns false on timeout; throws on a hard error.
 template <typename SendOnce>
@@ -30,13 +44,13 @@ bool send_with_deadline(zmq::socket_t& s, Millis timeout, SendOnce send_once) {
     if (left.count() <= 0) return false;
     zmq::pollitem_t item{s.handle(), 0, ZMQ_POLLOUT, 0};
     // ROUTER reports POLLOUT when any peer has room: wait briefly and retry.
-    zmq::poll(&item, 1, std::min(left, Millis(10)));
+    poll_items(&item, 1, std::min(left, Millis(10)));
   }
 }
 
 bool wait_readable(zmq::socket_t& s, Millis timeout) {
   zmq::pollitem_t item{s.handle(), 0, ZMQ_POLLIN, 0};
-  return zmq::poll(&item, 1, timeout) > 0;
+  return poll_items(&item, 1, timeout) > 0;
 }
 
 }  // namespace

@@ -28,6 +28,10 @@ namespace fedwan {
 
 using Millis = std::chrono::milliseconds;
 
+// zmq::poll that returns 0 when a signal interrupts it (EINTR: SIGTERM is
+// handled by the caller's loop, not by an exception) and rethrows the rest.
+int poll_items(zmq::pollitem_t* items, size_t count, Millis timeout);
+
 struct LinkOptions {
   int window = 8;                         // frames queued per peer and direction
   int64_t max_message_bytes = (4 << 20) + 4096;

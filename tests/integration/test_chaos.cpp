@@ -115,6 +115,7 @@ class ChaosFederation {
   }
 
   const Topology& topo() const { return topo_; }
+  pid_t pid(const std::string& node) const { return pids_.at(node); }
   const std::filesystem::path& dir() const { return dir_.path(); }
   int port(const std::string& node) const { return ports_.at(node); }
   std::filesystem::path checkpoint_dir(const std::string& node) const {
@@ -435,6 +436,37 @@ TEST(Chaos, RegionPartitionedThenHealed) {
   report("5 region partitioned then healed", mechanism, 0,
          seconds_between(healed, fed.first_after("root", "round_closed", healed)),
          "cut for " + std::to_string(3 * timeout_s) + " s (3x heartbeat timeout); RTO from heal");
+}
+
+// SIGTERM, as an orchestrator sends it: a site and then the root are
+// terminated mid-federation; each checkpoints (or keeps its last round
+// boundary) and exits 0, and the restarted node carries on.
+TEST(Chaos, SigtermCheckpointsAndExitsZero) {
+  ChaosFederation fed(1, 2, 12);
+  const std::string victim = fed.topo().nodes().back().id;
+  fed.start_all();
+  const auto wait_round = [&](SysClock::time_point after) {
+    while (!fed.first_after("root", "round_closed", after)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      ASSERT_LT(SysClock::now() - after, std::chrono::seconds(60)) << fed.log("root");
+    }
+  };
+  wait_round(SysClock::now());
+  for (const std::string& node : {victim, std::string("root")}) {
+    const pid_t pid = fed.pid(node);
+    ASSERT_EQ(::kill(pid, SIGTERM), 0);
+    const std::vector<int> codes = wait_processes({pid}, std::chrono::seconds(60));
+    EXPECT_EQ(codes[0], 0) << node << " did not exit 0 on SIGTERM; log:\n" << fed.log(node);
+    EXPECT_TRUE(std::filesystem::exists(fed.checkpoint_dir(node) / (node + ".fwck"))) << node;
+    fed.forget(node);
+    const auto restarted = SysClock::now();
+    fed.start(node);
+    wait_round(restarted);
+  }
+  fed.wait_all(std::chrono::seconds(180));
+  fed.check_against_audit();
+  EXPECT_TRUE(fed.resumed_round(victim).has_value()) << fed.log(victim);
+  EXPECT_TRUE(fed.resumed_round("root").has_value()) << fed.log("root");
 }
 
 // 6. Every link to the region passes a fault-injecting proxy that drops,
