@@ -94,6 +94,10 @@ class Aggregator::Impl {
   void complete_round();
   void try_finish_round_report(uint64_t round);
   void try_send_telemetry(uint64_t round);
+  // The round's traffic: this node's links plus what its regions reported.
+  Traffic take_traffic(uint64_t round);
+  // Adds a finished round's report (with `t`) to the summary and on_round.
+  void publish_report(RoundReport r, const Traffic& t);
   void check_deadlines();
 
   // Fault tolerance (aggregator_recovery.cpp).

@@ -347,21 +347,32 @@ void Aggregator::Impl::try_finish_round_report(uint64_t round) {
   auto sub = subtree_.find(round);
   const uint32_t reports = sub == subtree_.end() ? 0 : sub->second.reports;
   if (reports < live_region_children() && !force_reports_) return;
+  const Traffic t = take_traffic(round);
+  RoundReport out = rep->second.report;
+  pending_reports_.erase(rep);
+  out.round = round;
+  publish_report(out, t);
+}
+
+Traffic Aggregator::Impl::take_traffic(uint64_t round) {
   Traffic t = ledger_.take(round);
+  auto sub = subtree_.find(round);
   if (sub != subtree_.end()) {
     t += sub->second.traffic;
     subtree_.erase(sub);
   }
-  RoundReport out = rep->second.report;
-  pending_reports_.erase(rep);
-  out.wan_bytes = t.wan_bytes;
-  out.fp32_bytes = t.fp32_bytes;
-  out.frames = t.frames;
-  summary_.reports.push_back(out);
-  summary_.rounds = round + 1;
-  summary_.wan_bytes_total += out.wan_bytes;
-  summary_.fp32_bytes_total += out.fp32_bytes;
-  if (opt_.on_round) opt_.on_round(out);
+  return t;
+}
+
+void Aggregator::Impl::publish_report(RoundReport r, const Traffic& t) {
+  r.wan_bytes = t.wan_bytes;
+  r.fp32_bytes = t.fp32_bytes;
+  r.frames = t.frames;
+  summary_.reports.push_back(r);
+  summary_.rounds = r.round + 1;
+  summary_.wan_bytes_total += t.wan_bytes;
+  summary_.fp32_bytes_total += t.fp32_bytes;
+  if (opt_.on_round) opt_.on_round(r);
   maybe_finish();
 }
 
@@ -370,26 +381,14 @@ void Aggregator::Impl::try_send_telemetry(uint64_t round) {
   auto sub = subtree_.find(round);
   const uint32_t reports = sub == subtree_.end() ? 0 : sub->second.reports;
   if (reports < live_region_children() && !force_reports_) return;
-  Traffic t = ledger_.take(round);
-  if (sub != subtree_.end()) {
-    t += sub->second.traffic;
-    subtree_.erase(sub);
-  }
+  const Traffic t = take_traffic(round);
   wire::TelemetryPayload p{t.wan_bytes, t.fp32_bytes, t.frames};
   send_parent(make_frame(node_header(topo_, self_.index, wire::MsgType::kTelemetry, round),
                          wire::encode_telemetry(p)));
   telemetry_sent_through_ = round + 1;
   RoundReport rep;
   rep.round = round;
-  rep.wan_bytes = t.wan_bytes;
-  rep.fp32_bytes = t.fp32_bytes;
-  rep.frames = t.frames;
-  summary_.reports.push_back(rep);
-  summary_.rounds = round + 1;
-  summary_.wan_bytes_total += t.wan_bytes;
-  summary_.fp32_bytes_total += t.fp32_bytes;
-  if (opt_.on_round) opt_.on_round(rep);
-  maybe_finish();
+  publish_report(rep, t);
 }
 
 // ---- anchor relay (regions) -------------------------------------------------------

@@ -315,19 +315,19 @@ void expect_closed_without_the_slow_site(QuorumFederation& fed, double deadline)
 
 class Quorum : public ::testing::TestWithParam<int> {};  // regions between root and sites
 
-TEST_P(Quorum, DeadlineClosesWithoutASlowSiteAndItsLateDeltaIsStale) {
-  constexpr double kDeadline = 1.5;
-  QuorumFederation fed(GetParam(), quorum_spec(0.6, kDeadline));
-  // site-0 trains past the deadline of round kSlowRound: it keeps its link
-  // alive meanwhile (as fedwan::Site does between inner steps) and sends its
-  // update only once the root has committed the round without it, so it is
-  // late by construction however slow the machine is. (A site still training
-  // for several heartbeats after that: the next test.)
+// Runs `fed` with site-0 training past the deadline of round kSlowRound: it
+// keeps its link alive meanwhile (as fedwan::Site does between inner steps)
+// and sends its update only `linger` after the root committed the round
+// without it, so it is late by construction however slow the machine is.
+// Checks that it was neither resynced nor left waiting forever.
+void run_with_a_late_site(QuorumFederation& fed, milliseconds linger) {
   bool slow_resynced = false, slow_timed_out = false;
   fed.run([&](const std::string& site, uint64_t round, SiteCore& core) {
     if (site != kSlowSite || round != kSlowRound) return false;
     const auto give_up = Clock::now() + std::chrono::seconds(15);
-    while (!fed.committed(kSlowRound)) {
+    std::optional<Clock::time_point> until;
+    while (!until || Clock::now() < *until) {
+      if (!until && fed.committed(kSlowRound)) until = Clock::now() + linger;
       if (Clock::now() > give_up) {
         slow_timed_out = true;
         break;
@@ -336,13 +336,19 @@ TEST_P(Quorum, DeadlineClosesWithoutASlowSiteAndItsLateDeltaIsStale) {
         slow_resynced = true;
         return true;
       }
-      std::this_thread::sleep_for(milliseconds(20));
+      std::this_thread::sleep_for(milliseconds(20));  // a training step
     }
     return false;
   });
   ASSERT_EQ(fed.errors(), "");
   ASSERT_FALSE(slow_timed_out) << "round " << kSlowRound << " never closed without " << kSlowSite;
   EXPECT_FALSE(slow_resynced) << kSlowSite << " was resynced while it trained";
+}
+
+TEST_P(Quorum, DeadlineClosesWithoutASlowSiteAndItsLateDeltaIsStale) {
+  constexpr double kDeadline = 1.5;
+  QuorumFederation fed(GetParam(), quorum_spec(0.6, kDeadline));
+  run_with_a_late_site(fed, milliseconds(0));
   expect_closed_without_the_slow_site(fed, kDeadline);
 }
 
@@ -354,28 +360,7 @@ TEST_P(Quorum, DeadlineClosesWithoutASlowSiteAndItsLateDeltaIsStale) {
 TEST_P(Quorum, ASiteStillTrainingAfterItsRoundClosedIsNotResynced) {
   constexpr double kDeadline = 1.5;
   QuorumFederation fed(GetParam(), quorum_spec(0.6, kDeadline));
-  bool slow_resynced = false, slow_timed_out = false;
-  fed.run([&](const std::string& site, uint64_t round, SiteCore& core) {
-    if (site != kSlowSite || round != kSlowRound) return false;
-    const auto give_up = Clock::now() + std::chrono::seconds(15);
-    std::optional<Clock::time_point> until;
-    while (!until || Clock::now() < *until) {
-      if (!until && fed.committed(kSlowRound)) until = Clock::now() + milliseconds(800);
-      if (Clock::now() > give_up) {
-        slow_timed_out = true;
-        break;
-      }
-      if (core.service().resynced) {
-        slow_resynced = true;
-        return true;
-      }
-      std::this_thread::sleep_for(milliseconds(20));
-    }
-    return false;
-  });
-  ASSERT_EQ(fed.errors(), "");
-  ASSERT_FALSE(slow_timed_out) << "round " << kSlowRound << " never closed without " << kSlowSite;
-  EXPECT_FALSE(slow_resynced) << kSlowSite << " was resynced while it trained";
+  run_with_a_late_site(fed, milliseconds(800));
   expect_closed_without_the_slow_site(fed, kDeadline);
 }
 
