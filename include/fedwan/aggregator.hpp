@@ -52,6 +52,14 @@ struct AggregatorOptions {
   // log records it, so that the aggregation can be replayed from the audit
   // log (forensics, recovery tests). Empty: not kept.
   std::string record_updates_dir;
+  // Run as the root's standby (a root with `standby_endpoint` in the
+  // topology; node_id is the root's, and so are the credentials): bind the
+  // standby endpoint, keep the checkpoints the active root streams to it,
+  // and take over as root from the newest one when the root has been
+  // silent for heartbeat_timeout_s and one of its children comes to it.
+  // Needs checkpoint_dir. A standby whose checkpoint_dir holds its own root
+  // checkpoint (it took over before) starts as the active root.
+  bool standby = false;
 };
 
 struct AggregatorSummary {
@@ -68,6 +76,9 @@ struct AggregatorSummary {
   uint64_t rejoins = 0;                // children that said hello again mid-federation
   uint64_t stale_updates = 0;          // delta chunks for a closed round or chunk
   uint64_t checkpoints_written = 0;
+  uint64_t replicas_stored = 0;        // children's checkpoints kept (and, standby, the root's)
+  uint64_t replica_bytes = 0;          // their bytes (not in the round reports' traffic)
+  bool took_over = false;              // standby: became the root
 };
 
 class Aggregator {

@@ -28,6 +28,12 @@ struct NodeSpec {
   std::string jurisdiction;                        // root, region: where it runs; "" = none
   std::vector<std::string> allowed_jurisdictions;  // sites: where its delta may go; empty = any
   uint32_t k_min = 0;  // regions: fewest sites per aggregate sent up; 0 = PolicySpec::k_min
+  // Root only (see docs/topology.md, "Standby root"): a second process that
+  // runs with the root's identity, holds the root's replicated checkpoint
+  // and takes over when the root dies; the root's children fail over to it.
+  // Declared last so existing aggregate initialisers keep their meaning.
+  std::string standby_endpoint;  // "" = no standby
+  std::string standby_bind;      // what the standby binds (defaults to standby_endpoint)
 };
 
 struct OuterOptimizerSpec {
@@ -51,6 +57,9 @@ struct FederationSpec {
   double deadline_s = 0;            // 0 = wait for every live child
   double heartbeat_s = 2;           // heartbeat period on every link, > 0
   double heartbeat_timeout_s = 10;  // silence after which a peer is lost, > heartbeat_s
+  // Every how many rounds a node with a checkpoint directory sends its
+  // checkpoint to its parent (the root: to its standby); 0 = never.
+  uint64_t replica_every = 1;
 };
 
 // Federation-wide residency settings (top-level `policy:` key).
@@ -65,7 +74,9 @@ class Topology {
   // missing endpoint, more or fewer than one root, a site with children, an
   // aggregator without children, bad weight, unknown role or key, a residency
   // key on a role that cannot carry it, a site whose parent's jurisdiction its
-  // allowed_jurisdictions exclude, a region with fewer sites than its k_min.
+  // allowed_jurisdictions exclude, a region with fewer sites than its k_min,
+  // a standby key on a node other than the root, a standby_endpoint equal to
+  // the root's endpoint or a standby_bind without a standby_endpoint.
   static Topology parse(const std::string& yaml_text, const std::string& source = "<string>");
   static Topology load(const std::string& path);
 
@@ -79,6 +90,8 @@ class Topology {
   const NodeSpec* find(const std::string& id) const;   // nullptr when absent
   const NodeSpec& node(uint32_t index) const { return nodes_.at(index); }
   const NodeSpec& root() const { return nodes_.at(root_index_); }
+  // Whether the root has a standby (root().standby_endpoint is set).
+  bool has_standby() const { return !root().standby_endpoint.empty(); }
   // Sites in the subtree under `index` (the node itself if it is a site).
   std::vector<uint32_t> sites_under(uint32_t index) const;
   // Sum of site weights under `index`.
@@ -99,9 +112,11 @@ class Topology {
   [[nodiscard]] std::optional<std::string> residency_refusal(
       const std::string& site_id, const std::string& aggregator_id) const;
   // SHA-256 over a canonical rendering of the tree (ids, roles, parents,
-  // weights, endpoints, residency fields), the federation settings and the
-  // policy: every node of one federation must agree on it. Residency fields
-  // that are unset add nothing, so a topology without them keeps its digest.
+  // weights, endpoints, residency and standby fields), the federation
+  // settings and the policy: every node of one federation must agree on it.
+  // Residency and standby fields that are unset, and fault-tolerance and
+  // replication settings left at their default, add nothing, so a topology
+  // without them keeps the digest it had before they existed.
   const std::array<uint8_t, 32>& digest() const { return digest_; }
   std::string digest_hex() const;
   // Renders back to YAML (used by `fedwan demo` to write its topology).

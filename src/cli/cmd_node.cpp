@@ -74,6 +74,9 @@ std::string human_bytes(uint64_t b) {
   return buf;
 }
 
+// A standby that stood by to the end and never took over: no model, no report.
+bool stood_by_only(const AggregatorSummary& s) { return s.global_model.empty(); }
+
 int run_aggregator(const NodeArgs& a) {
   torch::set_num_threads(1);
   AggregatorOptions o;
@@ -83,6 +86,7 @@ int run_aggregator(const NodeArgs& a) {
   o.security = security_options(a.security);
   o.checkpoint_dir = a.checkpoint_dir;
   o.record_updates_dir = a.record_updates;
+  o.standby = a.standby;
   const NodeSpec& self = o.topology.node(a.node);
   const bool root = self.role == Role::kRoot;
   const uint64_t rounds = o.topology.federation().rounds;
@@ -144,6 +148,10 @@ int run_aggregator(const NodeArgs& a) {
     return 0;
   }
   g_aggregator.store(nullptr);
+  if (root && stood_by_only(s)) {
+    std::cout << "standby '" << a.node << "': the root finished the federation without it\n";
+    return 0;
+  }
   if (root && !a.out.empty()) write_model(a.out, s.global_model.data(), s.global_model.size());
   if (root && !a.report.empty()) {
     nlohmann::json j = {{"rounds", rounds_json},
@@ -276,6 +284,9 @@ void add_aggregator_command(CLI::App& app, NodeArgs& args, int* exit_code) {
   cmd->add_option("--record-updates", args.record_updates,
                   "keep every update payload received here, named by its SHA-256 as the audit "
                   "log records it (audit replay)");
+  cmd->add_flag("--standby", args.standby,
+                "root: run as its standby (topology standby_endpoint, the root's credentials, "
+                "--checkpoint-dir): keep the root's checkpoints, take over when it dies");
   cmd->callback([&args, exit_code] { *exit_code = run_aggregator(args); });
 }
 

@@ -31,6 +31,7 @@ struct NodeArgs {
   double join_timeout_s = 300;
   std::string checkpoint_dir;   // local checkpoints; resumed from when present
   std::string record_updates;   // aggregators: keep received update payloads here
+  bool standby = false;         // root: run as its standby
   SecurityArgs security;
   WorkloadSettings workload;
 };

@@ -26,6 +26,7 @@
 #include "fedwan/outer_optimizer.hpp"
 #include "runtime/aggregator_impl.hpp"
 #include "runtime/node_frames.hpp"
+#include "runtime/replica_fetch.hpp"
 
 namespace fedwan {
 namespace {
@@ -43,9 +44,21 @@ Aggregator::Impl::Impl(AggregatorOptions options)
   if (self_.role == Role::kSite) {
     throw ConfigError("node '" + self_.id + "' is a site; run it with `fedwan site`");
   }
+  if (opt_.standby && (!is_root_ || self_.standby_endpoint.empty())) {
+    throw ConfigError("--standby: '" + self_.id + "' is " +
+                      (is_root_ ? "a root without standby_endpoint in the topology"
+                                : std::string("not the root")) +
+                      "; a standby runs as the root node of a topology that names its "
+                      "standby_endpoint");
+  }
+  if (opt_.standby && opt_.checkpoint_dir.empty()) {
+    throw ConfigError("--standby needs --checkpoint-dir: the standby keeps the root's "
+                      "checkpoints there");
+  }
   round_timeout_ = opt_.round_timeout.value_or(
       Millis(static_cast<int64_t>(topo_.federation().round_timeout_s * 1000)));
   limits_.max_chunk_elements = static_cast<uint32_t>(topo_.federation().chunk_bytes / 4);
+  limits_.max_piece_bytes = static_cast<uint32_t>(topo_.federation().chunk_bytes);
   if (is_root_) {
     if (opt_.initial_model.empty()) {
       throw ConfigError("root '" + self_.id + "' needs an initial model (flat fp32 parameters)");
@@ -71,11 +84,14 @@ Aggregator::Impl::Impl(AggregatorOptions options)
     children_.push_back(std::move(c));
   }
   child_out_.resize(children_.size());
+  serving_.resize(children_.size());
   LinkOptions lo;
   lo.window = opt_.window;
   lo.max_message_bytes =
       static_cast<int64_t>(wire::kHeaderSize + topo_.federation().chunk_bytes + 4096);
-  const std::string bind = self_.bind.empty() ? self_.endpoint : self_.bind;
+  const std::string bind =
+      opt_.standby ? (self_.standby_bind.empty() ? self_.standby_endpoint : self_.standby_bind)
+                   : (self_.bind.empty() ? self_.endpoint : self_.bind);
   security_ = std::make_unique<runtime::NodeSecurity>(opt_.security, topo_, self_);
   children_link_ = std::make_unique<ChildrenLink>(ctx_, bind, lo, security_->children_factory());
   if (!is_root_) {
@@ -88,17 +104,36 @@ Aggregator::Impl::Impl(AggregatorOptions options)
   heartbeat_timeout_ = Millis(static_cast<int64_t>(fed.heartbeat_timeout_s * 1000));
   deadline_timer_ = timers_.make_timer();
   timers_.every(heartbeat_, [this] { on_heartbeat_timer(); });
-  parent_heard_ = parent_link_opened_ = Clock::now();
-  log().info("[agg:{}] {} serving {} children on {}", self_.id, role_name(self_.role),
-             children_.size(), bind);
-  if (resume_from_checkpoint()) {
-    log().info("[agg:{}] resumed from its checkpoint at round {}", self_.id, round_);
+  parent_heard_ = parent_link_opened_ = root_heard_ = Clock::now();
+  if (!opt_.checkpoint_dir.empty()) {
+    replicas_ = std::make_unique<runtime::ReplicaStore>(
+        std::filesystem::path(opt_.checkpoint_dir) / "replicas", topo_.digest());
   }
+  log().info("[agg:{}] {}{} serving {} children on {}", self_.id, role_name(self_.role),
+             opt_.standby ? " (standby)" : "", children_.size(), bind);
+  bool resumed = resume_from_checkpoint();
+  if (!resumed && !is_root_ && !opt_.checkpoint_dir.empty() &&
+      runtime::fetch_replica(*parent_link_, topo_, self_, opt_.checkpoint_dir, 0,
+                             opt_.join_timeout, *security_)) {
+    // Its own checkpoints were gone or corrupt; the parent kept a copy.
+    resumed = resume_from_checkpoint();
+  }
+  if (resumed) {
+    log().info("[agg:{}] resumed from its checkpoint at round {}", self_.id, round_);
+  } else if (opt_.standby) {
+    standby_passive_ = true;  // until the root dies
+    log().info("[agg:{}] standby: keeping the root's checkpoints until it is needed", self_.id);
+  }
+  if (is_root_ && !opt_.standby && !self_.standby_endpoint.empty()) open_standby_link();
 }
 
 void Aggregator::Impl::init_model_state(uint64_t total_elements) {
   total_elements_ = total_elements;
   limits_.max_total_elements = total_elements;
+  // A child's checkpoint holds a few model-sized sections (parameters,
+  // anchor, residual, optimizer state): one announcing far more is refused
+  // before any of it reaches the disk.
+  limits_.max_checkpoint_bytes = (uint64_t{64} << 20) + total_elements * sizeof(float) * 16;
   plan_ = ChunkPlan::from_bytes(total_elements, topo_.federation().chunk_bytes);
   std::vector<uint32_t> ids;
   for (uint32_t idx : self_.children) ids.push_back(idx);
@@ -122,6 +157,7 @@ void Aggregator::Impl::send_parent(std::vector<uint8_t> frame) {
 }
 
 bool Aggregator::Impl::flush() {
+  pump_serving();
   for (size_t i = 0; i < children_.size(); ++i) {
     Outbox& box = child_out_[i];
     while (!box.frames.empty()) {
@@ -139,7 +175,10 @@ bool Aggregator::Impl::flush() {
         break;
       }
       if (!sent) break;
-      ledger_.charge_frame(head.header, *sent, round_);
+      // Replicas are not round traffic (summary_.replica_bytes counts them).
+      if (head.header.type != wire::MsgType::kCheckpoint) {
+        ledger_.charge_frame(head.header, *sent, round_);
+      }
       box.sent += 1;
       box.frames.pop_front();
       box.waiting_since = Clock::now();
@@ -153,6 +192,7 @@ bool Aggregator::Impl::flush() {
     parent_out_.frames.pop_front();
     parent_out_.waiting_since = Clock::now();
   }
+  pump_upload();
   return outboxes_empty();
 }
 
@@ -195,7 +235,10 @@ AggregatorSummary Aggregator::Impl::run() {
   phase_deadline_ = Clock::now() + (phase_ == Phase::kJoining ? opt_.join_timeout : round_timeout_);
   while (phase_ != Phase::kDone) {
     if (stop_requested.load()) throw Error("aggregator '" + self_.id + "' stopped");
-    const bool pending = !flush();
+    // Replica pieces wait for room in a window like frames in an outbox.
+    bool serving = upload_ != nullptr;
+    for (const Serving& s : serving_) serving = serving || s.reader != nullptr;
+    const bool pending = !flush() || serving;
     zmq::pollitem_t items[2] = {
         {children_link_->socket().handle(), 0, ZMQ_POLLIN, 0},
         {parent_link_ ? parent_link_->socket().handle() : nullptr, 0,
@@ -222,6 +265,22 @@ AggregatorSummary Aggregator::Impl::run() {
         parent_heard_ = Clock::time_point{};
       }
     }
+    if (standby_link_) {
+      try {
+        for (int i = 0; i < 16 && standby_link_->recv(&in, Millis(0)); ++i) on_standby_frame(in);
+        if (!standby_seen_ && standby_link_->established()) {
+          // The standby answered the handshake: it is there.
+          standby_heard_ = Clock::now();
+          standby_seen_ = true;
+          if (standby_warned_) security_->audit("standby_back", {{"round", round_}});
+          standby_warned_ = false;
+        }
+      } catch (const CryptoError& e) {
+        log().warn("[agg:{}] link to its standby: {}", self_.id, e.what());
+        standby_seen_ = false;
+        standby_heard_ = Clock::time_point{};
+      }
+    }
     maybe_finish();
     check_deadlines();
   }
@@ -242,7 +301,8 @@ AggregatorSummary Aggregator::Impl::run() {
   summary_.rejected_frames += children_link_->counters().rejected;
   summary_.security_mode = security_->plaintext() ? "plaintext" : "mtls/" + opt_.security.cipher;
   summary_.handshake_ms = security_->handshake_ms();
-  if (is_root_) summary_.global_model = global_;
+  // A standby that never took over has no model of the federation.
+  if (is_root_ && !standby_passive_) summary_.global_model = global_;
   return summary_;
 }
 
@@ -276,6 +336,11 @@ void Aggregator::Impl::maybe_finish() {
     send_parent(make_frame(
         node_header(topo_, self_.index, wire::MsgType::kDone, topo_.federation().rounds), {}));
   }
+  if (standby_link_ && standby_link_->established()) {
+    // The federation is over: the standby has nothing left to stand by for.
+    (void)standby_link_->try_send(
+        make_frame(node_header(topo_, self_.index, wire::MsgType::kDone, round_), {}));
+  }
   phase_ = Phase::kDone;
 }
 
@@ -296,7 +361,7 @@ void Aggregator::Impl::check_deadlines() {
                        topo_.node(self_.parent_index).id + "' has not read for " +
                        std::to_string(round_timeout_.count() / 1000) + " s");
   }
-  if (now < phase_deadline_) return;
+  if (now < phase_deadline_ || standby_passive_) return;
   std::string missing;
   auto add = [&](const std::string& id) { missing += (missing.empty() ? "" : ", ") + id; };
   switch (phase_) {
@@ -327,6 +392,11 @@ void Aggregator::Impl::check_deadlines() {
 }
 
 void Aggregator::Impl::on_child_frame(Incoming& in) {
+  if (opt_.standby && in.peer == self_.id) {
+    on_root_frame(in);  // the active root, streaming its checkpoints
+    return;
+  }
+  if (!may_serve(in.peer)) return;  // a passive standby while the root lives
   const wire::ParsedFrame f = wire::parse_frame(in.data(), in.frame_size, limits_);
   auto slot = child_slot_.find(in.peer);
   if (slot == child_slot_.end()) {
@@ -343,7 +413,9 @@ void Aggregator::Impl::on_child_frame(Incoming& in) {
                wire::reject_reason_name(f.reject), f.detail);
     return;
   }
-  ledger_.charge_frame(f.header, in.message.size(), round_);
+  if (f.header.type != wire::MsgType::kCheckpoint) {
+    ledger_.charge_frame(f.header, in.message.size(), round_);
+  }
   if (f.header.job_id != topo_.job_id()) {
     refuse(c.id, "frame for another federation (job id mismatch); check the topology's job");
     return;
@@ -355,7 +427,9 @@ void Aggregator::Impl::on_child_frame(Incoming& in) {
   }
   switch (f.header.type) {
     case wire::MsgType::kHello:
-      if (phase_ == Phase::kJoining) {
+      if (f.header.flags & wire::kFlagNeedReplica) {
+        serve_replica(c, f);
+      } else if (phase_ == Phase::kJoining) {
         on_hello(c, f);
       } else {
         on_rejoin(c, f);
@@ -368,6 +442,9 @@ void Aggregator::Impl::on_child_frame(Incoming& in) {
       break;
     case wire::MsgType::kTelemetry:
       on_telemetry(c, f);
+      break;
+    case wire::MsgType::kCheckpoint:
+      on_child_checkpoint(c, f);
       break;
     case wire::MsgType::kDone:
       c.confirmed_end = true;
@@ -413,10 +490,14 @@ void Aggregator::Impl::on_parent_frame(Incoming& in) {
         for (const Frame& fr : sent_up_) send_parent(std::vector<uint8_t>(*fr));
         last_resend_up_ = Clock::now();
       }
-      // The parent moved past the round whose anchor this node still waits
-      // for: anchor chunks were lost. Rejoin to be resynced.
-      if (parent_welcomed_ && !parent_full_pending_ && f.header.round > round_ &&
-          phase_ == Phase::kAwaitAnchor) {
+      // Anchor chunks were lost: the parent moved past the round whose
+      // anchor this node still waits for (round_ + 1), or is in it and
+      // nothing came for a heartbeat timeout. Rejoin to be resynced. (The
+      // parent being in that round while its anchor arrives is normal.)
+      if (parent_welcomed_ && !parent_full_pending_ && phase_ == Phase::kAwaitAnchor &&
+          (f.header.round > round_ + 1 ||
+           (f.header.round == round_ + 1 &&
+            Clock::now() - anchor_progress_at_ > heartbeat_timeout_))) {
         if (++behind_beats_ >= 3) {
           log().warn("[agg:{}] parent is at round {} while this node waits for the anchor of "
                      "round {}; rejoining", self_.id, f.header.round, round_ + 1);
@@ -433,6 +514,9 @@ void Aggregator::Impl::on_parent_frame(Incoming& in) {
     case wire::MsgType::kAnchor:
       on_parent_anchor(f, in.data(), in.frame_size);
       break;
+    case wire::MsgType::kCheckpoint:
+      break;  // the parent acknowledging a replica
+
     case wire::MsgType::kReject: {
       const std::string reason(reinterpret_cast<const char*>(f.payload), f.payload_size);
       for (const Child& c : children_) {

@@ -6,7 +6,10 @@
 //                          round completion, anchor relay, traffic reports;
 //   aggregator_recovery.cpp  fault tolerance: rejoins, heartbeats and lost
 //                          children, deadlines and quorum, checkpoints and
-//                          resuming, reconnecting to the parent.
+//                          resuming, reconnecting to the parent;
+//   aggregator_replicas.cpp  checkpoint replication: children's replicas kept
+//                          and served back, this node's checkpoint sent up,
+//                          the root's standby and its takeover.
 // Thread safety: everything but stop_requested belongs to run()'s thread.
 #pragma once
 
@@ -30,6 +33,7 @@
 #include "fedwan/outer_optimizer.hpp"
 #include "runtime/event_timers.hpp"
 #include "runtime/node_security.hpp"
+#include "runtime/replica_store.hpp"
 #include "runtime/traffic.hpp"
 #include "transport/links.hpp"
 #include "wire/frame.hpp"
@@ -114,6 +118,30 @@ class Aggregator::Impl {
   void reconnect_parent(const std::string& why);
   void hello_parent();
   void record_update(const uint8_t* payload, size_t size, const std::string& sha_hex);
+  const std::string& parent_endpoint() const;  // the one the parent link uses now
+
+  // Checkpoint replication (aggregator_replicas.cpp).
+  void on_child_checkpoint(Child& c, const wire::ParsedFrame& f);
+  void serve_replica(Child& c, const wire::ParsedFrame& f);
+  void pump_serving();          // next pieces of replicas going back to children
+  void start_upload();          // after save_checkpoint: send it up / to the standby
+  void pump_upload();
+  void on_standby_frame(Incoming& in);  // root: from its standby
+  void on_root_frame(Incoming& in);     // standby: from the active root
+  bool may_serve(const std::string& peer);  // standby: false while passive
+  void take_over(const std::string& asker);
+  void release_held_back();     // root: the last anchor chunk, once committed
+  // Root: a round committed without its standby holding it (logged and
+  // audited as standby_lost once, until the standby is back).
+  void standby_missing(const std::string& why);
+  bool standby_live() const {
+    return standby_link_ && standby_seen_ && Clock::now() - standby_heard_ <= heartbeat_timeout_;
+  }
+  std::vector<uint8_t> checkpoint_signal(uint64_t round, uint8_t flag) const;
+  uint8_t welcome_flags() const {  // kFlagKeepsReplicas when children should send theirs
+    return replicas_ && topo_.federation().replica_every > 0 ? wire::kFlagKeepsReplicas : 0;
+  }
+  void open_standby_link();
   uint32_t live_region_children() const {
     uint32_t n = 0;
     for (const Child& c : children_) n += (!c.is_site && c.live) ? 1 : 0;
@@ -221,6 +249,7 @@ class Aggregator::Impl {
   Clock::time_point parent_progress_at_, last_resend_up_, parent_link_opened_, sent_up_at_;
   int behind_beats_ = 0;    // finishing: report without lost children's traffic
   Clock::time_point parent_heard_;
+  Clock::time_point anchor_progress_at_;  // region: the round's anchor last advanced
   Clock::time_point parent_retry_at_;
   Millis parent_backoff_{0};
   bool parent_welcomed_ = false;   // region: the parent welcomed this session
@@ -230,6 +259,33 @@ class Aggregator::Impl {
   uint32_t parent_full_chunks_ = 0;
   std::array<uint8_t, 32> parent_digest_{};
   std::mt19937_64 jitter_rng_{std::random_device{}()};
+
+  // Checkpoint replication. Pieces are chunk_bytes each and go out only
+  // when nothing of the round protocol waits (they never delay a round).
+  std::unique_ptr<runtime::ReplicaStore> replicas_;  // with checkpoint_dir
+  struct Serving {  // a child's replica on its way back to it
+    std::unique_ptr<runtime::PieceReader> reader;
+    uint64_t round = 0;
+  };
+  std::vector<Serving> serving_;                     // by child slot
+  std::unique_ptr<runtime::PieceReader> upload_;     // this node's checkpoint going out
+  uint64_t upload_round_ = 0;
+  std::optional<std::vector<uint8_t>> upload_piece_;  // built, not yet taken by the window
+  bool parent_keeps_replicas_ = false;  // region: the parent's welcome said so
+  bool use_standby_endpoint_ = false;   // region under a root with a standby: failed over
+  // Root with a standby: the link its checkpoints go over, and what the
+  // standby acknowledged. A live standby must hold a round's checkpoint
+  // before the round's last anchor chunk leaves (so a takeover loses nothing).
+  std::unique_ptr<ParentLink> standby_link_;
+  bool standby_seen_ = false;
+  bool standby_warned_ = false;
+  Clock::time_point standby_heard_;
+  std::optional<uint64_t> standby_acked_;
+  // Standby: passive (keeping the root's replicas) until it takes over.
+  bool standby_passive_ = false;
+  bool done_pending_ = false;  // root: kDone waits for the held-back chunk
+  Clock::time_point held_since_, standby_link_opened_;
+  Clock::time_point root_heard_;
 
   TrafficLedger ledger_;
   std::map<uint64_t, SubtreeTraffic> subtree_;

@@ -35,7 +35,7 @@ void Aggregator::Impl::welcome_one(Child& c, uint64_t round, bool full) {
   std::vector<uint8_t> payload(digest.begin(), digest.end());
   wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kWelcome, round);
   h.total_elements = total_elements_;
-  h.flags = full ? 0 : wire::kFlagNoChange;
+  h.flags = (full ? 0 : wire::kFlagNoChange) | welcome_flags();
   send_child(c, make_frame(h, payload), h);
   if (full) send_full_anchor(c);
   // Mid-round, the next anchor may be partly on its way already: what went
@@ -79,6 +79,13 @@ void Aggregator::Impl::on_rejoin(Child& c, const wire::ParsedFrame& f) {
   }
   if (phase_ == Phase::kAwaitWelcome || parent_full_pending_) {
     c.rejoin_pending = true;  // this region itself is (re)joining its parent
+    return;
+  }
+  if (held_back_) {
+    // The root waits for its standby to hold the round just committed:
+    // welcomed once the round's last chunk is out (release_held_back).
+    c.rejoin_pending = true;
+    if (acc_ && acc_->is_open()) acc_->set_expected(c.index, false);
     return;
   }
   const bool in_round = phase_ == Phase::kTraining || phase_ == Phase::kAwaitAnchor;
@@ -136,6 +143,31 @@ void Aggregator::Impl::on_heartbeat_timer() {
       (void)children_link_->try_send(c.id, make_frame(h, {}));
     } catch (const Error&) {
       // Not connected right now; its silence is judged by the timeout.
+    }
+  }
+  if (standby_link_) {
+    if (standby_link_->established()) {
+      wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kHeartbeat, round_);
+      (void)standby_link_->try_send(make_frame(h, {}));
+    }
+    // A standby that went silent (or restarted): start its session over.
+    const auto last = std::max(standby_heard_, standby_link_opened_);
+    if (now - last > heartbeat_timeout_) {
+      standby_missing("it is not answering");
+      open_standby_link();
+    }
+    if (held_back_ && (!standby_live() || now - held_since_ > heartbeat_timeout_)) {
+      standby_missing("it did not confirm the checkpoint of round " + std::to_string(round_));
+      release_held_back();
+    }
+  }
+  if (opt_.standby && standby_passive_) {
+    // The standby's heartbeat, so the root knows it is there.
+    wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kHeartbeat, round_);
+    try {
+      (void)children_link_->try_send(self_.id, make_frame(h, {}));
+    } catch (const Error&) {
+      // The root is not connected (yet, or any more).
     }
   }
   if (!parent_link_) return;
@@ -353,9 +385,12 @@ void Aggregator::Impl::reconnect_parent(const std::string& why) {
   const auto wait = Millis(static_cast<int64_t>(parent_backoff_.count() * jitter(jitter_rng_)));
   parent_retry_at_ = Clock::now() + wait;
   const NodeSpec& parent = topo_.node(self_.parent_index);
-  log().warn("[agg:{}] reconnecting to parent '{}' ({}); next try in {} ms", self_.id, parent.id,
-             why, wait.count());
-  security_->audit("reconnect", {{"peer", parent.id}, {"reason", why}});
+  // Under a root with a standby, every other try goes to the standby.
+  if (!parent.standby_endpoint.empty()) use_standby_endpoint_ = !use_standby_endpoint_;
+  log().warn("[agg:{}] reconnecting to parent '{}' at {} ({}); next try in {} ms", self_.id,
+             parent.id, parent_endpoint(), why, wait.count());
+  security_->audit("reconnect", {{"peer", parent.id}, {"endpoint", parent_endpoint()},
+                                 {"reason", why}});
   LinkOptions lo;
   lo.window = opt_.window;
   lo.max_message_bytes =
@@ -364,12 +399,30 @@ void Aggregator::Impl::reconnect_parent(const std::string& why) {
   parent_out_.frames.clear();
   parent_link_->abandon();
   parent_link_.reset();
-  parent_link_ = std::make_unique<ParentLink>(ctx_, parent.endpoint, self_.id, lo,
+  parent_link_ = std::make_unique<ParentLink>(ctx_, parent_endpoint(), self_.id, lo,
                                               security_->parent_factory());
   parent_link_opened_ = Clock::now();
   parent_welcomed_ = false;
   parent_full_pending_ = false;
+  if (upload_) start_upload();  // from its first piece, on the new session
   if (phase_ != Phase::kJoining) hello_parent();
+}
+
+void Aggregator::Impl::open_standby_link() {
+  LinkOptions lo;
+  lo.window = opt_.window;
+  lo.max_message_bytes =
+      static_cast<int64_t>(wire::kHeaderSize + topo_.federation().chunk_bytes + 4096);
+  // The default linger lets the last frame (kDone) reach the standby at the
+  // end; a replaced link is abandoned (closed at once).
+  if (standby_link_) standby_link_->abandon();
+  standby_link_.reset();
+  standby_link_ = std::make_unique<ParentLink>(ctx_, self_.standby_endpoint, self_.id, lo,
+                                               security_->parent_factory());
+  standby_link_opened_ = Clock::now();
+  standby_seen_ = false;
+  upload_piece_.reset();
+  if (upload_) start_upload();
 }
 
 }  // namespace fedwan

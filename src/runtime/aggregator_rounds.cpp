@@ -74,7 +74,7 @@ void Aggregator::Impl::all_children_joined() {
       std::vector<uint8_t> payload(model_digest_.begin(), model_digest_.end());
       wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kWelcome, 0);
       h.total_elements = total_elements_;
-      h.flags = same ? wire::kFlagNoChange : 0;
+      h.flags = (same ? wire::kFlagNoChange : 0) | welcome_flags();
       send_child(c, make_frame(h, payload), h);
       c.welcomed = true;
       if (!same) send_full_anchor(c);
@@ -285,6 +285,7 @@ void Aggregator::Impl::complete_round() {
   deadline_timer_->cancel();
   if (!is_root_) {
     phase_ = Phase::kAwaitAnchor;
+    anchor_progress_at_ = now;
     phase_deadline_ = Clock::now() + round_timeout_;
     return;
   }
@@ -295,17 +296,26 @@ void Aggregator::Impl::complete_round() {
   const uint64_t finished = round_;
   // Commit: the round's checkpoint is durable before the last anchor chunk
   // leaves, so no child can be ahead of what a restarted root remembers.
+  // With a live standby, the standby must hold that checkpoint too (its
+  // acknowledgement releases the chunk, see on_standby_frame), so a
+  // takeover never finds children ahead of it.
   round_ += 1;
   save_checkpoint();
-  if (held_back_) {
-    for (const Child& c : children_) {
-      if (c.live && !c.rejoin_pending) send_child(c, held_back_->first, held_back_->second);
-    }
-    held_back_.reset();
+  start_upload();
+  const bool wait_for_standby = held_back_ && standby_live() && upload_;
+  if (wait_for_standby) {
+    held_since_ = Clock::now();
+  } else {
+    if (standby_link_) standby_missing("it is not connected");
+    release_held_back();
   }
   if (opt_.on_model) opt_.on_model(finished, global_);
   if (round_ == topo_.federation().rounds) {
-    send_done(round_);
+    if (held_back_) {
+      done_pending_ = true;  // after the last chunk
+    } else {
+      send_done(round_);
+    }
     phase_ = Phase::kDraining;
     phase_deadline_ = Clock::now() + round_timeout_;
     finish_deadline_ = Clock::now() + std::min<Millis>(round_timeout_, Millis(30000));
@@ -401,6 +411,7 @@ void Aggregator::Impl::on_parent_welcome(const wire::ParsedFrame& f) {
   }
   parent_welcomed_ = true;
   parent_contact_ = true;
+  parent_keeps_replicas_ = (f.header.flags & wire::kFlagKeepsReplicas) != 0;
   parent_welcome_round_ = f.header.round;
   const bool no_change = (f.header.flags & wire::kFlagNoChange) != 0;
   if (phase_ != Phase::kAwaitWelcome && no_change && f.header.round == round_) {
@@ -476,6 +487,7 @@ void Aggregator::Impl::on_parent_anchor(const wire::ParsedFrame& f, const uint8_
   }
   codec->decode_accumulate(f.payload, h.element_count, 1.0f, dst);
   anchor_intact_ = false;
+  anchor_progress_at_ = Clock::now();
   if (relay_round_ != h.round) {
     relay_round_ = h.round;
     relayed_chunks_ = 0;
@@ -497,6 +509,7 @@ void Aggregator::Impl::on_parent_anchor(const wire::ParsedFrame& f, const uint8_
   if (h.round < topo_.federation().rounds) {
     round_ = h.round;
     save_checkpoint();
+    start_upload();
     open_round(h.round);
     welcome_pending();
   }

@@ -47,7 +47,13 @@ std::optional<std::string> authorize_child(const Topology& topology, const NodeS
            topology.digest_hex().substr(0, 12);
   }
   if (n->role == Role::kRoot) {
-    return "'" + n->id + "' is the root; it has no parent to connect to";
+    // Only the active root streaming its checkpoints to its standby, which
+    // runs as the root with the root's credentials, connects as the root.
+    if (self.id != n->id || !topology.has_standby()) {
+      return "'" + n->id + "' is the root; it has no parent to connect to" +
+             (self.id == n->id ? " (and no standby_endpoint in the topology to replicate to)" : "");
+    }
+    return matches_topology(topology, *n, cert);
   }
   if (auto bad = matches_topology(topology, *n, cert)) return bad;
   if (n->role == Role::kSite) {
@@ -63,7 +69,18 @@ std::optional<std::string> authorize_child(const Topology& topology, const NodeS
 
 std::optional<std::string> authorize_parent(const Topology& topology, const NodeSpec& self,
                                             const security::NodeIdentity& cert) {
-  if (self.role == Role::kRoot) return "the root has no parent";
+  if (self.role == Role::kRoot) {
+    // The root's only upstream link is to its standby, which presents the
+    // root's own certificate.
+    if (!topology.has_standby()) return "the root has no parent";
+    const NodeSpec& root = topology.root();
+    if (cert.node_id != root.id) {
+      return "the standby at " + root.standby_endpoint + " presents a certificate for '" +
+             cert.node_id + "' but the standby of '" + root.id +
+             "' runs as the root with its credentials; refusing to send it anything";
+    }
+    return matches_topology(topology, root, cert);
+  }
   const NodeSpec& parent = topology.node(self.parent_index);
   if (cert.node_id != parent.id) {
     std::string why = "the aggregator at " + parent.endpoint + " presents a certificate for '" +

@@ -11,6 +11,7 @@
 #include "common/log.hpp"
 #include "fedwan/error.hpp"
 #include "runtime/node_checkpoint.hpp"
+#include "runtime/node_frames.hpp"
 #include "runtime/site_impl.hpp"
 
 namespace fedwan {
@@ -47,10 +48,10 @@ void SiteCore::Impl::save_checkpoint() {
   security->audit("checkpoint", {{"round", round}});
 }
 
-void SiteCore::Impl::resume() {
-  if (opt.checkpoint_dir.empty()) return;
+bool SiteCore::Impl::resume() {
+  if (opt.checkpoint_dir.empty()) return false;
   auto loaded = runtime::load_node_checkpoint(opt.checkpoint_dir, topo, self.id);
-  if (!loaded) return;
+  if (!loaded) return false;
   const Checkpoint& c = loaded->checkpoint;
   const std::vector<float> p = runtime::floats_of(c, "params", plan.total());
   anchor = runtime::floats_of(c, "anchor", plan.total());
@@ -77,6 +78,48 @@ void SiteCore::Impl::resume() {
   if (round >= topo.federation().rounds) finished = true;
   log().info("[site:{}] resumed from {} at round {}", self.id, loaded->path.string(), round);
   security->audit("resumed", {{"round", round}, {"path", loaded->path.string()}});
+  return true;
+}
+
+void SiteCore::Impl::start_upload() {
+  const uint64_t every = topo.federation().replica_every;
+  if (opt.checkpoint_dir.empty() || !parent_keeps_replicas || every == 0 || round % every != 0) {
+    return;
+  }
+  upload_piece.reset();
+  try {
+    upload = std::make_unique<runtime::PieceReader>(
+        runtime::checkpoint_path(opt.checkpoint_dir, self.id),
+        static_cast<uint32_t>(topo.federation().chunk_bytes));
+    upload_round = round;
+  } catch (const Error& e) {
+    log().warn("[site:{}] cannot send its checkpoint to the parent: {}", self.id, e.what());
+    upload.reset();
+  }
+}
+
+// Called from upkeep (never while the sealing pipeline owns the sealer):
+// pieces go out only when the window has room, behind the update.
+void SiteCore::Impl::pump_upload() {
+  if (!upload || awaiting_welcome || full || !link_ok || !link->established()) return;
+  for (int i = 0; i < 4; ++i) {
+    if (!upload_piece) {
+      if (upload->done()) {
+        upload.reset();
+        return;
+      }
+      wire::FrameHeader h = node_header(topo, self.index, wire::MsgType::kCheckpoint,
+                                        upload_round);
+      h.chunk_index = upload->next_index();
+      h.chunk_count = upload->count();
+      h.total_elements = upload->size();
+      const std::vector<uint8_t> bytes = upload->next();
+      h.element_count = static_cast<uint32_t>(bytes.size());
+      upload_piece = make_frame(h, bytes);
+    }
+    if (!link->try_send(*upload_piece)) return;
+    upload_piece.reset();
+  }
 }
 
 }  // namespace fedwan

@@ -26,6 +26,7 @@
 #include "fedwan/codec.hpp"
 #include "fedwan/error.hpp"
 #include "runtime/node_frames.hpp"
+#include "runtime/replica_fetch.hpp"
 #include "runtime/site_impl.hpp"
 #include "security/sealing_pipeline.hpp"
 #include "transport/secure_channel.hpp"
@@ -62,8 +63,11 @@ void SiteCore::Impl::open_link() {
   const NodeSpec& parent = topo.node(self.parent_index);
   if (link) link->abandon();
   link.reset();
-  link = std::make_unique<ParentLink>(ctx, parent.endpoint, self.id, lo,
-                                      security->parent_factory());
+  const std::string& endpoint =
+      use_standby_endpoint ? parent.standby_endpoint : parent.endpoint;
+  link = std::make_unique<ParentLink>(ctx, endpoint, self.id, lo, security->parent_factory());
+  upload_piece.reset();
+  if (upload) start_upload();  // from its first piece, on the new session
   link_ok = true;
   link_opened_at = Clock::now();
 }
@@ -112,6 +116,11 @@ void SiteCore::Impl::on_frame(const wire::ParsedFrame& f, SyncResult* res) {
     case wire::MsgType::kHeartbeat:
       on_heartbeat(f);
       return;
+    case wire::MsgType::kCheckpoint:
+      if (h.flags == wire::kFlagReplicaStored) {
+        log().debug("[site:{}] the parent keeps its checkpoint of round {}", self.id, h.round);
+      }
+      return;
     case wire::MsgType::kDone:
       if (full) return;  // the final model in full comes first
       if (next) {
@@ -134,6 +143,7 @@ void SiteCore::Impl::on_welcome(const wire::ParsedFrame& f, SyncResult* res) {
   }
   awaiting_welcome = false;
   welcomed_once = true;
+  parent_keeps_replicas = (h.flags & wire::kFlagKeepsReplicas) != 0;
   parent_heard = progress_at = Clock::now();
   const bool no_change = (h.flags & wire::kFlagNoChange) != 0;
   if (no_change && (h.round == round || !joined_once)) {
@@ -275,7 +285,13 @@ void SiteCore::Impl::resend_update() {
 SyncResult SiteCore::Impl::join() {
   if (joined) throw Error("site '" + self.id + "' already joined");
   SyncResult res;
-  resume();  // from a checkpoint, when there is one
+  // From a checkpoint, when there is one; with none intact, from the copy
+  // the parent keeps (then resumed like a local one).
+  if (!resume() && !opt.checkpoint_dir.empty() &&
+      runtime::fetch_replica(*link, topo, self, opt.checkpoint_dir, plan.total(), opt.join_timeout,
+                             *security)) {
+    resume();
+  }
   // Sent once the secure session is up (upkeep); asked again when lost.
   hello_pending = true;
   awaiting_welcome = true;
@@ -441,6 +457,7 @@ SyncResult SiteCore::Impl::sync() {
       update_frames.clear();
       if (round >= topo.federation().rounds) finished = true;
       save_checkpoint();
+      if (!finished) start_upload();
     }
   }
   next.reset();

@@ -15,6 +15,7 @@
 #include "fedwan/codec.hpp"
 #include "fedwan/site_core.hpp"
 #include "runtime/node_security.hpp"
+#include "runtime/replica_store.hpp"
 #include "tensor/chunk_plan.hpp"
 #include "transport/links.hpp"
 #include "wire/frame.hpp"
@@ -74,7 +75,9 @@ class SiteCore::Impl {
   };
 
   void open_link();
-  void resume();
+  bool resume();  // true when a local checkpoint was loaded
+  void start_upload();  // after a checkpoint: send it to the parent
+  void pump_upload();
   std::optional<wire::ParsedFrame> poll_frame(Incoming* in, Millis timeout);
   void pump(Millis wait, SyncResult* res);
   void upkeep();
@@ -109,6 +112,13 @@ class SiteCore::Impl {
   Clock::time_point hello_sent_at, progress_at, link_opened_at, sent_at, anchor_progress_at;
   bool sealing_active = false;  // the sealing pipeline's worker owns the sealer
   Millis backoff{0};
+  // Checkpoint replication: the parent keeps replicas (its welcome said so);
+  // this site's latest checkpoint on its way up, a piece at a time.
+  bool parent_keeps_replicas = false;
+  std::unique_ptr<runtime::PieceReader> upload;
+  uint64_t upload_round = 0;
+  std::optional<std::vector<uint8_t>> upload_piece;
+  bool use_standby_endpoint = false;  // under a root with a standby: failed over
   std::mt19937_64 rng{std::random_device{}()};
 };
 

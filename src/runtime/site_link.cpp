@@ -65,6 +65,7 @@ void SiteCore::Impl::upkeep() {
     awaiting_welcome = true;
     full.reset();
   }
+  if (welcomed_once) pump_upload();
   if (welcomed_once && link->established() && now - last_heartbeat >= heartbeat) {
     wire::FrameHeader h = node_header(topo, self.index, wire::MsgType::kHeartbeat, round);
     (void)link->try_send(make_frame(h, {}));
@@ -97,6 +98,8 @@ void SiteCore::Impl::reconnect(const std::string& why, bool grow_backoff) {
   const auto wait = Millis(static_cast<int64_t>(backoff.count() * jitter(rng)));
   retry_at = Clock::now() + wait;
   const NodeSpec& parent = topo.node(self.parent_index);
+  // Under a root with a standby, every other try goes to the standby.
+  if (!parent.standby_endpoint.empty()) use_standby_endpoint = !use_standby_endpoint;
   log().warn("[site:{}] reconnecting to '{}' ({}); next try in {} ms", self.id, parent.id, why,
              wait.count());
   security->audit("reconnect", {{"peer", parent.id}, {"reason", why}, {"round", round}});

@@ -12,10 +12,12 @@
 //     deadline_s: 120                 # round closes at quorum after this; 0 = none
 //     heartbeat_s: 2                  # > 0
 //     heartbeat_timeout_s: 10         # > heartbeat_s
+//     replica_every: 1                # checkpoint replication period, rounds; 0 = never
 //     outer_optimizer: {name: diloco, lr: 0.7, momentum: 0.9}
 //   policy: {k_min: 2}                # optional; default k_min of regions
 //   nodes:                            # file order = index = wire sender id
-//     - {id: root, role: root, endpoint: "tcp://127.0.0.1:7000", jurisdiction: EU}
+//     - {id: root, role: root, endpoint: "tcp://127.0.0.1:7000", jurisdiction: EU,
+//        standby_endpoint: "tcp://127.0.0.2:7000"}
 //     - {id: eu, role: region, parent: root, endpoint: "tcp://127.0.0.1:7001",
 //        bind: "tcp://*:7001", jurisdiction: EU, k_min: 2}
 //     - {id: site-a, role: site, parent: eu, weight: 6000, allowed_jurisdictions: [EU]}
@@ -27,6 +29,8 @@
 // weight (theirs is the sum of their sites'). Sites take a weight (finite,
 // > 0, default 1) and no endpoint or bind: a site only connects to its parent,
 // so an endpoint there is a mistake that would otherwise look meaningful.
+// Only the root takes standby_endpoint (an endpoint of the same schemes, not
+// its own) and standby_bind (only with standby_endpoint; defaults to it).
 // Outer optimizer hyper-parameters: fedavg takes lr; diloco lr and momentum;
 // fedadam lr, beta1, beta2 and eps. One its optimizer does not use is refused.
 // Residency: `jurisdiction` on aggregators, `allowed_jurisdictions` on sites
@@ -52,6 +56,12 @@
 
 namespace fedwan {
 
+std::string topology_detail::format_double(double d) {
+  char buf[64];
+  auto res = std::to_chars(buf, buf + sizeof(buf), d);
+  return std::string(buf, res.ptr);
+}
+
 std::string topology_detail::join(const std::vector<std::string>& v) {
   std::string out;
   for (const std::string& s : v) out += (out.empty() ? "" : ", ") + s;
@@ -68,20 +78,16 @@ constexpr uint64_t kMaxChunkBytes = 4u << 20;
 
 const std::vector<std::string> kTopKeys = {"job", "federation", "policy", "nodes"};
 const std::vector<std::string> kFederationKeys = {
-    "rounds",      "inner_steps", "codec",       "chunk_bytes",        "round_timeout_s",
-    "quorum",      "deadline_s",  "heartbeat_s", "heartbeat_timeout_s", "outer_optimizer"};
+    "rounds",         "inner_steps", "codec",       "chunk_bytes",         "round_timeout_s",
+    "quorum",         "deadline_s",  "heartbeat_s", "heartbeat_timeout_s", "replica_every",
+    "outer_optimizer"};
 const std::vector<std::string> kOuterKeys = {"name", "lr", "momentum", "beta1", "beta2", "eps"};
 const std::vector<std::string> kNodeKeys = {"id", "role", "parent", "endpoint", "bind", "weight",
+                                            "standby_endpoint", "standby_bind",
                                             // residency, read in topology_policy.cpp
                                             "jurisdiction", "allowed_jurisdictions", "k_min"};
 
-// Shortest text that reads back to the same double: stable for the digest
-// and readable in to_yaml().
-std::string format_double(double d) {
-  char buf[64];
-  auto res = std::to_chars(buf, buf + sizeof(buf), d);
-  return std::string(buf, res.ptr);
-}
+using topology_detail::format_double;
 
 bool valid_endpoint(const std::string& e) {
   static const char* const kSchemes[] = {"tcp://", "ipc://", "inproc://"};
@@ -92,6 +98,44 @@ bool valid_endpoint(const std::string& e) {
   }
   // Printable ASCII without spaces keeps the canonical rendering unambiguous.
   return scheme && std::all_of(e.begin(), e.end(), [](char c) { return c > 0x20 && c < 0x7f; });
+}
+
+std::string invalid_endpoint(const std::string& what, const std::string& e) {
+  return what + " '" + e +
+         "' is invalid; use tcp://, ipc:// or inproc:// followed by an address, no spaces";
+}
+
+// "" when a node of `role` may carry standby key `key`, else why not.
+std::string misplaced_standby_key(const std::string& key, Role role) {
+  if (role == Role::kRoot) return "";
+  return "'" + key + "' applies to the root only; a " + role_name(role) +
+         " has no standby of its own (the root's children fail over to the root's standby)";
+}
+
+// First problem with node `s`'s standby fields ("" if none). Defaults the
+// root's standby_bind to its standby_endpoint, as finalize() does its bind.
+std::string standby_problem(NodeSpec& s) {
+  if (s.role != Role::kRoot) {
+    if (!s.standby_endpoint.empty()) return misplaced_standby_key("standby_endpoint", s.role);
+    return s.standby_bind.empty() ? "" : misplaced_standby_key("standby_bind", s.role);
+  }
+  if (s.standby_endpoint.empty()) {
+    if (s.standby_bind.empty()) return "";
+    return "standby_bind '" + s.standby_bind +
+           "' is given without standby_endpoint; set standby_endpoint (where the root's "
+           "children reach the standby) or remove standby_bind";
+  }
+  if (s.standby_bind.empty()) s.standby_bind = s.standby_endpoint;
+  if (!valid_endpoint(s.standby_endpoint)) {
+    return invalid_endpoint("standby_endpoint", s.standby_endpoint);
+  }
+  if (!valid_endpoint(s.standby_bind)) return invalid_endpoint("standby_bind", s.standby_bind);
+  if (s.standby_endpoint == s.endpoint) {
+    return "standby_endpoint '" + s.standby_endpoint +
+           "' is the root's own endpoint; the standby is a second process and needs an "
+           "endpoint of its own";
+  }
+  return "";
 }
 
 // ---- YAML reading ---------------------------------------------------------
@@ -111,6 +155,7 @@ FederationSpec read_federation(const YamlReader& r, const YAML::Node& n) {
   if (auto v = n["heartbeat_timeout_s"]) {
     f.heartbeat_timeout_s = r.f64(v, "federation", "heartbeat_timeout_s");
   }
+  if (auto v = n["replica_every"]) f.replica_every = r.u64(v, "federation", "replica_every");
   if (auto o = n["outer_optimizer"]) {
     const std::string ctx = "federation.outer_optimizer";
     r.expect_map(o, ctx);
@@ -153,6 +198,12 @@ NodeSpec read_node(const YamlReader& r, const YAML::Node& n, size_t pos) {
     }
     s.weight = r.f64(v, ctx, "weight");
   }
+  for (const char* key : {"standby_endpoint", "standby_bind"}) {
+    const std::string misplaced = misplaced_standby_key(key, s.role);
+    if (n[key] && !misplaced.empty()) r.fail(n[key], ctx, misplaced);
+  }
+  if (auto v = n["standby_endpoint"]) s.standby_endpoint = r.str(v, ctx, "standby_endpoint");
+  if (auto v = n["standby_bind"]) s.standby_bind = r.str(v, ctx, "standby_bind");
   topology_detail::read_residency(r, n, ctx, s);
   return s;
 }
@@ -318,6 +369,8 @@ void Topology::finalize(const std::string& src) {
     }
     std::string residency = topology_detail::residency_field_problem(s);
     if (!residency.empty()) fail(who + residency);
+    std::string standby = standby_problem(s);
+    if (!standby.empty()) fail(who + standby);
     s.index = i;
     s.parent_index = 0;
     s.children.clear();
@@ -339,10 +392,7 @@ void Topology::finalize(const std::string& src) {
     }
     if (s.bind.empty()) s.bind = s.endpoint;
     for (const std::string* e : {&s.endpoint, &s.bind}) {
-      if (!valid_endpoint(*e)) {
-        fail(who + "endpoint '" + *e +
-             "' is invalid; use tcp://, ipc:// or inproc:// followed by an address, no spaces");
-      }
+      if (!valid_endpoint(*e)) fail(who + invalid_endpoint("endpoint", *e));
     }
     if (s.weight != 1.0) {
       fail(who + "weight applies to sites only; an aggregator weighs the sum of its sites");
@@ -456,8 +506,12 @@ void Topology::finalize(const std::string& src) {
   if (f.heartbeat_timeout_s != defaults.heartbeat_timeout_s) {
     c += "federation.heartbeat_timeout_s=" + format_double(f.heartbeat_timeout_s) + "\n";
   }
-  // Residency fields appear only when set, so a topology without them keeps
-  // the digest it had before they existed. The allowed list is a set: sorted.
+  if (f.replica_every != defaults.replica_every) {
+    c += "federation.replica_every=" + std::to_string(f.replica_every) + "\n";
+  }
+  // Residency and standby fields appear only when set, so a topology without
+  // them keeps the digest it had before they existed. The allowed list is a
+  // set: sorted.
   for (const NodeSpec& s : nodes_) {
     std::vector<std::string> allowed = s.allowed_jurisdictions;
     std::sort(allowed.begin(), allowed.end());
@@ -466,8 +520,11 @@ void Topology::finalize(const std::string& src) {
     line += " bind=" + s.bind + " endpoint=" + s.endpoint + " id=" + s.id;
     if (!s.jurisdiction.empty()) line += " jurisdiction=" + s.jurisdiction;
     if (s.k_min != 0) line += " k_min=" + std::to_string(s.k_min);
-    c += line + " parent=" + s.parent + " role=" + role_name(s.role) +
-         " weight=" + format_double(s.weight) + "\n";
+    line += " parent=" + s.parent + " role=" + role_name(s.role);
+    if (!s.standby_endpoint.empty()) {
+      line += " standby_bind=" + s.standby_bind + " standby_endpoint=" + s.standby_endpoint;
+    }
+    c += line + " weight=" + format_double(s.weight) + "\n";
   }
   if (policy_.k_min != PolicySpec{}.k_min) {
     c += "policy.k_min=" + std::to_string(policy_.k_min) + "\n";
@@ -510,66 +567,5 @@ double Topology::weight_under(uint32_t index) const {
 }
 
 std::string Topology::digest_hex() const { return to_hex(digest_.data(), digest_.size()); }
-
-std::string Topology::to_yaml() const {
-  // Strings are always double-quoted: an id such as "null" or "1" must stay a string.
-  auto q = [](const std::string& s) {
-    std::string out = "\"";
-    for (char ch : s) {
-      if (ch == '"' || ch == '\\') out += '\\';
-      out += ch;
-    }
-    return out + "\"";
-  };
-  const FederationSpec& f = federation_;
-  std::string y = "# fedwan topology, digest " + digest_hex() + "\n";
-  y += "job: " + q(job_) + "\n";
-  y += "federation:\n";
-  y += "  rounds: " + std::to_string(f.rounds) + "\n";
-  y += "  inner_steps: " + std::to_string(f.inner_steps) + "\n";
-  y += "  codec: " + q(f.codec) + "\n";
-  y += "  chunk_bytes: " + std::to_string(f.chunk_bytes) + "\n";
-  y += "  round_timeout_s: " + format_double(f.round_timeout_s) + "\n";
-  y += "  quorum: " + format_double(f.quorum) + "\n";
-  y += "  deadline_s: " + format_double(f.deadline_s) + "\n";
-  y += "  heartbeat_s: " + format_double(f.heartbeat_s) + "\n";
-  y += "  heartbeat_timeout_s: " + format_double(f.heartbeat_timeout_s) + "\n";
-  y += "  outer_optimizer: {name: " + q(f.outer.name);
-  const std::pair<const char*, const std::optional<double>*> params[] = {
-      {"lr", &f.outer.lr},
-      {"momentum", &f.outer.momentum},
-      {"beta1", &f.outer.beta1},
-      {"beta2", &f.outer.beta2},
-      {"eps", &f.outer.eps}};
-  for (const auto& [key, value] : params) {
-    if (*value) y += std::string(", ") + key + ": " + format_double(**value);
-  }
-  y += "}\n";
-  if (policy_.k_min != PolicySpec{}.k_min) {
-    y += "policy:\n  k_min: " + std::to_string(policy_.k_min) + "\n";
-  }
-  y += "nodes:\n";
-  for (const NodeSpec& s : nodes_) {
-    y += "  - {id: " + q(s.id) + ", role: " + role_name(s.role);
-    if (!s.parent.empty()) y += ", parent: " + q(s.parent);
-    if (s.role == Role::kSite) {
-      y += ", weight: " + format_double(s.weight);
-    } else {
-      y += ", endpoint: " + q(s.endpoint);
-      if (s.bind != s.endpoint) y += ", bind: " + q(s.bind);
-    }
-    if (!s.jurisdiction.empty()) y += ", jurisdiction: " + q(s.jurisdiction);
-    if (s.k_min != 0) y += ", k_min: " + std::to_string(s.k_min);
-    if (!s.allowed_jurisdictions.empty()) {
-      std::string list;
-      for (const std::string& a : s.allowed_jurisdictions) {
-        list += (list.empty() ? "" : ", ") + q(a);
-      }
-      y += ", allowed_jurisdictions: [" + list + "]";
-    }
-    y += "}\n";
-  }
-  return y;
-}
 
 }  // namespace fedwan

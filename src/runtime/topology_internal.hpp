@@ -107,4 +107,8 @@ std::string residency_field_problem(const NodeSpec& s);
 // or nullopt. `t` must have its indices, parents and children set.
 std::optional<std::string> residency_tree_problem(const Topology& t);
 
+// Shortest text that reads back to the same double: stable for the digest
+// and readable in to_yaml().
+std::string format_double(double d);
+
 }  // namespace fedwan::topology_detail

@@ -47,9 +47,10 @@ bool is_data_type(MsgType t) { return t == MsgType::kAnchor || t == MsgType::kDe
 uint8_t allowed_flags(MsgType t) {
   switch (t) {
     case MsgType::kAnchor: return kFlagFullAnchor;
-    case MsgType::kWelcome: return kFlagNoChange;
-    case MsgType::kHello: return kFlagSent;
+    case MsgType::kWelcome: return kFlagNoChange | kFlagKeepsReplicas;
+    case MsgType::kHello: return kFlagSent | kFlagNeedReplica;
     case MsgType::kHeartbeat: return kFlagNeedUpdate;
+    case MsgType::kCheckpoint: return kFlagReplicaStored | kFlagNoReplica;
     default: return 0;
   }
 }
@@ -164,6 +165,58 @@ ParsedFrame& check_control(ParsedFrame& f, const FrameLimits& lim) {
   return f;
 }
 
+// kCheckpoint: a piece of a checkpoint file, or a signal without one.
+ParsedFrame& check_checkpoint(ParsedFrame& f, const FrameLimits& lim) {
+  const FrameHeader& h = f.header;
+  if (double_bits(h.weight) != 0) {
+    return reject(f, RejectReason::kBadWeight, "checkpoint carries weight %g; must be 0", h.weight);
+  }
+  if (h.flags != 0) {
+    if (h.flags != kFlagReplicaStored && h.flags != kFlagNoReplica) {
+      return reject(f, RejectReason::kBadReserved,
+                    "checkpoint signal with flags 0x%02x; exactly one signal bit", unsigned{h.flags});
+    }
+    if (h.chunk_index != 0 || h.chunk_count != 0) {
+      return reject(f, RejectReason::kBadChunk, "checkpoint signal carries chunk fields");
+    }
+    if (h.element_count != 0 || h.total_elements != 0) {
+      return reject(f, RejectReason::kBadElements, "checkpoint signal carries sizes");
+    }
+    if (h.payload_length != 0) {
+      return reject(f, RejectReason::kBadPayloadSize,
+                    "checkpoint signal carries %" PRIu32 " payload bytes", h.payload_length);
+    }
+    return f;
+  }
+  if (h.chunk_count == 0 || h.chunk_count > lim.max_chunk_count) {
+    return reject(f, RejectReason::kBadChunk,
+                  "checkpoint chunk_count %" PRIu32 " outside 1..%" PRIu32, h.chunk_count,
+                  lim.max_chunk_count);
+  }
+  if (h.chunk_index >= h.chunk_count) {
+    return reject(f, RejectReason::kBadChunk,
+                  "checkpoint chunk_index %" PRIu32 " not below chunk_count %" PRIu32,
+                  h.chunk_index, h.chunk_count);
+  }
+  if (h.element_count == 0 || h.element_count > lim.max_piece_bytes) {
+    return reject(f, RejectReason::kBadElements,
+                  "checkpoint piece of %" PRIu32 " bytes outside 1..%" PRIu32, h.element_count,
+                  lim.max_piece_bytes);
+  }
+  if (h.total_elements < h.element_count || h.total_elements > lim.max_checkpoint_bytes) {
+    return reject(f, RejectReason::kBadElements,
+                  "checkpoint of %" PRIu64 " bytes: below its piece of %" PRIu32
+                  " or over the limit %" PRIu64,
+                  h.total_elements, h.element_count, lim.max_checkpoint_bytes);
+  }
+  if (h.payload_length != h.element_count) {
+    return reject(f, RejectReason::kBadPayloadSize,
+                  "checkpoint piece says %" PRIu32 " bytes, carries %" PRIu32, h.element_count,
+                  h.payload_length);
+  }
+  return f;
+}
+
 }  // namespace
 
 const char* msg_type_name(MsgType t) {
@@ -177,6 +230,7 @@ const char* msg_type_name(MsgType t) {
     case MsgType::kDone: return "done";
     case MsgType::kHandshake: return "handshake";
     case MsgType::kHeartbeat: return "heartbeat";
+    case MsgType::kCheckpoint: return "checkpoint";
   }
   return "unknown";
 }
@@ -266,7 +320,7 @@ ParsedFrame parse_frame(const uint8_t* data, size_t size, const FrameLimits& lim
                   unsigned{version}, unsigned{kVersion});
   }
   uint8_t type = data[5];
-  if (type < static_cast<uint8_t>(MsgType::kHello) || type > static_cast<uint8_t>(MsgType::kHeartbeat)) {
+  if (type < static_cast<uint8_t>(MsgType::kHello) || type > static_cast<uint8_t>(MsgType::kCheckpoint)) {
     return reject(f, RejectReason::kBadType, "unknown message type %u", unsigned{type});
   }
   const char* tn = msg_type_name(h.type);
@@ -303,6 +357,8 @@ ParsedFrame parse_frame(const uint8_t* data, size_t size, const FrameLimits& lim
   }
   if (codec != nullptr) {
     check_data(f, *codec, limits);
+  } else if (h.type == MsgType::kCheckpoint) {
+    check_checkpoint(f, limits);
   } else {
     check_control(f, limits);
   }

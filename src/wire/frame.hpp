@@ -1,4 +1,4 @@
-// Wire frame, protocol version 2: a fixed 64-byte little-endian header
+// Wire frame, protocol version 4 (kVersion): a fixed 64-byte little-endian header
 // followed by the payload. Parsing checks every field against limits before
 // anything is allocated; a frame that fails is rejected with a reason, never
 // thrown at the caller (rejects are an expected outcome on a hostile WAN).
@@ -11,13 +11,15 @@
 // The encoded header is also the AEAD associated data of the secure channel.
 //
 // Rules parse_frame enforces, in this order (first failure wins):
-//   size >= 64 (kTooShort); magic; version == 2 (kBadVersion, so a newer peer
-//   is told apart from garbage); type 1..9; codec: a registered codec id on
+//   size >= 64 (kTooShort); magic; version == kVersion (kBadVersion, so a
+//   newer peer is told apart from garbage); type 1..10; codec: a registered codec id on
 //   kAnchor/kDelta, an AEAD id (0..kMaxAeadId) on kHandshake, 0 on every
 //   other type (kBadCodec); reserved == 0 and no
-//   flag bits except kFlagFullAnchor on kAnchor, kFlagNoChange on kWelcome,
-//   kFlagSent on kHello and kFlagNeedUpdate on kHeartbeat (kBadReserved); payload_length == bytes after the header, so trailing
-//   bytes and truncation are kLengthMismatch.
+//   flag bits except kFlagFullAnchor on kAnchor, kFlagNoChange and
+//   kFlagKeepsReplicas on kWelcome, kFlagSent and kFlagNeedReplica on kHello,
+//   kFlagNeedUpdate on kHeartbeat, kFlagReplicaStored or kFlagNoReplica on
+//   kCheckpoint (kBadReserved); payload_length == bytes after the header, so
+//   trailing bytes and truncation are kLengthMismatch.
 //   kAnchor/kDelta: 1 <= chunk_count <= max_chunk_count, chunk_index <
 //   chunk_count, chunk_count <= total_elements (kBadChunk); 1 <= element_count
 //   <= max_chunk_elements, total_elements <= max_total_elements, and the chunk
@@ -34,6 +36,13 @@
 //   (<= max_total_elements) so both ends can check they train one shape
 //   (kBadElements).
 //   Their payload's own structure is checked by decode_hello/decode_telemetry.
+//   kCheckpoint (codec 0, weight +0.0) is either a piece of a checkpoint file
+//   (flags 0): 1 <= chunk_count <= max_chunk_count, chunk_index <
+//   chunk_count (kBadChunk), 1 <= element_count (the piece's bytes) <=
+//   max_piece_bytes, element_count <= total_elements (the file's bytes) <=
+//   max_checkpoint_bytes (kBadElements), payload_length == element_count
+//   (kBadPayloadSize); or a signal (exactly one of kFlagReplicaStored,
+//   kFlagNoReplica): chunk and element fields 0, empty payload.
 // job_id, round and sender are not judged here: they need session state.
 #pragma once
 
@@ -46,7 +55,8 @@
 namespace fedwan::wire {
 
 inline constexpr uint32_t kMagic = 0x4E415746;  // "FWAN" read as little-endian u32
-inline constexpr uint8_t kVersion = 3;  // 2: TLS, sealed frames; 3: heartbeats, rejoin state
+// 2: TLS, sealed frames; 3: heartbeats, rejoin state; 4: checkpoint replicas
+inline constexpr uint8_t kVersion = 4;
 inline constexpr size_t kHeaderSize = 64;
 
 enum class MsgType : uint8_t {
@@ -67,6 +77,15 @@ enum class MsgType : uint8_t {
   // From a parent, kFlagNeedUpdate says the open round still lacks chunks of
   // the child's update (a child that already sent it sends it again).
   kHeartbeat = 9,
+  // A node's checkpoint file, sent in pieces at low priority behind the
+  // round protocol: child -> parent after each checkpoint (the parent keeps
+  // it as a replica), or parent -> child when the child's hello asked for
+  // its replica. `round` = the checkpoint's round; chunk_index/chunk_count
+  // number the pieces, element_count = the piece's bytes, total_elements =
+  // the file's bytes. With kFlagReplicaStored (parent -> child, no payload)
+  // it acknowledges the replica of `round`; with kFlagNoReplica the parent
+  // has none to give.
+  kCheckpoint = 10,
 };
 inline constexpr uint8_t kMaxAeadId = 2;
 const char* msg_type_name(MsgType t);
@@ -79,6 +98,13 @@ inline constexpr uint8_t kFlagNoChange = 0x02;    // kWelcome: child's model dig
 // anchor (a child rejoining after a reconnect or a parent's restart).
 inline constexpr uint8_t kFlagSent = 0x04;
 inline constexpr uint8_t kFlagNeedUpdate = 0x04;  // kHeartbeat from a parent, see kHeartbeat
+// kHello: the child has no intact local checkpoint; the parent sends the
+// child's replica (kCheckpoint pieces, or kFlagNoReplica) instead of a welcome.
+inline constexpr uint8_t kFlagNeedReplica = 0x08;
+// kWelcome: the parent keeps replicas; the child sends it its checkpoints.
+inline constexpr uint8_t kFlagKeepsReplicas = 0x04;
+inline constexpr uint8_t kFlagReplicaStored = 0x01;  // kCheckpoint signal
+inline constexpr uint8_t kFlagNoReplica = 0x02;      // kCheckpoint signal
 
 struct FrameHeader {
   MsgType type = MsgType::kHello;
@@ -100,6 +126,8 @@ struct FrameLimits {
   uint32_t max_chunk_count = 1u << 20;
   uint64_t max_total_elements = 1ull << 36;
   uint32_t max_control_payload = 4096;      // kHello, kReject, kTelemetry, ...
+  uint32_t max_piece_bytes = 4u << 20;      // kCheckpoint piece
+  uint64_t max_checkpoint_bytes = 1ull << 40;  // kCheckpoint file
 };
 
 enum class RejectReason : uint8_t {

@@ -234,17 +234,22 @@ struct ReplayResult {
 // update whose payload cannot be used is left out of the model. Throws
 // fedwan::ConfigError for an empty model or a topology whose outer optimizer
 // cannot be built, std::runtime_error when the log cannot be read.
-inline ReplayResult replay_root_audit(const Topology& topo, std::vector<float> initial_model,
-                                      const std::filesystem::path& audit_jsonl,
-                                      const std::filesystem::path& store_dir) {
+inline ReplayResult replay_root_audits(const Topology& topo, std::vector<float> initial_model,
+                                       const std::vector<std::filesystem::path>& audit_logs,
+                                       const std::filesystem::path& store_dir) {
   ReplayResult res;
-  const security::AuditVerifyResult chain = security::verify_audit_file(audit_jsonl.string());
-  if (!chain.ok) {
-    res.problems.push_back("audit chain fails at line " + std::to_string(chain.first_bad_line) +
-                           ": " + chain.problem + " (replaying the " +
-                           std::to_string(chain.entries) + " entries before it)");
+  std::vector<AuditEntry> entries;
+  for (const std::filesystem::path& audit_jsonl : audit_logs) {
+    const security::AuditVerifyResult chain = security::verify_audit_file(audit_jsonl.string());
+    if (!chain.ok) {
+      res.problems.push_back(audit_jsonl.string() + ": audit chain fails at line " +
+                             std::to_string(chain.first_bad_line) + ": " + chain.problem +
+                             " (replaying the " + std::to_string(chain.entries) +
+                             " entries before it)");
+    }
+    const std::vector<AuditEntry> part = read_audit(audit_jsonl, chain.entries);
+    entries.insert(entries.end(), part.begin(), part.end());
   }
-  const std::vector<AuditEntry> entries = read_audit(audit_jsonl, chain.entries);
   EffectiveAudit eff = effective_audit(entries, topo.root().id);
   res.problems.insert(res.problems.end(), eff.problems.begin(), eff.problems.end());
   res.accepted = eff.accepted.size();
@@ -358,6 +363,15 @@ inline ReplayResult replay_root_audit(const Topology& topo, std::vector<float> i
     }
   }
   return res;
+}
+
+// The root's log alone; replay_root_audits takes the logs of a root and of
+// the standby that took over from it, in that order (the standby's "resumed"
+// marker discards what its checkpoint does not hold).
+inline ReplayResult replay_root_audit(const Topology& topo, std::vector<float> initial_model,
+                                      const std::filesystem::path& audit_jsonl,
+                                      const std::filesystem::path& store_dir) {
+  return replay_root_audits(topo, std::move(initial_model), {audit_jsonl}, store_dir);
 }
 
 }  // namespace fedwan::testing

@@ -16,6 +16,7 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -126,9 +127,33 @@ class ChaosFederation {
   }
   std::string log(const std::string& node) const { return read_text(log_path(node)); }
 
+  // Gives the root a standby at a port of its own (topology
+  // standby_endpoint); start it with start_standby().
+  void add_standby() {
+    ports_["standby"] = free_tcp_port();
+    std::vector<NodeSpec> nodes = topo_.nodes();
+    for (NodeSpec& n : nodes) {
+      if (n.role != Role::kRoot) continue;
+      n.standby_endpoint = "tcp://127.0.0.1:" + std::to_string(ports_["standby"]);
+      n.standby_bind = n.standby_endpoint;
+    }
+    topo_ = Topology::build("chaos", topo_.federation(), nodes);
+    write_topology();
+    standby_ = true;
+  }
+  // The root's standby: the root node with its credentials, `--standby`,
+  // its own checkpoint directory, audit log and log, named "standby" here.
+  pid_t start_standby(const Env& env = {}) {
+    return start(topo_.root().id, env, {}, "standby", {"--standby"});
+  }
+
   // `prefix` runs the node under another program (ip netns exec NAME).
+  // `name` (default: the node id) names its process, checkpoint directory,
+  // audit log and log.
   pid_t start(const std::string& node, const Env& env = {},
-              const std::vector<std::string>& prefix = {}) {
+              const std::vector<std::string>& prefix = {}, std::string name = {},
+              const std::vector<std::string>& extra = {}) {
+    if (name.empty()) name = node;
     const NodeSpec& n = topo_.node(node);
     const bool site = n.role == Role::kSite;
     std::vector<std::string> args = {site ? "site" : "aggregator",
@@ -139,22 +164,23 @@ class ChaosFederation {
                                      "--seed", std::to_string(kSeed),
                                      "--join-timeout", "60",
                                      "--credentials", security_for(topo_, node).credentials_dir,
-                                     "--audit-log", audit(node).string(),
-                                     "--checkpoint-dir", checkpoint_dir(node).string()};
+                                     "--audit-log", audit(name).string(),
+                                     "--checkpoint-dir", checkpoint_dir(name).string()};
+    args.insert(args.end(), extra.begin(), extra.end());
     if (!site) {
       args.insert(args.end(), {"--record-updates", (dir_.path() / "store").string()});
     }
     if (n.role == Role::kRoot) args.insert(args.end(), {"--out", model_path().string()});
-    const bool restart = started_.count(node) > 0;
-    started_[node] = true;
+    const bool restart = started_.count(name) > 0;
+    started_[name] = true;
     std::string exe = FEDWAN_CLI_PATH;
     if (!prefix.empty()) {
       args.insert(args.begin(), exe);
       args.insert(args.begin(), prefix.begin() + 1, prefix.end());
       exe = prefix.front();
     }
-    const pid_t pid = spawn_process(exe, args, log_path(node), env, restart);
-    pids_[node] = pid;
+    const pid_t pid = spawn_process(exe, args, log_path(name), env, restart);
+    pids_[name] = pid;
     return pid;
   }
 
@@ -200,7 +226,9 @@ class ChaosFederation {
   // The two checks of every scenario; returns the replay for RPO/RTO.
   ReplayResult check_against_audit() {
     const std::vector<float> init = synthetic::initial_model(kParams, kSeed);
-    ReplayResult r = replay_root_audit(topo_, init, audit(topo_.root().id), dir_.path() / "store");
+    std::vector<std::filesystem::path> logs = {audit(topo_.root().id)};
+    if (standby_ && std::filesystem::exists(audit("standby"))) logs.push_back(audit("standby"));
+    ReplayResult r = replay_root_audits(topo_, init, logs, dir_.path() / "store");
     EXPECT_TRUE(r.problems.empty()) << ::testing::PrintToString(r.problems);
     EXPECT_EQ(r.rounds_committed, topo_.federation().rounds);
     const std::vector<float> global = read_model(model_path());
@@ -213,9 +241,9 @@ class ChaosFederation {
     for (const auto& [key, n] : r.accepted_by_round_sender) {
       EXPECT_LE(n, static_cast<int>(chunks)) << "round " << key.first << " sender " << key.second;
     }
-    for (const std::string& id : {std::string("root")}) {
-      const security::AuditVerifyResult v = security::verify_audit_file(audit(id).string());
-      EXPECT_TRUE(v.ok) << v.problem;
+    for (const std::filesystem::path& p : logs) {
+      const security::AuditVerifyResult v = security::verify_audit_file(p.string());
+      EXPECT_TRUE(v.ok) << p << ": " << v.problem;
     }
     return r;
   }
@@ -234,9 +262,15 @@ class ChaosFederation {
 
   // The round `node` resumed at after `t`, from its audit log.
   std::optional<uint64_t> resumed_round(const std::string& node) const {
+    return last_field(node, "resumed", "round");
+  }
+  // Field `key` of the last `event` entry in `node`'s audit log.
+  std::optional<uint64_t> last_field(const std::string& node, const std::string& event,
+                                     const std::string& key) const {
     std::optional<uint64_t> out;
+    if (!std::filesystem::exists(audit(node))) return out;
     for (const AuditEntry& e : read_audit(audit(node))) {
-      if (e.event == "resumed") out = e.fields.value("round", uint64_t{0});
+      if (e.event == event) out = e.fields.value(key, uint64_t{0});
     }
     return out;
   }
@@ -255,6 +289,7 @@ class ChaosFederation {
   std::map<std::string, int> ports_;
   std::map<std::string, pid_t> pids_;
   std::map<std::string, bool> started_, crashed_;
+  bool standby_ = false;
 };
 
 double seconds_between(SysClock::time_point a, std::optional<SysClock::time_point> b) {
@@ -341,12 +376,14 @@ TEST_P(RootCheckpointCrash, RestartsAtItsLastCommittedRound) {
 INSTANTIATE_TEST_SUITE_P(Steps, RootCheckpointCrash,
                          ::testing::Values("written", "synced", "renamed"));
 
-// 4. One byte of a site's latest checkpoint is flipped while it is down:
-// the reader detects it, keeps the file aside as *.corrupt and resumes from
-// the previous checkpoint.
-TEST(Chaos, FlippedCheckpointByteIsDetected) {
+// 4. While a site is down, one byte of its latest checkpoint is flipped and
+// its previous checkpoint is lost too: the reader detects the flip (the file
+// is kept aside as *.corrupt), finds nothing intact locally, and restores the
+// replica its region keeps (sent in the background after each checkpoint).
+TEST(Chaos, FlippedCheckpointByteRestoresTheParentsReplica) {
   ChaosFederation fed(1, 2);
   const std::string victim = fed.topo().nodes().back().id;
+  const std::string region = fed.topo().node(fed.topo().node(victim).parent_index).id;
   fed.start_all({{victim, {{"FEDWAN_CRASH_POINT", "site.mid_upload@4"}}}});
   const auto crashed = fed.wait_crash(victim, std::chrono::seconds(60));
   fed.forget(victim);
@@ -354,7 +391,6 @@ TEST(Chaos, FlippedCheckpointByteIsDetected) {
   {
     std::fstream f(latest, std::ios::in | std::ios::out | std::ios::binary);
     ASSERT_TRUE(f.good());
-    f.seekp(200);
     char b = 0;
     f.seekg(200);
     f.read(&b, 1);
@@ -362,16 +398,31 @@ TEST(Chaos, FlippedCheckpointByteIsDetected) {
     f.seekp(200);
     f.write(&b, 1);
   }
+  std::filesystem::remove(fed.checkpoint_dir(victim) / (victim + ".prev.fwck"));
+  // What the region holds for the site now (the newest is what comes back).
+  uint64_t newest = 0;
+  for (const auto& e :
+       std::filesystem::directory_iterator(fed.checkpoint_dir(region) / "replicas" / victim)) {
+    unsigned long long r = 0;
+    if (std::sscanf(e.path().filename().c_str(), "round-%llu.fwck", &r) == 1) {
+      newest = std::max<uint64_t>(newest, r);
+    }
+  }
+  ASSERT_GT(newest, 0u) << "the region kept no replica of " << victim;
   fed.start(victim);
   fed.wait_all(std::chrono::seconds(120));
   fed.check_against_audit();
   EXPECT_TRUE(std::filesystem::exists(latest.string() + ".corrupt"));
+  EXPECT_EQ(fed.last_field(victim, "replica_restored", "round"), newest) << fed.log(victim);
+  EXPECT_EQ(fed.last_field(region, "replica_served", "round"), newest) << fed.log(region);
   const std::optional<uint64_t> resumed = fed.resumed_round(victim);
   ASSERT_TRUE(resumed.has_value()) << fed.log(victim);
-  EXPECT_EQ(*resumed, 2u) << "the previous checkpoint (round 2) should be used";
-  report("4 flipped checkpoint byte", "byte flip at offset 200 of the latest checkpoint",
+  EXPECT_EQ(*resumed, newest);
+  report("4 flipped checkpoint byte, previous one lost",
+         "byte flip at offset 200 of the latest checkpoint; previous checkpoint deleted",
          3 - *resumed, seconds_between(crashed, fed.first_after("root", "round_closed", crashed)),
-         "detected (kept as .corrupt); resumed from the previous local checkpoint");
+         "detected (kept as .corrupt); restored the region's replica of round " +
+             std::to_string(newest));
 }
 
 // 5. A region is cut off from its parent and its sites for 3x the
@@ -499,6 +550,82 @@ TEST(Chaos, LossyDuplicatingReorderingLink) {
              std::to_string(st.messages_reordered) + " of " +
              std::to_string(st.messages_forwarded) + " messages; " +
              std::to_string(std::chrono::duration<double>(SysClock::now() - t0).count()) + " s");
+}
+
+// 7. The root is SIGKILLed in the middle of round 2. Its standby, which
+// holds the root's checkpoint of every round it acknowledged, takes over
+// when a region comes to it; training continues and completes. The old
+// root, started again, is refused by the standby and exits with an error.
+TEST(Chaos, RootDiesStandbyTakesOver) {
+  ChaosFederation fed(2, 2);
+  fed.add_standby();
+  fed.start_standby();
+  // 5 chunks a region and round, 2 regions: the 25th acceptance is in round 2.
+  fed.start_all({{"root", {{"FEDWAN_CRASH_POINT", "aggregator.update_accepted@25"}}}});
+  const auto crashed = fed.wait_crash("root", std::chrono::seconds(90));
+  fed.forget("root");
+  // The standby takes over once a region comes to it.
+  const auto until = SysClock::now() + std::chrono::seconds(60);
+  while (!fed.first_after("standby", "takeover", crashed) && SysClock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_TRUE(fed.first_after("standby", "takeover", crashed)) << fed.log("standby");
+  // Fencing: the old root comes back and is told to stop.
+  const pid_t old_root = fed.start("root", {}, {}, "old-root");
+  const std::vector<int> codes = wait_processes({old_root}, std::chrono::seconds(60));
+  EXPECT_NE(codes[0], 0) << fed.log("old-root");
+  EXPECT_NE(fed.log("old-root").find("took over as root"), std::string::npos)
+      << fed.log("old-root");
+  fed.forget("old-root");
+  fed.wait_all(std::chrono::seconds(180));
+  fed.check_against_audit();
+  uint64_t last_closed = 0;
+  for (const AuditEntry& e : read_audit(fed.audit("root"))) {
+    if (e.event == "round_closed") last_closed = e.fields.value("round", uint64_t{0});
+  }
+  const std::optional<uint64_t> resumed = fed.resumed_round("standby");
+  ASSERT_TRUE(resumed.has_value()) << fed.log("standby");
+  // Every round the root committed was held by the standby: none is redone.
+  EXPECT_EQ(*resumed, last_closed + 1) << fed.log("standby");
+  report("7 root dies, standby takes over", "aggregator.update_accepted@25 on the root",
+         last_closed + 1 - *resumed,
+         seconds_between(crashed, fed.first_after("standby", "round_closed", crashed)),
+         "standby resumed at round " + std::to_string(*resumed) +
+             " from the root's replicated checkpoint; the restarted old root was fenced");
+}
+
+// Without a fault the standby holds every round's checkpoint of the root
+// (acknowledged before the round's last anchor chunk left) and stops, exit
+// 0, when the root finishes; a root whose standby is not running goes on
+// without it and says so.
+TEST(Chaos, StandbyKeepsEveryRoundAndStopsWithTheRoot) {
+  ChaosFederation fed(1, 2, 4);
+  fed.add_standby();
+  fed.start_standby();
+  fed.start_all();
+  fed.wait_all(std::chrono::seconds(120));
+  fed.check_against_audit();
+  std::set<uint64_t> stored;
+  bool done = false;
+  for (const AuditEntry& e : read_audit(fed.audit("standby"))) {
+    if (e.event == "replica_stored") stored.insert(e.fields.value("round", uint64_t{0}));
+    done = done || e.event == "standby_done";
+    EXPECT_NE(e.event, "takeover");
+  }
+  EXPECT_EQ(stored, (std::set<uint64_t>{1, 2, 3, 4})) << fed.log("standby");
+  EXPECT_TRUE(done) << fed.log("standby");
+  EXPECT_FALSE(fed.first_after("root", "standby_lost", SysClock::time_point{}))
+      << fed.log("root");
+  if (std::getenv("FEDWAN_DEBUG_LOGS")) std::cerr << fed.log("root") << fed.log("standby");
+}
+
+TEST(Chaos, RootGoesOnWithoutItsStandby) {
+  ChaosFederation fed(1, 2, 3);
+  fed.add_standby();  // named in the topology, never started
+  fed.start_all();
+  fed.wait_all(std::chrono::seconds(120));
+  fed.check_against_audit();
+  EXPECT_TRUE(fed.first_after("root", "standby_lost", SysClock::time_point{})) << fed.log("root");
 }
 
 }  // namespace

@@ -42,7 +42,7 @@ class PyAggregator {
                const py::handle& initial_model, py::object on_round, py::object on_model,
                double join_timeout_s, std::optional<double> round_timeout_s, int window,
                const py::handle& credentials, bool insecure_plaintext, const std::string& cipher,
-               const py::handle& audit_log, const py::handle& checkpoint_dir)
+               const py::handle& audit_log, const py::handle& checkpoint_dir, bool standby)
       : on_round_(std::move(on_round)), on_model_(std::move(on_model)) {
     require_callable(on_round_, "on_round");
     require_callable(on_model_, "on_model");
@@ -59,6 +59,7 @@ class PyAggregator {
     opt.window = window;
     opt.security = security_options(credentials, insecure_plaintext, cipher, audit_log);
     if (!checkpoint_dir.is_none()) opt.checkpoint_dir = path_from(checkpoint_dir, "checkpoint_dir");
+    opt.standby = standby;
     // The lambdas hold `this`, never a Python object: the core may copy or
     // destroy them without the GIL.
     if (!on_round_.is_none()) {
@@ -112,6 +113,14 @@ class PyAggregator {
     d["rejected_frames"] = s.rejected_frames;
     d["security_mode"] = s.security_mode;
     d["handshake_ms"] = s.handshake_ms;
+    d["resumed_from_round"] = s.resumed_from_round;
+    d["children_lost"] = s.children_lost;
+    d["rejoins"] = s.rejoins;
+    d["stale_updates"] = s.stale_updates;
+    d["checkpoints_written"] = s.checkpoints_written;
+    d["replicas_stored"] = s.replicas_stored;
+    d["replica_bytes"] = s.replica_bytes;
+    d["took_over"] = s.took_over;
     d["global_model"] = s.global_model.empty()
                             ? py::object(py::none())
                             : py::object(copy_to_numpy(s.global_model.data(),
@@ -166,18 +175,21 @@ raises fedwan.ConfigError. `cipher` is "aes-256-gcm" or "chacha20-poly1305";
 refusals.)")
       .def(py::init<const py::handle&, const std::string&, const py::handle&, py::object,
                     py::object, double, std::optional<double>, int, const py::handle&, bool,
-                    const std::string&, const py::handle&, const py::handle&>(),
+                    const std::string&, const py::handle&, const py::handle&, bool>(),
            "topology"_a, "node_id"_a, "initial_model"_a = py::none(), "on_round"_a = py::none(),
            "on_model"_a = py::none(), "join_timeout_s"_a = 300.0, py::kw_only(),
            "round_timeout_s"_a = py::none(), "window"_a = 8, "credentials"_a = py::none(),
            "insecure_plaintext"_a = false, "cipher"_a = "aes-256-gcm",
-           "audit_log"_a = py::none(), "checkpoint_dir"_a = py::none())
+           "audit_log"_a = py::none(), "checkpoint_dir"_a = py::none(), "standby"_a = false)
       .def("run", &PyAggregator::run,
            R"(Serves until the last round is done (blocking, GIL released). Returns
 {rounds, reports: [ {round, seconds, wan_bytes, fp32_bytes, frames, weight} ],
  wan_bytes_total, fp32_bytes_total, rejected_frames, security_mode ("mtls/<cipher>"
  or "plaintext"), handshake_ms (list: this node's TLS handshake times, in ms, as each
- link came up), global_model (root: float32 array; region: None)}. Raises
+ link came up), global_model (root: float32 array; region: None), and the fault
+ tolerance counters resumed_from_round, children_lost, rejoins, stale_updates,
+ checkpoints_written, replicas_stored, replica_bytes (children's checkpoints kept,
+ not in the reports' traffic) and took_over (standby=True: it became the root)}. Raises
 fedwan.TimeoutError when children do not join or a round does not complete in time,
 fedwan.Error when stopped.)")
       .def("stop", &PyAggregator::stop,

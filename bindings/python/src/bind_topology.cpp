@@ -24,6 +24,7 @@ std::string node_repr(const NodeSpec& n) {
   s << "NodeSpec(id='" << n.id << "', role='" << role_name(n.role) << "'";
   if (!n.parent.empty()) s << ", parent='" << n.parent << "'";
   if (!n.endpoint.empty()) s << ", endpoint='" << n.endpoint << "'";
+  if (!n.standby_endpoint.empty()) s << ", standby_endpoint='" << n.standby_endpoint << "'";
   if (n.role == Role::kSite) s << ", weight=" << n.weight;
   s << ", index=" << n.index << ")";
   return s.str();
@@ -61,6 +62,12 @@ void bind_topology(py::module_& m) {
       .def_readonly("k_min", &NodeSpec::k_min,
                     "Regions: forward only aggregates of at least this many sites (0: policy "
                     "default).")
+      .def_readonly("standby_endpoint", &NodeSpec::standby_endpoint,
+                    "Root: the endpoint of its standby, which takes over when it dies ('' = "
+                    "none).")
+      .def_readonly("standby_bind", &NodeSpec::standby_bind,
+                    "Root: endpoint the standby binds ('' without a standby; defaults to "
+                    "standby_endpoint).")
       .def("__repr__", &node_repr);
 
   py::class_<OuterOptimizerSpec>(m, "OuterOptimizerSpec",
@@ -82,6 +89,9 @@ void bind_topology(py::module_& m) {
       .def_readonly("chunk_bytes", &FederationSpec::chunk_bytes)
       .def_readonly("outer_optimizer", &FederationSpec::outer)
       .def_readonly("round_timeout_s", &FederationSpec::round_timeout_s)
+      .def_readonly("replica_every", &FederationSpec::replica_every,
+                    "Every how many rounds a node with a checkpoint directory sends its checkpoint "
+                    "to its parent (the root: to its standby); 0 = never.")
       .def("__repr__", [](const FederationSpec& f) {
         return "FederationSpec(rounds=" + std::to_string(f.rounds) +
                ", inner_steps=" + std::to_string(f.inner_steps) + ", codec='" + f.codec +
@@ -123,6 +133,8 @@ problem. Every node of a federation must load the same topology (same digest).)"
           "Every node, in file order (copies).")
       .def_property_readonly(
           "root", [](const Topology& t) { return t.root(); }, "The root node (a copy).")
+      .def_property_readonly("has_standby", &Topology::has_standby,
+                             "Whether the root has a standby (root.standby_endpoint is set).")
       .def(
           "node", [](const Topology& t, const std::string& id) { return t.node(id); }, "id"_a,
           "The node with this id; raises fedwan.ConfigError when absent.")

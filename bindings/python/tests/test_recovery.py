@@ -46,3 +46,23 @@ def test_checkpoints_are_written_at_round_boundaries(sock_dir, credentials,
         assert os.path.exists(os.path.join(d, f"{node_id}.prev.fwck")), node_id
 
     np.testing.assert_array_equal(finals["site-0"], finals["site-1"])
+    # The root keeps each site's checkpoint as a replica (2 rounds at most).
+    for node_id in ("site-0", "site-1"):
+        replicas = sorted(os.listdir(os.path.join(ckpt["root"], "replicas", node_id)))
+        assert replicas, node_id
+        assert len(replicas) <= 2, replicas
+        assert all(r.startswith("round-") and r.endswith(".fwck") for r in replicas), replicas
+
+
+def test_standby_options_are_checked(sock_dir, credentials, tmp_path):
+    topo = fedwan.Topology.parse(topology_yaml(
+        "py-standby", sock_dir, [("site-0", "root", 1)], rounds=1))
+    init = np.zeros(100, dtype=np.float32)
+    # The topology names no standby_endpoint for its root.
+    try:
+        fedwan.Aggregator(topo, "root", init, credentials=credentials(topo, "root"),
+                          checkpoint_dir=str(tmp_path / "standby"), standby=True)
+    except fedwan.ConfigError as e:
+        assert "standby_endpoint" in str(e)
+    else:
+        raise AssertionError("a standby without standby_endpoint was accepted")

@@ -93,7 +93,7 @@ TEST(Frame, HeaderLayoutIsLittleEndianFwan) {
   const size_t need = fp16().encoded_size(600);
   ASSERT_EQ(b.size(), kHeaderSize + need);
   EXPECT_EQ(std::string(b.begin(), b.begin() + 4), "FWAN");
-  EXPECT_EQ(b[kOffVersion], 3);
+  EXPECT_EQ(b[kOffVersion], 4);
   EXPECT_EQ(b[kOffType], 4);
   EXPECT_EQ(b[kOffCodec], static_cast<uint8_t>(CodecId::kFp16));
   EXPECT_EQ(b[kOffElements], 600 & 0xff);
@@ -159,12 +159,12 @@ TEST(Frame, BadMagicVersionTypeReserved) {
     b[i] ^= 0x20;
     EXPECT_EQ(reason(b), RejectReason::kBadMagic) << i;
   }
-  for (uint8_t v : {0, 1, 2, 4, 255}) {
+  for (uint8_t v : {0, 1, 2, 3, 5, 255}) {
     Bytes b = data_frame(MsgType::kDelta, fp16());
     b[kOffVersion] = v;
     EXPECT_EQ(reason(b), RejectReason::kBadVersion) << int{v};
   }
-  for (uint8_t v : {0, 10, 200, 255}) {
+  for (uint8_t v : {0, 11, 200, 255}) {
     Bytes b = control_frame(MsgType::kHello);
     b[kOffType] = v;
     EXPECT_EQ(reason(b), RejectReason::kBadType) << int{v};
@@ -574,4 +574,90 @@ TEST(Frame, HandshakeCarriesACipherIdAndNoTensor) {
 }
 
 }  // namespace
+namespace {
+// A piece of a checkpoint file: `n` bytes of a file of `total`, piece i of count.
+Bytes checkpoint_piece(uint32_t n, uint64_t total, uint32_t index, uint32_t count) {
+  FrameHeader h;
+  h.type = MsgType::kCheckpoint;
+  h.round = 7;
+  h.chunk_index = index;
+  h.chunk_count = count;
+  h.element_count = n;
+  h.total_elements = total;
+  Bytes payload(n, 0x5a);
+  return encode_frame(h, payload.data(), payload.size());
+}
+Bytes checkpoint_signal(uint8_t flags) {
+  FrameHeader h;
+  h.type = MsgType::kCheckpoint;
+  h.flags = flags;
+  h.round = 7;
+  return encode_frame(h, nullptr, 0);
+}
+}  // namespace
+
+TEST(Frame, CheckpointPiecesAndSignals) {
+  EXPECT_EQ(reason(checkpoint_piece(100, 250, 1, 3)), RejectReason::kNone);
+  EXPECT_EQ(reason(checkpoint_piece(250, 250, 0, 1)), RejectReason::kNone);
+  EXPECT_EQ(reason(checkpoint_signal(kFlagReplicaStored)), RejectReason::kNone);
+  EXPECT_EQ(reason(checkpoint_signal(kFlagNoReplica)), RejectReason::kNone);
+  ParsedFrame f = parse_frame(checkpoint_piece(100, 250, 1, 3).data(), 64 + 100);
+  ASSERT_TRUE(f.ok()) << f.detail;
+  EXPECT_EQ(f.payload_size, 100u);
+  EXPECT_STREQ(msg_type_name(MsgType::kCheckpoint), "checkpoint");
+
+  EXPECT_EQ(reason(checkpoint_piece(100, 250, 3, 3)), RejectReason::kBadChunk);
+  EXPECT_EQ(reason(checkpoint_piece(100, 250, 0, 0)), RejectReason::kBadChunk);
+  EXPECT_EQ(reason(checkpoint_piece(100, 99, 0, 2)), RejectReason::kBadElements);
+  FrameLimits lim;
+  lim.max_piece_bytes = 64;
+  EXPECT_EQ(reason(checkpoint_piece(65, 250, 0, 4), lim), RejectReason::kBadElements);
+  lim = {};
+  lim.max_checkpoint_bytes = 200;
+  EXPECT_EQ(reason(checkpoint_piece(100, 250, 0, 3), lim), RejectReason::kBadElements);
+  // A piece whose element_count disagrees with its payload.
+  Bytes b = checkpoint_piece(100, 250, 1, 3);
+  set_u32(b, kOffElements, 99);
+  EXPECT_EQ(reason(b), RejectReason::kBadPayloadSize);
+  b = checkpoint_piece(100, 250, 1, 3);
+  set_u32(b, kOffElements, 0);
+  EXPECT_EQ(reason(b), RejectReason::kBadElements);
+  b = checkpoint_piece(100, 250, 1, 3);
+  b[kOffCodec] = 1;
+  EXPECT_EQ(reason(b), RejectReason::kBadCodec);
+  b = checkpoint_piece(100, 250, 1, 3);
+  set_u64(b, kOffWeight, 0x3ff0000000000000ull);  // 1.0
+  EXPECT_EQ(reason(b), RejectReason::kBadWeight);
+  // Signals: one known bit, nothing else.
+  EXPECT_EQ(reason(checkpoint_signal(kFlagReplicaStored | kFlagNoReplica)),
+            RejectReason::kBadReserved);
+  EXPECT_EQ(reason(checkpoint_signal(0x04)), RejectReason::kBadReserved);
+  b = checkpoint_signal(kFlagReplicaStored);
+  set_u32(b, kOffChunkCount, 1);
+  EXPECT_EQ(reason(b), RejectReason::kBadChunk);
+  b = checkpoint_signal(kFlagNoReplica);
+  set_u64(b, kOffTotal, 5);
+  EXPECT_EQ(reason(b), RejectReason::kBadElements);
+  FrameHeader h;
+  h.type = MsgType::kCheckpoint;
+  h.flags = kFlagReplicaStored;
+  Bytes payload(3, 1);
+  b = encode_frame(h, payload.data(), payload.size());
+  EXPECT_EQ(reason(b), RejectReason::kBadPayloadSize);
+}
+
+TEST(Frame, ReplicaFlagsOnlyOnTheirTypes) {
+  Bytes hello = control_frame(MsgType::kHello);
+  hello[kOffFlags] = kFlagNeedReplica | kFlagSent;
+  EXPECT_EQ(reason(hello), RejectReason::kNone);
+  Bytes welcome = control_frame(MsgType::kWelcome);
+  welcome[kOffFlags] = kFlagKeepsReplicas | kFlagNoChange;
+  EXPECT_EQ(reason(welcome), RejectReason::kNone);
+  welcome[kOffFlags] = kFlagNeedReplica;
+  EXPECT_EQ(reason(welcome), RejectReason::kBadReserved);
+  Bytes heartbeat = control_frame(MsgType::kHeartbeat, {});
+  heartbeat[kOffFlags] = kFlagNeedReplica;
+  EXPECT_EQ(reason(heartbeat), RejectReason::kBadReserved);
+}
+
 }  // namespace fedwan::wire

@@ -1,0 +1,30 @@
+// Restoring a node from its parent's replica: a node (site or region) whose
+// local checkpoints are all missing or corrupt asks its parent for the copy
+// of its latest checkpoint the parent keeps (docs/operations.md#recovery)
+// and installs it as its local checkpoint, then resumes from it as usual.
+// Blocks the calling thread; used once, before the node joins.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+
+#include "fedwan/topology.hpp"
+#include "transport/links.hpp"
+
+namespace fedwan::runtime {
+
+class NodeSecurity;
+
+// Sends a hello with kFlagNeedReplica over `link` and receives the answer:
+// the replica in pieces (written atomically as <dir>/<node>.fwck and checked
+// to be this node's, under this topology) or the parent's "none". Returns
+// true when a replica was installed, false when the parent keeps none.
+// `model_elements` is the node's model size (0 when not known yet).
+// Throws TimeoutError when no answer comes within `timeout`, ProtocolError
+// when the parent refuses the node, CryptoError when the replica that came
+// does not verify (nothing is installed then).
+bool fetch_replica(ParentLink& link, const Topology& topo, const NodeSpec& self,
+                   const std::filesystem::path& dir, uint64_t model_elements, Millis timeout,
+                   NodeSecurity& security);
+
+}  // namespace fedwan::runtime
