@@ -425,6 +425,41 @@ TEST(Chaos, FlippedCheckpointByteRestoresTheParentsReplica) {
              std::to_string(newest));
 }
 
+// 4b. A region loses its whole checkpoint directory while it is down: it
+// restores the replica the root keeps of it, resumes from it and the
+// federation completes with nothing counted twice.
+TEST(Chaos, RegionWithoutItsDiskRestoresTheRootsReplica) {
+  ChaosFederation fed(2, 2);
+  const std::string region = fed.topo().node(fed.topo().root().children.front()).id;
+  // Its 27th acceptance: round 2 (10 a round), after two checkpoints.
+  fed.start_all({{region, {{"FEDWAN_CRASH_POINT", "aggregator.update_accepted@27"}}}});
+  const auto crashed = fed.wait_crash(region, std::chrono::seconds(60));
+  fed.forget(region);
+  std::filesystem::remove_all(fed.checkpoint_dir(region));
+  uint64_t newest = 0;
+  for (const auto& e :
+       std::filesystem::directory_iterator(fed.checkpoint_dir("root") / "replicas" / region)) {
+    unsigned long long r = 0;
+    if (std::sscanf(e.path().filename().c_str(), "round-%llu.fwck", &r) == 1) {
+      newest = std::max<uint64_t>(newest, r);
+    }
+  }
+  ASSERT_GT(newest, 0u) << "the root kept no replica of " << region;
+  fed.start(region);
+  fed.wait_all(std::chrono::seconds(150));
+  fed.check_against_audit();
+  EXPECT_EQ(fed.last_field(region, "replica_restored", "round"), newest) << fed.log(region);
+  EXPECT_EQ(fed.last_field("root", "replica_served", "round"), newest) << fed.log("root");
+  const std::optional<uint64_t> resumed = fed.resumed_round(region);
+  ASSERT_TRUE(resumed.has_value()) << fed.log(region);
+  EXPECT_EQ(*resumed, newest);
+  report("4b region's checkpoint directory lost", "crash point aggregator.update_accepted@27, "
+         "then the region's checkpoint directory deleted",
+         2 - std::min<uint64_t>(*resumed, 2),
+         seconds_between(crashed, fed.first_after("root", "round_closed", crashed)),
+         "restored the root's replica of round " + std::to_string(newest));
+}
+
 // 5. A region is cut off from its parent and its sites for 3x the
 // heartbeat timeout, then the link heals. With network namespaces (root on
 // Linux) the region runs in its own namespace behind a veth pair that is
@@ -554,8 +589,10 @@ TEST(Chaos, LossyDuplicatingReorderingLink) {
 
 // 7. The root is SIGKILLed in the middle of round 2. Its standby, which
 // holds the root's checkpoint of every round it acknowledged, takes over
-// when a region comes to it; training continues and completes. The old
-// root, started again, is refused by the standby and exits with an error.
+// when a region comes to it; training continues and completes. Then
+// fencing: the standby, restarted, starts as the active root (it finds its
+// own checkpoint), and the old root, started again, is refused by it and
+// exits with an error.
 TEST(Chaos, RootDiesStandbyTakesOver) {
   ChaosFederation fed(2, 2);
   fed.add_standby();
@@ -564,20 +601,8 @@ TEST(Chaos, RootDiesStandbyTakesOver) {
   fed.start_all({{"root", {{"FEDWAN_CRASH_POINT", "aggregator.update_accepted@25"}}}});
   const auto crashed = fed.wait_crash("root", std::chrono::seconds(90));
   fed.forget("root");
-  // The standby takes over once a region comes to it.
-  const auto until = SysClock::now() + std::chrono::seconds(60);
-  while (!fed.first_after("standby", "takeover", crashed) && SysClock::now() < until) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  ASSERT_TRUE(fed.first_after("standby", "takeover", crashed)) << fed.log("standby");
-  // Fencing: the old root comes back and is told to stop.
-  const pid_t old_root = fed.start("root", {}, {}, "old-root");
-  const std::vector<int> codes = wait_processes({old_root}, std::chrono::seconds(60));
-  EXPECT_NE(codes[0], 0) << fed.log("old-root");
-  EXPECT_NE(fed.log("old-root").find("took over as root"), std::string::npos)
-      << fed.log("old-root");
-  fed.forget("old-root");
   fed.wait_all(std::chrono::seconds(180));
+  ASSERT_TRUE(fed.first_after("standby", "takeover", crashed)) << fed.log("standby");
   fed.check_against_audit();
   uint64_t last_closed = 0;
   for (const AuditEntry& e : read_audit(fed.audit("root"))) {
@@ -591,7 +616,27 @@ TEST(Chaos, RootDiesStandbyTakesOver) {
          last_closed + 1 - *resumed,
          seconds_between(crashed, fed.first_after("standby", "round_closed", crashed)),
          "standby resumed at round " + std::to_string(*resumed) +
-             " from the root's replicated checkpoint; the restarted old root was fenced");
+             " from the root's replicated checkpoint; a returning old root is fenced");
+
+  // Fencing. The standby comes back as the root it became...
+  const auto restarted = SysClock::now();
+  const pid_t standby = fed.start_standby();
+  const auto until = SysClock::now() + std::chrono::seconds(30);
+  while (!fed.first_after("standby", "resumed", restarted) && SysClock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(fed.first_after("standby", "resumed", restarted)) << fed.log("standby");
+  // ... and refuses the old root, which stops with an error.
+  const pid_t old_root = fed.start("root", {}, {}, "old-root");
+  const std::vector<int> codes = wait_processes({old_root}, std::chrono::seconds(60));
+  EXPECT_NE(codes[0], 0) << fed.log("old-root");
+  EXPECT_NE(fed.log("old-root").find("took over as root"), std::string::npos)
+      << fed.log("old-root") << "\nstandby:\n" << fed.log("standby");
+  EXPECT_TRUE(fed.first_after("old-root", "fenced", restarted)) << fed.log("old-root");
+  fed.forget("old-root");
+  ::kill(standby, SIGTERM);
+  EXPECT_EQ(wait_processes({standby}, std::chrono::seconds(30))[0], 0) << fed.log("standby");
+  fed.forget("standby");
 }
 
 // Without a fault the standby holds every round's checkpoint of the root
