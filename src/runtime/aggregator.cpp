@@ -118,13 +118,29 @@ Aggregator::Impl::Impl(AggregatorOptions options)
     // Its own checkpoints were gone or corrupt; the parent kept a copy.
     resumed = resume_from_checkpoint();
   }
+  if (!resumed && corrupt_root_) {
+    // Only corrupt checkpoints: the standby's copy, or no start at all
+    // (starting over beside them would redo committed rounds).
+    open_standby_link();
+    if (runtime::fetch_replica(*standby_link_, topo_, self_, opt_.checkpoint_dir,
+                               total_elements_, opt_.join_timeout, *security_)) {
+      resumed = resume_from_checkpoint();
+    }
+    if (!resumed) {
+      throw CryptoError("root '" + self_.id + "': its checkpoints are corrupt and its standby "
+                        "keeps no copy; restore one (see docs/operations.md) or move the "
+                        "directory away to start over");
+    }
+  }
   if (resumed) {
     log().info("[agg:{}] resumed from its checkpoint at round {}", self_.id, round_);
   } else if (opt_.standby) {
     standby_passive_ = true;  // until the root dies
     log().info("[agg:{}] standby: keeping the root's checkpoints until it is needed", self_.id);
   }
-  if (is_root_ && !opt_.standby && !self_.standby_endpoint.empty()) open_standby_link();
+  if (is_root_ && !opt_.standby && !self_.standby_endpoint.empty() && !standby_link_) {
+    open_standby_link();
+  }
 }
 
 void Aggregator::Impl::init_model_state(uint64_t total_elements) {

@@ -130,6 +130,7 @@ class Aggregator::Impl {
   void on_root_frame(Incoming& in);     // standby: from the active root
   bool may_serve(const std::string& peer);  // standby: false while passive
   void take_over(const std::string& asker);
+  void serve_root_replica();  // standby: the root lost its own checkpoints
   void release_held_back();     // root: the last anchor chunk, once committed
   // Root: a round committed without its standby holding it (logged and
   // audited as standby_lost once, until the standby is back).
@@ -284,6 +285,7 @@ class Aggregator::Impl {
   // Standby: passive (keeping the root's replicas) until it takes over.
   bool standby_passive_ = false;
   bool done_pending_ = false;  // root: kDone waits for the held-back chunk
+  bool corrupt_root_ = false;  // root: only corrupt checkpoints; ask the standby
   Clock::time_point held_since_, standby_link_opened_;
   Clock::time_point root_heard_;
 

@@ -291,6 +291,11 @@ bool Aggregator::Impl::resume_from_checkpoint() {
       // read would silently redo and double count committed rounds.
       fs::path p = runtime::checkpoint_path(opt_.checkpoint_dir, self_.id);
       std::error_code ec;
+      if (fs::exists(p.string() + ".corrupt", ec) && !self_.standby_endpoint.empty() &&
+          !opt_.standby && !standby_link_) {
+        corrupt_root_ = true;  // its standby keeps a copy: the constructor asks for it
+        return false;
+      }
       if (fs::exists(p.string() + ".corrupt", ec)) {
         throw CryptoError("root '" + self_.id + "': its checkpoint " + p.string() +
                           " is corrupt and no intact one is left; restore one (see "

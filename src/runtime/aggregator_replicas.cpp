@@ -252,6 +252,10 @@ void Aggregator::Impl::on_root_frame(Incoming& in) {
     phase_ = Phase::kDone;
     return;
   }
+  if (f.header.type == wire::MsgType::kHello && (f.header.flags & wire::kFlagNeedReplica)) {
+    serve_root_replica();
+    return;
+  }
   if (f.header.type != wire::MsgType::kCheckpoint || f.header.flags != 0) return;
   const wire::FrameHeader& h = f.header;
   summary_.replica_bytes += f.payload_size;
@@ -275,6 +279,35 @@ void Aggregator::Impl::on_root_frame(Incoming& in) {
                                    checkpoint_signal(r.round, wire::kFlagReplicaStored));
   } catch (const Error& e) {
     log().warn("[agg:{}] could not acknowledge the root's checkpoint: {}", self_.id, e.what());
+  }
+}
+
+void Aggregator::Impl::serve_root_replica() {
+  std::optional<fs::path> path = replicas_->latest(self_.id);
+  runtime::CheckpointIdentity id;
+  if (path && runtime::check_checkpoint_stream(*path, self_.id, topo_.digest(), &id)) path.reset();
+  try {
+    if (!path) {
+      log().warn("[agg:{}] standby: the root asked for its checkpoint; none is kept here",
+                 self_.id);
+      security_->audit("replica_missing", {{"peer", self_.id}});
+      (void)children_link_->try_send(self_.id, checkpoint_signal(0, wire::kFlagNoReplica));
+      return;
+    }
+    runtime::PieceReader reader(*path, static_cast<uint32_t>(topo_.federation().chunk_bytes));
+    log().warn("[agg:{}] standby: sending the root its checkpoint of round {} ({} bytes)",
+               self_.id, id.round, reader.size());
+    security_->audit("replica_served", {{"peer", self_.id}, {"round", id.round},
+                                        {"bytes", reader.size()}, {"path", path->string()}});
+    // A passive standby serves nothing else meanwhile: send in one go.
+    while (!reader.done()) {
+      (void)children_link_->send(self_.id, next_piece(topo_, self_.index, id.round, reader).first,
+                                 heartbeat_timeout_);
+    }
+  } catch (const Error& e) {
+    // The root asks again after a while.
+    log().warn("[agg:{}] standby: could not send the root its checkpoint: {}", self_.id,
+               e.what());
   }
 }
 

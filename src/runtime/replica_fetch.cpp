@@ -19,11 +19,14 @@ bool fetch_replica(ParentLink& link, const Topology& topo, const NodeSpec& self,
                    const std::filesystem::path& dir, uint64_t model_elements, Millis timeout,
                    NodeSecurity& security) {
   using Clock = std::chrono::steady_clock;
-  const NodeSpec& parent = topo.node(self.parent_index);
+  // The root's copy lives on its standby, which answers as the root.
+  const bool from_standby = self.role == Role::kRoot;
+  const std::string parent_id = from_standby ? "standby" : topo.node(self.parent_index).id;
+  const uint32_t parent_sender = from_standby ? self.index : self.parent_index;
   const auto deadline = Clock::now() + timeout;
   const Millis ask_every(
       static_cast<int64_t>(topo.federation().heartbeat_timeout_s * 1000));
-  log().info("[{}] no intact local checkpoint; asking '{}' for its replica", self.id, parent.id);
+  log().info("[{}] no intact local checkpoint; asking '{}' for its replica", self.id, parent_id);
   link.wait_established(timeout);
   wire::HelloPayload hello;
   hello.node_id = self.id;
@@ -43,7 +46,7 @@ bool fetch_replica(ParentLink& link, const Topology& topo, const NodeSpec& self,
     const auto now = Clock::now();
     if (now >= deadline) {
       throw TimeoutError("'" + self.id + "': no replica (or answer that it has none) from '" +
-                         parent.id + "' at " + link.endpoint() + " within " +
+                         parent_id + "' at " + link.endpoint() + " within " +
                          std::to_string(timeout.count() / 1000) + " s");
     }
     // The request, or a piece, may be lost on a bad link: ask again.
@@ -55,21 +58,21 @@ bool fetch_replica(ParentLink& link, const Topology& topo, const NodeSpec& self,
     Incoming in;
     if (!link.recv(&in, Millis(100))) continue;
     const wire::ParsedFrame f = wire::parse_frame(in.data(), in.frame_size, limits);
-    if (!f.ok() || f.header.job_id != topo.job_id() || f.header.sender != self.parent_index) {
+    if (!f.ok() || f.header.job_id != topo.job_id() || f.header.sender != parent_sender) {
       log().warn("[{}] ignored a frame while fetching its replica: {}", self.id,
                  f.ok() ? "wrong job or sender" : f.detail);
       continue;
     }
     const wire::FrameHeader& h = f.header;
     if (h.type == wire::MsgType::kReject) {
-      throw ProtocolError("'" + self.id + "' refused by '" + parent.id + "': " +
+      throw ProtocolError("'" + self.id + "' refused by '" + parent_id + "': " +
                           std::string(reinterpret_cast<const char*>(f.payload), f.payload_size));
     }
     if (h.type != wire::MsgType::kCheckpoint) continue;  // heartbeats and the like
     if (h.flags == wire::kFlagNoReplica) {
       log().warn("[{}] '{}' keeps no replica of it; starting from the federation's model",
-                 self.id, parent.id);
-      security.audit("replica_missing", {{"parent", parent.id}});
+                 self.id, parent_id);
+      security.audit("replica_missing", {{"parent", parent_id}});
       return false;
     }
     if (h.flags != 0) continue;
@@ -85,12 +88,12 @@ bool fetch_replica(ParentLink& link, const Topology& topo, const NodeSpec& self,
       case CheckpointAssembly::Status::kMore:
         break;
       case CheckpointAssembly::Status::kFailed:
-        throw CryptoError("'" + self.id + "': the replica '" + parent.id +
+        throw CryptoError("'" + self.id + "': the replica '" + parent_id +
                           "' sent does not verify: " + why);
       case CheckpointAssembly::Status::kDone:
         log().info("[{}] restored its checkpoint of round {} from '{}' ({} bytes)", self.id,
-                   h.round, parent.id, h.total_elements);
-        security.audit("replica_restored", {{"parent", parent.id},
+                   h.round, parent_id, h.total_elements);
+        security.audit("replica_restored", {{"parent", parent_id},
                                             {"round", h.round},
                                             {"bytes", h.total_elements},
                                             {"sha256", assembly->sha256_hex()}});

@@ -1,6 +1,7 @@
 // Restoring a node from its parent's replica: a node (site or region) whose
 // local checkpoints are all missing or corrupt asks its parent for the copy
-// of its latest checkpoint the parent keeps (docs/operations.md#recovery)
+// of its latest checkpoint the parent keeps, and a root whose checkpoints are
+// all corrupt asks its standby (docs/operations.md#recovery)
 // and installs it as its local checkpoint, then resumes from it as usual.
 // Blocks the calling thread; used once, before the node joins.
 #pragma once
@@ -15,7 +16,8 @@ namespace fedwan::runtime {
 
 class NodeSecurity;
 
-// Sends a hello with kFlagNeedReplica over `link` and receives the answer:
+// Sends a hello with kFlagNeedReplica over `link` (to the parent, or for the
+// root to its standby) and receives the answer:
 // the replica in pieces (written atomically as <dir>/<node>.fwck and checked
 // to be this node's, under this topology) or the parent's "none". Returns
 // true when a replica was installed, false when the parent keeps none.

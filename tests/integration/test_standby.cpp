@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <set>
@@ -90,9 +92,46 @@ INSTANTIATE_TEST_SUITE_P(Chaos, RootDies,
                                                          : std::string("Sites");
                          });
 
+// Both of the root's checkpoints are lost while it is down (the latest
+// corrupt, the previous deleted): restarted, it asks its standby for its
+// copy and resumes from it instead of refusing to start.
+void restore_root_from_standby(ChaosFederation& fed, uint64_t expected_round) {
+  const auto dir = fed.checkpoint_dir("root");
+  {
+    std::fstream f(dir / "root.fwck", std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(f.good());
+    char b = 0;
+    f.seekg(300);
+    f.read(&b, 1);
+    b ^= 0x01;
+    f.seekp(300);
+    f.write(&b, 1);
+  }
+  std::filesystem::remove(dir / "root.prev.fwck");
+  const auto t0 = SysClock::now();
+  const pid_t standby = fed.start_standby();
+  const pid_t root = fed.start("root");
+  const auto until = SysClock::now() + std::chrono::seconds(60);
+  while (!fed.first_after("root", "resumed", t0) && SysClock::now() < until &&
+         ::kill(root, 0) == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(fed.last_field("root", "replica_restored", "round"), expected_round)
+      << fed.log("root");
+  EXPECT_EQ(fed.resumed_round("root"), expected_round) << fed.log("root");
+  EXPECT_TRUE(std::filesystem::exists(dir / "root.fwck.corrupt"));
+  for (const pid_t pid : {root, standby}) ::kill(pid, SIGTERM);
+  const std::vector<int> codes = wait_processes({root, standby}, std::chrono::seconds(30));
+  EXPECT_EQ(codes[0], 0) << fed.log("root");
+  EXPECT_EQ(codes[1], 0) << fed.log("standby");
+  fed.forget("root");
+  fed.forget("standby");
+}
+
 // Without a fault the standby holds every round's checkpoint of the root
 // (acknowledged before the round's last anchor chunk left) and stops, exit
-// 0, when the root finishes; a root whose standby is not running goes on
+// 0, when the root finishes; a root whose checkpoints are then lost restores
+// the standby's copy; a root whose standby is not running goes on
 // without it and says so.
 TEST(Chaos, StandbyKeepsEveryRoundAndStopsWithTheRoot) {
   ChaosFederation fed(1, 2, 4);
@@ -127,6 +166,7 @@ TEST(Chaos, StandbyKeepsEveryRoundAndStopsWithTheRoot) {
     bytes = e.fields.value("bytes", uint64_t{0});
   }
   ASSERT_FALSE(waits.empty());
+  restore_root_from_standby(fed, 4);
   std::sort(waits.begin(), waits.end());
   report("standby replication, no fault", "root checkpoint streamed to the standby every round",
          0, -1,
