@@ -8,7 +8,7 @@ PACKAGES=(
   clang libclang-rt-14-dev            # libFuzzer for scripts/fuzz.sh
   libtorch-dev python3-torch
   libzmq3-dev cppzmq-dev libssl-dev zlib1g-dev
-  libboost-dev libboost-system-dev
+  libboost-dev libboost-system-dev libgloo-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
   pybind11-dev python3-pybind11 python3-dev python3-numpy python3-pytest

@@ -1,0 +1,146 @@
+// The Gloo engine of SiteComm: CPU ranks connected full mesh over TCP, met
+// through a Gloo FileStore in the rendezvous directory. Every Gloo failure
+// (a peer gone, a timeout) becomes a TransportError naming the operation.
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/file_store.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/transport/tcp/device.h>
+
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "common/log.hpp"
+#include "fedwan/error.hpp"
+#include "fedwan/site_comm.hpp"
+
+namespace fedwan {
+namespace {
+
+class GlooComm final : public SiteComm {
+ public:
+  explicit GlooComm(const SiteCommOptions& o) : opt_(o) {
+    if (o.size < 1 || o.rank < 0 || o.rank >= o.size) {
+      throw ConfigError("site communicator: rank " + std::to_string(o.rank) + " of size " +
+                        std::to_string(o.size) + " is not a rank of the site (0 .. size-1)");
+    }
+    if (o.rendezvous_dir.empty()) {
+      throw ConfigError("site communicator: no rendezvous directory; give every rank of the "
+                        "site the same directory they can all read and write");
+    }
+    if (o.timeout.count() <= 0) throw ConfigError("site communicator: timeout must be > 0");
+    std::error_code ec;
+    std::filesystem::create_directories(o.rendezvous_dir, ec);
+    if (ec) {
+      throw ConfigError("site communicator: cannot create rendezvous directory " +
+                        o.rendezvous_dir + ": " + ec.message());
+    }
+    guard("joining the site", [&] {
+      gloo::transport::tcp::attr attr;
+      attr.hostname = o.hostname;
+      device_ = gloo::transport::tcp::CreateDevice(attr);
+      store_ = std::make_unique<gloo::rendezvous::FileStore>(o.rendezvous_dir);
+      prefix_ = std::make_unique<gloo::rendezvous::PrefixStore>(o.name, *store_);
+      context_ = std::make_shared<gloo::rendezvous::Context>(o.rank, o.size);
+      context_->setTimeout(o.timeout);
+      context_->connectFullMesh(*prefix_, device_);
+    });
+    log().info("[comm:{}] rank {} of {} joined (gloo, {})", o.name, o.rank, o.size, o.hostname);
+  }
+
+  int rank() const override { return opt_.rank; }
+  int size() const override { return opt_.size; }
+  const char* engine() const override { return "gloo"; }
+
+  void allreduce_sum(float* data, size_t n) override {
+    if (opt_.size == 1 || n == 0) return;
+    guard("allreduce", [&] {
+      gloo::AllreduceOptions a(context_);
+      a.setOutput(data, n);
+      a.setReduceFunction([](void* c, const void* x, const void* y, size_t k) {
+        auto* out = static_cast<float*>(c);
+        const auto* l = static_cast<const float*>(x);
+        const auto* r = static_cast<const float*>(y);
+        for (size_t i = 0; i < k; ++i) out[i] = l[i] + r[i];
+      });
+      a.setTag(next_tag());
+      a.setTimeout(opt_.timeout);
+      gloo::allreduce(a);
+    });
+  }
+
+  void broadcast(float* data, size_t n, int root) override {
+    if (root < 0 || root >= opt_.size) {
+      throw ConfigError("broadcast from rank " + std::to_string(root) + ": the site has ranks 0.." +
+                        std::to_string(opt_.size - 1));
+    }
+    if (opt_.size == 1 || n == 0) return;
+    guard("broadcast", [&] {
+      gloo::BroadcastOptions b(context_);
+      b.setOutput(data, n);
+      b.setRoot(root);
+      b.setTag(next_tag());
+      b.setTimeout(opt_.timeout);
+      gloo::broadcast(b);
+    });
+  }
+
+  void barrier() override {
+    if (opt_.size == 1) return;
+    guard("barrier", [&] {
+      gloo::BarrierOptions b(context_);
+      b.setTag(next_tag());
+      b.setTimeout(opt_.timeout);
+      gloo::barrier(b);
+    });
+  }
+
+ private:
+  uint32_t next_tag() { return tag_++; }
+
+  // Runs a Gloo call; any failure leaves the communicator broken.
+  template <class F>
+  void guard(const char* what, F&& f) {
+    if (broken_) {
+      throw TransportError("site communicator '" + opt_.name + "' (rank " +
+                           std::to_string(opt_.rank) + ") failed earlier; restart the site");
+    }
+    try {
+      f();
+    } catch (const std::exception& e) {
+      broken_ = true;
+      throw TransportError("site communicator '" + opt_.name + "', rank " +
+                           std::to_string(opt_.rank) + " of " + std::to_string(opt_.size) +
+                           ": " + what + " failed (a rank died, or did not answer within " +
+                           std::to_string(opt_.timeout.count()) + " ms): " + e.what());
+    }
+  }
+
+  SiteCommOptions opt_;
+  std::shared_ptr<gloo::transport::Device> device_;
+  std::unique_ptr<gloo::rendezvous::FileStore> store_;
+  std::unique_ptr<gloo::rendezvous::PrefixStore> prefix_;
+  std::shared_ptr<gloo::rendezvous::Context> context_;
+  uint32_t tag_ = 1;
+  bool broken_ = false;
+};
+
+}  // namespace
+
+void SiteComm::allreduce_mean(float* data, size_t n) {
+  allreduce_sum(data, n);
+  const float scale = 1.0f / static_cast<float>(size());
+  for (size_t i = 0; i < n; ++i) data[i] *= scale;
+}
+
+std::unique_ptr<SiteComm> make_gloo_comm(const SiteCommOptions& options) {
+  return std::make_unique<GlooComm>(options);
+}
+
+}  // namespace fedwan
