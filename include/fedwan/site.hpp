@@ -12,16 +12,28 @@
 //     site.step();                             // every H calls: syncs (blocks)
 //   }
 //
+// A site of several ranks (processes, each with a copy of the model, its
+// gradients averaged every step by fedwan::DataParallel over the same
+// SiteComm): give every rank's Site the communicator. Rank 0, the leader,
+// talks to the federation; at join and after every sync it broadcasts the
+// model (and, after resuming a checkpoint, the optimizer state and buffers)
+// to the other ranks, which never open a connection. Every rank calls
+// join/step/sync in the same sequence.
+//
 // Thread safety: one training thread drives a Site.
 #pragma once
 
+#include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 
 #include "fedwan/flat_parameters.hpp"
+#include "fedwan/site_comm.hpp"
 #include "fedwan/site_core.hpp"
 
 namespace fedwan {
@@ -34,7 +46,8 @@ class Site {
   // module's buffers and the step within the round, and join() restores
   // them (module and optimizer must outlive the Site).
   Site(SiteOptions options, torch::nn::Module& module,
-       torch::optim::Optimizer* optimizer = nullptr);
+       torch::optim::Optimizer* optimizer = nullptr, SiteComm* ranks = nullptr);
+  ~Site();
 
   SyncResult join();
   // Counts one inner step; on every H-th it syncs with the federation
@@ -42,16 +55,29 @@ class Site {
   std::optional<SyncResult> step();
   SyncResult sync();  // ends the round now, whatever the step count
 
-  bool finished() const { return core_->finished(); }
-  uint64_t round() const { return core_->round(); }
-  uint64_t inner_steps() const { return core_->inner_steps(); }
+  bool finished() const;
+  uint64_t round() const;
+  uint64_t inner_steps() const { return inner_steps_; }
+  bool leader() const { return core_ != nullptr; }
   FlatParameters& parameters() { return flat_; }
-  SiteCore& core() { return *core_; }
+  // The leader's link to the federation; throws Error on another rank.
+  SiteCore& core();
 
  private:
+  // Leader: the model, the round, finished/resynced; others: receive them.
+  SyncResult share(SyncResult r, std::chrono::milliseconds timeout);
+  void share_state();  // leader's optimizer state and buffers, after a resume
+
   FlatParameters flat_;
-  std::unique_ptr<SiteCore> core_;
+  std::unique_ptr<SiteCore> core_;  // the leader's only
+  SiteComm* ranks_ = nullptr;       // null or size 1: a single-rank site
+  std::function<std::vector<StateBlob>()> save_state_;
+  std::function<void(const std::vector<StateBlob>&)> load_state_;
+  std::chrono::milliseconds join_timeout_, round_timeout_;
   uint64_t steps_in_round_ = 0;
+  uint64_t round_ = 0;
+  uint64_t inner_steps_ = 0;
+  bool finished_ = false;
 };
 
 }  // namespace fedwan

@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace fedwan {
 
@@ -49,8 +50,14 @@ class SiteComm {
   virtual void allreduce_sum(float* data, size_t n) = 0;
   // In place: the mean over ranks (the sum, then scaled by 1/size).
   void allreduce_mean(float* data, size_t n);
-  // In place: every rank ends with `root`'s data.
-  virtual void broadcast(float* data, size_t n, int root) = 0;
+  // In place: every rank ends with `root`'s data. The second form waits up
+  // to `timeout` instead of options.timeout (e.g. while the leader syncs
+  // with the federation, which may take a whole round).
+  void broadcast(float* data, size_t n, int root) { broadcast(data, n, root, timeout()); }
+  virtual void broadcast(float* data, size_t n, int root, std::chrono::milliseconds timeout) = 0;
+  // `bytes` of `root`, bit for bit, on every rank (resized to fit).
+  void broadcast_bytes(std::vector<uint8_t>& bytes, int root, std::chrono::milliseconds timeout);
+  virtual std::chrono::milliseconds timeout() const = 0;
   // Returns once every rank has called it.
   virtual void barrier() = 0;
 };

@@ -205,8 +205,18 @@ int run_demo(const DemoArgs& a) {
   const fs::path pki = dir / "pki";
   if (!a.insecure_plaintext) provision_credentials(topo, pki.string(), 7, /*overwrite=*/true);
   fs::create_directories(dir / "audit");
+  // The ranks of a site meet here; addresses left by an earlier run in the
+  // same directory would be taken for live ranks.
+  fs::remove_all(dir / "rendezvous");
 
-  std::cout << "fedwan demo: root, " << a.regions << " regions, " << a.sites << " sites; "
+  if (a.ranks_per_site > 1 && a.workload.trainer != "fashion-cnn") {
+    throw ConfigError("--ranks-per-site > 1 needs --trainer fashion-cnn");
+  }
+  std::cout << "fedwan demo: root, " << a.regions << " regions, " << a.sites << " sites"
+            << (a.ranks_per_site > 1
+                    ? " of " + std::to_string(a.ranks_per_site) + " ranks (Gloo)"
+                    : std::string())
+            << "; "
             << a.rounds << " rounds x " << a.inner_steps << " steps; codec " << a.codec
             << ", outer " << a.outer << ", trainer " << a.workload.trainer << "\n"
             << "fedwan demo: topology and logs in " << dir.string() << "\n"
@@ -219,26 +229,36 @@ int run_demo(const DemoArgs& a) {
   const std::string exe = self_exe();
   const std::string root_report = (dir / "root.json").string();
   std::vector<Child> children;
-  auto launch = [&](const std::string& cmd, const std::string& node, bool root) {
+  auto launch = [&](const std::string& cmd, const std::string& node, bool root, int rank) {
     std::vector<std::string> args = {cmd, "--topology", topo_path, "--node", node};
+    std::string name = node;
+    if (cmd == "site" && a.ranks_per_site > 1) {
+      name = node + ".rank" + std::to_string(rank);
+      args.insert(args.end(), {"--ranks", std::to_string(a.ranks_per_site), "--rank",
+                               std::to_string(rank), "--rendezvous",
+                               (dir / "rendezvous" / node).string()});
+    }
     if (a.insecure_plaintext) {
       args.push_back("--insecure-plaintext");
     } else {
       args.insert(args.end(), {"--credentials", (pki / node).string(), "--cipher", a.cipher});
     }
-    args.insert(args.end(), {"--audit-log", (dir / "audit" / (node + ".jsonl")).string()});
+    args.insert(args.end(), {"--audit-log", (dir / "audit" / (name + ".jsonl")).string()});
     if (root) {
       args.insert(args.end(), {"--eval", "--report", root_report});
     }
     for (const std::string& w : workload_args(a.workload)) args.push_back(w);
     Child c;
-    c.node = node;
-    c.log = (dir / (node + ".log")).string();
+    c.node = name;
+    c.log = (dir / (name + ".log")).string();
     c.pid = spawn(exe, args, c.log);
     children.push_back(c);
   };
   for (const NodeSpec& n : topo.nodes()) {
-    launch(n.role == Role::kSite ? "site" : "aggregator", n.id, n.role == Role::kRoot);
+    const bool site = n.role == Role::kSite;
+    for (int r = 0; r < (site ? a.ranks_per_site : 1); ++r) {
+      launch(site ? "site" : "aggregator", n.id, n.role == Role::kRoot, r);
+    }
   }
   if (!wait_all(children)) return 1;
   const double fed_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -304,6 +324,11 @@ void add_demo_command(CLI::App& app, DemoArgs& a, int* exit_code) {
   cmd->add_option("--outer", a.outer, "outer optimizer: fedavg, diloco, fedadam")
       ->capture_default_str();
   cmd->add_option("--chunk-bytes", a.chunk_bytes, "fp32 bytes per chunk")->capture_default_str();
+  cmd->add_option("--ranks-per-site", a.ranks_per_site,
+                  "processes per site (CPU ranks averaging their gradients every step over "
+                  "Gloo; each trains on its slice of every minibatch)")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
   cmd->add_flag("--no-baseline", a.no_baseline, "skip the central-training baseline");
   cmd->add_option("--report", a.report, "write the JSON report here");
   cmd->add_option("--dir", a.work_dir, "working directory (default: a new temporary one)");

@@ -14,6 +14,7 @@
 #include "cli/fashion_mnist.hpp"
 #include "cli/fashion_model.hpp"
 #include "fedwan/aggregator.hpp"
+#include "fedwan/data_parallel.hpp"
 #include "fedwan/error.hpp"
 #include "fedwan/site.hpp"
 #include "fedwan/synthetic.hpp"
@@ -182,6 +183,13 @@ size_t site_ordinal(const Topology& topo, const std::string& node) {
 
 int run_site(const NodeArgs& a) {
   torch::set_num_threads(1);
+  if (a.ranks > 1 && (a.rank < 0 || a.rank >= a.ranks || a.rendezvous.empty())) {
+    throw ConfigError("--ranks " + std::to_string(a.ranks) + " needs --rank in 0.." +
+                      std::to_string(a.ranks - 1) + " and --rendezvous DIR");
+  }
+  if (a.ranks > 1 && a.workload.trainer == "synthetic") {
+    throw ConfigError("--ranks > 1 trains fashion-cnn (the synthetic trainer has no gradients)");
+  }
   SiteOptions o;
   o.topology = Topology::load(a.topology);
   o.node_id = a.node;
@@ -235,21 +243,41 @@ int run_site(const NodeArgs& a) {
   for (size_t i = 0; i < indices.size(); ++i) indices[i] = static_cast<int64_t>(i);
   FashionCnn model = make_fashion_cnn(w.seed);
   std::unique_ptr<torch::optim::Optimizer> opt = make_inner_optimizer(*model, w);
-  Site site(std::move(o), *model, opt.get());
+  // A multi-rank site: every rank holds the model, trains on its slice of
+  // each minibatch and averages the gradients with the others.
+  std::unique_ptr<SiteComm> comm;
+  std::unique_ptr<DataParallel> dp;
+  if (a.ranks > 1) {
+    SiteCommOptions c;
+    c.rank = a.rank;
+    c.size = a.ranks;
+    c.rendezvous_dir = a.rendezvous;
+    c.name = a.node;
+    c.timeout = std::chrono::milliseconds(static_cast<int64_t>(a.join_timeout_s * 1000));
+    comm = make_gloo_comm(c);
+  }
+  Site site(std::move(o), *model, opt.get(), comm.get());
+  if (comm) {
+    dp = std::make_unique<DataParallel>(*model, *comm);
+    dp->broadcast_parameters();
+  }
   Trainer trainer(images, labels, std::move(indices), w.batch_size,
                   w.seed * 1000 + ordinal);
   site.join();
+  const std::function<void()> average = [&] {
+    if (dp) dp->synchronize();
+  };
   while (!site.finished()) {
-    trainer.step(model, *opt);
+    trainer.step(model, *opt, average, a.rank, a.ranks);
     site.step();
     if (g_terminate.load()) {
-      site.core().checkpoint();
+      if (site.leader()) site.core().checkpoint();
       std::cerr << "fedwan: site '" << a.node << "' stopped by signal at round " << site.round()
                 << "\n";
       return 0;
     }
   }
-  if (!a.out.empty()) {
+  if (!a.out.empty() && site.leader()) {
     write_model(a.out, site.parameters().data(), site.parameters().numel());
   }
   return 0;
@@ -291,8 +319,17 @@ void add_aggregator_command(CLI::App& app, NodeArgs& args, int* exit_code) {
 }
 
 void add_site_command(CLI::App& app, NodeArgs& args, int* exit_code) {
-  CLI::App* cmd = app.add_subcommand("site", "run a site (the leader rank of one site)");
+  CLI::App* cmd = app.add_subcommand("site", "run a site, or one rank of a multi-rank site");
   add_node_flags(*cmd, args);
+  cmd->add_option("--ranks", args.ranks,
+                  "ranks in the site (processes on CPU, gradients averaged every step over "
+                  "Gloo); rank 0 talks to the federation")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  cmd->add_option("--rank", args.rank, "this process's rank in the site, 0 .. ranks-1")
+      ->capture_default_str();
+  cmd->add_option("--rendezvous", args.rendezvous,
+                  "with --ranks > 1: a fresh directory every rank of the site can reach");
   cmd->callback([&args, exit_code] { *exit_code = run_site(args); });
 }
 

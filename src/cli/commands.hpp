@@ -32,6 +32,9 @@ struct NodeArgs {
   std::string checkpoint_dir;   // local checkpoints; resumed from when present
   std::string record_updates;   // aggregators: keep received update payloads here
   bool standby = false;         // root: run as its standby
+  int rank = 0;                 // sites: this process's rank in the site
+  int ranks = 1;                // sites: ranks in the site (Gloo, CPU)
+  std::string rendezvous;       // sites with ranks > 1: where the ranks meet
   SecurityArgs security;
   WorkloadSettings workload;
 };
@@ -55,6 +58,7 @@ struct DemoArgs {
   int base_port = 0;     // 0: pick free ports
   bool insecure_plaintext = false;  // default: provision credentials, encrypt every link
   std::string cipher = "aes-256-gcm";
+  int ranks_per_site = 1;  // processes per site, gradients averaged over Gloo
   WorkloadSettings workload;
 };
 

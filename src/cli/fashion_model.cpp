@@ -98,14 +98,20 @@ torch::Tensor Trainer::next_batch() {
   return batch;
 }
 
-float Trainer::step(FashionCnn& model, torch::optim::Optimizer& optimizer) {
-  const torch::Tensor index = next_batch();
+float Trainer::step(FashionCnn& model, torch::optim::Optimizer& optimizer,
+                   const std::function<void()>& after_backward, int rank, int ranks) {
+  torch::Tensor index = next_batch();
+  if (ranks > 1) {
+    const int64_t b = index.size(0);
+    index = index.slice(0, b * rank / ranks, b * (rank + 1) / ranks);
+  }
   const torch::Tensor x = images_.index_select(0, index);
   const torch::Tensor y = labels_.index_select(0, index);
   model->train();
   optimizer.zero_grad();
   torch::Tensor loss = torch::nn::functional::cross_entropy(model->forward(x), y);
   loss.backward();
+  if (after_backward) after_backward();
   optimizer.step();
   return loss.item<float>();
 }

@@ -15,6 +15,7 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <vector>
 
@@ -59,8 +60,11 @@ class Trainer {
           int64_t batch_size, uint64_t seed);
 
   // One optimizer step on the next minibatch (train mode, cross-entropy);
-  // returns the minibatch's mean loss.
-  float step(FashionCnn& model, torch::optim::Optimizer& optimizer);
+  // returns the minibatch's mean loss. In a site of `ranks` ranks, rank
+  // `rank` trains on its slice of the minibatch (every rank draws the same
+  // minibatches) and `after_backward` averages the gradients (DataParallel).
+  float step(FashionCnn& model, torch::optim::Optimizer& optimizer,
+             const std::function<void()>& after_backward = {}, int rank = 0, int ranks = 1);
 
   int64_t batch_size() const { return batch_size_; }
   size_t num_samples() const { return order_.size(); }

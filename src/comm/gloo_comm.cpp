@@ -75,7 +75,10 @@ class GlooComm final : public SiteComm {
     });
   }
 
-  void broadcast(float* data, size_t n, int root) override {
+  std::chrono::milliseconds timeout() const override { return opt_.timeout; }
+  using SiteComm::broadcast;
+
+  void broadcast(float* data, size_t n, int root, std::chrono::milliseconds timeout) override {
     if (root < 0 || root >= opt_.size) {
       throw ConfigError("broadcast from rank " + std::to_string(root) + ": the site has ranks 0.." +
                         std::to_string(opt_.size - 1));
@@ -86,7 +89,7 @@ class GlooComm final : public SiteComm {
       b.setOutput(data, n);
       b.setRoot(root);
       b.setTag(next_tag());
-      b.setTimeout(opt_.timeout);
+      b.setTimeout(timeout);
       gloo::broadcast(b);
     });
   }
@@ -137,6 +140,25 @@ void SiteComm::allreduce_mean(float* data, size_t n) {
   allreduce_sum(data, n);
   const float scale = 1.0f / static_cast<float>(size());
   for (size_t i = 0; i < n; ++i) data[i] *= scale;
+}
+
+void SiteComm::broadcast_bytes(std::vector<uint8_t>& bytes, int root,
+                               std::chrono::milliseconds timeout) {
+  // The length first, then the bytes carried in floats (copied, never
+  // computed on, so every bit pattern survives).
+  float length[2] = {0, 0};
+  if (rank() == root) {
+    const uint64_t n = bytes.size();
+    length[0] = static_cast<float>(n & 0xffffff);
+    length[1] = static_cast<float>(n >> 24);
+  }
+  broadcast(length, 2, root, timeout);
+  const uint64_t n = static_cast<uint64_t>(length[0]) | (static_cast<uint64_t>(length[1]) << 24);
+  std::vector<float> carrier((n + sizeof(float) - 1) / sizeof(float), 0.0f);
+  if (rank() == root && n > 0) std::memcpy(carrier.data(), bytes.data(), n);
+  broadcast(carrier.data(), carrier.size(), root, timeout);
+  bytes.resize(n);
+  if (n > 0) std::memcpy(bytes.data(), carrier.data(), n);
 }
 
 std::unique_ptr<SiteComm> make_gloo_comm(const SiteCommOptions& options) {

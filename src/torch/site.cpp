@@ -1,6 +1,7 @@
 #include "fedwan/site.hpp"
 
 #include <cstring>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <unordered_set>
@@ -29,8 +30,9 @@ torch::serialize::InputArchive archive_of(const StateBlob& blob) {
 
 }  // namespace
 
-Site::Site(SiteOptions options, torch::nn::Module& module, torch::optim::Optimizer* optimizer)
-    : flat_(module) {
+Site::Site(SiteOptions options, torch::nn::Module& module, torch::optim::Optimizer* optimizer,
+           SiteComm* ranks)
+    : flat_(module), ranks_(ranks != nullptr && ranks->size() > 1 ? ranks : nullptr) {
   if (optimizer != nullptr) {
     std::unordered_set<const void*> ours;
     for (const torch::Tensor& t : flat_.tensors()) ours.insert(t.unsafeGetTensorImpl());
@@ -45,7 +47,7 @@ Site::Site(SiteOptions options, torch::nn::Module& module, torch::optim::Optimiz
   }
   // Checkpoints carry what the flat parameters do not: the inner
   // optimizer's state, the module's buffers and the step within the round.
-  options.save_state = [this, &module, optimizer] {
+  save_state_ = [this, &module, optimizer] {
     std::vector<StateBlob> out;
     if (optimizer != nullptr) {
       torch::serialize::OutputArchive a;
@@ -60,7 +62,7 @@ Site::Site(SiteOptions options, torch::nn::Module& module, torch::optim::Optimiz
     out.push_back(std::move(steps));
     return out;
   };
-  options.load_state = [this, &module, optimizer](const std::vector<StateBlob>& blobs) {
+  load_state_ = [this, &module, optimizer](const std::vector<StateBlob>& blobs) {
     for (const StateBlob& blob : blobs) {
       if (blob.name == "torch.optimizer" && optimizer != nullptr) {
         torch::serialize::InputArchive a = archive_of(blob);
@@ -77,26 +79,116 @@ Site::Site(SiteOptions options, torch::nn::Module& module, torch::optim::Optimiz
       }
     }
   };
-  core_ = std::make_unique<SiteCore>(std::move(options), flat_.data(), flat_.numel());
+  options.save_state = save_state_;
+  options.load_state = load_state_;
+  join_timeout_ = options.join_timeout;
+  round_timeout_ = options.round_timeout.count() > 0
+                       ? options.round_timeout
+                       : std::chrono::milliseconds(static_cast<int64_t>(
+                             options.topology.federation().round_timeout_s * 1000));
+  inner_steps_ = options.topology.federation().inner_steps;
+  // Only the leader talks to the federation.
+  if (ranks_ == nullptr || ranks_->rank() == 0) {
+    core_ = std::make_unique<SiteCore>(std::move(options), flat_.data(), flat_.numel());
+  }
 }
 
-SyncResult Site::join() { return core_->join(); }
+Site::~Site() = default;
+
+// A single-rank site follows its link directly; ranks follow what the leader
+// shared, so that they all leave the loop at the same step.
+bool Site::finished() const { return ranks_ == nullptr ? core_->finished() : finished_; }
+uint64_t Site::round() const { return ranks_ == nullptr ? core_->round() : round_; }
+
+SiteCore& Site::core() {
+  if (!core_) {
+    throw Error("rank " + std::to_string(ranks_->rank()) +
+                " of the site has no link to the federation; only rank 0 has");
+  }
+  return *core_;
+}
+
+SyncResult Site::share(SyncResult r, std::chrono::milliseconds timeout) {
+  if (ranks_ != nullptr) {
+    // The leader's model and where the site stands, to every rank.
+    float head[4] = {static_cast<float>(r.round & 0xffffff), static_cast<float>(r.round >> 24),
+                     r.finished ? 1.0f : 0.0f, r.resynced ? 1.0f : 0.0f};
+    ranks_->broadcast(head, 4, 0, timeout);
+    ranks_->broadcast(flat_.data(), flat_.numel(), 0, timeout);
+    if (!leader()) {
+      r = SyncResult{};
+      r.round = static_cast<uint64_t>(head[0]) | (static_cast<uint64_t>(head[1]) << 24);
+      r.finished = head[2] != 0.0f;
+      r.resynced = head[3] != 0.0f;
+    }
+  }
+  round_ = r.round;
+  finished_ = r.finished;
+  return r;
+}
+
+void Site::share_state() {
+  // A leader that resumed a checkpoint holds the optimizer state and buffers
+  // the other ranks must have too, or their models would drift apart.
+  std::vector<uint8_t> flag = {static_cast<uint8_t>(leader() && core_->resumed() ? 1 : 0)};
+  ranks_->broadcast_bytes(flag, 0, ranks_->timeout());
+  if (flag.empty() || flag[0] == 0) return;
+  std::vector<StateBlob> blobs;
+  if (leader()) blobs = save_state_();
+  std::vector<uint8_t> count = {static_cast<uint8_t>(blobs.size())};
+  ranks_->broadcast_bytes(count, 0, ranks_->timeout());
+  blobs.resize(count.empty() ? 0 : count[0]);
+  for (StateBlob& b : blobs) {
+    std::vector<uint8_t> name(b.name.begin(), b.name.end());
+    ranks_->broadcast_bytes(name, 0, ranks_->timeout());
+    b.name.assign(name.begin(), name.end());
+    ranks_->broadcast_bytes(b.bytes, 0, ranks_->timeout());
+  }
+  if (!leader()) load_state_(blobs);
+}
+
+SyncResult Site::join() {
+  SyncResult r = leader() ? core_->join() : SyncResult{};
+  r = share(r, join_timeout_ + round_timeout_);
+  if (ranks_ != nullptr) share_state();
+  return r;
+}
 
 std::optional<SyncResult> Site::step() {
   // Keep the link alive between syncs (heartbeats, reconnects); a resync to
   // the parent's anchor restarts the round's count.
-  const SyncResult s = core_->service();
+  SyncResult s = leader() ? core_->service() : SyncResult{};
+  if (ranks_ != nullptr) {
+    // Every rank learns of a resync at the same step.
+    float resynced = s.resynced ? 1.0f : 0.0f;
+    ranks_->broadcast(&resynced, 1, 0);
+    if (resynced != 0.0f) {
+      // The leader's model was replaced: every rank takes it.
+      SyncResult r = s;
+      if (leader()) {
+        r.round = core_->round();
+        r.finished = core_->finished();
+      }
+      s = share(r, ranks_->timeout());
+      s.resynced = true;
+    }
+  }
   if (s.resynced) {
+    if (ranks_ == nullptr) {
+      round_ = core_->round();
+      finished_ = core_->finished();
+    }
     steps_in_round_ = 0;
     return s;
   }
-  if (++steps_in_round_ < core_->inner_steps()) return std::nullopt;
+  if (++steps_in_round_ < inner_steps_) return std::nullopt;
   return sync();
 }
 
 SyncResult Site::sync() {
   steps_in_round_ = 0;
-  return core_->sync();
+  SyncResult r = leader() ? core_->sync() : SyncResult{};
+  return share(r, round_timeout_ + round_timeout_);
 }
 
 }  // namespace fedwan

@@ -88,6 +88,29 @@ TEST(GlooComm, AllreduceBroadcastAndBarrierAgreeOnEveryRank) {
   }
 }
 
+TEST(GlooComm, BroadcastBytesKeepsEveryBitPattern) {
+  TempDir dir;
+  std::vector<std::vector<uint8_t>> got(2);
+  const auto errors = run_ranks(2, [&](int r) {
+    auto comm = make_gloo_comm(options(dir, r, 2, milliseconds(20000)));
+    // 4099 bytes (not a multiple of 4), every value, NaN patterns included.
+    if (r == 0) {
+      got[r].resize(4099);
+      for (size_t i = 0; i < got[r].size(); ++i) got[r][i] = static_cast<uint8_t>(i * 131 + 7);
+      for (size_t i = 0; i + 4 <= 64; i += 4) got[r][i + 3] = 0xff;  // 0xff.. top bytes: NaNs
+    } else {
+      got[r] = {1, 2, 3};  // replaced
+    }
+    comm->broadcast_bytes(got[r], 0, milliseconds(20000));
+    std::vector<uint8_t> empty;
+    comm->broadcast_bytes(empty, 0, milliseconds(20000));
+    EXPECT_TRUE(empty.empty());
+  });
+  for (int r = 0; r < 2; ++r) ASSERT_FALSE(errors[r]) << message(errors[r]);
+  EXPECT_EQ(got[0].size(), 4099u);
+  EXPECT_EQ(got[0], got[1]);
+}
+
 TEST(GlooComm, OneRankNeedsNoPeers) {
   TempDir dir;
   auto comm = make_gloo_comm(options(dir, 0, 1, milliseconds(1000)));
