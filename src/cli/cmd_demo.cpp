@@ -179,7 +179,9 @@ int run_demo(const DemoArgs& a) {
     throw ConfigError("--regions must be between 0 and the number of sites");
   }
   (void)codec_by_name(a.codec);  // fail before launching anything
-  (void)make_outer_optimizer(OuterOptimizerSpec{a.outer}, 1);
+  OuterOptimizerSpec outer;
+  outer.name = a.outer;
+  (void)make_outer_optimizer(outer, 1);
   const auto t0 = Clock::now();
 
   fs::path dir = a.work_dir;

@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -132,6 +133,131 @@ TEST(MultiRankSite, RanksAgreeAndEndWithTheGlobalModel) {
   EXPECT_EQ(finals[1], finals[2]) << "the ranks of site-1 diverged";
   EXPECT_EQ(finals[0], root.global_model);
   EXPECT_EQ(finals[1], root.global_model);
+}
+
+// The momentum buffers of `opt`, in parameter order (empty before a step).
+std::vector<torch::Tensor> momenta(torch::optim::SGD& opt) {
+  std::vector<torch::Tensor> out;
+  for (const torch::Tensor& p : opt.param_groups()[0].params()) {
+    auto it = opt.state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+    if (it == opt.state().end()) continue;
+    out.push_back(static_cast<torch::optim::SGDParamState&>(*it->second).momentum_buffer());
+  }
+  return out;
+}
+
+// Rank 0 checkpoints at round 2 and both ranks stop, as processes stopped by
+// SIGTERM would; started again with fresh optimizers, rank 0 resumes its
+// checkpoint and hands its optimizer state to rank 1, and the site finishes
+// the federation with its ranks in step.
+TEST(MultiRankSite, ResumedLeaderHandsItsOptimizerStateToTheOtherRanks) {
+  torch::set_num_threads(1);
+  TempDir dir;
+  FederationSpec fed;
+  fed.rounds = 4;
+  fed.inner_steps = 3;
+  fed.codec = "fp32";
+  fed.chunk_bytes = 4096;
+  fed.round_timeout_s = 60;
+  fed.heartbeat_s = 0.3;
+  fed.heartbeat_timeout_s = 5;
+  const Topology topo = make_tree(dir.path(), 0, 1, fed);
+  std::vector<torch::nn::Sequential> nets = {make_net(), make_net()};
+  const std::vector<float> init = flat_copy(*nets[0]);
+  torch::manual_seed(8);
+  const torch::Tensor x = torch::randn({64, 6});
+  const torch::Tensor y = torch::randn({64, 2});
+
+  std::mutex mu;
+  std::vector<std::string> errors;
+  AggregatorSummary root;
+  std::vector<std::vector<float>> finals(2);
+  std::vector<std::vector<torch::Tensor>> resumed_momenta(2);
+  std::vector<uint64_t> resumed_round(2);
+  auto fail = [&](const std::string& who, const std::exception& e) {
+    std::lock_guard<std::mutex> lock(mu);
+    errors.push_back(who + ": " + e.what());
+  };
+  std::thread root_thread([&] {
+    try {
+      AggregatorOptions o;
+      o.topology = topo;
+      o.node_id = "root";
+      o.join_timeout = std::chrono::seconds(30);
+      o.security = security_for(topo, "root");
+      o.initial_model = init;
+      root = Aggregator(std::move(o)).run();
+    } catch (const std::exception& e) {
+      fail("root", e);
+    }
+  });
+  auto rank_main = [&](int rank) {
+    try {
+      torch::set_num_threads(1);
+      torch::nn::Sequential& net = nets[rank];
+      for (int life = 0; life < 2; ++life) {
+        SiteCommOptions c;
+        c.rank = rank;
+        c.size = 2;
+        c.rendezvous_dir = (dir.path() / ("rdv-" + std::to_string(life))).string();
+        c.timeout = std::chrono::seconds(30);
+        std::unique_ptr<SiteComm> comm = make_gloo_comm(c);
+        // A fresh process: a fresh optimizer (no momentum yet).
+        torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.05).momentum(0.5));
+        SiteOptions o;
+        o.topology = topo;
+        o.node_id = "site-0";
+        o.join_timeout = std::chrono::seconds(30);
+        o.round_timeout = std::chrono::seconds(30);
+        o.security = security_for(topo, "site-0");
+        if (rank == 0) o.checkpoint_dir = (dir.path() / "ckpt").string();
+        Site s(std::move(o), *net, &opt, comm.get());
+        DataParallel dp(*net, *comm);
+        s.join();
+        if (life == 1) {
+          std::lock_guard<std::mutex> lock(mu);
+          resumed_momenta[rank] = momenta(opt);
+          resumed_round[rank] = s.round();
+        }
+        int64_t step = 0;
+        while (!s.finished()) {
+          const int64_t b0 = (step * 16) % 64;
+          const int64_t lo = b0 + 8 * rank, hi = lo + 8;
+          opt.zero_grad();
+          torch::mse_loss(net->forward(x.slice(0, lo, hi)), y.slice(0, lo, hi)).backward();
+          dp.synchronize();
+          opt.step();
+          const std::optional<SyncResult> r = s.step();
+          ++step;
+          if (life == 0 && r && r->round == 2) {
+            if (s.leader()) s.core().checkpoint();
+            break;  // "SIGTERM"
+          }
+        }
+        if (life == 1) {
+          std::lock_guard<std::mutex> lock(mu);
+          finals[rank] = flat_copy(*net);
+        }
+      }
+    } catch (const std::exception& e) {
+      fail("site-0 rank " + std::to_string(rank), e);
+    }
+  };
+  std::thread r0([&] { rank_main(0); });
+  std::thread r1([&] { rank_main(1); });
+  r0.join();
+  r1.join();
+  root_thread.join();
+  ASSERT_TRUE(errors.empty()) << ::testing::PrintToString(errors);
+  EXPECT_EQ(resumed_round, (std::vector<uint64_t>{2, 2}));
+  ASSERT_FALSE(resumed_momenta[0].empty()) << "rank 0 did not restore its optimizer state";
+  ASSERT_EQ(resumed_momenta[1].size(), resumed_momenta[0].size())
+      << "rank 1 did not receive the optimizer state";
+  for (size_t i = 0; i < resumed_momenta[0].size(); ++i) {
+    EXPECT_TRUE(torch::equal(resumed_momenta[0][i], resumed_momenta[1][i])) << i;
+  }
+  EXPECT_EQ(finals[0], finals[1]);
+  EXPECT_EQ(finals[0], root.global_model);
 }
 
 }  // namespace
