@@ -9,7 +9,9 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <sstream>
 #include <string>
+#include <type_traits>
 #include <thread>
 #include <vector>
 
@@ -135,11 +137,24 @@ TEST(MultiRankSite, RanksAgreeAndEndWithTheGlobalModel) {
   EXPECT_EQ(finals[1], root.global_model);
 }
 
+// An optimizer's state entry for `param`: LibTorch 1.x keys the state by the
+// printed address of the tensor, 2.x by the address itself.
+template <class Map>
+auto find_state(Map& state, void* param) {
+  if constexpr (std::is_same_v<typename Map::key_type, std::string>) {
+    std::ostringstream key;
+    key << param;
+    return state.find(key.str());
+  } else {
+    return state.find(param);
+  }
+}
+
 // The momentum buffers of `opt`, in parameter order (empty before a step).
 std::vector<torch::Tensor> momenta(torch::optim::SGD& opt) {
   std::vector<torch::Tensor> out;
   for (const torch::Tensor& p : opt.param_groups()[0].params()) {
-    auto it = opt.state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+    auto it = find_state(opt.state(), p.unsafeGetTensorImpl());
     if (it == opt.state().end()) continue;
     out.push_back(static_cast<torch::optim::SGDParamState&>(*it->second).momentum_buffer());
   }
