@@ -18,26 +18,9 @@
 #include "fedwan/site_core.hpp"
 #include "fedwan/synthetic.hpp"
 #include "fedwan/topology.hpp"
+#include "harness/temp_dir.hpp"
 
 namespace fedwan::testing {
-
-// A private directory removed at scope exit.
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "fedwan-test-XXXXXX").string();
-    if (!mkdtemp(tmpl.data())) std::abort();
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
 
 // Mutual-TLS settings for node `id` of `topo`: credentials are provisioned
 // once per topology (by digest) per test process into a private directory.

@@ -14,7 +14,7 @@
 
 #include "fedwan/error.hpp"
 #include "fedwan/site_comm.hpp"
-#include "harness/federation_fixture.hpp"
+#include "harness/site_ranks.hpp"
 
 namespace fedwan::testing {
 namespace {
@@ -22,39 +22,7 @@ namespace {
 using std::chrono::milliseconds;
 
 SiteCommOptions options(const TempDir& dir, int rank, int size, milliseconds timeout) {
-  SiteCommOptions o;
-  o.rank = rank;
-  o.size = size;
-  o.rendezvous_dir = (dir.path() / "rdv").string();
-  o.name = "site-a";
-  o.timeout = timeout;
-  return o;
-}
-
-// Runs `body(rank)` on `size` threads; returns each rank's exception (or null).
-std::vector<std::exception_ptr> run_ranks(int size, const std::function<void(int)>& body) {
-  std::vector<std::exception_ptr> errors(size);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < size; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        body(r);
-      } catch (...) {
-        errors[r] = std::current_exception();
-      }
-    });
-  }
-  for (std::thread& t : threads) t.join();
-  return errors;
-}
-
-std::string message(const std::exception_ptr& e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& x) {
-    return x.what();
-  }
-  return "";
+  return rank_options(dir, rank, size, timeout);
 }
 
 TEST(GlooComm, AllreduceBroadcastAndBarrierAgreeOnEveryRank) {

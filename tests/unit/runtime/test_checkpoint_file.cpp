@@ -1,6 +1,7 @@
 // The checkpoint container (runtime/checkpoint_file.hpp): what recovery
 // relies on is that a checkpoint read back is exactly the one written, and
 // that any damaged or foreign file is refused with a CryptoError.
+#include "harness/temp_dir.hpp"
 #include "runtime/checkpoint_file.hpp"
 
 #include <gtest/gtest.h>
@@ -22,33 +23,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A fresh directory under the system temp dir, removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    std::random_device rd;
-    path_ = fs::temp_directory_path() / ("fedwan-checkpoint-" + std::to_string(::getpid()) + "-" +
-                                         std::to_string(counter++) + "-" + std::to_string(rd()));
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-  fs::path operator/(const std::string& p) const { return path_ / p; }
-
- private:
-  fs::path path_;
-};
-
-std::vector<std::string> entries(const fs::path& dir) {
-  std::vector<std::string> out;
-  for (const auto& e : fs::directory_iterator(dir)) out.push_back(e.path().filename().string());
-  std::sort(out.begin(), out.end());
-  return out;
-}
+using fedwan::testing::TempDir;
+using fedwan::testing::entries;
 
 std::vector<uint8_t> slurp(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);

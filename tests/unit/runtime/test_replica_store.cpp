@@ -18,6 +18,7 @@
 
 #include "common/sha256.hpp"
 #include "fedwan/error.hpp"
+#include "harness/temp_dir.hpp"
 #include "runtime/checkpoint_file.hpp"
 
 namespace fedwan::runtime {
@@ -26,36 +27,8 @@ namespace {
 namespace fs = std::filesystem;
 using Kind = ReplicaStore::Result::Kind;
 
-// A fresh directory under the system temp dir, removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    std::random_device rd;
-    path_ = fs::temp_directory_path() / ("fedwan-replica-" + std::to_string(::getpid()) + "-" +
-                                         std::to_string(counter++) + "-" + std::to_string(rd()));
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-  fs::path operator/(const std::string& p) const { return path_ / p; }
-
- private:
-  fs::path path_;
-};
-
-std::vector<std::string> entries(const fs::path& dir) {
-  std::vector<std::string> out;
-  std::error_code ec;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    out.push_back(it->path().filename().string());
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
+using fedwan::testing::TempDir;
+using fedwan::testing::entries;
 
 std::vector<uint8_t> slurp(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);

@@ -15,7 +15,7 @@
 #include "fedwan/data_parallel.hpp"
 #include "fedwan/error.hpp"
 #include "fedwan/site_comm.hpp"
-#include "harness/federation_fixture.hpp"
+#include "harness/site_ranks.hpp"
 
 namespace fedwan::testing {
 namespace {
@@ -83,36 +83,21 @@ void expect_same_training(bool overlap, size_t bucket_bytes) {
   nets[1] = Net();
   TempDir dir;
   std::vector<std::vector<torch::Tensor>> got(2);
-  std::vector<std::string> errors(2);
   std::vector<DataParallelStats> stats(2);
-  std::vector<std::thread> ranks;
+  const auto errors = run_ranks(2, [&](int r) {
+    torch::set_num_threads(1);
+    auto comm = make_gloo_comm(rank_options(dir, r, 2, std::chrono::seconds(20)));
+    Net& net = nets[r];
+    DataParallelOptions dpo;
+    dpo.overlap = overlap;
+    dpo.bucket_bytes = bucket_bytes;
+    DataParallel dp(*net, *comm, dpo);
+    dp.broadcast_parameters();
+    got[r] = train(net, data, r * kBatch / 2, (r + 1) * kBatch / 2, [&] { dp.synchronize(); });
+    stats[r] = dp.stats();
+  });
   for (int r = 0; r < 2; ++r) {
-    ranks.emplace_back([&, r] {
-      try {
-        torch::set_num_threads(1);
-        SiteCommOptions o;
-        o.rank = r;
-        o.size = 2;
-        o.rendezvous_dir = (dir.path() / "rdv").string();
-        o.timeout = std::chrono::seconds(20);
-        auto comm = make_gloo_comm(o);
-        Net& net = nets[r];
-        DataParallelOptions dpo;
-        dpo.overlap = overlap;
-        dpo.bucket_bytes = bucket_bytes;
-        DataParallel dp(*net, *comm, dpo);
-        dp.broadcast_parameters();
-        got[r] = train(net, data, r * kBatch / 2, (r + 1) * kBatch / 2,
-                       [&] { dp.synchronize(); });
-        stats[r] = dp.stats();
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-    });
-  }
-  for (std::thread& t : ranks) t.join();
-  for (int r = 0; r < 2; ++r) {
-    ASSERT_TRUE(errors[r].empty()) << "rank " << r << ": " << errors[r];
+    ASSERT_FALSE(errors[r]) << "rank " << r << ": " << message(errors[r]);
     ASSERT_EQ(got[r].size(), expected.size());
     for (size_t i = 0; i < expected.size(); ++i) {
       EXPECT_TRUE(torch::allclose(got[r][i], expected[i], 1e-5, 1e-6))
@@ -151,37 +136,27 @@ TEST(DataParallel, ARankThatLeavesFailsTheSiteWithAClearError) {
   std::string error;
   std::vector<Net> nets = {make_net(), make_net()};
   const torch::Tensor input = torch::randn({4, 8});
-  std::vector<std::thread> ranks;
-  for (int r = 0; r < 2; ++r) {
-    ranks.emplace_back([&, r] {
-      torch::set_num_threads(1);
-      SiteCommOptions o;
-      o.rank = r;
-      o.size = 2;
-      o.rendezvous_dir = (dir.path() / "rdv").string();
-      o.timeout = std::chrono::seconds(3);
-      auto comm = make_gloo_comm(o);
-      Net& net = nets[r];
-      DataParallel dp(*net, *comm);
-      dp.broadcast_parameters();
-      if (r == 1) return;  // leaves before training
-      net->forward(input).sum().backward();
-      try {
-        dp.synchronize();
-      } catch (const TransportError& e) {
-        error = e.what();
-      }
-    });
-  }
-  for (std::thread& t : ranks) t.join();
+  const auto errors = run_ranks(2, [&](int r) {
+    torch::set_num_threads(1);
+    auto comm = make_gloo_comm(rank_options(dir, r, 2, std::chrono::seconds(3)));
+    Net& net = nets[r];
+    DataParallel dp(*net, *comm);
+    dp.broadcast_parameters();
+    if (r == 1) return;  // leaves before training
+    net->forward(input).sum().backward();
+    try {
+      dp.synchronize();
+    } catch (const TransportError& e) {
+      error = e.what();
+    }
+  });
+  for (int r = 0; r < 2; ++r) EXPECT_FALSE(errors[r]) << message(errors[r]);
   EXPECT_NE(error.find("failed"), std::string::npos) << error;
 }
 
 TEST(DataParallel, RefusesParametersItCannotServe) {
   TempDir dir;
-  SiteCommOptions o;
-  o.rendezvous_dir = (dir.path() / "rdv").string();
-  auto comm = make_gloo_comm(o);
+  auto comm = make_gloo_comm(rank_options(dir, 0, 1, std::chrono::seconds(3)));
   torch::nn::Linear lin(2, 2);
   lin->to(torch::kFloat64);
   EXPECT_THROW(DataParallel(*lin, *comm), ConfigError);

@@ -1,18 +1,23 @@
-// fedwan::Site with several ranks, in a federation of threads: site-1 runs
-// 2 ranks (Gloo, DataParallel), site-0 one. Every rank leaves the loop at
-// the same round, the two ranks of site-1 hold bit-identical models, and
-// every site ends with the root's final global model (fp32 codec).
+// fedwan::Site with several ranks, in federations of threads (fp32 codec,
+// sites directly under the root):
+//   * site-1 runs 2 ranks (Gloo, DataParallel), site-0 one: every rank
+//     leaves the loop at the same round, the ranks of site-1 hold
+//     bit-identical models, and every site ends with the root's final model;
+//   * a 2-rank site stopped at round 2 (rank 0 checkpoints, as at SIGTERM)
+//     and started again with fresh optimizers gets rank 0's optimizer state
+//     on every rank, and finishes in step.
 #include <gtest/gtest.h>
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <sstream>
 #include <string>
-#include <type_traits>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "fedwan/aggregator.hpp"
@@ -20,9 +25,12 @@
 #include "fedwan/site.hpp"
 #include "fedwan/site_comm.hpp"
 #include "harness/federation_fixture.hpp"
+#include "harness/site_ranks.hpp"
 
 namespace fedwan::testing {
 namespace {
+
+using std::chrono::seconds;
 
 torch::nn::Sequential make_net() {
   torch::manual_seed(3);
@@ -37,104 +45,6 @@ std::vector<float> flat_copy(torch::nn::Module& m) {
     out.insert(out.end(), c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
   }
   return out;
-}
-
-TEST(MultiRankSite, RanksAgreeAndEndWithTheGlobalModel) {
-  torch::set_num_threads(1);
-  TempDir dir;
-  FederationSpec fed;
-  fed.rounds = 3;
-  fed.inner_steps = 4;
-  fed.codec = "fp32";
-  fed.chunk_bytes = 4096;
-  fed.round_timeout_s = 60;
-  const Topology topo = make_tree(dir.path(), 0, 2, fed);
-  // Models and data made here: torch's generator is global to the threads.
-  std::vector<torch::nn::Sequential> nets = {make_net(), make_net(), make_net()};
-  const std::vector<float> init = flat_copy(*nets[0]);
-  torch::manual_seed(8);
-  const torch::Tensor x = torch::randn({64, 6});
-  const torch::Tensor y = torch::randn({64, 2});
-
-  std::mutex mu;
-  std::vector<std::string> errors;
-  AggregatorSummary root;
-  std::vector<std::vector<float>> finals(3);  // site-0, site-1 rank 0, site-1 rank 1
-  std::vector<uint64_t> rounds(3);
-  auto fail = [&](const std::string& who, const std::exception& e) {
-    std::lock_guard<std::mutex> lock(mu);
-    errors.push_back(who + ": " + e.what());
-  };
-  std::vector<std::thread> threads;
-  threads.emplace_back([&] {
-    try {
-      AggregatorOptions o;
-      o.topology = topo;
-      o.node_id = "root";
-      o.join_timeout = std::chrono::seconds(30);
-      o.security = security_for(topo, "root");
-      o.initial_model = init;
-      root = Aggregator(std::move(o)).run();
-    } catch (const std::exception& e) {
-      fail("root", e);
-    }
-  });
-  // One training loop: `slot` indexes nets/finals; rank/ranks slice the batch.
-  auto site = [&](const std::string& node, int slot, int rank, int ranks) {
-    try {
-      torch::set_num_threads(1);
-      std::unique_ptr<SiteComm> comm;
-      if (ranks > 1) {
-        SiteCommOptions c;
-        c.rank = rank;
-        c.size = ranks;
-        c.rendezvous_dir = (dir.path() / ("rdv-" + node)).string();
-        c.name = node;
-        c.timeout = std::chrono::seconds(30);
-        comm = make_gloo_comm(c);
-      }
-      torch::nn::Sequential& net = nets[slot];
-      torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.05).momentum(0.5));
-      SiteOptions o;
-      o.topology = topo;
-      o.node_id = node;
-      o.join_timeout = std::chrono::seconds(30);
-      o.round_timeout = std::chrono::seconds(30);
-      o.security = security_for(topo, node);
-      Site s(std::move(o), *net, &opt, comm.get());
-      std::unique_ptr<DataParallel> dp;
-      if (comm) dp = std::make_unique<DataParallel>(*net, *comm);
-      s.join();
-      int64_t step = 0;
-      while (!s.finished()) {
-        const int64_t b0 = (step * 16) % 64;
-        const int64_t lo = b0 + 16 * rank / ranks, hi = b0 + 16 * (rank + 1) / ranks;
-        opt.zero_grad();
-        torch::mse_loss(net->forward(x.slice(0, lo, hi)), y.slice(0, lo, hi)).backward();
-        if (dp) dp->synchronize();
-        opt.step();
-        s.step();
-        ++step;
-      }
-      EXPECT_EQ(s.leader(), rank == 0);
-      std::lock_guard<std::mutex> lock(mu);
-      finals[slot] = flat_copy(*net);
-      rounds[slot] = s.round();
-    } catch (const std::exception& e) {
-      fail(node + " rank " + std::to_string(rank), e);
-    }
-  };
-  threads.emplace_back([&] { site("site-0", 0, 0, 1); });
-  threads.emplace_back([&] { site("site-1", 1, 0, 2); });
-  threads.emplace_back([&] { site("site-1", 2, 1, 2); });
-  for (std::thread& t : threads) t.join();
-  ASSERT_TRUE(errors.empty()) << ::testing::PrintToString(errors);
-  EXPECT_EQ(rounds, (std::vector<uint64_t>{3, 3, 3}));
-  ASSERT_EQ(root.global_model.size(), init.size());
-  EXPECT_NE(root.global_model, init) << "the federation did not train";
-  EXPECT_EQ(finals[1], finals[2]) << "the ranks of site-1 diverged";
-  EXPECT_EQ(finals[0], root.global_model);
-  EXPECT_EQ(finals[1], root.global_model);
 }
 
 // An optimizer's state entry for `param`: LibTorch 1.x keys the state by the
@@ -161,109 +71,192 @@ std::vector<torch::Tensor> momenta(torch::optim::SGD& opt) {
   return out;
 }
 
-// Rank 0 checkpoints at round 2 and both ranks stop, as processes stopped by
-// SIGTERM would; started again with fresh optimizers, rank 0 resumes its
-// checkpoint and hands its optimizer state to rank 1, and the site finishes
-// the federation with its ranks in step.
-TEST(MultiRankSite, ResumedLeaderHandsItsOptimizerStateToTheOtherRanks) {
-  torch::set_num_threads(1);
-  TempDir dir;
+// The root and `sites` sites, `models` copies of one model and the data,
+// all made on the test's thread (torch's generator is global to threads).
+class SmallFederation {
+ public:
+  SmallFederation(int sites, int models, FederationSpec fed)
+      : topo_(make_tree(dir_.path(), 0, sites, fed)) {
+    for (int i = 0; i < models; ++i) nets.push_back(make_net());
+    init_ = flat_copy(*nets[0]);
+    torch::manual_seed(8);
+    x_ = torch::randn({64, 6});
+    y_ = torch::randn({64, 2});
+  }
+
+  void start_root() {
+    threads_.emplace_back([this] {
+      try {
+        AggregatorOptions o;
+        o.topology = topo_;
+        o.node_id = "root";
+        o.join_timeout = seconds(30);
+        o.security = security_for(topo_, "root");
+        o.initial_model = init_;
+        root = Aggregator(std::move(o)).run();
+      } catch (const std::exception& e) {
+        fail("root", e);
+      }
+    });
+  }
+  // Runs `body` on a thread; what it throws is recorded under `who`.
+  void start(const std::string& who, std::function<void()> body) {
+    threads_.emplace_back([this, who, body = std::move(body)] {
+      try {
+        torch::set_num_threads(1);
+        body();
+      } catch (const std::exception& e) {
+        fail(who, e);
+      }
+    });
+  }
+  void join() {
+    for (std::thread& t : threads_) t.join();
+    threads_.clear();
+  }
+
+  std::unique_ptr<SiteComm> comm(const std::string& name, int rank, int ranks) {
+    return make_gloo_comm(rank_options(dir_, rank, ranks, seconds(30), name));
+  }
+  SiteOptions site_options(const std::string& node) const {
+    SiteOptions o;
+    o.topology = topo_;
+    o.node_id = node;
+    o.join_timeout = seconds(30);
+    o.round_timeout = seconds(30);
+    o.security = security_for(topo_, node);
+    return o;
+  }
+  // One inner step of rank `rank` of `ranks` on its slice of batch `step`.
+  void train_step(torch::nn::Sequential& net, torch::optim::Optimizer& opt, DataParallel* dp,
+                  int64_t step, int rank, int ranks) const {
+    const int64_t b0 = (step * 16) % 64;
+    const int64_t lo = b0 + 16 * rank / ranks, hi = b0 + 16 * (rank + 1) / ranks;
+    opt.zero_grad();
+    torch::mse_loss(net->forward(x_.slice(0, lo, hi)), y_.slice(0, lo, hi)).backward();
+    if (dp != nullptr) dp->synchronize();
+    opt.step();
+  }
+
+  const std::filesystem::path& dir() const { return dir_.path(); }
+  const std::vector<float>& init() const { return init_; }
+  std::vector<std::string> errors() {
+    std::lock_guard<std::mutex> lock(mu);
+    return errors_;
+  }
+
+  std::vector<torch::nn::Sequential> nets;
+  AggregatorSummary root;
+  std::mutex mu;  // guards what the threads report
+
+ private:
+  void fail(const std::string& who, const std::exception& e) {
+    std::lock_guard<std::mutex> lock(mu);
+    errors_.push_back(who + ": " + e.what());
+  }
+
+  TempDir dir_;
+  Topology topo_;
+  std::vector<float> init_;
+  torch::Tensor x_, y_;
+  std::vector<std::thread> threads_;
+  std::vector<std::string> errors_;
+};
+
+FederationSpec spec(uint64_t rounds, uint64_t inner_steps) {
   FederationSpec fed;
-  fed.rounds = 4;
-  fed.inner_steps = 3;
+  fed.rounds = rounds;
+  fed.inner_steps = inner_steps;
   fed.codec = "fp32";
   fed.chunk_bytes = 4096;
   fed.round_timeout_s = 60;
   fed.heartbeat_s = 0.3;
   fed.heartbeat_timeout_s = 5;
-  const Topology topo = make_tree(dir.path(), 0, 1, fed);
-  std::vector<torch::nn::Sequential> nets = {make_net(), make_net()};
-  const std::vector<float> init = flat_copy(*nets[0]);
-  torch::manual_seed(8);
-  const torch::Tensor x = torch::randn({64, 6});
-  const torch::Tensor y = torch::randn({64, 2});
+  return fed;
+}
 
-  std::mutex mu;
-  std::vector<std::string> errors;
-  AggregatorSummary root;
+torch::optim::SGD make_sgd(torch::nn::Sequential& net) {
+  return torch::optim::SGD(net->parameters(), torch::optim::SGDOptions(0.05).momentum(0.5));
+}
+
+TEST(MultiRankSite, RanksAgreeAndEndWithTheGlobalModel) {
+  torch::set_num_threads(1);
+  SmallFederation fed(2, 3, spec(3, 4));
+  std::vector<std::vector<float>> finals(3);  // site-0, site-1 rank 0, site-1 rank 1
+  std::vector<uint64_t> rounds(3);
+  // `slot` indexes the models and results; rank/ranks slice each batch.
+  auto site = [&](const std::string& node, int slot, int rank, int ranks) {
+    std::unique_ptr<SiteComm> comm = ranks > 1 ? fed.comm(node, rank, ranks) : nullptr;
+    torch::nn::Sequential& net = fed.nets[slot];
+    torch::optim::SGD opt = make_sgd(net);
+    Site s(fed.site_options(node), *net, &opt, comm.get());
+    std::unique_ptr<DataParallel> dp;
+    if (comm) dp = std::make_unique<DataParallel>(*net, *comm);
+    s.join();
+    for (int64_t step = 0; !s.finished(); ++step) {
+      fed.train_step(net, opt, dp.get(), step, rank, ranks);
+      s.step();
+    }
+    EXPECT_EQ(s.leader(), rank == 0);
+    std::lock_guard<std::mutex> lock(fed.mu);
+    finals[slot] = flat_copy(*net);
+    rounds[slot] = s.round();
+  };
+  fed.start_root();
+  fed.start("site-0", [&] { site("site-0", 0, 0, 1); });
+  fed.start("site-1 rank 0", [&] { site("site-1", 1, 0, 2); });
+  fed.start("site-1 rank 1", [&] { site("site-1", 2, 1, 2); });
+  fed.join();
+  ASSERT_TRUE(fed.errors().empty()) << ::testing::PrintToString(fed.errors());
+  EXPECT_EQ(rounds, (std::vector<uint64_t>{3, 3, 3}));
+  ASSERT_EQ(fed.root.global_model.size(), fed.init().size());
+  EXPECT_NE(fed.root.global_model, fed.init()) << "the federation did not train";
+  EXPECT_EQ(finals[1], finals[2]) << "the ranks of site-1 diverged";
+  EXPECT_EQ(finals[0], fed.root.global_model);
+  EXPECT_EQ(finals[1], fed.root.global_model);
+}
+
+TEST(MultiRankSite, ResumedLeaderHandsItsOptimizerStateToTheOtherRanks) {
+  torch::set_num_threads(1);
+  SmallFederation fed(1, 2, spec(4, 3));
   std::vector<std::vector<float>> finals(2);
   std::vector<std::vector<torch::Tensor>> resumed_momenta(2);
   std::vector<uint64_t> resumed_round(2);
-  auto fail = [&](const std::string& who, const std::exception& e) {
-    std::lock_guard<std::mutex> lock(mu);
-    errors.push_back(who + ": " + e.what());
-  };
-  std::thread root_thread([&] {
-    try {
-      AggregatorOptions o;
-      o.topology = topo;
-      o.node_id = "root";
-      o.join_timeout = std::chrono::seconds(30);
-      o.security = security_for(topo, "root");
-      o.initial_model = init;
-      root = Aggregator(std::move(o)).run();
-    } catch (const std::exception& e) {
-      fail("root", e);
-    }
-  });
   auto rank_main = [&](int rank) {
-    try {
-      torch::set_num_threads(1);
-      torch::nn::Sequential& net = nets[rank];
-      for (int life = 0; life < 2; ++life) {
-        SiteCommOptions c;
-        c.rank = rank;
-        c.size = 2;
-        c.rendezvous_dir = (dir.path() / ("rdv-" + std::to_string(life))).string();
-        c.timeout = std::chrono::seconds(30);
-        std::unique_ptr<SiteComm> comm = make_gloo_comm(c);
-        // A fresh process: a fresh optimizer (no momentum yet).
-        torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.05).momentum(0.5));
-        SiteOptions o;
-        o.topology = topo;
-        o.node_id = "site-0";
-        o.join_timeout = std::chrono::seconds(30);
-        o.round_timeout = std::chrono::seconds(30);
-        o.security = security_for(topo, "site-0");
-        if (rank == 0) o.checkpoint_dir = (dir.path() / "ckpt").string();
-        Site s(std::move(o), *net, &opt, comm.get());
-        DataParallel dp(*net, *comm);
-        s.join();
-        if (life == 1) {
-          std::lock_guard<std::mutex> lock(mu);
-          resumed_momenta[rank] = momenta(opt);
-          resumed_round[rank] = s.round();
-        }
-        int64_t step = 0;
-        while (!s.finished()) {
-          const int64_t b0 = (step * 16) % 64;
-          const int64_t lo = b0 + 8 * rank, hi = lo + 8;
-          opt.zero_grad();
-          torch::mse_loss(net->forward(x.slice(0, lo, hi)), y.slice(0, lo, hi)).backward();
-          dp.synchronize();
-          opt.step();
-          const std::optional<SyncResult> r = s.step();
-          ++step;
-          if (life == 0 && r && r->round == 2) {
-            if (s.leader()) s.core().checkpoint();
-            break;  // "SIGTERM"
-          }
-        }
-        if (life == 1) {
-          std::lock_guard<std::mutex> lock(mu);
-          finals[rank] = flat_copy(*net);
+    torch::nn::Sequential& net = fed.nets[rank];
+    for (int life = 0; life < 2; ++life) {
+      std::unique_ptr<SiteComm> comm = fed.comm("site-0.life" + std::to_string(life), rank, 2);
+      // A fresh process: a fresh optimizer (no momentum yet).
+      torch::optim::SGD opt = make_sgd(net);
+      SiteOptions o = fed.site_options("site-0");
+      if (rank == 0) o.checkpoint_dir = (fed.dir() / "ckpt").string();
+      Site s(std::move(o), *net, &opt, comm.get());
+      DataParallel dp(*net, *comm);
+      s.join();
+      if (life == 1) {
+        std::lock_guard<std::mutex> lock(fed.mu);
+        resumed_momenta[rank] = momenta(opt);
+        resumed_round[rank] = s.round();
+      }
+      for (int64_t step = 0; !s.finished(); ++step) {
+        fed.train_step(net, opt, &dp, step, rank, 2);
+        const std::optional<SyncResult> r = s.step();
+        if (life == 0 && r && r->round == 2) {
+          if (s.leader()) s.core().checkpoint();
+          break;  // "SIGTERM"
         }
       }
-    } catch (const std::exception& e) {
-      fail("site-0 rank " + std::to_string(rank), e);
+      if (life == 1) {
+        std::lock_guard<std::mutex> lock(fed.mu);
+        finals[rank] = flat_copy(*net);
+      }
     }
   };
-  std::thread r0([&] { rank_main(0); });
-  std::thread r1([&] { rank_main(1); });
-  r0.join();
-  r1.join();
-  root_thread.join();
-  ASSERT_TRUE(errors.empty()) << ::testing::PrintToString(errors);
+  fed.start_root();
+  fed.start("site-0 rank 0", [&] { rank_main(0); });
+  fed.start("site-0 rank 1", [&] { rank_main(1); });
+  fed.join();
+  ASSERT_TRUE(fed.errors().empty()) << ::testing::PrintToString(fed.errors());
   EXPECT_EQ(resumed_round, (std::vector<uint64_t>{2, 2}));
   ASSERT_FALSE(resumed_momenta[0].empty()) << "rank 0 did not restore its optimizer state";
   ASSERT_EQ(resumed_momenta[1].size(), resumed_momenta[0].size())
@@ -272,7 +265,7 @@ TEST(MultiRankSite, ResumedLeaderHandsItsOptimizerStateToTheOtherRanks) {
     EXPECT_TRUE(torch::equal(resumed_momenta[0][i], resumed_momenta[1][i])) << i;
   }
   EXPECT_EQ(finals[0], finals[1]);
-  EXPECT_EQ(finals[0], root.global_model);
+  EXPECT_EQ(finals[0], fed.root.global_model);
 }
 
 }  // namespace
