@@ -15,16 +15,8 @@
 namespace fedwan::kernels {
 namespace {
 
-inline uint32_t bits_of(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-}
-inline float float_of(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
+using codec_math::bits_of;
+using codec_math::float_of;
 // Byte-wise so the payload is little-endian on any host and may be unaligned.
 inline uint16_t load_u16(const uint8_t* p) { return uint16_t(p[0] | (p[1] << 8)); }
 inline void store_u16(uint8_t* p, uint16_t v) {
@@ -34,62 +26,11 @@ inline void store_u16(uint8_t* p, uint16_t v) {
 
 }  // namespace
 
-uint16_t fp32_to_fp16(float f) {
-  uint32_t x = bits_of(f);
-  const uint16_t sign = uint16_t((x >> 16) & 0x8000u);
-  x &= kF32AbsMask;
-  if (x >= kF32ExpMask) {  // NaN keeps a quiet bit so it cannot turn into Inf
-    return x == kF32ExpMask ? uint16_t(sign | 0x7C00u)
-                            : uint16_t(sign | 0x7E00u | ((x >> 13) & 0x3FFu));
-  }
-  if (x >= 0x477FF000u) return uint16_t(sign | 0x7C00u);  // >= 65520 rounds past 65504
-  if (x >= 0x38800000u) {
-    // Normal half: rebias the exponent (127 -> 15) and round off 13 bits; a
-    // carry out of the mantissa correctly bumps the exponent.
-    return uint16_t(sign | ((x - 0x38000000u + 0xFFFu + ((x >> 13) & 1u)) >> 13));
-  }
-  if (x <= 0x33000000u) return sign;  // <= 2^-25: the tie goes to the even zero
-  // Subnormal half, counted in units of 2^-24.
-  const uint32_t e = x >> 23;
-  const uint32_t m = (x & 0x7FFFFFu) | 0x800000u;
-  const uint32_t shift = 126 - e;  // 14..24
-  uint32_t q = m >> shift;
-  const uint32_t rem = m & ((1u << shift) - 1);
-  const uint32_t halfway = 1u << (shift - 1);
-  if (rem > halfway || (rem == halfway && (q & 1u))) ++q;
-  return uint16_t(sign | q);
-}
-
-float fp16_to_fp32(uint16_t h) {
-  const uint32_t sign = uint32_t(h & 0x8000u) << 16;
-  const uint32_t e = (h >> 10) & 0x1Fu;
-  const uint32_t m = h & 0x3FFu;
-  if (e == 0x1F) return float_of(sign | kF32ExpMask | (m << 13));
-  if (e != 0) return float_of(sign | ((e + 112) << 23) | (m << 13));
-  return float_of(sign | bits_of(float(m) * 0x1p-24f));  // exact: m < 2^10
-}
-
-uint16_t fp32_to_bf16(float f) {
-  const uint32_t x = bits_of(f);
-  const uint32_t a = x & kF32AbsMask;
-  const uint32_t r = std::min<uint32_t>((a + 0x7FFFu + ((a >> 16) & 1u)) >> 16, 0x7F7Fu);
-  return uint16_t(r | ((x >> 16) & 0x8000u));
-}
-
-float bf16_to_fp32(uint16_t h) { return float_of(uint32_t(h) << 16); }
-
-Fp16Scale fp16_scale_for(uint32_t max_abs_bits) {
-  Fp16Scale s;
-  if (max_abs_bits == 0) return s;  // all zeros: any scale decodes them exactly
-  const int e = int(max_abs_bits >> 23);  // biased exponent; 0 when subnormal
-  // Clamped to the smallest normal float so 1/scale stays representable;
-  // only chunks below ~1e-34 lose precision to that.
-  const int se = std::max(e - 14, 1);
-  s.scale = float_of(uint32_t(se) << 23);
-  s.inv = float_of(uint32_t(254 - se) << 23);
-  if (e == 254) s.limit = 32752.0f;
-  return s;
-}
+uint16_t fp32_to_fp16(float f) { return codec_math::fp32_to_fp16(f); }
+float fp16_to_fp32(uint16_t h) { return codec_math::fp16_to_fp32(h); }
+uint16_t fp32_to_bf16(float f) { return codec_math::fp32_to_bf16(f); }
+float bf16_to_fp32(uint16_t h) { return codec_math::bf16_to_fp32(h); }
+Fp16Scale fp16_scale_for(uint32_t max_abs_bits) { return codec_math::fp16_scale_for(max_abs_bits); }
 
 void require_finite_input(const char* codec, uint32_t max_abs_bits, const float* in,
                           const float* residual, size_t n) {
@@ -121,10 +62,7 @@ uint32_t scalar_max_abs_bits(const float* in, const float* res, size_t n) {
   return m;
 }
 
-inline uint16_t fp16_quantise(float v, const Fp16Scale& s) {
-  const float t = std::min(std::max(v * s.inv, -s.limit), s.limit);
-  return fp32_to_fp16(t);
-}
+using codec_math::fp16_quantise;
 
 void scalar_fp16_encode(const float* in, float* res, size_t n, const Fp16Scale& s,
                         uint8_t* out) {

@@ -1,5 +1,6 @@
 // fp32 <-> fp16 / bf16 conversion kernels behind the fp16 and bf16 codecs.
 //
+// The element arithmetic is codec_math.hpp, shared with the CUDA kernels.
 // Two implementations with identical results bit for bit: a portable scalar
 // one and, on x86-64 CPUs with AVX2 + F16C, a vectorised one picked at run
 // time (the library itself is built for generic x86-64). Both are exposed so
@@ -14,6 +15,8 @@
 #include <cstdint>
 #include <limits>
 
+#include "codec/codec_math.hpp"
+
 namespace fedwan::kernels {
 
 // Round to nearest, ties to even. Overflow gives +-Inf, NaN stays NaN.
@@ -25,23 +28,13 @@ float fp16_to_fp32(uint16_t h);
 uint16_t fp32_to_bf16(float f);
 float bf16_to_fp32(uint16_t h);
 
-inline constexpr uint32_t kF32AbsMask = 0x7FFFFFFFu;
-inline constexpr uint32_t kF32ExpMask = 0x7F800000u;  // abs bits >= this: Inf/NaN
+inline constexpr uint32_t kF32AbsMask = codec_math::kF32AbsMask;
+inline constexpr uint32_t kF32ExpMask = codec_math::kF32ExpMask;  // abs bits >= this: Inf/NaN
 inline constexpr uint16_t kF16ExpMask = 0x7C00u;      // abs bits >= this: Inf/NaN
 inline constexpr uint16_t kBf16ExpMask = 0x7F80u;
 
-// Per-block power-of-two scale of the fp16 codec: the block's largest
-// magnitude lands in [2^14, 2^15) of the half range, so small values keep
-// their precision, and scaling either way is exact.
-struct Fp16Scale {
-  float scale = 1.0f;  // decoded = half * scale
-  float inv = 1.0f;    // 1 / scale, exactly
-  // Clamp for scaled values before rounding. +Inf, meaning no clamp (the
-  // block's values scale below 2^15, so none is needed), except when the
-  // block's magnitude is near FLT_MAX, where rounding up to 2^15 would
-  // decode to Inf; then the largest half below 2^15.
-  float limit = std::numeric_limits<float>::infinity();
-};
+// Per-block power-of-two scale of the fp16 codec (codec_math.hpp).
+using Fp16Scale = codec_math::Fp16Scale;
 // `max_abs_bits` is the bit pattern of the block's largest |value| (finite).
 Fp16Scale fp16_scale_for(uint32_t max_abs_bits);
 
