@@ -15,4 +15,14 @@ int device_count() {
   return n;
 }
 
+bool is_device_pointer(const void* p) {
+  if (p == nullptr || device_count() == 0) return false;
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged;
+}
+
 }  // namespace fedwan::cuda

@@ -1,0 +1,214 @@
+// The GPU encoders against the CPU codecs: same payload bytes and the same
+// residual, bit for bit, for every codec, chunk shape and magnitude. The
+// tests that need a GPU skip without one; the others run everywhere.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "fedwan/codec.hpp"
+#include "fedwan/cuda.hpp"
+#include "fedwan/error.hpp"
+
+namespace fedwan::cuda {
+namespace {
+
+#define SKIP_WITHOUT_GPU()                                                      \
+  do {                                                                          \
+    if (device_count() == 0) GTEST_SKIP() << "no CUDA device on this machine"; \
+  } while (0)
+
+// n floats of GPU memory, freed on scope exit.
+class DeviceFloats {
+ public:
+  explicit DeviceFloats(const std::vector<float>& host) : n_(host.size()) {
+    if (cudaMalloc(&p_, std::max<size_t>(n_, 1) * sizeof(float)) != cudaSuccess) {
+      throw std::runtime_error("cudaMalloc failed");
+    }
+    upload(host);
+  }
+  ~DeviceFloats() { cudaFree(p_); }
+  DeviceFloats(const DeviceFloats&) = delete;
+  DeviceFloats& operator=(const DeviceFloats&) = delete;
+  float* get() { return static_cast<float*>(p_); }
+  void upload(const std::vector<float>& host) {
+    if (n_ > 0) cudaMemcpy(p_, host.data(), n_ * sizeof(float), cudaMemcpyHostToDevice);
+  }
+  std::vector<float> download() const {
+    std::vector<float> out(n_);
+    if (n_ > 0) cudaMemcpy(out.data(), p_, n_ * sizeof(float), cudaMemcpyDeviceToHost);
+    return out;
+  }
+
+ private:
+  void* p_ = nullptr;
+  size_t n_ = 0;
+};
+
+std::vector<uint32_t> bits(const std::vector<float>& v) {
+  std::vector<uint32_t> out(v.size());
+  if (!v.empty()) std::memcpy(out.data(), v.data(), v.size() * sizeof(float));
+  return out;
+}
+
+// Blocks of wildly different magnitudes, with zeros, subnormals, exact
+// halfway cases and values near FLT_MAX mixed in.
+std::vector<float> awkward_chunk(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int> exponent(-40, 40);
+  std::vector<float> v(n);
+  float magnitude = 1.0f;
+  for (size_t i = 0; i < n; ++i) {
+    if (i % 256 == 0) magnitude = std::ldexp(1.0f, exponent(rng));
+    v[i] = normal(rng) * magnitude;
+    switch (i % 97) {
+      case 3: v[i] = 0.0f; break;
+      case 11: v[i] = -0.0f; break;
+      case 29: v[i] = std::numeric_limits<float>::denorm_min() * float(i % 7); break;
+      case 41: v[i] = 0.5f; break;   // a rounding tie under power-of-two scales
+      case 59: v[i] = -2.5f; break;
+      default: break;
+    }
+  }
+  // Near FLT_MAX (the fp16 clamp), with room for three rounds of residual.
+  if (n > 5000) v[5000] = std::numeric_limits<float>::max() * 0.9f;
+  if (n > 7000) v[7000] = -std::numeric_limits<float>::max() * 0.9f;
+  return v;
+}
+
+const char* const kCodecs[] = {"fp32", "fp16", "bf16", "int8"};
+const size_t kSizes[] = {0, 1, 255, 256, 257, 2047, 2048, 2049, 100003, size_t{1} << 20};
+
+TEST(DeviceEncoder, UnknownCodecIsAConfigErrorEverywhere) {
+  DeviceEncoderOptions o;
+  o.codec = "zstd";
+  EXPECT_THROW(DeviceEncoder{o}, ConfigError);
+}
+
+TEST(DeviceEncoder, HostMemoryIsNotDeviceMemory) {
+  std::vector<float> host(16, 1.0f);
+  EXPECT_FALSE(is_device_pointer(host.data()));
+  EXPECT_FALSE(is_device_pointer(nullptr));
+}
+
+TEST(DeviceEncoder, WithoutAGpuTheEncoderSaysSo) {
+  if (device_count() > 0) GTEST_SKIP() << "this machine has a GPU";
+  try {
+    DeviceEncoder encoder{DeviceEncoderOptions{}};
+    FAIL() << "an encoder without a GPU";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("no CUDA device"), std::string::npos) << e.what();
+  }
+}
+
+TEST(DeviceEncoder, MatchesTheCpuCodecsBitForBit) {
+  SKIP_WITHOUT_GPU();
+  for (const char* name : kCodecs) {
+    const Codec& cpu = codec_by_name(name);
+    DeviceEncoderOptions o;
+    o.codec = name;
+    o.max_elements = size_t{1} << 20;
+    DeviceEncoder gpu(o);
+    for (size_t n : kSizes) {
+      for (bool feedback : {false, true}) {
+        SCOPED_TRACE(std::string(name) + " n=" + std::to_string(n) +
+                     (feedback ? " with residual" : " without residual"));
+        std::vector<float> cpu_residual(n, 0.0f);
+        DeviceFloats gpu_residual(cpu_residual);
+        // Three rounds, so the residual the rounds carry forward is compared too.
+        for (uint32_t round = 0; round < 3; ++round) {
+          const std::vector<float> x = awkward_chunk(n, 17 * uint32_t(n) + round);
+          DeviceFloats in(x);
+          std::vector<uint8_t> want(cpu.encoded_size(n));
+          cpu.encode(x.data(), n, feedback ? cpu_residual.data() : nullptr, want.data());
+          const std::vector<uint8_t> got =
+              gpu.encode(in.get(), feedback ? gpu_residual.get() : nullptr, n);
+          ASSERT_EQ(got, want) << "round " << round;
+          if (feedback) ASSERT_EQ(bits(gpu_residual.download()), bits(cpu_residual));
+          EXPECT_EQ(bits(in.download()), bits(x)) << "the input must not change";
+        }
+      }
+    }
+  }
+}
+
+TEST(DeviceEncoder, SlotsOverlapAndEachKeepsItsOwnChunk) {
+  SKIP_WITHOUT_GPU();
+  const Codec& cpu = codec_by_name("fp16");
+  DeviceEncoderOptions o;
+  o.max_elements = 50000;
+  o.slots = 3;
+  DeviceEncoder gpu(o);
+  std::vector<std::vector<float>> chunks;
+  std::vector<std::unique_ptr<DeviceFloats>> device;
+  for (int s = 0; s < 3; ++s) {
+    chunks.push_back(awkward_chunk(40000 + size_t(s), uint32_t(s)));
+    device.push_back(std::make_unique<DeviceFloats>(chunks.back()));
+    gpu.encode_async(s, device.back()->get(), nullptr, chunks.back().size());
+  }
+  EXPECT_THROW(gpu.encode_async(1, device[1]->get(), nullptr, 10), ConfigError)
+      << "a slot in flight is not reused before wait()";
+  for (int s = 2; s >= 0; --s) {
+    const size_t n = chunks[size_t(s)].size();
+    std::vector<uint8_t> want(cpu.encoded_size(n));
+    cpu.encode(chunks[size_t(s)].data(), n, nullptr, want.data());
+    const DeviceEncoder::Encoded got = gpu.wait(s);
+    ASSERT_EQ(got.size, want.size());
+    EXPECT_EQ(std::memcmp(got.data, want.data(), want.size()), 0) << "slot " << s;
+  }
+  EXPECT_THROW(gpu.wait(0), ConfigError) << "nothing in flight";
+}
+
+TEST(DeviceEncoder, NonFiniteInputThrowsAndLeavesTheResidualAlone) {
+  SKIP_WITHOUT_GPU();
+  for (const char* name : kCodecs) {
+    SCOPED_TRACE(name);
+    DeviceEncoderOptions o;
+    o.codec = name;
+    o.max_elements = 10000;
+    DeviceEncoder gpu(o);
+    std::vector<float> x = awkward_chunk(9000, 5);
+    std::vector<float> residual = awkward_chunk(9000, 6);
+    for (float& r : residual) r *= 1e-3f;
+    x[8500] = std::numeric_limits<float>::quiet_NaN();
+    x[8700] = std::numeric_limits<float>::infinity();
+    DeviceFloats in(x), res(residual);
+    try {
+      gpu.encode(in.get(), res.get(), x.size());
+      FAIL() << "a NaN was encoded";
+    } catch (const ConfigError&) {
+      FAIL() << "a bad value is not a configuration error";
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(std::string("codec ") + name), std::string::npos) << what;
+      EXPECT_NE(what.find("element 8500 of 9000"), std::string::npos) << what;
+    }
+    EXPECT_EQ(bits(res.download()), bits(residual));
+    // The encoder is still usable afterwards.
+    x[8500] = 1.0f;
+    x[8700] = 2.0f;
+    in.upload(x);
+    EXPECT_EQ(gpu.encode(in.get(), nullptr, x.size()).size(), gpu.encoded_size(x.size()));
+  }
+}
+
+TEST(DeviceEncoder, RefusesHostPointersAndOversizedChunks) {
+  SKIP_WITHOUT_GPU();
+  DeviceEncoderOptions o;
+  o.max_elements = 1000;
+  DeviceEncoder gpu(o);
+  std::vector<float> host(1000, 1.0f);
+  EXPECT_THROW(gpu.encode(host.data(), nullptr, host.size()), ConfigError);
+  DeviceFloats big(std::vector<float>(1001, 1.0f));
+  EXPECT_THROW(gpu.encode(big.get(), nullptr, 1001), ConfigError);
+  EXPECT_TRUE(is_device_pointer(big.get()));
+}
+
+}  // namespace
+}  // namespace fedwan::cuda
