@@ -95,6 +95,8 @@ std::vector<std::pair<std::string, Bytes>> frames() {
   const Codec& fp32 = codec_by_name("fp32");
   const Codec& fp16 = codec_by_name("fp16");
   const Codec& bf16 = codec_by_name("bf16");
+  const Codec& int8 = codec_by_name("int8");
+  // New seeds go last: sealed_seeds() picks frames by index.
   return {
       {"hello", control_frame(wire::MsgType::kHello, wire::encode_hello(hello), 1000)},
       {"welcome", control_frame(wire::MsgType::kWelcome, {}, 1000, wire::kFlagNoChange)},
@@ -107,6 +109,7 @@ std::vector<std::pair<std::string, Bytes>> frames() {
       {"done", control_frame(wire::MsgType::kDone, {})},
       {"handshake", control_frame(wire::MsgType::kHandshake, Bytes{0x16, 0x03, 0x03, 0, 2, 1, 0}, 0,
                                   0, static_cast<uint8_t>(security::AeadAlgorithm::kAes256Gcm))},
+      {"delta_int8", data_frame(wire::MsgType::kDelta, int8, 1, 3, 900, ramp(300, 0.01f), 2.0, 0)},
   };
 }
 
@@ -130,6 +133,12 @@ void codec_seeds() {
   // Two fp16 blocks, the second short: the per-block scales both matter.
   write_seed("fuzz_codec", "fp16_2100", codec_input(fp16, ramp(2100, 2.0f), 3.0f));
   write_seed("fuzz_codec", "bf16_9", codec_input(bf16, ramp(9, 1e30f), 1.0f));
+  const Codec& int8 = codec_by_name("int8");
+  write_seed("fuzz_codec", "int8_9", codec_input(int8, ramp(9, 1e-3f), 0.5f));
+  // Three int8 blocks, the last short, of different magnitudes.
+  std::vector<float> blocks = ramp(600, 1.0f);
+  for (size_t i = 256; i < 512; ++i) blocks[i] *= 1e-6f;
+  write_seed("fuzz_codec", "int8_600", codec_input(int8, blocks, 2.0f));
 }
 
 void frame_seeds() {

@@ -105,6 +105,11 @@ void BM_Codec_Fp16Validate(benchmark::State& s) { run_validate(s, "fp16"); }
 void BM_Codec_Bf16Encode(benchmark::State& s) { run_encode(s, "bf16", false); }
 void BM_Codec_Bf16EncodeEF(benchmark::State& s) { run_encode(s, "bf16", true); }
 void BM_Codec_Bf16Decode(benchmark::State& s) { run_decode(s, "bf16"); }
+void BM_Codec_Int8Encode(benchmark::State& s) { run_encode(s, "int8", false); }
+void BM_Codec_Int8EncodeEF(benchmark::State& s) { run_encode(s, "int8", true); }
+void BM_Codec_Int8Decode(benchmark::State& s) { run_decode(s, "int8"); }
+void BM_Codec_Int8DecodeAccumulate(benchmark::State& s) { run_decode_accumulate(s, "int8"); }
+void BM_Codec_Int8Validate(benchmark::State& s) { run_validate(s, "int8"); }
 
 #define FEDWAN_CHUNK_SIZES Arg(kMiB)->Arg(4 * kMiB)
 BENCHMARK(BM_Codec_Memcpy)->FEDWAN_CHUNK_SIZES;
@@ -117,6 +122,11 @@ BENCHMARK(BM_Codec_Fp16Validate)->FEDWAN_CHUNK_SIZES;
 BENCHMARK(BM_Codec_Bf16Encode)->FEDWAN_CHUNK_SIZES;
 BENCHMARK(BM_Codec_Bf16EncodeEF)->FEDWAN_CHUNK_SIZES;
 BENCHMARK(BM_Codec_Bf16Decode)->FEDWAN_CHUNK_SIZES;
+BENCHMARK(BM_Codec_Int8Encode)->FEDWAN_CHUNK_SIZES;
+BENCHMARK(BM_Codec_Int8EncodeEF)->FEDWAN_CHUNK_SIZES;
+BENCHMARK(BM_Codec_Int8Decode)->FEDWAN_CHUNK_SIZES;
+BENCHMARK(BM_Codec_Int8DecodeAccumulate)->FEDWAN_CHUNK_SIZES;
+BENCHMARK(BM_Codec_Int8Validate)->FEDWAN_CHUNK_SIZES;
 #undef FEDWAN_CHUNK_SIZES
 
 }  // namespace

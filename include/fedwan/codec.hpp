@@ -13,7 +13,7 @@
 namespace fedwan {
 
 // Wire identifiers: stable, never reused.
-enum class CodecId : uint8_t { kFp32 = 1, kFp16 = 2, kBf16 = 3 };
+enum class CodecId : uint8_t { kFp32 = 1, kFp16 = 2, kBf16 = 3, kInt8 = 4 };
 
 class Codec {
  public:
@@ -44,7 +44,7 @@ class Codec {
   virtual void decode_accumulate(const uint8_t* in, size_t n, float weight, float* acc) const = 0;
 };
 
-// Registry, keyed by name ("fp32", "fp16", "bf16") and by wire id.
+// Registry, keyed by name ("fp32", "fp16", "bf16", "int8") and by wire id.
 // Lookups are thread safe once registration is over (built-ins are
 // registered before main).
 const Codec& codec_by_name(std::string_view name);  // throws ConfigError naming the known codecs

@@ -180,6 +180,11 @@ FEDWAN_HD Int8Scale int8_scale_for(uint32_t max_abs_bits) {
   if (max_abs_bits < kInt8TinyBits) return s;
   const float m = float_of(max_abs_bits);
   s.scale = div_rn(m, float(kInt8Max));
+  // Only for m == FLT_MAX does 127 * scale round up to Inf; one ulp less
+  // keeps every decoded value finite (the residual takes the difference).
+  if ((bits_of(mul_rn(float(kInt8Max), s.scale)) & kF32AbsMask) >= kF32ExpMask) {
+    s.scale = float_of(bits_of(s.scale) - 1);
+  }
   s.inv = div_rn(float(kInt8Max), m);
   return s;
 }

@@ -8,6 +8,7 @@
 #include "codec/bf16_codec.hpp"
 #include "codec/fp16_codec.hpp"
 #include "codec/fp32_codec.hpp"
+#include "codec/int8_codec.hpp"
 #include "fedwan/codec.hpp"
 #include "fedwan/error.hpp"
 
@@ -24,6 +25,7 @@ class CodecRegistry {
     add(std::make_unique<Fp32Codec>());
     add(std::make_unique<Fp16Codec>());
     add(std::make_unique<Bf16Codec>());
+    add(std::make_unique<Int8Codec>());
   }
 
   void add(std::unique_ptr<Codec> codec) {

@@ -60,7 +60,8 @@ TEST_P(FederationMatchesReference, TwoRegionsFourSites) {
 
 INSTANTIATE_TEST_SUITE_P(Codecs, FederationMatchesReference,
                          ::testing::Values(Case{"fp32", "fedavg"}, Case{"fp16", "fedavg"},
-                                           Case{"fp16", "diloco"}, Case{"bf16", "fedadam"}),
+                                           Case{"fp16", "diloco"}, Case{"bf16", "fedadam"},
+                                           Case{"int8", "fedavg"}, Case{"int8", "diloco"}),
                          [](const auto& info) {
                            return info.param.codec + "_" + info.param.outer;
                          });
@@ -88,26 +89,40 @@ TEST(Federation, ManyMoreChunksThanTheWindowDoNotDeadlock) {
   EXPECT_TRUE(bit_equal(run.root.global_model, ref.global));
 }
 
-TEST(Federation, Fp16HalvesTheWanBytes) {
+// Runs 5 rounds of a 300000-parameter model in 1 MiB chunks and returns the
+// root's WAN bytes over their fp32 equivalent, after checking the totals.
+double wan_bytes_ratio(const std::string& codec) {
   TempDir dir;
-  FederationSpec f = spec("fp16", "fedavg", 5);
+  FederationSpec f = spec(codec, "fedavg", 5);
   f.chunk_bytes = 1 << 20;
   const Topology topo = make_tree(dir.path(), 2, 2, f);
   const std::vector<float> init = synthetic::initial_model(300000, kSeed);
   FederationRun run = run_threads(topo, init, kSeed);
-  ASSERT_TRUE(run.errors.empty()) << run.error_text();
-  // Every link carries one delta up and one anchor down per round: with fp16
-  // payloads the bytes are about half of fp32's, headers included.
-  ASSERT_GT(run.root.fp32_bytes_total, 0u);
-  const double ratio = double(run.root.wan_bytes_total) / double(run.root.fp32_bytes_total);
-  EXPECT_LE(ratio, 0.52);
-  EXPECT_GE(ratio, 0.45);
+  EXPECT_TRUE(run.errors.empty()) << run.error_text();
   // 6 links x 5 rounds x 2 directions x (300000 x 4 bytes) is the fp32 floor.
   EXPECT_GE(run.root.fp32_bytes_total, 6ull * 5 * 2 * 300000 * 4);
   // Totals are the sum of the per-round reports.
   uint64_t sum = 0;
   for (const RoundReport& r : run.root.reports) sum += r.wan_bytes;
   EXPECT_EQ(sum, run.root.wan_bytes_total);
+  return run.root.fp32_bytes_total == 0
+             ? 0.0
+             : double(run.root.wan_bytes_total) / double(run.root.fp32_bytes_total);
+}
+
+TEST(Federation, Fp16HalvesTheWanBytes) {
+  // Every link carries one delta up and one anchor down per round: with fp16
+  // payloads the bytes are about half of fp32's, headers included.
+  const double ratio = wan_bytes_ratio("fp16");
+  EXPECT_LE(ratio, 0.52);
+  EXPECT_GE(ratio, 0.45);
+}
+
+TEST(Federation, Int8QuartersTheWanBytes) {
+  // One byte a value plus a 4-byte scale per 256 values: 0.254 of fp32.
+  const double ratio = wan_bytes_ratio("int8");
+  EXPECT_LE(ratio, 0.27);
+  EXPECT_GE(ratio, 0.24);
 }
 
 }  // namespace

@@ -88,7 +88,7 @@ py::array_t<float> decode(const std::string& name, const py::handle& data, size_
 
 void bind_codec(py::module_& m) {
   using namespace pybind11::literals;
-  m.def("codec_names", &codec_names, "Names of the registered codecs (fp32, fp16, bf16, ...).");
+  m.def("codec_names", &codec_names, "Names of the registered codecs (fp32, fp16, bf16, int8, ...).");
   m.def(
       "encoded_size",
       [](const std::string& name, size_t n) { return codec_by_name(name).encoded_size(n); },

@@ -13,6 +13,7 @@
 
 #include "codec/fp16_codec.hpp"
 #include "codec/half.hpp"
+#include "codec/int8_codec.hpp"
 #include "fedwan/codec.hpp"
 #include "fedwan/error.hpp"
 
@@ -23,7 +24,7 @@ using Bytes = std::vector<uint8_t>;
 using Floats = std::vector<float>;
 
 const size_t kSizes[] = {0, 1, 7, 8, 9, 2047, 2048, 2049, 1000003};
-const char* const kNames[] = {"fp32", "fp16", "bf16"};
+const char* const kNames[] = {"fp32", "fp16", "bf16", "int8"};
 
 Floats random_floats(size_t n, uint32_t seed, float sigma = 1.0f) {
   std::mt19937 rng(seed);
@@ -51,12 +52,10 @@ float max_abs(const Floats& v) {
   return m;
 }
 
-// Largest |v| of each fp16 block.
-Floats block_max_abs(const Floats& v) {
-  Floats m(Fp16Codec::blocks(v.size()), 0.0f);
-  for (size_t i = 0; i < v.size(); ++i) {
-    m[i / Fp16Codec::kBlock] = std::max(m[i / Fp16Codec::kBlock], std::fabs(v[i]));
-  }
+// Largest |v| of each block of `block` elements (fp16's by default).
+Floats block_max_abs(const Floats& v, size_t block = Fp16Codec::kBlock) {
+  Floats m((v.size() + block - 1) / block, 0.0f);
+  for (size_t i = 0; i < v.size(); ++i) m[i / block] = std::max(m[i / block], std::fabs(v[i]));
   return m;
 }
 
@@ -81,6 +80,7 @@ TEST(CodecRegistry, FindsBuiltinsByNameAndWireId) {
   EXPECT_EQ(codec_by_name("fp32").id(), CodecId::kFp32);
   EXPECT_EQ(codec_by_name("fp16").id(), CodecId::kFp16);
   EXPECT_EQ(codec_by_name("bf16").id(), CodecId::kBf16);
+  EXPECT_EQ(codec_by_name("int8").id(), CodecId::kInt8);
   for (const char* name : kNames) {
     const Codec& c = codec_by_name(name);
     EXPECT_EQ(c.name(), name);
@@ -90,9 +90,9 @@ TEST(CodecRegistry, FindsBuiltinsByNameAndWireId) {
   EXPECT_EQ(codec_by_wire_id(0), nullptr);
   EXPECT_EQ(codec_by_wire_id(77), nullptr);
   const auto names = codec_names();
-  ASSERT_GE(names.size(), 3u);
-  EXPECT_EQ(std::vector<std::string>(names.begin(), names.begin() + 3),
-            (std::vector<std::string>{"fp32", "fp16", "bf16"}));
+  ASSERT_GE(names.size(), 4u);
+  EXPECT_EQ(std::vector<std::string>(names.begin(), names.begin() + 4),
+            (std::vector<std::string>{"fp32", "fp16", "bf16", "int8"}));
 }
 
 TEST(CodecRegistry, UnknownNameThrowsConfigErrorListingKnownCodecs) {
@@ -102,7 +102,7 @@ TEST(CodecRegistry, UnknownNameThrowsConfigErrorListingKnownCodecs) {
   } catch (const ConfigError& e) {
     const std::string msg = e.what();
     EXPECT_NE(msg.find("unknown codec 'zstd'"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("known codecs: fp32, fp16, bf16"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("known codecs: fp32, fp16, bf16, int8"), std::string::npos) << msg;
   }
   EXPECT_THROW(codec_by_name(""), ConfigError);
   EXPECT_THROW(codec_by_name("FP16"), ConfigError);
@@ -137,6 +137,7 @@ TEST(CodecRegistry, RegisterRejectsDuplicatesAndAcceptsNewCodecs) {
   EXPECT_THROW(register_codec(nullptr), ConfigError);
   EXPECT_THROW(register_codec(std::make_unique<RenamedCodec>("fp16", 201)), ConfigError);
   EXPECT_THROW(register_codec(std::make_unique<RenamedCodec>("other", 3)), ConfigError);
+  EXPECT_THROW(register_codec(std::make_unique<RenamedCodec>("other", 4)), ConfigError);
   EXPECT_THROW(register_codec(std::make_unique<RenamedCodec>("zero", 0)), ConfigError);
   EXPECT_EQ(codec_by_wire_id(201), nullptr);  // failed registrations left no trace
   EXPECT_EQ(codec_names().size(), registered);
@@ -186,11 +187,15 @@ TEST_P(CodecRoundTrip, StaysWithinTheCodecsErrorBound) {
   ASSERT_TRUE(c.validate(b.data(), b.size(), n));
   const Floats out = decode(c, b, n);
   const Floats block_max = block_max_abs(in);
+  const Floats int8_block_max = block_max_abs(in, Int8Codec::kBlock);
   for (size_t i = 0; i < n; ++i) {
-    // fp16: half a unit in the last place at the top of the element's block.
-    const float bound = c.id() == CodecId::kFp32   ? 0.0f
-                        : c.id() == CodecId::kFp16 ? std::ldexp(block_max[i / Fp16Codec::kBlock], -11)
-                                                   : std::ldexp(std::fabs(in[i]), -8);
+    // fp16: half a unit in the last place at the top of the element's block;
+    // int8: half a step (the block's largest / 127), plus rounding slack.
+    const float bound =
+        c.id() == CodecId::kFp32   ? 0.0f
+        : c.id() == CodecId::kFp16 ? std::ldexp(block_max[i / Fp16Codec::kBlock], -11)
+        : c.id() == CodecId::kInt8 ? int8_block_max[i / Int8Codec::kBlock] / 254.0f * (1 + 0x1p-12f)
+                                   : std::ldexp(std::fabs(in[i]), -8);
     ASSERT_LE(std::fabs(out[i] - in[i]), bound) << i;
   }
 }
@@ -371,7 +376,7 @@ TEST(Bf16Codec, SaturatesInsteadOfOverflowing) {
 
 TEST(CodecErrorFeedback, DecodedSumTracksTheTrueSum) {
   const size_t n = 4096, rounds = 50;
-  for (const char* name : {"fp16", "bf16"}) {
+  for (const char* name : {"fp16", "bf16", "int8"}) {
     const Codec& c = codec_by_name(name);
     std::vector<double> truth(n, 0), with_ef(n, 0), without(n, 0);
     Floats residual(n, 0.0f);
@@ -388,8 +393,10 @@ TEST(CodecErrorFeedback, DecodedSumTracksTheTrueSum) {
       }
     }
     // One quantisation step at the top of a chunk: 2^-10 relative for fp16,
-    // 2^-7 for bf16.
-    const double step = std::ldexp(double(largest), c.id() == CodecId::kFp16 ? -10 : -7);
+    // 2^-7 for bf16, 1/127 for int8.
+    const double step = c.id() == CodecId::kInt8
+                            ? double(largest) / 127.0
+                            : std::ldexp(double(largest), c.id() == CodecId::kFp16 ? -10 : -7);
     double max_ef = 0, ss_ef = 0, ss_plain = 0;
     for (size_t i = 0; i < n; ++i) {
       max_ef = std::max(max_ef, std::fabs(with_ef[i] - truth[i]));
@@ -459,12 +466,15 @@ TEST(CodecValidate, RejectsEveryMalformedPayload) {
     EXPECT_FALSE(c.validate(good.data(), good.size(), n - 1)) << name;
     EXPECT_EQ(c.validate(good.data(), 0, 0), c.encoded_size(0) == 0) << name;
     EXPECT_FALSE(c.validate(good.data(), good.size(), std::numeric_limits<size_t>::max()));
-    const size_t body = c.id() == CodecId::kFp16 ? 4 * Fp16Codec::blocks(n) : 0;
-    const size_t width = c.id() == CodecId::kFp32 ? 4 : 2;
+    const size_t body = c.id() == CodecId::kFp16   ? 4 * Fp16Codec::blocks(n)
+                        : c.id() == CodecId::kInt8 ? 4 * Int8Codec::blocks(n)
+                                                   : 0;
+    const size_t width = c.id() == CodecId::kFp32 ? 4 : c.id() == CodecId::kInt8 ? 1 : 2;
     std::vector<uint32_t> bad_values;
     if (c.id() == CodecId::kFp32) bad_values = {0x7F800000u, 0xFF800000u, 0x7FC00000u, 0x7F800001u};
     if (c.id() == CodecId::kFp16) bad_values = {0x7C00u, 0xFC00u, 0x7E00u, 0x7C01u};
     if (c.id() == CodecId::kBf16) bad_values = {0x7F80u, 0xFF80u, 0x7FC0u, 0x7F81u};
+    if (c.id() == CodecId::kInt8) bad_values = {0x80u};  // -128: never produced
     for (size_t at : {size_t(0), n / 2, n - 1}) {
       for (uint32_t v : bad_values) {
         Bytes b = good;
