@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "fedwan/codec.hpp"
 #include "fedwan/security.hpp"
 #include "fedwan/topology.hpp"
 
@@ -24,6 +25,29 @@ namespace fedwan {
 struct StateBlob {
   std::string name;
   std::vector<uint8_t> bytes;
+};
+
+// Encodes a site's update where its model lives instead of on the host:
+// fedwan::Site sets one for a model on a CUDA device, which computes
+// (anchor - params) on the GPU and encodes it there (fedwan::cuda::
+// DeviceEncoder), so only encoded bytes cross to the host. It keeps the
+// error-feedback residual itself; SiteCore's checkpoints still hold it.
+// Called only from the thread that drives the SiteCore.
+class UpdateEncoder {
+ public:
+  virtual ~UpdateEncoder() = default;
+  // Writes codec.encoded_size(n) bytes to `out`: elements [offset, offset+n)
+  // of (anchor - params), encoded by `codec`, with error feedback when
+  // `error_feedback` (lossy codecs). Bytes and residual must be what
+  // codec.encode gives on the host. sync() calls it chunk by chunk, in
+  // order, once per chunk per round. Throws like Codec::encode, leaving the
+  // residual untouched.
+  virtual void encode(const Codec& codec, uint64_t offset, uint32_t n, bool error_feedback,
+                      uint8_t* out) = 0;
+  // The residual (n floats, the whole model): read before every
+  // checkpoint, written after a resume (and zeroed on a resync).
+  virtual void read_residual(float* out, size_t n) = 0;
+  virtual void write_residual(const float* in, size_t n) = 0;
 };
 
 struct SiteOptions {
@@ -43,6 +67,8 @@ struct SiteOptions {
   std::string checkpoint_dir;
   std::function<std::vector<StateBlob>()> save_state;            // called at each checkpoint
   std::function<void(const std::vector<StateBlob>&)> load_state;  // called on resume
+  // Null: the update is encoded on the host from the params buffer.
+  std::shared_ptr<UpdateEncoder> update_encoder;
 };
 
 struct SyncResult {
@@ -87,6 +113,10 @@ class SiteCore {
   uint64_t data_position() const;
   bool resumed() const;                // join() resumed from a checkpoint
 
+  // The anchor of the current round (n floats, host memory): what the
+  // update is measured against. Valid until the next call that can change
+  // the round (join, sync, service).
+  const float* anchor() const;
   uint64_t round() const;
   bool finished() const;
   uint64_t inner_steps() const;        // H, from the topology

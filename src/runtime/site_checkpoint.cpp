@@ -29,6 +29,9 @@ void SiteCore::Impl::save_checkpoint() {
   c.round = round;
   c.topology_digest = topo.digest();
   c.node_id = self.id;
+  if (opt.update_encoder && !residual.empty()) {
+    opt.update_encoder->read_residual(residual.data(), residual.size());
+  }
   c.sections.push_back(runtime::float_section("params", params, plan.total()));
   c.sections.push_back(runtime::float_section("anchor", anchor.data(), anchor.size()));
   c.sections.push_back(runtime::float_section("residual", residual.data(), residual.size()));
@@ -72,6 +75,10 @@ bool SiteCore::Impl::resume() {
   }
   if (opt.load_state) opt.load_state(blobs);
   std::memcpy(params, p.data(), p.size() * sizeof(float));
+  if (opt.update_encoder && codec->id() != CodecId::kFp32) {
+    if (residual.empty()) residual.assign(plan.total(), 0.0f);
+    opt.update_encoder->write_residual(residual.data(), residual.size());
+  }
   round = c.round;
   joined_once = true;
   resumed = true;

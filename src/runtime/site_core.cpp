@@ -202,6 +202,9 @@ void SiteCore::Impl::on_anchor(const wire::ParsedFrame& f, SyncResult* res) {
     sent = false;
     update_frames.clear();
     std::fill(residual.begin(), residual.end(), 0.0f);
+    if (opt.update_encoder && !residual.empty()) {
+      opt.update_encoder->write_residual(residual.data(), residual.size());
+    }
     joined_once = true;
     res->resynced = true;
     if (round >= topo.federation().rounds) finished = true;
@@ -390,9 +393,13 @@ SyncResult SiteCore::Impl::sync() {
   for (uint32_t i = 0; i < plan.count() && round == start_round && !res.resynced; ++i) {
     const uint64_t off = plan.offset(i);
     const uint32_t n = plan.size(i);
-    for (uint32_t k = 0; k < n; ++k) delta[k] = anchor[off + k] - params[off + k];
     payload.resize(codec->encoded_size(n));
-    codec->encode(delta.data(), n, lossy ? residual.data() + off : nullptr, payload.data());
+    if (opt.update_encoder) {
+      opt.update_encoder->encode(*codec, off, n, lossy, payload.data());
+    } else {
+      for (uint32_t k = 0; k < n; ++k) delta[k] = anchor[off + k] - params[off + k];
+      codec->encode(delta.data(), n, lossy ? residual.data() + off : nullptr, payload.data());
+    }
     encoded_upto = i + 1;
     wire::FrameHeader h = node_header(topo, self.index, wire::MsgType::kDelta, round);
     h.codec = static_cast<uint8_t>(codec->id());
@@ -492,6 +499,9 @@ void SiteCore::set_data_position(uint64_t p) { impl_->data_position = p; }
 uint64_t SiteCore::data_position() const { return impl_->data_position; }
 bool SiteCore::resumed() const { return impl_->resumed; }
 uint64_t SiteCore::round() const { return impl_->round; }
+const float* SiteCore::anchor() const {
+  return impl_->anchor.empty() ? impl_->params : impl_->anchor.data();
+}
 bool SiteCore::finished() const { return impl_->finished; }
 uint64_t SiteCore::inner_steps() const { return impl_->topo.federation().inner_steps; }
 const std::array<uint8_t, 32>& SiteCore::initial_digest() const { return impl_->initial_digest; }

@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -90,10 +91,18 @@ struct FederationRun {
   }
 };
 
+// Optional per-site set-up for run_threads (both called on the site's thread).
+struct SiteSetup {
+  // Before the SiteCore is built: adjust its options (params is its buffer).
+  std::function<void(SiteOptions&, size_t site, std::vector<float>& params)> options;
+  // Once the SiteCore exists, before join().
+  std::function<void(SiteCore&, size_t site)> created;
+};
+
 // Runs every node of `topo` as a thread; sites train with the synthetic
 // workload. Returns when all threads ended.
 inline FederationRun run_threads(const Topology& topo, const std::vector<float>& init,
-                                 uint64_t seed, int window = 8) {
+                                 uint64_t seed, int window = 8, const SiteSetup& setup = {}) {
   FederationRun out;
   std::mutex mu;
   std::vector<std::thread> threads;
@@ -142,7 +151,9 @@ inline FederationRun run_threads(const Topology& topo, const std::vector<float>&
         o.round_timeout = std::chrono::seconds(15);
         o.window = window;
         o.security = security_for(topo, n.id);
+        if (setup.options) setup.options(o, i, params);
         SiteCore site(std::move(o), params.data(), params.size());
+        if (setup.created) setup.created(site, i);
         SyncResult r = site.join();
         while (!r.finished) {
           synthetic::local_steps(params.data(), params.size(), n.index,
