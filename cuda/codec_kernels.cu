@@ -21,8 +21,10 @@ constexpr size_t kBlock = K == CodecKind::kFp16   ? Fp16Codec::kBlock
                           : K == CodecKind::kInt8 ? size_t(cm::kInt8Block)
                                                   : kCheckBlock;
 
-__device__ __forceinline__ float value_at(const float* in, const float* res, size_t i) {
-  return res ? cm::add_rn(in[i], res[i]) : in[i];
+__device__ __forceinline__ float value_at(const float* in, const float* minus, const float* res,
+                                          size_t i) {
+  const float x = minus ? cm::sub_rn(in[i], minus[i]) : in[i];
+  return res ? cm::add_rn(x, res[i]) : x;
 }
 
 __device__ __forceinline__ uint32_t warp_max_of(uint32_t v) {
@@ -53,14 +55,15 @@ __device__ uint32_t block_max_of(uint32_t v) {
 // first non-finite one it sees is its smallest.
 template <CodecKind K>
 __global__ void __launch_bounds__(kThreads)
-    block_max_kernel(const float* in, const float* res, size_t n, uint32_t* block_max,
+    block_max_kernel(const float* in, const float* minus, const float* res, size_t n,
+                     uint32_t* block_max,
                      unsigned long long* first_bad) {
   const size_t begin = size_t(blockIdx.x) * kBlock<K>;
   const size_t end = begin + kBlock<K> < n ? begin + kBlock<K> : n;
   uint32_t m = 0;
   unsigned long long bad = kNoBad;
   for (size_t i = begin + threadIdx.x; i < end; i += kThreads) {
-    const uint32_t a = cm::bits_of(value_at(in, res, i)) & cm::kF32AbsMask;
+    const uint32_t a = cm::bits_of(value_at(in, minus, res, i)) & cm::kF32AbsMask;
     if (a >= cm::kF32ExpMask && bad == kNoBad) bad = i;
     m = a > m ? a : m;
   }
@@ -71,7 +74,8 @@ __global__ void __launch_bounds__(kThreads)
 
 template <CodecKind K>
 __global__ void __launch_bounds__(kThreads)
-    quantise_kernel(const float* in, float* res, size_t n, const uint32_t* block_max,
+    quantise_kernel(const float* in, const float* minus, float* res, size_t n,
+                    const uint32_t* block_max,
                     const unsigned long long* first_bad, uint8_t* out) {
   if (*first_bad != kNoBad) return;  // the same for the whole grid: nothing is written
   const size_t b = blockIdx.x;
@@ -82,13 +86,13 @@ __global__ void __launch_bounds__(kThreads)
   if constexpr (K == CodecKind::kFp32) {
     float* values = reinterpret_cast<float*>(out);
     for (size_t i = begin + threadIdx.x; i < end; i += kThreads) {
-      values[i] = value_at(in, res, i);
+      values[i] = value_at(in, minus, res, i);
       if (res) res[i] = 0.0f;
     }
   } else if constexpr (K == CodecKind::kBf16) {
     uint16_t* values = reinterpret_cast<uint16_t*>(out);
     for (size_t i = begin + threadIdx.x; i < end; i += kThreads) {
-      const float v = value_at(in, res, i);
+      const float v = value_at(in, minus, res, i);
       const uint16_t h = cm::fp32_to_bf16(v);
       values[i] = h;
       if (res) res[i] = cm::sub_rn(v, cm::bf16_to_fp32(h));
@@ -98,7 +102,7 @@ __global__ void __launch_bounds__(kThreads)
     if (threadIdx.x == 0) reinterpret_cast<float*>(out)[b] = s.scale;
     uint16_t* values = reinterpret_cast<uint16_t*>(out + Fp16Codec::kScaleBytes * blocks);
     for (size_t i = begin + threadIdx.x; i < end; i += kThreads) {
-      const float v = value_at(in, res, i);
+      const float v = value_at(in, minus, res, i);
       const uint16_t h = cm::fp16_quantise(v, s);
       values[i] = h;
       if (res) res[i] = cm::sub_rn(v, cm::fp16_dequantise(h, s.scale));
@@ -108,7 +112,7 @@ __global__ void __launch_bounds__(kThreads)
     if (threadIdx.x == 0) reinterpret_cast<float*>(out)[b] = s.scale;
     int8_t* values = reinterpret_cast<int8_t*>(out + sizeof(float) * blocks);
     for (size_t i = begin + threadIdx.x; i < end; i += kThreads) {
-      const float v = value_at(in, res, i);
+      const float v = value_at(in, minus, res, i);
       const int8_t q = cm::int8_quantise(v, s);
       values[i] = q;
       if (res) res[i] = cm::sub_rn(v, cm::int8_dequantise(q, s.scale));
@@ -122,10 +126,10 @@ cudaError_t launch(const EncodeArgs& a, cudaStream_t stream) {
   const size_t blocks = a.n / kBlock<K> + (a.n % kBlock<K> != 0);
   if (blocks > 0x7FFFFFFFu) return cudaErrorInvalidValue;
   const dim3 grid{static_cast<unsigned>(blocks)};
-  block_max_kernel<K><<<grid, kThreads, 0, stream>>>(a.in, a.residual, a.n, a.block_max,
-                                                     a.first_bad);
-  quantise_kernel<K><<<grid, kThreads, 0, stream>>>(a.in, a.residual, a.n, a.block_max,
-                                                    a.first_bad, a.out);
+  block_max_kernel<K><<<grid, kThreads, 0, stream>>>(a.in, a.minus, a.residual, a.n,
+                                                     a.block_max, a.first_bad);
+  quantise_kernel<K><<<grid, kThreads, 0, stream>>>(a.in, a.minus, a.residual, a.n,
+                                                    a.block_max, a.first_bad, a.out);
   return cudaGetLastError();
 }
 

@@ -5,6 +5,8 @@
 //   2. quantise: when no value was non-finite, the payload (scales, then the
 //      values) and the new residual; otherwise nothing at all, so a failed
 //      encoding leaves the residual untouched, as the CPU codecs do.
+// With `minus`, the value encoded is (in - minus), rounded once before the
+// residual is added, exactly as the host computes a delta and then encodes it.
 // Payload bytes equal the CPU codec's bit for bit: both sides use
 // src/codec/codec_math.hpp, and this file is compiled with --fmad=false.
 #pragma once
@@ -28,6 +30,7 @@ inline size_t block_count(CodecKind kind, size_t n) {
 
 struct EncodeArgs {
   const float* in = nullptr;         // n device floats
+  const float* minus = nullptr;      // n device floats, or null: encode in - minus
   float* residual = nullptr;         // n device floats, or null
   size_t n = 0;
   uint8_t* out = nullptr;            // device, the codec's encoded_size(n); 256-byte aligned

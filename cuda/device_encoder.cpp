@@ -75,6 +75,7 @@ struct Slot {
   Owned<void*, FreeHost> host_bad;     // first_bad, pinned
   bool in_flight = false;
   const float* in = nullptr;
+  const float* minus = nullptr;
   const float* residual = nullptr;
   size_t n = 0;
 };
@@ -114,12 +115,16 @@ struct DeviceEncoder::Impl {
     return slots[size_t(slot)];
   }
 
+  void start(int slot, const float* in, const float* minus, float* residual, size_t n);
+
   [[noreturn]] void throw_non_finite(const Slot& s, unsigned long long index) const {
-    float v = 0.0f, r = 0.0f;
+    float v = 0.0f, b = 0.0f, r = 0.0f;
     cudaMemcpy(&v, s.in + index, sizeof v, cudaMemcpyDeviceToHost);
+    if (s.minus) cudaMemcpy(&b, s.minus + index, sizeof b, cudaMemcpyDeviceToHost);
     if (s.residual) cudaMemcpy(&r, s.residual + index, sizeof r, cudaMemcpyDeviceToHost);
     cudaGetLastError();
-    const float value = s.residual ? v + r : v;
+    const float x = s.minus ? v - b : v;
+    const float value = s.residual ? x + r : x;
     throw Error("codec " + options.codec + " (GPU): cannot encode a non-finite value (" +
                 std::to_string(value) + (s.residual ? " in input + residual" : " in input") +
                 " at element " + std::to_string(index) + " of " + std::to_string(s.n) +
@@ -179,7 +184,17 @@ int DeviceEncoder::slots() const { return int(impl_->slots.size()); }
 size_t DeviceEncoder::encoded_size(size_t n) const { return impl_->codec->encoded_size(n); }
 
 void DeviceEncoder::encode_async(int slot, const float* in, float* residual, size_t n) {
-  Impl& m = *impl_;
+  impl_->start(slot, in, nullptr, residual, n);
+}
+
+void DeviceEncoder::encode_difference_async(int slot, const float* a, const float* b,
+                                            float* residual, size_t n) {
+  impl_->start(slot, a, b, residual, n);
+}
+
+void DeviceEncoder::Impl::start(int slot, const float* in, const float* minus, float* residual,
+                                size_t n) {
+  Impl& m = *this;
   Slot& s = m.slot_at(slot);
   if (s.in_flight) {
     throw ConfigError("DeviceEncoder: slot " + std::to_string(slot) +
@@ -193,6 +208,7 @@ void DeviceEncoder::encode_async(int slot, const float* in, float* residual, siz
   DeviceScope scope(m.options.device);
   if (n > 0) {
     require_device_pointer(in, m.options.device, "the input");
+    if (minus) require_device_pointer(minus, m.options.device, "the subtrahend");
     if (residual) require_device_pointer(residual, m.options.device, "the residual");
   }
   // The producer's kernels (autograd, the delta) run on the default stream.
@@ -202,6 +218,7 @@ void DeviceEncoder::encode_async(int slot, const float* in, float* residual, siz
 
   kernels::EncodeArgs args;
   args.in = in;
+  args.minus = minus;
   args.residual = residual;
   args.n = n;
   args.out = static_cast<uint8_t*>(s.payload.p);
@@ -219,6 +236,7 @@ void DeviceEncoder::encode_async(int slot, const float* in, float* residual, siz
   FEDWAN_CUDA_CHECK(cudaEventRecord(s.done.p, s.stream.p));
   s.in_flight = true;
   s.in = in;
+  s.minus = minus;
   s.residual = residual;
   s.n = n;
 }

@@ -14,7 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "fedwan/codec.hpp"
 #include "fedwan/site_comm.hpp"
+#include "fedwan/site_core.hpp"
 
 namespace fedwan::cuda {
 
@@ -76,6 +78,11 @@ class DeviceEncoder {
   // stream before this call is done before the encoder reads them. Throws
   // ConfigError for n > max_elements, a bad slot, or a slot still in flight.
   void encode_async(int slot, const float* in, float* residual, size_t n);
+  // The same for (a - b), each difference rounded to fp32 before the
+  // residual is added: the bytes the CPU codec gives for the host-computed
+  // difference. a and b are n device floats each.
+  void encode_difference_async(int slot, const float* a, const float* b, float* residual,
+                               size_t n);
 
   struct Encoded {
     const uint8_t* data = nullptr;  // pinned host memory, valid until the slot is reused
@@ -88,6 +95,35 @@ class DeviceEncoder {
 
   // encode_async + wait on slot 0, copied out.
   std::vector<uint8_t> encode(const float* in, float* residual, size_t n);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The UpdateEncoder (fedwan/site_core.hpp) of a site whose model lives on a
+// CUDA device: sync() gets each chunk of (anchor - params) computed and
+// encoded on the GPU in one pass, with the residual kept on the GPU, and
+// only the encoded bytes copied to the host. fedwan::Site installs one for a
+// CUDA model; install one yourself when driving a SiteCore over a model on a
+// GPU (SiteOptions::update_encoder), and call set_anchor after every call
+// that changes the round.
+class DeviceUpdateEncoder final : public UpdateEncoder {
+ public:
+  // `params`: the live model, n floats of device memory on `device`, valid
+  // for the encoder's life. `max_chunk_elements`: the topology's chunk size
+  // in elements (ChunkPlan). Throws ConfigError without a GPU.
+  DeviceUpdateEncoder(int device, const float* params, size_t n, size_t max_chunk_elements,
+                      std::chrono::milliseconds timeout = std::chrono::seconds(60));
+  ~DeviceUpdateEncoder() override;
+
+  // Copies the round's anchor (n host floats: SiteCore::anchor()) to the GPU.
+  void set_anchor(const float* host_anchor);
+
+  void encode(const Codec& codec, uint64_t offset, uint32_t n, bool error_feedback,
+              uint8_t* out) override;
+  void read_residual(float* out, size_t n) override;
+  void write_residual(const float* in, size_t n) override;
 
  private:
   struct Impl;

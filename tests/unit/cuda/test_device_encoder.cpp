@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -196,6 +197,68 @@ TEST(DeviceEncoder, NonFiniteInputThrowsAndLeavesTheResidualAlone) {
     in.upload(x);
     EXPECT_EQ(gpu.encode(in.get(), nullptr, x.size()).size(), gpu.encoded_size(x.size()));
   }
+}
+
+TEST(DeviceEncoder, DifferencesMatchTheHostDeltaThenEncode) {
+  SKIP_WITHOUT_GPU();
+  for (const char* name : kCodecs) {
+    SCOPED_TRACE(name);
+    const Codec& cpu = codec_by_name(name);
+    DeviceEncoderOptions o;
+    o.codec = name;
+    o.max_elements = 70000;
+    DeviceEncoder gpu(o);
+    const std::vector<float> a = awkward_chunk(70000, 21), b = awkward_chunk(70000, 22);
+    std::vector<float> delta(a.size()), cpu_residual(a.size(), 0.0f);
+    for (size_t i = 0; i < a.size(); ++i) delta[i] = a[i] - b[i];
+    DeviceFloats da(a), db(b), gpu_residual(cpu_residual);
+    for (int round = 0; round < 2; ++round) {
+      std::vector<uint8_t> want(cpu.encoded_size(a.size()));
+      cpu.encode(delta.data(), delta.size(), cpu_residual.data(), want.data());
+      gpu.encode_difference_async(0, da.get(), db.get(), gpu_residual.get(), a.size());
+      const DeviceEncoder::Encoded got = gpu.wait(0);
+      ASSERT_EQ(got.size, want.size());
+      EXPECT_EQ(std::memcmp(got.data, want.data(), want.size()), 0) << "round " << round;
+      EXPECT_EQ(bits(gpu_residual.download()), bits(cpu_residual));
+    }
+  }
+}
+
+TEST(DeviceUpdateEncoder, ChunksAndResidualMatchTheHostPath) {
+  SKIP_WITHOUT_GPU();
+  const size_t n = 10000, chunk = 4096;
+  const std::vector<float> params = awkward_chunk(n, 31);
+  std::vector<float> anchor = awkward_chunk(n, 32);
+  DeviceFloats device_params(params);
+  DeviceUpdateEncoder gpu(0, device_params.get(), n, chunk);
+  gpu.set_anchor(anchor.data());
+  const Codec& codec = codec_by_name("int8");
+  std::vector<float> residual(n, 0.0f), delta(chunk);
+  for (uint64_t off = 0; off < n; off += chunk) {
+    const uint32_t len = uint32_t(std::min(chunk, n - off));
+    for (uint32_t k = 0; k < len; ++k) delta[k] = anchor[off + k] - params[off + k];
+    std::vector<uint8_t> want(codec.encoded_size(len)), got(codec.encoded_size(len));
+    codec.encode(delta.data(), len, residual.data() + off, want.data());
+    gpu.encode(codec, off, len, true, got.data());
+    ASSERT_EQ(got, want) << "chunk at " << off;
+  }
+  std::vector<float> back(n);
+  gpu.read_residual(back.data(), n);
+  EXPECT_EQ(bits(back), bits(residual));
+  // A resumed residual goes back in and is used by the next chunk.
+  std::vector<float> resumed = awkward_chunk(n, 33);
+  for (float& r : resumed) r *= 1e-6f;
+  gpu.write_residual(resumed.data(), n);
+  gpu.read_residual(back.data(), n);
+  EXPECT_EQ(bits(back), bits(resumed));
+  EXPECT_THROW(gpu.read_residual(back.data(), n - 1), ConfigError);
+  EXPECT_THROW(gpu.encode(codec, n - 10, 11, true, nullptr), ConfigError);
+}
+
+TEST(DeviceUpdateEncoder, WithoutAGpuItSaysSo) {
+  if (device_count() > 0) GTEST_SKIP() << "this machine has a GPU";
+  std::vector<float> host(16, 1.0f);
+  EXPECT_THROW(DeviceUpdateEncoder(0, host.data(), host.size(), 16), ConfigError);
 }
 
 TEST(DeviceEncoder, RefusesHostPointersAndOversizedChunks) {
