@@ -18,11 +18,21 @@
 // the loss is a mean over equally sized local batches (checked by the tests
 // within float tolerance, with and without overlap).
 //
+// CUDA parameters: each bucket lives on its parameters' device (a bucket
+// never mixes devices) and is averaged there, so the communicator must take
+// device memory (SiteComm::accepts_device_memory: the NCCL engine, from
+// fedwan::cuda::make_site_comm(options, device)); the few host-side flags of
+// a step travel on that GPU too. Gradients are copied into the buckets on
+// the device's default stream, where LibTorch runs forward and backward
+// unless told otherwise; the NCCL engine waits for that stream.
+//
 // Contract: one backward() per synchronize() (with overlap, a second one
-// before synchronize() throws); every rank calls the same sequence. Errors:
-// ConfigError for parameters this engine cannot serve (not fp32 on the CPU);
-// a rank that dies or stalls makes synchronize() throw TransportError
-// (SiteComm's timeout), never hang.
+// before synchronize() throws); every rank calls the same sequence, with its
+// model on the same kind of device. Errors: ConfigError for parameters this
+// engine cannot serve (not fp32, not on the CPU or a CUDA device, or CUDA
+// parameters with a communicator that takes host memory only); a rank that
+// dies or stalls makes synchronize() throw TransportError (SiteComm's
+// timeout), never hang.
 // Thread safety: one DataParallel per rank, driven by the training thread.
 #pragma once
 

@@ -20,6 +20,13 @@
 // to the other ranks, which never open a connection. Every rank calls
 // join/step/sync in the same sequence.
 //
+// A model on a CUDA device: the federation still works on a host copy of the
+// flat parameters, which the leader refreshes from the device before it
+// joins, syncs or checkpoints and writes back to the device after (one
+// device-to-host and one host-to-device copy per round). The ranks share
+// the leader's model on the device when their communicator takes device
+// memory (fedwan::cuda::make_site_comm), else through the host.
+//
 // Thread safety: one training thread drives a Site.
 #pragma once
 
@@ -54,21 +61,31 @@ class Site {
   // (blocking up to the round timeout) and returns the result.
   std::optional<SyncResult> step();
   SyncResult sync();  // ends the round now, whatever the step count
+  // Leader: writes a checkpoint now (SIGTERM handling; a no-op without a
+  // checkpoint directory). Other ranks: nothing to do.
+  void checkpoint();
 
   bool finished() const;
   uint64_t round() const;
   uint64_t inner_steps() const { return inner_steps_; }
   bool leader() const { return core_ != nullptr; }
   FlatParameters& parameters() { return flat_; }
-  // The leader's link to the federation; throws Error on another rank.
+  // The leader's link to the federation; throws Error on another rank. For
+  // a CUDA model it works on the host copy: use Site's join/step/sync/
+  // checkpoint, which keep that copy current, rather than the core's.
   SiteCore& core();
 
  private:
   // Leader: the model, the round, finished/resynced; others: receive them.
   SyncResult share(SyncResult r, std::chrono::milliseconds timeout);
   void share_state();  // leader's optimizer state and buffers, after a resume
+  void share_parameters(std::chrono::milliseconds timeout);
+  // CUDA model only (no-ops on the CPU): the host copy from, and to, the device.
+  void to_host();
+  void to_device();
 
   FlatParameters flat_;
+  torch::Tensor host_;              // CUDA model: what the federation reads and writes
   std::unique_ptr<SiteCore> core_;  // the leader's only
   SiteComm* ranks_ = nullptr;       // null or size 1: a single-rank site
   std::function<std::vector<StateBlob>()> save_state_;

@@ -48,8 +48,9 @@ class SiteComm {
 
   // In place, on every rank: data[i] = sum over ranks of data[i].
   virtual void allreduce_sum(float* data, size_t n) = 0;
-  // In place: the mean over ranks (the sum, then scaled by 1/size).
-  void allreduce_mean(float* data, size_t n);
+  // In place: the mean over ranks (the sum, then scaled by 1/size). Virtual
+  // because an engine that takes device memory must scale on the device.
+  virtual void allreduce_mean(float* data, size_t n);
   // In place: every rank ends with `root`'s data. The second form waits up
   // to `timeout` instead of options.timeout (e.g. while the leader syncs
   // with the federation, which may take a whole round).
@@ -60,6 +61,10 @@ class SiteComm {
   virtual std::chrono::milliseconds timeout() const = 0;
   // Returns once every rank has called it.
   virtual void barrier() = 0;
+  // True when allreduce_sum/allreduce_mean/broadcast take CUDA device
+  // memory (the NCCL engine, fedwan::cuda::make_site_comm); the Gloo engine
+  // takes host memory only.
+  virtual bool accepts_device_memory() const { return false; }
 };
 
 // The Gloo engine (CPU ranks, TCP). Blocks until every rank of the site has

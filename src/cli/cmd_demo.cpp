@@ -23,6 +23,7 @@
 #include "cli/commands.hpp"
 #include "cli/fashion_mnist.hpp"
 #include "cli/fashion_model.hpp"
+#include "cli/placement.hpp"
 #include "fedwan/codec.hpp"
 #include "fedwan/error.hpp"
 #include "fedwan/security.hpp"
@@ -182,6 +183,14 @@ int run_demo(const DemoArgs& a) {
   OuterOptimizerSpec outer;
   outer.name = a.outer;
   (void)make_outer_optimizer(outer, 1);
+  if (a.device == "cuda" && a.workload.trainer != "fashion-cnn") {
+    throw ConfigError("--device cuda trains fashion-cnn; the synthetic trainer runs on the CPU");
+  }
+  // Where the sites' ranks will train (each resolves the same on this
+  // machine); --device cuda without what it needs fails here.
+  const Placement place = a.workload.trainer == "fashion-cnn"
+                              ? place_rank(a.device, 0, a.ranks_per_site)
+                              : Placement{};
   const auto t0 = Clock::now();
 
   fs::path dir = a.work_dir;
@@ -214,11 +223,12 @@ int run_demo(const DemoArgs& a) {
   if (a.ranks_per_site > 1 && a.workload.trainer != "fashion-cnn") {
     throw ConfigError("--ranks-per-site > 1 needs --trainer fashion-cnn");
   }
+  const std::string engine = place.cuda() ? "NCCL" : "Gloo";
   std::cout << "fedwan demo: root, " << a.regions << " regions, " << a.sites << " sites"
             << (a.ranks_per_site > 1
-                    ? " of " + std::to_string(a.ranks_per_site) + " ranks (Gloo)"
+                    ? " of " + std::to_string(a.ranks_per_site) + " ranks (" + engine + ")"
                     : std::string())
-            << "; "
+            << " on " << (place.cuda() ? "GPUs" : "the CPU") << "; "
             << a.rounds << " rounds x " << a.inner_steps << " steps; codec " << a.codec
             << ", outer " << a.outer << ", trainer " << a.workload.trainer << "\n"
             << "fedwan demo: topology and logs in " << dir.string() << "\n"
@@ -240,6 +250,7 @@ int run_demo(const DemoArgs& a) {
                                std::to_string(rank), "--rendezvous",
                                (dir / "rendezvous" / node).string()});
     }
+    if (cmd == "site") args.insert(args.end(), {"--device", a.device});
     if (a.insecure_plaintext) {
       args.push_back("--insecure-plaintext");
     } else {
@@ -291,6 +302,7 @@ int run_demo(const DemoArgs& a) {
       {"seed", a.workload.seed},    {"alpha", a.workload.alpha},
       {"batch_size", a.workload.batch_size},
       {"inner_optimizer", a.workload.inner_optimizer}, {"lr", a.workload.lr},
+      {"device", place.cuda() ? "cuda" : "cpu"},
       {"topology_digest", topo.digest_hex()},
       {"security", a.insecure_plaintext ? std::string("plaintext") : "mtls/" + a.cipher},
       {"audit_dir", (dir / "audit").string()}};
@@ -327,9 +339,15 @@ void add_demo_command(CLI::App& app, DemoArgs& a, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--chunk-bytes", a.chunk_bytes, "fp32 bytes per chunk")->capture_default_str();
   cmd->add_option("--ranks-per-site", a.ranks_per_site,
-                  "processes per site (CPU ranks averaging their gradients every step over "
-                  "Gloo; each trains on its slice of every minibatch)")
+                  "processes per site (ranks averaging their gradients every step, over NCCL "
+                  "on GPUs or Gloo on the CPU; each trains on its slice of every minibatch)")
       ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  cmd->add_option("--device", a.device,
+                  "where the sites train: cuda (rank r of a site on GPU r % GPUs), cpu, or auto "
+                  "(cuda when this build, the machine and LibTorch have CUDA and there is a GPU "
+                  "per rank of a site; else cpu)")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
   cmd->add_flag("--no-baseline", a.no_baseline, "skip the central-training baseline");
   cmd->add_option("--report", a.report, "write the JSON report here");

@@ -13,6 +13,7 @@
 #include "cli/commands.hpp"
 #include "cli/fashion_mnist.hpp"
 #include "cli/fashion_model.hpp"
+#include "cli/placement.hpp"
 #include "fedwan/aggregator.hpp"
 #include "fedwan/data_parallel.hpp"
 #include "fedwan/error.hpp"
@@ -201,6 +202,9 @@ int run_site(const NodeArgs& a) {
   const WorkloadSettings& w = a.workload;
 
   if (w.trainer == "synthetic") {
+    if (a.device == "cuda") {
+      throw ConfigError("--device cuda trains fashion-cnn; the synthetic trainer runs on the CPU");
+    }
     const uint32_t index = o.topology.node(a.node).index;
     std::vector<float> params = initial_model(w);
     SiteCore site(std::move(o), params.data(), params.size());
@@ -224,6 +228,9 @@ int run_site(const NodeArgs& a) {
     return 0;
   }
 
+  // Before the data is loaded: a rank that cannot have the device it was
+  // told to use fails at once.
+  const Placement place = place_rank(a.device, a.rank, a.ranks);
   size_t num_sites = 0;
   for (const NodeSpec& n : o.topology.nodes()) num_sites += n.role == Role::kSite;
   const size_t ordinal = site_ordinal(o.topology, a.node);
@@ -236,12 +243,15 @@ int run_site(const NodeArgs& a) {
                                                      num_sites, w.alpha, w.seed);
     const torch::Tensor rows = torch::tensor(
         std::vector<int64_t>(shards[ordinal].begin(), shards[ordinal].end()), torch::kInt64);
-    images = train.images.index_select(0, rows);
-    labels = train.labels.index_select(0, rows);
+    images = train.images.index_select(0, rows).to(place.device());
+    labels = train.labels.index_select(0, rows).to(place.device());
   }
   std::vector<int64_t> indices(static_cast<size_t>(images.size(0)));
   for (size_t i = 0; i < indices.size(); ++i) indices[i] = static_cast<int64_t>(i);
+  // Drawn on the CPU (the same bits on every node), then moved; the
+  // optimizer is built over the moved parameters.
   FashionCnn model = make_fashion_cnn(w.seed);
+  model->to(place.device());
   std::unique_ptr<torch::optim::Optimizer> opt = make_inner_optimizer(*model, w);
   // A multi-rank site: every rank holds the model, trains on its slice of
   // each minibatch and averages the gradients with the others.
@@ -254,8 +264,12 @@ int run_site(const NodeArgs& a) {
     c.rendezvous_dir = a.rendezvous;
     c.name = a.node;
     c.timeout = std::chrono::milliseconds(static_cast<int64_t>(a.join_timeout_s * 1000));
-    comm = make_gloo_comm(c);
+    comm = make_rank_comm(c, place);
   }
+  std::cerr << "fedwan: site '" << a.node << "' rank " << a.rank << " of " << a.ranks
+            << " trains on " << place.describe()
+            << (comm ? std::string(" (site communicator: ") + comm->engine() + ")" : std::string())
+            << std::endl;
   Site site(std::move(o), *model, opt.get(), comm.get());
   if (comm) {
     dp = std::make_unique<DataParallel>(*model, *comm);
@@ -271,14 +285,15 @@ int run_site(const NodeArgs& a) {
     trainer.step(model, *opt, average, a.rank, a.ranks);
     site.step();
     if (g_terminate.load()) {
-      if (site.leader()) site.core().checkpoint();
+      site.checkpoint();
       std::cerr << "fedwan: site '" << a.node << "' stopped by signal at round " << site.round()
                 << "\n";
       return 0;
     }
   }
   if (!a.out.empty() && site.leader()) {
-    write_model(a.out, site.parameters().data(), site.parameters().numel());
+    const torch::Tensor model_on_host = site.parameters().flat().to(torch::kCPU);
+    write_model(a.out, model_on_host.data_ptr<float>(), site.parameters().numel());
   }
   return 0;
 }
@@ -322,14 +337,20 @@ void add_site_command(CLI::App& app, NodeArgs& args, int* exit_code) {
   CLI::App* cmd = app.add_subcommand("site", "run a site, or one rank of a multi-rank site");
   add_node_flags(*cmd, args);
   cmd->add_option("--ranks", args.ranks,
-                  "ranks in the site (processes on CPU, gradients averaged every step over "
-                  "Gloo); rank 0 talks to the federation")
+                  "ranks in the site (processes, gradients averaged every step: over NCCL on "
+                  "GPUs, Gloo on the CPU); rank 0 talks to the federation")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
   cmd->add_option("--rank", args.rank, "this process's rank in the site, 0 .. ranks-1")
       ->capture_default_str();
   cmd->add_option("--rendezvous", args.rendezvous,
                   "with --ranks > 1: a fresh directory every rank of the site can reach");
+  cmd->add_option("--device", args.device,
+                  "where this rank trains: cuda (GPU rank % GPUs; model and batches on it, NCCL "
+                  "between the ranks), cpu, or auto (cuda when this build, the machine and "
+                  "LibTorch have CUDA and there is a GPU per rank; else cpu)")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+      ->capture_default_str();
   cmd->callback([&args, exit_code] { *exit_code = run_site(args); });
 }
 

@@ -33,8 +33,9 @@ struct NodeArgs {
   std::string record_updates;   // aggregators: keep received update payloads here
   bool standby = false;         // root: run as its standby
   int rank = 0;                 // sites: this process's rank in the site
-  int ranks = 1;                // sites: ranks in the site (Gloo, CPU)
+  int ranks = 1;                // sites: ranks in the site
   std::string rendezvous;       // sites with ranks > 1: where the ranks meet
+  std::string device = "auto";  // sites: auto | cpu | cuda (see cli/placement.hpp)
   SecurityArgs security;
   WorkloadSettings workload;
 };
@@ -58,7 +59,8 @@ struct DemoArgs {
   int base_port = 0;     // 0: pick free ports
   bool insecure_plaintext = false;  // default: provision credentials, encrypt every link
   std::string cipher = "aes-256-gcm";
-  int ranks_per_site = 1;  // processes per site, gradients averaged over Gloo
+  int ranks_per_site = 1;  // processes per site, gradients averaged every step
+  std::string device = "auto";  // the sites' ranks: auto | cpu | cuda
   WorkloadSettings workload;
 };
 

@@ -105,6 +105,7 @@ float Trainer::step(FashionCnn& model, torch::optim::Optimizer& optimizer,
     const int64_t b = index.size(0);
     index = index.slice(0, b * rank / ranks, b * (rank + 1) / ranks);
   }
+  index = index.to(images_.device());  // no copy on the CPU
   const torch::Tensor x = images_.index_select(0, index);
   const torch::Tensor y = labels_.index_select(0, index);
   model->train();

@@ -54,8 +54,9 @@ FashionCnn make_fashion_cnn(uint64_t seed, const FashionCnnOptions& options = {}
 // samples than `batch_size` repeats samples within a batch).
 class Trainer {
  public:
-  // `images` [N,1,28,28] and `labels` [N] are shared, not copied; `indices`
-  // must be non-empty and index into them.
+  // `images` [N,1,28,28] and `labels` [N] are shared, not copied, and may
+  // live on a GPU (the model must then be there too); `indices` must be
+  // non-empty and index into them.
   Trainer(torch::Tensor images, torch::Tensor labels, std::vector<int64_t> indices,
           int64_t batch_size, uint64_t seed);
 

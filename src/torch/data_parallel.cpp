@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -10,6 +11,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "fedwan/error.hpp"
@@ -27,12 +29,10 @@ class DataParallel::Impl {
     for (auto it = all.rbegin(); it != all.rend(); ++it) {
       const torch::Tensor& p = *it;
       if (!p.requires_grad()) continue;  // frozen: not synchronised
-      if (p.scalar_type() != torch::kFloat32 || !p.device().is_cpu()) {
-        throw ConfigError(std::string("DataParallel: the ") + comm.engine() +
-                          " engine averages fp32 CPU parameters; found one of type " +
-                          std::string(c10::toString(p.scalar_type())) + " on " +
-                          p.device().str());
-      }
+      check_servable(p);
+      // The step's bookkeeping (which parameters any rank used) goes where
+      // the gradients go, so that a GPU site needs no host collective.
+      if (p.device().is_cuda() && !control_.is_cuda()) control_ = p.device();
       Param q;
       q.tensor = p;
       q.numel = static_cast<size_t>(p.numel());
@@ -68,9 +68,7 @@ class DataParallel::Impl {
     std::vector<torch::Tensor> tensors = module_.parameters();
     for (const torch::Tensor& b : module_.buffers()) tensors.push_back(b);
     for (torch::Tensor t : tensors) {
-      if (t.scalar_type() != torch::kFloat32 || !t.device().is_cpu()) {
-        throw ConfigError("DataParallel: broadcast of a non-fp32 or non-CPU tensor");
-      }
+      check_servable(t);
       torch::Tensor c = t.contiguous();
       run([&] { comm_.broadcast(c.data_ptr<float>(), static_cast<size_t>(c.numel()), 0); });
       wait_idle();
@@ -92,25 +90,24 @@ class DataParallel::Impl {
       while (next_launch_ < buckets_.size()) {
         Bucket& b = buckets_[next_launch_];
         for (size_t pi : b.params) {
-          if (!params_[pi].ready) {
-            std::memset(b.data.data() + params_[pi].offset, 0, params_[pi].numel * sizeof(float));
-          }
+          if (!params_[pi].ready) slice(pi).zero_();
         }
         launch(next_launch_++);
         stats_.buckets_at_synchronize += 1;
       }
       // Which parameters any rank used (after the buckets, same order everywhere).
-      queue_.push_back([this] { comm_.allreduce_sum(used_.data(), used_.size()); });
+      queue_.push_back([this] {
+        on_control(used_, [this](float* v, size_t n) { comm_.allreduce_sum(v, n); });
+      });
     }
     cv_.notify_all();
     wait_idle();
     const float scale = 1.0f / static_cast<float>(comm_.size());
     for (Param& p : params_) {
       if (used_[&p - params_.data()] > 0) {
-        const float* src = buckets_[p.bucket].data.data() + p.offset;
-        torch::Tensor mean =
-            torch::from_blob(const_cast<float*>(src), p.tensor.sizes(), torch::kFloat32)
-                .mul(scale);
+        torch::Tensor mean = slice(static_cast<size_t>(&p - params_.data()))
+                                 .view(p.tensor.sizes())
+                                 .mul(scale);
         if (p.tensor.grad().defined()) {
           p.tensor.mutable_grad().copy_(mean);
         } else {
@@ -130,24 +127,35 @@ class DataParallel::Impl {
 
   size_t num_buckets() const { return buckets_.size(); }
 
-  // Buckets over the parameters in `order`, bucket_bytes each at most
-  // (a parameter is never split).
+  // Buckets over the parameters in `order`, bucket_bytes each at most (a
+  // parameter is never split), one open bucket per device: a bucket holds
+  // the parameters of one device and lives there.
   void build_buckets(const std::vector<size_t>& order) {
     buckets_.clear();
+    constexpr size_t kNone = ~size_t{0};
+    std::vector<std::pair<torch::Device, size_t>> open;  // device -> its bucket being filled
     for (size_t i : order) {
       Param& p = params_[i];
-      if (buckets_.empty() ||
-          (buckets_.back().numel > 0 && (buckets_.back().numel + p.numel) * 4 > opt_.bucket_bytes)) {
+      const torch::Device device = p.tensor.device();
+      auto it = std::find_if(open.begin(), open.end(),
+                             [&](const auto& o) { return o.first == device; });
+      if (it == open.end()) it = open.insert(open.end(), {device, kNone});
+      size_t& k = it->second;
+      if (k == kNone ||
+          (buckets_[k].numel > 0 && (buckets_[k].numel + p.numel) * 4 > opt_.bucket_bytes)) {
         buckets_.emplace_back();
+        buckets_.back().device = device;
+        k = buckets_.size() - 1;
       }
-      Bucket& b = buckets_.back();
-      p.bucket = buckets_.size() - 1;
+      Bucket& b = buckets_[k];
+      p.bucket = k;
       p.offset = b.numel;
       b.params.push_back(i);
       b.numel += p.numel;
     }
     for (Bucket& b : buckets_) {
-      b.data.assign(b.numel, 0.0f);
+      b.data = torch::zeros({static_cast<int64_t>(b.numel)},
+                            torch::TensorOptions().dtype(torch::kFloat32).device(b.device));
       b.pending = b.params.size();
     }
   }
@@ -166,7 +174,9 @@ class DataParallel::Impl {
     for (size_t i = 0; i < params_.size(); ++i) {
       if (!seen[i]) order[k++] = static_cast<float>(i);
     }
-    run([&] { comm_.broadcast(order.data(), order.size(), 0); });
+    run([&] {
+      on_control(order, [this](float* v, size_t n) { comm_.broadcast(v, n, 0); });
+    });
     wait_idle();
     std::vector<size_t> idx(order.size());
     for (size_t i = 0; i < order.size(); ++i) idx[i] = static_cast<size_t>(order[i]);
@@ -187,8 +197,47 @@ class DataParallel::Impl {
     std::vector<size_t> params;
     size_t numel = 0;
     size_t pending = 0;
-    std::vector<float> data;
+    torch::Device device = torch::kCPU;
+    torch::Tensor data;  // fp32 [numel] on `device`
   };
+
+  // Parameters this engine averages: fp32, on the CPU, or on a CUDA device
+  // when the communicator takes device memory.
+  void check_servable(const torch::Tensor& p) const {
+    if (p.scalar_type() != torch::kFloat32 || !(p.device().is_cpu() || p.device().is_cuda())) {
+      throw ConfigError(std::string("DataParallel: the ") + comm_.engine() +
+                        " engine averages fp32 parameters on the CPU or a CUDA device; found "
+                        "one of type " + std::string(c10::toString(p.scalar_type())) + " on " +
+                        p.device().str());
+    }
+    if (p.device().is_cuda() && !comm_.accepts_device_memory()) {
+      throw ConfigError(std::string("DataParallel: a parameter is on ") + p.device().str() +
+                        " but the " + comm_.engine() +
+                        " engine takes host memory only. CUDA parameters need a communicator "
+                        "with the NCCL engine: fedwan::cuda::make_site_comm(options, device)");
+    }
+  }
+
+  // Parameter i's place in its bucket, flat.
+  torch::Tensor slice(size_t i) {
+    const Param& p = params_[i];
+    return buckets_[p.bucket].data.narrow(0, static_cast<int64_t>(p.offset),
+                                          static_cast<int64_t>(p.numel));
+  }
+
+  // Runs `op` on `v` where the gradients live: on the host for a CPU model,
+  // through a copy on the GPU for a CUDA one (the worker thread only).
+  void on_control(std::vector<float>& v, const std::function<void(float*, size_t)>& op) {
+    if (!control_.is_cuda()) {
+      op(v.data(), v.size());
+      return;
+    }
+    const torch::Tensor host = torch::from_blob(v.data(), {static_cast<int64_t>(v.size())},
+                                                torch::kFloat32);
+    torch::Tensor device = host.to(control_);  // synchronous: done before op reads it
+    op(device.data_ptr<float>(), v.size());    // blocks until complete
+    host.copy_(device);
+  }
 
   // A gradient computed by backward (hook), or found in .grad (no overlap).
   void on_grad(size_t i, const torch::Tensor& g) {
@@ -199,8 +248,9 @@ class DataParallel::Impl {
       throw Error("DataParallel: a second backward() before synchronize(); call synchronize() "
                   "after each backward(), or construct with overlap = false");
     }
-    torch::Tensor c = g.detach().to(torch::kFloat32).contiguous();
-    std::memcpy(b.data.data() + p.offset, c.data_ptr<float>(), p.numel * sizeof(float));
+    // On the gradient's device; for CUDA, on the default stream, which the
+    // NCCL engine waits for before it reads the bucket.
+    slice(i).view(p.tensor.sizes()).copy_(g.detach());
     p.ready = true;
     used_[i] = 1.0f;
     arrival_.push_back(i);
@@ -218,7 +268,9 @@ class DataParallel::Impl {
 
   // Under mu_.
   void launch(size_t k) {
-    queue_.push_back([this, k] { comm_.allreduce_sum(buckets_[k].data.data(), buckets_[k].numel); });
+    queue_.push_back([this, k] {
+      comm_.allreduce_sum(buckets_[k].data.data_ptr<float>(), buckets_[k].numel);
+    });
   }
 
   void run(std::function<void()> job) {
@@ -271,6 +323,7 @@ class DataParallel::Impl {
   std::vector<Param> params_;
   std::vector<Bucket> buckets_;
   std::vector<float> used_;  // 1 where this rank produced a gradient this step
+  torch::Device control_ = torch::kCPU;  // where used_ is reduced: the first CUDA device, or CPU
   std::vector<size_t> arrival_;  // parameters in the order their gradients came
   size_t next_launch_ = 0;
   DataParallelStats stats_;

@@ -36,13 +36,20 @@ void FlatParameters::adopt(std::vector<torch::Tensor> tensors, std::vector<std::
                             t.scalar_type())) + "; fedwan federates fp32 parameters "
                         "(call module->to(torch::kFloat32))");
     }
-    if (!t.device().is_cpu()) {
+    if (!t.device().is_cpu() && !t.device().is_cuda()) {
       throw ConfigError("parameter '" + names[i] + "' is on " + t.device().str() +
-                        "; this build federates CPU parameters");
+                        "; fedwan federates parameters on the CPU or a CUDA device");
+    }
+    if (t.device() != tensors[0].device()) {
+      throw ConfigError("parameter '" + names[i] + "' is on " + t.device().str() + " but '" +
+                        names[0] + "' on " + tensors[0].device().str() +
+                        "; fedwan federates a model whose parameters share one device "
+                        "(call module->to(device))");
     }
     total += t.numel();
   }
-  flat_ = torch::empty({total}, torch::TensorOptions().dtype(torch::kFloat32));
+  flat_ = torch::empty({total}, torch::TensorOptions().dtype(torch::kFloat32).device(
+                                    tensors[0].device()));
   torch::NoGradGuard no_grad;
   int64_t offset = 0;
   for (torch::Tensor& t : tensors) {

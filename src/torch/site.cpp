@@ -21,10 +21,12 @@ StateBlob archive_blob(std::string name, torch::serialize::OutputArchive& archiv
   return {std::move(name), std::vector<uint8_t>(bytes.begin(), bytes.end())};
 }
 
-torch::serialize::InputArchive archive_of(const StateBlob& blob) {
+// Tensors land on `device` (the model's), whatever device the rank that
+// saved them trained on.
+torch::serialize::InputArchive archive_of(const StateBlob& blob, torch::Device device) {
   std::istringstream is(std::string(blob.bytes.begin(), blob.bytes.end()));
   torch::serialize::InputArchive archive;
-  archive.load_from(is);
+  archive.load_from(is, device);
   return archive;
 }
 
@@ -65,10 +67,10 @@ Site::Site(SiteOptions options, torch::nn::Module& module, torch::optim::Optimiz
   load_state_ = [this, &module, optimizer](const std::vector<StateBlob>& blobs) {
     for (const StateBlob& blob : blobs) {
       if (blob.name == "torch.optimizer" && optimizer != nullptr) {
-        torch::serialize::InputArchive a = archive_of(blob);
+        torch::serialize::InputArchive a = archive_of(blob, flat_.device());
         optimizer->load(a);
       } else if (blob.name == "torch.buffers") {
-        torch::serialize::InputArchive a = archive_of(blob);
+        torch::serialize::InputArchive a = archive_of(blob, flat_.device());
         torch::NoGradGuard no_grad;
         for (auto& buf : module.named_buffers()) {
           torch::Tensor t;
@@ -87,9 +89,16 @@ Site::Site(SiteOptions options, torch::nn::Module& module, torch::optim::Optimiz
                        : std::chrono::milliseconds(static_cast<int64_t>(
                              options.topology.federation().round_timeout_s * 1000));
   inner_steps_ = options.topology.federation().inner_steps;
+  if (flat_.device().is_cuda()) {
+    // Pinned: the copies each round go at full bus speed.
+    host_ = torch::empty({static_cast<int64_t>(flat_.numel())},
+                         torch::TensorOptions().dtype(torch::kFloat32).pinned_memory(true));
+    to_host();
+  }
   // Only the leader talks to the federation.
   if (ranks_ == nullptr || ranks_->rank() == 0) {
-    core_ = std::make_unique<SiteCore>(std::move(options), flat_.data(), flat_.numel());
+    float* params = host_.defined() ? host_.data_ptr<float>() : flat_.data();
+    core_ = std::make_unique<SiteCore>(std::move(options), params, flat_.numel());
   }
 }
 
@@ -108,13 +117,35 @@ SiteCore& Site::core() {
   return *core_;
 }
 
+void Site::to_host() {
+  if (!host_.defined()) return;
+  torch::NoGradGuard no_grad;
+  host_.copy_(flat_.flat());  // waits for the training queued on the device
+}
+
+void Site::to_device() {
+  if (!host_.defined()) return;
+  torch::NoGradGuard no_grad;
+  flat_.flat().copy_(host_);
+}
+
+void Site::share_parameters(std::chrono::milliseconds timeout) {
+  if (!host_.defined() || ranks_->accepts_device_memory()) {
+    // Where the model lives (the leader's device copy is current).
+    ranks_->broadcast(flat_.data(), flat_.numel(), 0, timeout);
+    return;
+  }
+  ranks_->broadcast(host_.data_ptr<float>(), flat_.numel(), 0, timeout);
+  if (!leader()) to_device();
+}
+
 SyncResult Site::share(SyncResult r, std::chrono::milliseconds timeout) {
   if (ranks_ != nullptr) {
     // The leader's model and where the site stands, to every rank.
     float head[4] = {static_cast<float>(r.round & 0xffffff), static_cast<float>(r.round >> 24),
                      r.finished ? 1.0f : 0.0f, r.resynced ? 1.0f : 0.0f};
     ranks_->broadcast(head, 4, 0, timeout);
-    ranks_->broadcast(flat_.data(), flat_.numel(), 0, timeout);
+    share_parameters(timeout);
     if (!leader()) {
       r = SyncResult{};
       r.round = static_cast<uint64_t>(head[0]) | (static_cast<uint64_t>(head[1]) << 24);
@@ -148,7 +179,12 @@ void Site::share_state() {
 }
 
 SyncResult Site::join() {
-  SyncResult r = leader() ? core_->join() : SyncResult{};
+  SyncResult r;
+  if (leader()) {
+    to_host();
+    r = core_->join();
+    to_device();
+  }
   r = share(r, join_timeout_ + round_timeout_);
   if (ranks_ != nullptr) share_state();
   return r;
@@ -158,6 +194,7 @@ std::optional<SyncResult> Site::step() {
   // Keep the link alive between syncs (heartbeats, reconnects); a resync to
   // the parent's anchor restarts the round's count.
   SyncResult s = leader() ? core_->service() : SyncResult{};
+  if (s.resynced && leader()) to_device();
   if (ranks_ != nullptr) {
     // Every rank learns of a resync at the same step.
     float resynced = s.resynced ? 1.0f : 0.0f;
@@ -187,8 +224,19 @@ std::optional<SyncResult> Site::step() {
 
 SyncResult Site::sync() {
   steps_in_round_ = 0;
-  SyncResult r = leader() ? core_->sync() : SyncResult{};
+  SyncResult r;
+  if (leader()) {
+    to_host();
+    r = core_->sync();
+    to_device();
+  }
   return share(r, round_timeout_ + round_timeout_);
+}
+
+void Site::checkpoint() {
+  if (!leader()) return;
+  to_host();
+  core_->checkpoint();
 }
 
 }  // namespace fedwan
