@@ -14,6 +14,7 @@
 
 #include "codec_kernels.hpp"
 #include "cuda_check.hpp"
+#include "device_scope.hpp"
 #include "fedwan/codec.hpp"
 #include "fedwan/cuda.hpp"
 #include "fedwan/error.hpp"
@@ -32,21 +33,6 @@ CodecKind kind_of(const std::string& name) {
   throw ConfigError("DeviceEncoder: no GPU encoder for codec '" + name +
                     "'; the GPU encodes fp32, fp16, bf16 and int8");
 }
-
-// Makes `device` current for the scope and restores the caller's device.
-class DeviceScope {
- public:
-  explicit DeviceScope(int device) {
-    FEDWAN_CUDA_CHECK(cudaGetDevice(&previous_));
-    if (previous_ != device) FEDWAN_CUDA_CHECK(cudaSetDevice(device));
-  }
-  ~DeviceScope() { cudaSetDevice(previous_); }
-  DeviceScope(const DeviceScope&) = delete;
-  DeviceScope& operator=(const DeviceScope&) = delete;
-
- private:
-  int previous_ = 0;
-};
 
 template <class T, class Free>
 struct Owned {

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "cuda_check.hpp"
+#include "device_scope.hpp"
 #include "fedwan/cuda.hpp"
 #include "fedwan/error.hpp"
 
@@ -28,21 +29,6 @@ DeviceArray device_array(size_t n) {
   FEDWAN_CUDA_CHECK(cudaMemset(p, 0, (n > 0 ? n : 1) * sizeof(float)));
   return DeviceArray(static_cast<float*>(p));
 }
-
-// Makes `device` current for the scope and restores the caller's device.
-class DeviceScope {
- public:
-  explicit DeviceScope(int device) {
-    FEDWAN_CUDA_CHECK(cudaGetDevice(&previous_));
-    if (previous_ != device) FEDWAN_CUDA_CHECK(cudaSetDevice(device));
-  }
-  ~DeviceScope() { cudaSetDevice(previous_); }
-  DeviceScope(const DeviceScope&) = delete;
-  DeviceScope& operator=(const DeviceScope&) = delete;
-
- private:
-  int previous_ = 0;
-};
 
 }  // namespace
 

@@ -19,6 +19,7 @@
 
 #include "common/log.hpp"
 #include "cuda_check.hpp"
+#include "device_scope.hpp"
 #include "fedwan/cuda.hpp"
 #include "fedwan/error.hpp"
 
@@ -37,23 +38,6 @@ namespace fedwan::cuda {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// Makes `device` current for the scope and restores the caller's device, so
-// that a collective called from any thread (DataParallel's worker, say)
-// neither needs the device set nor changes it.
-class DeviceScope {
- public:
-  explicit DeviceScope(int device) {
-    FEDWAN_CUDA_CHECK(cudaGetDevice(&previous_));
-    if (previous_ != device) FEDWAN_CUDA_CHECK(cudaSetDevice(device));
-  }
-  ~DeviceScope() { cudaSetDevice(previous_); }
-  DeviceScope(const DeviceScope&) = delete;
-  DeviceScope& operator=(const DeviceScope&) = delete;
-
- private:
-  int previous_ = 0;
-};
 
 // Paces a polling loop: it spins (yielding the core) while the wait is
 // short, so that a small collective returns within microseconds, then

@@ -83,10 +83,14 @@ class Site {
   // CUDA model only (no-ops on the CPU): the host copy from, and to, the device.
   void to_host();
   void to_device();
+  void anchor_to_device();  // the device encoder's anchor, from the leader's core
+
 
   FlatParameters flat_;
   torch::Tensor host_;              // CUDA model: what the federation reads and writes
   std::unique_ptr<SiteCore> core_;  // the leader's only
+  // CUDA model, CUDA build: encodes the leader's update on the GPU.
+  std::shared_ptr<UpdateEncoder> device_encoder_;
   SiteComm* ranks_ = nullptr;       // null or size 1: a single-rank site
   std::function<std::vector<StateBlob>()> save_state_;
   std::function<void(const std::vector<StateBlob>&)> load_state_;

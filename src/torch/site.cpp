@@ -10,6 +10,11 @@
 #include <torch/serialize/output-archive.h>
 
 #include "fedwan/error.hpp"
+#include "tensor/chunk_plan.hpp"
+
+#if defined(FEDWAN_TORCH_WITH_CUDA)
+#include "fedwan/cuda.hpp"
+#endif
 
 namespace fedwan {
 namespace {
@@ -97,6 +102,19 @@ Site::Site(SiteOptions options, torch::nn::Module& module, torch::optim::Optimiz
   }
   // Only the leader talks to the federation.
   if (ranks_ == nullptr || ranks_->rank() == 0) {
+#if defined(FEDWAN_TORCH_WITH_CUDA)
+    if (host_.defined() && !options.update_encoder) {
+      // The update is computed and encoded on the GPU; only its encoded
+      // bytes come to the host (the host copy then serves the federation's
+      // anchors, checkpoints and joins).
+      const ChunkPlan plan =
+          ChunkPlan::from_bytes(flat_.numel(), options.topology.federation().chunk_bytes);
+      device_encoder_ = std::make_shared<cuda::DeviceUpdateEncoder>(
+          flat_.device().index(), flat_.data(), flat_.numel(), plan.chunk_elements(),
+          round_timeout_);
+      options.update_encoder = device_encoder_;
+    }
+#endif
     float* params = host_.defined() ? host_.data_ptr<float>() : flat_.data();
     core_ = std::make_unique<SiteCore>(std::move(options), params, flat_.numel());
   }
@@ -178,12 +196,21 @@ void Site::share_state() {
   if (!leader()) load_state_(blobs);
 }
 
+void Site::anchor_to_device() {
+#if defined(FEDWAN_TORCH_WITH_CUDA)
+  if (device_encoder_) {
+    static_cast<cuda::DeviceUpdateEncoder&>(*device_encoder_).set_anchor(core_->anchor());
+  }
+#endif
+}
+
 SyncResult Site::join() {
   SyncResult r;
   if (leader()) {
     to_host();
     r = core_->join();
     to_device();
+    anchor_to_device();
   }
   r = share(r, join_timeout_ + round_timeout_);
   if (ranks_ != nullptr) share_state();
@@ -194,7 +221,10 @@ std::optional<SyncResult> Site::step() {
   // Keep the link alive between syncs (heartbeats, reconnects); a resync to
   // the parent's anchor restarts the round's count.
   SyncResult s = leader() ? core_->service() : SyncResult{};
-  if (s.resynced && leader()) to_device();
+  if (s.resynced && leader()) {
+    to_device();
+    anchor_to_device();
+  }
   if (ranks_ != nullptr) {
     // Every rank learns of a resync at the same step.
     float resynced = s.resynced ? 1.0f : 0.0f;
@@ -226,9 +256,16 @@ SyncResult Site::sync() {
   steps_in_round_ = 0;
   SyncResult r;
   if (leader()) {
-    to_host();
+    const uint64_t before = core_->round();
+    // Encoded on the GPU, the update needs no fp32 copy on the host first.
+    if (!device_encoder_) to_host();
     r = core_->sync();
-    to_device();
+    if (r.round != before || r.resynced) {
+      to_device();  // the host copy holds the next anchor
+      anchor_to_device();
+    } else {
+      to_host();  // it ended without one: the device holds the model
+    }
   }
   return share(r, round_timeout_ + round_timeout_);
 }
