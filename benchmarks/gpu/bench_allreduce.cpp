@@ -1,8 +1,12 @@
 // Bucketed gradient allreduce on GPUs against one plain allreduce of the same
 // bytes, measured in the same run: ranks as threads, one GPU each, over the
 // NCCL engine (fedwan::cuda::make_site_comm). For B in {25, 100, 400} MiB:
-//   raw      one NCCL allreduce of B bytes (SiteComm::allreduce_sum, which
-//            is ncclAllReduce plus the engine's stream ordering and polling);
+//   nccl     one ncclAllReduce of B bytes straight on NCCL (communicators
+//            from ncclCommInitAll, a stream of each rank's own): the baseline
+//            every ratio is taken against (built with NCCL's headers);
+//   raw      one allreduce of B bytes through fedwan's engine
+//            (SiteComm::allreduce_sum: ncclAllReduce plus the engine's stream
+//            ordering and polling);
 //   chunked  the same B bytes as 25 MiB allreduces, one after the other (the
 //            bucketing alone);
 //   dp       DataParallel::synchronize() over a module whose parameters total
@@ -11,7 +15,8 @@
 // Each is timed per iteration from a common start (a 1-float allreduce) to
 // completion on every rank (the slowest rank's time counts), after warmup;
 // the median is reported with the algorithm bandwidth B / time and the
-// bandwidth ratio against raw (target >= 0.9).
+// bandwidth ratio against the baseline (target >= 0.9); without NCCL's
+// headers the baseline is the engine's single allreduce.
 //
 // Skips with a message, exit 0, with fewer than 2 GPUs.
 //   fedwan_gpu_bench_allreduce [--ranks N] [--iters N] [--warmup N] [--sizes-mib 25,100,400]
@@ -34,6 +39,10 @@
 #include "fedwan/cuda.hpp"
 #include "fedwan/error.hpp"
 #include "fedwan/site_comm.hpp"
+
+#ifdef FEDWAN_BENCH_WITH_NCCL
+#include <nccl.h>
+#endif
 
 #ifdef FEDWAN_BENCH_WITH_TORCH
 #include <torch/cuda.h>
@@ -144,11 +153,17 @@ struct Blob : torch::nn::Module {
 
 // Per size, per variant: each rank's milliseconds per iteration.
 struct Row {
-  std::vector<std::vector<double>> raw, chunked, dp;  // [rank][iteration]
+  std::vector<std::vector<double>> nccl, raw, chunked, dp;  // [rank][iteration]
 };
 
+#ifdef FEDWAN_BENCH_WITH_NCCL
+using RawComm = ncclComm_t;
+#else
+using RawComm = void*;
+#endif
+
 void rank_main(int rank, int ranks, const Settings& s, const std::string& rendezvous,
-               std::vector<Row>& rows, std::mutex& mu, bool with_dp) {
+               std::vector<Row>& rows, std::mutex& mu, bool with_dp, RawComm raw_comm) {
   check(cudaSetDevice(rank), "cudaSetDevice");
   fedwan::SiteCommOptions o;
   o.rank = rank;
@@ -161,9 +176,23 @@ void rank_main(int rank, int ranks, const Settings& s, const std::string& rendez
   const auto align = [&] { comm->allreduce_sum(one.get(), 1); };
   for (size_t k = 0; k < s.sizes_mib.size(); ++k) {
     const size_t bytes = s.sizes_mib[k] * kMiB;
-    std::vector<double> raw, chunked, dp;
+    std::vector<double> nccl, raw, chunked, dp;
     {
       DeviceBuffer buf(bytes / sizeof(float));
+#ifdef FEDWAN_BENCH_WITH_NCCL
+      cudaStream_t stream{};
+      check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+      nccl = measure(s, align, [&] {
+        const ncclResult_t r = ncclAllReduce(buf.get(), buf.get(), buf.size(), ncclFloat32,
+                                             ncclSum, raw_comm, stream);
+        if (r != ncclSuccess) throw fedwan::Error(std::string("ncclAllReduce: ") +
+                                                  ncclGetErrorString(r));
+        check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+      });
+      cudaStreamDestroy(stream);
+#else
+      (void)raw_comm;
+#endif
       raw = measure(s, align, [&] { comm->allreduce_sum(buf.get(), buf.size()); });
       chunked = measure(s, align, [&] {
         const size_t step = kBucketBytes / sizeof(float);
@@ -186,6 +215,7 @@ void rank_main(int rank, int ranks, const Settings& s, const std::string& rendez
     (void)with_dp;
 #endif
     std::lock_guard<std::mutex> lock(mu);
+    rows[k].nccl[rank] = std::move(nccl);
     rows[k].raw[rank] = std::move(raw);
     rows[k].chunked[rank] = std::move(chunked);
     rows[k].dp[rank] = std::move(dp);
@@ -235,17 +265,30 @@ int main(int argc, char** argv) {
   }
   std::vector<Row> rows(s.sizes_mib.size());
   for (Row& r : rows) {
+    r.nccl.resize(ranks);
     r.raw.resize(ranks);
     r.chunked.resize(ranks);
     r.dp.resize(ranks);
   }
+  std::vector<RawComm> raw_comms(static_cast<size_t>(ranks), nullptr);
+#ifdef FEDWAN_BENCH_WITH_NCCL
+  {
+    std::vector<int> devices(static_cast<size_t>(ranks));
+    for (int r = 0; r < ranks; ++r) devices[static_cast<size_t>(r)] = r;
+    const ncclResult_t res = ncclCommInitAll(raw_comms.data(), ranks, devices.data());
+    if (res != ncclSuccess) {
+      std::fprintf(stderr, "bench_allreduce: ncclCommInitAll: %s\n", ncclGetErrorString(res));
+      return 1;
+    }
+  }
+#endif
   std::mutex mu;
   std::vector<std::string> errors(ranks);
   std::vector<std::thread> threads;
   for (int r = 0; r < ranks; ++r) {
     threads.emplace_back([&, r] {
       try {
-        rank_main(r, ranks, s, tmpl, rows, mu, with_dp);
+        rank_main(r, ranks, s, tmpl, rows, mu, with_dp, raw_comms[static_cast<size_t>(r)]);
       } catch (const std::exception& e) {
         std::lock_guard<std::mutex> lock(mu);
         errors[r] = e.what();
@@ -253,6 +296,9 @@ int main(int argc, char** argv) {
     });
   }
   for (std::thread& t : threads) t.join();
+#ifdef FEDWAN_BENCH_WITH_NCCL
+  for (RawComm c : raw_comms) ncclCommDestroy(c);
+#endif
   std::error_code ec;
   std::filesystem::remove_all(tmpl, ec);
   bool failed = false;
@@ -268,19 +314,27 @@ int main(int argc, char** argv) {
       "bench_allreduce: %d ranks (one GPU each), %d iterations after %d warmup, "
       "median of the slowest rank; buckets/chunks of 25 MiB; bw = bytes / time\n",
       ranks, s.iters, s.warmup);
-  std::printf("%8s | %9s %9s | %9s %9s %7s | %9s %9s %7s\n", "size", "raw ms", "raw GB/s",
-              "chunk ms", "GB/s", "ratio", "dp ms", "GB/s", "ratio");
+  std::printf("%8s | %9s %9s | %9s %9s %7s | %9s %9s %7s | %9s %9s %7s\n", "size", "nccl ms",
+              "GB/s", "raw ms", "GB/s", "ratio", "chunk ms", "GB/s", "ratio", "dp ms", "GB/s",
+              "ratio");
   for (size_t k = 0; k < rows.size(); ++k) {
     const double bytes = static_cast<double>(s.sizes_mib[k] * kMiB);
     const double raw = median_of_slowest(rows[k].raw);
+    const double nccl = median_of_slowest(rows[k].nccl);
+    const double base = nccl > 0 ? nccl : raw;  // the baseline of every ratio
     const double chunk = median_of_slowest(rows[k].chunked);
     const double dp = median_of_slowest(rows[k].dp);
     auto gbps = [&](double ms) { return ms > 0 ? bytes / (ms * 1e-3) / 1e9 : 0.0; };
     char dp_cols[64] = "      n/a       n/a     n/a";
-    if (dp > 0) std::snprintf(dp_cols, sizeof dp_cols, "%9.3f %9.1f %7.3f", dp, gbps(dp), raw / dp);
-    std::printf("%4zu MiB | %9.3f %9.1f | %9.3f %9.1f %7.3f | %s\n", s.sizes_mib[k], raw, gbps(raw),
-                chunk, gbps(chunk), raw / chunk, dp_cols);
+    if (dp > 0) std::snprintf(dp_cols, sizeof dp_cols, "%9.3f %9.1f %7.3f", dp, gbps(dp), base / dp);
+    std::printf("%4zu MiB | %9.3f %9.1f | %9.3f %9.1f %7.3f | %9.3f %9.1f %7.3f | %s\n",
+                s.sizes_mib[k], nccl, gbps(nccl), raw, gbps(raw), base / raw, chunk, gbps(chunk),
+                base / chunk, dp_cols);
   }
-  std::printf("ratio = raw time / bucketed time (bucketed bandwidth over raw); target >= 0.9\n");
+  std::printf("ratio = baseline time / this time (bandwidth over the baseline's): the baseline "
+              "is %s; target >= 0.9 for chunk and dp\n",
+              rows.empty() || median_of_slowest(rows[0].nccl) > 0
+                  ? "one ncclAllReduce straight on NCCL"
+                  : "the engine's single allreduce (built without NCCL's headers)");
   return 0;
 }
