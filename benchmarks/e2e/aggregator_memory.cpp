@@ -18,7 +18,7 @@
 //
 // Usage: fedwan_aggregator_memory [--params N] [--sites 2,8] [--rounds R]
 //            [--chunk-bytes B] [--window W] [--peer-window W] [--repeat N]
-//            [--codec fp16|bf16|fp32]
+//            [--codec fp16|bf16|int8|fp32]
 // Prints a table and PASS (exit 0) or FAIL (exit 1); exit 2 on errors.
 #include <spawn.h>
 #include <sys/wait.h>
@@ -85,7 +85,7 @@ long status_kib(const char* field) {
   std::cerr << "fedwan_aggregator_memory: " << why << "\n"
             << "usage: fedwan_aggregator_memory [--params N] [--sites 2,8] [--rounds R]\n"
             << "         [--chunk-bytes B] [--window W] [--peer-window W] [--repeat N]\n"
-            << "         [--codec fp16|bf16|fp32]\n";
+            << "         [--codec fp16|bf16|int8|fp32]\n";
   std::exit(2);
 }
 

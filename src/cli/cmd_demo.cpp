@@ -334,7 +334,7 @@ void add_demo_command(CLI::App& app, DemoArgs& a, int* exit_code) {
   cmd->add_option("--rounds", a.rounds, "outer rounds")->capture_default_str();
   cmd->add_option("--inner-steps,-H", a.inner_steps, "local steps per round")
       ->capture_default_str();
-  cmd->add_option("--codec", a.codec, "delta codec: fp32, fp16, bf16")->capture_default_str();
+  cmd->add_option("--codec", a.codec, "delta codec: fp32, fp16, bf16, int8")->capture_default_str();
   cmd->add_option("--outer", a.outer, "outer optimizer: fedavg, diloco, fedadam")
       ->capture_default_str();
   cmd->add_option("--chunk-bytes", a.chunk_bytes, "fp32 bytes per chunk")->capture_default_str();
