@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "codec/block_scaled.hpp"
 #include "codec/half.hpp"
 
 #if defined(__x86_64__)
@@ -183,70 +184,18 @@ const Int8Kernels& int8_kernels() {
 
 }  // namespace kernels
 
-namespace {
-
-static_assert(kernels::kPassBlock % Int8Codec::kBlock == 0,
-              "backward passes must cut the chunk at block boundaries");
-
-uint32_t load_u32(const uint8_t* p) {
-  return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
-}
-
-void store_u32(uint8_t* p, uint32_t u) {
-  for (int b = 0; b < 4; ++b) p[b] = uint8_t(u >> (8 * b));
-}
-
-float load_scale(const uint8_t* p) { return codec_math::float_of(load_u32(p)); }
-
-// Calls f(block, begin, count) for every block of an n-element chunk.
-template <class F>
-void for_each_block(size_t n, F&& f) {
-  for (size_t b = 0, begin = 0; begin < n; ++b, begin += Int8Codec::kBlock) {
-    f(b, begin, std::min(Int8Codec::kBlock, n - begin));
-  }
-}
-
-}  // namespace
+using kernels::for_each_block;
+using kernels::load_scale;
 
 void Int8Codec::encode(const float* in, size_t n, float* residual, uint8_t* out) const {
-  const auto& half = kernels::half_kernels();  // for block maxima
   const auto& k = kernels::int8_kernels();
   uint8_t* const values = out + kScaleBytes * blocks(n);
-  const auto quantise = [&](size_t b, size_t begin, size_t len, uint32_t max_bits) {
-    const kernels::Int8Scale s = codec_math::int8_scale_for(max_bits);
-    store_u32(out + kScaleBytes * b, codec_math::bits_of(s.scale));
-    k.encode(in + begin, residual ? residual + begin : nullptr, len, s, values + begin);
-  };
-
-  if (!residual) {
-    // Nothing to leave untouched on failure: one pass, each block quantised
-    // right after its maximum is found, while it is still in L1.
-    for_each_block(n, [&](size_t b, size_t begin, size_t len) {
-      const uint32_t max_bits = half.max_abs_bits(in + begin, nullptr, len);
-      kernels::require_finite_input("int8", max_bits, in, nullptr, n);
-      quantise(b, begin, len, max_bits);
-    });
-    return;
-  }
-
-  // The residual must be untouched when we throw, and a non-finite value may
-  // sit in the last block, so every block's maximum (of in + residual) is
-  // found first, parked in the scale slots, then the chunk is quantised
-  // backward, starting on what the first pass left in cache (as fp16 does).
-  uint32_t chunk_max = 0;
-  for_each_block(n, [&](size_t b, size_t begin, size_t len) {
-    const uint32_t max_bits = half.max_abs_bits(in + begin, residual + begin, len);
-    store_u32(out + kScaleBytes * b, max_bits);
-    chunk_max = std::max(chunk_max, max_bits);
-  });
-  kernels::require_finite_input("int8", chunk_max, in, residual, n);
-  kernels::for_blocks_backward(n, [&](size_t pass_begin, size_t pass_len) {
-    for (size_t begin = pass_begin; begin < pass_begin + pass_len; begin += kBlock) {
-      const size_t b = begin / kBlock;
-      const size_t len = std::min(kBlock, pass_begin + pass_len - begin);
-      quantise(b, begin, len, load_u32(out + kScaleBytes * b));
-    }
-  });
+  kernels::encode_in_blocks<kBlock>(
+      "int8", in, n, residual, out, [&](size_t b, size_t begin, size_t len, uint32_t max_bits) {
+        const kernels::Int8Scale s = codec_math::int8_scale_for(max_bits);
+        kernels::store_scale(out + kScaleBytes * b, s.scale);
+        k.encode(in + begin, residual ? residual + begin : nullptr, len, s, values + begin);
+      });
 }
 
 bool Int8Codec::validate(const uint8_t* in, size_t bytes, size_t n) const {
@@ -265,7 +214,7 @@ bool Int8Codec::validate(const uint8_t* in, size_t bytes, size_t n) const {
 void Int8Codec::decode(const uint8_t* in, size_t n, float* out) const {
   const auto& k = kernels::int8_kernels();
   const uint8_t* const values = in + kScaleBytes * blocks(n);
-  for_each_block(n, [&](size_t b, size_t begin, size_t len) {
+  for_each_block<kBlock>(n, [&](size_t b, size_t begin, size_t len) {
     k.decode(values + begin, len, load_scale(in + kScaleBytes * b), out + begin);
   });
 }
@@ -273,7 +222,7 @@ void Int8Codec::decode(const uint8_t* in, size_t n, float* out) const {
 void Int8Codec::decode_accumulate(const uint8_t* in, size_t n, float weight, float* acc) const {
   const auto& k = kernels::int8_kernels();
   const uint8_t* const values = in + kScaleBytes * blocks(n);
-  for_each_block(n, [&](size_t b, size_t begin, size_t len) {
+  for_each_block<kBlock>(n, [&](size_t b, size_t begin, size_t len) {
     k.decode_accumulate(values + begin, len, load_scale(in + kScaleBytes * b), weight, acc + begin);
   });
 }

@@ -16,6 +16,7 @@
 #include "codec/int8_codec.hpp"
 #include "fedwan/codec.hpp"
 #include "fedwan/error.hpp"
+#include "harness/random_floats.hpp"
 
 namespace fedwan {
 namespace {
@@ -26,13 +27,7 @@ using Floats = std::vector<float>;
 const size_t kSizes[] = {0, 1, 7, 8, 9, 2047, 2048, 2049, 1000003};
 const char* const kNames[] = {"fp32", "fp16", "bf16", "int8"};
 
-Floats random_floats(size_t n, uint32_t seed, float sigma = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, sigma);
-  Floats v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
+using testing::random_floats;
 
 Bytes encode(const Codec& c, const Floats& in, float* residual = nullptr) {
   Bytes out(c.encoded_size(in.size()));

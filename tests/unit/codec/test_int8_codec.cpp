@@ -14,6 +14,7 @@
 #include "codec/int8_codec.hpp"
 #include "fedwan/codec.hpp"
 #include "fedwan/error.hpp"
+#include "harness/random_floats.hpp"
 
 namespace fedwan {
 namespace {
@@ -27,13 +28,7 @@ constexpr float kFltMax = std::numeric_limits<float>::max();
 
 const Codec& int8() { return codec_by_name("int8"); }
 
-Floats random_floats(size_t n, uint32_t seed, float sigma = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, sigma);
-  Floats v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
+using testing::random_floats;
 
 Bytes encode(const Floats& in, float* residual = nullptr) {
   Bytes out(int8().encoded_size(in.size()));
