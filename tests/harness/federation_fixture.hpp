@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
@@ -77,6 +78,19 @@ inline Topology make_tree(const std::filesystem::path& dir, int regions, int sit
     add_sites(n.id);
   }
   return Topology::build("test-job", fed, nodes);
+}
+
+// A site's options for a test federation: its credentials and `timeout`
+// for joining and for each round.
+inline SiteOptions site_options(const Topology& topo, const std::string& node,
+                                std::chrono::milliseconds timeout) {
+  SiteOptions o;
+  o.topology = topo;
+  o.node_id = node;
+  o.join_timeout = timeout;
+  o.round_timeout = timeout;
+  o.security = security_for(topo, node);
+  return o;
 }
 
 struct FederationRun {

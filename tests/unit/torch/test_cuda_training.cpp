@@ -258,13 +258,7 @@ TEST_P(GpuSiteCodec, ASiteOnTheGpuEndsWithTheFederationsModel) {
       comm = cuda::make_site_comm(rank_options(dir, rank, ranks, seconds(30), node), rank);
     }
     torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.05).momentum(0.5));
-    SiteOptions o;
-    o.topology = topo;
-    o.node_id = node;
-    o.join_timeout = seconds(30);
-    o.round_timeout = seconds(30);
-    o.security = security_for(topo, node);
-    Site s(std::move(o), *net, &opt, comm.get());
+    Site s(site_options(topo, node, seconds(30)), *net, &opt, comm.get());
     EXPECT_EQ(s.parameters().device(), device);
     std::unique_ptr<DataParallel> dp;
     if (comm) dp = std::make_unique<DataParallel>(*net, *comm);

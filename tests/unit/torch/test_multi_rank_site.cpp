@@ -119,13 +119,7 @@ class SmallFederation {
     return make_gloo_comm(rank_options(dir_, rank, ranks, seconds(30), name));
   }
   SiteOptions site_options(const std::string& node) const {
-    SiteOptions o;
-    o.topology = topo_;
-    o.node_id = node;
-    o.join_timeout = seconds(30);
-    o.round_timeout = seconds(30);
-    o.security = security_for(topo_, node);
-    return o;
+    return fedwan::testing::site_options(topo_, node, seconds(30));
   }
   // One inner step of rank `rank` of `ranks` on its slice of batch `step`.
   void train_step(torch::nn::Sequential& net, torch::optim::Optimizer& opt, DataParallel* dp,
