@@ -63,6 +63,7 @@ class Aggregator::Impl {
     Clock::time_point last_heard;
     bool rejoin_pending = false;  // welcomed at the next round boundary
     double weight = 0;            // total site weight under it
+    uint64_t elements = 0;        // the model size its hello stated
   };
 
   // A root's round awaiting its regions' traffic reports.
@@ -74,6 +75,7 @@ class Aggregator::Impl {
   // Telemetry received from region children for one round.
   struct SubtreeTraffic {
     uint32_t reports = 0;
+    std::vector<uint32_t> reporters;  // children that reported (each counts once)
     Traffic traffic;
   };
 
@@ -90,6 +92,7 @@ class Aggregator::Impl {
 
   // Steps of the protocol.
   void all_children_joined();
+  bool settle_model_size();  // region: the model size, once every child said hello
   void welcome_children(uint64_t round);
   void finish_parent_welcome();
   void send_full_anchor(const Child& c);

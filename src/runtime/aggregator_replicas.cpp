@@ -15,6 +15,7 @@
 #include "common/log.hpp"
 #include "fedwan/error.hpp"
 #include "runtime/aggregator_impl.hpp"
+#include "runtime/child_claims.hpp"
 #include "runtime/node_checkpoint.hpp"
 #include "runtime/node_frames.hpp"
 
@@ -60,6 +61,17 @@ void Aggregator::Impl::on_child_checkpoint(Child& c, const wire::ParsedFrame& f)
     return;
   }
   summary_.replica_bytes += f.payload_size;
+  if (h.round > round_ + runtime::kReplicaRoundSlack) {
+    // A child checkpoints rounds it reached through this node.
+    replicas_->abandon(c.id);
+    if (h.chunk_index == 0) {
+      const std::string why = "a checkpoint of round " + std::to_string(h.round) +
+                              ", while this node is at round " + std::to_string(round_);
+      log().warn("[agg:{}] refused the checkpoint '{}' sent: {}", self_.id, c.id, why);
+      security_->audit("replica_refused", {{"peer", c.id}, {"round", h.round}, {"reason", why}});
+    }
+    return;
+  }
   const runtime::ReplicaStore::Result r = replicas_->add_piece(
       c.id, h.round, h.chunk_index, h.chunk_count, h.total_elements, f.payload, f.payload_size);
   using Kind = runtime::ReplicaStore::Result::Kind;

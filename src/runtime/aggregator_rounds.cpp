@@ -4,7 +4,9 @@
 // relays its parent's anchors down. aggregator.cpp has the event loop and
 // the outboxes these steps send through; docs/protocol.md the sequence.
 #include <algorithm>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,6 +19,7 @@
 #include "fedwan/codec.hpp"
 #include "fedwan/error.hpp"
 #include "runtime/aggregator_impl.hpp"
+#include "runtime/child_claims.hpp"
 #include "runtime/node_frames.hpp"
 
 namespace fedwan {
@@ -56,15 +59,43 @@ void Aggregator::Impl::on_hello(Child& c, const wire::ParsedFrame& f) {
                      "yet; restart the federation");
     return;
   }
-  if (total_elements_ == 0) init_model_state(n);  // a region learns the size from its children
   c.joined = true;
   c.live = true;
   c.hello = hello;
+  c.elements = n;
   log().info("[agg:{}] '{}' joined ({} parameters)", self_.id, c.id, n);
   for (const Child& other : children_) {
     if (!other.joined) return;
   }
+  // A region learns the model's size from its children, once all are in:
+  // the first to say hello does not get to decide it for the others.
+  if (total_elements_ == 0 && !settle_model_size()) return;
   all_children_joined();
+}
+
+bool Aggregator::Impl::settle_model_size() {
+  // The size most of the children's weight stands behind (the smaller one
+  // on a tie); a child that claims another is refused and must come back.
+  std::map<uint64_t, double> votes;
+  for (const Child& o : children_) votes[o.elements] += o.weight;
+  uint64_t n = 0;
+  double best = -1;
+  for (const auto& [size, weight] : votes) {
+    if (weight > best) {
+      n = size;
+      best = weight;
+    }
+  }
+  bool agreed = true;
+  for (Child& o : children_) {
+    if (o.elements == n) continue;
+    refuse(o.id, "model has " + std::to_string(o.elements) + " parameters; the other children of '" +
+                     self_.id + "' train " + std::to_string(n));
+    o.joined = false;
+    agreed = false;
+  }
+  if (agreed) init_model_state(n);
+  return agreed;
 }
 
 void Aggregator::Impl::all_children_joined() {
@@ -148,27 +179,51 @@ void Aggregator::Impl::on_delta(Child& c, const wire::ParsedFrame& f) {
     return;
   }
   const Codec* codec = codec_by_wire_id(h.codec);
+  // What the topology fixes comes from the topology (child_claims.hpp): a
+  // site's weight whatever its header says, a region's at most its sites'.
+  const runtime::DeltaWeight w = runtime::judge_delta_weight(c.is_site, c.weight, h.weight);
+  std::optional<std::string> refusal = w.refusal;
+  const char* decision = refusal ? "bad_weight" : nullptr;
+  if (codec != codec_) {
+    refusal = "delta in codec " + std::string(codec->name()) + "; this federation's codec is " +
+              std::string(codec_->name());
+    decision = "bad_codec";
+  }
   RoundAccumulator::Result r{AddOutcome::kBadChunk};
-  if (h.total_elements == total_elements_ && h.chunk_count == plan_->count()) {
-    r = acc_->add(h.round, c.index, h.chunk_index, h.element_count, h.weight, *codec, f.payload,
+  if (!refusal && h.total_elements == total_elements_ && h.chunk_count == plan_->count()) {
+    r = acc_->add(h.round, c.index, h.chunk_index, h.element_count, w.weight, *codec, f.payload,
                   f.payload_size);
+  }
+  if (decision == nullptr) {
+    decision = r.outcome == AddOutcome::kAccepted ? "accepted" : add_outcome_name(r.outcome);
   }
   if (security_->auditing() || !opt_.record_updates_dir.empty()) {
     const Sha256Digest d = sha256(f.payload, f.payload_size);
     const std::string hex = to_hex(d.data(), d.size());
-    if (r.outcome == AddOutcome::kAccepted) record_update(f.payload, f.payload_size, hex);
-    security_->audit(
-        "update", {{"sender", c.id},
-                   {"round", h.round},
-                   {"chunk", h.chunk_index},
-                   {"chunks", h.chunk_count},
-                   {"bytes", f.payload_size},
-                   {"weight", h.weight},
-                   {"codec", codec != nullptr ? std::string(codec->name()) : "?"},
-                   {"elements", h.element_count},
-                   {"sha256", hex},
-                   {"decision", r.outcome == AddOutcome::kAccepted ? "accepted"
-                                                                   : add_outcome_name(r.outcome)}});
+    if (r.outcome == AddOutcome::kAccepted && !refusal) {
+      record_update(f.payload, f.payload_size, hex);
+    }
+    nlohmann::json fields = {{"sender", c.id},
+                             {"round", h.round},
+                             {"chunk", h.chunk_index},
+                             {"chunks", h.chunk_count},
+                             {"bytes", f.payload_size},
+                             {"weight", w.weight},
+                             {"codec", std::string(codec->name())},
+                             {"elements", h.element_count},
+                             {"sha256", hex},
+                             {"decision", decision}};
+    if (w.claim_differs) fields["claimed_weight"] = h.weight;
+    security_->audit("update", fields);
+  }
+  if (w.claim_differs) {
+    log().warn("[agg:{}] '{}' claimed weight {} for round {} chunk {}; its topology weight {} "
+               "is used", self_.id, c.id, h.weight, h.round, h.chunk_index, w.weight);
+  }
+  if (refusal) {
+    refuse(c.id, "delta chunk " + std::to_string(h.chunk_index) + " of round " +
+                     std::to_string(h.round) + " refused: " + *refusal);
+    return;
   }
   switch (r.outcome) {
     case AddOutcome::kAccepted:
@@ -335,19 +390,34 @@ void Aggregator::Impl::on_telemetry(Child& c, const wire::ParsedFrame& f) {
     refuse(c.id, "unexpected or malformed telemetry");
     return;
   }
-  // Late telemetry of a round already reported (a region that was lost)
-  // has nowhere to go.
-  if (is_root_ ? pending_reports_.count(f.header.round) == 0
-               : f.header.round < telemetry_sent_through_) {
+  if (auto bad = runtime::telemetry_refusal(t.wan_bytes, t.fp32_bytes, t.frames)) {
+    refuse(c.id, "telemetry for round " + std::to_string(f.header.round) + " refused: " + *bad);
     return;
   }
-  SubtreeTraffic& s = subtree_[f.header.round];
+  // Only a round whose report still waits takes telemetry: late telemetry
+  // of a round already reported (a region that was lost) has nowhere to go,
+  // and a region reports a round only after relaying the next one's anchor.
+  const uint64_t round = f.header.round;
+  if (is_root_ ? pending_reports_.count(round) == 0
+               : round < telemetry_sent_through_ || round >= relayed_through_) {
+    if (!is_root_ && round >= relayed_through_) {
+      refuse(c.id, "telemetry for round " + std::to_string(round) +
+                       ", whose anchor was not relayed yet");
+    }
+    return;
+  }
+  SubtreeTraffic& s = subtree_[round];
+  if (std::find(s.reporters.begin(), s.reporters.end(), c.index) != s.reporters.end()) {
+    refuse(c.id, "telemetry for round " + std::to_string(round) + " again; counted once");
+    return;
+  }
+  s.reporters.push_back(c.index);
   s.reports += 1;
   s.traffic += Traffic{t.wan_bytes, t.fp32_bytes, t.frames};
   if (is_root_) {
-    try_finish_round_report(f.header.round);
+    try_finish_round_report(round);
   } else {
-    try_send_telemetry(f.header.round);
+    try_send_telemetry(round);
   }
 }
 

@@ -16,10 +16,12 @@ struct Traffic {
   uint64_t wan_bytes = 0;
   uint64_t fp32_bytes = 0;
   uint64_t frames = 0;
+  // Saturating: counts a child reports are bounded, not trusted to add up.
   Traffic& operator+=(const Traffic& o) {
-    wan_bytes += o.wan_bytes;
-    fp32_bytes += o.fp32_bytes;
-    frames += o.frames;
+    const auto add = [](uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; };
+    wan_bytes = add(wan_bytes, o.wan_bytes);
+    fp32_bytes = add(fp32_bytes, o.fp32_bytes);
+    frames = add(frames, o.frames);
     return *this;
   }
 };

@@ -106,9 +106,11 @@ class RawSite {
   }
   void hello(const std::vector<float>& model) { send(hello_frame(model)); }
 
-  // A zero fp32 delta chunk; claimed_n != n makes it inconsistent.
+  // An fp32 delta chunk of `value`s; claimed_n != n makes it inconsistent.
+  // `weight` < 0: the node's topology weight in the header.
   std::vector<uint8_t> delta(uint64_t round, uint32_t chunk, uint32_t count, uint32_t n,
-                             uint32_t claimed_n, uint64_t total, float value = 0.0f) const {
+                             uint32_t claimed_n, uint64_t total, float value = 0.0f,
+                             double weight = -1) const {
     const Codec& fp32 = codec_by_name("fp32");
     std::vector<float> values(n, value);
     std::vector<uint8_t> payload(fp32.encoded_size(n));
@@ -119,7 +121,7 @@ class RawSite {
     h.chunk_count = count;
     h.element_count = claimed_n;
     h.total_elements = total;
-    h.weight = self_.weight;
+    h.weight = weight < 0 ? self_.weight : weight;
     std::vector<uint8_t> f = make_frame(h, payload);
     if (claimed_n != n) {
       // Re-encode the header so the payload length stays self-consistent.
