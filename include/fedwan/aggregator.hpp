@@ -79,6 +79,10 @@ struct AggregatorSummary {
   uint64_t replicas_stored = 0;        // children's checkpoints kept (and, standby, the root's)
   uint64_t replica_bytes = 0;          // their bytes (not in the round reports' traffic)
   bool took_over = false;              // standby: became the root
+  // Conditions an operator must act on that the node rode out (the audit log
+  // could not be written, the CRL is expiring, expired or unusable, ...),
+  // "kind: message", the latest per kind (docs/operations.md, "Alarms").
+  std::vector<std::string> alarms;
 };
 
 class Aggregator {

@@ -28,8 +28,25 @@ struct SecurityOptions {
   uint64_t rekey_after_bytes = uint64_t{1} << 36;
   uint64_t rekey_after_frames = uint64_t{1} << 32;
   std::chrono::seconds rekey_interval{3600};
-  // Append-only, hash-chained JSONL audit log; empty: no log file.
+  // Append-only, hash-chained JSONL audit log; empty: no log file. With
+  // credentials the node signs the head of its chain when it opens and
+  // closes the log and at most every audit_head_interval in between
+  // (`fedwan audit verify --ca` checks the signatures).
   std::string audit_log;
+  std::chrono::seconds audit_head_interval{60};
+  // The CRL (crl.pem): a node raises an alarm (log, audit, summary) this
+  // long before its nextUpdate, and goes on applying an expired CRL for
+  // crl_grace after it (alarm raised), so a CRL nobody refreshed in time
+  // does not stop the federation at once. Past the grace, handshakes fail
+  // until `fedwan certs crl refresh` has been run and crl.pem copied.
+  std::chrono::seconds crl_warn_before{std::chrono::hours(24 * 7)};
+  std::chrono::seconds crl_grace{std::chrono::hours(24 * 7)};
+  // Peers that have not authenticated yet (an aggregator's side): TLS
+  // handshakes in progress at once, from one source address, and how long
+  // one may take before its state is dropped.
+  int max_pending_handshakes = 64;
+  int max_pending_handshakes_per_source = 8;
+  std::chrono::seconds handshake_timeout{10};
 };
 
 // Provisions a federation's identities into `dir`, as `fedwan certs init`

@@ -112,6 +112,10 @@ class SiteCore {
   void set_data_position(uint64_t position);
   uint64_t data_position() const;
   bool resumed() const;                // join() resumed from a checkpoint
+  // Conditions an operator must act on that the site rode out (its audit
+  // log could not be written, the CRL is expiring or expired, ...), "kind:
+  // message" (docs/operations.md, "Alarms").
+  std::vector<std::string> alarms() const;
 
   // The anchor of the current round (n floats, host memory): what the
   // update is measured against. Valid until the next call that can change

@@ -82,8 +82,9 @@ class Topology {
 
   const std::string& job() const { return job_; }
   uint64_t job_id() const { return job_id_; }   // first 8 bytes of SHA-256(job), LE
+  // Read-only: a topology is validated and digested once; change settings by
+  // building a new one (Topology::build) so every check runs again.
   const FederationSpec& federation() const { return federation_; }
-  FederationSpec& federation() { return federation_; }
   const PolicySpec& policy() const { return policy_; }
   const std::vector<NodeSpec>& nodes() const { return nodes_; }
   const NodeSpec& node(const std::string& id) const;  // throws ConfigError: not in topology

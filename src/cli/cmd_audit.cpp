@@ -14,6 +14,7 @@
 #include "cli/commands.hpp"
 #include "fedwan/error.hpp"
 #include "security/audit_log.hpp"
+#include "security/node_key.hpp"
 
 namespace fedwan::cli {
 namespace {
@@ -23,19 +24,52 @@ using nlohmann::json;
 struct AuditArgs {
   std::string file;
   std::vector<std::string> events;  // show: only these events (all when empty)
+  std::string expect_head;          // verify: a hash recorded earlier
+  std::string ca;                   // verify: check signed heads against this CA
+  std::string crl;                  // verify: ... and this CRL
 };
 
 constexpr const char* kAnchorNote =
-    "Removing entries from the end of a log cannot be detected from the file alone: record "
-    "the printed last hash somewhere else (a ticket, another host) and compare it later.\n";
+    "A node with credentials signs the head of its log when it opens and closes it and every "
+    "minute in between; --ca checks those signatures, so a log rewritten and re-hashed, or "
+    "forged, does not verify. Removing entries from the end is caught by --expect-head with a "
+    "hash recorded earlier (the printed last hash, kept somewhere else), and a log that does "
+    "not end in its node's closing head is reported.\n";
 
 int run_verify(const AuditArgs& a) {
-  const security::AuditVerifyResult r = security::verify_audit_file(a.file);
+  std::unique_ptr<security::SignatureVerifier> ca;
+  if (!a.ca.empty()) ca = std::make_unique<security::SignatureVerifier>(a.ca, a.crl);
+  security::AuditVerifyOptions o;
+  o.ca = ca.get();
+  o.expect_head = a.expect_head;
+  const security::AuditVerifyResult r = security::verify_audit_file(a.file, o);
   if (!r.ok) {
-    std::cerr << a.file << ":" << r.first_bad_line << ": " << r.problem << "\n";
+    std::cerr << a.file;
+    if (r.first_bad_line > 0) std::cerr << ":" << r.first_bad_line;
+    std::cerr << ": " << r.problem << "\n";
+    return 1;
+  }
+  if (r.entries == 0) {
+    std::cerr << a.file << ": the log is empty: no entry to verify (a node that ran with this "
+                 "log writes at least its security mode)\n";
     return 1;
   }
   std::cout << "ok: " << r.entries << " entries, chain intact; last hash " << r.last_hash << "\n";
+  if (r.signed_heads == 0) {
+    std::cout << "unsigned: no signed head (the node ran without credentials); the chain proves "
+                 "no authorship, and a rewritten log would verify too\n";
+  } else {
+    std::cout << "signed heads: " << r.signed_heads << " by '" << r.signer << "'"
+              << (ca ? ", every one verified against " + a.ca
+                     : std::string(" (give --ca ca.pem to check them)"))
+              << "; the last at entry " << *r.last_signed_seq << "\n";
+    if (!r.closed) {
+      std::cout << "open: the log does not end with its node's closing head: the node is "
+                   "running or crashed, or entries after "
+                << *r.last_signed_seq << " were removed (--expect-head settles it)\n";
+    }
+  }
+  if (!a.expect_head.empty()) std::cout << "recorded head " << a.expect_head << " is in the chain\n";
   return 0;
 }
 
@@ -89,18 +123,39 @@ int run_show(const AuditArgs& a) {
   const security::AuditVerifyResult r = security::verify_audit_file(a.file);
   std::ifstream in(a.file, std::ios::binary);
   if (!in) throw ConfigError("cannot read audit log " + a.file);
+  // Line by line, never holding more than one line of the limit: a file
+  // without newlines is not read whole.
   std::string line;
   uint64_t line_no = 0;
-  while (std::getline(in, line)) {
+  bool too_long = false;
+  const auto show = [&] {
     ++line_no;
-    const std::optional<ShownEntry> e = describe(line);
+    const std::optional<ShownEntry> e = too_long ? std::nullopt : describe(line);
     if (!e) {
       std::cout << "line " << line_no << ": (not a readable entry)\n";
     } else if (a.events.empty() ||
                std::find(a.events.begin(), a.events.end(), e->event) != a.events.end()) {
       std::cout << e->text << "\n";
     }
+    line.clear();
+    too_long = false;
+  };
+  char block[1 << 16];
+  while (in.read(block, sizeof block) || in.gcount() > 0) {
+    const std::streamsize got = in.gcount();
+    for (std::streamsize i = 0; i < got; ++i) {
+      if (block[i] == '\n') {
+        show();
+      } else if (!too_long) {
+        line += block[i];
+        if (line.size() > security::kAuditMaxLineBytes) {
+          too_long = true;
+          line.clear();
+        }
+      }
+    }
   }
+  if (!line.empty() || too_long) show();
   if (in.bad()) throw ConfigError("cannot read audit log " + a.file);
   if (!r.ok) {
     std::cerr << "warning: " << a.file << ":" << r.first_bad_line << ": " << r.problem
@@ -119,8 +174,22 @@ void add_audit_command(CLI::App& app, int* exit_code) {
   auto args = std::make_shared<AuditArgs>();
 
   CLI::App* verify = audit->add_subcommand(
-      "verify", "check the hash chain; print the entry count and the last hash");
+      "verify", "check the hash chain and the signed heads; print the entry count and the last "
+                "hash");
   verify->add_option("file", args->file, "audit log (JSONL)")->required();
+  verify->add_option("--expect-head", args->expect_head,
+                     "a hash recorded earlier (a printed last hash): the chain must still hold "
+                     "it, or entries were removed or rewritten")
+      ->check([](const std::string& h) {
+        const bool hex = h.size() == 64 && h.find_first_not_of("0123456789abcdef") == h.npos;
+        return hex ? std::string() : std::string("must be 64 lower-case hex digits");
+      });
+  verify->add_option("--ca", args->ca,
+                     "the federation's ca.pem: check every signed head against it (and require "
+                     "at least one)")
+      ->check(CLI::ExistingFile);
+  verify->add_option("--crl", args->crl, "with --ca: a crl.pem; heads by revoked keys fail")
+      ->check(CLI::ExistingFile);
   verify->footer(kAnchorNote);
   verify->callback([args, exit_code] { *exit_code = run_verify(*args); });
 

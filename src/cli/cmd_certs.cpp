@@ -13,6 +13,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.hpp"
+#include "common/atomic_file.hpp"
 #include "fedwan/error.hpp"
 #include "fedwan/topology.hpp"
 #include "security/certs.hpp"
@@ -29,6 +30,7 @@ struct CertsArgs {
   std::string node;
   std::string file;
   int days = 365;
+  int crl_days = 30;
   bool force = false;
   bool revoke_previous = false;
 };
@@ -37,13 +39,17 @@ constexpr const char* kCaKeyNote =
     "Keep the CA key secret and offline: whoever holds it can mint identities for this "
     "federation. `fedwan certs issue` and `fedwan certs revoke` need it; nodes never do.";
 
+// A certificate is at most a few KiB: a larger file is not one, and is not
+// read whole.
 std::string read_text(const fs::path& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw ConfigError("cannot read " + path.string() + "; check the path");
-  std::ostringstream s;
-  s << f.rdbuf();
-  return s.str();
+  ReadFileOptions o;
+  o.what = "certificate";
+  o.max_bytes = size_t{1} << 20;
+  o.too_large_hint = "it is not a certificate";
+  return read_file(path, o);
 }
+
+std::chrono::seconds crl_validity(int days) { return std::chrono::hours(24) * days; }
 
 // A certificate is untrusted input and this goes to a terminal: control
 // characters (escape sequences) are shown as '?'.
@@ -66,15 +72,16 @@ std::string describe(const security::NodeIdentity& id) {
   return s + (id.role == Role::kSite ? " in " : " ") + printable(id.region);
 }
 
-security::IssueOptions issue_options(int days) {
+security::IssueOptions issue_options(const CertsArgs& a) {
   security::IssueOptions o;
-  o.validity = std::chrono::hours(24) * days;
+  o.validity = std::chrono::hours(24) * a.days;
+  o.crl_validity = crl_validity(a.crl_days);
   return o;
 }
 
 int run_init(const CertsArgs& a) {
   const Topology topo = Topology::load(a.topology);
-  security::provision_federation(topo, a.out, issue_options(a.days), a.force);
+  security::provision_federation(topo, a.out, issue_options(a), a.force);
   const fs::path out(a.out);
   size_t id_width = 0, role_width = 0, dir_width = 0;
   for (const NodeSpec& n : topo.nodes()) {
@@ -83,7 +90,9 @@ int run_init(const CertsArgs& a) {
     dir_width = std::max(dir_width, (out / n.id).string().size() + 1);
   }
   std::cout << "provisioned federation '" << topo.job() << "' in " << out.string() << ": "
-            << topo.nodes().size() << " node bundles, certificates valid " << a.days << " days\n";
+            << topo.nodes().size() << " node bundles, certificates valid " << a.days
+            << " days, CRL valid " << a.crl_days << " days (refresh it before then: `fedwan "
+            << "certs crl refresh`)\n";
   for (const NodeSpec& n : topo.nodes()) {
     const security::CertificateSummary s = summary_of(out / n.id / "cert.pem");
     std::cout << "  " << std::left << std::setw(static_cast<int>(id_width)) << n.id << "  "
@@ -106,11 +115,11 @@ int run_issue(const CertsArgs& a) {
   const fs::path cert = out / a.node / "cert.pem";
   if (a.revoke_previous && fs::exists(cert)) {
     const std::string old_serial = summary_of(cert).serial_hex;
-    security::revoke_node(a.out, a.node);
+    security::revoke_node(a.out, a.node, crl_validity(a.crl_days));
     std::cout << "revoked the previous certificate of " << a.node << ", serial " << old_serial
               << "; every bundle's crl.pem was updated\n";
   }
-  security::issue_node(a.out, id, issue_options(a.days));
+  security::issue_node(a.out, id, issue_options(a));
   const security::CertificateSummary s = summary_of(cert);
   std::cout << "issued a new key and certificate for " << a.node << " (" << describe(id)
             << "): serial " << s.serial_hex << ", valid " << s.not_before << " to " << s.not_after
@@ -124,7 +133,7 @@ int run_issue(const CertsArgs& a) {
 }
 
 int run_revoke(const CertsArgs& a) {
-  security::revoke_node(a.out, a.node);
+  security::revoke_node(a.out, a.node, crl_validity(a.crl_days));
   const fs::path out(a.out);
   const security::CertificateSummary s = summary_of(out / a.node / "cert.pem");
   std::cout << "revoked certificate serial " << s.serial_hex << " of node " << a.node << " ("
@@ -135,6 +144,28 @@ int run_revoke(const CertsArgs& a) {
             << " from then on. Copy the new crl.pem to nodes whose bundles live elsewhere.\n"
             << "To let " << a.node << " rejoin, issue it a new certificate with `fedwan certs "
             << "issue`.\n";
+  return 0;
+}
+
+int run_crl_refresh(const CertsArgs& a) {
+  security::refresh_crl(a.out, crl_validity(a.crl_days));
+  const security::CrlSummary c = security::crl_summary(a.out);
+  std::cout << "signed a new CRL (number " << c.number << ", " << c.revoked_serials.size()
+            << " revoked certificates), valid until " << c.next_update << "\n"
+            << "updated " << (fs::path(a.out) / "ca" / "crl.pem").string()
+            << " and the crl.pem of every bundle under " << a.out
+            << "; copy it to nodes whose bundles live elsewhere. Running nodes pick it up "
+               "at their next handshake, without a restart.\n";
+  return 0;
+}
+
+int run_crl_show(const CertsArgs& a) {
+  const security::CrlSummary c = security::crl_summary(a.out);
+  std::cout << "number     " << c.number << "\n"
+            << "lastUpdate " << c.last_update << "\n"
+            << "nextUpdate " << c.next_update << "\n"
+            << "revoked    " << c.revoked_serials.size() << "\n";
+  for (const std::string& serial : c.revoked_serials) std::cout << "  " << serial << "\n";
   return 0;
 }
 
@@ -175,12 +206,20 @@ void add_certs_command(CLI::App& app, int* exit_code) {
         ->check(CLI::Range(1, 3650))
         ->capture_default_str();
   };
+  auto add_crl_days = [&](CLI::App* cmd) {
+    cmd->add_option("--crl-days", args->crl_days,
+                    "validity of the CRL signed now, in days; nodes warn a week before it runs "
+                    "out (`fedwan certs crl refresh` signs a new one)")
+        ->check(CLI::Range(1, 3650))
+        ->capture_default_str();
+  };
 
   CLI::App* init = certs->add_subcommand(
       "init", "create a federation CA and a key, certificate and CRL bundle for every node");
   add_topology(init);
   add_out(init);
   add_days(init);
+  add_crl_days(init);
   init->add_flag("--force", args->force,
                  "replace an existing CA and its bundles (their certificates stop verifying)");
   init->footer(kCaKeyNote);
@@ -192,6 +231,7 @@ void add_certs_command(CLI::App& app, int* exit_code) {
   add_out(issue);
   issue->add_option("--node", args->node, "the node's id in the topology")->required();
   add_days(issue);
+  add_crl_days(issue);
   issue->add_flag("--revoke-previous", args->revoke_previous,
                   "revoke the node's current certificate first (its key may be compromised)");
   issue->callback([args, exit_code] { *exit_code = run_issue(*args); });
@@ -200,7 +240,20 @@ void add_certs_command(CLI::App& app, int* exit_code) {
       "revoke", "revoke a node's current certificate and update every bundle's crl.pem");
   add_out(revoke);
   revoke->add_option("--node", args->node, "the node whose certificate to revoke")->required();
+  add_crl_days(revoke);
   revoke->callback([args, exit_code] { *exit_code = run_revoke(*args); });
+
+  CLI::App* crl = certs->add_subcommand("crl", "refresh or show the federation's CRL");
+  crl->require_subcommand(1);
+  CLI::App* refresh = crl->add_subcommand(
+      "refresh", "sign the CRL again (same revocations, new validity) and update every bundle");
+  add_out(refresh);
+  add_crl_days(refresh);
+  refresh->callback([args, exit_code] { *exit_code = run_crl_refresh(*args); });
+  CLI::App* crl_show =
+      crl->add_subcommand("show", "print the CRL's dates, number and revoked serials");
+  add_out(crl_show);
+  crl_show->callback([args, exit_code] { *exit_code = run_crl_show(*args); });
 
   CLI::App* show =
       certs->add_subcommand("show", "print a node certificate's identity, serial and validity");

@@ -24,11 +24,13 @@
 #include "cli/fashion_mnist.hpp"
 #include "cli/fashion_model.hpp"
 #include "cli/placement.hpp"
+#include "cli/validators.hpp"
 #include "fedwan/codec.hpp"
 #include "fedwan/error.hpp"
 #include "fedwan/security.hpp"
 #include "fedwan/outer_optimizer.hpp"
 #include "fedwan/topology.hpp"
+#include "security/tls_session.hpp"
 
 namespace fedwan::cli {
 namespace {
@@ -160,6 +162,34 @@ Topology demo_topology(const DemoArgs& a, const std::vector<double>& weights) {
   return Topology::build("fedwan-demo", fed, nodes);
 }
 
+// The demo's federation CA: a fresh one, or the one an earlier run left in
+// the same --dir when it still serves every node. An existing CA is never
+// replaced unless asked (--force): it may be one the user cares about.
+void prepare_credentials(const Topology& topo, const fs::path& pki, bool force) {
+  std::error_code ec;
+  if (!fs::exists(pki / "ca", ec)) {
+    provision_credentials(topo, pki.string(), 7, /*overwrite=*/false);
+    return;
+  }
+  if (force) {
+    std::cout << "fedwan demo: replacing the federation CA in " << pki.string() << " (--force)\n";
+    provision_credentials(topo, pki.string(), 7, /*overwrite=*/true);
+    return;
+  }
+  for (const NodeSpec& n : topo.nodes()) {
+    try {
+      const security::TlsContext bundle((pki / n.id).string());
+      if (bundle.self().node_id != n.id) throw ConfigError("it is the bundle of another node");
+    } catch (const Error& e) {
+      throw ConfigError(pki.string() + " already holds a federation CA, but it cannot serve '" +
+                        n.id + "' of this demo (" + e.what() +
+                        "); pass --force to replace that CA and every bundle, or choose "
+                        "another --dir");
+    }
+  }
+  std::cout << "fedwan demo: reusing the federation CA in " << pki.string() << "\n";
+}
+
 // Central training on the pooled shards for `steps` minibatches.
 double train_baseline(const WorkloadSettings& w, uint64_t steps) {
   const FashionMnistData train = load_fashion_mnist(FashionMnistSet::kTrain, w.data_dir);
@@ -214,7 +244,7 @@ int run_demo(const DemoArgs& a) {
   // Every link is mutual TLS unless asked otherwise: a fresh federation CA
   // and one bundle per node, private to this run.
   const fs::path pki = dir / "pki";
-  if (!a.insecure_plaintext) provision_credentials(topo, pki.string(), 7, /*overwrite=*/true);
+  if (!a.insecure_plaintext) prepare_credentials(topo, pki, a.force);
   fs::create_directories(dir / "audit");
   // The ranks of a site meet here; addresses left by an earlier run in the
   // same directory would be taken for live ranks.
@@ -328,20 +358,28 @@ void add_demo_command(CLI::App& app, DemoArgs& a, int* exit_code) {
   CLI::App* cmd = app.add_subcommand(
       "demo", "launch a whole federation on loopback (one process per node) and compare it "
               "with central training");
-  cmd->add_option("--sites", a.sites, "number of sites")->capture_default_str();
-  cmd->add_option("--regions", a.regions, "number of region aggregators (0: sites under root)")
+  cmd->add_option("--sites", a.sites, "number of sites")
+      ->check(number_in(1, 256))
       ->capture_default_str();
-  cmd->add_option("--rounds", a.rounds, "outer rounds")->capture_default_str();
+  cmd->add_option("--regions", a.regions, "number of region aggregators (0: sites under root)")
+      ->check(number_in(0, 256))
+      ->capture_default_str();
+  cmd->add_option("--rounds", a.rounds, "outer rounds")
+      ->check(number_in(1, 1e6))
+      ->capture_default_str();
   cmd->add_option("--inner-steps,-H", a.inner_steps, "local steps per round")
+      ->check(number_in(1, 1e9))
       ->capture_default_str();
   cmd->add_option("--codec", a.codec, "delta codec: fp32, fp16, bf16, int8")->capture_default_str();
   cmd->add_option("--outer", a.outer, "outer optimizer: fedavg, diloco, fedadam")
       ->capture_default_str();
-  cmd->add_option("--chunk-bytes", a.chunk_bytes, "fp32 bytes per chunk")->capture_default_str();
+  cmd->add_option("--chunk-bytes", a.chunk_bytes, "fp32 bytes per chunk, a multiple of 4")
+      ->check(number_in(4096, 4 << 20))
+      ->capture_default_str();
   cmd->add_option("--ranks-per-site", a.ranks_per_site,
                   "processes per site (ranks averaging their gradients every step, over NCCL "
                   "on GPUs or Gloo on the CPU; each trains on its slice of every minibatch)")
-      ->check(CLI::Range(1, 64))
+      ->check(number_in(1, 64))
       ->capture_default_str();
   cmd->add_option("--device", a.device,
                   "where the sites train: cuda (rank r of a site on GPU r % GPUs), cpu, or auto "
@@ -351,8 +389,14 @@ void add_demo_command(CLI::App& app, DemoArgs& a, int* exit_code) {
       ->capture_default_str();
   cmd->add_flag("--no-baseline", a.no_baseline, "skip the central-training baseline");
   cmd->add_option("--report", a.report, "write the JSON report here");
-  cmd->add_option("--dir", a.work_dir, "working directory (default: a new temporary one)");
-  cmd->add_option("--base-port", a.base_port, "first loopback port (default: free ports)");
+  cmd->add_option("--dir", a.work_dir,
+                  "working directory (default: a new temporary one); a federation CA an earlier "
+                  "run left there is reused, never replaced without --force");
+  cmd->add_flag("--force", a.force,
+                "replace the federation CA and bundles in --dir/pki with new ones");
+  cmd->add_option("--base-port", a.base_port,
+                  "first loopback port; the nodes take the ports after it (default: free ports)")
+      ->check(number_in(1, 65000));
   cmd->add_flag("--insecure-plaintext", a.insecure_plaintext,
                 "run the demo's links without TLS or encryption (default: a fresh federation "
                 "CA is provisioned and every link is mutual TLS)");

@@ -14,6 +14,7 @@
 #include "cli/fashion_mnist.hpp"
 #include "cli/fashion_model.hpp"
 #include "cli/placement.hpp"
+#include "cli/validators.hpp"
 #include "fedwan/aggregator.hpp"
 #include "fedwan/data_parallel.hpp"
 #include "fedwan/error.hpp"
@@ -50,6 +51,7 @@ void add_node_flags(CLI::App& cmd, NodeArgs& a) {
   cmd.add_option("--node", a.node, "this node's id in the topology")->required();
   cmd.add_option("--out", a.out, "write the final model here (raw little-endian fp32)");
   cmd.add_option("--join-timeout", a.join_timeout_s, "seconds to wait for the tree to form")
+      ->check(number_in(0.1, 7 * 86400, /*integer=*/false))
       ->capture_default_str();
   cmd.add_option("--checkpoint-dir", a.checkpoint_dir,
                  "write a checkpoint here at every round boundary; resume from it on restart");
@@ -339,9 +341,10 @@ void add_site_command(CLI::App& app, NodeArgs& args, int* exit_code) {
   cmd->add_option("--ranks", args.ranks,
                   "ranks in the site (processes, gradients averaged every step: over NCCL on "
                   "GPUs, Gloo on the CPU); rank 0 talks to the federation")
-      ->check(CLI::Range(1, 1024))
+      ->check(number_in(1, 1024))
       ->capture_default_str();
   cmd->add_option("--rank", args.rank, "this process's rank in the site, 0 .. ranks-1")
+      ->check(number_in(0, 1023))
       ->capture_default_str();
   cmd->add_option("--rendezvous", args.rendezvous,
                   "with --ranks > 1: a fresh directory every rank of the site can reach");

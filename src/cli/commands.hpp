@@ -56,6 +56,7 @@ struct DemoArgs {
   bool no_baseline = false;
   std::string report;
   std::string work_dir;  // default: a fresh temporary directory
+  bool force = false;    // replace a federation CA already in work_dir/pki
   int base_port = 0;     // 0: pick free ports
   bool insecure_plaintext = false;  // default: provision credentials, encrypt every link
   std::string cipher = "aes-256-gcm";

@@ -7,6 +7,7 @@
 
 #include "cli/fashion_mnist.hpp"
 #include "cli/fashion_model.hpp"
+#include "cli/validators.hpp"
 #include "fedwan/error.hpp"
 #include "fedwan/flat_parameters.hpp"
 #include "fedwan/synthetic.hpp"
@@ -19,22 +20,23 @@ void add_workload_flags(CLI::App& app, WorkloadSettings& s) {
       ->check(CLI::IsMember({"fashion-cnn", "synthetic"}))
       ->capture_default_str();
   app.add_option("--seed", s.seed, "seed of the model, the data split and the shuffling")
+      ->check(number_in(0, 9007199254740991.0))
       ->capture_default_str();
   app.add_option("--data", s.data_dir, "Fashion-MNIST directory")->capture_default_str();
   app.add_option("--alpha", s.alpha, "Dirichlet concentration of the non-IID split")
-      ->check(CLI::PositiveNumber)
+      ->check(number_in(1e-3, 1e6, /*integer=*/false))
       ->capture_default_str();
   app.add_option("--batch-size", s.batch_size, "minibatch size")
-      ->check(CLI::PositiveNumber)
+      ->check(number_in(1, 65536))
       ->capture_default_str();
   app.add_option("--inner-optimizer", s.inner_optimizer, "site optimizer: adam or sgd")
       ->check(CLI::IsMember({"adam", "sgd"}))
       ->capture_default_str();
   app.add_option("--lr", s.lr, "site learning rate")
-      ->check(CLI::PositiveNumber)
+      ->check(number_in(1e-12, 100, /*integer=*/false))
       ->capture_default_str();
   app.add_option("--synthetic-size", s.synthetic_size, "parameters of the synthetic model")
-      ->check(CLI::PositiveNumber)
+      ->check(number_in(1, 1 << 30))
       ->capture_default_str();
 }
 

@@ -27,6 +27,7 @@
 #include "runtime/aggregator_impl.hpp"
 #include "runtime/node_frames.hpp"
 #include "runtime/replica_fetch.hpp"
+#include "security/noise_filter.hpp"
 
 namespace fedwan {
 namespace {
@@ -93,7 +94,8 @@ Aggregator::Impl::Impl(AggregatorOptions options)
       opt_.standby ? (self_.standby_bind.empty() ? self_.standby_endpoint : self_.standby_bind)
                    : (self_.bind.empty() ? self_.endpoint : self_.bind);
   security_ = std::make_unique<runtime::NodeSecurity>(opt_.security, topo_, self_);
-  children_link_ = std::make_unique<ChildrenLink>(ctx_, bind, lo, security_->children_factory());
+  children_link_ = std::make_unique<ChildrenLink>(ctx_, bind, lo, security_->children_factory(),
+                                                  security_->children_admission());
   if (!is_root_) {
     const NodeSpec& parent = topo_.node(self_.parent_index);
     parent_link_ = std::make_unique<ParentLink>(ctx_, parent.endpoint, self_.id, lo,
@@ -107,14 +109,20 @@ Aggregator::Impl::Impl(AggregatorOptions options)
   parent_heard_ = parent_link_opened_ = root_heard_ = Clock::now();
   if (!opt_.checkpoint_dir.empty()) {
     replicas_ = std::make_unique<runtime::ReplicaStore>(
-        std::filesystem::path(opt_.checkpoint_dir) / "replicas", topo_.digest());
+        std::filesystem::path(opt_.checkpoint_dir) / "replicas", topo_.digest(), 2,
+        security_->verifier(), topo_.job());
   }
   log().info("[agg:{}] {}{} serving {} children on {}", self_.id, role_name(self_.role),
              opt_.standby ? " (standby)" : "", children_.size(), bind);
   bool resumed = resume_from_checkpoint();
   if (!resumed && !is_root_ && !opt_.checkpoint_dir.empty() &&
-      runtime::fetch_replica(*parent_link_, topo_, self_, opt_.checkpoint_dir, 0,
-                             opt_.join_timeout, *security_)) {
+      runtime::fetch_replica(
+          *parent_link_,
+          [this](const std::string& why) -> ParentLink& {
+            reconnect_parent(why);
+            return *parent_link_;
+          },
+          topo_, self_, opt_.checkpoint_dir, 0, opt_.join_timeout, *security_)) {
     // Its own checkpoints were gone or corrupt; the parent kept a copy.
     resumed = resume_from_checkpoint();
   }
@@ -122,8 +130,14 @@ Aggregator::Impl::Impl(AggregatorOptions options)
     // Only corrupt checkpoints: the standby's copy, or no start at all
     // (starting over beside them would redo committed rounds).
     open_standby_link();
-    if (runtime::fetch_replica(*standby_link_, topo_, self_, opt_.checkpoint_dir,
-                               total_elements_, opt_.join_timeout, *security_)) {
+    if (runtime::fetch_replica(
+            *standby_link_,
+            [this](const std::string&) -> ParentLink& {
+              open_standby_link();
+              return *standby_link_;
+            },
+            topo_, self_, opt_.checkpoint_dir, total_elements_, opt_.join_timeout,
+            *security_)) {
       resumed = resume_from_checkpoint();
     }
     if (!resumed) {
@@ -222,8 +236,13 @@ bool Aggregator::Impl::outboxes_empty() const {
 
 void Aggregator::Impl::refuse(const std::string& peer, const std::string& reason, bool count) {
   if (count) summary_.rejected_frames += 1;
-  log().warn("[agg:{}] refused '{}': {}", self_.id, peer, reason);
-  security_->audit("refusal", {{"peer", peer}, {"round", round_}, {"reason", reason}});
+  // A child can provoke refusals at will: logged, audited and answered at
+  // a bounded rate (the rest are counted in the summary entries).
+  if (!security_->audit_noise("refusal", security::noise_key("refusal:" + peer, reason),
+                              {{"peer", peer}, {"round", round_}, {"reason", reason}},
+                              "[agg:" + self_.id + "] refused '" + peer + "': " + reason)) {
+    return;
+  }
   try {
     // Best effort and never queued: a refused peer may not be reading.
     (void)children_link_->try_send(peer, reject_frame(topo_, self_.index, round_, reason));
@@ -273,12 +292,15 @@ AggregatorSummary Aggregator::Impl::run() {
           on_parent_frame(in);
         }
       } catch (const CryptoError& e) {
-        // See SiteCore::Impl::pump: after the first welcome a failed
-        // re-handshake is retried with backoff; a real refusal ends in the
-        // round timeout.
-        if (!parent_contact_) throw;
-        log().warn("[agg:{}] {}; will reconnect", self_.id, e.what());
+        // See SiteCore::Impl::pump: a session failure anyone on the path can
+        // cause, or a re-handshake after the first welcome, is retried with
+        // backoff; a real refusal ends in the round timeout. A parent that
+        // proved who it is and is the wrong one ends the first join at once.
+        if (!parent_contact_ && parent_link_->security().failure_is_final()) throw;
+        security_->log_noise("parent-link:" + self_.id,
+                             "[agg:" + self_.id + "] " + e.what() + "; will reconnect");
         parent_heard_ = Clock::time_point{};
+        if (!parent_contact_) parent_link_opened_ = Clock::time_point{};  // a new session soon
       }
     }
     if (standby_link_) {
@@ -292,7 +314,8 @@ AggregatorSummary Aggregator::Impl::run() {
           standby_warned_ = false;
         }
       } catch (const CryptoError& e) {
-        log().warn("[agg:{}] link to its standby: {}", self_.id, e.what());
+        security_->log_noise("standby-link:" + self_.id,
+                             "[agg:" + self_.id + "] link to its standby: " + e.what());
         standby_seen_ = false;
         standby_heard_ = Clock::time_point{};
       }
@@ -317,6 +340,8 @@ AggregatorSummary Aggregator::Impl::run() {
   summary_.rejected_frames += children_link_->counters().rejected;
   summary_.security_mode = security_->plaintext() ? "plaintext" : "mtls/" + opt_.security.cipher;
   summary_.handshake_ms = security_->handshake_ms();
+  security_->tick(/*all=*/true);
+  summary_.alarms = security_->alarms();
   // A standby that never took over has no model of the federation.
   if (is_root_ && !standby_passive_) summary_.global_model = global_;
   return summary_;
@@ -425,8 +450,9 @@ void Aggregator::Impl::on_child_frame(Incoming& in) {
   if (!f.ok()) {
     ledger_.charge(round_, in.message.size(), in.message.size());
     summary_.rejected_frames += 1;
-    log().warn("[agg:{}] dropped malformed frame from '{}': {} ({})", self_.id, c.id,
-               wire::reject_reason_name(f.reject), f.detail);
+    security_->log_noise(security::noise_key("malformed:" + c.id, f.detail),
+                         "[agg:" + self_.id + "] dropped malformed frame from '" + c.id +
+                             "': " + wire::reject_reason_name(f.reject) + " (" + f.detail + ")");
     return;
   }
   if (f.header.type != wire::MsgType::kCheckpoint) {
@@ -467,8 +493,10 @@ void Aggregator::Impl::on_child_frame(Incoming& in) {
       maybe_finish();
       break;
     case wire::MsgType::kReject:
-      log().warn("[agg:{}] child '{}' reports: {}", self_.id, c.id,
-                 std::string(reinterpret_cast<const char*>(f.payload), f.payload_size));
+      security_->log_noise("reports:" + c.id,
+                           "[agg:" + self_.id + "] child '" + c.id + "' reports: " +
+                               std::string(reinterpret_cast<const char*>(f.payload),
+                                           f.payload_size));
       break;
     default:
       refuse(c.id,
@@ -482,13 +510,16 @@ void Aggregator::Impl::on_parent_frame(Incoming& in) {
   const wire::ParsedFrame f = wire::parse_frame(in.data(), in.frame_size, limits_);
   if (!f.ok()) {
     summary_.rejected_frames += 1;
-    log().warn("[agg:{}] dropped malformed frame from parent: {} ({})", self_.id,
-               wire::reject_reason_name(f.reject), f.detail);
+    security_->log_noise(security::noise_key("malformed:parent", f.detail),
+                         "[agg:" + self_.id + "] dropped malformed frame from parent: " +
+                             wire::reject_reason_name(f.reject) + " (" + f.detail + ")");
     return;
   }
   if (f.header.job_id != topo_.job_id() || f.header.sender != self_.parent_index) {
     summary_.rejected_frames += 1;
-    log().warn("[agg:{}] dropped frame with wrong job or sender from parent", self_.id);
+    security_->log_noise("wrong-sender:parent", "[agg:" + self_.id +
+                                                    "] dropped frame with wrong job or sender "
+                                                    "from parent");
     return;
   }
   parent_heard_ = Clock::now();
@@ -554,8 +585,9 @@ void Aggregator::Impl::on_parent_frame(Incoming& in) {
       break;
     default:
       summary_.rejected_frames += 1;
-      log().warn("[agg:{}] unexpected {} from parent", self_.id,
-                 wire::msg_type_name(f.header.type));
+      security_->log_noise(std::string("unexpected:parent:") + wire::msg_type_name(f.header.type),
+                           "[agg:" + self_.id + "] unexpected " +
+                               wire::msg_type_name(f.header.type) + " from parent");
   }
 }
 

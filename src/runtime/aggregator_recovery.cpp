@@ -64,12 +64,15 @@ void Aggregator::Impl::on_rejoin(Child& c, const wire::ParsedFrame& f) {
   c.live = true;
   c.last_heard = Clock::now();
   summary_.rejoins += 1;
-  security_->audit("rejoin", {{"peer", c.id},
-                              {"their_round", their_round},
-                              {"round", round_},
-                              {"update_sent", sent}});
-  log().info("[agg:{}] '{}' rejoined (it is at round {}{}, this node at {})", self_.id, c.id,
-             their_round, sent ? ", update sent" : "", round_);
+  // A child can say hello again as often as it likes: rate limited.
+  security_->audit_noise("rejoin", "rejoin:" + c.id,
+                         {{"peer", c.id},
+                          {"their_round", their_round},
+                          {"round", round_},
+                          {"update_sent", sent}},
+                         "[agg:" + self_.id + "] '" + c.id + "' rejoined (it is at round " +
+                             std::to_string(their_round) + (sent ? ", update sent" : "") +
+                             ", this node at " + std::to_string(round_) + ")");
   if (phase_ == Phase::kDraining || phase_ == Phase::kDone) {
     // The federation is over: hand it the final model and the end.
     welcome_one(c, round_, c.hello.model_digest != anchor_digest());
@@ -125,6 +128,7 @@ void Aggregator::Impl::welcome_pending() {
 
 void Aggregator::Impl::on_heartbeat_timer() {
   const auto now = Clock::now();
+  security_->tick();
   if (phase_ != Phase::kJoining) {
     for (Child& c : children_) {
       if (c.live && now - c.last_heard > heartbeat_timeout_) child_lost(c);
@@ -270,10 +274,17 @@ void Aggregator::Impl::save_checkpoint() {
     c.sections.push_back(runtime::float_section("anchor", anchor_.data(), anchor_.size()));
     c.sections.push_back(runtime::float_section("residual", residual_.data(), residual_.size()));
   }
+  // The audit log's head as of this checkpoint: a restart checks it is
+  // still there (a log cut back behind the checkpoint raises an alarm).
+  if (const auto head = security_->audit_head()) {
+    meta["audit_seq"] = head->seq;
+    meta["audit_hash"] = head->hash;
+  }
   const std::string m = meta.dump();
   c.sections.push_back({"meta", std::vector<uint8_t>(m.begin(), m.end())});
   const auto t0 = Clock::now();
-  runtime::save_node_checkpoint(opt_.checkpoint_dir, c);
+  runtime::save_node_checkpoint(opt_.checkpoint_dir, c,
+                                runtime::checkpoint_trust(*security_, topo_, self_));
   summary_.checkpoints_written += 1;
   const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   log().info("[agg:{}] checkpoint of round {} written in {:.1f} ms", self_.id, round_, ms);
@@ -284,7 +295,8 @@ void Aggregator::Impl::save_checkpoint() {
 
 bool Aggregator::Impl::resume_from_checkpoint() {
   if (opt_.checkpoint_dir.empty()) return false;
-  auto loaded = runtime::load_node_checkpoint(opt_.checkpoint_dir, topo_, self_.id);
+  auto loaded = runtime::load_node_checkpoint(opt_.checkpoint_dir, topo_, self_.id,
+                                              runtime::checkpoint_trust(*security_, topo_, self_));
   if (!loaded) {
     if (is_root_) {
       // Starting over from round 0 beside a checkpoint that could not be
@@ -326,6 +338,7 @@ bool Aggregator::Impl::resume_from_checkpoint() {
   summary_.resumed_from_round = round_;
   parent_contact_ = true;
   security_->audit("resumed", {{"round", round_}, {"path", loaded->path.string()}});
+  runtime::check_recorded_audit_head(c, *security_);
   const auto now = Clock::now();
   for (Child& c2 : children_) {
     // Children come back by saying hello; until then the round waits for

@@ -56,8 +56,10 @@ void Aggregator::Impl::on_child_checkpoint(Child& c, const wire::ParsedFrame& f)
   const wire::FrameHeader& h = f.header;
   if (h.flags != 0) return;  // signals go down, never up
   if (!replicas_) {
-    log().warn("[agg:{}] '{}' sent a checkpoint, but this node keeps no replicas (no "
-               "--checkpoint-dir); dropped", self_.id, c.id);
+    security_->log_noise("no-replicas:" + c.id,
+                         "[agg:" + self_.id + "] '" + c.id +
+                             "' sent a checkpoint, but this node keeps no replicas (no "
+                             "--checkpoint-dir); dropped");
     return;
   }
   summary_.replica_bytes += f.payload_size;
@@ -67,8 +69,10 @@ void Aggregator::Impl::on_child_checkpoint(Child& c, const wire::ParsedFrame& f)
     if (h.chunk_index == 0) {
       const std::string why = "a checkpoint of round " + std::to_string(h.round) +
                               ", while this node is at round " + std::to_string(round_);
-      log().warn("[agg:{}] refused the checkpoint '{}' sent: {}", self_.id, c.id, why);
-      security_->audit("replica_refused", {{"peer", c.id}, {"round", h.round}, {"reason", why}});
+      security_->audit_noise("replica_refused", "replica_refused:" + c.id,
+                             {{"peer", c.id}, {"round", h.round}, {"reason", why}},
+                             "[agg:" + self_.id + "] refused the checkpoint '" + c.id +
+                                 "' sent: " + why);
     }
     return;
   }
@@ -77,9 +81,10 @@ void Aggregator::Impl::on_child_checkpoint(Child& c, const wire::ParsedFrame& f)
   using Kind = runtime::ReplicaStore::Result::Kind;
   if (r.kind == Kind::kPartial) return;
   if (r.kind == Kind::kRefused) {
-    log().warn("[agg:{}] refused the checkpoint '{}' sent for round {}: {}", self_.id, c.id,
-               h.round, r.detail);
-    security_->audit("replica_refused", {{"peer", c.id}, {"round", h.round}, {"reason", r.detail}});
+    security_->audit_noise("replica_refused", "replica_refused:" + c.id,
+                           {{"peer", c.id}, {"round", h.round}, {"reason", r.detail}},
+                           "[agg:" + self_.id + "] refused the checkpoint '" + c.id +
+                               "' sent for round " + std::to_string(h.round) + ": " + r.detail);
     return;
   }
   summary_.replicas_stored += 1;
@@ -106,7 +111,10 @@ void Aggregator::Impl::serve_replica(Child& c, const wire::ParsedFrame& f) {
   s.reader.reset();
   std::optional<fs::path> path = replicas_ ? replicas_->latest(c.id) : std::nullopt;
   runtime::CheckpointIdentity id;
-  if (path && runtime::check_checkpoint_stream(*path, c.id, topo_.digest(), &id)) path.reset();
+  if (path && runtime::check_checkpoint_stream(*path, c.id, topo_.digest(), &id,
+                                                replicas_->signer_check(c.id))) {
+    path.reset();
+  }
   if (!path) {
     log().info("[agg:{}] '{}' asked for its replica; none is kept here", self_.id, c.id);
     security_->audit("replica_missing", {{"peer", c.id}});
@@ -297,7 +305,10 @@ void Aggregator::Impl::on_root_frame(Incoming& in) {
 void Aggregator::Impl::serve_root_replica() {
   std::optional<fs::path> path = replicas_->latest(self_.id);
   runtime::CheckpointIdentity id;
-  if (path && runtime::check_checkpoint_stream(*path, self_.id, topo_.digest(), &id)) path.reset();
+  if (path && runtime::check_checkpoint_stream(*path, self_.id, topo_.digest(), &id,
+                                                replicas_->signer_check(self_.id))) {
+    path.reset();
+  }
   try {
     if (!path) {
       log().warn("[agg:{}] standby: the root asked for its checkpoint; none is kept here",
@@ -340,9 +351,10 @@ void Aggregator::Impl::take_over(const std::string& asker) {
   if (path) {
     // Installed as this node's own checkpoint, then resumed like a root
     // restarting from its disk.
-    Checkpoint c = read_checkpoint(*path);
+    const runtime::CheckpointTrust trust = runtime::checkpoint_trust(*security_, topo_, self_);
+    Checkpoint c = read_checkpoint(*path, trust.check);
     round = c.round;
-    runtime::save_node_checkpoint(opt_.checkpoint_dir, c);
+    runtime::save_node_checkpoint(opt_.checkpoint_dir, c, trust);
   }
   standby_passive_ = false;
   summary_.took_over = true;

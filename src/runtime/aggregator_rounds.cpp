@@ -50,7 +50,8 @@ void Aggregator::Impl::on_hello(Child& c, const wire::ParsedFrame& f) {
     return;
   }
   if (c.welcomed) {
-    log().info("[agg:{}] '{}' said hello again; it is already in", self_.id, c.id);
+    security_->log_noise("hello-again:" + c.id,
+                         "[agg:" + self_.id + "] '" + c.id + "' said hello again; it is already in");
     return;
   }
   if (phase_ != Phase::kJoining) {
@@ -217,8 +218,10 @@ void Aggregator::Impl::on_delta(Child& c, const wire::ParsedFrame& f) {
     security_->audit("update", fields);
   }
   if (w.claim_differs) {
-    log().warn("[agg:{}] '{}' claimed weight {} for round {} chunk {}; its topology weight {} "
-               "is used", self_.id, c.id, h.weight, h.round, h.chunk_index, w.weight);
+    security_->log_noise("claimed-weight:" + c.id,
+                         "[agg:" + self_.id + "] '" + c.id + "' claimed weight " +
+                             std::to_string(h.weight) + " for round " + std::to_string(h.round) +
+                             "; its topology weight " + std::to_string(w.weight) + " is used");
   }
   if (refusal) {
     refuse(c.id, "delta chunk " + std::to_string(h.chunk_index) + " of round " +
@@ -235,8 +238,12 @@ void Aggregator::Impl::on_delta(Child& c, const wire::ParsedFrame& f) {
     case AddOutcome::kStale:
       summary_.rejected_frames += 1;
       if (r.outcome == AddOutcome::kStale) summary_.stale_updates += 1;
-      log().info("[agg:{}] ignored {} delta from '{}' (round {}, chunk {})", self_.id,
-                 add_outcome_name(r.outcome), c.id, h.round, h.chunk_index);
+      if (log().should_log(spdlog::level::info)) {
+        security_->log_noise(std::string("ignored:") + add_outcome_name(r.outcome) + ":" + c.id,
+                             "[agg:" + self_.id + "] ignored " + add_outcome_name(r.outcome) +
+                                 " delta from '" + c.id + "' (round " + std::to_string(h.round) +
+                                 ", chunk " + std::to_string(h.chunk_index) + ")");
+      }
       return;
     case AddOutcome::kBadChunk:
       refuse(c.id,

@@ -67,6 +67,25 @@ std::optional<std::string> authorize_child(const Topology& topology, const NodeS
   return std::nullopt;
 }
 
+std::string admission_refusal(const Topology& topology, const NodeSpec& self,
+                              const std::string& claimed) {
+  const NodeSpec* n = topology.find(claimed);
+  if (n == nullptr) {
+    return "'" + claimed + "' is not a node of topology " + topology.digest_hex().substr(0, 12) +
+           "; check the node id and the topology file";
+  }
+  if (n->role == Role::kRoot) {
+    if (self.id == n->id && topology.has_standby()) return "";
+    return "'" + n->id + "' is the root; it has no parent to connect to";
+  }
+  const std::string& parent = topology.node(n->parent_index).id;
+  if (parent != self.id) {
+    return std::string(role_name(n->role)) + " '" + n->id + "' reports to '" + parent +
+           "', not to '" + self.id + "'";
+  }
+  return "";
+}
+
 std::optional<std::string> authorize_parent(const Topology& topology, const NodeSpec& self,
                                             const security::NodeIdentity& cert) {
   if (self.role == Role::kRoot) {

@@ -24,6 +24,13 @@ std::optional<std::string> authorize_child(const Topology& topology, const NodeS
                                            const security::NodeIdentity& cert,
                                            const std::string& claimed);
 
+// At aggregator `self`, before any handshake: can a peer connecting under
+// routing id `claimed` ever be authorized as a child? Refused ids get no
+// state at all (transport/links.hpp, LinkAdmission). "" when it may try:
+// a child of `self`, or the root itself at a root with a standby.
+std::string admission_refusal(const Topology& topology, const NodeSpec& self,
+                              const std::string& claimed);
+
 // At node `self` (a site or region): is the peer that answered on the
 // parent endpoint really self's parent, in its topology role, and (for a
 // site) an aggregator its residency policy allows? A child of the root

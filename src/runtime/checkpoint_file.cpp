@@ -84,16 +84,22 @@ void check_encodable(const Checkpoint& c) {
   }
 }
 
-// Everything before the section bytes: fixed header, node id, manifest.
-std::vector<uint8_t> encode_header(const Checkpoint& c) {
+// Everything before the section bytes: fixed header, node id, the signer's
+// certificate (signed files), manifest.
+std::vector<uint8_t> encode_header(const Checkpoint& c, const security::NodeKey* key) {
   std::vector<uint8_t> h;
   h.insert(h.end(), std::begin(kMagic), std::end(kMagic));
   put_u16(h, kCheckpointVersion);
-  put_u16(h, 0);
+  put_u16(h, key != nullptr ? kCheckpointFlagSigned : 0);
   put_u64(h, c.round);
   h.insert(h.end(), c.topology_digest.begin(), c.topology_digest.end());
   put_u16(h, static_cast<uint16_t>(c.node_id.size()));
   h.insert(h.end(), c.node_id.begin(), c.node_id.end());
+  if (key != nullptr) {
+    const std::vector<uint8_t>& cert = key->cert_der();
+    put_u16(h, static_cast<uint16_t>(cert.size()));
+    h.insert(h.end(), cert.begin(), cert.end());
+  }
   put_u32(h, static_cast<uint32_t>(c.sections.size()));
   for (const CheckpointSection& s : c.sections) {
     put_u16(h, static_cast<uint16_t>(s.name.size()));
@@ -183,9 +189,13 @@ const CheckpointSection* Checkpoint::find(std::string_view name) const {
   return nullptr;
 }
 
-void write_checkpoint(const fs::path& path, const Checkpoint& c) {
+void write_checkpoint(const fs::path& path, const Checkpoint& c, const security::NodeKey* key) {
   check_encodable(c);
-  const std::vector<uint8_t> header = encode_header(c);
+  if (key != nullptr && key->identity().node_id != c.node_id) {
+    throw ConfigError("checkpoint of '" + c.node_id + "' cannot be signed with the key of '" +
+                      key->identity().node_id + "'");
+  }
+  const std::vector<uint8_t> header = encode_header(c, key);
 
   // Recovery trusts a checkpoint reported written, so unlike credentials a
   // failure to make the rename durable is reported too.
@@ -207,12 +217,20 @@ void write_checkpoint(const fs::path& path, const Checkpoint& c) {
   }
   const Sha256Digest digest = manifest.finish();
   out.write(digest.data(), digest.size());
+  if (key != nullptr) {
+    const std::vector<uint8_t> sig = key->sign(kCheckpointDomain, digest.data(), digest.size());
+    std::vector<uint8_t> block;
+    put_u16(block, static_cast<uint16_t>(sig.size()));
+    block.insert(block.end(), sig.begin(), sig.end());
+    block.resize(2 + kCheckpointSignatureSlot, 0);
+    out.write(block.data(), block.size());
+  }
   out.commit(/*require_durable_rename=*/true, [](std::string_view step) {
     crash_point(std::string("checkpoint.") + std::string(step));
   });
 }
 
-Checkpoint read_checkpoint(const fs::path& path) {
+Checkpoint read_checkpoint(const fs::path& path, const CheckpointSignerCheck& check) {
   Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
   if (f.fd < 0) throw_io("open", path, errno);
   struct stat st {};
@@ -233,14 +251,16 @@ Checkpoint read_checkpoint(const fs::path& path) {
                             std::to_string(kCheckpointVersion) +
                             ", the newest this build reads: upgrade fedwan to load it");
   }
-  if (version != kCheckpointVersion) {
+  if (version != kCheckpointVersion && version != 1) {
     throw_corrupt(path, "unknown format version " + std::to_string(version) +
-                            " (this build reads " + std::to_string(kCheckpointVersion) + ")");
+                            " (this build reads 1 and " + std::to_string(kCheckpointVersion) + ")");
   }
   const uint64_t flags = r.read_le(2, "the flags");
-  if (flags != 0) {
+  const uint64_t known_flags = version == 1 ? 0 : kCheckpointFlagSigned;
+  if ((flags & ~known_flags) != 0) {
     throw_corrupt(path, "unknown flags " + std::to_string(flags) + ": the checkpoint is corrupt");
   }
+  const bool is_signed = (flags & kCheckpointFlagSigned) != 0;
 
   Checkpoint c;
   c.round = r.read_le(8, "the round");
@@ -256,6 +276,25 @@ Checkpoint read_checkpoint(const fs::path& path) {
                   "node id is not 1..64 characters of [A-Za-z0-9._-]: the checkpoint is "
                   "corrupt");
   }
+
+  if (check.verifier && !is_signed && c.node_id == check.signer.node_id) {
+    throw_corrupt(path, "it is not signed, and this node accepts only checkpoints signed by '" +
+                            check.signer.node_id +
+                            "' (it runs with credentials; an unsigned file was written without "
+                            "them, by a fedwan before 0.5, or by someone else). Move it aside");
+  }
+  std::vector<uint8_t> cert;
+  if (is_signed) {
+    const uint64_t cert_len = r.read_le(2, "the certificate length");
+    if (cert_len == 0 || cert_len > security::kMaxSignerCertBytes) {
+      throw_corrupt(path, "signer certificate length " + std::to_string(cert_len) + " outside 1.." +
+                              std::to_string(security::kMaxSignerCertBytes) +
+                              ": the checkpoint is corrupt");
+    }
+    cert.resize(cert_len);
+    r.read(cert.data(), cert.size(), "the signer certificate");
+  }
+  const size_t trailer = kDigestSize + (is_signed ? 2 + kCheckpointSignatureSlot : 0);
 
   const uint64_t count = r.read_le(4, "the section count");
   if (count > kMaxCheckpointSections) {
@@ -296,14 +335,15 @@ Checkpoint read_checkpoint(const fs::path& path) {
 
   // Every length is known now: the file must be exactly this long.
   const uint64_t avail = r.size() - r.offset();
-  if (avail < kDigestSize || avail - kDigestSize < claimed) {
+  if (avail < trailer || avail - trailer < claimed) {
     throw_corrupt(path, "truncated after " + std::to_string(r.size()) +
                             " bytes: the manifest needs " + std::to_string(claimed) +
-                            " section bytes and a " + std::to_string(kDigestSize) +
-                            "-byte digest after offset " + std::to_string(r.offset()));
+                            " section bytes and a " + std::to_string(trailer) +
+                            "-byte digest" + (is_signed ? " and signature" : "") +
+                            " after offset " + std::to_string(r.offset()));
   }
-  if (avail - kDigestSize > claimed) {
-    throw_corrupt(path, std::to_string(avail - kDigestSize - claimed) +
+  if (avail - trailer > claimed) {
+    throw_corrupt(path, std::to_string(avail - trailer - claimed) +
                             " trailing bytes after the manifest digest: the checkpoint is corrupt");
   }
 
@@ -327,6 +367,25 @@ Checkpoint read_checkpoint(const fs::path& path) {
   r.read(stored.data(), stored.size(), "the manifest digest");
   if (computed != stored) {
     throw_corrupt(path, "manifest digest mismatch: the checkpoint is corrupt");
+  }
+  if (is_signed) {
+    uint8_t block[2 + kCheckpointSignatureSlot];
+    r.read(block, sizeof block, "the signature");
+    const size_t sig_len = get_le(block, 2);
+    if (sig_len == 0 || sig_len > kCheckpointSignatureSlot ||
+        std::any_of(block + 2 + sig_len, block + sizeof block, [](uint8_t b) { return b != 0; })) {
+      throw_corrupt(path, "malformed signature block: the checkpoint is corrupt");
+    }
+    // A file of another node is the caller's to report (a misplaced
+    // directory), not a forgery.
+    if (check.verifier && c.node_id == check.signer.node_id) {
+      const std::vector<uint8_t> sig(block + 2, block + 2 + sig_len);
+      if (auto bad = check.verifier->verify(cert, kCheckpointDomain, stored.data(), stored.size(),
+                                            sig, check.signer)) {
+        throw_corrupt(path, "its signature does not verify: " + *bad +
+                                "; it was altered or forged, and is not used");
+      }
+    }
   }
   return c;
 }

@@ -1,31 +1,42 @@
 // The on-disk checkpoint container: named byte sections under a SHA-256
-// manifest, replaced atomically. What the sections hold (parameters, outer
-// optimizer state, round bookkeeping) is up to the fault-tolerance layer.
+// manifest, replaced atomically, and signed by the node that wrote it. What
+// the sections hold (parameters, outer optimizer state, round bookkeeping)
+// is up to the fault-tolerance layer.
 //
 // Layout, all integers little-endian:
 //   offset  size  field
 //        0     4  magic "FWCK" (the bytes 'F' 'W' 'C' 'K')
-//        4     2  version, 1
-//        6     2  flags, 0 (a reader refuses any bit it does not know)
+//        4     2  version, 2 (version 1, the same without signatures, is read)
+//        6     2  flags: bit 0 = signed; a reader refuses any other bit
 //        8     8  round
 //       16    32  topology digest
 //       48     2  node id length N, 1..64
 //       50     N  node id, [A-Za-z0-9._-] (the common/node_id.hpp rule)
-//     50+N     4  section count S, 0..256
+//   signed only:
+//              2  certificate length C, 1..kMaxSignerCertBytes
+//              C  the signer's certificate, DER
+//              4  section count S, 0..256
 //   then S manifest entries, in section order:
 //              2  name length L, 1..64
 //              L  name, [a-z0-9_.-], unique within the file
 //              8  byte length of the section
 //             32  SHA-256 of the section bytes
 //   then the bytes of each section, in order, with nothing between them;
-//   then 32 bytes: SHA-256 of every byte before it (the manifest digest).
+//   then 32 bytes: SHA-256 of every byte before it (the manifest digest);
+//   signed only: 2 bytes signature length G (1..128) and 128 bytes holding
+//   the signature (security/node_key.hpp, domain kCheckpointDomain) over
+//   the manifest digest, zero-padded.
+// The signature is made with the node's own key, so a parent holding the
+// file as a replica, or anyone who can write the node's disk, cannot forge
+// or alter a checkpoint that passes read_checkpoint with a signer check.
 //
 // Errors: write_checkpoint throws ConfigError for a checkpoint that cannot be
 // encoded (bad node id or section name, duplicate names, too many sections)
 // and TransportError when the file system fails. read_checkpoint throws
 // TransportError when the file cannot be opened or read (a missing file
 // included) and CryptoError for any content that is not a valid, intact
-// checkpoint. Every message names the path.
+// checkpoint, or not signed by whom the check expects. Every message names
+// the path.
 // Thread safety: the functions share no state. Writers racing on one path each
 // replace the file whole; the last rename wins.
 #pragma once
@@ -36,11 +47,17 @@
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <memory>
 #include <vector>
+
+#include "security/node_key.hpp"
 
 namespace fedwan {
 
-inline constexpr uint16_t kCheckpointVersion = 1;
+inline constexpr uint16_t kCheckpointVersion = 2;
+inline constexpr uint16_t kCheckpointFlagSigned = 1;
+inline constexpr const char* kCheckpointDomain = "fedwan-checkpoint-v2";
+inline constexpr size_t kCheckpointSignatureSlot = 128;  // signature bytes, zero-padded
 inline constexpr size_t kMaxCheckpointSections = 256;
 inline constexpr size_t kMaxCheckpointSectionNameLength = 64;
 
@@ -62,6 +79,14 @@ struct Checkpoint {
 // True for 1..64 characters of [a-z0-9_.-].
 bool is_valid_checkpoint_section_name(std::string_view name);
 
+// Whose signature a checkpoint being read must carry. Without a verifier
+// any intact checkpoint passes (a node without credentials); with one, only
+// a signed checkpoint whose signer the verifier accepts as `signer`.
+struct CheckpointSignerCheck {
+  std::shared_ptr<const security::SignatureVerifier> verifier;
+  security::ExpectedSigner signer;
+};
+
 // Replaces `path` with `c` so that a reader, or a restart after a crash or
 // power cut, sees the old checkpoint or the new, never part of either: writes
 // a temporary ".<name>.XXXXXX" in the same directory, streaming each section
@@ -70,12 +95,16 @@ bool is_valid_checkpoint_section_name(std::string_view name);
 // error the temporary file is removed and `path` is left as it was, except
 // when only the final directory fsync fails: the new file is then in place
 // but may not survive a power cut, and a TransportError says so.
-void write_checkpoint(const std::filesystem::path& path, const Checkpoint& c);
+// With `key` the checkpoint is signed by it.
+void write_checkpoint(const std::filesystem::path& path, const Checkpoint& c,
+                      const security::NodeKey* key = nullptr);
 
 // Reads `path` and verifies all of it (magic, version, flags, every length
 // against the limits and the file size before anything is allocated, names,
-// each section digest, the manifest digest, no trailing bytes). Memory use is
-// bounded by the file's size whatever its content. Blocks on the disk.
-Checkpoint read_checkpoint(const std::filesystem::path& path);
+// each section digest, the manifest digest, the signature when `check` has a
+// verifier, no trailing bytes). Memory use is bounded by the file's size
+// whatever its content. Blocks on the disk.
+Checkpoint read_checkpoint(const std::filesystem::path& path,
+                           const CheckpointSignerCheck& check = {});
 
 }  // namespace fedwan

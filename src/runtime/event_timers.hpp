@@ -4,6 +4,7 @@
 // thread and need no locks. Not thread safe: one owner thread.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -31,8 +32,10 @@ class EventTimers {
     boost::asio::steady_timer timer_;
   };
 
-  // Runs `fn` every `period`, first one period from now, until the object dies.
+  // Runs `fn` every `period` (at least 1 ms), first one period from now,
+  // until the object dies.
   void every(std::chrono::milliseconds period, Handler fn) {
+    period = std::max(period, std::chrono::milliseconds(1));
     auto t = std::make_shared<Timer>(io_);
     periodic_.push_back(t);
     arm_periodic(t, period, std::move(fn));
@@ -48,11 +51,15 @@ class EventTimers {
 
   std::unique_ptr<Timer> make_timer() { return std::make_unique<Timer>(io_); }
 
-  // Runs the handlers that are due; never blocks.
+  // Runs the handlers that are due, at most kMaxHandlersPerPoll of them, so
+  // a timer that is always due cannot keep the loop from its sockets and its
+  // stop flag; never blocks.
   void poll() {
-    io_.poll();
+    for (int i = 0; i < kMaxHandlersPerPoll && io_.poll_one() > 0; ++i) {
+    }
     if (io_.stopped()) io_.restart();
   }
+  static constexpr int kMaxHandlersPerPoll = 64;
 
  private:
   void arm_periodic(const std::shared_ptr<Timer>& t, std::chrono::milliseconds period,

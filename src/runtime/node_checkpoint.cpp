@@ -5,10 +5,13 @@
 #include <cstring>
 #include <system_error>
 
+#include <nlohmann/json.hpp>
+
 #include "common/atomic_file.hpp"
 #include "common/log.hpp"
 #include "common/sha256.hpp"
 #include "fedwan/error.hpp"
+#include "runtime/node_security.hpp"
 
 namespace fedwan::runtime {
 namespace fs = std::filesystem;
@@ -23,7 +26,18 @@ fs::path previous_path(const fs::path& dir, const std::string& node) {
 }
 }  // namespace
 
-void save_node_checkpoint(const fs::path& dir, const Checkpoint& c) {
+CheckpointTrust checkpoint_trust(const NodeSecurity& security, const Topology& topo,
+                                 const NodeSpec& self) {
+  CheckpointTrust t;
+  t.key = security.key();
+  t.check.verifier = security.verifier();
+  t.check.signer.node_id = self.id;
+  t.check.signer.role = self.role;
+  t.check.signer.job = topo.job();
+  return t;
+}
+
+void save_node_checkpoint(const fs::path& dir, const Checkpoint& c, const CheckpointTrust& trust) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw_file_error("create the checkpoint directory", dir, ec.value());
@@ -33,18 +47,19 @@ void save_node_checkpoint(const fs::path& dir, const Checkpoint& c) {
     fs::rename(latest, previous_path(dir, c.node_id), ec);
     if (ec) throw_file_error("keep the previous checkpoint", latest, ec.value());
   }
-  write_checkpoint(latest, c);
+  write_checkpoint(latest, c, trust.key.get());
 }
 
 std::optional<LoadedCheckpoint> load_node_checkpoint(const fs::path& dir, const Topology& topo,
-                                                     const std::string& node) {
+                                                     const std::string& node,
+                                                     const CheckpointTrust& trust) {
   LoadedCheckpoint out;
   for (const fs::path& p : {checkpoint_path(dir, node), previous_path(dir, node)}) {
     std::error_code ec;
     if (!fs::exists(p, ec)) continue;
     Checkpoint c;
     try {
-      c = read_checkpoint(p);
+      c = read_checkpoint(p, trust.check);
     } catch (const CryptoError& e) {
       out.problems.push_back(e.what());
       log().error("checkpoint {} is corrupt and will not be used: {}", p.string(), e.what());
@@ -70,6 +85,17 @@ std::optional<LoadedCheckpoint> load_node_checkpoint(const fs::path& dir, const 
     return out;
   }
   return std::nullopt;
+}
+
+void check_recorded_audit_head(const Checkpoint& c, NodeSecurity& security) {
+  const CheckpointSection* meta = c.find("meta");
+  if (meta == nullptr) return;
+  const auto j = nlohmann::json::parse(meta->bytes.begin(), meta->bytes.end(), nullptr, false);
+  if (!j.is_object() || !j.contains("audit_seq") || !j.contains("audit_hash") ||
+      !j["audit_seq"].is_number_unsigned() || !j["audit_hash"].is_string()) {
+    return;
+  }
+  security.check_audit_head(j["audit_seq"].get<uint64_t>(), j["audit_hash"].get<std::string>());
 }
 
 CheckpointSection float_section(std::string name, const float* data, size_t n) {

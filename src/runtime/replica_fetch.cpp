@@ -1,6 +1,8 @@
 #include "runtime/replica_fetch.hpp"
 
+#include <algorithm>
 #include <optional>
+#include <thread>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -15,9 +17,10 @@
 
 namespace fedwan::runtime {
 
-bool fetch_replica(ParentLink& link, const Topology& topo, const NodeSpec& self,
-                   const std::filesystem::path& dir, uint64_t model_elements, Millis timeout,
-                   NodeSecurity& security) {
+bool fetch_replica(ParentLink& first_link,
+                   const std::function<ParentLink&(const std::string&)>& reconnect,
+                   const Topology& topo, const NodeSpec& self, const std::filesystem::path& dir,
+                   uint64_t model_elements, Millis timeout, NodeSecurity& security) {
   using Clock = std::chrono::steady_clock;
   // The root's copy lives on its standby, which answers as the root.
   const bool from_standby = self.role == Role::kRoot;
@@ -27,7 +30,6 @@ bool fetch_replica(ParentLink& link, const Topology& topo, const NodeSpec& self,
   const Millis ask_every(
       static_cast<int64_t>(topo.federation().heartbeat_timeout_s * 1000));
   log().info("[{}] no intact local checkpoint; asking '{}' for its replica", self.id, parent_id);
-  link.wait_established(timeout);
   wire::HelloPayload hello;
   hello.node_id = self.id;
   hello.topology_digest = topo.digest();
@@ -40,27 +42,50 @@ bool fetch_replica(ParentLink& link, const Topology& topo, const NodeSpec& self,
   wire::FrameLimits limits;
   limits.max_piece_bytes = static_cast<uint32_t>(topo.federation().chunk_bytes);
   std::optional<CheckpointAssembly> assembly;
+  ParentLink* link = &first_link;
+  std::string last_error;
   auto asked_at = Clock::time_point{};
   auto progress_at = Clock::now();
+  auto reconnected_at = Clock::now();
   for (;;) {
     const auto now = Clock::now();
     if (now >= deadline) {
       throw TimeoutError("'" + self.id + "': no replica (or answer that it has none) from '" +
-                         parent_id + "' at " + link.endpoint() + " within " +
-                         std::to_string(timeout.count() / 1000) + " s");
-    }
-    // The request, or a piece, may be lost on a bad link: ask again.
-    if (now - asked_at > ask_every && now - progress_at > ask_every / 2) {
-      (void)link.send(ask, ask_every);
-      asked_at = progress_at = now;
-      assembly.reset();
+                         parent_id + "' at " + link->endpoint() + " within " +
+                         std::to_string(timeout.count() / 1000) + " s" +
+                         (last_error.empty() ? "" : "; last error: " + last_error));
     }
     Incoming in;
-    if (!link.recv(&in, Millis(100))) continue;
+    try {
+      // The request, or a piece, may be lost on a bad link: ask again.
+      if (link->established() && now - asked_at > ask_every && now - progress_at > ask_every / 2) {
+        if (link->try_send(ask)) {
+          asked_at = progress_at = now;
+          assembly.reset();
+        }
+      }
+      if (!link->recv(&in, Millis(100))) continue;
+    } catch (const CryptoError& e) {
+      // Anyone on the path can refuse or break a session that is not up
+      // yet: try a new one (at a steady pace) until the timeout; a parent
+      // that proved who it is and is the wrong one ends it.
+      if (link->security().failure_is_final()) throw;
+      last_error = e.what();
+      security.log_noise("replica-fetch-link:" + self.id,
+                         "[" + self.id + "] " + last_error + "; trying a new session");
+      const auto wait = ask_every / 4 - (Clock::now() - reconnected_at);
+      if (wait > Millis(0)) std::this_thread::sleep_for(std::min<Clock::duration>(wait, deadline - Clock::now()));
+      link = &reconnect(last_error);
+      reconnected_at = Clock::now();
+      asked_at = {};
+      assembly.reset();
+      continue;
+    }
     const wire::ParsedFrame f = wire::parse_frame(in.data(), in.frame_size, limits);
     if (!f.ok() || f.header.job_id != topo.job_id() || f.header.sender != parent_sender) {
-      log().warn("[{}] ignored a frame while fetching its replica: {}", self.id,
-                 f.ok() ? "wrong job or sender" : f.detail);
+      security.log_noise("replica-fetch-frame:" + self.id,
+                         "[" + self.id + "] ignored a frame while fetching its replica: " +
+                             (f.ok() ? std::string("wrong job or sender") : f.detail));
       continue;
     }
     const wire::FrameHeader& h = f.header;
@@ -79,7 +104,7 @@ bool fetch_replica(ParentLink& link, const Topology& topo, const NodeSpec& self,
     progress_at = Clock::now();
     if (h.chunk_index == 0) {
       assembly.emplace(checkpoint_path(dir, self.id), self.id, topo.digest(), h.round,
-                       h.chunk_count, h.total_elements);
+                       h.chunk_count, h.total_elements, checkpoint_trust(security, topo, self).check);
     }
     if (!assembly) continue;  // a piece of an answer whose start was lost
     std::string why;
@@ -88,8 +113,16 @@ bool fetch_replica(ParentLink& link, const Topology& topo, const NodeSpec& self,
       case CheckpointAssembly::Status::kMore:
         break;
       case CheckpointAssembly::Status::kFailed:
-        throw CryptoError("'" + self.id + "': the replica '" + parent_id +
-                          "' sent does not verify: " + why);
+        // Nothing was installed. A replica that is not this node's own,
+        // intact and signed is refused like a corrupt local checkpoint: the
+        // node goes on as one without any (it joins and gets the
+        // federation's model), and the operator hears of it.
+        security.audit("replica_refused", {{"peer", parent_id}, {"round", h.round},
+                                           {"reason", why}});
+        security.alarm("replica_refused", "the replica '" + parent_id + "' sent for round " +
+                                              std::to_string(h.round) + " was refused: " + why +
+                                              "; starting from the federation's model instead");
+        return false;
       case CheckpointAssembly::Status::kDone:
         log().info("[{}] restored its checkpoint of round {} from '{}' ({} bytes)", self.id,
                    h.round, parent_id, h.total_elements);

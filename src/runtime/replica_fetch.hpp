@@ -8,6 +8,8 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
+#include <string>
 
 #include "fedwan/topology.hpp"
 #include "transport/links.hpp"
@@ -22,11 +24,16 @@ class NodeSecurity;
 // to be this node's, under this topology) or the parent's "none". Returns
 // true when a replica was installed, false when the parent keeps none.
 // `model_elements` is the node's model size (0 when not known yet).
-// Throws TimeoutError when no answer comes within `timeout`, ProtocolError
-// when the parent refuses the node, CryptoError when the replica that came
-// does not verify (nothing is installed then).
-bool fetch_replica(ParentLink& link, const Topology& topo, const NodeSpec& self,
-                   const std::filesystem::path& dir, uint64_t model_elements, Millis timeout,
-                   NodeSecurity& security);
+// A session that fails in a way an unauthenticated party could have caused
+// (a plain refusal, a TLS alert) is replaced through `reconnect(why)`, which
+// returns the new link, and the request goes again, until `timeout`.
+// A replica that does not verify (its signature included: a parent cannot
+// forge a child's checkpoint) is refused, audited and alarmed, and the
+// result is false, as when there is none. Throws TimeoutError when no
+// answer comes within `timeout`, ProtocolError when the parent refuses the
+// node, CryptoError when the session fails for good.
+bool fetch_replica(ParentLink& link, const std::function<ParentLink&(const std::string&)>& reconnect,
+                   const Topology& topo, const NodeSpec& self, const std::filesystem::path& dir,
+                   uint64_t model_elements, Millis timeout, NodeSecurity& security);
 
 }  // namespace fedwan::runtime

@@ -28,7 +28,13 @@ constexpr uint8_t kMagic[4] = {'F', 'W', 'C', 'K'};
 constexpr size_t kDigestSize = 32;
 // magic, version, flags, round, topology digest, node id length.
 constexpr size_t kFixedHeaderSize = 4 + 2 + 2 + 8 + kDigestSize + 2;
-constexpr size_t kHeadSize = kFixedHeaderSize + kMaxNodeIdLength;
+// What the head must hold to check a file: the fixed header, the longest
+// node id, and a signed file's certificate with its length.
+constexpr size_t kHeadSize =
+    kFixedHeaderSize + kMaxNodeIdLength + 2 + security::kMaxSignerCertBytes;
+constexpr size_t kSignatureBlock = 2 + kCheckpointSignatureSlot;
+// The most bytes after the manifest: its digest and a signature block.
+constexpr size_t kMaxTrailer = kDigestSize + kSignatureBlock;
 constexpr size_t kReadPiece = size_t{1} << 20;
 constexpr mode_t kReplicaMode = 0600;
 
@@ -48,29 +54,39 @@ uint64_t get_le(const uint8_t* p, int n) {
 std::string digest_prefix(const uint8_t* d) { return to_hex(d, kDigestSize).substr(0, 12); }
 
 // Checks a checkpoint fed front to back whose size is known up front: keeps
-// the header bytes, hashes everything before the last 32 bytes, keeps those.
-// Memory: kHeadSize + 32 bytes whatever the file size.
+// the head bytes, hashes everything but the last kMaxTrailer bytes as they
+// come, and keeps those (whether they are all trailer is known only once the
+// header's flags are). Memory: kHeadSize + 2 * kMaxTrailer bytes whatever
+// the file size.
 class StreamCheck {
  public:
-  explicit StreamCheck(uint64_t total)
-      : total_(total), body_end_(total >= kDigestSize ? total - kDigestSize : 0) {}
+  explicit StreamCheck(uint64_t total) : total_(total) {}
 
   // The caller never feeds more than `total` bytes in all.
   void feed(const uint8_t* p, size_t n) {
-    if (head_.size() < kHeadSize) {  // offset_ == head_.size() until it is full
+    if (head_.size() < kHeadSize) {
       head_.insert(head_.end(), p, p + std::min(n, kHeadSize - head_.size()));
     }
-    if (offset_ < body_end_) body_.update(p, std::min<uint64_t>(n, body_end_ - offset_));
-    if (offset_ + n > body_end_) {
-      const uint64_t from = std::max(offset_, body_end_);
-      tail_.insert(tail_.end(), p + (from - offset_), p + n);
-    }
     offset_ += n;
+    if (n >= kMaxTrailer) {
+      hash_.update(tail_.data(), tail_.size());
+      hash_.update(p, n - kMaxTrailer);
+      tail_.assign(p + n - kMaxTrailer, p + n);
+      return;
+    }
+    tail_.insert(tail_.end(), p, p + n);
+    if (tail_.size() > kMaxTrailer) {
+      const size_t extra = tail_.size() - kMaxTrailer;
+      hash_.update(tail_.data(), extra);
+      tail_.erase(tail_.begin(), tail_.begin() + static_cast<std::ptrdiff_t>(extra));
+    }
   }
 
-  // nullopt, or why the file at `path` is not `node`'s intact checkpoint.
+  // nullopt, or why the file at `path` is not `node`'s intact checkpoint
+  // (signed by `node` when `check` has a verifier).
   std::optional<std::string> finish(const fs::path& path, const std::string& node,
-                                    const Sha256Digest& digest, CheckpointIdentity* out) {
+                                    const Sha256Digest& digest, CheckpointIdentity* out,
+                                    const CheckpointSignerCheck& check) {
     const std::string at = "checkpoint " + path.string() + ": ";
     const auto too_short = [&] {
       return at + "too short (" + std::to_string(total_) + " bytes) to be a checkpoint";
@@ -85,11 +101,15 @@ class StreamCheck {
       return at + "bad magic: not a fedwan checkpoint file";
     }
     const uint64_t version = get_le(h + 4, 2);
-    if (version != kCheckpointVersion) {
-      return at + "format version " + std::to_string(version) + " is not the version " +
-             std::to_string(kCheckpointVersion) + " this build reads";
+    if (version != kCheckpointVersion && version != 1) {
+      return at + "format version " + std::to_string(version) + " is not one this build reads";
     }
-    if (get_le(h + 6, 2) != 0) return at + "unknown flags: the checkpoint is corrupt";
+    const uint64_t flags = get_le(h + 6, 2);
+    const uint64_t known = version == 1 ? 0 : kCheckpointFlagSigned;
+    if ((flags & ~known) != 0) {
+      return at + "unknown flags: the checkpoint is corrupt";
+    }
+    const bool is_signed = (flags & kCheckpointFlagSigned) != 0;
     CheckpointIdentity id;
     id.round = get_le(h + 8, 8);
     std::memcpy(id.topology_digest.data(), h + 16, kDigestSize);
@@ -98,15 +118,33 @@ class StreamCheck {
       return at + "node id length " + std::to_string(id_len) + " outside 1.." +
              std::to_string(kMaxNodeIdLength) + ": the checkpoint is corrupt";
     }
-    if (total_ < kFixedHeaderSize + id_len + 4 + kDigestSize) return too_short();
+    const size_t trailer = kDigestSize + (is_signed ? kSignatureBlock : 0);
+    size_t head_end = kFixedHeaderSize + id_len;
+    std::vector<uint8_t> cert;
+    if (is_signed) {
+      if (total_ < head_end + 2) return too_short();
+      const uint64_t cert_len = get_le(h + head_end, 2);
+      if (cert_len == 0 || cert_len > security::kMaxSignerCertBytes) {
+        return at + "signer certificate length " + std::to_string(cert_len) +
+               " out of range: the checkpoint is corrupt";
+      }
+      head_end += 2 + cert_len;
+      if (total_ < head_end) return too_short();
+      cert.assign(h + head_end - cert_len, h + head_end);
+    }
+    if (total_ < head_end + 4 + trailer) return too_short();
     id.node_id.assign(reinterpret_cast<const char*>(h + kFixedHeaderSize), id_len);
     if (!is_valid_node_id(id.node_id)) {
       return at + "node id is not [A-Za-z0-9._-]: the checkpoint is corrupt";
     }
+    // The kept tail: the body's last bytes (hashed now), then the trailer.
+    const size_t body_in_tail = tail_.size() - trailer;
+    hash_.update(tail_.data(), body_in_tail);
+    const uint8_t* stored = tail_.data() + body_in_tail;
     // Integrity before identity, so a damaged id reads as damage, not as a
     // foreign file.
-    const Sha256Digest body = body_.finish();
-    if (!std::equal(body.begin(), body.end(), tail_.begin(), tail_.end())) {
+    const Sha256Digest body = hash_.finish();
+    if (!std::equal(body.begin(), body.end(), stored, stored + kDigestSize)) {
       return at + "digest mismatch: the file is corrupt or incomplete";
     }
     if (id.node_id != node) {
@@ -116,17 +154,33 @@ class StreamCheck {
       return at + "was written under topology " + digest_prefix(id.topology_digest.data()) +
              ", expected " + digest_prefix(digest.data());
     }
+    if (check.verifier) {
+      if (!is_signed) {
+        return at + "it is not signed; only checkpoints signed by '" + node + "' are kept";
+      }
+      const uint8_t* block = stored + kDigestSize;
+      const size_t sig_len = get_le(block, 2);
+      if (sig_len == 0 || sig_len > kCheckpointSignatureSlot ||
+          std::any_of(block + 2 + sig_len, block + kSignatureBlock,
+                      [](uint8_t b) { return b != 0; })) {
+        return at + "malformed signature block: the checkpoint is corrupt";
+      }
+      const std::vector<uint8_t> sig(block + 2, block + 2 + sig_len);
+      if (auto bad = check.verifier->verify(cert, kCheckpointDomain, stored, kDigestSize, sig,
+                                            check.signer)) {
+        return at + "its signature does not verify: " + *bad;
+      }
+    }
     if (out) *out = std::move(id);
     return std::nullopt;
   }
 
  private:
   uint64_t total_;
-  uint64_t body_end_;
   uint64_t offset_ = 0;
   std::vector<uint8_t> head_;
-  std::vector<uint8_t> tail_;
-  Sha256 body_;
+  std::vector<uint8_t> tail_;  // the last bytes fed, not hashed yet
+  Sha256 hash_;
 };
 
 // "round-<r>.fwck" with r in canonical decimal; anything else is not a replica.
@@ -144,7 +198,8 @@ bool parse_replica_name(const std::string& name, uint64_t* round) {
 std::optional<std::string> check_checkpoint_stream(const fs::path& path,
                                                    const std::string& expected_node,
                                                    const std::array<uint8_t, 32>& expected_digest,
-                                                   CheckpointIdentity* out) {
+                                                   CheckpointIdentity* out,
+                                                   const CheckpointSignerCheck& check) {
   Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
   if (f.fd < 0) return "cannot open checkpoint " + path.string() + ": " + std::strerror(errno);
   struct stat st {};
@@ -153,7 +208,7 @@ std::optional<std::string> check_checkpoint_stream(const fs::path& path,
   }
   if (!S_ISREG(st.st_mode)) return "checkpoint " + path.string() + " is not a regular file";
   const auto size = static_cast<uint64_t>(st.st_size);
-  StreamCheck check(size);
+  StreamCheck stream(size);
   std::vector<uint8_t> buf(static_cast<size_t>(std::min<uint64_t>(size, kReadPiece)));
   for (uint64_t left = size; left > 0;) {
     const ssize_t r =
@@ -161,10 +216,10 @@ std::optional<std::string> check_checkpoint_stream(const fs::path& path,
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) return "cannot read checkpoint " + path.string() + ": " + std::strerror(errno);
     if (r == 0) break;  // shrank since fstat: finish() reports it truncated
-    check.feed(buf.data(), static_cast<size_t>(r));
+    stream.feed(buf.data(), static_cast<size_t>(r));
     left -= static_cast<uint64_t>(r);
   }
-  return check.finish(path, expected_node, expected_digest, out);
+  return stream.finish(path, expected_node, expected_digest, out, check);
 }
 
 struct CheckpointAssembly::State {
@@ -175,6 +230,7 @@ struct CheckpointAssembly::State {
   uint32_t count;
   uint64_t total;
   StreamCheck check;
+  CheckpointSignerCheck signer;
   uint32_t next = 0;
   uint64_t received = 0;
   bool over = false;                        // done or failed: no more pieces
@@ -185,9 +241,10 @@ struct CheckpointAssembly::State {
 
 CheckpointAssembly::CheckpointAssembly(fs::path target, std::string expected_node,
                                        std::array<uint8_t, 32> topology_digest, uint64_t round,
-                                       uint32_t count, uint64_t total)
+                                       uint32_t count, uint64_t total,
+                                       CheckpointSignerCheck signer)
     : s_(new State{std::move(target), std::move(expected_node), topology_digest, round, count,
-                   total, StreamCheck(total)}) {}
+                   total, StreamCheck(total), std::move(signer)}) {}
 CheckpointAssembly::~CheckpointAssembly() = default;
 CheckpointAssembly::CheckpointAssembly(CheckpointAssembly&&) noexcept = default;
 CheckpointAssembly& CheckpointAssembly::operator=(CheckpointAssembly&&) noexcept = default;
@@ -235,7 +292,7 @@ CheckpointAssembly::Status CheckpointAssembly::add(uint32_t index, uint32_t coun
     ++s.next;
     if (!last) return Status::kMore;
     CheckpointIdentity id;
-    std::optional<std::string> bad = s.check.finish(s.target, s.node, s.digest, &id);
+    std::optional<std::string> bad = s.check.finish(s.target, s.node, s.digest, &id, s.signer);
     if (!bad && id.round != s.round) {
       bad = "checkpoint " + s.target.string() + ": holds round " + num(id.round) +
             ", announced as round " + num(s.round);
@@ -252,8 +309,11 @@ CheckpointAssembly::Status CheckpointAssembly::add(uint32_t index, uint32_t coun
   }
 }
 
-ReplicaStore::ReplicaStore(fs::path dir, std::array<uint8_t, 32> topology_digest, size_t keep)
-    : dir_(std::move(dir)), digest_(topology_digest), keep_(keep) {
+ReplicaStore::ReplicaStore(fs::path dir, std::array<uint8_t, 32> topology_digest, size_t keep,
+                           std::shared_ptr<const security::SignatureVerifier> verifier,
+                           std::string job)
+    : dir_(std::move(dir)), digest_(topology_digest), keep_(keep),
+      verifier_(std::move(verifier)), job_(std::move(job)) {
   if (keep_ == 0) {
     throw ConfigError("replica store " + dir_.string() +
                       ": keep must be at least 1 replica per child");
@@ -292,8 +352,8 @@ ReplicaStore::Result ReplicaStore::add_piece(const std::string& child, uint64_t 
       }
       make_private_directory(dir_);
       make_private_directory(dir_ / child);
-      pending_[child] = std::make_unique<CheckpointAssembly>(replica_path(child, round), child,
-                                                             digest_, round, count, total);
+      pending_[child] = std::make_unique<CheckpointAssembly>(
+          replica_path(child, round), child, digest_, round, count, total, signer_check(child));
     }
     const auto it = pending_.find(child);
     if (it == pending_.end()) {
@@ -324,6 +384,14 @@ ReplicaStore::Result ReplicaStore::add_piece(const std::string& child, uint64_t 
 
 void ReplicaStore::abandon(const std::string& child) { pending_.erase(child); }
 
+CheckpointSignerCheck ReplicaStore::signer_check(const std::string& child) const {
+  CheckpointSignerCheck c;
+  c.verifier = verifier_;
+  c.signer.node_id = child;
+  c.signer.job = job_;
+  return c;
+}
+
 void ReplicaStore::prune(const std::string& child) {
   const std::vector<uint64_t> have = rounds(child);
   for (size_t i = 0; i + keep_ < have.size(); ++i) {
@@ -341,7 +409,8 @@ std::optional<fs::path> ReplicaStore::latest(const std::string& child) {
   for (auto it = have.rbegin(); it != have.rend(); ++it) {
     const fs::path p = replica_path(child, *it);
     CheckpointIdentity id;
-    std::optional<std::string> bad = check_checkpoint_stream(p, child, digest_, &id);
+    std::optional<std::string> bad = check_checkpoint_stream(p, child, digest_, &id,
+                                                             signer_check(child));
     if (!bad && id.round != *it) {
       bad = "checkpoint " + p.string() + " holds round " + std::to_string(id.round) +
             ", its name says " + std::to_string(*it);

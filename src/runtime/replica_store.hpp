@@ -31,6 +31,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/checkpoint_file.hpp"
+
 namespace fedwan::runtime {
 
 struct CheckpointIdentity {
@@ -39,16 +41,18 @@ struct CheckpointIdentity {
   std::string node_id;
 };
 
-// Streaming integrity check of the checkpoint at `path` without loading it:
-// the fixed header (magic, version 1, flags 0, node id rule), the trailing
-// SHA-256 over every byte before it, then that the file is `expected_node`'s
-// under `expected_digest`. Reads in 1 MiB pieces. nullopt when intact and
-// matching (and *out filled when given); otherwise a reason naming the path.
-// The sections and manifest are not parsed: read_checkpoint does that.
+// Streaming check of the checkpoint at `path` without loading it: the fixed
+// header (magic, version, flags, node id rule), the manifest digest over
+// every byte before it, that the file is `expected_node`'s under
+// `expected_digest`, and, when `check` has a verifier, its signature.
+// Reads in 1 MiB pieces. nullopt when intact and matching (and *out filled
+// when given); otherwise a reason naming the path. The sections and manifest
+// are not parsed: read_checkpoint does that.
 std::optional<std::string> check_checkpoint_stream(const std::filesystem::path& path,
                                                    const std::string& expected_node,
                                                    const std::array<uint8_t, 32>& expected_digest,
-                                                   CheckpointIdentity* out = nullptr);
+                                                   CheckpointIdentity* out = nullptr,
+                                                   const CheckpointSignerCheck& check = {});
 
 // Receives one checkpoint file of `total` bytes in `count` pieces, in order
 // 0..count-1, into `target`. Pieces go straight to a temporary file beside
@@ -59,9 +63,10 @@ std::optional<std::string> check_checkpoint_stream(const std::filesystem::path& 
 // assembly may only be destroyed or assigned to.
 class CheckpointAssembly {
  public:
+  // With a verifier in `signer`, the file must carry that signer's signature.
   CheckpointAssembly(std::filesystem::path target, std::string expected_node,
                      std::array<uint8_t, 32> topology_digest, uint64_t round, uint32_t count,
-                     uint64_t total);
+                     uint64_t total, CheckpointSignerCheck signer = {});
   ~CheckpointAssembly();
   CheckpointAssembly(CheckpointAssembly&&) noexcept;
   CheckpointAssembly& operator=(CheckpointAssembly&&) noexcept;
@@ -90,8 +95,12 @@ class CheckpointAssembly {
 // ignored. At most one unfinished assembly per child is kept in memory.
 class ReplicaStore {
  public:
-  // keep >= 1 (ConfigError otherwise): replicas kept per child.
-  ReplicaStore(std::filesystem::path dir, std::array<uint8_t, 32> topology_digest, size_t keep = 2);
+  // keep >= 1 (ConfigError otherwise): replicas kept per child. With a
+  // verifier, a replica is kept (and served) only when its child of `job`
+  // signed it; without, integrity is checked (nodes without credentials).
+  ReplicaStore(std::filesystem::path dir, std::array<uint8_t, 32> topology_digest, size_t keep = 2,
+               std::shared_ptr<const security::SignatureVerifier> verifier = nullptr,
+               std::string job = "");
   ~ReplicaStore();
 
   struct Result {
@@ -119,6 +128,8 @@ class ReplicaStore {
   // logged, and the next older tried. nullopt: none.
   std::optional<std::filesystem::path> latest(const std::string& child);
   std::vector<uint64_t> rounds(const std::string& child) const;  // ascending
+  // What a replica of `child` must be signed by (no verifier: integrity only).
+  CheckpointSignerCheck signer_check(const std::string& child) const;
 
  private:
   std::filesystem::path replica_path(const std::string& child, uint64_t round) const;
@@ -127,6 +138,8 @@ class ReplicaStore {
   std::filesystem::path dir_;
   std::array<uint8_t, 32> digest_;
   size_t keep_;
+  std::shared_ptr<const security::SignatureVerifier> verifier_;
+  std::string job_;
   std::map<std::string, std::unique_ptr<CheckpointAssembly>> pending_;
 };
 

@@ -35,8 +35,12 @@ void SiteCore::Impl::save_checkpoint() {
   c.sections.push_back(runtime::float_section("params", params, plan.total()));
   c.sections.push_back(runtime::float_section("anchor", anchor.data(), anchor.size()));
   c.sections.push_back(runtime::float_section("residual", residual.data(), residual.size()));
-  const std::string meta =
-      nlohmann::json{{"role", "site"}, {"data_position", data_position}}.dump();
+  nlohmann::json meta_json = {{"role", "site"}, {"data_position", data_position}};
+  if (const auto head = security->audit_head()) {
+    meta_json["audit_seq"] = head->seq;
+    meta_json["audit_hash"] = head->hash;
+  }
+  const std::string meta = meta_json.dump();
   c.sections.push_back({"meta", std::vector<uint8_t>(meta.begin(), meta.end())});
   if (opt.save_state) {
     for (StateBlob& b : opt.save_state()) {
@@ -47,13 +51,15 @@ void SiteCore::Impl::save_checkpoint() {
       c.sections.push_back({b.name, std::move(b.bytes)});
     }
   }
-  runtime::save_node_checkpoint(opt.checkpoint_dir, c);
+  runtime::save_node_checkpoint(opt.checkpoint_dir, c,
+                                runtime::checkpoint_trust(*security, topo, self));
   security->audit("checkpoint", {{"round", round}});
 }
 
 bool SiteCore::Impl::resume() {
   if (opt.checkpoint_dir.empty()) return false;
-  auto loaded = runtime::load_node_checkpoint(opt.checkpoint_dir, topo, self.id);
+  auto loaded = runtime::load_node_checkpoint(opt.checkpoint_dir, topo, self.id,
+                                              runtime::checkpoint_trust(*security, topo, self));
   if (!loaded) return false;
   const Checkpoint& c = loaded->checkpoint;
   const std::vector<float> p = runtime::floats_of(c, "params", plan.total());
@@ -85,6 +91,7 @@ bool SiteCore::Impl::resume() {
   if (round >= topo.federation().rounds) finished = true;
   log().info("[site:{}] resumed from {} at round {}", self.id, loaded->path.string(), round);
   security->audit("resumed", {{"round", round}, {"path", loaded->path.string()}});
+  runtime::check_recorded_audit_head(c, *security);
   return true;
 }
 

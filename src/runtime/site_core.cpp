@@ -28,6 +28,7 @@
 #include "runtime/node_frames.hpp"
 #include "runtime/replica_fetch.hpp"
 #include "runtime/site_impl.hpp"
+#include "security/noise_filter.hpp"
 #include "security/sealing_pipeline.hpp"
 #include "transport/secure_channel.hpp"
 
@@ -85,12 +86,14 @@ std::optional<wire::ParsedFrame> SiteCore::Impl::poll_frame(Incoming* in, Millis
     if (!link->recv(in, left)) return std::nullopt;
     wire::ParsedFrame f = wire::parse_frame(in->data(), in->frame_size, limits);
     if (!f.ok()) {
-      log().warn("[site:{}] dropped malformed frame from parent: {} ({})", self.id,
-                 wire::reject_reason_name(f.reject), f.detail);
+      security->log_noise(security::noise_key("malformed:parent", f.detail),
+                          "[site:" + self.id + "] dropped malformed frame from parent: " +
+                              wire::reject_reason_name(f.reject) + " (" + f.detail + ")");
       continue;
     }
     if (f.header.job_id != topo.job_id() || f.header.sender != self.parent_index) {
-      log().warn("[site:{}] dropped a frame not from its parent", self.id);
+      security->log_noise("wrong-sender:parent",
+                          "[site:" + self.id + "] dropped a frame not from its parent");
       continue;
     }
     if (f.header.type == wire::MsgType::kReject) {
@@ -291,8 +294,13 @@ SyncResult SiteCore::Impl::join() {
   // From a checkpoint, when there is one; with none intact, from the copy
   // the parent keeps (then resumed like a local one).
   if (!resume() && !opt.checkpoint_dir.empty() &&
-      runtime::fetch_replica(*link, topo, self, opt.checkpoint_dir, plan.total(), opt.join_timeout,
-                             *security)) {
+      runtime::fetch_replica(
+          *link,
+          [this](const std::string& why) -> ParentLink& {
+            reconnect(why);
+            return *link;
+          },
+          topo, self, opt.checkpoint_dir, plan.total(), opt.join_timeout, *security)) {
     resume();
   }
   // Sent once the secure session is up (upkeep); asked again when lost.
@@ -498,6 +506,10 @@ void SiteCore::checkpoint() { impl_->save_checkpoint(); }
 void SiteCore::set_data_position(uint64_t p) { impl_->data_position = p; }
 uint64_t SiteCore::data_position() const { return impl_->data_position; }
 bool SiteCore::resumed() const { return impl_->resumed; }
+std::vector<std::string> SiteCore::alarms() const {
+  impl_->security->tick(/*all=*/true);
+  return impl_->security->alarms();
+}
 uint64_t SiteCore::round() const { return impl_->round; }
 const float* SiteCore::anchor() const {
   return impl_->anchor.empty() ? impl_->params : impl_->anchor.data();

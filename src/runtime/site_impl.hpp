@@ -110,6 +110,7 @@ class SiteCore::Impl {
   std::string last_link_error;
   Clock::time_point parent_heard, last_heartbeat, retry_at, last_resend;
   Clock::time_point hello_sent_at, progress_at, link_opened_at, sent_at, anchor_progress_at;
+  Clock::time_point next_tick;  // the node security's upkeep (CRL, audit, noise)
   bool sealing_active = false;  // the sealing pipeline's worker owns the sealer
   Millis backoff{0};
   // Checkpoint replication: the parent keeps replicas (its welcome said so);

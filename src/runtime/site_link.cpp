@@ -30,13 +30,17 @@ void SiteCore::Impl::pump(Millis wait, SyncResult* res) {
       f = poll_frame(&in, Millis(0));
     }
   } catch (const CryptoError& e) {
-    // Once in the federation, a failed re-handshake is most often a race
-    // with the parent's restart (answers to an earlier attempt's hello):
-    // try again with backoff. A real refusal fails every attempt and ends
-    // in the round timeout, whose message names it.
-    if (!welcomed_once && !resumed) throw;
+    // A session that fails in a way anyone on the path can cause (a plain
+    // refusal, a TLS alert, a certificate that does not verify) is tried
+    // again with backoff; so is, once in the federation, a re-handshake
+    // racing the parent's restart. A real refusal fails every attempt and
+    // ends in the join or round timeout, whose message names it. Only a
+    // parent that proved who it is, and is not this site's parent, ends the
+    // first join at once.
+    if (!welcomed_once && !resumed && link->security().failure_is_final()) throw;
     last_link_error = e.what();
-    log().warn("[site:{}] {}; will reconnect", self.id, e.what());
+    security->log_noise("link-failed:" + self.id,
+                        "[site:" + self.id + "] " + e.what() + "; will reconnect");
     link_ok = false;
   }
   upkeep();
@@ -79,9 +83,16 @@ void SiteCore::Impl::upkeep() {
               /*grow_backoff=*/false);
     return;
   }
+  if (now >= next_tick) {
+    security->tick();
+    next_tick = now + std::chrono::seconds(1);
+  }
   const bool silent = now - parent_heard > heartbeat_timeout;
-  if ((welcomed_once || resumed) && (silent || !link_ok) && now >= retry_at) {
-    reconnect(!link_ok ? "a send to it failed"
+  const bool in_federation = welcomed_once || resumed;
+  if (((in_federation && silent) || !link_ok) && now >= retry_at) {
+    reconnect(!link_ok ? (link->security().failure().empty()
+                              ? std::string("a send to it failed")
+                              : "its session failed: " + link->security().failure())
                        : "no frame from it for " + std::to_string(heartbeat_timeout.count()) +
                              " ms");
   }

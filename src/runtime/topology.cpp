@@ -48,6 +48,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/atomic_file.hpp"
 #include "common/node_id.hpp"
 #include "common/sha256.hpp"
 #include "fedwan/codec.hpp"
@@ -75,6 +76,21 @@ using topology_detail::YamlReader;
 
 constexpr uint64_t kMinChunkBytes = 4096;
 constexpr uint64_t kMaxChunkBytes = 4u << 20;
+// Ranges of the federation settings: wide enough for any deployment, narrow
+// enough that every conversion (seconds to milliseconds, sums of weights)
+// stays exact and no timer can spin.
+constexpr uint64_t kMaxCount = 1'000'000'000;     // rounds, inner_steps, replica_every
+constexpr double kMaxRoundSeconds = 30 * 86400;   // round_timeout_s, deadline_s
+constexpr double kMinRoundSeconds = 0.1;
+constexpr double kMinHeartbeatSeconds = 0.01;
+constexpr double kMaxHeartbeatSeconds = 3600;
+constexpr double kMaxHeartbeatTimeoutSeconds = 86400;
+constexpr double kMaxSiteWeight = 1e12;
+constexpr double kMaxOuterLr = 100;
+// A topology file is a few KiB; one past this is not one, and is not read.
+constexpr size_t kMaxTopologyBytes = size_t{4} << 20;
+// yaml-cpp parses nesting recursively: deeper than this is refused first.
+constexpr size_t kMaxYamlNesting = 64;
 
 const std::vector<std::string> kTopKeys = {"job", "federation", "policy", "nodes"};
 const std::vector<std::string> kFederationKeys = {
@@ -89,20 +105,79 @@ const std::vector<std::string> kNodeKeys = {"id", "role", "parent", "endpoint", 
 
 using topology_detail::format_double;
 
+// tcp://HOST:PORT with a port in 1..65535 (HOST may be a name, an address,
+// [IPv6], an interface or *), ipc://PATH or inproc://NAME.
 bool valid_endpoint(const std::string& e) {
-  static const char* const kSchemes[] = {"tcp://", "ipc://", "inproc://"};
-  bool scheme = false;
-  for (const char* s : kSchemes) {
-    size_t n = std::strlen(s);
-    if (e.size() > n && e.compare(0, n, s) == 0) scheme = true;
-  }
   // Printable ASCII without spaces keeps the canonical rendering unambiguous.
-  return scheme && std::all_of(e.begin(), e.end(), [](char c) { return c > 0x20 && c < 0x7f; });
+  if (!std::all_of(e.begin(), e.end(), [](char c) { return c > 0x20 && c < 0x7f; })) return false;
+  const auto has = [&](const char* scheme) {
+    const size_t n = std::strlen(scheme);
+    return e.size() > n && e.compare(0, n, scheme) == 0;
+  };
+  if (has("ipc://") || has("inproc://")) return true;
+  if (!has("tcp://")) return false;
+  const std::string addr = e.substr(6);
+  const size_t colon = addr.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == addr.size()) return false;
+  const std::string port = addr.substr(colon + 1);
+  if (port.size() > 5 || !std::all_of(port.begin(), port.end(), [](char c) {
+        return c >= '0' && c <= '9';
+      })) {
+    return false;
+  }
+  const int p = std::stoi(port);
+  return p >= 1 && p <= 65535;
 }
 
 std::string invalid_endpoint(const std::string& what, const std::string& e) {
   return what + " '" + e +
-         "' is invalid; use tcp://, ipc:// or inproc:// followed by an address, no spaces";
+         "' is invalid; use tcp://HOST:PORT (a port in 1..65535), ipc://PATH or inproc://NAME, "
+         "no spaces";
+}
+
+// Deepest nesting of [ and { outside quoted scalars, and of block
+// sequences on one line ("- - - x"), so a hostile file cannot exhaust
+// yaml-cpp's recursion before any key is checked.
+size_t yaml_nesting(const std::string& text) {
+  size_t depth = 0, deepest = 0, dashes = 0;
+  char quote = 0;
+  bool line_start = true;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (quote != 0) {
+      if (c == '\\' && quote == '"') {
+        ++i;
+      } else if (c == quote) {
+        quote = 0;
+      }
+      continue;
+    }
+    if (c == '\n') {
+      line_start = true;
+      dashes = 0;
+      continue;
+    }
+    if (line_start && c == '-' && i + 1 < text.size() && (text[i + 1] == ' ')) {
+      deepest = std::max(deepest, ++dashes);
+      continue;
+    }
+    const bool after_space = i == 0 || text[i - 1] == ' ' || text[i - 1] == '\t' ||
+                             text[i - 1] == '\n';
+    if (c != ' ') line_start = false;
+    if (c == '#' && after_space) {
+      while (i < text.size() && text[i] != '\n') ++i;
+      --i;
+      continue;
+    }
+    if (c == '"' || c == '\'') {
+      quote = c;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return deepest;
 }
 
 // "" when a node of `role` may carry standby key `key`, else why not.
@@ -214,25 +289,40 @@ void validate_federation(const FederationSpec& f, const std::string& src) {
   auto fail = [&](const std::string& msg) { throw ConfigError(src + ": federation: " + msg); };
   if (f.rounds < 1) fail("rounds is 0; run at least 1 round");
   if (f.inner_steps < 1) fail("inner_steps is 0; take at least 1 local step per round");
+  for (const auto& [name, v] : {std::pair<const char*, uint64_t>{"rounds", f.rounds},
+                                {"inner_steps", f.inner_steps},
+                                {"replica_every", f.replica_every}}) {
+    if (v > kMaxCount) {
+      fail(std::string(name) + " " + std::to_string(v) + " is more than " +
+           std::to_string(kMaxCount));
+    }
+  }
   if (f.chunk_bytes < kMinChunkBytes || f.chunk_bytes > kMaxChunkBytes || f.chunk_bytes % 4 != 0) {
     fail("chunk_bytes " + std::to_string(f.chunk_bytes) +
          " is invalid; use a multiple of 4 between 4096 and 4194304");
   }
-  if (!std::isfinite(f.round_timeout_s) || f.round_timeout_s <= 0) {
-    fail("round_timeout_s " + format_double(f.round_timeout_s) + " must be finite and > 0");
+  const auto in = [](double v, double lo, double hi) { return v >= lo && v <= hi; };  // false: NaN
+  if (!in(f.round_timeout_s, kMinRoundSeconds, kMaxRoundSeconds)) {
+    fail("round_timeout_s " + format_double(f.round_timeout_s) + " must be between " +
+         format_double(kMinRoundSeconds) + " and " + format_double(kMaxRoundSeconds) +
+         " (30 days)");
   }
   if (!(f.quorum > 0 && f.quorum <= 1)) {
     fail("quorum " + format_double(f.quorum) + " must be a share of the total weight in (0, 1]");
   }
-  if (!std::isfinite(f.deadline_s) || f.deadline_s < 0) {
-    fail("deadline_s " + format_double(f.deadline_s) + " must be finite and >= 0 (0: none)");
+  if (!in(f.deadline_s, 0, f.round_timeout_s)) {
+    fail("deadline_s " + format_double(f.deadline_s) +
+         " must be between 0 (none) and round_timeout_s " + format_double(f.round_timeout_s));
   }
-  if (!std::isfinite(f.heartbeat_s) || f.heartbeat_s <= 0) {
-    fail("heartbeat_s " + format_double(f.heartbeat_s) + " must be finite and > 0");
+  if (!in(f.heartbeat_s, kMinHeartbeatSeconds, kMaxHeartbeatSeconds)) {
+    fail("heartbeat_s " + format_double(f.heartbeat_s) + " must be between " +
+         format_double(kMinHeartbeatSeconds) + " and " + format_double(kMaxHeartbeatSeconds));
   }
-  if (!std::isfinite(f.heartbeat_timeout_s) || f.heartbeat_timeout_s <= f.heartbeat_s) {
+  if (!(f.heartbeat_timeout_s > f.heartbeat_s &&
+        f.heartbeat_timeout_s <= kMaxHeartbeatTimeoutSeconds)) {
     fail("heartbeat_timeout_s " + format_double(f.heartbeat_timeout_s) +
-         " must be finite and longer than heartbeat_s " + format_double(f.heartbeat_s));
+         " must be longer than heartbeat_s " + format_double(f.heartbeat_s) + " and at most " +
+         format_double(kMaxHeartbeatTimeoutSeconds));
   }
   try {
     codec_by_name(f.codec);
@@ -265,10 +355,14 @@ void validate_federation(const FederationSpec& f, const std::string& src) {
       fail(ctx + "does not use '" + p.name + "'; it takes " + join(takes));
     }
     double v = *p.value;
-    bool ok = p.below_one ? (std::isfinite(v) && v >= 0 && v < 1) : (std::isfinite(v) && v > 0);
+    const bool lr = std::string(p.name) == "lr";
+    bool ok = p.below_one ? (std::isfinite(v) && v >= 0 && v < 1)
+                          : (std::isfinite(v) && v > 0 && (!lr || v <= kMaxOuterLr));
     if (!ok) {
       fail(ctx + p.name + " " + format_double(v) +
-           (p.below_one ? " must be in [0, 1)" : " must be finite and > 0"));
+           (p.below_one ? " must be in [0, 1)"
+                        : lr ? " must be in (0, " + format_double(kMaxOuterLr) + "]"
+                             : std::string(" must be finite and > 0")));
     }
   }
 }
@@ -291,6 +385,10 @@ Topology Topology::parse(const std::string& yaml_text, const std::string& source
   YamlReader r(source);
   Topology t;
   try {
+    if (yaml_nesting(yaml_text) > kMaxYamlNesting) {
+      throw ConfigError(source + ": nested more than " + std::to_string(kMaxYamlNesting) +
+                        " levels deep; a topology is a flat list of nodes");
+    }
     YAML::Node doc = YAML::Load(yaml_text);
     if (!doc.IsMap()) {
       r.fail(doc, "topology", "expected a mapping with 'job', 'federation' and 'nodes'");
@@ -317,14 +415,15 @@ Topology Topology::parse(const std::string& yaml_text, const std::string& source
 }
 
 Topology Topology::load(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    throw ConfigError("cannot open topology file '" + path + "': " + std::strerror(errno));
+  ReadFileOptions o;
+  o.what = "topology file";
+  o.max_bytes = kMaxTopologyBytes;
+  o.too_large_hint = "a topology lists nodes and settings in a few KiB";
+  std::optional<std::string> text = read_file_if_exists(path, o);
+  if (!text) {
+    throw ConfigError("cannot open topology file '" + path + "': " + std::strerror(ENOENT));
   }
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw ConfigError("cannot read topology file '" + path + "'");
-  return parse(text.str(), path);
+  return parse(*text, path);
 }
 
 Topology Topology::build(std::string job, FederationSpec federation, std::vector<NodeSpec> nodes,
@@ -380,8 +479,9 @@ void Topology::finalize(const std::string& src) {
              "a site has no endpoint or bind (it connects to its parent's endpoint); "
              "remove them");
       }
-      if (!std::isfinite(s.weight) || s.weight <= 0) {
-        fail(who + "weight " + format_double(s.weight) + " must be finite and > 0");
+      if (!(s.weight > 0 && s.weight <= kMaxSiteWeight)) {
+        fail(who + "weight " + format_double(s.weight) + " must be > 0 and at most " +
+             format_double(kMaxSiteWeight));
       }
       continue;
     }

@@ -1,31 +1,35 @@
+// The audit log's writer: appending, signed heads, failures held in memory
+// and the torn-tail recovery (audit_log.hpp). The verifier is audit_verify.cpp.
 #include "security/audit_log.hpp"
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
-#include <iterator>
+#include <filesystem>
 #include <string>
 #include <system_error>
 #include <utility>
 
-#include <nlohmann/json.hpp>
-
+#include "common/atomic_file.hpp"
 #include "common/sha256.hpp"
 #include "fedwan/error.hpp"
+#include "security/audit_format.hpp"
+#include "security/node_key.hpp"
 
 namespace fedwan::security {
 namespace {
 
 using nlohmann::json;
-
-const std::string kZeroHash(64, '0');
-// `,"hash":"` + 64 hex + `"}`: the fixed-length tail every line ends with.
-constexpr size_t kHashTailBytes = 9 + 64 + 2;
+using namespace audit_format;
+using SteadyClock = std::chrono::steady_clock;
 
 std::string errno_text(int err) { return std::system_category().message(err); }
 
@@ -45,82 +49,6 @@ class UniqueFd {
   int fd_;
 };
 
-// Strings are dumped with invalid UTF-8 replaced (U+FFFD) rather than
-// throwing: an audit entry about a misbehaving peer must still be written.
-std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
-
-// The hashed part of a line: everything before `,"hash"`. Writer and verifier
-// both build it here, so the verifier can insist a line is exactly what the
-// writer would have produced for its values.
-std::string entry_prefix(uint64_t seq, const std::string& time, const std::string& node,
-                         const std::string& event, const json& fields, const std::string& prev) {
-  std::string s = "{\"seq\":";
-  s += dump(json(seq));
-  s += ",\"time\":";
-  s += dump(json(time));
-  s += ",\"node\":";
-  s += dump(json(node));
-  s += ",\"event\":";
-  s += dump(json(event));
-  s += ",\"fields\":";
-  s += dump(fields);
-  s += ",\"prev\":";
-  s += dump(json(prev));
-  return s;
-}
-
-std::string hash_hex(const char* data, size_t n) {
-  const Sha256Digest d = sha256(data, n);
-  return to_hex(d.data(), d.size());
-}
-
-}  // namespace
-
-bool audit_line_too_deep(const char* b, const char* e) {
-  size_t depth = 0;
-  bool in_string = false;
-  bool escaped = false;
-  for (const char* p = b; p != e; ++p) {
-    const char c = *p;
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      if (++depth > kAuditMaxNesting) return true;
-    } else if ((c == '}' || c == ']') && depth > 0) {
-      --depth;
-    }
-  }
-  return false;
-}
-
-namespace {
-
-bool is_lower_hex64(const std::string& s) {
-  if (s.size() != 64) return false;
-  for (char c : s) {
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
-  }
-  return true;
-}
-
-// "YYYY-MM-DDTHH:MM:SS.mmmZ", the only shape the writer produces.
-bool is_rfc3339_millis_utc(const std::string& s) {
-  static constexpr char kShape[] = "dddd-dd-ddTdd:dd:dd.dddZ";
-  if (s.size() != sizeof(kShape) - 1) return false;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (kShape[i] == 'd' ? !(s[i] >= '0' && s[i] <= '9') : s[i] != kShape[i]) return false;
-  }
-  return true;
-}
-
 std::string utc_now_millis() {
   const auto now = std::chrono::system_clock::now();
   const auto ms =
@@ -133,135 +61,6 @@ std::string utc_now_millis() {
   std::snprintf(buf + n, sizeof buf - n, ".%03dZ", static_cast<int>(ms % 1000));
   return buf;
 }
-
-std::string abbrev(const std::string& hex) { return hex.substr(0, 16) + "..."; }
-
-// Checks a log line by line, in order, and remembers the first problem.
-class ChainChecker {
- public:
-  ChainChecker() { r_.last_hash = kZeroHash; }
-
-  // [b, e) is one line without its newline; `terminated` says whether a
-  // newline followed it. Returns false once a problem has been found (this
-  // line's or an earlier one's); the caller stops feeding lines then.
-  bool line(const char* b, const char* e, bool terminated) {
-    if (!r_.ok) return false;
-    ++line_no_;
-    try {
-      return check(b, e, terminated);
-    } catch (const std::exception& ex) {
-      // Only allocation or OpenSSL failures get here; report, never throw.
-      return fail(std::string("could not check this entry: ") + ex.what());
-    } catch (...) {
-      return fail("could not check this entry: unknown error");
-    }
-  }
-
-  const AuditVerifyResult& result() const { return r_; }
-
- private:
-  bool fail(std::string problem) {
-    r_.ok = false;
-    r_.first_bad_line = line_no_;
-    r_.problem = std::move(problem);
-    return false;
-  }
-
-  bool check(const char* b, const char* e, bool terminated) {
-    const size_t n = static_cast<size_t>(e - b);
-    if (n > kAuditMaxLineBytes) {
-      return fail("malformed entry: line is longer than " + std::to_string(kAuditMaxLineBytes) +
-                  " bytes");
-    }
-    if (!terminated) {
-      r_.incomplete_last_line = true;
-      return fail("last entry is incomplete (no trailing newline), likely a crash during write");
-    }
-    if (n == 0) return fail("malformed entry: empty line");
-    if (audit_line_too_deep(b, e)) {
-      return fail("malformed entry: nested more than " + std::to_string(kAuditMaxNesting) +
-                  " levels deep");
-    }
-    const json j = json::parse(b, e, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded()) return fail("malformed entry: not valid JSON");
-    if (!j.is_object()) return fail("malformed entry: not a JSON object");
-
-    static const char* const kKeys[] = {"seq", "time", "node", "event", "fields", "prev", "hash"};
-    for (const char* key : kKeys) {
-      if (!j.contains(key)) return fail(std::string("malformed entry: no \"") + key + "\" key");
-    }
-    if (j.size() != std::size(kKeys)) {
-      for (const auto& item : j.items()) {
-        bool known = false;
-        for (const char* key : kKeys) known = known || item.key() == key;
-        if (!known) return fail("malformed entry: unexpected key " + dump(json(item.key())));
-      }
-    }
-    const json& seq = j["seq"];
-    const json& time = j["time"];
-    const json& node = j["node"];
-    const json& event = j["event"];
-    const json& fields = j["fields"];
-    const json& prev = j["prev"];
-    const json& hash = j["hash"];
-    if (!seq.is_number_unsigned()) {
-      return fail("malformed entry: \"seq\" must be an unsigned 64-bit integer");
-    }
-    if (!time.is_string() || !is_rfc3339_millis_utc(time.get_ref<const std::string&>())) {
-      return fail(
-          "malformed entry: \"time\" must be a UTC RFC 3339 time with milliseconds, "
-          "like 2026-11-22T10:00:00.123Z");
-    }
-    if (!node.is_string()) return fail("malformed entry: \"node\" must be a string");
-    if (!event.is_string()) return fail("malformed entry: \"event\" must be a string");
-    if (!fields.is_object()) return fail("malformed entry: \"fields\" must be an object");
-    if (!prev.is_string() || !is_lower_hex64(prev.get_ref<const std::string&>())) {
-      return fail("malformed entry: \"prev\" must be 64 lower-case hex digits");
-    }
-    if (!hash.is_string() || !is_lower_hex64(hash.get_ref<const std::string&>())) {
-      return fail("malformed entry: \"hash\" must be 64 lower-case hex digits");
-    }
-    const std::string& hash_s = hash.get_ref<const std::string&>();
-    const std::string tail = ",\"hash\":\"" + hash_s + "\"}";
-    if (n < tail.size() || std::string(e - tail.size(), e) != tail) {
-      return fail("malformed entry: the line does not end with its \"hash\" member");
-    }
-    const char* prefix_end = e - kHashTailBytes;
-    if (hash_hex(b, static_cast<size_t>(prefix_end - b)) != hash_s) {
-      return fail("entry was edited (hash mismatch)");
-    }
-    const uint64_t seq_v = seq.get<uint64_t>();
-    const std::string& prev_s = prev.get_ref<const std::string&>();
-    const std::string canonical =
-        entry_prefix(seq_v, time.get_ref<const std::string&>(), node.get_ref<const std::string&>(),
-                     event.get_ref<const std::string&>(), fields, prev_s);
-    if (canonical.size() != static_cast<size_t>(prefix_end - b) ||
-        canonical.compare(0, canonical.size(), b, canonical.size()) != 0) {
-      return fail(
-          "malformed entry: not in the form the writer produces (key order, spacing or "
-          "number and string formatting differ)");
-    }
-    if (r_.entries == 0) {
-      if (seq_v != 0 || prev_s != kZeroHash) {
-        return fail(
-            "first entry is not the start of the chain: entries were removed from the "
-            "beginning (found seq " +
-            std::to_string(seq_v) + ", prev " + abbrev(prev_s) +
-            "; the start has seq 0 and a prev of 64 zeros)");
-      }
-    } else if (seq_v != r_.entries || prev_s != r_.last_hash) {
-      return fail("an entry was inserted or removed before this line (expected seq " +
-                  std::to_string(r_.entries) + ", prev " + abbrev(r_.last_hash) + "; found seq " +
-                  std::to_string(seq_v) + ", prev " + abbrev(prev_s) + ")");
-    }
-    ++r_.entries;
-    r_.last_hash = hash_s;
-    return true;
-  }
-
-  AuditVerifyResult r_;
-  uint64_t line_no_ = 0;
-};
 
 // write(2) until all of `s` is written, retrying on EINTR and partial writes.
 // Returns 0, or the errno of the failure and in `*written` how much got out.
@@ -279,57 +78,36 @@ int write_fully(int fd, const std::string& s, size_t* written) {
   return 0;
 }
 
+// The line for an entry, or ConfigError when it breaks the format's limits.
+std::string make_line(uint64_t seq, const std::string& time, const std::string& node,
+                      const std::string& event, const json& fields, const std::string& prev,
+                      std::string* hash) {
+  const std::string prefix = entry_prefix(seq, time, node, event, fields, prev);
+  *hash = hash_hex(prefix.data(), prefix.size());
+  std::string line;
+  line.reserve(prefix.size() + kHashTailBytes + 1);
+  line += prefix;
+  line += ",\"hash\":\"";
+  line += *hash;
+  line += "\"}";
+  if (line.size() > kAuditMaxLineBytes) {
+    throw ConfigError("audit event '" + event + "' is " + std::to_string(line.size()) +
+                      " bytes, over the " + std::to_string(kAuditMaxLineBytes) +
+                      "-byte limit; record a digest of large values instead");
+  }
+  if (audit_line_too_deep(line.data(), line.data() + line.size())) {
+    throw ConfigError("audit event '" + event + "': fields nest more than " +
+                      std::to_string(kAuditMaxNesting - 1) + " levels deep");
+  }
+  line += '\n';
+  return line;
+}
+
 }  // namespace
 
-AuditVerifyResult verify_audit_text(const std::string& text) {
-  ChainChecker checker;
-  size_t pos = 0;
-  while (pos < text.size()) {
-    const size_t nl = text.find('\n', pos);
-    const bool terminated = nl != std::string::npos;
-    const size_t end = terminated ? nl : text.size();
-    if (!checker.line(text.data() + pos, text.data() + end, terminated)) break;
-    pos = end + 1;
-  }
-  return checker.result();
-}
-
-AuditVerifyResult verify_audit_file(const std::string& path) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) {
-    throw ConfigError("cannot read audit log " + path + ": " + errno_text(errno));
-  }
-  ChainChecker checker;
-  std::string pending;  // the start of a line whose newline has not been read yet
-  std::string block(size_t{1} << 16, '\0');
-  for (;;) {
-    const ssize_t k = ::read(fd.get(), block.data(), block.size());
-    if (k < 0) {
-      if (errno == EINTR) continue;
-      throw ConfigError("cannot read audit log " + path + ": " + errno_text(errno));
-    }
-    if (k == 0) break;
-    pending.append(block.data(), static_cast<size_t>(k));
-    size_t pos = 0;
-    for (size_t nl = pending.find('\n'); nl != std::string::npos; nl = pending.find('\n', pos)) {
-      if (!checker.line(pending.data() + pos, pending.data() + nl, true)) {
-        return checker.result();
-      }
-      pos = nl + 1;
-    }
-    pending.erase(0, pos);
-    // A line already over the limit fails whatever follows: stop buffering it.
-    if (pending.size() > kAuditMaxLineBytes) {
-      checker.line(pending.data(), pending.data() + pending.size(), false);
-      return checker.result();
-    }
-  }
-  if (!pending.empty()) checker.line(pending.data(), pending.data() + pending.size(), false);
-  return checker.result();
-}
-
-AuditLog::AuditLog(const std::string& path, std::string node_id)
-    : path_(path), node_(std::move(node_id)), prev_hex_(kZeroHash) {
+AuditLog::AuditLog(const std::string& path, std::string node_id, AuditOptions options)
+    : path_(path), node_(std::move(node_id)), options_(std::move(options)),
+      prev_hex_(kZeroHash) {
   UniqueFd fd(::open(path_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600));
   if (fd.get() < 0) {
     throw TransportError("cannot open audit log " + path_ + " for appending: " + errno_text(errno) +
@@ -346,83 +124,277 @@ AuditLog::AuditLog(const std::string& path, std::string node_id)
     throw TransportError("cannot lock audit log " + path_ + ": " + errno_text(errno));
   }
   const AuditVerifyResult r = verify_audit_file(path_);
-  if (!r.ok) {
-    const std::string where = "audit log " + path_ + " fails verification at line " +
-                              std::to_string(r.first_bad_line) + ": " + r.problem;
-    if (r.incomplete_last_line) {
-      throw CryptoError(
-          where + "; refusing to append after a torn entry; move the file aside (the " +
-          std::to_string(r.entries) + " entries before that line verify) and start a new log");
-    }
-    throw CryptoError(where +
+  const bool torn = !r.ok && r.incomplete_last_line;
+  if (!r.ok && !torn) {
+    throw CryptoError("audit log " + path_ + " fails verification at line " +
+                      std::to_string(r.first_bad_line) + ": " + r.problem +
                       "; refusing to append to a tampered log; move it aside, keep it as "
                       "evidence, and start a new log");
   }
+  fd_ = fd.release();
   next_seq_ = r.entries;
   prev_hex_ = r.last_hash;
-  fd_ = fd.release();
+  size_ = r.good_bytes;
+  const std::lock_guard<std::mutex> lock(mu_);
+  if (torn) recover_torn_tail(r.good_bytes, r.entries);
+  if (options_.key) {
+    json fields = json::object();
+    if (next_seq_ > 0) {
+      fields["from_seq"] = next_seq_ - 1;
+      fields["from_hash"] = prev_hex_;
+    }
+    enqueue(signed_marker(next_seq_ > 0 ? kResumed : kOpened, std::move(fields)));
+  }
 }
 
 AuditLog::~AuditLog() {
+  try {
+    close();
+  } catch (...) {
+    // A destructor cannot report; health() said what failed.
+  }
   if (fd_ < 0) return;
-  ::fsync(fd_);  // best effort: a destructor cannot report the failure
+  ::fsync(fd_);  // best effort
   ::close(fd_);
 }
 
-void AuditLog::append(const std::string& event, const nlohmann::json& fields) {
+void AuditLog::recover_torn_tail(uint64_t good_bytes, uint64_t entries) {
+  // Keep the torn bytes for the operator, then cut the file back to its
+  // last whole entry; the recovery itself is the next entry.
+  std::string torn;
+  {
+    UniqueFd in(::open(path_.c_str(), O_RDONLY | O_CLOEXEC));
+    struct stat st {};
+    if (in.get() < 0 || ::fstat(in.get(), &st) != 0) {
+      throw TransportError("cannot read the torn end of audit log " + path_ + ": " +
+                           errno_text(errno));
+    }
+    const uint64_t size = static_cast<uint64_t>(st.st_size);
+    torn.resize(static_cast<size_t>(size - good_bytes));
+    const ssize_t k = ::pread(in.get(), torn.data(), torn.size(), static_cast<off_t>(good_bytes));
+    if (k < 0 || static_cast<size_t>(k) != torn.size()) {
+      throw TransportError("cannot read the torn end of audit log " + path_ + ": " +
+                           errno_text(errno));
+    }
+  }
+  const std::string kept = path_ + ".torn-" + std::to_string(entries);
+  write_file_atomic(kept, torn, 0600);
+  if (::ftruncate(fd_, static_cast<off_t>(good_bytes)) != 0 || ::fsync(fd_) != 0) {
+    throw TransportError("cannot cut the torn end off audit log " + path_ + ": " +
+                         errno_text(errno));
+  }
+  const Sha256Digest d = sha256(torn.data(), torn.size());
+  Pending p;
+  p.event = kRecovered;
+  p.fields = {{"torn_bytes", torn.size()},
+              {"torn_sha256", to_hex(d.data(), d.size())},
+              {"kept_as", kept}};
+  p.time = utc_now_millis();
+  enqueue(std::move(p));
+}
+
+AuditLog::Pending AuditLog::signed_marker(const std::string& event, json fields) {
+  Pending p;
+  p.event = event;
+  p.fields = std::move(fields);
+  p.time = utc_now_millis();
+  p.sign = options_.key != nullptr;
+  return p;
+}
+
+void AuditLog::append(const std::string& event, const json& fields) {
   if (!fields.is_object()) {
     throw ConfigError("audit event '" + event + "': fields must be a JSON object, not " +
                       fields.type_name());
   }
   std::lock_guard<std::mutex> lock(mu_);
-  if (torn_) {
-    throw TransportError("audit log " + path_ +
-                         ": an earlier write failed part-way, leaving a torn last entry; "
-                         "nothing more is appended (move the file aside and start a new log)");
+  if (closed_) throw ConfigError("audit log " + path_ + " is closed; nothing more is appended");
+  Pending p;
+  p.event = event;
+  p.fields = fields;
+  // The time is taken under the lock so times never go backwards down the
+  // file (unless the system clock does).
+  p.time = utc_now_millis();
+  // Refuse an entry that can never be written before it waits anywhere.
+  std::string ignored;
+  (void)make_line(next_seq_, p.time, node_, event, p.fields, prev_hex_, &ignored);
+  enqueue(std::move(p));
+  // A head now and then while entries keep coming.
+  if (options_.key && next_seq_ > signed_through_ &&
+      SteadyClock::now() - last_signed_ >= options_.head_interval) {
+    enqueue(signed_marker(kHead, json::object()));
   }
-  // The time is taken under the lock so times never go backwards down the file
-  // (unless the system clock does).
-  const std::string prefix =
-      entry_prefix(next_seq_, utc_now_millis(), node_, event, fields, prev_hex_);
-  const std::string hash = hash_hex(prefix.data(), prefix.size());
-  std::string line;
-  line.reserve(prefix.size() + kHashTailBytes + 1);
-  line += prefix;
-  line += ",\"hash\":\"";
-  line += hash;
-  line += "\"}";
-  if (line.size() > kAuditMaxLineBytes) {
-    throw ConfigError("audit event '" + event + "' is " + std::to_string(line.size()) +
-                      " bytes, over the " + std::to_string(kAuditMaxLineBytes) +
-                      "-byte limit; record a digest of large values instead");
-  }
-  if (audit_line_too_deep(line.data(), line.data() + line.size())) {
-    throw ConfigError("audit event '" + event + "': fields nest more than " +
-                      std::to_string(kAuditMaxNesting - 1) + " levels deep");
-  }
-  line += '\n';
-  size_t written = 0;
-  if (const int err = write_fully(fd_, line, &written); err != 0) {
-    torn_ = written > 0;
-    throw TransportError(
-        "cannot append to audit log " + path_ + ": " + errno_text(err) +
-        (torn_ ? " (after a partial write; the log now ends in a torn entry)" : ""));
-  }
-  ++next_seq_;
-  prev_hex_ = hash;
 }
 
-void AuditLog::sync() {
+void AuditLog::enqueue(Pending p) {
+  p.cost = audit_format::dump(p.fields).size() + p.event.size() + 128;
+  const bool due = SteadyClock::now() >= next_retry_;
+  if (!waiting_.empty() && (waiting_.size() >= options_.max_waiting_entries ||
+                            waiting_bytes_ + p.cost > options_.max_waiting_bytes)) {
+    // Writes are failing and memory is full: count what is lost.
+    lost_by_event_[p.event] += 1;
+    health_.lost += 1;
+    if (due) flush_waiting();
+    return;
+  }
+  waiting_bytes_ += p.cost;
+  waiting_.push_back(std::move(p));
+  health_.waiting = waiting_.size();
+  // While writes fail, what comes in waits for the next try.
+  if (waiting_.size() == 1 || due) flush_waiting();
+}
+
+void AuditLog::flush_waiting() {
+  std::string error;
+  while (!waiting_.empty()) {
+    Pending& p = waiting_.front();
+    if (!write_entry(p, &error)) {
+      if (health_.writable) outage_since_ = p.time;
+      health_.writable = false;
+      health_.failed_writes += 1;
+      health_.last_error = error;
+      health_.waiting = waiting_.size();
+      next_retry_ = SteadyClock::now() + options_.retry_every;
+      return;
+    }
+    waiting_bytes_ -= std::min(waiting_bytes_, p.cost);
+    waiting_.pop_front();
+  }
+  health_.waiting = 0;
+  waiting_bytes_ = 0;
+  if (health_.writable) return;
+  // Writable again: the outage goes on the record, with what it cost.
+  health_.writable = true;
+  Pending p;
+  p.event = kOutage;
+  p.fields = {{"since", outage_since_},
+              {"failed_writes", health_.failed_writes},
+              {"lost", lost_by_event_},
+              {"error", health_.last_error}};
+  p.time = utc_now_millis();
+  lost_by_event_.clear();
+  if (!write_entry(p, &error)) {
+    health_.writable = false;
+    health_.failed_writes += 1;
+    health_.last_error = error;
+    next_retry_ = SteadyClock::now() + options_.retry_every;
+    p.cost = 0;
+    waiting_.push_back(std::move(p));
+    health_.waiting = waiting_.size();
+  }
+}
+
+bool AuditLog::write_entry(Pending& p, std::string* error) {
+  if (p.sign) {
+    // Signed over this entry's own seq and prev: it vouches for every entry
+    // before it.
+    const std::vector<uint8_t> sig =
+        options_.key->sign(kAuditHeadDomain, audit_head_message(node_, next_seq_, prev_hex_));
+    p.fields[kSigner] = node_;
+    p.fields[kCertSha] = options_.key->cert_sha256_hex();
+    if (!cert_written_) p.fields[kCert] = base64_encode(options_.key->cert_der());
+    p.fields[kSig] = base64_encode(sig);
+  }
+  std::string hash;
+  const std::string line = make_line(next_seq_, p.time, node_, p.event, p.fields, prev_hex_, &hash);
+  size_t written = 0;
+  if (const int err = write_fully(fd_, line, &written); err != 0) {
+    *error = "cannot append to audit log " + path_ + ": " + errno_text(err);
+    // Cut a partial entry off, so the file still ends on a whole one.
+    if (written > 0 && ::ftruncate(fd_, static_cast<off_t>(size_)) != 0) {
+      *error += "; a partial entry could not be cut off: " + errno_text(errno);
+    }
+    if (p.sign) {
+      // Signed again when it is written: its seq or prev may differ then.
+      for (const char* k : {kSigner, kCertSha, kCert, kSig}) p.fields.erase(k);
+    }
+    return false;
+  }
+  size_ += line.size();
+  ++next_seq_;
+  prev_hex_ = hash;
+  if (p.sign) {
+    cert_written_ = true;
+    signed_through_ = next_seq_;
+    last_signed_ = SteadyClock::now();
+  }
+  return true;
+}
+
+void AuditLog::retry() {
   std::lock_guard<std::mutex> lock(mu_);
+  if (!waiting_.empty()) flush_waiting();
+}
+
+bool AuditLog::sync() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!waiting_.empty()) flush_waiting();
   while (::fsync(fd_) != 0) {
     if (errno == EINTR) continue;
-    throw TransportError("fsync of audit log " + path_ + " failed: " + errno_text(errno));
+    health_.failed_writes += 1;
+    health_.last_error = "fsync of audit log " + path_ + " failed: " + errno_text(errno);
+    return false;
   }
+  return waiting_.empty();
+}
+
+void AuditLog::close() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (closed_) return;
+  if (options_.key) {
+    next_retry_ = {};  // one last try for everything waiting
+    enqueue(signed_marker(kClosed, json::object()));
+  } else if (!waiting_.empty()) {
+    flush_waiting();
+  }
+  closed_ = true;
 }
 
 uint64_t AuditLog::entries() const {
   std::lock_guard<std::mutex> lock(mu_);
   return next_seq_;
+}
+
+std::optional<AuditLog::Head> AuditLog::head() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (next_seq_ == 0) return std::nullopt;
+  return Head{next_seq_ - 1, prev_hex_};
+}
+
+AuditHealth AuditLog::health() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return health_;
+}
+
+bool AuditLog::contains(uint64_t seq, const std::string& hash) const {
+  // Lines are canonical: `{"seq":N,` starts them and the hash ends them.
+  UniqueFd fd(::open(path_.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return false;
+  std::string pending;
+  std::string block(size_t{1} << 16, '\0');
+  for (;;) {
+    const ssize_t k = ::read(fd.get(), block.data(), block.size());
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return false;
+    pending.append(block.data(), static_cast<size_t>(k));
+    size_t pos = 0;
+    for (size_t nl = pending.find('\n', pos); nl != std::string::npos;
+         nl = pending.find('\n', pos)) {
+      const std::string_view line(pending.data() + pos, nl - pos);
+      pos = nl + 1;
+      constexpr std::string_view kStart = "{\"seq\":";
+      if (line.size() < kStart.size() + kHashTailBytes || line.substr(0, kStart.size()) != kStart) {
+        continue;
+      }
+      uint64_t s = 0;
+      const char* first = line.data() + kStart.size();
+      const auto [end, ec] = std::from_chars(first, line.data() + line.size(), s);
+      if (ec != std::errc() || s != seq) continue;
+      return line.substr(line.size() - 66, 64) == hash;
+    }
+    pending.erase(0, pos);
+    if (pending.size() > kAuditMaxLineBytes) return false;
+  }
 }
 
 }  // namespace fedwan::security

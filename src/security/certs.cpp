@@ -38,10 +38,10 @@ using ExtPtr = OpenSslPtr<X509_EXTENSION, X509_EXTENSION_free>;
 constexpr mode_t kSecretMode = 0600;
 constexpr mode_t kPublicMode = 0644;
 constexpr int64_t kDay = 24 * 3600;
-constexpr int64_t kCrlLifetime = 30 * kDay;
 // Past this a validity is a typo, and the day count would overflow an int.
 constexpr int64_t kMaxValidity = 100 * 366 * kDay;
 constexpr int64_t kCaMinBackdate = -300;  // tolerate clock skew between CA and nodes
+constexpr int64_t kMinCrlValidity = 60;  // seconds; shorter is a typo (tests go down to this)
 constexpr size_t kMaxFileBytes = 16 << 20;
 
 // ---- files -----------------------------------------------------------------
@@ -127,6 +127,18 @@ std::string bn_hex(const BIGNUM* bn) {
 std::string int_hex(const ASN1_INTEGER* v) {
   BnPtr bn(openssl_check_ptr(ASN1_INTEGER_to_BN(v, nullptr), "ASN1_INTEGER_to_BN"));
   return bn_hex(bn.get());
+}
+
+// "2026-11-24T10:00:00Z".
+std::string asn1_time_text(const ASN1_TIME* t) {
+  std::tm tm{};
+  if (t == nullptr || ASN1_TIME_to_tm(t, &tm) != 1) {
+    ERR_clear_error();
+    return "?";
+  }
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
 }
 
 PkeyPtr generate_key() {
@@ -374,16 +386,27 @@ void check_crl_signed(X509_CRL* crl, X509* ca, const fs::path& path) {
   }
 }
 
+void check_crl_validity(int64_t seconds) {
+  if (seconds < kMinCrlValidity || seconds > kMaxValidity) {
+    throw ConfigError("CRL validity of " + std::to_string(seconds) +
+                      " s is out of range; use at least a minute and at most 100 years (the "
+                      "default is 30 days)");
+  }
+}
+
 // A CRL v2 listing `previous`'s entries plus `add` (when not null and not
-// yet listed), lastUpdate now, nextUpdate now + 30 days, crlNumber one past
-// the previous one.
-CrlPtr sign_crl(const Ca& ca, X509_CRL* previous, ASN1_INTEGER* add, std::time_t now) {
+// yet listed), lastUpdate now (back-dated for clock skew, like the CA),
+// nextUpdate now + `validity` seconds, crlNumber one past the previous one.
+CrlPtr sign_crl(const Ca& ca, X509_CRL* previous, ASN1_INTEGER* add, std::time_t now,
+                int64_t validity) {
+  check_crl_validity(validity);
   CrlPtr crl(openssl_check_ptr(X509_CRL_new(), "X509_CRL_new"));
   FEDWAN_OPENSSL_CHECK(X509_CRL_set_version(crl.get(), X509_CRL_VERSION_2));
   FEDWAN_OPENSSL_CHECK(X509_CRL_set_issuer_name(
       crl.get(), openssl_check_ptr(X509_get_subject_name(ca.cert.get()), "X509_get_subject_name")));
-  TimePtr last(set_time(nullptr, now, 0));
-  TimePtr next(set_time(nullptr, now, kCrlLifetime));
+  TimePtr last(set_time(nullptr, now, kCaMinBackdate));
+  TimePtr revoked_at(set_time(nullptr, now, 0));
+  TimePtr next(set_time(nullptr, now, validity));
   FEDWAN_OPENSSL_CHECK(X509_CRL_set1_lastUpdate(crl.get(), last.get()));
   FEDWAN_OPENSSL_CHECK(X509_CRL_set1_nextUpdate(crl.get(), next.get()));
 
@@ -414,7 +437,7 @@ CrlPtr sign_crl(const Ca& ca, X509_CRL* previous, ASN1_INTEGER* add, std::time_t
     OpenSslPtr<X509_REVOKED, X509_REVOKED_free> entry(
         openssl_check_ptr(X509_REVOKED_new(), "X509_REVOKED_new"));
     FEDWAN_OPENSSL_CHECK(X509_REVOKED_set_serialNumber(entry.get(), add));
-    FEDWAN_OPENSSL_CHECK(X509_REVOKED_set_revocationDate(entry.get(), last.get()));
+    FEDWAN_OPENSSL_CHECK(X509_REVOKED_set_revocationDate(entry.get(), revoked_at.get()));
     FEDWAN_OPENSSL_CHECK(X509_CRL_add0_revoked(crl.get(), entry.get()));
     entry.release();
   }
@@ -536,7 +559,7 @@ void provision_federation(const Topology& topology, const std::string& dir,
   ca.cert_pem = cert_pem(ca.cert.get());
   write_file_atomic(ca_dir / "ca.key", key_pem(ca.key.get()).text, kSecretMode);
   write_file_atomic(ca_dir / "ca.pem", ca.cert_pem, kPublicMode);
-  CrlPtr crl = sign_crl(ca, nullptr, nullptr, now);
+  CrlPtr crl = sign_crl(ca, nullptr, nullptr, now, options.crl_validity.count());
   const std::string crl_text = crl_pem(crl.get());
   write_file_atomic(ca_dir / "crl.pem", crl_text, kPublicMode);
   write_file_atomic(ca_dir / "revoked.txt", "", kPublicMode);
@@ -576,7 +599,9 @@ NodeIdentity identity_for(const Topology& topology, const std::string& node_id) 
   return id;
 }
 
-void revoke_node(const std::string& dir, const std::string& node_id) {
+void revoke_node(const std::string& dir, const std::string& node_id,
+                 std::chrono::seconds crl_validity) {
+  check_crl_validity(crl_validity.count());
   check_node_id(node_id);
   const fs::path root(dir);
   const fs::path cert_path = root / node_id / "cert.pem";
@@ -600,13 +625,49 @@ void revoke_node(const std::string& dir, const std::string& node_id) {
   CrlPtr previous;
   load_crl_text(ca_dir, ca.cert.get(), &previous);
   ASN1_INTEGER* serial = X509_get_serialNumber(cert.get());
-  CrlPtr crl = sign_crl(ca, previous.get(), serial, std::time(nullptr));
+  CrlPtr crl = sign_crl(ca, previous.get(), serial, std::time(nullptr), crl_validity.count());
   write_file_atomic(ca_dir / "crl.pem", crl_pem(crl.get()), kPublicMode);
 
   const std::string hex = int_hex(serial);
   const fs::path revoked = ca_dir / "revoked.txt";
   if (record_serials(read_record(revoked)).count(hex) == 0) append_record(revoked, hex, node_id);
   distribute_crl(dir);
+}
+
+void refresh_crl(const std::string& dir, std::chrono::seconds crl_validity,
+                 std::time_t issued_at) {
+  check_crl_validity(crl_validity.count());
+  const fs::path ca_dir = fs::path(dir) / "ca";
+  const Ca ca = load_ca(ca_dir);
+  CrlPtr previous;
+  load_crl_text(ca_dir, ca.cert.get(), &previous);
+  CrlPtr crl = sign_crl(ca, previous.get(), nullptr,
+                        issued_at != 0 ? issued_at : std::time(nullptr), crl_validity.count());
+  write_file_atomic(ca_dir / "crl.pem", crl_pem(crl.get()), kPublicMode);
+  distribute_crl(dir);
+}
+
+CrlSummary crl_summary(const std::string& dir) {
+  const fs::path ca_dir = fs::path(dir) / "ca";
+  X509Ptr ca = load_cert(ca_dir / "ca.pem", "the CA certificate");
+  CrlPtr crl;
+  load_crl_text(ca_dir, ca.get(), &crl);
+  CrlSummary out;
+  out.last_update = asn1_time_text(X509_CRL_get0_lastUpdate(crl.get()));
+  out.next_update = asn1_time_text(X509_CRL_get0_nextUpdate(crl.get()));
+  IntPtr number(static_cast<ASN1_INTEGER*>(
+      X509_CRL_get_ext_d2i(crl.get(), NID_crl_number, nullptr, nullptr)));
+  if (number) {
+    BnPtr bn(openssl_check_ptr(ASN1_INTEGER_to_BN(number.get(), nullptr), "ASN1_INTEGER_to_BN"));
+    OpenSslPtr<char, free_openssl_chars> dec(openssl_check_ptr(BN_bn2dec(bn.get()), "BN_bn2dec"));
+    out.number = dec.get();
+  }
+  STACK_OF(X509_REVOKED)* entries = X509_CRL_get_REVOKED(crl.get());
+  for (int i = 0; entries != nullptr && i < sk_X509_REVOKED_num(entries); ++i) {
+    out.revoked_serials.push_back(
+        int_hex(X509_REVOKED_get0_serialNumber(sk_X509_REVOKED_value(entries, i))));
+  }
+  return out;
 }
 
 void distribute_crl(const std::string& dir) {

@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <ctime>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,11 @@ struct IssueOptions {
   // provision_federation only: the CA certificate's lifetime. Node
   // certificates are never issued past it.
   std::chrono::seconds ca_validity{std::chrono::hours(24 * 3650)};
+  // How long each CRL the CA signs is valid (its nextUpdate). Nodes warn
+  // before it runs out and tolerate it for a grace period after
+  // (SecurityOptions); `fedwan certs crl refresh` signs a fresh one.
+  std::chrono::seconds crl_validity{kDefaultCrlValidity};
+  static constexpr std::chrono::seconds kDefaultCrlValidity{std::chrono::hours(24 * 30)};
 };
 
 // Creates dir/ca (new CA key + self-signed CA certificate named after the
@@ -55,7 +61,26 @@ NodeIdentity identity_for(const Topology& topology, const std::string& node_id);
 // Throws ConfigError if the node has no bundle, CryptoError if its
 // certificate was not issued by this CA. Revoking an already revoked
 // certificate only re-signs and re-distributes the CRL.
-void revoke_node(const std::string& dir, const std::string& node_id);
+void revoke_node(const std::string& dir, const std::string& node_id,
+                 std::chrono::seconds crl_validity = IssueOptions::kDefaultCrlValidity);
+
+// Signs the CRL again with the same revocations, valid from now for
+// `crl_validity`, and copies it into every bundle under dir (like
+// revoke_node, without revoking anything). Run it before the CRL's
+// nextUpdate; `fedwan certs crl show` prints when that is. `issued_at`
+// (UTC seconds; 0: now) back-dates it, for tests of an expired CRL.
+void refresh_crl(const std::string& dir,
+                 std::chrono::seconds crl_validity = IssueOptions::kDefaultCrlValidity,
+                 std::time_t issued_at = 0);
+
+// What the CA's current CRL says (for `fedwan certs crl show`).
+struct CrlSummary {
+  std::string last_update;  // UTC, ISO 8601
+  std::string next_update;
+  std::string number;       // crlNumber, decimal
+  std::vector<std::string> revoked_serials;  // upper-case hex
+};
+CrlSummary crl_summary(const std::string& dir);
 
 // Re-copies dir/ca/crl.pem into every bundle (after a manual CRL update).
 void distribute_crl(const std::string& dir);

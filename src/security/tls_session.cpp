@@ -8,9 +8,12 @@
 #include <openssl/x509_vfy.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <vector>
 
+#include "common/atomic_file.hpp"
 #include "common/openssl_check.hpp"
 #include "fedwan/error.hpp"
 
@@ -22,60 +25,171 @@ using BioPtr = OpenSslPtr<BIO, BIO_free_all>;
 using X509Ptr = OpenSslPtr<X509, X509_free>;
 using StoreCtxPtr = OpenSslPtr<X509_STORE_CTX, X509_STORE_CTX_free>;
 
-constexpr char kExporterLabel[] = "EXPORTER-fedwan-link-keys-v1";
+// v2: the exporter's context names the frame cipher (export_keys).
+constexpr char kExporterLabel[] = "EXPORTER-fedwan-link-keys-v2";
 
-std::string need_file(const std::string& dir, const char* name) {
+// Credentials are small; a larger file is a mistake or an attack, refused
+// before anything reads it whole. A CRL grows with its revocations.
+constexpr off_t kMaxCredentialBytes = off_t{1} << 20;
+constexpr off_t kMaxCrlBytes = off_t{16} << 20;
+
+std::string need_file(const std::string& dir, const char* name, off_t max_bytes) {
   const std::string path = (std::filesystem::path(dir) / name).string();
-  if (!std::filesystem::is_regular_file(path)) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
     throw ConfigError("credentials bundle '" + dir + "' has no " + name +
                       "; provision it with `fedwan certs init --topology FILE --out DIR` and "
                       "point the node at DIR/<node-id>");
   }
+  if (st.st_size > max_bytes) {
+    throw ConfigError(path + " is " + std::to_string(st.st_size) + " bytes, more than a " +
+                      name + " can be (" + std::to_string(max_bytes) + "); it is not a fedwan " +
+                      "credential file");
+  }
   return path;
 }
 
-std::timespec mtime_of(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return {};
-  return st.st_mtim;
+int no_passphrase(char*, int, int, void*) { return 0; }
+
+std::time_t asn1_time_t(const ASN1_TIME* t) {
+  std::tm tm{};
+  if (t == nullptr || ASN1_TIME_to_tm(t, &tm) != 1) {
+    ERR_clear_error();
+    throw CryptoError("unreadable time in a CRL");
+  }
+  return timegm(&tm);
 }
 
-// Adds every CRL in a PEM file to the store; the file must hold at least one.
-void load_crls(X509_STORE* store, const std::string& path) {
-  BioPtr bio(BIO_new_file(path.c_str(), "r"));
-  if (!bio) throw ConfigError("cannot read CRL " + path);
-  int n = 0;
+std::string utc_text(std::time_t t) {
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+using CrlPtr = OpenSslPtr<X509_CRL, X509_CRL_free>;
+
+// Every CRL in `text`, each signed by one of `cas` and carrying a
+// nextUpdate; throws CryptoError naming the problem otherwise. `last` and
+// `next` get the earliest of their dates over the CRLs.
+std::vector<CrlPtr> parse_crls(const std::string& text, const std::vector<X509Ptr>& cas,
+                               const std::string& path, std::time_t* last, std::time_t* next) {
+  BioPtr bio(detail::openssl_check_ptr(
+      BIO_new_mem_buf(text.data(), static_cast<int>(text.size())), "BIO_new_mem_buf"));
+  std::vector<CrlPtr> out;
+  *last = *next = 0;
   for (;;) {
-    X509_CRL* crl = PEM_read_bio_X509_CRL(bio.get(), nullptr, nullptr, nullptr);
-    if (crl == nullptr) break;
-    const int ok = X509_STORE_add_crl(store, crl);
-    X509_CRL_free(crl);
-    if (ok != 1) detail::throw_openssl_error("X509_STORE_add_crl");
-    ++n;
+    CrlPtr crl(PEM_read_bio_X509_CRL(bio.get(), nullptr, no_passphrase, nullptr));
+    if (!crl) break;
+    bool signed_by_ca = false;
+    for (const X509Ptr& ca : cas) {
+      if (X509_NAME_cmp(X509_CRL_get_issuer(crl.get()), X509_get_subject_name(ca.get())) == 0 &&
+          X509_CRL_verify(crl.get(), X509_get0_pubkey(ca.get())) == 1) {
+        signed_by_ca = true;
+        break;
+      }
+    }
+    ERR_clear_error();
+    if (!signed_by_ca) {
+      throw CryptoError("CRL " + path + " is not signed by the federation CA");
+    }
+    if (X509_CRL_get0_nextUpdate(crl.get()) == nullptr) {
+      throw CryptoError("CRL " + path + " has no nextUpdate; fedwan CRLs always carry one");
+    }
+    const std::time_t l = asn1_time_t(X509_CRL_get0_lastUpdate(crl.get()));
+    const std::time_t n = asn1_time_t(X509_CRL_get0_nextUpdate(crl.get()));
+    *last = out.empty() ? l : std::min(*last, l);
+    *next = out.empty() ? n : std::min(*next, n);
+    out.push_back(std::move(crl));
   }
   ERR_clear_error();  // the loop ends on a "no start line" error
-  if (n == 0) {
-    throw ConfigError("CRL " + path + " holds no certificate revocation list; nodes refuse to "
-                      "run without one (re-provision, or `fedwan certs revoke` writes one)");
+  if (out.empty()) {
+    throw CryptoError("CRL " + path + " holds no certificate revocation list (a half-written "
+                      "or damaged file?); nodes need one: `fedwan certs crl refresh` writes a "
+                      "new one");
   }
+  return out;
+}
+
+std::vector<X509Ptr> read_cas(const std::string& path) {
+  BioPtr bio(BIO_new_file(path.c_str(), "r"));
+  if (!bio) throw ConfigError("cannot read CA certificate " + path);
+  std::vector<X509Ptr> out;
+  for (;;) {
+    X509Ptr ca(PEM_read_bio_X509(bio.get(), nullptr, no_passphrase, nullptr));
+    if (!ca) break;
+    out.push_back(std::move(ca));
+  }
+  ERR_clear_error();
+  if (out.empty()) throw ConfigError("CA certificate file " + path + " holds no certificate");
+  return out;
+}
+
+std::string read_crl_text(const std::string& path) {
+  ReadFileOptions o;
+  o.what = "CRL";
+  o.max_bytes = static_cast<size_t>(kMaxCrlBytes);
+  o.too_large_hint = "it is not a fedwan CRL";
+  return read_file(path, o);
+}
+
+// The TlsContext a verification runs for: through the SSL object during a
+// handshake, or the store context's app data when a node checks its own
+// certificate.
+const TlsContext* context_of(X509_STORE_CTX* sctx) {
+  const int idx = SSL_get_ex_data_X509_STORE_CTX_idx();
+  if (idx >= 0) {
+    if (auto* ssl = static_cast<SSL*>(X509_STORE_CTX_get_ex_data(sctx, idx))) {
+      return static_cast<const TlsContext*>(SSL_CTX_get_app_data(SSL_get_SSL_CTX(ssl)));
+    }
+  }
+  return static_cast<const TlsContext*>(X509_STORE_CTX_get_app_data(sctx));
+}
+
+// An expired CRL still revokes what it lists during the grace period.
+int verify_callback(int ok, X509_STORE_CTX* sctx) {
+  if (ok == 1) return 1;
+  if (X509_STORE_CTX_get_error(sctx) != X509_V_ERR_CRL_HAS_EXPIRED) return 0;
+  const TlsContext* self = context_of(sctx);
+  if (self == nullptr ||
+      !crl_in_grace(self->crl_next_update(), self->crl_grace(), std::time(nullptr))) {
+    return 0;
+  }
+  X509_STORE_CTX_set_error(sctx, X509_V_OK);
+  return 1;
 }
 
 }  // namespace
 
+bool crl_in_grace(std::time_t next_update, std::chrono::seconds grace, std::time_t now) {
+  return now <= next_update || now - next_update <= grace.count();
+}
+
 // ---- TlsContext ---------------------------------------------------------------
 
-TlsContext::TlsContext(const std::string& bundle_dir, bool verify_own)
-    : dir_(bundle_dir), verify_own_(verify_own) {
-  build();
+TlsContext::TlsContext(const std::string& bundle_dir, bool verify_own, std::chrono::seconds crl_grace)
+    : dir_(bundle_dir), verify_own_(verify_own), crl_grace_(crl_grace) {
+  const std::string crl = need_file(dir_, "crl.pem", kMaxCrlBytes);
+  struct stat st {};
+  if (::stat(crl.c_str(), &st) == 0) {
+    crl_mtime_ = st.st_mtim;
+    crl_size_ = st.st_size;
+  }
+  build(read_crl_text(crl));
 }
 
 TlsContext::~TlsContext() { SSL_CTX_free(ctx_); }
 
-void TlsContext::build() {
-  const std::string ca = need_file(dir_, "ca.pem");
-  const std::string cert = need_file(dir_, "cert.pem");
-  const std::string key = need_file(dir_, "key.pem");
-  const std::string crl = need_file(dir_, "crl.pem");
+void TlsContext::build(const std::string& crl_text) {
+  const std::string ca = need_file(dir_, "ca.pem", kMaxCredentialBytes);
+  const std::string cert = need_file(dir_, "cert.pem", kMaxCredentialBytes);
+  const std::string key = need_file(dir_, "key.pem", kMaxCredentialBytes);
+  const std::string crl = (std::filesystem::path(dir_) / "crl.pem").string();
+
+  const std::vector<X509Ptr> cas = read_cas(ca);
+  std::time_t last = 0, next = 0;
+  const std::vector<CrlPtr> crls = parse_crls(crl_text, cas, crl, &last, &next);
 
   OpenSslPtr<SSL_CTX, SSL_CTX_free> ctx(
       detail::openssl_check_ptr(SSL_CTX_new(TLS_method()), "SSL_CTX_new"));
@@ -92,12 +206,12 @@ void TlsContext::build() {
   }
   X509_STORE* store = detail::openssl_check_ptr(X509_STORE_new(), "X509_STORE_new");
   SSL_CTX_set_cert_store(ctx.get(), store);  // the context owns it now
-  if (X509_STORE_load_file(store, ca.c_str()) != 1) {
-    throw ConfigError("cannot load CA certificate " + ca + ": " + detail::openssl_error_string());
-  }
-  load_crls(store, crl);
+  for (const X509Ptr& c : cas) FEDWAN_OPENSSL_CHECK(X509_STORE_add_cert(store, c.get()));
+  for (const CrlPtr& c : crls) FEDWAN_OPENSSL_CHECK(X509_STORE_add_crl(store, c.get()));
   FEDWAN_OPENSSL_CHECK(X509_STORE_set_flags(store, X509_V_FLAG_CRL_CHECK));
-  SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+  SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT,
+                     verify_callback);
+  SSL_CTX_set_app_data(ctx.get(), this);
   // Keys come from the exporter and the SSL object is freed right after the
   // handshake: no resumption, no tickets, no cache.
   SSL_CTX_set_num_tickets(ctx.get(), 0);
@@ -108,26 +222,61 @@ void TlsContext::build() {
 
   X509* own = SSL_CTX_get0_certificate(ctx.get());
   NodeIdentity self = identity_from_certificate(own);
+  // The dates the verify callback judges an expired CRL by.
+  const std::time_t old_last = crl_last_update_, old_next = crl_next_update_;
+  crl_last_update_ = last;
+  crl_next_update_ = next;
   // Refuse to start with credentials the peers would refuse.
   StoreCtxPtr vctx(detail::openssl_check_ptr(X509_STORE_CTX_new(), "X509_STORE_CTX_new"));
   FEDWAN_OPENSSL_CHECK(X509_STORE_CTX_init(vctx.get(), store, own, nullptr));
+  X509_STORE_CTX_set_verify_cb(vctx.get(), verify_callback);
+  X509_STORE_CTX_set_app_data(vctx.get(), this);
   if (verify_own_ && X509_verify_cert(vctx.get()) != 1) {
     const int err = X509_STORE_CTX_get_error(vctx.get());
     ERR_clear_error();
+    crl_last_update_ = old_last;
+    crl_next_update_ = old_next;
+    if (err == X509_V_ERR_CRL_HAS_EXPIRED) {
+      throw CryptoError("the CRL " + crl + " expired at " + utc_text(next) + ", more than " +
+                        std::to_string(crl_grace_.count() / 3600) +
+                        " hours ago (its grace period): refresh it where the CA key is, with "
+                        "`fedwan certs crl refresh --out DIR`, and copy DIR/ca/crl.pem into "
+                        "every node's bundle; the certificates themselves are fine");
+    }
+    if (err == X509_V_ERR_CRL_NOT_YET_VALID) {
+      throw CryptoError("the CRL " + crl + " is not valid before " + utc_text(last) +
+                        ": this machine's clock is behind the CA's; fix the clock");
+    }
+    std::string advice = "issue a new one with `fedwan certs issue`";
+    if (err == X509_V_ERR_CERT_NOT_YET_VALID) advice = "check this machine's clock, or " + advice;
     throw CryptoError("this node's certificate " + cert + " (node '" + self.node_id +
-                      "') is not valid: " + X509_verify_cert_error_string(err) +
-                      "; issue a new one with `fedwan certs issue`");
+                      "') is not valid: " + X509_verify_cert_error_string(err) + "; " + advice);
   }
   SSL_CTX_free(ctx_);
   ctx_ = ctx.release();
   self_ = std::move(self);
-  crl_mtime_ = mtime_of(crl);
 }
 
 void TlsContext::reload_crl_if_changed() {
-  const std::timespec now = mtime_of((std::filesystem::path(dir_) / "crl.pem").string());
-  if (now.tv_sec == crl_mtime_.tv_sec && now.tv_nsec == crl_mtime_.tv_nsec) return;
-  build();
+  const std::string path = (std::filesystem::path(dir_) / "crl.pem").string();
+  struct stat st {};
+  const bool present = ::stat(path.c_str(), &st) == 0;
+  const std::timespec now = present ? st.st_mtim : std::timespec{};
+  const off_t size = present ? st.st_size : 0;
+  if (now.tv_sec == crl_mtime_.tv_sec && now.tv_nsec == crl_mtime_.tv_nsec && size == crl_size_) {
+    return;
+  }
+  crl_mtime_ = now;
+  crl_size_ = size;
+  try {
+    if (!present) throw ConfigError("CRL " + path + " is gone");
+    if (size > kMaxCrlBytes) throw ConfigError("CRL " + path + " is too large to be a CRL");
+    build(read_crl_text(path));
+    crl_problem_.clear();
+  } catch (const std::exception& e) {
+    // Keep serving with the last good CRL; the node raises its alarm.
+    crl_problem_ = std::string(e.what()) + "; the CRL loaded before stays in force";
+  }
 }
 
 // ---- keys -------------------------------------------------------------------
@@ -215,6 +364,11 @@ TlsHandshake::State TlsHandshake::step(const uint8_t* in, size_t size, std::vect
       case X509_V_ERR_UNABLE_TO_VERIFY_LEAF_SIGNATURE:
         why = "issued by an unknown CA, not this federation's (" + why + ")";
         break;
+      case X509_V_ERR_CRL_HAS_EXPIRED:
+        why = "this node's CRL expired at " + utc_text(context_->crl_next_update()) +
+              " and its grace period is over (" + why + "); refresh it where the CA key is "
+              "with `fedwan certs crl refresh --out DIR` and copy DIR/ca/crl.pem to every node";
+        break;
       default:
         break;
     }
@@ -225,13 +379,15 @@ TlsHandshake::State TlsHandshake::step(const uint8_t* in, size_t size, std::vect
   return state_;
 }
 
-LinkKeys TlsHandshake::export_keys() {
+LinkKeys TlsHandshake::export_keys(AeadAlgorithm cipher) {
   if (state_ != State::kDone || ssl_ == nullptr) {
     FEDWAN_THROW(CryptoError, "export_keys before a completed handshake");
   }
   uint8_t buf[2 * kAeadKeySize + 2 * kAeadNonceSize];
-  FEDWAN_OPENSSL_CHECK(SSL_export_keying_material(ssl_, buf, sizeof buf, kExporterLabel,
-                                                  sizeof(kExporterLabel) - 1, nullptr, 0, 0));
+  const std::string context = std::string("fedwan frame cipher ") + aead_name(cipher);
+  FEDWAN_OPENSSL_CHECK(SSL_export_keying_material(
+      ssl_, buf, sizeof buf, kExporterLabel, sizeof(kExporterLabel) - 1,
+      reinterpret_cast<const unsigned char*>(context.data()), context.size(), 1));
   LinkKeys k;
   size_t off = 0;
   std::memcpy(k.child_to_parent_key.data(), buf + off, kAeadKeySize);

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdint>
 #include <ctime>
+#include <sys/types.h>
 #include <memory>
 #include <string>
 #include <vector>
@@ -27,32 +28,56 @@ namespace fedwan::security {
 class TlsContext {
  public:
   // Loads ca.pem, cert.pem, key.pem and crl.pem from `bundle_dir`. Throws
-  // ConfigError naming the missing or unreadable file, or CryptoError when
-  // this node's own certificate is not valid now (expired, not yet valid,
-  // revoked, or not issued by the bundle's CA), so a node never starts with
+  // ConfigError naming the missing, oversized or unreadable file, or
+  // CryptoError when this node's own certificate is not valid now (expired,
+  // not yet valid, revoked, or not issued by the bundle's CA) or the CRL
+  // expired more than `crl_grace` ago, so a node never starts with
   // credentials its peers will refuse. Tests that play an attacker with such
   // credentials pass verify_own = false.
-  explicit TlsContext(const std::string& bundle_dir, bool verify_own = true);
+  //
+  // An expired CRL is still applied (what it revokes stays revoked) for
+  // `crl_grace` past its nextUpdate, so a CRL nobody refreshed in time does
+  // not stop the federation at once; crl_expired() tells the node to raise
+  // its alarm. Past the grace, verification fails and says how to refresh.
+  explicit TlsContext(const std::string& bundle_dir, bool verify_own = true,
+                      std::chrono::seconds crl_grace = std::chrono::hours(24 * 7));
   ~TlsContext();
   TlsContext(const TlsContext&) = delete;
   TlsContext& operator=(const TlsContext&) = delete;
 
   const NodeIdentity& self() const { return self_; }
   const std::string& bundle_dir() const { return dir_; }
-  // Re-reads crl.pem when it changed on disk (revocations take effect at the
-  // next handshake without a restart). Throws ConfigError if it is unreadable.
+  // Re-reads crl.pem when it changed on disk, so revocations take effect at
+  // the next handshake without a restart. A file that cannot be used
+  // (unreadable, half-written, not signed by the CA, no nextUpdate) leaves
+  // the last good CRL in force; crl_problem() says why until a good one
+  // arrives. Never throws. Call from the owning thread.
   void reload_crl_if_changed();
+  // Why the current crl.pem on disk is not in force; empty when it is.
+  const std::string& crl_problem() const { return crl_problem_; }
+  // The CRL in force: when it was issued and when it expires (UTC seconds).
+  std::time_t crl_last_update() const { return crl_last_update_; }
+  std::time_t crl_next_update() const { return crl_next_update_; }
+  std::chrono::seconds crl_grace() const { return crl_grace_; }
   SSL_CTX* ctx() const { return ctx_; }
 
  private:
-  void build();
+  void build(const std::string& crl_text);
 
   std::string dir_;
   bool verify_own_ = true;
+  std::chrono::seconds crl_grace_;
   NodeIdentity self_;
   SSL_CTX* ctx_ = nullptr;
   std::timespec crl_mtime_{};
+  off_t crl_size_ = 0;
+  std::time_t crl_last_update_ = 0;
+  std::time_t crl_next_update_ = 0;
+  std::string crl_problem_;
 };
+
+// Whether a CRL that expired at `next_update` may still be applied at `now`.
+bool crl_in_grace(std::time_t next_update, std::chrono::seconds grace, std::time_t now);
 
 // Keys for the two directions of a link, from the exporter.
 struct LinkKeys {
@@ -82,8 +107,12 @@ class TlsHandshake {
   const NodeIdentity& peer() const { return peer_; }
   std::string peer_serial() const { return peer_serial_; }
   // After kDone: derives the link's keys with SSL_export_keying_material and
-  // frees the TLS state (wiping its secrets). Callable once.
-  LinkKeys export_keys();
+  // frees the TLS state (wiping its secrets). Callable once. The frame
+  // cipher both ends use is the exporter's context, so the cipher the child
+  // named (in a frame header no one authenticated yet) is bound to the
+  // handshake: two ends that disagree on it derive different keys, and the
+  // parent's sealed confirmation fails at the child.
+  LinkKeys export_keys(AeadAlgorithm cipher);
   double elapsed_ms() const;
 
  private:

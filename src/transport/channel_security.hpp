@@ -20,7 +20,9 @@ using SecurityReplies = std::vector<std::vector<uint8_t>>;
 
 // What happened on a link, for the node's log and audit trail.
 struct LinkEvent {
-  enum class Kind { kHandshakeAccepted, kHandshakeRefused, kFrameRejected };
+  // kCrlUnusable: a handshake found crl.pem changed but unusable; the last
+  // good CRL stays in force (reason says why).
+  enum class Kind { kHandshakeAccepted, kHandshakeRefused, kFrameRejected, kCrlUnusable };
   Kind kind = Kind::kFrameRejected;
   std::string peer;        // routing id (parent side) or parent endpoint (child side)
   std::string reason;      // refusals: why, in words
@@ -47,6 +49,12 @@ class ChannelSecurity {
   virtual bool established() const = 0;
   // Non-empty once the handshake failed for good (child side): why.
   virtual const std::string& failure() const = 0;
+  // The failure is this node's own verdict on a peer that proved who it is
+  // (it completed TLS, then was not the parent the topology names): trying
+  // again cannot help. Anything an unauthenticated party can cause (a plain
+  // refusal, a TLS alert, a certificate that does not verify) is not final:
+  // the real parent may still answer.
+  virtual bool failure_is_final() const { return false; }
   // Child side: the first handshake flight, appended to *out.
   virtual void start(SecurityReplies* out) { (void)out; }
 
@@ -58,6 +66,11 @@ class ChannelSecurity {
   // Handles one received message in place.
   virtual Inbound receive(uint8_t* data, size_t size, size_t* frame_size, std::string* why,
                           SecurityReplies* out) = 0;
+
+  // Parent side: a handshake is in progress (its state is held), and
+  // dropping it (it took too long). An established session survives.
+  virtual bool handshaking() const { return false; }
+  virtual void abandon_handshake() {}
 };
 
 // No protection: frames travel as encoded. Only when a deployment asks for

@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "common/log.hpp"
+#include "wire/frame.hpp"
 #include "fedwan/error.hpp"
 
 #include <mutex>
@@ -221,8 +222,12 @@ bool ParentLink::recv(Incoming* out, Millis timeout) {
 // ---- ChildrenLink -----------------------------------------------------------
 
 ChildrenLink::ChildrenLink(zmq::context_t& ctx, const std::string& bind_endpoint,
-                           const LinkOptions& options, SecurityFactory security)
-    : socket_(ctx, zmq::socket_type::router), factory_(std::move(security)) {
+                           const LinkOptions& options, SecurityFactory security,
+                           LinkAdmission admission)
+    : socket_(ctx, zmq::socket_type::router),
+      factory_(std::move(security)),
+      admission_(std::move(admission)),
+      guard_(admission_.handshakes) {
   try {
     configure(socket_, options);
     // Fail loudly on unroutable peers instead of dropping silently, and let a
@@ -297,9 +302,73 @@ std::optional<size_t> ChildrenLink::try_send(const std::string& peer,
   }
 }
 
+namespace {
+
+// The peer's address ("tcp://1.2.3.4:5678" for TCP), or "local".
+std::string source_of(const zmq::message_t& msg) {
+  const char* a = zmq_msg_gets(const_cast<zmq_msg_t*>(msg.handle()), "Peer-Address");
+  return a != nullptr && *a != '\0' ? std::string(a) : std::string("local");
+}
+
+// An unsealed kHandshake frame that names a cipher: a child's ClientHello,
+// the start of a TLS handshake (transport/secure_channel.hpp).
+bool is_client_hello(const zmq::message_t& msg) {
+  const auto* d = static_cast<const uint8_t*>(msg.data());
+  return msg.size() >= wire::kHeaderSize && d[0] == 'F' && d[1] == 'W' && d[2] == 'A' &&
+         d[3] == 'N' && d[5] == static_cast<uint8_t>(wire::MsgType::kHandshake) && d[6] != 0 &&
+         (d[7] & 0x80) == 0;
+}
+
+}  // namespace
+
+void ChildrenLink::drop(const std::string& peer, const std::string& source,
+                        const std::string& why, size_t bytes, bool tell_peer) {
+  counters_.rejected += 1;
+  if (admission_.on_drop) admission_.on_drop(peer, source, why, bytes);
+  if (!tell_peer || !may_refuse()) return;
+  try {
+    zmq::message_t rid(peer.data(), peer.size());
+    if (!socket_.send(rid, zmq::send_flags::dontwait | zmq::send_flags::sndmore)) return;
+    const std::vector<uint8_t> reply =
+        plain_reject_frame(admission_.job_id, admission_.self_index, why);
+    zmq::message_t body(reply.data(), reply.size());
+    socket_.send(body, zmq::send_flags::none);
+  } catch (const zmq::error_t&) {
+    // Gone already; the refusal is recorded.
+  }
+}
+
+bool ChildrenLink::may_refuse() {
+  // A peer with no session can only be told in plain text, and only so
+  // often: a flood gets no flood of answers.
+  const auto now = Clock::now();
+  if (now - reply_window_ >= std::chrono::seconds(1)) {
+    reply_window_ = now;
+    replies_in_window_ = 0;
+  }
+  return ++replies_in_window_ <= 20;
+}
+
+void ChildrenLink::expire_handshakes() {
+  const auto now = Clock::now();
+  if (now < next_expiry_) return;
+  next_expiry_ = now + Millis(100);
+  for (const std::string& peer : guard_.expire(now)) {
+    auto it = security_.find(peer);
+    if (it == security_.end()) continue;
+    it->second->abandon_handshake();
+    // A peer that never had a session keeps nothing here.
+    if (!it->second->established()) security_.erase(it);
+    drop(peer, "", "TLS handshake did not complete within " +
+                       std::to_string(guard_.options().timeout.count()) + " ms; its state was dropped",
+         0, false);
+  }
+}
+
 bool ChildrenLink::recv(Incoming* out, Millis timeout) {
   const auto deadline = Clock::now() + timeout;
   for (;;) {
+    expire_handshakes();
     const auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());
     if (!wait_readable(socket_, std::max(left, Millis(0)))) return false;
     zmq::message_t id;
@@ -321,14 +390,38 @@ bool ChildrenLink::recv(Incoming* out, Millis timeout) {
       counters_.rejected += 1;
       continue;
     }
+    if (admission_.refusal) {
+      const std::string why = admission_.refusal(peer);
+      if (!why.empty()) {
+        // Never authorizable: no state is kept for it, whatever it sends.
+        drop(peer, source_of(msg), why, msg.size(), true);
+        continue;
+      }
+    }
+    if (is_client_hello(msg)) {
+      const std::string source = source_of(msg);
+      const HandshakeGuard::Verdict v = guard_.start(peer, source, Clock::now());
+      if (v != HandshakeGuard::Verdict::kAdmit) {
+        drop(peer, source, std::string("TLS handshake not started: ") + handshake_verdict_text(v),
+             msg.size(), false);
+        continue;
+      }
+    }
     std::string why;
     size_t frame_size = 0;
     SecurityReplies replies;
-    const auto r = security_for(peer).receive(static_cast<uint8_t*>(msg.data()), msg.size(),
-                                              &frame_size, &why, &replies);
+    ChannelSecurity& security = security_for(peer);
+    const auto r = security.receive(static_cast<uint8_t*>(msg.data()), msg.size(), &frame_size,
+                                    &why, &replies);
+    if (guard_.pending(peer) && !security.handshaking()) guard_.finish(peer);
     for (auto& reply : replies) {
       // Best effort, never blocking: a peer that does not read its handshake
-      // replies times out on its side.
+      // replies times out on its side. Plain refusals share the budget of
+      // drop()'s.
+      if (reply.size() > 5 && reply[5] == static_cast<uint8_t>(wire::MsgType::kReject) &&
+          !may_refuse()) {
+        continue;
+      }
       try {
         zmq::message_t rid(peer.data(), peer.size());
         if (!socket_.send(rid, zmq::send_flags::dontwait | zmq::send_flags::sndmore)) continue;

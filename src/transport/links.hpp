@@ -23,6 +23,7 @@
 #include <zmq.hpp>
 
 #include "transport/channel_security.hpp"
+#include "transport/handshake_guard.hpp"
 
 namespace fedwan {
 
@@ -105,11 +106,30 @@ class ParentLink {
   LinkCounters counters_;
 };
 
+// Who may reach a parent at all. Anyone can connect and pick a routing id,
+// so what an unauthenticated peer can make the parent hold is bounded here:
+// an id that can never be authorized gets no state at all, and TLS
+// handshakes in progress are capped (HandshakeGuard) and time out.
+struct LinkAdmission {
+  // Why `peer` (a routing id) can never have a session on this link, or ""
+  // when it may try. Null: every id may try.
+  std::function<std::string(const std::string& peer)> refusal;
+  HandshakeGuard::Options handshakes;
+  // Who this node is, for the plain refusals it sends.
+  uint64_t job_id = 0;
+  uint32_t self_index = 0;
+  // A message dropped before any session saw it: the routing id, the
+  // source address ("local" for ipc/inproc), why, and its size.
+  std::function<void(const std::string& peer, const std::string& source, const std::string& why,
+                     size_t bytes)>
+      on_drop;
+};
+
 // Parent end: ROUTER bound for all children.
 class ChildrenLink {
  public:
   ChildrenLink(zmq::context_t& ctx, const std::string& bind_endpoint, const LinkOptions& options,
-               SecurityFactory security);
+               SecurityFactory security, LinkAdmission admission = {});
   // Blocks while that child's window is full, at most `timeout`. Throws
   // TransportError when the child is not connected, TimeoutError on timeout.
   // Returns the bytes put on the wire (after the security layer).
@@ -125,14 +145,29 @@ class ChildrenLink {
   const LinkCounters& counters() const { return counters_; }
   // Whether the child has a secure session (always true for plaintext).
   bool established(const std::string& peer) const;
+  // Peers with a security state, and handshakes in progress (for tests and
+  // the memory bounds docs/security.md states).
+  size_t sessions() const { return security_.size(); }
+  size_t handshakes_in_progress() const { return guard_.pending_count(); }
 
  private:
   ChannelSecurity& security_for(const std::string& peer);
+  // Drops handshakes that outlived their timeout, with their state.
+  void expire_handshakes();
+  void drop(const std::string& peer, const std::string& source, const std::string& why,
+            size_t bytes, bool tell_peer);
+  bool may_refuse();  // within the budget of plain refusals (20 a second)
 
   zmq::socket_t socket_;
   SecurityFactory factory_;
+  LinkAdmission admission_;
+  HandshakeGuard guard_;
   std::unordered_map<std::string, std::unique_ptr<ChannelSecurity>> security_;
   LinkCounters counters_;
+  std::chrono::steady_clock::time_point next_expiry_{};
+  // Plain refusals to peers without a session go out at a bounded rate.
+  std::chrono::steady_clock::time_point reply_window_{};
+  int replies_in_window_ = 0;
 };
 
 }  // namespace fedwan

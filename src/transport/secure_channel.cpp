@@ -103,9 +103,16 @@ std::vector<uint8_t> SecureChannel::handshake_frame(const std::vector<uint8_t>& 
   return wire::encode_frame(h, records.data(), records.size());
 }
 
+void SecureChannel::reload_crl() {
+  config_.tls->reload_crl_if_changed();
+  if (!config_.tls->crl_problem().empty()) {
+    emit(LinkEvent::Kind::kCrlUnusable, config_.tls->crl_problem());
+  }
+}
+
 void SecureChannel::start(SecurityReplies* out) {
   if (!is_client_ || state_ != State::kIdle) return;
-  config_.tls->reload_crl_if_changed();
+  reload_crl();
   pending_ = std::make_unique<security::TlsHandshake>(config_.tls, /*is_client=*/true);
   pending_cipher_ = config_.cipher;
   std::vector<uint8_t> records;
@@ -128,6 +135,11 @@ void SecureChannel::adopt_keys(security::LinkKeys& keys, security::AeadAlgorithm
                                             keys.child_to_parent_iv);
   }
   keys.wipe();
+}
+
+void SecureChannel::abandon_handshake() {
+  pending_.reset();
+  if (!is_client_ && state_ == State::kHandshaking) state_ = State::kIdle;
 }
 
 void SecureChannel::seal(std::vector<uint8_t>& bytes) {
@@ -184,7 +196,7 @@ ChannelSecurity::Inbound SecureChannel::on_handshake(const uint8_t* data, size_t
     // A ClientHello (the only child frame naming a cipher): a new handshake,
     // on first contact or from a child that restarted. The current keys stay
     // until it completes.
-    config_.tls->reload_crl_if_changed();
+    reload_crl();
     pending_ = std::make_unique<security::TlsHandshake>(config_.tls, /*is_client=*/false);
     pending_cipher_ = static_cast<security::AeadAlgorithm>(f.header.codec);
     if (state_ == State::kIdle) state_ = State::kHandshaking;
@@ -219,11 +231,12 @@ ChannelSecurity::Inbound SecureChannel::on_handshake(const uint8_t* data, size_t
     peer_identity_ = who;  // name the refused certificate in the event
     if (!is_client_ && !established()) state_ = State::kIdle;
     refuse_handshake(*refusal, out);
+    failure_final_ = is_client_;  // an authenticated peer this node will not talk to
     if (!is_client_) peer_identity_ = prev;
     *why = *refusal;
     return Inbound::kConsumed;
   }
-  security::LinkKeys keys = pending_->export_keys();
+  security::LinkKeys keys = pending_->export_keys(pending_cipher_);
   pending_.reset();
   adopt_keys(keys, pending_cipher_);
   peer_identity_ = who;

@@ -53,10 +53,14 @@ class SecureChannel final : public ChannelSecurity {
   std::string_view name() const override { return "mtls"; }
   bool established() const override { return sealer_ != nullptr && state_ == State::kEstablished; }
   const std::string& failure() const override { return failure_; }
+  bool failure_is_final() const override { return failure_final_; }
   void start(SecurityReplies* out) override;
   void seal(std::vector<uint8_t>& bytes) override;
   Inbound receive(uint8_t* data, size_t size, size_t* frame_size, std::string* why,
                   SecurityReplies* out) override;
+
+  bool handshaking() const override { return pending_ != nullptr; }
+  void abandon_handshake() override;
 
   // The peer's identity once established (nullopt before).
   const std::optional<security::NodeIdentity>& peer_identity() const { return peer_identity_; }
@@ -66,6 +70,8 @@ class SecureChannel final : public ChannelSecurity {
  private:
   enum class State { kIdle, kHandshaking, kAwaitConfirm, kEstablished, kFailed };
 
+  // Picks up a changed crl.pem; reports one that cannot be used.
+  void reload_crl();
   Inbound on_handshake(const uint8_t* data, size_t size, std::string* why, SecurityReplies* out);
   Inbound on_sealed(uint8_t* data, size_t size, size_t* frame_size, std::string* why);
   Inbound reject(std::string reason, uint64_t bytes, std::string* why);
@@ -79,6 +85,7 @@ class SecureChannel final : public ChannelSecurity {
   std::string peer_;
   State state_ = State::kIdle;
   std::string failure_;
+  bool failure_final_ = false;
   std::unique_ptr<security::TlsHandshake> pending_;
   security::AeadAlgorithm pending_cipher_ = security::AeadAlgorithm::kAes256Gcm;
   security::AeadAlgorithm cipher_ = security::AeadAlgorithm::kAes256Gcm;

@@ -55,8 +55,10 @@
 namespace fedwan::wire {
 
 inline constexpr uint32_t kMagic = 0x4E415746;  // "FWAN" read as little-endian u32
-// 2: TLS, sealed frames; 3: heartbeats, rejoin state; 4: checkpoint replicas
-inline constexpr uint8_t kVersion = 4;
+// 2: TLS, sealed frames; 3: heartbeats, rejoin state; 4: checkpoint replicas;
+// 5: the frame cipher bound into the key exporter, signed checkpoints, a
+// site's delta weight taken from the topology
+inline constexpr uint8_t kVersion = 5;
 inline constexpr size_t kHeaderSize = 64;
 
 enum class MsgType : uint8_t {

@@ -48,6 +48,23 @@ inline SecurityFactory test_client_security(const Topology& topo, const std::str
   };
 }
 
+// Server-side mutual TLS for a test aggregator acting as node `self_id` with
+// the bundle in `bundle_dir`: it accepts any child the CA vouches for, so a
+// test can play an aggregator that would take a site it should not.
+inline SecurityFactory test_server_security(const Topology& topo, const std::string& self_id,
+                                            const std::string& bundle_dir) {
+  SecureChannelConfig c;
+  c.tls = std::make_shared<security::TlsContext>(bundle_dir, /*verify_own=*/false);
+  c.job_id = topo.job_id();
+  c.self_index = topo.node(self_id).index;
+  c.authorize = [](const security::NodeIdentity&, const std::string&) {
+    return std::optional<std::string>();
+  };
+  return [c](const std::string& peer) {
+    return std::make_unique<SecureChannel>(c, /*is_client=*/false, peer);
+  };
+}
+
 class RawSite {
  public:
   // Connects to `endpoint` (default: the parent's) under routing id `id`.

@@ -5,6 +5,7 @@
 // which the attacks never happened.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -358,13 +359,22 @@ nodes:
   });
   {
     SCOPED_TRACE("a site whose policy forbids the aggregator it reached");
-    // eu-a's copy of the topology points its parent at the US region's
-    // endpoint (a misconfiguration or a redirected name). The site refuses
-    // before sending anything.
+    // eu-a's copy of the topology points its parent at an aggregator in the
+    // US (a misconfiguration or a redirected name) that would take it: one
+    // holding the US region's credentials, without its checks. The site
+    // refuses it once TLS proved who it is, before sending anything.
+    const std::string rogue_ep = "ipc://" + (dir.path() / "rogue-us").string();
+    zmq::context_t rogue_ctx;
+    ChildrenLink rogue(rogue_ctx, rogue_ep, LinkOptions{},
+                       test_server_security(topo, "us", (pki / "us").string()));
+    std::atomic<bool> stop{false};
+    std::thread rogue_loop([&] {
+      Incoming in;
+      while (!stop.load()) (void)rogue.recv(&in, std::chrono::milliseconds(20));
+    });
     std::string redirected = yaml;
     const std::string eu_ep = "ipc://" + (dir.path() / "eu").string();
-    const std::string us_ep = "ipc://" + (dir.path() / "us").string();
-    redirected.replace(redirected.find(eu_ep), eu_ep.size(), us_ep);
+    redirected.replace(redirected.find(eu_ep), eu_ep.size(), rogue_ep);
     SiteOptions so;
     so.topology = Topology::parse(redirected);
     so.node_id = "eu-a";
@@ -381,6 +391,8 @@ nodes:
           << e.what();
     }
     EXPECT_EQ(count_audit(site_audit, "handshake", "may send its delta only to [EU]"), 1u);
+    stop.store(true);
+    rogue_loop.join();
   }
   {
     SCOPED_TRACE("a site of region eu reporting to region us");

@@ -121,6 +121,7 @@ class PyAggregator {
     d["replicas_stored"] = s.replicas_stored;
     d["replica_bytes"] = s.replica_bytes;
     d["took_over"] = s.took_over;
+    d["alarms"] = s.alarms;
     d["global_model"] = s.global_model.empty()
                             ? py::object(py::none())
                             : py::object(copy_to_numpy(s.global_model.data(),
@@ -189,7 +190,8 @@ refusals.)")
  link came up), global_model (root: float32 array; region: None), and the fault
  tolerance counters resumed_from_round, children_lost, rejoins, stale_updates,
  checkpoints_written, replicas_stored, replica_bytes (children's checkpoints kept,
- not in the reports' traffic) and took_over (standby=True: it became the root)}. Raises
+ not in the reports' traffic), took_over (standby=True: it became the root) and alarms
+ (conditions an operator must act on that the node rode out, 'kind: message')}. Raises
 fedwan.TimeoutError when children do not join or a round does not complete in time,
 fedwan.Error when stopped.)")
       .def("stop", &PyAggregator::stop,

@@ -75,6 +75,10 @@ class PySiteCore {
   uint64_t round() const { return round_.load(); }
   bool finished() const { return finished_.load(); }
   uint64_t inner_steps() const { return inner_steps_; }
+  std::vector<std::string> alarms() const {
+    std::lock_guard<std::mutex> lock(alarms_mu_);
+    return alarms_;
+  }
   const py::array& params() const { return params_; }
   py::bytes initial_digest() const {
     const auto& d = core_->initial_digest();
@@ -92,6 +96,14 @@ class PySiteCore {
     SyncResult r;
     {
       py::gil_scoped_release nogil;
+      struct TakeAlarms {  // after the call, however it ends
+        PySiteCore& self;
+        ~TakeAlarms() {
+          std::vector<std::string> a = self.core_->alarms();
+          std::lock_guard<std::mutex> lock(self.alarms_mu_);
+          self.alarms_ = std::move(a);
+        }
+      } take{*this};
       r = call();
     }
     round_.store(r.round);
@@ -105,6 +117,8 @@ class PySiteCore {
   std::mutex busy_;
   std::atomic<uint64_t> round_{0};
   std::atomic<bool> finished_{false};
+  mutable std::mutex alarms_mu_;
+  std::vector<std::string> alarms_;  // as of the last join/sync/service
 };
 
 }  // namespace
@@ -153,6 +167,10 @@ log of handshakes and updates sent.)")
       .def_property_readonly("inner_steps", &PySiteCore::inner_steps,
                              "H: local steps per round, from the topology.")
       .def_property_readonly("params", &PySiteCore::params, "The array the site works on.")
+      .def_property_readonly("alarms", &PySiteCore::alarms,
+                             "Conditions an operator must act on that the site rode out (its "
+                             "audit log could not be written, the CRL is expiring or expired, "
+                             "...), as 'kind: message' strings, as of the last call.")
       .def_property_readonly("initial_digest", &PySiteCore::initial_digest,
                              "SHA-256 of params when the SiteCore was built.");
 }

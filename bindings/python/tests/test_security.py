@@ -148,9 +148,12 @@ def test_explicit_insecure_plaintext_federation_still_works(sock_dir):
     assert summary["handshake_ms"] == []
 
 
+# A plaintext site reads the root's refusal as it is. A secure site cannot
+# trust a plain refusal (anyone on the path could send one): it tries again
+# until its join timeout, whose error names the refusal.
 @pytest.mark.parametrize("root_secure,error,message", [
     (True, fedwan.ProtocolError, r"refused by 'root': this node requires mutual TLS"),
-    (False, fedwan.CryptoError, r"encrypted link but this node runs with --insecure-plaintext"),
+    (False, fedwan.TimeoutError, r"encrypted link but this node runs with --insecure-plaintext"),
 ], ids=["plaintext-site-secure-root", "secure-site-plaintext-root"])
 def test_mixed_security_modes_refuse_to_join(sock_dir, credentials, root_secure, error,
                                              message):
@@ -203,8 +206,11 @@ def test_audit_log_records_handshakes_and_updates(sock_dir, credentials, tmp_pat
     root = read_audit_log(logs["root"], "root")
     events = [e["event"] for e in root]
     assert "handshake" in events and "update" in events
-    assert root[0]["event"] == "security_mode"
-    assert root[0]["fields"]["mode"] == "mtls"
+    # A node with credentials opens its log with a signed head, then says
+    # how its links are protected.
+    assert root[0]["event"] == "audit_opened" and "sig" in root[0]["fields"]
+    assert root[1]["event"] == "security_mode"
+    assert root[1]["fields"]["mode"] == "mtls"
     handshakes = [e["fields"] for e in root if e["event"] == "handshake"]
     assert sorted(h["cert_node"] for h in handshakes) == sorted(SITES)
     assert all(h["decision"] == "accepted" and h["side"] == "child" for h in handshakes)

@@ -66,7 +66,7 @@ BAD = [
     ("parent: root, weight: 1", "parent: nowhere, weight: 1",
      ["fed.yaml", "site-1", "parent 'nowhere' is not a node"]),
     ("endpoint: \"tcp", "endpiont: \"tcp", ["fed.yaml", "eu", "unknown key 'endpiont'"]),
-    ("weight: 3", "weight: -3", ["site-0", "weight -3 must be finite and > 0"]),
+    ("weight: 3", "weight: -3", ["site-0", "weight -3 must be > 0 and at most 1e+12"]),
     ("codec: fp32", "codec: int3", ["codec", "unknown codec 'int3'", "fp16"]),
     ("job: py-test", "job: [py-test", ["fed.yaml", "YAML syntax error"]),
 ]

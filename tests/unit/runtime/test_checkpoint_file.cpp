@@ -111,8 +111,10 @@ TEST(CheckpointFile, LayoutStartsWithTheDocumentedHeader) {
   const std::vector<uint8_t> f = slurp(d / "ckpt");
   ASSERT_GT(f.size(), 50u);
   EXPECT_EQ(std::string(f.begin(), f.begin() + 4), "FWCK");
-  EXPECT_EQ(f[4], 1);  // version 1, little-endian
+  EXPECT_EQ(f[4], 2);  // version 2, little-endian
   EXPECT_EQ(f[5], 0);
+  EXPECT_EQ(f[6], 0);  // flags: not signed (no key given)
+  EXPECT_EQ(f[7], 0);
   EXPECT_EQ(f[8], 0x08);  // round, little-endian
   EXPECT_EQ(f[15], 0x01);
   EXPECT_EQ(f[16], 0xa0);  // topology digest
@@ -229,11 +231,11 @@ TEST(CheckpointFile, AFutureVersionIsRefusedNamingBothVersions) {
   TempDir d;
   write_checkpoint(d / "ckpt", small_checkpoint());
   std::vector<uint8_t> f = slurp(d / "ckpt");
-  f[4] = 2;
+  f[4] = 3;
   spit(d / "ckpt", f, f.size());
   EXPECT_EQ(error_of<CryptoError>([&] { read_checkpoint(d / "ckpt"); }),
             "checkpoint " + (d / "ckpt").string() +
-                ": format version 2 is newer than version 1, the newest this build reads: "
+                ": format version 3 is newer than version 2, the newest this build reads: "
                 "upgrade fedwan to load it");
 }
 
@@ -287,6 +289,165 @@ TEST(CheckpointFile, AMissingFileSaysSo) {
             "cannot open checkpoint " + (d / "absent").string() + ": No such file or directory");
   EXPECT_TRUE(
       contains(error_of<TransportError>([&] { read_checkpoint(d.path()); }), "not a regular file"));
+}
+
+}  // namespace
+}  // namespace fedwan
+
+// ---- signatures ----------------------------------------------------------------
+
+#include "harness/forge.hpp"
+#include "harness/test_pki.hpp"
+#include "runtime/replica_store.hpp"
+
+namespace fedwan {
+namespace {
+
+using fedwan::testing::TestPki;
+using runtime::check_checkpoint_stream;
+using runtime::CheckpointAssembly;
+
+Checkpoint site_a_checkpoint(uint64_t round) {
+  Checkpoint c;
+  c.round = round;
+  c.topology_digest = TestPki::get().topology().digest();
+  c.node_id = "site-a";
+  c.sections.push_back({"params", std::vector<uint8_t>(4000, 7)});
+  c.sections.push_back({"meta", {'{', '}'}});
+  return c;
+}
+
+CheckpointSignerCheck check_for(const std::string& node) {
+  CheckpointSignerCheck c;
+  c.verifier = TestPki::get().verifier();
+  c.signer.node_id = node;
+  c.signer.job = "unit-sign";
+  return c;
+}
+
+TEST(SignedCheckpoint, RoundTripsAndNamesItsSigner) {
+  TempDir d;
+  const Checkpoint c = site_a_checkpoint(5);
+  write_checkpoint(d / "ckpt", c, TestPki::get().key("site-a").get());
+  const std::vector<uint8_t> f = slurp(d / "ckpt");
+  EXPECT_EQ(f[6], kCheckpointFlagSigned);
+  expect_same(c, read_checkpoint(d / "ckpt", check_for("site-a")));
+  expect_same(c, read_checkpoint(d / "ckpt"));  // integrity only, without a verifier
+  EXPECT_EQ(check_checkpoint_stream(d / "ckpt", "site-a", c.topology_digest, nullptr,
+                                    check_for("site-a")),
+            std::nullopt);
+  // Only a node's own key signs its checkpoint.
+  EXPECT_THROW(write_checkpoint(d / "x", c, TestPki::get().key("site-b").get()), ConfigError);
+}
+
+// The attack of the finding: the file edited and every digest recomputed.
+// Integrity checks pass; the signature does not.
+TEST(SignedCheckpoint, AnEditedAndRehashedFileIsRefused) {
+  TempDir d;
+  write_checkpoint(d / "ckpt", site_a_checkpoint(5), TestPki::get().key("site-a").get());
+  Checkpoint forged = site_a_checkpoint(9);
+  forged.sections[0].bytes.assign(4000, 42);
+  fedwan::testing::forge_signed_checkpoint(d / "ckpt", forged);
+  expect_same(forged, read_checkpoint(d / "ckpt"));  // intact as far as hashes go
+  EXPECT_TRUE(contains(error_of<CryptoError>([&] { read_checkpoint(d / "ckpt", check_for("site-a")); }),
+                       "signature does not verify"));
+  const auto why = check_checkpoint_stream(d / "ckpt", "site-a", forged.topology_digest, nullptr,
+                                           check_for("site-a"));
+  ASSERT_TRUE(why.has_value());
+  EXPECT_TRUE(contains(*why, "signature does not verify")) << *why;
+}
+
+TEST(SignedCheckpoint, UnsignedOrOtherSignersAreRefusedWhenASignatureIsExpected) {
+  TempDir d;
+  write_checkpoint(d / "plain", site_a_checkpoint(5));
+  EXPECT_TRUE(contains(error_of<CryptoError>([&] { read_checkpoint(d / "plain", check_for("site-a")); }),
+                       "it is not signed"));
+  const auto why = check_checkpoint_stream(d / "plain", "site-a",
+                                           TestPki::get().topology().digest(), nullptr,
+                                           check_for("site-a"));
+  ASSERT_TRUE(why.has_value());
+  EXPECT_TRUE(contains(*why, "not signed")) << *why;
+  // site-b's checkpoint read where site-a's is expected: the node id tells
+  // (the caller reports a misplaced directory), never a signature pass.
+  Checkpoint b = site_a_checkpoint(5);
+  b.node_id = "site-b";
+  write_checkpoint(d / "b", b, TestPki::get().key("site-b").get());
+  EXPECT_EQ(read_checkpoint(d / "b", check_for("site-a")).node_id, "site-b");
+  EXPECT_TRUE(check_checkpoint_stream(d / "b", "site-a", b.topology_digest, nullptr,
+                                      check_for("site-a"))
+                  .has_value());
+}
+
+TEST(SignedCheckpoint, EverySingleByteChangeIsRefused) {
+  TempDir d;
+  write_checkpoint(d / "good", site_a_checkpoint(5), TestPki::get().key("site-a").get());
+  const std::vector<uint8_t> good = slurp(d / "good");
+  std::mt19937 rng(17);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<uint8_t> bad = good;
+    const size_t at = rng() % bad.size();
+    bad[at] ^= static_cast<uint8_t>(1u << (rng() % 8));
+    spit(d / "bad", bad, bad.size());
+    EXPECT_FALSE(error_of<CryptoError>([&] { read_checkpoint(d / "bad", check_for("site-a")); })
+                     .empty() &&
+                 error_of<TransportError>([&] { read_checkpoint(d / "bad", check_for("site-a")); })
+                     .empty())
+        << "byte " << at;
+    EXPECT_TRUE(check_checkpoint_stream(d / "bad", "site-a", TestPki::get().topology().digest(),
+                                        nullptr, check_for("site-a"))
+                    .has_value())
+        << "byte " << at;
+  }
+}
+
+TEST(SignedCheckpoint, AssemblyAndReplicaStoreKeepOnlySignedFiles) {
+  TempDir d;
+  write_checkpoint(d / "signed", site_a_checkpoint(3), TestPki::get().key("site-a").get());
+  write_checkpoint(d / "plain", site_a_checkpoint(3));
+  const auto send = [&](const fs::path& file, CheckpointAssembly& a, std::string* why) {
+    const std::vector<uint8_t> bytes = slurp(file);
+    const uint32_t piece = 1000;
+    const uint32_t count = static_cast<uint32_t>((bytes.size() + piece - 1) / piece);
+    CheckpointAssembly::Status st = CheckpointAssembly::Status::kMore;
+    for (uint32_t i = 0; i < count && st == CheckpointAssembly::Status::kMore; ++i) {
+      const size_t n = std::min<size_t>(piece, bytes.size() - size_t{i} * piece);
+      st = a.add(i, count, 3, bytes.size(), bytes.data() + size_t{i} * piece, n, why);
+    }
+    return st;
+  };
+  for (const char* name : {"signed", "plain"}) {
+    const std::vector<uint8_t> bytes = slurp(d / name);
+    const uint32_t count = static_cast<uint32_t>((bytes.size() + 999) / 1000);
+    CheckpointAssembly a(d / (std::string(name) + ".out"), "site-a",
+                         TestPki::get().topology().digest(), 3, count, bytes.size(),
+                         check_for("site-a"));
+    std::string why;
+    const auto st = send(d / name, a, &why);
+    if (std::string(name) == "signed") {
+      EXPECT_EQ(st, CheckpointAssembly::Status::kDone) << why;
+    } else {
+      EXPECT_EQ(st, CheckpointAssembly::Status::kFailed);
+      EXPECT_TRUE(contains(why, "not signed")) << why;
+      EXPECT_FALSE(fs::exists(d / "plain.out"));
+    }
+  }
+  runtime::ReplicaStore store(d / "replicas", TestPki::get().topology().digest(), 2,
+                              TestPki::get().verifier(), "unit-sign");
+  for (const char* name : {"plain", "signed"}) {
+    const std::vector<uint8_t> bytes = slurp(d / name);
+    const auto r = store.add_piece("site-a", 3, 0, 1, bytes.size(), bytes.data(), bytes.size());
+    EXPECT_EQ(r.kind, std::string(name) == "signed"
+                          ? runtime::ReplicaStore::Result::Kind::kStored
+                          : runtime::ReplicaStore::Result::Kind::kRefused)
+        << name << ": " << r.detail;
+  }
+  // A stored replica edited and re-hashed on the parent's disk is not served.
+  const auto latest = store.latest("site-a");
+  ASSERT_TRUE(latest.has_value());
+  Checkpoint forged = site_a_checkpoint(3);
+  forged.sections[0].bytes.assign(4000, 1);
+  fedwan::testing::forge_signed_checkpoint(*latest, forged);
+  EXPECT_FALSE(store.latest("site-a").has_value());
 }
 
 }  // namespace

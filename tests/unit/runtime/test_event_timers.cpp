@@ -206,3 +206,22 @@ TEST(EventTimers, DestructionWithArmedTimersIsSafeAndReleasesTheHandlers) {
 
 }  // namespace
 }  // namespace fedwan::runtime
+
+namespace fedwan::runtime {
+namespace {
+
+// A period of zero (or one so short the timer is always due) must not keep
+// poll() from returning: the loop still reads its sockets, its stop flag
+// and its deadlines (a heartbeat of 0.1 ms once spun an aggregator forever).
+TEST(EventTimers, AnAlwaysDueTimerCannotHoldPollForever) {
+  EventTimers timers;
+  int fired = 0;
+  timers.every(milliseconds(0), [&] { ++fired; });
+  std::this_thread::sleep_for(milliseconds(5));
+  for (int i = 0; i < 3; ++i) timers.poll();  // each returns
+  EXPECT_GE(fired, 1);
+  EXPECT_LE(fired, 3 * EventTimers::kMaxHandlersPerPoll);
+}
+
+}  // namespace
+}  // namespace fedwan::runtime

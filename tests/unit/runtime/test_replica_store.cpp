@@ -469,10 +469,10 @@ TEST(ReplicaStreamCheck, ReportsTruncatedGarbageAndForeignFiles) {
   spit(p, garbage);
   EXPECT_TRUE(contains(reason(), "bad magic"));
 
-  std::vector<uint8_t> v2 = file;
-  v2[4] = 2;
-  spit(p, v2);
-  EXPECT_TRUE(contains(reason(), "version 2"));
+  std::vector<uint8_t> v3 = file;
+  v3[4] = 3;
+  spit(p, v3);
+  EXPECT_TRUE(contains(reason(), "version 3"));
 
   spit(p, file);
   EXPECT_TRUE(contains(reason("site-b"), "not 'site-b'"));

@@ -190,7 +190,7 @@ TEST(Topology, RejectsBadIdsAndRoles) {
 }
 
 TEST(Topology, RejectsBadParentLinks) {
-  expect_error(example_with(0, R"({id: root, role: root, parent: eu, endpoint: "tcp://h:0"})"),
+  expect_error(example_with(0, R"({id: root, role: root, parent: eu, endpoint: "tcp://h:7000"})"),
                {"node 'root'", "the root has parent 'eu'"});
   expect_error(example_with(2, "{id: site-a, role: site}"), {"node 'site-a'", "missing parent"});
   expect_error(example_with(1, R"({id: eu, role: region, endpoint: "tcp://h:1"})"),
@@ -202,7 +202,7 @@ TEST(Topology, RejectsBadParentLinks) {
   // eu and us point at each other: a cycle, unreachable from the root.
   std::string cyc = R"(job: j
 nodes:
-  - {id: root, role: root, endpoint: "tcp://h:0"}
+  - {id: root, role: root, endpoint: "tcp://h:7000"}
   - {id: eu, role: region, parent: us, endpoint: "tcp://h:1"}
   - {id: us, role: region, parent: eu, endpoint: "tcp://h:2"}
   - {id: s, role: site, parent: eu}
@@ -239,10 +239,25 @@ TEST(Topology, RejectsBadEndpointsAndWeights) {
   expect_error(
       example_with(-1, "  - {id: lonely, role: region, parent: root, endpoint: \"tcp://h:4\"}\n"),
       {"node 'lonely'", "region has no children"});
-  for (const char* w : {"0", "-1", "nan", "inf"}) {
+  for (const char* w : {"0", "-1", "nan", "inf", "1e300", "1.5e12"}) {
     expect_error(
         example_with(2, std::string("{id: site-a, role: site, parent: eu, weight: ") + w + "}"),
-        {"node 'site-a'", "weight", "must be finite and > 0"});
+        {"node 'site-a'", "weight", "must be > 0 and at most 1e+12"});
+  }
+  // A TCP endpoint names a port in 1..65535.
+  for (const char* e : {"tcp://h:65536", "tcp://h:0", "tcp://h:99999999", "tcp://h", "tcp://:70",
+                        "tcp://h:-1", "tcp://h:7x"}) {
+    expect_error(
+        example_with(1, std::string(R"({id: eu, role: region, parent: root, endpoint: ")") + e +
+                            "\"}"),
+        {"node 'eu'", std::string("endpoint '") + e + "' is invalid", "1..65535"});
+  }
+  for (const char* e : {"tcp://h:65535", "tcp://h:1", "tcp://[::1]:7000", "tcp://*:7000"}) {
+    EXPECT_EQ(error_of(example_with(
+                  1, std::string(R"({id: eu, role: region, parent: root, endpoint: ")") + e +
+                         "\"}")),
+              "")
+        << e;
   }
   expect_error(example_with(2, "{id: site-a, role: site, parent: eu, weight: heavy}"),
                {"node 'site-a'", "'weight' must be a number, got 'heavy'"});
@@ -266,10 +281,25 @@ TEST(Topology, RejectsFederationValuesOutOfRange) {
   EXPECT_EQ(error_of(fed("chunk_bytes: 4096")), "");
   EXPECT_EQ(error_of(fed("chunk_bytes: 4194304")), "");
   expect_error(fed("codec: fp8"), {"federation", "codec", "fp8"});
-  expect_error(fed("round_timeout_s: 0"), {"round_timeout_s 0 must be finite and > 0"});
+  expect_error(fed("round_timeout_s: 0"), {"round_timeout_s 0 must be between 0.1 and 2592000"});
+  // Every setting is bounded, so no conversion to milliseconds overflows and
+  // no timer spins.
+  expect_error(fed("round_timeout_s: 1e300"), {"round_timeout_s 1e+300 must be between"});
+  expect_error(fed("round_timeout_s: nan"), {"round_timeout_s nan must be between"});
+  expect_error(fed("heartbeat_s: 0.0001"), {"heartbeat_s 1e-04 must be between 0.01 and 3600"});
+  expect_error(fed("heartbeat_s: 2, heartbeat_timeout_s: 1e9"),
+               {"heartbeat_timeout_s 1e+09", "at most 86400"});
+  expect_error(fed("deadline_s: 700"), {"deadline_s 700", "round_timeout_s 600"});
+  expect_error(fed("rounds: 18446744073709551615"), {"rounds 18446744073709551615 is more than"});
+  expect_error(fed("inner_steps: 2000000000"), {"inner_steps 2000000000 is more than"});
+  expect_error(fed("outer_optimizer: {name: fedavg, lr: 1e300}"), {"lr 1e+300 must be in (0, 100]"});
+  // A hostile file: nesting that would exhaust the parser's recursion.
+  expect_error(std::string("job: x\nnodes: ") + std::string(100000, '[') +
+                   std::string(100000, ']') + "\n",
+               {"nested more than 64 levels deep"});
   expect_error(fed("outer_optimizer: {name: sgd}"), {"unknown outer_optimizer 'sgd'", "fedadam"});
   expect_error(fed("outer_optimizer: {name: diloco, lr: -1}"),
-               {"diloco", "lr -1 must be finite and > 0"});
+               {"diloco", "lr -1 must be in (0, 100]"});
   expect_error(fed("outer_optimizer: {name: diloco, momentum: 1}"),
                {"momentum 1 must be in [0, 1)"});
   expect_error(fed("outer_optimizer: {name: fedavg, momentum: 0.9}"),
@@ -541,13 +571,13 @@ TEST(Topology, ResidencyKeysRefusedOnWrongRole) {
   expect_error(residency_with(1, R"({id: eu, role: region, parent: root, endpoint: "tcp://h:1",
                                      allowed_jurisdictions: [EU]})"),
                {"node 'eu'", "'allowed_jurisdictions' applies to sites only"});
-  expect_error(residency_with(0, R"({id: root, role: root, endpoint: "tcp://h:0",
+  expect_error(residency_with(0, R"({id: root, role: root, endpoint: "tcp://h:7000",
                                      allowed_jurisdictions: [EU]})"),
                {"node 'root'", "'allowed_jurisdictions' applies to sites only"});
   expect_error(residency_with(3, "{id: eu-a, role: site, parent: eu, k_min: 2}"),
                {"node 'eu-a'", "'k_min' applies to regions only", "its own delta"});
   expect_error(
-      residency_with(0, R"({id: root, role: root, endpoint: "tcp://h:0", k_min: 2})"),
+      residency_with(0, R"({id: root, role: root, endpoint: "tcp://h:7000", k_min: 2})"),
       {"node 'root'", "'k_min' applies to regions only", "final destination", "policy.k_min"});
 
   // build() applies the same rules to hand-made nodes.
@@ -602,9 +632,9 @@ TEST(Topology, ResidencyRefusesSiteWhoseParentIsOutsideItsList) {
                {"site 'eu-a' may send its delta only to [eu]", "jurisdiction 'EU'"});
   // A site directly under the root is checked against the root's jurisdiction.
   expect_error(
-      residency_with(0, R"({id: root, role: root, endpoint: "tcp://h:0", jurisdiction: US})"),
+      residency_with(0, R"({id: root, role: root, endpoint: "tcp://h:7000", jurisdiction: US})"),
       {"site 'solo' may send its delta only to [EU]; its parent 'root' is in jurisdiction 'US'"});
-  expect_error(residency_with(0, R"({id: root, role: root, endpoint: "tcp://h:0"})"),
+  expect_error(residency_with(0, R"({id: root, role: root, endpoint: "tcp://h:7000"})"),
                {"site 'solo'", "its parent 'root' has no jurisdiction"});
   // Without an allowed list any parent will do, jurisdiction or not.
   EXPECT_EQ(error_of(residency_with(8, "{id: solo, role: site, parent: root}")), "");
@@ -829,7 +859,7 @@ TEST(Topology, StandbyAndReplicaKeysParse) {
   EXPECT_EQ(old.federation().replica_every, 1u);
   // ipc:// and inproc:// standbys are as valid as tcp:// ones.
   for (const char* e : {"ipc:///tmp/standby.sock", "inproc://standby"}) {
-    EXPECT_EQ(error_of(example_with(0, R"({id: root, role: root, endpoint: "tcp://h:0", )"
+    EXPECT_EQ(error_of(example_with(0, R"({id: root, role: root, endpoint: "tcp://h:7000", )"
                                        R"(standby_endpoint: ")" +
                                            std::string(e) + "\"}")),
               "")
@@ -849,23 +879,23 @@ TEST(Topology, StandbyKeysRefusedWhereTheyDoNotApply) {
       {"node 'site-a'", "'standby_endpoint' applies to the root only",
        "a site has no standby of its own"});
 
-  const std::string root = R"({id: root, role: root, endpoint: "tcp://h:0", )";
+  const std::string root = R"({id: root, role: root, endpoint: "tcp://h:7000", )";
   expect_error(example_with(0, root + R"(standby_endpoint: "http://h:0"})"),
                {"node 'root'", "standby_endpoint 'http://h:0' is invalid", "tcp://"});
   expect_error(example_with(0, root + R"(standby_endpoint: "tcp://h 2:0"})"),
                {"node 'root'", "standby_endpoint 'tcp://h 2:0' is invalid"});
-  expect_error(example_with(0, root + R"(standby_endpoint: "tcp://h2:0", standby_bind: "tcp://"})"),
+  expect_error(example_with(0, root + R"(standby_endpoint: "tcp://h2:7000", standby_bind: "tcp://"})"),
                {"node 'root'", "standby_bind 'tcp://' is invalid"});
-  expect_error(example_with(0, root + R"(standby_endpoint: "tcp://h:0"})"),
-               {"node 'root'", "standby_endpoint 'tcp://h:0' is the root's own endpoint",
+  expect_error(example_with(0, root + R"(standby_endpoint: "tcp://h:7000"})"),
+               {"node 'root'", "standby_endpoint 'tcp://h:7000' is the root's own endpoint",
                 "endpoint of its own"});
   expect_error(example_with(0, root + R"(standby_bind: "tcp://*:7100"})"),
                {"node 'root'", "standby_bind 'tcp://*:7100' is given without standby_endpoint",
                 "set standby_endpoint"});
-  expect_error(example_with(0, root + "standby_endpoint: [tcp://h2:0]}"),
+  expect_error(example_with(0, root + "standby_endpoint: [tcp://h2:7000]}"),
                {"node 'root'", "'standby_endpoint' must be a string"});
-  expect_error(example_with(0, root + R"(standby_endpoint: "tcp://h2:0", )"
-                                      R"(standby_endpoint: "tcp://h3:0"})"),
+  expect_error(example_with(0, root + R"(standby_endpoint: "tcp://h2:7000", )"
+                                      R"(standby_endpoint: "tcp://h3:7000"})"),
                {"node 'root'", "'standby_endpoint' given twice"});
 
   // build() applies the same rules to hand-made nodes.

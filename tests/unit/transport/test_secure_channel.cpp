@@ -144,6 +144,30 @@ TEST_F(SecureChannelTest, ChildChoosesTheCipher) {
   EXPECT_EQ(events_.back().cipher, "chacha20-poly1305");
 }
 
+// The cipher travels in the ClientHello frame's header, before anything is
+// authenticated. An attacker on the path who rewrites it (here: AES-GCM to
+// ChaCha20) must not get a session with a cipher the child did not choose:
+// the cipher is the key exporter's context, so the two ends derive
+// different keys and the parent's sealed confirmation fails at the child.
+TEST_F(SecureChannelTest, ACipherRewrittenOnThePathBreaksTheSession) {
+  SecureChannel child(config("a", true, security::AeadAlgorithm::kAes256Gcm), true, "eu");
+  SecureChannel parent(config("eu", false), false, "a");
+  SecurityReplies first;
+  child.start(&first);
+  ASSERT_EQ(first.size(), 1u);
+  ASSERT_EQ(first[0][6], static_cast<uint8_t>(security::AeadAlgorithm::kAes256Gcm));
+  first[0][6] = static_cast<uint8_t>(security::AeadAlgorithm::kChaCha20Poly1305);
+  pump(child, parent, std::move(first));
+  EXPECT_FALSE(child.established());
+  // Nothing the parent seals for this session opens at the child.
+  if (parent.established()) {
+    std::vector<uint8_t> down = frame(1, 0, 0x55);
+    parent.seal(down);
+    SecurityReplies none;
+    EXPECT_EQ(deliver(child, down, &none), ChannelSecurity::Inbound::kRejected);
+  }
+}
+
 TEST_F(SecureChannelTest, ParentRefusalReachesTheChildWithItsReason) {
   // Site b's credentials, claiming to be a on the link.
   SecureChannel child(config("b", true), true, "eu");

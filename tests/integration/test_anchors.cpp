@@ -1,0 +1,300 @@
+// What a node's own key anchors: its audit log (signed heads, checked by
+// `fedwan audit verify --ca` and `--expect-head`, and against the head its
+// checkpoint recorded when it restarts) and its checkpoints (a file edited
+// and re-hashed on its disk, or forged by the parent that keeps its
+// replica, is not resumed from).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+#include <zmq.hpp>
+
+#include "common/sha256.hpp"
+#include "fedwan/error.hpp"
+#include "harness/federation_fixture.hpp"
+#include "harness/forge.hpp"
+#include "harness/process.hpp"
+#include "harness/raw_site.hpp"
+#include "runtime/checkpoint_file.hpp"
+#include "runtime/node_frames.hpp"
+#include "security/audit_log.hpp"
+
+namespace fedwan::testing {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr uint64_t kSeed = 37;
+constexpr size_t kParams = 3000;
+
+FederationSpec small_federation(uint64_t rounds) {
+  FederationSpec fed;
+  fed.rounds = rounds;
+  fed.inner_steps = 2;
+  fed.codec = "fp32";
+  fed.chunk_bytes = 4096;
+  fed.round_timeout_s = 30;
+  fed.heartbeat_s = 0.2;
+  fed.heartbeat_timeout_s = 2;
+  return fed;
+}
+
+bool has_alarm(const std::vector<std::string>& alarms, const std::string& kind) {
+  for (const std::string& a : alarms) {
+    if (a.rfind(kind + ":", 0) == 0) return true;
+  }
+  return false;
+}
+
+std::vector<std::string> lines_of(const fs::path& p) {
+  std::vector<std::string> out;
+  std::ifstream in(p);
+  for (std::string l; std::getline(in, l);) out.push_back(l);
+  return out;
+}
+
+void write_lines(const fs::path& p, const std::vector<std::string>& lines) {
+  std::ofstream out(p, std::ios::trunc);
+  for (const std::string& l : lines) out << l << "\n";
+}
+
+// A federation of threads in which every site checkpoints into dir/<site>
+// and keeps an audit log dir/<site>.audit.
+FederationRun run_with_checkpoints(const Topology& topo, const fs::path& dir,
+                                   const std::vector<float>& init) {
+  SiteSetup setup;
+  setup.options = [&](SiteOptions& o, size_t, std::vector<float>&) {
+    o.checkpoint_dir = (dir / o.node_id).string();
+    o.security.audit_log = (dir / (o.node_id + ".audit")).string();
+  };
+  return run_threads(topo, init, kSeed, 8, setup);
+}
+
+#ifdef FEDWAN_CLI_PATH
+
+struct Cli {
+  int code;
+  std::string out;
+};
+Cli audit_verify(const std::vector<std::string>& args, const fs::path& log) {
+  std::vector<std::string> all = {"audit", "verify"};
+  all.insert(all.end(), args.begin(), args.end());
+  const pid_t pid = spawn_process(FEDWAN_CLI_PATH, all, log.string());
+  const int code = wait_processes({pid}, std::chrono::seconds(30))[0];
+  return {code, read_text(log)};
+}
+
+// The finding: an empty log verified as "ok: 0 entries", a truncated one
+// verified, and nothing could check a recorded head or who wrote a log.
+TEST(AuditAnchors, VerifyRefusesEmptyTruncatedAndRechainedLogs) {
+  TempDir dir;
+  const Topology topo = make_tree(dir.path(), 0, 2, small_federation(2));
+  const FederationRun run =
+      run_with_checkpoints(topo, dir.path(), synthetic::initial_model(kParams, kSeed));
+  ASSERT_TRUE(run.errors.empty()) << run.error_text();
+  const fs::path log = dir.path() / "site-0.audit";
+  const std::string ca = (fs::path(credentials_dir_for(topo)) / "ca" / "ca.pem").string();
+  const fs::path out = dir.path() / "verify.log";
+
+  Cli r = audit_verify({log.string(), "--ca", ca}, out);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("every one verified against"), std::string::npos) << r.out;
+  const std::vector<std::string> lines = lines_of(log);
+  const std::string head = nlohmann::json::parse(lines.back())["hash"];
+  r = audit_verify({log.string(), "--expect-head", head}, out);
+  EXPECT_EQ(r.code, 0) << r.out;
+
+  const fs::path empty = dir.path() / "empty.audit";
+  std::ofstream(empty).close();
+  r = audit_verify({empty.string()}, out);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("empty"), std::string::npos) << r.out;
+
+  const fs::path cut = dir.path() / "cut.audit";
+  write_lines(cut, std::vector<std::string>(lines.begin(), lines.end() - 3));
+  r = audit_verify({cut.string(), "--expect-head", head}, out);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("does not contain the recorded head"), std::string::npos) << r.out;
+  r = audit_verify({cut.string(), "--ca", ca}, out);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("does not end with its node's closing head"), std::string::npos) << r.out;
+
+  // Re-chained: one update's digest replaced, every hash after it
+  // recomputed. The chain is whole; the signed heads after the edit are not.
+  std::vector<std::string> rechained;
+  std::string prev(64, '0');
+  bool edited = false;
+  for (const std::string& l : lines) {
+    nlohmann::json j = nlohmann::json::parse(l);
+    if (!edited && j["event"] == "update_sent") {
+      j["fields"]["sha256"] = std::string(64, 'e');
+      edited = true;
+    }
+    const std::string prefix = "{\"seq\":" + j["seq"].dump() + ",\"time\":" + j["time"].dump() +
+                               ",\"node\":" + j["node"].dump() + ",\"event\":" +
+                               j["event"].dump() + ",\"fields\":" + j["fields"].dump() +
+                               ",\"prev\":\"" + prev + "\"";
+    const Sha256Digest d = sha256(prefix.data(), prefix.size());
+    prev = to_hex(d.data(), d.size());
+    rechained.push_back(prefix + ",\"hash\":\"" + prev + "\"}");
+  }
+  ASSERT_TRUE(edited);
+  const fs::path forged = dir.path() / "forged.audit";
+  write_lines(forged, rechained);
+  r = audit_verify({forged.string()}, out);
+  EXPECT_EQ(r.code, 0) << r.out;  // the chain alone cannot tell
+  r = audit_verify({forged.string(), "--ca", ca}, out);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("signed head does not verify"), std::string::npos) << r.out;
+}
+
+#endif  // FEDWAN_CLI_PATH
+
+// A node restarted on an audit log cut back behind its last checkpoint used
+// to carry on silently: the checkpoint records the log's head, so the node
+// now raises an alarm and says so in the log.
+TEST(AuditAnchors, ARestartOnATruncatedLogRaisesAnAlarm) {
+  TempDir dir;
+  const Topology topo = make_tree(dir.path(), 0, 2, small_federation(2));
+  const std::vector<float> init = synthetic::initial_model(kParams, kSeed);
+  const FederationRun run = run_with_checkpoints(topo, dir.path(), init);
+  ASSERT_TRUE(run.errors.empty()) << run.error_text();
+  const fs::path log = dir.path() / "site-0.audit";
+  // Cut the log back past the head the last checkpoint recorded: the entry
+  // just before that checkpoint's own "checkpoint" entry.
+  std::vector<std::string> lines = lines_of(log);
+  size_t last_checkpoint = 0;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    if (nlohmann::json::parse(lines[i])["event"] == "checkpoint") last_checkpoint = i;
+  }
+  ASSERT_GT(last_checkpoint, 2u);
+  lines.resize(last_checkpoint - 1);
+  write_lines(log, lines);
+
+  std::vector<float> params = init;
+  SiteOptions o = site_options(topo, "site-0", std::chrono::milliseconds(500));
+  o.checkpoint_dir = (dir.path() / "site-0").string();
+  o.security.audit_log = log.string();
+  SiteCore site(std::move(o), params.data(), params.size());
+  EXPECT_THROW(site.join(), TimeoutError);  // resumes, then finds no parent
+  EXPECT_TRUE(site.resumed());
+  EXPECT_TRUE(has_alarm(site.alarms(), "audit_truncated"));
+  bool recorded = false;
+  for (const std::string& l : lines_of(log)) {
+    recorded = recorded || nlohmann::json::parse(l)["event"] == "audit_truncated";
+  }
+  EXPECT_TRUE(recorded);
+}
+
+// The finding: a checkpoint edited and re-hashed was resumed from. It is now
+// refused (kept as *.corrupt) and the site resumes from the one before.
+TEST(CheckpointAnchors, AnEditedAndRehashedCheckpointIsNotResumed) {
+  TempDir dir;
+  const Topology topo = make_tree(dir.path(), 0, 2, small_federation(3));
+  const std::vector<float> init = synthetic::initial_model(kParams, kSeed);
+  const FederationRun run = run_with_checkpoints(topo, dir.path(), init);
+  ASSERT_TRUE(run.errors.empty()) << run.error_text();
+  const fs::path ckpt = dir.path() / "site-0" / "site-0.fwck";
+  Checkpoint c = read_checkpoint(ckpt);
+  ASSERT_EQ(c.round, 3u);
+  for (CheckpointSection& s : c.sections) {
+    if (s.name == "params") std::fill(s.bytes.begin(), s.bytes.end(), 0x41);
+  }
+  c.round = 2;  // and pretend it is a round behind, to be played again
+  forge_signed_checkpoint(ckpt, c);
+  ASSERT_EQ(read_checkpoint(ckpt).round, 2u);  // intact as far as digests go
+
+  std::vector<float> params(kParams, 0.0f);
+  SiteOptions o = site_options(topo, "site-0", std::chrono::milliseconds(500));
+  o.checkpoint_dir = (dir.path() / "site-0").string();
+  SiteCore site(std::move(o), params.data(), params.size());
+  EXPECT_THROW(site.join(), TimeoutError);
+  EXPECT_TRUE(site.resumed());
+  EXPECT_EQ(site.round(), 2u);  // from site-0.prev.fwck, the genuine round-2 checkpoint
+  float forged_value;
+  const uint32_t pattern = 0x41414141u;
+  std::memcpy(&forged_value, &pattern, sizeof forged_value);
+  EXPECT_NE(params[0], forged_value);
+  EXPECT_TRUE(fs::exists(ckpt.string() + ".corrupt"));
+}
+
+// A parent that keeps a child's replica could hand it a forged one. The
+// child checks its own signature: the forgery is refused (audited, alarmed)
+// and the child starts from the federation's model instead.
+TEST(CheckpointAnchors, AReplicaForgedByTheParentIsRefused) {
+  TempDir dir;
+  FederationSpec fed = small_federation(2);
+  const Topology topo = make_tree(dir.path(), 0, 1, fed);  // root - site-0
+  const std::vector<float> init = synthetic::initial_model(kParams, kSeed);
+  const FederationRun run = run_with_checkpoints(topo, dir.path(), init);
+  ASSERT_TRUE(run.errors.empty()) << run.error_text();
+  // The site's genuine checkpoint, forged by "the parent": new parameters,
+  // every digest recomputed, the site's signature block kept.
+  const fs::path genuine = dir.path() / "site-0" / "site-0.fwck";
+  Checkpoint c = read_checkpoint(genuine);
+  for (CheckpointSection& s : c.sections) {
+    if (s.name == "params") std::fill(s.bytes.begin(), s.bytes.end(), 0x42);
+  }
+  const fs::path forged = dir.path() / "forged.fwck";
+  fs::copy_file(genuine, forged);
+  forge_signed_checkpoint(forged, c);
+  const std::vector<uint8_t> bytes = read_bytes(forged);
+  fs::remove_all(dir.path() / "site-0");  // the site lost its disk
+
+  // The parent: answers the site's request for its replica with the forgery.
+  zmq::context_t ctx;
+  ChildrenLink parent(ctx, topo.root().endpoint, LinkOptions{},
+                      test_server_security(topo, "root", security_for(topo, "root").credentials_dir));
+  std::atomic<bool> stop{false};
+  std::thread serve([&] {
+    Incoming in;
+    while (!stop.load()) {
+      if (!parent.recv(&in, std::chrono::milliseconds(20))) continue;
+      const wire::ParsedFrame f = wire::parse_frame(in.data(), in.frame_size);
+      if (!f.ok() || f.header.type != wire::MsgType::kHello ||
+          !(f.header.flags & wire::kFlagNeedReplica)) {
+        continue;
+      }
+      // In pieces of the federation's chunk size, as a real parent sends.
+      const size_t piece = topo.federation().chunk_bytes;
+      const uint32_t count = static_cast<uint32_t>((bytes.size() + piece - 1) / piece);
+      for (uint32_t i = 0; i < count; ++i) {
+        const size_t off = size_t{i} * piece;
+        const std::vector<uint8_t> part(bytes.begin() + off,
+                                        bytes.begin() + std::min(bytes.size(), off + piece));
+        wire::FrameHeader h =
+            node_header(topo, topo.root().index, wire::MsgType::kCheckpoint, c.round);
+        h.chunk_index = i;
+        h.chunk_count = count;
+        h.element_count = static_cast<uint32_t>(part.size());
+        h.total_elements = bytes.size();
+        (void)parent.send(in.peer, make_frame(h, part), std::chrono::seconds(5));
+      }
+    }
+  });
+  std::vector<float> params(kParams, 0.0f);
+  SiteOptions o = site_options(topo, "site-0", std::chrono::seconds(3));
+  o.checkpoint_dir = (dir.path() / "site-0").string();
+  o.security.audit_log = (dir.path() / "site-0.restart.audit").string();
+  SiteCore site(std::move(o), params.data(), params.size());
+  EXPECT_THROW(site.join(), TimeoutError);  // no welcome from this parent
+  stop.store(true);
+  serve.join();
+  EXPECT_FALSE(site.resumed());
+  EXPECT_FALSE(fs::exists(dir.path() / "site-0" / "site-0.fwck"));
+  EXPECT_TRUE(has_alarm(site.alarms(), "replica_refused"));
+  bool audited = false;
+  for (const std::string& l : lines_of(dir.path() / "site-0.restart.audit")) {
+    const auto e = nlohmann::json::parse(l);
+    audited = audited || (e["event"] == "replica_refused" &&
+                          e["fields"].dump().find("signature does not verify") != std::string::npos);
+  }
+  EXPECT_TRUE(audited);
+}
+
+}  // namespace
+}  // namespace fedwan::testing
