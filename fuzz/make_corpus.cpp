@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -17,8 +18,10 @@
 
 #include "fedwan/codec.hpp"
 #include "fuzz_keys.hpp"
+#include "runtime/checkpoint_file.hpp"
 #include "security/audit_log.hpp"
 #include "security/frame_protector.hpp"
+#include "security/node_key.hpp"
 #include "wire/frame.hpp"
 
 namespace {
@@ -190,6 +193,57 @@ void audit_seeds() {
       security::verify_audit_text(std::string(text.begin(), text.end()));
   if (!r.ok || r.entries != 3) throw std::runtime_error("generated audit log does not verify");
   write_seed("fuzz_audit", "three_entries.jsonl", text);
+
+  // Signed heads (opened, a periodic one, closed) by the test key of
+  // fuzz/keys, which fuzz_audit checks against its CA.
+  const auto key = security::NodeKey::from_bundle(FEDWAN_FUZZ_KEYS);
+  const fs::path signed_path = fs::temp_directory_path() / "fedwan-make-corpus-signed.jsonl";
+  fs::remove(signed_path);
+  {
+    security::AuditOptions o;
+    o.key = key;
+    o.head_interval = std::chrono::seconds(0);
+    security::AuditLog log(signed_path.string(), "site-a", o);
+    log.append("update_sent", {{"round", 0}, {"chunks", 3}});
+    log.append("checkpoint", {{"round", 1}});
+  }
+  std::ifstream sf(signed_path, std::ios::binary);
+  const Bytes signed_text((std::istreambuf_iterator<char>(sf)), std::istreambuf_iterator<char>());
+  fs::remove(signed_path);
+  const security::SignatureVerifier ca(std::string(FEDWAN_FUZZ_KEYS) + "/ca.pem");
+  security::AuditVerifyOptions vo;
+  vo.ca = &ca;
+  const security::AuditVerifyResult sr =
+      security::verify_audit_text(std::string(signed_text.begin(), signed_text.end()), vo);
+  if (!sr.ok || sr.verified_heads < 3) {
+    throw std::runtime_error("generated signed audit log does not verify: " + sr.problem);
+  }
+  write_seed("fuzz_audit", "signed_heads.jsonl", signed_text);
+}
+
+// fuzz_checkpoint inputs: site-a's checkpoints under the seed topology
+// digest, signed by the test key and unsigned.
+void checkpoint_seeds() {
+  Checkpoint c;
+  c.round = 4;
+  for (size_t i = 0; i < c.topology_digest.size(); ++i) {
+    c.topology_digest[i] = static_cast<uint8_t>(0xc0 + i);
+  }
+  c.node_id = "site-a";
+  const std::vector<float> params = ramp(64, 1.0f);
+  CheckpointSection p{"params", Bytes(params.size() * 4)};
+  std::memcpy(p.bytes.data(), params.data(), p.bytes.size());
+  c.sections.push_back(p);
+  c.sections.push_back({"meta", Bytes{'{', '}'}});
+  const auto key = security::NodeKey::from_bundle(FEDWAN_FUZZ_KEYS);
+  const fs::path path = fs::temp_directory_path() / "fedwan-make-corpus.fwck";
+  for (const bool sign : {true, false}) {
+    write_checkpoint(path, c, sign ? key.get() : nullptr);
+    std::ifstream f(path, std::ios::binary);
+    write_seed("fuzz_checkpoint", sign ? "signed.fwck" : "unsigned.fwck",
+               Bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>()));
+  }
+  fs::remove(path);
 }
 
 }  // namespace
@@ -205,6 +259,7 @@ int main(int argc, char** argv) {
     codec_seeds();
     sealed_seeds();
     audit_seeds();
+    checkpoint_seeds();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fuzz_make_corpus: %s\n", e.what());
     return 1;

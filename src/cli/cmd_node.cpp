@@ -78,6 +78,11 @@ std::string human_bytes(uint64_t b) {
   return buf;
 }
 
+// What the node rode out that an operator must act on (docs/operations.md).
+void print_alarms(const std::string& who, const std::vector<std::string>& alarms) {
+  for (const std::string& a : alarms) std::cerr << "fedwan: " << who << " alarm: " << a << "\n";
+}
+
 // A standby that stood by to the end and never took over: no model, no report.
 bool stood_by_only(const AggregatorSummary& s) { return s.global_model.empty(); }
 
@@ -152,6 +157,7 @@ int run_aggregator(const NodeArgs& a) {
     return 0;
   }
   g_aggregator.store(nullptr);
+  print_alarms("aggregator '" + a.node + "'", s.alarms);
   if (root && stood_by_only(s)) {
     std::cout << "standby '" << a.node << "': the root finished the federation without it\n";
     return 0;
@@ -163,7 +169,8 @@ int run_aggregator(const NodeArgs& a) {
                         {"fp32_bytes_total", s.fp32_bytes_total},
                         {"rejected_frames", s.rejected_frames},
                         {"security", s.security_mode},
-                        {"handshake_ms", s.handshake_ms}};
+                        {"handshake_ms", s.handshake_ms},
+                        {"alarms", s.alarms}};
     if (!rounds_json.empty() && rounds_json.back().contains("accuracy")) {
       j["final_accuracy"] = rounds_json.back()["accuracy"];
       j["final_loss"] = rounds_json.back()["loss"];
@@ -227,6 +234,7 @@ int run_site(const NodeArgs& a) {
       r = site.sync();
     }
     if (!a.out.empty()) write_model(a.out, params.data(), params.size());
+    print_alarms("site '" + a.node + "'", site.alarms());
     return 0;
   }
 
@@ -297,6 +305,7 @@ int run_site(const NodeArgs& a) {
     const torch::Tensor model_on_host = site.parameters().flat().to(torch::kCPU);
     write_model(a.out, model_on_host.data_ptr<float>(), site.parameters().numel());
   }
+  if (site.leader()) print_alarms("site '" + a.node + "'", site.core().alarms());
   return 0;
 }
 

@@ -197,8 +197,8 @@ std::optional<std::string> SignatureVerifier::verify(const std::vector<uint8_t>&
       return "signed by '" + who.node_id + "', not by '" + expected.node_id + "'";
     }
     if (expected.role && who.role != *expected.role) {
-      return std::string("signed by a ") + role_name(who.role) + " certificate, expected a " +
-             role_name(*expected.role) + "'s";
+      return std::string("signed by a ") + role_ou(who.role) + " certificate, expected a " +
+             role_ou(*expected.role) + "'s";
     }
     if (!expected.job.empty() && who.job != expected.job) {
       return "signed for job '" + who.job + "', not '" + expected.job + "'";
