@@ -7,8 +7,9 @@
 // chunk i down. See docs/protocol.md for the message sequence.
 //
 // This file: construction, sending through the per-peer outboxes, the event
-// loop, frame dispatch and deadlines. The protocol steps are in
-// aggregator_rounds.cpp, the Impl class in aggregator_impl.hpp.
+// loop, the children's frame dispatch and deadlines. The protocol steps are
+// in aggregator_rounds.cpp, a region's parent side in
+// aggregator_recovery.cpp, the Impl class in aggregator_impl.hpp.
 #include "fedwan/aggregator.hpp"
 
 #include <algorithm>
@@ -501,93 +502,6 @@ void Aggregator::Impl::on_child_frame(Incoming& in) {
     default:
       refuse(c.id,
              std::string("unexpected ") + wire::msg_type_name(f.header.type) + " from a child");
-  }
-}
-
-// ---- the parent side (regions) ----------------------------------------------------
-
-void Aggregator::Impl::on_parent_frame(Incoming& in) {
-  const wire::ParsedFrame f = wire::parse_frame(in.data(), in.frame_size, limits_);
-  if (!f.ok()) {
-    summary_.rejected_frames += 1;
-    security_->log_noise(security::noise_key("malformed:parent", f.detail),
-                         "[agg:" + self_.id + "] dropped malformed frame from parent: " +
-                             wire::reject_reason_name(f.reject) + " (" + f.detail + ")");
-    return;
-  }
-  if (f.header.job_id != topo_.job_id() || f.header.sender != self_.parent_index) {
-    summary_.rejected_frames += 1;
-    security_->log_noise("wrong-sender:parent", "[agg:" + self_.id +
-                                                    "] dropped frame with wrong job or sender "
-                                                    "from parent");
-    return;
-  }
-  parent_heard_ = Clock::now();
-  parent_backoff_ = Millis(0);
-  switch (f.header.type) {
-    case wire::MsgType::kHeartbeat:
-      // The parent's round still lacks this region's aggregate (frames lost
-      // to a restart or a bad link): send it again; duplicates count once.
-      if ((f.header.flags & wire::kFlagNeedUpdate) && phase_ == Phase::kAwaitAnchor &&
-          f.header.round == round_ && !sent_up_.empty() &&
-          Clock::now() - sent_up_at_ > heartbeat_timeout_ &&
-          Clock::now() - last_resend_up_ > heartbeat_timeout_) {
-        log().info("[agg:{}] parent lacks part of round {}; sending {} chunks again", self_.id,
-                   round_, sent_up_.size());
-        for (const Frame& fr : sent_up_) send_parent(std::vector<uint8_t>(*fr));
-        last_resend_up_ = Clock::now();
-      }
-      // Anchor chunks were lost: the parent moved past the round whose
-      // anchor this node still waits for (round_ + 1), or is in it and
-      // nothing came for a heartbeat timeout. Rejoin to be resynced. (The
-      // parent being in that round while its anchor arrives is normal.)
-      if (parent_welcomed_ && !parent_full_pending_ && phase_ == Phase::kAwaitAnchor &&
-          (f.header.round > round_ + 1 ||
-           (f.header.round == round_ + 1 &&
-            Clock::now() - anchor_progress_at_ > heartbeat_timeout_))) {
-        if (++behind_beats_ >= 3) {
-          log().warn("[agg:{}] parent is at round {} while this node waits for the anchor of "
-                     "round {}; rejoining", self_.id, f.header.round, round_ + 1);
-          behind_beats_ = 0;
-          hello_parent();
-        }
-      } else {
-        behind_beats_ = 0;
-      }
-      break;
-    case wire::MsgType::kWelcome:
-      on_parent_welcome(f);
-      break;
-    case wire::MsgType::kAnchor:
-      on_parent_anchor(f, in.data(), in.frame_size);
-      break;
-    case wire::MsgType::kCheckpoint:
-      break;  // the parent acknowledging a replica
-
-    case wire::MsgType::kReject: {
-      const std::string reason(reinterpret_cast<const char*>(f.payload), f.payload_size);
-      for (const Child& c : children_) {
-        refuse(c.id,
-               "parent '" + topo_.node(self_.parent_index).id + "' refused '" + self_.id +
-                   "': " + reason,
-               false);
-      }
-      throw ProtocolError("parent '" + topo_.node(self_.parent_index).id + "' refused '" +
-                          self_.id + "': " + reason);
-    }
-    case wire::MsgType::kDone:
-      send_done(f.header.round);
-      done_from_parent_ = true;
-      phase_ = Phase::kDraining;
-      phase_deadline_ = Clock::now() + round_timeout_;
-      finish_deadline_ = Clock::now() + std::min<Millis>(round_timeout_, Millis(30000));
-      maybe_finish();
-      break;
-    default:
-      summary_.rejected_frames += 1;
-      security_->log_noise(std::string("unexpected:parent:") + wire::msg_type_name(f.header.type),
-                           "[agg:" + self_.id + "] unexpected " +
-                               wire::msg_type_name(f.header.type) + " from parent");
   }
 }
 

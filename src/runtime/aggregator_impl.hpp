@@ -1,12 +1,14 @@
 // The state and steps of one aggregator node (root or region), private to
 // the two translation units that implement it:
 //   aggregator.cpp         construction, the per-peer outboxes, the event
-//                          loop, frame dispatch, deadlines, shutdown;
+//                          loop, the children's frame dispatch, deadlines,
+//                          shutdown;
 //   aggregator_rounds.cpp  the round protocol: joining, deltas, chunk and
 //                          round completion, anchor relay, traffic reports;
 //   aggregator_recovery.cpp  fault tolerance: rejoins, heartbeats and lost
 //                          children, deadlines and quorum, checkpoints and
-//                          resuming, reconnecting to the parent;
+//                          resuming; a region's parent side (its frames,
+//                          hello, reconnecting);
 //   aggregator_replicas.cpp  checkpoint replication: children's replicas kept
 //                          and served back, this node's checkpoint sent up,
 //                          the root's standby and its takeover.

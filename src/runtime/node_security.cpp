@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/log.hpp"
+#include "common/utc_time.hpp"
 #include "fedwan/error.hpp"
 #include "runtime/authorization.hpp"
 #include "security/aead.hpp"
@@ -22,14 +23,6 @@ using security::noise_key;
 // a child reconnecting in a loop cannot grow it without bound.
 constexpr size_t kMaxHandshakeTimes = 4096;
 constexpr std::chrono::seconds kCrlCheckEvery{10};
-
-std::string utc_text(std::time_t t) {
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
 
 security::NoiseFilter::Options alarm_repeats() {
   security::NoiseFilter::Options o;

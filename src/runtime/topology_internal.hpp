@@ -1,5 +1,6 @@
-// Private to the two translation units of Topology: topology.cpp (the YAML
-// structure, the tree, the federation settings, the digest) and
+// Private to the translation units of Topology: topology.cpp (the YAML
+// structure, the tree, the digest), topology_rules.cpp (endpoints, nesting,
+// standby keys, the ranges of the federation settings) and
 // topology_policy.cpp (the residency policy: jurisdiction,
 // allowed_jurisdictions, k_min, policy, and the runtime checks on them).
 #pragma once
@@ -88,6 +89,39 @@ class YamlReader {
  private:
   const std::string& source_;
 };
+
+// ---- rules of the tree and the federation settings (topology_rules.cpp) -----
+
+// Ranges of the federation settings: wide enough for any deployment, narrow
+// enough that every conversion (seconds to milliseconds, sums of weights)
+// stays exact and no timer can spin.
+inline constexpr uint64_t kMinChunkBytes = 4096;
+inline constexpr uint64_t kMaxChunkBytes = 4u << 20;
+inline constexpr uint64_t kMaxCount = 1'000'000'000;     // rounds, inner_steps, replica_every
+inline constexpr double kMaxRoundSeconds = 30 * 86400;   // round_timeout_s, deadline_s
+inline constexpr double kMinRoundSeconds = 0.1;
+inline constexpr double kMinHeartbeatSeconds = 0.01;
+inline constexpr double kMaxHeartbeatSeconds = 3600;
+inline constexpr double kMaxHeartbeatTimeoutSeconds = 86400;
+inline constexpr double kMaxSiteWeight = 1e12;
+inline constexpr double kMaxOuterLr = 100;
+// A topology file is a few KiB; one past this is not one, and is not read.
+inline constexpr size_t kMaxTopologyBytes = size_t{4} << 20;
+// yaml-cpp parses nesting recursively: deeper than this is refused first.
+inline constexpr size_t kMaxYamlNesting = 64;
+
+// tcp://HOST:PORT with a port in 1..65535, ipc://PATH or inproc://NAME.
+bool valid_endpoint(const std::string& e);
+std::string invalid_endpoint(const std::string& what, const std::string& e);
+// Deepest nesting of flow collections and of block sequences on one line.
+size_t yaml_nesting(const std::string& text);
+// "" when a node of `role` may carry standby key `key`, else why not.
+std::string misplaced_standby_key(const std::string& key, Role role);
+// First problem with node `s`'s standby fields ("" if none); defaults the
+// root's standby_bind to its standby_endpoint.
+std::string standby_problem(NodeSpec& s);
+// Throws ConfigError naming `src` for a federation value out of range.
+void validate_federation(const FederationSpec& f, const std::string& src);
 
 // ---- residency policy (topology_policy.cpp) ---------------------------------
 

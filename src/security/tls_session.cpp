@@ -15,6 +15,7 @@
 
 #include "common/atomic_file.hpp"
 #include "common/openssl_check.hpp"
+#include "common/utc_time.hpp"
 #include "fedwan/error.hpp"
 
 namespace fedwan::security {
@@ -58,14 +59,6 @@ std::time_t asn1_time_t(const ASN1_TIME* t) {
     throw CryptoError("unreadable time in a CRL");
   }
   return timegm(&tm);
-}
-
-std::string utc_text(std::time_t t) {
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
 }
 
 using CrlPtr = OpenSslPtr<X509_CRL, X509_CRL_free>;

@@ -18,6 +18,7 @@
 #include "fedwan/error.hpp"
 #include "harness/federation_fixture.hpp"
 #include "harness/forge.hpp"
+#include "harness/node_threads.hpp"
 #include "harness/process.hpp"
 #include "harness/raw_site.hpp"
 #include "runtime/checkpoint_file.hpp"
@@ -31,23 +32,12 @@ namespace fs = std::filesystem;
 constexpr uint64_t kSeed = 37;
 constexpr size_t kParams = 3000;
 
+// Heartbeats fast enough that a node without a parent gives up soon.
 FederationSpec small_federation(uint64_t rounds) {
-  FederationSpec fed;
-  fed.rounds = rounds;
-  fed.inner_steps = 2;
-  fed.codec = "fp32";
-  fed.chunk_bytes = 4096;
-  fed.round_timeout_s = 30;
+  FederationSpec fed = small_fp32_federation(rounds);
   fed.heartbeat_s = 0.2;
   fed.heartbeat_timeout_s = 2;
   return fed;
-}
-
-bool has_alarm(const std::vector<std::string>& alarms, const std::string& kind) {
-  for (const std::string& a : alarms) {
-    if (a.rfind(kind + ":", 0) == 0) return true;
-  }
-  return false;
 }
 
 std::vector<std::string> lines_of(const fs::path& p) {

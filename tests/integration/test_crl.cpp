@@ -7,11 +7,10 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
-#include <mutex>
-#include <thread>
 
 #include "fedwan/error.hpp"
 #include "harness/federation_fixture.hpp"
+#include "harness/node_threads.hpp"
 #include "harness/process.hpp"
 #include "harness/raw_site.hpp"
 #include "harness/reference_federation.hpp"
@@ -26,23 +25,6 @@ constexpr size_t kParams = 3000;  // 3 chunks of 1024, 1024, 952
 constexpr int64_t kDay = 86400;
 
 uint32_t chunk_n(uint32_t c) { return c < 2 ? 1024 : 952; }
-
-FederationSpec small_federation(uint64_t rounds) {
-  FederationSpec fed;
-  fed.rounds = rounds;
-  fed.inner_steps = 2;
-  fed.codec = "fp32";
-  fed.chunk_bytes = 4096;
-  fed.round_timeout_s = 30;
-  return fed;
-}
-
-bool has_alarm(const std::vector<std::string>& alarms, const std::string& kind) {
-  for (const std::string& a : alarms) {
-    if (a.rfind(kind + ":", 0) == 0) return true;
-  }
-  return false;
-}
 
 std::string joined(const std::vector<std::string>& v) {
   std::string out;
@@ -62,7 +44,7 @@ void age_crl(const Topology& topo, int64_t days_ago) {
 // runs, and says what to do.
 TEST(Crl, AnExpiredCrlWithinItsGraceKeepsTheFederationRunning) {
   TempDir dir;
-  const Topology topo = make_tree(dir.path(), 1, 2, small_federation(2));
+  const Topology topo = make_tree(dir.path(), 1, 2, small_fp32_federation(2));
   age_crl(topo, 31);  // expired a day ago
   const std::vector<float> init = synthetic::initial_model(kParams, kSeed);
   const FederationRun run = run_threads(topo, init, kSeed);
@@ -75,7 +57,7 @@ TEST(Crl, AnExpiredCrlWithinItsGraceKeepsTheFederationRunning) {
 
 TEST(Crl, ACrlAboutToExpireRaisesAnAlarmFirst) {
   TempDir dir;
-  const Topology topo = make_tree(dir.path(), 0, 1, small_federation(1));
+  const Topology topo = make_tree(dir.path(), 0, 1, small_fp32_federation(1));
   age_crl(topo, 27);  // three days left
   std::vector<float> params(10, 0.0f);
   SiteCore site(site_options(topo, "site-0", std::chrono::seconds(5)), params.data(),
@@ -88,7 +70,7 @@ TEST(Crl, ACrlAboutToExpireRaisesAnAlarmFirst) {
 // that fixes it (it used to advise `certs issue`, which does not).
 TEST(Crl, PastItsGraceTheErrorSaysHowToRefreshIt) {
   TempDir dir;
-  const Topology topo = make_tree(dir.path(), 0, 1, small_federation(1));
+  const Topology topo = make_tree(dir.path(), 0, 1, small_fp32_federation(1));
   age_crl(topo, 40);  // expired ten days ago
   std::vector<float> params(10, 0.0f);
   try {
@@ -121,51 +103,15 @@ TEST(Crl, PastItsGraceTheErrorSaysHowToRefreshIt) {
 // federation ends with the right model.
 TEST(Crl, AnUnusableOrExpiredCrlMidRunLeavesTheRegionServing) {
   TempDir dir;
-  const Topology topo = make_tree(dir.path(), 1, 2, small_federation(3));
+  const Topology topo = make_tree(dir.path(), 1, 2, small_fp32_federation(3));
   const std::vector<float> init = synthetic::initial_model(kParams, kSeed);
   const fs::path region_crl =
       fs::path(security_for(topo, "region-0").credentials_dir) / "crl.pem";
   AggregatorSummary root_summary, region_summary;
-  std::mutex mu;
-  std::vector<std::string> errors;
-  auto guard = [&](const std::string& who, auto fn) {
-    return std::thread([&, who, fn] {
-      try {
-        fn();
-      } catch (const std::exception& e) {
-        std::lock_guard<std::mutex> lock(mu);
-        errors.push_back(who + ": " + e.what());
-      }
-    });
-  };
-  std::vector<std::thread> threads;
-  threads.push_back(guard("root", [&] {
-    AggregatorOptions o;
-    o.topology = topo;
-    o.node_id = "root";
-    o.initial_model = init;
-    o.join_timeout = std::chrono::seconds(60);
-    o.security = security_for(topo, "root");
-    root_summary = Aggregator(std::move(o)).run();
-  }));
-  threads.push_back(guard("region-0", [&] {
-    AggregatorOptions o;
-    o.topology = topo;
-    o.node_id = "region-0";
-    o.join_timeout = std::chrono::seconds(60);
-    o.security = security_for(topo, "region-0");
-    region_summary = Aggregator(std::move(o)).run();
-  }));
-  threads.push_back(guard("site-0", [&] {
-    std::vector<float> params = init;
-    SiteCore site(site_options(topo, "site-0", std::chrono::seconds(60)), params.data(),
-                  params.size());
-    SyncResult r = site.join();
-    while (!r.finished) {
-      synthetic::local_steps(params.data(), kParams, topo.node("site-0").index, 2, kSeed);
-      r = site.sync();
-    }
-  }));
+  NodeThreads nodes;
+  nodes.aggregator(topo, "root", init, &root_summary);
+  nodes.aggregator(topo, "region-0", init, &region_summary);
+  nodes.site(topo, "site-0", init, kSeed, 2);
 
   const std::string bundle = security_for(topo, "site-1").credentials_dir;
   std::vector<uint8_t> buf;
@@ -212,8 +158,8 @@ TEST(Crl, AnUnusableOrExpiredCrlMidRunLeavesTheRegionServing) {
     ASSERT_TRUE(f.ok()) << f.detail;
   } while (f.header.type != wire::MsgType::kDone);
   rogue->send(make_frame(node_header(topo, rogue->node().index, wire::MsgType::kDone, 3), {}));
-  for (auto& t : threads) t.join();
-  ASSERT_TRUE(errors.empty()) << errors.front();
+  nodes.join();
+  ASSERT_EQ(nodes.errors(), "");
 
   const uint32_t rogue_index = rogue->node().index;
   const ReferenceResult ref = run_reference(topo, init, [&](uint32_t site, uint64_t, auto& p) {

@@ -7,16 +7,13 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <mutex>
-#include <thread>
-
-#include <nlohmann/json.hpp>
 
 #include "fedwan/error.hpp"
 #include "harness/federation_fixture.hpp"
-#include "runtime/checkpoint_file.hpp"
+#include "harness/node_threads.hpp"
 #include "harness/raw_site.hpp"
 #include "harness/reference_federation.hpp"
+#include "runtime/checkpoint_file.hpp"
 
 namespace fedwan::testing {
 namespace {
@@ -27,96 +24,24 @@ constexpr size_t kParams = 3000;  // 3 chunks of 1024, 1024, 952
 
 uint32_t chunk_n(uint32_t c) { return c < 2 ? 1024 : 952; }
 
-// Audit entries of `event` whose fields mention `needle`.
-size_t count_audit(const fs::path& path, const std::string& event, const std::string& needle) {
-  size_t n = 0;
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) {
-    const auto e = nlohmann::json::parse(line, nullptr, false);
-    if (e.is_object() && e["event"] == event && e["fields"].dump().find(needle) != std::string::npos) {
-      ++n;
-    }
-  }
-  return n;
-}
-
-// Threads for nodes of the test federations, collecting their errors.
-struct Nodes {
-  std::mutex mu;
-  std::vector<std::string> errors;
-  std::vector<std::thread> threads;
-  ~Nodes() { join(); }
-  template <typename Fn>
-  void start(const std::string& who, Fn fn) {
-    threads.emplace_back([this, who, fn] {
-      try {
-        fn();
-      } catch (const std::exception& e) {
-        std::lock_guard<std::mutex> lock(mu);
-        errors.push_back(who + ": " + e.what());
-      }
-    });
-  }
-  void join() {
-    for (auto& t : threads) {
-      if (t.joinable()) t.join();
-    }
-    threads.clear();
-  }
-};
-
-FederationSpec small_federation(uint64_t rounds) {
-  FederationSpec fed;
-  fed.rounds = rounds;
-  fed.inner_steps = 2;
-  fed.codec = "fp32";
-  fed.chunk_bytes = 4096;
-  fed.round_timeout_s = 30;
-  return fed;
-}
-
 // Finding: a site chose its own weight. Here site-1 sends every round's
 // delta under another weight: 1e300 (the region overflowed and died), 1e6
 // (its update outweighed everyone's) and 1e-3. The federation must finish
 // with the model of the federation in which it sent its topology weight.
 TEST(DishonestChild, HeaderWeightOfASiteChangesNothing) {
   TempDir dir;
-  FederationSpec fed = small_federation(3);
+  FederationSpec fed = small_fp32_federation(3);
   fed.quorum = 0.9;
   const Topology topo = make_tree(dir.path(), 1, 2, fed);  // root - region-0 - site-0, site-1
   const std::vector<float> init = synthetic::initial_model(kParams, kSeed);
   const fs::path region_audit = dir.path() / "region-0.audit";
   AggregatorSummary root_summary;
-  Nodes nodes;
-  nodes.start("root", [&] {
-    AggregatorOptions o;
-    o.topology = topo;
-    o.node_id = "root";
-    o.initial_model = init;
-    o.join_timeout = std::chrono::seconds(60);
-    o.security = security_for(topo, "root");
-    root_summary = Aggregator(std::move(o)).run();
-  });
-  nodes.start("region-0", [&] {
-    AggregatorOptions o;
-    o.topology = topo;
-    o.node_id = "region-0";
-    o.join_timeout = std::chrono::seconds(60);
-    o.security = security_for(topo, "region-0");
+  NodeThreads nodes;
+  nodes.aggregator(topo, "root", init, &root_summary);
+  nodes.aggregator(topo, "region-0", init, nullptr, [&](AggregatorOptions& o) {
     o.security.audit_log = region_audit.string();
-    Aggregator(std::move(o)).run();
   });
-  nodes.start("site-0", [&] {
-    std::vector<float> params = init;
-    SiteCore site(site_options(topo, "site-0", std::chrono::seconds(60)), params.data(),
-                  params.size());
-    SyncResult r = site.join();
-    while (!r.finished) {
-      synthetic::local_steps(params.data(), kParams, topo.node("site-0").index, 2, kSeed);
-      r = site.sync();
-    }
-  });
+  nodes.site(topo, "site-0", init, kSeed, 2);
 
   RawSite rogue(topo, "site-1",
                 test_client_security(topo, "site-1", security_for(topo, "site-1").credentials_dir));
@@ -143,7 +68,7 @@ TEST(DishonestChild, HeaderWeightOfASiteChangesNothing) {
   } while (f.header.type != wire::MsgType::kDone);
   rogue.send(make_frame(node_header(topo, rogue.node().index, wire::MsgType::kDone, 3), {}));
   nodes.join();
-  ASSERT_TRUE(nodes.errors.empty()) << nodes.errors.front();
+  ASSERT_EQ(nodes.errors(), "");
 
   const uint32_t rogue_index = rogue.node().index;
   // site-1 sent zero deltas: under its true weight they pull the mean
@@ -181,22 +106,15 @@ std::vector<uint8_t> telemetry(const RawSite& s, const Topology& topo, uint64_t 
 // checkpoints only of rounds it went through.
 TEST(DishonestChild, RegionClaimsAreBoundedByTheTopology) {
   TempDir dir;
-  const Topology topo = make_tree(dir.path(), 1, 2, small_federation(2));
+  const Topology topo = make_tree(dir.path(), 1, 2, small_fp32_federation(2));
   const std::vector<float> init = synthetic::initial_model(kParams, kSeed);
   const fs::path root_audit = dir.path() / "root.audit";
   const fs::path root_ckpt = dir.path() / "root-ckpt";
   AggregatorSummary root_summary;
-  Nodes nodes;
-  nodes.start("root", [&] {
-    AggregatorOptions o;
-    o.topology = topo;
-    o.node_id = "root";
-    o.initial_model = init;
-    o.join_timeout = std::chrono::seconds(60);
-    o.security = security_for(topo, "root");
+  NodeThreads nodes;
+  nodes.aggregator(topo, "root", init, &root_summary, [&](AggregatorOptions& o) {
     o.security.audit_log = root_audit.string();
     o.checkpoint_dir = root_ckpt.string();
-    root_summary = Aggregator(std::move(o)).run();
   });
   RawSite rogue(topo, "region-0",
                 test_client_security(topo, "region-0",
@@ -262,7 +180,7 @@ TEST(DishonestChild, RegionClaimsAreBoundedByTheTopology) {
   ASSERT_TRUE(await_type(rogue, &buf, wire::MsgType::kDone).ok());
   rogue.send(make_frame(node_header(topo, rogue.node().index, wire::MsgType::kDone, 2), {}));
   nodes.join();
-  ASSERT_TRUE(nodes.errors.empty()) << nodes.errors.front();
+  ASSERT_EQ(nodes.errors(), "");
 
   // Zero deltas under FedAvg: the model never moved, and only true weights
   // were aggregated.
@@ -284,30 +202,15 @@ TEST(DishonestChild, RegionClaimsAreBoundedByTheTopology) {
 // only the odd one out is refused.
 TEST(DishonestChild, FirstHelloDoesNotSetTheModelSize) {
   TempDir dir;
-  FederationSpec fed = small_federation(2);
+  FederationSpec fed = small_fp32_federation(2);
   fed.heartbeat_s = 0.1;
   fed.heartbeat_timeout_s = 5;
   const Topology topo = make_tree(dir.path(), 1, 2, fed);  // site-0 weighs 100, site-1 137
   const std::vector<float> init = synthetic::initial_model(kParams, kSeed);
   AggregatorSummary root_summary;
-  Nodes nodes;
-  nodes.start("root", [&] {
-    AggregatorOptions o;
-    o.topology = topo;
-    o.node_id = "root";
-    o.initial_model = init;
-    o.join_timeout = std::chrono::seconds(60);
-    o.security = security_for(topo, "root");
-    root_summary = Aggregator(std::move(o)).run();
-  });
-  nodes.start("region-0", [&] {
-    AggregatorOptions o;
-    o.topology = topo;
-    o.node_id = "region-0";
-    o.join_timeout = std::chrono::seconds(60);
-    o.security = security_for(topo, "region-0");
-    Aggregator(std::move(o)).run();
-  });
+  NodeThreads nodes;
+  nodes.aggregator(topo, "root", init, &root_summary);
+  nodes.aggregator(topo, "region-0", init);
   RawSite rogue(topo, "site-0",
                 test_client_security(topo, "site-0", security_for(topo, "site-0").credentials_dir));
   std::vector<uint8_t> buf;
@@ -316,16 +219,7 @@ TEST(DishonestChild, FirstHelloDoesNotSetTheModelSize) {
   rogue.hello(bigger);
   // The region heartbeats a child once it has taken its hello.
   ASSERT_TRUE(await_type(rogue, &buf, wire::MsgType::kHeartbeat).ok());
-  nodes.start("site-1", [&] {
-    std::vector<float> params = init;
-    SiteCore site(site_options(topo, "site-1", std::chrono::seconds(60)), params.data(),
-                  params.size());
-    SyncResult r = site.join();
-    while (!r.finished) {
-      synthetic::local_steps(params.data(), kParams, topo.node("site-1").index, 2, kSeed);
-      r = site.sync();
-    }
-  });
+  nodes.site(topo, "site-1", init, kSeed, 2);
   const wire::ParsedFrame refused = await_type(rogue, &buf, wire::MsgType::kReject);
   ASSERT_TRUE(refused.ok()) << refused.detail;
   EXPECT_NE(std::string(reinterpret_cast<const char*>(refused.payload), refused.payload_size)
@@ -344,7 +238,7 @@ TEST(DishonestChild, FirstHelloDoesNotSetTheModelSize) {
   ASSERT_TRUE(await_type(rogue, &buf, wire::MsgType::kDone).ok());
   rogue.send(make_frame(node_header(topo, rogue.node().index, wire::MsgType::kDone, 2), {}));
   nodes.join();
-  ASSERT_TRUE(nodes.errors.empty()) << nodes.errors.front();
+  ASSERT_EQ(nodes.errors(), "");
   const uint32_t rogue_index = rogue.node().index;
   const ReferenceResult ref = run_reference(topo, init, [&](uint32_t site, uint64_t, auto& p) {
     if (site != rogue_index) synthetic::local_steps(p.data(), p.size(), site, 2, kSeed);

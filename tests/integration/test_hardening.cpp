@@ -14,6 +14,7 @@
 #include <zmq.hpp>
 
 #include "harness/federation_fixture.hpp"
+#include "harness/node_threads.hpp"
 #include "harness/process.hpp"
 #include "harness/raw_site.hpp"
 #include "harness/reference_federation.hpp"
@@ -245,29 +246,9 @@ TEST(Hardening, AForgedRefusalDuringTheFirstHandshakeIsRetried) {
   impostor->set(zmq::sockopt::linger, 1000);
   impostor->bind(region_ep);
 
-  std::mutex mu;
-  std::vector<std::string> errors;
-  std::vector<std::vector<float>> finals(2);
-  std::vector<std::thread> sites;
-  for (int i = 0; i < 2; ++i) {
-    sites.emplace_back([&, i] {
-      try {
-        std::vector<float> params = init;
-        const std::string id = "site-" + std::to_string(i);
-        SiteCore site(site_options(topo, id, std::chrono::seconds(60)), params.data(),
-                      params.size());
-        SyncResult r = site.join();
-        while (!r.finished) {
-          synthetic::local_steps(params.data(), kParams, topo.node(id).index, 2, kSeed);
-          r = site.sync();
-        }
-        finals[static_cast<size_t>(i)] = params;
-      } catch (const std::exception& e) {
-        std::lock_guard<std::mutex> lock(mu);
-        errors.push_back(e.what());
-      }
-    });
-  }
+  NodeThreads nodes;
+  nodes.site(topo, "site-0", init, kSeed, 2);
+  nodes.site(topo, "site-1", init, kSeed, 2);
   // Refuse the first ClientHello that comes, then leave.
   {
     zmq::message_t id, body;
@@ -280,33 +261,12 @@ TEST(Hardening, AForgedRefusalDuringTheFirstHandshakeIsRetried) {
   }
   impostor->close();
   impostor_ctx.reset();
+  // The real region and root come up at the addresses the sites use.
   AggregatorSummary root_summary;
-  std::thread aggregators([&] {
-    try {
-      std::thread region([&] {
-        AggregatorOptions o;
-        o.topology = topo;
-        o.node_id = "region-0";
-        o.join_timeout = std::chrono::seconds(60);
-        o.security = security_for(topo, "region-0");
-        Aggregator(std::move(o)).run();
-      });
-      AggregatorOptions o;
-      o.topology = topo;
-      o.node_id = "root";
-      o.initial_model = init;
-      o.join_timeout = std::chrono::seconds(60);
-      o.security = security_for(topo, "root");
-      root_summary = Aggregator(std::move(o)).run();
-      region.join();
-    } catch (const std::exception& e) {
-      std::lock_guard<std::mutex> lock(mu);
-      errors.push_back(e.what());
-    }
-  });
-  for (auto& s : sites) s.join();
-  aggregators.join();
-  ASSERT_TRUE(errors.empty()) << errors.front();
+  nodes.aggregator(topo, "region-0", init);
+  nodes.aggregator(topo, "root", init, &root_summary);
+  nodes.join();
+  ASSERT_EQ(nodes.errors(), "");
   const ReferenceResult ref = run_reference(topo, init, [&](uint32_t site, uint64_t, auto& p) {
     synthetic::local_steps(p.data(), p.size(), site, 2, kSeed);
   });

@@ -15,6 +15,7 @@
 
 #include "fedwan/error.hpp"
 #include "harness/federation_fixture.hpp"
+#include "harness/node_threads.hpp"
 #include "harness/raw_site.hpp"
 #include "harness/reference_federation.hpp"
 #include "security/audit_log.hpp"
@@ -26,23 +27,6 @@ namespace {
 namespace fs = std::filesystem;
 constexpr uint64_t kSeed = 23;
 constexpr size_t kParams = 3000;  // 3 chunks of 1024, 1024, 952
-
-std::vector<nlohmann::json> read_audit(const fs::path& path) {
-  std::vector<nlohmann::json> out;
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) out.push_back(nlohmann::json::parse(line));
-  return out;
-}
-
-// Audit entries of `event` whose fields mention `needle` (anywhere).
-size_t count_audit(const fs::path& path, const std::string& event, const std::string& needle) {
-  size_t n = 0;
-  for (const auto& e : read_audit(path)) {
-    if (e["event"] == event && e["fields"].dump().find(needle) != std::string::npos) ++n;
-  }
-  return n;
-}
 
 // A copy of the federation's PKI to mint credentials the real nodes did not
 // get (the CA key is there, as an attacker who stole it would have it).
