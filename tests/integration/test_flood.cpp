@@ -208,21 +208,31 @@ TEST(Flood, RefusedFramesCostABoundedAuditAndLog) {
   const pid_t region = fed.start("region-0", {"--audit-log", audit.string()});
   const std::string ep = fed.topo.node("region-0").endpoint;
   ASSERT_TRUE(wait_listening(ep, std::chrono::seconds(60))) << read_text(fed.log("region-0"));
-  // 20,000 plaintext frames on one connection, under a child's id...
   RawSite shape(fed.topo, "site-1", plaintext_security_factory(fed.topo.job_id(), 0),
                 "inproc://unused");
   const std::vector<uint8_t> plain = shape.hello_frame(std::vector<float>(10, 0.0f));
+  // 20,000 frames from identities that are no node at all...
+  flood(ep, 20000, [](size_t i) { return "nobody-" + std::to_string(i); }, plain);
+  probe(fed.topo, ep);
+  // ... and 20,000 plaintext frames on one connection, under a child's id,
+  // then a ClientHello on that connection: its answer comes once the region
+  // has read every frame before it (libzmq keeps a connection's order).
   {
     zmq::context_t ctx;
     zmq::socket_t s(ctx, zmq::socket_type::dealer);
     s.set(zmq::sockopt::routing_id, "site-1");
-    s.set(zmq::sockopt::linger, -1);  // every frame reaches the region
+    s.set(zmq::sockopt::linger, 0);
+    s.set(zmq::sockopt::rcvtimeo, 60000);
     s.connect(ep);
     for (int i = 0; i < 20000; ++i) s.send(zmq::buffer(plain), zmq::send_flags::none);
+    s.send(zmq::buffer(client_hello(fed.topo, "site-1")), zmq::send_flags::none);
+    bool answered = false;
+    for (zmq::message_t reply; !answered && s.recv(reply);) {
+      const auto f = wire::parse_frame(static_cast<uint8_t*>(reply.data()), reply.size());
+      answered = f.ok() && f.header.type == wire::MsgType::kHandshake;
+    }
+    ASSERT_TRUE(answered) << "no answer to a ClientHello after the flood";
   }
-  // ... and 20,000 from identities that are no node at all.
-  flood(ep, 20000, [](size_t i) { return "nobody-" + std::to_string(i); }, plain);
-  probe(fed.topo, ep);
   ::kill(region, SIGTERM);
   ASSERT_EQ(wait_processes({region}, std::chrono::seconds(30))[0], 0)
       << read_text(fed.log("region-0"));

@@ -253,6 +253,11 @@ class Site:
         return self._core.inner_steps
 
     @property
+    def alarms(self):
+        """What the site rode out that an operator must act on ('kind: message')."""
+        return self._core.alarms
+
+    @property
     def flat(self):
         """The contiguous fp32 torch buffer every parameter is a view of."""
         return self._flat

@@ -132,6 +132,8 @@ def test_fedavg_two_sites_matches_numpy_reference_bit_for_bit(sock_dir, credenti
     assert summary["rejected_frames"] == 0
     assert summary["security_mode"] == "mtls/aes-256-gcm"
     assert len(summary["handshake_ms"]) == 2
+    # A healthy federation rides out nothing (see test_security.py for alarms).
+    assert summary["alarms"] == []
     assert [r["round"] for r in summary["reports"]] == [0, 1, 2]
     assert all(r["weight"] == 4.0 and r["frames"] > 0 for r in summary["reports"])
     assert seen_rounds == summary["reports"]
