@@ -96,10 +96,15 @@ class Aggregator {
 
   // Serves until the last round is done. Throws TimeoutError when children
   // do not join or a round does not complete in time (naming who is missing),
-  // ProtocolError when the parent refuses this node, Error when stopped.
+  // ProtocolError when the parent refuses this node, StoppedError when
+  // stopped. A node without an intact checkpoint of its own first asks its
+  // parent (the root: its standby) for the replica it keeps, up to the join
+  // timeout.
   AggregatorSummary run();
 
-  // Makes run() return (by throwing fedwan::Error "stopped") within ~100 ms.
+  // Makes run() return (by throwing fedwan::StoppedError) within ~100 ms,
+  // also while it waits for a replica. Callable from any thread and from a
+  // signal handler.
   void stop();
 
  private:

@@ -42,6 +42,14 @@ class TimeoutError : public Error {
   using Error::Error;
 };
 
+// A blocking call returned early because stop() was called (SIGTERM
+// handling): nothing was sent or counted on the caller's behalf that a
+// restart from the node's last checkpoint would send or count again.
+class StoppedError : public Error {
+ public:
+  using Error::Error;
+};
+
 }  // namespace fedwan
 
 // Throws `type` with the message prefixed by file:line (for internal checks).

@@ -90,12 +90,14 @@ class SiteCore {
 
   // Connects and joins. Afterwards params hold the federation's anchor for
   // the current round (unchanged when they already matched it). Throws
-  // TimeoutError, or ProtocolError with the parent's reason when refused.
+  // TimeoutError, or ProtocolError with the parent's reason when refused,
+  // StoppedError after stop().
   SyncResult join();
 
   // Ends the round: sends (anchor - params), compressed with error feedback,
   // waits for the next anchor and loads it into params. Throws TimeoutError,
-  // ProtocolError (refused, or a malformed anchor), TransportError.
+  // ProtocolError (refused, or a malformed anchor), TransportError,
+  // StoppedError after stop().
   SyncResult sync();
 
   // Keeps the link alive while the caller trains: sends a heartbeat when one
@@ -105,8 +107,17 @@ class SiteCore {
   SyncResult service();
 
   // Writes a checkpoint of the current state now (SIGTERM handling); a no-op
-  // without a checkpoint directory.
+  // without a checkpoint directory, and after a sync() that did not finish
+  // (it threw): part of the next round may be in params then, and a restart
+  // resumes from the checkpoint taken when the round began.
   void checkpoint();
+
+  // Makes a join() or sync() in progress, and any later one, throw
+  // StoppedError within ~100 ms (at most a heartbeat timeout while a chunk
+  // is being sent). Callable from any thread and from a signal handler (it
+  // stores an atomic). service() is not affected: a caller that stops
+  // between inner steps checkpoints there and exits.
+  void stop();
 
   // Where the caller's data stream is, saved with each checkpoint.
   void set_data_position(uint64_t position);

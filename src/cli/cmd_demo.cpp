@@ -5,10 +5,14 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cerrno>
+#include <csignal>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -75,9 +79,14 @@ pid_t spawn(const std::string& exe, const std::vector<std::string>& args, const 
   argv.push_back(const_cast<char*>(exe.c_str()));
   for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
+  const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) throw Error("demo: fork failed");
   if (pid == 0) {
+    // A node never outlives the demo, however the demo ends (SIGKILL too):
+    // it is told to stop the way an operator would stop it.
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != parent) ::_exit(1);
     if (!log.empty()) {
       FILE* f = std::fopen(log.c_str(), "w");
       if (f) {
@@ -97,14 +106,50 @@ std::string tail_of(const std::string& path, size_t max_bytes = 2000) {
   return s.size() > max_bytes ? "..." + s.substr(s.size() - max_bytes) : s;
 }
 
-// Waits for every child; on the first failure stops the others.
+// SIGTERM/SIGINT to the demo: every node is sent SIGTERM (each checkpoints
+// and exits 0) and the demo waits for them all before it exits.
+std::atomic<bool> g_demo_stop{false};
+
+extern "C" void on_demo_signal(int) { g_demo_stop.store(true); }
+
+void install_demo_signal_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_demo_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = 0;  // no SA_RESTART: waitpid returns EINTR
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+}
+
+void stop_children(std::vector<Child>& children) {
+  for (Child& c : children) {
+    if (c.pid > 0) ::kill(c.pid, SIGTERM);
+  }
+}
+
+// Waits for every child; on the first failure, or a signal to the demo,
+// stops the others and still waits for them (no node is left behind).
 bool wait_all(std::vector<Child>& children) {
   bool ok = true;
+  bool forwarded = false;
   size_t left = children.size();
   while (left > 0) {
+    if (g_demo_stop.load() && !forwarded) {
+      forwarded = true;
+      stop_children(children);
+    }
     int status = 0;
-    const pid_t pid = ::waitpid(-1, &status, 0);
-    if (pid < 0) break;
+    // Polled, so a signal that lands between the check above and the wait
+    // is still seen within 50 ms.
+    const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid == 0) {
+      ::usleep(50 * 1000);
+      continue;
+    }
+    if (pid < 0) {
+      if (errno == EINTR) continue;
+      break;  // ECHILD: none left
+    }
     for (Child& c : children) {
       if (c.pid != pid) continue;
       c.pid = -1;
@@ -117,9 +162,7 @@ bool wait_all(std::vector<Child>& children) {
                                         : "signal " + std::to_string(WTERMSIG(status)))
                   << "); its log " << c.log << " ends with:\n"
                   << tail_of(c.log) << "\n";
-        for (Child& other : children) {
-          if (other.pid > 0) ::kill(other.pid, SIGTERM);
-        }
+        stop_children(children);
       }
     }
   }
@@ -271,6 +314,7 @@ int run_demo(const DemoArgs& a) {
   const std::string exe = self_exe();
   const std::string root_report = (dir / "root.json").string();
   std::vector<Child> children;
+  install_demo_signal_handlers();
   auto launch = [&](const std::string& cmd, const std::string& node, bool root, int rank) {
     std::vector<std::string> args = {cmd, "--topology", topo_path, "--node", node};
     std::string name = node;
@@ -299,11 +343,20 @@ int run_demo(const DemoArgs& a) {
   };
   for (const NodeSpec& n : topo.nodes()) {
     const bool site = n.role == Role::kSite;
-    for (int r = 0; r < (site ? a.ranks_per_site : 1); ++r) {
+    for (int r = 0; r < (site ? a.ranks_per_site : 1) && !g_demo_stop.load(); ++r) {
       launch(site ? "site" : "aggregator", n.id, n.role == Role::kRoot, r);
     }
   }
-  if (!wait_all(children)) return 1;
+  const bool all_ok = wait_all(children);
+  // No node is left to stop: a signal from here on ends the demo at once.
+  std::signal(SIGTERM, SIG_DFL);
+  std::signal(SIGINT, SIG_DFL);
+  if (!all_ok) return 1;
+  if (g_demo_stop.load()) {
+    std::cerr << "fedwan demo: stopped by signal; every node was stopped (logs in "
+              << dir.string() << ")\n";
+    return 0;
+  }
   const double fed_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
 
   nlohmann::json report;

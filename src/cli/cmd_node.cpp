@@ -30,11 +30,34 @@ namespace {
 // exits. Both exit 0. Only lock-free atomics are touched in the handler.
 std::atomic<bool> g_terminate{false};
 std::atomic<Aggregator*> g_aggregator{nullptr};
+// A site blocked in join() or sync() (its parent gone, say) would otherwise
+// notice the signal only at its round timeout.
+std::atomic<SiteCore*> g_site_core{nullptr};
 static_assert(std::atomic<bool>::is_always_lock_free);
+static_assert(std::atomic<SiteCore*>::is_always_lock_free);
 
 extern "C" void on_terminate_signal(int) {
   g_terminate.store(true);
   if (Aggregator* a = g_aggregator.load()) a->stop();
+  if (SiteCore* c = g_site_core.load()) c->stop();
+}
+
+// Clears g_site_core when the site goes out of scope.
+struct SiteCoreRegistration {
+  explicit SiteCoreRegistration(SiteCore* c) {
+    g_site_core.store(c);
+    // A signal that came before the site existed still stops it.
+    if (c != nullptr && g_terminate.load()) c->stop();
+  }
+  ~SiteCoreRegistration() { g_site_core.store(nullptr); }
+  SiteCoreRegistration(const SiteCoreRegistration&) = delete;
+  SiteCoreRegistration& operator=(const SiteCoreRegistration&) = delete;
+};
+
+int stopped_by_signal(const std::string& node, uint64_t round, bool checkpointed) {
+  std::cerr << "fedwan: site '" << node << "' stopped by signal at round " << round
+            << (checkpointed ? "; it resumes from its last checkpoint" : "") << "\n";
+  return 0;
 }
 
 void install_signal_handlers() {
@@ -145,6 +168,7 @@ int run_aggregator(const NodeArgs& a) {
   Aggregator agg(std::move(o));
   install_signal_handlers();
   g_aggregator.store(&agg);
+  if (g_terminate.load()) agg.stop();  // a signal that came while it was built
   AggregatorSummary s;
   try {
     s = agg.run();
@@ -216,22 +240,29 @@ int run_site(const NodeArgs& a) {
     }
     const uint32_t index = o.topology.node(a.node).index;
     std::vector<float> params = initial_model(w);
+    const bool checkpointed = !o.checkpoint_dir.empty();
     SiteCore site(std::move(o), params.data(), params.size());
-    SyncResult r = site.join();
-    while (!r.finished) {
-      bool resynced = false;
-      for (uint64_t k = 0; k < steps && !resynced; ++k) {
-        synthetic::local_steps(params.data(), params.size(), index, 1, w.seed);
-        resynced = site.service().resynced;
-        if (g_terminate.load()) {
-          site.checkpoint();
-          std::cerr << "fedwan: site '" << a.node << "' stopped by signal at round "
-                    << site.round() << "\n";
-          return 0;
+    SiteCoreRegistration registered(&site);
+    try {
+      SyncResult r = site.join();
+      while (!r.finished) {
+        bool resynced = false;
+        for (uint64_t k = 0; k < steps && !resynced; ++k) {
+          synthetic::local_steps(params.data(), params.size(), index, 1, w.seed);
+          resynced = site.service().resynced;
+          if (g_terminate.load()) {
+            site.checkpoint();
+            return stopped_by_signal(a.node, site.round(), checkpointed);
+          }
         }
+        if (resynced) continue;
+        r = site.sync();
       }
-      if (resynced) continue;
-      r = site.sync();
+    } catch (const StoppedError&) {
+      // Stopped inside join() or sync(): checkpoint() keeps the round
+      // boundary's checkpoint when a sync was cut short.
+      site.checkpoint();
+      return stopped_by_signal(a.node, site.round(), checkpointed);
     }
     if (!a.out.empty()) write_model(a.out, params.data(), params.size());
     print_alarms("site '" + a.node + "'", site.alarms());
@@ -280,26 +311,35 @@ int run_site(const NodeArgs& a) {
             << " trains on " << place.describe()
             << (comm ? std::string(" (site communicator: ") + comm->engine() + ")" : std::string())
             << std::endl;
+  const bool checkpointed = !o.checkpoint_dir.empty();
   Site site(std::move(o), *model, opt.get(), comm.get());
+  SiteCoreRegistration registered(site.leader() ? &site.core() : nullptr);
   if (comm) {
     dp = std::make_unique<DataParallel>(*model, *comm);
     dp->broadcast_parameters();
   }
   Trainer trainer(images, labels, std::move(indices), w.batch_size,
                   w.seed * 1000 + ordinal);
-  site.join();
   const std::function<void()> average = [&] {
     if (dp) dp->synchronize();
   };
-  while (!site.finished()) {
-    trainer.step(model, *opt, average, a.rank, a.ranks);
-    site.step();
-    if (g_terminate.load()) {
-      site.checkpoint();
-      std::cerr << "fedwan: site '" << a.node << "' stopped by signal at round " << site.round()
-                << "\n";
-      return 0;
+  try {
+    site.join();
+    while (!site.finished()) {
+      trainer.step(model, *opt, average, a.rank, a.ranks);
+      site.step();
+      if (g_terminate.load()) {
+        site.checkpoint();
+        return stopped_by_signal(a.node, site.round(), checkpointed && site.leader());
+      }
     }
+  } catch (const std::exception&) {
+    // The leader was stopped inside join() or sync() (StoppedError), or,
+    // on another rank, the leader's process ended under the same signal
+    // and the site's collective failed.
+    if (!g_terminate.load()) throw;
+    site.checkpoint();
+    return stopped_by_signal(a.node, site.round(), checkpointed && site.leader());
   }
   if (!a.out.empty() && site.leader()) {
     const torch::Tensor model_on_host = site.parameters().flat().to(torch::kCPU);

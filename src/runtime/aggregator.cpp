@@ -115,6 +115,9 @@ Aggregator::Impl::Impl(AggregatorOptions options)
   }
   log().info("[agg:{}] {}{} serving {} children on {}", self_.id, role_name(self_.role),
              opt_.standby ? " (standby)" : "", children_.size(), bind);
+}
+
+void Aggregator::Impl::recover() {
   bool resumed = resume_from_checkpoint();
   if (!resumed && !is_root_ && !opt_.checkpoint_dir.empty() &&
       runtime::fetch_replica(
@@ -123,7 +126,8 @@ Aggregator::Impl::Impl(AggregatorOptions options)
             reconnect_parent(why);
             return *parent_link_;
           },
-          topo_, self_, opt_.checkpoint_dir, 0, opt_.join_timeout, *security_)) {
+          topo_, self_, opt_.checkpoint_dir, 0, opt_.join_timeout, *security_,
+          &stop_requested)) {
     // Its own checkpoints were gone or corrupt; the parent kept a copy.
     resumed = resume_from_checkpoint();
   }
@@ -138,7 +142,7 @@ Aggregator::Impl::Impl(AggregatorOptions options)
               return *standby_link_;
             },
             topo_, self_, opt_.checkpoint_dir, total_elements_, opt_.join_timeout,
-            *security_)) {
+            *security_, &stop_requested)) {
       resumed = resume_from_checkpoint();
     }
     if (!resumed) {
@@ -267,10 +271,14 @@ void Aggregator::Impl::send_done(uint64_t rounds) {
 // ---- event loop ---------------------------------------------------------------
 
 AggregatorSummary Aggregator::Impl::run() {
+  if (!recovered_) {
+    recovered_ = true;
+    recover();
+  }
   // A resumed node is past joining: its round has the round timeout.
   phase_deadline_ = Clock::now() + (phase_ == Phase::kJoining ? opt_.join_timeout : round_timeout_);
   while (phase_ != Phase::kDone) {
-    if (stop_requested.load()) throw Error("aggregator '" + self_.id + "' stopped");
+    if (stop_requested.load()) throw StoppedError("aggregator '" + self_.id + "' stopped");
     // Replica pieces wait for room in a window like frames in an outbox.
     bool serving = upload_ != nullptr;
     for (const Serving& s : serving_) serving = serving || s.reader != nullptr;

@@ -49,6 +49,7 @@ class Aggregator::Impl {
   std::atomic<bool> stop_requested{false};
 
  private:
+  bool recovered_ = false;  // recover() ran (once, at the first run())
   using Clock = std::chrono::steady_clock;
 
   struct Child {
@@ -120,6 +121,10 @@ class Aggregator::Impl {
   void arm_deadline();
   void save_checkpoint();
   bool resume_from_checkpoint();
+  // At the start of run(): resumes from this node's checkpoint, or from the
+  // replica its parent (the root: its standby) keeps. In run() rather than
+  // the constructor, so stop() can cut the wait for a replica short.
+  void recover();
   void reconnect_parent(const std::string& why);
   void hello_parent();
   void record_update(const uint8_t* payload, size_t size, const std::string& sha_hex);

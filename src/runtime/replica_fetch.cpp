@@ -20,7 +20,8 @@ namespace fedwan::runtime {
 bool fetch_replica(ParentLink& first_link,
                    const std::function<ParentLink&(const std::string&)>& reconnect,
                    const Topology& topo, const NodeSpec& self, const std::filesystem::path& dir,
-                   uint64_t model_elements, Millis timeout, NodeSecurity& security) {
+                   uint64_t model_elements, Millis timeout, NodeSecurity& security,
+                   const std::atomic<bool>* stop) {
   using Clock = std::chrono::steady_clock;
   // The root's copy lives on its standby, which answers as the root.
   const bool from_standby = self.role == Role::kRoot;
@@ -49,6 +50,10 @@ bool fetch_replica(ParentLink& first_link,
   auto reconnected_at = Clock::now();
   for (;;) {
     const auto now = Clock::now();
+    if (stop != nullptr && stop->load()) {
+      throw StoppedError("'" + self.id + "' stopped while fetching its replica from '" +
+                         parent_id + "'");
+    }
     if (now >= deadline) {
       throw TimeoutError("'" + self.id + "': no replica (or answer that it has none) from '" +
                          parent_id + "' at " + link->endpoint() + " within " +
@@ -74,7 +79,11 @@ bool fetch_replica(ParentLink& first_link,
       security.log_noise("replica-fetch-link:" + self.id,
                          "[" + self.id + "] " + last_error + "; trying a new session");
       const auto wait = ask_every / 4 - (Clock::now() - reconnected_at);
-      if (wait > Millis(0)) std::this_thread::sleep_for(std::min<Clock::duration>(wait, deadline - Clock::now()));
+      // In slices, so a stop is seen within ~100 ms.
+      const auto wake = Clock::now() + std::min<Clock::duration>(wait, deadline - Clock::now());
+      while (Clock::now() < wake && !(stop != nullptr && stop->load())) {
+        std::this_thread::sleep_for(std::min<Clock::duration>(Millis(100), wake - Clock::now()));
+      }
       link = &reconnect(last_error);
       reconnected_at = Clock::now();
       asked_at = {};

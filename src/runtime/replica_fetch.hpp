@@ -6,6 +6,7 @@
 // Blocks the calling thread; used once, before the node joins.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -31,9 +32,11 @@ class NodeSecurity;
 // forge a child's checkpoint) is refused, audited and alarmed, and the
 // result is false, as when there is none. Throws TimeoutError when no
 // answer comes within `timeout`, ProtocolError when the parent refuses the
-// node, CryptoError when the session fails for good.
+// node, CryptoError when the session fails for good, StoppedError within
+// ~100 ms of *stop turning true (stop may be null).
 bool fetch_replica(ParentLink& link, const std::function<ParentLink&(const std::string&)>& reconnect,
                    const Topology& topo, const NodeSpec& self, const std::filesystem::path& dir,
-                   uint64_t model_elements, Millis timeout, NodeSecurity& security);
+                   uint64_t model_elements, Millis timeout, NodeSecurity& security,
+                   const std::atomic<bool>* stop = nullptr);
 
 }  // namespace fedwan::runtime

@@ -300,7 +300,8 @@ SyncResult SiteCore::Impl::join() {
             reconnect(why);
             return *link;
           },
-          topo, self, opt.checkpoint_dir, plan.total(), opt.join_timeout, *security)) {
+          topo, self, opt.checkpoint_dir, plan.total(), opt.join_timeout, *security,
+          &stop_requested)) {
     resume();
   }
   // Sent once the secure session is up (upkeep); asked again when lost.
@@ -323,6 +324,7 @@ SyncResult SiteCore::Impl::join() {
                          " within " + std::to_string(opt.join_timeout.count() / 1000) +
                          " s (is it running?)");
     }
+    throw_if_stopped("while joining");
     pump(Millis(100), &res);
   }
   joined = true;
@@ -344,7 +346,9 @@ SyncResult SiteCore::Impl::service() {
 SyncResult SiteCore::Impl::sync() {
   if (!joined) throw Error("site '" + self.id + "': call join() before sync()");
   if (finished) throw Error("site '" + self.id + "': the federation is already finished");
+  throw_if_stopped("before its sync");
   SyncResult res;
+  sync_unfinished = true;
   const uint64_t start_round = round;
   const bool lossy = codec->id() != CodecId::kFp32;
   if (lossy && residual.empty()) residual.assign(plan.total(), 0.0f);
@@ -428,6 +432,7 @@ SyncResult SiteCore::Impl::sync() {
     if (i == 0) crash_point("site.mid_upload");
     apply_early();
     pump(Millis(0), &res);
+    throw_if_stopped("while sending its update");
   }
   if (sealing) {
     send_sealed(0);
@@ -459,6 +464,7 @@ SyncResult SiteCore::Impl::sync() {
           " chunks in; is it running?)" +
           (last_link_error.empty() ? "" : " Last link error: " + last_link_error));
     }
+    throw_if_stopped("while waiting for the next anchor");
     pump(Millis(50), &res);
   }
   if (round == start_round && next && !finished && !res.resynced) {
@@ -476,6 +482,7 @@ SyncResult SiteCore::Impl::sync() {
     }
   }
   next.reset();
+  sync_unfinished = false;
   if (finished) confirm_end(&res);
   security->audit_sync();
   res.round = round;
@@ -502,7 +509,25 @@ SiteCore::~SiteCore() = default;
 SyncResult SiteCore::join() { return impl_->join(); }
 SyncResult SiteCore::sync() { return impl_->sync(); }
 SyncResult SiteCore::service() { return impl_->service(); }
-void SiteCore::checkpoint() { impl_->save_checkpoint(); }
+void SiteCore::checkpoint() {
+  if (impl_->sync_unfinished && !impl_->opt.checkpoint_dir.empty()) {
+    // Part of the next round may be in params and the residual: the
+    // checkpoint of the round boundary stays the one to resume from.
+    log().warn("[site:{}] not checkpointing: the sync of round {} did not finish; a restart "
+               "resumes from the checkpoint taken when round {} began",
+               impl_->self.id, impl_->round, impl_->round);
+    return;
+  }
+  impl_->save_checkpoint();
+}
+void SiteCore::stop() { impl_->stop_requested.store(true); }
+
+void SiteCore::Impl::throw_if_stopped(const char* where) const {
+  if (stop_requested.load()) {
+    throw StoppedError("site '" + self.id + "' stopped " + where + " (round " +
+                       std::to_string(round) + ")");
+  }
+}
 void SiteCore::set_data_position(uint64_t p) { impl_->data_position = p; }
 uint64_t SiteCore::data_position() const { return impl_->data_position; }
 bool SiteCore::resumed() const { return impl_->resumed; }

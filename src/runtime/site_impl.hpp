@@ -4,6 +4,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -48,6 +49,13 @@ class SiteCore::Impl {
   uint64_t data_position = 0;
   uint64_t reconnects = 0;
   Millis round_timeout, heartbeat, heartbeat_timeout;
+  // Set by stop() from any thread (or a signal handler); join() and sync()
+  // throw StoppedError when they see it.
+  std::atomic<bool> stop_requested{false};
+  // A sync() began and did not end: params and the residual may hold part
+  // of the next round, so checkpoint() keeps the round boundary's instead.
+  bool sync_unfinished = false;
+  void throw_if_stopped(const char* where) const;
 
   // Declared before the link: its security layer reports to it.
   std::unique_ptr<runtime::NodeSecurity> security;

@@ -276,4 +276,8 @@ void Site::checkpoint() {
   core_->checkpoint();
 }
 
+void Site::stop() {
+  if (core_) core_->stop();
+}
+
 }  // namespace fedwan

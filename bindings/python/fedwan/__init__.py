@@ -47,6 +47,7 @@ from ._fedwan import (
     OuterOptimizerSpec,
     ProtocolError,
     SiteCore,
+    StoppedError,
     Topology,
     TimeoutError,
     TransportError,
@@ -75,6 +76,7 @@ __all__ = [
     "ProtocolError",
     "Site",
     "SiteCore",
+    "StoppedError",
     "Topology",
     "TimeoutError",
     "TransportError",
@@ -236,6 +238,12 @@ class Site:
         '''Writes a checkpoint of the current state to ``checkpoint_dir`` now
         (for a SIGTERM handler); a no-op without one.'''
         self._core.checkpoint()
+
+    def stop(self):
+        '''Makes a ``join()``, ``step()`` or ``sync()`` blocked in another
+        thread (or a signal handler's caller) raise :class:`StoppedError`
+        within about 100 ms; every later one raises it too.'''
+        self._core.stop()
 
     @property
     def finished(self):

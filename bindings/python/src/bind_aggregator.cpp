@@ -129,7 +129,7 @@ class PyAggregator {
     return d;
   }
 
-  // Any thread; run() then raises fedwan.Error("... stopped") within ~100 ms.
+  // Any thread; run() then raises fedwan.StoppedError within ~100 ms.
   void stop() { agg_->stop(); }
 
  private:
@@ -193,9 +193,10 @@ refusals.)")
  not in the reports' traffic), took_over (standby=True: it became the root) and alarms
  (conditions an operator must act on that the node rode out, 'kind: message')}. Raises
 fedwan.TimeoutError when children do not join or a round does not complete in time,
-fedwan.Error when stopped.)")
+fedwan.StoppedError (a fedwan.Error) when stopped.)")
       .def("stop", &PyAggregator::stop,
-           "Makes run() raise fedwan.Error('... stopped') within ~100 ms; any thread.");
+           "Makes run() raise fedwan.StoppedError within ~100 ms, also while it is still "
+           "fetching its replica on a restart; any thread.");
 }
 
 }  // namespace fedwan::python

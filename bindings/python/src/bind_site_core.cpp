@@ -72,6 +72,9 @@ class PySiteCore {
     });
   }
 
+  // Not under busy_: it is how another thread ends a join() or sync().
+  void stop() { core_->stop(); }
+
   uint64_t round() const { return round_.load(); }
   bool finished() const { return finished_.load(); }
   uint64_t inner_steps() const { return inner_steps_; }
@@ -151,16 +154,24 @@ log of handshakes and updates sent.)")
       .def("join", &PySiteCore::join,
            "Connects and joins; afterwards params hold the federation's model. Returns "
            "{round, finished, bytes_sent, bytes_received}. Raises fedwan.TimeoutError or "
-           "fedwan.ProtocolError (refused by the parent).")
+           "fedwan.ProtocolError (refused by the parent), fedwan.StoppedError after stop().")
       .def("sync", &PySiteCore::sync,
            "Ends the round: sends the pseudo-gradient, waits for the next model and loads it "
-           "into params. Returns {round, finished, bytes_sent, bytes_received}.")
+           "into params. Returns {round, finished, bytes_sent, bytes_received}. Raises "
+           "fedwan.TimeoutError, fedwan.ProtocolError, fedwan.TransportError, or "
+           "fedwan.StoppedError after stop().")
       .def("service", &PySiteCore::service,
            "Keeps the link alive between syncs (heartbeats, reconnects); call it between "
            "inner steps. Returns the same dict as sync(); resynced=True means params now "
            "hold the parent's model and the round restarts.")
       .def("checkpoint", &PySiteCore::checkpoint,
-           "Writes a checkpoint of the current state to checkpoint_dir now (on SIGTERM).")
+           "Writes a checkpoint of the current state to checkpoint_dir now (on SIGTERM). "
+           "After a sync() that raised, it keeps the checkpoint taken when the round began "
+           "(params may hold part of the next round).")
+      .def("stop", &PySiteCore::stop,
+           "Makes a join() or sync() in progress in another thread, and every later one, "
+           "raise fedwan.StoppedError within about 100 ms. Any thread; the GIL is not needed "
+           "by the blocked call.")
       .def_property_readonly("round", &PySiteCore::round, "The round the site trains in.")
       .def_property_readonly("finished", &PySiteCore::finished,
                              "True once the federation is done; params hold the final model.")

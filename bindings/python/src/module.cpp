@@ -19,6 +19,7 @@ void bind_errors(py::module_& m) {
   py::register_exception<ProtocolError>(m, "ProtocolError", error);
   py::register_exception<CryptoError>(m, "CryptoError", error);
   py::register_exception<TransportError>(m, "TransportError", error);
+  py::register_exception<StoppedError>(m, "StoppedError", error);
   // Also a builtins.TimeoutError, so `except TimeoutError` works unchanged.
   py::register_exception<TimeoutError>(m, "TimeoutError",
                                        py::make_tuple(error, py::handle(PyExc_TimeoutError)));

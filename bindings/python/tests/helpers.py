@@ -3,6 +3,7 @@ and threads that never outlive a test."""
 
 import os
 import threading
+import time
 
 # Every blocking call in these tests is bounded by these (seconds); a broken
 # federation fails the test instead of hanging it.
@@ -58,3 +59,21 @@ def join_all(workers, timeout=THREAD_JOIN_S):
     for w in workers:
         if w.error is not None:
             raise AssertionError(f"{w.name} failed: {w.error!r}") from w.error
+
+
+def stop_while_running(name, call, stop, *, after_s=0.2, limit_s=2.0):
+    """Runs `call` on a worker, calls `stop` `after_s` later and returns the
+    exception `call` raised; fails unless it ended within `limit_s` of the
+    stop. The sleep only makes "stop while blocked" the likely case: a stop
+    that wins the race must end the call the same way."""
+    worker = Worker(name, call)
+    worker.start()
+    time.sleep(after_s)
+    started = time.monotonic()
+    stop()
+    worker.join(limit_s + 10)
+    assert not worker.is_alive(), f"{name} still blocked {limit_s + 10} s after stop()"
+    elapsed = time.monotonic() - started
+    assert elapsed < limit_s, f"{name} ended {elapsed:.1f} s after stop()"
+    error, worker.error = worker.error, None
+    return error

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import fedwan
-from helpers import topology_yaml
+from helpers import stop_while_running, topology_yaml
 
 torch = pytest.importorskip("torch")
 
@@ -98,6 +98,20 @@ def test_site_core_keeps_its_array_alive_and_uses_it_in_place(topo, creds):
     params = np.ones(8, np.float32)
     core = fedwan.SiteCore(topo, "site-0", params, credentials=creds("site-0"))
     assert core.params is params
+
+
+def test_stop_from_another_thread_ends_a_blocked_join(topo, creds):
+    # No parent at all: join() would wait its whole 60 s join timeout.
+    core = fedwan.SiteCore(topo, "site-0", np.zeros(8, np.float32), join_timeout_s=60,
+                           credentials=creds("site-0"))
+    error = stop_while_running("site-0", core.join, core.stop, after_s=0.3, limit_s=3)
+    assert isinstance(error, fedwan.StoppedError), repr(error)
+    assert isinstance(error, fedwan.Error)
+    assert "site 'site-0' stopped while joining" in str(error)
+    # Stopped for good: a later call raises at once.
+    with pytest.raises(fedwan.StoppedError):
+        core.join()
+    del error, core  # its traceback holds the SiteCore
 
 
 def test_join_times_out_when_the_parent_does_not_answer(topo, creds):
