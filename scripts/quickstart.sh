@@ -2,7 +2,10 @@
 # The two Quickstart commands:
 #   scripts/quickstart.sh demo [fedwan demo flags...]  install, build, run the demo federation
 #   scripts/quickstart.sh test                         install, build, run every test (C++ and
-#                                                      Python), then fuzz each target briefly
+#                                                      Python) against Debian's LibTorch 1.13,
+#                                                      the torch-facing ones again against pip's
+#                                                      torch 2.x (scripts/torch2.sh), then fuzz
+#                                                      each target briefly
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,6 +17,10 @@ JOBS="${FEDWAN_JOBS:-$(nproc)}"
 PYTHON="${FEDWAN_PYTHON:-/usr/bin/python3}"
 
 bash scripts/setup.sh
+
+# Paths under the checkout reach the compiler cache relative, so two builds
+# (and two checkouts) of the same sources share its entries.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"
 
 configure() {
   cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release \
@@ -32,6 +39,11 @@ case "$mode" in
     # ctest runs the C++ suites, the demo checks and the Python suite
     # (registered as python_bindings).
     (cd "$BUILD_DIR" && ctest --output-on-failure -j "$JOBS")
+    # The same torch-facing tests and demo against the LibTorch of PyPI's
+    # torch wheel (2.x), in a venv; FEDWAN_SKIP_TORCH2=1 skips it.
+    if [ "${FEDWAN_SKIP_TORCH2:-0}" != 1 ]; then
+      FEDWAN_BUILD_DIR="$BUILD_DIR" bash scripts/torch2.sh
+    fi
     # A short fuzzing pass over every fuzz target (own clang build in
     # build-fuzz); fuzz/README.md has the long run.
     bash scripts/fuzz.sh "${FEDWAN_FUZZ_SECONDS:-15}"

@@ -12,6 +12,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
   pybind11-dev python3-pybind11 python3-dev python3-numpy python3-pytest
+  python3-venv                        # pip's torch 2.x for scripts/torch2.sh
   dataset-fashion-mnist
 )
 

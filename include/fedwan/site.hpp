@@ -64,10 +64,11 @@ class Site {
   // Leader: writes a checkpoint now (SIGTERM handling; a no-op without a
   // checkpoint directory). Other ranks: nothing to do.
   void checkpoint();
-  // Leader: SiteCore::stop() (a join or sync in progress throws
-  // StoppedError). Other ranks wait on the leader and fail when its process
-  // ends. Callable from any thread and from a signal handler.
-  void stop();
+  // Leader: SiteCore::stop(grace) (a join in progress throws StoppedError,
+  // a sync after `grace` unless it finished). Other ranks wait on the leader
+  // and fail when its process ends. Callable from any thread and from a
+  // signal handler.
+  void stop(std::chrono::milliseconds grace = std::chrono::milliseconds(0));
 
   bool finished() const;
   uint64_t round() const;

@@ -112,12 +112,14 @@ class SiteCore {
   // resumes from the checkpoint taken when the round began.
   void checkpoint();
 
-  // Makes a join() or sync() in progress, and any later one, throw
-  // StoppedError within ~100 ms (at most a heartbeat timeout while a chunk
-  // is being sent). Callable from any thread and from a signal handler (it
-  // stores an atomic). service() is not affected: a caller that stops
+  // Makes a join() in progress, and any later join() or sync(), throw
+  // StoppedError within ~100 ms. A sync() in progress may still finish its
+  // round for up to `grace` (SIGTERM handling: the round's local work is
+  // kept when the parent answers in time), then throws StoppedError too.
+  // Callable from any thread and from a signal handler (it reads the clock
+  // and stores atomics). service() is not affected: a caller that stops
   // between inner steps checkpoints there and exits.
-  void stop();
+  void stop(std::chrono::milliseconds grace = std::chrono::milliseconds(0));
 
   // Where the caller's data stream is, saved with each checkpoint.
   void set_data_position(uint64_t position);

@@ -36,10 +36,15 @@ std::atomic<SiteCore*> g_site_core{nullptr};
 static_assert(std::atomic<bool>::is_always_lock_free);
 static_assert(std::atomic<SiteCore*>::is_always_lock_free);
 
+// A site in the middle of a sync may finish its round for this long (its
+// local work is then checkpointed); joining, or a parent that does not
+// answer, ends it sooner.
+constexpr std::chrono::milliseconds kSyncGrace{5000};
+
 extern "C" void on_terminate_signal(int) {
   g_terminate.store(true);
   if (Aggregator* a = g_aggregator.load()) a->stop();
-  if (SiteCore* c = g_site_core.load()) c->stop();
+  if (SiteCore* c = g_site_core.load()) c->stop(kSyncGrace);
 }
 
 // Clears g_site_core when the site goes out of scope.
@@ -47,7 +52,7 @@ struct SiteCoreRegistration {
   explicit SiteCoreRegistration(SiteCore* c) {
     g_site_core.store(c);
     // A signal that came before the site existed still stops it.
-    if (c != nullptr && g_terminate.load()) c->stop();
+    if (c != nullptr && g_terminate.load()) c->stop(kSyncGrace);
   }
   ~SiteCoreRegistration() { g_site_core.store(nullptr); }
   SiteCoreRegistration(const SiteCoreRegistration&) = delete;

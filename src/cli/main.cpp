@@ -4,7 +4,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.hpp"
-#include "common/log.hpp"
+#include "common/log_level.hpp"  // not log.hpp: no spdlog beside torch headers
 #include "fedwan/config.h"
 #include "fedwan/error.hpp"
 

@@ -14,10 +14,11 @@
 
 #include <spdlog/spdlog.h>
 
+#include "common/log_level.hpp"
+
 namespace fedwan {
 
 spdlog::logger& log();
-void set_log_level(const std::string& level);  // throws ConfigError on an unknown level
 
 // `text` with every C0 control character, DEL and C1 control (U+0080..U+009F)
 // written as an escape; everything else as it is.

@@ -349,6 +349,11 @@ SyncResult SiteCore::Impl::sync() {
   throw_if_stopped("before its sync");
   SyncResult res;
   sync_unfinished = true;
+  in_sync.store(true);
+  struct LeaveSync {
+    std::atomic<bool>& flag;
+    ~LeaveSync() { flag.store(false); }
+  } leave_sync{in_sync};
   const uint64_t start_round = round;
   const bool lossy = codec->id() != CodecId::kFp32;
   if (lossy && residual.empty()) residual.assign(plan.total(), 0.0f);
@@ -514,16 +519,31 @@ void SiteCore::checkpoint() {
     // Part of the next round may be in params and the residual: the
     // checkpoint of the round boundary stays the one to resume from.
     log().warn("[site:{}] not checkpointing: the sync of round {} did not finish; a restart "
-               "resumes from the checkpoint taken when round {} began",
-               impl_->self.id, impl_->round, impl_->round);
+               "resumes from the last round boundary's checkpoint (before the first one, it "
+               "joins afresh)",
+               impl_->self.id, impl_->round);
     return;
   }
   impl_->save_checkpoint();
 }
-void SiteCore::stop() { impl_->stop_requested.store(true); }
+void SiteCore::stop(std::chrono::milliseconds grace) {
+  // Async-signal-safe: clock_gettime and lock-free atomics only.
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch())
+                          .count();
+  impl_->stop_deadline_ns.store(now + std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                          std::max(grace, std::chrono::milliseconds(0)))
+                                          .count());
+  impl_->stop_requested.store(true);
+}
 
 void SiteCore::Impl::throw_if_stopped(const char* where) const {
-  if (stop_requested.load()) {
+  if (!stop_requested.load()) return;
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch())
+                          .count();
+  if (in_sync.load() && now < stop_deadline_ns.load()) return;  // it may still finish
+  {
     throw StoppedError("site '" + self.id + "' stopped " + where + " (round " +
                        std::to_string(round) + ")");
   }

@@ -52,9 +52,15 @@ class SiteCore::Impl {
   // Set by stop() from any thread (or a signal handler); join() and sync()
   // throw StoppedError when they see it.
   std::atomic<bool> stop_requested{false};
+  // stop(grace): a sync() in progress may still finish until this time
+  // (steady clock, ns); join() and a later sync() stop at once.
+  std::atomic<int64_t> stop_deadline_ns{0};
+  std::atomic<bool> in_sync{false};
   // A sync() began and did not end: params and the residual may hold part
   // of the next round, so checkpoint() keeps the round boundary's instead.
   bool sync_unfinished = false;
+  // Throws StoppedError after stop(); inside a sync, only once its grace
+  // has run out.
   void throw_if_stopped(const char* where) const;
 
   // Declared before the link: its security layer reports to it.

@@ -276,8 +276,8 @@ void Site::checkpoint() {
   core_->checkpoint();
 }
 
-void Site::stop() {
-  if (core_) core_->stop();
+void Site::stop(std::chrono::milliseconds grace) {
+  if (core_) core_->stop(grace);
 }
 
 }  // namespace fedwan

@@ -50,10 +50,24 @@ if(PREFIX_PATH)
   string(REPLACE "|" ";" extra "${PREFIX_PATH}")
   list(APPEND prefix_path ${extra})
 endif()
+# The list travels in the environment (':'-separated), where no layer of
+# argument passing can split it: split, "-DCMAKE_PREFIX_PATH=<prefix>" would
+# lose the rest, and the consumer would find another LibTorch (the system's)
+# than the one fedwan was built with.
+string(REPLACE ";" ":" prefix_path_env "${prefix_path}")
+set(configure_env ${CMAKE_COMMAND} -E env "CMAKE_PREFIX_PATH=${prefix_path_env}")
 set(configure_args
-  "-DCMAKE_PREFIX_PATH=${prefix_path}"
   -DCMAKE_BUILD_TYPE=${BUILD_TYPE}
   -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF)
+# And LibTorch itself is the one fedwan was built with, whatever else the
+# paths hold.
+if(NOT Torch_DIR AND EXISTS ${FEDWAN_BUILD_DIR}/CMakeCache.txt)
+  file(STRINGS ${FEDWAN_BUILD_DIR}/CMakeCache.txt cached REGEX "^Torch_DIR:")
+  string(REGEX REPLACE "^Torch_DIR:[A-Z]+=" "" Torch_DIR "${cached}")
+  if(NOT IS_DIRECTORY "${Torch_DIR}")
+    set(Torch_DIR "")
+  endif()
+endif()
 if(CXX_COMPILER)
   list(APPEND configure_args -DCMAKE_CXX_COMPILER=${CXX_COMPILER})
 endif()
@@ -63,6 +77,24 @@ endif()
 if(Torch_DIR)
   list(APPEND configure_args -DTorch_DIR=${Torch_DIR})
 endif()
+
+# The Torch_DIR a build tree under SCRATCH_DIR was configured with ("" if none).
+function(cached_torch_dir build out)
+  set(value "")
+  if(EXISTS ${build}/CMakeCache.txt)
+    file(STRINGS ${build}/CMakeCache.txt line REGEX "^Torch_DIR:")
+    string(REGEX REPLACE "^Torch_DIR:[A-Z]+=" "" value "${line}")
+  endif()
+  set(${out} "${value}" PARENT_SCOPE)
+endfunction()
+# Trees configured against another LibTorch keep its other paths cached
+# (Caffe2_DIR, ...): start them afresh.
+foreach(tree ${consumer_build} ${headers_build})
+  cached_torch_dir(${tree} was)
+  if(Torch_DIR AND was AND NOT was STREQUAL Torch_DIR)
+    file(REMOVE_RECURSE ${tree})
+  endif()
+endforeach()
 
 # 1. Install into a fresh prefix, so nothing stale from an earlier run (a
 #    header since removed) can mask a missing file.
@@ -127,13 +159,18 @@ file(WRITE ${SCRATCH_DIR}/tmp.cpp
   "target_link_libraries(headers PRIVATE fedwan::fedwan)\n")
 configure_file(${SCRATCH_DIR}/tmp.cpp ${headers_src}/CMakeLists.txt COPYONLY)
 file(REMOVE ${SCRATCH_DIR}/tmp.cpp)
-run_step(headers-configure OFF ${CMAKE_COMMAND} -S ${headers_src} -B ${headers_build}
-         ${configure_args})
+run_step(headers-configure OFF ${configure_env} ${CMAKE_COMMAND} -S ${headers_src}
+         -B ${headers_build} ${configure_args})
 run_step(headers-build OFF ${CMAKE_COMMAND} --build ${headers_build} --config ${BUILD_TYPE})
 
 # 5. The example, configured exactly as a user would: find_package(fedwan).
-run_step(configure OFF ${CMAKE_COMMAND} -S ${CONSUMER_SOURCE_DIR} -B ${consumer_build}
-         ${configure_args})
+run_step(configure OFF ${configure_env} ${CMAKE_COMMAND} -S ${CONSUMER_SOURCE_DIR}
+         -B ${consumer_build} ${configure_args})
+cached_torch_dir(${consumer_build} found_torch)
+if(Torch_DIR AND NOT found_torch STREQUAL Torch_DIR)
+  message(FATAL_ERROR "[configure] the consumer found LibTorch at ${found_torch}, not the one "
+                      "fedwan was built with (${Torch_DIR})")
+endif()
 file(STRINGS ${consumer_build}/CMakeCache.txt found REGEX "^fedwan_DIR:")
 string(FIND "${found}" "${prefix}/" at)
 if(NOT at GREATER -1)

@@ -155,7 +155,9 @@ class Site:
 
     Thread safety: one thread drives a Site. :meth:`join` and :meth:`sync`
     block on the network with the GIL released, so several sites can run in
-    threads of one process.
+    threads of one process. Ctrl-C while they wait stops the site and raises
+    ``KeyboardInterrupt`` within a second; :meth:`stop` from another thread
+    makes them raise :class:`StoppedError`.
     """
 
     def __init__(self, topology, node_id, parameters, join_timeout_s=300.0,

@@ -1,5 +1,6 @@
 // Aggregator (root or region) for Python. run() releases the GIL for the
-// whole federation; the callbacks re-take it on run()'s thread. An exception
+// whole federation (the aggregator runs on a worker thread, so Ctrl-C is
+// seen); the callbacks run on run()'s own thread with the GIL. An exception
 // raised by a callback stops the aggregator and is re-raised from run().
 #include <pybind11/stl.h>
 
@@ -90,14 +91,18 @@ class PyAggregator {
     }
     AggregatorSummary s;
     bool callback_failed = false;
-    {
-      py::gil_scoped_release nogil;
-      try {
-        s = agg_->run();
-      } catch (const CallbackFailed&) {
-        callback_failed = true;
-      }
-    }
+    // Ctrl-C stops the aggregator (run_interruptible) and raises
+    // KeyboardInterrupt; its last round boundary stays checkpointed.
+    s = interruptible_.run<AggregatorSummary>(
+        [&]() -> AggregatorSummary {
+          try {
+            return agg_->run();
+          } catch (const CallbackFailed&) {
+            callback_failed = true;
+            return {};
+          }
+        },
+        [this] { agg_->stop(); });
     if (callback_failed && callback_error_) {
       std::exception_ptr e = std::move(callback_error_);
       callback_error_ = nullptr;
@@ -137,9 +142,10 @@ class PyAggregator {
   // re-raised by run() once it holds the GIL) and unwinds the core's loop.
   template <class F>
   void call_python(F&& f) {
-    py::gil_scoped_acquire gil;
     try {
-      f();
+      interruptible_.on_caller([&] { f(); });
+    } catch (const Interruptible::Interrupted&) {
+      throw CallbackFailed{};  // run() raises KeyboardInterrupt
     } catch (...) {
       callback_error_ = std::current_exception();
       throw CallbackFailed{};
@@ -148,7 +154,8 @@ class PyAggregator {
 
   py::object on_round_;
   py::object on_model_;
-  std::exception_ptr callback_error_;  // written and read under the GIL
+  std::exception_ptr callback_error_;  // written by run()'s worker, read after it ended
+  Interruptible interruptible_;        // run()'s thread runs the callbacks
   std::atomic<bool> started_{false};
   std::unique_ptr<Aggregator> agg_;    // last: destroyed before the callbacks it calls
 };
@@ -183,7 +190,9 @@ refusals.)")
            "insecure_plaintext"_a = false, "cipher"_a = "aes-256-gcm",
            "audit_log"_a = py::none(), "checkpoint_dir"_a = py::none(), "standby"_a = false)
       .def("run", &PyAggregator::run,
-           R"(Serves until the last round is done (blocking, GIL released). Returns
+           R"(Serves until the last round is done (blocking, GIL released). Ctrl-C stops it
+within a second and raises KeyboardInterrupt (the last round boundary stays
+checkpointed). Returns
 {rounds, reports: [ {round, seconds, wan_bytes, fp32_bytes, frames, weight} ],
  wan_bytes_total, fp32_bytes_total, rejected_frames, security_mode ("mtls/<cipher>"
  or "plaintext"), handshake_ms (list: this node's TLS handshake times, in ms, as each

@@ -59,8 +59,10 @@ class PySiteCore {
   PySiteCore(const PySiteCore&) = delete;
   PySiteCore& operator=(const PySiteCore&) = delete;
 
-  py::dict join() { return run_locked("join", [this] { return core_->join(); }); }
-  py::dict sync() { return run_locked("sync", [this] { return core_->sync(); }); }
+  // join() and sync() block on the network: Ctrl-C stops the site (see
+  // run_interruptible). service() returns within a heartbeat.
+  py::dict join() { return run_locked("join", [this] { return core_->join(); }, true); }
+  py::dict sync() { return run_locked("sync", [this] { return core_->sync(); }, true); }
   py::dict service() { return run_locked("service", [this] { return core_->service(); }); }
   void checkpoint() {
     run_locked("checkpoint", [this] {
@@ -90,23 +92,29 @@ class PySiteCore {
 
  private:
   template <class F>
-  py::dict run_locked(const char* what, F&& call) {
+  py::dict run_locked(const char* what, F&& call, bool interruptible = false) {
     std::unique_lock<std::mutex> lock(busy_, std::try_to_lock);
     if (!lock) {
-      throw Error(std::string("SiteCore.") + what + "(): another thread is already in join() "
-                  "or sync() of this site; drive a site from one thread");
+      throw Error(std::string("SiteCore.") + what + "(): a join() or sync() of this site is "
+                  "in progress (another thread, or this one under a signal handler); drive a "
+                  "site from one thread, and from a signal handler call stop() (the call in "
+                  "progress raises fedwan.StoppedError, then checkpoint())");
     }
+    struct TakeAlarms {  // after the call, however it ends
+      PySiteCore& self;
+      ~TakeAlarms() {
+        std::vector<std::string> a = self.core_->alarms();
+        std::lock_guard<std::mutex> lock(self.alarms_mu_);
+        self.alarms_ = std::move(a);
+      }
+    };
     SyncResult r;
-    {
+    if (interruptible) {
+      TakeAlarms take{*this};
+      r = run_interruptible<SyncResult>(call, [this] { core_->stop(); });
+    } else {
       py::gil_scoped_release nogil;
-      struct TakeAlarms {  // after the call, however it ends
-        PySiteCore& self;
-        ~TakeAlarms() {
-          std::vector<std::string> a = self.core_->alarms();
-          std::lock_guard<std::mutex> lock(self.alarms_mu_);
-          self.alarms_ = std::move(a);
-        }
-      } take{*this};
+      TakeAlarms take{*this};
       r = call();
     }
     round_.store(r.round);
@@ -152,12 +160,16 @@ log of handshakes and updates sent.)")
            "fedwan.ConfigError (bad options, no credentials, a bundle of another node) or "
            "fedwan.CryptoError (the site's certificate is expired or revoked).")
       .def("join", &PySiteCore::join,
-           "Connects and joins; afterwards params hold the federation's model. Returns "
+           "Connects and joins; afterwards params hold the federation's model. Ctrl-C while "
+           "it waits stops the site (as stop() does) and raises KeyboardInterrupt within a "
+           "second. Returns "
            "{round, finished, bytes_sent, bytes_received}. Raises fedwan.TimeoutError or "
            "fedwan.ProtocolError (refused by the parent), fedwan.StoppedError after stop().")
       .def("sync", &PySiteCore::sync,
            "Ends the round: sends the pseudo-gradient, waits for the next model and loads it "
-           "into params. Returns {round, finished, bytes_sent, bytes_received}. Raises "
+           "into params; Ctrl-C stops the site and raises KeyboardInterrupt within a second "
+           "(checkpoint() then keeps the round's start). Returns {round, finished, "
+           "bytes_sent, bytes_received}. Raises "
            "fedwan.TimeoutError, fedwan.ProtocolError, fedwan.TransportError, or "
            "fedwan.StoppedError after stop().")
       .def("service", &PySiteCore::service,

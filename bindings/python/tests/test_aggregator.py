@@ -1,8 +1,10 @@
 """fedwan.Aggregator from Python: option errors, stop(), timeouts, and
 callback exceptions that propagate out of run() without hanging anything."""
 
+import _thread
 import builtins
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -64,6 +66,19 @@ def test_stop_from_another_thread_ends_run(sock_dir, credentials):
     error = stop_while_running("root", root.run, root.stop)
     assert isinstance(error, fedwan.StoppedError) and "stopped" in str(error)
     assert isinstance(error, fedwan.Error)
+
+
+def test_ctrl_c_stops_run_within_a_second(sock_dir, credentials):
+    topo = two_site_topology(sock_dir)
+    root = fedwan.Aggregator(topo, "root", np.zeros(4, np.float32), join_timeout_s=60,
+                             credentials=credentials(topo, "root"))
+    timer = threading.Timer(0.5, _thread.interrupt_main)
+    timer.start()
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        root.run()
+    assert time.monotonic() - started < 2.5
+    timer.join()
 
 
 # on_model fails in round 1 of 3: the federation is cut short and the sites

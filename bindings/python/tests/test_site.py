@@ -1,6 +1,10 @@
 """fedwan.Site and fedwan.SiteCore argument handling: the shared buffer, and
 clear ConfigErrors for parameters or arrays they cannot use."""
 
+import _thread
+import threading
+import time
+
 import numpy as np
 import pytest
 
@@ -112,6 +116,22 @@ def test_stop_from_another_thread_ends_a_blocked_join(topo, creds):
     with pytest.raises(fedwan.StoppedError):
         core.join()
     del error, core  # its traceback holds the SiteCore
+
+
+def test_ctrl_c_stops_a_blocked_join_within_a_second(topo, creds):
+    core = fedwan.SiteCore(topo, "site-0", np.zeros(8, np.float32), join_timeout_s=60,
+                           credentials=creds("site-0"))
+    # As Ctrl-C does: SIGINT's handler runs in the main thread, blocked in join().
+    timer = threading.Timer(0.5, _thread.interrupt_main)
+    timer.start()
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        core.join()
+    assert time.monotonic() - started < 2.5
+    timer.join()
+    with pytest.raises(fedwan.StoppedError):  # the site was stopped
+        core.join()
+    del core
 
 
 def test_join_times_out_when_the_parent_does_not_answer(topo, creds):

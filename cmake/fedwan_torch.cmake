@@ -1,0 +1,84 @@
+# Finds LibTorch for fedwan without letting it steer fedwan's own build.
+#
+# Both LibTorch lines are supported: Debian's libtorch-dev (1.13, C++17) and
+# the LibTorch inside PyPI's `torch` wheel (2.x, C++20, CUDA), pointed at with
+#   -DCMAKE_PREFIX_PATH=$(python -c 'import torch; print(torch.utils.cmake_prefix_path)')
+#
+# What TorchConfig does that fedwan undoes or settles here:
+# - With a CUDA toolkit present it appends nvcc -gencode flags for its own
+#   architecture list (from compute_50 on, which nvcc 13 rejects) to
+#   CMAKE_CUDA_FLAGS and turns CMAKE_CUDA_ARCHITECTURES off. fedwan's CUDA
+#   code is built for its own architectures (cuda/CMakeLists.txt), so both
+#   are restored after find_package(Torch).
+# - It may pick a `libtorch.so` from the system's library path for
+#   TORCH_LIBRARY when another LibTorch is installed there; fedwan links the
+#   imported `torch` target only, whose locations come from the package found.
+#
+# Sets FEDWAN_TORCH_VERSION, FEDWAN_TORCH_LIB_DIR (where libtorch_cpu.so
+# is), FEDWAN_TORCH_HAS_OWN_GLOO (that LibTorch carries its own copy of Gloo,
+# instead of linking the system's libgloo) and FEDWAN_TORCH_NCCL_DIR (the
+# NCCL that LibTorch's CUDA library loads, when it ships beside it).
+macro(fedwan_find_torch)
+  set(_fedwan_cuda_flags "${CMAKE_CUDA_FLAGS}")
+  if(DEFINED CMAKE_CUDA_ARCHITECTURES)
+    set(_fedwan_cuda_archs "${CMAKE_CUDA_ARCHITECTURES}")
+  else()
+    unset(_fedwan_cuda_archs)
+  endif()
+  # Keeps TorchConfig from probing for a GPU or listing old architectures;
+  # its flags are dropped below anyway.
+  if(NOT DEFINED TORCH_CUDA_ARCH_LIST AND NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
+    set(TORCH_CUDA_ARCH_LIST "8.0;9.0")
+    set(_fedwan_set_arch_list TRUE)
+  endif()
+  find_package(Torch REQUIRED)
+  set(CMAKE_CUDA_FLAGS "${_fedwan_cuda_flags}")
+  if(DEFINED _fedwan_cuda_archs)
+    set(CMAKE_CUDA_ARCHITECTURES "${_fedwan_cuda_archs}")
+  else()
+    unset(CMAKE_CUDA_ARCHITECTURES)
+  endif()
+  if(_fedwan_set_arch_list)
+    unset(TORCH_CUDA_ARCH_LIST)
+  endif()
+
+  get_target_property(_fedwan_torch_cpu torch_cpu IMPORTED_LOCATION_RELEASE)
+  if(NOT _fedwan_torch_cpu)
+    get_target_property(_fedwan_torch_cpu torch_cpu IMPORTED_LOCATION)
+  endif()
+  if(NOT _fedwan_torch_cpu)
+    # Debian's config names the library through TORCH_LIBRARIES only.
+    find_library(_fedwan_torch_cpu torch_cpu HINTS ${TORCH_INSTALL_PREFIX}/lib)
+  endif()
+  get_filename_component(FEDWAN_TORCH_LIB_DIR "${_fedwan_torch_cpu}" DIRECTORY)
+  set(FEDWAN_TORCH_VERSION "${Torch_VERSION}")
+
+  # A LibTorch that defines Gloo's symbols itself (the wheel does) would
+  # take fedwan's calls into a Gloo other than the one fedwan was compiled
+  # against: fedwan then uses that LibTorch's Gloo through c10d instead.
+  set(FEDWAN_TORCH_HAS_OWN_GLOO FALSE)
+  if(_fedwan_torch_cpu AND CMAKE_NM)
+    execute_process(COMMAND ${CMAKE_NM} -D --defined-only "${_fedwan_torch_cpu}"
+                    OUTPUT_VARIABLE _fedwan_syms ERROR_QUIET)
+    string(FIND "${_fedwan_syms}" "_ZN4gloo" _fedwan_at)
+    if(NOT _fedwan_at EQUAL -1)
+      set(FEDWAN_TORCH_HAS_OWN_GLOO TRUE)
+    endif()
+    unset(_fedwan_syms)
+  endif()
+
+  # The wheel's CUDA library loads the NCCL of the `nvidia-nccl` wheel
+  # (site-packages/nvidia/nccl), newer than a toolkit's: fedwan links the
+  # same one, so one NCCL is in the process.
+  unset(FEDWAN_TORCH_NCCL_DIR)
+  get_filename_component(_fedwan_site "${FEDWAN_TORCH_LIB_DIR}/../.." ABSOLUTE)
+  if(EXISTS "${_fedwan_site}/nvidia/nccl/include/nccl.h")
+    set(FEDWAN_TORCH_NCCL_DIR "${_fedwan_site}/nvidia/nccl")
+  endif()
+  if(FEDWAN_TORCH_HAS_OWN_GLOO)
+    set(_fedwan_gloo "its own Gloo (used through c10d)")
+  else()
+    set(_fedwan_gloo "the system's Gloo")
+  endif()
+  message(STATUS "fedwan: LibTorch ${FEDWAN_TORCH_VERSION} in ${FEDWAN_TORCH_LIB_DIR}, with ${_fedwan_gloo}")
+endmacro()
