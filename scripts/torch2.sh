@@ -2,7 +2,7 @@
 # fedwan against the LibTorch inside PyPI's `torch` wheel (2.x, C++20, CUDA
 # build), the one most users have: builds the torch-facing targets in their
 # own tree, runs the torch-facing tests, the Gloo engine's tests (over that
-# LibTorch's Gloo, through c10d), the Python suite with that torch, a demo
+# LibTorch's Gloo, through c10d), a demo
 # federation whose sites have two ranks, and the installed-package consumer.
 # Called by `scripts/quickstart.sh test` after the Debian (LibTorch 1.13)
 # build.
@@ -52,14 +52,6 @@ say "torch-facing tests"
 "$BUILD_DIR/tests/fedwan_torch_tests" --gtest_brief=1
 say "the site communicator's Gloo engine over LibTorch's Gloo"
 "$BUILD_DIR/tests/fedwan_unit_tests" --gtest_brief=1 --gtest_filter='GlooComm.*'
-
-# The Python package links no LibTorch: the Debian build's module, with this
-# torch (and the NumPy 2 pip brings) in the same process.
-if [ -d "$DEBIAN_BUILD/python/fedwan" ]; then
-  say "Python suite with torch $TORCH_VERSION"
-  PYTHONPATH="$DEBIAN_BUILD/python" FEDWAN_CLI="$BUILD_DIR/bin/fedwan" \
-    "$VENV/bin/python" -m pytest -q bindings/python/tests
-fi
 
 say "demo federation, sites of 2 ranks (Gloo)"
 rm -rf "$BUILD_DIR/demo_ranks_smoke"
