@@ -75,7 +75,34 @@ class PySiteCore {
   }
 
   // Not under busy_: it is how another thread ends a join() or sync().
-  void stop() { core_->stop(); }
+  // A no-op once closed.
+  void stop() {
+    std::lock_guard<std::mutex> lock(core_mu_);
+    if (core_) core_->stop();
+  }
+
+  // Releases the link (sockets, TLS state, audit log) now rather than when
+  // the object is collected. Idempotent; every later join/sync/service/
+  // checkpoint raises fedwan.Error. Closing may wait up to the socket's
+  // linger time for frames a vanished parent never took (GIL released).
+  void close() {
+    std::unique_lock<std::mutex> busy(busy_, std::try_to_lock);
+    if (!busy) {
+      throw Error("SiteCore.close(): a join() or sync() of this site is in progress; "
+                  "call stop() first (it raises fedwan.StoppedError there), then close()");
+    }
+    std::unique_ptr<SiteCore> core;
+    {
+      std::lock_guard<std::mutex> lock(core_mu_);
+      core = std::move(core_);
+    }
+    py::gil_scoped_release nogil;
+    core.reset();
+  }
+  bool closed() const {
+    std::lock_guard<std::mutex> lock(core_mu_);
+    return core_ == nullptr;
+  }
 
   uint64_t round() const { return round_.load(); }
   bool finished() const { return finished_.load(); }
@@ -86,6 +113,7 @@ class PySiteCore {
   }
   const py::array& params() const { return params_; }
   py::bytes initial_digest() const {
+    require_open("initial_digest");
     const auto& d = core_->initial_digest();
     return py::bytes(reinterpret_cast<const char*>(d.data()), d.size());
   }
@@ -100,6 +128,7 @@ class PySiteCore {
                   "site from one thread, and from a signal handler call stop() (the call in "
                   "progress raises fedwan.StoppedError, then checkpoint())");
     }
+    require_open(what);
     struct TakeAlarms {  // after the call, however it ends
       PySiteCore& self;
       ~TakeAlarms() {
@@ -122,8 +151,18 @@ class PySiteCore {
     return sync_dict(r);
   }
 
+  // Under busy_ (or for a const read): core_ only changes in close(),
+  // which holds busy_.
+  void require_open(const char* what) const {
+    if (core_ == nullptr) {
+      throw Error(std::string("SiteCore.") + what + "(): the site is closed; build a new "
+                  "SiteCore (it resumes from checkpoint_dir if it had one)");
+    }
+  }
+
   py::array params_;  // the caller's buffer; kept alive while core_ writes into it
-  std::unique_ptr<SiteCore> core_;
+  std::unique_ptr<SiteCore> core_;  // null once closed
+  mutable std::mutex core_mu_;       // core_ against stop() from another thread
   uint64_t inner_steps_ = 0;
   std::mutex busy_;
   std::atomic<uint64_t> round_{0};
@@ -184,6 +223,19 @@ log of handshakes and updates sent.)")
            "Makes a join() or sync() in progress in another thread, and every later one, "
            "raise fedwan.StoppedError within about 100 ms. Any thread; the GIL is not needed "
            "by the blocked call.")
+      .def("close", &PySiteCore::close,
+           "Releases the link (sockets, TLS state, audit log) now. Idempotent; later "
+           "join/sync/service/checkpoint raise fedwan.Error. Raises fedwan.Error while a "
+           "join() or sync() is in progress in another thread (stop() it first).")
+      .def("__enter__", [](py::object self) { return self; },
+           "Returns the SiteCore itself; leaving the block closes it.")
+      .def("__exit__",
+           [](PySiteCore& self, const py::handle&, const py::handle&, const py::handle&) {
+             self.close();
+             return false;
+           },
+           "Closes the SiteCore; the exception (if any) propagates.")
+      .def_property_readonly("closed", &PySiteCore::closed, "True after close().")
       .def_property_readonly("round", &PySiteCore::round, "The round the site trains in.")
       .def_property_readonly("finished", &PySiteCore::finished,
                              "True once the federation is done; params hold the final model.")

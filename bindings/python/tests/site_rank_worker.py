@@ -1,0 +1,61 @@
+"""One rank of a two-rank fedwan.Site under torch.distributed (gloo, CPU),
+started by test_site_ranks.py with RANK, WORLD_SIZE, MASTER_ADDR and
+MASTER_PORT set.
+
+usage: site_rank_worker.py TOPOLOGY NODE_ID CREDENTIALS OUT_DIR JOIN_TIMEOUT_S
+
+Rank 0 uses CREDENTIALS; the other rank passes none (only the leader talks
+to the federation). Writes OUT_DIR/rank<r>.npy (the final parameters) and
+OUT_DIR/rank<r>.json (what the site reported), or OUT_DIR/rank<r>.error.
+"""
+import datetime
+import json
+import os
+import sys
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+import fedwan
+
+
+def main():
+    topology, node_id, creds, out_dir, join_timeout_s = sys.argv[1:6]
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+    rank = dist.get_rank()
+    torch.manual_seed(7)  # the same initial model on every rank
+    model = torch.nn.Sequential(torch.nn.Linear(8, 6), torch.nn.Tanh(), torch.nn.Linear(6, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    try:
+        with fedwan.Site(model, opt, topology=topology, node_id=node_id,
+                         join_timeout_s=float(join_timeout_s),
+                         credentials=creds if rank == 0 else None,
+                         process_group=dist.group.WORLD) as site:
+            ddp = DistributedDataParallel(model)
+            # Each rank its own data; DDP averages the gradients.
+            g = torch.Generator().manual_seed(100 + rank)
+            x = torch.randn(16, 8, generator=g)
+            y = torch.randn(16, 2, generator=g)
+            steps, syncs = 0, 0
+            while not site.finished:
+                opt.zero_grad()
+                torch.nn.functional.mse_loss(ddp(x), y).backward()
+                opt.step()
+                steps += 1
+                syncs += site.step() is not None
+        flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy()
+        np.save(os.path.join(out_dir, f"rank{rank}.npy"), flat)
+        with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
+            json.dump({"steps": steps, "syncs": syncs, "round": site.round,
+                       "leader": site.is_leader}, f)
+    except Exception as e:  # reported to the test, which asserts on it
+        with open(os.path.join(out_dir, f"rank{rank}.error"), "w") as f:
+            f.write(f"{type(e).__name__}: {e}")
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
