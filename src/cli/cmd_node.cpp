@@ -1,7 +1,9 @@
 // `fedwan aggregator` and `fedwan site`: one node of a real deployment.
 #include <atomic>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <optional>
@@ -15,6 +17,7 @@
 #include "cli/fashion_model.hpp"
 #include "cli/placement.hpp"
 #include "cli/validators.hpp"
+#include "common/atomic_file.hpp"
 #include "fedwan/aggregator.hpp"
 #include "fedwan/data_parallel.hpp"
 #include "fedwan/error.hpp"
@@ -134,8 +137,17 @@ int run_aggregator(const NodeArgs& a) {
   std::optional<FlatParameters> flat;
   std::map<uint64_t, Evaluation> evals;
   nlohmann::json rounds_json = nlohmann::json::array();
+  if (!a.initial_model.empty() && !root) {
+    throw ConfigError("--initial-model is for the root (it starts the federation's model); "
+                      "node '" + a.node + "' is a region");
+  }
+  if (!a.initial_model.empty() && a.eval) {
+    throw ConfigError("--eval evaluates the fashion-cnn model; a model from --initial-model "
+                      "is evaluated by its own code (the root's --out file is the final model)");
+  }
   if (root) {
-    o.initial_model = initial_model(a.workload);
+    o.initial_model =
+        a.initial_model.empty() ? initial_model(a.workload) : read_model(a.initial_model);
     if (a.eval && a.workload.trainer == "fashion-cnn") {
       test = load_fashion_mnist(FashionMnistSet::kTest, a.workload.data_dir);
       model = make_fashion_cnn(a.workload.seed);
@@ -375,11 +387,37 @@ void write_model(const std::string& path, const float* data, size_t n) {
   if (!f) throw Error("cannot write the model to " + path);
 }
 
+std::vector<float> read_model(const std::string& path) {
+  constexpr size_t kMaxModelValues = size_t{1} << 30;
+  ReadFileOptions options;
+  options.what = "model file";
+  options.max_bytes = kMaxModelValues * sizeof(float);
+  options.too_large_hint = "fedwan federates models of up to 2^30 parameters";
+  const std::string bytes = read_file(path, options);
+  if (bytes.empty() || bytes.size() % sizeof(float) != 0) {
+    throw ConfigError("model file " + path + " holds " + std::to_string(bytes.size()) +
+                      " bytes; a model is raw little-endian fp32 values (4 bytes each, at "
+                      "least one), as `--out` writes it");
+  }
+  std::vector<float> model(bytes.size() / sizeof(float));
+  std::memcpy(model.data(), bytes.data(), bytes.size());
+  for (size_t i = 0; i < model.size(); ++i) {
+    if (!std::isfinite(model[i])) {
+      throw ConfigError("model file " + path + ": value " + std::to_string(i) +
+                        " is not finite; a federation cannot start from it");
+    }
+  }
+  return model;
+}
+
 void add_aggregator_command(CLI::App& app, NodeArgs& args, int* exit_code) {
   CLI::App* cmd = app.add_subcommand("aggregator", "run a root or region aggregator");
   add_node_flags(*cmd, args);
   cmd->add_flag("--eval", args.eval, "root: evaluate the global model on the test set each round");
   cmd->add_option("--report", args.report, "root: write a JSON report of the rounds here");
+  cmd->add_option("--initial-model", args.initial_model,
+                  "root: start from this model (raw little-endian fp32, e.g. a Python "
+                  "model's flattened parameters) instead of the --trainer's");
   cmd->add_option("--record-updates", args.record_updates,
                   "keep every update payload received here, named by its SHA-256 as the audit "
                   "log records it (audit replay)");

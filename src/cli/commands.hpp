@@ -27,6 +27,7 @@ struct NodeArgs {
   std::string node;
   std::string report;      // JSON report path (root: rounds; site: nothing)
   std::string out;         // write the final model (raw little-endian fp32) here
+  std::string initial_model;  // root: start from this raw little-endian fp32 model
   bool eval = false;       // root: evaluate the global model every round
   double join_timeout_s = 300;
   std::string checkpoint_dir;   // local checkpoints; resumed from when present
@@ -74,5 +75,9 @@ void add_audit_command(CLI::App& app, int* exit_code);
 
 // Writes a flat fp32 model to `path` (raw little-endian floats).
 void write_model(const std::string& path, const float* data, size_t n);
+// A model as write_model wrote it (raw little-endian fp32): ConfigError for
+// a file that is missing, empty, not a whole number of floats, or over
+// 2^30 values.
+std::vector<float> read_model(const std::string& path);
 
 }  // namespace fedwan::cli
