@@ -3,8 +3,11 @@
 # build), the one most users have: builds the torch-facing targets in their
 # own tree, runs the torch-facing tests, the Gloo engine's tests (over that
 # LibTorch's Gloo, through c10d), a demo
-# federation whose sites have two ranks, and the installed-package consumer.
-# Called by `scripts/quickstart.sh test` after the Debian (LibTorch 1.13)
+# federation whose sites have two ranks, and the installed-package consumer;
+# then the Python package as a user gets it: `pip install .` into the same
+# venv (pip's NumPy 2 and pybind11), the pytest suite against the installed
+# package (not the build tree), its type stubs under mypy, and the Python
+# examples with torchrun. Called by `scripts/quickstart.sh test` after the Debian (LibTorch 1.13)
 # build.
 #
 #   FEDWAN_TORCH2_SPEC      pip requirement (default torch==2.15.0, the newest
@@ -15,6 +18,7 @@
 #   FEDWAN_BUILD_DIR        the Debian build, for the mixed-Gloo check
 set -euo pipefail
 cd "$(dirname "$0")/.."
+ROOT="$PWD"
 
 SPEC="${FEDWAN_TORCH2_SPEC:-torch==2.15.0}"
 VENV="${FEDWAN_TORCH2_VENV:-$HOME/.cache/fedwan/venv-${SPEC//[^A-Za-z0-9.]/-}}"
@@ -31,8 +35,8 @@ if ! "$VENV/bin/python" -c "import torch" >/dev/null 2>&1; then
   mkdir -p "$(dirname "$VENV")"
   "$PYTHON" -m venv "$VENV"
 fi
-if ! "$VENV/bin/python" -c "import torch, numpy, pytest" >/dev/null 2>&1; then
-  "$VENV/bin/pip" install -q --disable-pip-version-check "$SPEC" numpy pytest
+if ! "$VENV/bin/python" -c "import torch, numpy, pytest, mypy" >/dev/null 2>&1; then
+  "$VENV/bin/pip" install -q --disable-pip-version-check "$SPEC" numpy pytest mypy
 fi
 TORCH_VERSION=$("$VENV/bin/python" -c "import torch; print(torch.__version__)")
 PREFIX=$("$VENV/bin/python" -c "import torch; print(torch.utils.cmake_prefix_path)")
@@ -82,4 +86,30 @@ if [ -x "$DEBIAN_BUILD/tests/fedwan_unit_tests" ]; then
   fi
   grep -m1 -o "this fedwan was built against the system's Gloo.*" <<<"$mixed" | cut -c1-160
 fi
+say "the Python package: pip install . into the venv"
+pip_started=$(date +%s)
+"$VENV/bin/pip" uninstall -q -y fedwan >/dev/null 2>&1 || true
+"$VENV/bin/pip" install -q --disable-pip-version-check .
+say "installed in $(( $(date +%s) - pip_started )) s"
+# Run from a directory with no fedwan sources, so that `import fedwan` can
+# only find the installed package.
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+installed=$(cd "$scratch" && "$VENV/bin/python" -c \
+  "import fedwan, numpy; print(fedwan.__file__, fedwan.__version__, numpy.__version__)")
+case "$installed" in
+  "$VENV"/*) say "import fedwan: $installed" ;;
+  *) echo "torch2: import fedwan found $installed, not the venv's package" >&2; exit 1 ;;
+esac
+say "Python suite against the installed package (torch $TORCH_VERSION)"
+(cd "$scratch" && FEDWAN_CLI="$ROOT/$BUILD_DIR/bin/fedwan" "$VENV/bin/python" -m pytest -q \
+  -p no:cacheprovider "$ROOT/bindings/python/tests")
+if [ -f scripts/typecheck.sh ]; then
+  say "type stubs (mypy, stubtest) against the installed package"
+  (cd "$scratch" && bash "$ROOT/scripts/typecheck.sh" "$VENV/bin/python")
+fi
+say "example: a site of 2 ranks under torchrun (DDP), C++ aggregators"
+(cd "$scratch" && "$VENV/bin/python" "$ROOT/examples/python/launch.py" \
+  --cli "$ROOT/$BUILD_DIR/bin/fedwan" --launcher torchrun --sites 2 --ranks-per-site 2 \
+  --rounds 2 --inner-steps 10 --max-samples 1000 --eval-samples 1000 --timeout 240)
 say "passed against LibTorch $TORCH_VERSION in $(( $(date +%s) - started )) s"
