@@ -3,6 +3,11 @@ the context manager (join on entry, close on exit, a checkpoint when the
 block is cut short) and mirrored (non-shared) parameters, against a
 federation of threads."""
 
+import os
+import signal
+import threading
+import time
+
 import numpy as np
 import pytest
 
@@ -172,3 +177,46 @@ def test_site_core_closes_and_refuses_later_calls(topo, credentials):
     for call in (core.join, core.sync, core.service, core.checkpoint):
         with pytest.raises(fedwan.Error, match="closed"):
             call()
+
+
+def test_sigint_stops_a_site_blocked_in_sync_within_a_second(topo, credentials):
+    """A real SIGINT (as Ctrl-C sends) while the main thread is blocked in
+    Site.sync(): KeyboardInterrupt within a second, the site stopped."""
+    initial = flat_of(make_model())
+    agg = fedwan.Aggregator(topo, "root", initial_model=initial, join_timeout_s=JOIN_TIMEOUT_S,
+                            credentials=credentials(topo, "root"))
+    root = Worker("root", agg.run)
+    root.start()
+    # site-1 joins, then never sends its update: site-0's sync waits for the round.
+    other = fedwan.SiteCore(topo, "site-1", initial.copy(), join_timeout_s=JOIN_TIMEOUT_S,
+                            credentials=credentials(topo, "site-1"))
+    joined = Worker("site-1", other.join)
+    joined.start()
+    model = make_model()
+    site = fedwan.Site(model, topology=topo, node_id="site-0", join_timeout_s=JOIN_TIMEOUT_S,
+                       round_timeout_s=60, credentials=credentials(topo, "site-0"))
+    site.join()
+    join_all([joined])
+    sent = []
+
+    def ctrl_c():
+        sent.append(time.monotonic())
+        os.kill(os.getpid(), signal.SIGINT)
+
+    timer = threading.Timer(0.5, ctrl_c)
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            site.sync()
+        elapsed = time.monotonic() - sent[0]
+    finally:
+        timer.join()
+        agg.stop()
+        other.stop()
+    assert elapsed < 1.0, f"KeyboardInterrupt {elapsed:.2f} s after SIGINT"
+    with pytest.raises(fedwan.StoppedError):  # the site was stopped
+        site.sync()
+    site.close()
+    other.close()
+    root.join(30)
+    assert not root.is_alive()
