@@ -19,13 +19,16 @@ A site's training loop::
 
     import torch
     model = torch.nn.Linear(16, 4)
-    site = fedwan.Site("federation.yaml", "site-eu-1", model.parameters(),
-                       credentials=creds)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)   # after Site: same tensors
-    site.join()                   # loads the federation's model into `model`
-    while not site.finished:
-        loss = ...; loss.backward(); opt.step(); opt.zero_grad()
-        site.step()               # every H-th call syncs with the federation
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with fedwan.Site(model, opt, topology="federation.yaml", node_id="site-eu-1",
+                     credentials=creds) as site:  # joined: `model` holds the federation's
+        while not site.finished:
+            loss = ...; loss.backward(); opt.step(); opt.zero_grad()
+            site.step()           # every H-th call syncs with the federation
+
+A site of several ranks (DDP under torch.distributed) passes
+``process_group=torch.distributed.group.WORLD`` on every rank: rank 0 talks to
+the federation and broadcasts each model over the group.
 
 The root (or a region) runs an :class:`Aggregator`::
 
