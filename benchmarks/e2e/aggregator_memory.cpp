@@ -18,8 +18,11 @@
 //
 // Usage: fedwan_aggregator_memory [--params N] [--sites 2,8] [--rounds R]
 //            [--chunk-bytes B] [--window W] [--peer-window W] [--repeat N]
-//            [--codec fp16|bf16|int8|fp32]
+//            [--codec fp16|bf16|int8|fp32] [--json FILE]
 // Prints a table and PASS (exit 0) or FAIL (exit 1); exit 2 on errors.
+// --json FILE also writes the table's rows and the verdict there, as one
+// JSON object ("format": "fedwan.aggregator_memory", "version": 1), which
+// `fedwan.results.load` reads.
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -38,6 +41,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "fedwan/aggregator.hpp"
 #include "fedwan/security.hpp"
@@ -66,6 +71,7 @@ struct Config {
   int peer_window = 0;  // root and sites; 0: the same as `window`
   std::string codec = "fp16";
   int repeat = 3;  // runs per site count
+  std::string json;  // --json: where to write the rows; empty: nowhere
 };
 
 // A field of /proc/self/status in KiB (VmRSS, VmHWM, ...); -1 if absent.
@@ -85,7 +91,7 @@ long status_kib(const char* field) {
   std::cerr << "fedwan_aggregator_memory: " << why << "\n"
             << "usage: fedwan_aggregator_memory [--params N] [--sites 2,8] [--rounds R]\n"
             << "         [--chunk-bytes B] [--window W] [--peer-window W] [--repeat N]\n"
-            << "         [--codec fp16|bf16|int8|fp32]\n";
+            << "         [--codec fp16|bf16|int8|fp32] [--json FILE]\n";
   std::exit(2);
 }
 
@@ -316,6 +322,55 @@ Measurement measure(int sites, const Config& cfg, const std::vector<float>& init
   return m;
 }
 
+// One site count of the sweep, in MiB. The figures after `seconds` compare it
+// with the baseline (the smallest site count); the verdict's are unset there.
+struct SiteCountResult {
+  int sites = 0;
+  double idle_mib = 0, peak_min = 0, peak_max = 0, seconds = 0;
+  double growth = 0, growth_chunks = 0, growth_models = 0, every_delta = 0;
+  double window_bound = 0, extra_deltas = 0, growth_share = 0;
+  bool ok = true;
+};
+
+// The --json file: the configuration, every row of the table and the verdict
+// (keys in the order of the table, so that the file reads like it).
+void write_json(const std::string& path, const Config& cfg, uint64_t chunks, double model_mib,
+                const std::vector<SiteCountResult>& rows, bool pass) {
+  nlohmann::ordered_json out_rows = nlohmann::ordered_json::array();
+  for (const SiteCountResult& r : rows) {
+    const bool base = r.sites == rows.front().sites;
+    auto unless_base = [&](auto v) {
+      return base ? nlohmann::ordered_json() : nlohmann::ordered_json(v);
+    };
+    out_rows.push_back({{"sites", r.sites},
+                        {"idle_mib", r.idle_mib},
+                        {"peak_min_mib", r.peak_min},
+                        {"peak_max_mib", r.peak_max},
+                        {"seconds", r.seconds},
+                        {"growth_mib", r.growth},
+                        {"growth_chunks", r.growth_chunks},
+                        {"growth_models", r.growth_models},
+                        {"every_delta_mib", r.every_delta},
+                        {"window_bound_mib", unless_base(r.window_bound)},
+                        {"extra_deltas_mib", unless_base(r.extra_deltas)},
+                        {"growth_share", unless_base(r.growth_share)},
+                        {"ok", unless_base(r.ok)}});
+  }
+  const nlohmann::ordered_json j = {
+      {"format", "fedwan.aggregator_memory"},
+      {"version", 1},
+      {"config",
+       {{"params", cfg.params}, {"codec", cfg.codec}, {"chunk_bytes", cfg.chunk_bytes},
+        {"chunks", chunks}, {"rounds", cfg.rounds}, {"window", cfg.window},
+        {"peer_window", cfg.peer_window}, {"repeat", cfg.repeat}, {"model_mib", model_mib}}},
+      {"baseline_sites", rows.front().sites},
+      {"pass", pass},
+      {"rows", out_rows}};
+  std::ofstream out(path);
+  out << j.dump(2) << "\n";
+  if (!out) throw fedwan::Error("cannot write " + path);
+}
+
 int drive(Config cfg) {
   // Every node uses the same window unless --peer-window says otherwise
   // (the root and the sites live in this process; only the region, a
@@ -336,13 +391,9 @@ int drive(Config cfg) {
   // How many chunks a region holds accumulators for depends on how far its
   // fastest child runs ahead of its slowest, which varies from run to run;
   // the worst of several runs is what a deployment must provision for.
-  struct Row {
-    int sites = 0;
-    double idle_mib = 0, peak_min = 0, peak_max = 0, seconds = 0;
-  };
-  std::vector<Row> rows;
+  std::vector<SiteCountResult> rows;
   for (int k : cfg.sites) {
-    Row row;
+    SiteCountResult row;
     row.sites = k;
     for (int r = 0; r < cfg.repeat; ++r) {
       const Measurement m = measure(k, cfg, init);
@@ -356,16 +407,27 @@ int drive(Config cfg) {
     rows.push_back(row);
   }
 
-  const Row& base = rows.front();
+  const SiteCountResult base = rows.front();
+  for (SiteCountResult& r : rows) {
+    const int extra = r.sites - base.sites;
+    r.growth = r.peak_max - base.peak_max;
+    r.growth_chunks = r.growth / chunk_mib;
+    r.growth_models = r.growth / model_mib;
+    r.every_delta = r.sites * model_mib;
+    // Each extra child may hold `window` frames of at most one chunk queued
+    // in each direction; that is all that may grow with the site count.
+    r.window_bound = extra * cfg.window * chunk_mib * 2 + kSlackMiB;
+    r.extra_deltas = extra * model_mib;
+    r.growth_share = extra > 0 ? r.growth / r.extra_deltas : 0;
+    r.ok = extra == 0 || (r.growth <= r.window_bound && r.growth <= 0.5 * r.extra_deltas);
+  }
   std::printf("\n%5s %9s %9s %15s %11s %10s %10s %13s\n", "sites", "model MiB", "idle MiB",
               "peak MiB", "growth MiB", "in chunks", "in models", "K x model MiB");
-  for (const Row& r : rows) {
-    const double growth = r.peak_max - base.peak_max;
+  for (const SiteCountResult& r : rows) {
     char peak[32];
     std::snprintf(peak, sizeof(peak), "%.1f..%.1f", r.peak_min, r.peak_max);
     std::printf("%5d %9.1f %9.1f %15s %11.1f %10.1f %10.2f %13.1f\n", r.sites, model_mib,
-                r.idle_mib, peak, growth, growth / chunk_mib, growth / model_mib,
-                r.sites * model_mib);
+                r.idle_mib, peak, r.growth, r.growth_chunks, r.growth_models, r.every_delta);
   }
   std::printf("(peak: VmHWM of the region process, lowest..highest of the runs; growth: highest "
               "peak minus the %d-site one; K x model: what buffering every child's full fp32 "
@@ -377,21 +439,16 @@ int drive(Config cfg) {
               chunk_mib, static_cast<unsigned long long>(chunks), cfg.window);
   bool pass = true;
   for (size_t i = 1; i < rows.size(); ++i) {
-    const Row& r = rows[i];
+    const SiteCountResult& r = rows[i];
     const int extra = r.sites - base.sites;
-    const double growth = r.peak_max - base.peak_max;
-    // Each extra child may hold `window` frames of at most one chunk queued
-    // in each direction; that is all that may grow with the site count.
-    const double window_bound = extra * cfg.window * chunk_mib * 2 + kSlackMiB;
-    const double full_deltas = extra * model_mib;
-    const bool ok = growth <= window_bound && growth <= 0.5 * full_deltas;
-    pass = pass && ok;
+    pass = pass && r.ok;
     std::printf("%d -> %d sites: peak grew %.1f MiB (%.2f MiB per extra site); window bound "
                 "%.1f MiB; %d more full deltas would be %.1f MiB, growth is %.1f%% of that: %s\n",
-                base.sites, r.sites, growth, growth / extra, window_bound, extra, full_deltas,
-                100.0 * growth / full_deltas, ok ? "ok" : "too much");
+                base.sites, r.sites, r.growth, r.growth / extra, r.window_bound, extra,
+                r.extra_deltas, 100.0 * r.growth_share, r.ok ? "ok" : "too much");
   }
   std::printf("%s\n", pass ? "PASS" : "FAIL");
+  if (!cfg.json.empty()) write_json(cfg.json, cfg, chunks, model_mib, rows, pass);
   return pass ? 0 : 1;
 }
 
@@ -422,6 +479,8 @@ int main(int argc, char** argv) {
       cfg.repeat = std::atoi(value().c_str());
     } else if (a == "--codec") {
       cfg.codec = value();
+    } else if (a == "--json") {
+      cfg.json = value();
     } else if (a == "--serve-region") {  // internal: the measured process
       serve_topology = value();
     } else if (a == "--report") {

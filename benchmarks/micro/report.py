@@ -8,18 +8,33 @@ with its group's baseline of the same chunk size (BM_<group>_Memcpy, or for
 Seal BM_Seal_RawAes256Gcm), because absolute bandwidth depends on the machine
 and its load while the ratio mostly does not. Exits 0 whatever the numbers
 are; non-zero only when the benchmark could not run.
+
+The rows and their ratios come from fedwan's result reader
+(bindings/python/fedwan/_result_formats.py, the code behind
+`fedwan.results.load`), so this report and a notebook agree on every figure.
 """
+import importlib.util
 import json
-import re
-import statistics
 import subprocess
 import sys
+from pathlib import Path
 
-NAME = re.compile(r"^BM_(?P<group>[A-Za-z0-9]+)_(?P<what>[A-Za-z0-9]+)/(?P<arg>[^/]+)")
 GATE_RATIO = 0.5
-# The baseline each group's results are divided by; every other group: Memcpy.
-BASELINE = {"Seal": "RawAes256Gcm"}
 SEAL_GATE_RATIO = 0.8
+
+
+def result_formats():
+    """fedwan's result reader: this checkout's copy, loaded by path (it is
+    plain Python and needs no build), else an installed fedwan's."""
+    path = (Path(__file__).resolve().parents[2] / "bindings" / "python" / "fedwan"
+            / "_result_formats.py")
+    if not path.is_file():
+        from fedwan import _result_formats
+        return _result_formats
+    spec = importlib.util.spec_from_file_location("fedwan_result_formats", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def run(binary, extra):
@@ -38,46 +53,6 @@ def run(binary, extra):
         sys.exit(f"report.py: {binary} printed no JSON ({e})")
 
 
-def collect(doc):
-    """One (bytes/s, ns/iteration) per benchmark: the median when repeated.
-
-    Google Benchmark derives bytes_per_second from CPU time, so the time shown
-    is CPU time too; on a shared machine it is the steadier of the two. A
-    benchmark registered with UseRealTime or UseManualTime (its name ends in
-    /real_time or /manual_time) has bytes_per_second from that time, so its
-    wall time is shown: the Seal group uses it because its pipelined cases
-    work on two threads, which CPU time of one thread would not count."""
-    samples, medians = {}, {}
-    for b in doc.get("benchmarks", []):
-        if b.get("error_occurred"):
-            print(f"error in {b['name']}: {b.get('error_message', '')}")
-            continue
-        if "bytes_per_second" not in b:
-            continue
-        name = b.get("run_name", b["name"])
-        wall = name.endswith("/real_time") or name.endswith("/manual_time")
-        ns = b["real_time" if wall else "cpu_time"] * {
-            "ns": 1, "us": 1e3, "ms": 1e6, "s": 1e9}[b.get("time_unit", "ns")]
-        if b.get("run_type") == "aggregate":
-            if b.get("aggregate_name") == "median":
-                medians[name] = (b["bytes_per_second"], ns)
-        else:
-            samples.setdefault(name, []).append((b["bytes_per_second"], ns))
-    out = {}
-    for name, runs in samples.items():
-        out[name] = (statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs))
-    out.update(medians)
-    return out
-
-
-def human_bytes(arg):
-    try:
-        n = int(arg)
-    except ValueError:
-        return arg
-    return f"{n >> 20} MiB" if n % (1 << 20) == 0 else f"{n} B"
-
-
 def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
@@ -88,22 +63,25 @@ def main():
     print(f"host: {ctx.get('num_cpus', '?')} cpus at {ctx.get('mhz_per_cpu', '?')} MHz, "
           f"load average {ctx.get('load_avg', '?')}")
 
-    results = collect(doc)
-    by_key = {}  # (group, what, arg) -> (bytes/s, ns), whatever the name's time suffix
-    for name, value in results.items():
-        m = NAME.match(name)
-        if m:
-            by_key[(m["group"], m["what"], m["arg"])] = value
+    # One row per benchmark, the median when repeated, with its ratio to its
+    # group's baseline of the same chunk (memcpy; raw AES-256-GCM for Seal).
+    # The time is CPU time, the steadier on a shared machine, except where
+    # the benchmark's bytes/s comes from wall time (UseRealTime or
+    # UseManualTime): the Seal group's pipelined cases work on two threads,
+    # which CPU time of one thread would not count.
+    formats = result_formats()
+    for name, message in formats.google_benchmark_errors(doc):
+        print(f"error in {name}: {message}")
     rows, seal_rows = [], []
-    for name, (bps, ns) in results.items():
-        m = NAME.match(name)
-        if not m:
-            rows.append((name, "", bps, ns, None))
+    for r in formats.google_benchmark_rows(doc):
+        if r["bytes_per_second"] is None:
             continue
-        base = by_key.get((m["group"], BASELINE.get(m["group"], "Memcpy"), m["arg"]))
-        row = (f"{m['group']} {m['what']}", human_bytes(m["arg"]), bps, ns,
-               bps / base[0] if base else None)
-        (seal_rows if m["group"] == "Seal" else rows).append(row)
+        if r["group"] is None:
+            rows.append((r["benchmark"], "", r["bytes_per_second"], r["time_ns"], None))
+            continue
+        row = (f"{r['group']} {r['what']}", r["chunk"], r["bytes_per_second"], r["time_ns"],
+               r["ratio"])
+        (seal_rows if r["group"] == "Seal" else rows).append(row)
 
     if rows:
         print_table(rows, "cpu/iter", "x memcpy")
