@@ -15,6 +15,8 @@
 #include "fedwan/site_core.hpp"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <optional>
 
@@ -33,6 +35,17 @@
 #include "transport/secure_channel.hpp"
 
 namespace fedwan {
+namespace {
+
+// "0.5 s", "300 s": a timeout as its user gave it (a sub-second join
+// timeout must not read "within 0 s").
+std::string seconds_text(std::chrono::milliseconds d) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.3g s", static_cast<double>(d.count()) / 1000.0);
+  return text;
+}
+
+}  // namespace
 
 SiteCore::Impl::Impl(SiteOptions options, float* p, size_t n)
     : opt(std::move(options)),
@@ -321,8 +334,7 @@ SyncResult SiteCore::Impl::join() {
       }
       throw TimeoutError("site '" + self.id + "': no welcome from parent '" +
                          topo.node(self.parent_index).id + "' at " + link->endpoint() +
-                         " within " + std::to_string(opt.join_timeout.count() / 1000) +
-                         " s (is it running?)");
+                         " within " + seconds_text(opt.join_timeout) + " (is it running?)");
     }
     throw_if_stopped("while joining");
     pump(Millis(100), &res);

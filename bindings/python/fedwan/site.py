@@ -6,7 +6,7 @@ every model it loads over the group's own backend.
 """
 
 import os
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Literal, Optional
 
 from ._fedwan import ConfigError, Error, SiteCore, Topology
 
@@ -327,7 +327,7 @@ class Site:
             self.join()
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> Literal[False]:
         try:
             if exc_type is not None and self._core is not None and not self._core.closed:
                 # Cut short (Ctrl-C, an error in the training loop): keep what
@@ -454,6 +454,7 @@ class Site:
     def _share_status(self, what, result, failure) -> Dict[str, Any]:
         """Broadcasts the leader's outcome; raises on every rank when it failed."""
         torch, dist = self._torch, self._dist
+        assert dist is not None
         status = torch.zeros(_STATUS_FIELDS, dtype=torch.int64, device=self._comm_device)
         if self._leader:
             if failure is None:
@@ -472,9 +473,9 @@ class Site:
             dist.broadcast(message, src=self._src, group=self._group)
             if self._leader:
                 raise failure
-            text = bytes(message.cpu().tolist()).rstrip(b"\0").decode("utf-8", "replace")
+            reason = bytes(message.cpu().tolist()).rstrip(b"\0").decode("utf-8", "replace")
             raise Error(f"Site.{what}(): the site's leader (rank 0 of its process group) "
-                        f"failed: {text}")
+                        f"failed: {reason}")
         if not self._leader:
             self._inner_steps = int(values[4])
             result = {"round": int(values[1]), "finished": bool(values[2]),
@@ -485,6 +486,7 @@ class Site:
     def _broadcast_model(self) -> None:
         """The leader's model -> every rank's parameters, in one broadcast."""
         dist = self._dist
+        assert dist is not None
         if self._shared and self._comm_device.type == "cpu":
             dist.broadcast(self._flat, src=self._src, group=self._group)
             return

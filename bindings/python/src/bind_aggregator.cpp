@@ -12,6 +12,7 @@
 #include "bindings.hpp"
 #include "fedwan/aggregator.hpp"
 #include "fedwan/error.hpp"
+#include "typed_args.hpp"
 
 namespace fedwan::python {
 namespace {
@@ -39,27 +40,31 @@ void require_callable(const py::object& f, const char* what) {
 
 class PyAggregator {
  public:
-  PyAggregator(const py::handle& topology, const std::string& node_id,
-               const py::handle& initial_model, py::object on_round, py::object on_model,
-               double join_timeout_s, std::optional<double> round_timeout_s, int window,
-               const py::handle& credentials, bool insecure_plaintext, const std::string& cipher,
-               const py::handle& audit_log, const py::handle& checkpoint_dir, bool standby)
-      : on_round_(std::move(on_round)), on_model_(std::move(on_model)) {
+  PyAggregator(const TopologyArg& topology, const std::string& node_id,
+               const OptionalFloat32ArrayArg& initial_model, const RoundCallbackArg& on_round,
+               const ModelCallbackArg& on_model, double join_timeout_s,
+               std::optional<double> round_timeout_s, int window,
+               const OptionalPathArg& credentials, bool insecure_plaintext,
+               const std::string& cipher, const OptionalPathArg& audit_log,
+               const OptionalPathArg& checkpoint_dir, bool standby)
+      : on_round_(on_round.obj), on_model_(on_model.obj) {
     require_callable(on_round_, "on_round");
     require_callable(on_model_, "on_model");
     AggregatorOptions opt;
-    opt.topology = topology_from(topology);
+    opt.topology = topology_from(topology.obj);
     opt.node_id = node_id;
-    if (!initial_model.is_none()) {
-      const auto values = float32_values(initial_model, "initial_model");
+    if (!initial_model.obj.is_none()) {
+      const auto values = float32_values(initial_model.obj, "initial_model");
       opt.initial_model.assign(values.data(), values.data() + values.size());
     }
     opt.join_timeout = seconds_to_ms(join_timeout_s, "join_timeout_s");
     if (round_timeout_s) opt.round_timeout = seconds_to_ms(*round_timeout_s, "round_timeout_s");
     if (window < 1) throw ConfigError("window must be >= 1, got " + std::to_string(window));
     opt.window = window;
-    opt.security = security_options(credentials, insecure_plaintext, cipher, audit_log);
-    if (!checkpoint_dir.is_none()) opt.checkpoint_dir = path_from(checkpoint_dir, "checkpoint_dir");
+    opt.security = security_options(credentials.obj, insecure_plaintext, cipher, audit_log.obj);
+    if (!checkpoint_dir.obj.is_none()) {
+      opt.checkpoint_dir = path_from(checkpoint_dir.obj, "checkpoint_dir");
+    }
     opt.standby = standby;
     // The lambdas hold `this`, never a Python object: the core may copy or
     // destroy them without the GIL.
@@ -181,14 +186,29 @@ insecure_plaintext=True (and then only plaintext children can join); neither
 raises fedwan.ConfigError. `cipher` is "aes-256-gcm" or "chacha20-poly1305";
 `audit_log` a path for a hash-chained JSONL log of handshakes, updates and
 refusals.)")
-      .def(py::init<const py::handle&, const std::string&, const py::handle&, py::object,
-                    py::object, double, std::optional<double>, int, const py::handle&, bool,
-                    const std::string&, const py::handle&, const py::handle&, bool>(),
+      .def(py::init<const TopologyArg&, const std::string&, const OptionalFloat32ArrayArg&,
+                    const RoundCallbackArg&, const ModelCallbackArg&, double, std::optional<double>,
+                    int, const OptionalPathArg&, bool, const std::string&, const OptionalPathArg&,
+                    const OptionalPathArg&, bool>(),
            "topology"_a, "node_id"_a, "initial_model"_a = py::none(), "on_round"_a = py::none(),
            "on_model"_a = py::none(), "join_timeout_s"_a = 300.0, py::kw_only(),
            "round_timeout_s"_a = py::none(), "window"_a = 8, "credentials"_a = py::none(),
-           "insecure_plaintext"_a = false, "cipher"_a = "aes-256-gcm",
-           "audit_log"_a = py::none(), "checkpoint_dir"_a = py::none(), "standby"_a = false)
+           "insecure_plaintext"_a = false, "cipher"_a = "aes-256-gcm", "audit_log"_a = py::none(),
+           "checkpoint_dir"_a = py::none(), "standby"_a = false,
+           R"(Builds node `node_id` (a root or region) of `topology` (a Topology or the
+path of a topology file) and binds its endpoint.
+
+`initial_model` (root only): the float32 starting model, copied. `join_timeout_s`
+bounds the wait for every child to join; `round_timeout_s` each round (None: the
+topology's federation.round_timeout_s); both in seconds. `window`: frames queued
+per child and direction (>= 1). `checkpoint_dir`: write a checkpoint there at
+every round boundary and resume from the one found there at start.
+`standby=True` (node_id and credentials the root's; needs checkpoint_dir): run as
+the root's standby at root.standby_endpoint, keeping the checkpoints the root
+streams to it, and take over as root when the root falls silent.
+Raises fedwan.ConfigError (bad options, a node that is not an aggregator, missing
+or mismatched credentials), fedwan.CryptoError (an unusable certificate or CRL)
+or fedwan.TransportError (the endpoint cannot be bound).)")
       .def("run", &PyAggregator::run,
            R"(Serves until the last round is done (blocking, GIL released). Ctrl-C stops it
 within a second and raises KeyboardInterrupt (the last round boundary stays

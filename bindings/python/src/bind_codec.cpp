@@ -6,6 +6,7 @@
 #include "bindings.hpp"
 #include "fedwan/codec.hpp"
 #include "fedwan/error.hpp"
+#include "typed_args.hpp"
 
 namespace fedwan::python {
 namespace {
@@ -33,14 +34,15 @@ class ByteView {
   Py_buffer view_{};
 };
 
-py::bytes encode(const std::string& name, const py::handle& values, const py::handle& residual) {
+py::bytes encode(const std::string& name, const Float32ArrayArg& values,
+                 const OptionalFloat32ArrayArg& residual) {
   const Codec& codec = codec_by_name(name);
-  const auto in = float32_values(values, "values");
+  const auto in = float32_values(values.obj, "values");
   const size_t n = static_cast<size_t>(in.size());
   float* res = nullptr;
   py::array res_arr;
-  if (!residual.is_none()) {
-    res_arr = float32_buffer(residual, "residual", /*writable=*/true, /*non_empty=*/false);
+  if (!residual.obj.is_none()) {
+    res_arr = float32_buffer(residual.obj, "residual", /*writable=*/true, /*non_empty=*/false);
     if (static_cast<size_t>(res_arr.size()) != n) {
       throw ConfigError("residual has " + std::to_string(res_arr.size()) +
                         " elements, values " + std::to_string(n) +
@@ -61,15 +63,15 @@ py::bytes encode(const std::string& name, const py::handle& values, const py::ha
   return out;
 }
 
-bool validate(const std::string& name, const py::handle& data, size_t n) {
+bool validate(const std::string& name, const BytesLikeArg& data, size_t n) {
   const Codec& codec = codec_by_name(name);
-  const ByteView view(data);
+  const ByteView view(data.obj);
   return codec.validate(view.data(), view.size(), n);
 }
 
-py::array_t<float> decode(const std::string& name, const py::handle& data, size_t n) {
+py::array_t<float> decode(const std::string& name, const BytesLikeArg& data, size_t n) {
   const Codec& codec = codec_by_name(name);
-  const ByteView view(data);
+  const ByteView view(data.obj);
   if (!codec.validate(view.data(), view.size(), n)) {
     throw ProtocolError("not a valid " + name + " encoding of " + std::to_string(n) +
                         " values: " + std::to_string(view.size()) + " bytes, expected " +
@@ -88,23 +90,31 @@ py::array_t<float> decode(const std::string& name, const py::handle& data, size_
 
 void bind_codec(py::module_& m) {
   using namespace pybind11::literals;
-  m.def("codec_names", &codec_names, "Names of the registered codecs (fp32, fp16, bf16, int8, ...).");
+  m.def("codec_names", &codec_names,
+        R"(Names of the registered codecs (fp32, fp16, bf16, int8, ...), the values a
+topology's federation.codec and the `codec` argument of encode() take.)");
   m.def(
       "encoded_size",
       [](const std::string& name, size_t n) { return codec_by_name(name).encoded_size(n); },
-      "codec"_a, "n"_a, "Exact size in bytes of n values encoded with `codec`.");
+      "codec"_a, "n"_a,
+      R"(Exact size in bytes of n values encoded with `codec` (the wire size, before
+framing). Raises fedwan.ConfigError for an unknown codec name.)");
   m.def("encode", &encode, "codec"_a, "values"_a, "residual"_a = py::none(),
         R"(Encodes a float32 array (any shape, flattened) with `codec`; returns bytes.
 
 With `residual` (a C-contiguous, writeable float32 array of the same size) this is
 error feedback: values + residual are encoded and what the encoding lost is left in
 `residual`, so that over many calls the decoded sum tracks the true sum.
-Raises fedwan.Error for non-finite input (the residual is then unchanged).)");
+Raises fedwan.ConfigError for an unknown codec or an array of another dtype,
+layout or size, and fedwan.Error for non-finite input (the residual is then
+unchanged). The GIL is released while the codec runs.)");
   m.def("validate", &validate, "codec"_a, "data"_a, "n"_a,
-        "True when `data` is exactly a `codec` encoding of n finite values.");
+        R"(True when `data` (any contiguous bytes-like object) is exactly a `codec`
+encoding of n finite values: the check decode() makes before decoding.)");
   m.def("decode", &decode, "codec"_a, "data"_a, "n"_a,
-        "Decodes n values into a new float32 array; raises fedwan.ProtocolError when "
-        "validate() would return False.");
+        R"(Decodes n values from `data` (any contiguous bytes-like object) into a new
+float32 array of shape (n,). Raises fedwan.ProtocolError when validate() would
+return False (wrong size, non-finite values), naming the sizes.)");
 }
 
 }  // namespace fedwan::python

@@ -2,21 +2,19 @@
 // read-only views (copies) of a parsed and validated federation tree.
 #include <pybind11/stl.h>
 
+#include <optional>
 #include <sstream>
 
 #include "bindings.hpp"
 #include "fedwan/error.hpp"
+#include "typed_args.hpp"
 
 namespace fedwan::python {
 namespace {
 
-std::string fspath(const py::handle& path) {
-  return py::str(py::module_::import("os").attr("fspath")(path)).cast<std::string>();
-}
-
-py::object parent_or_none(const NodeSpec& n) {
-  if (n.parent.empty()) return py::none();
-  return py::str(n.parent);
+std::optional<std::string> parent_or_none(const NodeSpec& n) {
+  if (n.parent.empty()) return std::nullopt;
+  return n.parent;
 }
 
 std::string node_repr(const NodeSpec& n) {
@@ -43,7 +41,9 @@ void bind_topology(py::module_& m) {
   using namespace pybind11::literals;
 
   py::class_<NodeSpec>(m, "NodeSpec", "One node of a topology (read-only).")
-      .def_readonly("id", &NodeSpec::id)
+      .def_readonly("id", &NodeSpec::id,
+                    "Unique id of the node ([A-Za-z0-9._-], at most 64 characters); the "
+                    "node_id that SiteCore, Site and Aggregator take.")
       .def_property_readonly(
           "role", [](const NodeSpec& n) { return std::string(role_name(n.role)); },
           "'root', 'region' or 'site'.")
@@ -53,7 +53,8 @@ void bind_topology(py::module_& m) {
       .def_readonly("bind", &NodeSpec::bind, "Aggregators: endpoint to bind ('' = endpoint).")
       .def_readonly("weight", &NodeSpec::weight, "Sites: aggregation weight.")
       .def_readonly("index", &NodeSpec::index, "Position in the file; the wire sender id.")
-      .def_readonly("parent_index", &NodeSpec::parent_index)
+      .def_readonly("parent_index", &NodeSpec::parent_index,
+                    "Index of the parent node in Topology.nodes; 0 (meaningless) for the root.")
       .def_readonly("children", &NodeSpec::children, "Indices of the children, in file order.")
       .def_readonly("jurisdiction", &NodeSpec::jurisdiction,
                     "Aggregators: where it runs, for the residency policy ('' if unset).")
@@ -72,23 +73,39 @@ void bind_topology(py::module_& m) {
 
   py::class_<OuterOptimizerSpec>(m, "OuterOptimizerSpec",
                                  "The root's outer optimizer; unset values mean its defaults.")
-      .def_readonly("name", &OuterOptimizerSpec::name)
-      .def_readonly("lr", &OuterOptimizerSpec::lr)
-      .def_readonly("momentum", &OuterOptimizerSpec::momentum)
-      .def_readonly("beta1", &OuterOptimizerSpec::beta1)
-      .def_readonly("beta2", &OuterOptimizerSpec::beta2)
-      .def_readonly("eps", &OuterOptimizerSpec::eps)
+      .def_readonly("name", &OuterOptimizerSpec::name,
+                    "'fedavg' (params -= lr * mean delta), 'diloco' (Nesterov momentum on the "
+                    "pseudo-gradient) or 'fedadam'.")
+      .def_readonly("lr", &OuterOptimizerSpec::lr,
+                    "Outer learning rate; None: the optimizer's default (fedavg 1.0, diloco "
+                    "0.7, fedadam 0.01).")
+      .def_readonly("momentum", &OuterOptimizerSpec::momentum,
+                    "diloco only: Nesterov momentum in [0, 1); None: 0.9.")
+      .def_readonly("beta1", &OuterOptimizerSpec::beta1,
+                    "fedadam only: first-moment decay in [0, 1); None: 0.9.")
+      .def_readonly("beta2", &OuterOptimizerSpec::beta2,
+                    "fedadam only: second-moment decay in [0, 1); None: 0.99.")
+      .def_readonly("eps", &OuterOptimizerSpec::eps,
+                    "fedadam only: the denominator's epsilon, > 0; None: 1e-3.")
       .def("__repr__", [](const OuterOptimizerSpec& o) {
         return "OuterOptimizerSpec(name='" + o.name + "')";
       });
 
   py::class_<FederationSpec>(m, "FederationSpec", "Round settings of a topology (read-only).")
-      .def_readonly("rounds", &FederationSpec::rounds)
+      .def_readonly("rounds", &FederationSpec::rounds,
+                    "Number of rounds the federation runs (outer steps of the root).")
       .def_readonly("inner_steps", &FederationSpec::inner_steps, "H: local steps per round.")
-      .def_readonly("codec", &FederationSpec::codec)
-      .def_readonly("chunk_bytes", &FederationSpec::chunk_bytes)
-      .def_readonly("outer_optimizer", &FederationSpec::outer)
-      .def_readonly("round_timeout_s", &FederationSpec::round_timeout_s)
+      .def_readonly("codec", &FederationSpec::codec,
+                    "Codec of every delta and model on the wire (one of fedwan.codec_names()).")
+      .def_readonly("chunk_bytes", &FederationSpec::chunk_bytes,
+                    "Size of one chunk of a delta or model, in fp32 bytes (4 KiB .. 4 MiB), "
+                    "before encoding: the unit that is sent, aggregated and acknowledged.")
+      .def_readonly("outer_optimizer", &FederationSpec::outer,
+                    "The root's outer optimizer and its hyper-parameters (an "
+                    "OuterOptimizerSpec).")
+      .def_readonly("round_timeout_s", &FederationSpec::round_timeout_s,
+                    "How long a node waits for one round, in seconds; the default of "
+                    "SiteCore's and Aggregator's round_timeout_s.")
       .def_readonly("replica_every", &FederationSpec::replica_every,
                     "Every how many rounds a node with a checkpoint directory sends its checkpoint "
                     "to its parent (the root: to its standby); 0 = never.")
@@ -105,26 +122,37 @@ Build one with Topology.load(path) or Topology.parse(text); both validate the
 whole file and raise fedwan.ConfigError naming the file, the node and the
 problem. Every node of a federation must load the same topology (same digest).)")
       .def_static(
-          "load", [](const py::handle& path) { return Topology::load(fspath(path)); }, "path"_a,
-          "Loads and validates a topology YAML file.")
+          "load", [](const PathArg& path) { return Topology::load(path_from(path.obj, "path")); },
+          "path"_a,
+          R"(Loads and validates a topology YAML file (a str or os.PathLike path).
+Raises fedwan.ConfigError naming the file, the node and the problem, also when
+the file cannot be read.)")
       .def_static("parse", &Topology::parse, "text"_a, "source"_a = "<string>",
-                  "Parses and validates topology YAML; `source` names it in errors.")
-      .def_property_readonly("job", &Topology::job)
+                  R"(Parses and validates topology YAML text; `source` names it in errors.
+Raises fedwan.ConfigError naming the source, the node and the problem.)")
+      .def_property_readonly("job", &Topology::job,
+                             "Name of the federation's job; every frame carries its hash "
+                             "(job_id), and frames of another job are rejected.")
       .def_property_readonly("job_id", &Topology::job_id,
                              "First 8 bytes of SHA-256(job), little-endian (the wire job id).")
       .def_property_readonly(
           "federation", [](const Topology& t) { return t.federation(); },
           "The round settings (a copy).")
       .def_property_readonly(
-          "rounds", [](const Topology& t) { return t.federation().rounds; })
+          "rounds", [](const Topology& t) { return t.federation().rounds; },
+          "federation.rounds: the number of rounds.")
       .def_property_readonly(
-          "inner_steps", [](const Topology& t) { return t.federation().inner_steps; })
+          "inner_steps", [](const Topology& t) { return t.federation().inner_steps; },
+          "federation.inner_steps: H, local steps per round.")
       .def_property_readonly(
-          "codec", [](const Topology& t) { return t.federation().codec; })
+          "codec", [](const Topology& t) { return t.federation().codec; },
+          "federation.codec: the codec on the wire.")
       .def_property_readonly(
-          "chunk_bytes", [](const Topology& t) { return t.federation().chunk_bytes; })
+          "chunk_bytes", [](const Topology& t) { return t.federation().chunk_bytes; },
+          "federation.chunk_bytes: fp32 bytes per chunk.")
       .def_property_readonly(
-          "round_timeout_s", [](const Topology& t) { return t.federation().round_timeout_s; })
+          "round_timeout_s", [](const Topology& t) { return t.federation().round_timeout_s; },
+          "federation.round_timeout_s: how long a node waits for one round, in seconds.")
       .def_property_readonly(
           "outer_optimizer", [](const Topology& t) { return t.federation().outer.name; },
           "Name of the root's outer optimizer (fedavg, diloco, fedadam).")
@@ -140,21 +168,26 @@ problem. Every node of a federation must load the same topology (same digest).)"
           "The node with this id; raises fedwan.ConfigError when absent.")
       .def(
           "find",
-          [](const Topology& t, const std::string& id) -> py::object {
+          [](const Topology& t, const std::string& id) -> std::optional<NodeSpec> {
             const NodeSpec* n = t.find(id);
-            return n == nullptr ? py::none() : py::cast(*n);
+            if (n == nullptr) return std::nullopt;
+            return *n;
           },
-          "id"_a, "The node with this id, or None.")
+          "id"_a, "The node with this id (a copy), or None when there is none.")
       .def(
           "sites_under",
           [](const Topology& t, const std::string& id) {
             return ids_of(t, t.sites_under(t.node(id).index));
           },
-          "id"_a, "Ids of the sites in the subtree under node `id` (itself if a site).")
+          "id"_a,
+          "Ids of the sites in the subtree under node `id` (itself if a site), in file "
+          "order; raises fedwan.ConfigError for an unknown id.")
       .def(
           "weight_under",
           [](const Topology& t, const std::string& id) { return t.weight_under(t.node(id).index); },
-          "id"_a, "Total site weight under node `id`.")
+          "id"_a,
+          "Total weight of the sites under node `id` (its own weight if a site); raises "
+          "fedwan.ConfigError for an unknown id.")
       .def_property_readonly(
           "digest",
           [](const Topology& t) {
@@ -164,16 +197,23 @@ problem. Every node of a federation must load the same topology (same digest).)"
       .def(
           "k_min_for",
           [](const Topology& t, const std::string& id) { return t.k_min_for(t.node(id).index); },
-          "id"_a, "Effective k_min of a region (its own, else policy.k_min); 1 for the root.")
+          "id"_a,
+          "Effective k_min of node `id`: the fewest sites an aggregate a region forwards "
+          "must combine (its own k_min, else policy.k_min); 1 for the root and for sites.")
       .def(
           "residency_refusal",
           [](const Topology& t, const std::string& site, const std::string& aggregator) {
             return t.residency_refusal(site, aggregator);
           },
           "site"_a, "aggregator"_a,
-          "None when the site's delta may go to that aggregator, else the reason it may not.")
-      .def("digest_hex", &Topology::digest_hex, "The digest as 64 hex characters.")
-      .def("to_yaml", &Topology::to_yaml, "Renders back to YAML; parsing it gives the same digest.")
+          "Residency policy: None when site `site`'s delta may go to aggregator "
+          "`aggregator` (its own parent, in a jurisdiction its allowed_jurisdictions "
+          "admit), else the reason it may not. Unknown ids give a reason too; never raises.")
+      .def("digest_hex", &Topology::digest_hex,
+           "The digest as 64 lowercase hex characters; every node of a federation must "
+           "show the same.")
+      .def("to_yaml", &Topology::to_yaml,
+           "Renders the topology back to YAML text; parsing it gives the same digest.")
       .def("__repr__", [](const Topology& t) {
         return "Topology(job='" + t.job() + "', nodes=" + std::to_string(t.nodes().size()) +
                ", rounds=" + std::to_string(t.federation().rounds) + ", codec='" +
