@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "bindings.hpp"
+#include "typed_args.hpp"
 #include "fedwan/error.hpp"
 #include "fedwan/site_core.hpp"
 
@@ -31,20 +32,24 @@ py::dict sync_dict(const SyncResult& r) {
 // read-only properties never block.
 class PySiteCore {
  public:
-  PySiteCore(const py::handle& topology, const std::string& node_id, const py::handle& params,
-             double join_timeout_s, std::optional<double> round_timeout_s, int window,
-             const py::handle& credentials, bool insecure_plaintext, const std::string& cipher,
-             const py::handle& audit_log, const py::handle& checkpoint_dir)
-      : params_(float32_buffer(params, "params", /*writable=*/true, /*non_empty=*/true)) {
+  PySiteCore(const TopologyArg& topology, const std::string& node_id,
+             const Float32ArrayArg& params, double join_timeout_s,
+             std::optional<double> round_timeout_s, int window,
+             const OptionalPathArg& credentials, bool insecure_plaintext,
+             const std::string& cipher, const OptionalPathArg& audit_log,
+             const OptionalPathArg& checkpoint_dir)
+      : params_(float32_buffer(params.obj, "params", /*writable=*/true, /*non_empty=*/true)) {
     SiteOptions opt;
-    opt.topology = topology_from(topology);
+    opt.topology = topology_from(topology.obj);
     opt.node_id = node_id;
     opt.join_timeout = seconds_to_ms(join_timeout_s, "join_timeout_s");
     if (round_timeout_s) opt.round_timeout = seconds_to_ms(*round_timeout_s, "round_timeout_s");
     if (window < 1) throw ConfigError("window must be >= 1, got " + std::to_string(window));
     opt.window = window;
-    opt.security = security_options(credentials, insecure_plaintext, cipher, audit_log);
-    if (!checkpoint_dir.is_none()) opt.checkpoint_dir = path_from(checkpoint_dir, "checkpoint_dir");
+    opt.security = security_options(credentials.obj, insecure_plaintext, cipher, audit_log.obj);
+    if (!checkpoint_dir.obj.is_none()) {
+      opt.checkpoint_dir = path_from(checkpoint_dir.obj, "checkpoint_dir");
+    }
     core_ = std::make_unique<SiteCore>(std::move(opt), static_cast<float*>(params_.mutable_data()),
                                        static_cast<size_t>(params_.size()));
     inner_steps_ = core_->inner_steps();
@@ -175,7 +180,8 @@ class PySiteCore {
 
 void bind_site_core(py::module_& m) {
   using namespace pybind11::literals;
-  py::class_<PySiteCore>(m, "SiteCore", R"(The site side of the federation over a float32 NumPy array.
+  py::class_<PySiteCore>(m, "SiteCore",
+                         R"(The site side of the federation over a float32 NumPy array.
 
 `params` must be a C-contiguous, writeable float32 ndarray; it is used in place
 (no copy) and kept alive by this object. join() and sync() write the federation's
@@ -188,27 +194,30 @@ fedwan.provision_credentials). Without it the site needs insecure_plaintext=True
 which secure parents refuse; neither raises fedwan.ConfigError. `cipher` is
 "aes-256-gcm" or "chacha20-poly1305"; `audit_log` a path for a hash-chained JSONL
 log of handshakes and updates sent.)")
-      .def(py::init<const py::handle&, const std::string&, const py::handle&, double,
-                    std::optional<double>, int, const py::handle&, bool, const std::string&,
-                    const py::handle&, const py::handle&>(),
+      .def(py::init<const TopologyArg&, const std::string&, const Float32ArrayArg&, double,
+                    std::optional<double>, int, const OptionalPathArg&, bool, const std::string&,
+                    const OptionalPathArg&, const OptionalPathArg&>(),
            "topology"_a, "node_id"_a, "params"_a, "join_timeout_s"_a = 300.0, py::kw_only(),
            "round_timeout_s"_a = py::none(), "window"_a = 8, "credentials"_a = py::none(),
            "insecure_plaintext"_a = false, "cipher"_a = "aes-256-gcm",
            "audit_log"_a = py::none(), "checkpoint_dir"_a = py::none(),
-           "round_timeout_s=None uses the topology's federation.round_timeout_s. Raises "
+           "params: the C-contiguous float32 array the site trains (used in place). "
+           "join_timeout_s bounds join(); round_timeout_s bounds each sync() (None: the "
+           "topology's federation.round_timeout_s); window: frames in flight to the parent. "
+           "checkpoint_dir: a checkpoint at every round boundary, resumed from by join(). Raises "
            "fedwan.ConfigError (bad options, no credentials, a bundle of another node) or "
            "fedwan.CryptoError (the site's certificate is expired or revoked).")
       .def("join", &PySiteCore::join,
            "Connects and joins; afterwards params hold the federation's model. Ctrl-C while "
            "it waits stops the site (as stop() does) and raises KeyboardInterrupt within a "
-           "second. Returns "
-           "{round, finished, bytes_sent, bytes_received}. Raises fedwan.TimeoutError or "
-           "fedwan.ProtocolError (refused by the parent), fedwan.StoppedError after stop().")
+           "second. Returns {round, finished, bytes_sent, bytes_received, resynced}. Raises "
+           "fedwan.TimeoutError or fedwan.ProtocolError (refused by the parent), "
+           "fedwan.StoppedError after stop().")
       .def("sync", &PySiteCore::sync,
            "Ends the round: sends the pseudo-gradient, waits for the next model and loads it "
            "into params; Ctrl-C stops the site and raises KeyboardInterrupt within a second "
            "(checkpoint() then keeps the round's start). Returns {round, finished, "
-           "bytes_sent, bytes_received}. Raises "
+           "bytes_sent, bytes_received, resynced}. Raises "
            "fedwan.TimeoutError, fedwan.ProtocolError, fedwan.TransportError, or "
            "fedwan.StoppedError after stop().")
       .def("service", &PySiteCore::service,

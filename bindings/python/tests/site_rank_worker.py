@@ -1,14 +1,18 @@
 """One rank of a two-rank fedwan.Site under torch.distributed (gloo, CPU),
-started by test_site_ranks.py with RANK, WORLD_SIZE, MASTER_ADDR and
-MASTER_PORT set.
+started by test_site_ranks.py with RANK and WORLD_SIZE set; the ranks meet
+through a file (no port to collide with other tests).
 
 usage: site_rank_worker.py TOPOLOGY NODE_ID CREDENTIALS OUT_DIR JOIN_TIMEOUT_S
+
+A rank still running after 90 s prints every thread's stack and exits, so a
+hang fails the test with its stack rather than a timeout.
 
 Rank 0 uses CREDENTIALS; the other rank passes none (only the leader talks
 to the federation). Writes OUT_DIR/rank<r>.npy (the final parameters) and
 OUT_DIR/rank<r>.json (what the site reported), or OUT_DIR/rank<r>.error.
 """
 import datetime
+import faulthandler
 import json
 import os
 import sys
@@ -23,8 +27,11 @@ import fedwan
 
 def main():
     topology, node_id, creds, out_dir, join_timeout_s = sys.argv[1:6]
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
-    rank = dist.get_rank()
+    faulthandler.dump_traceback_later(90, exit=True)
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    dist.init_process_group("gloo", init_method="file://" + os.path.join(out_dir, "rendezvous"),
+                            rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=60))
     torch.manual_seed(7)  # the same initial model on every rank
     model = torch.nn.Sequential(torch.nn.Linear(8, 6), torch.nn.Tanh(), torch.nn.Linear(6, 2))
     opt = torch.optim.SGD(model.parameters(), lr=0.05)

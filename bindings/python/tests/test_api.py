@@ -79,7 +79,7 @@ def test_every_public_name_has_a_docstring():
 def test_signatures_name_the_accepted_types():
     # The arguments the bindings check themselves show their Python types,
     # not pybind11's `handle` / `object`.
-    for obj in (fedwan.Aggregator.__init__, fedwan.encode, fedwan.decode, fedwan.validate,
+    for obj in (fedwan.Aggregator.__init__, fedwan.SiteCore.__init__, fedwan.encode, fedwan.decode, fedwan.validate,
                 fedwan.Topology.load, fedwan.provision_credentials, fedwan.credentials_path,
                 fedwan.synthetic_local_steps):
         signature = obj.__doc__.splitlines()[0]
@@ -88,6 +88,9 @@ def test_signatures_name_the_accepted_types():
     assert "topology: Union[Topology, str, os.PathLike[str]]" in signature
     assert "initial_model: Optional[numpy.ndarray[numpy.float32]] = None" in signature
     assert "credentials: Optional[Union[str, os.PathLike[str]]] = None" in signature
+    signature = fedwan.SiteCore.__init__.__doc__.splitlines()[0]
+    assert "params: numpy.ndarray[numpy.float32]" in signature
+    assert "checkpoint_dir: Optional[Union[str, os.PathLike[str]]] = None" in signature
     assert "lr: float = 0.05)" in fedwan.synthetic_local_steps.__doc__.splitlines()[0]
 
 

@@ -6,7 +6,6 @@ error, not a hang."""
 
 import json
 import os
-import socket
 import subprocess
 import sys
 
@@ -24,34 +23,33 @@ if not dist.is_available():
 WORKER = os.path.join(os.path.dirname(__file__), "site_rank_worker.py")
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start_ranks(topo_path, node_id, creds, out_dir, join_timeout_s):
-    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
-               WORLD_SIZE="2", OMP_NUM_THREADS="1")
+    env = dict(os.environ, WORLD_SIZE="2", OMP_NUM_THREADS="1")
     # The workers import the same fedwan as this test.
     env["PYTHONPATH"] = os.pathsep.join(
         [os.path.dirname(os.path.dirname(fedwan.__file__))] +
         [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     return [subprocess.Popen(
         [sys.executable, WORKER, str(topo_path), node_id, str(creds), str(out_dir),
-         str(join_timeout_s)], env=dict(env, RANK=str(r)))
+         str(join_timeout_s)], env=dict(env, RANK=str(r)), stderr=subprocess.PIPE, text=True)
         for r in range(2)]
 
 
 def wait_all(procs, timeout=120):
+    """Waits for the ranks; fails with their stderr (a hung rank's stacks)
+    when one did not exit cleanly."""
+    errors = []
     try:
         for p in procs:
-            p.wait(timeout)
+            _, err = p.communicate(timeout=timeout)
+            if p.returncode != 0:
+                errors.append(f"rank exited with {p.returncode}:\n{err}")
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
                 p.wait()
+    assert not errors, "\n".join(errors)
 
 
 def initial_model():
