@@ -243,7 +243,18 @@ class Aggregator::Impl {
   std::unique_ptr<runtime::EventTimers::Timer> deadline_timer_;
   Millis heartbeat_, heartbeat_timeout_;
   double total_weight_ = 0;      // site weight under this node
-  bool anchor_intact_ = true;    // held_/anchor_ still equal the open round's anchor
+  // The open round's anchor values of the chunks the next anchor already
+  // replaced in held_/anchor_ (it is computed or arrives chunk by chunk), so
+  // that a child rejoining mid-round is welcomed with the round's own
+  // anchor, not a mix of two rounds. At most one model; cleared when a
+  // round opens.
+  std::map<uint32_t, std::vector<float>> replaced_anchor_;
+  // Called before chunk `chunk` of held_/anchor_ changes mid-round.
+  void keep_round_anchor(uint32_t chunk);
+  // Whether the open round's anchor differs from held_/anchor_ now.
+  bool anchor_replaced() const;
+  // The open round's anchor (held_/anchor_ with the replaced chunks put back).
+  std::vector<float> round_anchor() const;
   std::vector<float> anchor_;    // region: the anchor its children hold
   std::array<uint8_t, 32> round_anchor_digest_{};  // region: of anchor_ when the round opened
   // Root: the last anchor chunk of a round waits until the round's

@@ -24,8 +24,32 @@ namespace fedwan {
 namespace fs = std::filesystem;
 
 std::array<uint8_t, 32> Aggregator::Impl::anchor_digest() const {
+  if (anchor_replaced()) {
+    const std::vector<float> a = round_anchor();
+    return sha256(a.data(), a.size() * sizeof(float));
+  }
   const std::vector<float>& a = anchor_values();
   return sha256(a.data(), a.size() * sizeof(float));
+}
+
+void Aggregator::Impl::keep_round_anchor(uint32_t chunk) {
+  if (replaced_anchor_.count(chunk) != 0) return;  // the first change holds the round's values
+  const float* p = anchor_values().data() + plan_->offset(chunk);
+  replaced_anchor_.emplace(chunk, std::vector<float>(p, p + plan_->size(chunk)));
+}
+
+bool Aggregator::Impl::anchor_replaced() const {
+  return !replaced_anchor_.empty() &&
+         (phase_ == Phase::kTraining || phase_ == Phase::kAwaitAnchor);
+}
+
+std::vector<float> Aggregator::Impl::round_anchor() const {
+  std::vector<float> a = anchor_values();
+  if (!anchor_replaced()) return a;
+  for (const auto& [chunk, values] : replaced_anchor_) {
+    std::copy(values.begin(), values.end(), a.begin() + static_cast<ptrdiff_t>(plan_->offset(chunk)));
+  }
+  return a;
 }
 
 // ---- rejoining children -------------------------------------------------------
@@ -104,12 +128,16 @@ void Aggregator::Impl::on_rejoin(Child& c, const wire::ParsedFrame& f) {
     welcome_one(c, round_, false);
     return;
   }
-  if (in_round && anchor_intact_) {
+  if (in_round) {
+    // Mid-round, even once the next anchor has replaced some chunks: the
+    // child gets the round's own anchor (round_anchor()) and then the next
+    // anchor's chunks so far, and is expected for the chunks still open.
+    // Deferring it to the next boundary could wait for ever when the round
+    // needs its weight for quorum.
     welcome_one(c, round_, c.hello.model_digest != anchor_digest());
     return;
   }
-  // The anchor is changing under this round's finished chunks: welcome it
-  // at the next boundary, with the new anchor.
+  // Not in a round: welcome it at the next boundary, with the new anchor.
   c.rejoin_pending = true;
   if (acc_ && acc_->is_open()) acc_->set_expected(c.index, false);
   close_ready_chunks();

@@ -125,10 +125,16 @@ void Aggregator::Impl::all_children_joined() {
 
 void Aggregator::Impl::send_full_anchor(const Child& c) {
   const Codec& fp32 = *codec_by_id(CodecId::kFp32);
+  // The round's own anchor: chunks the next anchor already replaced go out
+  // as they were when the round opened (the child gets those next-anchor
+  // chunks after, from welcome_one).
+  std::vector<float> restored;
+  if (anchor_replaced()) restored = round_anchor();
+  const float* anchor = restored.empty() ? anchor_values().data() : restored.data();
   for (uint32_t i = 0; i < plan_->count(); ++i) {
     const uint32_t n = plan_->size(i);
     std::vector<uint8_t> payload(fp32.encoded_size(n));
-    fp32.encode(anchor_values().data() + plan_->offset(i), n, nullptr, payload.data());
+    fp32.encode(anchor + plan_->offset(i), n, nullptr, payload.data());
     wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kAnchor, round_);
     h.codec = static_cast<uint8_t>(CodecId::kFp32);
     h.flags = wire::kFlagFullAnchor;
@@ -160,7 +166,7 @@ void Aggregator::Impl::open_round(uint64_t round) {
   for (const Child& c : children_) {
     if (!c.live || c.rejoin_pending) acc_->set_expected(c.index, false);
   }
-  anchor_intact_ = true;
+  replaced_anchor_.clear();
   sent_up_.clear();
   next_anchor_.clear();
   // A region names the anchor it holds when it rejoins its parent.
@@ -294,6 +300,7 @@ void Aggregator::Impl::complete_chunk(uint32_t chunk) {
     // the encoding lost is carried into the next round's update.
     for (uint32_t k = 0; k < n; ++k) cs.mean[k] = global_[off + k] - held_[off + k];
     codec_->encode(cs.mean.data(), n, nullptr, payload.data());
+    keep_round_anchor(chunk);
     codec_->decode_accumulate(payload.data(), n, 1.0f, held_.data() + off);
     wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kAnchor, round_ + 1);
     h.codec = static_cast<uint8_t>(codec_->id());
@@ -302,7 +309,6 @@ void Aggregator::Impl::complete_chunk(uint32_t chunk) {
     h.element_count = n;
     h.total_elements = total_elements_;
     const Frame frame = std::make_shared<const std::vector<uint8_t>>(make_frame(h, payload));
-    anchor_intact_ = false;
     pending_reports_[round_].report.weight = cs.weight;
     if (acc_->round_complete()) {
       held_back_.emplace(frame, h);  // sent once the round's checkpoint is durable
@@ -562,8 +568,8 @@ void Aggregator::Impl::on_parent_anchor(const wire::ParsedFrame& f, const uint8_
                h.round, round_);
     return;
   }
+  keep_round_anchor(h.chunk_index);
   codec->decode_accumulate(f.payload, h.element_count, 1.0f, dst);
-  anchor_intact_ = false;
   anchor_progress_at_ = Clock::now();
   if (relay_round_ != h.round) {
     relay_round_ = h.round;
