@@ -128,7 +128,7 @@ def main():
               flush=True)
     for k in range(args.sites):
         node = f"site-{k}"
-        mine = site_args + ["--node", node, "--credentials", bundle(node),
+        mine = site_args + ["--site", node, "--credentials", bundle(node),
                             "--save", os.path.join(work, node)]
         env = dict(os.environ, OMP_NUM_THREADS="1")
         if args.ranks_per_site > 1 and use_torchrun:

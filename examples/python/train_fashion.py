@@ -8,14 +8,14 @@ sites through the aggregators and loads the federation's model.
 
 One process per site::
 
-    python3 train_fashion.py --topology federation.yaml --node site-0 \
+    python3 train_fashion.py --topology federation.yaml --site site-0 \
         --credentials pki/site-0
 
 A site of several ranks (DDP inside the site; rank 0 talks to the
 federation, the others receive the model over the site's process group)::
 
     torchrun --nproc_per_node 2 train_fashion.py --topology federation.yaml \
-        --node site-0 --credentials pki/site-0
+        --site site-0 --credentials pki/site-0
 
 launch.py starts a whole federation of these on this machine.
 """
@@ -98,7 +98,8 @@ def evaluate(model, images, labels):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--topology", required=True)
-    ap.add_argument("--node", required=True, help="this site's id in the topology")
+    # (not --node: torchrun would take it for an abbreviation of its --node-rank)
+    ap.add_argument("--site", required=True, help="this site's id in the topology")
     ap.add_argument("--credentials", help="this site's bundle directory (rank 0 only needs it)")
     ap.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
     ap.add_argument("--batch-size", type=int, default=32)
@@ -121,7 +122,7 @@ def main():
     topology = fedwan.Topology.load(args.topology)                            # fedwan
     sites = [n.id for n in topology.nodes if n.role == "site"]
     images, labels = load_fashion_mnist(args.data, "train")
-    rows = site_shard(labels, sites.index(args.node), len(sites), args.seed)
+    rows = site_shard(labels, sites.index(args.site), len(sites), args.seed)
     if args.max_samples:
         rows = rows[:args.max_samples]
     rows = rows[rank::world]  # this rank's part of the site's data
@@ -129,7 +130,7 @@ def main():
 
     model = initial_model(args.seed)
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
-    site = fedwan.Site(model, optimizer, topology=topology, node_id=args.node,  # fedwan
+    site = fedwan.Site(model, optimizer, topology=topology, node_id=args.site,  # fedwan
                        credentials=args.credentials if rank == 0 else None,     # fedwan
                        process_group=dist.group.WORLD if distributed else None)  # fedwan
     with site:                                                                # fedwan
@@ -142,7 +143,7 @@ def main():
                 loss.backward()
                 optimizer.step()
                 if site.step() is not None and rank == 0:                     # fedwan
-                    print(f"{args.node}: round {site.round} loss {loss.item():.4f}",
+                    print(f"{args.site}: round {site.round} loss {loss.item():.4f}",
                           flush=True)
                 if site.finished:                                             # fedwan
                     break
@@ -153,7 +154,7 @@ def main():
     if rank == 0:
         test_x, test_y = load_fashion_mnist(args.data, "t10k")
         n = min(args.eval_samples, len(test_y))
-        print(f"{args.node}: final accuracy {evaluate(model, test_x[:n], test_y[:n]):.4f} "
+        print(f"{args.site}: final accuracy {evaluate(model, test_x[:n], test_y[:n]):.4f} "
               f"on {n} test images", flush=True)
     if distributed:
         dist.destroy_process_group()
