@@ -157,6 +157,7 @@ def main():
         print(f"{args.site}: final accuracy {evaluate(model, test_x[:n], test_y[:n]):.4f} "
               f"on {n} test images", flush=True)
     if distributed:
+        dist.barrier()  # leave the group together, then tear it down
         dist.destroy_process_group()
 
 

@@ -61,6 +61,10 @@ def main():
         with open(os.path.join(out_dir, f"rank{rank}.error"), "w") as f:
             f.write(f"{type(e).__name__}: {e}")
     finally:
+        # Both ranks leave the group together: a rank tearing its Gloo
+        # connections down while the other still uses them can abort or hang
+        # the other's exit.
+        dist.barrier()
         dist.destroy_process_group()
 
 

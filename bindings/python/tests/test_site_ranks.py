@@ -40,10 +40,10 @@ def wait_all(procs, timeout=120):
     when one did not exit cleanly."""
     errors = []
     try:
-        for p in procs:
+        for rank, p in enumerate(procs):
             _, err = p.communicate(timeout=timeout)
             if p.returncode != 0:
-                errors.append(f"rank exited with {p.returncode}:\n{err}")
+                errors.append(f"rank {rank} exited with {p.returncode}:\n{err}")
     finally:
         for p in procs:
             if p.poll() is None:
