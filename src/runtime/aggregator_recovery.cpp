@@ -5,6 +5,7 @@
 // its hello, reconnecting with backoff and jitter.
 // docs/operations.md states the guarantees these steps give.
 #include <algorithm>
+#include <cstddef>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -15,6 +16,7 @@
 #include "common/atomic_file.hpp"
 #include "common/log.hpp"
 #include "common/sha256.hpp"
+#include "fedwan/codec.hpp"
 #include "fedwan/error.hpp"
 #include "runtime/aggregator_impl.hpp"
 #include "runtime/node_checkpoint.hpp"
@@ -47,12 +49,36 @@ std::vector<float> Aggregator::Impl::round_anchor() const {
   std::vector<float> a = anchor_values();
   if (!anchor_replaced()) return a;
   for (const auto& [chunk, values] : replaced_anchor_) {
-    std::copy(values.begin(), values.end(), a.begin() + static_cast<ptrdiff_t>(plan_->offset(chunk)));
+    const auto at = a.begin() + static_cast<std::ptrdiff_t>(plan_->offset(chunk));
+    std::copy(values.begin(), values.end(), at);
   }
   return a;
 }
 
 // ---- rejoining children -------------------------------------------------------
+
+void Aggregator::Impl::send_full_anchor(const Child& c) {
+  const Codec& fp32 = *codec_by_id(CodecId::kFp32);
+  // The round's own anchor: chunks the next anchor already replaced go out
+  // as they were when the round opened (the child gets those next-anchor
+  // chunks after, from welcome_one).
+  std::vector<float> restored;
+  if (anchor_replaced()) restored = round_anchor();
+  const float* anchor = restored.empty() ? anchor_values().data() : restored.data();
+  for (uint32_t i = 0; i < plan_->count(); ++i) {
+    const uint32_t n = plan_->size(i);
+    std::vector<uint8_t> payload(fp32.encoded_size(n));
+    fp32.encode(anchor + plan_->offset(i), n, nullptr, payload.data());
+    wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kAnchor, round_);
+    h.codec = static_cast<uint8_t>(CodecId::kFp32);
+    h.flags = wire::kFlagFullAnchor;
+    h.chunk_index = i;
+    h.chunk_count = plan_->count();
+    h.element_count = n;
+    h.total_elements = total_elements_;
+    send_child(c, make_frame(h, payload), h);
+  }
+}
 
 void Aggregator::Impl::welcome_one(Child& c, uint64_t round, bool full) {
   clear_outbox(c);

@@ -123,29 +123,6 @@ void Aggregator::Impl::all_children_joined() {
   phase_deadline_ = Clock::now() + round_timeout_;
 }
 
-void Aggregator::Impl::send_full_anchor(const Child& c) {
-  const Codec& fp32 = *codec_by_id(CodecId::kFp32);
-  // The round's own anchor: chunks the next anchor already replaced go out
-  // as they were when the round opened (the child gets those next-anchor
-  // chunks after, from welcome_one).
-  std::vector<float> restored;
-  if (anchor_replaced()) restored = round_anchor();
-  const float* anchor = restored.empty() ? anchor_values().data() : restored.data();
-  for (uint32_t i = 0; i < plan_->count(); ++i) {
-    const uint32_t n = plan_->size(i);
-    std::vector<uint8_t> payload(fp32.encoded_size(n));
-    fp32.encode(anchor + plan_->offset(i), n, nullptr, payload.data());
-    wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kAnchor, round_);
-    h.codec = static_cast<uint8_t>(CodecId::kFp32);
-    h.flags = wire::kFlagFullAnchor;
-    h.chunk_index = i;
-    h.chunk_count = plan_->count();
-    h.element_count = n;
-    h.total_elements = total_elements_;
-    send_child(c, make_frame(h, payload), h);
-  }
-}
-
 void Aggregator::Impl::welcome_children(uint64_t round) {
   // Each live child is welcomed at `round` and sent the model in full unless
   // it already holds exactly this anchor.
