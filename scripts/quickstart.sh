@@ -34,6 +34,9 @@ case "$mode" in
     exec "$BUILD_DIR/bin/fedwan" demo "$@"
     ;;
   test)
+    # No include runs upward between the library's folders
+    # (docs/architecture.md, "Layers").
+    "$PYTHON" scripts/check_layering.py .
     configure -DFEDWAN_BUILD_TESTS=ON -DFEDWAN_BUILD_BENCHMARKS=ON
     cmake --build "$BUILD_DIR" -j "$JOBS"
     # ctest runs the C++ suites, the demo checks and the Python suite

@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <random>
 
-#include "runtime/authorization.hpp"
+#include "security/authorization.hpp"
 #include "security/certs.hpp"
 #include "transport/secure_channel.hpp"
 
@@ -43,11 +43,11 @@ nodes:
     const Topology* t = &topo;
     if (client) {
       c.authorize = [t, self](const security::NodeIdentity& cert, const std::string&) {
-        return runtime::authorize_parent(*t, *self, cert);
+        return security::authorize_parent(*t, *self, cert);
       };
     } else {
       c.authorize = [t, self](const security::NodeIdentity& cert, const std::string& claimed) {
-        return runtime::authorize_child(*t, *self, cert, claimed);
+        return security::authorize_child(*t, *self, cert, claimed);
       };
     }
     return c;

@@ -7,13 +7,21 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include "fedwan/topology.hpp"
-
 namespace fedwan {
+
+// The outer optimizer a federation uses (the topology's
+// federation.outer_optimizer) and its hyper-parameters.
+struct OuterOptimizerSpec {
+  std::string name = "fedavg";  // fedavg | diloco | fedadam
+  std::optional<double> lr;      // default per optimizer
+  std::optional<double> momentum;
+  std::optional<double> beta1, beta2, eps;
+};
 
 class OuterOptimizer {
  public:

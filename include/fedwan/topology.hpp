@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "fedwan/outer_optimizer.hpp"
+
 namespace fedwan {
 
 enum class Role : uint8_t { kRoot = 0, kRegion = 1, kSite = 2 };
@@ -34,13 +36,6 @@ struct NodeSpec {
   // Declared last so existing aggregate initialisers keep their meaning.
   std::string standby_endpoint;  // "" = no standby
   std::string standby_bind;      // what the standby binds (defaults to standby_endpoint)
-};
-
-struct OuterOptimizerSpec {
-  std::string name = "fedavg";  // fedavg | diloco | fedadam
-  std::optional<double> lr;      // default per optimizer
-  std::optional<double> momentum;
-  std::optional<double> beta1, beta2, eps;
 };
 
 struct FederationSpec {

@@ -25,8 +25,8 @@
 #include <torch/utils.h>
 
 #include "cli/commands.hpp"
-#include "cli/fashion_mnist.hpp"
-#include "cli/fashion_model.hpp"
+#include "workload/fashion_mnist.hpp"
+#include "workload/fashion_model.hpp"
 #include "cli/placement.hpp"
 #include "cli/validators.hpp"
 #include "fedwan/codec.hpp"
@@ -37,6 +37,14 @@
 #include "security/tls_session.hpp"
 
 namespace fedwan::cli {
+
+using workload::FashionMnistData;
+using workload::FashionMnistSet;
+using workload::load_fashion_mnist;
+using workload::FashionCnn;
+using workload::make_fashion_cnn;
+using workload::Trainer;
+using workload::evaluate;
 namespace {
 
 namespace fs = std::filesystem;

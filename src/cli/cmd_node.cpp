@@ -13,8 +13,8 @@
 #include <torch/utils.h>
 
 #include "cli/commands.hpp"
-#include "cli/fashion_mnist.hpp"
-#include "cli/fashion_model.hpp"
+#include "workload/fashion_mnist.hpp"
+#include "workload/fashion_model.hpp"
 #include "cli/placement.hpp"
 #include "cli/validators.hpp"
 #include "common/atomic_file.hpp"
@@ -23,9 +23,18 @@
 #include "fedwan/error.hpp"
 #include "fedwan/site.hpp"
 #include "fedwan/synthetic.hpp"
-#include "runtime/partition.hpp"
+#include "workload/partition.hpp"
 
 namespace fedwan::cli {
+
+using workload::FashionMnistData;
+using workload::FashionMnistSet;
+using workload::load_fashion_mnist;
+using workload::FashionCnn;
+using workload::make_fashion_cnn;
+using workload::Trainer;
+using workload::Evaluation;
+using workload::evaluate;
 namespace {
 
 // SIGTERM/SIGINT: an aggregator stops at once (its last round boundary is
@@ -297,7 +306,7 @@ int run_site(const NodeArgs& a) {
   torch::Tensor images, labels;
   {
     const FashionMnistData train = load_fashion_mnist(FashionMnistSet::kTrain, w.data_dir);
-    const auto shards = runtime::dirichlet_partition(train.label_bytes, kFashionMnistClasses,
+    const auto shards = workload::dirichlet_partition(train.label_bytes, workload::kFashionMnistClasses,
                                                      num_sites, w.alpha, w.seed);
     const torch::Tensor rows = torch::tensor(
         std::vector<int64_t>(shards[ordinal].begin(), shards[ordinal].end()), torch::kInt64);

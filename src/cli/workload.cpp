@@ -5,15 +5,21 @@
 #include <torch/optim/sgd.h>
 #include <torch/utils.h>
 
-#include "cli/fashion_mnist.hpp"
-#include "cli/fashion_model.hpp"
+#include "workload/fashion_mnist.hpp"
+#include "workload/fashion_model.hpp"
 #include "cli/validators.hpp"
 #include "fedwan/error.hpp"
 #include "fedwan/flat_parameters.hpp"
 #include "fedwan/synthetic.hpp"
-#include "runtime/partition.hpp"
+#include "workload/partition.hpp"
 
 namespace fedwan::cli {
+
+using workload::FashionMnistData;
+using workload::FashionMnistSet;
+using workload::load_fashion_mnist;
+using workload::FashionCnn;
+using workload::make_fashion_cnn;
 
 void add_workload_flags(CLI::App& app, WorkloadSettings& s) {
   app.add_option("--trainer", s.trainer, "what to train: fashion-cnn or synthetic")
@@ -71,7 +77,7 @@ std::unique_ptr<torch::optim::Optimizer> make_inner_optimizer(torch::nn::Module&
 
 std::vector<std::vector<uint32_t>> fashion_shards(const WorkloadSettings& s, size_t num_sites) {
   const FashionMnistData train = load_fashion_mnist(FashionMnistSet::kTrain, s.data_dir);
-  return runtime::dirichlet_partition(train.label_bytes, kFashionMnistClasses, num_sites,
+  return workload::dirichlet_partition(train.label_bytes, workload::kFashionMnistClasses, num_sites,
                                       s.alpha, s.seed);
 }
 

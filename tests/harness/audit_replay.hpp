@@ -12,7 +12,7 @@
 //  - the store (option record_updates_dir): <dir>/<sha256 hex> holds the exact
 //    payload bytes of every accepted update.
 //
-// The arithmetic is the root's (runtime/aggregator_rounds.cpp with
+// The arithmetic is the root's (aggregator/aggregator_rounds.cpp with
 // aggregation/round_accumulator.cpp): rounds in increasing order, begin_round
 // once per round; per chunk with at least one accepted update, a zero fp32
 // sum, decode_accumulate of every accepted payload in audit order with its

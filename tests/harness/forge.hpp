@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "common/sha256.hpp"
-#include "runtime/checkpoint_file.hpp"
+#include "checkpoint/checkpoint_file.hpp"
 
 namespace fedwan::testing {
 

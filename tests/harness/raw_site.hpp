@@ -14,8 +14,8 @@
 #include "fedwan/codec.hpp"
 #include "fedwan/security.hpp"
 #include "fedwan/topology.hpp"
-#include "runtime/authorization.hpp"
-#include "runtime/node_frames.hpp"
+#include "security/authorization.hpp"
+#include "node/node_frames.hpp"
 #include "security/tls_session.hpp"
 #include "transport/links.hpp"
 #include "transport/secure_channel.hpp"
@@ -41,7 +41,7 @@ inline SecurityFactory test_client_security(const Topology& topo, const std::str
   c.authorize = [&topo, self, check_parent](const security::NodeIdentity& cert,
                                             const std::string&) -> std::optional<std::string> {
     if (!check_parent) return std::nullopt;
-    return runtime::authorize_parent(topo, *self, cert);
+    return security::authorize_parent(topo, *self, cert);
   };
   return [c](const std::string& peer) {
     return std::make_unique<SecureChannel>(c, /*is_client=*/true, peer);

@@ -21,8 +21,8 @@
 #include "harness/node_threads.hpp"
 #include "harness/process.hpp"
 #include "harness/raw_site.hpp"
-#include "runtime/checkpoint_file.hpp"
-#include "runtime/node_frames.hpp"
+#include "checkpoint/checkpoint_file.hpp"
+#include "node/node_frames.hpp"
 #include "security/audit_log.hpp"
 
 namespace fedwan::testing {

@@ -12,7 +12,7 @@
 #include "harness/raw_site.hpp"
 #include "harness/reference_federation.hpp"
 #include "common/sha256.hpp"
-#include "runtime/node_frames.hpp"
+#include "node/node_frames.hpp"
 #include "wire/frame.hpp"
 
 namespace fedwan::testing {

@@ -13,7 +13,7 @@
 #include "harness/node_threads.hpp"
 #include "harness/raw_site.hpp"
 #include "harness/reference_federation.hpp"
-#include "runtime/checkpoint_file.hpp"
+#include "checkpoint/checkpoint_file.hpp"
 
 namespace fedwan::testing {
 namespace {

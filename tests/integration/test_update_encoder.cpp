@@ -12,7 +12,7 @@
 #include "fedwan/error.hpp"
 #include "harness/federation_fixture.hpp"
 #include "harness/reference_federation.hpp"
-#include "runtime/node_checkpoint.hpp"
+#include "checkpoint/node_checkpoint.hpp"
 
 namespace fedwan::testing {
 namespace {
@@ -132,9 +132,9 @@ TEST(UpdateEncoder, CheckpointsCarryTheEncodersResidualBothWays) {
     const HostUpdateEncoder& used = *encoders[site++];
     EXPECT_GE(used.reads, 3) << "a checkpoint at every round boundary reads the residual";
     // The last checkpoint holds the residual the encoder ended with.
-    const auto loaded = runtime::load_node_checkpoint(checkpoints / n.id, topo, n.id);
+    const auto loaded = checkpoint::load_node_checkpoint(checkpoints / n.id, topo, n.id);
     ASSERT_TRUE(loaded.has_value());
-    const std::vector<float> saved = runtime::floats_of(loaded->checkpoint, "residual", 0);
+    const std::vector<float> saved = checkpoint::floats_of(loaded->checkpoint, "residual", 0);
     ASSERT_FALSE(saved.empty());
     EXPECT_TRUE(bit_equal(saved, used.residual));
     bool nonzero = false;

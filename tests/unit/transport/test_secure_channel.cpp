@@ -7,7 +7,7 @@
 #include <random>
 
 #include "fedwan/error.hpp"
-#include "runtime/authorization.hpp"
+#include "security/authorization.hpp"
 #include "security/certs.hpp"
 #include "transport/secure_channel.hpp"
 #include "wire/frame.hpp"
@@ -50,11 +50,11 @@ class SecureChannelTest : public ::testing::Test {
     const Topology* t = topo_;
     if (is_client) {
       c.authorize = [t, self](const security::NodeIdentity& cert, const std::string&) {
-        return runtime::authorize_parent(*t, *self, cert);
+        return security::authorize_parent(*t, *self, cert);
       };
     } else {
       c.authorize = [t, self](const security::NodeIdentity& cert, const std::string& claimed) {
-        return runtime::authorize_child(*t, *self, cert, claimed);
+        return security::authorize_child(*t, *self, cert, claimed);
       };
     }
     c.on_event = [this](const LinkEvent& e) { events_.push_back(e); };

@@ -1,0 +1,524 @@
+// Aggregator: the root and region roles of the round protocol.
+//
+// One thread owns both sockets (children ROUTER, parent DEALER) and runs an
+// event loop. Deltas are accumulated chunk by chunk as they stream in; a
+// region forwards chunk i upward the moment every child's chunk i is in, the
+// root steps the outer optimizer on chunk i and streams the new anchor's
+// chunk i down. See docs/protocol.md for the message sequence.
+//
+// This file: construction, sending through the per-peer outboxes, the event
+// loop, the children's frame dispatch and deadlines. The protocol steps are
+// in aggregator_rounds.cpp, a region's parent side in
+// aggregator_recovery.cpp, the Impl class in aggregator_impl.hpp.
+#include "fedwan/aggregator.hpp"
+
+#include <algorithm>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/log.hpp"
+#include "common/sha256.hpp"
+#include "fedwan/codec.hpp"
+#include "fedwan/error.hpp"
+#include "fedwan/outer_optimizer.hpp"
+#include "aggregator/aggregator_impl.hpp"
+#include "node/node_frames.hpp"
+#include "checkpoint/replica_fetch.hpp"
+#include "security/noise_filter.hpp"
+
+namespace fedwan {
+namespace {
+
+constexpr Millis kPoll{100};
+
+}  // namespace
+
+Aggregator::Impl::Impl(AggregatorOptions options)
+    : opt_(std::move(options)),
+      topo_(opt_.topology),
+      self_(topo_.node(opt_.node_id)),
+      is_root_(self_.role == Role::kRoot),
+      codec_(&codec_by_name(topo_.federation().codec)) {
+  if (self_.role == Role::kSite) {
+    throw ConfigError("node '" + self_.id + "' is a site; run it with `fedwan site`");
+  }
+  if (opt_.standby && (!is_root_ || self_.standby_endpoint.empty())) {
+    throw ConfigError("--standby: '" + self_.id + "' is " +
+                      (is_root_ ? "a root without standby_endpoint in the topology"
+                                : std::string("not the root")) +
+                      "; a standby runs as the root node of a topology that names its "
+                      "standby_endpoint");
+  }
+  if (opt_.standby && opt_.checkpoint_dir.empty()) {
+    throw ConfigError("--standby needs --checkpoint-dir: the standby keeps the root's "
+                      "checkpoints there");
+  }
+  round_timeout_ = opt_.round_timeout.value_or(
+      Millis(static_cast<int64_t>(topo_.federation().round_timeout_s * 1000)));
+  limits_.max_chunk_elements = static_cast<uint32_t>(topo_.federation().chunk_bytes / 4);
+  limits_.max_piece_bytes = static_cast<uint32_t>(topo_.federation().chunk_bytes);
+  if (is_root_) {
+    if (opt_.initial_model.empty()) {
+      throw ConfigError("root '" + self_.id + "' needs an initial model (flat fp32 parameters)");
+    }
+    global_ = std::move(opt_.initial_model);
+    init_model_state(global_.size());
+    held_ = global_;
+    model_digest_ = sha256(global_.data(), global_.size() * sizeof(float));
+    outer_ = make_outer_optimizer(topo_.federation().outer, global_.size());
+  } else if (!opt_.initial_model.empty()) {
+    throw ConfigError("only the root takes an initial model; '" + self_.id + "' is a region");
+  }
+  for (uint32_t idx : self_.children) {
+    const NodeSpec& n = topo_.node(idx);
+    Child c;
+    c.index = idx;
+    c.id = n.id;
+    c.is_site = n.role == Role::kSite;
+    if (!c.is_site) region_children_ += 1;
+    for (uint32_t s : topo_.sites_under(idx)) c.weight += topo_.node(s).weight;
+    total_weight_ += c.weight;
+    child_slot_[c.id] = children_.size();
+    children_.push_back(std::move(c));
+  }
+  child_out_.resize(children_.size());
+  serving_.resize(children_.size());
+  LinkOptions lo;
+  lo.window = opt_.window;
+  lo.max_message_bytes =
+      static_cast<int64_t>(wire::kHeaderSize + topo_.federation().chunk_bytes + 4096);
+  const std::string bind =
+      opt_.standby ? (self_.standby_bind.empty() ? self_.standby_endpoint : self_.standby_bind)
+                   : (self_.bind.empty() ? self_.endpoint : self_.bind);
+  security_ = std::make_unique<node::NodeSecurity>(opt_.security, topo_, self_);
+  children_link_ = std::make_unique<ChildrenLink>(ctx_, bind, lo, security_->children_factory(),
+                                                  security_->children_admission());
+  if (!is_root_) {
+    const NodeSpec& parent = topo_.node(self_.parent_index);
+    parent_link_ = std::make_unique<ParentLink>(ctx_, parent.endpoint, self_.id, lo,
+                                                security_->parent_factory());
+  }
+  const FederationSpec& fed = topo_.federation();
+  heartbeat_ = Millis(static_cast<int64_t>(fed.heartbeat_s * 1000));
+  heartbeat_timeout_ = Millis(static_cast<int64_t>(fed.heartbeat_timeout_s * 1000));
+  deadline_timer_ = timers_.make_timer();
+  timers_.every(heartbeat_, [this] { on_heartbeat_timer(); });
+  parent_heard_ = parent_link_opened_ = root_heard_ = Clock::now();
+  if (!opt_.checkpoint_dir.empty()) {
+    replicas_ = std::make_unique<checkpoint::ReplicaStore>(
+        std::filesystem::path(opt_.checkpoint_dir) / "replicas", topo_.digest(), 2,
+        security_->verifier(), topo_.job());
+  }
+  log().info("[agg:{}] {}{} serving {} children on {}", self_.id, role_name(self_.role),
+             opt_.standby ? " (standby)" : "", children_.size(), bind);
+}
+
+void Aggregator::Impl::recover() {
+  bool resumed = resume_from_checkpoint();
+  if (!resumed && !is_root_ && !opt_.checkpoint_dir.empty() &&
+      checkpoint::fetch_replica(
+          *parent_link_,
+          [this](const std::string& why) -> ParentLink& {
+            reconnect_parent(why);
+            return *parent_link_;
+          },
+          topo_, self_, opt_.checkpoint_dir, 0, opt_.join_timeout, *security_,
+          &stop_requested)) {
+    // Its own checkpoints were gone or corrupt; the parent kept a copy.
+    resumed = resume_from_checkpoint();
+  }
+  if (!resumed && corrupt_root_) {
+    // Only corrupt checkpoints: the standby's copy, or no start at all
+    // (starting over beside them would redo committed rounds).
+    open_standby_link();
+    if (checkpoint::fetch_replica(
+            *standby_link_,
+            [this](const std::string&) -> ParentLink& {
+              open_standby_link();
+              return *standby_link_;
+            },
+            topo_, self_, opt_.checkpoint_dir, total_elements_, opt_.join_timeout,
+            *security_, &stop_requested)) {
+      resumed = resume_from_checkpoint();
+    }
+    if (!resumed) {
+      throw CryptoError("root '" + self_.id + "': its checkpoints are corrupt and its standby "
+                        "keeps no copy; restore one (see docs/operations.md) or move the "
+                        "directory away to start over");
+    }
+  }
+  if (resumed) {
+    log().info("[agg:{}] resumed from its checkpoint at round {}", self_.id, round_);
+  } else if (opt_.standby) {
+    standby_passive_ = true;  // until the root dies
+    log().info("[agg:{}] standby: keeping the root's checkpoints until it is needed", self_.id);
+  }
+  if (is_root_ && !opt_.standby && !self_.standby_endpoint.empty() && !standby_link_) {
+    open_standby_link();
+  }
+}
+
+void Aggregator::Impl::init_model_state(uint64_t total_elements) {
+  total_elements_ = total_elements;
+  limits_.max_total_elements = total_elements;
+  // A child's checkpoint holds a few model-sized sections (parameters,
+  // anchor, residual, optimizer state): one announcing far more is refused
+  // before any of it reaches the disk.
+  limits_.max_checkpoint_bytes = (uint64_t{64} << 20) + total_elements * sizeof(float) * 16;
+  plan_ = ChunkPlan::from_bytes(total_elements, topo_.federation().chunk_bytes);
+  std::vector<uint32_t> ids;
+  for (uint32_t idx : self_.children) ids.push_back(idx);
+  acc_.emplace(*plan_, ids);
+}
+
+// ---- sending ------------------------------------------------------------------
+
+void Aggregator::Impl::send_child(const Child& c, Frame frame, const wire::FrameHeader& h) {
+  Outbox& box = child_out_[child_slot_.at(c.id)];
+  if (box.frames.empty()) box.waiting_since = Clock::now();
+  box.frames.push_back({std::move(frame), h});
+  flush();
+}
+
+void Aggregator::Impl::send_parent(std::vector<uint8_t> frame) {
+  if (parent_out_.frames.empty()) parent_out_.waiting_since = Clock::now();
+  parent_out_.frames.push_back(
+      {std::make_shared<const std::vector<uint8_t>>(std::move(frame)), wire::FrameHeader{}});
+  flush();
+}
+
+bool Aggregator::Impl::flush() {
+  pump_serving();
+  for (size_t i = 0; i < children_.size(); ++i) {
+    Outbox& box = child_out_[i];
+    while (!box.frames.empty()) {
+      const Outgoing& head = box.frames.front();
+      std::optional<size_t> sent;
+      try {
+        sent = children_link_->try_send(children_[i].id, *head.frame);
+      } catch (const TransportError&) {
+        // Not connected: a site that holds the final anchor may have left,
+        // others are gone or reconnecting. What they missed reaches them as
+        // a resync when they say hello again (aggregator_recovery.cpp).
+        log().debug("[agg:{}] '{}' is not connected; dropped {} queued frames", self_.id,
+                    children_[i].id, box.frames.size());
+        box.frames.clear();
+        break;
+      }
+      if (!sent) break;
+      // Replicas are not round traffic (summary_.replica_bytes counts them).
+      if (head.header.type != wire::MsgType::kCheckpoint) {
+        ledger_.charge_frame(head.header, *sent, round_);
+      }
+      box.sent += 1;
+      box.frames.pop_front();
+      box.waiting_since = Clock::now();
+    }
+  }
+  while (!parent_out_.frames.empty()) {
+    if (!parent_link_->established() ||
+        !parent_link_->try_send(*parent_out_.frames.front().frame)) {
+      break;
+    }
+    parent_out_.frames.pop_front();
+    parent_out_.waiting_since = Clock::now();
+  }
+  pump_upload();
+  return outboxes_empty();
+}
+
+bool Aggregator::Impl::outboxes_empty() const {
+  if (!parent_out_.frames.empty()) return false;
+  for (const Outbox& box : child_out_) {
+    if (!box.frames.empty()) return false;
+  }
+  return true;
+}
+
+void Aggregator::Impl::refuse(const std::string& peer, const std::string& reason, bool count) {
+  if (count) summary_.rejected_frames += 1;
+  // A child can provoke refusals at will: logged, audited and answered at
+  // a bounded rate (the rest are counted in the summary entries).
+  if (!security_->audit_noise("refusal", security::noise_key("refusal:" + peer, reason),
+                              {{"peer", peer}, {"round", round_}, {"reason", reason}},
+                              "[agg:" + self_.id + "] refused '" + peer + "': " + reason)) {
+    return;
+  }
+  try {
+    // Best effort and never queued: a refused peer may not be reading.
+    (void)children_link_->try_send(peer, reject_frame(topo_, self_.index, round_, reason));
+  } catch (const Error& e) {
+    // An unknown or vanished peer cannot be told; the refusal is logged.
+    log().debug("[agg:{}] could not deliver refusal to '{}': {}", self_.id, peer, e.what());
+  }
+}
+
+void Aggregator::Impl::clear_outbox(const Child& c) {
+  child_out_[child_slot_.at(c.id)].frames.clear();
+}
+
+void Aggregator::Impl::send_done(uint64_t rounds) {
+  for (const Child& c : children_) {
+    wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kDone, rounds);
+    send_child(c, make_frame(h, {}), h);
+  }
+}
+
+// ---- event loop ---------------------------------------------------------------
+
+AggregatorSummary Aggregator::Impl::run() {
+  if (!recovered_) {
+    recovered_ = true;
+    recover();
+  }
+  // A resumed node is past joining: its round has the round timeout.
+  phase_deadline_ = Clock::now() + (phase_ == Phase::kJoining ? opt_.join_timeout : round_timeout_);
+  while (phase_ != Phase::kDone) {
+    if (stop_requested.load()) throw StoppedError("aggregator '" + self_.id + "' stopped");
+    // Replica pieces wait for room in a window like frames in an outbox.
+    bool serving = upload_ != nullptr;
+    for (const Serving& s : serving_) serving = serving || s.reader != nullptr;
+    const bool pending = !flush() || serving;
+    zmq::pollitem_t items[2] = {
+        {children_link_->socket().handle(), 0, ZMQ_POLLIN, 0},
+        {parent_link_ ? parent_link_->socket().handle() : nullptr, 0,
+         static_cast<short>(ZMQ_POLLIN | (parent_out_.frames.empty() ? 0 : ZMQ_POLLOUT)), 0}};
+    // A ROUTER cannot signal room for one particular child, so while frames
+    // wait the loop polls briefly instead of sleeping.
+    poll_items(items, parent_link_ ? 2 : 1, pending ? Millis(2) : kPoll);
+    timers_.poll();
+    Incoming in;
+    // Drain a bounded batch per socket so neither side starves the other.
+    for (int i = 0; i < 64 && children_link_->recv(&in, Millis(0)); ++i) on_child_frame(in);
+    if (parent_link_) {
+      try {
+        for (int i = 0; i < 64 && phase_ != Phase::kDone && parent_link_->recv(&in, Millis(0));
+             ++i) {
+          on_parent_frame(in);
+        }
+      } catch (const CryptoError& e) {
+        // See SiteCore::Impl::pump: a session failure anyone on the path can
+        // cause, or a re-handshake after the first welcome, is retried with
+        // backoff; a real refusal ends in the round timeout. A parent that
+        // proved who it is and is the wrong one ends the first join at once.
+        if (!parent_contact_ && parent_link_->security().failure_is_final()) throw;
+        security_->log_noise("parent-link:" + self_.id,
+                             "[agg:" + self_.id + "] " + e.what() + "; will reconnect");
+        parent_heard_ = Clock::time_point{};
+        if (!parent_contact_) parent_link_opened_ = Clock::time_point{};  // a new session soon
+      }
+    }
+    if (standby_link_) {
+      try {
+        for (int i = 0; i < 16 && standby_link_->recv(&in, Millis(0)); ++i) on_standby_frame(in);
+        if (!standby_seen_ && standby_link_->established()) {
+          // The standby answered the handshake: it is there.
+          standby_heard_ = Clock::now();
+          standby_seen_ = true;
+          if (standby_warned_) security_->audit("standby_back", {{"round", round_}});
+          standby_warned_ = false;
+        }
+      } catch (const CryptoError& e) {
+        security_->log_noise("standby-link:" + self_.id,
+                             "[agg:" + self_.id + "] link to its standby: " + e.what());
+        standby_seen_ = false;
+        standby_heard_ = Clock::time_point{};
+      }
+    }
+    maybe_finish();
+    check_deadlines();
+  }
+  // Deliver what is still queued (the last anchors, done, telemetry).
+  const auto deadline = Clock::now() + std::min<Millis>(round_timeout_, Millis(30000));
+  while (!flush() && Clock::now() < deadline) {
+    zmq::pollitem_t item{children_link_->socket().handle(), 0, ZMQ_POLLOUT, 0};
+    poll_items(&item, 1, Millis(2));
+  }
+  for (size_t i = 0; i < children_.size(); ++i) {
+    log().debug("[agg:{}] sent {} frames to '{}'", self_.id, child_out_[i].sent, children_[i].id);
+  }
+  if (!outboxes_empty()) {
+    size_t left = parent_out_.frames.size();
+    for (const Outbox& box : child_out_) left += box.frames.size();
+    log().warn("[agg:{}] {} frames were not delivered before shutdown", self_.id, left);
+  }
+  summary_.rejected_frames += children_link_->counters().rejected;
+  summary_.security_mode = security_->plaintext() ? "plaintext" : "mtls/" + opt_.security.cipher;
+  summary_.handshake_ms = security_->handshake_ms();
+  security_->tick(/*all=*/true);
+  summary_.alarms = security_->alarms();
+  // A standby that never took over has no model of the federation.
+  if (is_root_ && !standby_passive_) summary_.global_model = global_;
+  return summary_;
+}
+
+void Aggregator::Impl::maybe_finish() {
+  if (phase_ != Phase::kDraining) return;
+  bool reported =
+      is_root_ ? pending_reports_.empty() : telemetry_sent_through_ >= relayed_through_;
+  if (!reported && Clock::now() >= finish_deadline_) {
+    // A child that was lost never reports its traffic: report without it.
+    log().warn("[agg:{}] reporting the last rounds without some children's traffic", self_.id);
+    force_reports_ = true;
+    if (is_root_) {
+      std::vector<uint64_t> rounds;
+      for (const auto& [r, p] : pending_reports_) rounds.push_back(r);
+      for (uint64_t r : rounds) try_finish_round_report(r);
+    } else {
+      for (uint64_t r = telemetry_sent_through_; r < relayed_through_; ++r) try_send_telemetry(r);
+    }
+    reported = true;
+  }
+  if (!reported) return;
+  std::string missing;
+  for (const Child& c : children_) {
+    if (!c.confirmed_end) missing += (missing.empty() ? "" : ", ") + c.id;
+  }
+  if (!missing.empty()) {
+    if (Clock::now() < finish_deadline_) return;
+    log().warn("[agg:{}] finishing although {} did not confirm the final model", self_.id, missing);
+  }
+  if (!is_root_) {
+    send_parent(make_frame(
+        node_header(topo_, self_.index, wire::MsgType::kDone, topo_.federation().rounds), {}));
+  }
+  if (standby_link_ && standby_link_->established()) {
+    // The federation is over: the standby has nothing left to stand by for.
+    (void)standby_link_->try_send(
+        make_frame(node_header(topo_, self_.index, wire::MsgType::kDone, round_), {}));
+  }
+  phase_ = Phase::kDone;
+}
+
+void Aggregator::Impl::check_deadlines() {
+  const auto now = Clock::now();
+  for (size_t i = 0; i < children_.size(); ++i) {
+    Outbox& box = child_out_[i];
+    if (!box.frames.empty() && now - box.waiting_since > heartbeat_timeout_ &&
+        children_[i].live) {
+      // A child that does not read is as good as gone: stop waiting for it.
+      log().warn("[agg:{}] '{}' has not read for {} ms ({} frames waiting)", self_.id,
+                 children_[i].id, heartbeat_timeout_.count(), box.frames.size());
+      child_lost(children_[i]);
+    }
+  }
+  if (!parent_out_.frames.empty() && now - parent_out_.waiting_since > round_timeout_) {
+    throw TimeoutError("aggregator '" + self_.id + "': parent '" +
+                       topo_.node(self_.parent_index).id + "' has not read for " +
+                       std::to_string(round_timeout_.count() / 1000) + " s");
+  }
+  if (now < phase_deadline_ || standby_passive_) return;
+  std::string missing;
+  auto add = [&](const std::string& id) { missing += (missing.empty() ? "" : ", ") + id; };
+  switch (phase_) {
+    case Phase::kJoining:
+      for (const Child& c : children_) {
+        if (!c.joined) add(c.id);
+      }
+      throw TimeoutError("aggregator '" + self_.id + "': children did not join within " +
+                         std::to_string(opt_.join_timeout.count() / 1000) + " s: " + missing);
+    case Phase::kTraining:
+      for (uint32_t idx : acc_->missing_children()) add(topo_.node(idx).id);
+      throw TimeoutError("aggregator '" + self_.id + "': round " + std::to_string(round_) +
+                         " did not complete within " +
+                         std::to_string(round_timeout_.count() / 1000) +
+                         " s; still waiting for: " + missing);
+    case Phase::kAwaitWelcome:
+    case Phase::kAwaitAnchor:
+      throw TimeoutError("aggregator '" + self_.id + "': no answer from parent '" +
+                         topo_.node(self_.parent_index).id + "' at " + parent_link_->endpoint() +
+                         " within " + std::to_string(round_timeout_.count() / 1000) + " s");
+    case Phase::kDraining:
+      throw TimeoutError("aggregator '" + self_.id +
+                         "': regions did not report the traffic "
+                         "of the last round");
+    case Phase::kDone:
+      return;
+  }
+}
+
+void Aggregator::Impl::on_child_frame(Incoming& in) {
+  if (opt_.standby && in.peer == self_.id) {
+    on_root_frame(in);  // the active root, streaming its checkpoints
+    return;
+  }
+  if (!may_serve(in.peer)) return;  // a passive standby while the root lives
+  const wire::ParsedFrame f = wire::parse_frame(in.data(), in.frame_size, limits_);
+  auto slot = child_slot_.find(in.peer);
+  if (slot == child_slot_.end()) {
+    refuse(in.peer, "node '" + in.peer + "' is not a child of '" + self_.id + "' in topology " +
+                        topo_.digest_hex().substr(0, 12));
+    return;
+  }
+  Child& c = children_[slot->second];
+  c.last_heard = Clock::now();
+  if (!f.ok()) {
+    ledger_.charge(round_, in.message.size(), in.message.size());
+    summary_.rejected_frames += 1;
+    security_->log_noise(security::noise_key("malformed:" + c.id, f.detail),
+                         "[agg:" + self_.id + "] dropped malformed frame from '" + c.id +
+                             "': " + wire::reject_reason_name(f.reject) + " (" + f.detail + ")");
+    return;
+  }
+  if (f.header.type != wire::MsgType::kCheckpoint) {
+    ledger_.charge_frame(f.header, in.message.size(), round_);
+  }
+  if (f.header.job_id != topo_.job_id()) {
+    refuse(c.id, "frame for another federation (job id mismatch); check the topology's job");
+    return;
+  }
+  if (f.header.sender != c.index) {
+    refuse(c.id, "sender id " + std::to_string(f.header.sender) + " does not match node '" + c.id +
+                     "' (id " + std::to_string(c.index) + ")");
+    return;
+  }
+  switch (f.header.type) {
+    case wire::MsgType::kHello:
+      if (f.header.flags & wire::kFlagNeedReplica) {
+        serve_replica(c, f);
+      } else if (phase_ == Phase::kJoining) {
+        on_hello(c, f);
+      } else {
+        on_rejoin(c, f);
+      }
+      break;
+    case wire::MsgType::kHeartbeat:
+      break;  // liveness only: last_heard is updated above
+    case wire::MsgType::kDelta:
+      on_delta(c, f);
+      break;
+    case wire::MsgType::kTelemetry:
+      on_telemetry(c, f);
+      break;
+    case wire::MsgType::kCheckpoint:
+      on_child_checkpoint(c, f);
+      break;
+    case wire::MsgType::kDone:
+      c.confirmed_end = true;
+      maybe_finish();
+      break;
+    case wire::MsgType::kReject:
+      security_->log_noise("reports:" + c.id,
+                           "[agg:" + self_.id + "] child '" + c.id + "' reports: " +
+                               std::string(reinterpret_cast<const char*>(f.payload),
+                                           f.payload_size));
+      break;
+    default:
+      refuse(c.id,
+             std::string("unexpected ") + wire::msg_type_name(f.header.type) + " from a child");
+  }
+}
+
+// ---- public facade ----------------------------------------------------------------
+
+Aggregator::Aggregator(AggregatorOptions options)
+    : impl_(std::make_unique<Impl>(std::move(options))) {}
+Aggregator::~Aggregator() = default;
+AggregatorSummary Aggregator::run() { return impl_->run(); }
+void Aggregator::stop() { impl_->stop_requested.store(true); }
+
+}  // namespace fedwan

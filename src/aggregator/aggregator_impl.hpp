@@ -1,0 +1,318 @@
+// The state and steps of one aggregator node (root or region), private to
+// the two translation units that implement it:
+//   aggregator.cpp         construction, the per-peer outboxes, the event
+//                          loop, the children's frame dispatch, deadlines,
+//                          shutdown;
+//   aggregator_rounds.cpp  the round protocol: joining, deltas, chunk and
+//                          round completion, anchor relay, traffic reports;
+//   aggregator_recovery.cpp  fault tolerance: rejoins, heartbeats and lost
+//                          children, deadlines and quorum, checkpoints and
+//                          resuming; a region's parent side (its frames,
+//                          hello, reconnecting);
+//   aggregator_replicas.cpp  checkpoint replication: children's replicas kept
+//                          and served back, this node's checkpoint sent up,
+//                          the root's standby and its takeover.
+// Thread safety: everything but stop_requested belongs to run()'s thread.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+#include <utility>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "aggregation/round_accumulator.hpp"
+#include "fedwan/aggregator.hpp"
+#include "fedwan/codec.hpp"
+#include "fedwan/outer_optimizer.hpp"
+#include "node/event_timers.hpp"
+#include "node/node_security.hpp"
+#include "checkpoint/replica_store.hpp"
+#include "node/traffic.hpp"
+#include "transport/links.hpp"
+#include "wire/frame.hpp"
+
+namespace fedwan {
+
+class Aggregator::Impl {
+ public:
+  explicit Impl(AggregatorOptions options);
+  AggregatorSummary run();
+  std::atomic<bool> stop_requested{false};
+
+ private:
+  bool recovered_ = false;  // recover() ran (once, at the first run())
+  using Clock = std::chrono::steady_clock;
+
+  struct Child {
+    uint32_t index = 0;
+    std::string id;
+    bool is_site = true;
+    bool joined = false;
+    bool welcomed = false;
+    bool confirmed_end = false;  // said it holds the final model (kDone upward)
+    wire::HelloPayload hello;
+    // Liveness: heard within the heartbeat timeout. A lost child is not
+    // waited for; it comes back by saying hello again.
+    bool live = true;
+    Clock::time_point last_heard;
+    bool rejoin_pending = false;  // welcomed at the next round boundary
+    double weight = 0;            // total site weight under it
+    uint64_t elements = 0;        // the model size its hello stated
+  };
+
+  // A root's round awaiting its regions' traffic reports.
+  struct PendingReport {
+    RoundReport report;
+    bool complete = false;  // the global model of the round is final
+  };
+
+  // Telemetry received from region children for one round.
+  struct SubtreeTraffic {
+    uint32_t reports = 0;
+    std::vector<uint32_t> reporters;  // children that reported (each counts once)
+    Traffic traffic;
+  };
+
+  enum class Phase { kJoining, kAwaitWelcome, kTraining, kAwaitAnchor, kDraining, kDone };
+
+  // Event handlers.
+  void on_child_frame(Incoming& in);
+  void on_parent_frame(Incoming& in);
+  void on_hello(Child& c, const wire::ParsedFrame& f);
+  void on_delta(Child& c, const wire::ParsedFrame& f);
+  void on_telemetry(Child& c, const wire::ParsedFrame& f);
+  void on_parent_welcome(const wire::ParsedFrame& f);
+  void on_parent_anchor(const wire::ParsedFrame& f, const uint8_t* raw, size_t raw_size);
+
+  // Steps of the protocol.
+  void all_children_joined();
+  bool settle_model_size();  // region: the model size, once every child said hello
+  void welcome_children(uint64_t round);
+  void finish_parent_welcome();
+  void send_full_anchor(const Child& c);
+  void open_round(uint64_t round);
+  void complete_chunk(uint32_t chunk);
+  void complete_round();
+  void try_finish_round_report(uint64_t round);
+  void try_send_telemetry(uint64_t round);
+  // The round's traffic: this node's links plus what its regions reported.
+  Traffic take_traffic(uint64_t round);
+  // Adds a finished round's report (with `t`) to the summary and on_round.
+  void publish_report(RoundReport r, const Traffic& t);
+  void check_deadlines();
+
+  // Fault tolerance (aggregator_recovery.cpp).
+  void on_rejoin(Child& c, const wire::ParsedFrame& f);
+  void welcome_one(Child& c, uint64_t round, bool full);
+  void welcome_pending();  // at a round boundary: deferred rejoins
+  void on_heartbeat_timer();
+  void child_lost(Child& c);
+  void close_ready_chunks();
+  void on_deadline(uint64_t round);
+  void arm_deadline();
+  void save_checkpoint();
+  bool resume_from_checkpoint();
+  // At the start of run(): resumes from this node's checkpoint, or from the
+  // replica its parent (the root: its standby) keeps. In run() rather than
+  // the constructor, so stop() can cut the wait for a replica short.
+  void recover();
+  void reconnect_parent(const std::string& why);
+  void hello_parent();
+  void record_update(const uint8_t* payload, size_t size, const std::string& sha_hex);
+  const std::string& parent_endpoint() const;  // the one the parent link uses now
+
+  // Checkpoint replication (aggregator_replicas.cpp).
+  void on_child_checkpoint(Child& c, const wire::ParsedFrame& f);
+  void serve_replica(Child& c, const wire::ParsedFrame& f);
+  void pump_serving();          // next pieces of replicas going back to children
+  void start_upload();          // after save_checkpoint: send it up / to the standby
+  void pump_upload();
+  void on_standby_frame(Incoming& in);  // root: from its standby
+  void on_root_frame(Incoming& in);     // standby: from the active root
+  bool may_serve(const std::string& peer);  // standby: false while passive
+  void take_over(const std::string& asker);
+  void serve_root_replica();  // standby: the root lost its own checkpoints
+  void release_held_back();     // root: the last anchor chunk, once committed
+  // Root: a round committed without its standby holding it (logged and
+  // audited as standby_lost once, until the standby is back).
+  void standby_missing(const std::string& why);
+  bool standby_live() const {
+    return standby_link_ && standby_seen_ && Clock::now() - standby_heard_ <= heartbeat_timeout_;
+  }
+  std::vector<uint8_t> checkpoint_signal(uint64_t round, uint8_t flag) const;
+  uint8_t welcome_flags() const {  // kFlagKeepsReplicas when children should send theirs
+    return replicas_ && topo_.federation().replica_every > 0 ? wire::kFlagKeepsReplicas : 0;
+  }
+  void open_standby_link();
+  uint32_t live_region_children() const {
+    uint32_t n = 0;
+    for (const Child& c : children_) n += (!c.is_site && c.live) ? 1 : 0;
+    return n;
+  }
+  const std::vector<float>& anchor_values() const { return is_root_ ? held_ : anchor_; }
+  std::array<uint8_t, 32> anchor_digest() const;
+  // Ends run() once the last round is reported and every child confirmed it
+  // holds the final model (or the wait for that ran out): closing a socket
+  // earlier could lose the last frames still on their way.
+  void maybe_finish();
+
+  // Sending never blocks the event loop: frames wait in a per-peer outbox
+  // and go out as the peer's window opens (see flush()). What can wait is
+  // bounded by the protocol: one round's chunks per direction, and anchor
+  // frames are shared by all children's outboxes.
+  using Frame = std::shared_ptr<const std::vector<uint8_t>>;
+  struct Outgoing {
+    Frame frame;
+    wire::FrameHeader header;
+  };
+  struct Outbox {
+    std::deque<Outgoing> frames;
+    Clock::time_point waiting_since;  // when the head frame started waiting
+    uint64_t sent = 0;
+  };
+  void send_child(const Child& c, Frame frame, const wire::FrameHeader& h);
+  void send_child(const Child& c, std::vector<uint8_t> frame, const wire::FrameHeader& h) {
+    send_child(c, std::make_shared<const std::vector<uint8_t>>(std::move(frame)), h);
+  }
+  void send_parent(std::vector<uint8_t> frame);
+  // Sends what the windows take; returns true when every outbox is empty.
+  bool flush();
+  bool outboxes_empty() const;
+  void refuse(const std::string& peer, const std::string& reason, bool count = true);
+  void clear_outbox(const Child& c);
+  void send_done(uint64_t rounds);
+  void init_model_state(uint64_t total_elements);
+
+  AggregatorOptions opt_;
+  const Topology& topo_;
+  const NodeSpec& self_;
+  const bool is_root_;
+  const Codec* codec_;
+  wire::FrameLimits limits_;
+  Millis round_timeout_;
+  uint32_t region_children_ = 0;
+
+  // Declared before the links: their security layers report to it.
+  std::unique_ptr<node::NodeSecurity> security_;
+  zmq::context_t ctx_{1};
+  std::unique_ptr<ChildrenLink> children_link_;
+  std::unique_ptr<ParentLink> parent_link_;
+
+  std::vector<Child> children_;
+  std::unordered_map<std::string, size_t> child_slot_;
+
+  Phase phase_ = Phase::kJoining;
+  uint64_t round_ = 0;
+  uint64_t total_elements_ = 0;
+  std::optional<ChunkPlan> plan_;
+  std::optional<RoundAccumulator> acc_;
+  Clock::time_point phase_deadline_;
+  Clock::time_point round_started_;
+
+  // Root: the global model, the model every child holds (global minus what
+  // the down-path encoding has not delivered yet), the outer optimizer.
+  std::vector<float> global_, held_;
+  std::array<uint8_t, 32> model_digest_{};
+  std::unique_ptr<OuterOptimizer> outer_;
+  std::map<uint64_t, PendingReport> pending_reports_;
+
+  // Region: error-feedback residual of the forwarded means (lossy codecs),
+  // anchor relay progress, the parent's welcome payload.
+  std::vector<float> residual_;
+  uint64_t relay_round_ = 0;
+  uint32_t relayed_chunks_ = 0;
+  uint64_t relayed_through_ = 0;  // anchors relayed for rounds < this
+  bool done_from_parent_ = false;
+  Clock::time_point finish_deadline_;
+  uint64_t telemetry_sent_through_ = 0;  // telemetry sent for rounds < this
+
+  std::vector<Outbox> child_out_;  // by child slot
+  Outbox parent_out_;
+
+  // Fault tolerance.
+  node::EventTimers timers_;
+  std::unique_ptr<node::EventTimers::Timer> deadline_timer_;
+  Millis heartbeat_, heartbeat_timeout_;
+  double total_weight_ = 0;      // site weight under this node
+  // The open round's anchor values of the chunks the next anchor already
+  // replaced in held_/anchor_ (it is computed or arrives chunk by chunk), so
+  // that a child rejoining mid-round is welcomed with the round's own
+  // anchor, not a mix of two rounds. At most one model; cleared when a
+  // round opens.
+  std::map<uint32_t, std::vector<float>> replaced_anchor_;
+  // Called before chunk `chunk` of held_/anchor_ changes mid-round.
+  void keep_round_anchor(uint32_t chunk);
+  // Whether the open round's anchor differs from held_/anchor_ now.
+  bool anchor_replaced() const;
+  // The open round's anchor (held_/anchor_ with the replaced chunks put back).
+  std::vector<float> round_anchor() const;
+  std::vector<float> anchor_;    // region: the anchor its children hold
+  std::array<uint8_t, 32> round_anchor_digest_{};  // region: of anchor_ when the round opened
+  // Root: the last anchor chunk of a round waits until the round's
+  // checkpoint is durable, so no child ever holds a round the root could
+  // forget in a crash.
+  std::optional<std::pair<Frame, wire::FrameHeader>> held_back_;
+  // Region: the aggregate chunks sent up this round, kept until the next
+  // anchor completes so they can be sent again after the parent restarts.
+  std::vector<Frame> sent_up_;
+  // The next round's anchor chunks sent down so far (shared with the
+  // outboxes), for a child welcomed back mid-round.
+  std::vector<std::pair<Frame, wire::FrameHeader>> next_anchor_;
+  bool force_reports_ = false;
+  Clock::time_point parent_progress_at_, last_resend_up_, parent_link_opened_, sent_up_at_;
+  int behind_beats_ = 0;    // finishing: report without lost children's traffic
+  Clock::time_point parent_heard_;
+  Clock::time_point anchor_progress_at_;  // region: the round's anchor last advanced
+  Clock::time_point parent_retry_at_;
+  Millis parent_backoff_{0};
+  bool parent_welcomed_ = false;   // region: the parent welcomed this session
+  bool parent_contact_ = false;    // region: welcomed once, or resumed: judge its silence
+  uint64_t parent_welcome_round_ = 0;
+  bool parent_full_pending_ = false;  // region: a full anchor from the parent is arriving
+  uint32_t parent_full_chunks_ = 0;
+  std::array<uint8_t, 32> parent_digest_{};
+  std::mt19937_64 jitter_rng_{std::random_device{}()};
+
+  // Checkpoint replication. Pieces are chunk_bytes each and go out only
+  // when nothing of the round protocol waits (they never delay a round).
+  std::unique_ptr<checkpoint::ReplicaStore> replicas_;  // with checkpoint_dir
+  struct Serving {  // a child's replica on its way back to it
+    std::unique_ptr<checkpoint::PieceReader> reader;
+    uint64_t round = 0;
+  };
+  std::vector<Serving> serving_;                     // by child slot
+  std::unique_ptr<checkpoint::PieceReader> upload_;     // this node's checkpoint going out
+  uint64_t upload_round_ = 0;
+  std::optional<std::vector<uint8_t>> upload_piece_;  // built, not yet taken by the window
+  bool parent_keeps_replicas_ = false;  // region: the parent's welcome said so
+  bool use_standby_endpoint_ = false;   // region under a root with a standby: failed over
+  // Root with a standby: the link its checkpoints go over, and what the
+  // standby acknowledged. A live standby must hold a round's checkpoint
+  // before the round's last anchor chunk leaves (so a takeover loses nothing).
+  std::unique_ptr<ParentLink> standby_link_;
+  bool standby_seen_ = false;
+  bool standby_warned_ = false;
+  Clock::time_point standby_heard_;
+  std::optional<uint64_t> standby_acked_;
+  // Standby: passive (keeping the root's replicas) until it takes over.
+  bool standby_passive_ = false;
+  bool done_pending_ = false;  // root: kDone waits for the held-back chunk
+  bool corrupt_root_ = false;  // root: only corrupt checkpoints; ask the standby
+  Clock::time_point held_since_, standby_link_opened_;
+  Clock::time_point root_heard_;
+
+  TrafficLedger ledger_;
+  std::map<uint64_t, SubtreeTraffic> subtree_;
+  AggregatorSummary summary_;
+};
+
+}  // namespace fedwan

@@ -1,0 +1,587 @@
+// Aggregator, fault tolerance: children that rejoin (after a crash, a
+// reconnect or this node's own restart), heartbeats and lost children,
+// round deadlines and quorum, checkpoints at round boundaries and resuming
+// from them, and a region's side of the link to its parent: its frames,
+// its hello, reconnecting with backoff and jitter.
+// docs/operations.md states the guarantees these steps give.
+#include <algorithm>
+#include <cstddef>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/atomic_file.hpp"
+#include "common/log.hpp"
+#include "common/sha256.hpp"
+#include "fedwan/codec.hpp"
+#include "fedwan/error.hpp"
+#include "aggregator/aggregator_impl.hpp"
+#include "checkpoint/node_checkpoint.hpp"
+#include "node/node_frames.hpp"
+
+namespace fedwan {
+namespace fs = std::filesystem;
+
+std::array<uint8_t, 32> Aggregator::Impl::anchor_digest() const {
+  if (anchor_replaced()) {
+    const std::vector<float> a = round_anchor();
+    return sha256(a.data(), a.size() * sizeof(float));
+  }
+  const std::vector<float>& a = anchor_values();
+  return sha256(a.data(), a.size() * sizeof(float));
+}
+
+void Aggregator::Impl::keep_round_anchor(uint32_t chunk) {
+  if (replaced_anchor_.count(chunk) != 0) return;  // the first change holds the round's values
+  const float* p = anchor_values().data() + plan_->offset(chunk);
+  replaced_anchor_.emplace(chunk, std::vector<float>(p, p + plan_->size(chunk)));
+}
+
+bool Aggregator::Impl::anchor_replaced() const {
+  return !replaced_anchor_.empty() &&
+         (phase_ == Phase::kTraining || phase_ == Phase::kAwaitAnchor);
+}
+
+std::vector<float> Aggregator::Impl::round_anchor() const {
+  std::vector<float> a = anchor_values();
+  if (!anchor_replaced()) return a;
+  for (const auto& [chunk, values] : replaced_anchor_) {
+    const auto at = a.begin() + static_cast<std::ptrdiff_t>(plan_->offset(chunk));
+    std::copy(values.begin(), values.end(), at);
+  }
+  return a;
+}
+
+// ---- rejoining children -------------------------------------------------------
+
+void Aggregator::Impl::send_full_anchor(const Child& c) {
+  const Codec& fp32 = *codec_by_id(CodecId::kFp32);
+  // The round's own anchor: chunks the next anchor already replaced go out
+  // as they were when the round opened (the child gets those next-anchor
+  // chunks after, from welcome_one).
+  std::vector<float> restored;
+  if (anchor_replaced()) restored = round_anchor();
+  const float* anchor = restored.empty() ? anchor_values().data() : restored.data();
+  for (uint32_t i = 0; i < plan_->count(); ++i) {
+    const uint32_t n = plan_->size(i);
+    std::vector<uint8_t> payload(fp32.encoded_size(n));
+    fp32.encode(anchor + plan_->offset(i), n, nullptr, payload.data());
+    wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kAnchor, round_);
+    h.codec = static_cast<uint8_t>(CodecId::kFp32);
+    h.flags = wire::kFlagFullAnchor;
+    h.chunk_index = i;
+    h.chunk_count = plan_->count();
+    h.element_count = n;
+    h.total_elements = total_elements_;
+    send_child(c, make_frame(h, payload), h);
+  }
+}
+
+void Aggregator::Impl::welcome_one(Child& c, uint64_t round, bool full) {
+  clear_outbox(c);
+  const std::array<uint8_t, 32> digest = anchor_digest();
+  std::vector<uint8_t> payload(digest.begin(), digest.end());
+  wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kWelcome, round);
+  h.total_elements = total_elements_;
+  h.flags = (full ? 0 : wire::kFlagNoChange) | welcome_flags();
+  send_child(c, make_frame(h, payload), h);
+  if (full) send_full_anchor(c);
+  // Mid-round, the next anchor may be partly on its way already: what went
+  // to the child before it came back may be lost, so it goes again (a child
+  // ignores chunks it has).
+  if (round == round_ && (phase_ == Phase::kTraining || phase_ == Phase::kAwaitAnchor)) {
+    for (const auto& [frame, fh] : next_anchor_) send_child(c, frame, fh);
+  }
+  c.welcomed = true;
+  c.live = true;
+  c.rejoin_pending = false;
+  if (acc_ && acc_->is_open() && phase_ == Phase::kTraining) acc_->set_expected(c.index, true);
+}
+
+void Aggregator::Impl::on_rejoin(Child& c, const wire::ParsedFrame& f) {
+  wire::HelloPayload hello;
+  if (!wire::decode_hello(f.payload, f.payload_size, &hello) || hello.node_id != c.id ||
+      hello.topology_digest != topo_.digest() || f.header.total_elements != total_elements_) {
+    refuse(c.id, "hello does not match this federation (node, topology or model size)");
+    return;
+  }
+  const uint64_t their_round = f.header.round;
+  const bool sent = (f.header.flags & wire::kFlagSent) != 0;
+  c.hello = hello;
+  c.joined = true;
+  c.live = true;
+  c.last_heard = Clock::now();
+  summary_.rejoins += 1;
+  // A child can say hello again as often as it likes: rate limited.
+  security_->audit_noise("rejoin", "rejoin:" + c.id,
+                         {{"peer", c.id},
+                          {"their_round", their_round},
+                          {"round", round_},
+                          {"update_sent", sent}},
+                         "[agg:" + self_.id + "] '" + c.id + "' rejoined (it is at round " +
+                             std::to_string(their_round) + (sent ? ", update sent" : "") +
+                             ", this node at " + std::to_string(round_) + ")");
+  if (phase_ == Phase::kDraining || phase_ == Phase::kDone) {
+    // The federation is over: hand it the final model and the end.
+    welcome_one(c, round_, c.hello.model_digest != anchor_digest());
+    wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kDone, round_);
+    send_child(c, make_frame(h, {}), h);
+    return;
+  }
+  if (phase_ == Phase::kAwaitWelcome || parent_full_pending_) {
+    c.rejoin_pending = true;  // this region itself is (re)joining its parent
+    return;
+  }
+  if (held_back_) {
+    // The root waits for its standby to hold the round just committed:
+    // welcomed once the round's last chunk is out (release_held_back).
+    c.rejoin_pending = true;
+    if (acc_ && acc_->is_open()) acc_->set_expected(c.index, false);
+    return;
+  }
+  const bool in_round = phase_ == Phase::kTraining || phase_ == Phase::kAwaitAnchor;
+  // A child that offers the anchor of this round holds it: the history of
+  // committed rounds is linear, so after round 0 a round number names one
+  // anchor. (It offers no digest while its anchor is being replaced, and
+  // at round 0 a newcomer's own initial model must be checked.)
+  const bool holds_anchor =
+      their_round == round_ && round_ > 0 && hello.model_digest != std::array<uint8_t, 32>{};
+  if (in_round && holds_anchor) {
+    // Carry on; an update it already sent comes again and counts once.
+    welcome_one(c, round_, false);
+    return;
+  }
+  if (in_round) {
+    // Mid-round, even once the next anchor has replaced some chunks: the
+    // child gets the round's own anchor (round_anchor()) and then the next
+    // anchor's chunks so far, and is expected for the chunks still open.
+    // Deferring it to the next boundary could wait for ever when the round
+    // needs its weight for quorum.
+    welcome_one(c, round_, c.hello.model_digest != anchor_digest());
+    return;
+  }
+  // Not in a round: welcome it at the next boundary, with the new anchor.
+  c.rejoin_pending = true;
+  if (acc_ && acc_->is_open()) acc_->set_expected(c.index, false);
+  close_ready_chunks();
+}
+
+void Aggregator::Impl::welcome_pending() {
+  bool any = false;
+  for (const Child& c : children_) any = any || c.rejoin_pending;
+  if (!any) return;
+  const std::array<uint8_t, 32> digest = anchor_digest();
+  for (Child& c : children_) {
+    if (c.rejoin_pending) welcome_one(c, round_, c.hello.model_digest != digest);
+  }
+}
+
+// ---- liveness -----------------------------------------------------------------
+
+void Aggregator::Impl::on_heartbeat_timer() {
+  const auto now = Clock::now();
+  security_->tick();
+  if (phase_ != Phase::kJoining) {
+    for (Child& c : children_) {
+      if (c.live && now - c.last_heard > heartbeat_timeout_) child_lost(c);
+    }
+  }
+  for (const Child& c : children_) {
+    if (!c.live || !c.joined) continue;
+    wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kHeartbeat, round_);
+    if (phase_ == Phase::kTraining && acc_ && acc_->expected(c.index) &&
+        !acc_->delivered_all(c.index)) {
+      h.flags = wire::kFlagNeedUpdate;
+    }
+    // Never queued behind a full window: a heartbeat that cannot go now is
+    // superseded by the next.
+    try {
+      (void)children_link_->try_send(c.id, make_frame(h, {}));
+    } catch (const Error&) {
+      // Not connected right now; its silence is judged by the timeout.
+    }
+  }
+  if (standby_link_) {
+    if (standby_link_->established()) {
+      wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kHeartbeat, round_);
+      (void)standby_link_->try_send(make_frame(h, {}));
+    }
+    // A standby that went silent (or restarted): start its session over.
+    const auto last = std::max(standby_heard_, standby_link_opened_);
+    if (now - last > heartbeat_timeout_) {
+      standby_missing("it is not answering");
+      open_standby_link();
+    }
+    if (held_back_ && (!standby_live() || now - held_since_ > heartbeat_timeout_)) {
+      standby_missing("it did not confirm the checkpoint of round " + std::to_string(round_));
+      release_held_back();
+    }
+  }
+  if (opt_.standby && standby_passive_) {
+    // The standby's heartbeat, so the root knows it is there.
+    wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kHeartbeat, round_);
+    try {
+      (void)children_link_->try_send(self_.id, make_frame(h, {}));
+    } catch (const Error&) {
+      // The root is not connected (yet, or any more).
+    }
+  }
+  if (!parent_link_) return;
+  // A hello, welcome or piece of the full model lost on a bad link: without
+  // progress for a heartbeat timeout, ask again.
+  if ((parent_contact_ || phase_ == Phase::kAwaitWelcome) &&
+      (!parent_welcomed_ || parent_full_pending_) &&
+      now - parent_progress_at_ > heartbeat_timeout_) {
+    log().info("[agg:{}] no answer to its hello from the parent; saying hello again", self_.id);
+    parent_full_pending_ = false;
+    parent_progress_at_ = now;
+    hello_parent();
+  }
+  if (parent_link_->established()) {
+    wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kHeartbeat, round_);
+    (void)parent_link_->try_send(make_frame(h, {}));
+  }
+  // A secure session that does not come up (a handshake message lost):
+  // start over.
+  if (!parent_link_->established() && now - parent_link_opened_ > heartbeat_timeout_ &&
+      now >= parent_retry_at_ && phase_ != Phase::kJoining) {
+    reconnect_parent("its secure session did not come up within " +
+                     std::to_string(heartbeat_timeout_.count()) + " ms");
+    return;
+  }
+  // Before its first answer the parent is judged by the join timeout.
+  if (parent_contact_ &&
+      now - parent_heard_ > heartbeat_timeout_ && now >= parent_retry_at_) {
+    reconnect_parent("no frame from it for " + std::to_string(heartbeat_timeout_.count()) + " ms");
+  }
+}
+
+void Aggregator::Impl::child_lost(Child& c) {
+  if (!c.live) return;
+  c.live = false;
+  summary_.children_lost += 1;
+  clear_outbox(c);
+  log().warn("[agg:{}] lost '{}' (silent for over {} ms); round {} goes on without it",
+             self_.id, c.id, heartbeat_timeout_.count(), round_);
+  security_->audit("child_lost", {{"peer", c.id}, {"round", round_}});
+  if (acc_ && acc_->is_open() && phase_ == Phase::kTraining) {
+    acc_->set_expected(c.index, false);
+    close_ready_chunks();
+  }
+}
+
+void Aggregator::Impl::close_ready_chunks() {
+  if (!acc_ || phase_ != Phase::kTraining) return;
+  for (uint32_t chunk : acc_->ready_chunks()) complete_chunk(chunk);
+  if (acc_->round_complete()) complete_round();
+}
+
+void Aggregator::Impl::arm_deadline() {
+  const double d = topo_.federation().deadline_s;
+  if (d <= 0) return;
+  // A region closes a little earlier than the root so that its partial
+  // aggregate still arrives in time.
+  const double share = is_root_ ? 1.0 : 0.8;
+  const auto when = round_started_ + Millis(static_cast<int64_t>(d * share * 1000));
+  const uint64_t round = round_;
+  timers_.at(*deadline_timer_, when, [this, round] { on_deadline(round); });
+}
+
+void Aggregator::Impl::on_deadline(uint64_t round) {
+  if (phase_ != Phase::kTraining || round != round_ || !acc_) return;
+  const std::vector<uint32_t> chunks = acc_->quorate_chunks();
+  nlohmann::json missing = nlohmann::json::array();
+  for (uint32_t idx : acc_->missing_children()) missing.push_back(topo_.node(idx).id);
+  log().warn("[agg:{}] round {} reached its deadline; closing {} chunks with quorum, missing {}",
+             self_.id, round, chunks.size(), missing.dump());
+  security_->audit("deadline", {{"round", round}, {"chunks_closed", chunks.size()},
+                                {"missing", missing}});
+  for (uint32_t chunk : chunks) complete_chunk(chunk);
+  if (acc_->round_complete()) {
+    complete_round();
+  } else {
+    log().warn("[agg:{}] round {} lacks quorum ({} of the weight); waiting for children to "
+               "rejoin", self_.id, round, topo_.federation().quorum);
+  }
+}
+
+// ---- checkpoints --------------------------------------------------------------
+
+void Aggregator::Impl::save_checkpoint() {
+  if (opt_.checkpoint_dir.empty()) return;
+  Checkpoint c;
+  c.round = round_;  // the round a resumed node opens
+  c.topology_digest = topo_.digest();
+  c.node_id = self_.id;
+  nlohmann::json meta = {{"role", role_name(self_.role)}, {"elements", total_elements_}};
+  if (is_root_) {
+    c.sections.push_back(checkpoint::float_section("global", global_.data(), global_.size()));
+    c.sections.push_back(checkpoint::float_section("held", held_.data(), held_.size()));
+    for (const OuterOptimizer::StateBuffer& b : outer_->state()) {
+      c.sections.push_back(checkpoint::float_section("outer." + b.name, b.data->data(),
+                                                  b.data->size()));
+    }
+    meta["outer"] = std::string(outer_->name());
+  } else {
+    c.sections.push_back(checkpoint::float_section("anchor", anchor_.data(), anchor_.size()));
+    c.sections.push_back(checkpoint::float_section("residual", residual_.data(), residual_.size()));
+  }
+  // The audit log's head as of this checkpoint: a restart checks it is
+  // still there (a log cut back behind the checkpoint raises an alarm).
+  if (const auto head = security_->audit_head()) {
+    meta["audit_seq"] = head->seq;
+    meta["audit_hash"] = head->hash;
+  }
+  const std::string m = meta.dump();
+  c.sections.push_back({"meta", std::vector<uint8_t>(m.begin(), m.end())});
+  const auto t0 = Clock::now();
+  checkpoint::save_node_checkpoint(opt_.checkpoint_dir, c,
+                                checkpoint::checkpoint_trust(*security_, topo_, self_));
+  summary_.checkpoints_written += 1;
+  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  log().info("[agg:{}] checkpoint of round {} written in {:.1f} ms", self_.id, round_, ms);
+  security_->audit("checkpoint", {{"round", round_},
+                                  {"path", checkpoint::checkpoint_path(opt_.checkpoint_dir, self_.id)},
+                                  {"ms", ms}});
+}
+
+bool Aggregator::Impl::resume_from_checkpoint() {
+  if (opt_.checkpoint_dir.empty()) return false;
+  auto loaded = checkpoint::load_node_checkpoint(opt_.checkpoint_dir, topo_, self_.id,
+                                              checkpoint::checkpoint_trust(*security_, topo_, self_));
+  if (!loaded) {
+    if (is_root_) {
+      // Starting over from round 0 beside a checkpoint that could not be
+      // read would silently redo and double count committed rounds.
+      fs::path p = checkpoint::checkpoint_path(opt_.checkpoint_dir, self_.id);
+      std::error_code ec;
+      if (fs::exists(p.string() + ".corrupt", ec) && !self_.standby_endpoint.empty() &&
+          !opt_.standby && !standby_link_) {
+        corrupt_root_ = true;  // its standby keeps a copy: the constructor asks for it
+        return false;
+      }
+      if (fs::exists(p.string() + ".corrupt", ec)) {
+        throw CryptoError("root '" + self_.id + "': its checkpoint " + p.string() +
+                          " is corrupt and no intact one is left; restore one (see "
+                          "docs/operations.md) or move the directory away to start over");
+      }
+    }
+    return false;
+  }
+  const Checkpoint& c = loaded->checkpoint;
+  round_ = c.round;
+  if (is_root_) {
+    global_ = checkpoint::floats_of(c, "global", 0);
+    held_ = checkpoint::floats_of(c, "held", global_.size());
+    init_model_state(global_.size());
+    outer_ = make_outer_optimizer(topo_.federation().outer, global_.size());
+    for (const OuterOptimizer::StateBuffer& b : outer_->state()) {
+      *b.data = checkpoint::floats_of(c, "outer." + b.name, b.data->size());
+    }
+    model_digest_ = sha256(held_.data(), held_.size() * sizeof(float));
+  } else {
+    anchor_ = checkpoint::floats_of(c, "anchor", 0);
+    init_model_state(anchor_.size());
+    residual_ = checkpoint::floats_of(c, "residual", 0);
+    if (!residual_.empty() && residual_.size() != anchor_.size()) {
+      throw CryptoError("checkpoint " + loaded->path.string() + ": residual size mismatch");
+    }
+  }
+  summary_.resumed_from_round = round_;
+  parent_contact_ = true;
+  security_->audit("resumed", {{"round", round_}, {"path", loaded->path.string()}});
+  checkpoint::check_recorded_audit_head(c, *security_);
+  const auto now = Clock::now();
+  for (Child& c2 : children_) {
+    // Children come back by saying hello; until then the round waits for
+    // them as if they were there, and the heartbeat timeout judges them.
+    c2.joined = true;
+    c2.welcomed = false;
+    c2.live = true;
+    c2.last_heard = now;
+  }
+  if (round_ >= topo_.federation().rounds) {
+    phase_ = Phase::kDraining;
+    phase_deadline_ = now + round_timeout_;
+    finish_deadline_ = now + std::min<Millis>(round_timeout_, Millis(30000));
+    return true;
+  }
+  round_started_ = now;
+  relayed_through_ = round_;
+  telemetry_sent_through_ = round_;
+  open_round(round_);
+  if (!is_root_) hello_parent();
+  return true;
+}
+
+void Aggregator::Impl::record_update(const uint8_t* payload, size_t size,
+                                     const std::string& sha_hex) {
+  if (opt_.record_updates_dir.empty()) return;
+  const fs::path p = fs::path(opt_.record_updates_dir) / sha_hex;
+  std::error_code ec;
+  if (fs::exists(p, ec)) return;
+  fs::create_directories(opt_.record_updates_dir, ec);
+  write_file_atomic(p, std::string_view(reinterpret_cast<const char*>(payload), size), 0600);
+}
+
+// ---- the parent link (regions) ------------------------------------------------
+
+void Aggregator::Impl::on_parent_frame(Incoming& in) {
+  const wire::ParsedFrame f = wire::parse_frame(in.data(), in.frame_size, limits_);
+  if (!f.ok()) {
+    summary_.rejected_frames += 1;
+    security_->log_noise(security::noise_key("malformed:parent", f.detail),
+                         "[agg:" + self_.id + "] dropped malformed frame from parent: " +
+                             wire::reject_reason_name(f.reject) + " (" + f.detail + ")");
+    return;
+  }
+  if (f.header.job_id != topo_.job_id() || f.header.sender != self_.parent_index) {
+    summary_.rejected_frames += 1;
+    security_->log_noise("wrong-sender:parent", "[agg:" + self_.id +
+                                                    "] dropped frame with wrong job or sender "
+                                                    "from parent");
+    return;
+  }
+  parent_heard_ = Clock::now();
+  parent_backoff_ = Millis(0);
+  switch (f.header.type) {
+    case wire::MsgType::kHeartbeat:
+      // The parent's round still lacks this region's aggregate (frames lost
+      // to a restart or a bad link): send it again; duplicates count once.
+      if ((f.header.flags & wire::kFlagNeedUpdate) && phase_ == Phase::kAwaitAnchor &&
+          f.header.round == round_ && !sent_up_.empty() &&
+          Clock::now() - sent_up_at_ > heartbeat_timeout_ &&
+          Clock::now() - last_resend_up_ > heartbeat_timeout_) {
+        log().info("[agg:{}] parent lacks part of round {}; sending {} chunks again", self_.id,
+                   round_, sent_up_.size());
+        for (const Frame& fr : sent_up_) send_parent(std::vector<uint8_t>(*fr));
+        last_resend_up_ = Clock::now();
+      }
+      // Anchor chunks were lost: the parent moved past the round whose
+      // anchor this node still waits for (round_ + 1), or is in it and
+      // nothing came for a heartbeat timeout. Rejoin to be resynced. (The
+      // parent being in that round while its anchor arrives is normal.)
+      if (parent_welcomed_ && !parent_full_pending_ && phase_ == Phase::kAwaitAnchor &&
+          (f.header.round > round_ + 1 ||
+           (f.header.round == round_ + 1 &&
+            Clock::now() - anchor_progress_at_ > heartbeat_timeout_))) {
+        if (++behind_beats_ >= 3) {
+          log().warn("[agg:{}] parent is at round {} while this node waits for the anchor of "
+                     "round {}; rejoining", self_.id, f.header.round, round_ + 1);
+          behind_beats_ = 0;
+          hello_parent();
+        }
+      } else {
+        behind_beats_ = 0;
+      }
+      break;
+    case wire::MsgType::kWelcome:
+      on_parent_welcome(f);
+      break;
+    case wire::MsgType::kAnchor:
+      on_parent_anchor(f, in.data(), in.frame_size);
+      break;
+    case wire::MsgType::kCheckpoint:
+      break;  // the parent acknowledging a replica
+
+    case wire::MsgType::kReject: {
+      const std::string reason(reinterpret_cast<const char*>(f.payload), f.payload_size);
+      for (const Child& c : children_) {
+        refuse(c.id,
+               "parent '" + topo_.node(self_.parent_index).id + "' refused '" + self_.id +
+                   "': " + reason,
+               false);
+      }
+      throw ProtocolError("parent '" + topo_.node(self_.parent_index).id + "' refused '" +
+                          self_.id + "': " + reason);
+    }
+    case wire::MsgType::kDone:
+      send_done(f.header.round);
+      done_from_parent_ = true;
+      phase_ = Phase::kDraining;
+      phase_deadline_ = Clock::now() + round_timeout_;
+      finish_deadline_ = Clock::now() + std::min<Millis>(round_timeout_, Millis(30000));
+      maybe_finish();
+      break;
+    default:
+      summary_.rejected_frames += 1;
+      security_->log_noise(std::string("unexpected:parent:") + wire::msg_type_name(f.header.type),
+                           "[agg:" + self_.id + "] unexpected " +
+                               wire::msg_type_name(f.header.type) + " from parent");
+  }
+}
+
+
+void Aggregator::Impl::hello_parent() {
+  wire::HelloPayload up;
+  up.node_id = self_.id;
+  up.topology_digest = topo_.digest();
+  // It holds the anchor of its round (its digest was taken when the round
+  // opened, before the next anchor's chunks began to change it): the parent
+  // can skip the full model and take its update again.
+  if (anchor_.size() == total_elements_ && phase_ != Phase::kJoining &&
+      phase_ != Phase::kAwaitWelcome && !parent_full_pending_) {
+    up.model_digest = round_anchor_digest_;
+  }
+  wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kHello, round_);
+  h.total_elements = total_elements_;
+  if (phase_ == Phase::kAwaitAnchor) h.flags = wire::kFlagSent;
+  send_parent(make_frame(h, wire::encode_hello(up)));
+  parent_welcomed_ = false;
+  parent_progress_at_ = Clock::now();
+}
+
+void Aggregator::Impl::reconnect_parent(const std::string& why) {
+  // Exponential backoff with full jitter: 0.5..1.5 x the step, which
+  // doubles from the heartbeat period up to 30 s.
+  parent_backoff_ = parent_backoff_.count() == 0
+                        ? heartbeat_
+                        : std::min<Millis>(parent_backoff_ * 2, Millis(30000));
+  std::uniform_real_distribution<double> jitter(0.5, 1.5);
+  const auto wait = Millis(static_cast<int64_t>(parent_backoff_.count() * jitter(jitter_rng_)));
+  parent_retry_at_ = Clock::now() + wait;
+  const NodeSpec& parent = topo_.node(self_.parent_index);
+  // Under a root with a standby, every other try goes to the standby.
+  if (!parent.standby_endpoint.empty()) use_standby_endpoint_ = !use_standby_endpoint_;
+  log().warn("[agg:{}] reconnecting to parent '{}' at {} ({}); next try in {} ms", self_.id,
+             parent.id, parent_endpoint(), why, wait.count());
+  security_->audit("reconnect", {{"peer", parent.id}, {"endpoint", parent_endpoint()},
+                                 {"reason", why}});
+  LinkOptions lo;
+  lo.window = opt_.window;
+  lo.max_message_bytes =
+      static_cast<int64_t>(wire::kHeaderSize + topo_.federation().chunk_bytes + 4096);
+  lo.linger_ms = 0;
+  parent_out_.frames.clear();
+  parent_link_->abandon();
+  parent_link_.reset();
+  parent_link_ = std::make_unique<ParentLink>(ctx_, parent_endpoint(), self_.id, lo,
+                                              security_->parent_factory());
+  parent_link_opened_ = Clock::now();
+  parent_welcomed_ = false;
+  parent_full_pending_ = false;
+  if (upload_) start_upload();  // from its first piece, on the new session
+  if (phase_ != Phase::kJoining) hello_parent();
+}
+
+void Aggregator::Impl::open_standby_link() {
+  LinkOptions lo;
+  lo.window = opt_.window;
+  lo.max_message_bytes =
+      static_cast<int64_t>(wire::kHeaderSize + topo_.federation().chunk_bytes + 4096);
+  // The default linger lets the last frame (kDone) reach the standby at the
+  // end; a replaced link is abandoned (closed at once).
+  if (standby_link_) standby_link_->abandon();
+  standby_link_.reset();
+  standby_link_ = std::make_unique<ParentLink>(ctx_, self_.standby_endpoint, self_.id, lo,
+                                               security_->parent_factory());
+  standby_link_opened_ = Clock::now();
+  standby_seen_ = false;
+  upload_piece_.reset();
+  if (upload_) start_upload();
+}
+
+}  // namespace fedwan

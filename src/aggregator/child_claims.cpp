@@ -1,0 +1,52 @@
+#include "aggregator/child_claims.hpp"
+
+#include <charconv>
+#include <cmath>
+
+#include "wire/frame.hpp"
+
+namespace fedwan::aggregator {
+namespace {
+
+std::string format_double(double d) {
+  char buf[64];
+  const auto res = std::to_chars(buf, buf + sizeof(buf), d);
+  return std::string(buf, res.ptr);
+}
+
+}  // namespace
+
+DeltaWeight judge_delta_weight(bool child_is_site, double subtree_weight, double claimed) {
+  DeltaWeight out;
+  if (child_is_site) {
+    // The topology says what a site weighs; a header cannot change it.
+    out.weight = subtree_weight;
+    out.claim_differs = claimed != subtree_weight;
+    return out;
+  }
+  // A region's aggregate weighs what its contributing sites weigh: any part
+  // of its subtree (a round closed at quorum), never more. A hair of slack
+  // covers the same weights summed in another order.
+  out.weight = claimed;
+  if (!(std::isfinite(claimed) && claimed > 0 && claimed <= subtree_weight * (1 + 1e-9))) {
+    out.refusal = "delta weight " + format_double(claimed) +
+                  " is more than the weight of the sites under the sender (" +
+                  format_double(subtree_weight) + ")";
+  }
+  return out;
+}
+
+std::optional<std::string> telemetry_refusal(uint64_t wan_bytes, uint64_t fp32_bytes,
+                                             uint64_t frames) {
+  if (wan_bytes > kMaxTelemetryBytes || fp32_bytes > kMaxTelemetryBytes) {
+    return "telemetry counts over " + std::to_string(kMaxTelemetryBytes) + " bytes in one round";
+  }
+  if (frames > wan_bytes / wire::kHeaderSize) {
+    return "telemetry counts " + std::to_string(frames) + " frames in " +
+           std::to_string(wan_bytes) + " bytes; every frame carries a " +
+           std::to_string(wire::kHeaderSize) + "-byte header";
+  }
+  return std::nullopt;
+}
+
+}  // namespace fedwan::aggregator

@@ -1,0 +1,393 @@
+#include "checkpoint/checkpoint_file.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <set>
+#include <utility>
+
+#include "common/atomic_file.hpp"
+#include "common/crash_point.hpp"
+#include "common/node_id.hpp"
+#include "common/sha256.hpp"
+#include "fedwan/error.hpp"
+
+namespace fedwan {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr uint8_t kMagic[4] = {'F', 'W', 'C', 'K'};
+constexpr mode_t kCheckpointMode = 0600;
+constexpr size_t kDigestSize = 32;
+// magic + version + flags + round + topology digest + node id length.
+constexpr size_t kFixedHeaderSize = 4 + 2 + 2 + 8 + kDigestSize + 2;
+// Sections are read and hashed in pieces of this size, so hashing starts
+// before the whole section is in memory and every read() stays modest.
+constexpr size_t kIoChunk = size_t{4} << 20;
+
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+void put_u16(std::vector<uint8_t>& out, uint16_t v) {
+  for (int i = 0; i < 2; ++i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));
+}
+void put_u32(std::vector<uint8_t>& out, uint32_t v) {
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));
+}
+void put_u64(std::vector<uint8_t>& out, uint64_t v) {
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));
+}
+uint64_t get_le(const uint8_t* p, int n) {
+  uint64_t v = 0;
+  for (int i = n - 1; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+
+[[noreturn]] void throw_io(std::string_view action, const fs::path& path, int err) {
+  throw TransportError("cannot " + std::string(action) + " checkpoint " + path.string() + ": " +
+                       std::strerror(err));
+}
+
+[[noreturn]] void throw_corrupt(const fs::path& path, const std::string& what) {
+  throw CryptoError("checkpoint " + path.string() + ": " + what);
+}
+
+void check_encodable(const Checkpoint& c) {
+  if (!is_valid_node_id(c.node_id)) {
+    throw ConfigError("checkpoint node id '" + c.node_id +
+                      "' is invalid: use 1..64 characters of [A-Za-z0-9._-]");
+  }
+  if (c.sections.size() > kMaxCheckpointSections) {
+    throw ConfigError("checkpoint has " + std::to_string(c.sections.size()) +
+                      " sections; at most " + std::to_string(kMaxCheckpointSections) +
+                      " fit: merge small sections");
+  }
+  std::set<std::string_view> seen;
+  for (const CheckpointSection& s : c.sections) {
+    if (!is_valid_checkpoint_section_name(s.name)) {
+      throw ConfigError("checkpoint section name '" + s.name +
+                        "' is invalid: use 1..64 characters of [a-z0-9_.-]");
+    }
+    if (!seen.insert(s.name).second) {
+      throw ConfigError("checkpoint section name '" + s.name +
+                        "' appears twice: section names must be unique");
+    }
+  }
+}
+
+// Everything before the section bytes: fixed header, node id, the signer's
+// certificate (signed files), manifest.
+std::vector<uint8_t> encode_header(const Checkpoint& c, const security::NodeKey* key) {
+  std::vector<uint8_t> h;
+  h.insert(h.end(), std::begin(kMagic), std::end(kMagic));
+  put_u16(h, kCheckpointVersion);
+  put_u16(h, key != nullptr ? kCheckpointFlagSigned : 0);
+  put_u64(h, c.round);
+  h.insert(h.end(), c.topology_digest.begin(), c.topology_digest.end());
+  put_u16(h, static_cast<uint16_t>(c.node_id.size()));
+  h.insert(h.end(), c.node_id.begin(), c.node_id.end());
+  if (key != nullptr) {
+    const std::vector<uint8_t>& cert = key->cert_der();
+    put_u16(h, static_cast<uint16_t>(cert.size()));
+    h.insert(h.end(), cert.begin(), cert.end());
+  }
+  put_u32(h, static_cast<uint32_t>(c.sections.size()));
+  for (const CheckpointSection& s : c.sections) {
+    put_u16(h, static_cast<uint16_t>(s.name.size()));
+    h.insert(h.end(), s.name.begin(), s.name.end());
+    put_u64(h, s.bytes.size());
+    const Sha256Digest d = sha256(s.bytes.data(), s.bytes.size());
+    h.insert(h.end(), d.begin(), d.end());
+  }
+  return h;
+}
+
+// Sequential reads of a checkpoint whose size is known up front, so a
+// truncated file is reported before any read past its end. Every byte read
+// goes into the manifest hash until the manifest digest itself is reached.
+class CheckpointReader {
+ public:
+  CheckpointReader(int fd, const fs::path& path, uint64_t size)
+      : fd_(fd), path_(path), size_(size) {}
+
+  uint64_t offset() const { return offset_; }
+  uint64_t size() const { return size_; }
+
+  // Fills out[0..n) or throws CryptoError naming `what` when the file ends.
+  void read(void* out, size_t n, const char* what) {
+    if (n > size_ - offset_) truncated(what);
+    auto* p = static_cast<uint8_t*>(out);
+    for (size_t done = 0; done < n;) {
+      const ssize_t r = ::read(fd_, p + done, std::min(n - done, kIoChunk));
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) throw_io("read", path_, errno);
+      if (r == 0) {  // the file shrank since fstat
+        size_ = offset_ + done;
+        truncated(what);
+      }
+      done += static_cast<size_t>(r);
+    }
+    offset_ += n;
+    manifest_.update(p, n);
+  }
+
+  uint64_t read_le(int n, const char* what) {
+    uint8_t b[8];
+    read(b, static_cast<size_t>(n), what);
+    return get_le(b, n);
+  }
+
+  // The digest of everything read so far; later reads are not hashed.
+  Sha256Digest finish_manifest() { return manifest_.finish(); }
+
+  [[noreturn]] void truncated(const char* what) const {
+    throw_corrupt(path_, "truncated after " + std::to_string(size_) + " bytes (reading " + what +
+                             "): the file is incomplete or corrupt");
+  }
+
+ private:
+  int fd_;
+  const fs::path& path_;
+  uint64_t size_;
+  uint64_t offset_ = 0;
+  Sha256 manifest_;
+};
+
+struct ManifestEntry {
+  uint64_t length = 0;
+  Sha256Digest digest{};
+};
+
+std::string read_string(CheckpointReader& r, size_t n, const char* what) {
+  std::string s(n, '\0');
+  r.read(s.data(), n, what);
+  return s;
+}
+
+}  // namespace
+
+bool is_valid_checkpoint_section_name(std::string_view name) {
+  if (name.empty() || name.size() > kMaxCheckpointSectionNameLength) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-';
+  });
+}
+
+const CheckpointSection* Checkpoint::find(std::string_view name) const {
+  for (const CheckpointSection& s : sections) {
+    if (s.name == name) return &s;
+  }
+  return nullptr;
+}
+
+void write_checkpoint(const fs::path& path, const Checkpoint& c, const security::NodeKey* key) {
+  check_encodable(c);
+  if (key != nullptr && key->identity().node_id != c.node_id) {
+    throw ConfigError("checkpoint of '" + c.node_id + "' cannot be signed with the key of '" +
+                      key->identity().node_id + "'");
+  }
+  const std::vector<uint8_t> header = encode_header(c, key);
+
+  // Recovery trusts a checkpoint reported written, so unlike credentials a
+  // failure to make the rename durable is reported too.
+  AtomicFileWriter out(path, kCheckpointMode, [&path](std::string_view action, int err) {
+    if (action == "sync directory of") {
+      throw TransportError("checkpoint " + path.string() +
+                           " was written but its directory could not be synced: " +
+                           std::strerror(err) +
+                           "; it may not survive a power cut, write it again");
+    }
+    throw_io(action, path, err);
+  });
+  Sha256 manifest;
+  manifest.update(header.data(), header.size());
+  out.write(header.data(), header.size());
+  for (const CheckpointSection& s : c.sections) {
+    manifest.update(s.bytes.data(), s.bytes.size());
+    out.write(s.bytes.data(), s.bytes.size());
+  }
+  const Sha256Digest digest = manifest.finish();
+  out.write(digest.data(), digest.size());
+  if (key != nullptr) {
+    const std::vector<uint8_t> sig = key->sign(kCheckpointDomain, digest.data(), digest.size());
+    std::vector<uint8_t> block;
+    put_u16(block, static_cast<uint16_t>(sig.size()));
+    block.insert(block.end(), sig.begin(), sig.end());
+    block.resize(2 + kCheckpointSignatureSlot, 0);
+    out.write(block.data(), block.size());
+  }
+  out.commit(/*require_durable_rename=*/true, [](std::string_view step) {
+    crash_point(std::string("checkpoint.") + std::string(step));
+  });
+}
+
+Checkpoint read_checkpoint(const fs::path& path, const CheckpointSignerCheck& check) {
+  Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (f.fd < 0) throw_io("open", path, errno);
+  struct stat st {};
+  if (::fstat(f.fd, &st) != 0) throw_io("stat", path, errno);
+  if (!S_ISREG(st.st_mode)) {
+    throw TransportError("cannot read checkpoint " + path.string() + ": not a regular file");
+  }
+  CheckpointReader r(f.fd, path, static_cast<uint64_t>(st.st_size));
+
+  uint8_t magic[4];
+  r.read(magic, sizeof magic, "the magic");
+  if (std::memcmp(magic, kMagic, sizeof magic) != 0) {
+    throw_corrupt(path, "bad magic: not a fedwan checkpoint file");
+  }
+  const auto version = static_cast<uint16_t>(r.read_le(2, "the version"));
+  if (version > kCheckpointVersion) {
+    throw_corrupt(path, "format version " + std::to_string(version) + " is newer than version " +
+                            std::to_string(kCheckpointVersion) +
+                            ", the newest this build reads: upgrade fedwan to load it");
+  }
+  if (version != kCheckpointVersion && version != 1) {
+    throw_corrupt(path, "unknown format version " + std::to_string(version) +
+                            " (this build reads 1 and " + std::to_string(kCheckpointVersion) + ")");
+  }
+  const uint64_t flags = r.read_le(2, "the flags");
+  const uint64_t known_flags = version == 1 ? 0 : kCheckpointFlagSigned;
+  if ((flags & ~known_flags) != 0) {
+    throw_corrupt(path, "unknown flags " + std::to_string(flags) + ": the checkpoint is corrupt");
+  }
+  const bool is_signed = (flags & kCheckpointFlagSigned) != 0;
+
+  Checkpoint c;
+  c.round = r.read_le(8, "the round");
+  r.read(c.topology_digest.data(), c.topology_digest.size(), "the topology digest");
+  const uint64_t id_len = r.read_le(2, "the node id length");
+  if (id_len == 0 || id_len > kMaxNodeIdLength) {
+    throw_corrupt(path, "node id length " + std::to_string(id_len) + " outside 1.." +
+                            std::to_string(kMaxNodeIdLength) + ": the checkpoint is corrupt");
+  }
+  c.node_id = read_string(r, id_len, "the node id");
+  if (!is_valid_node_id(c.node_id)) {
+    throw_corrupt(path,
+                  "node id is not 1..64 characters of [A-Za-z0-9._-]: the checkpoint is "
+                  "corrupt");
+  }
+
+  if (check.verifier && !is_signed && c.node_id == check.signer.node_id) {
+    throw_corrupt(path, "it is not signed, and this node accepts only checkpoints signed by '" +
+                            check.signer.node_id +
+                            "' (it runs with credentials; an unsigned file was written without "
+                            "them, by a fedwan before 0.5, or by someone else). Move it aside");
+  }
+  std::vector<uint8_t> cert;
+  if (is_signed) {
+    const uint64_t cert_len = r.read_le(2, "the certificate length");
+    if (cert_len == 0 || cert_len > security::kMaxSignerCertBytes) {
+      throw_corrupt(path, "signer certificate length " + std::to_string(cert_len) + " outside 1.." +
+                              std::to_string(security::kMaxSignerCertBytes) +
+                              ": the checkpoint is corrupt");
+    }
+    cert.resize(cert_len);
+    r.read(cert.data(), cert.size(), "the signer certificate");
+  }
+  const size_t trailer = kDigestSize + (is_signed ? 2 + kCheckpointSignatureSlot : 0);
+
+  const uint64_t count = r.read_le(4, "the section count");
+  if (count > kMaxCheckpointSections) {
+    throw_corrupt(path, "section count " + std::to_string(count) + " over the limit " +
+                            std::to_string(kMaxCheckpointSections) + ": the checkpoint is corrupt");
+  }
+  std::vector<ManifestEntry> entries(count);
+  c.sections.resize(count);
+  std::set<std::string_view> seen;
+  // Bytes the sections claim; kept at most the file size so it cannot wrap.
+  uint64_t claimed = 0;
+  for (uint64_t i = 0; i < count; ++i) {
+    const uint64_t name_len = r.read_le(2, "a section name length");
+    if (name_len == 0 || name_len > kMaxCheckpointSectionNameLength) {
+      throw_corrupt(path, "section " + std::to_string(i) + " name length " +
+                              std::to_string(name_len) + " outside 1.." +
+                              std::to_string(kMaxCheckpointSectionNameLength) +
+                              ": the checkpoint is corrupt");
+    }
+    std::string& name = c.sections[i].name;
+    name = read_string(r, name_len, "a section name");
+    if (!is_valid_checkpoint_section_name(name)) {
+      throw_corrupt(path, "section " + std::to_string(i) +
+                              " name is not [a-z0-9_.-]: the checkpoint is corrupt");
+    }
+    if (!seen.insert(name).second) {
+      throw_corrupt(path, "section '" + name + "' appears twice: the checkpoint is corrupt");
+    }
+    entries[i].length = r.read_le(8, "a section length");
+    r.read(entries[i].digest.data(), kDigestSize, "a section digest");
+    if (entries[i].length > r.size() - claimed) {
+      throw_corrupt(path, "truncated after " + std::to_string(r.size()) + " bytes: section '" +
+                              name + "' claims " + std::to_string(entries[i].length) +
+                              " bytes, more than the file holds");
+    }
+    claimed += entries[i].length;
+  }
+
+  // Every length is known now: the file must be exactly this long.
+  const uint64_t avail = r.size() - r.offset();
+  if (avail < trailer || avail - trailer < claimed) {
+    throw_corrupt(path, "truncated after " + std::to_string(r.size()) +
+                            " bytes: the manifest needs " + std::to_string(claimed) +
+                            " section bytes and a " + std::to_string(trailer) +
+                            "-byte digest" + (is_signed ? " and signature" : "") +
+                            " after offset " + std::to_string(r.offset()));
+  }
+  if (avail - trailer > claimed) {
+    throw_corrupt(path, std::to_string(avail - trailer - claimed) +
+                            " trailing bytes after the manifest digest: the checkpoint is corrupt");
+  }
+
+  Sha256 section_hash;
+  for (uint64_t i = 0; i < count; ++i) {
+    CheckpointSection& s = c.sections[i];
+    s.bytes.resize(entries[i].length);
+    for (size_t done = 0; done < s.bytes.size();) {
+      const size_t n = std::min(s.bytes.size() - done, kIoChunk);
+      r.read(s.bytes.data() + done, n, "section bytes");
+      section_hash.update(s.bytes.data() + done, n);
+      done += n;
+    }
+    if (section_hash.finish() != entries[i].digest) {
+      throw_corrupt(path, "section '" + s.name + "' digest mismatch: the checkpoint is corrupt");
+    }
+  }
+
+  const Sha256Digest computed = r.finish_manifest();
+  Sha256Digest stored{};
+  r.read(stored.data(), stored.size(), "the manifest digest");
+  if (computed != stored) {
+    throw_corrupt(path, "manifest digest mismatch: the checkpoint is corrupt");
+  }
+  if (is_signed) {
+    uint8_t block[2 + kCheckpointSignatureSlot];
+    r.read(block, sizeof block, "the signature");
+    const size_t sig_len = get_le(block, 2);
+    if (sig_len == 0 || sig_len > kCheckpointSignatureSlot ||
+        std::any_of(block + 2 + sig_len, block + sizeof block, [](uint8_t b) { return b != 0; })) {
+      throw_corrupt(path, "malformed signature block: the checkpoint is corrupt");
+    }
+    // A file of another node is the caller's to report (a misplaced
+    // directory), not a forgery.
+    if (check.verifier && c.node_id == check.signer.node_id) {
+      const std::vector<uint8_t> sig(block + 2, block + 2 + sig_len);
+      if (auto bad = check.verifier->verify(cert, kCheckpointDomain, stored.data(), stored.size(),
+                                            sig, check.signer)) {
+        throw_corrupt(path, "its signature does not verify: " + *bad +
+                                "; it was altered or forged, and is not used");
+      }
+    }
+  }
+  return c;
+}
+
+}  // namespace fedwan

@@ -1,0 +1,124 @@
+#include "checkpoint/node_checkpoint.hpp"
+
+#include <sys/stat.h>
+
+#include <cstring>
+#include <system_error>
+
+#include <nlohmann/json.hpp>
+
+#include "common/atomic_file.hpp"
+#include "common/log.hpp"
+#include "common/sha256.hpp"
+#include "fedwan/error.hpp"
+#include "node/node_security.hpp"
+
+namespace fedwan::checkpoint {
+namespace fs = std::filesystem;
+
+fs::path checkpoint_path(const fs::path& dir, const std::string& node) {
+  return dir / (node + ".fwck");
+}
+
+namespace {
+fs::path previous_path(const fs::path& dir, const std::string& node) {
+  return dir / (node + ".prev.fwck");
+}
+}  // namespace
+
+CheckpointTrust checkpoint_trust(const NodeSecurity& security, const Topology& topo,
+                                 const NodeSpec& self) {
+  CheckpointTrust t;
+  t.key = security.key();
+  t.check.verifier = security.verifier();
+  t.check.signer.node_id = self.id;
+  t.check.signer.role = self.role;
+  t.check.signer.job = topo.job();
+  return t;
+}
+
+void save_node_checkpoint(const fs::path& dir, const Checkpoint& c, const CheckpointTrust& trust) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw_file_error("create the checkpoint directory", dir, ec.value());
+  ::chmod(dir.c_str(), 0700);
+  const fs::path latest = checkpoint_path(dir, c.node_id);
+  if (fs::exists(latest, ec)) {
+    fs::rename(latest, previous_path(dir, c.node_id), ec);
+    if (ec) throw_file_error("keep the previous checkpoint", latest, ec.value());
+  }
+  write_checkpoint(latest, c, trust.key.get());
+}
+
+std::optional<LoadedCheckpoint> load_node_checkpoint(const fs::path& dir, const Topology& topo,
+                                                     const std::string& node,
+                                                     const CheckpointTrust& trust) {
+  LoadedCheckpoint out;
+  for (const fs::path& p : {checkpoint_path(dir, node), previous_path(dir, node)}) {
+    std::error_code ec;
+    if (!fs::exists(p, ec)) continue;
+    Checkpoint c;
+    try {
+      c = read_checkpoint(p, trust.check);
+    } catch (const CryptoError& e) {
+      out.problems.push_back(e.what());
+      log().error("checkpoint {} is corrupt and will not be used: {}", p.string(), e.what());
+      fs::rename(p, fs::path(p.string() + ".corrupt"), ec);
+      continue;
+    } catch (const TransportError& e) {
+      out.problems.push_back(e.what());
+      log().error("cannot read checkpoint {}: {}", p.string(), e.what());
+      continue;
+    }
+    if (c.node_id != node) {
+      throw ConfigError("checkpoint " + p.string() + " belongs to node '" + c.node_id +
+                        "', not '" + node + "'; point --checkpoint-dir at this node's own");
+    }
+    if (c.topology_digest != topo.digest()) {
+      throw ConfigError("checkpoint " + p.string() + " was written under topology " +
+                        to_hex(c.topology_digest.data(), 32).substr(0, 12) + ", this is " +
+                        topo.digest_hex().substr(0, 12) +
+                        "; resuming it would mix two federations. Move it away to start fresh");
+    }
+    out.checkpoint = std::move(c);
+    out.path = p;
+    return out;
+  }
+  return std::nullopt;
+}
+
+void check_recorded_audit_head(const Checkpoint& c, NodeSecurity& security) {
+  const CheckpointSection* meta = c.find("meta");
+  if (meta == nullptr) return;
+  const auto j = nlohmann::json::parse(meta->bytes.begin(), meta->bytes.end(), nullptr, false);
+  if (!j.is_object() || !j.contains("audit_seq") || !j.contains("audit_hash") ||
+      !j["audit_seq"].is_number_unsigned() || !j["audit_hash"].is_string()) {
+    return;
+  }
+  security.check_audit_head(j["audit_seq"].get<uint64_t>(), j["audit_hash"].get<std::string>());
+}
+
+CheckpointSection float_section(std::string name, const float* data, size_t n) {
+  CheckpointSection s;
+  s.name = std::move(name);
+  s.bytes.resize(n * sizeof(float));
+  if (n > 0) std::memcpy(s.bytes.data(), data, n * sizeof(float));
+  return s;
+}
+
+std::vector<float> floats_of(const Checkpoint& c, const std::string& name, size_t n) {
+  const CheckpointSection* s = c.find(name);
+  if (s == nullptr) {
+    throw CryptoError("checkpoint of '" + c.node_id + "' has no section '" + name + "'");
+  }
+  if (s->bytes.size() % sizeof(float) != 0 || (n != 0 && s->bytes.size() != n * sizeof(float))) {
+    throw CryptoError("checkpoint section '" + name + "' of '" + c.node_id + "' holds " +
+                      std::to_string(s->bytes.size()) + " bytes, expected " +
+                      std::to_string(n * sizeof(float)));
+  }
+  std::vector<float> out(s->bytes.size() / sizeof(float));
+  if (!out.empty()) std::memcpy(out.data(), s->bytes.data(), s->bytes.size());
+  return out;
+}
+
+}  // namespace fedwan::checkpoint

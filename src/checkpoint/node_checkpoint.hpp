@@ -1,0 +1,70 @@
+// A node's checkpoints on local disk: <dir>/<node>.fwck (the latest) and
+// <dir>/<node>.prev.fwck (the one before), in the checkpoint_file.hpp format.
+// Saving moves the latest aside, then writes the new one atomically, so a
+// crash at any point leaves at least one intact checkpoint. Loading takes the
+// latest that verifies; a corrupt file is renamed *.corrupt (kept for the
+// operator) and reported, never used. Blocks on the disk; not thread safe.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "fedwan/topology.hpp"
+#include "checkpoint/checkpoint_file.hpp"
+
+namespace fedwan::node {
+class NodeSecurity;
+}  // namespace fedwan::node
+
+namespace fedwan::checkpoint {
+
+using node::NodeSecurity;
+
+// Who signs a node's checkpoints and what a checkpoint it reads must be: a
+// node with credentials signs with its key and accepts only checkpoints its
+// own identity signed; one without signs nothing and checks integrity only.
+struct CheckpointTrust {
+  std::shared_ptr<const security::NodeKey> key;
+  CheckpointSignerCheck check;
+};
+CheckpointTrust checkpoint_trust(const NodeSecurity& security, const Topology& topo,
+                                 const NodeSpec& self);
+
+std::filesystem::path checkpoint_path(const std::filesystem::path& dir, const std::string& node);
+
+// Writes `c` as the node's latest checkpoint (creating `dir`, mode 0700),
+// signed with trust.key when there is one.
+void save_node_checkpoint(const std::filesystem::path& dir, const Checkpoint& c,
+                          const CheckpointTrust& trust = {});
+
+struct LoadedCheckpoint {
+  Checkpoint checkpoint;
+  std::filesystem::path path;
+  std::vector<std::string> problems;  // files refused on the way (corrupt)
+};
+
+// The node's newest intact checkpoint that passes trust.check, or nullopt
+// when there is none (the problems met are logged; a refused file is kept
+// as *.corrupt). Throws ConfigError when an intact checkpoint belongs to
+// another node or topology: resuming it would be a silent error.
+std::optional<LoadedCheckpoint> load_node_checkpoint(const std::filesystem::path& dir,
+                                                     const Topology& topo,
+                                                     const std::string& node,
+                                                     const CheckpointTrust& trust = {});
+
+// A checkpoint records the audit log's head (its "meta" section's audit_seq
+// and audit_hash): after a resume, the node's audit log must still hold it,
+// or the node raises the audit_truncated alarm (NodeSecurity).
+void check_recorded_audit_head(const Checkpoint& c, NodeSecurity& security);
+
+// Sections holding fp32 vectors (little-endian, as in memory).
+CheckpointSection float_section(std::string name, const float* data, size_t n);
+// The section's floats; throws CryptoError naming the section when it is
+// missing or does not hold exactly `n` floats (n = 0: any length).
+std::vector<float> floats_of(const Checkpoint& c, const std::string& name, size_t n = 0);
+
+}  // namespace fedwan::checkpoint

@@ -1,0 +1,578 @@
+// SiteCore: the site role of the round protocol over a caller-owned flat
+// fp32 buffer. join() says hello and loads the federation's anchor; sync()
+// streams the pseudo-gradient (anchor - params) chunk by chunk with error
+// feedback, then applies the next anchor as its chunks arrive.
+//
+// Fault tolerance: the encoded update of the current round is kept until the
+// next anchor is in, so it can be sent again after a reconnect (the parent
+// counts each (round, sender, chunk) once). Heartbeats go both ways; a
+// silent parent is reconnected with backoff and jitter, and the hello that
+// follows tells it the site's round and state so it can resync the site.
+// Link upkeep (heartbeats, reconnects, hellos) is in site_link.cpp.
+// Checkpoints at each round boundary (site_checkpoint.cpp) let a restarted
+// site resume. The anchor of the round is never touched until the next one
+// is complete: new anchor chunks go into `params`, which they replace anyway.
+#include "fedwan/site_core.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <optional>
+
+#include <nlohmann/json.hpp>
+
+#include "common/crash_point.hpp"
+#include "common/log.hpp"
+#include "common/sha256.hpp"
+#include "fedwan/codec.hpp"
+#include "fedwan/error.hpp"
+#include "node/node_frames.hpp"
+#include "checkpoint/replica_fetch.hpp"
+#include "site/site_impl.hpp"
+#include "security/noise_filter.hpp"
+#include "security/sealing_pipeline.hpp"
+#include "transport/secure_channel.hpp"
+
+namespace fedwan {
+namespace {
+
+// "0.5 s", "300 s": a timeout as its user gave it (a sub-second join
+// timeout must not read "within 0 s").
+std::string seconds_text(std::chrono::milliseconds d) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.3g s", static_cast<double>(d.count()) / 1000.0);
+  return text;
+}
+
+}  // namespace
+
+SiteCore::Impl::Impl(SiteOptions options, float* p, size_t n)
+    : opt(std::move(options)),
+      topo(opt.topology),
+      self(topo.node(opt.node_id)),
+      params(p),
+      plan(ChunkPlan::from_bytes(n, topo.federation().chunk_bytes)),
+      codec(&codec_by_name(topo.federation().codec)) {
+  if (self.role != Role::kSite) {
+    throw ConfigError("node '" + self.id + "' is a " + role_name(self.role) +
+                      ", not a site; run it with `fedwan aggregator`");
+  }
+  if (params == nullptr) throw ConfigError("site '" + self.id + "': no parameter buffer");
+  round_timeout = opt.round_timeout.count() > 0
+                      ? opt.round_timeout
+                      : Millis(static_cast<int64_t>(topo.federation().round_timeout_s * 1000));
+  heartbeat = Millis(static_cast<int64_t>(topo.federation().heartbeat_s * 1000));
+  heartbeat_timeout = Millis(static_cast<int64_t>(topo.federation().heartbeat_timeout_s * 1000));
+  initial_digest = sha256(params, n * sizeof(float));
+  security = std::make_unique<node::NodeSecurity>(opt.security, topo, self);
+  open_link();
+}
+
+void SiteCore::Impl::open_link() {
+  LinkOptions lo;
+  lo.window = opt.window;
+  lo.max_message_bytes =
+      static_cast<int64_t>(wire::kHeaderSize + topo.federation().chunk_bytes + 4096);
+  const NodeSpec& parent = topo.node(self.parent_index);
+  if (link) link->abandon();
+  link.reset();
+  const std::string& endpoint =
+      use_standby_endpoint ? parent.standby_endpoint : parent.endpoint;
+  link = std::make_unique<ParentLink>(ctx, endpoint, self.id, lo, security->parent_factory());
+  upload_piece.reset();
+  if (upload) start_upload();  // from its first piece, on the new session
+  link_ok = true;
+  link_opened_at = Clock::now();
+}
+
+// ---- receiving ------------------------------------------------------------------
+
+std::optional<wire::ParsedFrame> SiteCore::Impl::poll_frame(Incoming* in, Millis timeout) {
+  wire::FrameLimits limits;
+  limits.max_chunk_elements = plan.chunk_elements();
+  limits.max_total_elements = plan.total();
+  const auto deadline = Clock::now() + timeout;
+  for (;;) {
+    const auto left = std::max(Millis(0), std::chrono::duration_cast<Millis>(
+                                              deadline - Clock::now()));
+    if (!link->recv(in, left)) return std::nullopt;
+    wire::ParsedFrame f = wire::parse_frame(in->data(), in->frame_size, limits);
+    if (!f.ok()) {
+      security->log_noise(security::noise_key("malformed:parent", f.detail),
+                          "[site:" + self.id + "] dropped malformed frame from parent: " +
+                              wire::reject_reason_name(f.reject) + " (" + f.detail + ")");
+      continue;
+    }
+    if (f.header.job_id != topo.job_id() || f.header.sender != self.parent_index) {
+      security->log_noise("wrong-sender:parent",
+                          "[site:" + self.id + "] dropped a frame not from its parent");
+      continue;
+    }
+    if (f.header.type == wire::MsgType::kReject) {
+      throw ProtocolError("site '" + self.id + "' refused by '" +
+                          topo.node(self.parent_index).id + "': " +
+                          std::string(reinterpret_cast<const char*>(f.payload), f.payload_size));
+    }
+    parent_heard = Clock::now();
+    backoff = Millis(0);
+    return f;
+  }
+}
+
+void SiteCore::Impl::on_frame(const wire::ParsedFrame& f, SyncResult* res) {
+  const wire::FrameHeader& h = f.header;
+  switch (h.type) {
+    case wire::MsgType::kWelcome:
+      on_welcome(f, res);
+      return;
+    case wire::MsgType::kAnchor:
+      on_anchor(f, res);
+      return;
+    case wire::MsgType::kHeartbeat:
+      on_heartbeat(f);
+      return;
+    case wire::MsgType::kCheckpoint:
+      if (h.flags == wire::kFlagReplicaStored) {
+        log().debug("[site:{}] the parent keeps its checkpoint of round {}", self.id, h.round);
+      }
+      return;
+    case wire::MsgType::kDone:
+      if (full) return;  // the final model in full comes first
+      if (next) {
+        next->done_signalled = true;
+      } else {
+        finished = true;
+      }
+      return;
+    default:
+      log().warn("[site:{}] ignored {} from the parent", self.id, wire::msg_type_name(h.type));
+  }
+}
+
+void SiteCore::Impl::on_welcome(const wire::ParsedFrame& f, SyncResult* res) {
+  const wire::FrameHeader& h = f.header;
+  if (h.total_elements != plan.total()) {
+    throw ProtocolError("site '" + self.id + "': the federation's model has " +
+                        std::to_string(h.total_elements) + " parameters, ours " +
+                        std::to_string(plan.total()));
+  }
+  awaiting_welcome = false;
+  welcomed_once = true;
+  parent_keeps_replicas = (h.flags & wire::kFlagKeepsReplicas) != 0;
+  parent_heard = progress_at = Clock::now();
+  const bool no_change = (h.flags & wire::kFlagNoChange) != 0;
+  if (no_change && (h.round == round || !joined_once)) {
+    if (!joined_once) {
+      round = h.round;
+      anchor.assign(params, params + plan.total());
+      joined_once = true;
+    }
+    if (sent && !update_frames.empty()) {
+      log().info("[site:{}] welcomed back at round {}; sending its update again", self.id, round);
+      resend_update();
+    }
+    return;
+  }
+  // Resync: the model of round h.round follows in full.
+  if (anchor.size() != plan.total()) anchor.assign(params, params + plan.total());
+  full.emplace();
+  full->round = h.round;
+  full->got.assign(plan.count(), false);
+  (void)res;
+}
+
+void SiteCore::Impl::on_anchor(const wire::ParsedFrame& f, SyncResult* res) {
+  const wire::FrameHeader& h = f.header;
+  const bool is_full = (h.flags & wire::kFlagFullAnchor) != 0;
+  const Codec* c = codec_by_wire_id(h.codec);
+  if (h.total_elements != plan.total() || h.chunk_count != plan.count() ||
+      h.element_count != plan.size(h.chunk_index) ||
+      !c->validate(f.payload, f.payload_size, h.element_count)) {
+    throw ProtocolError("site '" + self.id + "': parent sent an anchor chunk that does not "
+                        "fit (round " + std::to_string(h.round) + ", chunk " +
+                        std::to_string(h.chunk_index) + ", " + std::to_string(h.element_count) +
+                        " elements)");
+  }
+  const uint64_t off = plan.offset(h.chunk_index);
+  const uint32_t n = h.element_count;
+  if (is_full) {
+    if (!full || h.round != full->round || full->got[h.chunk_index]) {
+      log().info("[site:{}] ignored a full anchor chunk of round {}", self.id, h.round);
+      return;
+    }
+    c->decode(f.payload, n, anchor.data() + off);
+    full->got[h.chunk_index] = true;
+    progress_at = Clock::now();
+    if (++full->received < plan.count()) return;
+    // The whole model is in: this round restarts from it.
+    std::memcpy(params, anchor.data(), plan.total() * sizeof(float));
+    log().info("[site:{}] {} at round {}", self.id, joined_once ? "resynced" : "joined",
+               full->round);
+    if (joined_once) {
+      security->audit("resync", {{"from_round", round}, {"to_round", full->round}});
+    }
+    round = full->round;
+    full.reset();
+    next.reset();
+    sent = false;
+    update_frames.clear();
+    std::fill(residual.begin(), residual.end(), 0.0f);
+    if (opt.update_encoder && !residual.empty()) {
+      opt.update_encoder->write_residual(residual.data(), residual.size());
+    }
+    joined_once = true;
+    res->resynced = true;
+    if (round >= topo.federation().rounds) finished = true;
+    save_checkpoint();
+    return;
+  }
+  if (!next && h.round == round + 1 && !full) {
+    // Before this site's sync() (it rejoined mid-round, or the round closed
+    // without it): kept until its deltas are computed.
+    next.emplace();
+    next->round = round + 1;
+    next->got.assign(plan.count(), false);
+    encoded_upto = 0;
+    early.clear();
+  }
+  if (!next || h.round != next->round || next->got[h.chunk_index]) {
+    log().info("[site:{}] ignored an anchor chunk of round {} (at round {})", self.id, h.round,
+               round);
+    return;
+  }
+  if (h.chunk_index >= encoded_upto) {
+    // Closed without this site's chunk (quorum or deadline) before its delta
+    // was computed here: apply it once it is.
+    early.push_back({h.chunk_index, h.codec,
+                     std::vector<uint8_t>(f.payload, f.payload + f.payload_size)});
+    next->got[h.chunk_index] = true;
+    next->received += 1;
+    anchor_progress_at = Clock::now();
+    return;
+  }
+  apply_update_chunk(h.chunk_index, *c, f.payload);
+  next->got[h.chunk_index] = true;
+  next->received += 1;
+  anchor_progress_at = Clock::now();
+}
+
+void SiteCore::Impl::apply_update_chunk(uint32_t chunk, const Codec& c, const uint8_t* payload) {
+  const uint64_t off = plan.offset(chunk);
+  const uint32_t n = plan.size(chunk);
+  std::memcpy(params + off, anchor.data() + off, n * sizeof(float));
+  c.decode_accumulate(payload, n, 1.0f, params + off);
+}
+
+void SiteCore::Impl::apply_early() {
+  for (auto it = early.begin(); it != early.end();) {
+    if (it->chunk < encoded_upto) {
+      apply_update_chunk(it->chunk, *codec_by_wire_id(it->codec), it->payload.data());
+      it = early.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+// ---- sending ---------------------------------------------------------------------
+
+bool SiteCore::Impl::send_now(std::vector<uint8_t> frame, SyncResult* res) {
+  if (!link_ok) return false;
+  try {
+    res->bytes_sent += link->send(std::move(frame), heartbeat_timeout);
+    return true;
+  } catch (const TimeoutError& e) {
+    log().warn("[site:{}] send to the parent failed: {}", self.id, e.what());
+  } catch (const TransportError& e) {
+    log().warn("[site:{}] send to the parent failed: {}", self.id, e.what());
+  }
+  link_ok = false;
+  return false;
+}
+
+void SiteCore::Impl::resend_update() {
+  if (sealing_active) return;  // mid-upload: the update is going out anyway
+  SyncResult ignored;
+  for (const std::vector<uint8_t>& fr : update_frames) {
+    if (!send_now(fr, &ignored)) return;
+  }
+}
+
+// ---- join and sync ------------------------------------------------------------------
+
+SyncResult SiteCore::Impl::join() {
+  if (joined) throw Error("site '" + self.id + "' already joined");
+  SyncResult res;
+  // From a checkpoint, when there is one; with none intact, from the copy
+  // the parent keeps (then resumed like a local one).
+  if (!resume() && !opt.checkpoint_dir.empty() &&
+      checkpoint::fetch_replica(
+          *link,
+          [this](const std::string& why) -> ParentLink& {
+            reconnect(why);
+            return *link;
+          },
+          topo, self, opt.checkpoint_dir, plan.total(), opt.join_timeout, *security,
+          &stop_requested)) {
+    resume();
+  }
+  // Sent once the secure session is up (upkeep); asked again when lost.
+  hello_pending = true;
+  awaiting_welcome = true;
+  hello_sent_at = progress_at = Clock::now();
+  parent_heard = Clock::now();
+  const auto deadline = Clock::now() + opt.join_timeout;
+  while (awaiting_welcome || full) {
+    if (Clock::now() >= deadline) {
+      if (!link->established()) {
+        throw TimeoutError("TLS handshake with parent " + link->endpoint() +
+                           " did not complete within " +
+                           std::to_string(opt.join_timeout.count()) +
+                           " ms: is the parent running, with its credentials?" +
+                           (last_link_error.empty() ? "" : " Last error: " + last_link_error));
+      }
+      throw TimeoutError("site '" + self.id + "': no welcome from parent '" +
+                         topo.node(self.parent_index).id + "' at " + link->endpoint() +
+                         " within " + seconds_text(opt.join_timeout) + " (is it running?)");
+    }
+    throw_if_stopped("while joining");
+    pump(Millis(100), &res);
+  }
+  joined = true;
+  res.round = round;
+  res.finished = finished;
+  log().info("[site:{}] joined at round {}", self.id, round);
+  return res;
+}
+
+SyncResult SiteCore::Impl::service() {
+  SyncResult res;
+  if (!joined || finished) return res;
+  pump(Millis(0), &res);
+  res.round = round;
+  res.finished = finished;
+  return res;
+}
+
+SyncResult SiteCore::Impl::sync() {
+  if (!joined) throw Error("site '" + self.id + "': call join() before sync()");
+  if (finished) throw Error("site '" + self.id + "': the federation is already finished");
+  throw_if_stopped("before its sync");
+  SyncResult res;
+  sync_unfinished = true;
+  in_sync.store(true);
+  struct LeaveSync {
+    std::atomic<bool>& flag;
+    ~LeaveSync() { flag.store(false); }
+  } leave_sync{in_sync};
+  const uint64_t start_round = round;
+  const bool lossy = codec->id() != CodecId::kFp32;
+  if (lossy && residual.empty()) residual.assign(plan.total(), 0.0f);
+  std::vector<float> delta(plan.chunk_elements());
+  std::vector<uint8_t> payload;
+  // Anchor chunk i may arrive while later deltas still go out; it goes into
+  // params once delta chunk i is computed (apply_early).
+  if (!next || next->round != round + 1) {
+    next.emplace();
+    next->round = round + 1;
+    next->got.assign(plan.count(), false);
+    early.clear();
+  }
+  encoded_upto = 0;
+  update_frames.clear();
+  sent = false;
+  // On a secure link, chunk i is encrypted on a worker while chunk i+1 is
+  // encoded here, so sealing costs no extra time while the encoder is busy.
+  if (link_ok && !awaiting_welcome) {
+    try {
+      link->wait_established(heartbeat_timeout);
+    } catch (const TimeoutError&) {
+      link_ok = false;
+    }
+  }
+  auto* secure = link_ok ? dynamic_cast<SecureChannel*>(&link->security()) : nullptr;
+  std::optional<security::SealingPipeline> sealing;
+  if (secure != nullptr && secure->established()) {
+    sealing.emplace(*secure->sealer(), 2);
+    sealing_active = true;
+  }
+  struct SealingFlag {
+    bool& active;
+    ~SealingFlag() { active = false; }
+  } sealing_flag{sealing_active};
+  const auto send_sealed = [&](size_t keep) {
+    std::vector<uint8_t> sealed;
+    while (sealing->in_flight() > keep) {
+      if (!sealing->next(&sealed, round_timeout)) {
+        throw TimeoutError("site '" + self.id + "': sealing a delta chunk timed out");
+      }
+      if (!link_ok) continue;
+      try {
+        res.bytes_sent += link->send_sealed(std::move(sealed), heartbeat_timeout);
+      } catch (const TimeoutError&) {
+        link_ok = false;
+      } catch (const TransportError&) {
+        link_ok = false;
+      }
+    }
+  };
+  Sha256 update_digest;
+  uint64_t update_bytes = 0;
+  for (uint32_t i = 0; i < plan.count() && round == start_round && !res.resynced; ++i) {
+    const uint64_t off = plan.offset(i);
+    const uint32_t n = plan.size(i);
+    payload.resize(codec->encoded_size(n));
+    if (opt.update_encoder) {
+      opt.update_encoder->encode(*codec, off, n, lossy, payload.data());
+    } else {
+      for (uint32_t k = 0; k < n; ++k) delta[k] = anchor[off + k] - params[off + k];
+      codec->encode(delta.data(), n, lossy ? residual.data() + off : nullptr, payload.data());
+    }
+    encoded_upto = i + 1;
+    wire::FrameHeader h = node_header(topo, self.index, wire::MsgType::kDelta, round);
+    h.codec = static_cast<uint8_t>(codec->id());
+    h.chunk_index = i;
+    h.chunk_count = plan.count();
+    h.element_count = n;
+    h.total_elements = plan.total();
+    h.weight = self.weight;
+    update_digest.update(payload.data(), payload.size());
+    update_bytes += payload.size();
+    update_frames.push_back(make_frame(h, payload));
+    if (sealing && link_ok) {
+      sealing->submit(update_frames.back());
+      send_sealed(1);
+    } else {
+      send_now(update_frames.back(), &res);
+    }
+    if (i == 0) crash_point("site.mid_upload");
+    apply_early();
+    pump(Millis(0), &res);
+    throw_if_stopped("while sending its update");
+  }
+  if (sealing) {
+    send_sealed(0);
+    sealing.reset();
+    sealing_active = false;
+  }
+  anchor_progress_at = Clock::now();
+  if (round == start_round && !res.resynced) {
+    sent = true;
+    sent_at = Clock::now();
+    const Sha256Digest d = update_digest.finish();
+    security->audit("update_sent", {{"round", round},
+                                    {"parent", topo.node(self.parent_index).id},
+                                    {"chunks", plan.count()},
+                                    {"bytes", update_bytes},
+                                    {"sha256", to_hex(d.data(), d.size())}});
+    if (!link_ok) hello_pending = awaiting_welcome = true;  // resent after the welcome
+  }
+  // Wait for the next anchor, a resync, or the end.
+  const auto deadline = Clock::now() + round_timeout;
+  while (round == start_round && !finished && !res.resynced) {
+    if (next && (next->done_signalled || next->received == plan.count())) break;
+    if (Clock::now() >= deadline) {
+      throw TimeoutError(
+          "site '" + self.id + "': no anchor for round " + std::to_string(round + 1) +
+          " from parent '" + topo.node(self.parent_index).id + "' at " + link->endpoint() +
+          " within " + std::to_string(round_timeout.count() / 1000) + " s (" +
+          std::to_string(next ? next->received : 0) + " of " + std::to_string(plan.count()) +
+          " chunks in; is it running?)" +
+          (last_link_error.empty() ? "" : " Last link error: " + last_link_error));
+    }
+    throw_if_stopped("while waiting for the next anchor");
+    pump(Millis(50), &res);
+  }
+  if (round == start_round && next && !finished && !res.resynced) {
+    if (next->done_signalled && next->received < plan.count()) {
+      finished = true;  // the federation ended instead
+    } else {
+      apply_early();
+      std::memcpy(anchor.data(), params, plan.total() * sizeof(float));
+      round += 1;
+      sent = false;
+      update_frames.clear();
+      if (round >= topo.federation().rounds) finished = true;
+      save_checkpoint();
+      if (!finished) start_upload();
+    }
+  }
+  next.reset();
+  sync_unfinished = false;
+  if (finished) confirm_end(&res);
+  security->audit_sync();
+  res.round = round;
+  res.finished = finished;
+  return res;
+}
+
+void SiteCore::Impl::confirm_end(SyncResult* res) {
+  try {
+    res->bytes_sent +=
+        link->send(make_frame(node_header(topo, self.index, wire::MsgType::kDone, round), {}),
+                   Millis(2000));
+  } catch (const Error& e) {
+    // The parent then waits out its bound and finishes anyway.
+    log().warn("[site:{}] could not confirm the end to the parent: {}", self.id, e.what());
+  }
+}
+
+// ---- facade ----------------------------------------------------------------------------
+
+SiteCore::SiteCore(SiteOptions options, float* params, size_t n)
+    : impl_(std::make_unique<Impl>(std::move(options), params, n)) {}
+SiteCore::~SiteCore() = default;
+SyncResult SiteCore::join() { return impl_->join(); }
+SyncResult SiteCore::sync() { return impl_->sync(); }
+SyncResult SiteCore::service() { return impl_->service(); }
+void SiteCore::checkpoint() {
+  if (impl_->sync_unfinished && !impl_->opt.checkpoint_dir.empty()) {
+    // Part of the next round may be in params and the residual: the
+    // checkpoint of the round boundary stays the one to resume from.
+    log().warn("[site:{}] not checkpointing: the sync of round {} did not finish; a restart "
+               "resumes from the last round boundary's checkpoint (before the first one, it "
+               "joins afresh)",
+               impl_->self.id, impl_->round);
+    return;
+  }
+  impl_->save_checkpoint();
+}
+void SiteCore::stop(std::chrono::milliseconds grace) {
+  // Async-signal-safe: clock_gettime and lock-free atomics only.
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch())
+                          .count();
+  impl_->stop_deadline_ns.store(now + std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                          std::max(grace, std::chrono::milliseconds(0)))
+                                          .count());
+  impl_->stop_requested.store(true);
+}
+
+void SiteCore::Impl::throw_if_stopped(const char* where) const {
+  if (!stop_requested.load()) return;
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch())
+                          .count();
+  if (in_sync.load() && now < stop_deadline_ns.load()) return;  // it may still finish
+  {
+    throw StoppedError("site '" + self.id + "' stopped " + where + " (round " +
+                       std::to_string(round) + ")");
+  }
+}
+void SiteCore::set_data_position(uint64_t p) { impl_->data_position = p; }
+uint64_t SiteCore::data_position() const { return impl_->data_position; }
+bool SiteCore::resumed() const { return impl_->resumed; }
+std::vector<std::string> SiteCore::alarms() const {
+  impl_->security->tick(/*all=*/true);
+  return impl_->security->alarms();
+}
+uint64_t SiteCore::round() const { return impl_->round; }
+const float* SiteCore::anchor() const {
+  return impl_->anchor.empty() ? impl_->params : impl_->anchor.data();
+}
+bool SiteCore::finished() const { return impl_->finished; }
+uint64_t SiteCore::inner_steps() const { return impl_->topo.federation().inner_steps; }
+const std::array<uint8_t, 32>& SiteCore::initial_digest() const { return impl_->initial_digest; }
+
+}  // namespace fedwan

@@ -1,0 +1,176 @@
+// SiteCore, link upkeep: one turn of the link (frames in, heartbeat out),
+// reconnecting a silent parent with backoff and jitter, the hello that tells
+// the parent where this site stands, and what the parent's heartbeats say
+// (an update to send again, anchor chunks lost on the way).
+#include <algorithm>
+#include <random>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "common/log.hpp"
+#include "common/sha256.hpp"
+#include "fedwan/error.hpp"
+#include "node/node_frames.hpp"
+#include "site/site_impl.hpp"
+
+namespace fedwan {
+
+// One turn of the link: the frames that are there (waiting at most `wait`
+// for the first), a heartbeat when due, a pending hello, a reconnect when the
+// parent went silent.
+void SiteCore::Impl::pump(Millis wait, SyncResult* res) {
+  upkeep();
+  Incoming in;
+  try {
+    std::optional<wire::ParsedFrame> f = poll_frame(&in, wait);
+    for (int i = 0; f && i < 256; ++i) {
+      res->bytes_received += in.message.size();
+      on_frame(*f, res);
+      f = poll_frame(&in, Millis(0));
+    }
+  } catch (const CryptoError& e) {
+    // A session that fails in a way anyone on the path can cause (a plain
+    // refusal, a TLS alert, a certificate that does not verify) is tried
+    // again with backoff; so is, once in the federation, a re-handshake
+    // racing the parent's restart. A real refusal fails every attempt and
+    // ends in the join or round timeout, whose message names it. Only a
+    // parent that proved who it is, and is not this site's parent, ends the
+    // first join at once.
+    if (!welcomed_once && !resumed && link->security().failure_is_final()) throw;
+    last_link_error = e.what();
+    security->log_noise("link-failed:" + self.id,
+                        "[site:" + self.id + "] " + e.what() + "; will reconnect");
+    link_ok = false;
+  }
+  upkeep();
+}
+
+void SiteCore::Impl::upkeep() {
+  // While the sealing pipeline's worker owns the link's sealer, nothing else
+  // may seal (a heartbeat, a hello) or replace the link under it.
+  if (sealing_active) return;
+  const auto now = Clock::now();
+  if (hello_pending && link->established()) {
+    std::optional<size_t> n = link->try_send(hello_frame());
+    if (n) {
+      hello_pending = false;
+      hello_sent_at = now;
+      progress_at = now;
+    }
+  }
+  // A hello, welcome or piece of a full model can be lost on a bad link:
+  // without progress for a heartbeat timeout, ask again.
+  if ((awaiting_welcome || full) && !hello_pending && now - progress_at > heartbeat_timeout &&
+      now - hello_sent_at > heartbeat_timeout) {
+    log().info("[site:{}] no {} from the parent; saying hello again", self.id,
+               awaiting_welcome ? "welcome" : "model");
+    hello_pending = true;
+    awaiting_welcome = true;
+    full.reset();
+  }
+  if (welcomed_once) pump_upload();
+  if (welcomed_once && link->established() && now - last_heartbeat >= heartbeat) {
+    wire::FrameHeader h = node_header(topo, self.index, wire::MsgType::kHeartbeat, round);
+    (void)link->try_send(make_frame(h, {}));
+    last_heartbeat = now;
+  }
+  if (!link->established() && link_ok && now - link_opened_at > heartbeat_timeout &&
+      now >= retry_at) {
+    // A handshake message lost on the way: start the session over.
+    reconnect("its secure session did not come up within " +
+                  std::to_string(heartbeat_timeout.count()) + " ms",
+              /*grow_backoff=*/false);
+    return;
+  }
+  if (now >= next_tick) {
+    security->tick();
+    next_tick = now + std::chrono::seconds(1);
+  }
+  const bool silent = now - parent_heard > heartbeat_timeout;
+  const bool in_federation = welcomed_once || resumed;
+  if (((in_federation && silent) || !link_ok) && now >= retry_at) {
+    reconnect(!link_ok ? (link->security().failure().empty()
+                              ? std::string("a send to it failed")
+                              : "its session failed: " + link->security().failure())
+                       : "no frame from it for " + std::to_string(heartbeat_timeout.count()) +
+                             " ms");
+  }
+}
+
+void SiteCore::Impl::reconnect(const std::string& why, bool grow_backoff) {
+  // Exponential backoff with jitter (0.5..1.5 x a step that doubles from the
+  // heartbeat period up to 30 s) for a parent that is gone; a session that
+  // merely failed to come up is retried at a steady pace.
+  if (grow_backoff || backoff.count() == 0) {
+    backoff = backoff.count() == 0 ? heartbeat : std::min<Millis>(backoff * 2, Millis(30000));
+  }
+  std::uniform_real_distribution<double> jitter(0.5, 1.5);
+  const auto wait = Millis(static_cast<int64_t>(backoff.count() * jitter(rng)));
+  retry_at = Clock::now() + wait;
+  const NodeSpec& parent = topo.node(self.parent_index);
+  // Under a root with a standby, every other try goes to the standby.
+  if (!parent.standby_endpoint.empty()) use_standby_endpoint = !use_standby_endpoint;
+  log().warn("[site:{}] reconnecting to '{}' ({}); next try in {} ms", self.id, parent.id, why,
+             wait.count());
+  security->audit("reconnect", {{"peer", parent.id}, {"reason", why}, {"round", round}});
+  reconnects += 1;
+  open_link();
+  // The parent learns where this site stands from the hello and answers
+  // with a welcome: carry on (and send the update again), or resync.
+  hello_pending = true;
+  awaiting_welcome = true;
+}
+
+std::vector<uint8_t> SiteCore::Impl::hello_frame() const {
+  wire::HelloPayload hello;
+  hello.node_id = self.id;
+  hello.topology_digest = topo.digest();
+  // A site that has never joined offers its initial model; one that has
+  // offers the anchor of its round (the parent skips the full model when it
+  // matches). An anchor being replaced in full is offered as nothing.
+  if (!full) hello.model_digest = joined_once ? sha256(anchor.data(), anchor.size() * 4)
+                                              : initial_digest;
+  wire::FrameHeader h = node_header(topo, self.index, wire::MsgType::kHello, round);
+  h.total_elements = plan.total();
+  if (sent && !update_frames.empty()) h.flags = wire::kFlagSent;
+  return make_frame(h, wire::encode_hello(hello));
+}
+
+void SiteCore::Impl::on_heartbeat(const wire::ParsedFrame& f) {
+  const wire::FrameHeader& h = f.header;
+  if (!welcomed_once || awaiting_welcome) return;
+  const auto now = Clock::now();
+  // Frames still queued towards the parent are not lost: only an update
+  // sent a heartbeat timeout ago and still missing goes again.
+  if ((h.flags & wire::kFlagNeedUpdate) && h.round == round && sent && !update_frames.empty() &&
+      now - sent_at > heartbeat_timeout && now - last_resend > heartbeat_timeout) {
+    // The parent's round still lacks part of this update (lost on the way).
+    log().info("[site:{}] parent lacks part of round {}; sending the update again", self.id,
+               round);
+    resend_update();
+    last_resend = now;
+    return;
+  }
+  // Anchor chunks lost on the way: the parent moved past the round whose
+  // anchor this site still misses, or it is in that round and nothing came
+  // for a heartbeat timeout. Rejoin to be resynced. (The parent being in the
+  // next round while the anchor is complete, or still arriving, is normal.)
+  const bool incomplete = next && next->received < plan.count() && !next->done_signalled;
+  const bool stalled = incomplete && h.round == next->round && sent &&
+                       now - anchor_progress_at > heartbeat_timeout;
+  if (incomplete && (h.round > next->round || stalled)) {
+    if (++behind_beats >= 3) {
+      log().warn("[site:{}] parent is at round {} while this site waits for the anchor of "
+                 "round {}; rejoining",
+                 self.id, h.round, round + 1);
+      behind_beats = 0;
+      hello_pending = true;
+      awaiting_welcome = true;
+    }
+  } else {
+    behind_beats = 0;
+  }
+}
+
+}  // namespace fedwan

@@ -1,0 +1,206 @@
+// The rules a topology's values must follow: endpoints, nesting of the
+// file, the root's standby keys and the ranges of the federation settings
+// (see topology.cpp for the file format, docs/topology.md for the keys).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "fedwan/codec.hpp"
+#include "fedwan/error.hpp"
+#include "topology/topology_internal.hpp"
+
+namespace fedwan::topology_detail {
+
+// HOST may be a name, an address, [IPv6], an interface or *.
+bool valid_endpoint(const std::string& e) {
+  // Printable ASCII without spaces keeps the canonical rendering unambiguous.
+  if (!std::all_of(e.begin(), e.end(), [](char c) { return c > 0x20 && c < 0x7f; })) return false;
+  const auto has = [&](const char* scheme) {
+    const size_t n = std::strlen(scheme);
+    return e.size() > n && e.compare(0, n, scheme) == 0;
+  };
+  if (has("ipc://") || has("inproc://")) return true;
+  if (!has("tcp://")) return false;
+  const std::string addr = e.substr(6);
+  const size_t colon = addr.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == addr.size()) return false;
+  const std::string port = addr.substr(colon + 1);
+  if (port.size() > 5 || !std::all_of(port.begin(), port.end(), [](char c) {
+        return c >= '0' && c <= '9';
+      })) {
+    return false;
+  }
+  const int p = std::stoi(port);
+  return p >= 1 && p <= 65535;
+}
+
+std::string invalid_endpoint(const std::string& what, const std::string& e) {
+  return what + " '" + e +
+         "' is invalid; use tcp://HOST:PORT (a port in 1..65535), ipc://PATH or inproc://NAME, "
+         "no spaces";
+}
+
+// Deepest nesting of [ and { outside quoted scalars, and of block
+// sequences on one line ("- - - x"), so a hostile file cannot exhaust
+// yaml-cpp's recursion before any key is checked.
+size_t yaml_nesting(const std::string& text) {
+  size_t depth = 0, deepest = 0, dashes = 0;
+  char quote = 0;
+  bool line_start = true;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (quote != 0) {
+      if (c == '\\' && quote == '"') {
+        ++i;
+      } else if (c == quote) {
+        quote = 0;
+      }
+      continue;
+    }
+    if (c == '\n') {
+      line_start = true;
+      dashes = 0;
+      continue;
+    }
+    if (line_start && c == '-' && i + 1 < text.size() && (text[i + 1] == ' ')) {
+      deepest = std::max(deepest, ++dashes);
+      continue;
+    }
+    const bool after_space = i == 0 || text[i - 1] == ' ' || text[i - 1] == '\t' ||
+                             text[i - 1] == '\n';
+    if (c != ' ') line_start = false;
+    if (c == '#' && after_space) {
+      while (i < text.size() && text[i] != '\n') ++i;
+      --i;
+      continue;
+    }
+    if (c == '"' || c == '\'') {
+      quote = c;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+// "" when a node of `role` may carry standby key `key`, else why not.
+std::string misplaced_standby_key(const std::string& key, Role role) {
+  if (role == Role::kRoot) return "";
+  return "'" + key + "' applies to the root only; a " + role_name(role) +
+         " has no standby of its own (the root's children fail over to the root's standby)";
+}
+
+// First problem with node `s`'s standby fields ("" if none). Defaults the
+// root's standby_bind to its standby_endpoint, as finalize() does its bind.
+std::string standby_problem(NodeSpec& s) {
+  if (s.role != Role::kRoot) {
+    if (!s.standby_endpoint.empty()) return misplaced_standby_key("standby_endpoint", s.role);
+    return s.standby_bind.empty() ? "" : misplaced_standby_key("standby_bind", s.role);
+  }
+  if (s.standby_endpoint.empty()) {
+    if (s.standby_bind.empty()) return "";
+    return "standby_bind '" + s.standby_bind +
+           "' is given without standby_endpoint; set standby_endpoint (where the root's "
+           "children reach the standby) or remove standby_bind";
+  }
+  if (s.standby_bind.empty()) s.standby_bind = s.standby_endpoint;
+  if (!valid_endpoint(s.standby_endpoint)) {
+    return invalid_endpoint("standby_endpoint", s.standby_endpoint);
+  }
+  if (!valid_endpoint(s.standby_bind)) return invalid_endpoint("standby_bind", s.standby_bind);
+  if (s.standby_endpoint == s.endpoint) {
+    return "standby_endpoint '" + s.standby_endpoint +
+           "' is the root's own endpoint; the standby is a second process and needs an "
+           "endpoint of its own";
+  }
+  return "";
+}
+
+void validate_federation(const FederationSpec& f, const std::string& src) {
+  auto fail = [&](const std::string& msg) { throw ConfigError(src + ": federation: " + msg); };
+  if (f.rounds < 1) fail("rounds is 0; run at least 1 round");
+  if (f.inner_steps < 1) fail("inner_steps is 0; take at least 1 local step per round");
+  for (const auto& [name, v] : {std::pair<const char*, uint64_t>{"rounds", f.rounds},
+                                {"inner_steps", f.inner_steps},
+                                {"replica_every", f.replica_every}}) {
+    if (v > kMaxCount) {
+      fail(std::string(name) + " " + std::to_string(v) + " is more than " +
+           std::to_string(kMaxCount));
+    }
+  }
+  if (f.chunk_bytes < kMinChunkBytes || f.chunk_bytes > kMaxChunkBytes || f.chunk_bytes % 4 != 0) {
+    fail("chunk_bytes " + std::to_string(f.chunk_bytes) +
+         " is invalid; use a multiple of 4 between 4096 and 4194304");
+  }
+  const auto in = [](double v, double lo, double hi) { return v >= lo && v <= hi; };  // false: NaN
+  if (!in(f.round_timeout_s, kMinRoundSeconds, kMaxRoundSeconds)) {
+    fail("round_timeout_s " + format_double(f.round_timeout_s) + " must be between " +
+         format_double(kMinRoundSeconds) + " and " + format_double(kMaxRoundSeconds) +
+         " (30 days)");
+  }
+  if (!(f.quorum > 0 && f.quorum <= 1)) {
+    fail("quorum " + format_double(f.quorum) + " must be a share of the total weight in (0, 1]");
+  }
+  if (!in(f.deadline_s, 0, f.round_timeout_s)) {
+    fail("deadline_s " + format_double(f.deadline_s) +
+         " must be between 0 (none) and round_timeout_s " + format_double(f.round_timeout_s));
+  }
+  if (!in(f.heartbeat_s, kMinHeartbeatSeconds, kMaxHeartbeatSeconds)) {
+    fail("heartbeat_s " + format_double(f.heartbeat_s) + " must be between " +
+         format_double(kMinHeartbeatSeconds) + " and " + format_double(kMaxHeartbeatSeconds));
+  }
+  if (!(f.heartbeat_timeout_s > f.heartbeat_s &&
+        f.heartbeat_timeout_s <= kMaxHeartbeatTimeoutSeconds)) {
+    fail("heartbeat_timeout_s " + format_double(f.heartbeat_timeout_s) +
+         " must be longer than heartbeat_s " + format_double(f.heartbeat_s) + " and at most " +
+         format_double(kMaxHeartbeatTimeoutSeconds));
+  }
+  try {
+    codec_by_name(f.codec);
+  } catch (const ConfigError& e) {
+    fail(std::string("codec: ") + e.what());
+  }
+
+  const OuterOptimizerSpec& o = f.outer;
+  const std::string ctx = "outer_optimizer '" + o.name + "': ";
+  std::vector<std::string> takes;
+  if (o.name == "fedavg") {
+    takes = {"lr"};
+  } else if (o.name == "diloco") {
+    takes = {"lr", "momentum"};
+  } else if (o.name == "fedadam") {
+    takes = {"lr", "beta1", "beta2", "eps"};
+  } else {
+    fail("unknown outer_optimizer '" + o.name + "'; use fedavg, diloco or fedadam");
+  }
+  struct Param {
+    const char* name;
+    const std::optional<double>& value;
+    bool below_one;  // a decay rate in [0, 1) rather than a positive scale
+  };
+  for (const Param& p :
+       {Param{"lr", o.lr, false}, Param{"momentum", o.momentum, true},
+        Param{"beta1", o.beta1, true}, Param{"beta2", o.beta2, true}, Param{"eps", o.eps, false}}) {
+    if (!p.value) continue;
+    if (std::find(takes.begin(), takes.end(), p.name) == takes.end()) {
+      fail(ctx + "does not use '" + p.name + "'; it takes " + join(takes));
+    }
+    double v = *p.value;
+    const bool lr = std::string(p.name) == "lr";
+    bool ok = p.below_one ? (std::isfinite(v) && v >= 0 && v < 1)
+                          : (std::isfinite(v) && v > 0 && (!lr || v <= kMaxOuterLr));
+    if (!ok) {
+      fail(ctx + p.name + " " + format_double(v) +
+           (p.below_one ? " must be in [0, 1)"
+                        : lr ? " must be in (0, " + format_double(kMaxOuterLr) + "]"
+                             : std::string(" must be finite and > 0")));
+    }
+  }
+}
+
+}  // namespace fedwan::topology_detail

@@ -1,0 +1,78 @@
+// Topology::to_yaml: the topology written back out as YAML that parses to
+// the same digest (fedwan demo writes its topology with it).
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "fedwan/topology.hpp"
+#include "topology/topology_internal.hpp"
+
+namespace fedwan {
+
+using topology_detail::format_double;
+
+std::string Topology::to_yaml() const {
+  // Strings are always double-quoted: an id such as "null" or "1" must stay a string.
+  auto q = [](const std::string& s) {
+    std::string out = "\"";
+    for (char ch : s) {
+      if (ch == '"' || ch == '\\') out += '\\';
+      out += ch;
+    }
+    return out + "\"";
+  };
+  const FederationSpec& f = federation_;
+  std::string y = "# fedwan topology, digest " + digest_hex() + "\n";
+  y += "job: " + q(job_) + "\n";
+  y += "federation:\n";
+  y += "  rounds: " + std::to_string(f.rounds) + "\n";
+  y += "  inner_steps: " + std::to_string(f.inner_steps) + "\n";
+  y += "  codec: " + q(f.codec) + "\n";
+  y += "  chunk_bytes: " + std::to_string(f.chunk_bytes) + "\n";
+  y += "  round_timeout_s: " + format_double(f.round_timeout_s) + "\n";
+  y += "  quorum: " + format_double(f.quorum) + "\n";
+  y += "  deadline_s: " + format_double(f.deadline_s) + "\n";
+  y += "  heartbeat_s: " + format_double(f.heartbeat_s) + "\n";
+  y += "  heartbeat_timeout_s: " + format_double(f.heartbeat_timeout_s) + "\n";
+  y += "  replica_every: " + std::to_string(f.replica_every) + "\n";
+  y += "  outer_optimizer: {name: " + q(f.outer.name);
+  const std::pair<const char*, const std::optional<double>*> params[] = {
+      {"lr", &f.outer.lr},
+      {"momentum", &f.outer.momentum},
+      {"beta1", &f.outer.beta1},
+      {"beta2", &f.outer.beta2},
+      {"eps", &f.outer.eps}};
+  for (const auto& [key, value] : params) {
+    if (*value) y += std::string(", ") + key + ": " + format_double(**value);
+  }
+  y += "}\n";
+  if (policy_.k_min != PolicySpec{}.k_min) {
+    y += "policy:\n  k_min: " + std::to_string(policy_.k_min) + "\n";
+  }
+  y += "nodes:\n";
+  for (const NodeSpec& s : nodes_) {
+    y += "  - {id: " + q(s.id) + ", role: " + role_name(s.role);
+    if (!s.parent.empty()) y += ", parent: " + q(s.parent);
+    if (s.role == Role::kSite) {
+      y += ", weight: " + format_double(s.weight);
+    } else {
+      y += ", endpoint: " + q(s.endpoint);
+      if (s.bind != s.endpoint) y += ", bind: " + q(s.bind);
+      if (!s.standby_endpoint.empty()) y += ", standby_endpoint: " + q(s.standby_endpoint);
+      if (s.standby_bind != s.standby_endpoint) y += ", standby_bind: " + q(s.standby_bind);
+    }
+    if (!s.jurisdiction.empty()) y += ", jurisdiction: " + q(s.jurisdiction);
+    if (s.k_min != 0) y += ", k_min: " + std::to_string(s.k_min);
+    if (!s.allowed_jurisdictions.empty()) {
+      std::string list;
+      for (const std::string& a : s.allowed_jurisdictions) {
+        list += (list.empty() ? "" : ", ") + q(a);
+      }
+      y += ", allowed_jurisdictions: [" + list + "]";
+    }
+    y += "}\n";
+  }
+  return y;
+}
+
+}  // namespace fedwan
