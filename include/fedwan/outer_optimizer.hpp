@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -15,12 +16,26 @@
 namespace fedwan {
 
 // The outer optimizer a federation uses (the topology's
-// federation.outer_optimizer) and its hyper-parameters.
+// federation.outer_optimizer) and its hyper-parameters, by name: which names
+// an optimizer takes, their defaults and ranges, is the optimizer's own
+// business (outer_optimizer_params()); a name it does not take is refused.
 struct OuterOptimizerSpec {
-  std::string name = "fedavg";  // fedavg | diloco | fedadam
-  std::optional<double> lr;      // default per optimizer
-  std::optional<double> momentum;
-  std::optional<double> beta1, beta2, eps;
+  std::string name = "fedavg";  // one of outer_optimizer_names()
+  std::map<std::string, double> params;  // a name left out: the optimizer's default
+
+  // The value set for `key`, if any.
+  std::optional<double> param(const std::string& key) const {
+    auto it = params.find(key);
+    return it == params.end() ? std::nullopt : std::optional<double>(it->second);
+  }
+};
+
+// One hyper-parameter an outer optimizer takes.
+struct OuterOptimizerParam {
+  std::string name;
+  double default_value = 0;
+  std::string range;  // the values it takes, e.g. "(0, 100]", "[0, 1)"
+  std::string help;   // one line for the docs and --help
 };
 
 class OuterOptimizer {
@@ -43,14 +58,23 @@ class OuterOptimizer {
   virtual std::vector<StateBuffer> state() = 0;
 };
 
-// fedavg:  SGD, lr default 1.0 (params -= lr * g)
-// diloco:  SGD with Nesterov momentum, lr 0.7, momentum 0.9
-//          (buf = m*buf + g; params -= lr * (g + m*buf))
-// fedadam: Adam without bias correction (Reddi et al. 2021), lr 0.01,
-//          beta1 0.9, beta2 0.99, eps 1e-3
-// Throws ConfigError for an unknown name or out-of-range hyper-parameters.
+// fedavg:  SGD (params -= lr * g)
+// diloco:  SGD with Nesterov momentum (buf = m*buf + g; params -= lr * (g + m*buf))
+// fedadam: Adam without bias correction (Reddi et al. 2021)
+// Their hyper-parameters, defaults and ranges: outer_optimizer_params().
+// Throws ConfigError for an unknown name, a hyper-parameter the optimizer
+// does not take, or a value out of its range (outer_optimizer_problem()).
 std::unique_ptr<OuterOptimizer> make_outer_optimizer(const OuterOptimizerSpec& spec,
                                                      size_t total_elements);
 std::vector<std::string> outer_optimizer_names();
+
+// The hyper-parameters `optimizer` takes, in the order its docs list them.
+// Throws ConfigError for an unknown optimizer.
+std::vector<OuterOptimizerParam> outer_optimizer_params(const std::string& optimizer);
+
+// Why `spec` cannot make an optimizer, or nullopt when it can. Without the
+// optimizer's name in front: "unknown optimizer", "does not use 'x'; it
+// takes lr, momentum", "lr -1 must be in (0, 100]".
+std::optional<std::string> outer_optimizer_problem(const OuterOptimizerSpec& spec);
 
 }  // namespace fedwan

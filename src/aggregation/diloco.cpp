@@ -1,10 +1,25 @@
 #include "aggregation/diloco.hpp"
 
+#include <memory>
 #include <string>
 
 #include "fedwan/error.hpp"
 
 namespace fedwan {
+
+const OuterOptimizerDef& DiLoCoOptimizer::definition() {
+  static const OuterOptimizerDef def{
+      "diloco",
+      {{"lr", 0.7, ParamRange::kLearningRate, "outer learning rate"},
+      {"momentum", 0.9, ParamRange::kUnitInterval, "Nesterov momentum"}},
+      [](const OuterParamValues& v, size_t total) -> std::unique_ptr<OuterOptimizer> {
+        Options o;
+        o.lr = v.f32("lr");
+        o.momentum = v.f32("momentum");
+        return std::make_unique<DiLoCoOptimizer>(o, total);
+      }};
+  return def;
+}
 
 DiLoCoOptimizer::DiLoCoOptimizer(const Options& options, size_t total_elements)
     : options_(options), momentum_(total_elements, 0.0f) {}

@@ -9,16 +9,21 @@
 #include <string_view>
 #include <vector>
 
+#include "aggregation/outer_registry.hpp"
 #include "fedwan/outer_optimizer.hpp"
 
 namespace fedwan {
 
 class DiLoCoOptimizer final : public OuterOptimizer {
  public:
-  // Trusted as given: make_outer_optimizer validates user input.
+  // Its name, hyper-parameters and factory (outer_registry.hpp).
+  static const OuterOptimizerDef& definition();
+
+  // Trusted as given: make_outer_optimizer validates user input and
+  // fills in the defaults of definition().
   struct Options {
-    float lr = 0.7f;
-    float momentum = 0.9f;
+    float lr = 0;
+    float momentum = 0;
   };
 
   // Allocates a zeroed momentum buffer of total_elements floats.

@@ -1,11 +1,30 @@
 #include "aggregation/fedadam.hpp"
 
 #include <cmath>
+#include <memory>
 #include <string>
 
 #include "fedwan/error.hpp"
 
 namespace fedwan {
+
+const OuterOptimizerDef& FedAdamOptimizer::definition() {
+  static const OuterOptimizerDef def{
+      "fedadam",
+      {{"lr", 0.01, ParamRange::kLearningRate, "outer learning rate"},
+      {"beta1", 0.9, ParamRange::kUnitInterval, "first-moment decay"},
+      {"beta2", 0.99, ParamRange::kUnitInterval, "second-moment decay"},
+      {"eps", 1e-3, ParamRange::kPositive, "the denominator's epsilon"}},
+      [](const OuterParamValues& v, size_t total) -> std::unique_ptr<OuterOptimizer> {
+        Options o;
+        o.lr = v.f32("lr");
+        o.beta1 = v.f32("beta1");
+        o.beta2 = v.f32("beta2");
+        o.eps = v.f32("eps");
+        return std::make_unique<FedAdamOptimizer>(o, total);
+      }};
+  return def;
+}
 
 FedAdamOptimizer::FedAdamOptimizer(const Options& options, size_t total_elements)
     : options_(options),

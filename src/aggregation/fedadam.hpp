@@ -11,18 +11,23 @@
 #include <string_view>
 #include <vector>
 
+#include "aggregation/outer_registry.hpp"
 #include "fedwan/outer_optimizer.hpp"
 
 namespace fedwan {
 
 class FedAdamOptimizer final : public OuterOptimizer {
  public:
-  // Trusted as given: make_outer_optimizer validates user input.
+  // Its name, hyper-parameters and factory (outer_registry.hpp).
+  static const OuterOptimizerDef& definition();
+
+  // Trusted as given: make_outer_optimizer validates user input and
+  // fills in the defaults of definition().
   struct Options {
-    float lr = 0.01f;
-    float beta1 = 0.9f;
-    float beta2 = 0.99f;
-    float eps = 1e-3f;
+    float lr = 0;
+    float beta1 = 0;
+    float beta2 = 0;
+    float eps = 0;
   };
 
   // Allocates two zeroed moment buffers of total_elements floats each.

@@ -1,10 +1,23 @@
 #include "aggregation/fedavg.hpp"
 
+#include <memory>
 #include <string>
 
 #include "fedwan/error.hpp"
 
 namespace fedwan {
+
+const OuterOptimizerDef& FedAvgOptimizer::definition() {
+  static const OuterOptimizerDef def{
+      "fedavg",
+      {{"lr", 1.0, ParamRange::kLearningRate, "outer learning rate: params -= lr * mean delta"}},
+      [](const OuterParamValues& v, size_t total) -> std::unique_ptr<OuterOptimizer> {
+        Options o;
+        o.lr = v.f32("lr");
+        return std::make_unique<FedAvgOptimizer>(o, total);
+      }};
+  return def;
+}
 
 FedAvgOptimizer::FedAvgOptimizer(const Options& options, size_t total_elements)
     : options_(options), total_elements_(total_elements) {}

@@ -8,15 +8,20 @@
 #include <string_view>
 #include <vector>
 
+#include "aggregation/outer_registry.hpp"
 #include "fedwan/outer_optimizer.hpp"
 
 namespace fedwan {
 
 class FedAvgOptimizer final : public OuterOptimizer {
  public:
-  // Trusted as given: make_outer_optimizer validates user input.
+  // Its name, hyper-parameters and factory (outer_registry.hpp).
+  static const OuterOptimizerDef& definition();
+
+  // Trusted as given: make_outer_optimizer validates user input and
+  // fills in the defaults of definition().
   struct Options {
-    float lr = 1.0f;
+    float lr = 0;
   };
 
   FedAvgOptimizer(const Options& options, size_t total_elements);

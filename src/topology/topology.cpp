@@ -31,8 +31,9 @@
 // so an endpoint there is a mistake that would otherwise look meaningful.
 // Only the root takes standby_endpoint (an endpoint of the same schemes, not
 // its own) and standby_bind (only with standby_endpoint; defaults to it).
-// Outer optimizer hyper-parameters: fedavg takes lr; diloco lr and momentum;
-// fedadam lr, beta1, beta2 and eps. One its optimizer does not use is refused.
+// Outer optimizer hyper-parameters are whatever the named optimizer takes
+// (outer_optimizer_params(), declared by each optimizer); one it does not
+// take is refused.
 // Residency: `jurisdiction` on aggregators, `allowed_jurisdictions` on sites
 // (their parent's jurisdiction must be listed), `k_min` on regions (at least
 // that many sites under them); each key on another role is refused. Those
@@ -46,6 +47,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "common/atomic_file.hpp"
@@ -79,7 +81,17 @@ const std::vector<std::string> kFederationKeys = {
     "rounds",         "inner_steps", "codec",       "chunk_bytes",         "round_timeout_s",
     "quorum",         "deadline_s",  "heartbeat_s", "heartbeat_timeout_s", "replica_every",
     "outer_optimizer"};
-const std::vector<std::string> kOuterKeys = {"name", "lr", "momentum", "beta1", "beta2", "eps"};
+// "name" and every hyper-parameter some optimizer takes (which one takes
+// which is the optimizer's rule, checked in validate_federation).
+std::vector<std::string> outer_keys() {
+  std::vector<std::string> keys = {"name"};
+  for (const auto& optimizer : outer_optimizer_names()) {
+    for (const auto& p : outer_optimizer_params(optimizer)) {
+      if (std::find(keys.begin(), keys.end(), p.name) == keys.end()) keys.push_back(p.name);
+    }
+  }
+  return keys;
+}
 const std::vector<std::string> kNodeKeys = {"id", "role", "parent", "endpoint", "bind", "weight",
                                             "standby_endpoint", "standby_bind",
                                             // residency, read in topology_policy.cpp
@@ -117,13 +129,15 @@ FederationSpec read_federation(const YamlReader& r, const YAML::Node& n) {
   if (auto o = n["outer_optimizer"]) {
     const std::string ctx = "federation.outer_optimizer";
     r.expect_map(o, ctx);
-    r.check_keys(o, kOuterKeys, ctx);
-    if (auto v = o["name"]) f.outer.name = r.str(v, ctx, "name");
-    if (auto v = o["lr"]) f.outer.lr = r.f64(v, ctx, "lr");
-    if (auto v = o["momentum"]) f.outer.momentum = r.f64(v, ctx, "momentum");
-    if (auto v = o["beta1"]) f.outer.beta1 = r.f64(v, ctx, "beta1");
-    if (auto v = o["beta2"]) f.outer.beta2 = r.f64(v, ctx, "beta2");
-    if (auto v = o["eps"]) f.outer.eps = r.f64(v, ctx, "eps");
+    r.check_keys(o, outer_keys(), ctx);
+    for (const auto& entry : o) {
+      const std::string key = entry.first.as<std::string>();
+      if (key == "name") {
+        f.outer.name = r.str(entry.second, ctx, "name");
+      } else {
+        f.outer.params[key] = r.f64(entry.second, ctx, key);
+      }
+    }
   }
   return f;
 }
@@ -375,19 +389,17 @@ void Topology::finalize(const std::string& src) {
 
   // One line per field, keys sorted, nodes in index order (the index is the
   // wire sender id, so order matters). Optional values render as "-".
-  auto opt = [](const std::optional<double>& v) {
-    return v ? format_double(*v) : std::string("-");
-  };
   const FederationSpec& f = federation_;
   std::string c = "fedwan-topology 1\n";
   c += "federation.chunk_bytes=" + std::to_string(f.chunk_bytes) + "\n";
   c += "federation.codec=" + f.codec + "\n";
   c += "federation.inner_steps=" + std::to_string(f.inner_steps) + "\n";
-  c += "federation.outer.beta1=" + opt(f.outer.beta1) + "\n";
-  c += "federation.outer.beta2=" + opt(f.outer.beta2) + "\n";
-  c += "federation.outer.eps=" + opt(f.outer.eps) + "\n";
-  c += "federation.outer.lr=" + opt(f.outer.lr) + "\n";
-  c += "federation.outer.momentum=" + opt(f.outer.momentum) + "\n";
+  // The hyper-parameters of version 0.6 always appear ("-" when unset),
+  // later ones only when set: existing files keep their digests.
+  std::map<std::string, std::string> outer;
+  for (const char* key : {"beta1", "beta2", "eps", "lr", "momentum"}) outer[key] = "-";
+  for (const auto& [key, value] : f.outer.params) outer[key] = format_double(value);
+  for (const auto& [key, value] : outer) c += "federation.outer." + key + "=" + value + "\n";
   c += "federation.outer.name=" + f.outer.name + "\n";
   c += "federation.round_timeout_s=" + format_double(f.round_timeout_s) + "\n";
   c += "federation.rounds=" + std::to_string(f.rounds) + "\n";

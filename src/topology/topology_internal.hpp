@@ -104,7 +104,6 @@ inline constexpr double kMinHeartbeatSeconds = 0.01;
 inline constexpr double kMaxHeartbeatSeconds = 3600;
 inline constexpr double kMaxHeartbeatTimeoutSeconds = 86400;
 inline constexpr double kMaxSiteWeight = 1e12;
-inline constexpr double kMaxOuterLr = 100;
 // A topology file is a few KiB; one past this is not one, and is not read.
 inline constexpr size_t kMaxTopologyBytes = size_t{4} << 20;
 // yaml-cpp parses nesting recursively: deeper than this is refused first.

@@ -167,40 +167,11 @@ void validate_federation(const FederationSpec& f, const std::string& src) {
   }
 
   const OuterOptimizerSpec& o = f.outer;
-  const std::string ctx = "outer_optimizer '" + o.name + "': ";
-  std::vector<std::string> takes;
-  if (o.name == "fedavg") {
-    takes = {"lr"};
-  } else if (o.name == "diloco") {
-    takes = {"lr", "momentum"};
-  } else if (o.name == "fedadam") {
-    takes = {"lr", "beta1", "beta2", "eps"};
-  } else {
-    fail("unknown outer_optimizer '" + o.name + "'; use fedavg, diloco or fedadam");
+  const std::vector<std::string> names = outer_optimizer_names();
+  if (std::find(names.begin(), names.end(), o.name) == names.end()) {
+    fail("unknown outer_optimizer '" + o.name + "'; use " + join(names));
   }
-  struct Param {
-    const char* name;
-    const std::optional<double>& value;
-    bool below_one;  // a decay rate in [0, 1) rather than a positive scale
-  };
-  for (const Param& p :
-       {Param{"lr", o.lr, false}, Param{"momentum", o.momentum, true},
-        Param{"beta1", o.beta1, true}, Param{"beta2", o.beta2, true}, Param{"eps", o.eps, false}}) {
-    if (!p.value) continue;
-    if (std::find(takes.begin(), takes.end(), p.name) == takes.end()) {
-      fail(ctx + "does not use '" + p.name + "'; it takes " + join(takes));
-    }
-    double v = *p.value;
-    const bool lr = std::string(p.name) == "lr";
-    bool ok = p.below_one ? (std::isfinite(v) && v >= 0 && v < 1)
-                          : (std::isfinite(v) && v > 0 && (!lr || v <= kMaxOuterLr));
-    if (!ok) {
-      fail(ctx + p.name + " " + format_double(v) +
-           (p.below_one ? " must be in [0, 1)"
-                        : lr ? " must be in (0, " + format_double(kMaxOuterLr) + "]"
-                             : std::string(" must be finite and > 0")));
-    }
-  }
+  if (auto why = outer_optimizer_problem(o)) fail("outer_optimizer '" + o.name + "': " + *why);
 }
 
 }  // namespace fedwan::topology_detail

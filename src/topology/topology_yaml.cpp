@@ -36,15 +36,7 @@ std::string Topology::to_yaml() const {
   y += "  heartbeat_timeout_s: " + format_double(f.heartbeat_timeout_s) + "\n";
   y += "  replica_every: " + std::to_string(f.replica_every) + "\n";
   y += "  outer_optimizer: {name: " + q(f.outer.name);
-  const std::pair<const char*, const std::optional<double>*> params[] = {
-      {"lr", &f.outer.lr},
-      {"momentum", &f.outer.momentum},
-      {"beta1", &f.outer.beta1},
-      {"beta2", &f.outer.beta2},
-      {"eps", &f.outer.eps}};
-  for (const auto& [key, value] : params) {
-    if (*value) y += std::string(", ") + key + ": " + format_double(**value);
-  }
+  for (const auto& [key, value] : f.outer.params) y += ", " + key + ": " + format_double(value);
   y += "}\n";
   if (policy_.k_min != PolicySpec{}.k_min) {
     y += "policy:\n  k_min: " + std::to_string(policy_.k_min) + "\n";

@@ -76,17 +76,25 @@ void bind_topology(py::module_& m) {
       .def_readonly("name", &OuterOptimizerSpec::name,
                     "'fedavg' (params -= lr * mean delta), 'diloco' (Nesterov momentum on the "
                     "pseudo-gradient) or 'fedadam'.")
-      .def_readonly("lr", &OuterOptimizerSpec::lr,
-                    "Outer learning rate; None: the optimizer's default (fedavg 1.0, diloco "
-                    "0.7, fedadam 0.01).")
-      .def_readonly("momentum", &OuterOptimizerSpec::momentum,
-                    "diloco only: Nesterov momentum in [0, 1); None: 0.9.")
-      .def_readonly("beta1", &OuterOptimizerSpec::beta1,
-                    "fedadam only: first-moment decay in [0, 1); None: 0.9.")
-      .def_readonly("beta2", &OuterOptimizerSpec::beta2,
-                    "fedadam only: second-moment decay in [0, 1); None: 0.99.")
-      .def_readonly("eps", &OuterOptimizerSpec::eps,
-                    "fedadam only: the denominator's epsilon, > 0; None: 1e-3.")
+      .def_readonly("params", &OuterOptimizerSpec::params,
+                    "The hyper-parameters set in the topology, by name (a copy); one left out "
+                    "takes the optimizer's default (docs/topology.md lists them).")
+      .def_property_readonly(
+          "lr", [](const OuterOptimizerSpec& o) { return o.param("lr"); },
+          "Outer learning rate; None: the optimizer's default (fedavg 1.0, diloco 0.7, fedadam "
+          "0.01).")
+      .def_property_readonly(
+          "momentum", [](const OuterOptimizerSpec& o) { return o.param("momentum"); },
+          "diloco only: Nesterov momentum in [0, 1); None: 0.9.")
+      .def_property_readonly(
+          "beta1", [](const OuterOptimizerSpec& o) { return o.param("beta1"); },
+          "fedadam only: first-moment decay in [0, 1); None: 0.9.")
+      .def_property_readonly(
+          "beta2", [](const OuterOptimizerSpec& o) { return o.param("beta2"); },
+          "fedadam only: second-moment decay in [0, 1); None: 0.99.")
+      .def_property_readonly(
+          "eps", [](const OuterOptimizerSpec& o) { return o.param("eps"); },
+          "fedadam only: the denominator's epsilon, > 0; None: 1e-3.")
       .def("__repr__", [](const OuterOptimizerSpec& o) {
         return "OuterOptimizerSpec(name='" + o.name + "')";
       });

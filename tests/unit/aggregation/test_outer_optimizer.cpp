@@ -75,6 +75,30 @@ TEST(OuterOptimizerRegistry, BuildsEachNamedOptimizerWithDefaults) {
   }
 }
 
+TEST(OuterOptimizerRegistry, EachOptimizerDeclaresItsHyperParameters) {
+  auto names_of = [](const std::string& optimizer) {
+    std::vector<std::string> names;
+    for (const auto& p : outer_optimizer_params(optimizer)) names.push_back(p.name);
+    return names;
+  };
+  EXPECT_EQ(names_of("fedavg"), (std::vector<std::string>{"lr"}));
+  EXPECT_EQ(names_of("diloco"), (std::vector<std::string>{"lr", "momentum"}));
+  EXPECT_EQ(names_of("fedadam"), (std::vector<std::string>{"lr", "beta1", "beta2", "eps"}));
+  for (const auto& name : outer_optimizer_names()) {
+    for (const auto& p : outer_optimizer_params(name)) {
+      SCOPED_TRACE(name + "." + p.name);
+      EXPECT_FALSE(p.range.empty());
+      EXPECT_FALSE(p.help.empty());
+      // The default is a value the optimizer accepts.
+      OuterOptimizerSpec spec = spec_for(name);
+      spec.params[p.name] = p.default_value;
+      EXPECT_EQ(outer_optimizer_problem(spec), std::nullopt);
+    }
+  }
+  EXPECT_EQ(outer_optimizer_params("diloco")[1].default_value, 0.9);
+  EXPECT_THROW(outer_optimizer_params("sgd"), ConfigError);
+}
+
 TEST(OuterOptimizerRegistry, UnknownNameListsTheKnownOnes) {
   try {
     make_outer_optimizer(spec_for("x"), 4);
@@ -95,32 +119,31 @@ std::vector<BadSpec> bad_specs() {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   const double inf = std::numeric_limits<double>::infinity();
   std::vector<BadSpec> cases;
-  auto add = [&](const std::string& name, std::optional<double> OuterOptimizerSpec::*field,
-                 const std::string& param, double value) {
+  auto add = [&](const std::string& name, const std::string& param, double value) {
     BadSpec c{spec_for(name), param};
-    c.spec.*field = value;
+    c.spec.params[param] = value;
     cases.push_back(c);
   };
   for (const auto& name : outer_optimizer_names()) {
     for (double v : {0.0, -0.5, nan, inf, -inf, 1e300, 1e-50})
-      add(name, &OuterOptimizerSpec::lr, "lr", v);
+      add(name, "lr", v);
   }
   // 1 - 1e-10 is below 1 as a double but rounds to exactly 1.0f.
   for (double v : {1.0, 1.5, -0.1, nan, inf, 1.0 - 1e-10}) {
-    add("diloco", &OuterOptimizerSpec::momentum, "momentum", v);
-    add("fedadam", &OuterOptimizerSpec::beta1, "beta1", v);
-    add("fedadam", &OuterOptimizerSpec::beta2, "beta2", v);
+    add("diloco", "momentum", v);
+    add("fedadam", "beta1", v);
+    add("fedadam", "beta2", v);
   }
-  for (double v : {0.0, -1e-3, nan, inf, 1e-50}) add("fedadam", &OuterOptimizerSpec::eps, "eps", v);
+  for (double v : {0.0, -1e-3, nan, inf, 1e-50}) add("fedadam", "eps", v);
   // Set but unused: refused so that a typo in a config is not silently ignored.
-  add("fedavg", &OuterOptimizerSpec::momentum, "momentum", 0.9);
-  add("fedavg", &OuterOptimizerSpec::beta1, "beta1", 0.9);
-  add("fedavg", &OuterOptimizerSpec::beta2, "beta2", 0.99);
-  add("fedavg", &OuterOptimizerSpec::eps, "eps", 1e-3);
-  add("diloco", &OuterOptimizerSpec::beta1, "beta1", 0.9);
-  add("diloco", &OuterOptimizerSpec::beta2, "beta2", 0.99);
-  add("diloco", &OuterOptimizerSpec::eps, "eps", 1e-3);
-  add("fedadam", &OuterOptimizerSpec::momentum, "momentum", 0.9);
+  add("fedavg", "momentum", 0.9);
+  add("fedavg", "beta1", 0.9);
+  add("fedavg", "beta2", 0.99);
+  add("fedavg", "eps", 1e-3);
+  add("diloco", "beta1", 0.9);
+  add("diloco", "beta2", 0.99);
+  add("diloco", "eps", 1e-3);
+  add("fedadam", "momentum", 0.9);
   return cases;
 }
 
@@ -140,41 +163,41 @@ TEST(OuterOptimizerSpecValidation, EveryInvalidSpecNamesTheBadParameter) {
 
 TEST(OuterOptimizerSpecValidation, UnusedParameterMessageSaysWhatIsTaken) {
   auto spec = spec_for("fedavg");
-  spec.momentum = 0.9;
+  spec.params["momentum"] = 0.9;
   try {
     make_outer_optimizer(spec, 4);
     FAIL() << "expected ConfigError";
   } catch (const ConfigError& e) {
     EXPECT_STREQ(e.what(),
-                 "outer optimizer 'fedavg' does not use momentum; remove it (fedavg takes: lr)");
+                 "outer optimizer 'fedavg': does not use 'momentum'; it takes lr");
   }
 }
 
 TEST(OuterOptimizerSpecValidation, AcceptsBoundaryValues) {
   auto diloco = spec_for("diloco");
-  diloco.momentum = 0.0;
-  diloco.lr = 1e-30;
+  diloco.params["momentum"] = 0.0;
+  diloco.params["lr"] = 1e-30;
   EXPECT_NO_THROW(make_outer_optimizer(diloco, 4));
   auto adam = spec_for("fedadam");
-  adam.beta1 = 0.0;
-  adam.beta2 = 0.0;
-  adam.eps = 1e-30;
-  adam.lr = 100.0;
+  adam.params["beta1"] = 0.0;
+  adam.params["beta2"] = 0.0;
+  adam.params["eps"] = 1e-30;
+  adam.params["lr"] = 100.0;
   EXPECT_NO_THROW(make_outer_optimizer(adam, 4));
 }
 
 TEST(OuterOptimizerSpecValidation, ExplicitDefaultsBehaveLikeUnsetOnes) {
   std::vector<std::pair<OuterOptimizerSpec, OuterOptimizerSpec>> pairs;
   auto fedavg = spec_for("fedavg");
-  fedavg.lr = 1.0;
+  fedavg.params["lr"] = 1.0;
   auto diloco = spec_for("diloco");
-  diloco.lr = 0.7;
-  diloco.momentum = 0.9;
+  diloco.params["lr"] = 0.7;
+  diloco.params["momentum"] = 0.9;
   auto fedadam = spec_for("fedadam");
-  fedadam.lr = 0.01;
-  fedadam.beta1 = 0.9;
-  fedadam.beta2 = 0.99;
-  fedadam.eps = 1e-3;
+  fedadam.params["lr"] = 0.01;
+  fedadam.params["beta1"] = 0.9;
+  fedadam.params["beta2"] = 0.99;
+  fedadam.params["eps"] = 1e-3;
   for (const auto& explicit_spec : {fedavg, diloco, fedadam}) {
     SCOPED_TRACE(explicit_spec.name);
     const size_t n = 64;
@@ -311,7 +334,7 @@ TEST(FedAvgOptimizer, LrOneGivesParamsMinusPseudoGradientExactly) {
 
 TEST(FedAvgOptimizer, HandComputedSteps) {
   auto spec = spec_for("fedavg");
-  spec.lr = 0.5;
+  spec.params["lr"] = 0.5;
   auto opt = make_outer_optimizer(spec, 2);
   std::vector<float> params{1.0f, -2.0f};
   const std::vector<float> g{0.5f, -4.0f};
@@ -324,7 +347,7 @@ TEST(FedAvgOptimizer, HandComputedSteps) {
 TEST(FedAvgOptimizer, MatchesDoubleReference) {
   const size_t n = 100;
   auto spec = spec_for("fedavg");
-  spec.lr = 0.3;
+  spec.params["lr"] = 0.3;
   auto opt = make_outer_optimizer(spec, n);
   auto params = random_vector(n, 8, -2, 2);
   std::vector<double> ref(params.begin(), params.end());
@@ -371,8 +394,8 @@ TEST(DiLoCoOptimizer, MomentumPersistsAcrossRounds) {
 
 TEST(DiLoCoOptimizer, ZeroMomentumIsPlainSgd) {
   auto spec = spec_for("diloco");
-  spec.lr = 0.5;
-  spec.momentum = 0.0;
+  spec.params["lr"] = 0.5;
+  spec.params["momentum"] = 0.0;
   auto opt = make_outer_optimizer(spec, 1);
   std::vector<float> p{1.0f};
   step_whole(*opt, 0, p, {0.5f});
@@ -383,8 +406,8 @@ TEST(DiLoCoOptimizer, ZeroMomentumIsPlainSgd) {
 TEST(DiLoCoOptimizer, MatchesDoubleReference) {
   const size_t n = 100;
   auto spec = spec_for("diloco");
-  spec.lr = 0.6;
-  spec.momentum = 0.8;
+  spec.params["lr"] = 0.6;
+  spec.params["momentum"] = 0.8;
   auto opt = make_outer_optimizer(spec, n);
   auto params = random_vector(n, 9, -2, 2);
   std::vector<double> ref(params.begin(), params.end());
@@ -456,7 +479,7 @@ TEST(FedAdamOptimizer, ConstantGradientStepTendsToLrTimesSign) {
   const std::vector<float> g{-3.0f, -0.25f, 0.5f, 100.0f};
   const size_t n = g.size();
   auto spec = spec_for("fedadam");
-  spec.eps = 1e-12;  // so that the move is independent of |g|
+  spec.params["eps"] = 1e-12;  // so that the move is independent of |g|
   auto opt = make_outer_optimizer(spec, n);
   std::vector<float> p(n, 0.0f);
   for (uint64_t round = 0; round < 3000; ++round) step_whole(*opt, round, p, g);
@@ -469,10 +492,10 @@ TEST(FedAdamOptimizer, ConstantGradientStepTendsToLrTimesSign) {
 TEST(FedAdamOptimizer, MatchesDoubleReference) {
   const size_t n = 100;
   auto spec = spec_for("fedadam");
-  spec.lr = 0.05;
-  spec.beta1 = 0.8;
-  spec.beta2 = 0.95;
-  spec.eps = 1e-2;
+  spec.params["lr"] = 0.05;
+  spec.params["beta1"] = 0.8;
+  spec.params["beta2"] = 0.95;
+  spec.params["eps"] = 1e-2;
   auto opt = make_outer_optimizer(spec, n);
   auto params = random_vector(n, 11, -2, 2);
   std::vector<double> ref(params.begin(), params.end());

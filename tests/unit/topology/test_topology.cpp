@@ -86,9 +86,9 @@ TEST(Topology, ValidThreeLevelTree) {
   EXPECT_EQ(f.chunk_bytes, 1048576u);
   EXPECT_EQ(f.round_timeout_s, 600.0);
   EXPECT_EQ(f.outer.name, "diloco");
-  EXPECT_EQ(f.outer.lr, 0.7);
-  EXPECT_EQ(f.outer.momentum, 0.9);
-  EXPECT_FALSE(f.outer.beta1.has_value());
+  EXPECT_EQ(f.outer.param("lr"), 0.7);
+  EXPECT_EQ(f.outer.param("momentum"), 0.9);
+  EXPECT_FALSE(f.outer.param("beta1").has_value());
 
   ASSERT_EQ(t.nodes().size(), 6u);
   EXPECT_EQ(t.root().id, "root");
@@ -339,10 +339,7 @@ TEST(Topology, ToYamlRoundTrips) {
   // Ids YAML would read as null, numbers or booleans stay strings; odd doubles survive.
   FederationSpec f;
   f.outer.name = "fedadam";
-  f.outer.lr = 0.1 + 0.2;
-  f.outer.beta1 = 0.9;
-  f.outer.beta2 = 0.999;
-  f.outer.eps = 1e-8;
+  f.outer.params = {{"lr", 0.1 + 0.2}, {"beta1", 0.9}, {"beta2", 0.999}, {"eps", 1e-8}};
   f.round_timeout_s = 1.0 / 3.0;
   std::vector<NodeSpec> nodes(3);
   nodes[0] = {"null", Role::kRoot, "", "tcp://[::1]:7000", "tcp://*:7000", 1.0, 0, 0, {}};
@@ -352,7 +349,7 @@ TEST(Topology, ToYamlRoundTrips) {
   Topology odd_back = Topology::parse(odd.to_yaml());
   EXPECT_EQ(odd_back.digest(), odd.digest());
   EXPECT_EQ(odd_back.node("1").weight, 1e-300);
-  EXPECT_EQ(odd_back.federation().outer.lr, 0.1 + 0.2);
+  EXPECT_EQ(odd_back.federation().outer.param("lr"), 0.1 + 0.2);
   EXPECT_EQ(odd_back.federation().round_timeout_s, 1.0 / 3.0);
 }
 
@@ -394,21 +391,19 @@ TEST(Topology, DigestChangesWithEveryField) {
       [](auto&, auto& f, auto&) { f.round_timeout_s = 601; },
       [](auto&, auto& f, auto&) {
         f.outer.name = "fedavg";
-        f.outer.momentum.reset();
+        f.outer.params.erase("momentum");
       },
-      [](auto&, auto& f, auto&) { f.outer.lr = 0.7000000000000001; },
-      [](auto&, auto& f, auto&) { f.outer.lr.reset(); },
-      [](auto&, auto& f, auto&) { f.outer.momentum = 0.8; },
+      [](auto&, auto& f, auto&) { f.outer.params["lr"] = 0.7000000000000001; },
+      [](auto&, auto& f, auto&) { f.outer.params.erase("lr"); },
+      [](auto&, auto& f, auto&) { f.outer.params["momentum"] = 0.8; },
       [](auto&, auto& f, auto&) {
-        f.outer = OuterOptimizerSpec{"fedadam", 0.7, std::nullopt, 0.9, std::nullopt, std::nullopt};
-      },
-      [](auto&, auto& f, auto&) {
-        f.outer =
-            OuterOptimizerSpec{"fedadam", 0.7, std::nullopt, std::nullopt, 0.99, std::nullopt};
+        f.outer = OuterOptimizerSpec{"fedadam", {{"lr", 0.7}, {"beta1", 0.9}}};
       },
       [](auto&, auto& f, auto&) {
-        f.outer =
-            OuterOptimizerSpec{"fedadam", 0.7, std::nullopt, std::nullopt, std::nullopt, 1e-3};
+        f.outer = OuterOptimizerSpec{"fedadam", {{"lr", 0.7}, {"beta2", 0.99}}};
+      },
+      [](auto&, auto& f, auto&) {
+        f.outer = OuterOptimizerSpec{"fedadam", {{"lr", 0.7}, {"eps", 1e-3}}};
       },
       [](auto&, auto&, auto& n) { n[2].id = "site-z"; },
       [](auto&, auto&, auto& n) { n[4].parent = "us"; },
