@@ -1,5 +1,8 @@
 // DiLoCo's outer optimizer: SGD with Nesterov momentum on the pseudo-gradient,
-//   buf = m * buf + g;  params -= lr * (g + m * buf).
+//   buf = m * buf + g;  params -= lr_r * (g + m * buf),
+// where lr_r ramps linearly over the first `lr_warmup_rounds` rounds
+// (lr * (r + 1) / lr_warmup_rounds, then lr; 0: lr from the start). The
+// ramp depends on the round alone, so a resumed root needs no extra state.
 // The momentum buffer lives across rounds; it is the only state and must be
 // checkpointed with the global model. Not thread safe: one owner.
 #pragma once
@@ -24,6 +27,7 @@ class DiLoCoOptimizer final : public OuterOptimizer {
   struct Options {
     float lr = 0;
     float momentum = 0;
+    uint64_t lr_warmup_rounds = 0;
   };
 
   // Allocates a zeroed momentum buffer of total_elements floats.
@@ -37,6 +41,7 @@ class DiLoCoOptimizer final : public OuterOptimizer {
 
  private:
   Options options_;
+  float round_lr_ = 0;  // lr_r of the round begin_round() opened
   std::vector<float> momentum_;
 };
 

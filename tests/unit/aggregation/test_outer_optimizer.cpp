@@ -82,7 +82,8 @@ TEST(OuterOptimizerRegistry, EachOptimizerDeclaresItsHyperParameters) {
     return names;
   };
   EXPECT_EQ(names_of("fedavg"), (std::vector<std::string>{"lr"}));
-  EXPECT_EQ(names_of("diloco"), (std::vector<std::string>{"lr", "momentum"}));
+  EXPECT_EQ(names_of("diloco"),
+            (std::vector<std::string>{"lr", "momentum", "lr_warmup_rounds"}));
   EXPECT_EQ(names_of("fedadam"), (std::vector<std::string>{"lr", "beta1", "beta2", "eps"}));
   for (const auto& name : outer_optimizer_names()) {
     for (const auto& p : outer_optimizer_params(name)) {
@@ -401,6 +402,39 @@ TEST(DiLoCoOptimizer, ZeroMomentumIsPlainSgd) {
   step_whole(*opt, 0, p, {0.5f});
   step_whole(*opt, 1, p, {0.0f});
   EXPECT_EQ(p[0], 0.75f);
+}
+
+TEST(DiLoCoOptimizer, LearningRateWarmsUpLinearlyOverTheFirstRounds) {
+  auto spec = spec_for("diloco");
+  spec.params["lr"] = 0.8;
+  spec.params["momentum"] = 0.0;  // params -= lr_r * g: the step shows lr_r
+  spec.params["lr_warmup_rounds"] = 4;
+  auto opt = make_outer_optimizer(spec, 1);
+  const float lr = 0.8f;
+  const std::vector<float> expected = {
+      static_cast<float>(double(lr) * 1 / 4), static_cast<float>(double(lr) * 2 / 4),
+      static_cast<float>(double(lr) * 3 / 4), lr, lr, lr};
+  for (uint64_t round = 0; round < expected.size(); ++round) {
+    std::vector<float> p{0.0f};
+    step_whole(*opt, round, p, {-1.0f});
+    EXPECT_EQ(p[0], expected[round]) << "round " << round;
+  }
+  // A root resumed at round 2 ramps from where the schedule stands, not from 0.
+  auto resumed = make_outer_optimizer(spec, 1);
+  std::vector<float> p{0.0f};
+  step_whole(*resumed, 2, p, {-1.0f});
+  EXPECT_EQ(p[0], expected[2]);
+}
+
+TEST(DiLoCoOptimizer, WarmupRoundsMustBeAWholeNumber) {
+  for (double bad : {-1.0, 2.5, 1e12}) {
+    auto spec = spec_for("diloco");
+    spec.params["lr_warmup_rounds"] = bad;
+    EXPECT_THROW(make_outer_optimizer(spec, 1), ConfigError) << bad;
+  }
+  auto fedavg = spec_for("fedavg");
+  fedavg.params["lr_warmup_rounds"] = 3;
+  EXPECT_THROW(make_outer_optimizer(fedavg, 1), ConfigError);
 }
 
 TEST(DiLoCoOptimizer, MatchesDoubleReference) {

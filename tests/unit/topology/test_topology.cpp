@@ -305,6 +305,11 @@ TEST(Topology, RejectsFederationValuesOutOfRange) {
   expect_error(fed("outer_optimizer: {name: fedavg, momentum: 0.9}"),
                {"'fedavg'", "does not use 'momentum'"});
   expect_error(fed("outer_optimizer: {name: fedadam, eps: 0}"), {"eps 0 must be finite and > 0"});
+  expect_error(fed("outer_optimizer: {name: diloco, lr_warmup_rounds: 2.5}"),
+               {"lr_warmup_rounds 2.5 must be a whole number"});
+  expect_error(fed("outer_optimizer: {name: fedadam, lr_warmup_rounds: 5}"),
+               {"'fedadam'", "does not use 'lr_warmup_rounds'"});
+  EXPECT_EQ(error_of(fed("outer_optimizer: {name: diloco, lr_warmup_rounds: 10}")), "");
   EXPECT_EQ(error_of(fed(
                 "outer_optimizer: {name: fedadam, lr: 0.01, beta1: 0.9, beta2: 0.99, eps: 0.001}")),
             "");
