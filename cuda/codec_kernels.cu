@@ -16,10 +16,10 @@ static_assert(Fp16Codec::kBlock % kThreads == 0 && cm::kInt8Block % kThreads == 
                   kCheckBlock % kThreads == 0,
               "every block is a whole number of thread strides");
 
-template <CodecKind K>
-constexpr size_t kBlock = K == CodecKind::kFp16   ? Fp16Codec::kBlock
-                          : K == CodecKind::kInt8 ? size_t(cm::kInt8Block)
-                                                  : kCheckBlock;
+template <CodecId K>
+constexpr size_t kBlock = K == CodecId::kFp16   ? Fp16Codec::kBlock
+                          : K == CodecId::kInt8 ? size_t(cm::kInt8Block)
+                                                : kCheckBlock;
 
 __device__ __forceinline__ float value_at(const float* in, const float* minus, const float* res,
                                           size_t i) {
@@ -53,7 +53,7 @@ __device__ uint32_t block_max_of(uint32_t v) {
 // One CUDA block per codec block. Threads stride through it, so loads are
 // coalesced; each thread meets its elements in increasing order, so the
 // first non-finite one it sees is its smallest.
-template <CodecKind K>
+template <CodecId K>
 __global__ void __launch_bounds__(kThreads)
     block_max_kernel(const float* in, const float* minus, const float* res, size_t n,
                      uint32_t* block_max,
@@ -72,7 +72,7 @@ __global__ void __launch_bounds__(kThreads)
   if (threadIdx.x == 0) block_max[blockIdx.x] = m;
 }
 
-template <CodecKind K>
+template <CodecId K>
 __global__ void __launch_bounds__(kThreads)
     quantise_kernel(const float* in, const float* minus, float* res, size_t n,
                     const uint32_t* block_max,
@@ -83,13 +83,13 @@ __global__ void __launch_bounds__(kThreads)
   const size_t end = begin + kBlock<K> < n ? begin + kBlock<K> : n;
   const size_t blocks = n / kBlock<K> + (n % kBlock<K> != 0);
 
-  if constexpr (K == CodecKind::kFp32) {
+  if constexpr (K == CodecId::kFp32) {
     float* values = reinterpret_cast<float*>(out);
     for (size_t i = begin + threadIdx.x; i < end; i += kThreads) {
       values[i] = value_at(in, minus, res, i);
       if (res) res[i] = 0.0f;
     }
-  } else if constexpr (K == CodecKind::kBf16) {
+  } else if constexpr (K == CodecId::kBf16) {
     uint16_t* values = reinterpret_cast<uint16_t*>(out);
     for (size_t i = begin + threadIdx.x; i < end; i += kThreads) {
       const float v = value_at(in, minus, res, i);
@@ -97,7 +97,7 @@ __global__ void __launch_bounds__(kThreads)
       values[i] = h;
       if (res) res[i] = cm::sub_rn(v, cm::bf16_to_fp32(h));
     }
-  } else if constexpr (K == CodecKind::kFp16) {
+  } else if constexpr (K == CodecId::kFp16) {
     const cm::Fp16Scale s = cm::fp16_scale_for(block_max[b]);
     if (threadIdx.x == 0) reinterpret_cast<float*>(out)[b] = s.scale;
     uint16_t* values = reinterpret_cast<uint16_t*>(out + Fp16Codec::kScaleBytes * blocks);
@@ -120,7 +120,7 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-template <CodecKind K>
+template <CodecId K>
 cudaError_t launch(const EncodeArgs& a, cudaStream_t stream) {
   if (a.n == 0) return cudaSuccess;
   const size_t blocks = a.n / kBlock<K> + (a.n % kBlock<K> != 0);
@@ -135,22 +135,33 @@ cudaError_t launch(const EncodeArgs& a, cudaStream_t stream) {
 
 }  // namespace
 
-size_t block_elements(CodecKind kind) {
-  switch (kind) {
-    case CodecKind::kFp16: return kBlock<CodecKind::kFp16>;
-    case CodecKind::kInt8: return kBlock<CodecKind::kInt8>;
-    case CodecKind::kFp32: return kBlock<CodecKind::kFp32>;
-    case CodecKind::kBf16: return kBlock<CodecKind::kBf16>;
+bool has_kernels(CodecId codec) {
+  switch (codec) {
+    case CodecId::kFp32:
+    case CodecId::kFp16:
+    case CodecId::kBf16:
+    case CodecId::kInt8:
+      return true;
+  }
+  return false;
+}
+
+size_t block_elements(CodecId codec) {
+  switch (codec) {
+    case CodecId::kFp16: return kBlock<CodecId::kFp16>;
+    case CodecId::kInt8: return kBlock<CodecId::kInt8>;
+    case CodecId::kFp32: return kBlock<CodecId::kFp32>;
+    case CodecId::kBf16: return kBlock<CodecId::kBf16>;
   }
   return kCheckBlock;
 }
 
-cudaError_t launch_encode(CodecKind kind, const EncodeArgs& args, cudaStream_t stream) {
-  switch (kind) {
-    case CodecKind::kFp32: return launch<CodecKind::kFp32>(args, stream);
-    case CodecKind::kFp16: return launch<CodecKind::kFp16>(args, stream);
-    case CodecKind::kBf16: return launch<CodecKind::kBf16>(args, stream);
-    case CodecKind::kInt8: return launch<CodecKind::kInt8>(args, stream);
+cudaError_t launch_encode(CodecId codec, const EncodeArgs& args, cudaStream_t stream) {
+  switch (codec) {
+    case CodecId::kFp32: return launch<CodecId::kFp32>(args, stream);
+    case CodecId::kFp16: return launch<CodecId::kFp16>(args, stream);
+    case CodecId::kBf16: return launch<CodecId::kBf16>(args, stream);
+    case CodecId::kInt8: return launch<CodecId::kInt8>(args, stream);
   }
   return cudaErrorInvalidValue;
 }

@@ -16,15 +16,19 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "fedwan/codec.hpp"
+
 namespace fedwan::cuda::kernels {
 
-enum class CodecKind { kFp32, kFp16, kBf16, kInt8 };
+// Whether these kernels encode `codec` (fp32, fp16, bf16 and int8 so far).
+bool has_kernels(CodecId codec);
 
 // Elements per block of the kernels for each codec: the codec's own scale
 // block for fp16 and int8, and a block for the non-finite check otherwise.
-size_t block_elements(CodecKind kind);
-inline size_t block_count(CodecKind kind, size_t n) {
-  const size_t b = block_elements(kind);
+// Precondition: has_kernels(codec).
+size_t block_elements(CodecId codec);
+inline size_t block_count(CodecId codec, size_t n) {
+  const size_t b = block_elements(codec);
   return n / b + (n % b != 0);
 }
 
@@ -34,11 +38,12 @@ struct EncodeArgs {
   float* residual = nullptr;         // n device floats, or null
   size_t n = 0;
   uint8_t* out = nullptr;            // device, the codec's encoded_size(n); 256-byte aligned
-  uint32_t* block_max = nullptr;     // device, block_count(kind, n) words of scratch
+  uint32_t* block_max = nullptr;     // device, block_count(codec, n) words of scratch
   unsigned long long* first_bad = nullptr;  // device; the caller sets it to ~0 first
 };
 
-// Queues both kernels on `stream`. Returns CUDA's launch status.
-cudaError_t launch_encode(CodecKind kind, const EncodeArgs& args, cudaStream_t stream);
+// Queues both kernels on `stream`. Returns CUDA's launch status,
+// cudaErrorInvalidValue for a codec without kernels.
+cudaError_t launch_encode(CodecId codec, const EncodeArgs& args, cudaStream_t stream);
 
 }  // namespace fedwan::cuda::kernels

@@ -22,16 +22,20 @@
 namespace fedwan::cuda {
 namespace {
 
-using kernels::CodecKind;
 constexpr unsigned long long kNoBad = ~0ull;
 
-CodecKind kind_of(const std::string& name) {
-  if (name == "fp32") return CodecKind::kFp32;
-  if (name == "fp16") return CodecKind::kFp16;
-  if (name == "bf16") return CodecKind::kBf16;
-  if (name == "int8") return CodecKind::kInt8;
-  throw ConfigError("DeviceEncoder: no GPU encoder for codec '" + name +
-                    "'; the GPU encodes fp32, fp16, bf16 and int8");
+// The registered codec `name`, when the kernels encode it. Any other name,
+// registered or not, gets the one message that says what the GPU encodes.
+const Codec& gpu_codec(const std::string& name) {
+  const Codec* codec = nullptr;
+  for (const std::string& known : codec_names()) {
+    if (known == name) codec = &codec_by_name(name);
+  }
+  if (codec == nullptr || !kernels::has_kernels(codec->id())) {
+    throw ConfigError("DeviceEncoder: no GPU encoder for codec '" + name +
+                      "'; the GPU encodes fp32, fp16, bf16 and int8");
+  }
+  return *codec;
 }
 
 template <class T, class Free>
@@ -89,7 +93,6 @@ void require_device_pointer(const void* p, int device, const char* what) {
 struct DeviceEncoder::Impl {
   DeviceEncoderOptions options;
   const Codec* codec = nullptr;
-  CodecKind kind = CodecKind::kFp16;
   size_t payload_capacity = 0;
   std::vector<Slot> slots;
 
@@ -121,8 +124,7 @@ struct DeviceEncoder::Impl {
 DeviceEncoder::DeviceEncoder(const DeviceEncoderOptions& options) : impl_(new Impl) {
   Impl& m = *impl_;
   m.options = options;
-  m.kind = kind_of(options.codec);
-  m.codec = &codec_by_name(options.codec);
+  m.codec = &gpu_codec(options.codec);
   const int devices = device_count();
   if (devices == 0) {
     throw ConfigError("DeviceEncoder: no CUDA device on this machine; encode with the CPU "
@@ -142,7 +144,7 @@ DeviceEncoder::DeviceEncoder(const DeviceEncoderOptions& options) : impl_(new Im
 
   DeviceScope scope(options.device);
   m.payload_capacity = m.codec->encoded_size(options.max_elements);
-  const size_t max_blocks = kernels::block_count(m.kind, options.max_elements);
+  const size_t max_blocks = kernels::block_count(m.codec->id(), options.max_elements);
   m.slots = std::vector<Slot>(size_t(options.slots));
   for (Slot& s : m.slots) {
     FEDWAN_CUDA_CHECK(cudaStreamCreateWithFlags(&s.stream.p, cudaStreamNonBlocking));
@@ -210,7 +212,7 @@ void DeviceEncoder::Impl::start(int slot, const float* in, const float* minus, f
   args.out = static_cast<uint8_t*>(s.payload.p);
   args.block_max = static_cast<uint32_t*>(s.block_max.p);
   args.first_bad = static_cast<unsigned long long*>(s.first_bad.p);
-  FEDWAN_CUDA_CHECK(kernels::launch_encode(m.kind, args, s.stream.p));
+  FEDWAN_CUDA_CHECK(kernels::launch_encode(m.codec->id(), args, s.stream.p));
 
   const size_t bytes = m.codec->encoded_size(n);
   if (bytes > 0) {

@@ -12,6 +12,7 @@
 
 #include "cuda_check.hpp"
 #include "device_scope.hpp"
+#include "fedwan/codec.hpp"
 #include "fedwan/cuda.hpp"
 #include "fedwan/error.hpp"
 
@@ -43,9 +44,10 @@ struct DeviceUpdateEncoder::Impl {
   // One encoder per codec the federation uses (it names one; a second
   // would only appear if the topology changed, which it cannot mid-run).
   std::unique_ptr<DeviceEncoder> encoder;
+  CodecId encoder_codec = CodecId::kFp32;  // what `encoder` encodes, when there is one
 
   DeviceEncoder& encoder_for(const Codec& codec) {
-    if (!encoder || encoder->codec() != codec.name()) {
+    if (!encoder || encoder_codec != codec.id()) {
       DeviceEncoderOptions o;
       o.device = device;
       o.codec = std::string(codec.name());
@@ -53,6 +55,7 @@ struct DeviceUpdateEncoder::Impl {
       o.slots = 1;
       o.timeout = timeout;
       encoder = std::make_unique<DeviceEncoder>(o);
+      encoder_codec = codec.id();
     }
     return *encoder;
   }

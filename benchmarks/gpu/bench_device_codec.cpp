@@ -32,8 +32,6 @@
 
 namespace {
 
-using fedwan::cuda::kernels::CodecKind;
-
 void check(cudaError_t status, const char* what) {
   if (status != cudaSuccess) {
     std::fprintf(stderr, "%s failed: %s\n", what, cudaGetErrorString(status));
@@ -84,13 +82,6 @@ double median_wall_seconds(int reps, F&& body) {
   }
   std::sort(s.begin(), s.end());
   return s[s.size() / 2];
-}
-
-CodecKind kind_of(const std::string& name) {
-  if (name == "fp32") return CodecKind::kFp32;
-  if (name == "fp16") return CodecKind::kFp16;
-  if (name == "bf16") return CodecKind::kBf16;
-  return CodecKind::kInt8;
 }
 
 }  // namespace
@@ -161,7 +152,7 @@ int main(int argc, char** argv) {
         a.first_bad = first_bad;
         const double t_kernels = median_seconds(reps, stream, [&] {
           check(cudaMemsetAsync(first_bad, 0xFF, 8, stream), "cudaMemsetAsync");
-          check(fedwan::cuda::kernels::launch_encode(kind_of(name), a, stream), "encode");
+          check(fedwan::cuda::kernels::launch_encode(codec.id(), a, stream), "encode");
         });
         // Bytes the two kernels move: the first reads the input (and
         // residual), the second reads them again, writes the payload (and

@@ -42,7 +42,8 @@ Aggregator::Impl::Impl(AggregatorOptions options)
       topo_(opt_.topology),
       self_(topo_.node(opt_.node_id)),
       is_root_(self_.role == Role::kRoot),
-      codec_(&codec_by_name(topo_.federation().codec)) {
+      cfg_(topo_, self_, {opt_.window, opt_.round_timeout}),
+      limits_(cfg_.limits) {
   if (self_.role == Role::kSite) {
     throw ConfigError("node '" + self_.id + "' is a site; run it with `fedwan site`");
   }
@@ -57,10 +58,6 @@ Aggregator::Impl::Impl(AggregatorOptions options)
     throw ConfigError("--standby needs --checkpoint-dir: the standby keeps the root's "
                       "checkpoints there");
   }
-  round_timeout_ = opt_.round_timeout.value_or(
-      Millis(static_cast<int64_t>(topo_.federation().round_timeout_s * 1000)));
-  limits_.max_chunk_elements = static_cast<uint32_t>(topo_.federation().chunk_bytes / 4);
-  limits_.max_piece_bytes = static_cast<uint32_t>(topo_.federation().chunk_bytes);
   if (is_root_) {
     if (opt_.initial_model.empty()) {
       throw ConfigError("root '" + self_.id + "' needs an initial model (flat fp32 parameters)");
@@ -69,7 +66,7 @@ Aggregator::Impl::Impl(AggregatorOptions options)
     init_model_state(global_.size());
     held_ = global_;
     model_digest_ = sha256(global_.data(), global_.size() * sizeof(float));
-    outer_ = make_outer_optimizer(topo_.federation().outer, global_.size());
+    outer_ = make_outer_optimizer(cfg_.outer, global_.size());
   } else if (!opt_.initial_model.empty()) {
     throw ConfigError("only the root takes an initial model; '" + self_.id + "' is a region");
   }
@@ -87,26 +84,20 @@ Aggregator::Impl::Impl(AggregatorOptions options)
   }
   child_out_.resize(children_.size());
   serving_.resize(children_.size());
-  LinkOptions lo;
-  lo.window = opt_.window;
-  lo.max_message_bytes =
-      static_cast<int64_t>(wire::kHeaderSize + topo_.federation().chunk_bytes + 4096);
   const std::string bind =
       opt_.standby ? (self_.standby_bind.empty() ? self_.standby_endpoint : self_.standby_bind)
                    : (self_.bind.empty() ? self_.endpoint : self_.bind);
   security_ = std::make_unique<node::NodeSecurity>(opt_.security, topo_, self_);
-  children_link_ = std::make_unique<ChildrenLink>(ctx_, bind, lo, security_->children_factory(),
-                                                  security_->children_admission());
+  transport_ = transport::make_transport(bind);
+  children_link_ = std::make_unique<ChildrenLink>(
+      *transport_, bind, cfg_.link, security_->children_factory(), security_->children_admission());
   if (!is_root_) {
     const NodeSpec& parent = topo_.node(self_.parent_index);
-    parent_link_ = std::make_unique<ParentLink>(ctx_, parent.endpoint, self_.id, lo,
+    parent_link_ = std::make_unique<ParentLink>(*transport_, parent.endpoint, self_.id, cfg_.link,
                                                 security_->parent_factory());
   }
-  const FederationSpec& fed = topo_.federation();
-  heartbeat_ = Millis(static_cast<int64_t>(fed.heartbeat_s * 1000));
-  heartbeat_timeout_ = Millis(static_cast<int64_t>(fed.heartbeat_timeout_s * 1000));
   deadline_timer_ = timers_.make_timer();
-  timers_.every(heartbeat_, [this] { on_heartbeat_timer(); });
+  timers_.every(cfg_.heartbeat, [this] { on_heartbeat_timer(); });
   parent_heard_ = parent_link_opened_ = root_heard_ = Clock::now();
   if (!opt_.checkpoint_dir.empty()) {
     replicas_ = std::make_unique<checkpoint::ReplicaStore>(
@@ -126,7 +117,7 @@ void Aggregator::Impl::recover() {
             reconnect_parent(why);
             return *parent_link_;
           },
-          topo_, self_, opt_.checkpoint_dir, 0, opt_.join_timeout, *security_,
+          topo_, self_, cfg_, opt_.checkpoint_dir, 0, opt_.join_timeout, *security_,
           &stop_requested)) {
     // Its own checkpoints were gone or corrupt; the parent kept a copy.
     resumed = resume_from_checkpoint();
@@ -141,7 +132,7 @@ void Aggregator::Impl::recover() {
               open_standby_link();
               return *standby_link_;
             },
-            topo_, self_, opt_.checkpoint_dir, total_elements_, opt_.join_timeout,
+            topo_, self_, cfg_, opt_.checkpoint_dir, total_elements_, opt_.join_timeout,
             *security_, &stop_requested)) {
       resumed = resume_from_checkpoint();
     }
@@ -164,12 +155,8 @@ void Aggregator::Impl::recover() {
 
 void Aggregator::Impl::init_model_state(uint64_t total_elements) {
   total_elements_ = total_elements;
-  limits_.max_total_elements = total_elements;
-  // A child's checkpoint holds a few model-sized sections (parameters,
-  // anchor, residual, optimizer state): one announcing far more is refused
-  // before any of it reaches the disk.
-  limits_.max_checkpoint_bytes = (uint64_t{64} << 20) + total_elements * sizeof(float) * 16;
-  plan_ = ChunkPlan::from_bytes(total_elements, topo_.federation().chunk_bytes);
+  limits_ = cfg_.limits_for_model(total_elements);
+  plan_ = cfg_.plan(total_elements);
   std::vector<uint32_t> ids;
   for (uint32_t idx : self_.children) ids.push_back(idx);
   acc_.emplace(*plan_, ids);
@@ -276,20 +263,21 @@ AggregatorSummary Aggregator::Impl::run() {
     recover();
   }
   // A resumed node is past joining: its round has the round timeout.
-  phase_deadline_ = Clock::now() + (phase_ == Phase::kJoining ? opt_.join_timeout : round_timeout_);
+  phase_deadline_ =
+      Clock::now() + (phase_ == Phase::kJoining ? opt_.join_timeout : cfg_.round_timeout);
   while (phase_ != Phase::kDone) {
     if (stop_requested.load()) throw StoppedError("aggregator '" + self_.id + "' stopped");
     // Replica pieces wait for room in a window like frames in an outbox.
     bool serving = upload_ != nullptr;
     for (const Serving& s : serving_) serving = serving || s.reader != nullptr;
     const bool pending = !flush() || serving;
-    zmq::pollitem_t items[2] = {
-        {children_link_->socket().handle(), 0, ZMQ_POLLIN, 0},
-        {parent_link_ ? parent_link_->socket().handle() : nullptr, 0,
-         static_cast<short>(ZMQ_POLLIN | (parent_out_.frames.empty() ? 0 : ZMQ_POLLOUT)), 0}};
-    // A ROUTER cannot signal room for one particular child, so while frames
-    // wait the loop polls briefly instead of sleeping.
-    poll_items(items, parent_link_ ? 2 : 1, pending ? Millis(2) : kPoll);
+    std::vector<transport::Transport::Interest> interests = {{&children_link_->socket()}};
+    if (parent_link_) {
+      interests.push_back({&parent_link_->socket(), true, !parent_out_.frames.empty()});
+    }
+    // A server socket cannot signal room for one particular child, so while
+    // frames wait the loop polls briefly instead of sleeping.
+    (void)transport_->wait(interests, pending ? Millis(2) : kPoll);
     timers_.poll();
     Incoming in;
     // Drain a bounded batch per socket so neither side starves the other.
@@ -333,10 +321,9 @@ AggregatorSummary Aggregator::Impl::run() {
     check_deadlines();
   }
   // Deliver what is still queued (the last anchors, done, telemetry).
-  const auto deadline = Clock::now() + std::min<Millis>(round_timeout_, Millis(30000));
+  const auto deadline = Clock::now() + cfg_.finish_wait;
   while (!flush() && Clock::now() < deadline) {
-    zmq::pollitem_t item{children_link_->socket().handle(), 0, ZMQ_POLLOUT, 0};
-    poll_items(&item, 1, Millis(2));
+    (void)transport_->wait({&children_link_->socket()}, Millis(2), /*for_send=*/true);
   }
   for (size_t i = 0; i < children_.size(); ++i) {
     log().debug("[agg:{}] sent {} frames to '{}'", self_.id, child_out_[i].sent, children_[i].id);
@@ -383,8 +370,8 @@ void Aggregator::Impl::maybe_finish() {
     log().warn("[agg:{}] finishing although {} did not confirm the final model", self_.id, missing);
   }
   if (!is_root_) {
-    send_parent(make_frame(
-        node_header(topo_, self_.index, wire::MsgType::kDone, topo_.federation().rounds), {}));
+    send_parent(
+        make_frame(node_header(topo_, self_.index, wire::MsgType::kDone, cfg_.rounds), {}));
   }
   if (standby_link_ && standby_link_->established()) {
     // The federation is over: the standby has nothing left to stand by for.
@@ -398,18 +385,18 @@ void Aggregator::Impl::check_deadlines() {
   const auto now = Clock::now();
   for (size_t i = 0; i < children_.size(); ++i) {
     Outbox& box = child_out_[i];
-    if (!box.frames.empty() && now - box.waiting_since > heartbeat_timeout_ &&
+    if (!box.frames.empty() && now - box.waiting_since > cfg_.heartbeat_timeout &&
         children_[i].live) {
       // A child that does not read is as good as gone: stop waiting for it.
       log().warn("[agg:{}] '{}' has not read for {} ms ({} frames waiting)", self_.id,
-                 children_[i].id, heartbeat_timeout_.count(), box.frames.size());
+                 children_[i].id, cfg_.heartbeat_timeout.count(), box.frames.size());
       child_lost(children_[i]);
     }
   }
-  if (!parent_out_.frames.empty() && now - parent_out_.waiting_since > round_timeout_) {
+  if (!parent_out_.frames.empty() && now - parent_out_.waiting_since > cfg_.round_timeout) {
     throw TimeoutError("aggregator '" + self_.id + "': parent '" +
                        topo_.node(self_.parent_index).id + "' has not read for " +
-                       std::to_string(round_timeout_.count() / 1000) + " s");
+                       std::to_string(cfg_.round_timeout.count() / 1000) + " s");
   }
   if (now < phase_deadline_ || standby_passive_) return;
   std::string missing;
@@ -425,13 +412,13 @@ void Aggregator::Impl::check_deadlines() {
       for (uint32_t idx : acc_->missing_children()) add(topo_.node(idx).id);
       throw TimeoutError("aggregator '" + self_.id + "': round " + std::to_string(round_) +
                          " did not complete within " +
-                         std::to_string(round_timeout_.count() / 1000) +
+                         std::to_string(cfg_.round_timeout.count() / 1000) +
                          " s; still waiting for: " + missing);
     case Phase::kAwaitWelcome:
     case Phase::kAwaitAnchor:
       throw TimeoutError("aggregator '" + self_.id + "': no answer from parent '" +
                          topo_.node(self_.parent_index).id + "' at " + parent_link_->endpoint() +
-                         " within " + std::to_string(round_timeout_.count() / 1000) + " s");
+                         " within " + std::to_string(cfg_.round_timeout.count() / 1000) + " s");
     case Phase::kDraining:
       throw TimeoutError("aggregator '" + self_.id +
                          "': regions did not report the traffic "

@@ -34,6 +34,7 @@
 #include "fedwan/codec.hpp"
 #include "fedwan/outer_optimizer.hpp"
 #include "node/event_timers.hpp"
+#include "node/node_config.hpp"
 #include "node/node_security.hpp"
 #include "checkpoint/replica_store.hpp"
 #include "node/traffic.hpp"
@@ -146,11 +147,12 @@ class Aggregator::Impl {
   // audited as standby_lost once, until the standby is back).
   void standby_missing(const std::string& why);
   bool standby_live() const {
-    return standby_link_ && standby_seen_ && Clock::now() - standby_heard_ <= heartbeat_timeout_;
+    return standby_link_ && standby_seen_ &&
+           Clock::now() - standby_heard_ <= cfg_.heartbeat_timeout;
   }
   std::vector<uint8_t> checkpoint_signal(uint64_t round, uint8_t flag) const;
   uint8_t welcome_flags() const {  // kFlagKeepsReplicas when children should send theirs
-    return replicas_ && topo_.federation().replica_every > 0 ? wire::kFlagKeepsReplicas : 0;
+    return replicas_ && cfg_.replica_every > 0 ? wire::kFlagKeepsReplicas : 0;
   }
   void open_standby_link();
   uint32_t live_region_children() const {
@@ -196,14 +198,14 @@ class Aggregator::Impl {
   const Topology& topo_;
   const NodeSpec& self_;
   const bool is_root_;
-  const Codec* codec_;
-  wire::FrameLimits limits_;
-  Millis round_timeout_;
+  const node::NodeConfig cfg_;
+  wire::FrameLimits limits_;  // cfg_.limits, then for the model once its size is known
   uint32_t region_children_ = 0;
 
   // Declared before the links: their security layers report to it.
   std::unique_ptr<node::NodeSecurity> security_;
-  zmq::context_t ctx_{1};
+  // Makes every link of this node (one kind per topology).
+  std::unique_ptr<transport::Transport> transport_;
   std::unique_ptr<ChildrenLink> children_link_;
   std::unique_ptr<ParentLink> parent_link_;
 
@@ -241,7 +243,6 @@ class Aggregator::Impl {
   // Fault tolerance.
   node::EventTimers timers_;
   std::unique_ptr<node::EventTimers::Timer> deadline_timer_;
-  Millis heartbeat_, heartbeat_timeout_;
   double total_weight_ = 0;      // site weight under this node
   // The open round's anchor values of the chunks the next anchor already
   // replaced in held_/anchor_ (it is computed or arrives chunk by chunk), so

@@ -69,13 +69,9 @@ void Aggregator::Impl::send_full_anchor(const Child& c) {
     const uint32_t n = plan_->size(i);
     std::vector<uint8_t> payload(fp32.encoded_size(n));
     fp32.encode(anchor + plan_->offset(i), n, nullptr, payload.data());
-    wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kAnchor, round_);
-    h.codec = static_cast<uint8_t>(CodecId::kFp32);
+    wire::FrameHeader h = chunk_header(topo_, self_.index, wire::MsgType::kAnchor, round_,
+                                       *plan_, i, CodecId::kFp32);
     h.flags = wire::kFlagFullAnchor;
-    h.chunk_index = i;
-    h.chunk_count = plan_->count();
-    h.element_count = n;
-    h.total_elements = total_elements_;
     send_child(c, make_frame(h, payload), h);
   }
 }
@@ -186,7 +182,7 @@ void Aggregator::Impl::on_heartbeat_timer() {
   security_->tick();
   if (phase_ != Phase::kJoining) {
     for (Child& c : children_) {
-      if (c.live && now - c.last_heard > heartbeat_timeout_) child_lost(c);
+      if (c.live && now - c.last_heard > cfg_.heartbeat_timeout) child_lost(c);
     }
   }
   for (const Child& c : children_) {
@@ -211,11 +207,11 @@ void Aggregator::Impl::on_heartbeat_timer() {
     }
     // A standby that went silent (or restarted): start its session over.
     const auto last = std::max(standby_heard_, standby_link_opened_);
-    if (now - last > heartbeat_timeout_) {
+    if (now - last > cfg_.heartbeat_timeout) {
       standby_missing("it is not answering");
       open_standby_link();
     }
-    if (held_back_ && (!standby_live() || now - held_since_ > heartbeat_timeout_)) {
+    if (held_back_ && (!standby_live() || now - held_since_ > cfg_.heartbeat_timeout)) {
       standby_missing("it did not confirm the checkpoint of round " + std::to_string(round_));
       release_held_back();
     }
@@ -234,7 +230,7 @@ void Aggregator::Impl::on_heartbeat_timer() {
   // progress for a heartbeat timeout, ask again.
   if ((parent_contact_ || phase_ == Phase::kAwaitWelcome) &&
       (!parent_welcomed_ || parent_full_pending_) &&
-      now - parent_progress_at_ > heartbeat_timeout_) {
+      now - parent_progress_at_ > cfg_.heartbeat_timeout) {
     log().info("[agg:{}] no answer to its hello from the parent; saying hello again", self_.id);
     parent_full_pending_ = false;
     parent_progress_at_ = now;
@@ -246,16 +242,17 @@ void Aggregator::Impl::on_heartbeat_timer() {
   }
   // A secure session that does not come up (a handshake message lost):
   // start over.
-  if (!parent_link_->established() && now - parent_link_opened_ > heartbeat_timeout_ &&
+  if (!parent_link_->established() && now - parent_link_opened_ > cfg_.heartbeat_timeout &&
       now >= parent_retry_at_ && phase_ != Phase::kJoining) {
     reconnect_parent("its secure session did not come up within " +
-                     std::to_string(heartbeat_timeout_.count()) + " ms");
+                     std::to_string(cfg_.heartbeat_timeout.count()) + " ms");
     return;
   }
   // Before its first answer the parent is judged by the join timeout.
   if (parent_contact_ &&
-      now - parent_heard_ > heartbeat_timeout_ && now >= parent_retry_at_) {
-    reconnect_parent("no frame from it for " + std::to_string(heartbeat_timeout_.count()) + " ms");
+      now - parent_heard_ > cfg_.heartbeat_timeout && now >= parent_retry_at_) {
+    reconnect_parent("no frame from it for " + std::to_string(cfg_.heartbeat_timeout.count()) +
+                     " ms");
   }
 }
 
@@ -265,7 +262,7 @@ void Aggregator::Impl::child_lost(Child& c) {
   summary_.children_lost += 1;
   clear_outbox(c);
   log().warn("[agg:{}] lost '{}' (silent for over {} ms); round {} goes on without it",
-             self_.id, c.id, heartbeat_timeout_.count(), round_);
+             self_.id, c.id, cfg_.heartbeat_timeout.count(), round_);
   security_->audit("child_lost", {{"peer", c.id}, {"round", round_}});
   if (acc_ && acc_->is_open() && phase_ == Phase::kTraining) {
     acc_->set_expected(c.index, false);
@@ -280,12 +277,8 @@ void Aggregator::Impl::close_ready_chunks() {
 }
 
 void Aggregator::Impl::arm_deadline() {
-  const double d = topo_.federation().deadline_s;
-  if (d <= 0) return;
-  // A region closes a little earlier than the root so that its partial
-  // aggregate still arrives in time.
-  const double share = is_root_ ? 1.0 : 0.8;
-  const auto when = round_started_ + Millis(static_cast<int64_t>(d * share * 1000));
+  if (!cfg_.round_deadline) return;
+  const auto when = round_started_ + *cfg_.round_deadline;
   const uint64_t round = round_;
   timers_.at(*deadline_timer_, when, [this, round] { on_deadline(round); });
 }
@@ -304,7 +297,7 @@ void Aggregator::Impl::on_deadline(uint64_t round) {
     complete_round();
   } else {
     log().warn("[agg:{}] round {} lacks quorum ({} of the weight); waiting for children to "
-               "rejoin", self_.id, round, topo_.federation().quorum);
+               "rejoin", self_.id, round, cfg_.quorum);
   }
 }
 
@@ -377,7 +370,7 @@ bool Aggregator::Impl::resume_from_checkpoint() {
     global_ = checkpoint::floats_of(c, "global", 0);
     held_ = checkpoint::floats_of(c, "held", global_.size());
     init_model_state(global_.size());
-    outer_ = make_outer_optimizer(topo_.federation().outer, global_.size());
+    outer_ = make_outer_optimizer(cfg_.outer, global_.size());
     for (const OuterOptimizer::StateBuffer& b : outer_->state()) {
       *b.data = checkpoint::floats_of(c, "outer." + b.name, b.data->size());
     }
@@ -403,10 +396,10 @@ bool Aggregator::Impl::resume_from_checkpoint() {
     c2.live = true;
     c2.last_heard = now;
   }
-  if (round_ >= topo_.federation().rounds) {
+  if (round_ >= cfg_.rounds) {
     phase_ = Phase::kDraining;
-    phase_deadline_ = now + round_timeout_;
-    finish_deadline_ = now + std::min<Millis>(round_timeout_, Millis(30000));
+    phase_deadline_ = now + cfg_.round_timeout;
+    finish_deadline_ = now + cfg_.finish_wait;
     return true;
   }
   round_started_ = now;
@@ -453,8 +446,8 @@ void Aggregator::Impl::on_parent_frame(Incoming& in) {
       // to a restart or a bad link): send it again; duplicates count once.
       if ((f.header.flags & wire::kFlagNeedUpdate) && phase_ == Phase::kAwaitAnchor &&
           f.header.round == round_ && !sent_up_.empty() &&
-          Clock::now() - sent_up_at_ > heartbeat_timeout_ &&
-          Clock::now() - last_resend_up_ > heartbeat_timeout_) {
+          Clock::now() - sent_up_at_ > cfg_.heartbeat_timeout &&
+          Clock::now() - last_resend_up_ > cfg_.heartbeat_timeout) {
         log().info("[agg:{}] parent lacks part of round {}; sending {} chunks again", self_.id,
                    round_, sent_up_.size());
         for (const Frame& fr : sent_up_) send_parent(std::vector<uint8_t>(*fr));
@@ -467,7 +460,7 @@ void Aggregator::Impl::on_parent_frame(Incoming& in) {
       if (parent_welcomed_ && !parent_full_pending_ && phase_ == Phase::kAwaitAnchor &&
           (f.header.round > round_ + 1 ||
            (f.header.round == round_ + 1 &&
-            Clock::now() - anchor_progress_at_ > heartbeat_timeout_))) {
+            Clock::now() - anchor_progress_at_ > cfg_.heartbeat_timeout))) {
         if (++behind_beats_ >= 3) {
           log().warn("[agg:{}] parent is at round {} while this node waits for the anchor of "
                      "round {}; rejoining", self_.id, f.header.round, round_ + 1);
@@ -502,8 +495,8 @@ void Aggregator::Impl::on_parent_frame(Incoming& in) {
       send_done(f.header.round);
       done_from_parent_ = true;
       phase_ = Phase::kDraining;
-      phase_deadline_ = Clock::now() + round_timeout_;
-      finish_deadline_ = Clock::now() + std::min<Millis>(round_timeout_, Millis(30000));
+      phase_deadline_ = Clock::now() + cfg_.round_timeout;
+      finish_deadline_ = Clock::now() + cfg_.finish_wait;
       maybe_finish();
       break;
     default:
@@ -538,7 +531,7 @@ void Aggregator::Impl::reconnect_parent(const std::string& why) {
   // Exponential backoff with full jitter: 0.5..1.5 x the step, which
   // doubles from the heartbeat period up to 30 s.
   parent_backoff_ = parent_backoff_.count() == 0
-                        ? heartbeat_
+                        ? cfg_.heartbeat
                         : std::min<Millis>(parent_backoff_ * 2, Millis(30000));
   std::uniform_real_distribution<double> jitter(0.5, 1.5);
   const auto wait = Millis(static_cast<int64_t>(parent_backoff_.count() * jitter(jitter_rng_)));
@@ -550,15 +543,12 @@ void Aggregator::Impl::reconnect_parent(const std::string& why) {
              parent.id, parent_endpoint(), why, wait.count());
   security_->audit("reconnect", {{"peer", parent.id}, {"endpoint", parent_endpoint()},
                                  {"reason", why}});
-  LinkOptions lo;
-  lo.window = opt_.window;
-  lo.max_message_bytes =
-      static_cast<int64_t>(wire::kHeaderSize + topo_.federation().chunk_bytes + 4096);
+  LinkOptions lo = cfg_.link;
   lo.linger_ms = 0;
   parent_out_.frames.clear();
   parent_link_->abandon();
   parent_link_.reset();
-  parent_link_ = std::make_unique<ParentLink>(ctx_, parent_endpoint(), self_.id, lo,
+  parent_link_ = std::make_unique<ParentLink>(*transport_, parent_endpoint(), self_.id, lo,
                                               security_->parent_factory());
   parent_link_opened_ = Clock::now();
   parent_welcomed_ = false;
@@ -568,16 +558,12 @@ void Aggregator::Impl::reconnect_parent(const std::string& why) {
 }
 
 void Aggregator::Impl::open_standby_link() {
-  LinkOptions lo;
-  lo.window = opt_.window;
-  lo.max_message_bytes =
-      static_cast<int64_t>(wire::kHeaderSize + topo_.federation().chunk_bytes + 4096);
   // The default linger lets the last frame (kDone) reach the standby at the
   // end; a replaced link is abandoned (closed at once).
   if (standby_link_) standby_link_->abandon();
   standby_link_.reset();
-  standby_link_ = std::make_unique<ParentLink>(ctx_, self_.standby_endpoint, self_.id, lo,
-                                               security_->parent_factory());
+  standby_link_ = std::make_unique<ParentLink>(*transport_, self_.standby_endpoint, self_.id,
+                                               cfg_.link, security_->parent_factory());
   standby_link_opened_ = Clock::now();
   standby_seen_ = false;
   upload_piece_.reset();

@@ -17,27 +17,11 @@
 #include "aggregator/aggregator_impl.hpp"
 #include "aggregator/child_claims.hpp"
 #include "checkpoint/node_checkpoint.hpp"
+#include "checkpoint/checkpoint_upload.hpp"
 #include "node/node_frames.hpp"
 
 namespace fedwan {
 namespace fs = std::filesystem;
-
-namespace {
-
-// A piece of `reader`'s file as a kCheckpoint frame, and its header.
-std::pair<std::vector<uint8_t>, wire::FrameHeader> next_piece(const Topology& topo,
-                                                              uint32_t self, uint64_t round,
-                                                              checkpoint::PieceReader& reader) {
-  wire::FrameHeader h = node_header(topo, self, wire::MsgType::kCheckpoint, round);
-  h.chunk_index = reader.next_index();
-  h.chunk_count = reader.count();
-  h.total_elements = reader.size();
-  const std::vector<uint8_t> bytes = reader.next();
-  h.element_count = static_cast<uint32_t>(bytes.size());
-  return {make_frame(h, bytes), h};
-}
-
-}  // namespace
 
 std::vector<uint8_t> Aggregator::Impl::checkpoint_signal(uint64_t round, uint8_t flag) const {
   wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kCheckpoint, round);
@@ -123,8 +107,7 @@ void Aggregator::Impl::serve_replica(Child& c, const wire::ParsedFrame& f) {
     send_child(c, checkpoint_signal(0, wire::kFlagNoReplica), h);
     return;
   }
-  s.reader = std::make_unique<checkpoint::PieceReader>(
-      *path, static_cast<uint32_t>(topo_.federation().chunk_bytes));
+  s.reader = std::make_unique<checkpoint::PieceReader>(*path, cfg_.piece_bytes());
   s.round = id.round;
   log().info("[agg:{}] sending '{}' its replica of round {} ({} bytes)", self_.id, c.id, id.round,
              s.reader->size());
@@ -144,7 +127,7 @@ void Aggregator::Impl::pump_serving() {
         s.reader.reset();
         break;
       }
-      auto [frame, h] = next_piece(topo_, self_.index, s.round, *s.reader);
+      auto [frame, h] = checkpoint::piece_frame(topo_, self_.index, s.round, *s.reader);
       if (box.frames.empty()) box.waiting_since = Clock::now();
       box.frames.push_back({std::make_shared<const std::vector<uint8_t>>(std::move(frame)), h});
     }
@@ -155,7 +138,7 @@ void Aggregator::Impl::pump_serving() {
 
 void Aggregator::Impl::start_upload() {
   if (opt_.checkpoint_dir.empty()) return;
-  const uint64_t every = topo_.federation().replica_every;
+  const uint64_t every = cfg_.replica_every;
   // The root replicates every round to its standby (which takes over from
   // it); other nodes every replica_every rounds to a parent that keeps them.
   const bool wanted = is_root_ ? standby_link_ != nullptr
@@ -164,8 +147,7 @@ void Aggregator::Impl::start_upload() {
   upload_piece_.reset();
   try {
     upload_ = std::make_unique<checkpoint::PieceReader>(
-        checkpoint::checkpoint_path(opt_.checkpoint_dir, self_.id),
-        static_cast<uint32_t>(topo_.federation().chunk_bytes));
+        checkpoint::checkpoint_path(opt_.checkpoint_dir, self_.id), cfg_.piece_bytes());
     upload_round_ = round_;
   } catch (const Error& e) {
     log().warn("[agg:{}] cannot send its checkpoint: {}", self_.id, e.what());
@@ -187,7 +169,7 @@ void Aggregator::Impl::pump_upload() {
         upload_.reset();
         return;
       }
-      upload_piece_ = next_piece(topo_, self_.index, upload_round_, *upload_).first;
+      upload_piece_ = checkpoint::piece_frame(topo_, self_.index, upload_round_, *upload_).first;
     }
     if (!link->try_send(*upload_piece_)) return;
     upload_piece_.reset();
@@ -317,15 +299,16 @@ void Aggregator::Impl::serve_root_replica() {
       (void)children_link_->try_send(self_.id, checkpoint_signal(0, wire::kFlagNoReplica));
       return;
     }
-    checkpoint::PieceReader reader(*path, static_cast<uint32_t>(topo_.federation().chunk_bytes));
+    checkpoint::PieceReader reader(*path, cfg_.piece_bytes());
     log().warn("[agg:{}] standby: sending the root its checkpoint of round {} ({} bytes)",
                self_.id, id.round, reader.size());
     security_->audit("replica_served", {{"peer", self_.id}, {"round", id.round},
                                         {"bytes", reader.size()}, {"path", path->string()}});
     // A passive standby serves nothing else meanwhile: send in one go.
     while (!reader.done()) {
-      (void)children_link_->send(self_.id, next_piece(topo_, self_.index, id.round, reader).first,
-                                 heartbeat_timeout_);
+      (void)children_link_->send(
+          self_.id, checkpoint::piece_frame(topo_, self_.index, id.round, reader).first,
+          cfg_.heartbeat_timeout);
     }
   } catch (const Error& e) {
     // The root asks again after a while.
@@ -337,7 +320,7 @@ void Aggregator::Impl::serve_root_replica() {
 bool Aggregator::Impl::may_serve(const std::string& peer) {
   if (!standby_passive_) return true;
   const auto silent = Clock::now() - root_heard_;
-  if (silent <= heartbeat_timeout_) {
+  if (silent <= cfg_.heartbeat_timeout) {
     log().debug("[agg:{}] standby: '{}' came, but the root is alive; not serving", self_.id, peer);
     return false;
   }

@@ -120,7 +120,7 @@ void Aggregator::Impl::all_children_joined() {
   anchor_.assign(total_elements_, 0.0f);
   hello_parent();
   phase_ = Phase::kAwaitWelcome;
-  phase_deadline_ = Clock::now() + round_timeout_;
+  phase_deadline_ = Clock::now() + cfg_.round_timeout;
 }
 
 void Aggregator::Impl::welcome_children(uint64_t round) {
@@ -139,7 +139,7 @@ void Aggregator::Impl::open_round(uint64_t round) {
   round_ = round;
   // Quorum: a chunk closes only with this much weight behind it (a hair
   // under, so a sum of the same weights in another order still counts).
-  acc_->open(round, topo_.federation().quorum * total_weight_ * (1 - 1e-9));
+  acc_->open(round, cfg_.quorum * total_weight_ * (1 - 1e-9));
   for (const Child& c : children_) {
     if (!c.live || c.rejoin_pending) acc_->set_expected(c.index, false);
   }
@@ -151,7 +151,7 @@ void Aggregator::Impl::open_round(uint64_t round) {
   if (is_root_) outer_->begin_round(round);
   phase_ = Phase::kTraining;
   round_started_ = Clock::now();
-  phase_deadline_ = round_started_ + round_timeout_;
+  phase_deadline_ = round_started_ + cfg_.round_timeout;
   log().info("[agg:{}] round {} open", self_.id, round);
   arm_deadline();
 }
@@ -168,9 +168,9 @@ void Aggregator::Impl::on_delta(Child& c, const wire::ParsedFrame& f) {
   const aggregator::DeltaWeight w = aggregator::judge_delta_weight(c.is_site, c.weight, h.weight);
   std::optional<std::string> refusal = w.refusal;
   const char* decision = refusal ? "bad_weight" : nullptr;
-  if (codec != codec_) {
+  if (codec != cfg_.codec) {
     refusal = "delta in codec " + std::string(codec->name()) + "; this federation's codec is " +
-              std::string(codec_->name());
+              std::string(cfg_.codec->name());
     decision = "bad_codec";
   }
   RoundAccumulator::Result r{AddOutcome::kBadChunk};
@@ -269,22 +269,18 @@ void Aggregator::Impl::complete_chunk(uint32_t chunk) {
   ChunkSum cs = acc_->take(chunk);
   const uint64_t off = plan_->offset(chunk);
   const uint32_t n = plan_->size(chunk);
-  std::vector<uint8_t> payload(codec_->encoded_size(n));
+  std::vector<uint8_t> payload(cfg_.codec->encoded_size(n));
   if (is_root_) {
     outer_->step(global_.data() + off, cs.mean.data(), off, n);
     // Send what the children need to move from `held` to the new global
     // model; `held` then advances by exactly what they decode, so whatever
     // the encoding lost is carried into the next round's update.
     for (uint32_t k = 0; k < n; ++k) cs.mean[k] = global_[off + k] - held_[off + k];
-    codec_->encode(cs.mean.data(), n, nullptr, payload.data());
+    cfg_.codec->encode(cs.mean.data(), n, nullptr, payload.data());
     keep_round_anchor(chunk);
-    codec_->decode_accumulate(payload.data(), n, 1.0f, held_.data() + off);
-    wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kAnchor, round_ + 1);
-    h.codec = static_cast<uint8_t>(codec_->id());
-    h.chunk_index = chunk;
-    h.chunk_count = plan_->count();
-    h.element_count = n;
-    h.total_elements = total_elements_;
+    cfg_.codec->decode_accumulate(payload.data(), n, 1.0f, held_.data() + off);
+    const wire::FrameHeader h = chunk_header(topo_, self_.index, wire::MsgType::kAnchor,
+                                             round_ + 1, *plan_, chunk, cfg_.codec->id());
     const Frame frame = std::make_shared<const std::vector<uint8_t>>(make_frame(h, payload));
     pending_reports_[round_].report.weight = cs.weight;
     if (acc_->round_complete()) {
@@ -298,18 +294,13 @@ void Aggregator::Impl::complete_chunk(uint32_t chunk) {
     return;
   }
   float* residual = nullptr;
-  if (codec_->id() != CodecId::kFp32) {
+  if (cfg_.codec->id() != CodecId::kFp32) {
     if (residual_.empty()) residual_.assign(total_elements_, 0.0f);
     residual = residual_.data() + off;
   }
-  codec_->encode(cs.mean.data(), n, residual, payload.data());
-  wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kDelta, round_);
-  h.codec = static_cast<uint8_t>(codec_->id());
-  h.chunk_index = chunk;
-  h.chunk_count = plan_->count();
-  h.element_count = n;
-  h.total_elements = total_elements_;
-  h.weight = cs.weight;
+  cfg_.codec->encode(cs.mean.data(), n, residual, payload.data());
+  const wire::FrameHeader h = chunk_header(topo_, self_.index, wire::MsgType::kDelta, round_,
+                                           *plan_, chunk, cfg_.codec->id(), cs.weight);
   auto frame = std::make_shared<const std::vector<uint8_t>>(make_frame(h, payload));
   sent_up_.push_back(frame);
   sent_up_at_ = Clock::now();
@@ -331,7 +322,7 @@ void Aggregator::Impl::complete_round() {
   if (!is_root_) {
     phase_ = Phase::kAwaitAnchor;
     anchor_progress_at_ = now;
-    phase_deadline_ = Clock::now() + round_timeout_;
+    phase_deadline_ = Clock::now() + cfg_.round_timeout;
     return;
   }
   PendingReport& pending = pending_reports_[round_];
@@ -355,15 +346,15 @@ void Aggregator::Impl::complete_round() {
     release_held_back();
   }
   if (opt_.on_model) opt_.on_model(finished, global_);
-  if (round_ == topo_.federation().rounds) {
+  if (round_ == cfg_.rounds) {
     if (held_back_) {
       done_pending_ = true;  // after the last chunk
     } else {
       send_done(round_);
     }
     phase_ = Phase::kDraining;
-    phase_deadline_ = Clock::now() + round_timeout_;
-    finish_deadline_ = Clock::now() + std::min<Millis>(round_timeout_, Millis(30000));
+    phase_deadline_ = Clock::now() + cfg_.round_timeout;
+    finish_deadline_ = Clock::now() + cfg_.finish_wait;
   } else {
     open_round(round_);
     round_started_ = now;
@@ -566,7 +557,7 @@ void Aggregator::Impl::on_parent_anchor(const wire::ParsedFrame& f, const uint8_
   if (relayed_chunks_ < plan_->count()) return;
   relayed_chunks_ = 0;
   relayed_through_ = h.round;
-  if (h.round < topo_.federation().rounds) {
+  if (h.round < cfg_.rounds) {
     round_ = h.round;
     save_checkpoint();
     start_upload();

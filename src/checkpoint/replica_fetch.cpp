@@ -19,17 +19,16 @@ namespace fedwan::checkpoint {
 
 bool fetch_replica(ParentLink& first_link,
                    const std::function<ParentLink&(const std::string&)>& reconnect,
-                   const Topology& topo, const NodeSpec& self, const std::filesystem::path& dir,
-                   uint64_t model_elements, Millis timeout, NodeSecurity& security,
-                   const std::atomic<bool>* stop) {
+                   const Topology& topo, const NodeSpec& self, const node::NodeConfig& config,
+                   const std::filesystem::path& dir, uint64_t model_elements, Millis timeout,
+                   NodeSecurity& security, const std::atomic<bool>* stop) {
   using Clock = std::chrono::steady_clock;
   // The root's copy lives on its standby, which answers as the root.
   const bool from_standby = self.role == Role::kRoot;
   const std::string parent_id = from_standby ? "standby" : topo.node(self.parent_index).id;
   const uint32_t parent_sender = from_standby ? self.index : self.parent_index;
   const auto deadline = Clock::now() + timeout;
-  const Millis ask_every(
-      static_cast<int64_t>(topo.federation().heartbeat_timeout_s * 1000));
+  const Millis ask_every = config.heartbeat_timeout;
   log().info("[{}] no intact local checkpoint; asking '{}' for its replica", self.id, parent_id);
   wire::HelloPayload hello;
   hello.node_id = self.id;
@@ -40,8 +39,6 @@ bool fetch_replica(ParentLink& first_link,
   const std::vector<uint8_t> ask = make_frame(hh, wire::encode_hello(hello));
   make_private_directory(dir);
 
-  wire::FrameLimits limits;
-  limits.max_piece_bytes = static_cast<uint32_t>(topo.federation().chunk_bytes);
   std::optional<CheckpointAssembly> assembly;
   ParentLink* link = &first_link;
   std::string last_error;
@@ -90,7 +87,7 @@ bool fetch_replica(ParentLink& first_link,
       assembly.reset();
       continue;
     }
-    const wire::ParsedFrame f = wire::parse_frame(in.data(), in.frame_size, limits);
+    const wire::ParsedFrame f = wire::parse_frame(in.data(), in.frame_size, config.limits);
     if (!f.ok() || f.header.job_id != topo.job_id() || f.header.sender != parent_sender) {
       security.log_noise("replica-fetch-frame:" + self.id,
                          "[" + self.id + "] ignored a frame while fetching its replica: " +

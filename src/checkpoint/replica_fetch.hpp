@@ -13,6 +13,7 @@
 #include <string>
 
 #include "fedwan/topology.hpp"
+#include "node/node_config.hpp"
 #include "transport/links.hpp"
 
 namespace fedwan::node {
@@ -28,7 +29,8 @@ using node::NodeSecurity;
 // the replica in pieces (written atomically as <dir>/<node>.fwck and checked
 // to be this node's, under this topology) or the parent's "none". Returns
 // true when a replica was installed, false when the parent keeps none.
-// `model_elements` is the node's model size (0 when not known yet).
+// `model_elements` is the node's model size (0 when not known yet). The
+// request goes again after config.heartbeat_timeout without an answer.
 // A session that fails in a way an unauthenticated party could have caused
 // (a plain refusal, a TLS alert) is replaced through `reconnect(why)`, which
 // returns the new link, and the request goes again, until `timeout`.
@@ -39,8 +41,8 @@ using node::NodeSecurity;
 // node, CryptoError when the session fails for good, StoppedError within
 // ~100 ms of *stop turning true (stop may be null).
 bool fetch_replica(ParentLink& link, const std::function<ParentLink&(const std::string&)>& reconnect,
-                   const Topology& topo, const NodeSpec& self, const std::filesystem::path& dir,
-                   uint64_t model_elements, Millis timeout, NodeSecurity& security,
-                   const std::atomic<bool>* stop = nullptr);
+                   const Topology& topo, const NodeSpec& self, const node::NodeConfig& config,
+                   const std::filesystem::path& dir, uint64_t model_elements, Millis timeout,
+                   NodeSecurity& security, const std::atomic<bool>* stop = nullptr);
 
 }  // namespace fedwan::checkpoint

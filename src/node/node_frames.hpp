@@ -5,7 +5,9 @@
 #include <string>
 #include <vector>
 
+#include "fedwan/codec.hpp"
 #include "fedwan/topology.hpp"
+#include "tensor/chunk_plan.hpp"
 #include "wire/frame.hpp"
 
 namespace fedwan {
@@ -18,6 +20,22 @@ inline wire::FrameHeader node_header(const Topology& topo, uint32_t self, wire::
   h.job_id = topo.job_id();
   h.sender = self;
   h.round = round;
+  return h;
+}
+
+// The header of chunk `chunk` of a model stream (kAnchor, kDelta) cut by
+// `plan`, its payload in `codec`. `weight`: a delta's; an anchor's is +0.0,
+// as the wire requires.
+inline wire::FrameHeader chunk_header(const Topology& topo, uint32_t self, wire::MsgType type,
+                                      uint64_t round, const ChunkPlan& plan, uint32_t chunk,
+                                      CodecId codec, double weight = 0.0) {
+  wire::FrameHeader h = node_header(topo, self, type, round);
+  h.codec = static_cast<uint8_t>(codec);
+  h.chunk_index = chunk;
+  h.chunk_count = plan.count();
+  h.element_count = plan.size(chunk);
+  h.total_elements = plan.total();
+  h.weight = weight;
   return h;
 }
 

@@ -11,7 +11,6 @@
 #include "common/log.hpp"
 #include "fedwan/error.hpp"
 #include "checkpoint/node_checkpoint.hpp"
-#include "node/node_frames.hpp"
 #include "site/site_impl.hpp"
 
 namespace fedwan {
@@ -81,14 +80,14 @@ bool SiteCore::Impl::resume() {
   }
   if (opt.load_state) opt.load_state(blobs);
   std::memcpy(params, p.data(), p.size() * sizeof(float));
-  if (opt.update_encoder && codec->id() != CodecId::kFp32) {
+  if (opt.update_encoder && cfg.codec->id() != CodecId::kFp32) {
     if (residual.empty()) residual.assign(plan.total(), 0.0f);
     opt.update_encoder->write_residual(residual.data(), residual.size());
   }
   round = c.round;
   joined_once = true;
   resumed = true;
-  if (round >= topo.federation().rounds) finished = true;
+  if (round >= cfg.rounds) finished = true;
   log().info("[site:{}] resumed from {} at round {}", self.id, loaded->path.string(), round);
   security->audit("resumed", {{"round", round}, {"path", loaded->path.string()}});
   checkpoint::check_recorded_audit_head(c, *security);
@@ -96,44 +95,23 @@ bool SiteCore::Impl::resume() {
 }
 
 void SiteCore::Impl::start_upload() {
-  const uint64_t every = topo.federation().replica_every;
+  const uint64_t every = cfg.replica_every;
   if (opt.checkpoint_dir.empty() || !parent_keeps_replicas || every == 0 || round % every != 0) {
     return;
   }
-  upload_piece.reset();
   try {
-    upload = std::make_unique<checkpoint::PieceReader>(
-        checkpoint::checkpoint_path(opt.checkpoint_dir, self.id),
-        static_cast<uint32_t>(topo.federation().chunk_bytes));
-    upload_round = round;
+    upload->start(checkpoint::checkpoint_path(opt.checkpoint_dir, self.id), round,
+                  cfg.piece_bytes());
   } catch (const Error& e) {
     log().warn("[site:{}] cannot send its checkpoint to the parent: {}", self.id, e.what());
-    upload.reset();
   }
 }
 
 // Called from upkeep (never while the sealing pipeline owns the sealer):
 // pieces go out only when the window has room, behind the update.
 void SiteCore::Impl::pump_upload() {
-  if (!upload || awaiting_welcome || full || !link_ok || !link->established()) return;
-  for (int i = 0; i < 4; ++i) {
-    if (!upload_piece) {
-      if (upload->done()) {
-        upload.reset();
-        return;
-      }
-      wire::FrameHeader h = node_header(topo, self.index, wire::MsgType::kCheckpoint,
-                                        upload_round);
-      h.chunk_index = upload->next_index();
-      h.chunk_count = upload->count();
-      h.total_elements = upload->size();
-      const std::vector<uint8_t> bytes = upload->next();
-      h.element_count = static_cast<uint32_t>(bytes.size());
-      upload_piece = make_frame(h, bytes);
-    }
-    if (!link->try_send(*upload_piece)) return;
-    upload_piece.reset();
-  }
+  if (awaiting_welcome || full || !link_ok) return;
+  upload->pump(link());
 }
 
 }  // namespace fedwan

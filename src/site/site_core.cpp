@@ -51,52 +51,43 @@ SiteCore::Impl::Impl(SiteOptions options, float* p, size_t n)
     : opt(std::move(options)),
       topo(opt.topology),
       self(topo.node(opt.node_id)),
+      cfg(topo, self,
+          {opt.window, opt.round_timeout.count() > 0 ? std::optional<Millis>(opt.round_timeout)
+                                                     : std::nullopt}),
       params(p),
-      plan(ChunkPlan::from_bytes(n, topo.federation().chunk_bytes)),
-      codec(&codec_by_name(topo.federation().codec)) {
+      plan(cfg.plan(n)),
+      limits(cfg.limits_for_model(n)) {
   if (self.role != Role::kSite) {
     throw ConfigError("node '" + self.id + "' is a " + role_name(self.role) +
                       ", not a site; run it with `fedwan aggregator`");
   }
   if (params == nullptr) throw ConfigError("site '" + self.id + "': no parameter buffer");
-  round_timeout = opt.round_timeout.count() > 0
-                      ? opt.round_timeout
-                      : Millis(static_cast<int64_t>(topo.federation().round_timeout_s * 1000));
-  heartbeat = Millis(static_cast<int64_t>(topo.federation().heartbeat_s * 1000));
-  heartbeat_timeout = Millis(static_cast<int64_t>(topo.federation().heartbeat_timeout_s * 1000));
   initial_digest = sha256(params, n * sizeof(float));
   security = std::make_unique<node::NodeSecurity>(opt.security, topo, self);
-  open_link();
+  transport = transport::make_transport(topo.node(self.parent_index).endpoint);
+  session::ParentSession::Options so;
+  so.link = cfg.link;
+  so.reconnect_linger_ms = so.link.linger_ms;
+  so.heartbeat = cfg.heartbeat;
+  so.heartbeat_timeout = cfg.heartbeat_timeout;
+  so.log_name = "site:" + self.id;
+  parent = std::make_unique<session::ParentSession>(topo, self, *transport, *security, so);
+  upload = std::make_unique<checkpoint::CheckpointUpload>(topo, self.index);
 }
 
-void SiteCore::Impl::open_link() {
-  LinkOptions lo;
-  lo.window = opt.window;
-  lo.max_message_bytes =
-      static_cast<int64_t>(wire::kHeaderSize + topo.federation().chunk_bytes + 4096);
-  const NodeSpec& parent = topo.node(self.parent_index);
-  if (link) link->abandon();
-  link.reset();
-  const std::string& endpoint =
-      use_standby_endpoint ? parent.standby_endpoint : parent.endpoint;
-  link = std::make_unique<ParentLink>(ctx, endpoint, self.id, lo, security->parent_factory());
-  upload_piece.reset();
-  if (upload) start_upload();  // from its first piece, on the new session
+void SiteCore::Impl::reset_link_state() {
+  if (upload->active()) start_upload();  // from its first piece, on the new session
   link_ok = true;
-  link_opened_at = Clock::now();
 }
 
 // ---- receiving ------------------------------------------------------------------
 
 std::optional<wire::ParsedFrame> SiteCore::Impl::poll_frame(Incoming* in, Millis timeout) {
-  wire::FrameLimits limits;
-  limits.max_chunk_elements = plan.chunk_elements();
-  limits.max_total_elements = plan.total();
   const auto deadline = Clock::now() + timeout;
   for (;;) {
     const auto left = std::max(Millis(0), std::chrono::duration_cast<Millis>(
                                               deadline - Clock::now()));
-    if (!link->recv(in, left)) return std::nullopt;
+    if (!link().recv(in, left)) return std::nullopt;
     wire::ParsedFrame f = wire::parse_frame(in->data(), in->frame_size, limits);
     if (!f.ok()) {
       security->log_noise(security::noise_key("malformed:parent", f.detail),
@@ -114,8 +105,7 @@ std::optional<wire::ParsedFrame> SiteCore::Impl::poll_frame(Incoming* in, Millis
                           topo.node(self.parent_index).id + "': " +
                           std::string(reinterpret_cast<const char*>(f.payload), f.payload_size));
     }
-    parent_heard = Clock::now();
-    backoff = Millis(0);
+    parent->heard(Clock::now());
     return f;
   }
 }
@@ -160,7 +150,8 @@ void SiteCore::Impl::on_welcome(const wire::ParsedFrame& f, SyncResult* res) {
   awaiting_welcome = false;
   welcomed_once = true;
   parent_keeps_replicas = (h.flags & wire::kFlagKeepsReplicas) != 0;
-  parent_heard = progress_at = Clock::now();
+  progress_at = Clock::now();
+  parent->heard(progress_at, /*reset_backoff=*/false);
   const bool no_change = (h.flags & wire::kFlagNoChange) != 0;
   if (no_change && (h.round == round || !joined_once)) {
     if (!joined_once) {
@@ -223,7 +214,7 @@ void SiteCore::Impl::on_anchor(const wire::ParsedFrame& f, SyncResult* res) {
     }
     joined_once = true;
     res->resynced = true;
-    if (round >= topo.federation().rounds) finished = true;
+    if (round >= cfg.rounds) finished = true;
     save_checkpoint();
     return;
   }
@@ -280,7 +271,7 @@ void SiteCore::Impl::apply_early() {
 bool SiteCore::Impl::send_now(std::vector<uint8_t> frame, SyncResult* res) {
   if (!link_ok) return false;
   try {
-    res->bytes_sent += link->send(std::move(frame), heartbeat_timeout);
+    res->bytes_sent += link().send(std::move(frame), cfg.heartbeat_timeout);
     return true;
   } catch (const TimeoutError& e) {
     log().warn("[site:{}] send to the parent failed: {}", self.id, e.what());
@@ -308,12 +299,12 @@ SyncResult SiteCore::Impl::join() {
   // the parent keeps (then resumed like a local one).
   if (!resume() && !opt.checkpoint_dir.empty() &&
       checkpoint::fetch_replica(
-          *link,
+          link(),
           [this](const std::string& why) -> ParentLink& {
             reconnect(why);
-            return *link;
+            return link();
           },
-          topo, self, opt.checkpoint_dir, plan.total(), opt.join_timeout, *security,
+          topo, self, cfg, opt.checkpoint_dir, plan.total(), opt.join_timeout, *security,
           &stop_requested)) {
     resume();
   }
@@ -321,19 +312,19 @@ SyncResult SiteCore::Impl::join() {
   hello_pending = true;
   awaiting_welcome = true;
   hello_sent_at = progress_at = Clock::now();
-  parent_heard = Clock::now();
+  parent->heard(Clock::now(), /*reset_backoff=*/false);
   const auto deadline = Clock::now() + opt.join_timeout;
   while (awaiting_welcome || full) {
     if (Clock::now() >= deadline) {
-      if (!link->established()) {
-        throw TimeoutError("TLS handshake with parent " + link->endpoint() +
+      if (!link().established()) {
+        throw TimeoutError("TLS handshake with parent " + link().endpoint() +
                            " did not complete within " +
                            std::to_string(opt.join_timeout.count()) +
                            " ms: is the parent running, with its credentials?" +
                            (last_link_error.empty() ? "" : " Last error: " + last_link_error));
       }
       throw TimeoutError("site '" + self.id + "': no welcome from parent '" +
-                         topo.node(self.parent_index).id + "' at " + link->endpoint() +
+                         topo.node(self.parent_index).id + "' at " + link().endpoint() +
                          " within " + seconds_text(opt.join_timeout) + " (is it running?)");
     }
     throw_if_stopped("while joining");
@@ -367,7 +358,7 @@ SyncResult SiteCore::Impl::sync() {
     ~LeaveSync() { flag.store(false); }
   } leave_sync{in_sync};
   const uint64_t start_round = round;
-  const bool lossy = codec->id() != CodecId::kFp32;
+  const bool lossy = cfg.codec->id() != CodecId::kFp32;
   if (lossy && residual.empty()) residual.assign(plan.total(), 0.0f);
   std::vector<float> delta(plan.chunk_elements());
   std::vector<uint8_t> payload;
@@ -386,12 +377,12 @@ SyncResult SiteCore::Impl::sync() {
   // encoded here, so sealing costs no extra time while the encoder is busy.
   if (link_ok && !awaiting_welcome) {
     try {
-      link->wait_established(heartbeat_timeout);
+      link().wait_established(cfg.heartbeat_timeout);
     } catch (const TimeoutError&) {
       link_ok = false;
     }
   }
-  auto* secure = link_ok ? dynamic_cast<SecureChannel*>(&link->security()) : nullptr;
+  auto* secure = link_ok ? dynamic_cast<SecureChannel*>(&link().security()) : nullptr;
   std::optional<security::SealingPipeline> sealing;
   if (secure != nullptr && secure->established()) {
     sealing.emplace(*secure->sealer(), 2);
@@ -404,12 +395,12 @@ SyncResult SiteCore::Impl::sync() {
   const auto send_sealed = [&](size_t keep) {
     std::vector<uint8_t> sealed;
     while (sealing->in_flight() > keep) {
-      if (!sealing->next(&sealed, round_timeout)) {
+      if (!sealing->next(&sealed, cfg.round_timeout)) {
         throw TimeoutError("site '" + self.id + "': sealing a delta chunk timed out");
       }
       if (!link_ok) continue;
       try {
-        res.bytes_sent += link->send_sealed(std::move(sealed), heartbeat_timeout);
+        res.bytes_sent += link().send_sealed(std::move(sealed), cfg.heartbeat_timeout);
       } catch (const TimeoutError&) {
         link_ok = false;
       } catch (const TransportError&) {
@@ -422,21 +413,16 @@ SyncResult SiteCore::Impl::sync() {
   for (uint32_t i = 0; i < plan.count() && round == start_round && !res.resynced; ++i) {
     const uint64_t off = plan.offset(i);
     const uint32_t n = plan.size(i);
-    payload.resize(codec->encoded_size(n));
+    payload.resize(cfg.codec->encoded_size(n));
     if (opt.update_encoder) {
-      opt.update_encoder->encode(*codec, off, n, lossy, payload.data());
+      opt.update_encoder->encode(*cfg.codec, off, n, lossy, payload.data());
     } else {
       for (uint32_t k = 0; k < n; ++k) delta[k] = anchor[off + k] - params[off + k];
-      codec->encode(delta.data(), n, lossy ? residual.data() + off : nullptr, payload.data());
+      cfg.codec->encode(delta.data(), n, lossy ? residual.data() + off : nullptr, payload.data());
     }
     encoded_upto = i + 1;
-    wire::FrameHeader h = node_header(topo, self.index, wire::MsgType::kDelta, round);
-    h.codec = static_cast<uint8_t>(codec->id());
-    h.chunk_index = i;
-    h.chunk_count = plan.count();
-    h.element_count = n;
-    h.total_elements = plan.total();
-    h.weight = self.weight;
+    const wire::FrameHeader h = chunk_header(topo, self.index, wire::MsgType::kDelta, round,
+                                             plan, i, cfg.codec->id(), self.weight);
     update_digest.update(payload.data(), payload.size());
     update_bytes += payload.size();
     update_frames.push_back(make_frame(h, payload));
@@ -469,14 +455,14 @@ SyncResult SiteCore::Impl::sync() {
     if (!link_ok) hello_pending = awaiting_welcome = true;  // resent after the welcome
   }
   // Wait for the next anchor, a resync, or the end.
-  const auto deadline = Clock::now() + round_timeout;
+  const auto deadline = Clock::now() + cfg.round_timeout;
   while (round == start_round && !finished && !res.resynced) {
     if (next && (next->done_signalled || next->received == plan.count())) break;
     if (Clock::now() >= deadline) {
       throw TimeoutError(
           "site '" + self.id + "': no anchor for round " + std::to_string(round + 1) +
-          " from parent '" + topo.node(self.parent_index).id + "' at " + link->endpoint() +
-          " within " + std::to_string(round_timeout.count() / 1000) + " s (" +
+          " from parent '" + topo.node(self.parent_index).id + "' at " + link().endpoint() +
+          " within " + std::to_string(cfg.round_timeout.count() / 1000) + " s (" +
           std::to_string(next ? next->received : 0) + " of " + std::to_string(plan.count()) +
           " chunks in; is it running?)" +
           (last_link_error.empty() ? "" : " Last link error: " + last_link_error));
@@ -493,7 +479,7 @@ SyncResult SiteCore::Impl::sync() {
       round += 1;
       sent = false;
       update_frames.clear();
-      if (round >= topo.federation().rounds) finished = true;
+      if (round >= cfg.rounds) finished = true;
       save_checkpoint();
       if (!finished) start_upload();
     }
@@ -510,7 +496,7 @@ SyncResult SiteCore::Impl::sync() {
 void SiteCore::Impl::confirm_end(SyncResult* res) {
   try {
     res->bytes_sent +=
-        link->send(make_frame(node_header(topo, self.index, wire::MsgType::kDone, round), {}),
+        link().send(make_frame(node_header(topo, self.index, wire::MsgType::kDone, round), {}),
                    Millis(2000));
   } catch (const Error& e) {
     // The parent then waits out its bound and finishes anyway.
@@ -572,7 +558,7 @@ const float* SiteCore::anchor() const {
   return impl_->anchor.empty() ? impl_->params : impl_->anchor.data();
 }
 bool SiteCore::finished() const { return impl_->finished; }
-uint64_t SiteCore::inner_steps() const { return impl_->topo.federation().inner_steps; }
+uint64_t SiteCore::inner_steps() const { return impl_->cfg.inner_steps; }
 const std::array<uint8_t, 32>& SiteCore::initial_digest() const { return impl_->initial_digest; }
 
 }  // namespace fedwan

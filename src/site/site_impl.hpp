@@ -15,8 +15,11 @@
 
 #include "fedwan/codec.hpp"
 #include "fedwan/site_core.hpp"
+#include "node/node_config.hpp"
 #include "node/node_security.hpp"
+#include "checkpoint/checkpoint_upload.hpp"
 #include "checkpoint/replica_store.hpp"
+#include "session/parent_session.hpp"
 #include "tensor/chunk_plan.hpp"
 #include "transport/links.hpp"
 #include "wire/frame.hpp"
@@ -36,9 +39,10 @@ class SiteCore::Impl {
   SiteOptions opt;
   const Topology& topo;
   const NodeSpec& self;
+  const node::NodeConfig cfg;
   float* params;
   ChunkPlan plan;
-  const Codec* codec;
+  wire::FrameLimits limits;  // what frames from the parent may be
   std::array<uint8_t, 32> initial_digest{};
   std::vector<float> anchor;    // the model the federation agreed on for `round`
   std::vector<float> residual;  // error feedback of the deltas sent (lossy codecs)
@@ -47,8 +51,6 @@ class SiteCore::Impl {
   bool finished = false;
   bool resumed = false;
   uint64_t data_position = 0;
-  uint64_t reconnects = 0;
-  Millis round_timeout, heartbeat, heartbeat_timeout;
   // Set by stop() from any thread (or a signal handler); join() and sync()
   // throw StoppedError when they see it.
   std::atomic<bool> stop_requested{false};
@@ -65,8 +67,11 @@ class SiteCore::Impl {
 
   // Declared before the link: its security layer reports to it.
   std::unique_ptr<node::NodeSecurity> security;
-  zmq::context_t ctx{1};
-  std::unique_ptr<ParentLink> link;
+  // Makes the link to the parent (its kind from the parent's endpoint).
+  std::unique_ptr<transport::Transport> transport;
+  // The link to the parent, its reconnects and liveness.
+  std::unique_ptr<session::ParentSession> parent;
+  ParentLink& link() { return parent->link(); }
 
  private:
   // The update anchor of round+1 while sync() waits for it (into params).
@@ -88,7 +93,7 @@ class SiteCore::Impl {
     std::vector<uint8_t> payload;
   };
 
-  void open_link();
+  void reset_link_state();  // a new link: nothing sent on it failed yet
   bool resume();  // true when a local checkpoint was loaded
   void start_upload();  // after a checkpoint: send it to the parent
   void pump_upload();
@@ -122,19 +127,14 @@ class SiteCore::Impl {
   bool hello_pending = false;
   int behind_beats = 0;
   std::string last_link_error;
-  Clock::time_point parent_heard, last_heartbeat, retry_at, last_resend;
-  Clock::time_point hello_sent_at, progress_at, link_opened_at, sent_at, anchor_progress_at;
+  Clock::time_point last_heartbeat, last_resend;
+  Clock::time_point hello_sent_at, progress_at, sent_at, anchor_progress_at;
   Clock::time_point next_tick;  // the node security's upkeep (CRL, audit, noise)
   bool sealing_active = false;  // the sealing pipeline's worker owns the sealer
-  Millis backoff{0};
   // Checkpoint replication: the parent keeps replicas (its welcome said so);
   // this site's latest checkpoint on its way up, a piece at a time.
   bool parent_keeps_replicas = false;
-  std::unique_ptr<checkpoint::PieceReader> upload;
-  uint64_t upload_round = 0;
-  std::optional<std::vector<uint8_t>> upload_piece;
-  bool use_standby_endpoint = false;  // under a root with a standby: failed over
-  std::mt19937_64 rng{std::random_device{}()};
+  std::unique_ptr<checkpoint::CheckpointUpload> upload;
 };
 
 }  // namespace fedwan

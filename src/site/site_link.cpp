@@ -1,5 +1,6 @@
 // SiteCore, link upkeep: one turn of the link (frames in, heartbeat out),
-// reconnecting a silent parent with backoff and jitter, the hello that tells
+// reconnecting a silent parent (session::ParentSession: backoff, jitter,
+// standby failover), the hello that tells
 // the parent where this site stands, and what the parent's heartbeats say
 // (an update to send again, anchor chunks lost on the way).
 #include <algorithm>
@@ -37,7 +38,7 @@ void SiteCore::Impl::pump(Millis wait, SyncResult* res) {
     // ends in the join or round timeout, whose message names it. Only a
     // parent that proved who it is, and is not this site's parent, ends the
     // first join at once.
-    if (!welcomed_once && !resumed && link->security().failure_is_final()) throw;
+    if (!welcomed_once && !resumed && link().security().failure_is_final()) throw;
     last_link_error = e.what();
     security->log_noise("link-failed:" + self.id,
                         "[site:" + self.id + "] " + e.what() + "; will reconnect");
@@ -51,8 +52,8 @@ void SiteCore::Impl::upkeep() {
   // may seal (a heartbeat, a hello) or replace the link under it.
   if (sealing_active) return;
   const auto now = Clock::now();
-  if (hello_pending && link->established()) {
-    std::optional<size_t> n = link->try_send(hello_frame());
+  if (hello_pending && link().established()) {
+    std::optional<size_t> n = link().try_send(hello_frame());
     if (n) {
       hello_pending = false;
       hello_sent_at = now;
@@ -61,8 +62,8 @@ void SiteCore::Impl::upkeep() {
   }
   // A hello, welcome or piece of a full model can be lost on a bad link:
   // without progress for a heartbeat timeout, ask again.
-  if ((awaiting_welcome || full) && !hello_pending && now - progress_at > heartbeat_timeout &&
-      now - hello_sent_at > heartbeat_timeout) {
+  if ((awaiting_welcome || full) && !hello_pending && now - progress_at > cfg.heartbeat_timeout &&
+      now - hello_sent_at > cfg.heartbeat_timeout) {
     log().info("[site:{}] no {} from the parent; saying hello again", self.id,
                awaiting_welcome ? "welcome" : "model");
     hello_pending = true;
@@ -70,16 +71,14 @@ void SiteCore::Impl::upkeep() {
     full.reset();
   }
   if (welcomed_once) pump_upload();
-  if (welcomed_once && link->established() && now - last_heartbeat >= heartbeat) {
-    wire::FrameHeader h = node_header(topo, self.index, wire::MsgType::kHeartbeat, round);
-    (void)link->try_send(make_frame(h, {}));
+  if (welcomed_once && link().established() && now - last_heartbeat >= cfg.heartbeat) {
+    parent->heartbeat(round);
     last_heartbeat = now;
   }
-  if (!link->established() && link_ok && now - link_opened_at > heartbeat_timeout &&
-      now >= retry_at) {
+  if (link_ok && parent->stalled(now) && parent->retry_due(now)) {
     // A handshake message lost on the way: start the session over.
     reconnect("its secure session did not come up within " +
-                  std::to_string(heartbeat_timeout.count()) + " ms",
+                  std::to_string(cfg.heartbeat_timeout.count()) + " ms",
               /*grow_backoff=*/false);
     return;
   }
@@ -87,35 +86,20 @@ void SiteCore::Impl::upkeep() {
     security->tick();
     next_tick = now + std::chrono::seconds(1);
   }
-  const bool silent = now - parent_heard > heartbeat_timeout;
+  const bool silent = parent->silent(now);
   const bool in_federation = welcomed_once || resumed;
-  if (((in_federation && silent) || !link_ok) && now >= retry_at) {
-    reconnect(!link_ok ? (link->security().failure().empty()
+  if (((in_federation && silent) || !link_ok) && parent->retry_due(now)) {
+    reconnect(!link_ok ? (link().security().failure().empty()
                               ? std::string("a send to it failed")
-                              : "its session failed: " + link->security().failure())
-                       : "no frame from it for " + std::to_string(heartbeat_timeout.count()) +
+                              : "its session failed: " + link().security().failure())
+                       : "no frame from it for " + std::to_string(cfg.heartbeat_timeout.count()) +
                              " ms");
   }
 }
 
 void SiteCore::Impl::reconnect(const std::string& why, bool grow_backoff) {
-  // Exponential backoff with jitter (0.5..1.5 x a step that doubles from the
-  // heartbeat period up to 30 s) for a parent that is gone; a session that
-  // merely failed to come up is retried at a steady pace.
-  if (grow_backoff || backoff.count() == 0) {
-    backoff = backoff.count() == 0 ? heartbeat : std::min<Millis>(backoff * 2, Millis(30000));
-  }
-  std::uniform_real_distribution<double> jitter(0.5, 1.5);
-  const auto wait = Millis(static_cast<int64_t>(backoff.count() * jitter(rng)));
-  retry_at = Clock::now() + wait;
-  const NodeSpec& parent = topo.node(self.parent_index);
-  // Under a root with a standby, every other try goes to the standby.
-  if (!parent.standby_endpoint.empty()) use_standby_endpoint = !use_standby_endpoint;
-  log().warn("[site:{}] reconnecting to '{}' ({}); next try in {} ms", self.id, parent.id, why,
-             wait.count());
-  security->audit("reconnect", {{"peer", parent.id}, {"reason", why}, {"round", round}});
-  reconnects += 1;
-  open_link();
+  parent->reconnect(why, round, grow_backoff);
+  reset_link_state();
   // The parent learns where this site stands from the hello and answers
   // with a welcome: carry on (and send the update again), or resync.
   hello_pending = true;
@@ -144,7 +128,7 @@ void SiteCore::Impl::on_heartbeat(const wire::ParsedFrame& f) {
   // Frames still queued towards the parent are not lost: only an update
   // sent a heartbeat timeout ago and still missing goes again.
   if ((h.flags & wire::kFlagNeedUpdate) && h.round == round && sent && !update_frames.empty() &&
-      now - sent_at > heartbeat_timeout && now - last_resend > heartbeat_timeout) {
+      now - sent_at > cfg.heartbeat_timeout && now - last_resend > cfg.heartbeat_timeout) {
     // The parent's round still lacks part of this update (lost on the way).
     log().info("[site:{}] parent lacks part of round {}; sending the update again", self.id,
                round);
@@ -158,7 +142,7 @@ void SiteCore::Impl::on_heartbeat(const wire::ParsedFrame& f) {
   // next round while the anchor is complete, or still arriving, is normal.)
   const bool incomplete = next && next->received < plan.count() && !next->done_signalled;
   const bool stalled = incomplete && h.round == next->round && sent &&
-                       now - anchor_progress_at > heartbeat_timeout;
+                       now - anchor_progress_at > cfg.heartbeat_timeout;
   if (incomplete && (h.round > next->round || stalled)) {
     if (++behind_beats >= 3) {
       log().warn("[site:{}] parent is at round {} while this site waits for the anchor of "

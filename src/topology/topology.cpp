@@ -251,196 +251,20 @@ Topology Topology::build(std::string job, FederationSpec federation, std::vector
 }
 
 void Topology::finalize(const std::string& src) {
-  auto fail = [&](const std::string& msg) { throw ConfigError(src + ": " + msg); };
-  if (!is_valid_node_id(job_)) {
-    fail("job '" + job_ + "' is invalid; use 1..64 characters of [A-Za-z0-9._-]");
-  }
-  validate_federation(federation_, src);
-  if (policy_.k_min < 1) fail("policy: k_min 0 is invalid; use an integer >= 1");
-  if (nodes_.empty()) fail("the topology has no nodes; list a root, its regions and sites");
-  if (nodes_.size() > UINT32_MAX) fail("too many nodes");
-
-  const uint32_t n = static_cast<uint32_t>(nodes_.size());
-  std::vector<uint32_t> roots;
-  for (uint32_t i = 0; i < n; ++i) {
-    NodeSpec& s = nodes_[i];
-    const std::string who = "node '" + s.id + "': ";
-    if (!is_valid_node_id(s.id)) {
-      fail(who + "invalid id (node " + std::to_string(i) +
-           "); use 1..64 characters of [A-Za-z0-9._-]");
-    }
-    for (uint32_t j = 0; j < i; ++j) {
-      if (nodes_[j].id == s.id) {
-        fail(who + "duplicate id (nodes " + std::to_string(j) + " and " + std::to_string(i) +
-             "); every node needs a unique id");
-      }
-    }
-    if (s.role != Role::kRoot && s.role != Role::kRegion && s.role != Role::kSite) {
-      fail(who + "unknown role " + std::to_string(static_cast<int>(s.role)) +
-           "; use root, region or site");
-    }
-    std::string residency = topology_detail::residency_field_problem(s);
-    if (!residency.empty()) fail(who + residency);
-    std::string standby = standby_problem(s);
-    if (!standby.empty()) fail(who + standby);
-    s.index = i;
-    s.parent_index = 0;
-    s.children.clear();
-    if (s.role == Role::kSite) {
-      if (!s.endpoint.empty() || !s.bind.empty()) {
-        fail(who +
-             "a site has no endpoint or bind (it connects to its parent's endpoint); "
-             "remove them");
-      }
-      if (!(s.weight > 0 && s.weight <= kMaxSiteWeight)) {
-        fail(who + "weight " + format_double(s.weight) + " must be > 0 and at most " +
-             format_double(kMaxSiteWeight));
-      }
-      continue;
-    }
-    if (s.role == Role::kRoot) roots.push_back(i);
-    if (s.endpoint.empty()) {
-      fail(who + std::string(role_name(s.role)) +
-           " needs an endpoint its children connect to, e.g. tcp://host:7000");
-    }
-    if (s.bind.empty()) s.bind = s.endpoint;
-    for (const std::string* e : {&s.endpoint, &s.bind}) {
-      if (!valid_endpoint(*e)) fail(who + invalid_endpoint("endpoint", *e));
-    }
-    if (s.weight != 1.0) {
-      fail(who + "weight applies to sites only; an aggregator weighs the sum of its sites");
-    }
-  }
-
-  if (roots.size() != 1) {
-    std::vector<std::string> ids;
-    for (uint32_t r : roots) ids.push_back(nodes_[r].id);
-    fail(roots.empty() ? "no node has role root; exactly one aggregator must be the root"
-                       : std::to_string(roots.size()) + " nodes have role root (" + join(ids) +
-                             "); exactly one may");
-  }
-  root_index_ = roots[0];
-  for (NodeSpec& s : nodes_) {
-    const std::string who = "node '" + s.id + "': ";
-    if (s.role == Role::kRoot) {
-      if (!s.parent.empty()) {
-        fail(who + "the root has parent '" + s.parent + "'; the root has no parent, remove it");
-      }
-      continue;
-    }
-    if (s.parent.empty()) {
-      fail(who + "missing parent; name the root or region this " + role_name(s.role) +
-           " reports to");
-    }
-    const NodeSpec* p = find(s.parent);
-    if (p == nullptr) fail(who + "parent '" + s.parent + "' is not a node of this topology");
-    if (p->role == Role::kSite) {
-      fail(who + "parent '" + s.parent + "' is a site; only a root or region can have children");
-    }
-    s.parent_index = p->index;
-  }
-
-  // Walk up from every node; a walk that meets itself before the root has
-  // found a cycle. 0: not visited, 1: on the current walk, 2: reaches the root.
-  std::vector<uint8_t> state(n, 0);
-  state[root_index_] = 2;
-  for (uint32_t i = 0; i < n; ++i) {
-    std::vector<uint32_t> path;
-    uint32_t cur = i;
-    while (state[cur] == 0) {
-      state[cur] = 1;
-      path.push_back(cur);
-      cur = nodes_[cur].parent_index;
-    }
-    if (state[cur] == 1) {
-      size_t start = std::find(path.begin(), path.end(), cur) - path.begin();
-      auto chain = [&](size_t from) {
-        std::string out;
-        for (size_t k = from; k < path.size(); ++k) out += nodes_[path[k]].id + " -> ";
-        return out + nodes_[cur].id;
-      };
-      std::string cycle = chain(start);
-      if (start == 0) {
-        fail("node '" + nodes_[i].id + "': cycle in parent links " + cycle +
-             "; these nodes are unreachable from root '" + root().id +
-             "', point one of them at an aggregator under the root");
-      }
-      fail("node '" + nodes_[i].id + "': unreachable from root '" + root().id +
-           "', its parent chain " + chain(0) + " runs into the cycle " + cycle);
-    }
-    for (uint32_t k : path) state[k] = 2;
-  }
-
-  for (uint32_t i = 0; i < n; ++i) {
-    if (i != root_index_) nodes_[nodes_[i].parent_index].children.push_back(i);
-  }
-  for (const NodeSpec& s : nodes_) {
-    if (s.role != Role::kSite && s.children.empty()) {
-      fail("node '" + s.id + "': " + role_name(s.role) +
-           " has no children; add sites under it or remove it");
-    }
-  }
+  const topology_detail::Fail fail = [&](const std::string& msg) {
+    throw ConfigError(src + ": " + msg);
+  };
+  topology_detail::check_settings(job_, federation_, policy_, nodes_, src, fail);
+  root_index_ = topology_detail::check_nodes(nodes_, fail);
+  topology_detail::check_one_transport(nodes_, fail);
+  topology_detail::link_parents(nodes_, fail);
+  topology_detail::check_reaches_root(nodes_, root_index_, fail);
+  topology_detail::attach_children(nodes_, fail);
   // Residency across the tree, now that parents and children are known.
   if (auto why = topology_detail::residency_tree_problem(*this)) fail(*why);
-
-  Sha256Digest job_hash = sha256(job_.data(), job_.size());
-  job_id_ = 0;
-  for (int k = 7; k >= 0; --k) job_id_ = (job_id_ << 8) | job_hash[k];
-
-  // One line per field, keys sorted, nodes in index order (the index is the
-  // wire sender id, so order matters). Optional values render as "-".
-  const FederationSpec& f = federation_;
-  std::string c = "fedwan-topology 1\n";
-  c += "federation.chunk_bytes=" + std::to_string(f.chunk_bytes) + "\n";
-  c += "federation.codec=" + f.codec + "\n";
-  c += "federation.inner_steps=" + std::to_string(f.inner_steps) + "\n";
-  // The hyper-parameters of version 0.6 always appear ("-" when unset),
-  // later ones only when set: existing files keep their digests.
-  std::map<std::string, std::string> outer;
-  for (const char* key : {"beta1", "beta2", "eps", "lr", "momentum"}) outer[key] = "-";
-  for (const auto& [key, value] : f.outer.params) outer[key] = format_double(value);
-  for (const auto& [key, value] : outer) c += "federation.outer." + key + "=" + value + "\n";
-  c += "federation.outer.name=" + f.outer.name + "\n";
-  c += "federation.round_timeout_s=" + format_double(f.round_timeout_s) + "\n";
-  c += "federation.rounds=" + std::to_string(f.rounds) + "\n";
-  c += "job=" + job_ + "\n";
-  // Fault-tolerance settings appear only when not the default, so a topology
-  // without them keeps the digest it had before they existed.
-  const FederationSpec defaults;
-  if (f.quorum != defaults.quorum) c += "federation.quorum=" + format_double(f.quorum) + "\n";
-  if (f.deadline_s != defaults.deadline_s) {
-    c += "federation.deadline_s=" + format_double(f.deadline_s) + "\n";
-  }
-  if (f.heartbeat_s != defaults.heartbeat_s) {
-    c += "federation.heartbeat_s=" + format_double(f.heartbeat_s) + "\n";
-  }
-  if (f.heartbeat_timeout_s != defaults.heartbeat_timeout_s) {
-    c += "federation.heartbeat_timeout_s=" + format_double(f.heartbeat_timeout_s) + "\n";
-  }
-  if (f.replica_every != defaults.replica_every) {
-    c += "federation.replica_every=" + std::to_string(f.replica_every) + "\n";
-  }
-  // Residency and standby fields appear only when set, so a topology without
-  // them keeps the digest it had before they existed. The allowed list is a
-  // set: sorted.
-  for (const NodeSpec& s : nodes_) {
-    std::vector<std::string> allowed = s.allowed_jurisdictions;
-    std::sort(allowed.begin(), allowed.end());
-    std::string line = "node." + std::to_string(s.index);
-    if (!allowed.empty()) line += " allowed_jurisdictions=" + join(allowed);
-    line += " bind=" + s.bind + " endpoint=" + s.endpoint + " id=" + s.id;
-    if (!s.jurisdiction.empty()) line += " jurisdiction=" + s.jurisdiction;
-    if (s.k_min != 0) line += " k_min=" + std::to_string(s.k_min);
-    line += " parent=" + s.parent + " role=" + role_name(s.role);
-    if (!s.standby_endpoint.empty()) {
-      line += " standby_bind=" + s.standby_bind + " standby_endpoint=" + s.standby_endpoint;
-    }
-    c += line + " weight=" + format_double(s.weight) + "\n";
-  }
-  if (policy_.k_min != PolicySpec{}.k_min) {
-    c += "policy.k_min=" + std::to_string(policy_.k_min) + "\n";
-  }
-  digest_ = sha256(c.data(), c.size());
+  job_id_ = topology_detail::job_id_of(job_);
+  const std::string canonical = topology_detail::canonical_text(job_, federation_, policy_, nodes_);
+  digest_ = sha256(canonical.data(), canonical.size());
 }
 
 const NodeSpec& Topology::node(const std::string& id) const {

@@ -1,5 +1,6 @@
 // Private to the translation units of Topology: topology.cpp (the YAML
-// structure, the tree, the digest), topology_rules.cpp (endpoints, nesting,
+// structure), topology_finalize.cpp (the checks of the tree, the canonical
+// text of the digest), topology_rules.cpp (endpoints, nesting,
 // standby keys, the ranges of the federation settings) and
 // topology_policy.cpp (the residency policy: jurisdiction,
 // allowed_jurisdictions, k_min, policy, and the runtime checks on them).
@@ -10,6 +11,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -121,6 +123,25 @@ std::string misplaced_standby_key(const std::string& key, Role role);
 std::string standby_problem(NodeSpec& s);
 // Throws ConfigError naming `src` for a federation value out of range.
 void validate_federation(const FederationSpec& f, const std::string& src);
+
+// ---- Topology::finalize's steps (topology_finalize.cpp) ----------------------
+
+// Throws: a ConfigError naming the source, with the message given.
+using Fail = std::function<void(const std::string& message)>;
+void check_settings(const std::string& job, const FederationSpec& federation,
+                    const PolicySpec& policy, const std::vector<NodeSpec>& nodes,
+                    const std::string& src, const Fail& fail);
+// Each node on its own (id, role, residency and standby fields, endpoints or
+// weight); sets index, clears the links. Returns the root's index.
+uint32_t check_nodes(std::vector<NodeSpec>& nodes, const Fail& fail);
+void check_one_transport(const std::vector<NodeSpec>& nodes, const Fail& fail);
+void link_parents(std::vector<NodeSpec>& nodes, const Fail& fail);  // sets parent_index
+void check_reaches_root(const std::vector<NodeSpec>& nodes, uint32_t root, const Fail& fail);
+void attach_children(std::vector<NodeSpec>& nodes, const Fail& fail);  // and none is childless
+uint64_t job_id_of(const std::string& job);
+// What the digest is taken of (docs/topology.md, "Digest").
+std::string canonical_text(const std::string& job, const FederationSpec& federation,
+                           const PolicySpec& policy, const std::vector<NodeSpec>& nodes);
 
 // ---- residency policy (topology_policy.cpp) ---------------------------------
 

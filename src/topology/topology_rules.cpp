@@ -22,7 +22,7 @@ bool valid_endpoint(const std::string& e) {
     const size_t n = std::strlen(scheme);
     return e.size() > n && e.compare(0, n, scheme) == 0;
   };
-  if (has("ipc://") || has("inproc://")) return true;
+  if (has("ipc://") || has("inproc://") || has("mem://")) return true;
   if (!has("tcp://")) return false;
   const std::string addr = e.substr(6);
   const size_t colon = addr.rfind(':');
@@ -39,8 +39,8 @@ bool valid_endpoint(const std::string& e) {
 
 std::string invalid_endpoint(const std::string& what, const std::string& e) {
   return what + " '" + e +
-         "' is invalid; use tcp://HOST:PORT (a port in 1..65535), ipc://PATH or inproc://NAME, "
-         "no spaces";
+         "' is invalid; use tcp://HOST:PORT (a port in 1..65535), ipc://PATH, inproc://NAME "
+         "or mem://NAME (in-process), no spaces";
 }
 
 // Deepest nesting of [ and { outside quoted scalars, and of block

@@ -1,14 +1,14 @@
-// The two ends of a tree link over ZeroMQ. A parent binds one ROUTER socket
-// for all its children; each child connects one DEALER whose routing id is
-// its node id. One long-lived connection per link; ZeroMQ reconnects it.
+// The two ends of a tree link, over any transport (transport.hpp): a parent
+// binds one server socket for all its children; each child connects one
+// client socket whose routing id is its node id. Here the security layer
+// (channel_security.hpp), the windows and the admission of peers sit on
+// top of the transport, the same for all of them.
 //
-// Back-pressure: each direction keeps at most `window` frames queued per peer
-// (send and receive high-water marks); a send beyond that blocks the caller
-// up to its timeout. Sockets cap the message size so a peer cannot make us
-// allocate more than one maximal frame.
+// Back-pressure: each direction keeps at most `window` frames queued per peer;
+// a send beyond that blocks the caller up to its timeout. Sockets cap the
+// message size so a peer cannot make us allocate more than one maximal frame.
 //
-// Thread safety: a link is owned by one thread (ZeroMQ sockets are not
-// thread safe); the context may be shared.
+// Thread safety: a link is owned by one thread; the transport may be shared.
 #pragma once
 
 #include <chrono>
@@ -20,24 +20,14 @@
 #include <unordered_map>
 #include <vector>
 
-#include <zmq.hpp>
-
 #include "transport/channel_security.hpp"
 #include "transport/handshake_guard.hpp"
+#include "transport/transport.hpp"
 
 namespace fedwan {
 
 using Millis = std::chrono::milliseconds;
-
-// zmq::poll that returns 0 when a signal interrupts it (EINTR: SIGTERM is
-// handled by the caller's loop, not by an exception) and rethrows the rest.
-int poll_items(zmq::pollitem_t* items, size_t count, Millis timeout);
-
-struct LinkOptions {
-  int window = 8;                         // frames queued per peer and direction
-  int64_t max_message_bytes = (4 << 20) + 4096;
-  int linger_ms = 5000;                   // flush time for queued frames at close
-};
+using LinkOptions = transport::SocketOptions;
 
 struct LinkCounters {
   uint64_t frames_sent = 0, bytes_sent = 0;
@@ -45,12 +35,12 @@ struct LinkCounters {
   uint64_t rejected = 0;  // dropped by the security layer
 };
 
-// A received frame: the bytes stay in the ZeroMQ message (no copy).
+// A received frame: the bytes stay where the transport put them (no copy).
 struct Incoming {
-  std::string peer;   // routing id (node id) for ROUTER; parent id for DEALER
-  zmq::message_t message;
+  std::string peer;   // the child's node id (ChildrenLink); the parent's endpoint (ParentLink)
+  transport::Message message;
   size_t frame_size = 0;
-  const uint8_t* data() const { return static_cast<const uint8_t*>(message.data()); }
+  const uint8_t* data() const { return message.data(); }
 };
 
 using SecurityFactory = std::function<std::unique_ptr<ChannelSecurity>(const std::string& peer)>;
@@ -62,8 +52,8 @@ SecurityFactory plaintext_security_factory(uint64_t job_id, uint32_t self_index,
 // starts at construction and advances whenever the link receives.
 class ParentLink {
  public:
-  ParentLink(zmq::context_t& ctx, const std::string& endpoint, const std::string& self_id,
-             const LinkOptions& options, SecurityFactory security);
+  ParentLink(transport::Transport& transport, const std::string& endpoint,
+             const std::string& self_id, const LinkOptions& options, SecurityFactory security);
   // A link whose session never came up has nothing worth flushing: it closes
   // at once instead of lingering on a handshake nobody will read.
   ~ParentLink();
@@ -92,7 +82,8 @@ class ParentLink {
   // Throws CryptoError once the handshake failed.
   bool recv(Incoming* out, Millis timeout);
   ChannelSecurity& security() { return *security_; }
-  zmq::socket_t& socket() { return socket_; }
+  // For the owner's Transport::wait over all its links.
+  transport::Socket& socket() { return *socket_; }
   const LinkCounters& counters() const { return counters_; }
   const std::string& endpoint() const { return endpoint_; }
 
@@ -100,7 +91,8 @@ class ParentLink {
   void send_replies(SecurityReplies& replies);
   void check_failure() const;
 
-  zmq::socket_t socket_;
+  transport::Transport& transport_;
+  std::unique_ptr<transport::Socket> socket_;
   std::string endpoint_;
   std::unique_ptr<ChannelSecurity> security_;
   LinkCounters counters_;
@@ -128,8 +120,8 @@ struct LinkAdmission {
 // Parent end: ROUTER bound for all children.
 class ChildrenLink {
  public:
-  ChildrenLink(zmq::context_t& ctx, const std::string& bind_endpoint, const LinkOptions& options,
-               SecurityFactory security, LinkAdmission admission = {});
+  ChildrenLink(transport::Transport& transport, const std::string& bind_endpoint,
+               const LinkOptions& options, SecurityFactory security, LinkAdmission admission = {});
   // Blocks while that child's window is full, at most `timeout`. Throws
   // TransportError when the child is not connected, TimeoutError on timeout.
   // Returns the bytes put on the wire (after the security layer).
@@ -141,7 +133,7 @@ class ChildrenLink {
   // Waits at most `timeout`; false when nothing (valid) arrived. Handshake
   // messages are answered here and never returned.
   bool recv(Incoming* out, Millis timeout);
-  zmq::socket_t& socket() { return socket_; }
+  transport::Socket& socket() { return *socket_; }
   const LinkCounters& counters() const { return counters_; }
   // Whether the child has a secure session (always true for plaintext).
   bool established(const std::string& peer) const;
@@ -157,8 +149,11 @@ class ChildrenLink {
   void drop(const std::string& peer, const std::string& source, const std::string& why,
             size_t bytes, bool tell_peer);
   bool may_refuse();  // within the budget of plain refusals (20 a second)
+  // Best effort, never blocking: handshake replies and plain refusals.
+  void send_unsealed(const std::string& peer, const std::vector<uint8_t>& bytes);
 
-  zmq::socket_t socket_;
+  transport::Transport& transport_;
+  std::unique_ptr<transport::Socket> socket_;
   SecurityFactory factory_;
   LinkAdmission admission_;
   HandshakeGuard guard_;

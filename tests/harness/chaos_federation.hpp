@@ -30,6 +30,7 @@
 #include "harness/chaos_report.hpp"
 #include "harness/federation_fixture.hpp"
 #include "harness/process.hpp"
+#include "security/audit_log.hpp"
 
 #ifdef FEDWAN_CLI_PATH
 

@@ -18,23 +18,10 @@
 // this process or others, may flush to one file at once.
 #pragma once
 
-#include <fcntl.h>
-#include <sys/file.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
-#include <map>
 #include <optional>
-#include <sstream>
-#include <stdexcept>
 #include <string>
-#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -59,38 +46,18 @@ class ChaosReport {
   explicit ChaosReport(std::filesystem::path json_path = default_path())
       : path_(std::move(json_path)) {}
   // Flushes rows still pending, best effort (a destructor cannot report).
-  ~ChaosReport() {
-    try {
-      flush();
-    } catch (...) {
-    }
-  }
+  ~ChaosReport();
   ChaosReport(const ChaosReport&) = delete;
   ChaosReport& operator=(const ChaosReport&) = delete;
 
   // $FEDWAN_CHAOS_REPORT, else ./chaos_report.json.
-  static std::filesystem::path default_path() {
-    const char* env = std::getenv("FEDWAN_CHAOS_REPORT");
-    return env && *env ? std::filesystem::path(env) : std::filesystem::path("chaos_report.json");
-  }
+  static std::filesystem::path default_path();
 
   const std::filesystem::path& json_path() const { return path_; }
-  std::filesystem::path markdown_path() const {
-    std::filesystem::path p = path_;
-    if (p.extension() == ".md") return p.string() + ".md";  // never the JSON file itself
-    return p.replace_extension(".md");
-  }
+  std::filesystem::path markdown_path() const;
 
   // Queues a row (replacing a queued one for the same scenario) until flush().
-  void add(ChaosRow row) {
-    for (ChaosRow& r : pending_) {
-      if (r.scenario == row.scenario) {
-        r = std::move(row);
-        return;
-      }
-    }
-    pending_.push_back(std::move(row));
-  }
+  void add(ChaosRow row);
   // add() then flush().
   void record(ChaosRow row) {
     add(std::move(row));
@@ -101,141 +68,20 @@ class ChaosReport {
   // Merges the queued rows into the files, under the lock. A file that does
   // not parse is moved aside to "<json>.corrupt" and replaced. Throws
   // std::runtime_error on an I/O failure (the rows stay queued).
-  void flush() {
-    if (pending_.empty()) return;
-    if (path_.has_parent_path()) std::filesystem::create_directories(path_.parent_path());
-    const std::string lock_path = path_.string() + ".lock";
-    const int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0) fail("cannot open the lock file " + lock_path);
-    while (::flock(fd, LOCK_EX) != 0) {
-      if (errno != EINTR) {
-        const int err = errno;
-        ::close(fd);
-        errno = err;
-        fail("cannot lock " + lock_path);
-      }
-    }
-    try {
-      std::map<std::string, ChaosRow> rows;
-      std::error_code ec;
-      if (std::filesystem::exists(path_, ec)) {
-        try {
-          for (ChaosRow& r : read(path_)) rows[r.scenario] = std::move(r);
-        } catch (const std::runtime_error&) {
-          std::filesystem::rename(path_, path_.string() + ".corrupt", ec);
-        }
-      }
-      for (const ChaosRow& r : pending_) rows[r.scenario] = r;
-      std::vector<ChaosRow> all;
-      for (auto& [scenario, r] : rows) all.push_back(std::move(r));
-      write_atomically(path_, to_json(all).dump(2) + "\n");
-      write_atomically(markdown_path(), markdown(all));
-    } catch (...) {
-      ::close(fd);  // releases the lock
-      throw;
-    }
-    ::close(fd);
-    pending_.clear();
-  }
+  void flush();
 
   // The rows in a report file; empty when it does not exist. Throws
   // std::runtime_error when it exists but is not a report of this version.
-  static std::vector<ChaosRow> read(const std::filesystem::path& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) return {};
-    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (!j.is_object() || j.value("format", "") != kFormat || !j.contains("version") ||
-        j["version"] != kVersion || !j.contains("rows") || !j["rows"].is_array()) {
-      throw std::runtime_error(path.string() + " is not a " + kFormat + " version " +
-                               std::to_string(kVersion) + " file");
-    }
-    std::vector<ChaosRow> out;
-    for (const nlohmann::json& r : j["rows"]) {
-      if (!r.is_object() || !r.contains("scenario") || !r["scenario"].is_string()) {
-        throw std::runtime_error(path.string() + ": a row without a scenario");
-      }
-      ChaosRow row;
-      row.scenario = r["scenario"].get<std::string>();
-      row.mechanism = r.value("mechanism", "");
-      if (r.contains("rpo_rounds") && r["rpo_rounds"].is_number_unsigned()) {
-        row.rpo_rounds = r["rpo_rounds"].get<uint64_t>();
-      }
-      if (r.contains("rto_seconds") && r["rto_seconds"].is_number()) {
-        row.rto_seconds = r["rto_seconds"].get<double>();
-      }
-      row.passed = r.value("passed", false);
-      row.notes = r.value("notes", "");
-      out.push_back(std::move(row));
-    }
-    return out;
-  }
-
-  static nlohmann::json to_json(const std::vector<ChaosRow>& rows) {
-    nlohmann::json arr = nlohmann::json::array();
-    for (const ChaosRow& r : rows) {
-      arr.push_back({{"scenario", r.scenario},
-                     {"mechanism", r.mechanism},
-                     {"rpo_rounds", r.rpo_rounds ? nlohmann::json(*r.rpo_rounds) : nullptr},
-                     {"rto_seconds", r.rto_seconds ? nlohmann::json(*r.rto_seconds) : nullptr},
-                     {"passed", r.passed},
-                     {"notes", r.notes}});
-    }
-    return {{"format", kFormat}, {"version", kVersion}, {"rows", arr}};
-  }
-
-  static std::string markdown(const std::vector<ChaosRow>& rows) {
-    std::ostringstream md;
-    md << "# fedwan chaos report\n\n"
-       << "RPO: rounds of training lost. RTO: seconds from the fault until the federation "
-          "made progress again.\n\n"
-       << "| Scenario | Mechanism | RPO (rounds) | RTO (s) | Result | Notes |\n"
-       << "|---|---|---|---|---|---|\n";
-    for (const ChaosRow& r : rows) {
-      char rto[32] = "n/a";
-      if (r.rto_seconds) std::snprintf(rto, sizeof rto, "%.2f", *r.rto_seconds);
-      md << "| " << cell(r.scenario) << " | " << cell(r.mechanism) << " | "
-         << (r.rpo_rounds ? std::to_string(*r.rpo_rounds) : "n/a") << " | " << rto << " | "
-         << (r.passed ? "pass" : "**FAIL**") << " | " << cell(r.notes) << " |\n";
-    }
-    return md.str();
-  }
+  static std::vector<ChaosRow> read(const std::filesystem::path& path);
+  static nlohmann::json to_json(const std::vector<ChaosRow>& rows);
+  static std::string markdown(const std::vector<ChaosRow>& rows);
 
  private:
-  [[noreturn]] static void fail(const std::string& what) {
-    throw std::runtime_error("ChaosReport: " + what + ": " + std::system_category().message(errno));
-  }
+  [[noreturn]] static void fail(const std::string& what);
 
   // A table cell: no line breaks, pipes escaped.
-  static std::string cell(const std::string& s) {
-    std::string out;
-    for (char c : s) {
-      if (c == '|') {
-        out += "\\|";
-      } else if (c == '\n' || c == '\r') {
-        out += ' ';
-      } else {
-        out += c;
-      }
-    }
-    return out;
-  }
-
-  static void write_atomically(const std::filesystem::path& path, const std::string& text) {
-    const std::string tmp = path.string() + ".tmp." + std::to_string(::getpid());
-    {
-      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-      out << text;
-      out.flush();
-      if (!out) fail("cannot write " + tmp);
-    }
-    std::error_code ec;
-    std::filesystem::rename(tmp, path, ec);
-    if (ec) {
-      std::filesystem::remove(tmp, ec);
-      throw std::runtime_error("ChaosReport: cannot rename " + tmp + " to " + path.string());
-    }
-  }
+  static std::string cell(const std::string& s);
+  static void write_atomically(const std::filesystem::path& path, const std::string& text);
 
   std::filesystem::path path_;
   std::vector<ChaosRow> pending_;

@@ -46,11 +46,14 @@ inline std::string credentials_dir_for(const Topology& topo) {
 }
 
 // root -> `regions` regions -> `sites_per_region` sites each (regions = 0:
-// the sites hang directly under the root).
+// the sites hang directly under the root). Endpoints are ipc:// sockets in
+// `dir`, or with `in_process` mem:// ones (the in-process transport).
 inline Topology make_tree(const std::filesystem::path& dir, int regions, int sites_per_region,
-                          FederationSpec fed) {
+                          FederationSpec fed, bool in_process = false) {
   std::vector<NodeSpec> nodes;
-  auto endpoint = [&](const std::string& id) { return "ipc://" + (dir / (id + ".sock")).string(); };
+  auto endpoint = [&](const std::string& id) {
+    return (in_process ? "mem://" : "ipc://") + (dir / (id + ".sock")).string();
+  };
   NodeSpec root;
   root.id = "root";
   root.role = Role::kRoot;
@@ -115,73 +118,7 @@ struct SiteSetup {
 
 // Runs every node of `topo` as a thread; sites train with the synthetic
 // workload. Returns when all threads ended.
-inline FederationRun run_threads(const Topology& topo, const std::vector<float>& init,
-                                 uint64_t seed, int window = 8, const SiteSetup& setup = {}) {
-  FederationRun out;
-  std::mutex mu;
-  std::vector<std::thread> threads;
-  std::vector<const NodeSpec*> sites;
-  for (const NodeSpec& n : topo.nodes()) {
-    if (n.role == Role::kSite) sites.push_back(&n);
-  }
-  out.site_models.resize(sites.size());
-  auto fail = [&](const std::string& who, const std::exception& e) {
-    std::lock_guard<std::mutex> lock(mu);
-    out.errors.push_back(who + ": " + e.what());
-  };
-  for (const NodeSpec& n : topo.nodes()) {
-    if (n.role == Role::kSite) continue;
-    threads.emplace_back([&, id = n.id, is_root = n.role == Role::kRoot] {
-      try {
-        AggregatorOptions o;
-        o.topology = topo;
-        o.node_id = id;
-        o.join_timeout = std::chrono::seconds(15);
-        o.window = window;
-        o.security = security_for(topo, id);
-        if (is_root) o.initial_model = init;
-        Aggregator agg(std::move(o));
-        AggregatorSummary s = agg.run();
-        std::lock_guard<std::mutex> lock(mu);
-        if (is_root) {
-          out.root = std::move(s);
-        } else {
-          out.regions.push_back(std::move(s));
-        }
-      } catch (const std::exception& e) {
-        fail(id, e);
-      }
-    });
-  }
-  for (size_t i = 0; i < sites.size(); ++i) {
-    threads.emplace_back([&, i] {
-      const NodeSpec& n = *sites[i];
-      try {
-        std::vector<float> params = init;
-        SiteOptions o;
-        o.topology = topo;
-        o.node_id = n.id;
-        o.join_timeout = std::chrono::seconds(15);
-        o.round_timeout = std::chrono::seconds(15);
-        o.window = window;
-        o.security = security_for(topo, n.id);
-        if (setup.options) setup.options(o, i, params);
-        SiteCore site(std::move(o), params.data(), params.size());
-        if (setup.created) setup.created(site, i);
-        SyncResult r = site.join();
-        while (!r.finished) {
-          synthetic::local_steps(params.data(), params.size(), n.index,
-                                 topo.federation().inner_steps, seed);
-          r = site.sync();
-        }
-        out.site_models[i] = params;
-      } catch (const std::exception& e) {
-        fail(n.id, e);
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  return out;
-}
+FederationRun run_threads(const Topology& topo, const std::vector<float>& init, uint64_t seed,
+                          int window = 8, const SiteSetup& setup = {});
 
 }  // namespace fedwan::testing

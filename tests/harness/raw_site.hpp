@@ -72,8 +72,9 @@ class RawSite {
           std::string endpoint = "")
       : topo_(topo),
         self_(topo.node(id)),
-        link_(ctx_, endpoint.empty() ? topo.node(self_.parent_index).endpoint : endpoint, id,
-              quick_close(), std::move(security)) {}
+        endpoint_(endpoint.empty() ? topo.node(self_.parent_index).endpoint : endpoint),
+        transport_(transport::make_transport(endpoint_)),
+        link_(*transport_, endpoint_, id, quick_close(), std::move(security)) {}
 
   static LinkOptions quick_close() {
     LinkOptions o;
@@ -152,7 +153,8 @@ class RawSite {
  private:
   const Topology& topo_;
   const NodeSpec& self_;
-  zmq::context_t ctx_{1};
+  std::string endpoint_;
+  std::unique_ptr<transport::Transport> transport_;
   ParentLink link_;
 };
 

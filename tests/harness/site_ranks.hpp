@@ -7,10 +7,10 @@
 #include <exception>
 #include <functional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "fedwan/site_comm.hpp"
+#include "harness/node_spawner.hpp"
 #include "harness/temp_dir.hpp"
 
 namespace fedwan::testing {
@@ -31,9 +31,10 @@ inline SiteCommOptions rank_options(const TempDir& dir, int rank, int size,
 // Runs `body(rank)` on `size` threads; returns each rank's exception (or null).
 inline std::vector<std::exception_ptr> run_ranks(int size, const std::function<void(int)>& body) {
   std::vector<std::exception_ptr> errors(size);
-  std::vector<std::thread> threads;
+  NodeSpawner ranks;
   for (int r = 0; r < size; ++r) {
-    threads.emplace_back([&, r] {
+    // Caught here, not by the spawner: a test asks what each rank threw.
+    ranks.spawn("rank " + std::to_string(r), [&, r] {
       try {
         body(r);
       } catch (...) {
@@ -41,7 +42,7 @@ inline std::vector<std::exception_ptr> run_ranks(int size, const std::function<v
       }
     });
   }
-  for (std::thread& t : threads) t.join();
+  ranks.join();
   return errors;
 }
 

@@ -9,7 +9,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <thread>
 
 #include <nlohmann/json.hpp>
 #include <zmq.hpp>
@@ -18,6 +17,7 @@
 #include "fedwan/error.hpp"
 #include "harness/federation_fixture.hpp"
 #include "harness/forge.hpp"
+#include "harness/node_spawner.hpp"
 #include "harness/node_threads.hpp"
 #include "harness/process.hpp"
 #include "harness/raw_site.hpp"
@@ -236,11 +236,11 @@ TEST(CheckpointAnchors, AReplicaForgedByTheParentIsRefused) {
   fs::remove_all(dir.path() / "site-0");  // the site lost its disk
 
   // The parent: answers the site's request for its replica with the forgery.
-  zmq::context_t ctx;
-  ChildrenLink parent(ctx, topo.root().endpoint, LinkOptions{},
+  auto transport = transport::make_transport(topo.root().endpoint);
+  ChildrenLink parent(*transport, topo.root().endpoint, LinkOptions{},
                       test_server_security(topo, "root", security_for(topo, "root").credentials_dir));
   std::atomic<bool> stop{false};
-  std::thread serve([&] {
+  const auto serve = [&] {
     Incoming in;
     while (!stop.load()) {
       if (!parent.recv(&in, std::chrono::milliseconds(20))) continue;
@@ -265,15 +265,17 @@ TEST(CheckpointAnchors, AReplicaForgedByTheParentIsRefused) {
         (void)parent.send(in.peer, make_frame(h, part), std::chrono::seconds(5));
       }
     }
-  });
+  };
+  NodeSpawner nodes;
+  nodes.spawn("root", serve, [&] { stop.store(true); });
   std::vector<float> params(kParams, 0.0f);
   SiteOptions o = site_options(topo, "site-0", std::chrono::seconds(3));
   o.checkpoint_dir = (dir.path() / "site-0").string();
   o.security.audit_log = (dir.path() / "site-0.restart.audit").string();
   SiteCore site(std::move(o), params.data(), params.size());
   EXPECT_THROW(site.join(), TimeoutError);  // no welcome from this parent
-  stop.store(true);
-  serve.join();
+  nodes.stop();
+  nodes.join();
   EXPECT_FALSE(site.resumed());
   EXPECT_FALSE(fs::exists(dir.path() / "site-0" / "site-0.fwck"));
   EXPECT_TRUE(has_alarm(site.alarms(), "replica_refused"));

@@ -4,11 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <thread>
 
 #include <zmq.hpp>
 
 #include "harness/federation_fixture.hpp"
+#include "harness/node_spawner.hpp"
 #include "harness/raw_site.hpp"
 #include "harness/reference_federation.hpp"
 #include "common/sha256.hpp"
@@ -35,37 +35,29 @@ TEST(BadInput, AggregatorRefusesBrokenPeersAndKeepsServing) {
 
   AggregatorSummary root_summary, region_summary;
   std::vector<float> honest_final = init;
-  std::vector<std::string> errors;
-  std::mutex mu;
-  auto guard = [&](const std::string& who, auto fn) {
-    return std::thread([&, who, fn] {
-      try {
-        fn();
-      } catch (const std::exception& e) {
-        std::lock_guard<std::mutex> lock(mu);
-        errors.push_back(who + ": " + e.what());
-      }
-    });
-  };
-  std::vector<std::thread> threads;
-  threads.push_back(guard("root", [&] {
+  NodeSpawner nodes;
+  nodes.spawn("root", [&](NodeStopper& stopper) {
     AggregatorOptions o;
     o.topology = topo;
     o.node_id = "root";
     o.initial_model = init;
     o.join_timeout = std::chrono::seconds(20);
     o.security = security_for(topo, "root");
-    root_summary = Aggregator(std::move(o)).run();
-  }));
-  threads.push_back(guard("region-0", [&] {
+    Aggregator root(std::move(o));
+    const auto bound = stopper.bind([&root] { root.stop(); });
+    root_summary = root.run();
+  });
+  nodes.spawn("region-0", [&](NodeStopper& stopper) {
     AggregatorOptions o;
     o.topology = topo;
     o.node_id = "region-0";
     o.join_timeout = std::chrono::seconds(20);
     o.security = security_for(topo, "region-0");
-    region_summary = Aggregator(std::move(o)).run();
-  }));
-  threads.push_back(guard("site-0", [&] {
+    Aggregator region(std::move(o));
+    const auto bound = stopper.bind([&region] { region.stop(); });
+    region_summary = region.run();
+  });
+  nodes.spawn("site-0", [&](NodeStopper& stopper) {
     SiteOptions o;
     o.topology = topo;
     o.node_id = "site-0";
@@ -73,12 +65,13 @@ TEST(BadInput, AggregatorRefusesBrokenPeersAndKeepsServing) {
     o.security = security_for(topo, "site-0");
     o.round_timeout = std::chrono::seconds(20);
     SiteCore site(std::move(o), honest_final.data(), honest_final.size());
+    const auto bound = stopper.bind([&site] { site.stop(); });
     SyncResult r = site.join();
     while (!r.finished) {
       synthetic::local_steps(honest_final.data(), kParams, topo.node("site-0").index, 2, kSeed);
       r = site.sync();
     }
-  }));
+  });
 
   zmq::context_t ctx;
   std::vector<uint8_t> buf;
@@ -136,8 +129,8 @@ TEST(BadInput, AggregatorRefusesBrokenPeersAndKeepsServing) {
       if (f.header.type == wire::MsgType::kAnchor) ++got;
     }
   }
-  for (auto& t : threads) t.join();
-  ASSERT_TRUE(errors.empty()) << errors.front();
+  nodes.join();
+  ASSERT_EQ(nodes.errors(), "");
 
   // Nothing the rogue sent while broken was counted: the result equals a
   // federation where site-1 simply never moved.

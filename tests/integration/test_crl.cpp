@@ -108,10 +108,10 @@ TEST(Crl, AnUnusableOrExpiredCrlMidRunLeavesTheRegionServing) {
   const fs::path region_crl =
       fs::path(security_for(topo, "region-0").credentials_dir) / "crl.pem";
   AggregatorSummary root_summary, region_summary;
-  NodeThreads nodes;
-  nodes.aggregator(topo, "root", init, &root_summary);
-  nodes.aggregator(topo, "region-0", init, &region_summary);
-  nodes.site(topo, "site-0", init, kSeed, 2);
+  NodeSpawner nodes;
+  spawn_aggregator(nodes, topo, "root", init, &root_summary);
+  spawn_aggregator(nodes, topo, "region-0", init, &region_summary);
+  spawn_synthetic_site(nodes, topo, "site-0", init, kSeed, 2);
 
   const std::string bundle = security_for(topo, "site-1").credentials_dir;
   std::vector<uint8_t> buf;

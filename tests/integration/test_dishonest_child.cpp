@@ -36,12 +36,12 @@ TEST(DishonestChild, HeaderWeightOfASiteChangesNothing) {
   const std::vector<float> init = synthetic::initial_model(kParams, kSeed);
   const fs::path region_audit = dir.path() / "region-0.audit";
   AggregatorSummary root_summary;
-  NodeThreads nodes;
-  nodes.aggregator(topo, "root", init, &root_summary);
-  nodes.aggregator(topo, "region-0", init, nullptr, [&](AggregatorOptions& o) {
+  NodeSpawner nodes;
+  spawn_aggregator(nodes, topo, "root", init, &root_summary);
+  spawn_aggregator(nodes, topo, "region-0", init, nullptr, [&](AggregatorOptions& o) {
     o.security.audit_log = region_audit.string();
   });
-  nodes.site(topo, "site-0", init, kSeed, 2);
+  spawn_synthetic_site(nodes, topo, "site-0", init, kSeed, 2);
 
   RawSite rogue(topo, "site-1",
                 test_client_security(topo, "site-1", security_for(topo, "site-1").credentials_dir));
@@ -111,8 +111,8 @@ TEST(DishonestChild, RegionClaimsAreBoundedByTheTopology) {
   const fs::path root_audit = dir.path() / "root.audit";
   const fs::path root_ckpt = dir.path() / "root-ckpt";
   AggregatorSummary root_summary;
-  NodeThreads nodes;
-  nodes.aggregator(topo, "root", init, &root_summary, [&](AggregatorOptions& o) {
+  NodeSpawner nodes;
+  spawn_aggregator(nodes, topo, "root", init, &root_summary, [&](AggregatorOptions& o) {
     o.security.audit_log = root_audit.string();
     o.checkpoint_dir = root_ckpt.string();
   });
@@ -208,9 +208,9 @@ TEST(DishonestChild, FirstHelloDoesNotSetTheModelSize) {
   const Topology topo = make_tree(dir.path(), 1, 2, fed);  // site-0 weighs 100, site-1 137
   const std::vector<float> init = synthetic::initial_model(kParams, kSeed);
   AggregatorSummary root_summary;
-  NodeThreads nodes;
-  nodes.aggregator(topo, "root", init, &root_summary);
-  nodes.aggregator(topo, "region-0", init);
+  NodeSpawner nodes;
+  spawn_aggregator(nodes, topo, "root", init, &root_summary);
+  spawn_aggregator(nodes, topo, "region-0", init);
   RawSite rogue(topo, "site-0",
                 test_client_security(topo, "site-0", security_for(topo, "site-0").credentials_dir));
   std::vector<uint8_t> buf;
@@ -219,7 +219,7 @@ TEST(DishonestChild, FirstHelloDoesNotSetTheModelSize) {
   rogue.hello(bigger);
   // The region heartbeats a child once it has taken its hello.
   ASSERT_TRUE(await_type(rogue, &buf, wire::MsgType::kHeartbeat).ok());
-  nodes.site(topo, "site-1", init, kSeed, 2);
+  spawn_synthetic_site(nodes, topo, "site-1", init, kSeed, 2);
   const wire::ParsedFrame refused = await_type(rogue, &buf, wire::MsgType::kReject);
   ASSERT_TRUE(refused.ok()) << refused.detail;
   EXPECT_NE(std::string(reinterpret_cast<const char*>(refused.payload), refused.payload_size)

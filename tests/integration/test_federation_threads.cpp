@@ -1,4 +1,5 @@
-// Whole federations with every node as a thread over ipc:// sockets: the
+// Whole federations with every node as a thread over ipc:// sockets (and
+// over the in-process transport): the
 // result must equal the in-process reference bit for bit, and traffic must
 // be accounted exactly.
 #include <gtest/gtest.h>
@@ -56,6 +57,24 @@ TEST_P(FederationMatchesReference, TwoRegionsFourSites) {
   EXPECT_FALSE(bit_equal(ref.global, init));
   ASSERT_EQ(run.root.reports.size(), 4u);
   for (uint64_t r = 0; r < 4; ++r) EXPECT_EQ(run.root.reports[r].round, r);
+}
+
+// The same federation over the in-process transport: the aggregator and the
+// site reach their links only through the transport interface.
+TEST_P(FederationMatchesReference, TwoRegionsFourSitesInProcess) {
+  TempDir dir;
+  const Topology topo =
+      make_tree(dir.path(), 2, 2, spec(GetParam().codec, GetParam().outer, 4), /*in_process=*/true);
+  ASSERT_EQ(topo.root().endpoint.rfind("mem://", 0), 0u);
+  const std::vector<float> init = synthetic::initial_model(5000, kSeed);
+  FederationRun run = run_threads(topo, init, kSeed);
+  ASSERT_TRUE(run.errors.empty()) << run.error_text();
+  const ReferenceResult ref = run_reference(topo, init, synthetic_training(topo));
+  EXPECT_TRUE(bit_equal(run.root.global_model, ref.global));
+  for (const auto& site : run.site_models) EXPECT_TRUE(bit_equal(site, ref.held));
+  ASSERT_EQ(run.root.reports.size(), 4u);
+  // Exact traffic accounting holds over any transport.
+  for (const auto& r : run.root.reports) EXPECT_GT(r.wan_bytes, 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Codecs, FederationMatchesReference,

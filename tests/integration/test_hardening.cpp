@@ -246,9 +246,9 @@ TEST(Hardening, AForgedRefusalDuringTheFirstHandshakeIsRetried) {
   impostor->set(zmq::sockopt::linger, 1000);
   impostor->bind(region_ep);
 
-  NodeThreads nodes;
-  nodes.site(topo, "site-0", init, kSeed, 2);
-  nodes.site(topo, "site-1", init, kSeed, 2);
+  NodeSpawner nodes;
+  spawn_synthetic_site(nodes, topo, "site-0", init, kSeed, 2);
+  spawn_synthetic_site(nodes, topo, "site-1", init, kSeed, 2);
   // Refuse the first ClientHello that comes, then leave.
   {
     zmq::message_t id, body;
@@ -263,8 +263,8 @@ TEST(Hardening, AForgedRefusalDuringTheFirstHandshakeIsRetried) {
   impostor_ctx.reset();
   // The real region and root come up at the addresses the sites use.
   AggregatorSummary root_summary;
-  nodes.aggregator(topo, "region-0", init);
-  nodes.aggregator(topo, "root", init, &root_summary);
+  spawn_aggregator(nodes, topo, "region-0", init);
+  spawn_aggregator(nodes, topo, "root", init, &root_summary);
   nodes.join();
   ASSERT_EQ(nodes.errors(), "");
   const ReferenceResult ref = run_reference(topo, init, [&](uint32_t site, uint64_t, auto& p) {

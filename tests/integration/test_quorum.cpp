@@ -33,6 +33,7 @@
 #include "fedwan/synthetic.hpp"
 #include "harness/audit_replay.hpp"
 #include "harness/federation_fixture.hpp"
+#include "harness/node_spawner.hpp"
 #include "harness/process.hpp"
 #include "tensor/chunk_plan.hpp"
 
@@ -114,20 +115,10 @@ class QuorumFederation {
   }
 
   void run(const BeforeSync& before_sync) {
-    std::vector<std::thread> threads;
-    auto guard = [&](const std::string& who, std::function<void()> fn) {
-      threads.emplace_back([this, who, fn = std::move(fn)] {
-        try {
-          fn();
-        } catch (const std::exception& e) {
-          std::lock_guard<std::mutex> lock(mu_);
-          errors_ += who + ": " + e.what() + "\n";
-        }
-      });
-    };
+    NodeSpawner nodes;
     for (const NodeSpec& n : topo_.nodes()) {
       if (n.role == Role::kSite) continue;
-      guard(n.id, [this, id = n.id, is_root = n.role == Role::kRoot] {
+      nodes.spawn(n.id, [this, id = n.id, is_root = n.role == Role::kRoot](NodeStopper& stopper) {
         AggregatorOptions o;
         o.topology = topo_;
         o.node_id = id;
@@ -142,14 +133,16 @@ class QuorumFederation {
             committed_ = round + 1;
           };
         }
-        AggregatorSummary s = Aggregator(std::move(o)).run();
+        Aggregator aggregator(std::move(o));
+        const auto bound = stopper.bind([&aggregator] { aggregator.stop(); });
+        AggregatorSummary s = aggregator.run();
         std::lock_guard<std::mutex> lock(mu_);
         (is_root ? root_ : region_) = std::move(s);
       });
     }
     for (const NodeSpec& n : topo_.nodes()) {
       if (n.role != Role::kSite) continue;
-      guard(n.id, [this, &before_sync, id = n.id, index = n.index] {
+      nodes.spawn(n.id, [this, &before_sync, id = n.id, index = n.index](NodeStopper& stopper) {
         std::vector<float> params = init_;
         SiteOptions o;
         o.topology = topo_;
@@ -158,6 +151,7 @@ class QuorumFederation {
         o.round_timeout = std::chrono::seconds(8);
         o.security = security_for(topo_, id);
         SiteCore site(std::move(o), params.data(), params.size());
+        const auto bound = stopper.bind([&site] { site.stop(); });
         SyncResult r = site.join();
         while (!r.finished) {
           do {
@@ -172,7 +166,9 @@ class QuorumFederation {
         site_rounds_[id] = site.round();
       });
     }
-    for (std::thread& t : threads) t.join();
+    nodes.join();
+    std::lock_guard<std::mutex> lock(mu_);
+    errors_ += nodes.errors();
   }
 
   std::string errors() {

@@ -8,13 +8,13 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
-#include <thread>
 
 #include <nlohmann/json.hpp>
 #include <zmq.hpp>
 
 #include "fedwan/error.hpp"
 #include "harness/federation_fixture.hpp"
+#include "harness/node_spawner.hpp"
 #include "harness/node_threads.hpp"
 #include "harness/raw_site.hpp"
 #include "harness/reference_federation.hpp"
@@ -66,20 +66,8 @@ TEST(Security, AttacksAreRefusedAuditedAndCountNothing) {
 
   AggregatorSummary root_summary, region_summary;
   std::vector<float> honest = init;
-  std::vector<std::string> errors;
-  std::mutex mu;
-  auto guard = [&](const std::string& who, auto fn) {
-    return std::thread([&, who, fn] {
-      try {
-        fn();
-      } catch (const std::exception& e) {
-        std::lock_guard<std::mutex> lock(mu);
-        errors.push_back(who + ": " + e.what());
-      }
-    });
-  };
-  std::vector<std::thread> threads;
-  threads.push_back(guard("root", [&] {
+  NodeSpawner nodes;
+  nodes.spawn("root", [&](NodeStopper& stopper) {
     AggregatorOptions o;
     o.topology = topo;
     o.node_id = "root";
@@ -87,18 +75,22 @@ TEST(Security, AttacksAreRefusedAuditedAndCountNothing) {
     o.join_timeout = std::chrono::seconds(60);
     o.security = security_for(topo, "root");
     o.security.audit_log = root_audit.string();
-    root_summary = Aggregator(std::move(o)).run();
-  }));
-  threads.push_back(guard("region-0", [&] {
+    Aggregator root(std::move(o));
+    const auto bound = stopper.bind([&root] { root.stop(); });
+    root_summary = root.run();
+  });
+  nodes.spawn("region-0", [&](NodeStopper& stopper) {
     AggregatorOptions o;
     o.topology = topo;
     o.node_id = "region-0";
     o.join_timeout = std::chrono::seconds(60);
     o.security = security_for(topo, "region-0");
     o.security.audit_log = region_audit.string();
-    region_summary = Aggregator(std::move(o)).run();
-  }));
-  threads.push_back(guard("site-0", [&] {
+    Aggregator region(std::move(o));
+    const auto bound = stopper.bind([&region] { region.stop(); });
+    region_summary = region.run();
+  });
+  nodes.spawn("site-0", [&](NodeStopper& stopper) {
     SiteOptions o;
     o.topology = topo;
     o.node_id = "site-0";
@@ -106,12 +98,13 @@ TEST(Security, AttacksAreRefusedAuditedAndCountNothing) {
     o.round_timeout = std::chrono::seconds(60);
     o.security = security_for(topo, "site-0");
     SiteCore site(std::move(o), honest.data(), honest.size());
+    const auto bound = stopper.bind([&site] { site.stop(); });
     SyncResult r = site.join();
     while (!r.finished) {
       synthetic::local_steps(honest.data(), kParams, topo.node("site-0").index, 2, kSeed);
       r = site.sync();
     }
-  }));
+  });
 
   const std::string region_ep = topo.node("region-0").endpoint;
   const std::string site1_bundle = (pki / "site-1").string();
@@ -269,8 +262,8 @@ TEST(Security, AttacksAreRefusedAuditedAndCountNothing) {
     ASSERT_TRUE(f.ok()) << f.detail;
   } while (f.header.type != wire::MsgType::kDone);
   rogue->send(make_frame(node_header(topo, rogue->node().index, wire::MsgType::kDone, 3), {}));
-  for (auto& t : threads) t.join();
-  ASSERT_TRUE(errors.empty()) << errors.front();
+  nodes.join();
+  ASSERT_EQ(nodes.errors(), "");
 
   // Nothing an attacker sent was counted: the result equals a federation in
   // which site-1 sent its zero deltas once per round and nothing else.
@@ -334,13 +327,8 @@ nodes:
   o.security = security_for(topo, "us");
   o.security.audit_log = us_audit.string();
   Aggregator us(std::move(o));
-  std::thread serve([&] {
-    try {
-      us.run();
-    } catch (const Error&) {
-      // stopped below
-    }
-  });
+  NodeSpawner nodes;
+  nodes.spawn_node("us", us);  // stopped below
   {
     SCOPED_TRACE("a site whose policy forbids the aggregator it reached");
     // eu-a's copy of the topology points its parent at an aggregator in the
@@ -348,14 +336,18 @@ nodes:
     // holding the US region's credentials, without its checks. The site
     // refuses it once TLS proved who it is, before sending anything.
     const std::string rogue_ep = "ipc://" + (dir.path() / "rogue-us").string();
-    zmq::context_t rogue_ctx;
-    ChildrenLink rogue(rogue_ctx, rogue_ep, LinkOptions{},
+    auto rogue_transport = transport::make_transport(rogue_ep);
+    ChildrenLink rogue(*rogue_transport, rogue_ep, LinkOptions{},
                        test_server_security(topo, "us", (pki / "us").string()));
     std::atomic<bool> stop{false};
-    std::thread rogue_loop([&] {
-      Incoming in;
-      while (!stop.load()) (void)rogue.recv(&in, std::chrono::milliseconds(20));
-    });
+    NodeSpawner rogue_parent;
+    rogue_parent.spawn(
+        "rogue-us",
+        [&] {
+          Incoming in;
+          while (!stop.load()) (void)rogue.recv(&in, std::chrono::milliseconds(20));
+        },
+        [&] { stop.store(true); });
     std::string redirected = yaml;
     const std::string eu_ep = "ipc://" + (dir.path() / "eu").string();
     redirected.replace(redirected.find(eu_ep), eu_ep.size(), rogue_ep);
@@ -375,8 +367,8 @@ nodes:
           << e.what();
     }
     EXPECT_EQ(count_audit(site_audit, "handshake", "may send its delta only to [EU]"), 1u);
-    stop.store(true);
-    rogue_loop.join();
+    rogue_parent.stop();
+    rogue_parent.join();
   }
   {
     SCOPED_TRACE("a site of region eu reporting to region us");
@@ -389,8 +381,8 @@ nodes:
     expect_handshake_refused(stray, "reports to 'eu', not to 'us'");
     EXPECT_EQ(count_audit(us_audit, "handshake", "site 'eu-b' reports to 'eu', not to 'us'"), 1u);
   }
-  us.stop();
-  serve.join();
+  nodes.stop();
+  nodes.join();
   EXPECT_EQ(count_audit(us_audit, "update", ""), 0u);
 }
 
@@ -407,17 +399,13 @@ TEST(Security, SecureSiteRefusesPlaintextAggregator) {
   o.join_timeout = std::chrono::seconds(30);
   o.security.insecure_plaintext = true;
   Aggregator region(std::move(o));
-  std::thread serve([&] {
-    try {
-      region.run();
-    } catch (const Error&) {
-    }
-  });
+  NodeSpawner nodes;
+  nodes.spawn_node("region-0", region);
   RawSite site(topo, "site-0",
                test_client_security(topo, "site-0", security_for(topo, "site-0").credentials_dir));
   expect_handshake_refused(site, "--insecure-plaintext");
-  region.stop();
-  serve.join();
+  nodes.stop();
+  nodes.join();
 }
 
 TEST(Security, NodeWithoutCredentialsRefusesToStart) {

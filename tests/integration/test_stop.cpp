@@ -18,6 +18,7 @@
 #include "fedwan/site_core.hpp"
 #include "fedwan/synthetic.hpp"
 #include "harness/federation_fixture.hpp"
+#include "harness/node_spawner.hpp"
 #include "harness/node_threads.hpp"
 #include "harness/process.hpp"
 #include "harness/temp_dir.hpp"
@@ -62,24 +63,25 @@ FederationSpec quick_federation() {
 template <class Fn, class Stop>
 void expect_stopped_in_time(Fn fn, Stop stop, double limit_s,
                             std::chrono::milliseconds after = std::chrono::milliseconds(400)) {
-  std::string error = "no exception";
-  bool stopped = false;
-  std::thread t([&] {
-    try {
-      fn();
-    } catch (const StoppedError& e) {
-      stopped = true;
-      error = e.what();
-    } catch (const std::exception& e) {
-      error = std::string("not a StoppedError: ") + e.what();
-    }
-  });
+  NodeSpawner node;
+  node.spawn("node", fn, stop);
   std::this_thread::sleep_for(after);
   const auto asked = Clock::now();
-  stop();
-  t.join();
+  node.stop();
+  node.join();
+  const double took = seconds_since(asked);
+  std::string error = "no exception";
+  bool stopped = false;
+  try {
+    node.rethrow_first_error();
+  } catch (const StoppedError& e) {
+    stopped = true;
+    error = e.what();
+  } catch (const std::exception& e) {
+    error = std::string("not a StoppedError: ") + e.what();
+  }
   EXPECT_TRUE(stopped) << error;
-  EXPECT_LT(seconds_since(asked), limit_s) << error;
+  EXPECT_LT(took, limit_s) << error;
 }
 
 TEST(Stop, ASiteWithNoParentStopsWhileJoining) {
@@ -108,14 +110,8 @@ TEST(Stop, ASiteWaitingForAGoneParentStopsAndKeepsTheRoundBoundaryCheckpoint) {
   ro.join_timeout = std::chrono::seconds(60);
   ro.security = security_for(topo, "root");
   Aggregator root(std::move(ro));
-  std::string root_error;
-  std::thread root_thread([&] {
-    try {
-      root.run();
-    } catch (const std::exception& e) {
-      root_error = e.what();
-    }
-  });
+  NodeSpawner nodes;
+  nodes.spawn_node("root", root);
 
   const fs::path ckpt = dir.path() / "site-0-ckpt";
   SiteOptions so = site_options(topo, "site-0", std::chrono::seconds(120));
@@ -126,9 +122,9 @@ TEST(Stop, ASiteWaitingForAGoneParentStopsAndKeepsTheRoundBoundaryCheckpoint) {
   synthetic::local_steps(params.data(), params.size(), 0, 1, kSeed);
   ASSERT_EQ(site.sync().round, 1u);
 
-  root.stop();
-  root_thread.join();
-  EXPECT_NE(root_error.find("stopped"), std::string::npos) << root_error;
+  nodes.stop();
+  nodes.join();
+  EXPECT_NE(nodes.errors().find("stopped"), std::string::npos) << nodes.errors();
   const auto boundary = snapshot(ckpt);
   ASSERT_FALSE(boundary.empty());
 
@@ -151,13 +147,14 @@ TEST(Stop, ASyncWithinItsGraceFinishesItsRound) {
   fed.rounds = 1;  // the round that ends is the federation's last
   const Topology topo = make_tree(dir.path(), 0, 2, fed);
   const std::vector<float> init = synthetic::initial_model(kParams, kSeed);
-  NodeThreads nodes;
-  nodes.aggregator(topo, "root", init);
+  NodeSpawner nodes;
+  spawn_aggregator(nodes, topo, "root", init);
   // site-1 ends round 0 only 1.5 s after site-0 began waiting for it.
-  nodes.start("site-1", [&] {
+  nodes.spawn("site-1", [&](NodeStopper& stopper) {
     std::vector<float> params = init;
     SiteCore site(site_options(topo, "site-1", std::chrono::seconds(60)), params.data(),
                   params.size());
+    const auto bound = stopper.bind([&site] { site.stop(); });
     site.join();
     std::this_thread::sleep_for(std::chrono::milliseconds(1500));
     for (SyncResult r; !r.finished;) r = site.sync();

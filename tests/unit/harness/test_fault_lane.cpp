@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "harness/fault_lane.hpp"
+#include "harness/zmtp.hpp"
 
 namespace fedwan::testing {
 namespace {
@@ -21,45 +22,11 @@ using Bytes = std::vector<uint8_t>;
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-// ---- ZMTP 3.x by hand -----------------------------------------------------
-
-Bytes greeting() {
-  Bytes g(64, 0);
-  g[0] = 0xFF;
-  g[9] = 0x7F;
-  g[10] = 3;  // major
-  g[11] = 1;  // minor
-  const std::string mech = "NULL";
-  std::copy(mech.begin(), mech.end(), g.begin() + 12);
-  return g;
-}
-
-Bytes frame(const std::string& body, bool more = false, bool command = false,
-            bool force_long = false) {
-  Bytes f;
-  const bool long_size = force_long || body.size() > 255;
-  f.push_back(static_cast<uint8_t>((more ? 1 : 0) | (long_size ? 2 : 0) | (command ? 4 : 0)));
-  if (long_size) {
-    for (int i = 7; i >= 0; --i)
-      f.push_back(static_cast<uint8_t>(uint64_t{body.size()} >> (8 * i)));
-  } else {
-    f.push_back(static_cast<uint8_t>(body.size()));
-  }
-  f.insert(f.end(), body.begin(), body.end());
-  return f;
-}
-
-Bytes command(const std::string& name, const std::string& data = "") {
-  std::string body(1, static_cast<char>(name.size()));
-  body += name + data;
-  return frame(body, false, true);
-}
-
-Bytes cat(std::initializer_list<Bytes> parts) {
-  Bytes out;
-  for (const Bytes& p : parts) out.insert(out.end(), p.begin(), p.end());
-  return out;
-}
+// ZMTP 3.x streams built by hand (harness/zmtp.hpp).
+using zmtp::cat;
+using zmtp::command;
+using zmtp::frame;
+using zmtp::greeting;
 
 // ---- ZmtpSplitter -------------------------------------------------------------
 
@@ -125,30 +92,18 @@ TEST(ZmtpSplitter, GarbageReservedBitsAndOversizeFramesTurnRawAndKeepEveryByte) 
   }
 }
 
-// READY with ZMTP properties (name: 1-byte length; value: 4-byte length).
-Bytes ready(const std::vector<std::pair<std::string, std::string>>& props) {
-  std::string data;
-  for (const auto& [name, value] : props) {
-    data += static_cast<char>(name.size());
-    data += name;
-    for (int i = 3; i >= 0; --i) data += static_cast<char>((value.size() >> (8 * i)) & 0xFF);
-    data += value;
-  }
-  return command("READY", data);
-}
-
 TEST(ZmtpSplitter, FindsThePeersRoutingIdInItsReadyCommand) {
-  EXPECT_EQ(ZmtpSplitter::ready_identity(ready({{"Socket-Type", "DEALER"}, {"Identity", "eu"}})),
+  EXPECT_EQ(zmtp::ready_identity(zmtp::ready({{"Socket-Type", "DEALER"}, {"Identity", "eu"}})),
             std::optional<std::string>("eu"));
-  EXPECT_EQ(ZmtpSplitter::ready_identity(ready({{"identity", "us"}})),
+  EXPECT_EQ(zmtp::ready_identity(zmtp::ready({{"identity", "us"}})),
             std::optional<std::string>("us"));
-  EXPECT_FALSE(ZmtpSplitter::ready_identity(ready({{"Socket-Type", "ROUTER"}})));
-  EXPECT_FALSE(ZmtpSplitter::ready_identity(ready({{"Identity", ""}})));
-  EXPECT_FALSE(ZmtpSplitter::ready_identity(command("PING", "xxxxxxxxxxxx")));
-  Bytes truncated = ready({{"Identity", "eu"}});
+  EXPECT_FALSE(zmtp::ready_identity(zmtp::ready({{"Socket-Type", "ROUTER"}})));
+  EXPECT_FALSE(zmtp::ready_identity(zmtp::ready({{"Identity", ""}})));
+  EXPECT_FALSE(zmtp::ready_identity(command("PING", "xxxxxxxxxxxx")));
+  Bytes truncated = zmtp::ready({{"Identity", "eu"}});
   truncated.pop_back();
-  EXPECT_FALSE(ZmtpSplitter::ready_identity(truncated));
-  EXPECT_FALSE(ZmtpSplitter::ready_identity(frame("\x05READY")));  // a data frame
+  EXPECT_FALSE(zmtp::ready_identity(truncated));
+  EXPECT_FALSE(zmtp::ready_identity(frame("\x05READY")));  // a data frame
 }
 
 // ---- FaultLane (fake clock) ---------------------------------------------------

@@ -23,6 +23,7 @@
 #include <zmq.hpp>
 
 #include "harness/fault_proxy.hpp"
+#include "harness/zmtp.hpp"
 
 namespace fedwan::testing {
 namespace {
@@ -31,45 +32,11 @@ using Bytes = std::vector<uint8_t>;
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-// ---- ZMTP 3.x by hand -----------------------------------------------------
-
-Bytes greeting() {
-  Bytes g(64, 0);
-  g[0] = 0xFF;
-  g[9] = 0x7F;
-  g[10] = 3;  // major
-  g[11] = 1;  // minor
-  const std::string mech = "NULL";
-  std::copy(mech.begin(), mech.end(), g.begin() + 12);
-  return g;
-}
-
-Bytes frame(const std::string& body, bool more = false, bool command = false,
-            bool force_long = false) {
-  Bytes f;
-  const bool long_size = force_long || body.size() > 255;
-  f.push_back(static_cast<uint8_t>((more ? 1 : 0) | (long_size ? 2 : 0) | (command ? 4 : 0)));
-  if (long_size) {
-    for (int i = 7; i >= 0; --i)
-      f.push_back(static_cast<uint8_t>(uint64_t{body.size()} >> (8 * i)));
-  } else {
-    f.push_back(static_cast<uint8_t>(body.size()));
-  }
-  f.insert(f.end(), body.begin(), body.end());
-  return f;
-}
-
-Bytes command(const std::string& name, const std::string& data = "") {
-  std::string body(1, static_cast<char>(name.size()));
-  body += name + data;
-  return frame(body, false, true);
-}
-
-Bytes cat(std::initializer_list<Bytes> parts) {
-  Bytes out;
-  for (const Bytes& p : parts) out.insert(out.end(), p.begin(), p.end());
-  return out;
-}
+// ZMTP 3.x streams built by hand (harness/zmtp.hpp).
+using zmtp::cat;
+using zmtp::command;
+using zmtp::frame;
+using zmtp::greeting;
 
 TEST(FaultSpec, RejectsProbabilitiesThatCannotBeDrawn) {
   FaultSpec s;

@@ -14,7 +14,6 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "fedwan/aggregator.hpp"
@@ -24,6 +23,7 @@
 #include "fedwan/site.hpp"
 #include "fedwan/site_comm.hpp"
 #include "harness/federation_fixture.hpp"
+#include "harness/node_spawner.hpp"
 #include "harness/site_ranks.hpp"
 
 #ifdef FEDWAN_TORCH_TESTS_WITH_CUDA
@@ -235,22 +235,11 @@ TEST_P(GpuSiteCodec, ASiteOnTheGpuEndsWithTheFederationsModel) {
   std::vector<Net> nets = {make_net(gpu(0)), make_net(two_rank_site ? gpu(0) : torch::kCPU),
                            make_net(two_rank_site ? gpu(1) : torch::kCPU)};
   std::mutex mu;
-  std::vector<std::string> errors;
   std::vector<std::vector<float>> finals(3);
   AggregatorSummary root;
-  auto guard = [&](const std::string& who, const std::function<void()>& body) {
-    return std::thread([&, who, body] {
-      try {
-        torch::set_num_threads(1);
-        body();
-      } catch (const std::exception& e) {
-        std::lock_guard<std::mutex> lock(mu);
-        errors.push_back(who + ": " + e.what());
-      }
-    });
-  };
   // `slot` picks the model; ranks > 1 meet over make_site_comm.
   auto site = [&](const std::string& node, int slot, int rank, int ranks) {
+    torch::set_num_threads(1);
     Net& net = nets[slot];
     const torch::Device device = net->fc1->weight.device();
     std::unique_ptr<SiteComm> comm;
@@ -278,27 +267,30 @@ TEST_P(GpuSiteCodec, ASiteOnTheGpuEndsWithTheFederationsModel) {
     std::lock_guard<std::mutex> lock(mu);
     finals[slot].assign(flat.data_ptr<float>(), flat.data_ptr<float>() + flat.numel());
   };
-  std::vector<std::thread> threads;
-  threads.push_back(guard("root", [&] {
+  NodeSpawner nodes;
+  nodes.spawn("root", [&](NodeStopper& stopper) {
+    torch::set_num_threads(1);
     AggregatorOptions o;
     o.topology = topo;
     o.node_id = "root";
     o.join_timeout = seconds(30);
     o.security = security_for(topo, "root");
     o.initial_model = init;
-    AggregatorSummary s = Aggregator(std::move(o)).run();
+    Aggregator aggregator(std::move(o));
+    const auto bound = stopper.bind([&aggregator] { aggregator.stop(); });
+    AggregatorSummary s = aggregator.run();
     std::lock_guard<std::mutex> lock(mu);
     root = std::move(s);
-  }));
-  threads.push_back(guard("site-0", [&] { site("site-0", 0, 0, 1); }));
+  });
+  nodes.spawn("site-0", [&] { site("site-0", 0, 0, 1); });
   if (two_rank_site) {
-    threads.push_back(guard("site-1 rank 0", [&] { site("site-1", 1, 0, 2); }));
-    threads.push_back(guard("site-1 rank 1", [&] { site("site-1", 2, 1, 2); }));
+    nodes.spawn("site-1 rank 0", [&] { site("site-1", 1, 0, 2); });
+    nodes.spawn("site-1 rank 1", [&] { site("site-1", 2, 1, 2); });
   } else {
-    threads.push_back(guard("site-1", [&] { site("site-1", 1, 0, 1); }));
+    nodes.spawn("site-1", [&] { site("site-1", 1, 0, 1); });
   }
-  for (std::thread& t : threads) t.join();
-  ASSERT_TRUE(errors.empty()) << ::testing::PrintToString(errors);
+  nodes.join();
+  ASSERT_TRUE(nodes.error_list().empty()) << ::testing::PrintToString(nodes.error_list());
   ASSERT_EQ(root.global_model.size(), init.size());
   EXPECT_NE(root.global_model, init) << "the federation did not train";
   // Every site holds the same final model; with fp32 it is the root's.

@@ -16,7 +16,6 @@
 #include <optional>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -25,6 +24,7 @@
 #include "fedwan/site.hpp"
 #include "fedwan/site_comm.hpp"
 #include "harness/federation_fixture.hpp"
+#include "harness/node_spawner.hpp"
 #include "harness/site_ranks.hpp"
 
 namespace fedwan::testing {
@@ -85,35 +85,26 @@ class SmallFederation {
   }
 
   void start_root() {
-    threads_.emplace_back([this] {
-      try {
-        AggregatorOptions o;
-        o.topology = topo_;
-        o.node_id = "root";
-        o.join_timeout = seconds(30);
-        o.security = security_for(topo_, "root");
-        o.initial_model = init_;
-        root = Aggregator(std::move(o)).run();
-      } catch (const std::exception& e) {
-        fail("root", e);
-      }
+    nodes_.spawn("root", [this](NodeStopper& stopper) {
+      AggregatorOptions o;
+      o.topology = topo_;
+      o.node_id = "root";
+      o.join_timeout = seconds(30);
+      o.security = security_for(topo_, "root");
+      o.initial_model = init_;
+      Aggregator aggregator(std::move(o));
+      const auto bound = stopper.bind([&aggregator] { aggregator.stop(); });
+      root = aggregator.run();
     });
   }
   // Runs `body` on a thread; what it throws is recorded under `who`.
   void start(const std::string& who, std::function<void()> body) {
-    threads_.emplace_back([this, who, body = std::move(body)] {
-      try {
-        torch::set_num_threads(1);
-        body();
-      } catch (const std::exception& e) {
-        fail(who, e);
-      }
+    nodes_.spawn(who, [body = std::move(body)] {
+      torch::set_num_threads(1);
+      body();
     });
   }
-  void join() {
-    for (std::thread& t : threads_) t.join();
-    threads_.clear();
-  }
+  void join() { nodes_.join(); }
 
   std::unique_ptr<SiteComm> comm(const std::string& name, int rank, int ranks) {
     return make_gloo_comm(rank_options(dir_, rank, ranks, seconds(30), name));
@@ -134,27 +125,18 @@ class SmallFederation {
 
   const std::filesystem::path& dir() const { return dir_.path(); }
   const std::vector<float>& init() const { return init_; }
-  std::vector<std::string> errors() {
-    std::lock_guard<std::mutex> lock(mu);
-    return errors_;
-  }
+  std::vector<std::string> errors() const { return nodes_.error_list(); }
 
   std::vector<torch::nn::Sequential> nets;
   AggregatorSummary root;
   std::mutex mu;  // guards what the threads report
 
  private:
-  void fail(const std::string& who, const std::exception& e) {
-    std::lock_guard<std::mutex> lock(mu);
-    errors_.push_back(who + ": " + e.what());
-  }
-
   TempDir dir_;
   Topology topo_;
   std::vector<float> init_;
   torch::Tensor x_, y_;
-  std::vector<std::thread> threads_;
-  std::vector<std::string> errors_;
+  NodeSpawner nodes_;  // last: destroyed (stopped, joined) first
 };
 
 FederationSpec spec(uint64_t rounds, uint64_t inner_steps) {

@@ -1,0 +1,52 @@
+#include "node/node_config.hpp"
+
+#include <algorithm>
+
+namespace fedwan::node {
+namespace {
+
+Millis millis(double seconds) { return Millis(static_cast<int64_t>(seconds * 1000)); }
+
+}  // namespace
+
+int64_t max_message_bytes(uint64_t chunk_bytes) {
+  // The largest payloads, a full anchor's fp32 chunk and a checkpoint
+  // piece, are chunk_bytes. The slack holds a sealed frame's trailer
+  // (security::kSealTrailer) and, when chunk_bytes is near its 4 KiB
+  // minimum, a control frame's payload (wire::FrameLimits).
+  constexpr uint64_t kSlack = 4096;
+  return static_cast<int64_t>(wire::kHeaderSize + chunk_bytes + kSlack);
+}
+
+NodeConfig::NodeConfig(const Topology& topology, const NodeSpec& self,
+                       const NodeOverrides& overrides) {
+  const FederationSpec& fed = topology.federation();
+  codec = &codec_by_name(fed.codec);
+  chunk_bytes = fed.chunk_bytes;
+  rounds = fed.rounds;
+  inner_steps = fed.inner_steps;
+  quorum = fed.quorum;
+  replica_every = fed.replica_every;
+  outer = fed.outer;
+  limits.max_chunk_elements = static_cast<uint32_t>(chunk_bytes / sizeof(float));
+  limits.max_piece_bytes = piece_bytes();
+  link.window = overrides.window;
+  link.max_message_bytes = max_message_bytes(chunk_bytes);
+  round_timeout = overrides.round_timeout.value_or(millis(fed.round_timeout_s));
+  heartbeat = millis(fed.heartbeat_s);
+  heartbeat_timeout = millis(fed.heartbeat_timeout_s);
+  if (fed.deadline_s > 0) {
+    const double share = self.role == Role::kRoot ? 1.0 : 0.8;
+    round_deadline = millis(fed.deadline_s * share);
+  }
+  finish_wait = std::min<Millis>(round_timeout, Millis(30000));
+}
+
+wire::FrameLimits NodeConfig::limits_for_model(uint64_t total_elements) const {
+  wire::FrameLimits l = limits;
+  l.max_total_elements = total_elements;
+  l.max_checkpoint_bytes = (uint64_t{64} << 20) + total_elements * sizeof(float) * 16;
+  return l;
+}
+
+}  // namespace fedwan::node

@@ -1,0 +1,73 @@
+// What a node derives from the topology and its own options, once, so that
+// no role re-reads the federation's settings or re-derives one of them: the
+// codec and chunk size of its streams, the frame limits it parses with, the
+// options of its links, its timeouts. Pure (no sockets); a role builds one
+// in its constructor and keeps it const, so it is safe to read from any
+// thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+
+#include "fedwan/codec.hpp"
+#include "fedwan/outer_optimizer.hpp"
+#include "fedwan/topology.hpp"
+#include "tensor/chunk_plan.hpp"
+#include "transport/transport.hpp"
+#include "wire/frame.hpp"
+
+namespace fedwan::node {
+
+using Millis = std::chrono::milliseconds;
+
+// What a role's public options (AggregatorOptions, SiteOptions: a layer
+// above this one) set over the topology's settings.
+struct NodeOverrides {
+  int window = 8;                       // frames queued per peer and direction
+  std::optional<Millis> round_timeout;  // nullopt: federation.round_timeout_s
+};
+
+// The most bytes a link accepts in one message for chunks of `chunk_bytes`.
+int64_t max_message_bytes(uint64_t chunk_bytes);
+
+struct NodeConfig {
+  // Throws ConfigError when the federation names an unknown codec.
+  NodeConfig(const Topology& topology, const NodeSpec& self, const NodeOverrides& overrides);
+
+  const Codec* codec;    // of every delta and anchor update; never null
+  uint64_t chunk_bytes;  // fp32 bytes per model chunk, and per checkpoint piece
+  uint64_t rounds;
+  uint64_t inner_steps;
+  double quorum;             // share of the total weight a chunk closes with
+  uint64_t replica_every;    // checkpoints sent up every this many rounds; 0: never
+  OuterOptimizerSpec outer;  // the root's
+
+  // Before the model's size is known; see limits_for_model.
+  wire::FrameLimits limits;
+  // Window and message size of every link the node opens (linger is the
+  // link's own business).
+  transport::SocketOptions link;
+
+  Millis round_timeout;
+  Millis heartbeat;          // period of heartbeats on every link
+  Millis heartbeat_timeout;  // silence after which a peer is lost
+  // How long after a round opens the node closes it with the chunks that
+  // have quorum; nullopt: it waits for every live child. A region's comes a
+  // fifth earlier than the root's, so its partial aggregate still arrives.
+  std::optional<Millis> round_deadline;
+  // How long a finished node waits for its children to confirm the final
+  // model, and for its last frames to leave.
+  Millis finish_wait;
+
+  ChunkPlan plan(uint64_t total_elements) const {
+    return ChunkPlan::from_bytes(total_elements, chunk_bytes);
+  }
+  uint32_t piece_bytes() const { return static_cast<uint32_t>(chunk_bytes); }
+  // `limits` once the model's size is known. A checkpoint holds a few
+  // model-sized sections (parameters, anchor, residual, optimizer state):
+  // one announcing far more is refused before any of it reaches the disk.
+  wire::FrameLimits limits_for_model(uint64_t total_elements) const;
+};
+
+}  // namespace fedwan::node

@@ -1,0 +1,72 @@
+#include "session/parent_session.hpp"
+
+#include <algorithm>
+
+#include <nlohmann/json.hpp>
+
+#include "common/log.hpp"
+#include "node/node_frames.hpp"
+
+namespace fedwan::session {
+
+ParentSession::ParentSession(const Topology& topo, const NodeSpec& self,
+                             transport::Transport& transport, node::NodeSecurity& security,
+                             Options options)
+    : topo_(topo),
+      self_(self),
+      parent_(topo.node(self.parent_index)),
+      transport_(transport),
+      security_(security),
+      options_(std::move(options)) {
+  open(options_.link.linger_ms);
+  heard_ = Clock::now();
+}
+
+const std::string& ParentSession::endpoint() const {
+  return use_standby_ ? parent_.standby_endpoint : parent_.endpoint;
+}
+
+void ParentSession::open(int linger_ms) {
+  LinkOptions lo = options_.link;
+  lo.linger_ms = linger_ms;
+  // A replaced link must not keep reconnecting under this node's routing id
+  // (the parent would hand the id back and forth between two sockets).
+  if (link_) link_->abandon();
+  link_.reset();
+  link_ = std::make_unique<ParentLink>(transport_, endpoint(), self_.id, lo,
+                                       security_.parent_factory());
+  opened_at_ = Clock::now();
+}
+
+void ParentSession::reconnect(const std::string& why, uint64_t round, bool grow_backoff) {
+  if (grow_backoff || backoff_.count() == 0) {
+    backoff_ = backoff_.count() == 0 ? options_.heartbeat
+                                     : std::min<Millis>(backoff_ * 2, Millis(30000));
+  }
+  std::uniform_real_distribution<double> jitter(0.5, 1.5);
+  const auto wait = Millis(static_cast<int64_t>(backoff_.count() * jitter(rng_)));
+  retry_at_ = Clock::now() + wait;
+  // Under a root with a standby, every other try goes to the standby.
+  if (!parent_.standby_endpoint.empty()) use_standby_ = !use_standby_;
+  log().warn("[{}] reconnecting to parent '{}' at {} ({}); next try in {} ms", options_.log_name,
+             parent_.id, endpoint(), why, wait.count());
+  security_.audit("reconnect", {{"peer", parent_.id},
+                                {"endpoint", endpoint()},
+                                {"reason", why},
+                                {"round", round}});
+  reconnects_ += 1;
+  open(options_.reconnect_linger_ms);
+}
+
+void ParentSession::heard(Clock::time_point now, bool reset_backoff) {
+  heard_ = now;
+  if (reset_backoff) backoff_ = Millis(0);
+}
+
+void ParentSession::heartbeat(uint64_t round) {
+  if (!link_->established()) return;
+  const wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kHeartbeat, round);
+  (void)link_->try_send(make_frame(h, {}));
+}
+
+}  // namespace fedwan::session

@@ -1,0 +1,94 @@
+// A child's session with its parent, the same for a site and a region
+// aggregator: the link to the parent (over the node's transport), opening it
+// again after a failure with exponential backoff and jitter, trying the
+// root's standby every other time when the parent has one, judging the
+// parent's liveness by what is heard from it, and heartbeats. What the hello
+// says, what a welcome means and what goes up stay with the role (site/,
+// aggregator/). Not thread safe: the node's loop thread owns it.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+
+#include "fedwan/topology.hpp"
+#include "node/node_security.hpp"
+#include "transport/links.hpp"
+#include "transport/transport.hpp"
+
+namespace fedwan::session {
+
+class ParentSession {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  struct Options {
+    LinkOptions link;                // window and frame limit of the link
+    Millis heartbeat{2000};          // heartbeat period, and the first backoff step
+    Millis heartbeat_timeout{10000};  // silence after which the parent is lost
+    // Linger of links opened by reconnect() (the first link keeps
+    // link.linger_ms): 0 drops what a replaced session still queued.
+    int reconnect_linger_ms = 5000;
+    std::string log_name;            // e.g. "site:a", in log lines
+  };
+
+  // Opens the first link to the parent's endpoint.
+  ParentSession(const Topology& topo, const NodeSpec& self, transport::Transport& transport,
+                node::NodeSecurity& security, Options options);
+
+  ParentLink& link() { return *link_; }
+  const ParentLink& link() const { return *link_; }
+  // The endpoint the link uses now: the parent's, or after a failover its
+  // standby's.
+  const std::string& endpoint() const;
+  Clock::time_point opened_at() const { return opened_at_; }
+
+  // Replaces the link after `why` (logged and audited as "reconnect") and
+  // schedules the next attempt: 0.5..1.5 x a step that doubles from the
+  // heartbeat period up to 30 s (`grow_backoff` false keeps the step: a
+  // session that merely did not come up is retried at a steady pace).
+  void reconnect(const std::string& why, uint64_t round, bool grow_backoff = true);
+  bool retry_due(Clock::time_point now) const { return now >= retry_at_; }
+  uint64_t reconnects() const { return reconnects_; }
+
+  // A valid frame from the parent: it is alive, and a later failure starts
+  // the backoff over (when `reset_backoff`).
+  void heard(Clock::time_point now, bool reset_backoff = true);
+  // Judge the parent as silent from now on (its session failed).
+  void forget_heard() { heard_ = Clock::time_point{}; }
+  Clock::time_point last_heard() const { return heard_; }
+  bool silent(Clock::time_point now) const { return now - heard_ > options_.heartbeat_timeout; }
+  // The secure session has not come up within a heartbeat timeout of the
+  // link opening (a handshake message lost on the way).
+  bool stalled(Clock::time_point now) const {
+    return !link_->established() && now - opened_at_ > options_.heartbeat_timeout;
+  }
+  // Restarts the clock stalled() reads (the first join waits longer).
+  void restart_stall_clock() { opened_at_ = Clock::time_point{}; }
+
+  // Sends a heartbeat of `round` when the session is up and the window has
+  // room (never blocks).
+  void heartbeat(uint64_t round);
+
+  const Options& options() const { return options_; }
+
+ private:
+  void open(int linger_ms);
+
+  const Topology& topo_;
+  const NodeSpec& self_;
+  const NodeSpec& parent_;
+  transport::Transport& transport_;
+  node::NodeSecurity& security_;
+  Options options_;
+  std::unique_ptr<ParentLink> link_;
+  bool use_standby_ = false;  // under a root with a standby: failed over
+  Clock::time_point opened_at_, heard_, retry_at_;
+  Millis backoff_{0};
+  uint64_t reconnects_ = 0;
+  std::mt19937_64 rng_{std::random_device{}()};
+};
+
+}  // namespace fedwan::session

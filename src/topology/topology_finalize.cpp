@@ -1,0 +1,240 @@
+// Topology::finalize in its steps: the settings, each node on its own, one
+// transport, the parent links, the tree (no cycle, everyone reaches the
+// root), the children lists, and the canonical text the digest is taken of.
+// Each step throws through `fail` (a ConfigError naming the source).
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/node_id.hpp"
+#include "common/sha256.hpp"
+#include "topology/topology_internal.hpp"
+
+namespace fedwan::topology_detail {
+
+void check_settings(const std::string& job, const FederationSpec& federation,
+                    const PolicySpec& policy, const std::vector<NodeSpec>& nodes,
+                    const std::string& src, const Fail& fail) {
+  if (!is_valid_node_id(job)) {
+    fail("job '" + job + "' is invalid; use 1..64 characters of [A-Za-z0-9._-]");
+  }
+  validate_federation(federation, src);
+  if (policy.k_min < 1) fail("policy: k_min 0 is invalid; use an integer >= 1");
+  if (nodes.empty()) fail("the topology has no nodes; list a root, its regions and sites");
+  if (nodes.size() > UINT32_MAX) fail("too many nodes");
+}
+
+uint32_t check_nodes(std::vector<NodeSpec>& nodes, const Fail& fail) {
+  const uint32_t n = static_cast<uint32_t>(nodes.size());
+  std::vector<uint32_t> roots;
+  for (uint32_t i = 0; i < n; ++i) {
+    NodeSpec& s = nodes[i];
+    const std::string who = "node '" + s.id + "': ";
+    if (!is_valid_node_id(s.id)) {
+      fail(who + "invalid id (node " + std::to_string(i) +
+           "); use 1..64 characters of [A-Za-z0-9._-]");
+    }
+    for (uint32_t j = 0; j < i; ++j) {
+      if (nodes[j].id == s.id) {
+        fail(who + "duplicate id (nodes " + std::to_string(j) + " and " + std::to_string(i) +
+             "); every node needs a unique id");
+      }
+    }
+    if (s.role != Role::kRoot && s.role != Role::kRegion && s.role != Role::kSite) {
+      fail(who + "unknown role " + std::to_string(static_cast<int>(s.role)) +
+           "; use root, region or site");
+    }
+    std::string residency = residency_field_problem(s);
+    if (!residency.empty()) fail(who + residency);
+    std::string standby = standby_problem(s);
+    if (!standby.empty()) fail(who + standby);
+    s.index = i;
+    s.parent_index = 0;
+    s.children.clear();
+    if (s.role == Role::kSite) {
+      if (!s.endpoint.empty() || !s.bind.empty()) {
+        fail(who +
+             "a site has no endpoint or bind (it connects to its parent's endpoint); "
+             "remove them");
+      }
+      if (!(s.weight > 0 && s.weight <= kMaxSiteWeight)) {
+        fail(who + "weight " + format_double(s.weight) + " must be > 0 and at most " +
+             format_double(kMaxSiteWeight));
+      }
+      continue;
+    }
+    if (s.role == Role::kRoot) roots.push_back(i);
+    if (s.endpoint.empty()) {
+      fail(who + std::string(role_name(s.role)) +
+           " needs an endpoint its children connect to, e.g. tcp://host:7000");
+    }
+    if (s.bind.empty()) s.bind = s.endpoint;
+    for (const std::string* e : {&s.endpoint, &s.bind}) {
+      if (!valid_endpoint(*e)) fail(who + invalid_endpoint("endpoint", *e));
+    }
+    if (s.weight != 1.0) {
+      fail(who + "weight applies to sites only; an aggregator weighs the sum of its sites");
+    }
+  }
+  if (roots.size() != 1) {
+    std::vector<std::string> ids;
+    for (uint32_t r : roots) ids.push_back(nodes[r].id);
+    fail(roots.empty() ? "no node has role root; exactly one aggregator must be the root"
+                       : std::to_string(roots.size()) + " nodes have role root (" + join(ids) +
+                             "); exactly one may");
+  }
+  return roots[0];
+}
+
+void check_one_transport(const std::vector<NodeSpec>& nodes, const Fail& fail) {
+  // mem:// (in-process) reaches no other kind of endpoint.
+  const NodeSpec* mem = nullptr;
+  const NodeSpec* other = nullptr;
+  for (const NodeSpec& s : nodes) {
+    for (const std::string* e : {&s.endpoint, &s.bind, &s.standby_endpoint, &s.standby_bind}) {
+      if (e->empty()) continue;
+      (e->rfind("mem://", 0) == 0 ? mem : other) = &s;
+    }
+  }
+  if (mem && other) {
+    fail("node '" + mem->id + "' has a mem:// endpoint and node '" + other->id +
+         "' another kind; the in-process transport (mem://) cannot be mixed with others");
+  }
+}
+
+void link_parents(std::vector<NodeSpec>& nodes, const Fail& fail) {
+  for (NodeSpec& s : nodes) {
+    const std::string who = "node '" + s.id + "': ";
+    if (s.role == Role::kRoot) {
+      if (!s.parent.empty()) {
+        fail(who + "the root has parent '" + s.parent + "'; the root has no parent, remove it");
+      }
+      continue;
+    }
+    if (s.parent.empty()) {
+      fail(who + "missing parent; name the root or region this " + role_name(s.role) +
+           " reports to");
+    }
+    auto p = std::find_if(nodes.begin(), nodes.end(),
+                          [&](const NodeSpec& candidate) { return candidate.id == s.parent; });
+    if (p == nodes.end()) fail(who + "parent '" + s.parent + "' is not a node of this topology");
+    if (p->role == Role::kSite) {
+      fail(who + "parent '" + s.parent + "' is a site; only a root or region can have children");
+    }
+    s.parent_index = p->index;
+  }
+}
+
+void check_reaches_root(const std::vector<NodeSpec>& nodes, uint32_t root, const Fail& fail) {
+  // Walk up from every node; a walk that meets itself before the root has
+  // found a cycle. 0: not visited, 1: on the current walk, 2: reaches the root.
+  const uint32_t n = static_cast<uint32_t>(nodes.size());
+  std::vector<uint8_t> state(n, 0);
+  state[root] = 2;
+  for (uint32_t i = 0; i < n; ++i) {
+    std::vector<uint32_t> path;
+    uint32_t cur = i;
+    while (state[cur] == 0) {
+      state[cur] = 1;
+      path.push_back(cur);
+      cur = nodes[cur].parent_index;
+    }
+    if (state[cur] == 1) {
+      size_t start = std::find(path.begin(), path.end(), cur) - path.begin();
+      auto chain = [&](size_t from) {
+        std::string out;
+        for (size_t k = from; k < path.size(); ++k) out += nodes[path[k]].id + " -> ";
+        return out + nodes[cur].id;
+      };
+      std::string cycle = chain(start);
+      if (start == 0) {
+        fail("node '" + nodes[i].id + "': cycle in parent links " + cycle +
+             "; these nodes are unreachable from root '" + nodes[root].id +
+             "', point one of them at an aggregator under the root");
+      }
+      fail("node '" + nodes[i].id + "': unreachable from root '" + nodes[root].id +
+           "', its parent chain " + chain(0) + " runs into the cycle " + cycle);
+    }
+    for (uint32_t k : path) state[k] = 2;
+  }
+}
+
+void attach_children(std::vector<NodeSpec>& nodes, const Fail& fail) {
+  for (uint32_t i = 0; i < nodes.size(); ++i) {
+    if (nodes[i].role != Role::kRoot) nodes[nodes[i].parent_index].children.push_back(i);
+  }
+  for (const NodeSpec& s : nodes) {
+    if (s.role != Role::kSite && s.children.empty()) {
+      fail("node '" + s.id + "': " + role_name(s.role) +
+           " has no children; add sites under it or remove it");
+    }
+  }
+}
+
+uint64_t job_id_of(const std::string& job) {
+  const Sha256Digest job_hash = sha256(job.data(), job.size());
+  uint64_t id = 0;
+  for (int k = 7; k >= 0; --k) id = (id << 8) | job_hash[k];
+  return id;
+}
+
+std::string canonical_text(const std::string& job, const FederationSpec& f,
+                           const PolicySpec& policy, const std::vector<NodeSpec>& nodes) {
+  // One line per field, keys sorted, nodes in index order (the index is the
+  // wire sender id, so order matters). Optional values render as "-".
+  std::string c = "fedwan-topology 1\n";
+  c += "federation.chunk_bytes=" + std::to_string(f.chunk_bytes) + "\n";
+  c += "federation.codec=" + f.codec + "\n";
+  c += "federation.inner_steps=" + std::to_string(f.inner_steps) + "\n";
+  // The hyper-parameters of version 0.6 always appear ("-" when unset),
+  // later ones only when set: existing files keep their digests.
+  std::map<std::string, std::string> outer;
+  for (const char* key : {"beta1", "beta2", "eps", "lr", "momentum"}) outer[key] = "-";
+  for (const auto& [key, value] : f.outer.params) outer[key] = format_double(value);
+  for (const auto& [key, value] : outer) c += "federation.outer." + key + "=" + value + "\n";
+  c += "federation.outer.name=" + f.outer.name + "\n";
+  c += "federation.round_timeout_s=" + format_double(f.round_timeout_s) + "\n";
+  c += "federation.rounds=" + std::to_string(f.rounds) + "\n";
+  c += "job=" + job + "\n";
+  // Fault-tolerance settings appear only when not the default, so a topology
+  // without them keeps the digest it had before they existed.
+  const FederationSpec defaults;
+  if (f.quorum != defaults.quorum) c += "federation.quorum=" + format_double(f.quorum) + "\n";
+  if (f.deadline_s != defaults.deadline_s) {
+    c += "federation.deadline_s=" + format_double(f.deadline_s) + "\n";
+  }
+  if (f.heartbeat_s != defaults.heartbeat_s) {
+    c += "federation.heartbeat_s=" + format_double(f.heartbeat_s) + "\n";
+  }
+  if (f.heartbeat_timeout_s != defaults.heartbeat_timeout_s) {
+    c += "federation.heartbeat_timeout_s=" + format_double(f.heartbeat_timeout_s) + "\n";
+  }
+  if (f.replica_every != defaults.replica_every) {
+    c += "federation.replica_every=" + std::to_string(f.replica_every) + "\n";
+  }
+  // Residency and standby fields appear only when set, so a topology without
+  // them keeps the digest it had before they existed. The allowed list is a
+  // set: sorted.
+  for (const NodeSpec& s : nodes) {
+    std::vector<std::string> allowed = s.allowed_jurisdictions;
+    std::sort(allowed.begin(), allowed.end());
+    std::string line = "node." + std::to_string(s.index);
+    if (!allowed.empty()) line += " allowed_jurisdictions=" + join(allowed);
+    line += " bind=" + s.bind + " endpoint=" + s.endpoint + " id=" + s.id;
+    if (!s.jurisdiction.empty()) line += " jurisdiction=" + s.jurisdiction;
+    if (s.k_min != 0) line += " k_min=" + std::to_string(s.k_min);
+    line += " parent=" + s.parent + " role=" + role_name(s.role);
+    if (!s.standby_endpoint.empty()) {
+      line += " standby_bind=" + s.standby_bind + " standby_endpoint=" + s.standby_endpoint;
+    }
+    c += line + " weight=" + format_double(s.weight) + "\n";
+  }
+  if (policy.k_min != PolicySpec{}.k_min) {
+    c += "policy.k_min=" + std::to_string(policy.k_min) + "\n";
+  }
+  return c;
+}
+
+}  // namespace fedwan::topology_detail

@@ -1,0 +1,138 @@
+// The seam under the tree links: moving whole messages between a parent and
+// its children, nothing more. A Transport makes sockets (gloo's Device makes
+// pairs); ParentLink and ChildrenLink (links.hpp) put the security layer,
+// windows and admission on top, the same for every transport.
+//
+//   client socket   connects to one endpoint under a routing id (its node
+//                   id); messages go to, and come from, whoever is bound there
+//   server socket   binds an endpoint; every message it receives names the
+//                   routing id it came from, and a send names the one it goes to
+//
+// Semantics every implementation keeps (ZeroMQ DEALER/ROUTER's): messages
+// arrive whole and in order per peer, or not at all; a client may connect
+// before the server binds, and its messages wait (up to the window) until it
+// does; a client that connects again under the same routing id takes the id
+// over; at most `window` messages wait per peer and direction, and a send
+// beyond that is refused, not queued; a message over `max_message_bytes` is
+// dropped on receipt.
+//
+// Implementations: ZeroMQ (tcp://, ipc://, inproc://; zmq_transport.hpp) and
+// in-process (mem://, one process, no sockets; mem_transport.hpp).
+//
+// Thread safety: a Transport may be shared by threads; a Socket belongs to
+// one thread.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace fedwan::transport {
+
+using Millis = std::chrono::milliseconds;
+
+struct SocketOptions {
+  int window = 8;                              // messages waiting per peer and direction
+  int64_t max_message_bytes = (4 << 20) + 4096;
+  int linger_ms = 5000;                        // delivery time for queued messages at close
+};
+
+// A received message. The bytes stay where the transport put them (no copy)
+// and may be changed in place (the security layer decrypts there).
+class Message {
+ public:
+  Message() = default;
+  Message(std::shared_ptr<void> owner, uint8_t* data, size_t size)
+      : owner_(std::move(owner)), data_(data), size_(size) {}
+  explicit Message(std::vector<uint8_t> bytes);
+
+  uint8_t* data() { return data_; }
+  const uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  std::shared_ptr<void> owner_;
+  uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+enum class SendResult {
+  kSent,
+  kFull,    // the window towards the peer is full: nothing was consumed
+  kNoPeer,  // a server has no peer of that routing id
+};
+
+struct Received {
+  std::string peer;    // the routing id it came from (servers), the endpoint (clients)
+  std::string source;  // the sender's network address if the transport knows it, else "local"
+  Message message;
+  // Not one message as the protocol sends them (several parts): counted
+  // and dropped by the link, never parsed.
+  bool malformed = false;
+};
+
+class Socket {
+ public:
+  virtual ~Socket() = default;
+
+  using Producer = std::function<std::vector<uint8_t>()>;
+
+  // Never block. Client sockets ignore `peer`. Throw TransportError on a
+  // hard failure of the socket.
+  [[nodiscard]] virtual SendResult try_send(const std::string& peer, const uint8_t* data,
+                                            size_t size) = 0;
+  // Sends what `produce` returns if the window towards `peer` has room, and
+  // runs `produce` only then: a frame is sealed (and takes its sequence
+  // number) only when it goes out.
+  [[nodiscard]] virtual SendResult try_send_with(const std::string& peer,
+                                                 const Producer& produce) = 0;
+  // Never blocks: false when nothing is waiting.
+  [[nodiscard]] virtual bool try_recv(Received* out) = 0;
+  // Whether a try_send could succeed now (for a server: to some peer).
+  virtual bool writable() = 0;
+  // How long close waits to deliver what is still queued (0: drop it).
+  virtual void set_linger(Millis linger) = 0;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+
+  // Throw TransportError for an endpoint this transport cannot use (or,
+  // binding, one in use).
+  virtual std::unique_ptr<Socket> connect(const std::string& endpoint, const std::string& self_id,
+                                          const SocketOptions& options) = 0;
+  virtual std::unique_ptr<Socket> bind(const std::string& endpoint,
+                                       const SocketOptions& options) = 0;
+
+  // What a wait() watches on one socket.
+  struct Interest {
+    Socket* socket;
+    bool readable = true;   // a message is waiting
+    bool writable = false;  // a send could go out
+  };
+
+  // Blocks until one of the interests holds (sockets all made by this
+  // transport), at most `timeout`. Returns false on timeout; a signal may end
+  // the wait early (false too), so that the caller's loop sees its stop flag.
+  virtual bool wait(const std::vector<Interest>& interests, Millis timeout) = 0;
+
+  // The same for messages waiting on `sockets` (or room, when `for_send`).
+  bool wait(const std::vector<Socket*>& sockets, Millis timeout, bool for_send = false) {
+    std::vector<Interest> interests;
+    for (Socket* s : sockets) interests.push_back({s, !for_send, for_send});
+    return wait(interests, timeout);
+  }
+};
+
+// The transport for `endpoint`'s scheme: in-process for mem://, ZeroMQ for
+// the rest. Every endpoint a node uses must have the same kind (the
+// topology checks it).
+std::unique_ptr<Transport> make_transport(const std::string& endpoint);
+bool is_mem_endpoint(const std::string& endpoint);
+
+}  // namespace fedwan::transport

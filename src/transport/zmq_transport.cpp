@@ -1,0 +1,202 @@
+#include "transport/zmq_transport.hpp"
+
+#include <cerrno>
+
+#include <zmq.hpp>
+
+#include "fedwan/error.hpp"
+
+namespace fedwan::transport {
+
+namespace {
+
+void configure(zmq::socket_t& s, const SocketOptions& o) {
+  s.set(zmq::sockopt::sndhwm, o.window);
+  s.set(zmq::sockopt::rcvhwm, o.window);
+  s.set(zmq::sockopt::maxmsgsize, o.max_message_bytes);
+  s.set(zmq::sockopt::linger, o.linger_ms);
+}
+
+// The peer's address ("tcp://1.2.3.4:5678" for TCP), or "local".
+std::string source_of(zmq::message_t& msg) {
+  const char* a = zmq_msg_gets(msg.handle(), "Peer-Address");
+  return a != nullptr && *a != '\0' ? std::string(a) : std::string("local");
+}
+
+Message keep(zmq::message_t msg) {
+  auto owner = std::make_shared<zmq::message_t>(std::move(msg));
+  auto* data = static_cast<uint8_t*>(owner->data());
+  const size_t size = owner->size();
+  return Message(std::move(owner), data, size);
+}
+
+class ZmqSocket : public Socket {
+ public:
+  // Holds the context: a socket may outlive the transport that made it, and
+  // a context's end waits for its sockets.
+  ZmqSocket(std::shared_ptr<zmq::context_t> ctx, zmq::socket_type type, std::string name)
+      : ctx_(std::move(ctx)), socket_(*ctx_, type), name_(std::move(name)) {}
+
+  zmq::socket_t& socket() { return socket_; }
+
+  bool writable() override {
+    try {
+      return (socket_.get(zmq::sockopt::events) & ZMQ_POLLOUT) != 0;
+    } catch (const zmq::error_t& e) {
+      throw TransportError(name_ + ": " + e.what());
+    }
+  }
+
+  void set_linger(Millis linger) override {
+    try {
+      socket_.set(zmq::sockopt::linger, static_cast<int>(linger.count()));
+    } catch (const zmq::error_t&) {
+      // Closing anyway.
+    }
+  }
+
+ protected:
+  std::shared_ptr<zmq::context_t> ctx_;
+  zmq::socket_t socket_;
+  std::string name_;  // for messages: "parent tcp://..." or "tcp://*:7000"
+};
+
+class ClientSocket final : public ZmqSocket {
+ public:
+  ClientSocket(std::shared_ptr<zmq::context_t> ctx, const std::string& endpoint, const std::string& self_id,
+               const SocketOptions& o)
+      : ZmqSocket(std::move(ctx), zmq::socket_type::dealer, endpoint) {
+    try {
+      configure(socket_, o);
+      socket_.set(zmq::sockopt::routing_id, self_id);
+      socket_.connect(endpoint);
+    } catch (const zmq::error_t& e) {
+      throw TransportError("cannot connect to " + endpoint + ": " + e.what());
+    }
+  }
+
+  SendResult try_send(const std::string& /*peer*/, const uint8_t* data, size_t size) override {
+    try {
+      zmq::message_t msg(data, size);
+      return socket_.send(msg, zmq::send_flags::dontwait) ? SendResult::kSent : SendResult::kFull;
+    } catch (const zmq::error_t& e) {
+      throw TransportError("send to " + name_ + " failed: " + e.what());
+    }
+  }
+
+  SendResult try_send_with(const std::string& peer, const Producer& produce) override {
+    // POLLOUT guarantees room for one message.
+    if (!writable()) return SendResult::kFull;
+    const std::vector<uint8_t> bytes = produce();
+    return try_send(peer, bytes.data(), bytes.size());
+  }
+
+  bool try_recv(Received* out) override {
+    zmq::message_t msg;
+    if (!socket_.recv(msg, zmq::recv_flags::dontwait)) return false;
+    out->peer = name_;
+    out->source = "local";
+    out->malformed = false;
+    out->message = keep(std::move(msg));
+    return true;
+  }
+};
+
+class ServerSocket final : public ZmqSocket {
+ public:
+  ServerSocket(std::shared_ptr<zmq::context_t> ctx, const std::string& endpoint, const SocketOptions& o)
+      : ZmqSocket(std::move(ctx), zmq::socket_type::router, endpoint) {
+    try {
+      configure(socket_, o);
+      socket_.set(zmq::sockopt::router_mandatory, 1);
+      socket_.set(zmq::sockopt::router_handover, 1);
+      socket_.bind(endpoint);
+    } catch (const zmq::error_t& e) {
+      throw TransportError("cannot bind " + endpoint + ": " + e.what() +
+                           " (is another process using the port?)");
+    }
+  }
+
+  SendResult try_send(const std::string& peer, const uint8_t* data, size_t size) override {
+    return try_send_with(peer, [&] { return std::vector<uint8_t>(data, data + size); });
+  }
+
+  SendResult try_send_with(const std::string& peer, const Producer& produce) override {
+    try {
+      zmq::message_t id(peer.data(), peer.size());
+      // With ROUTER_MANDATORY a full window refuses the routing frame, and
+      // once it is accepted the body always goes with it.
+      if (!socket_.send(id, zmq::send_flags::dontwait | zmq::send_flags::sndmore)) {
+        return SendResult::kFull;
+      }
+      const std::vector<uint8_t> bytes = produce();
+      zmq::message_t body(bytes.data(), bytes.size());
+      socket_.send(body, zmq::send_flags::none);
+      return SendResult::kSent;
+    } catch (const zmq::error_t& e) {
+      if (e.num() == EHOSTUNREACH) return SendResult::kNoPeer;
+      throw TransportError("send to '" + peer + "' on " + name_ + " failed: " + e.what());
+    }
+  }
+
+  bool try_recv(Received* out) override {
+    zmq::message_t id;
+    if (!socket_.recv(id, zmq::recv_flags::dontwait)) return false;
+    zmq::message_t msg;
+    (void)socket_.recv(msg, zmq::recv_flags::none);
+    bool extra = false;
+    // A well-behaved DEALER sends exactly one part per message; drain extras.
+    while (msg.more()) {
+      zmq::message_t skip;
+      (void)socket_.recv(skip, zmq::recv_flags::none);
+      extra = true;
+      if (!skip.more()) break;
+    }
+    out->peer = id.to_string();
+    out->source = source_of(msg);
+    out->malformed = extra;
+    out->message = keep(std::move(msg));
+    return true;
+  }
+};
+
+class ZmqTransport final : public Transport {
+ public:
+  std::unique_ptr<Socket> connect(const std::string& endpoint, const std::string& self_id,
+                                  const SocketOptions& options) override {
+    return std::make_unique<ClientSocket>(ctx_, endpoint, self_id, options);
+  }
+
+  std::unique_ptr<Socket> bind(const std::string& endpoint, const SocketOptions& options) override {
+    return std::make_unique<ServerSocket>(ctx_, endpoint, options);
+  }
+
+  using Transport::wait;
+  bool wait(const std::vector<Interest>& interests, Millis timeout) override {
+    std::vector<zmq::pollitem_t> items;
+    items.reserve(interests.size());
+    for (const Interest& i : interests) {
+      auto* z = dynamic_cast<ZmqSocket*>(i.socket);
+      if (z == nullptr) throw TransportError("wait: a socket of another transport");
+      const short events =
+          static_cast<short>((i.readable ? ZMQ_POLLIN : 0) | (i.writable ? ZMQ_POLLOUT : 0));
+      items.push_back({z->socket().handle(), 0, events, 0});
+    }
+    try {
+      return zmq::poll(items.data(), items.size(), timeout) > 0;
+    } catch (const zmq::error_t& e) {
+      // A signal (SIGTERM): the caller's loop looks at its stop flag.
+      if (e.num() == EINTR) return false;
+      throw TransportError(std::string("poll failed: ") + e.what());
+    }
+  }
+
+ private:
+  std::shared_ptr<zmq::context_t> ctx_ = std::make_shared<zmq::context_t>(1);
+};
+
+}  // namespace
+
+std::unique_ptr<Transport> make_zmq_transport() { return std::make_unique<ZmqTransport>(); }
+
+}  // namespace fedwan::transport

@@ -1,0 +1,19 @@
+// The ZeroMQ transport (tcp://, ipc://, inproc://): a client socket is a
+// DEALER whose routing id is the node id, a server socket a ROUTER with
+// ROUTER_MANDATORY (an unknown peer is an answer, not a silent drop) and
+// ROUTER_HANDOVER (a reconnecting child takes its id back). ZeroMQ
+// reconnects a dropped TCP connection by itself. One context per transport;
+// inproc:// reaches only sockets of the same transport object.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transport/transport.hpp"
+
+namespace fedwan::transport {
+
+std::unique_ptr<Transport> make_zmq_transport();
+
+}  // namespace fedwan::transport

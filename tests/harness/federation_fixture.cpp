@@ -1,0 +1,70 @@
+#include "harness/federation_fixture.hpp"
+
+#include <mutex>
+#include <utility>
+
+#include "harness/node_spawner.hpp"
+
+namespace fedwan::testing {
+
+FederationRun run_threads(const Topology& topo, const std::vector<float>& init, uint64_t seed,
+                          int window, const SiteSetup& setup) {
+  FederationRun out;
+  std::mutex mu;  // guards out.root and out.regions
+  std::vector<const NodeSpec*> sites;
+  for (const NodeSpec& n : topo.nodes()) {
+    if (n.role == Role::kSite) sites.push_back(&n);
+  }
+  out.site_models.resize(sites.size());
+  NodeSpawner nodes;
+  for (const NodeSpec& n : topo.nodes()) {
+    if (n.role == Role::kSite) continue;
+    nodes.spawn(n.id, [&, id = n.id, is_root = n.role == Role::kRoot](NodeStopper& stopper) {
+      AggregatorOptions o;
+      o.topology = topo;
+      o.node_id = id;
+      o.join_timeout = std::chrono::seconds(15);
+      o.window = window;
+      o.security = security_for(topo, id);
+      if (is_root) o.initial_model = init;
+      Aggregator agg(std::move(o));
+      const auto bound = stopper.bind([&agg] { agg.stop(); });
+      AggregatorSummary s = agg.run();
+      std::lock_guard<std::mutex> lock(mu);
+      if (is_root) {
+        out.root = std::move(s);
+      } else {
+        out.regions.push_back(std::move(s));
+      }
+    });
+  }
+  for (size_t i = 0; i < sites.size(); ++i) {
+    nodes.spawn(sites[i]->id, [&, i](NodeStopper& stopper) {
+      const NodeSpec& n = *sites[i];
+      std::vector<float> params = init;
+      SiteOptions o;
+      o.topology = topo;
+      o.node_id = n.id;
+      o.join_timeout = std::chrono::seconds(15);
+      o.round_timeout = std::chrono::seconds(15);
+      o.window = window;
+      o.security = security_for(topo, n.id);
+      if (setup.options) setup.options(o, i, params);
+      SiteCore site(std::move(o), params.data(), params.size());
+      const auto bound = stopper.bind([&site] { site.stop(); });
+      if (setup.created) setup.created(site, i);
+      SyncResult r = site.join();
+      while (!r.finished) {
+        synthetic::local_steps(params.data(), params.size(), n.index, topo.federation().inner_steps,
+                               seed);
+        r = site.sync();
+      }
+      out.site_models[i] = params;
+    });
+  }
+  nodes.join();
+  out.errors = nodes.error_list();
+  return out;
+}
+
+}  // namespace fedwan::testing
