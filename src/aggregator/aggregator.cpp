@@ -345,18 +345,17 @@ AggregatorSummary Aggregator::Impl::run() {
 
 void Aggregator::Impl::maybe_finish() {
   if (phase_ != Phase::kDraining) return;
-  bool reported =
-      is_root_ ? pending_reports_.empty() : telemetry_sent_through_ >= relayed_through_;
+  bool reported = book_.nothing_owed();
   if (!reported && Clock::now() >= finish_deadline_) {
     // A child that was lost never reports its traffic: report without it.
     log().warn("[agg:{}] reporting the last rounds without some children's traffic", self_.id);
     force_reports_ = true;
-    if (is_root_) {
-      std::vector<uint64_t> rounds;
-      for (const auto& [r, p] : pending_reports_) rounds.push_back(r);
-      for (uint64_t r : rounds) try_finish_round_report(r);
-    } else {
-      for (uint64_t r = telemetry_sent_through_; r < relayed_through_; ++r) try_send_telemetry(r);
+    for (uint64_t r : book_.owed()) {
+      if (is_root_) {
+        try_finish_round_report(r);
+      } else {
+        try_send_telemetry(r);
+      }
     }
     reported = true;
   }

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "aggregation/round_accumulator.hpp"
+#include "aggregator/round_book.hpp"
 #include "fedwan/aggregator.hpp"
 #include "fedwan/codec.hpp"
 #include "fedwan/outer_optimizer.hpp"
@@ -68,19 +69,6 @@ class Aggregator::Impl {
     bool rejoin_pending = false;  // welcomed at the next round boundary
     double weight = 0;            // total site weight under it
     uint64_t elements = 0;        // the model size its hello stated
-  };
-
-  // A root's round awaiting its regions' traffic reports.
-  struct PendingReport {
-    RoundReport report;
-    bool complete = false;  // the global model of the round is final
-  };
-
-  // Telemetry received from region children for one round.
-  struct SubtreeTraffic {
-    uint32_t reports = 0;
-    std::vector<uint32_t> reporters;  // children that reported (each counts once)
-    Traffic traffic;
   };
 
   enum class Phase { kJoining, kAwaitWelcome, kTraining, kAwaitAnchor, kDraining, kDone };
@@ -225,17 +213,14 @@ class Aggregator::Impl {
   std::vector<float> global_, held_;
   std::array<uint8_t, 32> model_digest_{};
   std::unique_ptr<OuterOptimizer> outer_;
-  std::map<uint64_t, PendingReport> pending_reports_;
 
   // Region: error-feedback residual of the forwarded means (lossy codecs),
   // anchor relay progress, the parent's welcome payload.
   std::vector<float> residual_;
   uint64_t relay_round_ = 0;
   uint32_t relayed_chunks_ = 0;
-  uint64_t relayed_through_ = 0;  // anchors relayed for rounds < this
   bool done_from_parent_ = false;
   Clock::time_point finish_deadline_;
-  uint64_t telemetry_sent_through_ = 0;  // telemetry sent for rounds < this
 
   std::vector<Outbox> child_out_;  // by child slot
   Outbox parent_out_;
@@ -312,7 +297,8 @@ class Aggregator::Impl {
   Clock::time_point root_heard_;
 
   TrafficLedger ledger_;
-  std::map<uint64_t, SubtreeTraffic> subtree_;
+  // Reports waiting for the subtree's traffic (root), telemetry owed (region).
+  aggregator::RoundBook book_{is_root_};
   AggregatorSummary summary_;
 };
 

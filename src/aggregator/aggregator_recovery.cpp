@@ -403,8 +403,7 @@ bool Aggregator::Impl::resume_from_checkpoint() {
     return true;
   }
   round_started_ = now;
-  relayed_through_ = round_;
-  telemetry_sent_through_ = round_;
+  book_.resume_at(round_);
   open_round(round_);
   if (!is_root_) hello_parent();
   return true;

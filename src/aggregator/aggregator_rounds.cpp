@@ -282,7 +282,7 @@ void Aggregator::Impl::complete_chunk(uint32_t chunk) {
     const wire::FrameHeader h = chunk_header(topo_, self_.index, wire::MsgType::kAnchor,
                                              round_ + 1, *plan_, chunk, cfg_.codec->id());
     const Frame frame = std::make_shared<const std::vector<uint8_t>>(make_frame(h, payload));
-    pending_reports_[round_].report.weight = cs.weight;
+    book_.report(round_).weight = cs.weight;
     if (acc_->round_complete()) {
       held_back_.emplace(frame, h);  // sent once the round's checkpoint is durable
       return;
@@ -325,10 +325,10 @@ void Aggregator::Impl::complete_round() {
     phase_deadline_ = Clock::now() + cfg_.round_timeout;
     return;
   }
-  PendingReport& pending = pending_reports_[round_];
-  pending.report.round = round_;
-  pending.report.seconds = secs;
-  pending.complete = true;
+  RoundReport& report = book_.report(round_);
+  report.round = round_;
+  report.seconds = secs;
+  book_.complete(round_);
   const uint64_t finished = round_;
   // Commit: the round's checkpoint is durable before the last anchor chunk
   // leaves, so no child can be ahead of what a restarted root remembers.
@@ -375,26 +375,20 @@ void Aggregator::Impl::on_telemetry(Child& c, const wire::ParsedFrame& f) {
     refuse(c.id, "telemetry for round " + std::to_string(f.header.round) + " refused: " + *bad);
     return;
   }
-  // Only a round whose report still waits takes telemetry: late telemetry
-  // of a round already reported (a region that was lost) has nowhere to go,
-  // and a region reports a round only after relaying the next one's anchor.
   const uint64_t round = f.header.round;
-  if (is_root_ ? pending_reports_.count(round) == 0
-               : round < telemetry_sent_through_ || round >= relayed_through_) {
-    if (!is_root_ && round >= relayed_through_) {
+  switch (book_.add_telemetry(round, c.index, Traffic{t.wan_bytes, t.fp32_bytes, t.frames})) {
+    case aggregator::RoundBook::Telemetry::kTaken:
+      break;
+    case aggregator::RoundBook::Telemetry::kNoRoundWaits:
+      return;  // late (a region that was lost): nowhere to go
+    case aggregator::RoundBook::Telemetry::kNotRelayedYet:
       refuse(c.id, "telemetry for round " + std::to_string(round) +
                        ", whose anchor was not relayed yet");
-    }
-    return;
+      return;
+    case aggregator::RoundBook::Telemetry::kAgain:
+      refuse(c.id, "telemetry for round " + std::to_string(round) + " again; counted once");
+      return;
   }
-  SubtreeTraffic& s = subtree_[round];
-  if (std::find(s.reporters.begin(), s.reporters.end(), c.index) != s.reporters.end()) {
-    refuse(c.id, "telemetry for round " + std::to_string(round) + " again; counted once");
-    return;
-  }
-  s.reporters.push_back(c.index);
-  s.reports += 1;
-  s.traffic += Traffic{t.wan_bytes, t.fp32_bytes, t.frames};
   if (is_root_) {
     try_finish_round_report(round);
   } else {
@@ -403,25 +397,14 @@ void Aggregator::Impl::on_telemetry(Child& c, const wire::ParsedFrame& f) {
 }
 
 void Aggregator::Impl::try_finish_round_report(uint64_t round) {
-  auto rep = pending_reports_.find(round);
-  if (rep == pending_reports_.end() || !rep->second.complete) return;
-  auto sub = subtree_.find(round);
-  const uint32_t reports = sub == subtree_.end() ? 0 : sub->second.reports;
-  if (reports < live_region_children() && !force_reports_) return;
+  if (!book_.ready(round, live_region_children(), force_reports_)) return;
   const Traffic t = take_traffic(round);
-  RoundReport out = rep->second.report;
-  pending_reports_.erase(rep);
-  out.round = round;
-  publish_report(out, t);
+  publish_report(book_.take_report(round), t);
 }
 
 Traffic Aggregator::Impl::take_traffic(uint64_t round) {
   Traffic t = ledger_.take(round);
-  auto sub = subtree_.find(round);
-  if (sub != subtree_.end()) {
-    t += sub->second.traffic;
-    subtree_.erase(sub);
-  }
+  t += book_.take_subtree(round);
   return t;
 }
 
@@ -438,15 +421,12 @@ void Aggregator::Impl::publish_report(RoundReport r, const Traffic& t) {
 }
 
 void Aggregator::Impl::try_send_telemetry(uint64_t round) {
-  if (round >= relayed_through_ || round < telemetry_sent_through_) return;
-  auto sub = subtree_.find(round);
-  const uint32_t reports = sub == subtree_.end() ? 0 : sub->second.reports;
-  if (reports < live_region_children() && !force_reports_) return;
+  if (!book_.ready(round, live_region_children(), force_reports_)) return;
   const Traffic t = take_traffic(round);
   wire::TelemetryPayload p{t.wan_bytes, t.fp32_bytes, t.frames};
   send_parent(make_frame(node_header(topo_, self_.index, wire::MsgType::kTelemetry, round),
                          wire::encode_telemetry(p)));
-  telemetry_sent_through_ = round + 1;
+  book_.sent_through(round + 1);
   RoundReport rep;
   rep.round = round;
   publish_report(rep, t);
@@ -489,8 +469,8 @@ void Aggregator::Impl::finish_parent_welcome() {
   const bool first = phase_ == Phase::kAwaitWelcome;
   log().info("[agg:{}] {} at round {}", self_.id, first ? "joined" : "resynced to the parent",
              round);
-  relayed_through_ = round;
-  telemetry_sent_through_ = std::max(telemetry_sent_through_, round);
+  book_.relayed_through(round);
+  book_.sent_through(round);
   for (Child& c : children_) {
     if (!first && c.live) c.rejoin_pending = true;  // they hold an older anchor
   }
@@ -556,7 +536,7 @@ void Aggregator::Impl::on_parent_anchor(const wire::ParsedFrame& f, const uint8_
   relayed_chunks_ += 1;
   if (relayed_chunks_ < plan_->count()) return;
   relayed_chunks_ = 0;
-  relayed_through_ = h.round;
+  book_.relayed_through(h.round);
   if (h.round < cfg_.rounds) {
     round_ = h.round;
     save_checkpoint();
