@@ -18,8 +18,8 @@
 #include <string>
 
 #include "fedwan/error.hpp"
-#include "runtime/checkpoint_file.hpp"
-#include "runtime/replica_store.hpp"
+#include "checkpoint/checkpoint_file.hpp"
+#include "checkpoint/replica_store.hpp"
 #include "security/node_key.hpp"
 
 namespace {
@@ -72,9 +72,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const fedwan::CryptoError&) {
   } catch (const fedwan::TransportError&) {
   }
-  fedwan::runtime::CheckpointIdentity id;
+  fedwan::checkpoint::CheckpointIdentity id;
   const std::optional<std::string> stream =
-      fedwan::runtime::check_checkpoint_stream(path, "site-a", seed_digest(), &id, site_a());
+      fedwan::checkpoint::check_checkpoint_stream(path, "site-a", seed_digest(), &id, site_a());
   if (read_ok && node == "site-a" && digest == seed_digest() && stream) {
     std::fprintf(stderr, "stream check: %s\n", stream->c_str());
     fail("read_checkpoint accepted a signed checkpoint the streaming check refused");

@@ -18,7 +18,7 @@
 
 #include "fedwan/codec.hpp"
 #include "fuzz_keys.hpp"
-#include "runtime/checkpoint_file.hpp"
+#include "checkpoint/checkpoint_file.hpp"
 #include "security/audit_log.hpp"
 #include "security/frame_protector.hpp"
 #include "security/node_key.hpp"
