@@ -6,6 +6,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake ccache pkg-config git
   clang libclang-rt-14-dev            # libFuzzer for scripts/fuzz.sh
+  clang-format clang-tidy             # scripts/lint.sh (.clang-format, .clang-tidy)
   libtorch-dev python3-torch
   libzmq3-dev cppzmq-dev libssl-dev zlib1g-dev
   libboost-dev libboost-system-dev libgloo-dev
