@@ -7,9 +7,8 @@
 // chunk i down. See docs/protocol.md for the message sequence.
 //
 // This file: construction, sending through the per-peer outboxes, the event
-// loop, the children's frame dispatch and deadlines. The protocol steps are
-// in aggregator_rounds.cpp, a region's parent side in
-// aggregator_recovery.cpp, the Impl class in aggregator_impl.hpp.
+// loop, the children's frame dispatch and deadlines. aggregator_impl.hpp
+// says where the rest is.
 #include "fedwan/aggregator.hpp"
 
 #include <algorithm>
@@ -62,11 +61,11 @@ Aggregator::Impl::Impl(AggregatorOptions options)
     if (opt_.initial_model.empty()) {
       throw ConfigError("root '" + self_.id + "' needs an initial model (flat fp32 parameters)");
     }
-    global_ = std::move(opt_.initial_model);
-    init_model_state(global_.size());
-    held_ = global_;
-    model_digest_ = sha256(global_.data(), global_.size() * sizeof(float));
-    outer_ = make_outer_optimizer(cfg_.outer, global_.size());
+    root_.global = std::move(opt_.initial_model);
+    init_model_state(root_.global.size());
+    root_.held = root_.global;
+    root_.model_digest = sha256(root_.global.data(), root_.global.size() * sizeof(float));
+    root_.outer = make_outer_optimizer(cfg_.outer, root_.global.size());
   } else if (!opt_.initial_model.empty()) {
     throw ConfigError("only the root takes an initial model; '" + self_.id + "' is a region");
   }
@@ -76,61 +75,68 @@ Aggregator::Impl::Impl(AggregatorOptions options)
     c.index = idx;
     c.id = n.id;
     c.is_site = n.role == Role::kSite;
-    if (!c.is_site) region_children_ += 1;
+    if (!c.is_site) down_.regions += 1;
     for (uint32_t s : topo_.sites_under(idx)) c.weight += topo_.node(s).weight;
-    total_weight_ += c.weight;
-    child_slot_[c.id] = children_.size();
-    children_.push_back(std::move(c));
+    down_.weight += c.weight;
+    down_.slot[c.id] = down_.children.size();
+    down_.children.push_back(std::move(c));
   }
-  child_out_.resize(children_.size());
-  serving_.resize(children_.size());
+  down_.out.resize(down_.children.size());
+  repl_.serving.resize(down_.children.size());
   const std::string bind =
       opt_.standby ? (self_.standby_bind.empty() ? self_.standby_endpoint : self_.standby_bind)
                    : (self_.bind.empty() ? self_.endpoint : self_.bind);
   security_ = std::make_unique<node::NodeSecurity>(opt_.security, topo_, self_);
   transport_ = transport::make_transport(bind);
-  children_link_ = std::make_unique<ChildrenLink>(
+  down_.link = std::make_unique<ChildrenLink>(
       *transport_, bind, cfg_.link, security_->children_factory(), security_->children_admission());
   if (!is_root_) {
-    const NodeSpec& parent = topo_.node(self_.parent_index);
-    parent_link_ = std::make_unique<ParentLink>(*transport_, parent.endpoint, self_.id, cfg_.link,
-                                                security_->parent_factory());
+    session::ParentSession::Options so;
+    so.link = cfg_.link;
+    so.heartbeat = cfg_.heartbeat;
+    so.heartbeat_timeout = cfg_.heartbeat_timeout;
+    // A replaced session's queued frames are dropped: what matters is sent
+    // again on the new one (hello, aggregates, checkpoint pieces).
+    so.reconnect_linger_ms = 0;
+    so.log_name = "agg:" + self_.id;
+    up_.session =
+        std::make_unique<session::ParentSession>(topo_, self_, *transport_, *security_, so);
   }
   deadline_timer_ = timers_.make_timer();
   timers_.every(cfg_.heartbeat, [this] { on_heartbeat_timer(); });
-  parent_heard_ = parent_link_opened_ = root_heard_ = Clock::now();
+  standby_.root_heard = Clock::now();
   if (!opt_.checkpoint_dir.empty()) {
-    replicas_ = std::make_unique<checkpoint::ReplicaStore>(
+    repl_.store = std::make_unique<checkpoint::ReplicaStore>(
         std::filesystem::path(opt_.checkpoint_dir) / "replicas", topo_.digest(), 2,
         security_->verifier(), topo_.job());
   }
   log().info("[agg:{}] {}{} serving {} children on {}", self_.id, role_name(self_.role),
-             opt_.standby ? " (standby)" : "", children_.size(), bind);
+             opt_.standby ? " (standby)" : "", down_.children.size(), bind);
 }
 
 void Aggregator::Impl::recover() {
   bool resumed = resume_from_checkpoint();
   if (!resumed && !is_root_ && !opt_.checkpoint_dir.empty() &&
       checkpoint::fetch_replica(
-          *parent_link_,
+          up_.session->link(),
           [this](const std::string& why) -> ParentLink& {
             reconnect_parent(why);
-            return *parent_link_;
+            return up_.session->link();
           },
           topo_, self_, cfg_, opt_.checkpoint_dir, 0, opt_.join_timeout, *security_,
           &stop_requested)) {
     // Its own checkpoints were gone or corrupt; the parent kept a copy.
     resumed = resume_from_checkpoint();
   }
-  if (!resumed && corrupt_root_) {
+  if (!resumed && root_.corrupt) {
     // Only corrupt checkpoints: the standby's copy, or no start at all
     // (starting over beside them would redo committed rounds).
     open_standby_link();
     if (checkpoint::fetch_replica(
-            *standby_link_,
+            *standby_.link,
             [this](const std::string&) -> ParentLink& {
               open_standby_link();
-              return *standby_link_;
+              return *standby_.link;
             },
             topo_, self_, cfg_, opt_.checkpoint_dir, total_elements_, opt_.join_timeout,
             *security_, &stop_requested)) {
@@ -145,10 +151,10 @@ void Aggregator::Impl::recover() {
   if (resumed) {
     log().info("[agg:{}] resumed from its checkpoint at round {}", self_.id, round_);
   } else if (opt_.standby) {
-    standby_passive_ = true;  // until the root dies
+    standby_.passive = true;  // until the root dies
     log().info("[agg:{}] standby: keeping the root's checkpoints until it is needed", self_.id);
   }
-  if (is_root_ && !opt_.standby && !self_.standby_endpoint.empty() && !standby_link_) {
+  if (is_root_ && !opt_.standby && !self_.standby_endpoint.empty() && !standby_.link) {
     open_standby_link();
   }
 }
@@ -165,34 +171,27 @@ void Aggregator::Impl::init_model_state(uint64_t total_elements) {
 // ---- sending ------------------------------------------------------------------
 
 void Aggregator::Impl::send_child(const Child& c, Frame frame, const wire::FrameHeader& h) {
-  Outbox& box = child_out_[child_slot_.at(c.id)];
+  Outbox& box = down_.out[down_.slot.at(c.id)];
   if (box.frames.empty()) box.waiting_since = Clock::now();
   box.frames.push_back({std::move(frame), h});
   flush();
 }
 
-void Aggregator::Impl::send_parent(std::vector<uint8_t> frame) {
-  if (parent_out_.frames.empty()) parent_out_.waiting_since = Clock::now();
-  parent_out_.frames.push_back(
-      {std::make_shared<const std::vector<uint8_t>>(std::move(frame)), wire::FrameHeader{}});
-  flush();
-}
-
 bool Aggregator::Impl::flush() {
   pump_serving();
-  for (size_t i = 0; i < children_.size(); ++i) {
-    Outbox& box = child_out_[i];
+  for (size_t i = 0; i < down_.children.size(); ++i) {
+    Outbox& box = down_.out[i];
     while (!box.frames.empty()) {
       const Outgoing& head = box.frames.front();
       std::optional<size_t> sent;
       try {
-        sent = children_link_->try_send(children_[i].id, *head.frame);
+        sent = down_.link->try_send(down_.children[i].id, *head.frame);
       } catch (const TransportError&) {
         // Not connected: a site that holds the final anchor may have left,
         // others are gone or reconnecting. What they missed reaches them as
         // a resync when they say hello again (aggregator_recovery.cpp).
         log().debug("[agg:{}] '{}' is not connected; dropped {} queued frames", self_.id,
-                    children_[i].id, box.frames.size());
+                    down_.children[i].id, box.frames.size());
         box.frames.clear();
         break;
       }
@@ -206,21 +205,21 @@ bool Aggregator::Impl::flush() {
       box.waiting_since = Clock::now();
     }
   }
-  while (!parent_out_.frames.empty()) {
-    if (!parent_link_->established() ||
-        !parent_link_->try_send(*parent_out_.frames.front().frame)) {
+  while (!up_.out.frames.empty()) {
+    if (!up_.session->link().established() ||
+        !up_.session->link().try_send(*up_.out.frames.front().frame)) {
       break;
     }
-    parent_out_.frames.pop_front();
-    parent_out_.waiting_since = Clock::now();
+    up_.out.frames.pop_front();
+    up_.out.waiting_since = Clock::now();
   }
   pump_upload();
   return outboxes_empty();
 }
 
 bool Aggregator::Impl::outboxes_empty() const {
-  if (!parent_out_.frames.empty()) return false;
-  for (const Outbox& box : child_out_) {
+  if (!up_.out.frames.empty()) return false;
+  for (const Outbox& box : down_.out) {
     if (!box.frames.empty()) return false;
   }
   return true;
@@ -237,7 +236,7 @@ void Aggregator::Impl::refuse(const std::string& peer, const std::string& reason
   }
   try {
     // Best effort and never queued: a refused peer may not be reading.
-    (void)children_link_->try_send(peer, reject_frame(topo_, self_.index, round_, reason));
+    (void)down_.link->try_send(peer, reject_frame(topo_, self_.index, round_, reason));
   } catch (const Error& e) {
     // An unknown or vanished peer cannot be told; the refusal is logged.
     log().debug("[agg:{}] could not deliver refusal to '{}': {}", self_.id, peer, e.what());
@@ -245,11 +244,11 @@ void Aggregator::Impl::refuse(const std::string& peer, const std::string& reason
 }
 
 void Aggregator::Impl::clear_outbox(const Child& c) {
-  child_out_[child_slot_.at(c.id)].frames.clear();
+  down_.out[down_.slot.at(c.id)].frames.clear();
 }
 
 void Aggregator::Impl::send_done(uint64_t rounds) {
-  for (const Child& c : children_) {
+  for (const Child& c : down_.children) {
     wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kDone, rounds);
     send_child(c, make_frame(h, {}), h);
   }
@@ -268,12 +267,12 @@ AggregatorSummary Aggregator::Impl::run() {
   while (phase_ != Phase::kDone) {
     if (stop_requested.load()) throw StoppedError("aggregator '" + self_.id + "' stopped");
     // Replica pieces wait for room in a window like frames in an outbox.
-    bool serving = upload_ != nullptr;
-    for (const Serving& s : serving_) serving = serving || s.reader != nullptr;
+    bool serving = repl_.upload != nullptr;
+    for (const Serving& s : repl_.serving) serving = serving || s.reader != nullptr;
     const bool pending = !flush() || serving;
-    std::vector<transport::Transport::Interest> interests = {{&children_link_->socket()}};
-    if (parent_link_) {
-      interests.push_back({&parent_link_->socket(), true, !parent_out_.frames.empty()});
+    std::vector<transport::Transport::Interest> interests = {{&down_.link->socket()}};
+    if (up_.session) {
+      interests.push_back({&up_.session->link().socket(), true, !up_.out.frames.empty()});
     }
     // A server socket cannot signal room for one particular child, so while
     // frames wait the loop polls briefly instead of sleeping.
@@ -281,10 +280,11 @@ AggregatorSummary Aggregator::Impl::run() {
     timers_.poll();
     Incoming in;
     // Drain a bounded batch per socket so neither side starves the other.
-    for (int i = 0; i < 64 && children_link_->recv(&in, Millis(0)); ++i) on_child_frame(in);
-    if (parent_link_) {
+    for (int i = 0; i < 64 && down_.link->recv(&in, Millis(0)); ++i) on_child_frame(in);
+    if (up_.session) {
       try {
-        for (int i = 0; i < 64 && phase_ != Phase::kDone && parent_link_->recv(&in, Millis(0));
+        for (int i = 0;
+             i < 64 && phase_ != Phase::kDone && up_.session->link().recv(&in, Millis(0));
              ++i) {
           on_parent_frame(in);
         }
@@ -293,28 +293,28 @@ AggregatorSummary Aggregator::Impl::run() {
         // cause, or a re-handshake after the first welcome, is retried with
         // backoff; a real refusal ends in the round timeout. A parent that
         // proved who it is and is the wrong one ends the first join at once.
-        if (!parent_contact_ && parent_link_->security().failure_is_final()) throw;
+        if (!up_.contact && up_.session->link().security().failure_is_final()) throw;
         security_->log_noise("parent-link:" + self_.id,
                              "[agg:" + self_.id + "] " + e.what() + "; will reconnect");
-        parent_heard_ = Clock::time_point{};
-        if (!parent_contact_) parent_link_opened_ = Clock::time_point{};  // a new session soon
+        up_.session->forget_heard();
+        if (!up_.contact) up_.session->restart_stall_clock();  // a new session soon
       }
     }
-    if (standby_link_) {
+    if (standby_.link) {
       try {
-        for (int i = 0; i < 16 && standby_link_->recv(&in, Millis(0)); ++i) on_standby_frame(in);
-        if (!standby_seen_ && standby_link_->established()) {
+        for (int i = 0; i < 16 && standby_.link->recv(&in, Millis(0)); ++i) on_standby_frame(in);
+        if (!standby_.seen && standby_.link->established()) {
           // The standby answered the handshake: it is there.
-          standby_heard_ = Clock::now();
-          standby_seen_ = true;
-          if (standby_warned_) security_->audit("standby_back", {{"round", round_}});
-          standby_warned_ = false;
+          standby_.heard = Clock::now();
+          standby_.seen = true;
+          if (standby_.warned) security_->audit("standby_back", {{"round", round_}});
+          standby_.warned = false;
         }
       } catch (const CryptoError& e) {
         security_->log_noise("standby-link:" + self_.id,
                              "[agg:" + self_.id + "] link to its standby: " + e.what());
-        standby_seen_ = false;
-        standby_heard_ = Clock::time_point{};
+        standby_.seen = false;
+        standby_.heard = Clock::time_point{};
       }
     }
     maybe_finish();
@@ -323,23 +323,23 @@ AggregatorSummary Aggregator::Impl::run() {
   // Deliver what is still queued (the last anchors, done, telemetry).
   const auto deadline = Clock::now() + cfg_.finish_wait;
   while (!flush() && Clock::now() < deadline) {
-    (void)transport_->wait({&children_link_->socket()}, Millis(2), /*for_send=*/true);
+    (void)transport_->wait({&down_.link->socket()}, Millis(2), /*for_send=*/true);
   }
-  for (size_t i = 0; i < children_.size(); ++i) {
-    log().debug("[agg:{}] sent {} frames to '{}'", self_.id, child_out_[i].sent, children_[i].id);
+  for (size_t i = 0; i < down_.children.size(); ++i) {
+    log().debug("[agg:{}] sent {} frames to '{}'", self_.id, down_.out[i].sent, down_.children[i].id);
   }
   if (!outboxes_empty()) {
-    size_t left = parent_out_.frames.size();
-    for (const Outbox& box : child_out_) left += box.frames.size();
+    size_t left = up_.out.frames.size();
+    for (const Outbox& box : down_.out) left += box.frames.size();
     log().warn("[agg:{}] {} frames were not delivered before shutdown", self_.id, left);
   }
-  summary_.rejected_frames += children_link_->counters().rejected;
+  summary_.rejected_frames += down_.link->counters().rejected;
   summary_.security_mode = security_->plaintext() ? "plaintext" : "mtls/" + opt_.security.cipher;
   summary_.handshake_ms = security_->handshake_ms();
   security_->tick(/*all=*/true);
   summary_.alarms = security_->alarms();
   // A standby that never took over has no model of the federation.
-  if (is_root_ && !standby_passive_) summary_.global_model = global_;
+  if (is_root_ && !standby_.passive) summary_.global_model = root_.global;
   return summary_;
 }
 
@@ -349,7 +349,7 @@ void Aggregator::Impl::maybe_finish() {
   if (!reported && Clock::now() >= finish_deadline_) {
     // A child that was lost never reports its traffic: report without it.
     log().warn("[agg:{}] reporting the last rounds without some children's traffic", self_.id);
-    force_reports_ = true;
+    region_.force_reports = true;
     for (uint64_t r : book_.owed()) {
       if (is_root_) {
         try_finish_round_report(r);
@@ -361,7 +361,7 @@ void Aggregator::Impl::maybe_finish() {
   }
   if (!reported) return;
   std::string missing;
-  for (const Child& c : children_) {
+  for (const Child& c : down_.children) {
     if (!c.confirmed_end) missing += (missing.empty() ? "" : ", ") + c.id;
   }
   if (!missing.empty()) {
@@ -372,9 +372,9 @@ void Aggregator::Impl::maybe_finish() {
     send_parent(
         make_frame(node_header(topo_, self_.index, wire::MsgType::kDone, cfg_.rounds), {}));
   }
-  if (standby_link_ && standby_link_->established()) {
+  if (standby_.link && standby_.link->established()) {
     // The federation is over: the standby has nothing left to stand by for.
-    (void)standby_link_->try_send(
+    (void)standby_.link->try_send(
         make_frame(node_header(topo_, self_.index, wire::MsgType::kDone, round_), {}));
   }
   phase_ = Phase::kDone;
@@ -382,27 +382,27 @@ void Aggregator::Impl::maybe_finish() {
 
 void Aggregator::Impl::check_deadlines() {
   const auto now = Clock::now();
-  for (size_t i = 0; i < children_.size(); ++i) {
-    Outbox& box = child_out_[i];
+  for (size_t i = 0; i < down_.children.size(); ++i) {
+    Outbox& box = down_.out[i];
     if (!box.frames.empty() && now - box.waiting_since > cfg_.heartbeat_timeout &&
-        children_[i].live) {
+        down_.children[i].live) {
       // A child that does not read is as good as gone: stop waiting for it.
       log().warn("[agg:{}] '{}' has not read for {} ms ({} frames waiting)", self_.id,
-                 children_[i].id, cfg_.heartbeat_timeout.count(), box.frames.size());
-      child_lost(children_[i]);
+                 down_.children[i].id, cfg_.heartbeat_timeout.count(), box.frames.size());
+      child_lost(down_.children[i]);
     }
   }
-  if (!parent_out_.frames.empty() && now - parent_out_.waiting_since > cfg_.round_timeout) {
+  if (!up_.out.frames.empty() && now - up_.out.waiting_since > cfg_.round_timeout) {
     throw TimeoutError("aggregator '" + self_.id + "': parent '" +
                        topo_.node(self_.parent_index).id + "' has not read for " +
                        std::to_string(cfg_.round_timeout.count() / 1000) + " s");
   }
-  if (now < phase_deadline_ || standby_passive_) return;
+  if (now < phase_deadline_ || standby_.passive) return;
   std::string missing;
   auto add = [&](const std::string& id) { missing += (missing.empty() ? "" : ", ") + id; };
   switch (phase_) {
     case Phase::kJoining:
-      for (const Child& c : children_) {
+      for (const Child& c : down_.children) {
         if (!c.joined) add(c.id);
       }
       throw TimeoutError("aggregator '" + self_.id + "': children did not join within " +
@@ -416,7 +416,7 @@ void Aggregator::Impl::check_deadlines() {
     case Phase::kAwaitWelcome:
     case Phase::kAwaitAnchor:
       throw TimeoutError("aggregator '" + self_.id + "': no answer from parent '" +
-                         topo_.node(self_.parent_index).id + "' at " + parent_link_->endpoint() +
+                         topo_.node(self_.parent_index).id + "' at " + up_.session->endpoint() +
                          " within " + std::to_string(cfg_.round_timeout.count() / 1000) + " s");
     case Phase::kDraining:
       throw TimeoutError("aggregator '" + self_.id +
@@ -434,13 +434,13 @@ void Aggregator::Impl::on_child_frame(Incoming& in) {
   }
   if (!may_serve(in.peer)) return;  // a passive standby while the root lives
   const wire::ParsedFrame f = wire::parse_frame(in.data(), in.frame_size, limits_);
-  auto slot = child_slot_.find(in.peer);
-  if (slot == child_slot_.end()) {
+  auto slot = down_.slot.find(in.peer);
+  if (slot == down_.slot.end()) {
     refuse(in.peer, "node '" + in.peer + "' is not a child of '" + self_.id + "' in topology " +
                         topo_.digest_hex().substr(0, 12));
     return;
   }
-  Child& c = children_[slot->second];
+  Child& c = down_.children[slot->second];
   c.last_heard = Clock::now();
   if (!f.ok()) {
     ledger_.charge(round_, in.message.size(), in.message.size());

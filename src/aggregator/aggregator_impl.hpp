@@ -1,17 +1,25 @@
 // The state and steps of one aggregator node (root or region), private to
-// the two translation units that implement it:
-//   aggregator.cpp         construction, the per-peer outboxes, the event
-//                          loop, the children's frame dispatch, deadlines,
-//                          shutdown;
-//   aggregator_rounds.cpp  the round protocol: joining, deltas, chunk and
-//                          round completion, anchor relay, traffic reports;
-//   aggregator_recovery.cpp  fault tolerance: rejoins, heartbeats and lost
-//                          children, deadlines and quorum, checkpoints and
-//                          resuming; a region's parent side (its frames,
-//                          hello, reconnecting);
-//   aggregator_replicas.cpp  checkpoint replication: children's replicas kept
-//                          and served back, this node's checkpoint sent up,
-//                          the root's standby and its takeover.
+// the translation units that implement it:
+//   aggregator.cpp          construction, the per-peer outboxes, the event
+//                           loop, the children's frame dispatch, deadlines,
+//                           shutdown;
+//   aggregator_rounds.cpp   the round protocol both roles share: joining,
+//                           deltas, chunk and round completion, traffic
+//                           reports;
+//   aggregator_root.cpp     the root's steps: the outer optimizer on each
+//                           complete chunk, the round's commit;
+//   aggregator_region.cpp   a region's steps: forwarding aggregates up, its
+//                           parent side (session, hello/welcome, the parent's
+//                           frames, the anchor relayed down);
+//   aggregator_recovery.cpp fault tolerance: rejoins, heartbeats and lost
+//                           children, deadlines and quorum, checkpoints and
+//                           resuming;
+//   aggregator_replicas.cpp checkpoint replication: children's replicas kept
+//                           and served back, this node's checkpoint sent up,
+//                           the root's standby and its takeover.
+// The state is grouped by role: down_ (children), up_ (a region's parent
+// side), root_, region_, standby_, repl_ (replication), the round in
+// progress, and the pure RoundBook.
 // Thread safety: everything but stop_requested belongs to run()'s thread.
 #pragma once
 
@@ -23,7 +31,6 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <random>
 #include <utility>
 #include <string>
 #include <unordered_map>
@@ -39,6 +46,7 @@
 #include "node/node_security.hpp"
 #include "checkpoint/replica_store.hpp"
 #include "node/traffic.hpp"
+#include "session/parent_session.hpp"
 #include "transport/links.hpp"
 #include "wire/frame.hpp"
 
@@ -51,7 +59,6 @@ class Aggregator::Impl {
   std::atomic<bool> stop_requested{false};
 
  private:
-  bool recovered_ = false;  // recover() ran (once, at the first run())
   using Clock = std::chrono::steady_clock;
 
   struct Child {
@@ -91,6 +98,13 @@ class Aggregator::Impl {
   void open_round(uint64_t round);
   void complete_chunk(uint32_t chunk);
   void complete_round();
+  // The root's steps (aggregator_root.cpp).
+  void root_step_chunk(uint32_t chunk, ChunkSum& cs);  // outer step, anchor chunk down
+  void root_commit_round(Clock::time_point now, double secs);
+  // A region's steps (aggregator_region.cpp).
+  void check_residency(uint32_t chunk) const;  // throws before too few sites go up
+  void region_forward_chunk(uint32_t chunk, ChunkSum& cs);
+  void region_heartbeat(Clock::time_point now);  // hello again, heartbeat, reconnect
   void try_finish_round_report(uint64_t round);
   void try_send_telemetry(uint64_t round);
   // The round's traffic: this node's links plus what its regions reported.
@@ -117,7 +131,6 @@ class Aggregator::Impl {
   void reconnect_parent(const std::string& why);
   void hello_parent();
   void record_update(const uint8_t* payload, size_t size, const std::string& sha_hex);
-  const std::string& parent_endpoint() const;  // the one the parent link uses now
 
   // Checkpoint replication (aggregator_replicas.cpp).
   void on_child_checkpoint(Child& c, const wire::ParsedFrame& f);
@@ -135,21 +148,28 @@ class Aggregator::Impl {
   // audited as standby_lost once, until the standby is back).
   void standby_missing(const std::string& why);
   bool standby_live() const {
-    return standby_link_ && standby_seen_ &&
-           Clock::now() - standby_heard_ <= cfg_.heartbeat_timeout;
+    return standby_.link && standby_.seen &&
+           Clock::now() - standby_.heard <= cfg_.heartbeat_timeout;
   }
   std::vector<uint8_t> checkpoint_signal(uint64_t round, uint8_t flag) const;
   uint8_t welcome_flags() const {  // kFlagKeepsReplicas when children should send theirs
-    return replicas_ && cfg_.replica_every > 0 ? wire::kFlagKeepsReplicas : 0;
+    return repl_.store && cfg_.replica_every > 0 ? wire::kFlagKeepsReplicas : 0;
   }
   void open_standby_link();
   uint32_t live_region_children() const {
     uint32_t n = 0;
-    for (const Child& c : children_) n += (!c.is_site && c.live) ? 1 : 0;
+    for (const Child& c : down_.children) n += (!c.is_site && c.live) ? 1 : 0;
     return n;
   }
-  const std::vector<float>& anchor_values() const { return is_root_ ? held_ : anchor_; }
+  const std::vector<float>& anchor_values() const { return is_root_ ? root_.held : region_.anchor; }
   std::array<uint8_t, 32> anchor_digest() const;
+  // Called before chunk `chunk` of root_.held/region_.anchor changes mid-round.
+  void keep_round_anchor(uint32_t chunk);
+  // Whether the open round's anchor differs from root_.held/region_.anchor now.
+  bool anchor_replaced() const;
+  // The open round's anchor (root_.held/region_.anchor with the replaced
+  // chunks put back).
+  std::vector<float> round_anchor() const;
   // Ends run() once the last round is reported and every child confirmed it
   // holds the final model (or the wait for that ran out): closing a socket
   // earlier could lose the last frames still on their way.
@@ -188,18 +208,39 @@ class Aggregator::Impl {
   const bool is_root_;
   const node::NodeConfig cfg_;
   wire::FrameLimits limits_;  // cfg_.limits, then for the model once its size is known
-  uint32_t region_children_ = 0;
+  bool recovered_ = false;    // recover() ran (once, at the first run())
 
   // Declared before the links: their security layers report to it.
   std::unique_ptr<node::NodeSecurity> security_;
   // Makes every link of this node (one kind per topology).
   std::unique_ptr<transport::Transport> transport_;
-  std::unique_ptr<ChildrenLink> children_link_;
-  std::unique_ptr<ParentLink> parent_link_;
 
-  std::vector<Child> children_;
-  std::unordered_map<std::string, size_t> child_slot_;
+  // The children's side: their link, their table, an outbox each.
+  struct Down {
+    std::unique_ptr<ChildrenLink> link;
+    std::vector<Child> children;
+    std::unordered_map<std::string, size_t> slot;  // child id -> index in children
+    std::vector<Outbox> out;                       // by child slot
+    uint32_t regions = 0;                          // region aggregators among the children
+    double weight = 0;                             // site weight under this node
+  } down_;
 
+  // A region's parent side: the session (link, reconnects, liveness), the
+  // outbox towards the parent, and where the hello/welcome exchange stands.
+  struct Up {
+    std::unique_ptr<session::ParentSession> session;  // null at the root
+    Outbox out;
+    Clock::time_point progress_at;  // the hello/welcome exchange last advanced
+    bool welcomed = false;          // the parent welcomed this session
+    bool contact = false;           // welcomed once, or resumed: judge its silence
+    uint64_t welcome_round = 0;
+    bool full_pending = false;  // a full anchor from the parent is arriving
+    uint32_t full_chunks = 0;
+    std::array<uint8_t, 32> digest{};
+    bool keeps_replicas = false;  // the parent's welcome said so
+  } up_;
+
+  // The round in progress.
   Phase phase_ = Phase::kJoining;
   uint64_t round_ = 0;
   uint64_t total_elements_ = 0;
@@ -207,94 +248,82 @@ class Aggregator::Impl {
   std::optional<RoundAccumulator> acc_;
   Clock::time_point phase_deadline_;
   Clock::time_point round_started_;
-
-  // Root: the global model, the model every child holds (global minus what
-  // the down-path encoding has not delivered yet), the outer optimizer.
-  std::vector<float> global_, held_;
-  std::array<uint8_t, 32> model_digest_{};
-  std::unique_ptr<OuterOptimizer> outer_;
-
-  // Region: error-feedback residual of the forwarded means (lossy codecs),
-  // anchor relay progress, the parent's welcome payload.
-  std::vector<float> residual_;
-  uint64_t relay_round_ = 0;
-  uint32_t relayed_chunks_ = 0;
-  bool done_from_parent_ = false;
-  Clock::time_point finish_deadline_;
-
-  std::vector<Outbox> child_out_;  // by child slot
-  Outbox parent_out_;
-
-  // Fault tolerance.
+  Clock::time_point finish_deadline_;  // the wait for children's kDone ends
   node::EventTimers timers_;
   std::unique_ptr<node::EventTimers::Timer> deadline_timer_;
-  double total_weight_ = 0;      // site weight under this node
   // The open round's anchor values of the chunks the next anchor already
-  // replaced in held_/anchor_ (it is computed or arrives chunk by chunk), so
-  // that a child rejoining mid-round is welcomed with the round's own
-  // anchor, not a mix of two rounds. At most one model; cleared when a
-  // round opens.
+  // replaced in root_.held/region_.anchor (it is computed or arrives chunk
+  // by chunk), so that a child rejoining mid-round is welcomed with the
+  // round's own anchor, not a mix of two rounds. At most one model; cleared
+  // when a round opens.
   std::map<uint32_t, std::vector<float>> replaced_anchor_;
-  // Called before chunk `chunk` of held_/anchor_ changes mid-round.
-  void keep_round_anchor(uint32_t chunk);
-  // Whether the open round's anchor differs from held_/anchor_ now.
-  bool anchor_replaced() const;
-  // The open round's anchor (held_/anchor_ with the replaced chunks put back).
-  std::vector<float> round_anchor() const;
-  std::vector<float> anchor_;    // region: the anchor its children hold
-  std::array<uint8_t, 32> round_anchor_digest_{};  // region: of anchor_ when the round opened
-  // Root: the last anchor chunk of a round waits until the round's
-  // checkpoint is durable, so no child ever holds a round the root could
-  // forget in a crash.
-  std::optional<std::pair<Frame, wire::FrameHeader>> held_back_;
-  // Region: the aggregate chunks sent up this round, kept until the next
-  // anchor completes so they can be sent again after the parent restarts.
-  std::vector<Frame> sent_up_;
   // The next round's anchor chunks sent down so far (shared with the
   // outboxes), for a child welcomed back mid-round.
   std::vector<std::pair<Frame, wire::FrameHeader>> next_anchor_;
-  bool force_reports_ = false;
-  Clock::time_point parent_progress_at_, last_resend_up_, parent_link_opened_, sent_up_at_;
-  int behind_beats_ = 0;    // finishing: report without lost children's traffic
-  Clock::time_point parent_heard_;
-  Clock::time_point anchor_progress_at_;  // region: the round's anchor last advanced
-  Clock::time_point parent_retry_at_;
-  Millis parent_backoff_{0};
-  bool parent_welcomed_ = false;   // region: the parent welcomed this session
-  bool parent_contact_ = false;    // region: welcomed once, or resumed: judge its silence
-  uint64_t parent_welcome_round_ = 0;
-  bool parent_full_pending_ = false;  // region: a full anchor from the parent is arriving
-  uint32_t parent_full_chunks_ = 0;
-  std::array<uint8_t, 32> parent_digest_{};
-  std::mt19937_64 jitter_rng_{std::random_device{}()};
+
+  // Root: the global model, the model every child holds (global minus what
+  // the down-path encoding has not delivered yet), the outer optimizer.
+  struct RootState {
+    std::vector<float> global, held;
+    std::array<uint8_t, 32> model_digest{};
+    std::unique_ptr<OuterOptimizer> outer;
+    // The last anchor chunk of a round waits until the round's checkpoint
+    // is durable, so no child ever holds a round the root could forget in
+    // a crash.
+    std::optional<std::pair<Frame, wire::FrameHeader>> held_back;
+    Clock::time_point held_since;
+    bool done_pending = false;  // kDone waits for the held-back chunk
+    bool corrupt = false;       // only corrupt checkpoints; ask the standby
+  } root_;
+
+  // Region: what it relays between its children and its parent.
+  struct RegionState {
+    std::vector<float> anchor;    // the anchor its children hold
+    std::array<uint8_t, 32> round_anchor_digest{};  // of anchor when the round opened
+    // Error-feedback residual of the forwarded means (lossy codecs).
+    std::vector<float> residual;
+    // Anchor relay progress.
+    uint64_t relay_round = 0;
+    uint32_t relayed_chunks = 0;
+    Clock::time_point anchor_progress_at;  // the round's anchor last advanced
+    // The aggregate chunks sent up this round, kept until the next anchor
+    // completes so they can be sent again after the parent restarts.
+    std::vector<Frame> sent_up;
+    Clock::time_point sent_up_at, last_resend_up;
+    bool done_from_parent = false;
+    bool force_reports = false;
+    int behind_beats = 0;  // finishing: report without lost children's traffic
+  } region_;
+
+  // The root's standby, seen from either side. Root with a standby: the
+  // link its checkpoints go over, and what the standby acknowledged (a live
+  // standby must hold a round's checkpoint before the round's last anchor
+  // chunk leaves, so a takeover loses nothing). Standby: passive (keeping
+  // the root's replicas) until it takes over.
+  struct StandbyState {
+    std::unique_ptr<ParentLink> link;
+    Clock::time_point link_opened;
+    bool seen = false;
+    bool warned = false;
+    Clock::time_point heard;
+    std::optional<uint64_t> acked;
+    bool passive = false;
+    Clock::time_point root_heard;  // standby: the active root last heard
+  } standby_;
 
   // Checkpoint replication. Pieces are chunk_bytes each and go out only
   // when nothing of the round protocol waits (they never delay a round).
-  std::unique_ptr<checkpoint::ReplicaStore> replicas_;  // with checkpoint_dir
   struct Serving {  // a child's replica on its way back to it
     std::unique_ptr<checkpoint::PieceReader> reader;
     uint64_t round = 0;
   };
-  std::vector<Serving> serving_;                     // by child slot
-  std::unique_ptr<checkpoint::PieceReader> upload_;     // this node's checkpoint going out
-  uint64_t upload_round_ = 0;
-  std::optional<std::vector<uint8_t>> upload_piece_;  // built, not yet taken by the window
-  bool parent_keeps_replicas_ = false;  // region: the parent's welcome said so
-  bool use_standby_endpoint_ = false;   // region under a root with a standby: failed over
-  // Root with a standby: the link its checkpoints go over, and what the
-  // standby acknowledged. A live standby must hold a round's checkpoint
-  // before the round's last anchor chunk leaves (so a takeover loses nothing).
-  std::unique_ptr<ParentLink> standby_link_;
-  bool standby_seen_ = false;
-  bool standby_warned_ = false;
-  Clock::time_point standby_heard_;
-  std::optional<uint64_t> standby_acked_;
-  // Standby: passive (keeping the root's replicas) until it takes over.
-  bool standby_passive_ = false;
-  bool done_pending_ = false;  // root: kDone waits for the held-back chunk
-  bool corrupt_root_ = false;  // root: only corrupt checkpoints; ask the standby
-  Clock::time_point held_since_, standby_link_opened_;
-  Clock::time_point root_heard_;
+  struct Replication {
+    std::unique_ptr<checkpoint::ReplicaStore> store;  // with checkpoint_dir
+    std::vector<Serving> serving;                     // by child slot
+    std::unique_ptr<checkpoint::PieceReader> upload;  // this node's checkpoint going out
+    uint64_t upload_round = 0;
+    std::optional<std::vector<uint8_t>> upload_piece;  // built, not yet taken by the window
+  } repl_;
 
   TrafficLedger ledger_;
   // Reports waiting for the subtree's traffic (root), telemetry owed (region).

@@ -1,8 +1,8 @@
 // Aggregator, fault tolerance: children that rejoin (after a crash, a
 // reconnect or this node's own restart), heartbeats and lost children,
 // round deadlines and quorum, checkpoints at round boundaries and resuming
-// from them, and a region's side of the link to its parent: its frames,
-// its hello, reconnecting with backoff and jitter.
+// from them (a region's side of the link to its parent is in
+// aggregator_region.cpp).
 // docs/operations.md states the guarantees these steps give.
 #include <algorithm>
 #include <cstddef>
@@ -127,11 +127,11 @@ void Aggregator::Impl::on_rejoin(Child& c, const wire::ParsedFrame& f) {
     send_child(c, make_frame(h, {}), h);
     return;
   }
-  if (phase_ == Phase::kAwaitWelcome || parent_full_pending_) {
+  if (phase_ == Phase::kAwaitWelcome || up_.full_pending) {
     c.rejoin_pending = true;  // this region itself is (re)joining its parent
     return;
   }
-  if (held_back_) {
+  if (root_.held_back) {
     // The root waits for its standby to hold the round just committed:
     // welcomed once the round's last chunk is out (release_held_back).
     c.rejoin_pending = true;
@@ -167,10 +167,10 @@ void Aggregator::Impl::on_rejoin(Child& c, const wire::ParsedFrame& f) {
 
 void Aggregator::Impl::welcome_pending() {
   bool any = false;
-  for (const Child& c : children_) any = any || c.rejoin_pending;
+  for (const Child& c : down_.children) any = any || c.rejoin_pending;
   if (!any) return;
   const std::array<uint8_t, 32> digest = anchor_digest();
-  for (Child& c : children_) {
+  for (Child& c : down_.children) {
     if (c.rejoin_pending) welcome_one(c, round_, c.hello.model_digest != digest);
   }
 }
@@ -181,11 +181,11 @@ void Aggregator::Impl::on_heartbeat_timer() {
   const auto now = Clock::now();
   security_->tick();
   if (phase_ != Phase::kJoining) {
-    for (Child& c : children_) {
+    for (Child& c : down_.children) {
       if (c.live && now - c.last_heard > cfg_.heartbeat_timeout) child_lost(c);
     }
   }
-  for (const Child& c : children_) {
+  for (const Child& c : down_.children) {
     if (!c.live || !c.joined) continue;
     wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kHeartbeat, round_);
     if (phase_ == Phase::kTraining && acc_ && acc_->expected(c.index) &&
@@ -195,65 +195,37 @@ void Aggregator::Impl::on_heartbeat_timer() {
     // Never queued behind a full window: a heartbeat that cannot go now is
     // superseded by the next.
     try {
-      (void)children_link_->try_send(c.id, make_frame(h, {}));
+      (void)down_.link->try_send(c.id, make_frame(h, {}));
     } catch (const Error&) {
       // Not connected right now; its silence is judged by the timeout.
     }
   }
-  if (standby_link_) {
-    if (standby_link_->established()) {
+  if (standby_.link) {
+    if (standby_.link->established()) {
       wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kHeartbeat, round_);
-      (void)standby_link_->try_send(make_frame(h, {}));
+      (void)standby_.link->try_send(make_frame(h, {}));
     }
     // A standby that went silent (or restarted): start its session over.
-    const auto last = std::max(standby_heard_, standby_link_opened_);
+    const auto last = std::max(standby_.heard, standby_.link_opened);
     if (now - last > cfg_.heartbeat_timeout) {
       standby_missing("it is not answering");
       open_standby_link();
     }
-    if (held_back_ && (!standby_live() || now - held_since_ > cfg_.heartbeat_timeout)) {
+    if (root_.held_back && (!standby_live() || now - root_.held_since > cfg_.heartbeat_timeout)) {
       standby_missing("it did not confirm the checkpoint of round " + std::to_string(round_));
       release_held_back();
     }
   }
-  if (opt_.standby && standby_passive_) {
+  if (opt_.standby && standby_.passive) {
     // The standby's heartbeat, so the root knows it is there.
     wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kHeartbeat, round_);
     try {
-      (void)children_link_->try_send(self_.id, make_frame(h, {}));
+      (void)down_.link->try_send(self_.id, make_frame(h, {}));
     } catch (const Error&) {
       // The root is not connected (yet, or any more).
     }
   }
-  if (!parent_link_) return;
-  // A hello, welcome or piece of the full model lost on a bad link: without
-  // progress for a heartbeat timeout, ask again.
-  if ((parent_contact_ || phase_ == Phase::kAwaitWelcome) &&
-      (!parent_welcomed_ || parent_full_pending_) &&
-      now - parent_progress_at_ > cfg_.heartbeat_timeout) {
-    log().info("[agg:{}] no answer to its hello from the parent; saying hello again", self_.id);
-    parent_full_pending_ = false;
-    parent_progress_at_ = now;
-    hello_parent();
-  }
-  if (parent_link_->established()) {
-    wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kHeartbeat, round_);
-    (void)parent_link_->try_send(make_frame(h, {}));
-  }
-  // A secure session that does not come up (a handshake message lost):
-  // start over.
-  if (!parent_link_->established() && now - parent_link_opened_ > cfg_.heartbeat_timeout &&
-      now >= parent_retry_at_ && phase_ != Phase::kJoining) {
-    reconnect_parent("its secure session did not come up within " +
-                     std::to_string(cfg_.heartbeat_timeout.count()) + " ms");
-    return;
-  }
-  // Before its first answer the parent is judged by the join timeout.
-  if (parent_contact_ &&
-      now - parent_heard_ > cfg_.heartbeat_timeout && now >= parent_retry_at_) {
-    reconnect_parent("no frame from it for " + std::to_string(cfg_.heartbeat_timeout.count()) +
-                     " ms");
-  }
+  if (up_.session) region_heartbeat(now);
 }
 
 void Aggregator::Impl::child_lost(Child& c) {
@@ -311,16 +283,16 @@ void Aggregator::Impl::save_checkpoint() {
   c.node_id = self_.id;
   nlohmann::json meta = {{"role", role_name(self_.role)}, {"elements", total_elements_}};
   if (is_root_) {
-    c.sections.push_back(checkpoint::float_section("global", global_.data(), global_.size()));
-    c.sections.push_back(checkpoint::float_section("held", held_.data(), held_.size()));
-    for (const OuterOptimizer::StateBuffer& b : outer_->state()) {
+    c.sections.push_back(checkpoint::float_section("global", root_.global.data(), root_.global.size()));
+    c.sections.push_back(checkpoint::float_section("held", root_.held.data(), root_.held.size()));
+    for (const OuterOptimizer::StateBuffer& b : root_.outer->state()) {
       c.sections.push_back(checkpoint::float_section("outer." + b.name, b.data->data(),
                                                   b.data->size()));
     }
-    meta["outer"] = std::string(outer_->name());
+    meta["outer"] = std::string(root_.outer->name());
   } else {
-    c.sections.push_back(checkpoint::float_section("anchor", anchor_.data(), anchor_.size()));
-    c.sections.push_back(checkpoint::float_section("residual", residual_.data(), residual_.size()));
+    c.sections.push_back(checkpoint::float_section("anchor", region_.anchor.data(), region_.anchor.size()));
+    c.sections.push_back(checkpoint::float_section("residual", region_.residual.data(), region_.residual.size()));
   }
   // The audit log's head as of this checkpoint: a restart checks it is
   // still there (a log cut back behind the checkpoint raises an alarm).
@@ -352,8 +324,8 @@ bool Aggregator::Impl::resume_from_checkpoint() {
       fs::path p = checkpoint::checkpoint_path(opt_.checkpoint_dir, self_.id);
       std::error_code ec;
       if (fs::exists(p.string() + ".corrupt", ec) && !self_.standby_endpoint.empty() &&
-          !opt_.standby && !standby_link_) {
-        corrupt_root_ = true;  // its standby keeps a copy: the constructor asks for it
+          !opt_.standby && !standby_.link) {
+        root_.corrupt = true;  // its standby keeps a copy: the constructor asks for it
         return false;
       }
       if (fs::exists(p.string() + ".corrupt", ec)) {
@@ -367,28 +339,28 @@ bool Aggregator::Impl::resume_from_checkpoint() {
   const Checkpoint& c = loaded->checkpoint;
   round_ = c.round;
   if (is_root_) {
-    global_ = checkpoint::floats_of(c, "global", 0);
-    held_ = checkpoint::floats_of(c, "held", global_.size());
-    init_model_state(global_.size());
-    outer_ = make_outer_optimizer(cfg_.outer, global_.size());
-    for (const OuterOptimizer::StateBuffer& b : outer_->state()) {
+    root_.global = checkpoint::floats_of(c, "global", 0);
+    root_.held = checkpoint::floats_of(c, "held", root_.global.size());
+    init_model_state(root_.global.size());
+    root_.outer = make_outer_optimizer(cfg_.outer, root_.global.size());
+    for (const OuterOptimizer::StateBuffer& b : root_.outer->state()) {
       *b.data = checkpoint::floats_of(c, "outer." + b.name, b.data->size());
     }
-    model_digest_ = sha256(held_.data(), held_.size() * sizeof(float));
+    root_.model_digest = sha256(root_.held.data(), root_.held.size() * sizeof(float));
   } else {
-    anchor_ = checkpoint::floats_of(c, "anchor", 0);
-    init_model_state(anchor_.size());
-    residual_ = checkpoint::floats_of(c, "residual", 0);
-    if (!residual_.empty() && residual_.size() != anchor_.size()) {
+    region_.anchor = checkpoint::floats_of(c, "anchor", 0);
+    init_model_state(region_.anchor.size());
+    region_.residual = checkpoint::floats_of(c, "residual", 0);
+    if (!region_.residual.empty() && region_.residual.size() != region_.anchor.size()) {
       throw CryptoError("checkpoint " + loaded->path.string() + ": residual size mismatch");
     }
   }
   summary_.resumed_from_round = round_;
-  parent_contact_ = true;
+  up_.contact = true;
   security_->audit("resumed", {{"round", round_}, {"path", loaded->path.string()}});
   checkpoint::check_recorded_audit_head(c, *security_);
   const auto now = Clock::now();
-  for (Child& c2 : children_) {
+  for (Child& c2 : down_.children) {
     // Children come back by saying hello; until then the round waits for
     // them as if they were there, and the heartbeat timeout judges them.
     c2.joined = true;
@@ -421,152 +393,18 @@ void Aggregator::Impl::record_update(const uint8_t* payload, size_t size,
 
 // ---- the parent link (regions) ------------------------------------------------
 
-void Aggregator::Impl::on_parent_frame(Incoming& in) {
-  const wire::ParsedFrame f = wire::parse_frame(in.data(), in.frame_size, limits_);
-  if (!f.ok()) {
-    summary_.rejected_frames += 1;
-    security_->log_noise(security::noise_key("malformed:parent", f.detail),
-                         "[agg:" + self_.id + "] dropped malformed frame from parent: " +
-                             wire::reject_reason_name(f.reject) + " (" + f.detail + ")");
-    return;
-  }
-  if (f.header.job_id != topo_.job_id() || f.header.sender != self_.parent_index) {
-    summary_.rejected_frames += 1;
-    security_->log_noise("wrong-sender:parent", "[agg:" + self_.id +
-                                                    "] dropped frame with wrong job or sender "
-                                                    "from parent");
-    return;
-  }
-  parent_heard_ = Clock::now();
-  parent_backoff_ = Millis(0);
-  switch (f.header.type) {
-    case wire::MsgType::kHeartbeat:
-      // The parent's round still lacks this region's aggregate (frames lost
-      // to a restart or a bad link): send it again; duplicates count once.
-      if ((f.header.flags & wire::kFlagNeedUpdate) && phase_ == Phase::kAwaitAnchor &&
-          f.header.round == round_ && !sent_up_.empty() &&
-          Clock::now() - sent_up_at_ > cfg_.heartbeat_timeout &&
-          Clock::now() - last_resend_up_ > cfg_.heartbeat_timeout) {
-        log().info("[agg:{}] parent lacks part of round {}; sending {} chunks again", self_.id,
-                   round_, sent_up_.size());
-        for (const Frame& fr : sent_up_) send_parent(std::vector<uint8_t>(*fr));
-        last_resend_up_ = Clock::now();
-      }
-      // Anchor chunks were lost: the parent moved past the round whose
-      // anchor this node still waits for (round_ + 1), or is in it and
-      // nothing came for a heartbeat timeout. Rejoin to be resynced. (The
-      // parent being in that round while its anchor arrives is normal.)
-      if (parent_welcomed_ && !parent_full_pending_ && phase_ == Phase::kAwaitAnchor &&
-          (f.header.round > round_ + 1 ||
-           (f.header.round == round_ + 1 &&
-            Clock::now() - anchor_progress_at_ > cfg_.heartbeat_timeout))) {
-        if (++behind_beats_ >= 3) {
-          log().warn("[agg:{}] parent is at round {} while this node waits for the anchor of "
-                     "round {}; rejoining", self_.id, f.header.round, round_ + 1);
-          behind_beats_ = 0;
-          hello_parent();
-        }
-      } else {
-        behind_beats_ = 0;
-      }
-      break;
-    case wire::MsgType::kWelcome:
-      on_parent_welcome(f);
-      break;
-    case wire::MsgType::kAnchor:
-      on_parent_anchor(f, in.data(), in.frame_size);
-      break;
-    case wire::MsgType::kCheckpoint:
-      break;  // the parent acknowledging a replica
-
-    case wire::MsgType::kReject: {
-      const std::string reason(reinterpret_cast<const char*>(f.payload), f.payload_size);
-      for (const Child& c : children_) {
-        refuse(c.id,
-               "parent '" + topo_.node(self_.parent_index).id + "' refused '" + self_.id +
-                   "': " + reason,
-               false);
-      }
-      throw ProtocolError("parent '" + topo_.node(self_.parent_index).id + "' refused '" +
-                          self_.id + "': " + reason);
-    }
-    case wire::MsgType::kDone:
-      send_done(f.header.round);
-      done_from_parent_ = true;
-      phase_ = Phase::kDraining;
-      phase_deadline_ = Clock::now() + cfg_.round_timeout;
-      finish_deadline_ = Clock::now() + cfg_.finish_wait;
-      maybe_finish();
-      break;
-    default:
-      summary_.rejected_frames += 1;
-      security_->log_noise(std::string("unexpected:parent:") + wire::msg_type_name(f.header.type),
-                           "[agg:" + self_.id + "] unexpected " +
-                               wire::msg_type_name(f.header.type) + " from parent");
-  }
-}
-
-
-void Aggregator::Impl::hello_parent() {
-  wire::HelloPayload up;
-  up.node_id = self_.id;
-  up.topology_digest = topo_.digest();
-  // It holds the anchor of its round (its digest was taken when the round
-  // opened, before the next anchor's chunks began to change it): the parent
-  // can skip the full model and take its update again.
-  if (anchor_.size() == total_elements_ && phase_ != Phase::kJoining &&
-      phase_ != Phase::kAwaitWelcome && !parent_full_pending_) {
-    up.model_digest = round_anchor_digest_;
-  }
-  wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kHello, round_);
-  h.total_elements = total_elements_;
-  if (phase_ == Phase::kAwaitAnchor) h.flags = wire::kFlagSent;
-  send_parent(make_frame(h, wire::encode_hello(up)));
-  parent_welcomed_ = false;
-  parent_progress_at_ = Clock::now();
-}
-
-void Aggregator::Impl::reconnect_parent(const std::string& why) {
-  // Exponential backoff with full jitter: 0.5..1.5 x the step, which
-  // doubles from the heartbeat period up to 30 s.
-  parent_backoff_ = parent_backoff_.count() == 0
-                        ? cfg_.heartbeat
-                        : std::min<Millis>(parent_backoff_ * 2, Millis(30000));
-  std::uniform_real_distribution<double> jitter(0.5, 1.5);
-  const auto wait = Millis(static_cast<int64_t>(parent_backoff_.count() * jitter(jitter_rng_)));
-  parent_retry_at_ = Clock::now() + wait;
-  const NodeSpec& parent = topo_.node(self_.parent_index);
-  // Under a root with a standby, every other try goes to the standby.
-  if (!parent.standby_endpoint.empty()) use_standby_endpoint_ = !use_standby_endpoint_;
-  log().warn("[agg:{}] reconnecting to parent '{}' at {} ({}); next try in {} ms", self_.id,
-             parent.id, parent_endpoint(), why, wait.count());
-  security_->audit("reconnect", {{"peer", parent.id}, {"endpoint", parent_endpoint()},
-                                 {"reason", why}});
-  LinkOptions lo = cfg_.link;
-  lo.linger_ms = 0;
-  parent_out_.frames.clear();
-  parent_link_->abandon();
-  parent_link_.reset();
-  parent_link_ = std::make_unique<ParentLink>(*transport_, parent_endpoint(), self_.id, lo,
-                                              security_->parent_factory());
-  parent_link_opened_ = Clock::now();
-  parent_welcomed_ = false;
-  parent_full_pending_ = false;
-  if (upload_) start_upload();  // from its first piece, on the new session
-  if (phase_ != Phase::kJoining) hello_parent();
-}
 
 void Aggregator::Impl::open_standby_link() {
   // The default linger lets the last frame (kDone) reach the standby at the
   // end; a replaced link is abandoned (closed at once).
-  if (standby_link_) standby_link_->abandon();
-  standby_link_.reset();
-  standby_link_ = std::make_unique<ParentLink>(*transport_, self_.standby_endpoint, self_.id,
+  if (standby_.link) standby_.link->abandon();
+  standby_.link.reset();
+  standby_.link = std::make_unique<ParentLink>(*transport_, self_.standby_endpoint, self_.id,
                                                cfg_.link, security_->parent_factory());
-  standby_link_opened_ = Clock::now();
-  standby_seen_ = false;
-  upload_piece_.reset();
-  if (upload_) start_upload();
+  standby_.link_opened = Clock::now();
+  standby_.seen = false;
+  repl_.upload_piece.reset();
+  if (repl_.upload) start_upload();
 }
 
 }  // namespace fedwan

@@ -29,17 +29,12 @@ std::vector<uint8_t> Aggregator::Impl::checkpoint_signal(uint64_t round, uint8_t
   return make_frame(h, {});
 }
 
-const std::string& Aggregator::Impl::parent_endpoint() const {
-  const NodeSpec& parent = topo_.node(self_.parent_index);
-  return use_standby_endpoint_ ? parent.standby_endpoint : parent.endpoint;
-}
-
 // ---- replicas of children ------------------------------------------------------
 
 void Aggregator::Impl::on_child_checkpoint(Child& c, const wire::ParsedFrame& f) {
   const wire::FrameHeader& h = f.header;
   if (h.flags != 0) return;  // signals go down, never up
-  if (!replicas_) {
+  if (!repl_.store) {
     security_->log_noise("no-replicas:" + c.id,
                          "[agg:" + self_.id + "] '" + c.id +
                              "' sent a checkpoint, but this node keeps no replicas (no "
@@ -49,7 +44,7 @@ void Aggregator::Impl::on_child_checkpoint(Child& c, const wire::ParsedFrame& f)
   summary_.replica_bytes += f.payload_size;
   if (h.round > round_ + aggregator::kReplicaRoundSlack) {
     // A child checkpoints rounds it reached through this node.
-    replicas_->abandon(c.id);
+    repl_.store->abandon(c.id);
     if (h.chunk_index == 0) {
       const std::string why = "a checkpoint of round " + std::to_string(h.round) +
                               ", while this node is at round " + std::to_string(round_);
@@ -60,7 +55,7 @@ void Aggregator::Impl::on_child_checkpoint(Child& c, const wire::ParsedFrame& f)
     }
     return;
   }
-  const checkpoint::ReplicaStore::Result r = replicas_->add_piece(
+  const checkpoint::ReplicaStore::Result r = repl_.store->add_piece(
       c.id, h.round, h.chunk_index, h.chunk_count, h.total_elements, f.payload, f.payload_size);
   using Kind = checkpoint::ReplicaStore::Result::Kind;
   if (r.kind == Kind::kPartial) return;
@@ -91,12 +86,12 @@ void Aggregator::Impl::serve_replica(Child& c, const wire::ParsedFrame& f) {
     return;
   }
   clear_outbox(c);
-  Serving& s = serving_[child_slot_.at(c.id)];
+  Serving& s = repl_.serving[down_.slot.at(c.id)];
   s.reader.reset();
-  std::optional<fs::path> path = replicas_ ? replicas_->latest(c.id) : std::nullopt;
+  std::optional<fs::path> path = repl_.store ? repl_.store->latest(c.id) : std::nullopt;
   checkpoint::CheckpointIdentity id;
   if (path && checkpoint::check_checkpoint_stream(*path, c.id, topo_.digest(), &id,
-                                                replicas_->signer_check(c.id))) {
+                                                repl_.store->signer_check(c.id))) {
     path.reset();
   }
   if (!path) {
@@ -118,9 +113,9 @@ void Aggregator::Impl::serve_replica(Child& c, const wire::ParsedFrame& f) {
 }
 
 void Aggregator::Impl::pump_serving() {
-  for (size_t i = 0; i < serving_.size(); ++i) {
-    Serving& s = serving_[i];
-    Outbox& box = child_out_[i];
+  for (size_t i = 0; i < repl_.serving.size(); ++i) {
+    Serving& s = repl_.serving[i];
+    Outbox& box = down_.out[i];
     // Two pieces in the outbox at most: a replica never sits in memory.
     while (s.reader && box.frames.size() < 2) {
       if (s.reader->done()) {
@@ -141,59 +136,46 @@ void Aggregator::Impl::start_upload() {
   const uint64_t every = cfg_.replica_every;
   // The root replicates every round to its standby (which takes over from
   // it); other nodes every replica_every rounds to a parent that keeps them.
-  const bool wanted = is_root_ ? standby_link_ != nullptr
-                               : parent_keeps_replicas_ && every > 0 && round_ % every == 0;
+  const bool wanted = is_root_ ? standby_.link != nullptr
+                               : up_.keeps_replicas && every > 0 && round_ % every == 0;
   if (!wanted) return;
-  upload_piece_.reset();
+  repl_.upload_piece.reset();
   try {
-    upload_ = std::make_unique<checkpoint::PieceReader>(
+    repl_.upload = std::make_unique<checkpoint::PieceReader>(
         checkpoint::checkpoint_path(opt_.checkpoint_dir, self_.id), cfg_.piece_bytes());
-    upload_round_ = round_;
+    repl_.upload_round = round_;
   } catch (const Error& e) {
     log().warn("[agg:{}] cannot send its checkpoint: {}", self_.id, e.what());
-    upload_.reset();
+    repl_.upload.reset();
   }
 }
 
 void Aggregator::Impl::pump_upload() {
-  if (!upload_) return;
-  ParentLink* link = is_root_ ? standby_link_.get() : parent_link_.get();
+  if (!repl_.upload) return;
+  ParentLink* link = is_root_ ? standby_.link.get() : &up_.session->link();
   if (link == nullptr || !link->established()) return;
   // Behind everything of the round protocol.
-  if (!is_root_ && (!parent_out_.frames.empty() || !parent_welcomed_ || parent_full_pending_)) {
+  if (!is_root_ && (!up_.out.frames.empty() || !up_.welcomed || up_.full_pending)) {
     return;
   }
   for (int i = 0; i < 4; ++i) {
-    if (!upload_piece_) {
-      if (upload_->done()) {
-        upload_.reset();
+    if (!repl_.upload_piece) {
+      if (repl_.upload->done()) {
+        repl_.upload.reset();
         return;
       }
-      upload_piece_ = checkpoint::piece_frame(topo_, self_.index, upload_round_, *upload_).first;
+      repl_.upload_piece = checkpoint::piece_frame(topo_, self_.index, repl_.upload_round, *repl_.upload).first;
     }
-    if (!link->try_send(*upload_piece_)) return;
-    upload_piece_.reset();
+    if (!link->try_send(*repl_.upload_piece)) return;
+    repl_.upload_piece.reset();
   }
 }
 
 // ---- the root and its standby ----------------------------------------------------
 
-void Aggregator::Impl::release_held_back() {
-  if (!held_back_) return;
-  for (const Child& c : children_) {
-    if (c.live && !c.rejoin_pending) send_child(c, held_back_->first, held_back_->second);
-  }
-  held_back_.reset();
-  if (done_pending_) {
-    done_pending_ = false;
-    send_done(round_);
-  }
-  welcome_pending();
-}
-
 void Aggregator::Impl::standby_missing(const std::string& why) {
-  if (standby_warned_) return;
-  standby_warned_ = true;
+  if (standby_.warned) return;
+  standby_.warned = true;
   log().warn("[agg:{}] its standby at {}: {}; rounds go on without it (a takeover now would "
              "redo them)", self_.id, self_.standby_endpoint, why);
   security_->audit("standby_lost", {{"round", round_}, {"reason", why}});
@@ -206,18 +188,18 @@ void Aggregator::Impl::on_standby_frame(Incoming& in) {
                f.ok() ? "wrong job or sender" : f.detail);
     return;
   }
-  standby_heard_ = Clock::now();
-  if (!standby_seen_) {
-    log().info("[agg:{}] its standby at {} is up", self_.id, standby_link_->endpoint());
-    if (standby_warned_) security_->audit("standby_back", {{"round", round_}});
-    standby_seen_ = true;
-    standby_warned_ = false;
+  standby_.heard = Clock::now();
+  if (!standby_.seen) {
+    log().info("[agg:{}] its standby at {} is up", self_.id, standby_.link->endpoint());
+    if (standby_.warned) security_->audit("standby_back", {{"round", round_}});
+    standby_.seen = true;
+    standby_.warned = false;
   }
   switch (f.header.type) {
     case wire::MsgType::kCheckpoint:
       if (f.header.flags == wire::kFlagReplicaStored) {
-        standby_acked_ = f.header.round;
-        if (held_back_ && f.header.round >= round_) release_held_back();
+        standby_.acked = f.header.round;
+        if (root_.held_back && f.header.round >= round_) release_held_back();
       }
       return;
     case wire::MsgType::kReject: {
@@ -237,7 +219,7 @@ void Aggregator::Impl::on_root_frame(Incoming& in) {
                f.ok() ? "wrong job or sender" : f.detail);
     return;
   }
-  if (!standby_passive_) {
+  if (!standby_.passive) {
     // Two roots must never serve one federation: the one that comes back
     // after this standby took over is told to stop.
     refuse(self_.id, "the standby at " + self_.standby_endpoint + " took over as root at round " +
@@ -246,7 +228,7 @@ void Aggregator::Impl::on_root_frame(Incoming& in) {
                          "docs/operations.md)");
     return;
   }
-  root_heard_ = Clock::now();
+  standby_.root_heard = Clock::now();
   if (f.header.type == wire::MsgType::kDone && phase_ != Phase::kDone) {
     log().info("[agg:{}] standby: the root finished the federation (round {}); stopping",
                self_.id, f.header.round);
@@ -261,7 +243,7 @@ void Aggregator::Impl::on_root_frame(Incoming& in) {
   if (f.header.type != wire::MsgType::kCheckpoint || f.header.flags != 0) return;
   const wire::FrameHeader& h = f.header;
   summary_.replica_bytes += f.payload_size;
-  const checkpoint::ReplicaStore::Result r = replicas_->add_piece(
+  const checkpoint::ReplicaStore::Result r = repl_.store->add_piece(
       self_.id, h.round, h.chunk_index, h.chunk_count, h.total_elements, f.payload, f.payload_size);
   using Kind = checkpoint::ReplicaStore::Result::Kind;
   if (r.kind == Kind::kRefused) {
@@ -277,7 +259,7 @@ void Aggregator::Impl::on_root_frame(Incoming& in) {
                                       {"bytes", r.bytes},
                                       {"sha256", r.sha256_hex}});
   try {
-    (void)children_link_->try_send(self_.id,
+    (void)down_.link->try_send(self_.id,
                                    checkpoint_signal(r.round, wire::kFlagReplicaStored));
   } catch (const Error& e) {
     log().warn("[agg:{}] could not acknowledge the root's checkpoint: {}", self_.id, e.what());
@@ -285,10 +267,10 @@ void Aggregator::Impl::on_root_frame(Incoming& in) {
 }
 
 void Aggregator::Impl::serve_root_replica() {
-  std::optional<fs::path> path = replicas_->latest(self_.id);
+  std::optional<fs::path> path = repl_.store->latest(self_.id);
   checkpoint::CheckpointIdentity id;
   if (path && checkpoint::check_checkpoint_stream(*path, self_.id, topo_.digest(), &id,
-                                                replicas_->signer_check(self_.id))) {
+                                                repl_.store->signer_check(self_.id))) {
     path.reset();
   }
   try {
@@ -296,7 +278,7 @@ void Aggregator::Impl::serve_root_replica() {
       log().warn("[agg:{}] standby: the root asked for its checkpoint; none is kept here",
                  self_.id);
       security_->audit("replica_missing", {{"peer", self_.id}});
-      (void)children_link_->try_send(self_.id, checkpoint_signal(0, wire::kFlagNoReplica));
+      (void)down_.link->try_send(self_.id, checkpoint_signal(0, wire::kFlagNoReplica));
       return;
     }
     checkpoint::PieceReader reader(*path, cfg_.piece_bytes());
@@ -306,7 +288,7 @@ void Aggregator::Impl::serve_root_replica() {
                                         {"bytes", reader.size()}, {"path", path->string()}});
     // A passive standby serves nothing else meanwhile: send in one go.
     while (!reader.done()) {
-      (void)children_link_->send(
+      (void)down_.link->send(
           self_.id, checkpoint::piece_frame(topo_, self_.index, id.round, reader).first,
           cfg_.heartbeat_timeout);
     }
@@ -318,8 +300,8 @@ void Aggregator::Impl::serve_root_replica() {
 }
 
 bool Aggregator::Impl::may_serve(const std::string& peer) {
-  if (!standby_passive_) return true;
-  const auto silent = Clock::now() - root_heard_;
+  if (!standby_.passive) return true;
+  const auto silent = Clock::now() - standby_.root_heard;
   if (silent <= cfg_.heartbeat_timeout) {
     log().debug("[agg:{}] standby: '{}' came, but the root is alive; not serving", self_.id, peer);
     return false;
@@ -329,7 +311,7 @@ bool Aggregator::Impl::may_serve(const std::string& peer) {
 }
 
 void Aggregator::Impl::take_over(const std::string& asker) {
-  std::optional<fs::path> path = replicas_->latest(self_.id);
+  std::optional<fs::path> path = repl_.store->latest(self_.id);
   uint64_t round = 0;
   if (path) {
     // Installed as this node's own checkpoint, then resumed like a root
@@ -339,7 +321,7 @@ void Aggregator::Impl::take_over(const std::string& asker) {
     round = c.round;
     checkpoint::save_node_checkpoint(opt_.checkpoint_dir, c, trust);
   }
-  standby_passive_ = false;
+  standby_.passive = false;
   summary_.took_over = true;
   log().warn("[agg:{}] standby taking over as root: the root is silent and '{}' came; resuming "
              "{}", self_.id, asker,

@@ -1,8 +1,9 @@
-// Aggregator, the round protocol: children join and are welcomed, deltas
-// accumulate chunk by chunk, a complete chunk is stepped (root) or forwarded
-// (region), a complete round is reported with its traffic, and a region
-// relays its parent's anchors down. aggregator.cpp has the event loop and
-// the outboxes these steps send through; docs/protocol.md the sequence.
+// Aggregator, the round protocol both roles share: children join and are
+// welcomed, deltas accumulate chunk by chunk, a complete chunk is stepped
+// (root: aggregator_root.cpp) or forwarded (region: aggregator_region.cpp),
+// a complete round is reported with its traffic. aggregator.cpp has the
+// event loop and the outboxes these steps send through; docs/protocol.md
+// the sequence.
 #include <algorithm>
 #include <map>
 #include <memory>
@@ -65,7 +66,7 @@ void Aggregator::Impl::on_hello(Child& c, const wire::ParsedFrame& f) {
   c.hello = hello;
   c.elements = n;
   log().info("[agg:{}] '{}' joined ({} parameters)", self_.id, c.id, n);
-  for (const Child& other : children_) {
+  for (const Child& other : down_.children) {
     if (!other.joined) return;
   }
   // A region learns the model's size from its children, once all are in:
@@ -78,7 +79,7 @@ bool Aggregator::Impl::settle_model_size() {
   // The size most of the children's weight stands behind (the smaller one
   // on a tie); a child that claims another is refused and must come back.
   std::map<uint64_t, double> votes;
-  for (const Child& o : children_) votes[o.elements] += o.weight;
+  for (const Child& o : down_.children) votes[o.elements] += o.weight;
   uint64_t n = 0;
   double best = -1;
   for (const auto& [size, weight] : votes) {
@@ -88,7 +89,7 @@ bool Aggregator::Impl::settle_model_size() {
     }
   }
   bool agreed = true;
-  for (Child& o : children_) {
+  for (Child& o : down_.children) {
     if (o.elements == n) continue;
     refuse(o.id, "model has " + std::to_string(o.elements) + " parameters; the other children of '" +
                      self_.id + "' train " + std::to_string(n));
@@ -101,9 +102,9 @@ bool Aggregator::Impl::settle_model_size() {
 
 void Aggregator::Impl::all_children_joined() {
   if (is_root_) {
-    for (Child& c : children_) {
-      const bool same = c.hello.model_digest == model_digest_;
-      std::vector<uint8_t> payload(model_digest_.begin(), model_digest_.end());
+    for (Child& c : down_.children) {
+      const bool same = c.hello.model_digest == root_.model_digest;
+      std::vector<uint8_t> payload(root_.model_digest.begin(), root_.model_digest.end());
       wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kWelcome, 0);
       h.total_elements = total_elements_;
       h.flags = (same ? wire::kFlagNoChange : 0) | welcome_flags();
@@ -117,7 +118,7 @@ void Aggregator::Impl::all_children_joined() {
   // A region joins upward for its whole subtree and asks for the model in
   // full (it keeps a copy to resync children that rejoin later); each child
   // then gets it only if it does not hold it already.
-  anchor_.assign(total_elements_, 0.0f);
+  region_.anchor.assign(total_elements_, 0.0f);
   hello_parent();
   phase_ = Phase::kAwaitWelcome;
   phase_deadline_ = Clock::now() + cfg_.round_timeout;
@@ -127,7 +128,7 @@ void Aggregator::Impl::welcome_children(uint64_t round) {
   // Each live child is welcomed at `round` and sent the model in full unless
   // it already holds exactly this anchor.
   const std::array<uint8_t, 32> digest = anchor_digest();
-  for (Child& c : children_) {
+  for (Child& c : down_.children) {
     if (!c.live) continue;
     welcome_one(c, round, c.hello.model_digest != digest);
   }
@@ -139,16 +140,16 @@ void Aggregator::Impl::open_round(uint64_t round) {
   round_ = round;
   // Quorum: a chunk closes only with this much weight behind it (a hair
   // under, so a sum of the same weights in another order still counts).
-  acc_->open(round, cfg_.quorum * total_weight_ * (1 - 1e-9));
-  for (const Child& c : children_) {
+  acc_->open(round, cfg_.quorum * down_.weight * (1 - 1e-9));
+  for (const Child& c : down_.children) {
     if (!c.live || c.rejoin_pending) acc_->set_expected(c.index, false);
   }
   replaced_anchor_.clear();
-  sent_up_.clear();
+  region_.sent_up.clear();
   next_anchor_.clear();
   // A region names the anchor it holds when it rejoins its parent.
-  if (!is_root_ && anchor_.size() == total_elements_) round_anchor_digest_ = anchor_digest();
-  if (is_root_) outer_->begin_round(round);
+  if (!is_root_ && region_.anchor.size() == total_elements_) region_.round_anchor_digest = anchor_digest();
+  if (is_root_) root_.outer->begin_round(round);
   phase_ = Phase::kTraining;
   round_started_ = Clock::now();
   phase_deadline_ = round_started_ + cfg_.round_timeout;
@@ -250,61 +251,13 @@ void Aggregator::Impl::on_delta(Child& c, const wire::ParsedFrame& f) {
 }
 
 void Aggregator::Impl::complete_chunk(uint32_t chunk) {
-  if (!is_root_) {
-    // Residency: an aggregate leaves the region only if it mixes at least
-    // k_min sites (every child contributes to every chunk in this protocol;
-    // the topology was checked at load, this guards the invariant at run
-    // time before anything is sent upward).
-    size_t sites = 0;
-    for (uint32_t idx : acc_->contributors(chunk)) sites += topo_.sites_under(idx).size();
-    const uint32_t k_min = topo_.k_min_for(self_.index);
-    if (sites < k_min) {
-      const std::string why = "region '" + self_.id + "' would forward an aggregate of " +
-                              std::to_string(sites) + " site(s); residency policy requires " +
-                              std::to_string(k_min);
-      security_->audit("policy_refusal", {{"round", round_}, {"chunk", chunk}, {"reason", why}});
-      throw ProtocolError(why);
-    }
-  }
+  if (!is_root_) check_residency(chunk);
   ChunkSum cs = acc_->take(chunk);
-  const uint64_t off = plan_->offset(chunk);
-  const uint32_t n = plan_->size(chunk);
-  std::vector<uint8_t> payload(cfg_.codec->encoded_size(n));
   if (is_root_) {
-    outer_->step(global_.data() + off, cs.mean.data(), off, n);
-    // Send what the children need to move from `held` to the new global
-    // model; `held` then advances by exactly what they decode, so whatever
-    // the encoding lost is carried into the next round's update.
-    for (uint32_t k = 0; k < n; ++k) cs.mean[k] = global_[off + k] - held_[off + k];
-    cfg_.codec->encode(cs.mean.data(), n, nullptr, payload.data());
-    keep_round_anchor(chunk);
-    cfg_.codec->decode_accumulate(payload.data(), n, 1.0f, held_.data() + off);
-    const wire::FrameHeader h = chunk_header(topo_, self_.index, wire::MsgType::kAnchor,
-                                             round_ + 1, *plan_, chunk, cfg_.codec->id());
-    const Frame frame = std::make_shared<const std::vector<uint8_t>>(make_frame(h, payload));
-    book_.report(round_).weight = cs.weight;
-    if (acc_->round_complete()) {
-      held_back_.emplace(frame, h);  // sent once the round's checkpoint is durable
-      return;
-    }
-    next_anchor_.emplace_back(frame, h);
-    for (const Child& c : children_) {
-      if (c.live && !c.rejoin_pending) send_child(c, frame, h);
-    }
-    return;
+    root_step_chunk(chunk, cs);
+  } else {
+    region_forward_chunk(chunk, cs);
   }
-  float* residual = nullptr;
-  if (cfg_.codec->id() != CodecId::kFp32) {
-    if (residual_.empty()) residual_.assign(total_elements_, 0.0f);
-    residual = residual_.data() + off;
-  }
-  cfg_.codec->encode(cs.mean.data(), n, residual, payload.data());
-  const wire::FrameHeader h = chunk_header(topo_, self_.index, wire::MsgType::kDelta, round_,
-                                           *plan_, chunk, cfg_.codec->id(), cs.weight);
-  auto frame = std::make_shared<const std::vector<uint8_t>>(make_frame(h, payload));
-  sent_up_.push_back(frame);
-  sent_up_at_ = Clock::now();
-  send_parent(std::vector<uint8_t>(*frame));
 }
 
 void Aggregator::Impl::complete_round() {
@@ -316,51 +269,16 @@ void Aggregator::Impl::complete_round() {
   nlohmann::json missing = nlohmann::json::array();
   for (uint32_t idx : acc_->missing_children()) missing.push_back(topo_.node(idx).id);
   security_->audit("round_closed",
-                   {{"round", round_}, {"children", children_.size()}, {"missing", missing}});
+                   {{"round", round_}, {"children", down_.children.size()}, {"missing", missing}});
   security_->audit_sync();
   deadline_timer_->cancel();
   if (!is_root_) {
     phase_ = Phase::kAwaitAnchor;
-    anchor_progress_at_ = now;
+    region_.anchor_progress_at = now;
     phase_deadline_ = Clock::now() + cfg_.round_timeout;
     return;
   }
-  RoundReport& report = book_.report(round_);
-  report.round = round_;
-  report.seconds = secs;
-  book_.complete(round_);
-  const uint64_t finished = round_;
-  // Commit: the round's checkpoint is durable before the last anchor chunk
-  // leaves, so no child can be ahead of what a restarted root remembers.
-  // With a live standby, the standby must hold that checkpoint too (its
-  // acknowledgement releases the chunk, see on_standby_frame), so a
-  // takeover never finds children ahead of it.
-  round_ += 1;
-  save_checkpoint();
-  start_upload();
-  const bool wait_for_standby = held_back_ && standby_live() && upload_;
-  if (wait_for_standby) {
-    held_since_ = Clock::now();
-  } else {
-    if (standby_link_) standby_missing("it is not connected");
-    release_held_back();
-  }
-  if (opt_.on_model) opt_.on_model(finished, global_);
-  if (round_ == cfg_.rounds) {
-    if (held_back_) {
-      done_pending_ = true;  // after the last chunk
-    } else {
-      send_done(round_);
-    }
-    phase_ = Phase::kDraining;
-    phase_deadline_ = Clock::now() + cfg_.round_timeout;
-    finish_deadline_ = Clock::now() + cfg_.finish_wait;
-  } else {
-    open_round(round_);
-    round_started_ = now;
-    welcome_pending();
-  }
-  try_finish_round_report(finished);
+  root_commit_round(now, secs);
 }
 
 // ---- traffic reports ------------------------------------------------------------
@@ -397,7 +315,7 @@ void Aggregator::Impl::on_telemetry(Child& c, const wire::ParsedFrame& f) {
 }
 
 void Aggregator::Impl::try_finish_round_report(uint64_t round) {
-  if (!book_.ready(round, live_region_children(), force_reports_)) return;
+  if (!book_.ready(round, live_region_children(), region_.force_reports)) return;
   const Traffic t = take_traffic(round);
   publish_report(book_.take_report(round), t);
 }
@@ -421,7 +339,7 @@ void Aggregator::Impl::publish_report(RoundReport r, const Traffic& t) {
 }
 
 void Aggregator::Impl::try_send_telemetry(uint64_t round) {
-  if (!book_.ready(round, live_region_children(), force_reports_)) return;
+  if (!book_.ready(round, live_region_children(), region_.force_reports)) return;
   const Traffic t = take_traffic(round);
   wire::TelemetryPayload p{t.wan_bytes, t.fp32_bytes, t.frames};
   send_parent(make_frame(node_header(topo_, self_.index, wire::MsgType::kTelemetry, round),
@@ -433,118 +351,5 @@ void Aggregator::Impl::try_send_telemetry(uint64_t round) {
 }
 
 // ---- anchor relay (regions) -------------------------------------------------------
-
-void Aggregator::Impl::on_parent_welcome(const wire::ParsedFrame& f) {
-  if (f.header.total_elements != total_elements_) {
-    throw ProtocolError("parent welcomed '" + self_.id + "' with a model of " +
-                        std::to_string(f.header.total_elements) + " parameters, children have " +
-                        std::to_string(total_elements_));
-  }
-  parent_welcomed_ = true;
-  parent_contact_ = true;
-  parent_keeps_replicas_ = (f.header.flags & wire::kFlagKeepsReplicas) != 0;
-  parent_welcome_round_ = f.header.round;
-  const bool no_change = (f.header.flags & wire::kFlagNoChange) != 0;
-  if (phase_ != Phase::kAwaitWelcome && no_change && f.header.round == round_) {
-    // Rejoined the parent (it or the link restarted) in the same round: send
-    // again what it may have lost; duplicates count once.
-    log().info("[agg:{}] parent welcomed it back at round {}", self_.id, round_);
-    for (const Frame& fr : sent_up_) send_parent(std::vector<uint8_t>(*fr));
-    return;
-  }
-  if (no_change) {
-    // Only a region that already holds this round's anchor asks without a
-    // full anchor (after resuming); open the round at once.
-    finish_parent_welcome();
-    return;
-  }
-  // The model follows in full; finish_parent_welcome() runs when it is in.
-  parent_full_pending_ = true;
-  parent_full_chunks_ = 0;
-  if (anchor_.size() != total_elements_) anchor_.assign(total_elements_, 0.0f);
-}
-
-void Aggregator::Impl::finish_parent_welcome() {
-  const uint64_t round = parent_welcome_round_;
-  const bool first = phase_ == Phase::kAwaitWelcome;
-  log().info("[agg:{}] {} at round {}", self_.id, first ? "joined" : "resynced to the parent",
-             round);
-  book_.relayed_through(round);
-  book_.sent_through(round);
-  for (Child& c : children_) {
-    if (!first && c.live) c.rejoin_pending = true;  // they hold an older anchor
-  }
-  open_round(round);
-  if (first) {
-    welcome_children(round);
-  } else {
-    welcome_pending();
-  }
-}
-
-void Aggregator::Impl::on_parent_anchor(const wire::ParsedFrame& f, const uint8_t* raw,
-                                        size_t raw_size) {
-  const wire::FrameHeader& h = f.header;
-  const bool full = (h.flags & wire::kFlagFullAnchor) != 0;
-  if (h.total_elements != total_elements_ || h.chunk_count != plan_->count() ||
-      h.element_count != plan_->size(h.chunk_index)) {
-    throw ProtocolError("parent sent an anchor chunk that does not fit (round " +
-                        std::to_string(h.round) + ", chunk " + std::to_string(h.chunk_index) +
-                        ", " + std::to_string(h.element_count) + " elements)");
-  }
-  const Codec* codec = codec_by_wire_id(h.codec);
-  float* dst = anchor_.data() + plan_->offset(h.chunk_index);
-  if (full) {
-    // The model in full, answering this region's hello: kept, not relayed;
-    // children get it from welcome_children() as they need it.
-    if (!parent_full_pending_ || h.round != parent_welcome_round_) {
-      log().info("[agg:{}] ignored a full anchor chunk of round {} it did not ask for", self_.id,
-                 h.round);
-      return;
-    }
-    codec->decode(f.payload, h.element_count, dst);
-    parent_progress_at_ = Clock::now();
-    if (++parent_full_chunks_ == plan_->count()) {
-      parent_full_pending_ = false;
-      finish_parent_welcome();
-    }
-    return;
-  }
-  // An update opens the next round.
-  if (h.round != round_ + 1 || parent_full_pending_) {
-    log().info("[agg:{}] ignored an anchor chunk of round {} (training round {})", self_.id,
-               h.round, round_);
-    return;
-  }
-  keep_round_anchor(h.chunk_index);
-  codec->decode_accumulate(f.payload, h.element_count, 1.0f, dst);
-  anchor_progress_at_ = Clock::now();
-  if (relay_round_ != h.round) {
-    relay_round_ = h.round;
-    relayed_chunks_ = 0;
-  }
-  // Relay the chunk as it is, re-addressed from this node: no decode.
-  wire::FrameHeader out = h;
-  out.sender = self_.index;
-  auto bytes = std::make_shared<std::vector<uint8_t>>(raw, raw + raw_size);
-  wire::encode_header(out, bytes->data());
-  const Frame frame = std::move(bytes);
-  next_anchor_.emplace_back(frame, out);
-  for (const Child& c : children_) {
-    if (c.live && !c.rejoin_pending) send_child(c, frame, out);
-  }
-  relayed_chunks_ += 1;
-  if (relayed_chunks_ < plan_->count()) return;
-  relayed_chunks_ = 0;
-  book_.relayed_through(h.round);
-  if (h.round < cfg_.rounds) {
-    round_ = h.round;
-    save_checkpoint();
-    start_upload();
-    open_round(h.round);
-    welcome_pending();
-  }
-  try_send_telemetry(h.round - 1);
-}
 
 }  // namespace fedwan
