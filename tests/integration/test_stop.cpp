@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <string>
 #include <thread>
 
 #include "fedwan/aggregator.hpp"
@@ -256,6 +257,24 @@ TEST(Stop, SigtermStopsACliSiteWhoseParentWasKilled) {
 }
 
 // SIGTERM to a `fedwan site` that never reached its parent (blocked in join).
+// Whether process `pid` installs a handler for `sig` within `limit` (the
+// SigCgt mask in /proc/PID/status).
+bool catches_signal_soon(pid_t pid, int sig, std::chrono::seconds limit) {
+  const auto give_up = Clock::now() + limit;
+  const uint64_t bit = uint64_t{1} << (sig - 1);
+  while (Clock::now() < give_up) {
+    std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+    std::string line;
+    while (std::getline(status, line)) {
+      if (line.rfind("SigCgt:", 0) == 0 && (std::stoull(line.substr(7), nullptr, 16) & bit) != 0) {
+        return true;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
 TEST(Stop, SigtermStopsACliSiteThatIsStillJoining) {
   TempDir dir;
   const fs::path t = cli_topology(dir.path(), 1);
@@ -267,7 +286,10 @@ TEST(Stop, SigtermStopsACliSiteThatIsStillJoining) {
        "--synthetic-size", "3000", "--join-timeout", "600", "--credentials",
        security_for(topo, "site-0").credentials_dir},
       log.string());
-  std::this_thread::sleep_for(std::chrono::seconds(2));
+  // Signalled only once its handler is in place (a loaded machine can take
+  // seconds to get the process that far), and while it still waits to join.
+  ASSERT_TRUE(catches_signal_soon(site, SIGTERM, std::chrono::seconds(60))) << read_text(log);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
   const auto asked = Clock::now();
   ::kill(site, SIGTERM);
   const std::vector<int> codes = wait_processes({site}, std::chrono::seconds(30));
