@@ -85,7 +85,7 @@ bool SiteCore::Impl::resume() {
     opt.update_encoder->write_residual(residual.data(), residual.size());
   }
   round = c.round;
-  joined_once = true;
+  welcome.joined_once = true;
   resumed = true;
   if (round >= cfg.rounds) finished = true;
   log().info("[site:{}] resumed from {} at round {}", self.id, loaded->path.string(), round);
@@ -96,7 +96,7 @@ bool SiteCore::Impl::resume() {
 
 void SiteCore::Impl::start_upload() {
   const uint64_t every = cfg.replica_every;
-  if (opt.checkpoint_dir.empty() || !parent_keeps_replicas || every == 0 || round % every != 0) {
+  if (opt.checkpoint_dir.empty() || !welcome.parent_keeps_replicas || every == 0 || round % every != 0) {
     return;
   }
   try {
@@ -110,7 +110,7 @@ void SiteCore::Impl::start_upload() {
 // Called from upkeep (never while the sealing pipeline owns the sealer):
 // pieces go out only when the window has room, behind the update.
 void SiteCore::Impl::pump_upload() {
-  if (awaiting_welcome || full || !link_ok) return;
+  if (welcome.awaiting || incoming.full || !welcome.link_ok) return;
   upload->pump(link());
 }
 

@@ -32,7 +32,6 @@
 #include "site/site_impl.hpp"
 #include "security/noise_filter.hpp"
 #include "security/sealing_pipeline.hpp"
-#include "transport/secure_channel.hpp"
 
 namespace fedwan {
 namespace {
@@ -77,7 +76,7 @@ SiteCore::Impl::Impl(SiteOptions options, float* p, size_t n)
 
 void SiteCore::Impl::reset_link_state() {
   if (upload->active()) start_upload();  // from its first piece, on the new session
-  link_ok = true;
+  welcome.link_ok = true;
 }
 
 // ---- receiving ------------------------------------------------------------------
@@ -128,9 +127,9 @@ void SiteCore::Impl::on_frame(const wire::ParsedFrame& f, SyncResult* res) {
       }
       return;
     case wire::MsgType::kDone:
-      if (full) return;  // the final model in full comes first
-      if (next) {
-        next->done_signalled = true;
+      if (incoming.full) return;  // the final model in full comes first
+      if (incoming.next) {
+        incoming.next->done_signalled = true;
       } else {
         finished = true;
       }
@@ -147,19 +146,19 @@ void SiteCore::Impl::on_welcome(const wire::ParsedFrame& f, SyncResult* res) {
                         std::to_string(h.total_elements) + " parameters, ours " +
                         std::to_string(plan.total()));
   }
-  awaiting_welcome = false;
-  welcomed_once = true;
-  parent_keeps_replicas = (h.flags & wire::kFlagKeepsReplicas) != 0;
-  progress_at = Clock::now();
-  parent->heard(progress_at, /*reset_backoff=*/false);
+  welcome.awaiting = false;
+  welcome.welcomed_once = true;
+  welcome.parent_keeps_replicas = (h.flags & wire::kFlagKeepsReplicas) != 0;
+  welcome.progress_at = Clock::now();
+  parent->heard(welcome.progress_at, /*reset_backoff=*/false);
   const bool no_change = (h.flags & wire::kFlagNoChange) != 0;
-  if (no_change && (h.round == round || !joined_once)) {
-    if (!joined_once) {
+  if (no_change && (h.round == round || !welcome.joined_once)) {
+    if (!welcome.joined_once) {
       round = h.round;
       anchor.assign(params, params + plan.total());
-      joined_once = true;
+      welcome.joined_once = true;
     }
-    if (sent && !update_frames.empty()) {
+    if (outgoing.sent && !outgoing.frames.empty()) {
       log().info("[site:{}] welcomed back at round {}; sending its update again", self.id, round);
       resend_update();
     }
@@ -167,9 +166,9 @@ void SiteCore::Impl::on_welcome(const wire::ParsedFrame& f, SyncResult* res) {
   }
   // Resync: the model of round h.round follows in full.
   if (anchor.size() != plan.total()) anchor.assign(params, params + plan.total());
-  full.emplace();
-  full->round = h.round;
-  full->got.assign(plan.count(), false);
+  incoming.full.emplace();
+  incoming.full->round = h.round;
+  incoming.full->got.assign(plan.count(), false);
   (void)res;
 }
 
@@ -188,64 +187,64 @@ void SiteCore::Impl::on_anchor(const wire::ParsedFrame& f, SyncResult* res) {
   const uint64_t off = plan.offset(h.chunk_index);
   const uint32_t n = h.element_count;
   if (is_full) {
-    if (!full || h.round != full->round || full->got[h.chunk_index]) {
+    if (!incoming.full || h.round != incoming.full->round || incoming.full->got[h.chunk_index]) {
       log().info("[site:{}] ignored a full anchor chunk of round {}", self.id, h.round);
       return;
     }
     c->decode(f.payload, n, anchor.data() + off);
-    full->got[h.chunk_index] = true;
-    progress_at = Clock::now();
-    if (++full->received < plan.count()) return;
+    incoming.full->got[h.chunk_index] = true;
+    welcome.progress_at = Clock::now();
+    if (++incoming.full->received < plan.count()) return;
     // The whole model is in: this round restarts from it.
     std::memcpy(params, anchor.data(), plan.total() * sizeof(float));
-    log().info("[site:{}] {} at round {}", self.id, joined_once ? "resynced" : "joined",
-               full->round);
-    if (joined_once) {
-      security->audit("resync", {{"from_round", round}, {"to_round", full->round}});
+    log().info("[site:{}] {} at round {}", self.id, welcome.joined_once ? "resynced" : "joined",
+               incoming.full->round);
+    if (welcome.joined_once) {
+      security->audit("resync", {{"from_round", round}, {"to_round", incoming.full->round}});
     }
-    round = full->round;
-    full.reset();
-    next.reset();
-    sent = false;
-    update_frames.clear();
+    round = incoming.full->round;
+    incoming.full.reset();
+    incoming.next.reset();
+    outgoing.sent = false;
+    outgoing.frames.clear();
     std::fill(residual.begin(), residual.end(), 0.0f);
     if (opt.update_encoder && !residual.empty()) {
       opt.update_encoder->write_residual(residual.data(), residual.size());
     }
-    joined_once = true;
+    welcome.joined_once = true;
     res->resynced = true;
     if (round >= cfg.rounds) finished = true;
     save_checkpoint();
     return;
   }
-  if (!next && h.round == round + 1 && !full) {
+  if (!incoming.next && h.round == round + 1 && !incoming.full) {
     // Before this site's sync() (it rejoined mid-round, or the round closed
     // without it): kept until its deltas are computed.
-    next.emplace();
-    next->round = round + 1;
-    next->got.assign(plan.count(), false);
-    encoded_upto = 0;
-    early.clear();
+    incoming.next.emplace();
+    incoming.next->round = round + 1;
+    incoming.next->got.assign(plan.count(), false);
+    outgoing.encoded_upto = 0;
+    incoming.early.clear();
   }
-  if (!next || h.round != next->round || next->got[h.chunk_index]) {
+  if (!incoming.next || h.round != incoming.next->round || incoming.next->got[h.chunk_index]) {
     log().info("[site:{}] ignored an anchor chunk of round {} (at round {})", self.id, h.round,
                round);
     return;
   }
-  if (h.chunk_index >= encoded_upto) {
+  if (h.chunk_index >= outgoing.encoded_upto) {
     // Closed without this site's chunk (quorum or deadline) before its delta
     // was computed here: apply it once it is.
-    early.push_back({h.chunk_index, h.codec,
+    incoming.early.push_back({h.chunk_index, h.codec,
                      std::vector<uint8_t>(f.payload, f.payload + f.payload_size)});
-    next->got[h.chunk_index] = true;
-    next->received += 1;
-    anchor_progress_at = Clock::now();
+    incoming.next->got[h.chunk_index] = true;
+    incoming.next->received += 1;
+    incoming.progress_at = Clock::now();
     return;
   }
   apply_update_chunk(h.chunk_index, *c, f.payload);
-  next->got[h.chunk_index] = true;
-  next->received += 1;
-  anchor_progress_at = Clock::now();
+  incoming.next->got[h.chunk_index] = true;
+  incoming.next->received += 1;
+  incoming.progress_at = Clock::now();
 }
 
 void SiteCore::Impl::apply_update_chunk(uint32_t chunk, const Codec& c, const uint8_t* payload) {
@@ -256,10 +255,10 @@ void SiteCore::Impl::apply_update_chunk(uint32_t chunk, const Codec& c, const ui
 }
 
 void SiteCore::Impl::apply_early() {
-  for (auto it = early.begin(); it != early.end();) {
-    if (it->chunk < encoded_upto) {
+  for (auto it = incoming.early.begin(); it != incoming.early.end();) {
+    if (it->chunk < outgoing.encoded_upto) {
       apply_update_chunk(it->chunk, *codec_by_wire_id(it->codec), it->payload.data());
-      it = early.erase(it);
+      it = incoming.early.erase(it);
     } else {
       ++it;
     }
@@ -269,7 +268,7 @@ void SiteCore::Impl::apply_early() {
 // ---- sending ---------------------------------------------------------------------
 
 bool SiteCore::Impl::send_now(std::vector<uint8_t> frame, SyncResult* res) {
-  if (!link_ok) return false;
+  if (!welcome.link_ok) return false;
   try {
     res->bytes_sent += link().send(std::move(frame), cfg.heartbeat_timeout);
     return true;
@@ -278,14 +277,14 @@ bool SiteCore::Impl::send_now(std::vector<uint8_t> frame, SyncResult* res) {
   } catch (const TransportError& e) {
     log().warn("[site:{}] send to the parent failed: {}", self.id, e.what());
   }
-  link_ok = false;
+  welcome.link_ok = false;
   return false;
 }
 
 void SiteCore::Impl::resend_update() {
   if (sealing_active) return;  // mid-upload: the update is going out anyway
   SyncResult ignored;
-  for (const std::vector<uint8_t>& fr : update_frames) {
+  for (const std::vector<uint8_t>& fr : outgoing.frames) {
     if (!send_now(fr, &ignored)) return;
   }
 }
@@ -309,19 +308,19 @@ SyncResult SiteCore::Impl::join() {
     resume();
   }
   // Sent once the secure session is up (upkeep); asked again when lost.
-  hello_pending = true;
-  awaiting_welcome = true;
-  hello_sent_at = progress_at = Clock::now();
+  welcome.hello_pending = true;
+  welcome.awaiting = true;
+  welcome.hello_sent_at = welcome.progress_at = Clock::now();
   parent->heard(Clock::now(), /*reset_backoff=*/false);
   const auto deadline = Clock::now() + opt.join_timeout;
-  while (awaiting_welcome || full) {
+  while (welcome.awaiting || incoming.full) {
     if (Clock::now() >= deadline) {
       if (!link().established()) {
         throw TimeoutError("TLS handshake with parent " + link().endpoint() +
                            " did not complete within " +
                            std::to_string(opt.join_timeout.count()) +
                            " ms: is the parent running, with its credentials?" +
-                           (last_link_error.empty() ? "" : " Last error: " + last_link_error));
+                           (welcome.last_link_error.empty() ? "" : " Last error: " + welcome.last_link_error));
       }
       throw TimeoutError("site '" + self.id + "': no welcome from parent '" +
                          topo.node(self.parent_index).id + "' at " + link().endpoint() +
@@ -346,6 +345,9 @@ SyncResult SiteCore::Impl::service() {
   return res;
 }
 
+// One round, in four steps: prepare the update's state, send the update
+// chunk by chunk (sealed on a worker), wait for the next anchor (or a
+// resync, or the end), and take the anchor as the new round.
 SyncResult SiteCore::Impl::sync() {
   if (!joined) throw Error("site '" + self.id + "': call join() before sync()");
   if (finished) throw Error("site '" + self.id + "': the federation is already finished");
@@ -358,59 +360,63 @@ SyncResult SiteCore::Impl::sync() {
     ~LeaveSync() { flag.store(false); }
   } leave_sync{in_sync};
   const uint64_t start_round = round;
-  const bool lossy = cfg.codec->id() != CodecId::kFp32;
-  if (lossy && residual.empty()) residual.assign(plan.total(), 0.0f);
-  std::vector<float> delta(plan.chunk_elements());
-  std::vector<uint8_t> payload;
+  const auto current = [&] { return round == start_round && !res.resynced; };
+  begin_update();
+  send_update(start_round, &res);
+  if (current()) update_sent();
+  await_anchor(start_round, &res);
+  if (current() && incoming.next && !finished) take_anchor();
+  incoming.next.reset();
+  sync_unfinished = false;
+  if (finished) confirm_end(&res);
+  security->audit_sync();
+  res.round = round;
+  res.finished = finished;
+  return res;
+}
+
+void SiteCore::Impl::begin_update() {
+  if (cfg.codec->id() != CodecId::kFp32 && residual.empty()) residual.assign(plan.total(), 0.0f);
   // Anchor chunk i may arrive while later deltas still go out; it goes into
   // params once delta chunk i is computed (apply_early).
-  if (!next || next->round != round + 1) {
-    next.emplace();
-    next->round = round + 1;
-    next->got.assign(plan.count(), false);
-    early.clear();
+  if (!incoming.next || incoming.next->round != round + 1) {
+    incoming.next.emplace();
+    incoming.next->round = round + 1;
+    incoming.next->got.assign(plan.count(), false);
+    incoming.early.clear();
   }
-  encoded_upto = 0;
-  update_frames.clear();
-  sent = false;
+  outgoing.encoded_upto = 0;
+  outgoing.frames.clear();
+  outgoing.sent = false;
+  outgoing.digest = Sha256();
+  outgoing.bytes = 0;
+}
+
+void SiteCore::Impl::send_update(uint64_t start_round, SyncResult* res) {
+  const bool lossy = cfg.codec->id() != CodecId::kFp32;
+  std::vector<float> delta(plan.chunk_elements());
+  std::vector<uint8_t> payload;
   // On a secure link, chunk i is encrypted on a worker while chunk i+1 is
   // encoded here, so sealing costs no extra time while the encoder is busy.
-  if (link_ok && !awaiting_welcome) {
+  if (welcome.link_ok && !welcome.awaiting) {
     try {
       link().wait_established(cfg.heartbeat_timeout);
     } catch (const TimeoutError&) {
-      link_ok = false;
+      welcome.link_ok = false;
     }
   }
-  auto* secure = link_ok ? dynamic_cast<SecureChannel*>(&link().security()) : nullptr;
+  security::FrameSealer* sealer =
+      welcome.link_ok && link().established() ? link().security().sealer() : nullptr;
   std::optional<security::SealingPipeline> sealing;
-  if (secure != nullptr && secure->established()) {
-    sealing.emplace(*secure->sealer(), 2);
+  if (sealer != nullptr) {
+    sealing.emplace(*sealer, 2);
     sealing_active = true;
   }
   struct SealingFlag {
     bool& active;
     ~SealingFlag() { active = false; }
   } sealing_flag{sealing_active};
-  const auto send_sealed = [&](size_t keep) {
-    std::vector<uint8_t> sealed;
-    while (sealing->in_flight() > keep) {
-      if (!sealing->next(&sealed, cfg.round_timeout)) {
-        throw TimeoutError("site '" + self.id + "': sealing a delta chunk timed out");
-      }
-      if (!link_ok) continue;
-      try {
-        res.bytes_sent += link().send_sealed(std::move(sealed), cfg.heartbeat_timeout);
-      } catch (const TimeoutError&) {
-        link_ok = false;
-      } catch (const TransportError&) {
-        link_ok = false;
-      }
-    }
-  };
-  Sha256 update_digest;
-  uint64_t update_bytes = 0;
-  for (uint32_t i = 0; i < plan.count() && round == start_round && !res.resynced; ++i) {
+  for (uint32_t i = 0; i < plan.count() && round == start_round && !res->resynced; ++i) {
     const uint64_t off = plan.offset(i);
     const uint32_t n = plan.size(i);
     payload.resize(cfg.codec->encoded_size(n));
@@ -420,77 +426,88 @@ SyncResult SiteCore::Impl::sync() {
       for (uint32_t k = 0; k < n; ++k) delta[k] = anchor[off + k] - params[off + k];
       cfg.codec->encode(delta.data(), n, lossy ? residual.data() + off : nullptr, payload.data());
     }
-    encoded_upto = i + 1;
+    outgoing.encoded_upto = i + 1;
     const wire::FrameHeader h = chunk_header(topo, self.index, wire::MsgType::kDelta, round,
                                              plan, i, cfg.codec->id(), self.weight);
-    update_digest.update(payload.data(), payload.size());
-    update_bytes += payload.size();
-    update_frames.push_back(make_frame(h, payload));
-    if (sealing && link_ok) {
-      sealing->submit(update_frames.back());
-      send_sealed(1);
+    outgoing.digest.update(payload.data(), payload.size());
+    outgoing.bytes += payload.size();
+    outgoing.frames.push_back(make_frame(h, payload));
+    if (sealing && welcome.link_ok) {
+      sealing->submit(outgoing.frames.back());
+      send_sealed(*sealing, 1, res);
     } else {
-      send_now(update_frames.back(), &res);
+      send_now(outgoing.frames.back(), res);
     }
     if (i == 0) crash_point("site.mid_upload");
     apply_early();
-    pump(Millis(0), &res);
+    pump(Millis(0), res);
     throw_if_stopped("while sending its update");
   }
-  if (sealing) {
-    send_sealed(0);
-    sealing.reset();
-    sealing_active = false;
+  if (sealing) send_sealed(*sealing, 0, res);
+  incoming.progress_at = Clock::now();
+}
+
+void SiteCore::Impl::send_sealed(security::SealingPipeline& sealing, size_t keep,
+                                 SyncResult* res) {
+  std::vector<uint8_t> sealed;
+  while (sealing.in_flight() > keep) {
+    if (!sealing.next(&sealed, cfg.round_timeout)) {
+      throw TimeoutError("site '" + self.id + "': sealing a delta chunk timed out");
+    }
+    if (!welcome.link_ok) continue;
+    try {
+      res->bytes_sent += link().send_sealed(std::move(sealed), cfg.heartbeat_timeout);
+    } catch (const TimeoutError&) {
+      welcome.link_ok = false;
+    } catch (const TransportError&) {
+      welcome.link_ok = false;
+    }
   }
-  anchor_progress_at = Clock::now();
-  if (round == start_round && !res.resynced) {
-    sent = true;
-    sent_at = Clock::now();
-    const Sha256Digest d = update_digest.finish();
-    security->audit("update_sent", {{"round", round},
-                                    {"parent", topo.node(self.parent_index).id},
-                                    {"chunks", plan.count()},
-                                    {"bytes", update_bytes},
-                                    {"sha256", to_hex(d.data(), d.size())}});
-    if (!link_ok) hello_pending = awaiting_welcome = true;  // resent after the welcome
-  }
-  // Wait for the next anchor, a resync, or the end.
+}
+
+void SiteCore::Impl::update_sent() {
+  outgoing.sent = true;
+  outgoing.sent_at = Clock::now();
+  const Sha256Digest d = outgoing.digest.finish();
+  security->audit("update_sent", {{"round", round},
+                                  {"parent", topo.node(self.parent_index).id},
+                                  {"chunks", plan.count()},
+                                  {"bytes", outgoing.bytes},
+                                  {"sha256", to_hex(d.data(), d.size())}});
+  if (!welcome.link_ok) welcome.hello_pending = welcome.awaiting = true;  // resent after the welcome
+}
+
+void SiteCore::Impl::await_anchor(uint64_t start_round, SyncResult* res) {
   const auto deadline = Clock::now() + cfg.round_timeout;
-  while (round == start_round && !finished && !res.resynced) {
-    if (next && (next->done_signalled || next->received == plan.count())) break;
+  while (round == start_round && !finished && !res->resynced) {
+    if (incoming.next && (incoming.next->done_signalled || incoming.next->received == plan.count())) break;
     if (Clock::now() >= deadline) {
       throw TimeoutError(
           "site '" + self.id + "': no anchor for round " + std::to_string(round + 1) +
           " from parent '" + topo.node(self.parent_index).id + "' at " + link().endpoint() +
           " within " + std::to_string(cfg.round_timeout.count() / 1000) + " s (" +
-          std::to_string(next ? next->received : 0) + " of " + std::to_string(plan.count()) +
+          std::to_string(incoming.next ? incoming.next->received : 0) + " of " + std::to_string(plan.count()) +
           " chunks in; is it running?)" +
-          (last_link_error.empty() ? "" : " Last link error: " + last_link_error));
+          (welcome.last_link_error.empty() ? "" : " Last link error: " + welcome.last_link_error));
     }
     throw_if_stopped("while waiting for the next anchor");
-    pump(Millis(50), &res);
+    pump(Millis(50), res);
   }
-  if (round == start_round && next && !finished && !res.resynced) {
-    if (next->done_signalled && next->received < plan.count()) {
-      finished = true;  // the federation ended instead
-    } else {
-      apply_early();
-      std::memcpy(anchor.data(), params, plan.total() * sizeof(float));
-      round += 1;
-      sent = false;
-      update_frames.clear();
-      if (round >= cfg.rounds) finished = true;
-      save_checkpoint();
-      if (!finished) start_upload();
-    }
+}
+
+void SiteCore::Impl::take_anchor() {
+  if (incoming.next->done_signalled && incoming.next->received < plan.count()) {
+    finished = true;  // the federation ended instead
+    return;
   }
-  next.reset();
-  sync_unfinished = false;
-  if (finished) confirm_end(&res);
-  security->audit_sync();
-  res.round = round;
-  res.finished = finished;
-  return res;
+  apply_early();
+  std::memcpy(anchor.data(), params, plan.total() * sizeof(float));
+  round += 1;
+  outgoing.sent = false;
+  outgoing.frames.clear();
+  if (round >= cfg.rounds) finished = true;
+  save_checkpoint();
+  if (!finished) start_upload();
 }
 
 void SiteCore::Impl::confirm_end(SyncResult* res) {

@@ -19,6 +19,8 @@
 #include "node/node_security.hpp"
 #include "checkpoint/checkpoint_upload.hpp"
 #include "checkpoint/replica_store.hpp"
+#include "common/sha256.hpp"
+#include "security/sealing_pipeline.hpp"
 #include "session/parent_session.hpp"
 #include "tensor/chunk_plan.hpp"
 #include "transport/links.hpp"
@@ -76,6 +78,7 @@ class SiteCore::Impl {
  private:
   // The update anchor of round+1 while sync() waits for it (into params).
   struct Assembly {
+    Assembly() {}  // NOLINT(modernize-use-equals-default): std::optional needs it declared
     uint64_t round = 0;
     std::vector<bool> got;
     uint32_t received = 0;
@@ -83,6 +86,7 @@ class SiteCore::Impl {
   };
   // A model sent in full after a welcome (join or resync; into anchor).
   struct FullAssembly {
+    FullAssembly() {}  // NOLINT(modernize-use-equals-default): as Assembly's
     uint64_t round = 0;
     std::vector<bool> got;
     uint32_t received = 0;
@@ -111,29 +115,50 @@ class SiteCore::Impl {
   bool send_now(std::vector<uint8_t> frame, SyncResult* res);
   void resend_update();
   void confirm_end(SyncResult* res);
+  // The steps of sync().
+  void begin_update();
+  void send_update(uint64_t start_round, SyncResult* res);
+  // Sends what the pipeline has sealed until at most `keep` frames are left in it.
+  void send_sealed(security::SealingPipeline& sealing, size_t keep, SyncResult* res);
+  void update_sent();  // the whole update went out: audited
+  void await_anchor(uint64_t start_round, SyncResult* res);
+  void take_anchor();  // the next anchor is in: it becomes the new round
 
-  // The round's update, unsealed, kept until the next anchor is in.
-  std::vector<std::vector<uint8_t>> update_frames;
-  bool sent = false;  // the whole update of `round` is in update_frames
-  uint32_t encoded_upto = 0;
-  std::vector<EarlyChunk> early;
-  std::optional<Assembly> next;
-  std::optional<FullAssembly> full;
-
-  bool link_ok = true;
-  bool joined_once = false;      // holds a federation anchor
-  bool welcomed_once = false;
-  bool awaiting_welcome = false;
-  bool hello_pending = false;
-  int behind_beats = 0;
-  std::string last_link_error;
-  Clock::time_point last_heartbeat, last_resend;
-  Clock::time_point hello_sent_at, progress_at, sent_at, anchor_progress_at;
+  // The round's update going up: unsealed, kept until the next anchor is
+  // in, so it can be sent again after a reconnect.
+  struct Update {
+    std::vector<std::vector<uint8_t>> frames;
+    bool sent = false;  // the whole update of `round` is in frames
+    uint32_t encoded_upto = 0;
+    Sha256 digest;  // of the encoded chunks, for the audit entry
+    uint64_t bytes = 0;
+    Clock::time_point sent_at, last_resend;
+  } outgoing;
+  // The anchors coming down: the next round's (into params), a full model
+  // after a welcome (into anchor), chunks that came before their delta
+  // chunk was computed.
+  struct Arriving {
+    std::optional<Assembly> next;
+    std::optional<FullAssembly> full;
+    std::vector<EarlyChunk> early;
+    Clock::time_point progress_at;  // the next anchor last advanced
+  } incoming;
+  // Where the hello/welcome exchange with the parent stands, on this
+  // session (the session itself: `parent`).
+  struct Welcome {
+    bool link_ok = true;  // nothing sent on this link failed yet
+    bool joined_once = false;  // holds a federation anchor
+    bool welcomed_once = false;
+    bool awaiting = false;  // a hello went (or is due) and no welcome came yet
+    bool hello_pending = false;
+    int behind_beats = 0;
+    std::string last_link_error;
+    Clock::time_point last_heartbeat, hello_sent_at, progress_at;
+    bool parent_keeps_replicas = false;  // its welcome said so
+  } welcome;
   Clock::time_point next_tick;  // the node security's upkeep (CRL, audit, noise)
   bool sealing_active = false;  // the sealing pipeline's worker owns the sealer
-  // Checkpoint replication: the parent keeps replicas (its welcome said so);
-  // this site's latest checkpoint on its way up, a piece at a time.
-  bool parent_keeps_replicas = false;
+  // This site's latest checkpoint on its way up, a piece at a time.
   std::unique_ptr<checkpoint::CheckpointUpload> upload;
 };
 

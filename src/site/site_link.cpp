@@ -38,11 +38,11 @@ void SiteCore::Impl::pump(Millis wait, SyncResult* res) {
     // ends in the join or round timeout, whose message names it. Only a
     // parent that proved who it is, and is not this site's parent, ends the
     // first join at once.
-    if (!welcomed_once && !resumed && link().security().failure_is_final()) throw;
-    last_link_error = e.what();
+    if (!welcome.welcomed_once && !resumed && link().security().failure_is_final()) throw;
+    welcome.last_link_error = e.what();
     security->log_noise("link-failed:" + self.id,
                         "[site:" + self.id + "] " + e.what() + "; will reconnect");
-    link_ok = false;
+    welcome.link_ok = false;
   }
   upkeep();
 }
@@ -52,30 +52,30 @@ void SiteCore::Impl::upkeep() {
   // may seal (a heartbeat, a hello) or replace the link under it.
   if (sealing_active) return;
   const auto now = Clock::now();
-  if (hello_pending && link().established()) {
+  if (welcome.hello_pending && link().established()) {
     std::optional<size_t> n = link().try_send(hello_frame());
     if (n) {
-      hello_pending = false;
-      hello_sent_at = now;
-      progress_at = now;
+      welcome.hello_pending = false;
+      welcome.hello_sent_at = now;
+      welcome.progress_at = now;
     }
   }
   // A hello, welcome or piece of a full model can be lost on a bad link:
   // without progress for a heartbeat timeout, ask again.
-  if ((awaiting_welcome || full) && !hello_pending && now - progress_at > cfg.heartbeat_timeout &&
-      now - hello_sent_at > cfg.heartbeat_timeout) {
+  if ((welcome.awaiting || incoming.full) && !welcome.hello_pending && now - welcome.progress_at > cfg.heartbeat_timeout &&
+      now - welcome.hello_sent_at > cfg.heartbeat_timeout) {
     log().info("[site:{}] no {} from the parent; saying hello again", self.id,
-               awaiting_welcome ? "welcome" : "model");
-    hello_pending = true;
-    awaiting_welcome = true;
-    full.reset();
+               welcome.awaiting ? "welcome" : "model");
+    welcome.hello_pending = true;
+    welcome.awaiting = true;
+    incoming.full.reset();
   }
-  if (welcomed_once) pump_upload();
-  if (welcomed_once && link().established() && now - last_heartbeat >= cfg.heartbeat) {
+  if (welcome.welcomed_once) pump_upload();
+  if (welcome.welcomed_once && link().established() && now - welcome.last_heartbeat >= cfg.heartbeat) {
     parent->heartbeat(round);
-    last_heartbeat = now;
+    welcome.last_heartbeat = now;
   }
-  if (link_ok && parent->stalled(now) && parent->retry_due(now)) {
+  if (welcome.link_ok && parent->stalled(now) && parent->retry_due(now)) {
     // A handshake message lost on the way: start the session over.
     reconnect("its secure session did not come up within " +
                   std::to_string(cfg.heartbeat_timeout.count()) + " ms",
@@ -87,9 +87,9 @@ void SiteCore::Impl::upkeep() {
     next_tick = now + std::chrono::seconds(1);
   }
   const bool silent = parent->silent(now);
-  const bool in_federation = welcomed_once || resumed;
-  if (((in_federation && silent) || !link_ok) && parent->retry_due(now)) {
-    reconnect(!link_ok ? (link().security().failure().empty()
+  const bool in_federation = welcome.welcomed_once || resumed;
+  if (((in_federation && silent) || !welcome.link_ok) && parent->retry_due(now)) {
+    reconnect(!welcome.link_ok ? (link().security().failure().empty()
                               ? std::string("a send to it failed")
                               : "its session failed: " + link().security().failure())
                        : "no frame from it for " + std::to_string(cfg.heartbeat_timeout.count()) +
@@ -102,8 +102,8 @@ void SiteCore::Impl::reconnect(const std::string& why, bool grow_backoff) {
   reset_link_state();
   // The parent learns where this site stands from the hello and answers
   // with a welcome: carry on (and send the update again), or resync.
-  hello_pending = true;
-  awaiting_welcome = true;
+  welcome.hello_pending = true;
+  welcome.awaiting = true;
 }
 
 std::vector<uint8_t> SiteCore::Impl::hello_frame() const {
@@ -113,47 +113,47 @@ std::vector<uint8_t> SiteCore::Impl::hello_frame() const {
   // A site that has never joined offers its initial model; one that has
   // offers the anchor of its round (the parent skips the full model when it
   // matches). An anchor being replaced in full is offered as nothing.
-  if (!full) hello.model_digest = joined_once ? sha256(anchor.data(), anchor.size() * 4)
+  if (!incoming.full) hello.model_digest = welcome.joined_once ? sha256(anchor.data(), anchor.size() * 4)
                                               : initial_digest;
   wire::FrameHeader h = node_header(topo, self.index, wire::MsgType::kHello, round);
   h.total_elements = plan.total();
-  if (sent && !update_frames.empty()) h.flags = wire::kFlagSent;
+  if (outgoing.sent && !outgoing.frames.empty()) h.flags = wire::kFlagSent;
   return make_frame(h, wire::encode_hello(hello));
 }
 
 void SiteCore::Impl::on_heartbeat(const wire::ParsedFrame& f) {
   const wire::FrameHeader& h = f.header;
-  if (!welcomed_once || awaiting_welcome) return;
+  if (!welcome.welcomed_once || welcome.awaiting) return;
   const auto now = Clock::now();
   // Frames still queued towards the parent are not lost: only an update
   // sent a heartbeat timeout ago and still missing goes again.
-  if ((h.flags & wire::kFlagNeedUpdate) && h.round == round && sent && !update_frames.empty() &&
-      now - sent_at > cfg.heartbeat_timeout && now - last_resend > cfg.heartbeat_timeout) {
+  if ((h.flags & wire::kFlagNeedUpdate) && h.round == round && outgoing.sent && !outgoing.frames.empty() &&
+      now - outgoing.sent_at > cfg.heartbeat_timeout && now - outgoing.last_resend > cfg.heartbeat_timeout) {
     // The parent's round still lacks part of this update (lost on the way).
     log().info("[site:{}] parent lacks part of round {}; sending the update again", self.id,
                round);
     resend_update();
-    last_resend = now;
+    outgoing.last_resend = now;
     return;
   }
   // Anchor chunks lost on the way: the parent moved past the round whose
   // anchor this site still misses, or it is in that round and nothing came
   // for a heartbeat timeout. Rejoin to be resynced. (The parent being in the
   // next round while the anchor is complete, or still arriving, is normal.)
-  const bool incomplete = next && next->received < plan.count() && !next->done_signalled;
-  const bool stalled = incomplete && h.round == next->round && sent &&
-                       now - anchor_progress_at > cfg.heartbeat_timeout;
-  if (incomplete && (h.round > next->round || stalled)) {
-    if (++behind_beats >= 3) {
+  const bool incomplete = incoming.next && incoming.next->received < plan.count() && !incoming.next->done_signalled;
+  const bool stalled = incomplete && h.round == incoming.next->round && outgoing.sent &&
+                       now - incoming.progress_at > cfg.heartbeat_timeout;
+  if (incomplete && (h.round > incoming.next->round || stalled)) {
+    if (++welcome.behind_beats >= 3) {
       log().warn("[site:{}] parent is at round {} while this site waits for the anchor of "
                  "round {}; rejoining",
                  self.id, h.round, round + 1);
-      behind_beats = 0;
-      hello_pending = true;
-      awaiting_welcome = true;
+      welcome.behind_beats = 0;
+      welcome.hello_pending = true;
+      welcome.awaiting = true;
     }
   } else {
-    behind_beats = 0;
+    welcome.behind_beats = 0;
   }
 }
 

@@ -14,6 +14,9 @@
 #include <vector>
 
 namespace fedwan {
+namespace security {
+class FrameSealer;
+}  // namespace security
 
 // Bytes the mechanism wants sent to the peer: handshake records, refusals.
 using SecurityReplies = std::vector<std::vector<uint8_t>>;
@@ -62,6 +65,10 @@ class ChannelSecurity {
   // header stays readable and authenticated. Grows the buffer. Precondition:
   // established().
   virtual void seal(std::vector<uint8_t>& bytes) = 0;
+  // What seals this channel's outgoing frames, for sealing them off the
+  // owner's thread (security::SealingPipeline); null for a mechanism that
+  // does not seal, or before established().
+  virtual security::FrameSealer* sealer() { return nullptr; }
 
   // Handles one received message in place.
   virtual Inbound receive(uint8_t* data, size_t size, size_t* frame_size, std::string* why,

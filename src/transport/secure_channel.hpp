@@ -65,7 +65,7 @@ class SecureChannel final : public ChannelSecurity {
   // The peer's identity once established (nullopt before).
   const std::optional<security::NodeIdentity>& peer_identity() const { return peer_identity_; }
   // The sender of this channel's direction, for a SealingPipeline.
-  security::FrameSealer* sealer() { return sealer_.get(); }
+  security::FrameSealer* sealer() override { return sealer_.get(); }
 
  private:
   enum class State { kIdle, kHandshaking, kAwaitConfirm, kEstablished, kFailed };
