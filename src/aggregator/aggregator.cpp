@@ -43,6 +43,26 @@ Aggregator::Impl::Impl(AggregatorOptions options)
       is_root_(self_.role == Role::kRoot),
       cfg_(topo_, self_, {opt_.window, opt_.round_timeout}),
       limits_(cfg_.limits) {
+  check_options();
+  if (is_root_) init_root_model();
+  init_children();
+  const std::string bind =
+      opt_.standby ? (self_.standby_bind.empty() ? self_.standby_endpoint : self_.standby_bind)
+                   : (self_.bind.empty() ? self_.endpoint : self_.bind);
+  open_links(bind);
+  deadline_timer_ = timers_.make_timer();
+  timers_.every(cfg_.heartbeat, [this] { on_heartbeat_timer(); });
+  standby_.root_heard = Clock::now();
+  if (!opt_.checkpoint_dir.empty()) {
+    repl_.store = std::make_unique<checkpoint::ReplicaStore>(
+        std::filesystem::path(opt_.checkpoint_dir) / "replicas", topo_.digest(), 2,
+        security_->verifier(), topo_.job());
+  }
+  log().info("[agg:{}] {}{} serving {} children on {}", self_.id, role_name(self_.role),
+             opt_.standby ? " (standby)" : "", down_.children.size(), bind);
+}
+
+void Aggregator::Impl::check_options() const {
   if (self_.role == Role::kSite) {
     throw ConfigError("node '" + self_.id + "' is a site; run it with `fedwan site`");
   }
@@ -57,18 +77,23 @@ Aggregator::Impl::Impl(AggregatorOptions options)
     throw ConfigError("--standby needs --checkpoint-dir: the standby keeps the root's "
                       "checkpoints there");
   }
-  if (is_root_) {
-    if (opt_.initial_model.empty()) {
-      throw ConfigError("root '" + self_.id + "' needs an initial model (flat fp32 parameters)");
-    }
-    root_.global = std::move(opt_.initial_model);
-    init_model_state(root_.global.size());
-    root_.held = root_.global;
-    root_.model_digest = sha256(root_.global.data(), root_.global.size() * sizeof(float));
-    root_.outer = make_outer_optimizer(cfg_.outer, root_.global.size());
-  } else if (!opt_.initial_model.empty()) {
+  if (is_root_ && opt_.initial_model.empty()) {
+    throw ConfigError("root '" + self_.id + "' needs an initial model (flat fp32 parameters)");
+  }
+  if (!is_root_ && !opt_.initial_model.empty()) {
     throw ConfigError("only the root takes an initial model; '" + self_.id + "' is a region");
   }
+}
+
+void Aggregator::Impl::init_root_model() {
+  root_.global = std::move(opt_.initial_model);
+  init_model_state(root_.global.size());
+  root_.held = root_.global;
+  root_.model_digest = sha256(root_.global.data(), root_.global.size() * sizeof(float));
+  root_.outer = make_outer_optimizer(cfg_.outer, root_.global.size());
+}
+
+void Aggregator::Impl::init_children() {
   for (uint32_t idx : self_.children) {
     const NodeSpec& n = topo_.node(idx);
     Child c;
@@ -83,35 +108,23 @@ Aggregator::Impl::Impl(AggregatorOptions options)
   }
   down_.out.resize(down_.children.size());
   repl_.serving.resize(down_.children.size());
-  const std::string bind =
-      opt_.standby ? (self_.standby_bind.empty() ? self_.standby_endpoint : self_.standby_bind)
-                   : (self_.bind.empty() ? self_.endpoint : self_.bind);
+}
+
+void Aggregator::Impl::open_links(const std::string& bind) {
   security_ = std::make_unique<node::NodeSecurity>(opt_.security, topo_, self_);
   transport_ = transport::make_transport(bind);
   down_.link = std::make_unique<ChildrenLink>(
       *transport_, bind, cfg_.link, security_->children_factory(), security_->children_admission());
-  if (!is_root_) {
-    session::ParentSession::Options so;
-    so.link = cfg_.link;
-    so.heartbeat = cfg_.heartbeat;
-    so.heartbeat_timeout = cfg_.heartbeat_timeout;
-    // A replaced session's queued frames are dropped: what matters is sent
-    // again on the new one (hello, aggregates, checkpoint pieces).
-    so.reconnect_linger_ms = 0;
-    so.log_name = "agg:" + self_.id;
-    up_.session =
-        std::make_unique<session::ParentSession>(topo_, self_, *transport_, *security_, so);
-  }
-  deadline_timer_ = timers_.make_timer();
-  timers_.every(cfg_.heartbeat, [this] { on_heartbeat_timer(); });
-  standby_.root_heard = Clock::now();
-  if (!opt_.checkpoint_dir.empty()) {
-    repl_.store = std::make_unique<checkpoint::ReplicaStore>(
-        std::filesystem::path(opt_.checkpoint_dir) / "replicas", topo_.digest(), 2,
-        security_->verifier(), topo_.job());
-  }
-  log().info("[agg:{}] {}{} serving {} children on {}", self_.id, role_name(self_.role),
-             opt_.standby ? " (standby)" : "", down_.children.size(), bind);
+  if (is_root_) return;
+  session::ParentSession::Options so;
+  so.link = cfg_.link;
+  so.heartbeat = cfg_.heartbeat;
+  so.heartbeat_timeout = cfg_.heartbeat_timeout;
+  // A replaced session's queued frames are dropped: what matters is sent
+  // again on the new one (hello, aggregates, checkpoint pieces).
+  so.reconnect_linger_ms = 0;
+  so.log_name = "agg:" + self_.id;
+  up_.session = std::make_unique<session::ParentSession>(topo_, self_, *transport_, *security_, so);
 }
 
 void Aggregator::Impl::recover() {

@@ -80,6 +80,12 @@ class Aggregator::Impl {
 
   enum class Phase { kJoining, kAwaitWelcome, kTraining, kAwaitAnchor, kDraining, kDone };
 
+  // Construction, in steps.
+  void check_options() const;  // throws ConfigError
+  void init_root_model();
+  void init_children();
+  void open_links(const std::string& bind);  // the children's, and a region's parent session
+
   // Event handlers.
   void on_child_frame(Incoming& in);
   void on_parent_frame(Incoming& in);
