@@ -49,7 +49,7 @@ class RoundAccumulator {
   bool is_open() const { return open_; }
 
   struct Result {
-    AddOutcome outcome;
+    AddOutcome outcome = AddOutcome::kAccepted;
     bool chunk_complete = false;  // every expected child's chunk `chunk` is in
   };
   // Validates and accumulates one child's chunk (a weighted mean + weight).

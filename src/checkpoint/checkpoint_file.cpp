@@ -12,6 +12,7 @@
 
 #include "common/atomic_file.hpp"
 #include "common/crash_point.hpp"
+#include "common/errno_text.hpp"
 #include "common/node_id.hpp"
 #include "common/sha256.hpp"
 #include "fedwan/error.hpp"
@@ -54,7 +55,7 @@ uint64_t get_le(const uint8_t* p, int n) {
 
 [[noreturn]] void throw_io(std::string_view action, const fs::path& path, int err) {
   throw TransportError("cannot " + std::string(action) + " checkpoint " + path.string() + ": " +
-                       std::strerror(err));
+                       errno_text(err));
 }
 
 [[noreturn]] void throw_corrupt(const fs::path& path, const std::string& what) {
@@ -203,7 +204,7 @@ void write_checkpoint(const fs::path& path, const Checkpoint& c, const security:
     if (action == "sync directory of") {
       throw TransportError("checkpoint " + path.string() +
                            " was written but its directory could not be synced: " +
-                           std::strerror(err) +
+                           errno_text(err) +
                            "; it may not survive a power cut, write it again");
     }
     throw_io(action, path, err);

@@ -61,12 +61,12 @@ std::optional<LoadedCheckpoint> load_node_checkpoint(const fs::path& dir, const 
     try {
       c = read_checkpoint(p, trust.check);
     } catch (const CryptoError& e) {
-      out.problems.push_back(e.what());
+      out.problems.emplace_back(e.what());
       log().error("checkpoint {} is corrupt and will not be used: {}", p.string(), e.what());
       fs::rename(p, fs::path(p.string() + ".corrupt"), ec);
       continue;
     } catch (const TransportError& e) {
-      out.problems.push_back(e.what());
+      out.problems.emplace_back(e.what());
       log().error("cannot read checkpoint {}: {}", p.string(), e.what());
       continue;
     }

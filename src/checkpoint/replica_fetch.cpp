@@ -118,17 +118,19 @@ bool fetch_replica(ParentLink& first_link,
                           f.payload_size, &why)) {
       case CheckpointAssembly::Status::kMore:
         break;
-      case CheckpointAssembly::Status::kFailed:
+      case CheckpointAssembly::Status::kFailed: {
         // Nothing was installed. A replica that is not this node's own,
         // intact and signed is refused like a corrupt local checkpoint: the
         // node goes on as one without any (it joins and gets the
         // federation's model), and the operator hears of it.
         security.audit("replica_refused", {{"peer", parent_id}, {"round", h.round},
                                            {"reason", why}});
-        security.alarm("replica_refused", "the replica '" + parent_id + "' sent for round " +
-                                              std::to_string(h.round) + " was refused: " + why +
-                                              "; starting from the federation's model instead");
+        std::string alarm =
+            "the replica '" + parent_id + "' sent for round " + std::to_string(h.round);
+        alarm += " was refused: " + why + "; starting from the federation's model instead";
+        security.alarm("replica_refused", alarm);
         return false;
+      }
       case CheckpointAssembly::Status::kDone:
         log().info("[{}] restored its checkpoint of round {} from '{}' ({} bytes)", self.id,
                    h.round, parent_id, h.total_elements);

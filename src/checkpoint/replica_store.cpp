@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "common/atomic_file.hpp"
+#include "common/errno_text.hpp"
 #include "common/log.hpp"
 #include "common/node_id.hpp"
 #include "common/sha256.hpp"
@@ -201,10 +202,10 @@ std::optional<std::string> check_checkpoint_stream(const fs::path& path,
                                                    CheckpointIdentity* out,
                                                    const CheckpointSignerCheck& check) {
   Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
-  if (f.fd < 0) return "cannot open checkpoint " + path.string() + ": " + std::strerror(errno);
+  if (f.fd < 0) return "cannot open checkpoint " + path.string() + ": " + errno_text(errno);
   struct stat st {};
   if (::fstat(f.fd, &st) != 0) {
-    return "cannot stat checkpoint " + path.string() + ": " + std::strerror(errno);
+    return "cannot stat checkpoint " + path.string() + ": " + errno_text(errno);
   }
   if (!S_ISREG(st.st_mode)) return "checkpoint " + path.string() + " is not a regular file";
   const auto size = static_cast<uint64_t>(st.st_size);
@@ -214,7 +215,7 @@ std::optional<std::string> check_checkpoint_stream(const fs::path& path,
     const ssize_t r =
         ::read(f.fd, buf.data(), static_cast<size_t>(std::min<uint64_t>(left, buf.size())));
     if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return "cannot read checkpoint " + path.string() + ": " + std::strerror(errno);
+    if (r < 0) return "cannot read checkpoint " + path.string() + ": " + errno_text(errno);
     if (r == 0) break;  // shrank since fstat: finish() reports it truncated
     stream.feed(buf.data(), static_cast<size_t>(r));
     left -= static_cast<uint64_t>(r);
@@ -443,9 +444,9 @@ PieceReader::PieceReader(const fs::path& path, uint32_t piece_bytes)
   }
   Fd f{::open(path_.c_str(), O_RDONLY | O_CLOEXEC)};  // closed if we throw
   const std::string what = "cannot send " + path_.string() + ": ";
-  if (f.fd < 0) throw TransportError(what + std::strerror(errno));
+  if (f.fd < 0) throw TransportError(what + errno_text(errno));
   struct stat st {};
-  if (::fstat(f.fd, &st) != 0) throw TransportError(what + std::strerror(errno));
+  if (::fstat(f.fd, &st) != 0) throw TransportError(what + errno_text(errno));
   if (!S_ISREG(st.st_mode)) throw TransportError(what + "not a regular file");
   if (st.st_size == 0) throw TransportError(what + "the file is empty");
   size_ = static_cast<uint64_t>(st.st_size);
@@ -473,7 +474,7 @@ std::vector<uint8_t> PieceReader::next() {
     const ssize_t r =
         ::pread(fd_, piece.data() + got, piece.size() - got, static_cast<off_t>(offset + got));
     if (r < 0 && errno == EINTR) continue;
-    if (r < 0) throw TransportError("cannot read " + path_.string() + ": " + std::strerror(errno));
+    if (r < 0) throw TransportError("cannot read " + path_.string() + ": " + errno_text(errno));
     if (r == 0) {
       throw TransportError(path_.string() + " shrank below " + std::to_string(size_) +
                            " bytes while being sent; send it again");

@@ -16,7 +16,6 @@ namespace fedwan::kernels {
 namespace {
 
 using codec_math::bits_of;
-using codec_math::float_of;
 // Byte-wise so the payload is little-endian on any host and may be unaligned.
 inline uint16_t load_u16(const uint8_t* p) { return uint16_t(p[0] | (p[1] << 8)); }
 inline void store_u16(uint8_t* p, uint16_t v) {

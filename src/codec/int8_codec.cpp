@@ -99,7 +99,7 @@ FEDWAN_AVX2 void avx2_encode(const float* in, float* res, size_t n, const Int8Sc
     const __m256 scale = _mm256_set1_ps(s.scale);
     for (; i + 32 <= n; i += 32) {
       __m256 r[4];
-      for (int k = 0; k < 4; ++k) {
+      for (size_t k = 0; k < 4; ++k) {
         const __m256 v =
             _mm256_add_ps(_mm256_loadu_ps(in + i + 8 * k), _mm256_loadu_ps(res + i + 8 * k));
         r[k] = avx2_round(v, inv);

@@ -21,7 +21,6 @@ namespace {
 class CodecRegistry {
  public:
   CodecRegistry() {
-    for (auto& slot : by_id_) slot.store(nullptr, std::memory_order_relaxed);
     add(std::make_unique<Fp32Codec>());
     add(std::make_unique<Fp16Codec>());
     add(std::make_unique<Bf16Codec>());
@@ -74,7 +73,8 @@ class CodecRegistry {
  private:
   mutable std::mutex mu_;
   std::vector<std::unique_ptr<Codec>> codecs_;  // registration order
-  std::array<std::atomic<const Codec*>, 256> by_id_;
+  // By wire id; null where no codec has registered it.
+  std::array<std::atomic<const Codec*>, 256> by_id_{};
 };
 
 CodecRegistry& registry() {

@@ -6,8 +6,8 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 
+#include "common/errno_text.hpp"
 #include "fedwan/error.hpp"
 
 namespace fedwan {
@@ -42,8 +42,7 @@ int sync_directory(const fs::path& dir) {
 }  // namespace
 
 void throw_file_error(std::string_view action, const fs::path& path, int err) {
-  throw ConfigError("cannot " + std::string(action) + " " + path.string() + ": " +
-                    std::strerror(err) +
+  throw ConfigError("cannot " + std::string(action) + " " + path.string() + ": " + errno_text(err) +
                     "; check that the directory exists and is writable by this user");
 }
 

@@ -55,6 +55,17 @@ struct OpenSslDeleter {
 template <typename T, void (*Free)(T*)>
 using OpenSslPtr = std::unique_ptr<T, OpenSslDeleter<T, Free>>;
 
+// The add0/push calls take ownership of their argument only when they
+// succeed, so it stays in its OpenSslPtr until the call is checked (a failed
+// call leaves it to be freed there); then this lets go of it:
+//   FEDWAN_OPENSSL_CHECK(X509_CRL_add0_revoked(crl.get(), entry.get()));
+//   handed_to_openssl(entry);
+// Returns the pointer, which the object the call added it to now frees.
+template <typename T, void (*Free)(T*)>
+T* handed_to_openssl(OpenSslPtr<T, Free>& owned) {
+  return owned.release();
+}
+
 }  // namespace fedwan::detail
 
 // Checks an OpenSSL call that returns 1 on success, naming the call in the error.

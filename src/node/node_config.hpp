@@ -49,16 +49,16 @@ struct NodeConfig {
   // link's own business).
   transport::SocketOptions link;
 
-  Millis round_timeout;
-  Millis heartbeat;          // period of heartbeats on every link
-  Millis heartbeat_timeout;  // silence after which a peer is lost
+  Millis round_timeout{};
+  Millis heartbeat{};          // period of heartbeats on every link
+  Millis heartbeat_timeout{};  // silence after which a peer is lost
   // How long after a round opens the node closes it with the chunks that
   // have quorum; nullopt: it waits for every live child. A region's comes a
   // fifth earlier than the root's, so its partial aggregate still arrives.
   std::optional<Millis> round_deadline;
   // How long a finished node waits for its children to confirm the final
   // model, and for its last frames to leave.
-  Millis finish_wait;
+  Millis finish_wait{};
 
   ChunkPlan plan(uint64_t total_elements) const {
     return ChunkPlan::from_bytes(total_elements, chunk_bytes);

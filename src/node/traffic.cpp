@@ -7,9 +7,9 @@ uint64_t charged_round(const wire::FrameHeader& h, uint64_t current) {
     case wire::MsgType::kAnchor:
       // The anchor of round 0 (a full model at join) belongs to round 0.
       return h.round == 0 || (h.flags & wire::kFlagFullAnchor) ? h.round : h.round - 1;
+    // kDone comes after the last round: charged to no reported round (64
+    // bytes a link).
     case wire::MsgType::kDone:
-      // After the last round: charged to no reported round (64 bytes a link).
-      return h.round;
     case wire::MsgType::kDelta:
     case wire::MsgType::kTelemetry:
       return h.round;

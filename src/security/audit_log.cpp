@@ -19,6 +19,7 @@
 #include <utility>
 
 #include "common/atomic_file.hpp"
+#include "common/errno_text.hpp"
 #include "common/sha256.hpp"
 #include "fedwan/error.hpp"
 #include "security/audit_format.hpp"
@@ -30,8 +31,6 @@ namespace {
 using nlohmann::json;
 using namespace audit_format;
 using SteadyClock = std::chrono::steady_clock;
-
-std::string errno_text(int err) { return std::system_category().message(err); }
 
 // Owns a file descriptor (closed on destruction) until release().
 class UniqueFd {

@@ -8,12 +8,12 @@
 #include <iterator>
 #include <map>
 #include <string>
-#include <system_error>
 #include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "common/errno_text.hpp"
 #include "common/sha256.hpp"
 #include "fedwan/error.hpp"
 #include "security/audit_format.hpp"
@@ -37,8 +37,6 @@ using namespace audit_format;
 // Certificates a log may carry (one per process run that signed); more is
 // not a log any node wrote.
 constexpr size_t kMaxCerts = 4096;
-
-std::string errno_text(int err) { return std::system_category().message(err); }
 
 bool is_lower_hex64(const std::string& s) {
   if (s.size() != 64) return false;

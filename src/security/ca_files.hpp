@@ -30,9 +30,9 @@ using ExtPtr = OpenSslPtr<X509_EXTENSION, X509_EXTENSION_free>;
 
 inline constexpr mode_t kSecretMode = 0600;
 inline constexpr mode_t kPublicMode = 0644;
-inline constexpr int64_t kDay = 24 * 3600;
+inline constexpr int64_t kDay = int64_t{24} * 3600;
 // Past this a validity is a typo, and the day count would overflow an int.
-inline constexpr int64_t kMaxValidity = 100 * 366 * kDay;
+inline constexpr int64_t kMaxValidity = int64_t{100} * 366 * kDay;
 inline constexpr int64_t kCaMinBackdate = -300;  // tolerate clock skew between CA and nodes
 inline constexpr int64_t kMinCrlValidity = 60;  // seconds; shorter is a typo (tests go down to this)
 

@@ -24,6 +24,7 @@ namespace fedwan::security {
 namespace ca_detail {
 
 namespace fs = std::filesystem;
+using detail::handed_to_openssl;
 using detail::openssl_check_ptr;
 
 namespace {
@@ -162,7 +163,7 @@ void add_uri_san(X509* cert, const std::string& uri) {
   FEDWAN_OPENSSL_CHECK(ASN1_STRING_set(text.get(), uri.data(), static_cast<int>(uri.size())));
   GENERAL_NAME_set0_value(name.get(), GEN_URI, text.release());
   FEDWAN_OPENSSL_CHECK(sk_GENERAL_NAME_push(names.get(), name.get()));
-  name.release();  // owned by `names` now
+  handed_to_openssl(name);
   FEDWAN_OPENSSL_CHECK(
       X509_add1_ext_i2d(cert, NID_subject_alt_name, names.get(), 0, X509V3_ADD_DEFAULT));
 }

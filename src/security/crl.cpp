@@ -19,6 +19,7 @@ namespace fedwan::security {
 namespace ca_detail {
 
 namespace fs = std::filesystem;
+using detail::handed_to_openssl;
 using detail::openssl_check_ptr;
 
 std::string crl_pem(X509_CRL* crl) {
@@ -88,7 +89,7 @@ CrlPtr sign_crl(const Ca& ca, X509_CRL* previous, ASN1_INTEGER* add, std::time_t
       OpenSslPtr<X509_REVOKED, X509_REVOKED_free> copy(
           openssl_check_ptr(X509_REVOKED_dup(r), "X509_REVOKED_dup"));
       FEDWAN_OPENSSL_CHECK(X509_CRL_add0_revoked(crl.get(), copy.get()));
-      copy.release();
+      handed_to_openssl(copy);
     }
     IntPtr prev_number(static_cast<ASN1_INTEGER*>(
         X509_CRL_get_ext_d2i(previous, NID_crl_number, nullptr, nullptr)));
@@ -104,7 +105,7 @@ CrlPtr sign_crl(const Ca& ca, X509_CRL* previous, ASN1_INTEGER* add, std::time_t
     FEDWAN_OPENSSL_CHECK(X509_REVOKED_set_serialNumber(entry.get(), add));
     FEDWAN_OPENSSL_CHECK(X509_REVOKED_set_revocationDate(entry.get(), revoked_at.get()));
     FEDWAN_OPENSSL_CHECK(X509_CRL_add0_revoked(crl.get(), entry.get()));
-    entry.release();
+    handed_to_openssl(entry);
   }
   IntPtr crl_number(
       openssl_check_ptr(BN_to_ASN1_INTEGER(number.get(), nullptr), "BN_to_ASN1_INTEGER"));

@@ -70,7 +70,7 @@ class SignatureVerifier {
   // The CA certificate(s) in `ca_pem_file`, and the CRL in `crl_pem_file`
   // when one is given (empty: revocation is not checked). Throws ConfigError
   // or CryptoError when the files cannot be read or parsed.
-  SignatureVerifier(const std::string& ca_pem_file, const std::string& crl_pem_file = "");
+  explicit SignatureVerifier(const std::string& ca_pem_file, const std::string& crl_pem_file = "");
   // ca.pem and crl.pem of a credentials bundle.
   static std::shared_ptr<const SignatureVerifier> from_bundle(const std::string& bundle_dir);
   ~SignatureVerifier();

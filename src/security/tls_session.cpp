@@ -35,7 +35,7 @@ constexpr off_t kMaxCredentialBytes = off_t{1} << 20;
 constexpr off_t kMaxCrlBytes = off_t{16} << 20;
 
 std::string need_file(const std::string& dir, const char* name, off_t max_bytes) {
-  const std::string path = (std::filesystem::path(dir) / name).string();
+  std::string path = (std::filesystem::path(dir) / name).string();
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
     throw ConfigError("credentials bundle '" + dir + "' has no " + name +

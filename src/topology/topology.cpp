@@ -43,14 +43,15 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
-#include <cstring>
 #include <fstream>
 #include <map>
 #include <sstream>
 
 #include "common/atomic_file.hpp"
+#include "common/errno_text.hpp"
 #include "common/node_id.hpp"
 #include "common/sha256.hpp"
 #include "fedwan/codec.hpp"
@@ -73,7 +74,6 @@ std::string topology_detail::join(const std::vector<std::string>& v) {
 
 namespace {
 
-using topology_detail::join;
 using topology_detail::YamlReader;
 
 const std::vector<std::string> kTopKeys = {"job", "federation", "policy", "nodes"};
@@ -97,15 +97,9 @@ const std::vector<std::string> kNodeKeys = {"id", "role", "parent", "endpoint", 
                                             // residency, read in topology_policy.cpp
                                             "jurisdiction", "allowed_jurisdictions", "k_min"};
 
-using topology_detail::format_double;
-using topology_detail::invalid_endpoint;
-using topology_detail::kMaxSiteWeight;
 using topology_detail::kMaxTopologyBytes;
 using topology_detail::kMaxYamlNesting;
 using topology_detail::misplaced_standby_key;
-using topology_detail::standby_problem;
-using topology_detail::valid_endpoint;
-using topology_detail::validate_federation;
 using topology_detail::yaml_nesting;
 
 // ---- YAML reading ---------------------------------------------------------
@@ -234,7 +228,7 @@ Topology Topology::load(const std::string& path) {
   o.too_large_hint = "a topology lists nodes and settings in a few KiB";
   std::optional<std::string> text = read_file_if_exists(path, o);
   if (!text) {
-    throw ConfigError("cannot open topology file '" + path + "': " + std::strerror(ENOENT));
+    throw ConfigError("cannot open topology file '" + path + "': " + errno_text(ENOENT));
   }
   return parse(*text, path);
 }
@@ -250,11 +244,11 @@ Topology Topology::build(std::string job, FederationSpec federation, std::vector
   return t;
 }
 
-void Topology::finalize(const std::string& src) {
+void Topology::finalize(const std::string& source) {
   const topology_detail::Fail fail = [&](const std::string& msg) {
-    throw ConfigError(src + ": " + msg);
+    throw ConfigError(source + ": " + msg);
   };
-  topology_detail::check_settings(job_, federation_, policy_, nodes_, src, fail);
+  topology_detail::check_settings(job_, federation_, policy_, nodes_, source, fail);
   root_index_ = topology_detail::check_nodes(nodes_, fail);
   topology_detail::check_one_transport(nodes_, fail);
   topology_detail::link_parents(nodes_, fail);

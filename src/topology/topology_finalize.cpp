@@ -80,6 +80,7 @@ uint32_t check_nodes(std::vector<NodeSpec>& nodes, const Fail& fail) {
   }
   if (roots.size() != 1) {
     std::vector<std::string> ids;
+    ids.reserve(roots.size());
     for (uint32_t r : roots) ids.push_back(nodes[r].id);
     fail(roots.empty() ? "no node has role root; exactly one aggregator must be the root"
                        : std::to_string(roots.size()) + " nodes have role root (" + join(ids) +
@@ -193,7 +194,9 @@ std::string canonical_text(const std::string& job, const FederationSpec& f,
   std::map<std::string, std::string> outer;
   for (const char* key : {"beta1", "beta2", "eps", "lr", "momentum"}) outer[key] = "-";
   for (const auto& [key, value] : f.outer.params) outer[key] = format_double(value);
-  for (const auto& [key, value] : outer) c += "federation.outer." + key + "=" + value + "\n";
+  for (const auto& [key, value] : outer) {
+    c.append("federation.outer.").append(key).append("=").append(value).append("\n");
+  }
   c += "federation.outer.name=" + f.outer.name + "\n";
   c += "federation.round_timeout_s=" + format_double(f.round_timeout_s) + "\n";
   c += "federation.rounds=" + std::to_string(f.rounds) + "\n";

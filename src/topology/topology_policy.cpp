@@ -155,7 +155,7 @@ std::optional<std::string> residency_tree_problem(const Topology& t) {
         std::string rule = need == 2 ? std::string("no single site's delta may leave its region")
                                      : "no aggregate of fewer than " + std::to_string(need) +
                                            " sites may leave its region";
-        std::string from =
+        const char* from =
             s.k_min != 0 ? "set on the region" : "set by policy.k_min; a region may set its own";
         return "region '" + s.id + "' aggregates " + std::to_string(have) +
                (have == 1 ? " site" : " sites") + " but residency policy requires k_min " +

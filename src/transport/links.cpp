@@ -1,6 +1,7 @@
 #include "transport/links.hpp"
 
 #include <mutex>
+#include <utility>
 
 #include "common/log.hpp"
 #include "wire/frame.hpp"
@@ -39,7 +40,7 @@ SecurityFactory plaintext_security_factory(uint64_t job_id, uint32_t self_index,
                 "nodes will refuse this one. Use only for loopback experiments "
                 "(see docs/security.md)");
   });
-  return [job_id, self_index, sink](const std::string& peer) {
+  return [job_id, self_index, sink = std::move(sink)](const std::string& peer) {
     return std::make_unique<PlaintextSecurity>(job_id, self_index, sink, peer);
   };
 }
@@ -48,7 +49,7 @@ SecurityFactory plaintext_security_factory(uint64_t job_id, uint32_t self_index,
 
 ParentLink::ParentLink(transport::Transport& transport, const std::string& endpoint,
                        const std::string& self_id, const LinkOptions& options,
-                       SecurityFactory security)
+                       const SecurityFactory& security)
     : transport_(transport), endpoint_(endpoint), security_(security(endpoint)) {
   try {
     socket_ = transport_.connect(endpoint, self_id, options);

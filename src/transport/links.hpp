@@ -53,7 +53,8 @@ SecurityFactory plaintext_security_factory(uint64_t job_id, uint32_t self_index,
 class ParentLink {
  public:
   ParentLink(transport::Transport& transport, const std::string& endpoint,
-             const std::string& self_id, const LinkOptions& options, SecurityFactory security);
+             const std::string& self_id, const LinkOptions& options,
+             const SecurityFactory& security);
   // A link whose session never came up has nothing worth flushing: it closes
   // at once instead of lingering on a handshake nobody will read.
   ~ParentLink();
@@ -77,7 +78,7 @@ class ParentLink {
   std::optional<size_t> try_send(const std::vector<uint8_t>& frame);
   // Like send() for bytes already sealed by this link's own sealer (see
   // SecureChannel::sealer and security::SealingPipeline).
-  size_t send_sealed(std::vector<uint8_t> bytes, Millis timeout);
+  size_t send_sealed(std::vector<uint8_t> frame, Millis timeout);
   // Waits at most `timeout` for one frame that passes the security layer.
   // Throws CryptoError once the handshake failed.
   bool recv(Incoming* out, Millis timeout);

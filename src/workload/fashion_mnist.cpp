@@ -7,11 +7,11 @@
 #include <cerrno>
 #include <climits>
 #include <cstdio>
-#include <cstring>
 #include <memory>
 #include <string>
 #include <utility>
 
+#include "common/errno_text.hpp"
 #include "fedwan/error.hpp"
 
 namespace fedwan::workload {
@@ -43,8 +43,8 @@ class IdxReader {
     errno = 0;
     file_.reset(gzopen(path_.c_str(), "rb"));
     if (!file_) {
-      fail(path_, std::string("cannot be opened: ") +
-                      (errno != 0 ? std::strerror(errno) : "out of memory"));
+      fail(path_,
+           std::string("cannot be opened: ") + (errno != 0 ? errno_text(errno) : "out of memory"));
     }
     if (gzbuffer(file_.get(), 1u << 20) != 0) fail(path_, "gzbuffer failed");
   }
