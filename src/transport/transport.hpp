@@ -124,6 +124,7 @@ class Transport {
   // The same for messages waiting on `sockets` (or room, when `for_send`).
   bool wait(const std::vector<Socket*>& sockets, Millis timeout, bool for_send = false) {
     std::vector<Interest> interests;
+    interests.reserve(sockets.size());
     for (Socket* s : sockets) interests.push_back({s, !for_send, for_send});
     return wait(interests, timeout);
   }
@@ -134,5 +135,15 @@ class Transport {
 // topology checks it).
 std::unique_ptr<Transport> make_transport(const std::string& endpoint);
 bool is_mem_endpoint(const std::string& endpoint);
+
+// A test hook: wraps every transport make_transport() makes from now on
+// (the inner one and the endpoint it was made for go in, what comes out is
+// handed to the node), so that tests can inject faults into the nodes they
+// run as threads without touching the nodes. An empty function removes it.
+// Process-wide and thread safe; transports made before keep what they had.
+// Production code never sets it.
+using TransportDecorator = std::function<std::unique_ptr<Transport>(
+    std::unique_ptr<Transport> inner, const std::string& endpoint)>;
+void set_transport_decorator(TransportDecorator decorator);
 
 }  // namespace fedwan::transport
