@@ -56,8 +56,7 @@ __device__ uint32_t block_max_of(uint32_t v) {
 template <CodecId K>
 __global__ void __launch_bounds__(kThreads)
     block_max_kernel(const float* in, const float* minus, const float* res, size_t n,
-                     uint32_t* block_max,
-                     unsigned long long* first_bad) {
+                     uint32_t* block_max, unsigned long long* first_bad) {
   const size_t begin = size_t(blockIdx.x) * kBlock<K>;
   const size_t end = begin + kBlock<K> < n ? begin + kBlock<K> : n;
   uint32_t m = 0;
@@ -75,8 +74,7 @@ __global__ void __launch_bounds__(kThreads)
 template <CodecId K>
 __global__ void __launch_bounds__(kThreads)
     quantise_kernel(const float* in, const float* minus, float* res, size_t n,
-                    const uint32_t* block_max,
-                    const unsigned long long* first_bad, uint8_t* out) {
+                    const uint32_t* block_max, const unsigned long long* first_bad, uint8_t* out) {
   if (*first_bad != kNoBad) return;  // the same for the whole grid: nothing is written
   const size_t b = blockIdx.x;
   const size_t begin = b * kBlock<K>;
@@ -126,10 +124,10 @@ cudaError_t launch(const EncodeArgs& a, cudaStream_t stream) {
   const size_t blocks = a.n / kBlock<K> + (a.n % kBlock<K> != 0);
   if (blocks > 0x7FFFFFFFu) return cudaErrorInvalidValue;
   const dim3 grid{static_cast<unsigned>(blocks)};
-  block_max_kernel<K><<<grid, kThreads, 0, stream>>>(a.in, a.minus, a.residual, a.n,
-                                                     a.block_max, a.first_bad);
-  quantise_kernel<K><<<grid, kThreads, 0, stream>>>(a.in, a.minus, a.residual, a.n,
-                                                    a.block_max, a.first_bad, a.out);
+  block_max_kernel<K>
+      <<<grid, kThreads, 0, stream>>>(a.in, a.minus, a.residual, a.n, a.block_max, a.first_bad);
+  quantise_kernel<K><<<grid, kThreads, 0, stream>>>(a.in, a.minus, a.residual, a.n, a.block_max,
+                                                    a.first_bad, a.out);
   return cudaGetLastError();
 }
 
@@ -140,8 +138,7 @@ bool has_kernels(CodecId codec) {
     case CodecId::kFp32:
     case CodecId::kFp16:
     case CodecId::kBf16:
-    case CodecId::kInt8:
-      return true;
+    case CodecId::kInt8: return true;
   }
   return false;
 }

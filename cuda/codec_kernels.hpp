@@ -33,12 +33,12 @@ inline size_t block_count(CodecId codec, size_t n) {
 }
 
 struct EncodeArgs {
-  const float* in = nullptr;         // n device floats
-  const float* minus = nullptr;      // n device floats, or null: encode in - minus
-  float* residual = nullptr;         // n device floats, or null
+  const float* in = nullptr;     // n device floats
+  const float* minus = nullptr;  // n device floats, or null: encode in - minus
+  float* residual = nullptr;     // n device floats, or null
   size_t n = 0;
-  uint8_t* out = nullptr;            // device, the codec's encoded_size(n); 256-byte aligned
-  uint32_t* block_max = nullptr;     // device, block_count(codec, n) words of scratch
+  uint8_t* out = nullptr;                   // device, the codec's encoded_size(n); 256-byte aligned
+  uint32_t* block_max = nullptr;            // device, block_count(codec, n) words of scratch
   unsigned long long* first_bad = nullptr;  // device; the caller sets it to ~0 first
 };
 

@@ -49,10 +49,18 @@ struct Owned {
     if (p) free(p);
   }
 };
-struct FreeDevice { void operator()(void* p) const { cudaFree(p); } };
-struct FreeHost { void operator()(void* p) const { cudaFreeHost(p); } };
-struct FreeStream { void operator()(cudaStream_t s) const { cudaStreamDestroy(s); } };
-struct FreeEvent { void operator()(cudaEvent_t e) const { cudaEventDestroy(e); } };
+struct FreeDevice {
+  void operator()(void* p) const { cudaFree(p); }
+};
+struct FreeHost {
+  void operator()(void* p) const { cudaFreeHost(p); }
+};
+struct FreeStream {
+  void operator()(cudaStream_t s) const { cudaStreamDestroy(s); }
+};
+struct FreeEvent {
+  void operator()(cudaEvent_t e) const { cudaEventDestroy(e); }
+};
 
 struct Slot {
   Owned<cudaStream_t, FreeStream> stream;
@@ -74,8 +82,8 @@ void require_device_pointer(const void* p, int device, const char* what) {
   cudaPointerAttributes attr{};
   const cudaError_t status = cudaPointerGetAttributes(&attr, p);
   if (status != cudaSuccess) cudaGetLastError();
-  const bool on_device = status == cudaSuccess && (attr.type == cudaMemoryTypeDevice ||
-                                                   attr.type == cudaMemoryTypeManaged);
+  const bool on_device = status == cudaSuccess &&
+                         (attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged);
   if (!on_device) {
     throw ConfigError(std::string("DeviceEncoder: ") + what +
                       " is not GPU memory; encode host data with the CPU codec "
@@ -216,8 +224,8 @@ void DeviceEncoder::Impl::start(int slot, const float* in, const float* minus, f
 
   const size_t bytes = m.codec->encoded_size(n);
   if (bytes > 0) {
-    FEDWAN_CUDA_CHECK(cudaMemcpyAsync(s.host.p, s.payload.p, bytes, cudaMemcpyDeviceToHost,
-                                      s.stream.p));
+    FEDWAN_CUDA_CHECK(
+        cudaMemcpyAsync(s.host.p, s.payload.p, bytes, cudaMemcpyDeviceToHost, s.stream.p));
   }
   FEDWAN_CUDA_CHECK(cudaMemcpyAsync(s.host_bad.p, s.first_bad.p, sizeof(unsigned long long),
                                     cudaMemcpyDeviceToHost, s.stream.p));

@@ -95,8 +95,8 @@ DeviceUpdateEncoder::DeviceUpdateEncoder(int device, const float* params, size_t
   DeviceScope scope(device);
   m.anchor = device_array(n);
   m.residual = device_array(n);
-  FEDWAN_CUDA_CHECK(cudaMemcpy(m.anchor.get(), params, n * sizeof(float),
-                               cudaMemcpyDeviceToDevice));
+  FEDWAN_CUDA_CHECK(
+      cudaMemcpy(m.anchor.get(), params, n * sizeof(float), cudaMemcpyDeviceToDevice));
 }
 
 DeviceUpdateEncoder::~DeviceUpdateEncoder() = default;
@@ -124,15 +124,15 @@ void DeviceUpdateEncoder::encode(const Codec& codec, uint64_t offset, uint32_t n
 void DeviceUpdateEncoder::read_residual(float* out, size_t n) {
   impl_->check_range(n, "read_residual");
   DeviceScope scope(impl_->device);
-  FEDWAN_CUDA_CHECK(cudaMemcpy(out, impl_->residual.get(), n * sizeof(float),
-                               cudaMemcpyDeviceToHost));
+  FEDWAN_CUDA_CHECK(
+      cudaMemcpy(out, impl_->residual.get(), n * sizeof(float), cudaMemcpyDeviceToHost));
 }
 
 void DeviceUpdateEncoder::write_residual(const float* in, size_t n) {
   impl_->check_range(n, "write_residual");
   DeviceScope scope(impl_->device);
-  FEDWAN_CUDA_CHECK(cudaMemcpy(impl_->residual.get(), in, n * sizeof(float),
-                               cudaMemcpyHostToDevice));
+  FEDWAN_CUDA_CHECK(
+      cudaMemcpy(impl_->residual.get(), in, n * sizeof(float), cudaMemcpyHostToDevice));
 }
 
 }  // namespace fedwan::cuda

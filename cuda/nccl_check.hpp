@@ -28,9 +28,8 @@ inline std::string nccl_error_text(ncclResult_t status) {
   const std::string what = std::string(file) + ":" + std::to_string(line) + ": " + call +
                            " failed: " + nccl_error_text(status);
   if (status == ncclInvalidArgument || status == ncclInvalidUsage) {
-    throw ConfigError(what +
-                      " (check the ranks, devices and buffers given to the site "
-                      "communicator; set NCCL_DEBUG=WARN for NCCL's own account)");
+    throw ConfigError(what + " (check the ranks, devices and buffers given to the site "
+                             "communicator; set NCCL_DEBUG=WARN for NCCL's own account)");
   }
   throw TransportError(what + " (set NCCL_DEBUG=WARN for NCCL's own account)");
 }

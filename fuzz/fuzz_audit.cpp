@@ -71,7 +71,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const AuditVerifyResult signed_r = fedwan::security::verify_audit_text(text, o);
   check_consistent(signed_r, text);
   if (signed_r.ok && !plain.ok) fail("a CA check passed a log the chain refuses");
-  if (signed_r.ok && (signed_r.signed_heads == 0 || signed_r.verified_heads != signed_r.signed_heads)) {
+  if (signed_r.ok &&
+      (signed_r.signed_heads == 0 || signed_r.verified_heads != signed_r.signed_heads)) {
     fail("a log passed the CA check with heads not verified");
   }
   if (plain.ok) {

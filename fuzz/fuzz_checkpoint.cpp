@@ -17,9 +17,9 @@
 #include <memory>
 #include <string>
 
-#include "fedwan/error.hpp"
 #include "checkpoint/checkpoint_file.hpp"
 #include "checkpoint/replica_store.hpp"
+#include "fedwan/error.hpp"
 #include "security/node_key.hpp"
 
 namespace {

@@ -4,10 +4,10 @@
 // certificate and CRL seeds of fuzz_certs come from the openssl command line
 // instead. Seeds are small valid inputs: the fuzzer mutates them into the
 // invalid ones.
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -16,9 +16,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/checkpoint_file.hpp"
 #include "fedwan/codec.hpp"
 #include "fuzz_keys.hpp"
-#include "checkpoint/checkpoint_file.hpp"
 #include "security/audit_log.hpp"
 #include "security/frame_protector.hpp"
 #include "security/node_key.hpp"

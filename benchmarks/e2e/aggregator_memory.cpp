@@ -45,8 +45,8 @@
 #include <nlohmann/json.hpp>
 
 #include "fedwan/aggregator.hpp"
-#include "fedwan/security.hpp"
 #include "fedwan/error.hpp"
+#include "fedwan/security.hpp"
 #include "fedwan/site_core.hpp"
 #include "fedwan/synthetic.hpp"
 #include "fedwan/topology.hpp"
@@ -70,7 +70,7 @@ struct Config {
   int window = 8;
   int peer_window = 0;  // root and sites; 0: the same as `window`
   std::string codec = "fp16";
-  int repeat = 3;  // runs per site count
+  int repeat = 3;    // runs per site count
   std::string json;  // --json: where to write the rows; empty: nowhere
 };
 
@@ -159,8 +159,7 @@ struct Measurement {
 class ScratchDir {
  public:
   ScratchDir() {
-    std::string tmpl =
-        (std::filesystem::temp_directory_path() / "fedwan-aggmem-XXXXXX").string();
+    std::string tmpl = (std::filesystem::temp_directory_path() / "fedwan-aggmem-XXXXXX").string();
     if (!mkdtemp(tmpl.data())) throw fedwan::Error("cannot create a temporary directory");
     path_ = tmpl;
   }
@@ -222,8 +221,9 @@ pid_t spawn_region(const std::filesystem::path& topology, const std::filesystem:
   const ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
   if (len <= 0) throw fedwan::Error("cannot resolve /proc/self/exe");
   exe[len] = '\0';
-  std::vector<std::string> args = {exe, "--serve-region", topology.string(), "--report",
-                                   report.string(), "--window", std::to_string(window)};
+  std::vector<std::string> args = {
+      exe,        "--serve-region",      topology.string(), "--report", report.string(),
+      "--window", std::to_string(window)};
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -356,16 +356,21 @@ void write_json(const std::string& path, const Config& cfg, uint64_t chunks, dou
                         {"growth_share", unless_base(r.growth_share)},
                         {"ok", unless_base(r.ok)}});
   }
-  const nlohmann::ordered_json j = {
-      {"format", "fedwan.aggregator_memory"},
-      {"version", 1},
-      {"config",
-       {{"params", cfg.params}, {"codec", cfg.codec}, {"chunk_bytes", cfg.chunk_bytes},
-        {"chunks", chunks}, {"rounds", cfg.rounds}, {"window", cfg.window},
-        {"peer_window", cfg.peer_window}, {"repeat", cfg.repeat}, {"model_mib", model_mib}}},
-      {"baseline_sites", rows.front().sites},
-      {"pass", pass},
-      {"rows", out_rows}};
+  const nlohmann::ordered_json j = {{"format", "fedwan.aggregator_memory"},
+                                    {"version", 1},
+                                    {"config",
+                                     {{"params", cfg.params},
+                                      {"codec", cfg.codec},
+                                      {"chunk_bytes", cfg.chunk_bytes},
+                                      {"chunks", chunks},
+                                      {"rounds", cfg.rounds},
+                                      {"window", cfg.window},
+                                      {"peer_window", cfg.peer_window},
+                                      {"repeat", cfg.repeat},
+                                      {"model_mib", model_mib}}},
+                                    {"baseline_sites", rows.front().sites},
+                                    {"pass", pass},
+                                    {"rows", out_rows}};
   std::ofstream out(path);
   out << j.dump(2) << "\n";
   if (!out) throw fedwan::Error("cannot write " + path);
@@ -434,7 +439,8 @@ int drive(Config cfg) {
               "delta would take)\n",
               base.sites);
   std::printf("a region holds: idle + one error-feedback residual of the model (lossy codecs) "
-              "+ one fp32 copy of the anchor (to resync children) + one %.2f MiB accumulator per chunk in flight (up to %llu, as far as its "
+              "+ one fp32 copy of the anchor (to resync children) + one %.2f MiB accumulator per "
+              "chunk in flight (up to %llu, as far as its "
               "fastest child runs ahead) + per child up to %d frames queued each way\n\n",
               chunk_mib, static_cast<unsigned long long>(chunks), cfg.window);
   bool pass = true;

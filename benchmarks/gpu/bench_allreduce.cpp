@@ -183,10 +183,10 @@ void rank_main(int rank, int ranks, const Settings& s, const std::string& rendez
       cudaStream_t stream{};
       check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
       nccl = measure(s, align, [&] {
-        const ncclResult_t r = ncclAllReduce(buf.get(), buf.get(), buf.size(), ncclFloat32,
-                                             ncclSum, raw_comm, stream);
-        if (r != ncclSuccess) throw fedwan::Error(std::string("ncclAllReduce: ") +
-                                                  ncclGetErrorString(r));
+        const ncclResult_t r =
+            ncclAllReduce(buf.get(), buf.get(), buf.size(), ncclFloat32, ncclSum, raw_comm, stream);
+        if (r != ncclSuccess)
+          throw fedwan::Error(std::string("ncclAllReduce: ") + ncclGetErrorString(r));
         check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
       });
       cudaStreamDestroy(stream);
@@ -310,10 +310,9 @@ int main(int argc, char** argv) {
   }
   if (failed) return 1;
 
-  std::printf(
-      "bench_allreduce: %d ranks (one GPU each), %d iterations after %d warmup, "
-      "median of the slowest rank; buckets/chunks of 25 MiB; bw = bytes / time\n",
-      ranks, s.iters, s.warmup);
+  std::printf("bench_allreduce: %d ranks (one GPU each), %d iterations after %d warmup, "
+              "median of the slowest rank; buckets/chunks of 25 MiB; bw = bytes / time\n",
+              ranks, s.iters, s.warmup);
   std::printf("%8s | %9s %9s | %9s %9s %7s | %9s %9s %7s | %9s %9s %7s\n", "size", "nccl ms",
               "GB/s", "raw ms", "GB/s", "ratio", "chunk ms", "GB/s", "ratio", "dp ms", "GB/s",
               "ratio");
@@ -326,7 +325,8 @@ int main(int argc, char** argv) {
     const double dp = median_of_slowest(rows[k].dp);
     auto gbps = [&](double ms) { return ms > 0 ? bytes / (ms * 1e-3) / 1e9 : 0.0; };
     char dp_cols[64] = "      n/a       n/a     n/a";
-    if (dp > 0) std::snprintf(dp_cols, sizeof dp_cols, "%9.3f %9.1f %7.3f", dp, gbps(dp), base / dp);
+    if (dp > 0)
+      std::snprintf(dp_cols, sizeof dp_cols, "%9.3f %9.1f %7.3f", dp, gbps(dp), base / dp);
     std::printf("%4zu MiB | %9.3f %9.1f | %9.3f %9.1f %7.3f | %9.3f %9.1f %7.3f | %s\n",
                 s.sizes_mib[k], nccl, gbps(nccl), raw, gbps(raw), base / raw, chunk, gbps(chunk),
                 base / chunk, dp_cols);

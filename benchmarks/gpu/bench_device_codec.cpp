@@ -107,7 +107,8 @@ int main(int argc, char** argv) {
   std::printf("device %d: %s, %d SMs, L2 %d MiB; median of %d runs\n", device, prop.name,
               prop.multiProcessorCount, prop.l2CacheSize >> 20, reps);
   std::printf("%-5s %-3s %9s %11s %12s %12s %12s %10s %10s\n", "codec", "ef", "chunk_MiB",
-              "copy_GB/s", "encode_GB/s", "kernel_ratio", "traffic_ratio", "d2h_GB/s", "host_ratio");
+              "copy_GB/s", "encode_GB/s", "kernel_ratio", "traffic_ratio", "d2h_GB/s",
+              "host_ratio");
 
   cudaStream_t stream{};
   check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");

@@ -23,8 +23,8 @@ nodes:
   - {id: root, role: root, endpoint: "ipc:///tmp/bench-tls-root"}
   - {id: site, role: site, parent: root}
 )");
-  fs::path dir = fs::temp_directory_path() /
-                 ("fedwan-bench-tls-" + std::to_string(std::random_device{}()));
+  fs::path dir =
+      fs::temp_directory_path() / ("fedwan-bench-tls-" + std::to_string(std::random_device{}()));
   std::shared_ptr<security::TlsContext> root_tls, site_tls;
   Federation() {
     security::provision_federation(topo, dir.string());

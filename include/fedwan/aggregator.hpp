@@ -20,16 +20,16 @@ namespace fedwan {
 // sums its own links and its regions' reports).
 struct RoundReport {
   uint64_t round = 0;
-  double seconds = 0;         // root: round opened -> global model updated
-  uint64_t wan_bytes = 0;     // bytes on the wire, frame headers included
-  uint64_t fp32_bytes = 0;    // the same frames had they carried fp32
+  double seconds = 0;       // root: round opened -> global model updated
+  uint64_t wan_bytes = 0;   // bytes on the wire, frame headers included
+  uint64_t fp32_bytes = 0;  // the same frames had they carried fp32
   uint64_t frames = 0;
-  double weight = 0;          // total site weight aggregated
+  double weight = 0;  // total site weight aggregated
 };
 
 struct AggregatorOptions {
   Topology topology;
-  std::string node_id;                 // a root or region of the topology
+  std::string node_id;  // a root or region of the topology
   // Root only: the starting global model (flat fp32). Sites whose initial
   // model has the same SHA-256 start from their own copy; others are sent it.
   std::vector<float> initial_model;
@@ -40,7 +40,7 @@ struct AggregatorOptions {
   std::chrono::milliseconds join_timeout{std::chrono::minutes(5)};
   // Per round; defaults to the topology's federation.round_timeout_s.
   std::optional<std::chrono::milliseconds> round_timeout;
-  int window = 8;                      // frames queued per child and direction
+  int window = 8;  // frames queued per child and direction
   // Mutual TLS credentials (or explicit plaintext) and the audit log.
   SecurityOptions security;
   // Fault tolerance (docs/operations.md). With a directory, the node writes
@@ -64,21 +64,21 @@ struct AggregatorOptions {
 
 struct AggregatorSummary {
   uint64_t rounds = 0;
-  std::vector<RoundReport> reports;    // root: whole tree; region: its subtree
+  std::vector<RoundReport> reports;  // root: whole tree; region: its subtree
   uint64_t wan_bytes_total = 0;
   uint64_t fp32_bytes_total = 0;
-  uint64_t rejected_frames = 0;        // malformed, unauthorised, stale, duplicate
-  std::string security_mode;           // "mtls/<cipher>" or "plaintext"
-  std::vector<double> handshake_ms;    // children's secure links, as each came up
-  std::vector<float> global_model;     // root: the final global model
-  uint64_t resumed_from_round = 0;     // > 0: resumed from a checkpoint at this round
-  uint64_t children_lost = 0;          // heartbeat timeouts of children
-  uint64_t rejoins = 0;                // children that said hello again mid-federation
-  uint64_t stale_updates = 0;          // delta chunks for a closed round or chunk
+  uint64_t rejected_frames = 0;      // malformed, unauthorised, stale, duplicate
+  std::string security_mode;         // "mtls/<cipher>" or "plaintext"
+  std::vector<double> handshake_ms;  // children's secure links, as each came up
+  std::vector<float> global_model;   // root: the final global model
+  uint64_t resumed_from_round = 0;   // > 0: resumed from a checkpoint at this round
+  uint64_t children_lost = 0;        // heartbeat timeouts of children
+  uint64_t rejoins = 0;              // children that said hello again mid-federation
+  uint64_t stale_updates = 0;        // delta chunks for a closed round or chunk
   uint64_t checkpoints_written = 0;
-  uint64_t replicas_stored = 0;        // children's checkpoints kept (and, standby, the root's)
-  uint64_t replica_bytes = 0;          // their bytes (not in the round reports' traffic)
-  bool took_over = false;              // standby: became the root
+  uint64_t replicas_stored = 0;  // children's checkpoints kept (and, standby, the root's)
+  uint64_t replica_bytes = 0;    // their bytes (not in the round reports' traffic)
+  bool took_over = false;        // standby: became the root
   // Conditions an operator must act on that the node rode out (the audit log
   // could not be written, the CRL is expiring, expired or unusable, ...),
   // "kind: message", the latest per kind (docs/operations.md, "Alarms").

@@ -48,10 +48,10 @@ class Codec {
 // Lookups are thread safe once registration is over (built-ins are
 // registered before main).
 const Codec& codec_by_name(std::string_view name);  // throws ConfigError naming the known codecs
-const Codec* codec_by_id(CodecId id);                // nullptr when unknown
-const Codec* codec_by_wire_id(uint8_t id);           // nullptr when unknown
+const Codec* codec_by_id(CodecId id);               // nullptr when unknown
+const Codec* codec_by_wire_id(uint8_t id);          // nullptr when unknown
 std::vector<std::string> codec_names();
-void register_codec(std::unique_ptr<Codec> codec);   // throws ConfigError on a duplicate name or id
+void register_codec(std::unique_ptr<Codec> codec);  // throws ConfigError on a duplicate name or id
 
 // acc[i] = acc[i] + weight * x[i] (product rounded first; see decode_accumulate).
 void accumulate_weighted(float* acc, const float* x, size_t n, float weight);

@@ -50,7 +50,7 @@ std::unique_ptr<SiteComm> make_site_comm(const SiteCommOptions& options, int dev
 
 struct DeviceEncoderOptions {
   int device = 0;
-  std::string codec = "fp16";            // fp32, fp16, bf16 or int8
+  std::string codec = "fp16";             // fp32, fp16, bf16 or int8
   size_t max_elements = size_t{1} << 20;  // the largest chunk encoded (sizes the buffers)
   int slots = 2;                          // chunks in flight, each with its own pinned buffer
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};
@@ -81,8 +81,7 @@ class DeviceEncoder {
   // The same for (a - b), each difference rounded to fp32 before the
   // residual is added: the bytes the CPU codec gives for the host-computed
   // difference. a and b are n device floats each.
-  void encode_difference_async(int slot, const float* a, const float* b, float* residual,
-                               size_t n);
+  void encode_difference_async(int slot, const float* a, const float* b, float* residual, size_t n);
 
   struct Encoded {
     const uint8_t* data = nullptr;  // pinned host memory, valid until the slot is reused

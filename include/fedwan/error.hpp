@@ -53,5 +53,5 @@ class StoppedError : public Error {
 }  // namespace fedwan
 
 // Throws `type` with the message prefixed by file:line (for internal checks).
-#define FEDWAN_THROW(type, msg)                                                   \
+#define FEDWAN_THROW(type, msg) \
   throw type(std::string(__FILE__) + ":" + std::to_string(__LINE__) + ": " + (msg))

@@ -25,7 +25,7 @@ class FlatParameters {
   explicit FlatParameters(torch::nn::Module& module);
   explicit FlatParameters(std::vector<torch::Tensor> tensors);
 
-  torch::Tensor flat() const { return flat_; }  // fp32 [numel], contiguous
+  torch::Tensor flat() const { return flat_; }       // fp32 [numel], contiguous
   float* data() { return flat_.data_ptr<float>(); }  // on device()
   torch::Device device() const { return flat_.device(); }
   size_t numel() const { return static_cast<size_t>(flat_.numel()); }

@@ -20,7 +20,7 @@ namespace fedwan {
 // an optimizer takes, their defaults and ranges, is the optimizer's own
 // business (outer_optimizer_params()); a name it does not take is refused.
 struct OuterOptimizerSpec {
-  std::string name = "fedavg";  // one of outer_optimizer_names()
+  std::string name = "fedavg";           // one of outer_optimizer_names()
   std::map<std::string, double> params;  // a name left out: the optimizer's default
 
   // The value set for `key`, if any.

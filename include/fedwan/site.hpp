@@ -52,8 +52,8 @@ class Site {
   // options.checkpoint_dir, checkpoints also hold the optimizer's state, the
   // module's buffers and the step within the round, and join() restores
   // them (module and optimizer must outlive the Site).
-  Site(SiteOptions options, torch::nn::Module& module,
-       torch::optim::Optimizer* optimizer = nullptr, SiteComm* ranks = nullptr);
+  Site(SiteOptions options, torch::nn::Module& module, torch::optim::Optimizer* optimizer = nullptr,
+       SiteComm* ranks = nullptr);
   ~Site();
 
   SyncResult join();
@@ -90,13 +90,12 @@ class Site {
   void to_device();
   void anchor_to_device();  // the device encoder's anchor, from the leader's core
 
-
   FlatParameters flat_;
   torch::Tensor host_;              // CUDA model: what the federation reads and writes
   std::unique_ptr<SiteCore> core_;  // the leader's only
   // CUDA model, CUDA build: encodes the leader's update on the GPU.
   std::shared_ptr<UpdateEncoder> device_encoder_;
-  SiteComm* ranks_ = nullptr;       // null or size 1: a single-rank site
+  SiteComm* ranks_ = nullptr;  // null or size 1: a single-rank site
   std::function<std::vector<StateBlob>()> save_state_;
   std::function<void(const std::vector<StateBlob>&)> load_state_;
   std::chrono::milliseconds join_timeout_, round_timeout_;

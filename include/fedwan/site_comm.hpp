@@ -24,8 +24,8 @@
 namespace fedwan {
 
 struct SiteCommOptions {
-  int rank = 0;   // 0 .. size-1; rank 0 is the site leader
-  int size = 1;   // ranks in the site
+  int rank = 0;  // 0 .. size-1; rank 0 is the site leader
+  int size = 1;  // ranks in the site
   // Directory the ranks rendezvous in (created if missing). Use a fresh one
   // per run of the site: addresses left by an earlier run would be taken
   // for live ranks.

@@ -52,12 +52,12 @@ class UpdateEncoder {
 
 struct SiteOptions {
   Topology topology;
-  std::string node_id;                 // a site of the topology
+  std::string node_id;  // a site of the topology
   std::chrono::milliseconds join_timeout{std::chrono::minutes(5)};
   // How long sync() waits for the next anchor; defaults to the topology's
   // federation.round_timeout_s.
   std::chrono::milliseconds round_timeout{0};
-  int window = 8;                      // frames queued towards the parent
+  int window = 8;  // frames queued towards the parent
   // Mutual TLS credentials (or explicit plaintext) and the audit log.
   SecurityOptions security;
   // Fault tolerance (docs/operations.md). With a directory, the site writes
@@ -65,17 +65,17 @@ struct SiteOptions {
   // join() resumes from one it finds: parameters, anchor, error-feedback
   // residual, round, data position and the blobs below. Empty: none.
   std::string checkpoint_dir;
-  std::function<std::vector<StateBlob>()> save_state;            // called at each checkpoint
+  std::function<std::vector<StateBlob>()> save_state;             // called at each checkpoint
   std::function<void(const std::vector<StateBlob>&)> load_state;  // called on resume
   // Null: the update is encoded on the host from the params buffer.
   std::shared_ptr<UpdateEncoder> update_encoder;
 };
 
 struct SyncResult {
-  uint64_t round = 0;        // the round the site now trains in
-  bool finished = false;     // the federation is done; params hold the final model
-  bool resynced = false;     // params were replaced by the parent's anchor (rejoin)
-  uint64_t bytes_sent = 0;   // this sync, on the wire
+  uint64_t round = 0;       // the round the site now trains in
+  bool finished = false;    // the federation is done; params hold the final model
+  bool resynced = false;    // params were replaced by the parent's anchor (rejoin)
+  uint64_t bytes_sent = 0;  // this sync, on the wire
   uint64_t bytes_received = 0;
 };
 
@@ -124,7 +124,7 @@ class SiteCore {
   // Where the caller's data stream is, saved with each checkpoint.
   void set_data_position(uint64_t position);
   uint64_t data_position() const;
-  bool resumed() const;                // join() resumed from a checkpoint
+  bool resumed() const;  // join() resumed from a checkpoint
   // Conditions an operator must act on that the site rode out (its audit
   // log could not be written, the CRL is expiring or expired, ...), "kind:
   // message" (docs/operations.md, "Alarms").
@@ -136,7 +136,7 @@ class SiteCore {
   const float* anchor() const;
   uint64_t round() const;
   bool finished() const;
-  uint64_t inner_steps() const;        // H, from the topology
+  uint64_t inner_steps() const;  // H, from the topology
   const std::array<uint8_t, 32>& initial_digest() const;
 
  private:

@@ -16,15 +16,15 @@ enum class Role : uint8_t { kRoot = 0, kRegion = 1, kSite = 2 };
 const char* role_name(Role role);
 
 struct NodeSpec {
-  std::string id;         // unique, [A-Za-z0-9._-], at most 64 characters
+  std::string id;  // unique, [A-Za-z0-9._-], at most 64 characters
   Role role = Role::kSite;
-  std::string parent;     // empty for the root
-  std::string endpoint;   // aggregators: ZeroMQ endpoint children connect to
-  std::string bind;       // aggregators: endpoint to bind (defaults to endpoint)
-  double weight = 1.0;    // sites: aggregation weight (> 0)
-  uint32_t index = 0;     // position in the file; the node's wire sender id
-  uint32_t parent_index = 0;        // meaningless for the root
-  std::vector<uint32_t> children;   // indices, in file order
+  std::string parent;              // empty for the root
+  std::string endpoint;            // aggregators: ZeroMQ endpoint children connect to
+  std::string bind;                // aggregators: endpoint to bind (defaults to endpoint)
+  double weight = 1.0;             // sites: aggregation weight (> 0)
+  uint32_t index = 0;              // position in the file; the node's wire sender id
+  uint32_t parent_index = 0;       // meaningless for the root
+  std::vector<uint32_t> children;  // indices, in file order
   // Residency policy (see docs/topology.md). Labels are 1..32 characters of
   // [A-Za-z0-9._-], compared exactly (case-sensitive).
   std::string jurisdiction;                        // root, region: where it runs; "" = none
@@ -40,11 +40,11 @@ struct NodeSpec {
 
 struct FederationSpec {
   uint64_t rounds = 10;
-  uint64_t inner_steps = 50;        // H
+  uint64_t inner_steps = 50;  // H
   std::string codec = "fp16";
-  uint64_t chunk_bytes = 1 << 20;   // fp32 bytes per chunk, 4 KiB .. 4 MiB
+  uint64_t chunk_bytes = 1 << 20;  // fp32 bytes per chunk, 4 KiB .. 4 MiB
   OuterOptimizerSpec outer;
-  double round_timeout_s = 600;     // how long a node waits for one round
+  double round_timeout_s = 600;  // how long a node waits for one round
   // Fault tolerance (docs/operations.md). A round closes once every live
   // child has delivered, or at `deadline_s` after it opened (0: no deadline),
   // and only if the delivered weight is at least `quorum` of the total.
@@ -76,14 +76,14 @@ class Topology {
   static Topology load(const std::string& path);
 
   const std::string& job() const { return job_; }
-  uint64_t job_id() const { return job_id_; }   // first 8 bytes of SHA-256(job), LE
+  uint64_t job_id() const { return job_id_; }  // first 8 bytes of SHA-256(job), LE
   // Read-only: a topology is validated and digested once; change settings by
   // building a new one (Topology::build) so every check runs again.
   const FederationSpec& federation() const { return federation_; }
   const PolicySpec& policy() const { return policy_; }
   const std::vector<NodeSpec>& nodes() const { return nodes_; }
   const NodeSpec& node(const std::string& id) const;  // throws ConfigError: not in topology
-  const NodeSpec* find(const std::string& id) const;   // nullptr when absent
+  const NodeSpec* find(const std::string& id) const;  // nullptr when absent
   const NodeSpec& node(uint32_t index) const { return nodes_.at(index); }
   const NodeSpec& root() const { return nodes_.at(root_index_); }
   // Whether the root has a standby (root().standby_endpoint is set).

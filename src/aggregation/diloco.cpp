@@ -11,9 +11,9 @@ const OuterOptimizerDef& DiLoCoOptimizer::definition() {
   static const OuterOptimizerDef def{
       "diloco",
       {{"lr", 0.7, ParamRange::kLearningRate, "outer learning rate"},
-      {"momentum", 0.9, ParamRange::kUnitInterval, "Nesterov momentum"},
-      {"lr_warmup_rounds", 0, ParamRange::kRoundCount,
-       "rounds over which lr ramps up linearly from lr / lr_warmup_rounds; 0: none"}},
+       {"momentum", 0.9, ParamRange::kUnitInterval, "Nesterov momentum"},
+       {"lr_warmup_rounds", 0, ParamRange::kRoundCount,
+        "rounds over which lr ramps up linearly from lr / lr_warmup_rounds; 0: none"}},
       [](const OuterParamValues& v, size_t total) -> std::unique_ptr<OuterOptimizer> {
         Options o;
         o.lr = v.f32("lr");
@@ -31,8 +31,8 @@ void DiLoCoOptimizer::begin_round(uint64_t round) {
   const uint64_t warmup = options_.lr_warmup_rounds;
   round_lr_ = options_.lr;
   if (warmup > 0 && round + 1 < warmup) {
-    round_lr_ = static_cast<float>(static_cast<double>(options_.lr) * static_cast<double>(round + 1) /
-                                   static_cast<double>(warmup));
+    round_lr_ = static_cast<float>(static_cast<double>(options_.lr) *
+                                   static_cast<double>(round + 1) / static_cast<double>(warmup));
   }
 }
 

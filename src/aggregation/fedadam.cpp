@@ -12,9 +12,9 @@ const OuterOptimizerDef& FedAdamOptimizer::definition() {
   static const OuterOptimizerDef def{
       "fedadam",
       {{"lr", 0.01, ParamRange::kLearningRate, "outer learning rate"},
-      {"beta1", 0.9, ParamRange::kUnitInterval, "first-moment decay"},
-      {"beta2", 0.99, ParamRange::kUnitInterval, "second-moment decay"},
-      {"eps", 1e-3, ParamRange::kPositive, "the denominator's epsilon"}},
+       {"beta1", 0.9, ParamRange::kUnitInterval, "first-moment decay"},
+       {"beta2", 0.99, ParamRange::kUnitInterval, "second-moment decay"},
+       {"eps", 1e-3, ParamRange::kPositive, "the denominator's epsilon"}},
       [](const OuterParamValues& v, size_t total) -> std::unique_ptr<OuterOptimizer> {
         Options o;
         o.lr = v.f32("lr");

@@ -63,10 +63,8 @@ bool in_range(ParamRange range, double v) {
       return v > 0 && v <= kMaxLearningRate && static_cast<float>(v) > 0;
     case ParamRange::kPositive:
       return v > 0 && v <= std::numeric_limits<float>::max() && static_cast<float>(v) > 0;
-    case ParamRange::kUnitInterval:
-      return v >= 0 && v < 1 && static_cast<float>(v) < 1;
-    case ParamRange::kRoundCount:
-      return v >= 0 && v <= kMaxRounds && std::floor(v) == v;
+    case ParamRange::kUnitInterval: return v >= 0 && v < 1 && static_cast<float>(v) < 1;
+    case ParamRange::kRoundCount: return v >= 0 && v <= kMaxRounds && std::floor(v) == v;
   }
   return false;
 }
@@ -109,9 +107,7 @@ double OuterParamValues::at(const std::string& name) const {
   return it->second;
 }
 
-float OuterParamValues::f32(const std::string& name) const {
-  return static_cast<float>(at(name));
-}
+float OuterParamValues::f32(const std::string& name) const { return static_cast<float>(at(name)); }
 
 uint64_t OuterParamValues::rounds(const std::string& name) const {
   return static_cast<uint64_t>(at(name));

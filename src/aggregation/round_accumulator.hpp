@@ -53,8 +53,8 @@ class RoundAccumulator {
     bool chunk_complete = false;  // every expected child's chunk `chunk` is in
   };
   // Validates and accumulates one child's chunk (a weighted mean + weight).
-  Result add(uint64_t round, uint32_t sender, uint32_t chunk, uint32_t element_count,
-             double weight, const Codec& codec, const uint8_t* payload, size_t bytes);
+  Result add(uint64_t round, uint32_t sender, uint32_t chunk, uint32_t element_count, double weight,
+             const Codec& codec, const uint8_t* payload, size_t bytes);
 
   // Releases a chunk's accumulator as the weighted mean; the chunk must have
   // at least one arrival and not be taken yet.

@@ -19,14 +19,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "aggregator/aggregator_impl.hpp"
+#include "checkpoint/replica_fetch.hpp"
 #include "common/log.hpp"
 #include "common/sha256.hpp"
 #include "fedwan/codec.hpp"
 #include "fedwan/error.hpp"
 #include "fedwan/outer_optimizer.hpp"
-#include "aggregator/aggregator_impl.hpp"
 #include "node/node_frames.hpp"
-#include "checkpoint/replica_fetch.hpp"
 #include "security/noise_filter.hpp"
 
 namespace fedwan {
@@ -151,12 +151,13 @@ void Aggregator::Impl::recover() {
               open_standby_link();
               return *standby_.link;
             },
-            topo_, self_, cfg_, opt_.checkpoint_dir, total_elements_, opt_.join_timeout,
-            *security_, &stop_requested)) {
+            topo_, self_, cfg_, opt_.checkpoint_dir, total_elements_, opt_.join_timeout, *security_,
+            &stop_requested)) {
       resumed = resume_from_checkpoint();
     }
     if (!resumed) {
-      throw CryptoError("root '" + self_.id + "': its checkpoints are corrupt and its standby "
+      throw CryptoError("root '" + self_.id +
+                        "': its checkpoints are corrupt and its standby "
                         "keeps no copy; restore one (see docs/operations.md) or move the "
                         "directory away to start over");
     }
@@ -297,8 +298,7 @@ AggregatorSummary Aggregator::Impl::run() {
     if (up_.session) {
       try {
         for (int i = 0;
-             i < 64 && phase_ != Phase::kDone && up_.session->link().recv(&in, Millis(0));
-             ++i) {
+             i < 64 && phase_ != Phase::kDone && up_.session->link().recv(&in, Millis(0)); ++i) {
           on_parent_frame(in);
         }
       } catch (const CryptoError& e) {
@@ -339,7 +339,8 @@ AggregatorSummary Aggregator::Impl::run() {
     (void)transport_->wait({&down_.link->socket()}, Millis(2), /*for_send=*/true);
   }
   for (size_t i = 0; i < down_.children.size(); ++i) {
-    log().debug("[agg:{}] sent {} frames to '{}'", self_.id, down_.out[i].sent, down_.children[i].id);
+    log().debug("[agg:{}] sent {} frames to '{}'", self_.id, down_.out[i].sent,
+                down_.children[i].id);
   }
   if (!outboxes_empty()) {
     size_t left = up_.out.frames.size();
@@ -382,8 +383,7 @@ void Aggregator::Impl::maybe_finish() {
     log().warn("[agg:{}] finishing although {} did not confirm the final model", self_.id, missing);
   }
   if (!is_root_) {
-    send_parent(
-        make_frame(node_header(topo_, self_.index, wire::MsgType::kDone, cfg_.rounds), {}));
+    send_parent(make_frame(node_header(topo_, self_.index, wire::MsgType::kDone, cfg_.rounds), {}));
   }
   if (standby_.link && standby_.link->established()) {
     // The federation is over: the standby has nothing left to stand by for.
@@ -435,8 +435,7 @@ void Aggregator::Impl::check_deadlines() {
       throw TimeoutError("aggregator '" + self_.id +
                          "': regions did not report the traffic "
                          "of the last round");
-    case Phase::kDone:
-      return;
+    case Phase::kDone: return;
   }
 }
 
@@ -485,26 +484,19 @@ void Aggregator::Impl::on_child_frame(Incoming& in) {
         on_rejoin(c, f);
       }
       break;
-    case wire::MsgType::kHeartbeat:
-      break;  // liveness only: last_heard is updated above
-    case wire::MsgType::kDelta:
-      on_delta(c, f);
-      break;
-    case wire::MsgType::kTelemetry:
-      on_telemetry(c, f);
-      break;
-    case wire::MsgType::kCheckpoint:
-      on_child_checkpoint(c, f);
-      break;
+    case wire::MsgType::kHeartbeat: break;  // liveness only: last_heard is updated above
+    case wire::MsgType::kDelta: on_delta(c, f); break;
+    case wire::MsgType::kTelemetry: on_telemetry(c, f); break;
+    case wire::MsgType::kCheckpoint: on_child_checkpoint(c, f); break;
     case wire::MsgType::kDone:
       c.confirmed_end = true;
       maybe_finish();
       break;
     case wire::MsgType::kReject:
-      security_->log_noise("reports:" + c.id,
-                           "[agg:" + self_.id + "] child '" + c.id + "' reports: " +
-                               std::string(reinterpret_cast<const char*>(f.payload),
-                                           f.payload_size));
+      security_->log_noise(
+          "reports:" + c.id,
+          "[agg:" + self_.id + "] child '" + c.id + "' reports: " +
+              std::string(reinterpret_cast<const char*>(f.payload), f.payload_size));
       break;
     default:
       refuse(c.id,

@@ -31,20 +31,20 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <utility>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "aggregation/round_accumulator.hpp"
 #include "aggregator/round_book.hpp"
+#include "checkpoint/replica_store.hpp"
 #include "fedwan/aggregator.hpp"
 #include "fedwan/codec.hpp"
 #include "fedwan/outer_optimizer.hpp"
 #include "node/event_timers.hpp"
 #include "node/node_config.hpp"
 #include "node/node_security.hpp"
-#include "checkpoint/replica_store.hpp"
 #include "node/traffic.hpp"
 #include "session/parent_session.hpp"
 #include "transport/links.hpp"
@@ -141,15 +141,15 @@ class Aggregator::Impl {
   // Checkpoint replication (aggregator_replicas.cpp).
   void on_child_checkpoint(Child& c, const wire::ParsedFrame& f);
   void serve_replica(Child& c, const wire::ParsedFrame& f);
-  void pump_serving();          // next pieces of replicas going back to children
-  void start_upload();          // after save_checkpoint: send it up / to the standby
+  void pump_serving();  // next pieces of replicas going back to children
+  void start_upload();  // after save_checkpoint: send it up / to the standby
   void pump_upload();
-  void on_standby_frame(Incoming& in);  // root: from its standby
-  void on_root_frame(Incoming& in);     // standby: from the active root
+  void on_standby_frame(Incoming& in);      // root: from its standby
+  void on_root_frame(Incoming& in);         // standby: from the active root
   bool may_serve(const std::string& peer);  // standby: false while passive
   void take_over(const std::string& asker);
   void serve_root_replica();  // standby: the root lost its own checkpoints
-  void release_held_back();     // root: the last anchor chunk, once committed
+  void release_held_back();   // root: the last anchor chunk, once committed
   // Root: a round committed without its standby holding it (logged and
   // audited as standby_lost once, until the standby is back).
   void standby_missing(const std::string& why);
@@ -284,7 +284,7 @@ class Aggregator::Impl {
 
   // Region: what it relays between its children and its parent.
   struct RegionState {
-    std::vector<float> anchor;    // the anchor its children hold
+    std::vector<float> anchor;                      // the anchor its children hold
     std::array<uint8_t, 32> round_anchor_digest{};  // of anchor when the round opened
     // Error-feedback residual of the forwarded means (lossy codecs).
     std::vector<float> residual;

@@ -13,13 +13,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "aggregator/aggregator_impl.hpp"
+#include "checkpoint/node_checkpoint.hpp"
 #include "common/atomic_file.hpp"
 #include "common/log.hpp"
 #include "common/sha256.hpp"
 #include "fedwan/codec.hpp"
 #include "fedwan/error.hpp"
-#include "aggregator/aggregator_impl.hpp"
-#include "checkpoint/node_checkpoint.hpp"
 #include "node/node_frames.hpp"
 
 namespace fedwan {
@@ -41,8 +41,7 @@ void Aggregator::Impl::keep_round_anchor(uint32_t chunk) {
 }
 
 bool Aggregator::Impl::anchor_replaced() const {
-  return !replaced_anchor_.empty() &&
-         (phase_ == Phase::kTraining || phase_ == Phase::kAwaitAnchor);
+  return !replaced_anchor_.empty() && (phase_ == Phase::kTraining || phase_ == Phase::kAwaitAnchor);
 }
 
 std::vector<float> Aggregator::Impl::round_anchor() const {
@@ -69,8 +68,8 @@ void Aggregator::Impl::send_full_anchor(const Child& c) {
     const uint32_t n = plan_->size(i);
     std::vector<uint8_t> payload(fp32.encoded_size(n));
     fp32.encode(anchor + plan_->offset(i), n, nullptr, payload.data());
-    wire::FrameHeader h = chunk_header(topo_, self_.index, wire::MsgType::kAnchor, round_,
-                                       *plan_, i, CodecId::kFp32);
+    wire::FrameHeader h =
+        chunk_header(topo_, self_.index, wire::MsgType::kAnchor, round_, *plan_, i, CodecId::kFp32);
     h.flags = wire::kFlagFullAnchor;
     send_child(c, make_frame(h, payload), h);
   }
@@ -112,14 +111,12 @@ void Aggregator::Impl::on_rejoin(Child& c, const wire::ParsedFrame& f) {
   c.last_heard = Clock::now();
   summary_.rejoins += 1;
   // A child can say hello again as often as it likes: rate limited.
-  security_->audit_noise("rejoin", "rejoin:" + c.id,
-                         {{"peer", c.id},
-                          {"their_round", their_round},
-                          {"round", round_},
-                          {"update_sent", sent}},
-                         "[agg:" + self_.id + "] '" + c.id + "' rejoined (it is at round " +
-                             std::to_string(their_round) + (sent ? ", update sent" : "") +
-                             ", this node at " + std::to_string(round_) + ")");
+  security_->audit_noise(
+      "rejoin", "rejoin:" + c.id,
+      {{"peer", c.id}, {"their_round", their_round}, {"round", round_}, {"update_sent", sent}},
+      "[agg:" + self_.id + "] '" + c.id + "' rejoined (it is at round " +
+          std::to_string(their_round) + (sent ? ", update sent" : "") + ", this node at " +
+          std::to_string(round_) + ")");
   if (phase_ == Phase::kDraining || phase_ == Phase::kDone) {
     // The federation is over: hand it the final model and the end.
     welcome_one(c, round_, c.hello.model_digest != anchor_digest());
@@ -233,8 +230,8 @@ void Aggregator::Impl::child_lost(Child& c) {
   c.live = false;
   summary_.children_lost += 1;
   clear_outbox(c);
-  log().warn("[agg:{}] lost '{}' (silent for over {} ms); round {} goes on without it",
-             self_.id, c.id, cfg_.heartbeat_timeout.count(), round_);
+  log().warn("[agg:{}] lost '{}' (silent for over {} ms); round {} goes on without it", self_.id,
+             c.id, cfg_.heartbeat_timeout.count(), round_);
   security_->audit("child_lost", {{"peer", c.id}, {"round", round_}});
   if (acc_ && acc_->is_open() && phase_ == Phase::kTraining) {
     acc_->set_expected(c.index, false);
@@ -262,14 +259,15 @@ void Aggregator::Impl::on_deadline(uint64_t round) {
   for (uint32_t idx : acc_->missing_children()) missing.push_back(topo_.node(idx).id);
   log().warn("[agg:{}] round {} reached its deadline; closing {} chunks with quorum, missing {}",
              self_.id, round, chunks.size(), missing.dump());
-  security_->audit("deadline", {{"round", round}, {"chunks_closed", chunks.size()},
-                                {"missing", missing}});
+  security_->audit("deadline",
+                   {{"round", round}, {"chunks_closed", chunks.size()}, {"missing", missing}});
   for (uint32_t chunk : chunks) complete_chunk(chunk);
   if (acc_->round_complete()) {
     complete_round();
   } else {
     log().warn("[agg:{}] round {} lacks quorum ({} of the weight); waiting for children to "
-               "rejoin", self_.id, round, cfg_.quorum);
+               "rejoin",
+               self_.id, round, cfg_.quorum);
   }
 }
 
@@ -283,16 +281,19 @@ void Aggregator::Impl::save_checkpoint() {
   c.node_id = self_.id;
   nlohmann::json meta = {{"role", role_name(self_.role)}, {"elements", total_elements_}};
   if (is_root_) {
-    c.sections.push_back(checkpoint::float_section("global", root_.global.data(), root_.global.size()));
+    c.sections.push_back(
+        checkpoint::float_section("global", root_.global.data(), root_.global.size()));
     c.sections.push_back(checkpoint::float_section("held", root_.held.data(), root_.held.size()));
     for (const OuterOptimizer::StateBuffer& b : root_.outer->state()) {
-      c.sections.push_back(checkpoint::float_section("outer." + b.name, b.data->data(),
-                                                  b.data->size()));
+      c.sections.push_back(
+          checkpoint::float_section("outer." + b.name, b.data->data(), b.data->size()));
     }
     meta["outer"] = std::string(root_.outer->name());
   } else {
-    c.sections.push_back(checkpoint::float_section("anchor", region_.anchor.data(), region_.anchor.size()));
-    c.sections.push_back(checkpoint::float_section("residual", region_.residual.data(), region_.residual.size()));
+    c.sections.push_back(
+        checkpoint::float_section("anchor", region_.anchor.data(), region_.anchor.size()));
+    c.sections.push_back(
+        checkpoint::float_section("residual", region_.residual.data(), region_.residual.size()));
   }
   // The audit log's head as of this checkpoint: a restart checks it is
   // still there (a log cut back behind the checkpoint raises an alarm).
@@ -304,19 +305,20 @@ void Aggregator::Impl::save_checkpoint() {
   c.sections.push_back({"meta", std::vector<uint8_t>(m.begin(), m.end())});
   const auto t0 = Clock::now();
   checkpoint::save_node_checkpoint(opt_.checkpoint_dir, c,
-                                checkpoint::checkpoint_trust(*security_, topo_, self_));
+                                   checkpoint::checkpoint_trust(*security_, topo_, self_));
   summary_.checkpoints_written += 1;
   const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   log().info("[agg:{}] checkpoint of round {} written in {:.1f} ms", self_.id, round_, ms);
-  security_->audit("checkpoint", {{"round", round_},
-                                  {"path", checkpoint::checkpoint_path(opt_.checkpoint_dir, self_.id)},
-                                  {"ms", ms}});
+  security_->audit("checkpoint",
+                   {{"round", round_},
+                    {"path", checkpoint::checkpoint_path(opt_.checkpoint_dir, self_.id)},
+                    {"ms", ms}});
 }
 
 bool Aggregator::Impl::resume_from_checkpoint() {
   if (opt_.checkpoint_dir.empty()) return false;
-  auto loaded = checkpoint::load_node_checkpoint(opt_.checkpoint_dir, topo_, self_.id,
-                                              checkpoint::checkpoint_trust(*security_, topo_, self_));
+  auto loaded = checkpoint::load_node_checkpoint(
+      opt_.checkpoint_dir, topo_, self_.id, checkpoint::checkpoint_trust(*security_, topo_, self_));
   if (!loaded) {
     if (is_root_) {
       // Starting over from round 0 beside a checkpoint that could not be
@@ -392,7 +394,6 @@ void Aggregator::Impl::record_update(const uint8_t* payload, size_t size,
 }
 
 // ---- the parent link (regions) ------------------------------------------------
-
 
 void Aggregator::Impl::open_standby_link() {
   // The default linger lets the last frame (kDone) reach the standby at the

@@ -61,8 +61,7 @@ void Aggregator::Impl::region_heartbeat(Clock::time_point now) {
   session::ParentSession& parent = *up_.session;
   // A hello, welcome or piece of the full model lost on a bad link: without
   // progress for a heartbeat timeout, ask again.
-  if ((up_.contact || phase_ == Phase::kAwaitWelcome) &&
-      (!up_.welcomed || up_.full_pending) &&
+  if ((up_.contact || phase_ == Phase::kAwaitWelcome) && (!up_.welcomed || up_.full_pending) &&
       now - up_.progress_at > cfg_.heartbeat_timeout) {
     log().info("[agg:{}] no answer to its hello from the parent; saying hello again", self_.id);
     up_.full_pending = false;
@@ -124,7 +123,8 @@ void Aggregator::Impl::on_parent_frame(Incoming& in) {
             Clock::now() - region_.anchor_progress_at > cfg_.heartbeat_timeout))) {
         if (++region_.behind_beats >= 3) {
           log().warn("[agg:{}] parent is at round {} while this node waits for the anchor of "
-                     "round {}; rejoining", self_.id, f.header.round, round_ + 1);
+                     "round {}; rejoining",
+                     self_.id, f.header.round, round_ + 1);
           region_.behind_beats = 0;
           hello_parent();
         }
@@ -132,14 +132,9 @@ void Aggregator::Impl::on_parent_frame(Incoming& in) {
         region_.behind_beats = 0;
       }
       break;
-    case wire::MsgType::kWelcome:
-      on_parent_welcome(f);
-      break;
-    case wire::MsgType::kAnchor:
-      on_parent_anchor(f, in.data(), in.frame_size);
-      break;
-    case wire::MsgType::kCheckpoint:
-      break;  // the parent acknowledging a replica
+    case wire::MsgType::kWelcome: on_parent_welcome(f); break;
+    case wire::MsgType::kAnchor: on_parent_anchor(f, in.data(), in.frame_size); break;
+    case wire::MsgType::kCheckpoint: break;  // the parent acknowledging a replica
 
     case wire::MsgType::kReject: {
       const std::string reason(reinterpret_cast<const char*>(f.payload), f.payload_size);

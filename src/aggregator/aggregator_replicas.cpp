@@ -12,12 +12,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/log.hpp"
-#include "fedwan/error.hpp"
 #include "aggregator/aggregator_impl.hpp"
 #include "aggregator/child_claims.hpp"
-#include "checkpoint/node_checkpoint.hpp"
 #include "checkpoint/checkpoint_upload.hpp"
+#include "checkpoint/node_checkpoint.hpp"
+#include "common/log.hpp"
+#include "fedwan/error.hpp"
 #include "node/node_frames.hpp"
 
 namespace fedwan {
@@ -69,10 +69,9 @@ void Aggregator::Impl::on_child_checkpoint(Child& c, const wire::ParsedFrame& f)
   summary_.replicas_stored += 1;
   log().info("[agg:{}] kept the checkpoint of '{}' for round {} ({} bytes)", self_.id, c.id,
              r.round, r.bytes);
-  security_->audit("replica_stored", {{"peer", c.id},
-                                      {"round", r.round},
-                                      {"bytes", r.bytes},
-                                      {"sha256", r.sha256_hex}});
+  security_->audit(
+      "replica_stored",
+      {{"peer", c.id}, {"round", r.round}, {"bytes", r.bytes}, {"sha256", r.sha256_hex}});
   wire::FrameHeader ack = node_header(topo_, self_.index, wire::MsgType::kCheckpoint, r.round);
   ack.flags = wire::kFlagReplicaStored;
   send_child(c, checkpoint_signal(r.round, wire::kFlagReplicaStored), ack);
@@ -91,7 +90,7 @@ void Aggregator::Impl::serve_replica(Child& c, const wire::ParsedFrame& f) {
   std::optional<fs::path> path = repl_.store ? repl_.store->latest(c.id) : std::nullopt;
   checkpoint::CheckpointIdentity id;
   if (path && checkpoint::check_checkpoint_stream(*path, c.id, topo_.digest(), &id,
-                                                repl_.store->signer_check(c.id))) {
+                                                  repl_.store->signer_check(c.id))) {
     path.reset();
   }
   if (!path) {
@@ -106,9 +105,9 @@ void Aggregator::Impl::serve_replica(Child& c, const wire::ParsedFrame& f) {
   s.round = id.round;
   log().info("[agg:{}] sending '{}' its replica of round {} ({} bytes)", self_.id, c.id, id.round,
              s.reader->size());
-  security_->audit("replica_served",
-                   {{"peer", c.id}, {"round", id.round}, {"bytes", s.reader->size()},
-                    {"path", path->string()}});
+  security_->audit(
+      "replica_served",
+      {{"peer", c.id}, {"round", id.round}, {"bytes", s.reader->size()}, {"path", path->string()}});
   flush();
 }
 
@@ -136,8 +135,8 @@ void Aggregator::Impl::start_upload() {
   const uint64_t every = cfg_.replica_every;
   // The root replicates every round to its standby (which takes over from
   // it); other nodes every replica_every rounds to a parent that keeps them.
-  const bool wanted = is_root_ ? standby_.link != nullptr
-                               : up_.keeps_replicas && every > 0 && round_ % every == 0;
+  const bool wanted =
+      is_root_ ? standby_.link != nullptr : up_.keeps_replicas && every > 0 && round_ % every == 0;
   if (!wanted) return;
   repl_.upload_piece.reset();
   try {
@@ -164,7 +163,8 @@ void Aggregator::Impl::pump_upload() {
         repl_.upload.reset();
         return;
       }
-      repl_.upload_piece = checkpoint::piece_frame(topo_, self_.index, repl_.upload_round, *repl_.upload).first;
+      repl_.upload_piece =
+          checkpoint::piece_frame(topo_, self_.index, repl_.upload_round, *repl_.upload).first;
     }
     if (!link->try_send(*repl_.upload_piece)) return;
     repl_.upload_piece.reset();
@@ -177,7 +177,8 @@ void Aggregator::Impl::standby_missing(const std::string& why) {
   if (standby_.warned) return;
   standby_.warned = true;
   log().warn("[agg:{}] its standby at {}: {}; rounds go on without it (a takeover now would "
-             "redo them)", self_.id, self_.standby_endpoint, why);
+             "redo them)",
+             self_.id, self_.standby_endpoint, why);
   security_->audit("standby_lost", {{"round", round_}, {"reason", why}});
 }
 
@@ -207,8 +208,7 @@ void Aggregator::Impl::on_standby_frame(Incoming& in) {
       security_->audit("fenced", {{"reason", reason}});
       throw ProtocolError("root '" + self_.id + "': its standby refused it: " + reason);
     }
-    default:
-      return;  // heartbeats
+    default: return;  // heartbeats
   }
 }
 
@@ -230,8 +230,8 @@ void Aggregator::Impl::on_root_frame(Incoming& in) {
   }
   standby_.root_heard = Clock::now();
   if (f.header.type == wire::MsgType::kDone && phase_ != Phase::kDone) {
-    log().info("[agg:{}] standby: the root finished the federation (round {}); stopping",
-               self_.id, f.header.round);
+    log().info("[agg:{}] standby: the root finished the federation (round {}); stopping", self_.id,
+               f.header.round);
     security_->audit("standby_done", {{"round", f.header.round}});
     phase_ = Phase::kDone;
     return;
@@ -248,19 +248,17 @@ void Aggregator::Impl::on_root_frame(Incoming& in) {
   using Kind = checkpoint::ReplicaStore::Result::Kind;
   if (r.kind == Kind::kRefused) {
     log().warn("[agg:{}] standby refused a root checkpoint: {}", self_.id, r.detail);
-    security_->audit("replica_refused", {{"peer", self_.id}, {"round", h.round},
-                                         {"reason", r.detail}});
+    security_->audit("replica_refused",
+                     {{"peer", self_.id}, {"round", h.round}, {"reason", r.detail}});
   }
   if (r.kind != Kind::kStored) return;
   summary_.replicas_stored += 1;
   log().info("[agg:{}] standby holds the root's checkpoint of round {}", self_.id, r.round);
-  security_->audit("replica_stored", {{"peer", self_.id},
-                                      {"round", r.round},
-                                      {"bytes", r.bytes},
-                                      {"sha256", r.sha256_hex}});
+  security_->audit(
+      "replica_stored",
+      {{"peer", self_.id}, {"round", r.round}, {"bytes", r.bytes}, {"sha256", r.sha256_hex}});
   try {
-    (void)down_.link->try_send(self_.id,
-                                   checkpoint_signal(r.round, wire::kFlagReplicaStored));
+    (void)down_.link->try_send(self_.id, checkpoint_signal(r.round, wire::kFlagReplicaStored));
   } catch (const Error& e) {
     log().warn("[agg:{}] could not acknowledge the root's checkpoint: {}", self_.id, e.what());
   }
@@ -270,7 +268,7 @@ void Aggregator::Impl::serve_root_replica() {
   std::optional<fs::path> path = repl_.store->latest(self_.id);
   checkpoint::CheckpointIdentity id;
   if (path && checkpoint::check_checkpoint_stream(*path, self_.id, topo_.digest(), &id,
-                                                repl_.store->signer_check(self_.id))) {
+                                                  repl_.store->signer_check(self_.id))) {
     path.reset();
   }
   try {
@@ -282,20 +280,21 @@ void Aggregator::Impl::serve_root_replica() {
       return;
     }
     checkpoint::PieceReader reader(*path, cfg_.piece_bytes());
-    log().warn("[agg:{}] standby: sending the root its checkpoint of round {} ({} bytes)",
-               self_.id, id.round, reader.size());
-    security_->audit("replica_served", {{"peer", self_.id}, {"round", id.round},
-                                        {"bytes", reader.size()}, {"path", path->string()}});
+    log().warn("[agg:{}] standby: sending the root its checkpoint of round {} ({} bytes)", self_.id,
+               id.round, reader.size());
+    security_->audit("replica_served", {{"peer", self_.id},
+                                        {"round", id.round},
+                                        {"bytes", reader.size()},
+                                        {"path", path->string()}});
     // A passive standby serves nothing else meanwhile: send in one go.
     while (!reader.done()) {
-      (void)down_.link->send(
-          self_.id, checkpoint::piece_frame(topo_, self_.index, id.round, reader).first,
-          cfg_.heartbeat_timeout);
+      (void)down_.link->send(self_.id,
+                             checkpoint::piece_frame(topo_, self_.index, id.round, reader).first,
+                             cfg_.heartbeat_timeout);
     }
   } catch (const Error& e) {
     // The root asks again after a while.
-    log().warn("[agg:{}] standby: could not send the root its checkpoint: {}", self_.id,
-               e.what());
+    log().warn("[agg:{}] standby: could not send the root its checkpoint: {}", self_.id, e.what());
   }
 }
 
@@ -316,7 +315,8 @@ void Aggregator::Impl::take_over(const std::string& asker) {
   if (path) {
     // Installed as this node's own checkpoint, then resumed like a root
     // restarting from its disk.
-    const checkpoint::CheckpointTrust trust = checkpoint::checkpoint_trust(*security_, topo_, self_);
+    const checkpoint::CheckpointTrust trust =
+        checkpoint::checkpoint_trust(*security_, topo_, self_);
     Checkpoint c = read_checkpoint(*path, trust.check);
     round = c.round;
     checkpoint::save_node_checkpoint(opt_.checkpoint_dir, c, trust);
@@ -324,11 +324,12 @@ void Aggregator::Impl::take_over(const std::string& asker) {
   standby_.passive = false;
   summary_.took_over = true;
   log().warn("[agg:{}] standby taking over as root: the root is silent and '{}' came; resuming "
-             "{}", self_.id, asker,
+             "{}",
+             self_.id, asker,
              path ? "from its checkpoint of round " + std::to_string(round) : "from the start");
-  security_->audit("takeover", {{"asker", asker},
-                                {"round", round},
-                                {"replica", path ? path->string() : std::string()}});
+  security_->audit(
+      "takeover",
+      {{"asker", asker}, {"round", round}, {"replica", path ? path->string() : std::string()}});
   if (!path || !resume_from_checkpoint()) {
     phase_ = Phase::kJoining;
     phase_deadline_ = Clock::now() + opt_.join_timeout;

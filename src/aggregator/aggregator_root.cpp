@@ -25,8 +25,8 @@ void Aggregator::Impl::root_step_chunk(uint32_t chunk, ChunkSum& cs) {
   cfg_.codec->encode(cs.mean.data(), n, nullptr, payload.data());
   keep_round_anchor(chunk);
   cfg_.codec->decode_accumulate(payload.data(), n, 1.0f, root_.held.data() + off);
-  const wire::FrameHeader h = chunk_header(topo_, self_.index, wire::MsgType::kAnchor,
-                                           round_ + 1, *plan_, chunk, cfg_.codec->id());
+  const wire::FrameHeader h = chunk_header(topo_, self_.index, wire::MsgType::kAnchor, round_ + 1,
+                                           *plan_, chunk, cfg_.codec->id());
   const Frame frame = std::make_shared<const std::vector<uint8_t>>(make_frame(h, payload));
   book_.report(round_).weight = cs.weight;
   if (acc_->round_complete()) {

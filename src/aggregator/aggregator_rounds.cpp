@@ -14,13 +14,13 @@
 #include <nlohmann/json.hpp>
 
 #include "aggregation/round_accumulator.hpp"
+#include "aggregator/aggregator_impl.hpp"
+#include "aggregator/child_claims.hpp"
 #include "common/crash_point.hpp"
 #include "common/log.hpp"
 #include "common/sha256.hpp"
 #include "fedwan/codec.hpp"
 #include "fedwan/error.hpp"
-#include "aggregator/aggregator_impl.hpp"
-#include "aggregator/child_claims.hpp"
 #include "node/node_frames.hpp"
 
 namespace fedwan {
@@ -51,8 +51,8 @@ void Aggregator::Impl::on_hello(Child& c, const wire::ParsedFrame& f) {
     return;
   }
   if (c.welcomed) {
-    security_->log_noise("hello-again:" + c.id,
-                         "[agg:" + self_.id + "] '" + c.id + "' said hello again; it is already in");
+    security_->log_noise("hello-again:" + c.id, "[agg:" + self_.id + "] '" + c.id +
+                                                    "' said hello again; it is already in");
     return;
   }
   if (phase_ != Phase::kJoining) {
@@ -91,8 +91,9 @@ bool Aggregator::Impl::settle_model_size() {
   bool agreed = true;
   for (Child& o : down_.children) {
     if (o.elements == n) continue;
-    refuse(o.id, "model has " + std::to_string(o.elements) + " parameters; the other children of '" +
-                     self_.id + "' train " + std::to_string(n));
+    refuse(o.id, "model has " + std::to_string(o.elements) +
+                     " parameters; the other children of '" + self_.id + "' train " +
+                     std::to_string(n));
     o.joined = false;
     agreed = false;
   }
@@ -148,7 +149,8 @@ void Aggregator::Impl::open_round(uint64_t round) {
   region_.sent_up.clear();
   next_anchor_.clear();
   // A region names the anchor it holds when it rejoins its parent.
-  if (!is_root_ && region_.anchor.size() == total_elements_) region_.round_anchor_digest = anchor_digest();
+  if (!is_root_ && region_.anchor.size() == total_elements_)
+    region_.round_anchor_digest = anchor_digest();
   if (is_root_) root_.outer->begin_round(round);
   phase_ = Phase::kTraining;
   round_started_ = Clock::now();
@@ -295,13 +297,12 @@ void Aggregator::Impl::on_telemetry(Child& c, const wire::ParsedFrame& f) {
   }
   const uint64_t round = f.header.round;
   switch (book_.add_telemetry(round, c.index, Traffic{t.wan_bytes, t.fp32_bytes, t.frames})) {
-    case aggregator::RoundBook::Telemetry::kTaken:
-      break;
+    case aggregator::RoundBook::Telemetry::kTaken: break;
     case aggregator::RoundBook::Telemetry::kNoRoundWaits:
       return;  // late (a region that was lost): nowhere to go
     case aggregator::RoundBook::Telemetry::kNotRelayedYet:
-      refuse(c.id, "telemetry for round " + std::to_string(round) +
-                       ", whose anchor was not relayed yet");
+      refuse(c.id,
+             "telemetry for round " + std::to_string(round) + ", whose anchor was not relayed yet");
       return;
     case aggregator::RoundBook::Telemetry::kAgain:
       refuse(c.id, "telemetry for round " + std::to_string(round) + " again; counted once");

@@ -24,8 +24,8 @@ namespace fedwan::aggregator {
 
 // How much a parent trusts the weight in a child's delta header.
 struct DeltaWeight {
-  double weight = 0;        // the weight to aggregate with
-  bool claim_differs = false;  // the header said something else (audited)
+  double weight = 0;                   // the weight to aggregate with
+  bool claim_differs = false;          // the header said something else (audited)
   std::optional<std::string> refusal;  // set: refuse the delta
 };
 

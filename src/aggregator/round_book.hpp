@@ -58,7 +58,9 @@ class RoundBook {
 
   // Rounds still owed: the root's unreported ones, a region's unsent ones.
   std::vector<uint64_t> owed() const;
-  bool nothing_owed() const { return is_root_ ? pending_.empty() : sent_through_ >= relayed_through_; }
+  bool nothing_owed() const {
+    return is_root_ ? pending_.empty() : sent_through_ >= relayed_through_;
+  }
 
  private:
   struct Pending {

@@ -204,8 +204,7 @@ void write_checkpoint(const fs::path& path, const Checkpoint& c, const security:
     if (action == "sync directory of") {
       throw TransportError("checkpoint " + path.string() +
                            " was written but its directory could not be synced: " +
-                           errno_text(err) +
-                           "; it may not survive a power cut, write it again");
+                           errno_text(err) + "; it may not survive a power cut, write it again");
     }
     throw_io(action, path, err);
   });
@@ -273,9 +272,8 @@ Checkpoint read_checkpoint(const fs::path& path, const CheckpointSignerCheck& ch
   }
   c.node_id = read_string(r, id_len, "the node id");
   if (!is_valid_node_id(c.node_id)) {
-    throw_corrupt(path,
-                  "node id is not 1..64 characters of [A-Za-z0-9._-]: the checkpoint is "
-                  "corrupt");
+    throw_corrupt(path, "node id is not 1..64 characters of [A-Za-z0-9._-]: the checkpoint is "
+                        "corrupt");
   }
 
   if (check.verifier && !is_signed && c.node_id == check.signer.node_id) {
@@ -339,9 +337,9 @@ Checkpoint read_checkpoint(const fs::path& path, const CheckpointSignerCheck& ch
   if (avail < trailer || avail - trailer < claimed) {
     throw_corrupt(path, "truncated after " + std::to_string(r.size()) +
                             " bytes: the manifest needs " + std::to_string(claimed) +
-                            " section bytes and a " + std::to_string(trailer) +
-                            "-byte digest" + (is_signed ? " and signature" : "") +
-                            " after offset " + std::to_string(r.offset()));
+                            " section bytes and a " + std::to_string(trailer) + "-byte digest" +
+                            (is_signed ? " and signature" : "") + " after offset " +
+                            std::to_string(r.offset()));
   }
   if (avail - trailer > claimed) {
     throw_corrupt(path, std::to_string(avail - trailer - claimed) +

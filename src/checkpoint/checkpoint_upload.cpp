@@ -4,8 +4,8 @@
 
 namespace fedwan::checkpoint {
 
-std::pair<std::vector<uint8_t>, wire::FrameHeader> piece_frame(const Topology& topo,
-                                                               uint32_t self, uint64_t round,
+std::pair<std::vector<uint8_t>, wire::FrameHeader> piece_frame(const Topology& topo, uint32_t self,
+                                                               uint64_t round,
                                                                PieceReader& reader) {
   wire::FrameHeader h = node_header(topo, self, wire::MsgType::kCheckpoint, round);
   h.chunk_index = reader.next_index();
@@ -16,7 +16,8 @@ std::pair<std::vector<uint8_t>, wire::FrameHeader> piece_frame(const Topology& t
   return {make_frame(h, bytes), h};
 }
 
-void CheckpointUpload::start(const std::filesystem::path& path, uint64_t round, uint32_t piece_bytes) {
+void CheckpointUpload::start(const std::filesystem::path& path, uint64_t round,
+                             uint32_t piece_bytes) {
   cancel();
   reader_ = std::make_unique<PieceReader>(path, piece_bytes);
   round_ = round;

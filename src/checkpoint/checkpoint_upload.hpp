@@ -23,9 +23,8 @@ namespace fedwan::checkpoint {
 
 // The next piece of `reader`'s file as a kCheckpoint frame of `round`, and
 // its header.
-std::pair<std::vector<uint8_t>, wire::FrameHeader> piece_frame(const Topology& topo,
-                                                               uint32_t self, uint64_t round,
-                                                               PieceReader& reader);
+std::pair<std::vector<uint8_t>, wire::FrameHeader> piece_frame(const Topology& topo, uint32_t self,
+                                                               uint64_t round, PieceReader& reader);
 
 class CheckpointUpload {
  public:

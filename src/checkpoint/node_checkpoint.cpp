@@ -71,8 +71,8 @@ std::optional<LoadedCheckpoint> load_node_checkpoint(const fs::path& dir, const 
       continue;
     }
     if (c.node_id != node) {
-      throw ConfigError("checkpoint " + p.string() + " belongs to node '" + c.node_id +
-                        "', not '" + node + "'; point --checkpoint-dir at this node's own");
+      throw ConfigError("checkpoint " + p.string() + " belongs to node '" + c.node_id + "', not '" +
+                        node + "'; point --checkpoint-dir at this node's own");
     }
     if (c.topology_digest != topo.digest()) {
       throw ConfigError("checkpoint " + p.string() + " was written under topology " +

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "fedwan/topology.hpp"
 #include "checkpoint/checkpoint_file.hpp"
+#include "fedwan/topology.hpp"
 
 namespace fedwan::node {
 class NodeSecurity;
@@ -52,8 +52,7 @@ struct LoadedCheckpoint {
 // as *.corrupt). Throws ConfigError when an intact checkpoint belongs to
 // another node or topology: resuming it would be a silent error.
 std::optional<LoadedCheckpoint> load_node_checkpoint(const std::filesystem::path& dir,
-                                                     const Topology& topo,
-                                                     const std::string& node,
+                                                     const Topology& topo, const std::string& node,
                                                      const CheckpointTrust& trust = {});
 
 // A checkpoint records the audit log's head (its "meta" section's audit_seq

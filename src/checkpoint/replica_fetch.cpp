@@ -2,18 +2,18 @@
 
 #include <algorithm>
 #include <optional>
-#include <thread>
 #include <string>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/node_checkpoint.hpp"
+#include "checkpoint/replica_store.hpp"
 #include "common/atomic_file.hpp"
 #include "common/log.hpp"
 #include "fedwan/error.hpp"
-#include "checkpoint/node_checkpoint.hpp"
 #include "node/node_frames.hpp"
 #include "node/node_security.hpp"
-#include "checkpoint/replica_store.hpp"
 
 namespace fedwan::checkpoint {
 
@@ -48,8 +48,8 @@ bool fetch_replica(ParentLink& first_link,
   for (;;) {
     const auto now = Clock::now();
     if (stop != nullptr && stop->load()) {
-      throw StoppedError("'" + self.id + "' stopped while fetching its replica from '" +
-                         parent_id + "'");
+      throw StoppedError("'" + self.id + "' stopped while fetching its replica from '" + parent_id +
+                         "'");
     }
     if (now >= deadline) {
       throw TimeoutError("'" + self.id + "': no replica (or answer that it has none) from '" +
@@ -101,8 +101,8 @@ bool fetch_replica(ParentLink& first_link,
     }
     if (h.type != wire::MsgType::kCheckpoint) continue;  // heartbeats and the like
     if (h.flags == wire::kFlagNoReplica) {
-      log().warn("[{}] '{}' keeps no replica of it; starting from the federation's model",
-                 self.id, parent_id);
+      log().warn("[{}] '{}' keeps no replica of it; starting from the federation's model", self.id,
+                 parent_id);
       security.audit("replica_missing", {{"parent", parent_id}});
       return false;
     }
@@ -110,21 +110,21 @@ bool fetch_replica(ParentLink& first_link,
     progress_at = Clock::now();
     if (h.chunk_index == 0) {
       assembly.emplace(checkpoint_path(dir, self.id), self.id, topo.digest(), h.round,
-                       h.chunk_count, h.total_elements, checkpoint_trust(security, topo, self).check);
+                       h.chunk_count, h.total_elements,
+                       checkpoint_trust(security, topo, self).check);
     }
     if (!assembly) continue;  // a piece of an answer whose start was lost
     std::string why;
     switch (assembly->add(h.chunk_index, h.chunk_count, h.round, h.total_elements, f.payload,
                           f.payload_size, &why)) {
-      case CheckpointAssembly::Status::kMore:
-        break;
+      case CheckpointAssembly::Status::kMore: break;
       case CheckpointAssembly::Status::kFailed: {
         // Nothing was installed. A replica that is not this node's own,
         // intact and signed is refused like a corrupt local checkpoint: the
         // node goes on as one without any (it joins and gets the
         // federation's model), and the operator hears of it.
-        security.audit("replica_refused", {{"peer", parent_id}, {"round", h.round},
-                                           {"reason", why}});
+        security.audit("replica_refused",
+                       {{"peer", parent_id}, {"round", h.round}, {"reason", why}});
         std::string alarm =
             "the replica '" + parent_id + "' sent for round " + std::to_string(h.round);
         alarm += " was refused: " + why + "; starting from the federation's model instead";

@@ -12,13 +12,13 @@
 #include <system_error>
 #include <utility>
 
+#include "checkpoint/checkpoint_file.hpp"
 #include "common/atomic_file.hpp"
 #include "common/errno_text.hpp"
 #include "common/log.hpp"
 #include "common/node_id.hpp"
 #include "common/sha256.hpp"
 #include "fedwan/error.hpp"
-#include "checkpoint/checkpoint_file.hpp"
 
 namespace fedwan::checkpoint {
 namespace {
@@ -242,8 +242,7 @@ struct CheckpointAssembly::State {
 
 CheckpointAssembly::CheckpointAssembly(fs::path target, std::string expected_node,
                                        std::array<uint8_t, 32> topology_digest, uint64_t round,
-                                       uint32_t count, uint64_t total,
-                                       CheckpointSignerCheck signer)
+                                       uint32_t count, uint64_t total, CheckpointSignerCheck signer)
     : s_(new State{std::move(target), std::move(expected_node), topology_digest, round, count,
                    total, StreamCheck(total), std::move(signer)}) {}
 CheckpointAssembly::~CheckpointAssembly() = default;
@@ -313,8 +312,11 @@ CheckpointAssembly::Status CheckpointAssembly::add(uint32_t index, uint32_t coun
 ReplicaStore::ReplicaStore(fs::path dir, std::array<uint8_t, 32> topology_digest, size_t keep,
                            std::shared_ptr<const security::SignatureVerifier> verifier,
                            std::string job)
-    : dir_(std::move(dir)), digest_(topology_digest), keep_(keep),
-      verifier_(std::move(verifier)), job_(std::move(job)) {
+    : dir_(std::move(dir)),
+      digest_(topology_digest),
+      keep_(keep),
+      verifier_(std::move(verifier)),
+      job_(std::move(job)) {
   if (keep_ == 0) {
     throw ConfigError("replica store " + dir_.string() +
                       ": keep must be at least 1 replica per child");
@@ -363,13 +365,9 @@ ReplicaStore::Result ReplicaStore::add_piece(const std::string& child, uint64_t 
     }
     std::string why;
     switch (it->second->add(index, count, round, total, data, n, &why)) {
-      case CheckpointAssembly::Status::kMore:
-        r.bytes = it->second->received();
-        return r;
-      case CheckpointAssembly::Status::kFailed:
-        return refuse(why);
-      case CheckpointAssembly::Status::kDone:
-        break;
+      case CheckpointAssembly::Status::kMore: r.bytes = it->second->received(); return r;
+      case CheckpointAssembly::Status::kFailed: return refuse(why);
+      case CheckpointAssembly::Status::kDone: break;
     }
     r.kind = Result::Kind::kStored;
     r.bytes = total;
@@ -410,8 +408,8 @@ std::optional<fs::path> ReplicaStore::latest(const std::string& child) {
   for (auto it = have.rbegin(); it != have.rend(); ++it) {
     const fs::path p = replica_path(child, *it);
     CheckpointIdentity id;
-    std::optional<std::string> bad = check_checkpoint_stream(p, child, digest_, &id,
-                                                             signer_check(child));
+    std::optional<std::string> bad =
+        check_checkpoint_stream(p, child, digest_, &id, signer_check(child));
     if (!bad && id.round != *it) {
       bad = "checkpoint " + p.string() + " holds round " + std::to_string(id.round) +
             ", its name says " + std::to_string(*it);

@@ -50,7 +50,8 @@ int run_verify(const AuditArgs& a) {
     return 1;
   }
   if (r.entries == 0) {
-    std::cerr << a.file << ": the log is empty: no entry to verify (a node that ran with this "
+    std::cerr << a.file
+              << ": the log is empty: no entry to verify (a node that ran with this "
                  "log writes at least its security mode)\n";
     return 1;
   }
@@ -69,7 +70,8 @@ int run_verify(const AuditArgs& a) {
                 << *r.last_signed_seq << " were removed (--expect-head settles it)\n";
     }
   }
-  if (!a.expect_head.empty()) std::cout << "recorded head " << a.expect_head << " is in the chain\n";
+  if (!a.expect_head.empty())
+    std::cout << "recorded head " << a.expect_head << " is in the chain\n";
   return 0;
 }
 
@@ -177,16 +179,18 @@ void add_audit_command(CLI::App& app, int* exit_code) {
       "verify", "check the hash chain and the signed heads; print the entry count and the last "
                 "hash");
   verify->add_option("file", args->file, "audit log (JSONL)")->required();
-  verify->add_option("--expect-head", args->expect_head,
-                     "a hash recorded earlier (a printed last hash): the chain must still hold "
-                     "it, or entries were removed or rewritten")
+  verify
+      ->add_option("--expect-head", args->expect_head,
+                   "a hash recorded earlier (a printed last hash): the chain must still hold "
+                   "it, or entries were removed or rewritten")
       ->check([](const std::string& h) {
         const bool hex = h.size() == 64 && h.find_first_not_of("0123456789abcdef") == h.npos;
         return hex ? std::string() : std::string("must be 64 lower-case hex digits");
       });
-  verify->add_option("--ca", args->ca,
-                     "the federation's ca.pem: check every signed head against it (and require "
-                     "at least one)")
+  verify
+      ->add_option("--ca", args->ca,
+                   "the federation's ca.pem: check every signed head against it (and require "
+                   "at least one)")
       ->check(CLI::ExistingFile);
   verify->add_option("--crl", args->crl, "with --ca: a crl.pem; heads by revoked keys fail")
       ->check(CLI::ExistingFile);

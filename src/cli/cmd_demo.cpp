@@ -12,29 +12,29 @@
 
 #include <atomic>
 #include <cerrno>
-#include <csignal>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
 
+#include <torch/utils.h>
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
-#include <torch/utils.h>
 
 #include "cli/commands.hpp"
-#include "workload/fashion_mnist.hpp"
-#include "workload/fashion_model.hpp"
 #include "cli/placement.hpp"
 #include "cli/validators.hpp"
 #include "fedwan/codec.hpp"
 #include "fedwan/error.hpp"
-#include "fedwan/security.hpp"
 #include "fedwan/outer_optimizer.hpp"
+#include "fedwan/security.hpp"
 #include "fedwan/topology.hpp"
 #include "security/tls_session.hpp"
+#include "workload/fashion_mnist.hpp"
+#include "workload/fashion_model.hpp"
 
 namespace fedwan::cli {
 
@@ -269,9 +269,8 @@ int run_demo(const DemoArgs& a) {
   }
   // Where the sites' ranks will train (each resolves the same on this
   // machine); --device cuda without what it needs fails here.
-  const Placement place = a.workload.trainer == "fashion-cnn"
-                              ? place_rank(a.device, 0, a.ranks_per_site)
-                              : Placement{};
+  const Placement place =
+      a.workload.trainer == "fashion-cnn" ? place_rank(a.device, 0, a.ranks_per_site) : Placement{};
   const auto t0 = Clock::now();
 
   fs::path dir = a.work_dir;
@@ -309,14 +308,14 @@ int run_demo(const DemoArgs& a) {
             << (a.ranks_per_site > 1
                     ? " of " + std::to_string(a.ranks_per_site) + " ranks (" + engine + ")"
                     : std::string())
-            << " on " << (place.cuda() ? "GPUs" : "the CPU") << "; "
-            << a.rounds << " rounds x " << a.inner_steps << " steps; codec " << a.codec
-            << ", outer " << a.outer << ", trainer " << a.workload.trainer << "\n"
+            << " on " << (place.cuda() ? "GPUs" : "the CPU") << "; " << a.rounds << " rounds x "
+            << a.inner_steps << " steps; codec " << a.codec << ", outer " << a.outer << ", trainer "
+            << a.workload.trainer << "\n"
             << "fedwan demo: topology and logs in " << dir.string() << "\n"
             << "fedwan demo: links "
             << (a.insecure_plaintext ? std::string("PLAINTEXT (--insecure-plaintext)")
-                                     : "mutual TLS 1.3, frames " + a.cipher +
-                                           "; credentials in " + (dir / "pki").string())
+                                     : "mutual TLS 1.3, frames " + a.cipher + "; credentials in " +
+                                           (dir / "pki").string())
             << std::endl;
 
   const std::string exe = self_exe();
@@ -328,9 +327,9 @@ int run_demo(const DemoArgs& a) {
     std::string name = node;
     if (cmd == "site" && a.ranks_per_site > 1) {
       name = node + ".rank" + std::to_string(rank);
-      args.insert(args.end(), {"--ranks", std::to_string(a.ranks_per_site), "--rank",
-                               std::to_string(rank), "--rendezvous",
-                               (dir / "rendezvous" / node).string()});
+      args.insert(args.end(),
+                  {"--ranks", std::to_string(a.ranks_per_site), "--rank", std::to_string(rank),
+                   "--rendezvous", (dir / "rendezvous" / node).string()});
     }
     if (cmd == "site") args.insert(args.end(), {"--device", a.device});
     if (a.insecure_plaintext) {
@@ -361,8 +360,8 @@ int run_demo(const DemoArgs& a) {
   std::signal(SIGINT, SIG_DFL);
   if (!all_ok) return 1;
   if (g_demo_stop.load()) {
-    std::cerr << "fedwan demo: stopped by signal; every node was stopped (logs in "
-              << dir.string() << ")\n";
+    std::cerr << "fedwan demo: stopped by signal; every node was stopped (logs in " << dir.string()
+              << ")\n";
     return 0;
   }
   const double fed_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -386,21 +385,27 @@ int run_demo(const DemoArgs& a) {
   report["wall_seconds"] = wall;
   report["federation_seconds"] = fed_seconds;
   report["configuration"] = {
-      {"sites", a.sites},           {"regions", a.regions},
-      {"rounds", a.rounds},         {"inner_steps", a.inner_steps},
-      {"codec", a.codec},           {"outer_optimizer", a.outer},
-      {"chunk_bytes", a.chunk_bytes}, {"trainer", a.workload.trainer},
-      {"seed", a.workload.seed},    {"alpha", a.workload.alpha},
+      {"sites", a.sites},
+      {"regions", a.regions},
+      {"rounds", a.rounds},
+      {"inner_steps", a.inner_steps},
+      {"codec", a.codec},
+      {"outer_optimizer", a.outer},
+      {"chunk_bytes", a.chunk_bytes},
+      {"trainer", a.workload.trainer},
+      {"seed", a.workload.seed},
+      {"alpha", a.workload.alpha},
       {"batch_size", a.workload.batch_size},
-      {"inner_optimizer", a.workload.inner_optimizer}, {"lr", a.workload.lr},
+      {"inner_optimizer", a.workload.inner_optimizer},
+      {"lr", a.workload.lr},
       {"device", place.cuda() ? "cuda" : "cpu"},
       {"topology_digest", topo.digest_hex()},
       {"security", a.insecure_plaintext ? std::string("plaintext") : "mtls/" + a.cipher},
       {"audit_dir", (dir / "audit").string()}};
-  const double ratio = report["fp32_bytes_total"].get<double>() > 0
-                           ? report["wan_bytes_total"].get<double>() /
-                                 report["fp32_bytes_total"].get<double>()
-                           : 0.0;
+  const double ratio =
+      report["fp32_bytes_total"].get<double>() > 0
+          ? report["wan_bytes_total"].get<double>() / report["fp32_bytes_total"].get<double>()
+          : 0.0;
   std::printf("federation: final accuracy %s, WAN %.2f MB (%.3f of fp32), %.1f s; total %.1f s\n",
               report.contains("final_accuracy")
                   ? std::to_string(report["final_accuracy"].get<double>()).c_str()

@@ -8,13 +8,11 @@
 #include <iostream>
 #include <optional>
 
+#include <torch/utils.h>
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
-#include <torch/utils.h>
 
 #include "cli/commands.hpp"
-#include "workload/fashion_mnist.hpp"
-#include "workload/fashion_model.hpp"
 #include "cli/placement.hpp"
 #include "cli/validators.hpp"
 #include "common/atomic_file.hpp"
@@ -23,6 +21,8 @@
 #include "fedwan/error.hpp"
 #include "fedwan/site.hpp"
 #include "fedwan/synthetic.hpp"
+#include "workload/fashion_mnist.hpp"
+#include "workload/fashion_model.hpp"
 #include "workload/partition.hpp"
 
 namespace fedwan::cli {
@@ -86,8 +86,9 @@ void install_signal_handlers() {
 }
 
 void add_node_flags(CLI::App& cmd, NodeArgs& a) {
-  cmd.add_option("--topology", a.topology, "topology YAML file")->required()->check(
-      CLI::ExistingFile);
+  cmd.add_option("--topology", a.topology, "topology YAML file")
+      ->required()
+      ->check(CLI::ExistingFile);
   cmd.add_option("--node", a.node, "this node's id in the topology")->required();
   cmd.add_option("--out", a.out, "write the final model here (raw little-endian fp32)");
   cmd.add_option("--join-timeout", a.join_timeout_s, "seconds to wait for the tree to form")
@@ -148,7 +149,8 @@ int run_aggregator(const NodeArgs& a) {
   nlohmann::json rounds_json = nlohmann::json::array();
   if (!a.initial_model.empty() && !root) {
     throw ConfigError("--initial-model is for the root (it starts the federation's model); "
-                      "node '" + a.node + "' is a region");
+                      "node '" +
+                      a.node + "' is a region");
   }
   if (!a.initial_model.empty() && a.eval) {
     throw ConfigError("--eval evaluates the fashion-cnn model; a model from --initial-model "
@@ -178,9 +180,9 @@ int run_aggregator(const NodeArgs& a) {
         std::snprintf(line, sizeof line,
                       "round %3llu/%llu  accuracy %.4f  loss %.4f  wan %s (fp32 %s)  %.2f s",
                       static_cast<unsigned long long>(r.round + 1),
-                      static_cast<unsigned long long>(rounds), it->second.accuracy,
-                      it->second.loss, human_bytes(r.wan_bytes).c_str(),
-                      human_bytes(r.fp32_bytes).c_str(), r.seconds);
+                      static_cast<unsigned long long>(rounds), it->second.accuracy, it->second.loss,
+                      human_bytes(r.wan_bytes).c_str(), human_bytes(r.fp32_bytes).c_str(),
+                      r.seconds);
       } else {
         std::snprintf(line, sizeof line, "round %3llu/%llu  wan %s (fp32 %s)  %.2f s",
                       static_cast<unsigned long long>(r.round + 1),
@@ -202,8 +204,7 @@ int run_aggregator(const NodeArgs& a) {
     g_aggregator.store(nullptr);
     if (!g_terminate.load()) throw;
     std::cerr << "fedwan: aggregator '" << a.node << "' stopped by signal"
-              << (a.checkpoint_dir.empty() ? "" : "; it resumes from its last checkpoint")
-              << "\n";
+              << (a.checkpoint_dir.empty() ? "" : "; it resumes from its last checkpoint") << "\n";
     return 0;
   }
   g_aggregator.store(nullptr);
@@ -306,8 +307,8 @@ int run_site(const NodeArgs& a) {
   torch::Tensor images, labels;
   {
     const FashionMnistData train = load_fashion_mnist(FashionMnistSet::kTrain, w.data_dir);
-    const auto shards = workload::dirichlet_partition(train.label_bytes, workload::kFashionMnistClasses,
-                                                     num_sites, w.alpha, w.seed);
+    const auto shards = workload::dirichlet_partition(
+        train.label_bytes, workload::kFashionMnistClasses, num_sites, w.alpha, w.seed);
     const torch::Tensor rows = torch::tensor(
         std::vector<int64_t>(shards[ordinal].begin(), shards[ordinal].end()), torch::kInt64);
     images = train.images.index_select(0, rows).to(place.device());
@@ -344,8 +345,7 @@ int run_site(const NodeArgs& a) {
     dp = std::make_unique<DataParallel>(*model, *comm);
     dp->broadcast_parameters();
   }
-  Trainer trainer(images, labels, std::move(indices), w.batch_size,
-                  w.seed * 1000 + ordinal);
+  Trainer trainer(images, labels, std::move(indices), w.batch_size, w.seed * 1000 + ordinal);
   const std::function<void()> average = [&] {
     if (dp) dp->synchronize();
   };
@@ -384,8 +384,9 @@ void add_security_flags(CLI::App& cmd, SecurityArgs& s) {
   cmd.add_flag("--insecure-plaintext", s.insecure_plaintext,
                "run links WITHOUT authentication or encryption (loopback experiments only; "
                "secure nodes refuse this node)");
-  cmd.add_option("--cipher", s.cipher, "frame cipher on the link to the parent: aes-256-gcm, "
-                                       "chacha20-poly1305")
+  cmd.add_option("--cipher", s.cipher,
+                 "frame cipher on the link to the parent: aes-256-gcm, "
+                 "chacha20-poly1305")
       ->capture_default_str();
   cmd.add_option("--audit-log", s.audit_log, "append the hash-chained audit log to this file");
 }

@@ -14,7 +14,7 @@ namespace fedwan::cli {
 
 // How a node protects its links (see fedwan/security.hpp).
 struct SecurityArgs {
-  std::string credentials;      // this node's bundle directory
+  std::string credentials;  // this node's bundle directory
   bool insecure_plaintext = false;
   std::string cipher = "aes-256-gcm";
   std::string audit_log;
@@ -25,10 +25,10 @@ void add_security_flags(CLI::App& cmd, SecurityArgs& s);
 struct NodeArgs {
   std::string topology;
   std::string node;
-  std::string report;      // JSON report path (root: rounds; site: nothing)
-  std::string out;         // write the final model (raw little-endian fp32) here
+  std::string report;         // JSON report path (root: rounds; site: nothing)
+  std::string out;            // write the final model (raw little-endian fp32) here
   std::string initial_model;  // root: start from this raw little-endian fp32 model
-  bool eval = false;       // root: evaluate the global model every round
+  bool eval = false;          // root: evaluate the global model every round
   double join_timeout_s = 300;
   std::string checkpoint_dir;   // local checkpoints; resumed from when present
   std::string record_updates;   // aggregators: keep received update payloads here
@@ -56,12 +56,12 @@ struct DemoArgs {
   uint64_t chunk_bytes = 1 << 20;
   bool no_baseline = false;
   std::string report;
-  std::string work_dir;  // default: a fresh temporary directory
-  bool force = false;    // replace a federation CA already in work_dir/pki
-  int base_port = 0;     // 0: pick free ports
+  std::string work_dir;             // default: a fresh temporary directory
+  bool force = false;               // replace a federation CA already in work_dir/pki
+  int base_port = 0;                // 0: pick free ports
   bool insecure_plaintext = false;  // default: provision credentials, encrypt every link
   std::string cipher = "aes-256-gcm";
-  int ranks_per_site = 1;  // processes per site, gradients averaged every step
+  int ranks_per_site = 1;       // processes per site, gradients averaged every step
   std::string device = "auto";  // the sites' ranks: auto | cpu | cuda
   WorkloadSettings workload;
 };

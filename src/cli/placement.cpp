@@ -21,16 +21,14 @@ int usable_gpus(std::string* why) {
     return 0;
   }
   if (!torch::cuda::is_available()) {
-    *why =
-        "LibTorch here has no CUDA support (torch::cuda::is_available() is false); install "
-        "a CUDA build of LibTorch";
+    *why = "LibTorch here has no CUDA support (torch::cuda::is_available() is false); install "
+           "a CUDA build of LibTorch";
     return 0;
   }
   return count;
 #else
-  *why =
-      "this fedwan was built without its CUDA side (no CUDA toolkit at build time); rebuild "
-      "with one (FEDWAN_WITH_CUDA=ON)";
+  *why = "this fedwan was built without its CUDA side (no CUDA toolkit at build time); rebuild "
+         "with one (FEDWAN_WITH_CUDA=ON)";
   return 0;
 #endif
 }

@@ -1,16 +1,16 @@
 #include "cli/workload.hpp"
 
-#include <CLI/CLI.hpp>
 #include <torch/optim/adam.h>
 #include <torch/optim/sgd.h>
 #include <torch/utils.h>
+#include <CLI/CLI.hpp>
 
-#include "workload/fashion_mnist.hpp"
-#include "workload/fashion_model.hpp"
 #include "cli/validators.hpp"
 #include "fedwan/error.hpp"
 #include "fedwan/flat_parameters.hpp"
 #include "fedwan/synthetic.hpp"
+#include "workload/fashion_mnist.hpp"
+#include "workload/fashion_model.hpp"
 #include "workload/partition.hpp"
 
 namespace fedwan::cli {
@@ -47,14 +47,22 @@ void add_workload_flags(CLI::App& app, WorkloadSettings& s) {
 }
 
 std::vector<std::string> workload_args(const WorkloadSettings& s) {
-  return {"--trainer",         s.trainer,
-          "--seed",            std::to_string(s.seed),
-          "--data",            s.data_dir,
-          "--alpha",           std::to_string(s.alpha),
-          "--batch-size",      std::to_string(s.batch_size),
-          "--inner-optimizer", s.inner_optimizer,
-          "--lr",              std::to_string(s.lr),
-          "--synthetic-size",  std::to_string(s.synthetic_size)};
+  return {"--trainer",
+          s.trainer,
+          "--seed",
+          std::to_string(s.seed),
+          "--data",
+          s.data_dir,
+          "--alpha",
+          std::to_string(s.alpha),
+          "--batch-size",
+          std::to_string(s.batch_size),
+          "--inner-optimizer",
+          s.inner_optimizer,
+          "--lr",
+          std::to_string(s.lr),
+          "--synthetic-size",
+          std::to_string(s.synthetic_size)};
 }
 
 std::vector<float> initial_model(const WorkloadSettings& s) {
@@ -78,7 +86,7 @@ std::unique_ptr<torch::optim::Optimizer> make_inner_optimizer(torch::nn::Module&
 std::vector<std::vector<uint32_t>> fashion_shards(const WorkloadSettings& s, size_t num_sites) {
   const FashionMnistData train = load_fashion_mnist(FashionMnistSet::kTrain, s.data_dir);
   return workload::dirichlet_partition(train.label_bytes, workload::kFashionMnistClasses, num_sites,
-                                      s.alpha, s.seed);
+                                       s.alpha, s.seed);
 }
 
 }  // namespace fedwan::cli

@@ -22,7 +22,7 @@ struct WorkloadSettings {
   std::string trainer = "fashion-cnn";  // fashion-cnn | synthetic
   uint64_t seed = 1;
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
-  double alpha = 2.0;          // Dirichlet concentration of the label split
+  double alpha = 2.0;  // Dirichlet concentration of the label split
   int64_t batch_size = 64;
   std::string inner_optimizer = "adam";  // adam | sgd
   double lr = 1e-3;

@@ -143,7 +143,7 @@ struct Fp16Scale {
 // `max_abs_bits` is the bit pattern of the block's largest |value| (finite).
 FEDWAN_HD Fp16Scale fp16_scale_for(uint32_t max_abs_bits) {
   Fp16Scale s;
-  if (max_abs_bits == 0) return s;  // all zeros: any scale decodes them exactly
+  if (max_abs_bits == 0) return s;        // all zeros: any scale decodes them exactly
   const int e = int(max_abs_bits >> 23);  // biased exponent; 0 when subnormal
   // Clamped to the smallest normal float so 1/scale stays representable;
   // only chunks below ~1e-34 lose precision to that.

@@ -63,8 +63,7 @@ uint32_t scalar_max_abs_bits(const float* in, const float* res, size_t n) {
 
 using codec_math::fp16_quantise;
 
-void scalar_fp16_encode(const float* in, float* res, size_t n, const Fp16Scale& s,
-                        uint8_t* out) {
+void scalar_fp16_encode(const float* in, float* res, size_t n, const Fp16Scale& s, uint8_t* out) {
   if (!res) {
     for (size_t i = 0; i < n; ++i) store_u16(out + 2 * i, fp16_quantise(in[i], s));
     return;
@@ -116,15 +115,9 @@ uint16_t scalar_u16_max_abs(const uint8_t* in, size_t n) {
   return m;
 }
 
-const HalfKernels kScalar{"scalar",
-                          scalar_max_abs_bits,
-                          scalar_fp16_encode,
-                          scalar_fp16_decode,
-                          scalar_fp16_decode_accumulate,
-                          scalar_bf16_encode,
-                          scalar_bf16_decode,
-                          scalar_bf16_decode_accumulate,
-                          scalar_u16_max_abs};
+const HalfKernels kScalar{"scalar",           scalar_max_abs_bits,           scalar_fp16_encode,
+                          scalar_fp16_decode, scalar_fp16_decode_accumulate, scalar_bf16_encode,
+                          scalar_bf16_decode, scalar_bf16_decode_accumulate, scalar_u16_max_abs};
 
 // ---- AVX2 + F16C kernels --------------------------------------------------
 // No "fma" in the target list on purpose: without it the compiler cannot
@@ -144,14 +137,14 @@ FEDWAN_AVX2 uint32_t avx2_max_abs_bits(const float* in, const float* res, size_t
   size_t i = 0;
   if (res) {
     for (; i + 32 <= n; i += 32) {
-      m0 = _mm256_max_epi32(m0, abs_bits(_mm256_add_ps(_mm256_loadu_ps(in + i),
-                                                       _mm256_loadu_ps(res + i))));
-      m1 = _mm256_max_epi32(m1, abs_bits(_mm256_add_ps(_mm256_loadu_ps(in + i + 8),
-                                                       _mm256_loadu_ps(res + i + 8))));
-      m2 = _mm256_max_epi32(m2, abs_bits(_mm256_add_ps(_mm256_loadu_ps(in + i + 16),
-                                                       _mm256_loadu_ps(res + i + 16))));
-      m3 = _mm256_max_epi32(m3, abs_bits(_mm256_add_ps(_mm256_loadu_ps(in + i + 24),
-                                                       _mm256_loadu_ps(res + i + 24))));
+      m0 = _mm256_max_epi32(
+          m0, abs_bits(_mm256_add_ps(_mm256_loadu_ps(in + i), _mm256_loadu_ps(res + i))));
+      m1 = _mm256_max_epi32(
+          m1, abs_bits(_mm256_add_ps(_mm256_loadu_ps(in + i + 8), _mm256_loadu_ps(res + i + 8))));
+      m2 = _mm256_max_epi32(
+          m2, abs_bits(_mm256_add_ps(_mm256_loadu_ps(in + i + 16), _mm256_loadu_ps(res + i + 16))));
+      m3 = _mm256_max_epi32(
+          m3, abs_bits(_mm256_add_ps(_mm256_loadu_ps(in + i + 24), _mm256_loadu_ps(res + i + 24))));
     }
   } else {
     for (; i + 32 <= n; i += 32) {
@@ -179,8 +172,8 @@ FEDWAN_AVX2 inline __m128i avx2_fp16_quantise(__m256 v, __m256 inv, __m256 lo, _
 }
 
 template <bool Clamp>
-FEDWAN_AVX2 size_t avx2_fp16_encode_head(const float* in, float* res, size_t n,
-                                         const Fp16Scale& s, uint8_t* out) {
+FEDWAN_AVX2 size_t avx2_fp16_encode_head(const float* in, float* res, size_t n, const Fp16Scale& s,
+                                         uint8_t* out) {
   const __m256 inv = _mm256_set1_ps(s.inv), scale = _mm256_set1_ps(s.scale);
   const __m256 hi = _mm256_set1_ps(s.limit), lo = _mm256_set1_ps(-s.limit);
   size_t i = 0;
@@ -221,8 +214,8 @@ FEDWAN_AVX2 void avx2_fp16_decode(const uint8_t* in, size_t n, float scale, floa
   scalar_fp16_decode(in + 2 * i, n - i, scale, out + i);
 }
 
-FEDWAN_AVX2 void avx2_fp16_decode_accumulate(const uint8_t* in, size_t n, float scale,
-                                             float weight, float* acc) {
+FEDWAN_AVX2 void avx2_fp16_decode_accumulate(const uint8_t* in, size_t n, float scale, float weight,
+                                             float* acc) {
   const __m256 sc = _mm256_set1_ps(scale), w = _mm256_set1_ps(weight);
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
@@ -305,15 +298,9 @@ FEDWAN_AVX2 uint16_t avx2_u16_max_abs(const uint8_t* in, size_t n) {
   return m;
 }
 
-const HalfKernels kAvx2{"avx2",
-                        avx2_max_abs_bits,
-                        avx2_fp16_encode,
-                        avx2_fp16_decode,
-                        avx2_fp16_decode_accumulate,
-                        avx2_bf16_encode,
-                        avx2_bf16_decode,
-                        avx2_bf16_decode_accumulate,
-                        avx2_u16_max_abs};
+const HalfKernels kAvx2{"avx2",           avx2_max_abs_bits,           avx2_fp16_encode,
+                        avx2_fp16_decode, avx2_fp16_decode_accumulate, avx2_bf16_encode,
+                        avx2_bf16_decode, avx2_bf16_decode_accumulate, avx2_u16_max_abs};
 #endif  // __x86_64__
 
 }  // namespace

@@ -30,7 +30,7 @@ float bf16_to_fp32(uint16_t h);
 
 inline constexpr uint32_t kF32AbsMask = codec_math::kF32AbsMask;
 inline constexpr uint32_t kF32ExpMask = codec_math::kF32ExpMask;  // abs bits >= this: Inf/NaN
-inline constexpr uint16_t kF16ExpMask = 0x7C00u;      // abs bits >= this: Inf/NaN
+inline constexpr uint16_t kF16ExpMask = 0x7C00u;                  // abs bits >= this: Inf/NaN
 inline constexpr uint16_t kBf16ExpMask = 0x7F80u;
 
 // Per-block power-of-two scale of the fp16 codec (codec_math.hpp).
@@ -70,8 +70,7 @@ struct HalfKernels {
   // Writes n LE halves of round(clamp((in + residual) / scale, +-limit));
   // with a residual, leaves in it what the rounding lost. A single pass;
   // an infinite limit skips the clamp, which would be a no-op.
-  void (*fp16_encode)(const float* in, float* residual, size_t n, const Fp16Scale& s,
-                      uint8_t* out);
+  void (*fp16_encode)(const float* in, float* residual, size_t n, const Fp16Scale& s, uint8_t* out);
   void (*fp16_decode)(const uint8_t* in, size_t n, float scale, float* out);
   // acc[i] = acc[i] + weight * (half[i] * scale): two roundings, no FMA.
   void (*fp16_decode_accumulate)(const uint8_t* in, size_t n, float scale, float weight,

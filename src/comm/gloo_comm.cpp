@@ -44,7 +44,8 @@ void check_gloo_is_ours() {
   const std::string from = info.dli_fname;
   if (from.find("libgloo") != std::string::npos) return;
   throw ConfigError("site communicator: this fedwan was built against the system's Gloo, but "
-                    "the process runs Gloo's code from " + from +
+                    "the process runs Gloo's code from " +
+                    from +
                     " (a LibTorch that carries its own Gloo, such as the pip torch wheel): "
                     "rebuild fedwan against the LibTorch this program links");
 }
@@ -152,8 +153,8 @@ void prepare_site_comm(const SiteCommOptions& o) {
   std::error_code ec;
   std::filesystem::create_directories(o.rendezvous_dir, ec);
   if (ec) {
-    throw ConfigError("site communicator: cannot create rendezvous directory " +
-                      o.rendezvous_dir + ": " + ec.message());
+    throw ConfigError("site communicator: cannot create rendezvous directory " + o.rendezvous_dir +
+                      ": " + ec.message());
   }
 }
 

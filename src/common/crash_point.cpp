@@ -24,7 +24,8 @@ const Spec& spec() {
     std::string v(env);
     const size_t at = v.find('@');
     out.name = v.substr(0, at);
-    if (at != std::string::npos) out.hit = std::max(1L, std::strtol(v.c_str() + at + 1, nullptr, 10));
+    if (at != std::string::npos)
+      out.hit = std::max(1L, std::strtol(v.c_str() + at + 1, nullptr, 10));
     return out;
   }();
   return s;

@@ -20,8 +20,8 @@ std::atomic<uint64_t> g_write_failures{0};
 class EscapingStderrSink final : public spdlog::sinks::base_sink<std::mutex> {
  protected:
   void sink_it_(const spdlog::details::log_msg& msg) override {
-    const std::string escaped = escape_log_text(
-        std::string_view(msg.payload.data(), msg.payload.size()));
+    const std::string escaped =
+        escape_log_text(std::string_view(msg.payload.data(), msg.payload.size()));
     spdlog::details::log_msg safe = msg;
     safe.payload = spdlog::string_view_t(escaped.data(), escaped.size());
     spdlog::memory_buf_t line;

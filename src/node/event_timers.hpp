@@ -62,17 +62,16 @@ class EventTimers {
   static constexpr int kMaxHandlersPerPoll = 64;
 
  private:
-  void arm_periodic(const std::shared_ptr<Timer>& t, std::chrono::milliseconds period,
-                    Handler fn) {
+  void arm_periodic(const std::shared_ptr<Timer>& t, std::chrono::milliseconds period, Handler fn) {
     t->timer_.expires_after(period);
     std::weak_ptr<Timer> weak = t;
-    t->timer_.async_wait([this, weak, period, fn = std::move(fn)](
-                             const boost::system::error_code& ec) mutable {
-      auto self = weak.lock();
-      if (ec || !self) return;
-      fn();
-      arm_periodic(self, period, std::move(fn));
-    });
+    t->timer_.async_wait(
+        [this, weak, period, fn = std::move(fn)](const boost::system::error_code& ec) mutable {
+          auto self = weak.lock();
+          if (ec || !self) return;
+          fn();
+          arm_periodic(self, period, std::move(fn));
+        });
   }
 
   boost::asio::io_context io_;

@@ -7,9 +7,9 @@
 #include "common/log.hpp"
 #include "common/utc_time.hpp"
 #include "fedwan/error.hpp"
-#include "security/authorization.hpp"
 #include "security/aead.hpp"
 #include "security/audit_log.hpp"
+#include "security/authorization.hpp"
 #include "security/node_key.hpp"
 #include "security/tls_session.hpp"
 #include "transport/secure_channel.hpp"
@@ -39,18 +39,22 @@ NodeSecurity::NodeSecurity(const SecurityOptions& options, const Topology& topol
     : options_(options), topology_(topology), self_(self), alarm_noise_(alarm_repeats()) {
   (void)security::aead_by_name(options_.cipher);  // unknown names fail here, at start
   if (options_.insecure_plaintext && !options_.credentials_dir.empty()) {
-    throw ConfigError("node '" + self_.id + "': both credentials and insecure_plaintext given; "
+    throw ConfigError("node '" + self_.id +
+                      "': both credentials and insecure_plaintext given; "
                       "choose one (credentials are the safe choice)");
   }
   if (!options_.insecure_plaintext) {
     if (options_.credentials_dir.empty()) {
-      throw ConfigError("node '" + self_.id + "' has no credentials: links are encrypted by "
+      throw ConfigError("node '" + self_.id +
+                        "' has no credentials: links are encrypted by "
                         "default, so give it its bundle (made by `fedwan certs init --topology "
-                        "FILE --out DIR`, then DIR/" + self_.id + "), or run a loopback "
+                        "FILE --out DIR`, then DIR/" +
+                        self_.id +
+                        "), or run a loopback "
                         "experiment with insecure plaintext (--insecure-plaintext)");
     }
-    tls_ = std::make_shared<security::TlsContext>(options_.credentials_dir, true,
-                                                  options_.crl_grace);
+    tls_ =
+        std::make_shared<security::TlsContext>(options_.credentials_dir, true, options_.crl_grace);
     const security::NodeIdentity& me = tls_->self();
     if (me.node_id != self_.id || me.role != self_.role || me.job != topology_.job()) {
       throw ConfigError("credentials in '" + options_.credentials_dir + "' are for " +
@@ -71,8 +75,8 @@ NodeSecurity::NodeSecurity(const SecurityOptions& options, const Topology& topol
     audit("security_mode", {{"mode", "plaintext"}});
     return;
   }
-  audit("security_mode", {{"mode", "mtls"}, {"cipher", options_.cipher},
-                          {"credentials", options_.credentials_dir}});
+  audit("security_mode",
+        {{"mode", "mtls"}, {"cipher", options_.cipher}, {"credentials", options_.credentials_dir}});
   check_crl();
 }
 
@@ -114,10 +118,8 @@ void NodeSecurity::flush_noise(bool all) {
     const auto secs = std::chrono::duration_cast<std::chrono::seconds>(s.window).count();
     log().warn("[{}] {} more like this in the last {} s were not logged: {}", self_.id,
                s.suppressed, secs, s.key);
-    audit("suppressed", {{"kind", s.key},
-                         {"count", s.suppressed},
-                         {"bytes", s.bytes},
-                         {"window_s", secs}});
+    audit("suppressed",
+          {{"kind", s.key}, {"count", s.suppressed}, {"bytes", s.bytes}, {"window_s", secs}});
   }
 }
 
@@ -140,8 +142,8 @@ void NodeSecurity::check_audit_head(uint64_t seq, const std::string& hash) {
                           std::to_string(seq) + " with hash " + hash.substr(0, 16) +
                           "..., which this node's checkpoint recorded: entries were removed from "
                           "its end, or it was replaced";
-  audit("audit_truncated", {{"expected_seq", seq}, {"expected_hash", hash},
-                            {"entries", audit_->entries()}});
+  audit("audit_truncated",
+        {{"expected_seq", seq}, {"expected_hash", hash}, {"entries", audit_->entries()}});
   alarm("audit_truncated", why);
 }
 
@@ -156,13 +158,14 @@ void NodeSecurity::check_audit_health() {
   } else if (h.writable && audit_alarm_) {
     audit_alarm_ = false;
     log().warn("[{}] the audit log {} takes writes again; the outage is recorded in it "
-               "(audit_outage)", self_.id, audit_->path());
+               "(audit_outage)",
+               self_.id, audit_->path());
   }
   if (h.lost > audit_lost_seen_) {
     audit_lost_seen_ = h.lost;
-    alarm("audit_entries_lost",
-          std::to_string(h.lost) + " audit entries did not fit in memory while the log could "
-                                   "not be written; its audit_outage entry counts them by event");
+    alarm("audit_entries_lost", std::to_string(h.lost) +
+                                    " audit entries did not fit in memory while the log could "
+                                    "not be written; its audit_outage entry counts them by event");
   }
 }
 
@@ -231,8 +234,7 @@ void NodeSecurity::check_crl() {
       "refresh it where the CA key is (`fedwan certs crl refresh --out DIR`) and copy "
       "DIR/ca/crl.pem into every node's bundle";
   if (now > next) {
-    alarm("crl_expired", "the CRL expired at " + utc_text(next) +
-                             "; it is still applied until " +
+    alarm("crl_expired", "the CRL expired at " + utc_text(next) + "; it is still applied until " +
                              utc_text(next + options_.crl_grace.count()) +
                              " (its grace period), after which handshakes fail: " + refresh);
   } else if (next - now <= options_.crl_warn_before.count()) {
@@ -273,12 +275,12 @@ void NodeSecurity::on_link_event(const LinkEvent& e, bool as_parent) {
                    {"reason", e.reason},
                    {"cert_node", e.peer_node},
                    {"cert_serial", e.peer_serial}},
-                  std::string("refused secure link with ") + side + " '" + e.peer + "': " +
-                      e.reason);
+                  std::string("refused secure link with ") + side + " '" + e.peer +
+                      "': " + e.reason);
       return;
     case LinkEvent::Kind::kCrlUnusable:
-      alarm("crl_unusable", "crl.pem in " + options_.credentials_dir + " cannot be used: " +
-                                e.reason);
+      alarm("crl_unusable",
+            "crl.pem in " + options_.credentials_dir + " cannot be used: " + e.reason);
       return;
     case LinkEvent::Kind::kFrameRejected:
       audit_noise("frame_rejected", noise_key("frame_rejected", e.reason),

@@ -11,10 +11,8 @@ uint64_t charged_round(const wire::FrameHeader& h, uint64_t current) {
     // bytes a link).
     case wire::MsgType::kDone:
     case wire::MsgType::kDelta:
-    case wire::MsgType::kTelemetry:
-      return h.round;
-    default:
-      return current;
+    case wire::MsgType::kTelemetry: return h.round;
+    default: return current;
   }
 }
 

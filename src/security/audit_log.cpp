@@ -105,8 +105,7 @@ std::string make_line(uint64_t seq, const std::string& time, const std::string& 
 }  // namespace
 
 AuditLog::AuditLog(const std::string& path, std::string node_id, AuditOptions options)
-    : path_(path), node_(std::move(node_id)), options_(std::move(options)),
-      prev_hex_(kZeroHash) {
+    : path_(path), node_(std::move(node_id)), options_(std::move(options)), prev_hex_(kZeroHash) {
   UniqueFd fd(::open(path_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600));
   if (fd.get() < 0) {
     throw TransportError("cannot open audit log " + path_ + " for appending: " + errno_text(errno) +
@@ -185,9 +184,8 @@ void AuditLog::recover_torn_tail(uint64_t good_bytes, uint64_t entries) {
   const Sha256Digest d = sha256(torn.data(), torn.size());
   Pending p;
   p.event = kRecovered;
-  p.fields = {{"torn_bytes", torn.size()},
-              {"torn_sha256", to_hex(d.data(), d.size())},
-              {"kept_as", kept}};
+  p.fields = {
+      {"torn_bytes", torn.size()}, {"torn_sha256", to_hex(d.data(), d.size())}, {"kept_as", kept}};
   p.time = utc_now_millis();
   enqueue(std::move(p));
 }

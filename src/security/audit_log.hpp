@@ -81,9 +81,9 @@ bool audit_line_too_deep(const char* b, const char* e);
 std::string audit_head_message(const std::string& node, uint64_t seq, const std::string& prev);
 
 struct AuditOptions {
-  std::shared_ptr<const NodeKey> key;            // null: no signed heads
-  std::chrono::seconds head_interval{60};        // audit_head at most this often
-  size_t max_waiting_entries = 10000;            // held in memory while writes fail
+  std::shared_ptr<const NodeKey> key;      // null: no signed heads
+  std::chrono::seconds head_interval{60};  // audit_head at most this often
+  size_t max_waiting_entries = 10000;      // held in memory while writes fail
   size_t max_waiting_bytes = size_t{16} << 20;
   // While writes fail, how often an append tries the disk again (each try
   // costs a failed write(2)); retry() and sync() always try.
@@ -184,28 +184,30 @@ struct AuditVerifyOptions {
 
 struct AuditVerifyResult {
   bool ok = true;
-  uint64_t entries = 0;        // well-formed entries read before the first problem
-  uint64_t first_bad_line = 0; // 1-based line number of the first bad entry (0 if ok)
-  std::string problem;         // "edited", "inserted or removed", "malformed", ...
-                               // with details, empty when ok
-  std::string last_hash;       // hash of the last good entry; 64 zeros when none
+  uint64_t entries = 0;         // well-formed entries read before the first problem
+  uint64_t first_bad_line = 0;  // 1-based line number of the first bad entry (0 if ok)
+  std::string problem;          // "edited", "inserted or removed", "malformed", ...
+                                // with details, empty when ok
+  std::string last_hash;        // hash of the last good entry; 64 zeros when none
   // The problem is a last line without its newline (a crash during write).
   bool incomplete_last_line = false;
-  uint64_t good_bytes = 0;     // bytes of the entries that verified
+  uint64_t good_bytes = 0;  // bytes of the entries that verified
   // Signed heads: how many, how many were checked against a CA, the last one.
   uint64_t signed_heads = 0;
   uint64_t verified_heads = 0;
   std::optional<uint64_t> last_signed_seq;
-  std::string signer;          // node id of the last signed head
-  bool closed = false;         // the last entry is a signed or unsigned audit_closed
-  bool found_expected = false; // AuditVerifyOptions::expect_head is in the chain
+  std::string signer;           // node id of the last signed head
+  bool closed = false;          // the last entry is a signed or unsigned audit_closed
+  bool found_expected = false;  // AuditVerifyOptions::expect_head is in the chain
 };
 
 // Verifies a whole audit log given as text (the fuzzer feeds this directly).
 // Never throws: any input, however malformed, gives a result.
-AuditVerifyResult verify_audit_text(const std::string& text, const AuditVerifyOptions& options = {});
+AuditVerifyResult verify_audit_text(const std::string& text,
+                                    const AuditVerifyOptions& options = {});
 // Reads the file and verifies it; throws ConfigError if it cannot be read.
 // Streams the file, so memory stays bounded by kAuditMaxLineBytes.
-AuditVerifyResult verify_audit_file(const std::string& path, const AuditVerifyOptions& options = {});
+AuditVerifyResult verify_audit_file(const std::string& path,
+                                    const AuditVerifyOptions& options = {});
 
 }  // namespace fedwan::security

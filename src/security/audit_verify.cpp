@@ -96,8 +96,7 @@ class ChainChecker {
     }
     if (r_.ok && !options_.expect_head.empty() && !r_.found_expected) {
       r_.ok = false;
-      r_.problem = "the chain does not contain the recorded head " +
-                   abbrev(options_.expect_head) +
+      r_.problem = "the chain does not contain the recorded head " + abbrev(options_.expect_head) +
                    ": entries were removed from its end, or the log was rewritten";
     }
     return r_;
@@ -199,9 +198,8 @@ class ChainChecker {
       return fail("malformed entry: \"seq\" must be an unsigned 64-bit integer");
     }
     if (!time.is_string() || !is_rfc3339_millis_utc(time.get_ref<const std::string&>())) {
-      return fail(
-          "malformed entry: \"time\" must be a UTC RFC 3339 time with milliseconds, "
-          "like 2026-11-22T10:00:00.123Z");
+      return fail("malformed entry: \"time\" must be a UTC RFC 3339 time with milliseconds, "
+                  "like 2026-11-22T10:00:00.123Z");
     }
     if (!node.is_string()) return fail("malformed entry: \"node\" must be a string");
     if (!event.is_string()) return fail("malformed entry: \"event\" must be a string");
@@ -228,17 +226,15 @@ class ChainChecker {
                                                event.get_ref<const std::string&>(), fields, prev_s);
     if (canonical.size() != static_cast<size_t>(prefix_end - b) ||
         canonical.compare(0, canonical.size(), b, canonical.size()) != 0) {
-      return fail(
-          "malformed entry: not in the form the writer produces (key order, spacing or "
-          "number and string formatting differ)");
+      return fail("malformed entry: not in the form the writer produces (key order, spacing or "
+                  "number and string formatting differ)");
     }
     if (r_.entries == 0) {
       if (seq_v != 0 || prev_s != kZeroHash) {
-        return fail(
-            "first entry is not the start of the chain: entries were removed from the "
-            "beginning (found seq " +
-            std::to_string(seq_v) + ", prev " + abbrev(prev_s) +
-            "; the start has seq 0 and a prev of 64 zeros)");
+        return fail("first entry is not the start of the chain: entries were removed from the "
+                    "beginning (found seq " +
+                    std::to_string(seq_v) + ", prev " + abbrev(prev_s) +
+                    "; the start has seq 0 and a prev of 64 zeros)");
       }
     } else if (seq_v != r_.entries || prev_s != r_.last_hash) {
       return fail("an entry was inserted or removed before this line (expected seq " +

@@ -16,13 +16,13 @@ std::string expected_region(const Topology& t, const NodeSpec& n) {
 std::optional<std::string> matches_topology(const Topology& t, const NodeSpec& n,
                                             const security::NodeIdentity& cert) {
   if (cert.job != t.job()) {
-    return "certificate of '" + cert.node_id + "' is for job '" + cert.job + "', not '" +
-           t.job() + "'";
+    return "certificate of '" + cert.node_id + "' is for job '" + cert.job + "', not '" + t.job() +
+           "'";
   }
   if (cert.role != n.role) {
     return std::string("certificate of '") + cert.node_id + "' gives role '" +
-           role_name(cert.role) + "' but the topology makes '" + n.id + "' a " +
-           role_name(n.role) + " (a node acts only in its topology role)";
+           role_name(cert.role) + "' but the topology makes '" + n.id + "' a " + role_name(n.role) +
+           " (a node acts only in its topology role)";
   }
   const std::string region = expected_region(t, n);
   if (cert.region != region) {
@@ -38,8 +38,8 @@ std::optional<std::string> authorize_child(const Topology& topology, const NodeS
                                            const security::NodeIdentity& cert,
                                            const std::string& claimed) {
   if (cert.node_id != claimed) {
-    return "certificate is for '" + cert.node_id + "' but the connection claims to be '" +
-           claimed + "' (node id mismatch)";
+    return "certificate is for '" + cert.node_id + "' but the connection claims to be '" + claimed +
+           "' (node id mismatch)";
   }
   const NodeSpec* n = topology.find(cert.node_id);
   if (n == nullptr) {

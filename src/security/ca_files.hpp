@@ -34,7 +34,8 @@ inline constexpr int64_t kDay = int64_t{24} * 3600;
 // Past this a validity is a typo, and the day count would overflow an int.
 inline constexpr int64_t kMaxValidity = int64_t{100} * 366 * kDay;
 inline constexpr int64_t kCaMinBackdate = -300;  // tolerate clock skew between CA and nodes
-inline constexpr int64_t kMinCrlValidity = 60;  // seconds; shorter is a typo (tests go down to this)
+inline constexpr int64_t kMinCrlValidity =
+    60;  // seconds; shorter is a typo (tests go down to this)
 
 // A file of the federation directory: a missing one means it was never
 // provisioned, one over 16 MiB is not a credential (ConfigError).
@@ -45,8 +46,8 @@ BioPtr read_bio(const std::string& text);
 BioPtr write_bio();
 std::string bio_text(BIO* bio);
 void free_openssl_chars(char* p);
-std::string int_hex(const ASN1_INTEGER* v);        // upper-case hex
-std::string asn1_time_text(const ASN1_TIME* t);    // "2026-11-24T10:00:00Z"
+std::string int_hex(const ASN1_INTEGER* v);      // upper-case hex
+std::string asn1_time_text(const ASN1_TIME* t);  // "2026-11-24T10:00:00Z"
 // now + offset seconds, written into `t` (allocated when null).
 ASN1_TIME* set_time(ASN1_TIME* t, std::time_t now, int64_t offset);
 // Throws ConfigError for a node id that cannot name a bundle directory.

@@ -17,8 +17,8 @@
 
 #include "common/atomic_file.hpp"
 #include "common/openssl_check.hpp"
-#include "security/ca_files.hpp"
 #include "fedwan/error.hpp"
+#include "security/ca_files.hpp"
 
 namespace fedwan::security {
 namespace ca_detail {
@@ -203,9 +203,8 @@ void check_node_id(const std::string& node_id) {
                       "[A-Za-z0-9._-], other than '.' and '..'");
   }
   if (node_id == "ca") {
-    throw ConfigError(
-        "node id 'ca' collides with the CA directory <dir>/ca; rename the node in "
-        "the topology");
+    throw ConfigError("node id 'ca' collides with the CA directory <dir>/ca; rename the node in "
+                      "the topology");
   }
 }
 
@@ -309,18 +308,17 @@ X509Ptr make_node_certificate(const NodeIdentity& id, EVP_PKEY* key, const Ca& c
   add_name_entry(name.get(), NID_organizationalUnitName, role_ou(id.role));
   add_name_entry(name.get(), NID_commonName, id.node_id);
   FEDWAN_OPENSSL_CHECK(X509_set_subject_name(cert.get(), name.get()));
-  FEDWAN_OPENSSL_CHECK(X509_set_issuer_name(
-      cert.get(),
-      openssl_check_ptr(X509_get_subject_name(ca.cert.get()), "X509_get_subject_name")));
+  FEDWAN_OPENSSL_CHECK(
+      X509_set_issuer_name(cert.get(), openssl_check_ptr(X509_get_subject_name(ca.cert.get()),
+                                                         "X509_get_subject_name")));
   set_validity(cert.get(), now, o.not_before_offset.count(), o.validity.count());
 
   const ASN1_TIME* ca_end = X509_get0_notAfter(ca.cert.get());
   const int ca_valid = X509_cmp_time(ca_end, &now);
   if (ca_valid == 0) detail::throw_openssl_error("X509_cmp_time(CA notAfter)");
   if (ca_valid < 0) {
-    throw ConfigError(
-        "the federation CA has expired; provision a new federation with `fedwan "
-        "certs init --force` and redistribute every bundle");
+    throw ConfigError("the federation CA has expired; provision a new federation with `fedwan "
+                      "certs init --force` and redistribute every bundle");
   }
   if (ASN1_TIME_compare(X509_get0_notAfter(cert.get()), ca_end) > 0) {
     throw ConfigError("the certificate of '" + id.node_id +
@@ -463,14 +461,9 @@ NodeIdentity identity_for(const Topology& topology, const std::string& node_id) 
   id.role = n->role;
   id.job = topology.job();
   switch (n->role) {
-    case Role::kRoot:
-      break;
-    case Role::kRegion:
-      id.region = n->id;
-      break;
-    case Role::kSite:
-      id.region = n->parent;
-      break;
+    case Role::kRoot: break;
+    case Role::kRegion: id.region = n->id; break;
+    case Role::kSite: id.region = n->parent; break;
   }
   return id;
 }

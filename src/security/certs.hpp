@@ -77,7 +77,7 @@ void refresh_crl(const std::string& dir,
 struct CrlSummary {
   std::string last_update;  // UTC, ISO 8601
   std::string next_update;
-  std::string number;       // crlNumber, decimal
+  std::string number;                        // crlNumber, decimal
   std::vector<std::string> revoked_serials;  // upper-case hex
 };
 CrlSummary crl_summary(const std::string& dir);

@@ -170,8 +170,7 @@ void revoke_node(const std::string& dir, const std::string& node_id,
   distribute_crl(dir);
 }
 
-void refresh_crl(const std::string& dir, std::chrono::seconds crl_validity,
-                 std::time_t issued_at) {
+void refresh_crl(const std::string& dir, std::chrono::seconds crl_validity, std::time_t issued_at) {
   check_crl_validity(crl_validity.count());
   const fs::path ca_dir = fs::path(dir) / "ca";
   const Ca ca = load_ca(ca_dir);

@@ -58,9 +58,8 @@ FrameSealer::~FrameSealer() {
 
 void FrameSealer::advance_epoch() {
   if (epoch_ == std::numeric_limits<uint32_t>::max()) {
-    throw CryptoError(
-        "FrameSealer: all 2^32 key epochs of this link are used up; "
-        "reconnect to agree fresh keys");
+    throw CryptoError("FrameSealer: all 2^32 key epochs of this link are used up; "
+                      "reconnect to agree fresh keys");
   }
   AeadKey key = key_;
   AeadNonce iv = iv_;
@@ -128,22 +127,14 @@ void FrameSealer::seal(std::vector<uint8_t>& frame) {
 
 const char* FrameOpener::result_name(Result r) {
   switch (r) {
-    case Result::kOk:
-      return "ok";
-    case Result::kNotSealed:
-      return "not sealed";
-    case Result::kTruncated:
-      return "truncated";
-    case Result::kReplay:
-      return "replay";
-    case Result::kTooOld:
-      return "too old";
-    case Result::kStaleEpoch:
-      return "stale epoch";
-    case Result::kEpochJump:
-      return "epoch jump";
-    case Result::kBadTag:
-      return "bad tag";
+    case Result::kOk: return "ok";
+    case Result::kNotSealed: return "not sealed";
+    case Result::kTruncated: return "truncated";
+    case Result::kReplay: return "replay";
+    case Result::kTooOld: return "too old";
+    case Result::kStaleEpoch: return "stale epoch";
+    case Result::kEpochJump: return "epoch jump";
+    case Result::kBadTag: return "bad tag";
   }
   return "unknown";
 }
@@ -168,12 +159,9 @@ FrameOpener::Result FrameOpener::open(uint8_t* data, size_t size, size_t* frame_
   // Cheap refusals first, before any cryptography: a replayed or stale frame
   // costs an attacker nothing to send, so it must cost us nothing to drop.
   switch (window_.check(seq)) {
-    case ReplayWindow::Verdict::kReplay:
-      return Result::kReplay;
-    case ReplayWindow::Verdict::kTooOld:
-      return Result::kTooOld;
-    case ReplayWindow::Verdict::kFresh:
-      break;
+    case ReplayWindow::Verdict::kReplay: return Result::kReplay;
+    case ReplayWindow::Verdict::kTooOld: return Result::kTooOld;
+    case ReplayWindow::Verdict::kFresh: break;
   }
   if (epoch < epoch_) return Result::kStaleEpoch;
   if (uint64_t(epoch) > uint64_t(epoch_) + kMaxEpochJump) return Result::kEpochJump;

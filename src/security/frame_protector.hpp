@@ -27,7 +27,7 @@
 
 namespace fedwan::security {
 
-inline constexpr uint8_t kFlagSealed = 0x80;  // header flags bit of a sealed frame
+inline constexpr uint8_t kFlagSealed = 0x80;                  // header flags bit of a sealed frame
 inline constexpr size_t kSealTrailer = 4 + 8 + kAeadTagSize;  // epoch, seq, tag
 inline constexpr uint32_t kMaxEpochJump = 16;
 

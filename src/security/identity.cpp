@@ -87,12 +87,9 @@ OpenSslPtr<X509, X509_free> parse_pem(const std::string& pem) {
 
 const char* role_ou(Role role) {
   switch (role) {
-    case Role::kRoot:
-      return "root";
-    case Role::kRegion:
-      return "region";
-    case Role::kSite:
-      return "site";
+    case Role::kRoot: return "root";
+    case Role::kRegion: return "region";
+    case Role::kSite: return "site";
   }
   return "unknown";
 }
@@ -114,9 +111,8 @@ NodeIdentity identity_from_certificate(X509* cert) {
 
   std::optional<std::string> cn = subject_field(subject, NID_commonName, "CN");
   if (!cn || cn->empty()) {
-    throw CryptoError(
-        "certificate subject has no CN (the node id); it is not a fedwan node "
-        "certificate");
+    throw CryptoError("certificate subject has no CN (the node id); it is not a fedwan node "
+                      "certificate");
   }
   id.node_id = *cn;
 

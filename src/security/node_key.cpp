@@ -77,8 +77,8 @@ std::shared_ptr<const NodeKey> NodeKey::from_bundle(const std::string& bundle_di
   k->identity_ = identity_from_certificate(cert.get());
   const int len = i2d_X509(cert.get(), nullptr);
   if (len <= 0 || static_cast<size_t>(len) > kMaxSignerCertBytes) {
-    throw CryptoError("certificate " + (dir / "cert.pem").string() + " is " +
-                      std::to_string(len) + " bytes in DER; a signer's certificate is at most " +
+    throw CryptoError("certificate " + (dir / "cert.pem").string() + " is " + std::to_string(len) +
+                      " bytes in DER; a signer's certificate is at most " +
                       std::to_string(kMaxSignerCertBytes));
   }
   k->cert_der_.resize(static_cast<size_t>(len));
@@ -95,9 +95,8 @@ std::vector<uint8_t> NodeKey::sign(std::string_view domain, const uint8_t* messa
                                    size_t n) const {
   MdCtxPtr ctx(openssl_check_ptr(EVP_MD_CTX_new(), "EVP_MD_CTX_new"));
   FEDWAN_OPENSSL_CHECK(EVP_DigestSignInit(ctx.get(), nullptr, EVP_sha256(), nullptr, key_));
-  feed([&](const uint8_t* p, size_t k) {
-         FEDWAN_OPENSSL_CHECK(EVP_DigestSignUpdate(ctx.get(), p, k));
-       },
+  feed([&](const uint8_t* p,
+           size_t k) { FEDWAN_OPENSSL_CHECK(EVP_DigestSignUpdate(ctx.get(), p, k)); },
        domain, message, n);
   size_t len = 0;
   FEDWAN_OPENSSL_CHECK(EVP_DigestSignFinal(ctx.get(), nullptr, &len));
@@ -106,8 +105,8 @@ std::vector<uint8_t> NodeKey::sign(std::string_view domain, const uint8_t* messa
   sig.resize(len);
   if (sig.size() > kMaxSignatureBytes) {
     throw CryptoError("a signature of " + std::to_string(sig.size()) +
-                      " bytes is longer than records hold (" +
-                      std::to_string(kMaxSignatureBytes) + "); use an ECDSA key");
+                      " bytes is longer than records hold (" + std::to_string(kMaxSignatureBytes) +
+                      "); use an ECDSA key");
   }
   return sig;
 }
@@ -166,8 +165,8 @@ std::optional<std::string> SignatureVerifier::verify(const std::vector<uint8_t>&
                                                      const ExpectedSigner& expected) const {
   try {
     if (cert_der.empty() || cert_der.size() > kMaxSignerCertBytes) {
-      return "the signer's certificate is " + std::to_string(cert_der.size()) +
-             " bytes, not 1.." + std::to_string(kMaxSignerCertBytes);
+      return "the signer's certificate is " + std::to_string(cert_der.size()) + " bytes, not 1.." +
+             std::to_string(kMaxSignerCertBytes);
     }
     if (signature.empty() || signature.size() > kMaxSignatureBytes) {
       return "the signature is " + std::to_string(signature.size()) + " bytes, not 1.." +
@@ -210,7 +209,8 @@ std::optional<std::string> SignatureVerifier::verify(const std::vector<uint8_t>&
       return std::string("the signer's key cannot verify signatures");
     }
     bool fed = true;
-    feed([&](const uint8_t* q, size_t k) { fed = fed && EVP_DigestVerifyUpdate(ctx.get(), q, k) == 1; },
+    feed([&](const uint8_t* q,
+             size_t k) { fed = fed && EVP_DigestVerifyUpdate(ctx.get(), q, k) == 1; },
          domain, message, n);
     if (!fed || EVP_DigestVerifyFinal(ctx.get(), signature.data(), signature.size()) != 1) {
       ERR_clear_error();

@@ -28,8 +28,8 @@ typedef struct x509_store_st X509_STORE;
 
 namespace fedwan::security {
 
-inline constexpr size_t kMaxSignerCertBytes = 4096;   // DER
-inline constexpr size_t kMaxSignatureBytes = 128;     // DER ECDSA P-521 fits
+inline constexpr size_t kMaxSignerCertBytes = 4096;  // DER
+inline constexpr size_t kMaxSignatureBytes = 128;    // DER ECDSA P-521 fits
 
 class NodeKey {
  public:
@@ -87,8 +87,7 @@ class SignatureVerifier {
                                     const std::vector<uint8_t>& signature,
                                     const ExpectedSigner& expected) const;
   std::optional<std::string> verify(const std::vector<uint8_t>& cert_der, std::string_view domain,
-                                    std::string_view message,
-                                    const std::vector<uint8_t>& signature,
+                                    std::string_view message, const std::vector<uint8_t>& signature,
                                     const ExpectedSigner& expected) const {
     return verify(cert_der, domain, reinterpret_cast<const uint8_t*>(message.data()),
                   message.size(), signature, expected);

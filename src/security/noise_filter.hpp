@@ -26,8 +26,8 @@ class NoiseFilter {
 
   struct Options {
     std::chrono::milliseconds window{10000};
-    uint32_t burst = 20;     // written per key and window
-    size_t max_keys = 256;   // keys tracked at once; more share kOverflowKey
+    uint32_t burst = 20;    // written per key and window
+    size_t max_keys = 256;  // keys tracked at once; more share kOverflowKey
   };
   static constexpr const char* kOverflowKey = "(other)";
 

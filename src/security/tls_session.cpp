@@ -43,8 +43,8 @@ std::string need_file(const std::string& dir, const char* name, off_t max_bytes)
                       "point the node at DIR/<node-id>");
   }
   if (st.st_size > max_bytes) {
-    throw ConfigError(path + " is " + std::to_string(st.st_size) + " bytes, more than a " +
-                      name + " can be (" + std::to_string(max_bytes) + "); it is not a fedwan " +
+    throw ConfigError(path + " is " + std::to_string(st.st_size) + " bytes, more than a " + name +
+                      " can be (" + std::to_string(max_bytes) + "); it is not a fedwan " +
                       "credential file");
   }
   return path;
@@ -68,8 +68,8 @@ using CrlPtr = OpenSslPtr<X509_CRL, X509_CRL_free>;
 // `next` get the earliest of their dates over the CRLs.
 std::vector<CrlPtr> parse_crls(const std::string& text, const std::vector<X509Ptr>& cas,
                                const std::string& path, std::time_t* last, std::time_t* next) {
-  BioPtr bio(detail::openssl_check_ptr(
-      BIO_new_mem_buf(text.data(), static_cast<int>(text.size())), "BIO_new_mem_buf"));
+  BioPtr bio(detail::openssl_check_ptr(BIO_new_mem_buf(text.data(), static_cast<int>(text.size())),
+                                       "BIO_new_mem_buf"));
   std::vector<CrlPtr> out;
   *last = *next = 0;
   for (;;) {
@@ -98,7 +98,8 @@ std::vector<CrlPtr> parse_crls(const std::string& text, const std::vector<X509Pt
   }
   ERR_clear_error();  // the loop ends on a "no start line" error
   if (out.empty()) {
-    throw CryptoError("CRL " + path + " holds no certificate revocation list (a half-written "
+    throw CryptoError("CRL " + path +
+                      " holds no certificate revocation list (a half-written "
                       "or damaged file?); nodes need one: `fedwan certs crl refresh` writes a "
                       "new one");
   }
@@ -161,7 +162,8 @@ bool crl_in_grace(std::time_t next_update, std::chrono::seconds grace, std::time
 
 // ---- TlsContext ---------------------------------------------------------------
 
-TlsContext::TlsContext(const std::string& bundle_dir, bool verify_own, std::chrono::seconds crl_grace)
+TlsContext::TlsContext(const std::string& bundle_dir, bool verify_own,
+                       std::chrono::seconds crl_grace)
     : dir_(bundle_dir), verify_own_(verify_own), crl_grace_(crl_grace) {
   const std::string crl = need_file(dir_, "crl.pem", kMaxCrlBytes);
   struct stat st {};
@@ -202,8 +204,7 @@ void TlsContext::build(const std::string& crl_text) {
   for (const X509Ptr& c : cas) FEDWAN_OPENSSL_CHECK(X509_STORE_add_cert(store, c.get()));
   for (const CrlPtr& c : crls) FEDWAN_OPENSSL_CHECK(X509_STORE_add_crl(store, c.get()));
   FEDWAN_OPENSSL_CHECK(X509_STORE_set_flags(store, X509_V_FLAG_CRL_CHECK));
-  SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT,
-                     verify_callback);
+  SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, verify_callback);
   SSL_CTX_set_app_data(ctx.get(), this);
   // Keys come from the exporter and the SSL object is freed right after the
   // handshake: no resumption, no tickets, no cache.
@@ -284,7 +285,8 @@ void LinkKeys::wipe() {
 // ---- TlsHandshake -------------------------------------------------------------
 
 TlsHandshake::TlsHandshake(std::shared_ptr<TlsContext> context, bool is_client)
-    : context_(std::move(context)), is_client_(is_client),
+    : context_(std::move(context)),
+      is_client_(is_client),
       started_(std::chrono::steady_clock::now()) {
   ssl_ = detail::openssl_check_ptr(SSL_new(context_->ctx()), "SSL_new");
   BIO* rbio = BIO_new(BIO_s_mem());
@@ -314,7 +316,8 @@ void TlsHandshake::fail(std::string why) {
 TlsHandshake::State TlsHandshake::step(const uint8_t* in, size_t size, std::vector<uint8_t>* out) {
   if (state_ != State::kInProgress || ssl_ == nullptr) return state_;
   ERR_clear_error();
-  if (size > 0 && BIO_write(SSL_get_rbio(ssl_), in, static_cast<int>(size)) != static_cast<int>(size)) {
+  if (size > 0 &&
+      BIO_write(SSL_get_rbio(ssl_), in, static_cast<int>(size)) != static_cast<int>(size)) {
     fail("cannot buffer handshake bytes: " + detail::openssl_error_string());
     return state_;
   }
@@ -359,11 +362,11 @@ TlsHandshake::State TlsHandshake::step(const uint8_t* in, size_t size, std::vect
         break;
       case X509_V_ERR_CRL_HAS_EXPIRED:
         why = "this node's CRL expired at " + utc_text(context_->crl_next_update()) +
-              " and its grace period is over (" + why + "); refresh it where the CA key is "
+              " and its grace period is over (" + why +
+              "); refresh it where the CA key is "
               "with `fedwan certs crl refresh --out DIR` and copy DIR/ca/crl.pem to every node";
         break;
-      default:
-        break;
+      default: break;
     }
     fail("peer certificate refused: " + why);
   } else {

@@ -9,10 +9,10 @@
 // TlsHandshake: one per link attempt; one owner.
 #pragma once
 
+#include <sys/types.h>
 #include <chrono>
 #include <cstdint>
 #include <ctime>
-#include <sys/types.h>
 #include <memory>
 #include <string>
 #include <vector>

@@ -40,8 +40,8 @@ void ParentSession::open(int linger_ms) {
 
 void ParentSession::reconnect(const std::string& why, uint64_t round, bool grow_backoff) {
   if (grow_backoff || backoff_.count() == 0) {
-    backoff_ = backoff_.count() == 0 ? options_.heartbeat
-                                     : std::min<Millis>(backoff_ * 2, Millis(30000));
+    backoff_ =
+        backoff_.count() == 0 ? options_.heartbeat : std::min<Millis>(backoff_ * 2, Millis(30000));
   }
   std::uniform_real_distribution<double> jitter(0.5, 1.5);
   const auto wait = Millis(static_cast<int64_t>(backoff_.count() * jitter(rng_)));
@@ -50,10 +50,9 @@ void ParentSession::reconnect(const std::string& why, uint64_t round, bool grow_
   if (!parent_.standby_endpoint.empty()) use_standby_ = !use_standby_;
   log().warn("[{}] reconnecting to parent '{}' at {} ({}); next try in {} ms", options_.log_name,
              parent_.id, endpoint(), why, wait.count());
-  security_.audit("reconnect", {{"peer", parent_.id},
-                                {"endpoint", endpoint()},
-                                {"reason", why},
-                                {"round", round}});
+  security_.audit(
+      "reconnect",
+      {{"peer", parent_.id}, {"endpoint", endpoint()}, {"reason", why}, {"round", round}});
   reconnects_ += 1;
   open(options_.reconnect_linger_ms);
 }

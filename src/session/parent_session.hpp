@@ -25,13 +25,13 @@ class ParentSession {
   using Clock = std::chrono::steady_clock;
 
   struct Options {
-    LinkOptions link;                // window and frame limit of the link
-    Millis heartbeat{2000};          // heartbeat period, and the first backoff step
+    LinkOptions link;                 // window and frame limit of the link
+    Millis heartbeat{2000};           // heartbeat period, and the first backoff step
     Millis heartbeat_timeout{10000};  // silence after which the parent is lost
     // Linger of links opened by reconnect() (the first link keeps
     // link.linger_ms): 0 drops what a replaced session still queued.
     int reconnect_linger_ms = 5000;
-    std::string log_name;            // e.g. "site:a", in log lines
+    std::string log_name;  // e.g. "site:a", in log lines
   };
 
   // Opens the first link to the parent's endpoint.

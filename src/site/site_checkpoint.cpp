@@ -8,9 +8,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/node_checkpoint.hpp"
 #include "common/log.hpp"
 #include "fedwan/error.hpp"
-#include "checkpoint/node_checkpoint.hpp"
 #include "site/site_impl.hpp"
 
 namespace fedwan {
@@ -51,14 +51,14 @@ void SiteCore::Impl::save_checkpoint() {
     }
   }
   checkpoint::save_node_checkpoint(opt.checkpoint_dir, c,
-                                checkpoint::checkpoint_trust(*security, topo, self));
+                                   checkpoint::checkpoint_trust(*security, topo, self));
   security->audit("checkpoint", {{"round", round}});
 }
 
 bool SiteCore::Impl::resume() {
   if (opt.checkpoint_dir.empty()) return false;
-  auto loaded = checkpoint::load_node_checkpoint(opt.checkpoint_dir, topo, self.id,
-                                              checkpoint::checkpoint_trust(*security, topo, self));
+  auto loaded = checkpoint::load_node_checkpoint(
+      opt.checkpoint_dir, topo, self.id, checkpoint::checkpoint_trust(*security, topo, self));
   if (!loaded) return false;
   const Checkpoint& c = loaded->checkpoint;
   const std::vector<float> p = checkpoint::floats_of(c, "params", plan.total());
@@ -96,7 +96,8 @@ bool SiteCore::Impl::resume() {
 
 void SiteCore::Impl::start_upload() {
   const uint64_t every = cfg.replica_every;
-  if (opt.checkpoint_dir.empty() || !welcome.parent_keeps_replicas || every == 0 || round % every != 0) {
+  if (opt.checkpoint_dir.empty() || !welcome.parent_keeps_replicas || every == 0 ||
+      round % every != 0) {
     return;
   }
   try {

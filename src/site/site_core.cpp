@@ -22,16 +22,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/replica_fetch.hpp"
 #include "common/crash_point.hpp"
 #include "common/log.hpp"
 #include "common/sha256.hpp"
 #include "fedwan/codec.hpp"
 #include "fedwan/error.hpp"
 #include "node/node_frames.hpp"
-#include "checkpoint/replica_fetch.hpp"
-#include "site/site_impl.hpp"
 #include "security/noise_filter.hpp"
 #include "security/sealing_pipeline.hpp"
+#include "site/site_impl.hpp"
 
 namespace fedwan {
 namespace {
@@ -84,8 +84,8 @@ void SiteCore::Impl::reset_link_state() {
 std::optional<wire::ParsedFrame> SiteCore::Impl::poll_frame(Incoming* in, Millis timeout) {
   const auto deadline = Clock::now() + timeout;
   for (;;) {
-    const auto left = std::max(Millis(0), std::chrono::duration_cast<Millis>(
-                                              deadline - Clock::now()));
+    const auto left =
+        std::max(Millis(0), std::chrono::duration_cast<Millis>(deadline - Clock::now()));
     if (!link().recv(in, left)) return std::nullopt;
     wire::ParsedFrame f = wire::parse_frame(in->data(), in->frame_size, limits);
     if (!f.ok()) {
@@ -100,9 +100,9 @@ std::optional<wire::ParsedFrame> SiteCore::Impl::poll_frame(Incoming* in, Millis
       continue;
     }
     if (f.header.type == wire::MsgType::kReject) {
-      throw ProtocolError("site '" + self.id + "' refused by '" +
-                          topo.node(self.parent_index).id + "': " +
-                          std::string(reinterpret_cast<const char*>(f.payload), f.payload_size));
+      throw ProtocolError(
+          "site '" + self.id + "' refused by '" + topo.node(self.parent_index).id +
+          "': " + std::string(reinterpret_cast<const char*>(f.payload), f.payload_size));
     }
     parent->heard(Clock::now());
     return f;
@@ -112,15 +112,9 @@ std::optional<wire::ParsedFrame> SiteCore::Impl::poll_frame(Incoming* in, Millis
 void SiteCore::Impl::on_frame(const wire::ParsedFrame& f, SyncResult* res) {
   const wire::FrameHeader& h = f.header;
   switch (h.type) {
-    case wire::MsgType::kWelcome:
-      on_welcome(f, res);
-      return;
-    case wire::MsgType::kAnchor:
-      on_anchor(f, res);
-      return;
-    case wire::MsgType::kHeartbeat:
-      on_heartbeat(f);
-      return;
+    case wire::MsgType::kWelcome: on_welcome(f, res); return;
+    case wire::MsgType::kAnchor: on_anchor(f, res); return;
+    case wire::MsgType::kHeartbeat: on_heartbeat(f); return;
     case wire::MsgType::kCheckpoint:
       if (h.flags == wire::kFlagReplicaStored) {
         log().debug("[site:{}] the parent keeps its checkpoint of round {}", self.id, h.round);
@@ -179,10 +173,11 @@ void SiteCore::Impl::on_anchor(const wire::ParsedFrame& f, SyncResult* res) {
   if (h.total_elements != plan.total() || h.chunk_count != plan.count() ||
       h.element_count != plan.size(h.chunk_index) ||
       !c->validate(f.payload, f.payload_size, h.element_count)) {
-    throw ProtocolError("site '" + self.id + "': parent sent an anchor chunk that does not "
-                        "fit (round " + std::to_string(h.round) + ", chunk " +
-                        std::to_string(h.chunk_index) + ", " + std::to_string(h.element_count) +
-                        " elements)");
+    throw ProtocolError("site '" + self.id +
+                        "': parent sent an anchor chunk that does not "
+                        "fit (round " +
+                        std::to_string(h.round) + ", chunk " + std::to_string(h.chunk_index) +
+                        ", " + std::to_string(h.element_count) + " elements)");
   }
   const uint64_t off = plan.offset(h.chunk_index);
   const uint32_t n = h.element_count;
@@ -234,8 +229,8 @@ void SiteCore::Impl::on_anchor(const wire::ParsedFrame& f, SyncResult* res) {
   if (h.chunk_index >= outgoing.encoded_upto) {
     // Closed without this site's chunk (quorum or deadline) before its delta
     // was computed here: apply it once it is.
-    incoming.early.push_back({h.chunk_index, h.codec,
-                     std::vector<uint8_t>(f.payload, f.payload + f.payload_size)});
+    incoming.early.push_back(
+        {h.chunk_index, h.codec, std::vector<uint8_t>(f.payload, f.payload + f.payload_size)});
     incoming.next->got[h.chunk_index] = true;
     incoming.next->received += 1;
     incoming.progress_at = Clock::now();
@@ -316,11 +311,11 @@ SyncResult SiteCore::Impl::join() {
   while (welcome.awaiting || incoming.full) {
     if (Clock::now() >= deadline) {
       if (!link().established()) {
-        throw TimeoutError("TLS handshake with parent " + link().endpoint() +
-                           " did not complete within " +
-                           std::to_string(opt.join_timeout.count()) +
-                           " ms: is the parent running, with its credentials?" +
-                           (welcome.last_link_error.empty() ? "" : " Last error: " + welcome.last_link_error));
+        throw TimeoutError(
+            "TLS handshake with parent " + link().endpoint() + " did not complete within " +
+            std::to_string(opt.join_timeout.count()) +
+            " ms: is the parent running, with its credentials?" +
+            (welcome.last_link_error.empty() ? "" : " Last error: " + welcome.last_link_error));
       }
       throw TimeoutError("site '" + self.id + "': no welcome from parent '" +
                          topo.node(self.parent_index).id + "' at " + link().endpoint() +
@@ -427,8 +422,8 @@ void SiteCore::Impl::send_update(uint64_t start_round, SyncResult* res) {
       cfg.codec->encode(delta.data(), n, lossy ? residual.data() + off : nullptr, payload.data());
     }
     outgoing.encoded_upto = i + 1;
-    const wire::FrameHeader h = chunk_header(topo, self.index, wire::MsgType::kDelta, round,
-                                             plan, i, cfg.codec->id(), self.weight);
+    const wire::FrameHeader h = chunk_header(topo, self.index, wire::MsgType::kDelta, round, plan,
+                                             i, cfg.codec->id(), self.weight);
     outgoing.digest.update(payload.data(), payload.size());
     outgoing.bytes += payload.size();
     outgoing.frames.push_back(make_frame(h, payload));
@@ -447,8 +442,7 @@ void SiteCore::Impl::send_update(uint64_t start_round, SyncResult* res) {
   incoming.progress_at = Clock::now();
 }
 
-void SiteCore::Impl::send_sealed(security::SealingPipeline& sealing, size_t keep,
-                                 SyncResult* res) {
+void SiteCore::Impl::send_sealed(security::SealingPipeline& sealing, size_t keep, SyncResult* res) {
   std::vector<uint8_t> sealed;
   while (sealing.in_flight() > keep) {
     if (!sealing.next(&sealed, cfg.round_timeout)) {
@@ -474,20 +468,22 @@ void SiteCore::Impl::update_sent() {
                                   {"chunks", plan.count()},
                                   {"bytes", outgoing.bytes},
                                   {"sha256", to_hex(d.data(), d.size())}});
-  if (!welcome.link_ok) welcome.hello_pending = welcome.awaiting = true;  // resent after the welcome
+  if (!welcome.link_ok)
+    welcome.hello_pending = welcome.awaiting = true;  // resent after the welcome
 }
 
 void SiteCore::Impl::await_anchor(uint64_t start_round, SyncResult* res) {
   const auto deadline = Clock::now() + cfg.round_timeout;
   while (round == start_round && !finished && !res->resynced) {
-    if (incoming.next && (incoming.next->done_signalled || incoming.next->received == plan.count())) break;
+    if (incoming.next && (incoming.next->done_signalled || incoming.next->received == plan.count()))
+      break;
     if (Clock::now() >= deadline) {
       throw TimeoutError(
           "site '" + self.id + "': no anchor for round " + std::to_string(round + 1) +
           " from parent '" + topo.node(self.parent_index).id + "' at " + link().endpoint() +
           " within " + std::to_string(cfg.round_timeout.count() / 1000) + " s (" +
-          std::to_string(incoming.next ? incoming.next->received : 0) + " of " + std::to_string(plan.count()) +
-          " chunks in; is it running?)" +
+          std::to_string(incoming.next ? incoming.next->received : 0) + " of " +
+          std::to_string(plan.count()) + " chunks in; is it running?)" +
           (welcome.last_link_error.empty() ? "" : " Last link error: " + welcome.last_link_error));
     }
     throw_if_stopped("while waiting for the next anchor");
@@ -512,9 +508,8 @@ void SiteCore::Impl::take_anchor() {
 
 void SiteCore::Impl::confirm_end(SyncResult* res) {
   try {
-    res->bytes_sent +=
-        link().send(make_frame(node_header(topo, self.index, wire::MsgType::kDone, round), {}),
-                   Millis(2000));
+    res->bytes_sent += link().send(
+        make_frame(node_header(topo, self.index, wire::MsgType::kDone, round), {}), Millis(2000));
   } catch (const Error& e) {
     // The parent then waits out its bound and finishes anyway.
     log().warn("[site:{}] could not confirm the end to the parent: {}", self.id, e.what());

@@ -13,13 +13,13 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/checkpoint_upload.hpp"
+#include "checkpoint/replica_store.hpp"
+#include "common/sha256.hpp"
 #include "fedwan/codec.hpp"
 #include "fedwan/site_core.hpp"
 #include "node/node_config.hpp"
 #include "node/node_security.hpp"
-#include "checkpoint/checkpoint_upload.hpp"
-#include "checkpoint/replica_store.hpp"
-#include "common/sha256.hpp"
 #include "security/sealing_pipeline.hpp"
 #include "session/parent_session.hpp"
 #include "tensor/chunk_plan.hpp"
@@ -98,8 +98,8 @@ class SiteCore::Impl {
   };
 
   void reset_link_state();  // a new link: nothing sent on it failed yet
-  bool resume();  // true when a local checkpoint was loaded
-  void start_upload();  // after a checkpoint: send it to the parent
+  bool resume();            // true when a local checkpoint was loaded
+  void start_upload();      // after a checkpoint: send it to the parent
   void pump_upload();
   std::optional<wire::ParsedFrame> poll_frame(Incoming* in, Millis timeout);
   void pump(Millis wait, SyncResult* res);
@@ -146,7 +146,7 @@ class SiteCore::Impl {
   // Where the hello/welcome exchange with the parent stands, on this
   // session (the session itself: `parent`).
   struct Welcome {
-    bool link_ok = true;  // nothing sent on this link failed yet
+    bool link_ok = true;       // nothing sent on this link failed yet
     bool joined_once = false;  // holds a federation anchor
     bool welcomed_once = false;
     bool awaiting = false;  // a hello went (or is due) and no welcome came yet

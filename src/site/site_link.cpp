@@ -62,7 +62,8 @@ void SiteCore::Impl::upkeep() {
   }
   // A hello, welcome or piece of a full model can be lost on a bad link:
   // without progress for a heartbeat timeout, ask again.
-  if ((welcome.awaiting || incoming.full) && !welcome.hello_pending && now - welcome.progress_at > cfg.heartbeat_timeout &&
+  if ((welcome.awaiting || incoming.full) && !welcome.hello_pending &&
+      now - welcome.progress_at > cfg.heartbeat_timeout &&
       now - welcome.hello_sent_at > cfg.heartbeat_timeout) {
     log().info("[site:{}] no {} from the parent; saying hello again", self.id,
                welcome.awaiting ? "welcome" : "model");
@@ -71,7 +72,8 @@ void SiteCore::Impl::upkeep() {
     incoming.full.reset();
   }
   if (welcome.welcomed_once) pump_upload();
-  if (welcome.welcomed_once && link().established() && now - welcome.last_heartbeat >= cfg.heartbeat) {
+  if (welcome.welcomed_once && link().established() &&
+      now - welcome.last_heartbeat >= cfg.heartbeat) {
     parent->heartbeat(round);
     welcome.last_heartbeat = now;
   }
@@ -90,10 +92,10 @@ void SiteCore::Impl::upkeep() {
   const bool in_federation = welcome.welcomed_once || resumed;
   if (((in_federation && silent) || !welcome.link_ok) && parent->retry_due(now)) {
     reconnect(!welcome.link_ok ? (link().security().failure().empty()
-                              ? std::string("a send to it failed")
-                              : "its session failed: " + link().security().failure())
-                       : "no frame from it for " + std::to_string(cfg.heartbeat_timeout.count()) +
-                             " ms");
+                                      ? std::string("a send to it failed")
+                                      : "its session failed: " + link().security().failure())
+                               : "no frame from it for " +
+                                     std::to_string(cfg.heartbeat_timeout.count()) + " ms");
   }
 }
 
@@ -113,8 +115,9 @@ std::vector<uint8_t> SiteCore::Impl::hello_frame() const {
   // A site that has never joined offers its initial model; one that has
   // offers the anchor of its round (the parent skips the full model when it
   // matches). An anchor being replaced in full is offered as nothing.
-  if (!incoming.full) hello.model_digest = welcome.joined_once ? sha256(anchor.data(), anchor.size() * 4)
-                                              : initial_digest;
+  if (!incoming.full)
+    hello.model_digest =
+        welcome.joined_once ? sha256(anchor.data(), anchor.size() * 4) : initial_digest;
   wire::FrameHeader h = node_header(topo, self.index, wire::MsgType::kHello, round);
   h.total_elements = plan.total();
   if (outgoing.sent && !outgoing.frames.empty()) h.flags = wire::kFlagSent;
@@ -127,11 +130,11 @@ void SiteCore::Impl::on_heartbeat(const wire::ParsedFrame& f) {
   const auto now = Clock::now();
   // Frames still queued towards the parent are not lost: only an update
   // sent a heartbeat timeout ago and still missing goes again.
-  if ((h.flags & wire::kFlagNeedUpdate) && h.round == round && outgoing.sent && !outgoing.frames.empty() &&
-      now - outgoing.sent_at > cfg.heartbeat_timeout && now - outgoing.last_resend > cfg.heartbeat_timeout) {
+  if ((h.flags & wire::kFlagNeedUpdate) && h.round == round && outgoing.sent &&
+      !outgoing.frames.empty() && now - outgoing.sent_at > cfg.heartbeat_timeout &&
+      now - outgoing.last_resend > cfg.heartbeat_timeout) {
     // The parent's round still lacks part of this update (lost on the way).
-    log().info("[site:{}] parent lacks part of round {}; sending the update again", self.id,
-               round);
+    log().info("[site:{}] parent lacks part of round {}; sending the update again", self.id, round);
     resend_update();
     outgoing.last_resend = now;
     return;
@@ -140,7 +143,8 @@ void SiteCore::Impl::on_heartbeat(const wire::ParsedFrame& f) {
   // anchor this site still misses, or it is in that round and nothing came
   // for a heartbeat timeout. Rejoin to be resynced. (The parent being in the
   // next round while the anchor is complete, or still arriving, is normal.)
-  const bool incomplete = incoming.next && incoming.next->received < plan.count() && !incoming.next->done_signalled;
+  const bool incomplete =
+      incoming.next && incoming.next->received < plan.count() && !incoming.next->done_signalled;
   const bool stalled = incomplete && h.round == incoming.next->round && outgoing.sent &&
                        now - incoming.progress_at > cfg.heartbeat_timeout;
   if (incomplete && (h.round > incoming.next->round || stalled)) {

@@ -12,7 +12,8 @@ ChunkPlan::ChunkPlan(uint64_t total_elements, uint32_t chunk_elements)
   if (chunk_ == 0) throw ConfigError("chunk plan: chunk size must be at least one element");
   const uint64_t count = (total_ + chunk_ - 1) / chunk_;
   if (count > UINT32_MAX) {
-    throw ConfigError("chunk plan: " + std::to_string(count) + " chunks exceed the wire limit; "
+    throw ConfigError("chunk plan: " + std::to_string(count) +
+                      " chunks exceed the wire limit; "
                       "raise chunk_bytes");
   }
   count_ = static_cast<uint32_t>(count);

@@ -178,12 +178,9 @@ NodeSpec read_node(const YamlReader& r, const YAML::Node& n, size_t pos) {
 
 const char* role_name(Role role) {
   switch (role) {
-    case Role::kRoot:
-      return "root";
-    case Role::kRegion:
-      return "region";
-    case Role::kSite:
-      return "site";
+    case Role::kRoot: return "root";
+    case Role::kRegion: return "region";
+    case Role::kSite: return "site";
   }
   return "unknown";
 }

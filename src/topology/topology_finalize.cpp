@@ -55,9 +55,8 @@ uint32_t check_nodes(std::vector<NodeSpec>& nodes, const Fail& fail) {
     s.children.clear();
     if (s.role == Role::kSite) {
       if (!s.endpoint.empty() || !s.bind.empty()) {
-        fail(who +
-             "a site has no endpoint or bind (it connects to its parent's endpoint); "
-             "remove them");
+        fail(who + "a site has no endpoint or bind (it connects to its parent's endpoint); "
+                   "remove them");
       }
       if (!(s.weight > 0 && s.weight <= kMaxSiteWeight)) {
         fail(who + "weight " + format_double(s.weight) + " must be > 0 and at most " +

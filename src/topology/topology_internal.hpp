@@ -99,8 +99,8 @@ class YamlReader {
 // stays exact and no timer can spin.
 inline constexpr uint64_t kMinChunkBytes = 4096;
 inline constexpr uint64_t kMaxChunkBytes = 4u << 20;
-inline constexpr uint64_t kMaxCount = 1'000'000'000;     // rounds, inner_steps, replica_every
-inline constexpr double kMaxRoundSeconds = 30 * 86400;   // round_timeout_s, deadline_s
+inline constexpr uint64_t kMaxCount = 1'000'000'000;    // rounds, inner_steps, replica_every
+inline constexpr double kMaxRoundSeconds = 30 * 86400;  // round_timeout_s, deadline_s
 inline constexpr double kMinRoundSeconds = 0.1;
 inline constexpr double kMinHeartbeatSeconds = 0.01;
 inline constexpr double kMaxHeartbeatSeconds = 3600;

@@ -28,9 +28,8 @@ bool valid_endpoint(const std::string& e) {
   const size_t colon = addr.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == addr.size()) return false;
   const std::string port = addr.substr(colon + 1);
-  if (port.size() > 5 || !std::all_of(port.begin(), port.end(), [](char c) {
-        return c >= '0' && c <= '9';
-      })) {
+  if (port.size() > 5 ||
+      !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; })) {
     return false;
   }
   const int p = std::stoi(port);
@@ -69,8 +68,8 @@ size_t yaml_nesting(const std::string& text) {
       deepest = std::max(deepest, ++dashes);
       continue;
     }
-    const bool after_space = i == 0 || text[i - 1] == ' ' || text[i - 1] == '\t' ||
-                             text[i - 1] == '\n';
+    const bool after_space =
+        i == 0 || text[i - 1] == ' ' || text[i - 1] == '\t' || text[i - 1] == '\n';
     if (c != ' ') line_start = false;
     if (c == '#' && after_space) {
       while (i < text.size() && text[i] != '\n') ++i;

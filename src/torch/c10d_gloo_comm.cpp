@@ -5,10 +5,10 @@
 // in the rendezvous directory (a c10d FileStore there), every failure is a
 // TransportError naming the operation, and a failed communicator stays
 // failed.
+#include <torch/torch.h>
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#include <torch/torch.h>
 
 #include <chrono>
 #include <exception>

@@ -96,18 +96,16 @@ class DataParallel::Impl {
         stats_.buckets_at_synchronize += 1;
       }
       // Which parameters any rank used (after the buckets, same order everywhere).
-      queue_.push_back([this] {
-        on_control(used_, [this](float* v, size_t n) { comm_.allreduce_sum(v, n); });
-      });
+      queue_.push_back(
+          [this] { on_control(used_, [this](float* v, size_t n) { comm_.allreduce_sum(v, n); }); });
     }
     cv_.notify_all();
     wait_idle();
     const float scale = 1.0f / static_cast<float>(comm_.size());
     for (Param& p : params_) {
       if (used_[&p - params_.data()] > 0) {
-        torch::Tensor mean = slice(static_cast<size_t>(&p - params_.data()))
-                                 .view(p.tensor.sizes())
-                                 .mul(scale);
+        torch::Tensor mean =
+            slice(static_cast<size_t>(&p - params_.data())).view(p.tensor.sizes()).mul(scale);
         if (p.tensor.grad().defined()) {
           p.tensor.mutable_grad().copy_(mean);
         } else {
@@ -137,8 +135,8 @@ class DataParallel::Impl {
     for (size_t i : order) {
       Param& p = params_[i];
       const torch::Device device = p.tensor.device();
-      auto it = std::find_if(open.begin(), open.end(),
-                             [&](const auto& o) { return o.first == device; });
+      auto it =
+          std::find_if(open.begin(), open.end(), [&](const auto& o) { return o.first == device; });
       if (it == open.end()) it = open.insert(open.end(), {device, kNone});
       size_t& k = it->second;
       if (k == kNone ||
@@ -174,9 +172,7 @@ class DataParallel::Impl {
     for (size_t i = 0; i < params_.size(); ++i) {
       if (!seen[i]) order[k++] = static_cast<float>(i);
     }
-    run([&] {
-      on_control(order, [this](float* v, size_t n) { comm_.broadcast(v, n, 0); });
-    });
+    run([&] { on_control(order, [this](float* v, size_t n) { comm_.broadcast(v, n, 0); }); });
     wait_idle();
     std::vector<size_t> idx(order.size());
     for (size_t i = 0; i < order.size(); ++i) idx[i] = static_cast<size_t>(order[i]);
@@ -207,8 +203,8 @@ class DataParallel::Impl {
     if (p.scalar_type() != torch::kFloat32 || !(p.device().is_cpu() || p.device().is_cuda())) {
       throw ConfigError(std::string("DataParallel: the ") + comm_.engine() +
                         " engine averages fp32 parameters on the CPU or a CUDA device; found "
-                        "one of type " + std::string(c10::toString(p.scalar_type())) + " on " +
-                        p.device().str());
+                        "one of type " +
+                        std::string(c10::toString(p.scalar_type())) + " on " + p.device().str());
     }
     if (p.device().is_cuda() && !comm_.accepts_device_memory()) {
       throw ConfigError(std::string("DataParallel: a parameter is on ") + p.device().str() +
@@ -232,8 +228,8 @@ class DataParallel::Impl {
       op(v.data(), v.size());
       return;
     }
-    const torch::Tensor host = torch::from_blob(v.data(), {static_cast<int64_t>(v.size())},
-                                                torch::kFloat32);
+    const torch::Tensor host =
+        torch::from_blob(v.data(), {static_cast<int64_t>(v.size())}, torch::kFloat32);
     torch::Tensor device = host.to(control_);  // synchronous: done before op reads it
     op(device.data_ptr<float>(), v.size());    // blocks until complete
     host.copy_(device);
@@ -268,9 +264,8 @@ class DataParallel::Impl {
 
   // Under mu_.
   void launch(size_t k) {
-    queue_.push_back([this, k] {
-      comm_.allreduce_sum(buckets_[k].data.data_ptr<float>(), buckets_[k].numel);
-    });
+    queue_.push_back(
+        [this, k] { comm_.allreduce_sum(buckets_[k].data.data_ptr<float>(), buckets_[k].numel); });
   }
 
   void run(std::function<void()> job) {
@@ -322,9 +317,9 @@ class DataParallel::Impl {
   DataParallelOptions opt_;
   std::vector<Param> params_;
   std::vector<Bucket> buckets_;
-  std::vector<float> used_;  // 1 where this rank produced a gradient this step
+  std::vector<float> used_;              // 1 where this rank produced a gradient this step
   torch::Device control_ = torch::kCPU;  // where used_ is reduced: the first CUDA device, or CPU
-  std::vector<size_t> arrival_;  // parameters in the order their gradients came
+  std::vector<size_t> arrival_;          // parameters in the order their gradients came
   size_t next_launch_ = 0;
   DataParallelStats stats_;
 

@@ -32,8 +32,9 @@ void FlatParameters::adopt(std::vector<torch::Tensor> tensors, std::vector<std::
     const torch::Tensor& t = tensors[i];
     if (!t.defined()) throw ConfigError("parameter '" + names[i] + "' is undefined");
     if (t.scalar_type() != torch::kFloat32) {
-      throw ConfigError("parameter '" + names[i] + "' is " + std::string(c10::toString(
-                            t.scalar_type())) + "; fedwan federates fp32 parameters "
+      throw ConfigError("parameter '" + names[i] + "' is " +
+                        std::string(c10::toString(t.scalar_type())) +
+                        "; fedwan federates fp32 parameters "
                         "(call module->to(torch::kFloat32))");
     }
     if (!t.device().is_cpu() && !t.device().is_cuda()) {
@@ -48,8 +49,8 @@ void FlatParameters::adopt(std::vector<torch::Tensor> tensors, std::vector<std::
     }
     total += t.numel();
   }
-  flat_ = torch::empty({total}, torch::TensorOptions().dtype(torch::kFloat32).device(
-                                    tensors[0].device()));
+  flat_ = torch::empty({total},
+                       torch::TensorOptions().dtype(torch::kFloat32).device(tensors[0].device()));
   torch::NoGradGuard no_grad;
   int64_t offset = 0;
   for (torch::Tensor& t : tensors) {

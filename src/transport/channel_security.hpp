@@ -27,14 +27,14 @@ struct LinkEvent {
   // good CRL stays in force (reason says why).
   enum class Kind { kHandshakeAccepted, kHandshakeRefused, kFrameRejected, kCrlUnusable };
   Kind kind = Kind::kFrameRejected;
-  std::string peer;        // routing id (parent side) or parent endpoint (child side)
-  std::string reason;      // refusals: why, in words
-  std::string peer_node;   // handshakes: who the peer's certificate names
+  std::string peer;       // routing id (parent side) or parent endpoint (child side)
+  std::string reason;     // refusals: why, in words
+  std::string peer_node;  // handshakes: who the peer's certificate names
   std::string peer_role;
   std::string peer_serial;
   std::string cipher;
   double handshake_ms = 0;
-  uint64_t bytes = 0;      // rejected frames: their size
+  uint64_t bytes = 0;  // rejected frames: their size
 };
 using LinkEventSink = std::function<void(const LinkEvent&)>;
 

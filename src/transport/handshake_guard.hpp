@@ -48,8 +48,8 @@ class HandshakeGuard {
     Clock::time_point started;
   };
   Options options_;
-  std::map<std::string, Entry> pending_;         // by peer
-  std::map<std::string, size_t> per_source_;     // handshakes in progress
+  std::map<std::string, Entry> pending_;      // by peer
+  std::map<std::string, size_t> per_source_;  // handshakes in progress
 };
 
 const char* handshake_verdict_text(HandshakeGuard::Verdict v);

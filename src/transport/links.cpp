@@ -4,8 +4,8 @@
 #include <utility>
 
 #include "common/log.hpp"
-#include "wire/frame.hpp"
 #include "fedwan/error.hpp"
+#include "wire/frame.hpp"
 
 namespace fedwan {
 namespace {
@@ -85,8 +85,7 @@ void ParentLink::send_replies(SecurityReplies& replies) {
 
 void ParentLink::check_failure() const {
   if (!security_->failure().empty()) {
-    throw CryptoError("secure channel to parent " + endpoint_ + " failed: " +
-                      security_->failure());
+    throw CryptoError("secure channel to parent " + endpoint_ + " failed: " + security_->failure());
   }
 }
 
@@ -116,9 +115,8 @@ size_t ParentLink::send(std::vector<uint8_t> frame, Millis timeout) {
 
 size_t ParentLink::send_sealed(std::vector<uint8_t> frame, Millis timeout) {
   const size_t n = frame.size();
-  const SendResult r = send_with_deadline(transport_, *socket_, timeout, [&] {
-    return socket_->try_send("", frame.data(), n);
-  });
+  const SendResult r = send_with_deadline(transport_, *socket_, timeout,
+                                          [&] { return socket_->try_send("", frame.data(), n); });
   if (r != SendResult::kSent) {
     throw TimeoutError("send to parent " + endpoint_ + " blocked for " +
                        std::to_string(timeout.count()) + " ms: the parent is not reading");
@@ -158,8 +156,8 @@ bool ParentLink::recv(Incoming* out, Millis timeout) {
     std::string why;
     size_t frame_size = 0;
     SecurityReplies replies;
-    const auto r = security_->receive(in.message.data(), in.message.size(), &frame_size, &why,
-                                      &replies);
+    const auto r =
+        security_->receive(in.message.data(), in.message.size(), &frame_size, &why, &replies);
     send_replies(replies);
     if (r != ChannelSecurity::Inbound::kFrame) {
       if (r == ChannelSecurity::Inbound::kRejected) counters_.rejected += 1;
@@ -198,9 +196,8 @@ ChannelSecurity& ChildrenLink::security_for(const std::string& peer) {
 size_t ChildrenLink::send(const std::string& peer, std::vector<uint8_t> frame, Millis timeout) {
   security_for(peer).seal(frame);
   const size_t n = frame.size();
-  const SendResult r = send_with_deadline(transport_, *socket_, timeout, [&] {
-    return socket_->try_send(peer, frame.data(), n);
-  });
+  const SendResult r = send_with_deadline(transport_, *socket_, timeout,
+                                          [&] { return socket_->try_send(peer, frame.data(), n); });
   if (r == SendResult::kNoPeer) throw TransportError("child '" + peer + "' is not connected");
   if (r != SendResult::kSent) {
     throw TimeoutError("send to child '" + peer + "' blocked for " +
@@ -253,13 +250,14 @@ bool is_client_hello(const transport::Message& msg) {
 
 }  // namespace
 
-void ChildrenLink::drop(const std::string& peer, const std::string& source,
-                        const std::string& why, size_t bytes, bool tell_peer) {
+void ChildrenLink::drop(const std::string& peer, const std::string& source, const std::string& why,
+                        size_t bytes, bool tell_peer) {
   counters_.rejected += 1;
   if (admission_.on_drop) admission_.on_drop(peer, source, why, bytes);
   if (!tell_peer || !may_refuse()) return;
   // Plain refusals were never counted as frames sent.
-  const std::vector<uint8_t> reply = plain_reject_frame(admission_.job_id, admission_.self_index, why);
+  const std::vector<uint8_t> reply =
+      plain_reject_frame(admission_.job_id, admission_.self_index, why);
   try {
     (void)socket_->try_send(peer, reply.data(), reply.size());
   } catch (const TransportError&) {
@@ -288,8 +286,9 @@ void ChildrenLink::expire_handshakes() {
     it->second->abandon_handshake();
     // A peer that never had a session keeps nothing here.
     if (!it->second->established()) security_.erase(it);
-    drop(peer, "", "TLS handshake did not complete within " +
-                       std::to_string(guard_.options().timeout.count()) + " ms; its state was dropped",
+    drop(peer, "",
+         "TLS handshake did not complete within " +
+             std::to_string(guard_.options().timeout.count()) + " ms; its state was dropped",
          0, false);
   }
 }
@@ -332,8 +331,8 @@ bool ChildrenLink::recv(Incoming* out, Millis timeout) {
     size_t frame_size = 0;
     SecurityReplies replies;
     ChannelSecurity& security = security_for(peer);
-    const auto r = security.receive(in.message.data(), in.message.size(), &frame_size, &why,
-                                    &replies);
+    const auto r =
+        security.receive(in.message.data(), in.message.size(), &frame_size, &why, &replies);
     if (guard_.pending(peer) && !security.handshaking()) guard_.finish(peer);
     for (auto& reply : replies) {
       // Best effort, never blocking: a peer that does not read its handshake

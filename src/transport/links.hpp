@@ -37,7 +37,7 @@ struct LinkCounters {
 
 // A received frame: the bytes stay where the transport put them (no copy).
 struct Incoming {
-  std::string peer;   // the child's node id (ChildrenLink); the parent's endpoint (ParentLink)
+  std::string peer;  // the child's node id (ChildrenLink); the parent's endpoint (ParentLink)
   transport::Message message;
   size_t frame_size = 0;
   const uint8_t* data() const { return message.data(); }

@@ -229,9 +229,9 @@ class MemServer final : public MemSocket {
   bool ready_locked(bool for_send) override {
     const Endpoint& e = Hub::get().endpoints[endpoint_];
     for (const auto& [id, p] : e.pipes) {
-      if (for_send ? (p->client_open && p->down.size() < std::min(e.server_window,
-                                                                   p->client_window))
-                   : !p->up.empty()) {
+      if (for_send
+              ? (p->client_open && p->down.size() < std::min(e.server_window, p->client_window))
+              : !p->up.empty()) {
         return true;
       }
     }
@@ -278,8 +278,8 @@ class MemTransport final : public Transport {
  private:
   static void check(const std::string& endpoint) {
     if (!is_mem_endpoint(endpoint) || endpoint.size() == 6) {
-      throw TransportError("the in-process transport takes mem://NAME endpoints, not '" +
-                           endpoint + "'");
+      throw TransportError("the in-process transport takes mem://NAME endpoints, not '" + endpoint +
+                           "'");
     }
   }
 };

@@ -44,9 +44,8 @@ PlaintextSecurity::PlaintextSecurity(uint64_t job_id, uint32_t self_index, LinkE
                                      std::string peer)
     : job_id_(job_id), self_index_(self_index), sink_(std::move(sink)), peer_(std::move(peer)) {}
 
-ChannelSecurity::Inbound PlaintextSecurity::receive(uint8_t* data, size_t size,
-                                                    size_t* frame_size, std::string* why,
-                                                    SecurityReplies* out) {
+ChannelSecurity::Inbound PlaintextSecurity::receive(uint8_t* data, size_t size, size_t* frame_size,
+                                                    std::string* why, SecurityReplies* out) {
   if (looks_like_frame(data, size) &&
       (type_of(data) == wire::MsgType::kHandshake || is_sealed(data))) {
     *why = "peer uses an encrypted link but this node runs with --insecure-plaintext; "
@@ -126,13 +125,13 @@ void SecureChannel::adopt_keys(security::LinkKeys& keys, security::AeadAlgorithm
   if (is_client_) {
     sealer_ = std::make_unique<security::FrameSealer>(cipher, keys.child_to_parent_key,
                                                       keys.child_to_parent_iv, config_.rekey);
-    opener_ = std::make_unique<FrameOpener>(cipher, keys.parent_to_child_key,
-                                            keys.parent_to_child_iv);
+    opener_ =
+        std::make_unique<FrameOpener>(cipher, keys.parent_to_child_key, keys.parent_to_child_iv);
   } else {
     sealer_ = std::make_unique<security::FrameSealer>(cipher, keys.parent_to_child_key,
                                                       keys.parent_to_child_iv, config_.rekey);
-    opener_ = std::make_unique<FrameOpener>(cipher, keys.child_to_parent_key,
-                                            keys.child_to_parent_iv);
+    opener_ =
+        std::make_unique<FrameOpener>(cipher, keys.child_to_parent_key, keys.child_to_parent_iv);
   }
   keys.wipe();
 }
@@ -286,9 +285,9 @@ ChannelSecurity::Inbound SecureChannel::receive(uint8_t* data, size_t size, size
       state_ != State::kFailed) {
     // The parent could not read us (no session yet): its refusal comes plain.
     const wire::ParsedFrame f = wire::parse_frame(data, size);
-    std::string reason = f.ok() ? std::string(reinterpret_cast<const char*>(f.payload),
-                                              f.payload_size)
-                                : std::string("unreadable refusal");
+    std::string reason = f.ok()
+                             ? std::string(reinterpret_cast<const char*>(f.payload), f.payload_size)
+                             : std::string("unreadable refusal");
     failure_ = "parent refused this node: " + reason;
     state_ = State::kFailed;
     pending_.reset();

@@ -36,9 +36,9 @@ namespace fedwan::transport {
 using Millis = std::chrono::milliseconds;
 
 struct SocketOptions {
-  int window = 8;                              // messages waiting per peer and direction
+  int window = 8;  // messages waiting per peer and direction
   int64_t max_message_bytes = (4 << 20) + 4096;
-  int linger_ms = 5000;                        // delivery time for queued messages at close
+  int linger_ms = 5000;  // delivery time for queued messages at close
 };
 
 // A received message. The bytes stay where the transport put them (no copy)

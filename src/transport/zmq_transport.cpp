@@ -63,8 +63,8 @@ class ZmqSocket : public Socket {
 
 class ClientSocket final : public ZmqSocket {
  public:
-  ClientSocket(std::shared_ptr<zmq::context_t> ctx, const std::string& endpoint, const std::string& self_id,
-               const SocketOptions& o)
+  ClientSocket(std::shared_ptr<zmq::context_t> ctx, const std::string& endpoint,
+               const std::string& self_id, const SocketOptions& o)
       : ZmqSocket(std::move(ctx), zmq::socket_type::dealer, endpoint) {
     try {
       configure(socket_, o);
@@ -104,7 +104,8 @@ class ClientSocket final : public ZmqSocket {
 
 class ServerSocket final : public ZmqSocket {
  public:
-  ServerSocket(std::shared_ptr<zmq::context_t> ctx, const std::string& endpoint, const SocketOptions& o)
+  ServerSocket(std::shared_ptr<zmq::context_t> ctx, const std::string& endpoint,
+               const SocketOptions& o)
       : ZmqSocket(std::move(ctx), zmq::socket_type::router, endpoint) {
     try {
       configure(socket_, o);

@@ -141,13 +141,13 @@ ParsedFrame& check_control(ParsedFrame& f, const FrameLimits& lim) {
                   h.chunk_index, h.chunk_count);
   }
   if (h.element_count != 0) {
-    return reject(f, RejectReason::kBadElements,
-                  "%s carries element_count %" PRIu32 "; must be 0", tn, h.element_count);
+    return reject(f, RejectReason::kBadElements, "%s carries element_count %" PRIu32 "; must be 0",
+                  tn, h.element_count);
   }
   const bool sizes_model = h.type == MsgType::kHello || h.type == MsgType::kWelcome;
   if (!sizes_model && h.total_elements != 0) {
-    return reject(f, RejectReason::kBadElements,
-                  "%s carries total_elements %" PRIu64 "; must be 0", tn, h.total_elements);
+    return reject(f, RejectReason::kBadElements, "%s carries total_elements %" PRIu64 "; must be 0",
+                  tn, h.total_elements);
   }
   if (h.total_elements > lim.max_total_elements) {
     return reject(f, RejectReason::kBadElements,
@@ -174,7 +174,8 @@ ParsedFrame& check_checkpoint(ParsedFrame& f, const FrameLimits& lim) {
   if (h.flags != 0) {
     if (h.flags != kFlagReplicaStored && h.flags != kFlagNoReplica) {
       return reject(f, RejectReason::kBadReserved,
-                    "checkpoint signal with flags 0x%02x; exactly one signal bit", unsigned{h.flags});
+                    "checkpoint signal with flags 0x%02x; exactly one signal bit",
+                    unsigned{h.flags});
     }
     if (h.chunk_index != 0 || h.chunk_count != 0) {
       return reject(f, RejectReason::kBadChunk, "checkpoint signal carries chunk fields");
@@ -320,7 +321,8 @@ ParsedFrame parse_frame(const uint8_t* data, size_t size, const FrameLimits& lim
                   unsigned{version}, unsigned{kVersion});
   }
   uint8_t type = data[5];
-  if (type < static_cast<uint8_t>(MsgType::kHello) || type > static_cast<uint8_t>(MsgType::kCheckpoint)) {
+  if (type < static_cast<uint8_t>(MsgType::kHello) ||
+      type > static_cast<uint8_t>(MsgType::kCheckpoint)) {
     return reject(f, RejectReason::kBadType, "unknown message type %u", unsigned{type});
   }
   const char* tn = msg_type_name(h.type);

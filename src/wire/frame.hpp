@@ -124,28 +124,28 @@ struct FrameHeader {
 };
 
 struct FrameLimits {
-  uint32_t max_chunk_elements = 1u << 20;   // 4 MiB of fp32
+  uint32_t max_chunk_elements = 1u << 20;  // 4 MiB of fp32
   uint32_t max_chunk_count = 1u << 20;
   uint64_t max_total_elements = 1ull << 36;
-  uint32_t max_control_payload = 4096;      // kHello, kReject, kTelemetry, ...
-  uint32_t max_piece_bytes = 4u << 20;      // kCheckpoint piece
+  uint32_t max_control_payload = 4096;         // kHello, kReject, kTelemetry, ...
+  uint32_t max_piece_bytes = 4u << 20;         // kCheckpoint piece
   uint64_t max_checkpoint_bytes = 1ull << 40;  // kCheckpoint file
 };
 
 enum class RejectReason : uint8_t {
   kNone = 0,
-  kTooShort,          // fewer than kHeaderSize bytes
+  kTooShort,  // fewer than kHeaderSize bytes
   kBadMagic,
   kBadVersion,
   kBadType,
-  kBadCodec,          // unknown codec id, or a codec on a control message
+  kBadCodec,  // unknown codec id, or a codec on a control message
   kBadReserved,
-  kLengthMismatch,    // payload_length != bytes after the header
-  kBadChunk,          // chunk_index >= chunk_count, count or elements over limits
-  kBadElements,       // element_count/total_elements inconsistent or over limits
-  kBadPayloadSize,    // payload size wrong for the codec and element count
-  kBadWeight,         // non-finite or not > 0 on kDelta
-  kPayloadTooLarge,   // control payload over its limit
+  kLengthMismatch,   // payload_length != bytes after the header
+  kBadChunk,         // chunk_index >= chunk_count, count or elements over limits
+  kBadElements,      // element_count/total_elements inconsistent or over limits
+  kBadPayloadSize,   // payload size wrong for the codec and element count
+  kBadWeight,        // non-finite or not > 0 on kDelta
+  kPayloadTooLarge,  // control payload over its limit
 };
 const char* reject_reason_name(RejectReason r);
 
@@ -160,7 +160,7 @@ std::vector<uint8_t> encode_frame(const FrameHeader& h, const uint8_t* payload, 
 // bytes came) for logging; none of them may be trusted.
 struct ParsedFrame {
   RejectReason reject = RejectReason::kNone;
-  std::string detail;         // human-readable, for logs and the audit trail
+  std::string detail;  // human-readable, for logs and the audit trail
   FrameHeader header;
   const uint8_t* payload = nullptr;  // points into the parsed buffer
   size_t payload_size = 0;
@@ -182,8 +182,8 @@ bool decode_hello(const uint8_t* data, size_t size, HelloPayload* out);  // fals
 
 // kTelemetry payload: bytes that crossed the links of a subtree for a round.
 struct TelemetryPayload {
-  uint64_t wan_bytes = 0;    // actual bytes on the wire (headers included)
-  uint64_t fp32_bytes = 0;   // what the same frames would have been with fp32
+  uint64_t wan_bytes = 0;   // actual bytes on the wire (headers included)
+  uint64_t fp32_bytes = 0;  // what the same frames would have been with fp32
   uint64_t frames = 0;
 };
 std::vector<uint8_t> encode_telemetry(const TelemetryPayload& p);

@@ -79,7 +79,8 @@ class IdxReader {
     if (got < 0) fail(path_, "read error after the payload");
     if (got > 0) fail(path_, "has trailing bytes after the announced payload");
     const int rc = gzclose(file_.release());
-    if (rc != Z_OK) fail(path_, "gzip stream did not close cleanly (code " + std::to_string(rc) + ")");
+    if (rc != Z_OK)
+      fail(path_, "gzip stream did not close cleanly (code " + std::to_string(rc) + ")");
   }
 
   const std::string& path() const { return path_; }
@@ -110,8 +111,8 @@ std::vector<uint8_t> read_images(const std::string& path, uint32_t* count) {
   const uint32_t rows = r.read_be32("row count");
   const uint32_t cols = r.read_be32("column count");
   if (rows != kRows || cols != kCols) {
-    fail(path, "has " + std::to_string(rows) + "x" + std::to_string(cols) +
-                   " images (expected 28x28)");
+    fail(path,
+         "has " + std::to_string(rows) + "x" + std::to_string(cols) + " images (expected 28x28)");
   }
   std::vector<uint8_t> pixels(size_t{*count} * kRows * kCols);
   r.read(pixels.data(), pixels.size(), "pixel data");

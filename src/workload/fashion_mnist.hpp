@@ -23,8 +23,8 @@ inline constexpr int64_t kFashionMnistClasses = 10;
 enum class FashionMnistSet { kTrain, kTest };
 
 struct FashionMnistData {
-  torch::Tensor images;             // float32 [N, 1, 28, 28], normalised, CPU
-  torch::Tensor labels;             // int64 [N], values in [0, 10)
+  torch::Tensor images;              // float32 [N, 1, 28, 28], normalised, CPU
+  torch::Tensor labels;              // int64 [N], values in [0, 10)
   std::vector<uint8_t> label_bytes;  // the same labels, for torch-free code (partitioning)
 };
 

@@ -35,11 +35,12 @@ FashionCnnImpl::FashionCnnImpl(const FashionCnnOptions& options) {
     throw ConfigError("FashionCnn: channel counts must be >= 1 and hidden >= 0");
   }
   conv1_ = register_module(
-      "conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, options.conv1_channels, 5).padding(2)));
+      "conv1",
+      torch::nn::Conv2d(torch::nn::Conv2dOptions(1, options.conv1_channels, 5).padding(2)));
   conv2_ = register_module(
-      "conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(options.conv1_channels,
-                                                          options.conv2_channels, 5)
-                                     .padding(2)));
+      "conv2",
+      torch::nn::Conv2d(
+          torch::nn::Conv2dOptions(options.conv1_channels, options.conv2_channels, 5).padding(2)));
   const int64_t flat = options.conv2_channels * 7 * 7;
   if (options.hidden == 0) {
     fc1_ = register_module("fc1", torch::nn::Linear(flat, kClasses));
@@ -99,7 +100,7 @@ torch::Tensor Trainer::next_batch() {
 }
 
 float Trainer::step(FashionCnn& model, torch::optim::Optimizer& optimizer,
-                   const std::function<void()>& after_backward, int rank, int ranks) {
+                    const std::function<void()>& after_backward, int rank, int ranks) {
   torch::Tensor index = next_batch();
   if (ranks > 1) {
     const int64_t b = index.size(0);
@@ -129,10 +130,10 @@ Evaluation evaluate(FashionCnn& model, const torch::Tensor& images, const torch:
     const int64_t end = std::min(n, begin + kEvalBatch);
     const torch::Tensor logits = model->forward(images.slice(0, begin, end));
     const torch::Tensor y = labels.slice(0, begin, end);
-    loss_sum += torch::nn::functional::cross_entropy(
-                    logits, y,
-                    torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
-                    .item<double>();
+    loss_sum +=
+        torch::nn::functional::cross_entropy(
+            logits, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+            .item<double>();
     correct += logits.argmax(1).eq(y).sum().item<int64_t>();
   }
   model->train(was_training);

@@ -48,8 +48,8 @@ std::vector<std::vector<uint32_t>> partition_impl(const std::vector<Label>& labe
   }
   if (min_per_site > labels.size() / num_sites) {
     throw ConfigError("dirichlet_partition: " + std::to_string(labels.size()) +
-                      " samples cannot give " + std::to_string(num_sites) +
-                      " sites at least " + std::to_string(min_per_site) +
+                      " samples cannot give " + std::to_string(num_sites) + " sites at least " +
+                      std::to_string(min_per_site) +
                       " each; lower min_per_site or the number of sites");
   }
 
@@ -60,8 +60,7 @@ std::vector<std::vector<uint32_t>> partition_impl(const std::vector<Label>& labe
     if constexpr (std::is_signed_v<Label>) negative = label < 0;
     if (negative || static_cast<uint64_t>(label) >= num_classes) {
       throw ConfigError("dirichlet_partition: label " + std::to_string(label) + " at index " +
-                        std::to_string(i) + " is outside [0, " + std::to_string(num_classes) +
-                        ")");
+                        std::to_string(i) + " is outside [0, " + std::to_string(num_classes) + ")");
     }
     by_class[static_cast<size_t>(label)].push_back(static_cast<uint32_t>(i));
   }

@@ -29,8 +29,7 @@ float target(uint32_t site, size_t k, uint64_t seed) {
   return unit(mix(seed + 0x1234 + mix(uint64_t{site} << 40 ^ k)));
 }
 
-void local_steps(float* params, size_t n, uint32_t site, uint64_t steps, uint64_t seed,
-                 float lr) {
+void local_steps(float* params, size_t n, uint32_t site, uint64_t steps, uint64_t seed, float lr) {
   for (size_t k = 0; k < n; ++k) {
     const float t = target(site, k, seed);
     float p = params[k];

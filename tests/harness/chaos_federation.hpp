@@ -105,8 +105,7 @@ class ChaosFederation {
   }
 
   // Sets where `node` listens (bind) and where its children reach it.
-  void place(const std::string& node, const std::string& bind_host,
-             const std::string& reach_host) {
+  void place(const std::string& node, const std::string& bind_host, const std::string& reach_host) {
     std::vector<NodeSpec> nodes = topo_.nodes();
     for (NodeSpec& n : nodes) {
       if (n.id != node) continue;
@@ -159,15 +158,24 @@ class ChaosFederation {
     const NodeSpec& n = topo_.node(node);
     const bool site = n.role == Role::kSite;
     std::vector<std::string> args = {site ? "site" : "aggregator",
-                                     "--topology", (dir_.path() / "topology.yaml").string(),
-                                     "--node", node,
-                                     "--trainer", "synthetic",
-                                     "--synthetic-size", std::to_string(kParams),
-                                     "--seed", std::to_string(kSeed),
-                                     "--join-timeout", "60",
-                                     "--credentials", security_for(topo_, node).credentials_dir,
-                                     "--audit-log", audit(name).string(),
-                                     "--checkpoint-dir", checkpoint_dir(name).string()};
+                                     "--topology",
+                                     (dir_.path() / "topology.yaml").string(),
+                                     "--node",
+                                     node,
+                                     "--trainer",
+                                     "synthetic",
+                                     "--synthetic-size",
+                                     std::to_string(kParams),
+                                     "--seed",
+                                     std::to_string(kSeed),
+                                     "--join-timeout",
+                                     "60",
+                                     "--credentials",
+                                     security_for(topo_, node).credentials_dir,
+                                     "--audit-log",
+                                     audit(name).string(),
+                                     "--checkpoint-dir",
+                                     checkpoint_dir(name).string()};
     args.insert(args.end(), extra.begin(), extra.end());
     if (!site) {
       args.insert(args.end(), {"--record-updates", (dir_.path() / "store").string()});
@@ -251,8 +259,7 @@ class ChaosFederation {
   }
 
   // The first entry of `event` at `node` logged after `t` (its time).
-  std::optional<SysClock::time_point> first_after(const std::string& node,
-                                                  const std::string& event,
+  std::optional<SysClock::time_point> first_after(const std::string& node, const std::string& event,
                                                   SysClock::time_point t) const {
     if (!std::filesystem::exists(audit(node))) return std::nullopt;
     for (const AuditEntry& e : read_audit(audit(node))) {
@@ -282,9 +289,7 @@ class ChaosFederation {
     return dir_.path() / (node + ".log");
   }
   std::filesystem::path model_path() const { return dir_.path() / "root.bin"; }
-  void write_topology() {
-    std::ofstream(dir_.path() / "topology.yaml") << topo_.to_yaml();
-  }
+  void write_topology() { std::ofstream(dir_.path() / "topology.yaml") << topo_.to_yaml(); }
 
   TempDir dir_;
   Topology topo_;
@@ -298,8 +303,8 @@ inline double seconds_between(SysClock::time_point a, std::optional<SysClock::ti
   return b ? std::chrono::duration<double>(*b - a).count() : -1;
 }
 
-inline void report(const std::string& scenario, const std::string& mechanism, uint64_t rpo, double rto,
-            const std::string& notes) {
+inline void report(const std::string& scenario, const std::string& mechanism, uint64_t rpo,
+                   double rto, const std::string& notes) {
   ChaosRow row;
   row.scenario = scenario;
   row.mechanism = mechanism;

@@ -165,18 +165,13 @@ FaultInjector::Verdict FaultInjector::judge(const Hop& hop, uint8_t* data, size_
         stats_.dropped += 1;
         v.drop = true;
         return v;
-      case FaultRule::Action::kDelay:
-        v.delay = std::max(v.delay, r.delay);
-        break;
+      case FaultRule::Action::kDelay: v.delay = std::max(v.delay, r.delay); break;
       case FaultRule::Action::kCorrupt:
         data[std::min(r.offset, size - 1)] ^= r.mask;
         corrupted = true;
         break;
-      case FaultRule::Action::kDuplicate:
-        v.duplicate = true;
-        break;
-      case FaultRule::Action::kObserve:
-        break;
+      case FaultRule::Action::kDuplicate: v.duplicate = true; break;
+      case FaultRule::Action::kObserve: break;
     }
   }
   if (v.delay.count() > 0) stats_.delayed += 1;

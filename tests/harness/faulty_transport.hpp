@@ -76,9 +76,9 @@ struct FaultRule {
   std::string endpoint;  // "": any server
   std::string client;    // "": any client
   Way way = Way::kAny;
-  Predicate match;  // empty: every message
+  Predicate match;                                        // empty: every message
   uint64_t limit = std::numeric_limits<uint64_t>::max();  // messages it applies to, at most
-  Millis delay{0};          // kDelay
+  Millis delay{0};                                        // kDelay
   size_t offset = kLastByte;  // kCorrupt: the byte flipped (past the end: the last one)
   uint8_t mask = 0x01;        // kCorrupt: the bits flipped
 
@@ -110,7 +110,7 @@ struct FaultStats {
   uint64_t partitioned = 0;  // dropped by a partition
   uint64_t delayed = 0;
   uint64_t corrupted = 0;
-  uint64_t duplicated = 0;   // delivered twice
+  uint64_t duplicated = 0;  // delivered twice
 };
 
 class FaultInjector {

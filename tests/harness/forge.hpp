@@ -11,8 +11,8 @@
 #include <stdexcept>
 #include <vector>
 
-#include "common/sha256.hpp"
 #include "checkpoint/checkpoint_file.hpp"
+#include "common/sha256.hpp"
 
 namespace fedwan::testing {
 
@@ -56,7 +56,8 @@ inline void forge_signed_checkpoint(const std::filesystem::path& path, const Che
     const Sha256Digest d = sha256(s.bytes.data(), s.bytes.size());
     out.insert(out.end(), d.begin(), d.end());
   }
-  for (const CheckpointSection& s : c.sections) out.insert(out.end(), s.bytes.begin(), s.bytes.end());
+  for (const CheckpointSection& s : c.sections)
+    out.insert(out.end(), s.bytes.begin(), s.bytes.end());
   const Sha256Digest manifest = sha256(out.data(), out.size());
   out.insert(out.end(), manifest.begin(), manifest.end());
   out.insert(out.end(), sig_block.begin(), sig_block.end());

@@ -14,8 +14,8 @@
 #include "fedwan/codec.hpp"
 #include "fedwan/security.hpp"
 #include "fedwan/topology.hpp"
-#include "security/authorization.hpp"
 #include "node/node_frames.hpp"
+#include "security/authorization.hpp"
 #include "security/tls_session.hpp"
 #include "transport/links.hpp"
 #include "transport/secure_channel.hpp"
@@ -29,8 +29,7 @@ namespace fedwan::testing {
 // play the attacker. With check_parent false it accepts any parent the CA
 // vouches for (so a test can reach an aggregator's own checks).
 inline SecurityFactory test_client_security(const Topology& topo, const std::string& self_id,
-                                            const std::string& bundle_dir,
-                                            bool check_parent = true,
+                                            const std::string& bundle_dir, bool check_parent = true,
                                             const std::string& cipher = "aes-256-gcm") {
   SecureChannelConfig c;
   c.tls = std::make_shared<security::TlsContext>(bundle_dir, /*verify_own=*/false);

@@ -37,8 +37,7 @@ class TempDir {
 inline std::vector<std::string> entries(const std::filesystem::path& dir) {
   std::vector<std::string> out;
   std::error_code ec;
-  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end;
-       it.increment(ec)) {
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     out.push_back(it->path().filename().string());
   }
   std::sort(out.begin(), out.end());

@@ -20,9 +20,9 @@ namespace fedwan::testing {
 class TinyDisk {
  public:
   explicit TinyDisk(size_t bytes = 64 * 1024) {
-    mounted_ = ::geteuid() == 0 &&
-               ::mount("tmpfs", dir_.path().c_str(), "tmpfs", MS_NOSUID | MS_NODEV,
-                       ("size=" + std::to_string(bytes) + ",mode=0700").c_str()) == 0;
+    mounted_ =
+        ::geteuid() == 0 && ::mount("tmpfs", dir_.path().c_str(), "tmpfs", MS_NOSUID | MS_NODEV,
+                                    ("size=" + std::to_string(bytes) + ",mode=0700").c_str()) == 0;
   }
   ~TinyDisk() {
     if (mounted_) ::umount2(dir_.path().c_str(), MNT_DETACH);

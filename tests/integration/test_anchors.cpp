@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <zmq.hpp>
 
+#include "checkpoint/checkpoint_file.hpp"
 #include "common/sha256.hpp"
 #include "fedwan/error.hpp"
 #include "harness/federation_fixture.hpp"
@@ -21,7 +22,6 @@
 #include "harness/node_threads.hpp"
 #include "harness/process.hpp"
 #include "harness/raw_site.hpp"
-#include "checkpoint/checkpoint_file.hpp"
 #include "node/node_frames.hpp"
 #include "security/audit_log.hpp"
 
@@ -125,9 +125,8 @@ TEST(AuditAnchors, VerifyRefusesEmptyTruncatedAndRechainedLogs) {
       edited = true;
     }
     const std::string prefix = "{\"seq\":" + j["seq"].dump() + ",\"time\":" + j["time"].dump() +
-                               ",\"node\":" + j["node"].dump() + ",\"event\":" +
-                               j["event"].dump() + ",\"fields\":" + j["fields"].dump() +
-                               ",\"prev\":\"" + prev + "\"";
+                               ",\"node\":" + j["node"].dump() + ",\"event\":" + j["event"].dump() +
+                               ",\"fields\":" + j["fields"].dump() + ",\"prev\":\"" + prev + "\"";
     const Sha256Digest d = sha256(prefix.data(), prefix.size());
     prev = to_hex(d.data(), d.size());
     rechained.push_back(prefix + ",\"hash\":\"" + prev + "\"}");
@@ -237,8 +236,9 @@ TEST(CheckpointAnchors, AReplicaForgedByTheParentIsRefused) {
 
   // The parent: answers the site's request for its replica with the forgery.
   auto transport = transport::make_transport(topo.root().endpoint);
-  ChildrenLink parent(*transport, topo.root().endpoint, LinkOptions{},
-                      test_server_security(topo, "root", security_for(topo, "root").credentials_dir));
+  ChildrenLink parent(
+      *transport, topo.root().endpoint, LinkOptions{},
+      test_server_security(topo, "root", security_for(topo, "root").credentials_dir));
   std::atomic<bool> stop{false};
   const auto serve = [&] {
     Incoming in;
@@ -282,8 +282,9 @@ TEST(CheckpointAnchors, AReplicaForgedByTheParentIsRefused) {
   bool audited = false;
   for (const std::string& l : lines_of(dir.path() / "site-0.restart.audit")) {
     const auto e = nlohmann::json::parse(l);
-    audited = audited || (e["event"] == "replica_refused" &&
-                          e["fields"].dump().find("signature does not verify") != std::string::npos);
+    audited =
+        audited || (e["event"] == "replica_refused" &&
+                    e["fields"].dump().find("signature does not verify") != std::string::npos);
   }
   EXPECT_TRUE(audited);
 }

@@ -7,11 +7,11 @@
 
 #include <zmq.hpp>
 
+#include "common/sha256.hpp"
 #include "harness/federation_fixture.hpp"
 #include "harness/node_spawner.hpp"
 #include "harness/raw_site.hpp"
 #include "harness/reference_federation.hpp"
-#include "common/sha256.hpp"
 #include "node/node_frames.hpp"
 #include "wire/frame.hpp"
 
@@ -97,8 +97,7 @@ TEST(BadInput, AggregatorRefusesBrokenPeersAndKeepsServing) {
 
   // The rogue site joins properly...
   RawSite rogue(topo, "site-1",
-                test_client_security(topo, "site-1",
-                                     security_for(topo, "site-1").credentials_dir));
+                test_client_security(topo, "site-1", security_for(topo, "site-1").credentials_dir));
   rogue.hello(init);
   wire::ParsedFrame f = rogue.recv(&buf);
   ASSERT_TRUE(f.ok());

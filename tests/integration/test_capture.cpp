@@ -36,7 +36,6 @@ constexpr size_t kParams = 20000;
 constexpr uint64_t kRootSeed = 11;
 constexpr uint64_t kSiteSeed = 12;
 
-
 // A window of 8 or 16 bytes as a hashable key (an 8-byte one has hi = 0).
 struct WindowKey {
   uint64_t lo = 0;

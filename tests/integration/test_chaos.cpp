@@ -83,10 +83,10 @@ TEST_P(RootCheckpointCrash, RestartsAtItsLastCommittedRound) {
   // Before the rename the old checkpoint (round 2) is the durable one; after
   // it, the new one (round 3).
   EXPECT_EQ(*resumed, step == "renamed" ? 3u : 2u);
-  report("3 root SIGKILL at checkpoint " + step, "crash point checkpoint." + step,
-         3 - *resumed, seconds_between(crashed, fed.first_after("root", "round_closed", crashed)),
-         "root resumed at round " + std::to_string(*resumed) + "; " +
-             std::to_string(r.discarded) + " uncommitted acceptances discarded");
+  report("3 root SIGKILL at checkpoint " + step, "crash point checkpoint." + step, 3 - *resumed,
+         seconds_between(crashed, fed.first_after("root", "round_closed", crashed)),
+         "root resumed at round " + std::to_string(*resumed) + "; " + std::to_string(r.discarded) +
+             " uncommitted acceptances discarded");
 }
 
 INSTANTIATE_TEST_SUITE_P(Steps, RootCheckpointCrash,
@@ -169,7 +169,8 @@ TEST(Chaos, RegionWithoutItsDiskRestoresTheRootsReplica) {
   const std::optional<uint64_t> resumed = fed.resumed_round(region);
   ASSERT_TRUE(resumed.has_value()) << fed.log(region);
   EXPECT_EQ(*resumed, newest);
-  report("4b region's checkpoint directory lost", "crash point aggregator.update_accepted@27, "
+  report("4b region's checkpoint directory lost",
+         "crash point aggregator.update_accepted@27, "
          "then the region's checkpoint directory deleted",
          2 - std::min<uint64_t>(*resumed, 2),
          seconds_between(crashed, fed.first_after("root", "round_closed", crashed)),
@@ -294,8 +295,7 @@ TEST(Chaos, LossyDuplicatingReorderingLink) {
   fed.check_against_audit();
   const FaultProxyStats st = proxy.stats();
   EXPECT_GT(st.messages_dropped + st.messages_duplicated + st.messages_reordered, 0u);
-  report("6 lossy, duplicating, reordering link", "fault-injecting proxy (no netem here)", 0,
-         -1,
+  report("6 lossy, duplicating, reordering link", "fault-injecting proxy (no netem here)", 0, -1,
          "dropped " + std::to_string(st.messages_dropped) + ", duplicated " +
              std::to_string(st.messages_duplicated) + ", reordered " +
              std::to_string(st.messages_reordered) + " of " +

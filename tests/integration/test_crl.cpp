@@ -85,10 +85,10 @@ TEST(Crl, PastItsGraceTheErrorSaysHowToRefreshIt) {
 #ifdef FEDWAN_CLI_PATH
   // The command it names fixes it.
   const fs::path log = dir.path() / "refresh.log";
-  const pid_t pid = spawn_process(FEDWAN_CLI_PATH,
-                                  {"certs", "crl", "refresh", "--out", credentials_dir_for(topo),
-                                   "--crl-days", "90"},
-                                  log.string());
+  const pid_t pid = spawn_process(
+      FEDWAN_CLI_PATH,
+      {"certs", "crl", "refresh", "--out", credentials_dir_for(topo), "--crl-days", "90"},
+      log.string());
   ASSERT_EQ(wait_processes({pid}, std::chrono::seconds(30))[0], 0) << read_text(log);
   EXPECT_NE(read_text(log).find("valid until"), std::string::npos) << read_text(log);
   SiteCore site(site_options(topo, "site-0", std::chrono::seconds(5)), params.data(),
@@ -105,8 +105,7 @@ TEST(Crl, AnUnusableOrExpiredCrlMidRunLeavesTheRegionServing) {
   TempDir dir;
   const Topology topo = make_tree(dir.path(), 1, 2, small_fp32_federation(3));
   const std::vector<float> init = synthetic::initial_model(kParams, kSeed);
-  const fs::path region_crl =
-      fs::path(security_for(topo, "region-0").credentials_dir) / "crl.pem";
+  const fs::path region_crl = fs::path(security_for(topo, "region-0").credentials_dir) / "crl.pem";
   AggregatorSummary root_summary, region_summary;
   NodeSpawner nodes;
   spawn_aggregator(nodes, topo, "root", init, &root_summary);
@@ -125,7 +124,8 @@ TEST(Crl, AnUnusableOrExpiredCrlMidRunLeavesTheRegionServing) {
       if (f.header.type == wire::MsgType::kAnchor) ++got;
     }
   };
-  auto rogue = std::make_unique<RawSite>(topo, "site-1", test_client_security(topo, "site-1", bundle));
+  auto rogue =
+      std::make_unique<RawSite>(topo, "site-1", test_client_security(topo, "site-1", bundle));
   rogue->hello(init);
   wire::ParsedFrame f = rogue->recv(&buf);
   ASSERT_TRUE(f.ok()) << f.detail;

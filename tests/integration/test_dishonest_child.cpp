@@ -8,12 +8,12 @@
 #include <filesystem>
 #include <fstream>
 
+#include "checkpoint/checkpoint_file.hpp"
 #include "fedwan/error.hpp"
 #include "harness/federation_fixture.hpp"
 #include "harness/node_threads.hpp"
 #include "harness/raw_site.hpp"
 #include "harness/reference_federation.hpp"
-#include "checkpoint/checkpoint_file.hpp"
 
 namespace fedwan::testing {
 namespace {
@@ -38,9 +38,8 @@ TEST(DishonestChild, HeaderWeightOfASiteChangesNothing) {
   AggregatorSummary root_summary;
   NodeSpawner nodes;
   spawn_aggregator(nodes, topo, "root", init, &root_summary);
-  spawn_aggregator(nodes, topo, "region-0", init, nullptr, [&](AggregatorOptions& o) {
-    o.security.audit_log = region_audit.string();
-  });
+  spawn_aggregator(nodes, topo, "region-0", init, nullptr,
+                   [&](AggregatorOptions& o) { o.security.audit_log = region_audit.string(); });
   spawn_synthetic_site(nodes, topo, "site-0", init, kSeed, 2);
 
   RawSite rogue(topo, "site-1",
@@ -53,8 +52,7 @@ TEST(DishonestChild, HeaderWeightOfASiteChangesNothing) {
   const double lies[] = {1e300, 1e6, 1e-3};
   for (uint64_t round = 0; round < 3; ++round) {
     for (uint32_t c = 0; c < 3; ++c) {
-      rogue.send(rogue.delta(round, c, 3, chunk_n(c), chunk_n(c), kParams, 0.0f,
-                             lies[round]));
+      rogue.send(rogue.delta(round, c, 3, chunk_n(c), chunk_n(c), kParams, 0.0f, lies[round]));
     }
     for (int got = 0; got < 3;) {
       f = rogue.recv(&buf);
@@ -93,8 +91,8 @@ wire::ParsedFrame await_type(RawSite& s, std::vector<uint8_t>* buf, wire::MsgTyp
   }
 }
 
-std::vector<uint8_t> telemetry(const RawSite& s, const Topology& topo, uint64_t round,
-                               uint64_t wan, uint64_t frames) {
+std::vector<uint8_t> telemetry(const RawSite& s, const Topology& topo, uint64_t round, uint64_t wan,
+                               uint64_t frames) {
   wire::TelemetryPayload t{wan, wan, frames};
   return make_frame(node_header(topo, s.node().index, wire::MsgType::kTelemetry, round),
                     wire::encode_telemetry(t));
@@ -116,9 +114,9 @@ TEST(DishonestChild, RegionClaimsAreBoundedByTheTopology) {
     o.security.audit_log = root_audit.string();
     o.checkpoint_dir = root_ckpt.string();
   });
-  RawSite rogue(topo, "region-0",
-                test_client_security(topo, "region-0",
-                                     security_for(topo, "region-0").credentials_dir));
+  RawSite rogue(
+      topo, "region-0",
+      test_client_security(topo, "region-0", security_for(topo, "region-0").credentials_dir));
   const double subtree = topo.weight_under(topo.node("region-0").index);
   std::vector<uint8_t> buf;
   rogue.hello(init);
@@ -159,7 +157,7 @@ TEST(DishonestChild, RegionClaimsAreBoundedByTheTopology) {
   for (uint64_t round = 0; round < 2; ++round) {
     if (round == 0) {
       rogue.send(rogue.delta(0, 0, 3, 1024, 1024, kParams, 0.0f, 2 * subtree));  // too heavy
-      rogue.send(fp16_delta(1));  // another codec
+      rogue.send(fp16_delta(1));                                                 // another codec
     }
     for (uint32_t c = 0; c < 3; ++c) {
       rogue.send(rogue.delta(round, c, 3, chunk_n(c), chunk_n(c), kParams, 0.0f, subtree));
@@ -171,8 +169,8 @@ TEST(DishonestChild, RegionClaimsAreBoundedByTheTopology) {
     }
     if (round == 0) {
       rogue.send(telemetry(rogue, topo, 0, 1000000, 64));
-      rogue.send(telemetry(rogue, topo, 0, 1000000, 64));       // the same round again
-      rogue.send(telemetry(rogue, topo, 1, 5000, 1000));        // 1000 frames in 5000 bytes
+      rogue.send(telemetry(rogue, topo, 0, 1000000, 64));  // the same round again
+      rogue.send(telemetry(rogue, topo, 1, 5000, 1000));   // 1000 frames in 5000 bytes
     } else {
       rogue.send(telemetry(rogue, topo, round, 1000, 2));
     }

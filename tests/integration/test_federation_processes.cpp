@@ -14,7 +14,6 @@
 namespace fedwan::testing {
 namespace {
 
-
 class ProcessFederation : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ProcessFederation, MatchesInProcessReference) {
@@ -46,14 +45,22 @@ TEST_P(ProcessFederation, MatchesInProcessReference) {
   for (const NodeSpec& n : topo.nodes()) {
     const bool site = n.role == Role::kSite;
     std::vector<std::string> args = {site ? "site" : "aggregator",
-                                     "--topology", topo_path.string(),
-                                     "--node", n.id,
-                                     "--trainer", "synthetic",
-                                     "--synthetic-size", std::to_string(kParams),
-                                     "--seed", std::to_string(kSeed),
-                                     "--join-timeout", "60",
-                                     "--credentials", security_for(topo, n.id).credentials_dir,
-                                     "--audit-log", (dir.path() / (n.id + ".audit")).string()};
+                                     "--topology",
+                                     topo_path.string(),
+                                     "--node",
+                                     n.id,
+                                     "--trainer",
+                                     "synthetic",
+                                     "--synthetic-size",
+                                     std::to_string(kParams),
+                                     "--seed",
+                                     std::to_string(kSeed),
+                                     "--join-timeout",
+                                     "60",
+                                     "--credentials",
+                                     security_for(topo, n.id).credentials_dir,
+                                     "--audit-log",
+                                     (dir.path() / (n.id + ".audit")).string()};
     if (site || n.role == Role::kRoot) {
       args.insert(args.end(), {"--out", (dir.path() / (n.id + ".bin")).string()});
     }

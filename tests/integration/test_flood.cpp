@@ -71,12 +71,18 @@ struct TcpFederation {
   pid_t start(const std::string& node, const std::vector<std::string>& extra = {}) {
     const bool site = topo.node(node).role == Role::kSite;
     std::vector<std::string> args = {site ? "site" : "aggregator",
-                                     "--topology", topo_path.string(),
-                                     "--node", node,
-                                     "--trainer", "synthetic",
-                                     "--synthetic-size", "5000",
-                                     "--join-timeout", "120",
-                                     "--credentials", security_for(topo, node).credentials_dir};
+                                     "--topology",
+                                     topo_path.string(),
+                                     "--node",
+                                     node,
+                                     "--trainer",
+                                     "synthetic",
+                                     "--synthetic-size",
+                                     "5000",
+                                     "--join-timeout",
+                                     "120",
+                                     "--credentials",
+                                     security_for(topo, node).credentials_dir};
     args.insert(args.end(), extra.begin(), extra.end());
     return spawn_process(FEDWAN_CLI_PATH, args, log(node).string());
   }
@@ -161,32 +167,38 @@ TEST(Flood, TenThousandUnauthenticatedIdentitiesLeaveTheAggregatorsMemoryAlone) 
   const std::string region_ep = fed.topo.node("region-0").endpoint;
   std::vector<pid_t> pids = {fed.start("root"), fed.start("region-0")};
   const pid_t region = pids[1];
-  ASSERT_TRUE(wait_listening(region_ep, std::chrono::seconds(60))) << read_text(fed.log("region-0"));
+  ASSERT_TRUE(wait_listening(region_ep, std::chrono::seconds(60)))
+      << read_text(fed.log("region-0"));
   const std::vector<uint8_t> hello = client_hello(fed.topo, "site-0");
   // Warm-up: the first connections make libzmq and OpenSSL allocate what
   // they keep for the life of the process.
-  flood(region_ep, 200, [](size_t i) { return "warm-" + std::to_string(i); }, hello);
+  flood(
+      region_ep, 200, [](size_t i) { return "warm-" + std::to_string(i); }, hello);
   probe(fed.topo, region_ep);
   const long before = status_kib(region, "VmRSS");
   ASSERT_GT(before, 0);
 
   std::mt19937_64 rng(7);
   long mid = 0;
-  flood(region_ep, 5000, [&](size_t) { return "eve-" + std::to_string(rng()); }, hello);
+  flood(
+      region_ep, 5000, [&](size_t) { return "eve-" + std::to_string(rng()); }, hello);
   probe(fed.topo, region_ep);
   mid = status_kib(region, "VmRSS");
-  flood(region_ep, 5000, [&](size_t) { return "eve-" + std::to_string(rng()); }, hello);
+  flood(
+      region_ep, 5000, [&](size_t) { return "eve-" + std::to_string(rng()); }, hello);
   // A few hundred more under the real children's ids: those may start a TLS
   // handshake, but only a handful at once, each for a bounded time.
-  flood(region_ep, 300, [](size_t i) { return i % 2 ? "site-0" : "site-1"; }, hello);
+  flood(
+      region_ep, 300, [](size_t i) { return i % 2 ? "site-0" : "site-1"; }, hello);
   probe(fed.topo, region_ep);
   const long after = status_kib(region, "VmRSS");
-  EXPECT_LE(after - before, 16 * 1024) << "RSS before " << before << " KiB, after " << after
-                                       << " KiB";
+  EXPECT_LE(after - before, 16 * 1024)
+      << "RSS before " << before << " KiB, after " << after << " KiB";
   RecordProperty("rss_before_kib", std::to_string(before));
   RecordProperty("rss_after_kib", std::to_string(after));
   std::printf("[ rss      ] region before %ld KiB, after 5,000 identities %ld KiB, after 10,300 "
-              "%ld KiB (+%ld KiB)\n", before, mid, after, after - before);
+              "%ld KiB (+%ld KiB)\n",
+              before, mid, after, after - before);
 
   // And the federation still forms and finishes.
   pids.push_back(fed.start("site-0"));
@@ -212,7 +224,8 @@ TEST(Flood, RefusedFramesCostABoundedAuditAndLog) {
                 "inproc://unused");
   const std::vector<uint8_t> plain = shape.hello_frame(std::vector<float>(10, 0.0f));
   // 20,000 frames from identities that are no node at all...
-  flood(ep, 20000, [](size_t i) { return "nobody-" + std::to_string(i); }, plain);
+  flood(
+      ep, 20000, [](size_t i) { return "nobody-" + std::to_string(i); }, plain);
   probe(fed.topo, ep);
   // ... and 20,000 plaintext frames on one connection, under a child's id,
   // then a ClientHello on that connection: its answer comes once the region

@@ -36,7 +36,7 @@ struct CliRun {
 
 // Runs the fedwan CLI with `args` to completion (killed after `limit`).
 CliRun run_cli(const std::vector<std::string>& args, const fs::path& log,
-            std::chrono::seconds limit = std::chrono::seconds(60)) {
+               std::chrono::seconds limit = std::chrono::seconds(60)) {
   const pid_t pid = spawn_process(FEDWAN_CLI_PATH, args, log.string());
   const auto give_up = std::chrono::steady_clock::now() + limit;
   CliRun r;
@@ -138,8 +138,7 @@ TEST(Hardening, NumericOptionsAreRangeChecked) {
   };
   for (const Case& c : cases) {
     const CliRun r = run_cli(c.args, dir.path() / "case.log", std::chrono::seconds(20));
-    EXPECT_GT(r.code, 0) << c.args[0] << " " << c.args[1] << " " << c.args[2] << ": "
-                         << r.output;
+    EXPECT_GT(r.code, 0) << c.args[0] << " " << c.args[1] << " " << c.args[2] << ": " << r.output;
     EXPECT_NE(r.output.find(c.expect), std::string::npos) << r.output;
   }
 }
@@ -147,10 +146,22 @@ TEST(Hardening, NumericOptionsAreRangeChecked) {
 // `fedwan demo --dir X` used to replace a CA already in X without a word.
 TEST(Hardening, TheDemoNeverReplacesAnExistingCaUnasked) {
   TempDir dir;
-  const std::vector<std::string> demo = {
-      "demo", "--dir", (dir.path() / "d").string(), "--rounds", "1", "--inner-steps", "1",
-      "--trainer", "synthetic", "--synthetic-size", "2000", "--sites", "2", "--regions", "1",
-      "--no-baseline"};
+  const std::vector<std::string> demo = {"demo",
+                                         "--dir",
+                                         (dir.path() / "d").string(),
+                                         "--rounds",
+                                         "1",
+                                         "--inner-steps",
+                                         "1",
+                                         "--trainer",
+                                         "synthetic",
+                                         "--synthetic-size",
+                                         "2000",
+                                         "--sites",
+                                         "2",
+                                         "--regions",
+                                         "1",
+                                         "--no-baseline"};
   CliRun r = run_cli(demo, dir.path() / "first.log", std::chrono::seconds(120));
   ASSERT_EQ(r.code, 0) << r.output;
   const std::string key = read_text(dir.path() / "d" / "pki" / "ca" / "ca.key");
@@ -206,8 +217,8 @@ TEST(Hardening, PeerChosenTextCannotForgeLogLines) {
     ASSERT_TRUE(s.recv(reply).has_value()) << read_text(log);  // the refusal: the region read it
   }
   // A child with a session sends a refusal text of its own.
-  RawSite site(topo, "site-1", test_client_security(topo, "site-1",
-                                                    security_for(topo, "site-1").credentials_dir));
+  RawSite site(topo, "site-1",
+               test_client_security(topo, "site-1", security_for(topo, "site-1").credentials_dir));
   site.send(reject_frame(topo, site.node().index, 0, "bye\n" + forged + " by a child"));
   site.hello(std::vector<float>(10, 0.0f));  // the region answers once it read both
   std::vector<uint8_t> buf;

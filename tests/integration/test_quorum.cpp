@@ -254,9 +254,9 @@ void expect_closed_without_the_slow_site(QuorumFederation& fed, double deadline)
   ASSERT_EQ(closed.size(), kRounds);
   for (const AuditEntry& e : closed) {
     // ... and every other round with all three: site-0 kept going.
-    const std::vector<std::string> expect_missing =
-        round_of(e) == kSlowRound ? std::vector<std::string>{kSlowSite}
-                                  : std::vector<std::string>{};
+    const std::vector<std::string> expect_missing = round_of(e) == kSlowRound
+                                                        ? std::vector<std::string>{kSlowSite}
+                                                        : std::vector<std::string>{};
     EXPECT_EQ(missing_of(e), expect_missing) << "round " << round_of(e);
   }
   // Not before the deadline (a region closes at 0.8 of it).
@@ -431,11 +431,9 @@ TEST_P(Quorum, FullQuorumWaitsPastTheDeadlineForAMissingSite) {
   expect_sites_finished_together(fed);
 }
 
-INSTANTIATE_TEST_SUITE_P(Topologies, Quorum, ::testing::Values(0, 1),
-                         [](const auto& info) {
-                           return info.param == 0 ? std::string("SitesUnderTheRoot")
-                                                  : std::string("SitesUnderARegion");
-                         });
+INSTANTIATE_TEST_SUITE_P(Topologies, Quorum, ::testing::Values(0, 1), [](const auto& info) {
+  return info.param == 0 ? std::string("SitesUnderTheRoot") : std::string("SitesUnderARegion");
+});
 
 // A healthy federation with frequent heartbeats: every update is sent once
 // and accepted the first time. The aggregator flags kFlagNeedUpdate for a
@@ -469,11 +467,9 @@ TEST_P(Heartbeats, AnUpdateOnItsWayIsNotSentAgain) {
   expect_sites_finished_together(fed);
 }
 
-INSTANTIATE_TEST_SUITE_P(Topologies, Heartbeats, ::testing::Values(0, 1),
-                         [](const auto& info) {
-                           return info.param == 0 ? std::string("SitesUnderTheRoot")
-                                                  : std::string("SitesUnderARegion");
-                         });
+INSTANTIATE_TEST_SUITE_P(Topologies, Heartbeats, ::testing::Values(0, 1), [](const auto& info) {
+  return info.param == 0 ? std::string("SitesUnderTheRoot") : std::string("SitesUnderARegion");
+});
 
 // A healthy federation whose sites train for longer than a heartbeat period
 // and upload chunks of 1 MiB: sync() seals the delta chunks on a

@@ -194,8 +194,8 @@ TEST(Security, AttacksAreRefusedAuditedAndCountNothing) {
 
   // The genuine site-1 joins.
   std::vector<uint8_t> buf;
-  auto rogue = std::make_unique<RawSite>(topo, "site-1",
-                                         test_client_security(topo, "site-1", site1_bundle));
+  auto rogue =
+      std::make_unique<RawSite>(topo, "site-1", test_client_security(topo, "site-1", site1_bundle));
   rogue->hello(init);
   wire::ParsedFrame f = rogue->recv(&buf);
   ASSERT_TRUE(f.ok()) << f.detail;
@@ -214,12 +214,12 @@ TEST(Security, AttacksAreRefusedAuditedAndCountNothing) {
   {
     SCOPED_TRACE("tampering and replay within a session");
     const std::vector<uint8_t> sealed = rogue->seal(rogue->delta(0, 0, 3, 1024, 1024, kParams));
-    rogue->send_raw(flip(sealed, 20));                  // header (round field)
-    rogue->send_raw(flip(sealed, 64 + 100));            // ciphertext
-    rogue->send_raw(flip(sealed, sealed.size() - 1));   // tag
+    rogue->send_raw(flip(sealed, 20));                 // header (round field)
+    rogue->send_raw(flip(sealed, 64 + 100));           // ciphertext
+    rogue->send_raw(flip(sealed, sealed.size() - 1));  // tag
     rogue->send_raw(std::vector<uint8_t>(sealed.begin(), sealed.end() - 5));  // truncated
-    rogue->send_raw(sealed);                            // genuine
-    rogue->send_raw(sealed);                            // replayed
+    rogue->send_raw(sealed);                                                  // genuine
+    rogue->send_raw(sealed);                                                  // replayed
     // A site acting as an aggregator: an anchor frame from a child.
     wire::FrameHeader h = node_header(topo, rogue->node().index, wire::MsgType::kAnchor, 0);
     h.codec = static_cast<uint8_t>(CodecId::kFp32);
@@ -274,7 +274,7 @@ TEST(Security, AttacksAreRefusedAuditedAndCountNothing) {
   EXPECT_EQ(0, std::memcmp(root_summary.global_model.data(), ref.global.data(),
                            ref.global.size() * sizeof(float)));
   EXPECT_EQ(count_audit(region_audit, "update", "\"stale\""), 1u);
-  EXPECT_EQ(count_audit(region_audit, "update", "\"accepted\"") , 2u * 3u * 3u);
+  EXPECT_EQ(count_audit(region_audit, "update", "\"accepted\""), 2u * 3u * 3u);
   // plaintext, 4 bad tags, truncated, replay, the anchor, the stale delta
   EXPECT_EQ(region_summary.rejected_frames, 9u);
   EXPECT_EQ(root_summary.security_mode, "mtls/aes-256-gcm");
@@ -293,7 +293,8 @@ TEST(Security, ResidencyIsEnforcedAtLoadAndAtRunTime) {
 federation: {rounds: 1, inner_steps: 1, codec: fp32, chunk_bytes: 4096, round_timeout_s: 20}
 policy: {k_min: 2}
 nodes:
-  - {id: root, role: root, endpoint: "ipc://)" + (dir.path() / "root").string() + R"("}
+  - {id: root, role: root, endpoint: "ipc://)" +
+                           (dir.path() / "root").string() + R"("}
   - {id: eu, role: region, parent: root, jurisdiction: EU, endpoint: "ipc://)" +
                            (dir.path() / "eu").string() + R"("}
   - {id: us, role: region, parent: root, jurisdiction: US, endpoint: "ipc://)" +
@@ -312,8 +313,7 @@ nodes:
       (void)Topology::parse(bad);
       ADD_FAILURE() << "a site whose parent is outside its allowed jurisdictions was accepted";
     } catch (const ConfigError& e) {
-      EXPECT_NE(std::string(e.what()).find("may send its delta only to [US]"),
-                std::string::npos)
+      EXPECT_NE(std::string(e.what()).find("may send its delta only to [US]"), std::string::npos)
           << e.what();
     }
   }

@@ -53,10 +53,9 @@ TEST_P(RootDies, StandbyTakesOver) {
   ASSERT_TRUE(resumed.has_value()) << fed.log("standby");
   // Every round the root committed was held by the standby: none is redone.
   EXPECT_EQ(*resumed, last_closed + 1) << fed.log("standby");
-  report(std::string("7 root dies, standby takes over (") +
-             (p.regions > 0 ? "regions" : "sites") + " under the root fail over)",
-         std::string("crash point ") + p.crash + " on the root",
-         last_closed + 1 - *resumed,
+  report(std::string("7 root dies, standby takes over (") + (p.regions > 0 ? "regions" : "sites") +
+             " under the root fail over)",
+         std::string("crash point ") + p.crash + " on the root", last_closed + 1 - *resumed,
          seconds_between(crashed, fed.first_after("standby", "round_closed", crashed)),
          "standby resumed at round " + std::to_string(*resumed) +
              " from the root's replicated checkpoint; a returning old root is fenced");
@@ -74,7 +73,8 @@ TEST_P(RootDies, StandbyTakesOver) {
   const std::vector<int> codes = wait_processes({old_root}, std::chrono::seconds(60));
   EXPECT_NE(codes[0], 0) << fed.log("old-root");
   EXPECT_NE(fed.log("old-root").find("took over as root"), std::string::npos)
-      << fed.log("old-root") << "\nstandby:\n" << fed.log("standby");
+      << fed.log("old-root") << "\nstandby:\n"
+      << fed.log("standby");
   EXPECT_TRUE(fed.first_after("old-root", "fenced", restarted)) << fed.log("old-root");
   fed.forget("old-root");
   ::kill(standby, SIGTERM);
@@ -116,8 +116,7 @@ void restore_root_from_standby(ChaosFederation& fed, uint64_t expected_round) {
          ::kill(root, 0) == 0) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  EXPECT_EQ(fed.last_field("root", "replica_restored", "round"), expected_round)
-      << fed.log("root");
+  EXPECT_EQ(fed.last_field("root", "replica_restored", "round"), expected_round) << fed.log("root");
   EXPECT_EQ(fed.resumed_round("root"), expected_round) << fed.log("root");
   EXPECT_TRUE(std::filesystem::exists(dir / "root.fwck.corrupt"));
   for (const pid_t pid : {root, standby}) ::kill(pid, SIGTERM);
@@ -149,8 +148,7 @@ TEST(Chaos, StandbyKeepsEveryRoundAndStopsWithTheRoot) {
   }
   EXPECT_EQ(stored, (std::set<uint64_t>{1, 2, 3, 4})) << fed.log("standby");
   EXPECT_TRUE(done) << fed.log("standby");
-  EXPECT_FALSE(fed.first_after("root", "standby_lost", SysClock::time_point{}))
-      << fed.log("root");
+  EXPECT_FALSE(fed.first_after("root", "standby_lost", SysClock::time_point{})) << fed.log("root");
   // What the standby costs a round: from the root's checkpoint to the
   // standby holding it (the last anchor chunk waits that long).
   std::map<uint64_t, SysClock::time_point> written;
@@ -168,11 +166,13 @@ TEST(Chaos, StandbyKeepsEveryRoundAndStopsWithTheRoot) {
   ASSERT_FALSE(waits.empty());
   restore_root_from_standby(fed, 4);
   std::sort(waits.begin(), waits.end());
-  report("standby replication, no fault", "root checkpoint streamed to the standby every round",
-         0, -1,
-         "root checkpoint " + std::to_string(bytes / 1024) + " KiB; checkpoint to standby holding "
-         "it: median " + std::to_string(static_cast<int>(waits[waits.size() / 2] * 1000)) +
-         " ms, max " + std::to_string(static_cast<int>(waits.back() * 1000)) + " ms");
+  report("standby replication, no fault", "root checkpoint streamed to the standby every round", 0,
+         -1,
+         "root checkpoint " + std::to_string(bytes / 1024) +
+             " KiB; checkpoint to standby holding "
+             "it: median " +
+             std::to_string(static_cast<int>(waits[waits.size() / 2] * 1000)) + " ms, max " +
+             std::to_string(static_cast<int>(waits.back() * 1000)) + " ms");
 }
 
 TEST(Chaos, RootGoesOnWithoutItsStandby) {

@@ -230,17 +230,17 @@ TEST(Stop, SigtermStopsACliSiteWhoseParentWasKilled) {
   const fs::path t = cli_topology(dir.path(), 1);
   const Topology topo = Topology::load(t.string());
   const fs::path root_log = dir.path() / "root.log", site_log = dir.path() / "site.log";
-  const pid_t root = spawn_process(
-      FEDWAN_CLI_PATH,
-      {"aggregator", "--topology", t.string(), "--node", "root", "--trainer", "synthetic",
-       "--synthetic-size", "3000", "--credentials", security_for(topo, "root").credentials_dir},
-      root_log.string());
-  const pid_t site = spawn_process(
-      FEDWAN_CLI_PATH,
-      {"site", "--topology", t.string(), "--node", "site-0", "--trainer", "synthetic",
-       "--synthetic-size", "3000", "--checkpoint-dir", (dir.path() / "ckpt").string(),
-       "--credentials", security_for(topo, "site-0").credentials_dir},
-      site_log.string());
+  const pid_t root = spawn_process(FEDWAN_CLI_PATH,
+                                   {"aggregator", "--topology", t.string(), "--node", "root",
+                                    "--trainer", "synthetic", "--synthetic-size", "3000",
+                                    "--credentials", security_for(topo, "root").credentials_dir},
+                                   root_log.string());
+  const pid_t site =
+      spawn_process(FEDWAN_CLI_PATH,
+                    {"site", "--topology", t.string(), "--node", "site-0", "--trainer", "synthetic",
+                     "--synthetic-size", "3000", "--checkpoint-dir", (dir.path() / "ckpt").string(),
+                     "--credentials", security_for(topo, "site-0").credentials_dir},
+                    site_log.string());
   ASSERT_TRUE(wait_for_text(root_log, "round   3/", std::chrono::seconds(60)))
       << read_text(root_log) << read_text(site_log);
   ::kill(root, SIGKILL);
@@ -280,12 +280,12 @@ TEST(Stop, SigtermStopsACliSiteThatIsStillJoining) {
   const fs::path t = cli_topology(dir.path(), 1);
   const Topology topo = Topology::load(t.string());
   const fs::path log = dir.path() / "site.log";
-  const pid_t site = spawn_process(
-      FEDWAN_CLI_PATH,
-      {"site", "--topology", t.string(), "--node", "site-0", "--trainer", "synthetic",
-       "--synthetic-size", "3000", "--join-timeout", "600", "--credentials",
-       security_for(topo, "site-0").credentials_dir},
-      log.string());
+  const pid_t site =
+      spawn_process(FEDWAN_CLI_PATH,
+                    {"site", "--topology", t.string(), "--node", "site-0", "--trainer", "synthetic",
+                     "--synthetic-size", "3000", "--join-timeout", "600", "--credentials",
+                     security_for(topo, "site-0").credentials_dir},
+                    log.string());
   // Signalled only once its handler is in place (a loaded machine can take
   // seconds to get the process that far), and while it still waits to join.
   ASSERT_TRUE(catches_signal_soon(site, SIGTERM, std::chrono::seconds(60))) << read_text(log);
@@ -333,11 +333,11 @@ TEST_P(DemoStop, NoNodeOutlivesTheDemo) {
   TempDir dir;
   const fs::path work = dir.path() / "demo";
   const fs::path log = dir.path() / "demo.log";
-  const pid_t demo = spawn_process(
-      FEDWAN_CLI_PATH,
-      {"demo", "--trainer", "synthetic", "--synthetic-size", "3000", "--sites", "2", "--regions",
-       "1", "--rounds", "100000", "--inner-steps", "1", "--no-baseline", "--dir", work.string()},
-      log.string());
+  const pid_t demo = spawn_process(FEDWAN_CLI_PATH,
+                                   {"demo", "--trainer", "synthetic", "--synthetic-size", "3000",
+                                    "--sites", "2", "--regions", "1", "--rounds", "100000",
+                                    "--inner-steps", "1", "--no-baseline", "--dir", work.string()},
+                                   log.string());
   // The nodes' command lines name the topology file; the demo's does not.
   const std::string nodes = (work / "topology.yaml").string();
   ASSERT_TRUE(wait_for_text(log, "round   3/", std::chrono::seconds(60))) << read_text(log);

@@ -83,10 +83,10 @@ class TransportFaults : public ::testing::Test {
   // The same, and the result is the reference's bit for bit.
   FederationRun run_and_compare() {
     FederationRun run = this->run();
-    const ReferenceResult ref = run_reference(topo_, init_, [this](uint32_t site, uint64_t,
-                                                                   std::vector<float>& p) {
-      synthetic::local_steps(p.data(), p.size(), site, topo_.federation().inner_steps, kSeed);
-    });
+    const ReferenceResult ref =
+        run_reference(topo_, init_, [this](uint32_t site, uint64_t, std::vector<float>& p) {
+          synthetic::local_steps(p.data(), p.size(), site, topo_.federation().inner_steps, kSeed);
+        });
     EXPECT_TRUE(bit_equal(run.root.global_model, ref.global));
     for (const auto& site : run.site_models) EXPECT_TRUE(bit_equal(site, ref.held));
     return run;

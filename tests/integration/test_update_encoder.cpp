@@ -9,10 +9,10 @@
 #include <memory>
 #include <mutex>
 
+#include "checkpoint/node_checkpoint.hpp"
 #include "fedwan/error.hpp"
 #include "harness/federation_fixture.hpp"
 #include "harness/reference_federation.hpp"
-#include "checkpoint/node_checkpoint.hpp"
 
 namespace fedwan::testing {
 namespace {
@@ -71,8 +71,8 @@ bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 // Installs a HostUpdateEncoder in every site (kept in `encoders`, by site).
-SiteSetup with_encoders(std::vector<std::shared_ptr<HostUpdateEncoder>>& encoders,
-                        std::mutex& mu, const std::filesystem::path& checkpoints = {}) {
+SiteSetup with_encoders(std::vector<std::shared_ptr<HostUpdateEncoder>>& encoders, std::mutex& mu,
+                        const std::filesystem::path& checkpoints = {}) {
   SiteSetup setup;
   setup.options = [&encoders, &mu, checkpoints](SiteOptions& o, size_t site,
                                                 std::vector<float>& params) {
@@ -120,8 +120,7 @@ TEST(UpdateEncoder, CheckpointsCarryTheEncodersResidualBothWays) {
   std::vector<std::shared_ptr<HostUpdateEncoder>> encoders;
   std::mutex mu;
   const std::filesystem::path checkpoints = dir.path() / "checkpoints";
-  FederationRun run =
-      run_threads(topo, init, kSeed, 8, with_encoders(encoders, mu, checkpoints));
+  FederationRun run = run_threads(topo, init, kSeed, 8, with_encoders(encoders, mu, checkpoints));
   ASSERT_TRUE(run.errors.empty()) << run.error_text();
   ASSERT_EQ(encoders.size(), 2u);
 

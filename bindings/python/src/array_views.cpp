@@ -12,9 +12,7 @@ std::string type_name(const py::handle& obj) {
   return py::str(py::type::handle_of(obj).attr("__name__")).cast<std::string>();
 }
 
-std::string dtype_name(const py::array& arr) {
-  return py::str(arr.dtype()).cast<std::string>();
-}
+std::string dtype_name(const py::array& arr) { return py::str(arr.dtype()).cast<std::string>(); }
 
 }  // namespace
 
@@ -31,7 +29,7 @@ py::array float32_buffer(const py::handle& obj, const std::string& what, bool wr
   }
   if (!(arr.flags() & py::array::c_style)) {
     throw ConfigError(what + " must be C-contiguous; it is a strided view (use "
-                      "numpy.ascontiguousarray and keep that array)");
+                             "numpy.ascontiguousarray and keep that array)");
   }
   if (writable && !arr.writeable()) {
     throw ConfigError(what + " is read-only; fedwan writes the federation's model into it");

@@ -132,10 +132,10 @@ class PyAggregator {
     d["replica_bytes"] = s.replica_bytes;
     d["took_over"] = s.took_over;
     d["alarms"] = s.alarms;
-    d["global_model"] = s.global_model.empty()
-                            ? py::object(py::none())
-                            : py::object(copy_to_numpy(s.global_model.data(),
-                                                       s.global_model.size()));
+    d["global_model"] =
+        s.global_model.empty()
+            ? py::object(py::none())
+            : py::object(copy_to_numpy(s.global_model.data(), s.global_model.size()));
     return d;
   }
 
@@ -162,7 +162,7 @@ class PyAggregator {
   std::exception_ptr callback_error_;  // written by run()'s worker, read after it ended
   Interruptible interruptible_;        // run()'s thread runs the callbacks
   std::atomic<bool> started_{false};
-  std::unique_ptr<Aggregator> agg_;    // last: destroyed before the callbacks it calls
+  std::unique_ptr<Aggregator> agg_;  // last: destroyed before the callbacks it calls
 };
 
 }  // namespace

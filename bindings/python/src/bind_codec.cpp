@@ -44,8 +44,8 @@ py::bytes encode(const std::string& name, const Float32ArrayArg& values,
   if (!residual.obj.is_none()) {
     res_arr = float32_buffer(residual.obj, "residual", /*writable=*/true, /*non_empty=*/false);
     if (static_cast<size_t>(res_arr.size()) != n) {
-      throw ConfigError("residual has " + std::to_string(res_arr.size()) +
-                        " elements, values " + std::to_string(n) +
+      throw ConfigError("residual has " + std::to_string(res_arr.size()) + " elements, values " +
+                        std::to_string(n) +
                         "; keep one residual per stream, the size of what it encodes");
     }
     res = static_cast<float*>(res_arr.mutable_data());

@@ -9,9 +9,9 @@
 #include <optional>
 
 #include "bindings.hpp"
-#include "typed_args.hpp"
 #include "fedwan/error.hpp"
 #include "fedwan/site_core.hpp"
+#include "typed_args.hpp"
 
 namespace fedwan::python {
 namespace {
@@ -32,12 +32,10 @@ py::dict sync_dict(const SyncResult& r) {
 // read-only properties never block.
 class PySiteCore {
  public:
-  PySiteCore(const TopologyArg& topology, const std::string& node_id,
-             const Float32ArrayArg& params, double join_timeout_s,
-             std::optional<double> round_timeout_s, int window,
-             const OptionalPathArg& credentials, bool insecure_plaintext,
-             const std::string& cipher, const OptionalPathArg& audit_log,
-             const OptionalPathArg& checkpoint_dir)
+  PySiteCore(const TopologyArg& topology, const std::string& node_id, const Float32ArrayArg& params,
+             double join_timeout_s, std::optional<double> round_timeout_s, int window,
+             const OptionalPathArg& credentials, bool insecure_plaintext, const std::string& cipher,
+             const OptionalPathArg& audit_log, const OptionalPathArg& checkpoint_dir)
       : params_(float32_buffer(params.obj, "params", /*writable=*/true, /*non_empty=*/true)) {
     SiteOptions opt;
     opt.topology = topology_from(topology.obj);
@@ -66,9 +64,17 @@ class PySiteCore {
 
   // join() and sync() block on the network: Ctrl-C stops the site (see
   // run_interruptible). service() returns within a heartbeat.
-  py::dict join() { return run_locked("join", [this] { return core_->join(); }, true); }
-  py::dict sync() { return run_locked("sync", [this] { return core_->sync(); }, true); }
-  py::dict service() { return run_locked("service", [this] { return core_->service(); }); }
+  py::dict join() {
+    return run_locked(
+        "join", [this] { return core_->join(); }, true);
+  }
+  py::dict sync() {
+    return run_locked(
+        "sync", [this] { return core_->sync(); }, true);
+  }
+  py::dict service() {
+    return run_locked("service", [this] { return core_->service(); });
+  }
   void checkpoint() {
     run_locked("checkpoint", [this] {
       core_->checkpoint();
@@ -128,7 +134,8 @@ class PySiteCore {
   py::dict run_locked(const char* what, F&& call, bool interruptible = false) {
     std::unique_lock<std::mutex> lock(busy_, std::try_to_lock);
     if (!lock) {
-      throw Error(std::string("SiteCore.") + what + "(): a join() or sync() of this site is "
+      throw Error(std::string("SiteCore.") + what +
+                  "(): a join() or sync() of this site is "
                   "in progress (another thread, or this one under a signal handler); drive a "
                   "site from one thread, and from a signal handler call stop() (the call in "
                   "progress raises fedwan.StoppedError, then checkpoint())");
@@ -160,14 +167,15 @@ class PySiteCore {
   // which holds busy_.
   void require_open(const char* what) const {
     if (core_ == nullptr) {
-      throw Error(std::string("SiteCore.") + what + "(): the site is closed; build a new "
+      throw Error(std::string("SiteCore.") + what +
+                  "(): the site is closed; build a new "
                   "SiteCore (it resumes from checkpoint_dir if it had one)");
     }
   }
 
-  py::array params_;  // the caller's buffer; kept alive while core_ writes into it
+  py::array params_;                // the caller's buffer; kept alive while core_ writes into it
   std::unique_ptr<SiteCore> core_;  // null once closed
-  mutable std::mutex core_mu_;       // core_ against stop() from another thread
+  mutable std::mutex core_mu_;      // core_ against stop() from another thread
   uint64_t inner_steps_ = 0;
   std::mutex busy_;
   std::atomic<uint64_t> round_{0};
@@ -199,8 +207,8 @@ log of handshakes and updates sent.)")
                     const OptionalPathArg&, const OptionalPathArg&>(),
            "topology"_a, "node_id"_a, "params"_a, "join_timeout_s"_a = 300.0, py::kw_only(),
            "round_timeout_s"_a = py::none(), "window"_a = 8, "credentials"_a = py::none(),
-           "insecure_plaintext"_a = false, "cipher"_a = "aes-256-gcm",
-           "audit_log"_a = py::none(), "checkpoint_dir"_a = py::none(),
+           "insecure_plaintext"_a = false, "cipher"_a = "aes-256-gcm", "audit_log"_a = py::none(),
+           "checkpoint_dir"_a = py::none(),
            "params: the C-contiguous float32 array the site trains (used in place). "
            "join_timeout_s bounds join(); round_timeout_s bounds each sync() (None: the "
            "topology's federation.round_timeout_s); window: frames in flight to the parent. "
@@ -236,14 +244,16 @@ log of handshakes and updates sent.)")
            "Releases the link (sockets, TLS state, audit log) now. Idempotent; later "
            "join/sync/service/checkpoint raise fedwan.Error. Raises fedwan.Error while a "
            "join() or sync() is in progress in another thread (stop() it first).")
-      .def("__enter__", [](py::object self) { return self; },
-           "Returns the SiteCore itself; leaving the block closes it.")
-      .def("__exit__",
-           [](PySiteCore& self, const py::handle&, const py::handle&, const py::handle&) {
-             self.close();
-             return false;
-           },
-           "Closes the SiteCore; the exception (if any) propagates.")
+      .def(
+          "__enter__", [](py::object self) { return self; },
+          "Returns the SiteCore itself; leaving the block closes it.")
+      .def(
+          "__exit__",
+          [](PySiteCore& self, const py::handle&, const py::handle&, const py::handle&) {
+            self.close();
+            return false;
+          },
+          "Closes the SiteCore; the exception (if any) propagates.")
       .def_property_readonly("closed", &PySiteCore::closed, "True after close().")
       .def_property_readonly("round", &PySiteCore::round, "The round the site trains in.")
       .def_property_readonly("finished", &PySiteCore::finished,

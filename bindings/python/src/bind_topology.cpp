@@ -95,9 +95,8 @@ void bind_topology(py::module_& m) {
       .def_property_readonly(
           "eps", [](const OuterOptimizerSpec& o) { return o.param("eps"); },
           "fedadam only: the denominator's epsilon, > 0; None: 1e-3.")
-      .def("__repr__", [](const OuterOptimizerSpec& o) {
-        return "OuterOptimizerSpec(name='" + o.name + "')";
-      });
+      .def("__repr__",
+           [](const OuterOptimizerSpec& o) { return "OuterOptimizerSpec(name='" + o.name + "')"; });
 
   py::class_<FederationSpec>(m, "FederationSpec", "Round settings of a topology (read-only).")
       .def_readonly("rounds", &FederationSpec::rounds,

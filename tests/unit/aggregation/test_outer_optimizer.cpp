@@ -82,8 +82,7 @@ TEST(OuterOptimizerRegistry, EachOptimizerDeclaresItsHyperParameters) {
     return names;
   };
   EXPECT_EQ(names_of("fedavg"), (std::vector<std::string>{"lr"}));
-  EXPECT_EQ(names_of("diloco"),
-            (std::vector<std::string>{"lr", "momentum", "lr_warmup_rounds"}));
+  EXPECT_EQ(names_of("diloco"), (std::vector<std::string>{"lr", "momentum", "lr_warmup_rounds"}));
   EXPECT_EQ(names_of("fedadam"), (std::vector<std::string>{"lr", "beta1", "beta2", "eps"}));
   for (const auto& name : outer_optimizer_names()) {
     for (const auto& p : outer_optimizer_params(name)) {
@@ -126,8 +125,7 @@ std::vector<BadSpec> bad_specs() {
     cases.push_back(c);
   };
   for (const auto& name : outer_optimizer_names()) {
-    for (double v : {0.0, -0.5, nan, inf, -inf, 1e300, 1e-50})
-      add(name, "lr", v);
+    for (double v : {0.0, -0.5, nan, inf, -inf, 1e300, 1e-50}) add(name, "lr", v);
   }
   // 1 - 1e-10 is below 1 as a double but rounds to exactly 1.0f.
   for (double v : {1.0, 1.5, -0.1, nan, inf, 1.0 - 1e-10}) {
@@ -169,8 +167,7 @@ TEST(OuterOptimizerSpecValidation, UnusedParameterMessageSaysWhatIsTaken) {
     make_outer_optimizer(spec, 4);
     FAIL() << "expected ConfigError";
   } catch (const ConfigError& e) {
-    EXPECT_STREQ(e.what(),
-                 "outer optimizer 'fedavg': does not use 'momentum'; it takes lr");
+    EXPECT_STREQ(e.what(), "outer optimizer 'fedavg': does not use 'momentum'; it takes lr");
   }
 }
 
@@ -411,9 +408,12 @@ TEST(DiLoCoOptimizer, LearningRateWarmsUpLinearlyOverTheFirstRounds) {
   spec.params["lr_warmup_rounds"] = 4;
   auto opt = make_outer_optimizer(spec, 1);
   const float lr = 0.8f;
-  const std::vector<float> expected = {
-      static_cast<float>(double(lr) * 1 / 4), static_cast<float>(double(lr) * 2 / 4),
-      static_cast<float>(double(lr) * 3 / 4), lr, lr, lr};
+  const std::vector<float> expected = {static_cast<float>(double(lr) * 1 / 4),
+                                       static_cast<float>(double(lr) * 2 / 4),
+                                       static_cast<float>(double(lr) * 3 / 4),
+                                       lr,
+                                       lr,
+                                       lr};
   for (uint64_t round = 0; round < expected.size(); ++round) {
     std::vector<float> p{0.0f};
     step_whole(*opt, round, p, {-1.0f});

@@ -88,7 +88,7 @@ TEST_F(RoundAccumulatorQuorumTest, LosingAChildMakesTheChunksTheOthersDeliveredR
   acc.set_expected(kB, false);
   EXPECT_FALSE(acc.expected(kB));
   EXPECT_TRUE(acc.expected(kA));
-  EXPECT_FALSE(acc.expected(12345));  // not a child
+  EXPECT_FALSE(acc.expected(12345));           // not a child
   EXPECT_EQ(acc.ready_chunks(), (Ids{0, 1}));  // chunk 2 still lacks kC
   EXPECT_EQ(acc.missing_children(), Ids{kC});  // a lost child is not waited for
 

@@ -25,8 +25,8 @@ TEST(ChildClaims, ARegionWeighsAtMostItsSites) {
     EXPECT_FALSE(w.refusal) << claimed;
     EXPECT_EQ(w.weight, claimed);
   }
-  for (double claimed : {238.0, 1e300, 0.0, -1.0, std::nan(""),
-                         std::numeric_limits<double>::infinity()}) {
+  for (double claimed :
+       {238.0, 1e300, 0.0, -1.0, std::nan(""), std::numeric_limits<double>::infinity()}) {
     const DeltaWeight w = judge_delta_weight(/*child_is_site=*/false, 237.0, claimed);
     ASSERT_TRUE(w.refusal) << claimed;
     EXPECT_NE(w.refusal->find("weight of the sites under the sender (237)"), std::string::npos)

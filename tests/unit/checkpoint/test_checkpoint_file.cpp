@@ -1,8 +1,8 @@
 // The checkpoint container (checkpoint/checkpoint_file.hpp): what recovery
 // relies on is that a checkpoint read back is exactly the one written, and
 // that any damaged or foreign file is refused with a CryptoError.
-#include "harness/temp_dir.hpp"
 #include "checkpoint/checkpoint_file.hpp"
+#include "harness/temp_dir.hpp"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -262,9 +262,8 @@ TEST(CheckpointFile, WriteRefusesBadNamesDuplicatesAndTooManySections) {
 
   Checkpoint dup = small_checkpoint();
   dup.sections[2].name = "params";
-  EXPECT_EQ(refused(dup),
-            "checkpoint section name 'params' appears twice: section names must "
-            "be unique");
+  EXPECT_EQ(refused(dup), "checkpoint section name 'params' appears twice: section names must "
+                          "be unique");
 
   Checkpoint many;
   many.node_id = "n";
@@ -296,9 +295,9 @@ TEST(CheckpointFile, AMissingFileSaysSo) {
 
 // ---- signatures ----------------------------------------------------------------
 
+#include "checkpoint/replica_store.hpp"
 #include "harness/forge.hpp"
 #include "harness/test_pki.hpp"
-#include "checkpoint/replica_store.hpp"
 
 namespace fedwan {
 namespace {
@@ -349,8 +348,9 @@ TEST(SignedCheckpoint, AnEditedAndRehashedFileIsRefused) {
   forged.sections[0].bytes.assign(4000, 42);
   fedwan::testing::forge_signed_checkpoint(d / "ckpt", forged);
   expect_same(forged, read_checkpoint(d / "ckpt"));  // intact as far as hashes go
-  EXPECT_TRUE(contains(error_of<CryptoError>([&] { read_checkpoint(d / "ckpt", check_for("site-a")); }),
-                       "signature does not verify"));
+  EXPECT_TRUE(
+      contains(error_of<CryptoError>([&] { read_checkpoint(d / "ckpt", check_for("site-a")); }),
+               "signature does not verify"));
   const auto why = check_checkpoint_stream(d / "ckpt", "site-a", forged.topology_digest, nullptr,
                                            check_for("site-a"));
   ASSERT_TRUE(why.has_value());
@@ -360,11 +360,11 @@ TEST(SignedCheckpoint, AnEditedAndRehashedFileIsRefused) {
 TEST(SignedCheckpoint, UnsignedOrOtherSignersAreRefusedWhenASignatureIsExpected) {
   TempDir d;
   write_checkpoint(d / "plain", site_a_checkpoint(5));
-  EXPECT_TRUE(contains(error_of<CryptoError>([&] { read_checkpoint(d / "plain", check_for("site-a")); }),
-                       "it is not signed"));
-  const auto why = check_checkpoint_stream(d / "plain", "site-a",
-                                           TestPki::get().topology().digest(), nullptr,
-                                           check_for("site-a"));
+  EXPECT_TRUE(
+      contains(error_of<CryptoError>([&] { read_checkpoint(d / "plain", check_for("site-a")); }),
+               "it is not signed"));
+  const auto why = check_checkpoint_stream(
+      d / "plain", "site-a", TestPki::get().topology().digest(), nullptr, check_for("site-a"));
   ASSERT_TRUE(why.has_value());
   EXPECT_TRUE(contains(*why, "not signed")) << *why;
   // site-b's checkpoint read where site-a's is expected: the node id tells
@@ -373,9 +373,9 @@ TEST(SignedCheckpoint, UnsignedOrOtherSignersAreRefusedWhenASignatureIsExpected)
   b.node_id = "site-b";
   write_checkpoint(d / "b", b, TestPki::get().key("site-b").get());
   EXPECT_EQ(read_checkpoint(d / "b", check_for("site-a")).node_id, "site-b");
-  EXPECT_TRUE(check_checkpoint_stream(d / "b", "site-a", b.topology_digest, nullptr,
-                                      check_for("site-a"))
-                  .has_value());
+  EXPECT_TRUE(
+      check_checkpoint_stream(d / "b", "site-a", b.topology_digest, nullptr, check_for("site-a"))
+          .has_value());
 }
 
 TEST(SignedCheckpoint, EverySingleByteChangeIsRefused) {
@@ -388,10 +388,9 @@ TEST(SignedCheckpoint, EverySingleByteChangeIsRefused) {
     const size_t at = rng() % bad.size();
     bad[at] ^= static_cast<uint8_t>(1u << (rng() % 8));
     spit(d / "bad", bad, bad.size());
-    EXPECT_FALSE(error_of<CryptoError>([&] { read_checkpoint(d / "bad", check_for("site-a")); })
-                     .empty() &&
-                 error_of<TransportError>([&] { read_checkpoint(d / "bad", check_for("site-a")); })
-                     .empty())
+    EXPECT_FALSE(
+        error_of<CryptoError>([&] { read_checkpoint(d / "bad", check_for("site-a")); }).empty() &&
+        error_of<TransportError>([&] { read_checkpoint(d / "bad", check_for("site-a")); }).empty())
         << "byte " << at;
     EXPECT_TRUE(check_checkpoint_stream(d / "bad", "site-a", TestPki::get().topology().digest(),
                                         nullptr, check_for("site-a"))
@@ -432,7 +431,7 @@ TEST(SignedCheckpoint, AssemblyAndReplicaStoreKeepOnlySignedFiles) {
     }
   }
   checkpoint::ReplicaStore store(d / "replicas", TestPki::get().topology().digest(), 2,
-                              TestPki::get().verifier(), "unit-sign");
+                                 TestPki::get().verifier(), "unit-sign");
   for (const char* name : {"plain", "signed"}) {
     const std::vector<uint8_t> bytes = slurp(d / name);
     const auto r = store.add_piece("site-a", 3, 0, 1, bytes.size(), bytes.data(), bytes.size());

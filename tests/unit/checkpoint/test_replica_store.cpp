@@ -16,10 +16,10 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/checkpoint_file.hpp"
 #include "common/sha256.hpp"
 #include "fedwan/error.hpp"
 #include "harness/temp_dir.hpp"
-#include "checkpoint/checkpoint_file.hpp"
 
 namespace fedwan::checkpoint {
 namespace {

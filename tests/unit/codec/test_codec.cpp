@@ -350,7 +350,8 @@ TEST(Fp16Codec, AllZeroBlocksAmongOthers) {
   for (size_t i = B; i < 2 * B; ++i) ASSERT_TRUE(out[i] == 0.0f && residual[i] == 0.0f) << i;
   for (size_t i = 3 * B; i < n; ++i) ASSERT_TRUE(out[i] == 0.0f && residual[i] == 0.0f) << i;
   const Floats block_max = block_max_abs(in);
-  for (size_t i = 0; i < B; ++i) ASSERT_LE(std::fabs(out[i] - in[i]), std::ldexp(block_max[0], -11));
+  for (size_t i = 0; i < B; ++i)
+    ASSERT_LE(std::fabs(out[i] - in[i]), std::ldexp(block_max[0], -11));
   const Floats zeros(n, 0.0f);
   const Bytes z = encode(c, zeros);
   ASSERT_TRUE(c.validate(z.data(), z.size(), n));
@@ -525,13 +526,13 @@ TEST(Fp16Kernels, ScalarConversionsRoundToNearestEven) {
   EXPECT_EQ(kernels::fp32_to_fp16(-2.0f), 0xC000);
   EXPECT_EQ(kernels::fp32_to_fp16(65504.0f), 0x7BFF);
   EXPECT_EQ(kernels::fp32_to_fp16(65519.0f), 0x7BFF);
-  EXPECT_EQ(kernels::fp32_to_fp16(65520.0f), 0x7C00);  // tie with 2^16 goes to even: Inf
-  EXPECT_EQ(kernels::fp32_to_fp16(1.0f + 0x1p-11f), 0x3C00);         // tie -> even
-  EXPECT_EQ(kernels::fp32_to_fp16(1.0f + 3 * 0x1p-11f), 0x3C02);     // tie -> even
+  EXPECT_EQ(kernels::fp32_to_fp16(65520.0f), 0x7C00);             // tie with 2^16 goes to even: Inf
+  EXPECT_EQ(kernels::fp32_to_fp16(1.0f + 0x1p-11f), 0x3C00);      // tie -> even
+  EXPECT_EQ(kernels::fp32_to_fp16(1.0f + 3 * 0x1p-11f), 0x3C02);  // tie -> even
   EXPECT_EQ(kernels::fp32_to_fp16(0x1p-24f), 0x0001);
-  EXPECT_EQ(kernels::fp32_to_fp16(0x1p-25f), 0x0000);                // tie -> even zero
-  EXPECT_EQ(kernels::fp32_to_fp16(3 * 0x1p-25f), 0x0002);            // tie -> even
-  EXPECT_EQ(kernels::fp32_to_fp16(0x1p-14f - 0x1p-25f), 0x0400);     // rounds up to normal
+  EXPECT_EQ(kernels::fp32_to_fp16(0x1p-25f), 0x0000);             // tie -> even zero
+  EXPECT_EQ(kernels::fp32_to_fp16(3 * 0x1p-25f), 0x0002);         // tie -> even
+  EXPECT_EQ(kernels::fp32_to_fp16(0x1p-14f - 0x1p-25f), 0x0400);  // rounds up to normal
   EXPECT_EQ(kernels::fp32_to_fp16(-0.0f), 0x8000);
   for (uint32_t h = 0; h < 0x10000; ++h) {  // every non-NaN half survives a round trip
     if ((h & 0x7C00) == 0x7C00 && (h & 0x3FF)) continue;
@@ -546,10 +547,24 @@ TEST(Fp16Kernels, ScalarConversionsRoundToNearestEven) {
 // Inputs that stress rounding: ties, half subnormals, the top of the half
 // range, fp32 subnormals, signed zeros, plus random values over many binades.
 Floats edge_values(size_t n) {
-  const Floats special{0.0f, -0.0f, 1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f, 0x1p-24f, 0x1p-25f,
-                       3 * 0x1p-25f, 0x1p-14f - 0x1p-25f, 65504.0f, 65519.0f, 65520.0f,
-                       -65520.0f, 1e-40f, -1e-45f, 1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f,
-                       std::numeric_limits<float>::max(), 12345.678f};
+  const Floats special{0.0f,
+                       -0.0f,
+                       1.0f + 0x1p-11f,
+                       1.0f + 3 * 0x1p-11f,
+                       0x1p-24f,
+                       0x1p-25f,
+                       3 * 0x1p-25f,
+                       0x1p-14f - 0x1p-25f,
+                       65504.0f,
+                       65519.0f,
+                       65520.0f,
+                       -65520.0f,
+                       1e-40f,
+                       -1e-45f,
+                       1.0f + 0x1p-8f,
+                       1.0f + 3 * 0x1p-8f,
+                       std::numeric_limits<float>::max(),
+                       12345.678f};
   Floats v = random_floats(n, 42);
   std::mt19937 rng(43);
   for (size_t i = 0; i < n; ++i) {
@@ -563,8 +578,8 @@ TEST(Fp16Kernels, SimdMatchesScalarBitForBit) {
   const kernels::HalfKernels* simd = kernels::avx2_half_kernels();
   if (!simd) GTEST_SKIP() << "no AVX2 + F16C on this machine or build";
   const kernels::HalfKernels& ref = kernels::scalar_half_kernels();
-  for (size_t n : {size_t(0), size_t(1), size_t(7), size_t(8), size_t(9), size_t(31),
-                   size_t(33), size_t(1000003)}) {
+  for (size_t n : {size_t(0), size_t(1), size_t(7), size_t(8), size_t(9), size_t(31), size_t(33),
+                   size_t(1000003)}) {
     const Floats in = edge_values(n);
     const Floats res0 = random_floats(n, 44, 1e-3f);
     EXPECT_EQ(simd->max_abs_bits(in.data(), nullptr, n), ref.max_abs_bits(in.data(), nullptr, n));
@@ -572,12 +587,11 @@ TEST(Fp16Kernels, SimdMatchesScalarBitForBit) {
               ref.max_abs_bits(in.data(), res0.data(), n));
     const float inf = std::numeric_limits<float>::infinity();
     // Finite limits take the clamping path, infinite ones the other.
-    for (kernels::Fp16Scale s : {kernels::Fp16Scale{}, kernels::Fp16Scale{1.0f, 1.0f, 65504.0f},
-                                 kernels::Fp16Scale{0x1p-10f, 0x1p10f, 65504.0f},
-                                 kernels::Fp16Scale{0x1p-10f, 0x1p10f, inf},
-                                 kernels::fp16_scale_for(0x3F800000u),
-                                 kernels::fp16_scale_for(0x7F7FFFFFu),
-                                 kernels::fp16_scale_for(0x00000010u)}) {
+    for (kernels::Fp16Scale s :
+         {kernels::Fp16Scale{}, kernels::Fp16Scale{1.0f, 1.0f, 65504.0f},
+          kernels::Fp16Scale{0x1p-10f, 0x1p10f, 65504.0f},
+          kernels::Fp16Scale{0x1p-10f, 0x1p10f, inf}, kernels::fp16_scale_for(0x3F800000u),
+          kernels::fp16_scale_for(0x7F7FFFFFu), kernels::fp16_scale_for(0x00000010u)}) {
       for (bool ef : {false, true}) {
         Bytes a(2 * n), b(2 * n);
         Floats ra = res0, rb = res0;

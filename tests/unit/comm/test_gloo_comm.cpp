@@ -49,7 +49,7 @@ TEST(GlooComm, AllreduceBroadcastAndBarrierAgreeOnEveryRank) {
   for (int r = 0; r < kRanks; ++r) {
     for (size_t i = 0; i < kN; i += 997) {
       ASSERT_EQ(sums[r][i], 6.0f * (i % 7)) << "rank " << r << " element " << i;  // 1+2+3
-      ASSERT_EQ(means[r][i], 3.0f) << "rank " << r;                              // (0+3+6)/3
+      ASSERT_EQ(means[r][i], 3.0f) << "rank " << r;                               // (0+3+6)/3
       ASSERT_EQ(bcast[r][i], i == 5 ? 42.0f : 1.0f) << "rank " << r;
     }
     EXPECT_EQ(bcast[r][5], 42.0f);

@@ -19,8 +19,8 @@
 namespace fedwan::cuda {
 namespace {
 
-#define SKIP_WITHOUT_GPU()                                                      \
-  do {                                                                          \
+#define SKIP_WITHOUT_GPU()                                                     \
+  do {                                                                         \
     if (device_count() == 0) GTEST_SKIP() << "no CUDA device on this machine"; \
   } while (0)
 
@@ -72,7 +72,7 @@ std::vector<float> awkward_chunk(size_t n, uint32_t seed) {
       case 3: v[i] = 0.0f; break;
       case 11: v[i] = -0.0f; break;
       case 29: v[i] = std::numeric_limits<float>::denorm_min() * float(i % 7); break;
-      case 41: v[i] = 0.5f; break;   // a rounding tie under power-of-two scales
+      case 41: v[i] = 0.5f; break;  // a rounding tie under power-of-two scales
       case 59: v[i] = -2.5f; break;
       default: break;
     }

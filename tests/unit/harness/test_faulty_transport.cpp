@@ -125,10 +125,10 @@ TEST_F(FaultyTransportTest, DropByMessageTypePlainOrSealed) {
 }
 
 TEST_F(FaultyTransportTest, WherePredicatesAddUp) {
-  faults_->add(FaultRule::drop().of_type(wire::MsgType::kDelta).where([](const uint8_t* d,
-                                                                          size_t n) {
-    return frame_header(d, n)->round == 2;
-  }));
+  faults_->add(
+      FaultRule::drop().of_type(wire::MsgType::kDelta).where([](const uint8_t* d, size_t n) {
+        return frame_header(d, n)->round == 2;
+      }));
   for (uint64_t round : {1, 2, 3}) {
     ASSERT_EQ(send(*a_, frame_of(wire::MsgType::kDelta, round)), SendResult::kSent);
   }

@@ -4,9 +4,9 @@
 
 #include <atomic>
 #include <cmath>
-#include <functional>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -579,9 +579,8 @@ std::string rechain(const std::vector<std::string>& lines,
   for (size_t i = 0; i < lines.size(); ++i) {
     json j = json::parse(lines[i]);
     edit(i, j);
-    const std::string prefix = "{\"seq\":" + std::to_string(i) + ",\"time\":" +
-                               j["time"].dump() + ",\"node\":" + j["node"].dump() +
-                               ",\"event\":" + j["event"].dump() +
+    const std::string prefix = "{\"seq\":" + std::to_string(i) + ",\"time\":" + j["time"].dump() +
+                               ",\"node\":" + j["node"].dump() + ",\"event\":" + j["event"].dump() +
                                ",\"fields\":" + j["fields"].dump() + ",\"prev\":\"" + prev + "\"";
     out.push_back(hashed_line(prefix));
     prev = hash_of(out.back());
@@ -591,8 +590,14 @@ std::string rechain(const std::vector<std::string>& lines,
 
 TEST(SignedAudit, HeadsAreSignedAtOpenAndCloseAndVerifyAgainstTheCa) {
   TempLog tmp;
-  { AuditLog log(tmp.path(), "eu", signing("eu")); log.append("update", json{{"round", 0}}); }
-  { AuditLog log(tmp.path(), "eu", signing("eu")); log.append("update", json{{"round", 1}}); }
+  {
+    AuditLog log(tmp.path(), "eu", signing("eu"));
+    log.append("update", json{{"round", 0}});
+  }
+  {
+    AuditLog log(tmp.path(), "eu", signing("eu"));
+    log.append("update", json{{"round", 1}});
+  }
   const std::vector<std::string> lines = read_lines(tmp.path());
   ASSERT_EQ(lines.size(), 6u);  // opened, update, closed, resumed, update, closed
   EXPECT_EQ(json::parse(lines[0])["event"], "audit_opened");
@@ -626,7 +631,8 @@ TEST(SignedAudit, HeadsComeAtIntervalsWhileEntriesKeepComing) {
     for (int i = 0; i < 3; ++i) log.append("update", json{{"round", i}});
   }
   size_t heads = 0;
-  for (const std::string& l : read_lines(tmp.path())) heads += json::parse(l)["event"] == "audit_head";
+  for (const std::string& l : read_lines(tmp.path()))
+    heads += json::parse(l)["event"] == "audit_head";
   EXPECT_EQ(heads, 3u);
 }
 
@@ -714,7 +720,8 @@ TEST(AuditFailures, AFullDiskHoldsEntriesAndRecordsTheOutage) {
   AuditLog log(path, "eu", o);
   log.append("update", json{{"round", 0}});
   disk.fill();
-  for (int i = 1; i <= 80; ++i) log.append("update", json{{"round", i}, {"pad", std::string(200, 'x')}});
+  for (int i = 1; i <= 80; ++i)
+    log.append("update", json{{"round", i}, {"pad", std::string(200, 'x')}});
   // The file's last page may still take a few entries before ENOSPC.
   const uint64_t written = log.entries() - 1;
   AuditHealth h = log.health();

@@ -25,23 +25,22 @@ TEST(Authorization, ChildMustMatchTheTopology) {
   const Topology t = Topology::parse(kYaml);
   const NodeSpec& eu = t.node("eu");
   EXPECT_EQ(authorize_child(t, eu, id("eu-a", Role::kSite, "eu"), "eu-a"), std::nullopt);
-  EXPECT_NE(why(authorize_child(t, eu, id("eu-a", Role::kSite, "eu"), "us-a"))
-                .find("node id mismatch"),
-            std::string::npos);
+  EXPECT_NE(
+      why(authorize_child(t, eu, id("eu-a", Role::kSite, "eu"), "us-a")).find("node id mismatch"),
+      std::string::npos);
   EXPECT_NE(why(authorize_child(t, eu, id("eu-a", Role::kSite, "eu", "other"), "eu-a"))
                 .find("job 'other'"),
             std::string::npos);
   EXPECT_NE(why(authorize_child(t, eu, id("eu-a", Role::kRegion, "eu-a"), "eu-a"))
                 .find("gives role 'region'"),
             std::string::npos);
-  EXPECT_NE(why(authorize_child(t, eu, id("eu-a", Role::kSite, "us"), "eu-a"))
-                .find("names region 'us'"),
-            std::string::npos);
+  EXPECT_NE(
+      why(authorize_child(t, eu, id("eu-a", Role::kSite, "us"), "eu-a")).find("names region 'us'"),
+      std::string::npos);
   EXPECT_NE(why(authorize_child(t, eu, id("us-a", Role::kSite, "us"), "us-a"))
                 .find("reports to 'us', not to 'eu'"),
             std::string::npos);
-  EXPECT_NE(why(authorize_child(t, eu, id("ghost", Role::kSite, "eu"), "ghost"))
-                .find("not a node"),
+  EXPECT_NE(why(authorize_child(t, eu, id("ghost", Role::kSite, "eu"), "ghost")).find("not a node"),
             std::string::npos);
   const NodeSpec& root = t.node("root");
   EXPECT_EQ(authorize_child(t, root, id("eu", Role::kRegion, "eu"), "eu"), std::nullopt);
@@ -60,9 +59,9 @@ TEST(Authorization, ParentMustBeOwnAndAllowed) {
   EXPECT_NE(why(authorize_parent(t, t.node("eu-a"), id("eu", Role::kSite, "eu")))
                 .find("gives role 'site'"),
             std::string::npos);
-  EXPECT_NE(why(authorize_parent(t, t.node("root"), id("eu", Role::kRegion, "eu")))
-                .find("no parent"),
-            std::string::npos);
+  EXPECT_NE(
+      why(authorize_parent(t, t.node("root"), id("eu", Role::kRegion, "eu"))).find("no parent"),
+      std::string::npos);
 }
 
 // The same federation with a standby root: a second process that runs as

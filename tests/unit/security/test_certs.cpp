@@ -574,15 +574,9 @@ TEST(IdentityFromPem, SurvivesMutatedCertificates) {
     for (int e = 0; e < edits; ++e) {
       const size_t at = rng() % bytes.size();
       switch (rng() % 3) {
-        case 0:
-          bytes[at] = static_cast<char>(rng());
-          break;
-        case 1:
-          bytes.erase(at, 1 + rng() % 8);
-          break;
-        default:
-          bytes.insert(at, 1, static_cast<char>(rng()));
-          break;
+        case 0: bytes[at] = static_cast<char>(rng()); break;
+        case 1: bytes.erase(at, 1 + rng() % 8); break;
+        default: bytes.insert(at, 1, static_cast<char>(rng())); break;
       }
       if (bytes.empty()) bytes = "x";
     }

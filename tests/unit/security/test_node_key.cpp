@@ -72,8 +72,8 @@ TEST(NodeKey, ACertificateFromAnotherCaIsRefused) {
   provision_federation(pki.topology(), (other.path() / "pki").string());
   const auto foreign = NodeKey::from_bundle((other.path() / "pki" / "site-a").string());
   const std::vector<uint8_t> sig = foreign->sign("fedwan-test-v1", "m");
-  const auto why = pki.verifier()->verify(foreign->cert_der(), "fedwan-test-v1", "m", sig,
-                                          signer("site-a"));
+  const auto why =
+      pki.verifier()->verify(foreign->cert_der(), "fedwan-test-v1", "m", sig, signer("site-a"));
   ASSERT_TRUE(why.has_value());
   EXPECT_NE(why->find("does not verify against the federation CA"), std::string::npos) << *why;
 }

@@ -168,24 +168,12 @@ TEST(ReplayWindow, MatchesTheReferenceOnRandomTraffic) {
       switch (rng() % 8) {
         case 0:
         case 1:
-        case 2:
-          seq = next;
-          break;  // in order
-        case 3:
-          seq = sub_saturating(next, rng() % 1100);
-          break;  // late or duplicate
-        case 4:
-          seq = sub_saturating(next, rng() % 70);
-          break;
-        case 5:
-          seq = add_saturating(next, rng() % 130);
-          break;  // early
-        case 6:
-          seq = sub_saturating(next, rng() % 4000);
-          break;  // very late
-        default:
-          seq = add_saturating(next, rng() % 3000);
-          break;  // a lost burst
+        case 2: seq = next; break;                                // in order
+        case 3: seq = sub_saturating(next, rng() % 1100); break;  // late or duplicate
+        case 4: seq = sub_saturating(next, rng() % 70); break;
+        case 5: seq = add_saturating(next, rng() % 130); break;    // early
+        case 6: seq = sub_saturating(next, rng() % 4000); break;   // very late
+        default: seq = add_saturating(next, rng() % 3000); break;  // a lost burst
       }
       if (seq >= next) next = add_saturating(seq, 1);
       const V expected = ref.check(seq);

@@ -42,8 +42,8 @@ class TlsExporter : public ::testing::Test {
   };
   static Pair handshake() {
     Pair p;
-    p.child = std::make_unique<TlsHandshake>(
-        std::make_shared<TlsContext>((*dir_ / "a").string()), true);
+    p.child =
+        std::make_unique<TlsHandshake>(std::make_shared<TlsContext>((*dir_ / "a").string()), true);
     p.parent = std::make_unique<TlsHandshake>(
         std::make_shared<TlsContext>((*dir_ / "root").string()), false);
     std::vector<uint8_t> to_parent, to_child;

@@ -209,11 +209,11 @@ nodes:
 )";
   expect_error(cyc, {"node 'eu'", "cycle in parent links eu -> us -> eu", "unreachable from root"});
   // A region whose chain runs into a cycle without being on it.
-  std::string tail = example_with(-1,
-                                  "  - {id: x, role: region, parent: y, endpoint: \"tcp://h:9\"}\n"
-                                  "  - {id: y, role: region, parent: z, endpoint: \"tcp://h:9\"}\n"
-                                  "  - {id: z, role: region, parent: y, endpoint: \"tcp://h:9\"}\n"
-                                  "  - {id: sx, role: site, parent: x}\n");
+  std::string tail =
+      example_with(-1, "  - {id: x, role: region, parent: y, endpoint: \"tcp://h:9\"}\n"
+                       "  - {id: y, role: region, parent: z, endpoint: \"tcp://h:9\"}\n"
+                       "  - {id: z, role: region, parent: y, endpoint: \"tcp://h:9\"}\n"
+                       "  - {id: sx, role: site, parent: x}\n");
   expect_error(
       tail, {"node 'x'", "unreachable from root 'root'", "x -> y -> z -> y", "cycle y -> z -> y"});
   expect_error(example_with(1, R"({id: eu, role: region, parent: eu, endpoint: "tcp://h:1"})"),
@@ -253,10 +253,10 @@ TEST(Topology, RejectsBadEndpointsAndWeights) {
         {"node 'eu'", std::string("endpoint '") + e + "' is invalid", "1..65535"});
   }
   for (const char* e : {"tcp://h:65535", "tcp://h:1", "tcp://[::1]:7000", "tcp://*:7000"}) {
-    EXPECT_EQ(error_of(example_with(
-                  1, std::string(R"({id: eu, role: region, parent: root, endpoint: ")") + e +
-                         "\"}")),
-              "")
+    EXPECT_EQ(
+        error_of(example_with(
+            1, std::string(R"({id: eu, role: region, parent: root, endpoint: ")") + e + "\"}")),
+        "")
         << e;
   }
   expect_error(example_with(2, "{id: site-a, role: site, parent: eu, weight: heavy}"),
@@ -292,7 +292,8 @@ TEST(Topology, RejectsFederationValuesOutOfRange) {
   expect_error(fed("deadline_s: 700"), {"deadline_s 700", "round_timeout_s 600"});
   expect_error(fed("rounds: 18446744073709551615"), {"rounds 18446744073709551615 is more than"});
   expect_error(fed("inner_steps: 2000000000"), {"inner_steps 2000000000 is more than"});
-  expect_error(fed("outer_optimizer: {name: fedavg, lr: 1e300}"), {"lr 1e+300 must be in (0, 100]"});
+  expect_error(fed("outer_optimizer: {name: fedavg, lr: 1e300}"),
+               {"lr 1e+300 must be in (0, 100]"});
   // A hostile file: nesting that would exhaust the parser's recursion.
   expect_error(std::string("job: x\nnodes: ") + std::string(100000, '[') +
                    std::string(100000, ']') + "\n",
@@ -690,9 +691,8 @@ TEST(Topology, KMinForGivesTheEffectiveValue) {
 
 TEST(Topology, ResidencyRefusalAtRunTime) {
   Topology t = Topology::parse(residency_with(
-      -1,
-      "  - {id: eu2, role: region, parent: root, endpoint: \"tcp://h:9\", jurisdiction: EU}\n"
-      "  - {id: eu2-a, role: site, parent: eu2}\n  - {id: eu2-b, role: site, parent: eu2}\n"));
+      -1, "  - {id: eu2, role: region, parent: root, endpoint: \"tcp://h:9\", jurisdiction: EU}\n"
+          "  - {id: eu2-a, role: site, parent: eu2}\n  - {id: eu2-b, role: site, parent: eu2}\n"));
   EXPECT_EQ(t.residency_refusal("eu-a", "eu"), std::nullopt);
   EXPECT_EQ(t.residency_refusal("us-a", "us"), std::nullopt);    // no list: any parent
   EXPECT_EQ(t.residency_refusal("solo", "root"), std::nullopt);  // under the root
@@ -735,15 +735,13 @@ TEST(Topology, ResidencyDigest) {
   EXPECT_EQ(old.to_yaml().find("jurisdiction"), std::string::npos);
   EXPECT_EQ(old.to_yaml().find("k_min"), std::string::npos);
   // Spelling out the defaults changes nothing.
-  std::string defaults = example_with(2,
-                                      "{id: site-a, role: site, parent: eu, weight: 6000, "
-                                      "allowed_jurisdictions: []}");
+  std::string defaults = example_with(2, "{id: site-a, role: site, parent: eu, weight: 6000, "
+                                         "allowed_jurisdictions: []}");
   EXPECT_EQ(Topology::parse(defaults + "policy: {k_min: 1}\n").digest(),
             Topology::parse(example_with(-1, "")).digest());
   // The allowed list is a set: order does not matter.
-  EXPECT_EQ(Topology::parse(residency_with(4,
-                                           "{id: eu-b, role: site, parent: eu, "
-                                           "allowed_jurisdictions: [EU, CH]}"))
+  EXPECT_EQ(Topology::parse(residency_with(4, "{id: eu-b, role: site, parent: eu, "
+                                              "allowed_jurisdictions: [EU, CH]}"))
                 .digest(),
             Topology::parse(residency_with(-1, "")).digest());
 
@@ -884,8 +882,9 @@ TEST(Topology, StandbyKeysRefusedWhereTheyDoNotApply) {
                {"node 'root'", "standby_endpoint 'http://h:0' is invalid", "tcp://"});
   expect_error(example_with(0, root + R"(standby_endpoint: "tcp://h 2:0"})"),
                {"node 'root'", "standby_endpoint 'tcp://h 2:0' is invalid"});
-  expect_error(example_with(0, root + R"(standby_endpoint: "tcp://h2:7000", standby_bind: "tcp://"})"),
-               {"node 'root'", "standby_bind 'tcp://' is invalid"});
+  expect_error(
+      example_with(0, root + R"(standby_endpoint: "tcp://h2:7000", standby_bind: "tcp://"})"),
+      {"node 'root'", "standby_bind 'tcp://' is invalid"});
   expect_error(example_with(0, root + R"(standby_endpoint: "tcp://h:7000"})"),
                {"node 'root'", "standby_endpoint 'tcp://h:7000' is the root's own endpoint",
                 "endpoint of its own"});

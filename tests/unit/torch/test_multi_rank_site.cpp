@@ -34,8 +34,7 @@ using std::chrono::seconds;
 
 torch::nn::Sequential make_net() {
   torch::manual_seed(3);
-  return torch::nn::Sequential(torch::nn::Linear(6, 8), torch::nn::Tanh(),
-                               torch::nn::Linear(8, 2));
+  return torch::nn::Sequential(torch::nn::Linear(6, 8), torch::nn::Tanh(), torch::nn::Linear(8, 2));
 }
 
 std::vector<float> flat_copy(torch::nn::Module& m) {

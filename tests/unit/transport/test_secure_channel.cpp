@@ -73,8 +73,8 @@ class SecureChannelTest : public ::testing::Test {
       to_child = std::move(next_child);
     }
   }
-  ChannelSecurity::Inbound deliver(SecureChannel& ch, std::vector<uint8_t>& m,
-                                   SecurityReplies* out, std::string* why_out = nullptr) {
+  ChannelSecurity::Inbound deliver(SecureChannel& ch, std::vector<uint8_t>& m, SecurityReplies* out,
+                                   std::string* why_out = nullptr) {
     size_t frame_size = 0;
     std::string why;
     const auto r = ch.receive(m.data(), m.size(), &frame_size, &why, out);

@@ -561,8 +561,8 @@ TEST(Frame, HandshakeCarriesACipherIdAndNoTensor) {
   for (int id = 0; id <= 255; ++id) {
     Bytes b = control_frame(MsgType::kHandshake, {1, 2, 3});
     b[kOffCodec] = static_cast<uint8_t>(id);
-    EXPECT_EQ(reason(b), id <= fedwan::wire::kMaxAeadId ? RejectReason::kNone
-                                                         : RejectReason::kBadCodec)
+    EXPECT_EQ(reason(b),
+              id <= fedwan::wire::kMaxAeadId ? RejectReason::kNone : RejectReason::kBadCodec)
         << id;
   }
   Bytes chunked = control_frame(MsgType::kHandshake, {1});

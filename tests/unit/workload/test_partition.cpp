@@ -82,7 +82,8 @@ TEST(DirichletPartition, DifferentSeedsDiffer) {
 TEST(DirichletPartition, ByteAndInt64LabelsAgree) {
   const auto labels = balanced_labels(10, 200);
   const std::vector<uint8_t> bytes(labels.begin(), labels.end());
-  EXPECT_EQ(dirichlet_partition(labels, 10, 5, 0.3, 11), dirichlet_partition(bytes, 10, 5, 0.3, 11));
+  EXPECT_EQ(dirichlet_partition(labels, 10, 5, 0.3, 11),
+            dirichlet_partition(bytes, 10, 5, 0.3, 11));
 }
 
 TEST(DirichletPartition, SmallAlphaSkewsLargeAlphaIsNearUniform) {
@@ -91,10 +92,12 @@ TEST(DirichletPartition, SmallAlphaSkewsLargeAlphaIsNearUniform) {
   double skew_small = 0.0, skew_large = 0.0;
   const int seeds = 5;
   for (int seed = 0; seed < seeds; ++seed) {
-    skew_small += mean_label_skew(dirichlet_partition(labels, classes, 4, 0.1, seed), labels,
-                                  classes) / seeds;
-    skew_large += mean_label_skew(dirichlet_partition(labels, classes, 4, 1000.0, seed), labels,
-                                  classes) / seeds;
+    skew_small +=
+        mean_label_skew(dirichlet_partition(labels, classes, 4, 0.1, seed), labels, classes) /
+        seeds;
+    skew_large +=
+        mean_label_skew(dirichlet_partition(labels, classes, 4, 1000.0, seed), labels, classes) /
+        seeds;
   }
   // Dirichlet(0.1) over 4 sites gives each class mostly to one site, so a
   // site's histogram is far from uniform; Dirichlet(1000) gives every site
