@@ -187,7 +187,12 @@ void Aggregator::Impl::init_model_state(uint64_t total_elements) {
 void Aggregator::Impl::send_child(const Child& c, Frame frame, const wire::FrameHeader& h) {
   Outbox& box = down_.out[down_.slot.at(c.id)];
   if (box.frames.empty()) box.waiting_since = Clock::now();
-  box.frames.push_back({std::move(frame), h});
+  // The header the frame carries: make_frame() sets the payload length in
+  // the bytes, not in `h`, and the traffic ledger needs it to tell payload
+  // from header (a zero would charge the payload twice as fp32).
+  wire::FrameHeader sent = h;
+  sent.payload_length = static_cast<uint32_t>(frame->size() - wire::kHeaderSize);
+  box.frames.push_back({std::move(frame), sent});
   flush();
 }
 
