@@ -12,7 +12,9 @@
 #   under src/ and include/fedwan/ they include count too. --fix applies
 #   no clang-tidy fix: those want a person.
 #   The base: $FEDWAN_LINT_BASE (a git revision, or "all" for every library
-#   source), else `git merge-base HEAD origin/main`, else every library source.
+#   source), else `git merge-base HEAD origin/main`; on main itself (or
+#   without origin/main) the parent commit, so the newest commit's change
+#   is checked; in a repository of one commit, every library source.
 #   Needs BUILD_DIR/compile_commands.json (BUILD_DIR: the argument, else
 #   $FEDWAN_BUILD_DIR, else build), which any configure of the project
 #   writes (CMAKE_EXPORT_COMPILE_COMMANDS is on in CMakeLists.txt).
@@ -107,7 +109,10 @@ mapfile -t lib_all < <(git_files 'src/*.cpp' | while IFS= read -r f; do
 base="${FEDWAN_LINT_BASE:-}"
 if [ -z "$base" ]; then
   base="$(git merge-base HEAD origin/main 2>/dev/null || true)"
-  [ -n "$base" ] || base=all
+  # On main itself (a clean clone, CI): what the newest commit changed.
+  if [ -z "$base" ] || [ "$base" = "$(git rev-parse HEAD)" ]; then
+    base="$(git rev-parse -q --verify 'HEAD~1^{commit}' 2>/dev/null || echo all)"
+  fi
 fi
 if [ "$base" = all ]; then
   base_label="all library sources"

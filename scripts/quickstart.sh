@@ -38,6 +38,10 @@ case "$mode" in
     # (docs/architecture.md, "Layers").
     "$PYTHON" scripts/check_layering.py .
     configure -DFEDWAN_BUILD_TESTS=ON -DFEDWAN_BUILD_BENCHMARKS=ON
+    # clang-format over every C++ file, clang-tidy over the library sources
+    # changed (scripts/lint.sh says against what); before the build, from
+    # the compile commands the configure wrote.
+    FEDWAN_JOBS="$JOBS" bash scripts/lint.sh "$BUILD_DIR"
     cmake --build "$BUILD_DIR" -j "$JOBS"
     # ctest runs the C++ suites, the demo checks and the Python suite
     # (registered as python_bindings).
