@@ -71,6 +71,25 @@ void decode_payload(const ParsedFrame& f) {
       }
     }
   }
+  if (f.header.type == MsgType::kHeartbeat && f.payload_size > 0) {
+    NeedUpdatePayload need;
+    const uint32_t chunks = 1u << 16;
+    if (decode_need_update(f.payload, f.payload_size, chunks, &need)) {
+      if (need.delivered > chunks) fail("need-update accepted more delivered chunks than exist");
+      for (size_t i = 0; i < need.missing.size(); ++i) {
+        if (need.missing[i] >= chunks || (i > 0 && need.missing[i] <= need.missing[i - 1])) {
+          fail("need-update names a chunk out of range or out of order");
+        }
+      }
+      // What decodes re-encodes to a payload that decodes to the same.
+      const std::vector<uint8_t> again = encode_need_update(need.delivered, need.missing);
+      NeedUpdatePayload back;
+      if (!decode_need_update(again.data(), again.size(), chunks, &back) ||
+          back.delivered != need.delivered || back.missing != need.missing) {
+        fail("need-update does not survive re-encoding");
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -97,6 +116,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     TelemetryPayload telemetry;
     (void)decode_hello(data + kHeaderSize, size - kHeaderSize, &hello);
     (void)decode_telemetry(data + kHeaderSize, size - kHeaderSize, &telemetry);
+    NeedUpdatePayload need;
+    (void)decode_need_update(data + kHeaderSize, size - kHeaderSize, 1u << 20, &need);
   }
   return 0;
 }

@@ -67,7 +67,11 @@ struct AggregatorSummary {
   std::vector<RoundReport> reports;  // root: whole tree; region: its subtree
   uint64_t wan_bytes_total = 0;
   uint64_t fp32_bytes_total = 0;
-  uint64_t rejected_frames = 0;      // malformed, unauthorised, stale, duplicate
+  uint64_t rejected_frames = 0;  // malformed, unauthorised, stale, duplicate
+  // A region: aggregate chunks its parent lacked after its progress stalled,
+  // sent again, and their bytes (also in the round reports' traffic).
+  uint64_t resent_chunks = 0;
+  uint64_t resent_bytes = 0;
   std::string security_mode;         // "mtls/<cipher>" or "plaintext"
   std::vector<double> handshake_ms;  // children's secure links, as each came up
   std::vector<float> global_model;   // root: the final global model

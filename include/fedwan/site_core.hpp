@@ -76,6 +76,9 @@ struct SyncResult {
   bool finished = false;    // the federation is done; params hold the final model
   bool resynced = false;    // params were replaced by the parent's anchor (rejoin)
   uint64_t bytes_sent = 0;  // this sync, on the wire
+  // Of bytes_sent: chunks of the update sent again because the parent lacked
+  // them after its progress stalled.
+  uint64_t bytes_resent = 0;
   uint64_t bytes_received = 0;
 };
 

@@ -131,6 +131,21 @@ bool RoundAccumulator::delivered_all(uint32_t sender) const {
   return true;
 }
 
+uint32_t RoundAccumulator::delivered(uint32_t sender) const {
+  const int slot = child_slot(sender);
+  return slot < 0 || !open_ ? 0 : delivered_[static_cast<size_t>(slot)];
+}
+
+std::vector<uint32_t> RoundAccumulator::missing_chunks(uint32_t sender) const {
+  std::vector<uint32_t> out;
+  const int slot = child_slot(sender);
+  if (slot < 0 || !open_) return out;
+  for (uint32_t c = 0; c < plan_.count(); ++c) {
+    if (!taken_[c] && !seen_[static_cast<size_t>(slot)][c]) out.push_back(c);
+  }
+  return out;
+}
+
 ChunkSum RoundAccumulator::take(uint32_t chunk) {
   auto it = inflight_.find(chunk);
   if (it == inflight_.end() || it->second.arrivals == 0 || taken_.at(chunk)) {

@@ -73,6 +73,10 @@ class RoundAccumulator {
   std::vector<uint32_t> contributors(uint32_t chunk) const;
   // Whether `sender` delivered every chunk not yet taken.
   bool delivered_all(uint32_t sender) const;
+  // How many chunks `sender` delivered this round (grows while its update
+  // arrives), and which it still owes: not delivered, not taken (ascending).
+  uint32_t delivered(uint32_t sender) const;
+  std::vector<uint32_t> missing_chunks(uint32_t sender) const;
 
   bool round_complete() const { return open_ && chunks_done_ == plan_.count(); }
   // Expected children that have not delivered every chunk of the open round.

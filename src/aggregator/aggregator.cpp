@@ -44,6 +44,7 @@ Aggregator::Impl::Impl(AggregatorOptions options)
       cfg_(topo_, self_, {opt_.window, opt_.round_timeout}),
       limits_(cfg_.limits) {
   check_options();
+  region_.resend = session::UpdateResend(cfg_.heartbeat_timeout);
   if (is_root_) init_root_model();
   init_children();
   const std::string bind =

@@ -47,6 +47,7 @@
 #include "node/node_security.hpp"
 #include "node/traffic.hpp"
 #include "session/parent_session.hpp"
+#include "session/update_resend.hpp"
 #include "transport/links.hpp"
 #include "wire/frame.hpp"
 
@@ -111,6 +112,7 @@ class Aggregator::Impl {
   void check_residency(uint32_t chunk) const;  // throws before too few sites go up
   void region_forward_chunk(uint32_t chunk, ChunkSum& cs);
   void region_heartbeat(Clock::time_point now);  // hello again, heartbeat, reconnect
+  void resend_up(const wire::ParsedFrame& f);    // a need-update heartbeat from the parent
   void try_finish_round_report(uint64_t round);
   void try_send_telemetry(uint64_t round);
   // The round's traffic: this node's links plus what its regions reported.
@@ -292,10 +294,11 @@ class Aggregator::Impl {
     uint64_t relay_round = 0;
     uint32_t relayed_chunks = 0;
     Clock::time_point anchor_progress_at;  // the round's anchor last advanced
-    // The aggregate chunks sent up this round, kept until the next anchor
-    // completes so they can be sent again after the parent restarts.
-    std::vector<Frame> sent_up;
-    Clock::time_point sent_up_at, last_resend_up;
+    // The aggregate chunks sent up this round, by chunk, kept until the next
+    // anchor completes so they can be sent again: those the parent lacks
+    // once its progress stalls (resend), or all after it restarts.
+    std::map<uint32_t, Frame> sent_up;
+    session::UpdateResend resend;
     bool done_from_parent = false;
     bool force_reports = false;
     int behind_beats = 0;  // finishing: report without lost children's traffic

@@ -185,14 +185,18 @@ void Aggregator::Impl::on_heartbeat_timer() {
   for (const Child& c : down_.children) {
     if (!c.live || !c.joined) continue;
     wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kHeartbeat, round_);
+    std::vector<uint8_t> payload;
     if (phase_ == Phase::kTraining && acc_ && acc_->expected(c.index) &&
         !acc_->delivered_all(c.index)) {
+      // With how far its update has come: the child sends again only what
+      // is missing, and only once nothing more arrives (session::UpdateResend).
       h.flags = wire::kFlagNeedUpdate;
+      payload = wire::encode_need_update(acc_->delivered(c.index), acc_->missing_chunks(c.index));
     }
     // Never queued behind a full window: a heartbeat that cannot go now is
     // superseded by the next.
     try {
-      (void)down_.link->try_send(c.id, make_frame(h, {}));
+      (void)down_.link->try_send(c.id, make_frame(h, payload));
     } catch (const Error&) {
       // Not connected right now; its silence is judged by the timeout.
     }

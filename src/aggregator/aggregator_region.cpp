@@ -52,8 +52,8 @@ void Aggregator::Impl::region_forward_chunk(uint32_t chunk, ChunkSum& cs) {
   const wire::FrameHeader h = chunk_header(topo_, self_.index, wire::MsgType::kDelta, round_,
                                            *plan_, chunk, cfg_.codec->id(), cs.weight);
   auto frame = std::make_shared<const std::vector<uint8_t>>(make_frame(h, payload));
-  region_.sent_up.push_back(frame);
-  region_.sent_up_at = Clock::now();
+  region_.sent_up[chunk] = frame;
+  region_.resend.handed_over(Clock::now());
   send_parent(std::vector<uint8_t>(*frame));
 }
 
@@ -102,16 +102,12 @@ void Aggregator::Impl::on_parent_frame(Incoming& in) {
   up_.session->heard(Clock::now());
   switch (f.header.type) {
     case wire::MsgType::kHeartbeat:
-      // The parent's round still lacks this region's aggregate (frames lost
-      // to a restart or a bad link): send it again; duplicates count once.
-      if ((f.header.flags & wire::kFlagNeedUpdate) && phase_ == Phase::kAwaitAnchor &&
-          f.header.round == round_ && !region_.sent_up.empty() &&
-          Clock::now() - region_.sent_up_at > cfg_.heartbeat_timeout &&
-          Clock::now() - region_.last_resend_up > cfg_.heartbeat_timeout) {
-        log().info("[agg:{}] parent lacks part of round {}; sending {} chunks again", self_.id,
-                   round_, region_.sent_up.size());
-        for (const Frame& fr : region_.sent_up) send_parent(std::vector<uint8_t>(*fr));
-        region_.last_resend_up = Clock::now();
+      // The parent's round still lacks part of this region's aggregate
+      // (frames lost to a restart or a bad link): send again what it names
+      // once its progress stalled; duplicates count once.
+      if ((f.header.flags & wire::kFlagNeedUpdate) && f.header.round == round_ &&
+          !region_.sent_up.empty()) {
+        resend_up(f);
       }
       // Anchor chunks were lost: the parent moved past the round whose
       // anchor this node still waits for (round_ + 1), or is in it and
@@ -209,7 +205,7 @@ void Aggregator::Impl::on_parent_welcome(const wire::ParsedFrame& f) {
     // Rejoined the parent (it or the link restarted) in the same round: send
     // again what it may have lost; duplicates count once.
     log().info("[agg:{}] parent welcomed it back at round {}", self_.id, round_);
-    for (const Frame& fr : region_.sent_up) send_parent(std::vector<uint8_t>(*fr));
+    for (const auto& [chunk, fr] : region_.sent_up) send_parent(std::vector<uint8_t>(*fr));
     return;
   }
   if (no_change) {
@@ -312,6 +308,31 @@ void Aggregator::Impl::send_parent(std::vector<uint8_t> frame) {
   up_.out.frames.push_back(
       {std::make_shared<const std::vector<uint8_t>>(std::move(frame)), wire::FrameHeader{}});
   flush();
+}
+
+void Aggregator::Impl::resend_up(const wire::ParsedFrame& f) {
+  if (!plan_) return;
+  wire::NeedUpdatePayload need;
+  if (!wire::decode_need_update(f.payload, f.payload_size, plan_->count(), &need)) {
+    summary_.rejected_frames += 1;
+    security_->log_noise("need-update:parent",
+                         "[agg:" + self_.id + "] dropped a malformed need-update heartbeat");
+    return;
+  }
+  uint32_t chunks = 0;
+  for (uint32_t chunk : region_.resend.on_need(round_, need, Clock::now())) {
+    auto it = region_.sent_up.find(chunk);
+    if (it == region_.sent_up.end()) continue;  // not complete here yet
+    summary_.resent_bytes += it->second->size();
+    send_parent(std::vector<uint8_t>(*it->second));
+    chunks += 1;
+  }
+  if (chunks > 0) {
+    summary_.resent_chunks += chunks;
+    log().info("[agg:{}] parent lacks {} chunk(s) of round {} and receives nothing more; "
+               "sending them again",
+               self_.id, chunks, round_);
+  }
 }
 
 }  // namespace fedwan

@@ -147,6 +147,7 @@ void Aggregator::Impl::open_round(uint64_t round) {
   }
   replaced_anchor_.clear();
   region_.sent_up.clear();
+  region_.resend.begin(round, Clock::now());
   next_anchor_.clear();
   // A region names the anchor it holds when it rejoins its parent.
   if (!is_root_ && region_.anchor.size() == total_elements_)

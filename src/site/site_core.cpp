@@ -72,6 +72,7 @@ SiteCore::Impl::Impl(SiteOptions options, float* p, size_t n)
   so.log_name = "site:" + self.id;
   parent = std::make_unique<session::ParentSession>(topo, self, *transport, *security, so);
   upload = std::make_unique<checkpoint::CheckpointUpload>(topo, self.index);
+  outgoing.resend = session::UpdateResend(cfg.heartbeat_timeout);
 }
 
 void SiteCore::Impl::reset_link_state() {
@@ -114,7 +115,7 @@ void SiteCore::Impl::on_frame(const wire::ParsedFrame& f, SyncResult* res) {
   switch (h.type) {
     case wire::MsgType::kWelcome: on_welcome(f, res); return;
     case wire::MsgType::kAnchor: on_anchor(f, res); return;
-    case wire::MsgType::kHeartbeat: on_heartbeat(f); return;
+    case wire::MsgType::kHeartbeat: on_heartbeat(f, res); return;
     case wire::MsgType::kCheckpoint:
       if (h.flags == wire::kFlagReplicaStored) {
         log().debug("[site:{}] the parent keeps its checkpoint of round {}", self.id, h.round);
@@ -284,6 +285,16 @@ void SiteCore::Impl::resend_update() {
   }
 }
 
+void SiteCore::Impl::resend_chunks(const std::vector<uint32_t>& chunks, SyncResult* res) {
+  if (sealing_active) return;  // mid-upload: the update is going out anyway
+  for (uint32_t c : chunks) {
+    if (c >= outgoing.frames.size()) continue;
+    const uint64_t before = res->bytes_sent;
+    if (!send_now(outgoing.frames[c], res)) return;
+    res->bytes_resent += res->bytes_sent - before;
+  }
+}
+
 // ---- join and sync ------------------------------------------------------------------
 
 SyncResult SiteCore::Impl::join() {
@@ -385,6 +396,7 @@ void SiteCore::Impl::begin_update() {
   outgoing.sent = false;
   outgoing.digest = Sha256();
   outgoing.bytes = 0;
+  outgoing.resend.begin(round, Clock::now());
 }
 
 void SiteCore::Impl::send_update(uint64_t start_round, SyncResult* res) {
@@ -462,6 +474,7 @@ void SiteCore::Impl::send_sealed(security::SealingPipeline& sealing, size_t keep
 void SiteCore::Impl::update_sent() {
   outgoing.sent = true;
   outgoing.sent_at = Clock::now();
+  outgoing.resend.handed_over(outgoing.sent_at);
   const Sha256Digest d = outgoing.digest.finish();
   security->audit("update_sent", {{"round", round},
                                   {"parent", topo.node(self.parent_index).id},

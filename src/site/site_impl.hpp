@@ -22,6 +22,7 @@
 #include "node/node_security.hpp"
 #include "security/sealing_pipeline.hpp"
 #include "session/parent_session.hpp"
+#include "session/update_resend.hpp"
 #include "tensor/chunk_plan.hpp"
 #include "transport/links.hpp"
 #include "wire/frame.hpp"
@@ -109,11 +110,12 @@ class SiteCore::Impl {
   void on_frame(const wire::ParsedFrame& f, SyncResult* res);
   void on_welcome(const wire::ParsedFrame& f, SyncResult* res);
   void on_anchor(const wire::ParsedFrame& f, SyncResult* res);
-  void on_heartbeat(const wire::ParsedFrame& f);
+  void on_heartbeat(const wire::ParsedFrame& f, SyncResult* res);
   void apply_update_chunk(uint32_t chunk, const Codec& c, const uint8_t* payload);
   void apply_early();
   bool send_now(std::vector<uint8_t> frame, SyncResult* res);
-  void resend_update();
+  void resend_update();  // every chunk (a welcome back asked for the update)
+  void resend_chunks(const std::vector<uint32_t>& chunks, SyncResult* res);
   void confirm_end(SyncResult* res);
   // The steps of sync().
   void begin_update();
@@ -132,7 +134,8 @@ class SiteCore::Impl {
     uint32_t encoded_upto = 0;
     Sha256 digest;  // of the encoded chunks, for the audit entry
     uint64_t bytes = 0;
-    Clock::time_point sent_at, last_resend;
+    Clock::time_point sent_at;
+    session::UpdateResend resend;  // what the parent lacks, sent again once it stalls
   } outgoing;
   // The anchors coming down: the next round's (into params), a full model
   // after a welcome (into anchor), chunks that came before their delta

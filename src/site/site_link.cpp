@@ -124,19 +124,28 @@ std::vector<uint8_t> SiteCore::Impl::hello_frame() const {
   return make_frame(h, wire::encode_hello(hello));
 }
 
-void SiteCore::Impl::on_heartbeat(const wire::ParsedFrame& f) {
+void SiteCore::Impl::on_heartbeat(const wire::ParsedFrame& f, SyncResult* res) {
   const wire::FrameHeader& h = f.header;
   if (!welcome.welcomed_once || welcome.awaiting) return;
   const auto now = Clock::now();
-  // Frames still queued towards the parent are not lost: only an update
-  // sent a heartbeat timeout ago and still missing goes again.
+  // The parent's round still lacks part of this update. Chunks on their way
+  // are not lost: only those the parent names once its count of chunks
+  // received stopped growing go again (session::UpdateResend).
   if ((h.flags & wire::kFlagNeedUpdate) && h.round == round && outgoing.sent &&
-      !outgoing.frames.empty() && now - outgoing.sent_at > cfg.heartbeat_timeout &&
-      now - outgoing.last_resend > cfg.heartbeat_timeout) {
-    // The parent's round still lacks part of this update (lost on the way).
-    log().info("[site:{}] parent lacks part of round {}; sending the update again", self.id, round);
-    resend_update();
-    outgoing.last_resend = now;
+      !outgoing.frames.empty()) {
+    wire::NeedUpdatePayload need;
+    if (!wire::decode_need_update(f.payload, f.payload_size, plan.count(), &need)) {
+      security->log_noise("need-update:" + self.id,
+                          "[site:" + self.id + "] dropped a malformed need-update heartbeat");
+      return;
+    }
+    const std::vector<uint32_t> lost = outgoing.resend.on_need(round, need, now);
+    if (!lost.empty()) {
+      log().info("[site:{}] parent lacks {} chunk(s) of round {} and receives nothing more; "
+                 "sending them again",
+                 self.id, lost.size(), round);
+      resend_chunks(lost, res);
+    }
     return;
   }
   // Anchor chunks lost on the way: the parent moved past the round whose

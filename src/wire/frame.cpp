@@ -1,5 +1,6 @@
 #include "wire/frame.hpp"
 
+#include <algorithm>
 #include <cinttypes>
 #include <cmath>
 #include <cstdarg>
@@ -422,6 +423,47 @@ bool decode_telemetry(const uint8_t* data, size_t size, TelemetryPayload* out) {
   out->wan_bytes = get_u64(data + 1);
   out->fp32_bytes = get_u64(data + 9);
   out->frames = get_u64(data + 17);
+  return true;
+}
+
+std::vector<uint8_t> encode_need_update(uint32_t delivered, const std::vector<uint32_t>& missing) {
+  const uint32_t first = missing.empty() ? 0 : missing.front();
+  size_t bitmap = 0;
+  for (uint32_t c : missing) {
+    const uint64_t bit = uint64_t{c} - first;
+    if (c < first || bit >= kNeedUpdateBitmapBytes * 8) continue;
+    bitmap = std::max<size_t>(bitmap, static_cast<size_t>(bit / 8 + 1));
+  }
+  std::vector<uint8_t> out(8 + bitmap, 0);
+  put_u32(out.data(), delivered);
+  put_u32(out.data() + 4, first);
+  for (uint32_t c : missing) {
+    const uint64_t bit = uint64_t{c} - first;
+    if (c < first || bit >= kNeedUpdateBitmapBytes * 8) continue;
+    out[8 + bit / 8] = static_cast<uint8_t>(out[8 + bit / 8] | (1u << (bit % 8)));
+  }
+  return out;
+}
+
+bool decode_need_update(const uint8_t* data, size_t size, uint32_t chunk_count,
+                        NeedUpdatePayload* out) {
+  if (out == nullptr) return false;
+  *out = NeedUpdatePayload{};
+  if (size == 0) {
+    for (uint32_t c = 0; c < chunk_count; ++c) out->missing.push_back(c);
+    return true;
+  }
+  if (data == nullptr || size < 8 || size > 8 + kNeedUpdateBitmapBytes) return false;
+  out->delivered = get_u32(data);
+  out->progress_known = true;
+  const uint32_t first = get_u32(data + 4);
+  if (out->delivered > chunk_count) return false;
+  for (size_t i = 0; i < (size - 8) * 8; ++i) {
+    if ((data[8 + i / 8] >> (i % 8) & 1u) == 0) continue;
+    const uint64_t c = uint64_t{first} + i;
+    if (c >= chunk_count) return false;
+    out->missing.push_back(static_cast<uint32_t>(c));
+  }
   return true;
 }
 

@@ -180,6 +180,29 @@ struct HelloPayload {
 std::vector<uint8_t> encode_hello(const HelloPayload& p);
 bool decode_hello(const uint8_t* data, size_t size, HelloPayload* out);  // false if malformed
 
+// kHeartbeat with kFlagNeedUpdate, from a parent: how far the child's update
+// of the heartbeat's round has come, so that the child sends again only the
+// chunks that are lost, and only once the parent stopped receiving them (a
+// slow link that still delivers has lost nothing).
+//   u32 delivered   chunks of the update the parent received this round
+//   u32 first       the chunk the bitmap's first bit stands for
+//   bitmap          bit i (least significant first) set: chunk first + i is
+//                   still missing; at most kNeedUpdateBitmapBytes
+// Missing chunks past the bitmap's reach are named by a later heartbeat. An
+// empty payload (a parent that says nothing of progress) means every chunk.
+struct NeedUpdatePayload {
+  uint32_t delivered = 0;
+  std::vector<uint32_t> missing;  // ascending
+  bool progress_known = false;    // false: an empty payload
+};
+inline constexpr size_t kNeedUpdateBitmapBytes = 4096 - 8;
+// `missing` ascending; those beyond the bitmap's reach from missing[0] are
+// left out.
+std::vector<uint8_t> encode_need_update(uint32_t delivered, const std::vector<uint32_t>& missing);
+// False if malformed, or naming a chunk at or past `chunk_count`.
+bool decode_need_update(const uint8_t* data, size_t size, uint32_t chunk_count,
+                        NeedUpdatePayload* out);
+
 // kTelemetry payload: bytes that crossed the links of a subtree for a round.
 struct TelemetryPayload {
   uint64_t wan_bytes = 0;   // actual bytes on the wire (headers included)

@@ -16,6 +16,8 @@ FederationRun run_threads(const Topology& topo, const std::vector<float>& init, 
     if (n.role == Role::kSite) sites.push_back(&n);
   }
   out.site_models.resize(sites.size());
+  out.site_bytes_sent.assign(sites.size(), 0);
+  out.site_bytes_resent.assign(sites.size(), 0);
   NodeSpawner nodes;
   for (const NodeSpec& n : topo.nodes()) {
     if (n.role == Role::kSite) continue;
@@ -54,12 +56,18 @@ FederationRun run_threads(const Topology& topo, const std::vector<float>& init, 
       const auto bound = stopper.bind([&site] { site.stop(); });
       if (setup.created) setup.created(site, i);
       SyncResult r = site.join();
+      uint64_t sent = r.bytes_sent;
+      uint64_t resent = r.bytes_resent;
       while (!r.finished) {
         synthetic::local_steps(params.data(), params.size(), n.index, topo.federation().inner_steps,
                                seed);
         r = site.sync();
+        sent += r.bytes_sent;
+        resent += r.bytes_resent;
       }
       out.site_models[i] = params;
+      out.site_bytes_sent[i] = sent;
+      out.site_bytes_resent[i] = resent;
     });
   }
   nodes.join();

@@ -100,6 +100,8 @@ struct FederationRun {
   AggregatorSummary root;
   std::vector<AggregatorSummary> regions;
   std::vector<std::vector<float>> site_models;  // final params per site, by site order
+  // Per site, over its join and syncs: bytes sent, and of them sent again.
+  std::vector<uint64_t> site_bytes_sent, site_bytes_resent;
   std::vector<std::string> errors;
   std::string error_text() const {
     std::string out;

@@ -121,7 +121,8 @@ TEST_F(TransportFaults, ALostAnchorChunkResyncsTheSite) {
 }
 
 // A delta chunk lost on the way up: the parent's heartbeats say the round
-// still lacks part of the site's update, and the site sends it again.
+// still lacks that chunk of the site's update and receives nothing more, and
+// the site sends that chunk again, and only it.
 TEST_F(TransportFaults, ALostDeltaChunkIsSentAgain) {
   const auto rule = faults_->add(FaultRule::drop()
                                      .of_type(MsgType::kDelta)
@@ -131,6 +132,48 @@ TEST_F(TransportFaults, ALostDeltaChunkIsSentAgain) {
   const FederationRun run = run_and_compare();
   EXPECT_EQ(faults_->hits(rule), 1u);
   EXPECT_EQ(region_rejoins(run), 0u) << "a resend needs no rejoin";
+  // One fp16 chunk of 1024 values, sealed: 2 KiB and a header, not five.
+  EXPECT_GE(run.site_bytes_resent[3], 2048u);
+  EXPECT_LT(run.site_bytes_resent[3], 2 * 2048u);
+  for (size_t s = 0; s < 3; ++s) EXPECT_EQ(run.site_bytes_resent[s], 0u) << "site " << s;
+}
+
+// A region's aggregate chunk lost on the way to the root: the region sends
+// that chunk again (from the copies it keeps until the next anchor).
+TEST_F(TransportFaults, ALostAggregateChunkIsSentAgainAlone) {
+  const auto rule = faults_->add(FaultRule::drop()
+                                     .of_type(MsgType::kDelta)
+                                     .on(endpoint("root"), "region-1")
+                                     .where(chunk_of(2, 1))
+                                     .first(1));
+  const FederationRun run = run_and_compare();
+  EXPECT_EQ(faults_->hits(rule), 1u);
+  uint64_t resent = 0;
+  for (const AggregatorSummary& r : run.regions) resent += r.resent_chunks;
+  EXPECT_EQ(resent, 1u) << "region-1 sends the lost chunk, and nothing else goes again";
+  EXPECT_EQ(region_rejoins(run) + run.root.rejoins, 0u) << "a resend needs no rejoin";
+}
+
+// A slow link that still delivers loses nothing: site-0's update of round 1
+// arrives a chunk every 400 ms, the whole of it 2 s after it went out (twice
+// the heartbeat timeout). The parent's heartbeats show its count growing, so
+// nothing is sent again (it used to be, in full, a heartbeat timeout after
+// the site handed its update over).
+TEST_F(TransportFaults, ASlowLinkThatStillDeliversIsNotSentAgain) {
+  std::vector<FaultInjector::RuleId> rules;
+  for (uint32_t c = 0; c < 5; ++c) {
+    rules.push_back(faults_->add(FaultRule::delay_by(Millis(400 * (c + 1)))
+                                     .of_type(MsgType::kDelta)
+                                     .on(endpoint("region-0"), "site-0")
+                                     .where(chunk_of(1, c))
+                                     .first(1)));
+  }
+  const FederationRun run = run_and_compare();
+  for (FaultInjector::RuleId r : rules) EXPECT_EQ(faults_->hits(r), 1u);
+  for (size_t s = 0; s < run.site_bytes_resent.size(); ++s) {
+    EXPECT_EQ(run.site_bytes_resent[s], 0u) << "site " << s;
+  }
+  for (const AggregatorSummary& r : run.regions) EXPECT_EQ(r.resent_chunks, 0u);
 }
 
 // region-0 is cut off from the root and from its sites for three heartbeat

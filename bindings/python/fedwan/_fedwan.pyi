@@ -31,6 +31,7 @@ class _SyncResult(TypedDict):
     finished: bool
     bytes_sent: int
     bytes_received: int
+    bytes_resent: int
     resynced: bool
 
 class _RoundReport(TypedDict):
@@ -51,6 +52,8 @@ class _AggregatorSummary(TypedDict):
     wan_bytes_total: int
     fp32_bytes_total: int
     rejected_frames: int
+    resent_chunks: int
+    resent_bytes: int
     security_mode: str
     handshake_ms: list[float]
     resumed_from_round: int

@@ -11,8 +11,9 @@ from typing import Any, Dict, Iterable, List, Literal, Optional
 from ._fedwan import ConfigError, Error, SiteCore, Topology
 
 # The status a leader broadcasts to its ranks after each call, as int64:
-# ok, round, finished, resynced, inner_steps, bytes_sent, bytes_received.
-_STATUS_FIELDS = 7
+# ok, round, finished, resynced, inner_steps, bytes_sent, bytes_received,
+# bytes_resent.
+_STATUS_FIELDS = 8
 # The leader's error message travels in a fixed-size byte tensor.
 _MESSAGE_BYTES = 1024
 
@@ -214,7 +215,7 @@ class Site:
         self._joined = False
         self._closed = False
         self._status = {"round": 0, "finished": False, "resynced": False,
-                        "bytes_sent": 0, "bytes_received": 0}
+                        "bytes_sent": 0, "bytes_received": 0, "bytes_resent": 0}
 
         self._dist = None
         self._group = None
@@ -266,7 +267,7 @@ class Site:
         """Connects and joins the federation; afterwards the parameters hold
         the federation's model for the current round (on every rank of a
         multi-rank site). Returns ``{round, finished, bytes_sent,
-        bytes_received, resynced}``."""
+        bytes_received, bytes_resent, resynced}``."""
         result = self._leader_call("join", lambda core: core.join(), load_model=True)
         self._joined = True
         self._steps_in_round = 0
@@ -293,7 +294,7 @@ class Site:
         """Ends the round now, whatever the step count: sends this site's
         pseudo-gradient, waits for the next global model and loads it into
         the parameters. Returns ``{round, finished, bytes_sent,
-        bytes_received, resynced}``."""
+        bytes_received, bytes_resent, resynced}``."""
         self._steps_in_round = 0
         return self._leader_call("sync", lambda core: core.sync(), load_model=True)
 
@@ -460,7 +461,8 @@ class Site:
             if failure is None:
                 status.copy_(torch.tensor([
                     1, result["round"], int(result["finished"]), int(result["resynced"]),
-                    self._inner_steps, result["bytes_sent"], result["bytes_received"]],
+                    self._inner_steps, result["bytes_sent"], result["bytes_received"],
+                    result["bytes_resent"]],
                     dtype=torch.int64))
         dist.broadcast(status, src=self._src, group=self._group)
         message = torch.zeros(_MESSAGE_BYTES, dtype=torch.uint8, device=self._comm_device)
@@ -480,7 +482,7 @@ class Site:
             self._inner_steps = int(values[4])
             result = {"round": int(values[1]), "finished": bool(values[2]),
                       "resynced": bool(values[3]), "bytes_sent": int(values[5]),
-                      "bytes_received": int(values[6])}
+                      "bytes_received": int(values[6]), "bytes_resent": int(values[7])}
         return result
 
     def _broadcast_model(self) -> None:

@@ -121,6 +121,8 @@ class PyAggregator {
     d["wan_bytes_total"] = s.wan_bytes_total;
     d["fp32_bytes_total"] = s.fp32_bytes_total;
     d["rejected_frames"] = s.rejected_frames;
+    d["resent_chunks"] = s.resent_chunks;
+    d["resent_bytes"] = s.resent_bytes;
     d["security_mode"] = s.security_mode;
     d["handshake_ms"] = s.handshake_ms;
     d["resumed_from_round"] = s.resumed_from_round;
@@ -214,7 +216,9 @@ or fedwan.TransportError (the endpoint cannot be bound).)")
 within a second and raises KeyboardInterrupt (the last round boundary stays
 checkpointed). Returns
 {rounds, reports: [ {round, seconds, wan_bytes, fp32_bytes, frames, weight} ],
- wan_bytes_total, fp32_bytes_total, rejected_frames, security_mode ("mtls/<cipher>"
+ wan_bytes_total, fp32_bytes_total, rejected_frames, resent_chunks and resent_bytes
+ (a region: aggregate chunks its parent lacked once its progress stalled, sent again),
+ security_mode ("mtls/<cipher>"
  or "plaintext"), handshake_ms (list: this node's TLS handshake times, in ms, as each
  link came up), global_model (root: float32 array; region: None), and the fault
  tolerance counters resumed_from_round, children_lost, rejoins, stale_updates,

@@ -22,6 +22,7 @@ py::dict sync_dict(const SyncResult& r) {
   d["finished"] = r.finished;
   d["bytes_sent"] = r.bytes_sent;
   d["bytes_received"] = r.bytes_received;
+  d["bytes_resent"] = r.bytes_resent;
   d["resynced"] = r.resynced;
   return d;
 }
@@ -218,14 +219,15 @@ log of handshakes and updates sent.)")
       .def("join", &PySiteCore::join,
            "Connects and joins; afterwards params hold the federation's model. Ctrl-C while "
            "it waits stops the site (as stop() does) and raises KeyboardInterrupt within a "
-           "second. Returns {round, finished, bytes_sent, bytes_received, resynced}. Raises "
+           "second. Returns {round, finished, bytes_sent, bytes_received, bytes_resent, resynced}. "
+           "Raises "
            "fedwan.TimeoutError or fedwan.ProtocolError (refused by the parent), "
            "fedwan.StoppedError after stop().")
       .def("sync", &PySiteCore::sync,
            "Ends the round: sends the pseudo-gradient, waits for the next model and loads it "
            "into params; Ctrl-C stops the site and raises KeyboardInterrupt within a second "
            "(checkpoint() then keeps the round's start). Returns {round, finished, "
-           "bytes_sent, bytes_received, resynced}. Raises "
+           "bytes_sent, bytes_received, bytes_resent, resynced}. Raises "
            "fedwan.TimeoutError, fedwan.ProtocolError, fedwan.TransportError, or "
            "fedwan.StoppedError after stop().")
       .def("service", &PySiteCore::service,

@@ -182,6 +182,27 @@ TEST_F(RoundAccumulatorQuorumTest, ContributorsAreTheChildrenWhoseChunkIsIn) {
   EXPECT_TRUE(acc.contributors(2).empty());
 }
 
+TEST_F(RoundAccumulatorQuorumTest, DeliveredCountsAndMissingChunksNameWhatAChildOwes) {
+  acc.open(0, kMinWeight);
+  EXPECT_EQ(acc.delivered(kA), 0u);
+  EXPECT_EQ(acc.missing_chunks(kA), (std::vector<uint32_t>{0, 1, 2}));
+  add(0, kA, 1);
+  EXPECT_EQ(acc.delivered(kA), 1u);
+  EXPECT_EQ(acc.missing_chunks(kA), (std::vector<uint32_t>{0, 2}));
+  add(0, kA, 1);  // a duplicate counts once
+  EXPECT_EQ(acc.delivered(kA), 1u);
+  add(0, kB, 0);
+  add(0, kC, 0);
+  acc.take(0);  // closed without kA: it owes nothing there any more
+  EXPECT_EQ(acc.missing_chunks(kA), std::vector<uint32_t>{2});
+  EXPECT_EQ(acc.delivered(kA), 1u);
+  EXPECT_EQ(acc.delivered(12345), 0u);  // not a child
+  EXPECT_TRUE(acc.missing_chunks(12345).empty());
+  acc.open(1, kMinWeight);  // a new round starts from nothing
+  EXPECT_EQ(acc.delivered(kA), 0u);
+  EXPECT_EQ(acc.missing_chunks(kA).size(), 3u);
+}
+
 TEST_F(RoundAccumulatorQuorumTest, DeliveredAllCountsOnlyChunksStillOpen) {
   acc.open(0, kMinWeight);
   EXPECT_FALSE(acc.delivered_all(kA));

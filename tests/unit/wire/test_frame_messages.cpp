@@ -208,4 +208,48 @@ TEST(Frame, ReplicaFlagsOnlyOnTheirTypes) {
   EXPECT_EQ(reason(heartbeat), RejectReason::kBadReserved);
 }
 
+TEST(NeedUpdate, RoundTripsProgressAndMissingChunks) {
+  NeedUpdatePayload p;
+  const std::vector<uint32_t> missing = {3, 4, 9, 17};
+  const Bytes b = encode_need_update(5, missing);
+  EXPECT_EQ(b.size(), 8u + 2u);  // chunks 3..18 fit in two bitmap bytes
+  ASSERT_TRUE(decode_need_update(b.data(), b.size(), 20, &p));
+  EXPECT_TRUE(p.progress_known);
+  EXPECT_EQ(p.delivered, 5u);
+  EXPECT_EQ(p.missing, missing);
+  // Nothing missing: progress only.
+  const Bytes none = encode_need_update(7, {});
+  ASSERT_TRUE(decode_need_update(none.data(), none.size(), 20, &p));
+  EXPECT_EQ(p.delivered, 7u);
+  EXPECT_TRUE(p.missing.empty());
+}
+
+TEST(NeedUpdate, AnEmptyPayloadMeansEveryChunk) {
+  NeedUpdatePayload p;
+  ASSERT_TRUE(decode_need_update(nullptr, 0, 4, &p));
+  EXPECT_FALSE(p.progress_known);
+  EXPECT_EQ(p.missing, (std::vector<uint32_t>{0, 1, 2, 3}));
+}
+
+TEST(NeedUpdate, ChunksPastTheBitmapsReachAreLeftForLater) {
+  const uint32_t far = 2 + static_cast<uint32_t>(kNeedUpdateBitmapBytes) * 8;
+  const Bytes b = encode_need_update(0, {2, far});
+  EXPECT_LE(b.size(), 8 + kNeedUpdateBitmapBytes);
+  NeedUpdatePayload p;
+  ASSERT_TRUE(decode_need_update(b.data(), b.size(), far + 1, &p));
+  EXPECT_EQ(p.missing, std::vector<uint32_t>{2});
+}
+
+TEST(NeedUpdate, MalformedPayloadsAreRefused) {
+  NeedUpdatePayload p;
+  const Bytes b = encode_need_update(1, {3});
+  EXPECT_FALSE(decode_need_update(b.data(), 7, 10, &p));        // shorter than 8
+  EXPECT_FALSE(decode_need_update(b.data(), b.size(), 3, &p));  // chunk 3 of 3
+  const Bytes many = encode_need_update(11, {0});
+  EXPECT_FALSE(decode_need_update(many.data(), many.size(), 10, &p));  // 11 of 10 delivered
+  Bytes big(8 + kNeedUpdateBitmapBytes + 1, 0);
+  EXPECT_FALSE(decode_need_update(big.data(), big.size(), 1u << 20, &p));  // over the limit
+  EXPECT_FALSE(decode_need_update(b.data(), b.size(), 10, nullptr));
+}
+
 }  // namespace fedwan::wire
