@@ -1,8 +1,12 @@
 // A private temporary directory for a test, removed with everything in it
-// at scope exit, and a sorted listing of a directory.
+// at scope exit, and a sorted listing of a directory. Only the process that
+// made it removes it: a forked child that exits (and so runs the static
+// destructors it inherited, e.g. TestPki's) must not take the directory
+// from under the tests still running in its parent.
 #pragma once
 
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -21,6 +25,7 @@ class TempDir {
     path_ = tmpl;
   }
   ~TempDir() {
+    if (::getpid() != owner_) return;
     std::error_code ec;
     std::filesystem::remove_all(path_, ec);
   }
@@ -31,6 +36,7 @@ class TempDir {
 
  private:
   std::filesystem::path path_;
+  pid_t owner_ = ::getpid();
 };
 
 // The names in `dir`, sorted; empty when it does not exist.
