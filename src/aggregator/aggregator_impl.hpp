@@ -290,8 +290,12 @@ class Aggregator::Impl {
     std::array<uint8_t, 32> round_anchor_digest{};  // of anchor when the round opened
     // Error-feedback residual of the forwarded means (lossy codecs).
     std::vector<float> residual;
-    // Anchor relay progress.
+    // Anchor relay progress: which chunks of the next anchor (round
+    // relay_round) are applied and relayed. A chunk the parent sends again
+    // (after welcoming this region back) is neither applied twice nor
+    // counted twice.
     uint64_t relay_round = 0;
+    std::vector<bool> relayed;
     uint32_t relayed_chunks = 0;
     Clock::time_point anchor_progress_at;  // the round's anchor last advanced
     // The aggregate chunks sent up this round, by chunk, kept until the next

@@ -272,13 +272,22 @@ void Aggregator::Impl::on_parent_anchor(const wire::ParsedFrame& f, const uint8_
                h.round, round_);
     return;
   }
+  if (region_.relay_round != h.round || region_.relayed.size() != plan_->count()) {
+    region_.relay_round = h.round;
+    region_.relayed.assign(plan_->count(), false);
+    region_.relayed_chunks = 0;
+  }
+  if (region_.relayed[h.chunk_index]) {
+    // Sent again by a parent that welcomed this region back mid-round: the
+    // chunk is in the anchor and went down already.
+    log().debug("[agg:{}] ignored a duplicate anchor chunk {} of round {}", self_.id, h.chunk_index,
+                h.round);
+    return;
+  }
+  region_.relayed[h.chunk_index] = true;
   keep_round_anchor(h.chunk_index);
   codec->decode_accumulate(f.payload, h.element_count, 1.0f, dst);
   region_.anchor_progress_at = Clock::now();
-  if (region_.relay_round != h.round) {
-    region_.relay_round = h.round;
-    region_.relayed_chunks = 0;
-  }
   // Relay the chunk as it is, re-addressed from this node: no decode.
   wire::FrameHeader out = h;
   out.sender = self_.index;

@@ -148,6 +148,11 @@ void Aggregator::Impl::open_round(uint64_t round) {
   replaced_anchor_.clear();
   region_.sent_up.clear();
   region_.resend.begin(round, Clock::now());
+  // The next anchor (round + 1) starts from nothing applied: after a resync
+  // the anchor it would add to was replaced.
+  region_.relay_round = round + 1;
+  region_.relayed.assign(plan_ ? plan_->count() : 0, false);
+  region_.relayed_chunks = 0;
   next_anchor_.clear();
   // A region names the anchor it holds when it rejoins its parent.
   if (!is_root_ && region_.anchor.size() == total_elements_)
