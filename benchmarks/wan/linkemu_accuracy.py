@@ -1,0 +1,220 @@
+#!/usr/bin/env python3
+"""The link emulator's own accuracy test (docs/benchmarks.md, "Link emulator").
+
+Two namespaces joined by one emulated link. Over the kernel's real TCP:
+  * delay: the median TCP connect time (one round trip) over 30 connects,
+    halved, is within 5% of the profile's one-way delay;
+  * rate: a bulk transfer's steady-state goodput, converted to IP bytes,
+    is within 5% of the profile's rate;
+  * loss: on a link with 1% loss the emulator drops 1% of the packets
+    (within a fifth), and the transfer still completes intact;
+  * counting: the TCP payload the emulator saw as new equals the bytes the
+    sender wrote, on the lossless and the lossy link.
+With --capacity it also reports how many packets per CPU-second the emulator
+forwards (its ceiling in Gbit/s at 1500-byte packets); that figure is a
+benchmark and is not asserted.
+
+Exit status: 0 pass, 1 fail, 77 skipped (no root, netns or TUN).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fedwan_bench import netns  # noqa: E402
+from fedwan_bench.linkemu import LinkEmulator  # noqa: E402
+
+MSS = 1448  # TCP payload per 1500-byte packet with timestamps (20 IP + 32 TCP)
+PORT = 5201
+
+
+def config(a: netns.Namespace, b: netns.Namespace, profile: dict) -> dict:
+    return {"hosts": [{"name": "a", "netns": a.name, "address": "10.78.0.1"},
+                      {"name": "b", "netns": b.name, "address": "10.78.0.2"}],
+            "links": [{"a": "a", "b": "b", "profile": profile}]}
+
+
+class Sink:
+    """Accepts connections in namespace b; for each, records when every
+    received byte arrived (cumulative count, time)."""
+
+    def __init__(self, ns: netns.Namespace):
+        self.listener = ns.inside(lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind(("0.0.0.0", PORT))  # before the TUN device has its address
+        self.listener.listen(64)
+        self.samples: list[tuple[int, float]] = []
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                c, _ = self.listener.accept()
+            except OSError:
+                return
+            got = 0
+            samples = []
+            while True:
+                b = c.recv(1 << 20)
+                if not b:
+                    break
+                got += len(b)
+                samples.append((got, time.monotonic()))
+            c.close()
+            if got:
+                self.samples = samples
+                self.done.set()
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def client(ns: netns.Namespace, cc: str | None = None) -> socket.socket:
+    s = ns.inside(lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+    if cc:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, cc.encode())
+    return s
+
+
+def connect_rtts(a: netns.Namespace, n: int) -> list[float]:
+    rtts = []
+    for _ in range(n):
+        s = client(a)
+        t = time.monotonic()
+        s.connect(("10.78.0.2", PORT))
+        rtts.append(time.monotonic() - t)
+        s.close()
+        time.sleep(0.01)
+    return rtts
+
+
+def bulk(a: netns.Namespace, sink: Sink, nbytes: int, cc: str | None = None) -> tuple[int, float]:
+    sink.done.clear()
+    s = client(a, cc)
+    s.connect(("10.78.0.2", PORT))
+    buf = b"\x5a" * (1 << 20)
+    sent = 0
+    t0 = time.monotonic()
+    while sent < nbytes:
+        chunk = buf[: min(len(buf), nbytes - sent)]
+        s.sendall(chunk)
+        sent += len(chunk)
+    s.shutdown(socket.SHUT_WR)
+    if not sink.done.wait(120):
+        raise RuntimeError("the bulk transfer did not finish in 120 s")
+    # The sink's FIN acknowledges ours: nothing of this connection is still
+    # in flight when the caller stops the emulator (a FIN sent again into
+    # the next emulator would count there).
+    s.settimeout(30)
+    s.recv(1)
+    s.close()
+    return sent, time.monotonic() - t0
+
+
+def steady_rate_bps(samples: list[tuple[int, float]]) -> float:
+    """IP bits per second over the transfer's last 60% of bytes (past slow start)."""
+    total = samples[-1][0]
+    start = next(s for s in samples if s[0] >= 0.4 * total)
+    end = samples[-1]
+    payload_rate = (end[0] - start[0]) / (end[1] - start[1])
+    return payload_rate * 1500 / MSS * 8
+
+
+def new_payload(stats: dict) -> int:
+    return stats["links"][0]["a_to_b"]["counters"]["tcp_new_payload_bytes"]
+
+
+def within(measured: float, target: float, tolerance: float) -> bool:
+    return abs(measured - target) <= tolerance * target
+
+
+def main() -> int:
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--emulator", default=os.path.join(here, "..", "..", "build", "benchmarks",
+                                                        "fedwan-linkemu"))
+    ap.add_argument("--rate-mbit", type=float, default=100)
+    ap.add_argument("--delay-ms", type=float, default=20)
+    ap.add_argument("--bytes", type=int, default=40_000_000)
+    ap.add_argument("--capacity", action="store_true",
+                    help="also measure the emulator's packets per CPU-second")
+    args = ap.parse_args()
+    why = netns.unavailable_reason()
+    if why:
+        print(f"skipped: {why}")
+        return 77
+    if not os.access(args.emulator, os.X_OK):
+        print(f"fedwan-linkemu not found at {args.emulator} (--emulator)", file=sys.stderr)
+        return 1
+
+    run = f"fwb-acc{os.getpid()}"
+    failures = []
+    with tempfile.TemporaryDirectory() as work, netns.Namespace(run + "-a") as a, \
+            netns.Namespace(run + "-b") as b:
+        sink = Sink(b)
+        profile = {"rate_mbit": args.rate_mbit, "delay_ms": args.delay_ms}
+        with LinkEmulator(args.emulator, config(a, b, profile), work) as emu:
+            rtt = statistics.median(connect_rtts(a, 30))
+            sent, seconds = bulk(a, sink, args.bytes)
+            rate = steady_rate_bps(sink.samples)
+            stats = emu.stop()
+        one_way = rtt / 2 * 1e3
+        print(f"delay: profile {args.delay_ms:.2f} ms one way, measured {one_way:.2f} ms "
+              f"({one_way / args.delay_ms:.3f}x)")
+        print(f"rate:  profile {args.rate_mbit:.1f} Mbit/s, steady state {rate / 1e6:.1f} Mbit/s "
+              f"({rate / 1e6 / args.rate_mbit:.3f}x); whole transfer {sent * 8 / seconds / 1e6:.1f} "
+              f"Mbit/s of payload in {seconds:.2f} s")
+        print(f"count: sender wrote {sent} B, emulator saw {new_payload(stats)} B of new TCP payload")
+        if not within(one_way, args.delay_ms, 0.05):
+            failures.append("delay off by more than 5%")
+        if not within(rate / 1e6, args.rate_mbit, 0.05):
+            failures.append("rate off by more than 5%")
+        if new_payload(stats) != sent:
+            failures.append("new TCP payload differs from the bytes written (lossless link)")
+
+        lossy = dict(profile, loss_percent=1.0)
+        with LinkEmulator(args.emulator, config(a, b, lossy), work) as emu:
+            sent, seconds = bulk(a, sink, args.bytes // 4, cc="bbr")
+            received = sink.samples[-1][0]
+            stats = emu.stop()
+        c = stats["links"][0]["a_to_b"]["counters"]
+        share = c["lost_packets"] / c["packets"]
+        print(f"loss:  profile 1.00%, dropped {100 * share:.2f}% of {c['packets']} packets; "
+              f"{c['tcp_retransmitted_bytes']} B retransmitted, {received} of {sent} B received")
+        if not within(share, 0.01, 0.2):
+            failures.append("loss share off by more than a fifth")
+        print(f"count: sender wrote {sent} B, emulator saw {new_payload(stats)} B of new TCP payload")
+        if received != sent or new_payload(stats) != sent:
+            failures.append("lossy link: bytes received or counted differ from bytes written")
+
+        if args.capacity:
+            with LinkEmulator(args.emulator, config(a, b, {"delay_ms": 1}), work) as emu:
+                cpu0 = emu.cpu_seconds()
+                sent, seconds = bulk(a, sink, 4 * args.bytes)
+                cpu = emu.cpu_seconds() - cpu0
+                stats = emu.stop()
+            packets = sum(stats["links"][0][d]["counters"]["packets"] for d in ("a_to_b", "b_to_a"))
+            pps = packets / cpu
+            print(f"capacity: {packets} packets in {cpu:.2f} CPU s = {pps / 1e3:.0f} kpps per core "
+                  f"= {pps * 1500 * 8 / 1e9:.2f} Gbit/s at 1500 B (transfer ran at "
+                  f"{sent * 8 / seconds / 1e9:.2f} Gbit/s, sender and receiver on the same cores)")
+        sink.close()
+    for f in failures:
+        print(f"FAIL: {f}")
+    if not failures:
+        print("PASS: the emulator's delay and rate are within 5% of the profile")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
