@@ -1,5 +1,7 @@
 // `fedwan aggregator` and `fedwan site`: one node of a real deployment.
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -7,6 +9,7 @@
 #include <fstream>
 #include <iostream>
 #include <optional>
+#include <thread>
 
 #include <torch/utils.h>
 #include <CLI/CLI.hpp>
@@ -14,6 +17,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/placement.hpp"
+#include "cli/site_report.hpp"
 #include "cli/validators.hpp"
 #include "common/atomic_file.hpp"
 #include "fedwan/aggregator.hpp"
@@ -75,6 +79,26 @@ int stopped_by_signal(const std::string& node, uint64_t round, bool checkpointed
   std::cerr << "fedwan: site '" << node << "' stopped by signal at round " << round
             << (checkpointed ? "; it resumes from its last checkpoint" : "") << "\n";
   return 0;
+}
+
+using Clock = SiteReport::Clock;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// --step-time-ms: waits for an inner step's deadline without using the CPU,
+// in slices short enough that a SIGTERM stops the site promptly and the
+// parent keeps hearing from it (heartbeats) during a long step. True when
+// the parent resynced the site meanwhile (the round restarts).
+bool wait_for_step(SiteCore& site, Clock::time_point deadline) {
+  constexpr Clock::duration kSlice = std::chrono::milliseconds(50);
+  for (;;) {
+    if (site.service().resynced) return true;
+    const Clock::time_point now = Clock::now();
+    if (now >= deadline || g_terminate.load()) return false;
+    std::this_thread::sleep_for(std::min(deadline - now, kSlice));
+  }
 }
 
 void install_signal_handlers() {
@@ -244,6 +268,11 @@ size_t site_ordinal(const Topology& topo, const std::string& node) {
 
 int run_site(const NodeArgs& a) {
   torch::set_num_threads(1);
+  if (a.step_time_ms > 0 && a.workload.trainer != "synthetic") {
+    throw ConfigError("--step-time-ms stands in for a training step with --trainer synthetic; "
+                      "--trainer " +
+                      a.workload.trainer + " times its own steps (drop --step-time-ms)");
+  }
   if (a.ranks > 1 && (a.rank < 0 || a.rank >= a.ranks || a.rendezvous.empty())) {
     throw ConfigError("--ranks " + std::to_string(a.ranks) + " needs --rank in 0.." +
                       std::to_string(a.ranks - 1) + " and --rendezvous DIR");
@@ -268,30 +297,52 @@ int run_site(const NodeArgs& a) {
     const uint32_t index = o.topology.node(a.node).index;
     std::vector<float> params = initial_model(w);
     const bool checkpointed = !o.checkpoint_dir.empty();
+    // A paced step moves the model by one synthetic step per round: the
+    // update stays dense without a large model costing H passes over it.
+    const bool paced = a.step_time_ms > 0;
+    const auto step_time = std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double, std::milli>(a.step_time_ms));
     SiteCore site(std::move(o), params.data(), params.size());
     SiteCoreRegistration registered(&site);
+    SiteReport report(a.report, a.node, a.step_time_ms);
     try {
+      const Clock::time_point join_started = Clock::now();
       SyncResult r = site.join();
+      report.joined(join_started);
       while (!r.finished) {
         bool resynced = false;
+        // Deadlines from the round's start: sleeping late in one step does
+        // not push back the next.
+        const Clock::time_point train_started = Clock::now();
         for (uint64_t k = 0; k < steps && !resynced; ++k) {
-          synthetic::local_steps(params.data(), params.size(), index, 1, w.seed);
-          resynced = site.service().resynced;
+          if (!paced || k == 0) {
+            synthetic::local_steps(params.data(), params.size(), index, 1, w.seed);
+          }
+          resynced =
+              paced ? wait_for_step(site, train_started + step_time * static_cast<int64_t>(k + 1))
+                    : site.service().resynced;
           if (g_terminate.load()) {
             site.checkpoint();
+            report.write(/*stopped=*/true);
             return stopped_by_signal(a.node, site.round(), checkpointed);
           }
         }
+        report.trained(seconds_since(train_started));
         if (resynced) continue;
+        const uint64_t ending = site.round();
+        const Clock::time_point sync_started = Clock::now();
         r = site.sync();
+        report.synced(ending, sync_started, r);
       }
     } catch (const StoppedError&) {
       // Stopped inside join() or sync(): checkpoint() keeps the round
       // boundary's checkpoint when a sync was cut short.
       site.checkpoint();
+      report.write(/*stopped=*/true);
       return stopped_by_signal(a.node, site.round(), checkpointed);
     }
     if (!a.out.empty()) write_model(a.out, params.data(), params.size());
+    report.write(/*stopped=*/false);
     print_alarms("site '" + a.node + "'", site.alarms());
     return 0;
   }
@@ -349,13 +400,26 @@ int run_site(const NodeArgs& a) {
   const std::function<void()> average = [&] {
     if (dp) dp->synchronize();
   };
+  SiteReport report(site.leader() ? a.report : std::string(), a.node, a.step_time_ms);
   try {
+    const Clock::time_point join_started = Clock::now();
     site.join();
+    report.joined(join_started);
     while (!site.finished()) {
+      const Clock::time_point step_started = Clock::now();
       trainer.step(model, *opt, average, a.rank, a.ranks);
-      site.step();
+      const uint64_t round = site.round();
+      const Clock::time_point sync_started = Clock::now();
+      const std::optional<SyncResult> synced = site.step();
+      if (synced && !synced->resynced) {
+        report.trained(std::chrono::duration<double>(sync_started - step_started).count());
+        report.synced(round, sync_started, *synced);
+      } else {
+        report.trained(seconds_since(step_started));
+      }
       if (g_terminate.load()) {
         site.checkpoint();
+        report.write(/*stopped=*/true);
         return stopped_by_signal(a.node, site.round(), checkpointed && site.leader());
       }
     }
@@ -365,6 +429,7 @@ int run_site(const NodeArgs& a) {
     // and the site's collective failed.
     if (!g_terminate.load()) throw;
     site.checkpoint();
+    report.write(/*stopped=*/true);
     return stopped_by_signal(a.node, site.round(), checkpointed && site.leader());
   }
   if (!a.out.empty() && site.leader()) {
@@ -372,6 +437,7 @@ int run_site(const NodeArgs& a) {
     write_model(a.out, model_on_host.data_ptr<float>(), site.parameters().numel());
   }
   if (site.leader()) print_alarms("site '" + a.node + "'", site.core().alarms());
+  report.write(/*stopped=*/false);
   return 0;
 }
 
@@ -455,6 +521,16 @@ void add_site_command(CLI::App& app, NodeArgs& args, int* exit_code) {
                   "between the ranks), cpu, or auto (cuda when this build, the machine and "
                   "LibTorch have CUDA and there is a GPU per rank; else cpu)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+      ->capture_default_str();
+  cmd->add_option("--report", args.report,
+                  "write a JSON report here at the end (also when stopped by a signal): per "
+                  "round the training and sync wall time and bytes sent and received, the "
+                  "totals and the utilisation (training time / wall time since joining)");
+  cmd->add_option("--step-time-ms", args.step_time_ms,
+                  "with --trainer synthetic: each inner step takes this many milliseconds of "
+                  "wall time without using the CPU (a GPU's step on a machine without one); "
+                  "the model moves one synthetic step per round. 0: off")
+      ->check(number_in(0, 600000, /*integer=*/false))
       ->capture_default_str();
   cmd->callback([&args, exit_code] { *exit_code = run_site(args); });
 }

@@ -1,9 +1,13 @@
 // A federation of real `fedwan` processes over loopback TCP: the final global
-// model (and every site's model) equals the in-process reference bit for bit.
+// model (and every site's model) equals the in-process reference bit for bit,
+// also with sites that pace their steps (--step-time-ms) and report
+// (--report).
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <fstream>
+
+#include <nlohmann/json.hpp>
 
 #include "harness/federation_fixture.hpp"
 #include "harness/process.hpp"
@@ -88,6 +92,119 @@ TEST_P(ProcessFederation, MatchesInProcessReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Codecs, ProcessFederation, ::testing::Values("fp32", "fp16"));
+
+// --step-time-ms stands in for a GPU's step: each inner step takes that much
+// wall time, the model moves one synthetic step per round, and --report
+// accounts for every round.
+TEST(ProcessFederationSite, PacedStepsReportEveryRound) {
+  TempDir dir;
+  constexpr uint64_t kSeed = 7;
+  constexpr size_t kParams = 5000;
+  constexpr double kStepMs = 25;
+  FederationSpec fed;
+  fed.rounds = 3;
+  fed.inner_steps = 4;
+  fed.codec = "fp32";
+  fed.chunk_bytes = 8192;
+  fed.outer.name = "diloco";
+  fed.round_timeout_s = 60;
+  std::vector<NodeSpec> nodes = make_tree(dir.path(), 0, 2, fed).nodes();
+  nodes[0].endpoint = nodes[0].bind = "tcp://127.0.0.1:" + std::to_string(free_tcp_port());
+  const Topology topo = Topology::build("paced-test", fed, nodes);
+  const auto topo_path = dir.path() / "topology.yaml";
+  std::ofstream(topo_path) << topo.to_yaml();
+  auto path = [&](const std::string& id, const std::string& ext) {
+    return (dir.path() / (id + ext)).string();
+  };
+
+  std::vector<pid_t> pids;
+  for (const NodeSpec& n : topo.nodes()) {
+    const bool site = n.role == Role::kSite;
+    std::vector<std::string> args = {site ? "site" : "aggregator",
+                                     "--topology",
+                                     topo_path.string(),
+                                     "--node",
+                                     n.id,
+                                     "--trainer",
+                                     "synthetic",
+                                     "--synthetic-size",
+                                     std::to_string(kParams),
+                                     "--seed",
+                                     std::to_string(kSeed),
+                                     "--join-timeout",
+                                     "60",
+                                     "--credentials",
+                                     security_for(topo, n.id).credentials_dir,
+                                     "--out",
+                                     path(n.id, ".bin")};
+    if (site) {
+      args.insert(args.end(),
+                  {"--step-time-ms", std::to_string(kStepMs), "--report", path(n.id, ".json")});
+    }
+    pids.push_back(spawn_process(FEDWAN_CLI_PATH, args, path(n.id, ".log")));
+  }
+  const std::vector<int> codes = wait_processes(pids, std::chrono::seconds(120));
+  for (size_t i = 0; i < codes.size(); ++i) {
+    const std::string id = topo.nodes()[i].id;
+    ASSERT_EQ(codes[i], 0) << id << " log:\n" << read_text(path(id, ".log"));
+  }
+
+  const std::vector<float> init = synthetic::initial_model(kParams, kSeed);
+  const ReferenceResult ref = run_reference(topo, init, [&](uint32_t site, uint64_t, auto& p) {
+    synthetic::local_steps(p.data(), p.size(), site, 1, kSeed);
+  });
+  const std::vector<float> global = read_model(path("root", ".bin"));
+  ASSERT_EQ(global.size(), kParams);
+  EXPECT_EQ(0, std::memcmp(global.data(), ref.global.data(), kParams * sizeof(float)));
+  for (const NodeSpec& n : topo.nodes()) {
+    if (n.role != Role::kSite) continue;
+    const std::vector<float> model = read_model(path(n.id, ".bin"));
+    ASSERT_EQ(model.size(), kParams) << n.id;
+    EXPECT_EQ(0, std::memcmp(model.data(), ref.held.data(), kParams * sizeof(float))) << n.id;
+    EXPECT_EQ(0, std::memcmp(model.data(), global.data(), kParams * sizeof(float))) << n.id;
+
+    const nlohmann::json report = nlohmann::json::parse(read_text(path(n.id, ".json")));
+    SCOPED_TRACE(n.id + " report: " + report.dump());
+    EXPECT_EQ(report["node"], n.id);
+    EXPECT_EQ(report["step_time_ms"].get<double>(), kStepMs);
+    EXPECT_FALSE(report["stopped"].get<bool>());
+    const nlohmann::json& rounds = report["rounds"];
+    ASSERT_EQ(rounds.size(), fed.rounds);
+    double train = 0, sync = 0;
+    uint64_t sent = 0, received = 0;
+    for (size_t r = 0; r < rounds.size(); ++r) {
+      EXPECT_EQ(rounds[r]["round"].get<uint64_t>(), r);
+      // A step never takes less than its sleep; far more would mean the
+      // model's work was not cut to one step per round.
+      EXPECT_GE(rounds[r]["train_s"].get<double>(), fed.inner_steps * kStepMs / 1000 * 0.95);
+      EXPECT_LT(rounds[r]["train_s"].get<double>(), 5.0);
+      EXPECT_GT(rounds[r]["bytes_sent"].get<uint64_t>(), 0u);
+      train += rounds[r]["train_s"].get<double>();
+      sync += rounds[r]["sync_s"].get<double>();
+      sent += rounds[r]["bytes_sent"].get<uint64_t>();
+      received += rounds[r]["bytes_received"].get<uint64_t>();
+    }
+    EXPECT_DOUBLE_EQ(report["train_s_total"].get<double>(), train);
+    EXPECT_DOUBLE_EQ(report["sync_s_total"].get<double>(), sync);
+    EXPECT_EQ(report["bytes_sent_total"].get<uint64_t>(), sent);
+    EXPECT_EQ(report["bytes_received_total"].get<uint64_t>(), received);
+    const double utilisation = report["utilisation"].get<double>();
+    EXPECT_GT(utilisation, 0.0);
+    EXPECT_LE(utilisation, 1.0);
+    EXPECT_GE(report["wall_s"].get<double>(), train + sync - 1e-9);
+  }
+
+  // A fashion-cnn step is timed by its own work: pacing it is refused
+  // before the site loads anything.
+  const std::string log = path("refused", ".log");
+  const pid_t refused =
+      spawn_process(FEDWAN_CLI_PATH,
+                    {"site", "--topology", topo_path.string(), "--node", "site-0", "--trainer",
+                     "fashion-cnn", "--step-time-ms", "5", "--insecure-plaintext"},
+                    log);
+  EXPECT_EQ(wait_processes({refused}, std::chrono::seconds(60))[0], 2) << read_text(log);
+  EXPECT_NE(read_text(log).find("--step-time-ms"), std::string::npos) << read_text(log);
+}
 
 }  // namespace
 }  // namespace fedwan::testing
