@@ -15,6 +15,7 @@ PACKAGES=(
   pybind11-dev python3-pybind11 python3-dev python3-numpy python3-pytest
   python3-venv                        # pip's torch 2.x for scripts/torch2.sh
   dataset-fashion-mnist
+  iproute2 python3-matplotlib         # fedwan bench: namespaces, plots
 )
 
 missing=()

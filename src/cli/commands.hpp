@@ -25,7 +25,7 @@ void add_security_flags(CLI::App& cmd, SecurityArgs& s);
 struct NodeArgs {
   std::string topology;
   std::string node;
-  std::string report;         // JSON report path (root: rounds; site: nothing)
+  std::string report;         // JSON report path (root: rounds; site: its timings and traffic)
   std::string out;            // write the final model (raw little-endian fp32) here
   std::string initial_model;  // root: start from this raw little-endian fp32 model
   bool eval = false;          // root: evaluate the global model every round
@@ -37,6 +37,9 @@ struct NodeArgs {
   int ranks = 1;                // sites: ranks in the site
   std::string rendezvous;       // sites with ranks > 1: where the ranks meet
   std::string device = "auto";  // sites: auto | cpu | cuda (see cli/placement.hpp)
+  // Sites, synthetic trainer: wall-clock milliseconds each inner step takes
+  // (a GPU's step stood in for by a sleep); 0: as fast as the CPU goes.
+  double step_time_ms = 0;
   SecurityArgs security;
   WorkloadSettings workload;
 };
@@ -72,6 +75,8 @@ void add_demo_command(CLI::App& app, DemoArgs& args, int* exit_code);
 void add_certs_command(CLI::App& app, int* exit_code);
 // `fedwan audit verify FILE`: check an audit log's hash chain.
 void add_audit_command(CLI::App& app, int* exit_code);
+// `fedwan bench ARGS...`: runs the WAN benchmark harness (docs/benchmarks.md).
+void add_bench_command(CLI::App& app, int* exit_code);
 
 // Writes a flat fp32 model to `path` (raw little-endian floats).
 void write_model(const std::string& path, const float* data, size_t n);

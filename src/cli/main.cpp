@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   fedwan::cli::add_demo_command(app, demo_args, &exit_code);
   fedwan::cli::add_certs_command(app, &exit_code);
   fedwan::cli::add_audit_command(app, &exit_code);
+  fedwan::cli::add_bench_command(app, &exit_code);
   app.parse_complete_callback([&] {
     if (!log_level.empty()) fedwan::set_log_level(log_level);
   });

@@ -1,0 +1,224 @@
+"""`fedwan bench`: run a federation under emulated WAN links, with baselines
+measured in the same invocation, and write bench.json and bench.md.
+
+    fedwan bench run --profile intercontinental --params 10M --rounds 5
+    fedwan bench run --quick            # seconds: proves the harness works
+    fedwan bench profiles               # what each profile is
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+
+from . import federation, metrics, netns, profiles, report
+
+SKIP = 77  # cannot run on this machine (no root, namespaces or TUN)
+
+
+def parse_count(text: str) -> int:
+    """'10M', '300M', '250k', '1.5M', '123456'."""
+    t = text.strip().lower()
+    scale = {"k": 1e3, "m": 1e6, "g": 1e9}.get(t[-1:], 1)
+    try:
+        value = float(t[:-1] if scale != 1 else t) * scale
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a count: '{text}' (e.g. 10M, 250k)") from None
+    if not 1 <= value <= 2**30:
+        raise argparse.ArgumentTypeError(f"{text}: between 1 and 2^30 parameters")
+    return int(value)
+
+
+def _tool(name: str, given: str | None) -> str:
+    if given:
+        return given
+    here = os.path.dirname(os.path.abspath(sys.argv[0]))
+    for d in (os.environ.get("FEDWAN_BIN_DIR", ""), here):
+        if d and os.access(os.path.join(d, name), os.X_OK):
+            return os.path.join(d, name)
+    found = shutil.which(name)
+    if not found:
+        raise SystemExit(f"fedwan bench: cannot find '{name}' (set FEDWAN_BIN_DIR or --{name.split('-')[-1]})")
+    return found
+
+
+def machine() -> dict:
+    try:
+        with open("/proc/sys/net/ipv4/tcp_congestion_control") as f:
+            cc = f.read().strip()
+    except OSError:
+        cc = "unknown"
+    return {"cores": len(os.sched_getaffinity(0)), "kernel": platform.release(), "tcp_cc": cc,
+            "python": platform.python_version()}
+
+
+def add_run_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--profile", default="cross-region",
+                   help="lan, cross-region, intercontinental, degraded (default cross-region)")
+    p.add_argument("--rate-mbit", type=float, help="custom: root-tier rate")
+    p.add_argument("--delay-ms", type=float, help="custom: root-tier one-way delay")
+    p.add_argument("--jitter-ms", type=float, help="custom: root-tier jitter")
+    p.add_argument("--loss-percent", type=float, help="custom: root-tier loss")
+    p.add_argument("--site-rate-mbit", type=float, help="custom: site-tier rate")
+    p.add_argument("--site-delay-ms", type=float, help="custom: site-tier one-way delay")
+    p.add_argument("--regions", type=int, default=2)
+    p.add_argument("--sites-per-region", type=int, default=2)
+    p.add_argument("--params", type=parse_count, default=parse_count("1M"),
+                   help="synthetic model size (default 1M)")
+    p.add_argument("--trainer", choices=["synthetic", "fashion-cnn"], default="synthetic")
+    p.add_argument("--codec", default="fp16")
+    p.add_argument("--rounds", type=int, default=4)
+    p.add_argument("--inner-steps", type=int, default=10, help="H")
+    p.add_argument("--step-time-ms", type=float, default=50.0,
+                   help="synthetic: wall time of one training step (a GPU step's stand-in)")
+    p.add_argument("--chunk-bytes", type=int, default=1 << 20)
+    p.add_argument("--outer-optimizer", default="fedavg")
+    p.add_argument("--baselines", default="flat-fp32",
+                   help="comma-separated: flat-fp32, none (default flat-fp32)")
+    p.add_argument("--plaintext", action="store_true", help="no mutual TLS (default: mTLS)")
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--out", default="bench-out", help="directory for bench.json, bench.md, logs")
+    p.add_argument("--timeout", type=float, default=1800, help="seconds per federation run")
+    p.add_argument("--quick", action="store_true",
+                   help="a few seconds: 200k parameters, 1 region x 2 sites, 2 rounds")
+    p.add_argument("--sweep", metavar="KEY=V1,V2,...",
+                   help="run once per value of KEY: rate-mbit, delay-ms, codec, inner-steps, "
+                        "params, sites-per-region (plots show the figures against it)")
+    p.add_argument("--no-plots", action="store_true", help="write no PNG plots")
+    p.add_argument("--fedwan", help="the fedwan binary (default: next to this one, or PATH)")
+    p.add_argument("--linkemu", help="the fedwan-linkemu binary")
+
+
+def specs_from(args: argparse.Namespace) -> list[federation.FederationSpec]:
+    if args.quick:
+        args.params, args.regions, args.sites_per_region = 200_000, 1, 2
+        args.rounds, args.inner_steps, args.step_time_ms = 2, 2, 10.0
+    for name in ("regions", "sites_per_region", "rounds", "inner_steps"):
+        if getattr(args, name) < (0 if name == "regions" else 1):
+            raise SystemExit(f"fedwan bench: --{name.replace('_', '-')} must be positive")
+    ours = federation.FederationSpec(
+        name="fedwan", regions=args.regions, sites_per_region=args.sites_per_region,
+        sites=args.sites_per_region if args.regions == 0 else 0, codec=args.codec,
+        rounds=args.rounds, inner_steps=args.inner_steps, step_time_ms=args.step_time_ms,
+        params=args.params, chunk_bytes=args.chunk_bytes, trainer=args.trainer, seed=args.seed,
+        secure=not args.plaintext, round_timeout_s=args.timeout,
+        outer_optimizer=args.outer_optimizer)
+    specs = [ours]
+    for b in [x.strip() for x in args.baselines.split(",") if x.strip()]:
+        if b == "none":
+            continue
+        if b == "flat-fp32":
+            from dataclasses import replace
+            specs.append(replace(ours, name="flat-fp32", regions=0, sites=ours.site_count(),
+                                 codec="fp32"))
+        else:
+            raise SystemExit(f"fedwan bench: unknown baseline '{b}' (flat-fp32, none)")
+    return specs
+
+
+def profile_from(args: argparse.Namespace) -> profiles.Profile:
+    base = profiles.named(args.profile) if args.profile != "custom" else None
+    return profiles.custom(base, rate_mbit=args.rate_mbit, delay_ms=args.delay_ms,
+                           jitter_ms=args.jitter_ms, loss_percent=args.loss_percent,
+                           site_rate_mbit=args.site_rate_mbit, site_delay_ms=args.site_delay_ms)
+
+
+SWEEP_KEYS = {"rate-mbit": ("rate_mbit", float), "delay-ms": ("delay_ms", float),
+              "codec": ("codec", str), "inner-steps": ("inner_steps", int),
+              "params": ("params", parse_count), "sites-per-region": ("sites_per_region", int)}
+
+
+def sweep_from(args: argparse.Namespace) -> tuple[str, list] | None:
+    if not args.sweep:
+        return None
+    key, _, values = args.sweep.partition("=")
+    if key not in SWEEP_KEYS or not values:
+        raise SystemExit(f"fedwan bench: --sweep KEY=V1,V2,...: KEY is one of "
+                         f"{', '.join(SWEEP_KEYS)}")
+    attr, kind = SWEEP_KEYS[key]
+    try:
+        return attr, [kind(v) for v in values.split(",")]
+    except (ValueError, argparse.ArgumentTypeError) as e:
+        raise SystemExit(f"fedwan bench: --sweep {args.sweep}: {e}")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    sweep = sweep_from(args)
+    points: list = [None] if sweep is None else sweep[1]
+    plan = []
+    for value in points:
+        if sweep is not None:
+            setattr(args, sweep[0], value)
+        try:
+            profile = profile_from(args)
+        except ValueError as e:
+            raise SystemExit(f"fedwan bench: {e}")
+        plan += [(value, spec, profile) for spec in specs_from(args)]
+    why = netns.unavailable_reason()
+    if why:
+        print(f"fedwan bench: cannot run here: {why}", file=sys.stderr)
+        return SKIP
+    fedwan = _tool("fedwan", args.fedwan)
+    linkemu = _tool("fedwan-linkemu", args.linkemu)
+    os.makedirs(args.out, exist_ok=True)
+    runs = []
+    for value, spec, profile in plan:
+        tag = spec.name if value is None else f"{spec.name}-{value}"
+        work = os.path.join(args.out, tag)
+        print(f"fedwan bench: {tag}: {spec.site_count()} sites, {spec.codec}, "
+              f"{spec.params:,} parameters, {spec.rounds} rounds of H={spec.inner_steps} "
+              f"over {profile.name} ({profile.root_link.describe()}) ...", flush=True)
+        t = time.monotonic()
+        raw = federation.run(spec, profile, fedwan, linkemu, work, timeout=args.timeout)
+        summary = metrics.summarise(raw)
+        summary["sweep_value"] = value
+        runs.append(summary)
+        print(f"fedwan bench: {tag}: done in {time.monotonic() - t:.1f} s; "
+              f"median round {summary['round_s_median']:.3f} s", flush=True)
+    doc = {"tool": "fedwan bench", "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+           "machine": machine(), "runs": runs,
+           "comparisons": report.comparisons([r for r in runs if r["sweep_value"] == points[0]])}
+    if sweep is not None:
+        doc["sweep"] = {"key": sweep[0], "values": points}
+    json_path, md_path = report.write(doc, args.out)
+    with open(md_path) as f:
+        print(f.read())
+    print(f"fedwan bench: wrote {json_path} and {md_path}")
+    if not args.no_plots:
+        try:
+            from . import plots
+            for path in plots.write(doc, args.out):
+                print(f"fedwan bench: wrote {path}")
+        except ImportError:
+            print("fedwan bench: no plots: matplotlib is not installed "
+                  "(apt-get install python3-matplotlib)")
+    return 0
+
+
+def cmd_profiles(_: argparse.Namespace) -> int:
+    for name, p in profiles.PROFILES.items():
+        print(f"{name:17} root tier: {p.root_link.describe():38} site tier: {p.site_link.describe()}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="fedwan bench", description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run federations under emulated WAN links")
+    add_run_flags(run)
+    run.set_defaults(func=cmd_run)
+    prof = sub.add_parser("profiles", help="list the WAN profiles")
+    prof.set_defaults(func=cmd_profiles)
+    clean = sub.add_parser("clean", help="delete namespaces a killed run left behind")
+    clean.set_defaults(func=lambda a: print("\n".join(netns.sweep("fwb-")) or "nothing to clean") or 0)
+    args = ap.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,225 @@
+"""Runs one federation of real `fedwan` processes, each node in its own network
+namespace, every tree edge an emulated WAN link, and collects what it did:
+the root's and the sites' reports, each process's CPU time and peak memory,
+and the link emulator's per-link packet counters.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from typing import Optional
+
+from . import netns
+from .linkemu import LinkEmulator
+from .profiles import Profile
+
+_run_counter = itertools.count()
+PORT = 7000
+
+
+@dataclass(frozen=True)
+class FederationSpec:
+    name: str  # how the report calls this run ("fedwan", "flat-fp32", ...)
+    regions: int = 2  # 0: every site straight under the root (a flat tree)
+    sites_per_region: int = 2
+    sites: int = 0  # flat trees: how many sites (regions * sites_per_region when 0)
+    codec: str = "fp16"
+    rounds: int = 4
+    inner_steps: int = 10
+    step_time_ms: float = 50.0  # synthetic trainer: one GPU step, in wall time
+    params: int = 1_000_000
+    chunk_bytes: int = 1 << 20
+    trainer: str = "synthetic"  # or fashion-cnn (the demo's model and data)
+    seed: int = 7
+    secure: bool = True  # mutual TLS (the product's default), or plaintext
+    round_timeout_s: float = 600.0
+    outer_optimizer: str = "fedavg"
+
+    @property
+    def flat(self) -> bool:
+        return self.regions == 0
+
+    def site_count(self) -> int:
+        return self.sites if self.flat else self.regions * self.sites_per_region
+
+
+@dataclass
+class Node:
+    id: str
+    role: str  # root, region, site
+    parent: Optional[str]
+    address: str
+    tier: Optional[str]  # the tier of the link to its parent: "site" or "root"
+
+
+def plan_nodes(spec: FederationSpec) -> list[Node]:
+    nodes = [Node("root", "root", None, "10.77.0.1", None)]
+    if spec.flat:
+        for s in range(spec.site_count()):
+            nodes.append(Node(f"site-{s}", "site", "root", f"10.77.2.{s + 1}", "root"))
+        return nodes
+    for r in range(spec.regions):
+        region = f"region-{r}"
+        nodes.append(Node(region, "region", "root", f"10.77.1.{r + 1}", "root"))
+        for k in range(spec.sites_per_region):
+            s = r * spec.sites_per_region + k
+            nodes.append(Node(f"site-{s}", "site", region, f"10.77.2.{s + 1}", "site"))
+    return nodes
+
+
+def topology_yaml(spec: FederationSpec, nodes: list[Node]) -> str:
+    lines = [
+        "job: fedwan-bench",
+        "federation:",
+        f"  rounds: {spec.rounds}",
+        f"  inner_steps: {spec.inner_steps}",
+        f"  codec: {spec.codec}",
+        f"  chunk_bytes: {spec.chunk_bytes}",
+        f"  round_timeout_s: {spec.round_timeout_s}",
+        f"  outer_optimizer: {{name: {spec.outer_optimizer}}}",
+        "nodes:",
+    ]
+    for n in nodes:
+        fields = [f"id: {n.id}", f"role: {n.role}"]
+        if n.parent:
+            fields.append(f"parent: {n.parent}")
+        if n.role != "site":
+            fields.append(f'endpoint: "tcp://{n.address}:{PORT}"')
+        lines.append("  - {" + ", ".join(fields) + "}")
+    return "\n".join(lines) + "\n"
+
+
+def emulator_config(nodes: list[Node], namespaces: dict[str, netns.Namespace],
+                    profile: Profile, seed: int) -> dict:
+    links = []
+    for n in nodes:
+        if n.parent is None:
+            continue
+        link = profile.root_link if n.tier == "root" else profile.site_link
+        links.append({"a": n.id, "b": n.parent, "profile": link.emulator_profile()})
+    return {"hosts": [{"name": n.id, "netns": namespaces[n.id].name, "address": n.address}
+                      for n in nodes],
+            "links": links, "seed": seed}
+
+
+def _node_argv(spec: FederationSpec, node: Node, fedwan: str, work: str) -> list[str]:
+    command = "site" if node.role == "site" else "aggregator"
+    argv = [fedwan, command, "--topology", os.path.join(work, "topology.yaml"),
+            "--node", node.id, "--trainer", spec.trainer, "--seed", str(spec.seed),
+            "--join-timeout", "120"]
+    if spec.trainer == "synthetic":
+        argv += ["--synthetic-size", str(spec.params)]
+    if spec.secure:
+        argv += ["--credentials", os.path.join(work, "pki", node.id)]
+    else:
+        argv += ["--insecure-plaintext"]
+    if node.role == "root":
+        argv += ["--report", os.path.join(work, "root-report.json")]
+        if spec.trainer == "fashion-cnn":
+            argv += ["--eval"]
+    if node.role == "site":
+        argv += ["--report", os.path.join(work, f"{node.id}-report.json")]
+        if spec.trainer == "synthetic":
+            argv += ["--step-time-ms", str(spec.step_time_ms)]
+    return argv
+
+
+def _rusage_wait(procs: dict[str, subprocess.Popen], timeout: float) -> dict[str, dict]:
+    """Waits for every process (or the timeout) and returns each one's exit
+    status, CPU seconds and peak RSS, from wait4()."""
+    done: dict[str, dict] = {}
+    deadline = time.monotonic() + timeout
+    while len(done) < len(procs):
+        for name, p in procs.items():
+            if name in done:
+                continue
+            pid, status, ru = os.wait4(p.pid, os.WNOHANG)
+            if pid == 0:
+                continue
+            p.returncode = os.waitstatus_to_exitcode(status)
+            done[name] = {"exit": p.returncode, "cpu_s": ru.ru_utime + ru.ru_stime,
+                          "peak_rss_mb": ru.ru_maxrss / 1024, "ended": time.monotonic()}
+        if len(done) == len(procs):
+            break
+        if time.monotonic() > deadline:
+            for name, p in procs.items():
+                if name not in done:
+                    p.kill()
+            raise TimeoutError(f"nodes still running after {timeout:.0f} s: "
+                               f"{', '.join(sorted(set(procs) - set(done)))}")
+        time.sleep(0.05)
+    return done
+
+
+def _tail(path: str, lines: int = 8) -> str:
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def run(spec: FederationSpec, profile: Profile, fedwan: str, linkemu: str, work: str,
+        timeout: float = 1800.0) -> dict:
+    """Runs the federation under `profile` and returns its raw record (what
+    metrics.summarise() reads). Raises RuntimeError with the failing node's
+    log tail when a node fails."""
+    os.makedirs(work, exist_ok=True)
+    nodes = plan_nodes(spec)
+    with open(os.path.join(work, "topology.yaml"), "w") as f:
+        f.write(topology_yaml(spec, nodes))
+    if spec.secure:
+        subprocess.run([fedwan, "certs", "init", "--topology", os.path.join(work, "topology.yaml"),
+                        "--out", os.path.join(work, "pki"), "--force"],
+                       check=True, capture_output=True)
+    tag = f"fwb-{os.getpid() % 100000}-{next(_run_counter)}"
+    namespaces: dict[str, netns.Namespace] = {}
+    procs: dict[str, subprocess.Popen] = {}
+    logs: dict[str, str] = {}
+    try:
+        for k, n in enumerate(nodes):
+            namespaces[n.id] = netns.Namespace(f"{tag}-{k}")
+        emulator = LinkEmulator(linkemu, emulator_config(nodes, namespaces, profile, spec.seed),
+                                work)
+        env = dict(os.environ, FEDWAN_LOG_LEVEL=os.environ.get("FEDWAN_LOG_LEVEL", "warn"))
+        started = time.monotonic()
+        try:
+            for n in nodes:  # parents first: children retry until their parent binds
+                logs[n.id] = os.path.join(work, f"{n.id}.log")
+                with open(logs[n.id], "w") as log:
+                    procs[n.id] = namespaces[n.id].popen(_node_argv(spec, n, fedwan, work),
+                                                         stdout=log, stderr=subprocess.STDOUT,
+                                                         env=env)
+            usage = _rusage_wait(procs, timeout)
+            wall = max(u["ended"] for u in usage.values()) - started
+            emulator_cpu = emulator.cpu_seconds()
+        finally:
+            stats = emulator.stop()
+    finally:
+        for p in procs.values():
+            if p.returncode is None:
+                p.kill()
+                p.wait()
+        for ns in namespaces.values():
+            ns.close()
+    failed = [n for n in nodes if usage[n.id]["exit"] != 0]
+    if failed:
+        n = failed[0]
+        raise RuntimeError(f"{spec.name}: node {n.id} exited {usage[n.id]['exit']}:\n"
+                           f"{_tail(logs[n.id])}")
+    with open(os.path.join(work, "root-report.json")) as f:
+        root_report = json.load(f)
+    site_reports = {}
+    for n in nodes:
+        if n.role == "site":
+            with open(os.path.join(work, f"{n.id}-report.json")) as f:
+                site_reports[n.id] = json.load(f)
+    return {"spec": asdict(spec), "profile": profile.to_json(),
+            "nodes": [asdict(n) for n in nodes], "usage": usage, "wall_s": wall,
+            "root_report": root_report, "site_reports": site_reports,
+            "emulator": {"stats": stats, "cpu_s": emulator_cpu, "method": LinkEmulator.method}}

@@ -1,0 +1,189 @@
+"""From a federation's raw record (federation.run) to the figures the harness
+reports: per round and per run, and the ideal bound each round is held to.
+
+The ideal bound of a blocking round (docs/benchmarks.md, "The ideal bound"):
+
+    T_ideal = max over link directions d of  B_d * 1500/1448 * 8 / R_d
+              + 2 * (sum of the one-way delays on a site's path to the root)
+
+B_d is the bytes fedwan's protocol put on direction d in the round (its
+frames: the encoded update or anchor, frame headers, seals), 1500/1448 the
+TCP/IP headers of a full-size segment, R_d the direction's shaped rate. The
+first term is the bottleneck's serialisation time: chunks stream through
+every hop (an aggregator forwards chunk i before chunk i+1 arrives, and the
+root sends anchor chunk i as soon as it has stepped it), so no protocol can
+move the bytes faster than its slowest link. The second is one trip up and
+one down, which nothing overlaps with. Losses and TCP's own ramp-up are not
+in it: they are part of what the bound measures fedwan against.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Iterable, Optional
+
+TCP_IP_OVERHEAD = 1500 / 1448
+
+
+def median_after_warmup(values: list[float]) -> Optional[float]:
+    """Median of the rounds after the first (connections warming up) when
+    there are three or more, else of all."""
+    if not values:
+        return None
+    return statistics.median(values[1:] if len(values) >= 3 else values)
+
+
+def ideal_round_seconds(bytes_by_tier: dict[str, float], links: dict[str, dict],
+                        path_tiers: Iterable[str]) -> float:
+    """bytes_by_tier: the most bytes one direction of a link of each tier
+    carries in the round; links: each tier's profile (rate_mbit, delay_ms);
+    path_tiers: the tiers a site's path to the root crosses."""
+    transfer = 0.0
+    for tier, b in bytes_by_tier.items():
+        rate = links[tier]["rate_mbit"]
+        if rate > 0:
+            transfer = max(transfer, b * TCP_IP_OVERHEAD * 8 / (rate * 1e6))
+    propagation = 2 * sum(links[t]["delay_ms"] for t in path_tiers) / 1e3
+    return transfer + propagation
+
+
+def _tier_links(raw: dict) -> dict[str, dict]:
+    p = raw["profile"]
+    return {"root": p["root_link"], "site": p["site_link"]}
+
+
+def _path_tiers(raw: dict) -> list[str]:
+    return ["root"] if raw["spec"]["regions"] == 0 else ["site", "root"]
+
+
+def per_round(raw: dict) -> list[dict]:
+    """One row per round: the root's view (round time, bytes) and the sites'
+    (time training, time waiting on the network), with the ideal bound."""
+    sites = raw["site_reports"]
+    links = _tier_links(raw)
+    tiers = _path_tiers(raw)
+    rows = []
+    for k, root_row in enumerate(raw["root_report"]["rounds"]):
+        site_rows = [s["rounds"][k] for s in sites.values() if k < len(s["rounds"])]
+        sync = [r["sync_s"] for r in site_rows]
+        train = [r["train_s"] for r in site_rows]
+        # What one direction of each link carries: a site's update up, its
+        # anchor down; a region forwards one aggregate and relays one anchor
+        # of the same size and codec.
+        b = max([max(r["bytes_sent"], r["bytes_received"]) for r in site_rows] or [0])
+        ideal = ideal_round_seconds({t: b for t in tiers}, links, tiers)
+        comm = statistics.mean(sync) if sync else None
+        rows.append({
+            "round": root_row["round"],
+            "round_s": root_row["seconds"],
+            "wan_bytes": root_row["wan_bytes"],
+            "fp32_bytes": root_row["fp32_bytes"],
+            "site_train_s": statistics.mean(train) if train else None,
+            "site_wait_s": comm,
+            "site_wait_max_s": max(sync) if sync else None,
+            "site_bytes_per_direction": b,
+            "ideal_s": ideal,
+            "wait_over_ideal": comm / ideal if comm and ideal > 0 else None,
+            "accuracy": root_row.get("accuracy"),
+        })
+    return rows
+
+
+def link_totals(raw: dict) -> dict[str, dict]:
+    """Per tier and direction ("up": towards the root), summed over the tier's
+    links, from the emulator's packet counters."""
+    stats = raw["emulator"]["stats"] or {"links": []}
+    tier_of = {n["id"]: n["tier"] for n in raw["nodes"]}
+    out: dict[str, dict] = {}
+    for link in stats["links"]:
+        tier = tier_of[link["a"]]  # a = the child end
+        for direction, key in (("up", "a_to_b"), ("down", "b_to_a")):
+            c = link[key]["counters"]
+            slot = out.setdefault(f"{tier}/{direction}", {
+                "links": 0, "ip_bytes": 0, "tcp_payload_bytes": 0, "tcp_new_payload_bytes": 0,
+                "tcp_retransmitted_bytes": 0, "lost_packets": 0, "queue_drop_packets": 0,
+                "packets": 0})
+            slot["links"] += 1
+            slot["ip_bytes"] += c["bytes"]
+            slot["packets"] += c["packets"]
+            for k in ("tcp_payload_bytes", "tcp_new_payload_bytes", "tcp_retransmitted_bytes",
+                      "lost_packets", "queue_drop_packets"):
+                slot[k] += c[k]
+    return out
+
+
+def byte_check(raw: dict) -> list[dict]:
+    """Each site's own count of the bytes it sent against the new TCP payload
+    the emulator saw leave its namespace. The emulator's count is higher by
+    the ZMTP framing, the TLS handshake and the heartbeats; more than a few
+    percent either way would mean a byte counter is wrong."""
+    stats = raw["emulator"]["stats"] or {"links": []}
+    seen = {l["a"]: l["a_to_b"]["counters"]["tcp_new_payload_bytes"] for l in stats["links"]}
+    rows = []
+    for site, rep in raw["site_reports"].items():
+        counted = rep["bytes_sent_total"]
+        wire = seen.get(site, 0)
+        rows.append({"site": site, "fedwan_bytes_sent": counted, "tcp_payload_bytes": wire,
+                     "ratio": wire / counted if counted else None})
+    return rows
+
+
+def summarise(raw: dict) -> dict:
+    rounds = per_round(raw)
+    usage = raw["usage"]
+    roles = {n["id"]: n["role"] for n in raw["nodes"]}
+    sites = raw["site_reports"]
+    totals = link_totals(raw)
+    ip_bytes = sum(t["ip_bytes"] for t in totals.values())
+    cpu = sum(u["cpu_s"] for u in usage.values())
+    cores = _cores()
+    busy = (cpu + raw["emulator"]["cpu_s"]) / (raw["wall_s"] * cores) if raw["wall_s"] else 0
+    comm_total = sum(r["site_wait_s"] or 0 for r in rounds)
+    goodput = {}
+    links = _tier_links(raw)
+    for key, t in totals.items():
+        tier = key.split("/")[0]
+        rate = links[tier]["rate_mbit"]
+        per_link_mbit = t["tcp_new_payload_bytes"] * 8 / comm_total / 1e6 / t["links"] \
+            if comm_total else None
+        goodput[key] = {"mbit_per_link_while_waiting": per_link_mbit,
+                        "share_of_rate": per_link_mbit / rate if per_link_mbit and rate else None}
+    root_report = raw["root_report"]
+    return {
+        "name": raw["spec"]["name"],
+        "spec": raw["spec"],
+        "profile": raw["profile"],
+        "shaping": raw["emulator"]["method"],
+        "rounds": rounds,
+        "wall_s": raw["wall_s"],
+        "round_s_median": median_after_warmup([r["round_s"] for r in rounds]),
+        "site_wait_s_median": median_after_warmup([r["site_wait_s"] for r in rounds]),
+        "ideal_s_median": median_after_warmup([r["ideal_s"] for r in rounds]),
+        "wait_over_ideal_median": median_after_warmup(
+            [r["wait_over_ideal"] for r in rounds if r["wait_over_ideal"]]),
+        "site_utilisation_mean": statistics.mean(s["utilisation"] for s in sites.values()),
+        "wan_bytes_total": root_report["wan_bytes_total"],
+        "fp32_bytes_total": root_report["fp32_bytes_total"],
+        "wan_over_fp32": root_report["wan_bytes_total"] / root_report["fp32_bytes_total"]
+        if root_report["fp32_bytes_total"] else None,
+        "root_tier_ip_bytes": sum(t["ip_bytes"] for k, t in totals.items()
+                                  if k.startswith("root/")),
+        "links": totals,
+        "goodput": goodput,
+        "resent_bytes": sum(r["bytes_resent"] for s in sites.values() for r in s["rounds"]),
+        "aggregator_peak_rss_mb": max(usage[n]["peak_rss_mb"] for n in usage
+                                      if roles[n] != "site"),
+        "site_peak_rss_mb": max(usage[n]["peak_rss_mb"] for n in usage if roles[n] == "site"),
+        "cpu_s": cpu,
+        "emulator_cpu_s": raw["emulator"]["cpu_s"],
+        "cpu_s_per_gb": cpu / (ip_bytes / 1e9) if ip_bytes else None,
+        "machine_busy_share": busy,
+        "cpu_bound": busy > 0.85,
+        "byte_check": byte_check(raw),
+        "final_accuracy": root_report.get("final_accuracy"),
+    }
+
+
+def _cores() -> int:
+    import os
+    return len(os.sched_getaffinity(0))

@@ -1,0 +1,101 @@
+"""The harness's outputs: one JSON document per invocation and a Markdown
+table of it (PNG plots: plots.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Optional
+
+
+def _fmt(x: Optional[float], spec: str = ".3g") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def _mb(x: Optional[float]) -> str:
+    return "-" if x is None else f"{x / 1e6:.2f}"
+
+
+def _name(r: dict) -> str:
+    v = r.get("sweep_value")
+    return r["name"] if v is None else f"{r['name']} ({v})"
+
+
+def comparisons(runs: list[dict]) -> dict:
+    """Ratios of the first run (fedwan) against each baseline in the same
+    invocation."""
+    if len(runs) < 2:
+        return {}
+    ours = runs[0]
+    out = {}
+    for base in runs[1:]:
+        entry = {}
+        if ours["round_s_median"] and base["round_s_median"]:
+            entry["round_time_speedup"] = base["round_s_median"] / ours["round_s_median"]
+        if ours["root_tier_ip_bytes"] and base["root_tier_ip_bytes"]:
+            entry["root_tier_bytes_ratio"] = ours["root_tier_ip_bytes"] / base["root_tier_ip_bytes"]
+        if ours["wan_bytes_total"] and base["wan_bytes_total"]:
+            entry["wan_bytes_ratio"] = ours["wan_bytes_total"] / base["wan_bytes_total"]
+        out[f"{ours['name']} vs {base['name']}"] = entry
+    return out
+
+
+def markdown(doc: dict) -> str:
+    runs = doc["runs"]
+    p = runs[0]["profile"]
+    lines = [
+        f"# fedwan bench: {p['name']}",
+        "",
+        f"Root tier: {p['root_link_text']}; site tier: {p['site_link_text']}. "
+        f"Shaping: {runs[0]['shaping']}. Machine: {doc['machine']['cores']} cores, "
+        f"kernel {doc['machine']['kernel']}, congestion control {doc['machine']['tcp_cc']}.",
+        "",
+        "| run | sites | codec | params | round s | wait s | ideal s | wait/ideal | utilisation "
+        "| WAN MB | root-tier MB | resent MB | agg. RSS MB | CPU s/GB | busy |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in runs:
+        s = r["spec"]
+        sites = s["sites"] if s["regions"] == 0 else s["regions"] * s["sites_per_region"]
+        tree = "flat" if s["regions"] == 0 else f"{s['regions']}x{s['sites_per_region']}"
+        busy = _fmt(r["machine_busy_share"], ".2f") + (" CPU-bound" if r["cpu_bound"] else "")
+        lines.append(
+            f"| {_name(r)} | {sites} ({tree}) | {s['codec']} | {s['params']:,} "
+            f"| {_fmt(r['round_s_median'])} | {_fmt(r['site_wait_s_median'])} "
+            f"| {_fmt(r['ideal_s_median'])} | {_fmt(r['wait_over_ideal_median'], '.2f')} "
+            f"| {_fmt(r['site_utilisation_mean'], '.3f')} | {_mb(r['wan_bytes_total'])} "
+            f"| {_mb(r['root_tier_ip_bytes'])} | {_mb(r['resent_bytes'])} "
+            f"| {_fmt(r['aggregator_peak_rss_mb'], '.0f')} | {_fmt(r['cpu_s_per_gb'], '.2f')} "
+            f"| {busy} |")
+    lines.append("")
+    lines.append("Round and wait times are medians over the rounds after the first. "
+                 "wait = time a site spent in sync (its delta up, the anchor down); "
+                 "ideal = the bound of docs/benchmarks.md for the bytes of that round.")
+    for name, entry in doc.get("comparisons", {}).items():
+        parts = []
+        if "round_time_speedup" in entry:
+            parts.append(f"{entry['round_time_speedup']:.2f}x less time per round")
+        if "root_tier_bytes_ratio" in entry:
+            parts.append(f"root-tier bytes {entry['root_tier_bytes_ratio']:.3f} of the baseline's")
+        lines.append(f"- {name}: " + ", ".join(parts))
+    lines.append("")
+    lines.append("Byte counters (each site's own count of what it sent, against the new TCP "
+                 "payload the emulator saw leave its namespace):")
+    lines.append("")
+    for r in runs:
+        ratios = [c["ratio"] for c in r["byte_check"] if c["ratio"]]
+        if ratios:
+            lines.append(f"- {r['name']}: TCP payload / fedwan count = {min(ratios):.4f} "
+                         f"to {max(ratios):.4f} over {len(ratios)} sites")
+    return "\n".join(lines) + "\n"
+
+
+def write(doc: dict, out_dir: str) -> tuple[str, str]:
+    os.makedirs(out_dir, exist_ok=True)
+    json_path = os.path.join(out_dir, "bench.json")
+    md_path = os.path.join(out_dir, "bench.md")
+    with open(json_path, "w") as f:
+        json.dump(doc, f, indent=2)
+    with open(md_path, "w") as f:
+        f.write(markdown(doc))
+    return json_path, md_path
