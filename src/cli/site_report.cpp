@@ -1,5 +1,6 @@
 #include "cli/site_report.hpp"
 
+#include <chrono>
 #include <utility>
 
 #include "common/atomic_file.hpp"
@@ -19,7 +20,12 @@ void SiteReport::trained(double seconds) { pending_train_s_ += seconds; }
 void SiteReport::synced(uint64_t round, Clock::time_point sync_started, const SyncResult& r) {
   last_sync_end_ = Clock::now();
   const double sync_s = std::chrono::duration<double>(last_sync_end_ - sync_started).count();
+  // Wall-clock time too, so a harness can line the sync up with what it
+  // sampled on the same machine (CPU load, link counters).
+  const double sync_end_unix =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   rounds_.push_back({{"round", round},
+                     {"sync_start_unix", sync_end_unix - sync_s},
                      {"train_s", pending_train_s_},
                      {"sync_s", sync_s},
                      {"bytes_sent", r.bytes_sent},

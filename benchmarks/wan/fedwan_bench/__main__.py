@@ -9,6 +9,7 @@ measured in the same invocation, and write bench.json and bench.md.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import shutil
@@ -81,6 +82,9 @@ def add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--baselines", default="flat-fp32",
                    help="comma-separated: flat-fp32, none (default flat-fp32)")
     p.add_argument("--plaintext", action="store_true", help="no mutual TLS (default: mTLS)")
+    p.add_argument("--sysctl", action="append", default=[], metavar="KEY=VALUE",
+                   help="a kernel setting for every node's namespace, e.g. "
+                        "net.ipv4.tcp_congestion_control=cubic (repeatable)")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--out", default="bench-out", help="directory for bench.json, bench.md, logs")
     p.add_argument("--timeout", type=float, default=1800, help="seconds per federation run")
@@ -107,7 +111,8 @@ def specs_from(args: argparse.Namespace) -> list[federation.FederationSpec]:
         rounds=args.rounds, inner_steps=args.inner_steps, step_time_ms=args.step_time_ms,
         params=args.params, chunk_bytes=args.chunk_bytes, trainer=args.trainer, seed=args.seed,
         secure=not args.plaintext, round_timeout_s=args.timeout,
-        outer_optimizer=args.outer_optimizer)
+        outer_optimizer=args.outer_optimizer,
+        sysctls=tuple(tuple(kv.split("=", 1)) for kv in args.sysctl))
     specs = [ours]
     for b in [x.strip() for x in args.baselines.split(",") if x.strip()]:
         if b == "none":
@@ -175,6 +180,8 @@ def cmd_run(args: argparse.Namespace) -> int:
               f"over {profile.name} ({profile.root_link.describe()}) ...", flush=True)
         t = time.monotonic()
         raw = federation.run(spec, profile, fedwan, linkemu, work, timeout=args.timeout)
+        with open(os.path.join(work, "raw.json"), "w") as f:
+            json.dump(raw, f)  # everything measured, for analysis beyond the summary
         summary = metrics.summarise(raw)
         summary["sweep_value"] = value
         runs.append(summary)

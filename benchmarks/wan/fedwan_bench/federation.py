@@ -39,6 +39,8 @@ class FederationSpec:
     secure: bool = True  # mutual TLS (the product's default), or plaintext
     round_timeout_s: float = 600.0
     outer_optimizer: str = "fedavg"
+    # Kernel settings applied in every node's namespace, ("net.ipv4.x", "v").
+    sysctls: tuple = ()
 
     @property
     def flat(self) -> bool:
@@ -156,6 +158,54 @@ def _rusage_wait(procs: dict[str, subprocess.Popen], timeout: float) -> dict[str
     return done
 
 
+class CpuSampler:
+    """Samples the whole machine's CPU use (/proc/stat) every `period` s in a
+    thread, so a report can say whether the CPU rather than the links was
+    the limit while a federation ran."""
+
+    def __init__(self, emulator_pid: int, period: float = 0.25):
+        import threading
+        self.period = period
+        self.pid = emulator_pid
+        # (Unix time, machine busy share, emulator's share of one core)
+        self.samples: list[tuple[float, float, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    @staticmethod
+    def _read() -> tuple[int, int]:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+        return sum(fields) - idle, sum(fields)
+
+    def _process_ticks(self) -> int:
+        try:
+            with open(f"/proc/{self.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            return int(fields[11]) + int(fields[12])
+        except (OSError, IndexError, ValueError):
+            return 0
+
+    def _run(self) -> None:
+        tick = os.sysconf("SC_CLK_TCK")
+        busy0, total0 = self._read()
+        proc0, t0 = self._process_ticks(), time.monotonic()
+        while not self._stop.wait(self.period):
+            busy, total = self._read()
+            proc, t = self._process_ticks(), time.monotonic()
+            if total > total0 and t > t0:
+                self.samples.append((time.time(), (busy - busy0) / (total - total0),
+                                     (proc - proc0) / tick / (t - t0)))
+            busy0, total0, proc0, t0 = busy, total, proc, t
+
+    def stop(self) -> list[tuple[float, float, float]]:
+        self._stop.set()
+        self._thread.join()
+        return self.samples
+
+
 def _tail(path: str, lines: int = 8) -> str:
     try:
         with open(path, errors="replace") as f:
@@ -184,10 +234,16 @@ def run(spec: FederationSpec, profile: Profile, fedwan: str, linkemu: str, work:
     try:
         for k, n in enumerate(nodes):
             namespaces[n.id] = netns.Namespace(f"{tag}-{k}")
+            for key, value in spec.sysctls:
+                r = namespaces[n.id].run(["sysctl", "-q", "-w", f"{key}={value}"],
+                                         capture_output=True, text=True)
+                if r.returncode != 0:
+                    raise RuntimeError(f"sysctl {key}={value}: {r.stderr.strip()}")
         emulator = LinkEmulator(linkemu, emulator_config(nodes, namespaces, profile, spec.seed),
                                 work)
         env = dict(os.environ, FEDWAN_LOG_LEVEL=os.environ.get("FEDWAN_LOG_LEVEL", "warn"))
         started = time.monotonic()
+        sampler = CpuSampler(emulator.proc.pid)
         try:
             for n in nodes:  # parents first: children retry until their parent binds
                 logs[n.id] = os.path.join(work, f"{n.id}.log")
@@ -200,6 +256,7 @@ def run(spec: FederationSpec, profile: Profile, fedwan: str, linkemu: str, work:
             emulator_cpu = emulator.cpu_seconds()
         finally:
             stats = emulator.stop()
+            cpu_samples = sampler.stop()
     finally:
         for p in procs.values():
             if p.returncode is None:
@@ -221,5 +278,6 @@ def run(spec: FederationSpec, profile: Profile, fedwan: str, linkemu: str, work:
                 site_reports[n.id] = json.load(f)
     return {"spec": asdict(spec), "profile": profile.to_json(),
             "nodes": [asdict(n) for n in nodes], "usage": usage, "wall_s": wall,
+            "cpu_samples": cpu_samples,
             "root_report": root_report, "site_reports": site_reports,
             "emulator": {"stats": stats, "cpu_s": emulator_cpu, "method": LinkEmulator.method}}

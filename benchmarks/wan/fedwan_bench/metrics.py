@@ -23,6 +23,12 @@ import statistics
 from typing import Iterable, Optional
 
 TCP_IP_OVERHEAD = 1500 / 1448
+# Above this share of every core busy for a quarter of the time the sites
+# wait on the network, the machine rather than the shaped links set the pace.
+CPU_BOUND_SHARE = 0.9
+# The emulator forwards every link's packets on one thread: above this
+# share of its core it, not the profile, set the pace.
+EMULATOR_BOUND_SHARE = 0.9
 
 
 def median_after_warmup(values: list[float]) -> Optional[float]:
@@ -128,6 +134,23 @@ def byte_check(raw: dict) -> list[dict]:
     return rows
 
 
+def busy_while_waiting(raw: dict, column: int = 1, quantile: float = 0.5) -> Optional[float]:
+    """The mean over the CPU samples taken while some site was in a sync
+    (waiting on the network), after round 0, of the machine's busy share
+    (column 1) or the emulator's share of its one core (column 2), at the
+    given quantile of the samples (0.5: the median); None when the reports
+    carry no wall-clock times."""
+    samples = raw.get("cpu_samples") or []
+    windows = [(r["sync_start_unix"], r["sync_start_unix"] + r["sync_s"])
+               for rep in raw["site_reports"].values() for r in rep["rounds"][1:]
+               if "sync_start_unix" in r]
+    inside = [s[column] for s in samples if any(lo <= s[0] <= hi for lo, hi in windows)]
+    if not inside:
+        return None
+    inside.sort()
+    return inside[min(len(inside) - 1, int(quantile * len(inside)))]
+
+
 def summarise(raw: dict) -> dict:
     rounds = per_round(raw)
     usage = raw["usage"]
@@ -178,7 +201,12 @@ def summarise(raw: dict) -> dict:
         "emulator_cpu_s": raw["emulator"]["cpu_s"],
         "cpu_s_per_gb": cpu / (ip_bytes / 1e9) if ip_bytes else None,
         "machine_busy_share": busy,
-        "cpu_bound": busy > 0.85,
+        "machine_busy_while_waiting": busy_while_waiting(raw),
+        "emulator_busy_while_waiting": busy_while_waiting(raw, column=2),
+        # A quarter of the waiting time with the machine or the emulator
+        # saturated is enough to stretch the transfers.
+        "cpu_bound": (busy_while_waiting(raw, quantile=0.75) or busy) > CPU_BOUND_SHARE
+        or (busy_while_waiting(raw, column=2, quantile=0.75) or 0) > EMULATOR_BOUND_SHARE,
         "byte_check": byte_check(raw),
         "final_accuracy": root_report.get("final_accuracy"),
     }

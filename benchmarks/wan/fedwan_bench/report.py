@@ -58,7 +58,9 @@ def markdown(doc: dict) -> str:
         s = r["spec"]
         sites = s["sites"] if s["regions"] == 0 else s["regions"] * s["sites_per_region"]
         tree = "flat" if s["regions"] == 0 else f"{s['regions']}x{s['sites_per_region']}"
-        busy = _fmt(r["machine_busy_share"], ".2f") + (" CPU-bound" if r["cpu_bound"] else "")
+        busy = (_fmt(r["machine_busy_while_waiting"], ".2f") + " / "
+                + _fmt(r["emulator_busy_while_waiting"], ".2f")
+                + (" CPU-bound" if r["cpu_bound"] else ""))
         lines.append(
             f"| {_name(r)} | {sites} ({tree}) | {s['codec']} | {s['params']:,} "
             f"| {_fmt(r['round_s_median'])} | {_fmt(r['site_wait_s_median'])} "
@@ -70,7 +72,10 @@ def markdown(doc: dict) -> str:
     lines.append("")
     lines.append("Round and wait times are medians over the rounds after the first. "
                  "wait = time a site spent in sync (its delta up, the anchor down); "
-                 "ideal = the bound of docs/benchmarks.md for the bytes of that round.")
+                 "ideal = the bound of docs/benchmarks.md for the bytes of that round; "
+                 "busy = the machine's CPU busy share / the emulator's share of its one core, "
+                 "medians while sites waited (CPU-bound: either above 0.9 for a quarter of "
+                 "that time; the figures then measure this machine, not the links).")
     for name, entry in doc.get("comparisons", {}).items():
         parts = []
         if "round_time_speedup" in entry:
