@@ -13,6 +13,7 @@ import json
 import os
 import platform
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -80,7 +81,10 @@ def add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chunk-bytes", type=int, default=1 << 20)
     p.add_argument("--outer-optimizer", default="fedavg")
     p.add_argument("--baselines", default="flat-fp32",
-                   help="comma-separated: flat-fp32, none (default flat-fp32)")
+                   help="comma-separated: flat-fp32, flower, none (default flat-fp32)")
+    p.add_argument("--flower-python", default=os.environ.get("FEDWAN_FLOWER_PYTHON", ""),
+                   help="a Python with flwr for the Flower baseline (python3 -m venv V && "
+                        "V/bin/pip install flwr numpy); default $FEDWAN_FLOWER_PYTHON")
     p.add_argument("--plaintext", action="store_true", help="no mutual TLS (default: mTLS)")
     p.add_argument("--sysctl", action="append", default=[], metavar="KEY=VALUE",
                    help="a kernel setting for every node's namespace, e.g. "
@@ -121,8 +125,20 @@ def specs_from(args: argparse.Namespace) -> list[federation.FederationSpec]:
             from dataclasses import replace
             specs.append(replace(ours, name="flat-fp32", regions=0, sites=ours.site_count(),
                                  codec="fp32"))
+        elif b == "flower":
+            from dataclasses import replace
+            py = args.flower_python or sys.executable
+            if subprocess.run([py, "-c", "import flwr, numpy"], capture_output=True).returncode:
+                raise SystemExit(f"fedwan bench: the Flower baseline needs a Python with flwr; "
+                                 f"{py} has none (python3 -m venv V && V/bin/pip install flwr "
+                                 f"numpy, then --flower-python V/bin/python)")
+            if args.trainer != "synthetic":
+                raise SystemExit("fedwan bench: the Flower baseline trains the synthetic model")
+            specs.append(replace(ours, name="flower", regions=0, sites=ours.site_count(),
+                                 codec="fp32", system="flower", flower_python=py,
+                                 secure=False))
         else:
-            raise SystemExit(f"fedwan bench: unknown baseline '{b}' (flat-fp32, none)")
+            raise SystemExit(f"fedwan bench: unknown baseline '{b}' (flat-fp32, flower, none)")
     return specs
 
 

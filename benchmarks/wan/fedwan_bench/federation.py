@@ -41,6 +41,10 @@ class FederationSpec:
     outer_optimizer: str = "fedavg"
     # Kernel settings applied in every node's namespace, ("net.ipv4.x", "v").
     sysctls: tuple = ()
+    # "fedwan", or "flower": the same tree run by Flower's FedAvg (flat:
+    # its server in the root's namespace), with `flower_python` (has flwr).
+    system: str = "fedwan"
+    flower_python: str = ""
 
     @property
     def flat(self) -> bool:
@@ -109,7 +113,25 @@ def emulator_config(nodes: list[Node], namespaces: dict[str, netns.Namespace],
             "links": links, "seed": seed}
 
 
+FLOWER_PORT = 8080
+
+
+def _flower_argv(spec: FederationSpec, node: Node, work: str) -> list[str]:
+    argv = [spec.flower_python, "-m", "fedwan_bench.flower_node",
+            "server" if node.role == "root" else "client",
+            "--address", f"10.77.0.1:{FLOWER_PORT}", "--params", str(spec.params),
+            "--seed", str(spec.seed)]
+    if node.role == "root":
+        return argv + ["--clients", str(spec.site_count()), "--rounds", str(spec.rounds),
+                       "--report", os.path.join(work, "root-report.json")]
+    return argv + ["--site", node.id.split("-")[1], "--inner-steps", str(spec.inner_steps),
+                   "--step-time-ms", str(spec.step_time_ms),
+                   "--report", os.path.join(work, f"{node.id}-report.json")]
+
+
 def _node_argv(spec: FederationSpec, node: Node, fedwan: str, work: str) -> list[str]:
+    if spec.system == "flower":
+        return _flower_argv(spec, node, work)
     command = "site" if node.role == "site" else "aggregator"
     argv = [fedwan, command, "--topology", os.path.join(work, "topology.yaml"),
             "--node", node.id, "--trainer", spec.trainer, "--seed", str(spec.seed),
@@ -223,7 +245,7 @@ def run(spec: FederationSpec, profile: Profile, fedwan: str, linkemu: str, work:
     nodes = plan_nodes(spec)
     with open(os.path.join(work, "topology.yaml"), "w") as f:
         f.write(topology_yaml(spec, nodes))
-    if spec.secure:
+    if spec.secure and spec.system == "fedwan":
         subprocess.run([fedwan, "certs", "init", "--topology", os.path.join(work, "topology.yaml"),
                         "--out", os.path.join(work, "pki"), "--force"],
                        check=True, capture_output=True)
@@ -242,6 +264,9 @@ def run(spec: FederationSpec, profile: Profile, fedwan: str, linkemu: str, work:
         emulator = LinkEmulator(linkemu, emulator_config(nodes, namespaces, profile, spec.seed),
                                 work)
         env = dict(os.environ, FEDWAN_LOG_LEVEL=os.environ.get("FEDWAN_LOG_LEVEL", "warn"))
+        if spec.system == "flower":  # flower_node is a module of this package
+            here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+            env["PYTHONPATH"] = here + os.pathsep + env.get("PYTHONPATH", "")
         started = time.monotonic()
         sampler = CpuSampler(emulator.proc.pid)
         try:
