@@ -30,8 +30,11 @@ struct RoundReport {
 struct AggregatorOptions {
   Topology topology;
   std::string node_id;  // a root or region of the topology
-  // Root only: the starting global model (flat fp32). Sites whose initial
-  // model has the same SHA-256 start from their own copy; others are sent it.
+  // The starting global model (flat fp32): required at the root. Sites whose
+  // initial model has the same SHA-256 start from their own copy; others are
+  // sent it. A region may be given it too: it then joins without being sent
+  // the model in full (its hello carries the digest; a model that differs
+  // from the root's is simply sent).
   std::vector<float> initial_model;
   // Root only, on run()'s thread: the global model after round `round`.
   std::function<void(uint64_t round, const std::vector<float>& global)> on_model;

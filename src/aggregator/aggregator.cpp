@@ -81,9 +81,6 @@ void Aggregator::Impl::check_options() const {
   if (is_root_ && opt_.initial_model.empty()) {
     throw ConfigError("root '" + self_.id + "' needs an initial model (flat fp32 parameters)");
   }
-  if (!is_root_ && !opt_.initial_model.empty()) {
-    throw ConfigError("only the root takes an initial model; '" + self_.id + "' is a region");
-  }
 }
 
 void Aggregator::Impl::init_root_model() {

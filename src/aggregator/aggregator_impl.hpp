@@ -288,6 +288,9 @@ class Aggregator::Impl {
   struct RegionState {
     std::vector<float> anchor;                      // the anchor its children hold
     std::array<uint8_t, 32> round_anchor_digest{};  // of anchor when the round opened
+    // Joining with the model the federation starts from (options'
+    // initial_model): its digest goes up in the first hello.
+    bool holds_initial = false;
     // Error-feedback residual of the forwarded means (lossy codecs).
     std::vector<float> residual;
     // Anchor relay progress: which chunks of the next anchor (round

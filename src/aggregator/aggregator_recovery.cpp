@@ -362,6 +362,7 @@ bool Aggregator::Impl::resume_from_checkpoint() {
     }
   }
   summary_.resumed_from_round = round_;
+  std::vector<float>().swap(opt_.initial_model);  // a region's: the checkpoint holds its anchor
   up_.contact = true;
   security_->audit("resumed", {{"round", round_}, {"path", loaded->path.string()}});
   checkpoint::check_recorded_audit_head(c, *security_);

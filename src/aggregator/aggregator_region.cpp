@@ -166,8 +166,9 @@ void Aggregator::Impl::hello_parent() {
   // It holds the anchor of its round (its digest was taken when the round
   // opened, before the next anchor's chunks began to change it): the parent
   // can skip the full model and take its update again.
-  if (region_.anchor.size() == total_elements_ && phase_ != Phase::kJoining &&
-      phase_ != Phase::kAwaitWelcome && !up_.full_pending) {
+  const bool settled = phase_ != Phase::kJoining && phase_ != Phase::kAwaitWelcome;
+  if (region_.anchor.size() == total_elements_ && (settled || region_.holds_initial) &&
+      !up_.full_pending) {
     up.model_digest = region_.round_anchor_digest;
   }
   wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kHello, round_);
@@ -210,10 +211,13 @@ void Aggregator::Impl::on_parent_welcome(const wire::ParsedFrame& f) {
   }
   if (no_change) {
     // Only a region that already holds this round's anchor asks without a
-    // full anchor (after resuming); open the round at once.
+    // full anchor (after resuming, or given the initial model); open the
+    // round at once.
+    region_.holds_initial = false;
     finish_parent_welcome();
     return;
   }
+  region_.holds_initial = false;
   // The model follows in full; finish_parent_welcome() runs when it is in.
   up_.full_pending = true;
   up_.full_chunks = 0;

@@ -116,10 +116,26 @@ void Aggregator::Impl::all_children_joined() {
     open_round(0);
     return;
   }
-  // A region joins upward for its whole subtree and asks for the model in
-  // full (it keeps a copy to resync children that rejoin later); each child
-  // then gets it only if it does not hold it already.
-  region_.anchor.assign(total_elements_, 0.0f);
+  // A region joins upward for its whole subtree. It keeps a copy of the
+  // anchor (to resync children that rejoin later), so it asks for the model
+  // in full unless it was given the model the federation starts from: then
+  // its hello carries that model's digest and the parent skips sending it
+  // when its own matches. Each child then gets the model only if it does
+  // not hold it already.
+  if (opt_.initial_model.size() == total_elements_) {
+    region_.anchor = std::move(opt_.initial_model);
+    region_.round_anchor_digest =
+        sha256(region_.anchor.data(), region_.anchor.size() * sizeof(float));
+    region_.holds_initial = true;
+  } else {
+    if (!opt_.initial_model.empty()) {
+      log().info("[agg:{}] its initial model has {} parameters, its children train {}: it is "
+                 "sent the model in full",
+                 self_.id, opt_.initial_model.size(), total_elements_);
+    }
+    region_.anchor.assign(total_elements_, 0.0f);
+  }
+  opt_.initial_model = {};
   hello_parent();
   phase_ = Phase::kAwaitWelcome;
   phase_deadline_ = Clock::now() + cfg_.round_timeout;

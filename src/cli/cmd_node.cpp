@@ -171,18 +171,15 @@ int run_aggregator(const NodeArgs& a) {
   std::optional<FlatParameters> flat;
   std::map<uint64_t, Evaluation> evals;
   nlohmann::json rounds_json = nlohmann::json::array();
-  if (!a.initial_model.empty() && !root) {
-    throw ConfigError("--initial-model is for the root (it starts the federation's model); "
-                      "node '" +
-                      a.node + "' is a region");
-  }
   if (!a.initial_model.empty() && a.eval) {
     throw ConfigError("--eval evaluates the fashion-cnn model; a model from --initial-model "
                       "is evaluated by its own code (the root's --out file is the final model)");
   }
+  // A region given the same starting model as the root joins without being
+  // sent it in full (a different one is harmless: it is sent).
+  o.initial_model =
+      a.initial_model.empty() ? initial_model(a.workload) : read_model(a.initial_model);
   if (root) {
-    o.initial_model =
-        a.initial_model.empty() ? initial_model(a.workload) : read_model(a.initial_model);
     if (a.eval && a.workload.trainer == "fashion-cnn") {
       test = load_fashion_mnist(FashionMnistSet::kTest, a.workload.data_dir);
       model = make_fashion_cnn(a.workload.seed);
@@ -493,7 +490,8 @@ void add_aggregator_command(CLI::App& app, NodeArgs& args, int* exit_code) {
   cmd->add_option("--report", args.report, "root: write a JSON report of the rounds here");
   cmd->add_option("--initial-model", args.initial_model,
                   "root: start from this model (raw little-endian fp32, e.g. a Python "
-                  "model's flattened parameters) instead of the --trainer's");
+                  "model's flattened parameters) instead of the --trainer's; region: the "
+                  "same file spares the WAN sending it the model when it joins");
   cmd->add_option("--record-updates", args.record_updates,
                   "keep every update payload received here, named by its SHA-256 as the audit "
                   "log records it (audit replay)");

@@ -28,7 +28,7 @@ FederationRun run_threads(const Topology& topo, const std::vector<float>& init, 
       o.join_timeout = std::chrono::seconds(15);
       o.window = window;
       o.security = security_for(topo, id);
-      if (is_root) o.initial_model = init;
+      o.initial_model = is_root ? init : setup.region_initial_model;
       Aggregator agg(std::move(o));
       const auto bound = stopper.bind([&agg] { agg.stop(); });
       AggregatorSummary s = agg.run();

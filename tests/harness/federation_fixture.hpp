@@ -116,6 +116,9 @@ struct SiteSetup {
   std::function<void(SiteOptions&, size_t site, std::vector<float>& params)> options;
   // Once the SiteCore exists, before join().
   std::function<void(SiteCore&, size_t site)> created;
+  // Not a site's: the initial model each region is given (empty: none, and
+  // it is sent the model in full when it joins).
+  std::vector<float> region_initial_model;
 };
 
 // Runs every node of `topo` as a thread; sites train with the synthetic

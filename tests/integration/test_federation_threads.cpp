@@ -161,6 +161,37 @@ TEST(Federation, Fp16HalvesTheWanBytes) {
   EXPECT_NEAR(wan_bytes_ratio("fp16", 2), expected_ratio(0.5, 2), 0.01);
 }
 
+TEST(Federation, ARegionGivenTheInitialModelIsNotSentIt) {
+  // Regions that start from the root's model join without the fp32 model
+  // crossing the root's links: the rounds' payloads are all there is.
+  TempDir dir;
+  FederationSpec f = spec("fp16", "diloco", 5);
+  f.chunk_bytes = 1 << 20;
+  const Topology topo = make_tree(dir.path(), 2, 2, f);
+  const std::vector<float> init = synthetic::initial_model(300000, kSeed);
+  SiteSetup setup;
+  setup.region_initial_model = init;
+  FederationRun run = run_threads(topo, init, kSeed, 8, setup);
+  ASSERT_TRUE(run.errors.empty()) << run.error_text();
+  const uint64_t floor = (topo.nodes().size() - 1) * 5 * 2 * kModelBytes;
+  EXPECT_GE(run.root.fp32_bytes_total, floor);
+  EXPECT_LE(run.root.fp32_bytes_total, floor + floor / 100);
+  EXPECT_NEAR(double(run.root.wan_bytes_total) / double(run.root.fp32_bytes_total), 0.5, 0.01);
+  const ReferenceResult ref = run_reference(topo, init, synthetic_training(topo));
+  EXPECT_TRUE(bit_equal(run.root.global_model, ref.global));
+
+  // A region given another model is sent the root's, and the federation is
+  // the same.
+  TempDir dir2;
+  const Topology topo2 = make_tree(dir2.path(), 2, 2, f);
+  setup.region_initial_model.assign(init.size(), 0.25f);
+  FederationRun other = run_threads(topo2, init, kSeed, 8, setup);
+  ASSERT_TRUE(other.errors.empty()) << other.error_text();
+  EXPECT_GE(other.root.fp32_bytes_total, floor + 2 * kModelBytes);
+  EXPECT_TRUE(bit_equal(other.root.global_model, ref.global));
+  for (const std::vector<float>& m : other.site_models) EXPECT_TRUE(bit_equal(m, ref.held));
+}
+
 TEST(Federation, Int8QuartersTheWanBytes) {
   // One byte a value plus a 4-byte scale per 256 values: 0.254 of fp32.
   EXPECT_NEAR(wan_bytes_ratio("int8", 0), 0.254, 0.01);
