@@ -175,7 +175,8 @@ void bind_aggregator(py::module_& m) {
 
 Construction validates the options and binds the node's endpoint (raises
 fedwan.ConfigError or fedwan.TransportError). The root needs `initial_model`, a
-float32 array (copied). Callbacks run on run()'s thread with the GIL held:
+float32 array (copied); a region given the same one joins without being sent
+the model in full. Callbacks run on run()'s thread with the GIL held:
 on_round(report: dict) once a round's traffic over the subtree is known, and
 (root only) on_model(round: int, global_model: numpy copy). An exception raised
 by a callback aborts the federation and propagates out of run().
@@ -200,7 +201,8 @@ refusals.)")
            R"(Builds node `node_id` (a root or region) of `topology` (a Topology or the
 path of a topology file) and binds its endpoint.
 
-`initial_model` (root only): the float32 starting model, copied. `join_timeout_s`
+`initial_model`: the float32 starting model, copied (required at the root; a
+region given the root's joins without the model crossing its uplink). `join_timeout_s`
 bounds the wait for every child to join; `round_timeout_s` each round (None: the
 topology's federation.round_timeout_s); both in seconds. `window`: frames queued
 per child and direction (>= 1). `checkpoint_dir`: write a checkpoint there at
