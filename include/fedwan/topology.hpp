@@ -36,6 +36,10 @@ struct NodeSpec {
   // Declared last so existing aggregate initialisers keep their meaning.
   std::string standby_endpoint;  // "" = no standby
   std::string standby_bind;      // what the standby binds (defaults to standby_endpoint)
+  // TCP congestion control of what this node sends (its uplink and, for an
+  // aggregator, its downlinks): overrides FederationSpec::tcp_congestion;
+  // "" = the federation's.
+  std::string tcp_congestion;
 };
 
 struct FederationSpec {
@@ -55,6 +59,11 @@ struct FederationSpec {
   // Every how many rounds a node with a checkpoint directory sends its
   // checkpoint to its parent (the root: to its standby); 0 = never.
   uint64_t replica_every = 1;
+  // TCP congestion control every node sets on its TCP links' sockets: a
+  // kernel algorithm name (1..15 of [a-z0-9_], e.g. bbr, cubic, reno), or
+  // "system" to leave the host's default alone. A name the host does not
+  // allow or have is warned about and the host's default used instead.
+  std::string tcp_congestion = "bbr";
 };
 
 // Federation-wide residency settings (top-level `policy:` key).
@@ -71,7 +80,8 @@ class Topology {
   // key on a role that cannot carry it, a site whose parent's jurisdiction its
   // allowed_jurisdictions exclude, a region with fewer sites than its k_min,
   // a standby key on a node other than the root, a standby_endpoint equal to
-  // the root's endpoint or a standby_bind without a standby_endpoint.
+  // the root's endpoint, a standby_bind without a standby_endpoint, or a
+  // tcp_congestion that is not a congestion control name or "system".
   static Topology parse(const std::string& yaml_text, const std::string& source = "<string>");
   static Topology load(const std::string& path);
 

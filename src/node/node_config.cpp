@@ -1,6 +1,7 @@
 #include "node/node_config.hpp"
 
 #include <algorithm>
+#include <string>
 
 namespace fedwan::node {
 namespace {
@@ -32,6 +33,10 @@ NodeConfig::NodeConfig(const Topology& topology, const NodeSpec& self,
   limits.max_piece_bytes = piece_bytes();
   link.window = overrides.window;
   link.max_message_bytes = max_message_bytes(chunk_bytes);
+  // The node's own setting governs what it sends; "system" leaves the host's.
+  const std::string& congestion =
+      self.tcp_congestion.empty() ? fed.tcp_congestion : self.tcp_congestion;
+  link.tcp_congestion = congestion == "system" ? std::string() : congestion;
   round_timeout = overrides.round_timeout.value_or(millis(fed.round_timeout_s));
   heartbeat = millis(fed.heartbeat_s);
   heartbeat_timeout = millis(fed.heartbeat_timeout_s);

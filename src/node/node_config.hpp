@@ -45,8 +45,9 @@ struct NodeConfig {
 
   // Before the model's size is known; see limits_for_model.
   wire::FrameLimits limits;
-  // Window and message size of every link the node opens (linger is the
-  // link's own business).
+  // Window, message size and TCP congestion control (the node's
+  // tcp_congestion, else the federation's; "" for "system") of every link
+  // the node opens (linger is the link's own business).
   transport::SocketOptions link;
 
   Millis round_timeout{};

@@ -13,6 +13,7 @@
 //     heartbeat_s: 2                  # > 0
 //     heartbeat_timeout_s: 10         # > heartbeat_s
 //     replica_every: 1                # checkpoint replication period, rounds; 0 = never
+//     tcp_congestion: bbr             # TCP congestion control of the links; "system" = host's
 //     outer_optimizer: {name: diloco, lr: 0.7, momentum: 0.9}
 //   policy: {k_min: 2}                # optional; default k_min of regions
 //   nodes:                            # file order = index = wire sender id
@@ -20,7 +21,8 @@
 //        standby_endpoint: "tcp://127.0.0.2:7000"}
 //     - {id: eu, role: region, parent: root, endpoint: "tcp://127.0.0.1:7001",
 //        bind: "tcp://*:7001", jurisdiction: EU, k_min: 2}
-//     - {id: site-a, role: site, parent: eu, weight: 6000, allowed_jurisdictions: [EU]}
+//     - {id: site-a, role: site, parent: eu, weight: 6000, allowed_jurisdictions: [EU],
+//        tcp_congestion: cubic}      # any node: overrides federation.tcp_congestion
 //
 // Node rules: exactly one root, without a parent; every other node names an
 // existing root or region as parent, and the parent links form a tree.
@@ -31,6 +33,8 @@
 // so an endpoint there is a mistake that would otherwise look meaningful.
 // Only the root takes standby_endpoint (an endpoint of the same schemes, not
 // its own) and standby_bind (only with standby_endpoint; defaults to it).
+// Any node may take tcp_congestion: the federation's, overridden for what
+// that node sends (a name of [a-z0-9_], or "system" for the host's default).
 // Outer optimizer hyper-parameters are whatever the named optimizer takes
 // (outer_optimizer_params(), declared by each optimizer); one it does not
 // take is refused.
@@ -78,9 +82,9 @@ using topology_detail::YamlReader;
 
 const std::vector<std::string> kTopKeys = {"job", "federation", "policy", "nodes"};
 const std::vector<std::string> kFederationKeys = {
-    "rounds",         "inner_steps", "codec",       "chunk_bytes",         "round_timeout_s",
-    "quorum",         "deadline_s",  "heartbeat_s", "heartbeat_timeout_s", "replica_every",
-    "outer_optimizer"};
+    "rounds",         "inner_steps",    "codec",       "chunk_bytes",         "round_timeout_s",
+    "quorum",         "deadline_s",     "heartbeat_s", "heartbeat_timeout_s", "replica_every",
+    "tcp_congestion", "outer_optimizer"};
 // "name" and every hyper-parameter some optimizer takes (which one takes
 // which is the optimizer's rule, checked in validate_federation).
 std::vector<std::string> outer_keys() {
@@ -93,7 +97,7 @@ std::vector<std::string> outer_keys() {
   return keys;
 }
 const std::vector<std::string> kNodeKeys = {"id", "role", "parent", "endpoint", "bind", "weight",
-                                            "standby_endpoint", "standby_bind",
+                                            "standby_endpoint", "standby_bind", "tcp_congestion",
                                             // residency, read in topology_policy.cpp
                                             "jurisdiction", "allowed_jurisdictions", "k_min"};
 
@@ -103,6 +107,14 @@ using topology_detail::misplaced_standby_key;
 using topology_detail::yaml_nesting;
 
 // ---- YAML reading ---------------------------------------------------------
+
+// A tcp_congestion value, checked where it stands so the message has its line.
+std::string read_tcp_congestion(const YamlReader& r, const YAML::Node& v, const std::string& ctx) {
+  std::string name = r.str(v, ctx, "tcp_congestion");
+  const std::string why = topology_detail::tcp_congestion_problem(name);
+  if (!why.empty()) r.fail(v, ctx, why);
+  return name;
+}
 
 FederationSpec read_federation(const YamlReader& r, const YAML::Node& n) {
   FederationSpec f;
@@ -120,6 +132,7 @@ FederationSpec read_federation(const YamlReader& r, const YAML::Node& n) {
     f.heartbeat_timeout_s = r.f64(v, "federation", "heartbeat_timeout_s");
   }
   if (auto v = n["replica_every"]) f.replica_every = r.u64(v, "federation", "replica_every");
+  if (auto v = n["tcp_congestion"]) f.tcp_congestion = read_tcp_congestion(r, v, "federation");
   if (auto o = n["outer_optimizer"]) {
     const std::string ctx = "federation.outer_optimizer";
     r.expect_map(o, ctx);
@@ -170,6 +183,7 @@ NodeSpec read_node(const YamlReader& r, const YAML::Node& n, size_t pos) {
   }
   if (auto v = n["standby_endpoint"]) s.standby_endpoint = r.str(v, ctx, "standby_endpoint");
   if (auto v = n["standby_bind"]) s.standby_bind = r.str(v, ctx, "standby_bind");
+  if (auto v = n["tcp_congestion"]) s.tcp_congestion = read_tcp_congestion(r, v, ctx);
   topology_detail::read_residency(r, n, ctx, s);
   return s;
 }

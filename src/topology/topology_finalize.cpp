@@ -50,6 +50,10 @@ uint32_t check_nodes(std::vector<NodeSpec>& nodes, const Fail& fail) {
     if (!residency.empty()) fail(who + residency);
     std::string standby = standby_problem(s);
     if (!standby.empty()) fail(who + standby);
+    if (!s.tcp_congestion.empty()) {
+      const std::string congestion = tcp_congestion_problem(s.tcp_congestion);
+      if (!congestion.empty()) fail(who + congestion);
+    }
     s.index = i;
     s.parent_index = 0;
     s.children.clear();
@@ -200,8 +204,9 @@ std::string canonical_text(const std::string& job, const FederationSpec& f,
   c += "federation.round_timeout_s=" + format_double(f.round_timeout_s) + "\n";
   c += "federation.rounds=" + std::to_string(f.rounds) + "\n";
   c += "job=" + job + "\n";
-  // Fault-tolerance settings appear only when not the default, so a topology
-  // without them keeps the digest it had before they existed.
+  // Fault-tolerance, replication and tcp_congestion settings appear only when
+  // not the default, so a topology without them keeps the digest it had
+  // before they existed.
   const FederationSpec defaults;
   if (f.quorum != defaults.quorum) c += "federation.quorum=" + format_double(f.quorum) + "\n";
   if (f.deadline_s != defaults.deadline_s) {
@@ -216,9 +221,12 @@ std::string canonical_text(const std::string& job, const FederationSpec& f,
   if (f.replica_every != defaults.replica_every) {
     c += "federation.replica_every=" + std::to_string(f.replica_every) + "\n";
   }
-  // Residency and standby fields appear only when set, so a topology without
-  // them keeps the digest it had before they existed. The allowed list is a
-  // set: sorted.
+  if (f.tcp_congestion != defaults.tcp_congestion) {
+    c += "federation.tcp_congestion=" + f.tcp_congestion + "\n";
+  }
+  // Residency, standby and tcp_congestion fields appear only when set, so a
+  // topology without them keeps the digest it had before they existed. The
+  // allowed list is a set: sorted.
   for (const NodeSpec& s : nodes) {
     std::vector<std::string> allowed = s.allowed_jurisdictions;
     std::sort(allowed.begin(), allowed.end());
@@ -231,6 +239,7 @@ std::string canonical_text(const std::string& job, const FederationSpec& f,
     if (!s.standby_endpoint.empty()) {
       line += " standby_bind=" + s.standby_bind + " standby_endpoint=" + s.standby_endpoint;
     }
+    if (!s.tcp_congestion.empty()) line += " tcp_congestion=" + s.tcp_congestion;
     c += line + " weight=" + format_double(s.weight) + "\n";
   }
   if (policy.k_min != PolicySpec{}.k_min) {

@@ -1,7 +1,7 @@
 // Private to the translation units of Topology: topology.cpp (the YAML
 // structure), topology_finalize.cpp (the checks of the tree, the canonical
 // text of the digest), topology_rules.cpp (endpoints, nesting,
-// standby keys, the ranges of the federation settings) and
+// standby keys, tcp_congestion, the ranges of the federation settings) and
 // topology_policy.cpp (the residency policy: jurisdiction,
 // allowed_jurisdictions, k_min, policy, and the runtime checks on them).
 #pragma once
@@ -110,6 +110,10 @@ inline constexpr double kMaxSiteWeight = 1e12;
 inline constexpr size_t kMaxTopologyBytes = size_t{4} << 20;
 // yaml-cpp parses nesting recursively: deeper than this is refused first.
 inline constexpr size_t kMaxYamlNesting = 64;
+// The kernel's TCP_CA_NAME_MAX (16) less its terminating NUL.
+inline constexpr size_t kMaxCongestionNameLength = 15;
+// federation.tcp_congestion's value that leaves the host's default alone.
+inline constexpr const char* kSystemCongestion = "system";
 
 // tcp://HOST:PORT with a port in 1..65535, ipc://PATH or inproc://NAME.
 bool valid_endpoint(const std::string& e);
@@ -121,6 +125,9 @@ std::string misplaced_standby_key(const std::string& key, Role role);
 // First problem with node `s`'s standby fields ("" if none); defaults the
 // root's standby_bind to its standby_endpoint.
 std::string standby_problem(NodeSpec& s);
+// "" when `name` may be a tcp_congestion value (a congestion control name
+// or "system"), else what is wrong with it and what to write instead.
+std::string tcp_congestion_problem(const std::string& name);
 // Throws ConfigError naming `src` for a federation value out of range.
 void validate_federation(const FederationSpec& f, const std::string& src);
 

@@ -1,6 +1,7 @@
 // The rules a topology's values must follow: endpoints, nesting of the
-// file, the root's standby keys and the ranges of the federation settings
-// (see topology.cpp for the file format, docs/topology.md for the keys).
+// file, the root's standby keys, tcp_congestion names and the ranges of the
+// federation settings (see topology.cpp for the file format,
+// docs/topology.md for the keys).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -120,6 +121,22 @@ std::string standby_problem(NodeSpec& s) {
   return "";
 }
 
+// Only the name's form is checked here: which algorithms a host has and
+// allows is the host's business, known only where the node runs (the
+// transport warns there and keeps the host's default).
+std::string tcp_congestion_problem(const std::string& name) {
+  const bool well_formed = !name.empty() && name.size() <= kMaxCongestionNameLength &&
+                           std::all_of(name.begin(), name.end(), [](char c) {
+                             return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+                           });
+  if (well_formed) return "";
+  return "tcp_congestion '" + name +
+         "' is invalid; use a kernel congestion control name of 1..15 characters of "
+         "[a-z0-9_] such as bbr, cubic or reno (the host lists its own in "
+         "/proc/sys/net/ipv4/tcp_available_congestion_control), or \"" +
+         kSystemCongestion + "\" to keep the host's default";
+}
+
 void validate_federation(const FederationSpec& f, const std::string& src) {
   auto fail = [&](const std::string& msg) { throw ConfigError(src + ": federation: " + msg); };
   if (f.rounds < 1) fail("rounds is 0; run at least 1 round");
@@ -159,6 +176,8 @@ void validate_federation(const FederationSpec& f, const std::string& src) {
          " must be longer than heartbeat_s " + format_double(f.heartbeat_s) + " and at most " +
          format_double(kMaxHeartbeatTimeoutSeconds));
   }
+  const std::string congestion = tcp_congestion_problem(f.tcp_congestion);
+  if (!congestion.empty()) fail(congestion);
   try {
     codec_by_name(f.codec);
   } catch (const ConfigError& e) {

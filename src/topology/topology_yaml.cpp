@@ -35,6 +35,7 @@ std::string Topology::to_yaml() const {
   y += "  heartbeat_s: " + format_double(f.heartbeat_s) + "\n";
   y += "  heartbeat_timeout_s: " + format_double(f.heartbeat_timeout_s) + "\n";
   y += "  replica_every: " + std::to_string(f.replica_every) + "\n";
+  y += "  tcp_congestion: " + q(f.tcp_congestion) + "\n";
   y += "  outer_optimizer: {name: " + q(f.outer.name);
   for (const auto& [key, value] : f.outer.params) y += ", " + key + ": " + format_double(value);
   y += "}\n";
@@ -55,6 +56,7 @@ std::string Topology::to_yaml() const {
     }
     if (!s.jurisdiction.empty()) y += ", jurisdiction: " + q(s.jurisdiction);
     if (s.k_min != 0) y += ", k_min: " + std::to_string(s.k_min);
+    if (!s.tcp_congestion.empty()) y += ", tcp_congestion: " + q(s.tcp_congestion);
     if (!s.allowed_jurisdictions.empty()) {
       std::string list;
       for (const std::string& a : s.allowed_jurisdictions) {

@@ -39,6 +39,10 @@ struct SocketOptions {
   int window = 8;  // messages waiting per peer and direction
   int64_t max_message_bytes = (4 << 20) + 4096;
   int linger_ms = 5000;  // delivery time for queued messages at close
+  // TCP congestion control of the socket's TCP connections (a kernel name
+  // such as "bbr"); "" leaves the host's default. Transports without TCP
+  // connections (mem://, ipc://, inproc://) ignore it.
+  std::string tcp_congestion;
 };
 
 // A received message. The bytes stay where the transport put them (no copy)
@@ -96,6 +100,11 @@ class Socket {
   virtual bool writable() = 0;
   // How long close waits to deliver what is still queued (0: drop it).
   virtual void set_linger(Millis linger) = 0;
+  // The TCP congestion control the kernel reported for the newest
+  // connection after SocketOptions::tcp_congestion was applied (the host's
+  // default when it could not be); "" when none was asked for, no
+  // connection has been seen yet, or the socket has no TCP connections.
+  virtual std::string congestion_control() const { return ""; }
 };
 
 class Transport {

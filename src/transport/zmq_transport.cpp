@@ -5,6 +5,7 @@
 #include <zmq.hpp>
 
 #include "fedwan/error.hpp"
+#include "transport/congestion_monitor.hpp"
 
 namespace fedwan::transport {
 
@@ -38,8 +39,12 @@ class ZmqSocket : public Socket {
       : ctx_(std::move(ctx)), socket_(*ctx_, type), name_(std::move(name)) {}
 
   zmq::socket_t& socket() { return socket_; }
+  // Readable when a new TCP connection awaits its congestion control; null
+  // when none is set.
+  void* congestion_handle() { return congestion_ ? congestion_->handle() : nullptr; }
 
   bool writable() override {
+    watch_connections();
     try {
       return (socket_.get(zmq::sockopt::events) & ZMQ_POLLOUT) != 0;
     } catch (const zmq::error_t& e) {
@@ -55,10 +60,28 @@ class ZmqSocket : public Socket {
     }
   }
 
+  std::string congestion_control() const override {
+    return congestion_ ? congestion_->applied() : std::string();
+  }
+
  protected:
+  // Call before connecting or binding: sets `o.tcp_congestion` on every TCP
+  // connection the socket opens from then on.
+  void watch_congestion(const std::string& endpoint, const SocketOptions& o) {
+    if (o.tcp_congestion.empty() || endpoint.rfind("tcp://", 0) != 0) return;
+    congestion_ = std::make_unique<CongestionMonitor>(*ctx_, socket_, o.tcp_congestion, name_);
+  }
+  // Sets the congestion control of connections opened since the last use.
+  void watch_connections() {
+    if (congestion_) congestion_->poll();
+  }
+
   std::shared_ptr<zmq::context_t> ctx_;
   zmq::socket_t socket_;
   std::string name_;  // for messages: "parent tcp://..." or "tcp://*:7000"
+  // Declared after socket_ so that it is destroyed first: the monitor stops
+  // and its socket closes before the monitored one does.
+  std::unique_ptr<CongestionMonitor> congestion_;
 };
 
 class ClientSocket final : public ZmqSocket {
@@ -69,6 +92,7 @@ class ClientSocket final : public ZmqSocket {
     try {
       configure(socket_, o);
       socket_.set(zmq::sockopt::routing_id, self_id);
+      watch_congestion(endpoint, o);
       socket_.connect(endpoint);
     } catch (const zmq::error_t& e) {
       throw TransportError("cannot connect to " + endpoint + ": " + e.what());
@@ -76,6 +100,7 @@ class ClientSocket final : public ZmqSocket {
   }
 
   SendResult try_send(const std::string& /*peer*/, const uint8_t* data, size_t size) override {
+    watch_connections();
     try {
       zmq::message_t msg(data, size);
       return socket_.send(msg, zmq::send_flags::dontwait) ? SendResult::kSent : SendResult::kFull;
@@ -92,6 +117,7 @@ class ClientSocket final : public ZmqSocket {
   }
 
   bool try_recv(Received* out) override {
+    watch_connections();
     zmq::message_t msg;
     if (!socket_.recv(msg, zmq::recv_flags::dontwait)) return false;
     out->peer = name_;
@@ -111,6 +137,7 @@ class ServerSocket final : public ZmqSocket {
       configure(socket_, o);
       socket_.set(zmq::sockopt::router_mandatory, 1);
       socket_.set(zmq::sockopt::router_handover, 1);
+      watch_congestion(endpoint, o);
       socket_.bind(endpoint);
     } catch (const zmq::error_t& e) {
       throw TransportError("cannot bind " + endpoint + ": " + e.what() +
@@ -123,6 +150,7 @@ class ServerSocket final : public ZmqSocket {
   }
 
   SendResult try_send_with(const std::string& peer, const Producer& produce) override {
+    watch_connections();
     try {
       zmq::message_t id(peer.data(), peer.size());
       // With ROUTER_MANDATORY a full window refuses the routing frame, and
@@ -141,6 +169,7 @@ class ServerSocket final : public ZmqSocket {
   }
 
   bool try_recv(Received* out) override {
+    watch_connections();
     zmq::message_t id;
     if (!socket_.recv(id, zmq::recv_flags::dontwait)) return false;
     zmq::message_t msg;
@@ -182,6 +211,10 @@ class ZmqTransport final : public Transport {
       const short events =
           static_cast<short>((i.readable ? ZMQ_POLLIN : 0) | (i.writable ? ZMQ_POLLOUT : 0));
       items.push_back({z->socket().handle(), 0, events, 0});
+      // A new connection wakes the loop, whose next use of the socket sets
+      // its congestion control.
+      void* congestion = i.readable ? z->congestion_handle() : nullptr;
+      if (congestion != nullptr) items.push_back({congestion, 0, ZMQ_POLLIN, 0});
     }
     try {
       return zmq::poll(items.data(), items.size(), timeout) > 0;

@@ -3,7 +3,9 @@
 // ROUTER_MANDATORY (an unknown peer is an answer, not a silent drop) and
 // ROUTER_HANDOVER (a reconnecting child takes its id back). ZeroMQ
 // reconnects a dropped TCP connection by itself. One context per transport;
-// inproc:// reaches only sockets of the same transport object.
+// inproc:// reaches only sockets of the same transport object. A tcp://
+// socket with SocketOptions::tcp_congestion sets it on each connection it
+// opens (congestion_monitor.hpp).
 #pragma once
 
 #include <memory>

@@ -207,6 +207,7 @@ class FaultySocket final : public Socket {
   }
   bool writable() override { return inner_->writable(); }
   void set_linger(Millis linger) override { inner_->set_linger(linger); }
+  std::string congestion_control() const override { return inner_->congestion_control(); }
 
   bool try_recv(Received* out) override {
     for (;;) {

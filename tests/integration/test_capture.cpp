@@ -1,7 +1,7 @@
 // What crosses the wire: a federation of real `fedwan` processes (root -> 1
 // region -> 2 sites over loopback TCP) whose every child -> parent link runs
-// through a recording TcpRelay. The sites start from another seed than the
-// root, so the root must send the full fp32 values of its initial model down
+// through a recording TcpRelay. The region and sites start from another seed
+// than the root, so the root must send the full fp32 values of its initial model down
 // the tree: without encryption those bytes are certainly on the wire. With the
 // default mutual TLS + AEAD links the capture holds none of the model's bytes;
 // with --insecure-plaintext (the positive control, which proves the search
@@ -31,8 +31,9 @@ namespace {
 
 constexpr size_t kParams = 20000;
 // The root starts from synthetic::initial_model(--synthetic-size, --seed),
-// as `fedwan aggregator` builds it (cli::initial_model). The sites' other
-// seed gives their model another digest, so the root sends a full anchor.
+// as `fedwan aggregator` builds it (cli::initial_model). The region's and the
+// sites' other seed gives their model another digest, so the root sends a
+// full anchor.
 constexpr uint64_t kRootSeed = 11;
 constexpr uint64_t kSiteSeed = 12;
 
@@ -178,7 +179,10 @@ void run_federation(bool encrypted, CaptureRun* out) {
                                      "--node", n.id};
     args.insert(args.end(),
                 {"--trainer", "synthetic", "--synthetic-size", std::to_string(kParams)});
-    args.insert(args.end(), {"--seed", std::to_string(site ? kSiteSeed : kRootSeed)});
+    // The region starts from the sites' model too, so the root's reaches it
+    // in full as well (a region holding the root's would not be sent it).
+    const bool root = n.role == Role::kRoot;
+    args.insert(args.end(), {"--seed", std::to_string(root ? kRootSeed : kSiteSeed)});
     args.insert(args.end(), {"--join-timeout", "60"});
     if (encrypted) {
       args.insert(args.end(), {"--credentials", security_for(topo, n.id).credentials_dir});

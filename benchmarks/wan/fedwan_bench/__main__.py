@@ -89,6 +89,9 @@ def add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sysctl", action="append", default=[], metavar="KEY=VALUE",
                    help="a kernel setting for every node's namespace, e.g. "
                         "net.ipv4.tcp_congestion_control=cubic (repeatable)")
+    p.add_argument("--tcp-congestion", default="",
+                   help="fedwan's congestion control on every link (topology "
+                        "federation.tcp_congestion: bbr by default, cubic, reno, or system)")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--out", default="bench-out", help="directory for bench.json, bench.md, logs")
     p.add_argument("--timeout", type=float, default=1800, help="seconds per federation run")
@@ -116,7 +119,8 @@ def specs_from(args: argparse.Namespace) -> list[federation.FederationSpec]:
         params=args.params, chunk_bytes=args.chunk_bytes, trainer=args.trainer, seed=args.seed,
         secure=not args.plaintext, round_timeout_s=args.timeout,
         outer_optimizer=args.outer_optimizer,
-        sysctls=tuple(tuple(kv.split("=", 1)) for kv in args.sysctl))
+        sysctls=tuple(tuple(kv.split("=", 1)) for kv in args.sysctl),
+        tcp_congestion=args.tcp_congestion)
     specs = [ours]
     for b in [x.strip() for x in args.baselines.split(",") if x.strip()]:
         if b == "none":
@@ -150,6 +154,7 @@ def profile_from(args: argparse.Namespace) -> profiles.Profile:
 
 
 SWEEP_KEYS = {"rate-mbit": ("rate_mbit", float), "delay-ms": ("delay_ms", float),
+              "tcp-congestion": ("tcp_congestion", str),
               "codec": ("codec", str), "inner-steps": ("inner_steps", int),
               "params": ("params", parse_count), "sites-per-region": ("sites_per_region", int)}
 

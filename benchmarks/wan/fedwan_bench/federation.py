@@ -45,6 +45,9 @@ class FederationSpec:
     # its server in the root's namespace), with `flower_python` (has flwr).
     system: str = "fedwan"
     flower_python: str = ""
+    # The topology's federation.tcp_congestion ("" = fedwan's default, bbr;
+    # "system" = the hosts' own).
+    tcp_congestion: str = ""
 
     @property
     def flat(self) -> bool:
@@ -88,6 +91,10 @@ def topology_yaml(spec: FederationSpec, nodes: list[Node]) -> str:
         f"  chunk_bytes: {spec.chunk_bytes}",
         f"  round_timeout_s: {spec.round_timeout_s}",
         f"  outer_optimizer: {{name: {spec.outer_optimizer}}}",
+    ]
+    if spec.tcp_congestion:
+        lines.append(f"  tcp_congestion: {spec.tcp_congestion}")
+    lines += [
         "nodes:",
     ]
     for n in nodes:

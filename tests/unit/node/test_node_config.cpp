@@ -81,6 +81,23 @@ TEST(NodeConfig, ALinkTakesTheLargestFrameSealed) {
             int64_t(wire::kHeaderSize + wire::FrameLimits{}.max_control_payload + 28));
 }
 
+TEST(NodeConfig, LinksTakeTheNodesTcpCongestionElseTheFederations) {
+  const Topology bbr = Topology::parse(kTopology);  // no key: the default, bbr
+  EXPECT_EQ(NodeConfig(bbr, bbr.node("a"), {}).link.tcp_congestion, "bbr");
+  EXPECT_EQ(NodeConfig(bbr, bbr.root(), {}).link.tcp_congestion, "bbr");
+
+  std::string text = kTopology;
+  const std::string site_b = "  - {id: b, role: site, parent: eu}\n";
+  text.replace(text.find(site_b), site_b.size(),
+               "  - {id: b, role: site, parent: eu, tcp_congestion: reno}\n");
+  text.replace(text.find("federation:\n"), 12, "federation:\n  tcp_congestion: system\n");
+  const Topology mixed = Topology::parse(text);
+  // "system" leaves the host's default alone: nothing is set.
+  EXPECT_EQ(NodeConfig(mixed, mixed.node("a"), {}).link.tcp_congestion, "");
+  EXPECT_EQ(NodeConfig(mixed, mixed.node("eu"), {}).link.tcp_congestion, "");
+  EXPECT_EQ(NodeConfig(mixed, mixed.node("b"), {}).link.tcp_congestion, "reno");
+}
+
 TEST(NodeConfig, ModelLimitsBoundTotalsAndCheckpoints) {
   const Topology topo = Topology::parse(kTopology);
   const NodeConfig cfg(topo, topo.node("a"), {});

@@ -365,6 +365,8 @@ TEST(Topology, DigestChangesWithEveryField) {
       [](auto&, auto&, auto& n) { n[1].bind = "tcp://127.0.0.1:7001"; },
       [](auto&, auto&, auto& n) { n[2].weight = 6000.5; },
       [](auto&, auto&, auto& n) { std::swap(n[2], n[4]); },
+      [](auto&, auto& f, auto&) { f.tcp_congestion = "cubic"; },
+      [](auto&, auto&, auto& n) { n[1].tcp_congestion = "reno"; },
       [](auto&, auto&, auto& n) {  // eu becomes the root and the old root a region under it
         n[0].role = Role::kRegion;
         n[0].parent = "eu";
@@ -383,6 +385,100 @@ TEST(Topology, DigestChangesWithEveryField) {
         << "edit " << i << " left the digest unchanged";
     // And the edited topology still round-trips through YAML.
     EXPECT_EQ(Topology::parse(t.to_yaml()).digest(), t.digest()) << "edit " << i;
+  }
+}
+
+TEST(Topology, TcpCongestionDefaultsToBbrAndANodeOverridesIt) {
+  const Topology plain = Topology::parse(kExample);
+  EXPECT_EQ(plain.federation().tcp_congestion, "bbr");
+  for (const NodeSpec& n : plain.nodes()) EXPECT_TRUE(n.tcp_congestion.empty()) << n.id;
+
+  const Topology t = Topology::parse(
+      example_with(1, R"({id: eu, role: region, parent: root, endpoint: "tcp://127.0.0.1:7001", )"
+                      R"(tcp_congestion: cubic})") +
+      "federation: {tcp_congestion: system}\n");
+  EXPECT_EQ(t.federation().tcp_congestion, "system");
+  EXPECT_EQ(t.node("eu").tcp_congestion, "cubic");
+  EXPECT_TRUE(t.node("site-a").tcp_congestion.empty());  // the federation's
+  // Every role takes it, and any well-formed name (which the host has is
+  // only known where the node runs).
+  for (int line : {0, 2, 3}) {
+    std::string spec = line == 0   ? R"({id: root, role: root, endpoint: "tcp://127.0.0.1:7000")"
+                       : line == 2 ? "{id: site-a, role: site, parent: eu, weight: 6000"
+                                   : R"({id: us, role: region, parent: root, )"
+                                     R"(endpoint: "tcp://127.0.0.1:7002")";
+    EXPECT_EQ(error_of(example_with(line, spec + ", tcp_congestion: reno}")), "") << line;
+    EXPECT_EQ(error_of(example_with(line, spec + ", tcp_congestion: system}")), "") << line;
+  }
+  EXPECT_EQ(error_of(example_with(-1, "federation: {tcp_congestion: dctcp_2}\n")), "");
+  EXPECT_EQ(error_of(example_with(-1, "federation: {tcp_congestion: abcdefghijklmno}\n")), "");
+}
+
+TEST(Topology, RefusesTcpCongestionThatIsNoAlgorithmName) {
+  const auto fed = [](const std::string& v) {
+    return example_with(-1, "federation: {tcp_congestion: " + v + "}\n");
+  };
+  for (const char* bad : {"\"BBR!\"", "BBR", "abcdefghijklmnop", "\"\"", "\"b b\"", "bbr-2"}) {
+    expect_error(fed(bad), {"topo.yaml:", "federation: tcp_congestion '", "' is invalid",
+                            "1..15 characters of [a-z0-9_]", "tcp_available_congestion_control",
+                            "\"system\""});
+  }
+  expect_error(fed("[bbr]"), {"federation", "'tcp_congestion' must be a string"});
+  expect_error(fed("bbr, tcp_congestion: reno"), {"'tcp_congestion' given twice"});
+  expect_error(example_with(2, "{id: site-a, role: site, parent: eu, tcp_congestion: Cubic}"),
+               {"topo.yaml:", "node 'site-a': tcp_congestion 'Cubic' is invalid", "system"});
+  // On a node, "" is not "the federation's": that is leaving the key out.
+  expect_error(example_with(3, R"({id: us, role: region, parent: root, )"
+                               R"(endpoint: "tcp://127.0.0.1:7002", tcp_congestion: ""})"),
+               {"node 'us': tcp_congestion '' is invalid"});
+
+  // build() checks what parse() checks.
+  const Topology t = Topology::parse(kExample);
+  FederationSpec f = t.federation();
+  f.tcp_congestion = "BBR!";
+  try {
+    Topology::build(t.job(), f, t.nodes());
+    FAIL() << "tcp_congestion 'BBR!' accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("<build>: federation: tcp_congestion 'BBR!'"),
+              std::string::npos)
+        << e.what();
+  }
+  std::vector<NodeSpec> nodes = t.nodes();
+  nodes[1].tcp_congestion = std::string(16, 'a');
+  try {
+    Topology::build(t.job(), t.federation(), nodes);
+    FAIL() << "a 16-character tcp_congestion accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("<build>: node 'eu': tcp_congestion"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Topology, TcpCongestionInTheDigestOnlyWhenSet) {
+  // A file without the key keeps the digest it had before the key existed
+  // (test_topology_residency.cpp pins it), and so does one spelling out
+  // the default.
+  const Topology absent = Topology::parse(example_with(-1, ""));
+  EXPECT_EQ(Topology::parse(example_with(-1, "federation: {tcp_congestion: bbr}\n")).digest(),
+            absent.digest());
+  std::set<std::string> digests = {absent.digest_hex()};
+  for (const std::string& text :
+       {example_with(-1, "federation: {tcp_congestion: system}\n"),
+        example_with(-1, "federation: {tcp_congestion: cubic}\n"),
+        example_with(2, "{id: site-a, role: site, parent: eu, weight: 6000, tcp_congestion: bbr}"),
+        example_with(2, "{id: site-a, role: site, parent: eu, weight: 6000, tcp_congestion: reno}"),
+        example_with(0, R"({id: root, role: root, endpoint: "tcp://127.0.0.1:7000", )"
+                        R"(tcp_congestion: reno})")}) {
+    const Topology t = Topology::parse(text);
+    EXPECT_TRUE(digests.insert(t.digest_hex()).second) << text;
+    // And it round-trips through YAML, setting for setting.
+    const Topology back = Topology::parse(t.to_yaml());
+    EXPECT_EQ(back.digest(), t.digest()) << t.to_yaml();
+    EXPECT_EQ(back.federation().tcp_congestion, t.federation().tcp_congestion);
+    for (const NodeSpec& n : t.nodes()) {
+      EXPECT_EQ(back.node(n.id).tcp_congestion, n.tcp_congestion) << n.id;
+    }
   }
 }
 

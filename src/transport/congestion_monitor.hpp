@@ -1,0 +1,62 @@
+// Sets a TCP congestion control (federation.tcp_congestion, docs/topology.md)
+// on every TCP connection of one ZeroMQ socket. ZeroMQ opens and reopens
+// its connections in its I/O thread and never hands out their descriptors,
+// so a socket monitor reports each one (ZMQ_EVENT_CONNECTED, _ACCEPTED:
+// the value is the connection's fd) and the owner applies the algorithm
+// when it next uses the socket: setsockopt(TCP_CONGESTION), then reads back
+// what is in effect.
+//
+// An algorithm the host does not allow (EPERM) or have (ENOENT) is logged
+// once per socket with how to allow it, and the connection keeps the host's
+// default: a link never fails for this.
+//
+// Thread safety: none; it belongs to the thread that owns the socket.
+#pragma once
+
+#include <string>
+
+#include <zmq.hpp>
+
+namespace fedwan::transport {
+
+class CongestionMonitor {
+ public:
+  // Starts monitoring `socket` of `ctx`; call it before the socket connects
+  // or binds, so that no connection is missed. `algorithm` is a congestion
+  // control name; `name` says which link it is in log lines. Never throws:
+  // a monitor that cannot start is logged and the socket runs without it.
+  // `socket` must outlive this object.
+  CongestionMonitor(zmq::context_t& ctx, zmq::socket_t& socket, std::string algorithm,
+                    std::string name);
+  // Stops the monitor, then closes its socket (linger 0), so that the
+  // monitored socket may close and the context end without waiting on it.
+  ~CongestionMonitor();
+  CongestionMonitor(const CongestionMonitor&) = delete;
+  CongestionMonitor& operator=(const CongestionMonitor&) = delete;
+
+  // Applies the algorithm to the connections opened since the last call.
+  // Never blocks: one non-blocking receive when nothing is waiting.
+  void poll();
+  // What to poll for ZMQ_POLLIN to learn of a new connection; null when the
+  // monitor did not start.
+  void* handle() { return pair_.handle(); }
+  // The congestion control read back from the newest connection; "" before
+  // the first one.
+  const std::string& applied() const { return applied_; }
+
+ private:
+  void apply(int fd, const std::string& address, bool accepted);
+  // Once per socket: why `algorithm_` was refused, what is used instead
+  // (`in_effect`, "" when unknown) and how to allow it.
+  void warn(int err, const std::string& in_effect);
+
+  zmq::socket_t& socket_;
+  zmq::socket_t pair_;  // receives the monitor's events; closed when not monitoring
+  bool monitoring_ = false;
+  std::string algorithm_;
+  std::string name_;
+  std::string applied_;
+  bool warned_ = false;
+};
+
+}  // namespace fedwan::transport
