@@ -36,7 +36,7 @@ def comparisons(runs: list[dict]) -> dict:
             entry["root_tier_bytes_ratio"] = ours["root_tier_ip_bytes"] / base["root_tier_ip_bytes"]
         if ours["wan_bytes_total"] and base["wan_bytes_total"]:
             entry["wan_bytes_ratio"] = ours["wan_bytes_total"] / base["wan_bytes_total"]
-        out[f"{ours['name']} vs {base['name']}"] = entry
+        out[f"{_name(ours)} vs {_name(base)}"] = entry
     return out
 
 
@@ -90,7 +90,7 @@ def markdown(doc: dict) -> str:
     for r in runs:
         ratios = [c["ratio"] for c in r["byte_check"] if c["ratio"]]
         if ratios:
-            lines.append(f"- {r['name']}: TCP payload / fedwan count = {min(ratios):.4f} "
+            lines.append(f"- {_name(r)}: TCP payload / fedwan count = {min(ratios):.4f} "
                          f"to {max(ratios):.4f} over {len(ratios)} sites")
     return "\n".join(lines) + "\n"
 

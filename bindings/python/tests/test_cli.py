@@ -69,7 +69,11 @@ def test_aggregator_initial_model_is_checked(tmp_path):
     assert r.returncode != 0 and "missing.bin" in r.stderr
     good = tmp_path / "good.bin"
     np.ones(4, dtype=np.float32).tofile(good)
+    # A region takes the initial model too (it then joins without being sent
+    # it); its file is checked the same way.
+    r = aggregator("region", odd)
+    assert r.returncode != 0 and "holds 6 bytes" in r.stderr
     r = aggregator("region", good)
-    assert r.returncode != 0 and "--initial-model is for the root" in r.stderr
+    assert r.returncode != 0 and "did not join" in r.stderr and "configuration" not in r.stderr
     r = aggregator("root", good, "--eval")
     assert r.returncode != 0 and "--eval" in r.stderr
