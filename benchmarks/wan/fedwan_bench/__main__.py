@@ -192,7 +192,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     fedwan = _tool("fedwan", args.fedwan)
     linkemu = _tool("fedwan-linkemu", args.linkemu)
     os.makedirs(args.out, exist_ok=True)
-    runs = []
+    runs: list = []
+    failures: list = []
     for value, spec, profile in plan:
         tag = spec.name if value is None else f"{spec.name}-{value}"
         work = os.path.join(args.out, tag)
@@ -200,7 +201,15 @@ def cmd_run(args: argparse.Namespace) -> int:
               f"{spec.params:,} parameters, {spec.rounds} rounds of H={spec.inner_steps} "
               f"over {profile.name} ({profile.root_link.describe()}) ...", flush=True)
         t = time.monotonic()
-        raw = federation.run(spec, profile, fedwan, linkemu, work, timeout=args.timeout)
+        try:
+            raw = federation.run(spec, profile, fedwan, linkemu, work, timeout=args.timeout)
+        except (federation.NodeFailed, TimeoutError) as e:
+            # The other runs still count: the failure is a result too (a
+            # baseline that runs out of memory, say).
+            print(f"fedwan bench: {tag}: FAILED: {e}", flush=True)
+            failures.append({"name": spec.name, "sweep_value": value, "error": str(e),
+                             "usage": getattr(e, "usage", None)})
+            continue
         with open(os.path.join(work, "raw.json"), "w") as f:
             json.dump(raw, f)  # everything measured, for analysis beyond the summary
         summary = metrics.summarise(raw)
@@ -208,8 +217,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         runs.append(summary)
         print(f"fedwan bench: {tag}: done in {time.monotonic() - t:.1f} s; "
               f"median round {summary['round_s_median']:.3f} s", flush=True)
+    if not runs:
+        print("fedwan bench: no run finished", file=sys.stderr)
+        return 1
     doc = {"tool": "fedwan bench", "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-           "machine": machine(), "runs": runs,
+           "machine": machine(), "runs": runs, "failed": failures,
            "comparisons": report.comparisons([r for r in runs if r["sweep_value"] == points[0]])}
     if sweep is not None:
         doc["sweep"] = {"key": sweep[0], "values": points}
@@ -217,6 +229,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     with open(md_path) as f:
         print(f.read())
     print(f"fedwan bench: wrote {json_path} and {md_path}")
+    status = 1 if failures else 0
     if not args.no_plots:
         try:
             from . import plots
@@ -225,7 +238,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         except ImportError:
             print("fedwan bench: no plots: matplotlib is not installed "
                   "(apt-get install python3-matplotlib)")
-    return 0
+    return status
 
 
 def cmd_profiles(_: argparse.Namespace) -> int:

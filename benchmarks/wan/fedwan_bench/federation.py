@@ -235,6 +235,15 @@ class CpuSampler:
         return self.samples
 
 
+class NodeFailed(RuntimeError):
+    """A node of the federation exited with an error; `usage` has every
+    node's exit status, CPU time and peak RSS."""
+
+    def __init__(self, message: str, usage: dict):
+        super().__init__(message)
+        self.usage = usage
+
+
 def _tail(path: str, lines: int = 8) -> str:
     try:
         with open(path, errors="replace") as f:
@@ -299,8 +308,12 @@ def run(spec: FederationSpec, profile: Profile, fedwan: str, linkemu: str, work:
     failed = [n for n in nodes if usage[n.id]["exit"] != 0]
     if failed:
         n = failed[0]
-        raise RuntimeError(f"{spec.name}: node {n.id} exited {usage[n.id]['exit']}:\n"
-                           f"{_tail(logs[n.id])}")
+        u = usage[n.id]
+        why = f"exited {u['exit']}"
+        if u["exit"] == -9:
+            why = (f"was killed (SIGKILL) at {u['peak_rss_mb']:.0f} MB peak RSS: out of memory? "
+                   f"(dmesg says)")
+        raise NodeFailed(f"{spec.name}: node {n.id} {why}:\n{_tail(logs[n.id])}", usage)
     with open(os.path.join(work, "root-report.json")) as f:
         root_report = json.load(f)
     site_reports = {}

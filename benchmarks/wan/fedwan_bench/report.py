@@ -83,6 +83,9 @@ def markdown(doc: dict) -> str:
         if "root_tier_bytes_ratio" in entry:
             parts.append(f"root-tier bytes {entry['root_tier_bytes_ratio']:.3f} of the baseline's")
         lines.append(f"- {name}: " + ", ".join(parts))
+    for f in doc.get("failed", []):
+        first = f["error"].splitlines()[0] if f["error"] else "failed"
+        lines.append(f"- {_name(f)}: FAILED: {first}")
     lines.append("")
     lines.append("Byte counters (each site's own count of what it sent, against the new TCP "
                  "payload the emulator saw leave its namespace):")
