@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -17,6 +18,27 @@
 
 namespace fedwan::testing {
 namespace {
+
+// `fedwan site|aggregator` for node `n` of `topo` (its file at `topo_path`),
+// training the synthetic model, with the test PKI's credentials.
+std::vector<std::string> node_args(const Topology& topo, const std::filesystem::path& topo_path,
+                                   const NodeSpec& n, size_t params, uint64_t seed) {
+  return {n.role == Role::kSite ? "site" : "aggregator",
+          "--topology",
+          topo_path.string(),
+          "--node",
+          n.id,
+          "--trainer",
+          "synthetic",
+          "--synthetic-size",
+          std::to_string(params),
+          "--seed",
+          std::to_string(seed),
+          "--join-timeout",
+          "60",
+          "--credentials",
+          security_for(topo, n.id).credentials_dir};
+}
 
 class ProcessFederation : public ::testing::TestWithParam<std::string> {};
 
@@ -48,23 +70,8 @@ TEST_P(ProcessFederation, MatchesInProcessReference) {
   std::vector<std::string> logs;
   for (const NodeSpec& n : topo.nodes()) {
     const bool site = n.role == Role::kSite;
-    std::vector<std::string> args = {site ? "site" : "aggregator",
-                                     "--topology",
-                                     topo_path.string(),
-                                     "--node",
-                                     n.id,
-                                     "--trainer",
-                                     "synthetic",
-                                     "--synthetic-size",
-                                     std::to_string(kParams),
-                                     "--seed",
-                                     std::to_string(kSeed),
-                                     "--join-timeout",
-                                     "60",
-                                     "--credentials",
-                                     security_for(topo, n.id).credentials_dir,
-                                     "--audit-log",
-                                     (dir.path() / (n.id + ".audit")).string()};
+    std::vector<std::string> args = node_args(topo, topo_path, n, kParams, kSeed);
+    args.insert(args.end(), {"--audit-log", (dir.path() / (n.id + ".audit")).string()});
     if (site || n.role == Role::kRoot) {
       args.insert(args.end(), {"--out", (dir.path() / (n.id + ".bin")).string()});
     }
@@ -120,23 +127,8 @@ TEST(ProcessFederationSite, PacedStepsReportEveryRound) {
   std::vector<pid_t> pids;
   for (const NodeSpec& n : topo.nodes()) {
     const bool site = n.role == Role::kSite;
-    std::vector<std::string> args = {site ? "site" : "aggregator",
-                                     "--topology",
-                                     topo_path.string(),
-                                     "--node",
-                                     n.id,
-                                     "--trainer",
-                                     "synthetic",
-                                     "--synthetic-size",
-                                     std::to_string(kParams),
-                                     "--seed",
-                                     std::to_string(kSeed),
-                                     "--join-timeout",
-                                     "60",
-                                     "--credentials",
-                                     security_for(topo, n.id).credentials_dir,
-                                     "--out",
-                                     path(n.id, ".bin")};
+    std::vector<std::string> args = node_args(topo, topo_path, n, kParams, kSeed);
+    args.insert(args.end(), {"--out", path(n.id, ".bin")});
     if (site) {
       args.insert(args.end(),
                   {"--step-time-ms", std::to_string(kStepMs), "--report", path(n.id, ".json")});

@@ -17,6 +17,7 @@
 
 #include "fedwan/error.hpp"
 #include "harness/faulty_transport.hpp"
+#include "harness/process.hpp"
 #include "transport/transport.hpp"
 
 namespace fedwan::transport {
@@ -25,19 +26,7 @@ namespace {
 using namespace std::chrono_literals;
 
 // A loopback port nothing listens on right now.
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-    throw std::runtime_error("no free loopback port");
-  }
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
+int free_port() { return fedwan::testing::free_tcp_port(); }
 
 std::string fresh_endpoint(const std::string& kind) {
   static std::atomic<int> n{0};
