@@ -103,6 +103,32 @@ class SiteCore {
   // StoppedError after stop().
   SyncResult sync();
 
+  // Overlap (federation.overlap_steps = tau > 0, docs/architecture.md):
+  // the round's sync runs on a worker thread while the caller keeps
+  // training. begin_sync() ends the round as sync() does - the update is
+  // (anchor - params) at that moment - but returns at once: it copies
+  // params, and the update streams up and the next anchor comes down in the
+  // background. Keep training on params; tau inner steps later call
+  // finish_sync(), which waits for the anchor if it is not in yet and
+  // merges it: params += (new anchor - params at begin_sync), so the local
+  // progress since begin_sync is kept on top of the new anchor and counts in
+  // the next round's update. On a resync params become the parent's model
+  // (the progress is dropped, as in sync()); when the federation finishes
+  // they become its final model. finish_sync() checkpoints at the merge.
+  // Between the two calls use only sync_pending(), sync_ready(),
+  // finish_sync(), stop(), set_data_position(), service() (which then only
+  // reports: the worker keeps the link), round() and finished() (both still
+  // describe the round that ended), inner_steps(), overlap_steps(), rounds()
+  // and data_position(). A begin_sync() or
+  // finish_sync() that throws leaves the core unusable: build a new one,
+  // whose join() resumes from the last checkpoint. Works on the host copy:
+  // refused (ConfigError) with an UpdateEncoder. Memory: one more copy of
+  // the model while a sync is pending.
+  void begin_sync();
+  bool sync_pending() const;
+  bool sync_ready() const;  // finish_sync() would not wait
+  SyncResult finish_sync();
+
   // Keeps the link alive while the caller trains: sends a heartbeat when one
   // is due, reads what the parent sent (a resync included: then params hold
   // a new anchor and round() changed; the result says so) and reconnects a
@@ -139,7 +165,9 @@ class SiteCore {
   const float* anchor() const;
   uint64_t round() const;
   bool finished() const;
-  uint64_t inner_steps() const;  // H, from the topology
+  uint64_t inner_steps() const;    // H, from the topology
+  uint64_t overlap_steps() const;  // tau, from the topology (0: blocking rounds)
+  uint64_t rounds() const;         // of the whole federation, from the topology
   const std::array<uint8_t, 32>& initial_digest() const;
 
  private:

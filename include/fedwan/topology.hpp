@@ -64,6 +64,11 @@ struct FederationSpec {
   // "system" to leave the host's default alone. A name the host does not
   // allow or have is warned about and the host's default used instead.
   std::string tcp_congestion = "bbr";
+  // Overlap (docs/architecture.md, "Overlap"): a site keeps training while
+  // its update goes up and the next anchor comes down, and merges the anchor
+  // this many inner steps after it sent its update (tau, 1..inner_steps),
+  // keeping the progress it made meanwhile. 0 = blocking rounds.
+  uint64_t overlap_steps = 0;
 };
 
 // Federation-wide residency settings (top-level `policy:` key).

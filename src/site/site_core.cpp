@@ -54,6 +54,7 @@ SiteCore::Impl::Impl(SiteOptions options, float* p, size_t n)
           {opt.window, opt.round_timeout.count() > 0 ? std::optional<Millis>(opt.round_timeout)
                                                      : std::nullopt}),
       params(p),
+      work(p),
       plan(cfg.plan(n)),
       limits(cfg.limits_for_model(n)) {
   if (self.role != Role::kSite) {
@@ -191,8 +192,9 @@ void SiteCore::Impl::on_anchor(const wire::ParsedFrame& f, SyncResult* res) {
     incoming.full->got[h.chunk_index] = true;
     welcome.progress_at = Clock::now();
     if (++incoming.full->received < plan.count()) return;
-    // The whole model is in: this round restarts from it.
-    std::memcpy(params, anchor.data(), plan.total() * sizeof(float));
+    // The whole model is in: this round restarts from it (an overlapped
+    // sync's caller copies it at finish_sync).
+    if (!overlapping()) std::memcpy(params, anchor.data(), plan.total() * sizeof(float));
     log().info("[site:{}] {} at round {}", self.id, welcome.joined_once ? "resynced" : "joined",
                incoming.full->round);
     if (welcome.joined_once) {
@@ -210,7 +212,7 @@ void SiteCore::Impl::on_anchor(const wire::ParsedFrame& f, SyncResult* res) {
     welcome.joined_once = true;
     res->resynced = true;
     if (round >= cfg.rounds) finished = true;
-    save_checkpoint();
+    round_checkpoint(/*upload=*/false);
     return;
   }
   if (!incoming.next && h.round == round + 1 && !incoming.full) {
@@ -246,8 +248,18 @@ void SiteCore::Impl::on_anchor(const wire::ParsedFrame& f, SyncResult* res) {
 void SiteCore::Impl::apply_update_chunk(uint32_t chunk, const Codec& c, const uint8_t* payload) {
   const uint64_t off = plan.offset(chunk);
   const uint32_t n = plan.size(chunk);
-  std::memcpy(params + off, anchor.data() + off, n * sizeof(float));
-  c.decode_accumulate(payload, n, 1.0f, params + off);
+  if (!overlapping()) {
+    std::memcpy(params + off, anchor.data() + off, n * sizeof(float));
+    c.decode_accumulate(payload, n, 1.0f, params + off);
+    return;
+  }
+  // Overlapped: the anchor is updated in place (its old chunk was only
+  // needed for this chunk's delta, already encoded) and `work`, the params
+  // sent, becomes what finish_sync adds to the caller's params.
+  float* a = anchor.data() + off;
+  float* w = work + off;
+  c.decode_accumulate(payload, n, 1.0f, a);
+  for (uint32_t k = 0; k < n; ++k) w[k] = a[k] - w[k];
 }
 
 void SiteCore::Impl::apply_early() {
@@ -344,6 +356,10 @@ SyncResult SiteCore::Impl::join() {
 
 SyncResult SiteCore::Impl::service() {
   SyncResult res;
+  if (overlap.pending) {  // the worker keeps the link meanwhile
+    res.round = overlap.round;
+    return res;
+  }
   if (!joined || finished) return res;
   pump(Millis(0), &res);
   res.round = round;
@@ -355,6 +371,13 @@ SyncResult SiteCore::Impl::service() {
 // chunk by chunk (sealed on a worker), wait for the next anchor (or a
 // resync, or the end), and take the anchor as the new round.
 SyncResult SiteCore::Impl::sync() {
+  if (overlap.failed) {
+    throw Error("site '" + self.id + "': an overlapped sync failed; build a new SiteCore (its "
+                "join() resumes from the last checkpoint)");
+  }
+  if (overlap.pending) {
+    throw Error("site '" + self.id + "': a sync is pending; call finish_sync() first");
+  }
   if (!joined) throw Error("site '" + self.id + "': call join() before sync()");
   if (finished) throw Error("site '" + self.id + "': the federation is already finished");
   throw_if_stopped("before its sync");
@@ -365,20 +388,24 @@ SyncResult SiteCore::Impl::sync() {
     std::atomic<bool>& flag;
     ~LeaveSync() { flag.store(false); }
   } leave_sync{in_sync};
+  run_sync(&res);
+  sync_unfinished = false;
+  return res;
+}
+
+void SiteCore::Impl::run_sync(SyncResult* res) {
   const uint64_t start_round = round;
-  const auto current = [&] { return round == start_round && !res.resynced; };
+  const auto current = [&] { return round == start_round && !res->resynced; };
   begin_update();
-  send_update(start_round, &res);
+  send_update(start_round, res);
   if (current()) update_sent();
-  await_anchor(start_round, &res);
+  await_anchor(start_round, res);
   if (current() && incoming.next && !finished) take_anchor();
   incoming.next.reset();
-  sync_unfinished = false;
-  if (finished) confirm_end(&res);
+  if (finished) confirm_end(res);
   security->audit_sync();
-  res.round = round;
-  res.finished = finished;
-  return res;
+  res->round = round;
+  res->finished = finished;
 }
 
 void SiteCore::Impl::begin_update() {
@@ -430,7 +457,7 @@ void SiteCore::Impl::send_update(uint64_t start_round, SyncResult* res) {
     if (opt.update_encoder) {
       opt.update_encoder->encode(*cfg.codec, off, n, lossy, payload.data());
     } else {
-      for (uint32_t k = 0; k < n; ++k) delta[k] = anchor[off + k] - params[off + k];
+      for (uint32_t k = 0; k < n; ++k) delta[k] = anchor[off + k] - work[off + k];
       cfg.codec->encode(delta.data(), n, lossy ? residual.data() + off : nullptr, payload.data());
     }
     outgoing.encoded_upto = i + 1;
@@ -510,13 +537,24 @@ void SiteCore::Impl::take_anchor() {
     return;
   }
   apply_early();
-  std::memcpy(anchor.data(), params, plan.total() * sizeof(float));
+  // Overlapped, the anchor was updated in place as its chunks came.
+  if (!overlapping()) std::memcpy(anchor.data(), params, plan.total() * sizeof(float));
   round += 1;
   outgoing.sent = false;
   outgoing.frames.clear();
   if (round >= cfg.rounds) finished = true;
+  round_checkpoint(/*upload=*/!finished);
+}
+
+void SiteCore::Impl::round_checkpoint(bool upload) {
+  if (overlapping()) {
+    // params belong to the caller until finish_sync, which saves then.
+    overlap.checkpoint_due = true;
+    overlap.upload_due = overlap.upload_due || upload;
+    return;
+  }
   save_checkpoint();
-  if (!finished) start_upload();
+  if (upload) start_upload();
 }
 
 void SiteCore::Impl::confirm_end(SyncResult* res) {
@@ -528,62 +566,5 @@ void SiteCore::Impl::confirm_end(SyncResult* res) {
     log().warn("[site:{}] could not confirm the end to the parent: {}", self.id, e.what());
   }
 }
-
-// ---- facade ----------------------------------------------------------------------------
-
-SiteCore::SiteCore(SiteOptions options, float* params, size_t n)
-    : impl_(std::make_unique<Impl>(std::move(options), params, n)) {}
-SiteCore::~SiteCore() = default;
-SyncResult SiteCore::join() { return impl_->join(); }
-SyncResult SiteCore::sync() { return impl_->sync(); }
-SyncResult SiteCore::service() { return impl_->service(); }
-void SiteCore::checkpoint() {
-  if (impl_->sync_unfinished && !impl_->opt.checkpoint_dir.empty()) {
-    // Part of the next round may be in params and the residual: the
-    // checkpoint of the round boundary stays the one to resume from.
-    log().warn("[site:{}] not checkpointing: the sync of round {} did not finish; a restart "
-               "resumes from the last round boundary's checkpoint (before the first one, it "
-               "joins afresh)",
-               impl_->self.id, impl_->round);
-    return;
-  }
-  impl_->save_checkpoint();
-}
-void SiteCore::stop(std::chrono::milliseconds grace) {
-  // Async-signal-safe: clock_gettime and lock-free atomics only.
-  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                          std::chrono::steady_clock::now().time_since_epoch())
-                          .count();
-  impl_->stop_deadline_ns.store(now + std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                          std::max(grace, std::chrono::milliseconds(0)))
-                                          .count());
-  impl_->stop_requested.store(true);
-}
-
-void SiteCore::Impl::throw_if_stopped(const char* where) const {
-  if (!stop_requested.load()) return;
-  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                          std::chrono::steady_clock::now().time_since_epoch())
-                          .count();
-  if (in_sync.load() && now < stop_deadline_ns.load()) return;  // it may still finish
-  {
-    throw StoppedError("site '" + self.id + "' stopped " + where + " (round " +
-                       std::to_string(round) + ")");
-  }
-}
-void SiteCore::set_data_position(uint64_t p) { impl_->data_position = p; }
-uint64_t SiteCore::data_position() const { return impl_->data_position; }
-bool SiteCore::resumed() const { return impl_->resumed; }
-std::vector<std::string> SiteCore::alarms() const {
-  impl_->security->tick(/*all=*/true);
-  return impl_->security->alarms();
-}
-uint64_t SiteCore::round() const { return impl_->round; }
-const float* SiteCore::anchor() const {
-  return impl_->anchor.empty() ? impl_->params : impl_->anchor.data();
-}
-bool SiteCore::finished() const { return impl_->finished; }
-uint64_t SiteCore::inner_steps() const { return impl_->cfg.inner_steps; }
-const std::array<uint8_t, 32>& SiteCore::initial_digest() const { return impl_->initial_digest; }
 
 }  // namespace fedwan

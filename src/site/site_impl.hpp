@@ -7,10 +7,12 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <optional>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "checkpoint/checkpoint_upload.hpp"
@@ -34,16 +36,26 @@ class SiteCore::Impl {
   using Clock = std::chrono::steady_clock;
 
   Impl(SiteOptions options, float* params, size_t n);
+  ~Impl();  // stops and joins an overlapped sync's worker
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
   SyncResult join();
   SyncResult sync();
   SyncResult service();
   void save_checkpoint();
+  // Overlap (site_overlap.cpp).
+  void begin_sync();
+  SyncResult finish_sync();
+  bool sync_ready() const { return overlap.pending && overlap.done.load(); }
 
   SiteOptions opt;
   const Topology& topo;
   const NodeSpec& self;
   const node::NodeConfig cfg;
   float* params;
+  // What a sync reads its update from and writes the next anchor into:
+  // params, or while an overlapped sync is pending, the copy it works on.
+  float* work;
   ChunkPlan plan;
   wire::FrameLimits limits;  // what frames from the parent may be
   std::array<uint8_t, 32> initial_digest{};
@@ -75,6 +87,23 @@ class SiteCore::Impl {
   // The link to the parent, its reconnects and liveness.
   std::unique_ptr<session::ParentSession> parent;
   ParentLink& link() { return parent->link(); }
+
+  // An overlapped sync (begin_sync .. finish_sync). The worker thread owns
+  // everything but params, `overlap` and the caller's data position.
+  struct Overlap {
+    // params at begin_sync; chunk by chunk, as the next anchor comes in,
+    // (new anchor - params at begin_sync): what finish_sync adds to params.
+    std::vector<float> sent;
+    std::thread worker;
+    std::atomic<bool> done{false};
+    std::exception_ptr error;
+    SyncResult result;
+    bool pending = false;
+    bool failed = false;       // a sync threw: the core cannot go on
+    uint64_t round = 0;        // the round that ended at begin_sync
+    bool checkpoint_due = false, upload_due = false;  // deferred from the worker
+  } overlap;
+  bool overlapping() const { return work != params; }
 
  private:
   // The update anchor of round+1 while sync() waits for it (into params).
@@ -125,6 +154,9 @@ class SiteCore::Impl {
   void update_sent();  // the whole update went out: audited
   void await_anchor(uint64_t start_round, SyncResult* res);
   void take_anchor();  // the next anchor is in: it becomes the new round
+  void run_sync(SyncResult* res);  // sync()'s steps, on `work`
+  // At the end of a round (take_anchor, a resync): now, or after the merge.
+  void round_checkpoint(bool upload);
 
   // The round's update going up: unsealed, kept until the next anchor is
   // in, so it can be sent again after a reconnect.

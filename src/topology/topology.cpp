@@ -14,6 +14,7 @@
 //     heartbeat_timeout_s: 10         # > heartbeat_s
 //     replica_every: 1                # checkpoint replication period, rounds; 0 = never
 //     tcp_congestion: bbr             # TCP congestion control of the links; "system" = host's
+//     overlap_steps: 5                # sites merge the anchor this many steps late; 0 = blocking
 //     outer_optimizer: {name: diloco, lr: 0.7, momentum: 0.9}
 //   policy: {k_min: 2}                # optional; default k_min of regions
 //   nodes:                            # file order = index = wire sender id
@@ -84,7 +85,7 @@ const std::vector<std::string> kTopKeys = {"job", "federation", "policy", "nodes
 const std::vector<std::string> kFederationKeys = {
     "rounds",         "inner_steps",    "codec",       "chunk_bytes",         "round_timeout_s",
     "quorum",         "deadline_s",     "heartbeat_s", "heartbeat_timeout_s", "replica_every",
-    "tcp_congestion", "outer_optimizer"};
+    "tcp_congestion", "outer_optimizer", "overlap_steps"};
 // "name" and every hyper-parameter some optimizer takes (which one takes
 // which is the optimizer's rule, checked in validate_federation).
 std::vector<std::string> outer_keys() {
@@ -133,6 +134,7 @@ FederationSpec read_federation(const YamlReader& r, const YAML::Node& n) {
   }
   if (auto v = n["replica_every"]) f.replica_every = r.u64(v, "federation", "replica_every");
   if (auto v = n["tcp_congestion"]) f.tcp_congestion = read_tcp_congestion(r, v, "federation");
+  if (auto v = n["overlap_steps"]) f.overlap_steps = r.u64(v, "federation", "overlap_steps");
   if (auto o = n["outer_optimizer"]) {
     const std::string ctx = "federation.outer_optimizer";
     r.expect_map(o, ctx);

@@ -224,6 +224,9 @@ std::string canonical_text(const std::string& job, const FederationSpec& f,
   if (f.tcp_congestion != defaults.tcp_congestion) {
     c += "federation.tcp_congestion=" + f.tcp_congestion + "\n";
   }
+  if (f.overlap_steps != defaults.overlap_steps) {
+    c += "federation.overlap_steps=" + std::to_string(f.overlap_steps) + "\n";
+  }
   // Residency, standby and tcp_congestion fields appear only when set, so a
   // topology without them keeps the digest it had before they existed. The
   // allowed list is a set: sorted.

@@ -178,6 +178,11 @@ void validate_federation(const FederationSpec& f, const std::string& src) {
   }
   const std::string congestion = tcp_congestion_problem(f.tcp_congestion);
   if (!congestion.empty()) fail(congestion);
+  if (f.overlap_steps > f.inner_steps) {
+    fail("overlap_steps " + std::to_string(f.overlap_steps) + " is more than inner_steps " +
+         std::to_string(f.inner_steps) +
+         "; a site merges the anchor at most one round after it sent its update (0 = blocking)");
+  }
   try {
     codec_by_name(f.codec);
   } catch (const ConfigError& e) {

@@ -36,6 +36,7 @@ std::string Topology::to_yaml() const {
   y += "  heartbeat_timeout_s: " + format_double(f.heartbeat_timeout_s) + "\n";
   y += "  replica_every: " + std::to_string(f.replica_every) + "\n";
   y += "  tcp_congestion: " + q(f.tcp_congestion) + "\n";
+  if (f.overlap_steps != 0) y += "  overlap_steps: " + std::to_string(f.overlap_steps) + "\n";
   y += "  outer_optimizer: {name: " + q(f.outer.name);
   for (const auto& [key, value] : f.outer.params) y += ", " + key + ": " + format_double(value);
   y += "}\n";

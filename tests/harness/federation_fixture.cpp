@@ -58,10 +58,22 @@ FederationRun run_threads(const Topology& topo, const std::vector<float>& init, 
       SyncResult r = site.join();
       uint64_t sent = r.bytes_sent;
       uint64_t resent = r.bytes_resent;
+      const uint64_t h = topo.federation().inner_steps;
+      const uint64_t tau = topo.federation().overlap_steps;
+      uint64_t done = 0;  // steps of the round taken while its anchor came
       while (!r.finished) {
-        synthetic::local_steps(params.data(), params.size(), n.index, topo.federation().inner_steps,
-                               seed);
-        r = site.sync();
+        synthetic::local_steps(params.data(), params.size(), n.index, h - done, seed);
+        if (tau == 0) {
+          r = site.sync();
+        } else {
+          // Overlapped: tau more steps while the update goes up, except
+          // after the last round's.
+          site.begin_sync();
+          done = site.round() + 1 < site.rounds() ? tau : 0;
+          synthetic::local_steps(params.data(), params.size(), n.index, done, seed);
+          r = site.finish_sync();
+          if (r.resynced) done = 0;
+        }
         sent += r.bytes_sent;
         resent += r.bytes_resent;
       }

@@ -29,9 +29,17 @@ struct Upstream {
 
 // Local training of a site: (site index, round, params in/out).
 using LocalTraining = std::function<void(uint32_t, uint64_t, std::vector<float>&)>;
+// Local training in steps: (site index, steps, params in/out).
+using LocalSteps = std::function<void(uint32_t, uint64_t, std::vector<float>&)>;
 
-inline ReferenceResult run_reference(const Topology& topo, const std::vector<float>& init,
-                                     const LocalTraining& train) {
+// The federation around its sites: `site_params(site, round, anchor)` gives
+// the params a site sends its update from (the update is anchor - them);
+// `after_round(round, new anchor)` runs once the anchor of round+1 is known.
+inline ReferenceResult run_reference_rounds(
+    const Topology& topo, const std::vector<float>& init,
+    const std::function<std::vector<float>(uint32_t, uint64_t, const std::vector<float>&)>&
+        site_params,
+    const std::function<void(uint64_t, const std::vector<float>&)>& after_round) {
   const size_t n = init.size();
   const ChunkPlan plan = ChunkPlan::from_bytes(n, topo.federation().chunk_bytes);
   const Codec& codec = codec_by_name(topo.federation().codec);
@@ -57,8 +65,7 @@ inline ReferenceResult run_reference(const Topology& topo, const std::vector<flo
     const NodeSpec& node = topo.node(idx);
     Upstream up;
     if (node.role == Role::kSite) {
-      std::vector<float> local = held;
-      train(idx, round, local);
+      const std::vector<float> local = site_params(idx, round, held);
       std::vector<float> delta(n);
       for (size_t k = 0; k < n; ++k) delta[k] = held[k] - local[k];
       up.chunks = encode(delta, idx, true);
@@ -101,8 +108,54 @@ inline ReferenceResult run_reference(const Topology& topo, const std::vector<flo
       codec.decode_accumulate(down.chunks[i].data(), plan.size(i), 1.0f,
                               held.data() + plan.offset(i));
     }
+    after_round(r, held);
   }
   return {global, held};
+}
+
+// Blocking rounds: every site trains a round from the anchor.
+inline ReferenceResult run_reference(const Topology& topo, const std::vector<float>& init,
+                                     const LocalTraining& train) {
+  return run_reference_rounds(
+      topo, init,
+      [&](uint32_t site, uint64_t round, const std::vector<float>& anchor) {
+        std::vector<float> local = anchor;
+        train(site, round, local);
+        return local;
+      },
+      [](uint64_t, const std::vector<float>&) {});
+}
+
+// Overlapped rounds (federation.overlap_steps = tau): a site sends its
+// update after H steps, trains tau more, then merges the new anchor keeping
+// that progress (params += new anchor - params sent) and trains H - tau
+// steps to its next update; after the last round it holds the final model.
+inline ReferenceResult run_reference_overlap(const Topology& topo, const std::vector<float>& init,
+                                             const LocalSteps& steps) {
+  const uint64_t h = topo.federation().inner_steps;
+  const uint64_t tau = topo.federation().overlap_steps;
+  const uint64_t rounds = topo.federation().rounds;
+  std::vector<std::vector<float>> local(topo.nodes().size()), sent(topo.nodes().size());
+  return run_reference_rounds(
+      topo, init,
+      [&](uint32_t site, uint64_t round, const std::vector<float>&) {
+        if (round == 0) local[site] = init;
+        steps(site, round == 0 ? h : h - tau, local[site]);
+        sent[site] = local[site];
+        return local[site];
+      },
+      [&](uint64_t round, const std::vector<float>& anchor) {
+        for (const NodeSpec& node : topo.nodes()) {
+          if (node.role != Role::kSite) continue;
+          std::vector<float>& p = local[node.index];
+          if (round + 1 == rounds) {
+            p = anchor;
+            continue;
+          }
+          steps(node.index, tau, p);
+          for (size_t k = 0; k < p.size(); ++k) p[k] += anchor[k] - sent[node.index][k];
+        }
+      });
 }
 
 }  // namespace fedwan::testing

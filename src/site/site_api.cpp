@@ -1,0 +1,78 @@
+// SiteCore's public face: it forwards to SiteCore::Impl (site_core.cpp,
+// site_overlap.cpp) and answers the getters.
+#include <algorithm>
+#include <chrono>
+
+#include "common/log.hpp"
+#include "fedwan/error.hpp"
+#include "fedwan/site_core.hpp"
+#include "site/site_impl.hpp"
+
+namespace fedwan {
+
+// ---- facade ----------------------------------------------------------------------------
+
+SiteCore::SiteCore(SiteOptions options, float* params, size_t n)
+    : impl_(std::make_unique<Impl>(std::move(options), params, n)) {}
+SiteCore::~SiteCore() = default;
+SyncResult SiteCore::join() { return impl_->join(); }
+SyncResult SiteCore::sync() { return impl_->sync(); }
+SyncResult SiteCore::service() { return impl_->service(); }
+void SiteCore::checkpoint() {
+  if (impl_->sync_unfinished && !impl_->opt.checkpoint_dir.empty()) {
+    // Part of the next round may be in params and the residual: the
+    // checkpoint of the round boundary stays the one to resume from.
+    log().warn("[site:{}] not checkpointing: the sync of round {} did not finish; a restart "
+               "resumes from the last round boundary's checkpoint (before the first one, it "
+               "joins afresh)",
+               impl_->self.id, impl_->round);
+    return;
+  }
+  impl_->save_checkpoint();
+}
+void SiteCore::stop(std::chrono::milliseconds grace) {
+  // Async-signal-safe: clock_gettime and lock-free atomics only.
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch())
+                          .count();
+  impl_->stop_deadline_ns.store(now + std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                          std::max(grace, std::chrono::milliseconds(0)))
+                                          .count());
+  impl_->stop_requested.store(true);
+}
+
+void SiteCore::Impl::throw_if_stopped(const char* where) const {
+  if (!stop_requested.load()) return;
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch())
+                          .count();
+  if (in_sync.load() && now < stop_deadline_ns.load()) return;  // it may still finish
+  {
+    throw StoppedError("site '" + self.id + "' stopped " + where + " (round " +
+                       std::to_string(round) + ")");
+  }
+}
+void SiteCore::set_data_position(uint64_t p) { impl_->data_position = p; }
+uint64_t SiteCore::data_position() const { return impl_->data_position; }
+bool SiteCore::resumed() const { return impl_->resumed; }
+std::vector<std::string> SiteCore::alarms() const {
+  impl_->security->tick(/*all=*/true);
+  return impl_->security->alarms();
+}
+uint64_t SiteCore::round() const {
+  return impl_->overlap.pending ? impl_->overlap.round : impl_->round;
+}
+const float* SiteCore::anchor() const {
+  return impl_->anchor.empty() ? impl_->params : impl_->anchor.data();
+}
+bool SiteCore::finished() const { return !impl_->overlap.pending && impl_->finished; }
+uint64_t SiteCore::inner_steps() const { return impl_->cfg.inner_steps; }
+uint64_t SiteCore::overlap_steps() const { return impl_->topo.federation().overlap_steps; }
+uint64_t SiteCore::rounds() const { return impl_->cfg.rounds; }
+void SiteCore::begin_sync() { impl_->begin_sync(); }
+bool SiteCore::sync_pending() const { return impl_->overlap.pending; }
+bool SiteCore::sync_ready() const { return impl_->sync_ready(); }
+SyncResult SiteCore::finish_sync() { return impl_->finish_sync(); }
+const std::array<uint8_t, 32>& SiteCore::initial_digest() const { return impl_->initial_digest; }
+
+}  // namespace fedwan
