@@ -58,9 +58,16 @@ class Site {
 
   SyncResult join();
   // Counts one inner step; on every H-th it syncs with the federation
-  // (blocking up to the round timeout) and returns the result.
+  // (blocking up to the round timeout) and returns the result. With
+  // federation.overlap_steps = tau, the H-th step starts the sync in the
+  // background (SiteCore::begin_sync) and training goes on; tau steps later
+  // step() merges the next anchor, keeping the progress made meanwhile
+  // (SiteCore::finish_sync, waiting for the anchor if it is not in yet),
+  // and returns the result; the rounds' H steps count from the update.
   std::optional<SyncResult> step();
-  SyncResult sync();  // ends the round now, whatever the step count
+  // Ends the round now, whatever the step count (an overlapped sync in
+  // flight is merged first).
+  SyncResult sync();
   // Leader: writes a checkpoint now (SIGTERM handling; a no-op without a
   // checkpoint directory). Other ranks: nothing to do.
   void checkpoint();
@@ -83,7 +90,8 @@ class Site {
  private:
   // Leader: the model, the round, finished/resynced; others: receive them.
   SyncResult share(SyncResult r, std::chrono::milliseconds timeout);
-  void share_state();  // leader's optimizer state and buffers, after a resume
+  SyncResult finish_pending();  // every rank: the overlapped sync's merge
+  void share_state();           // leader's optimizer state and buffers, after a resume
   void share_parameters(std::chrono::milliseconds timeout);
   // CUDA model only (no-ops on the CPU): the host copy from, and to, the device.
   void to_host();
@@ -102,6 +110,9 @@ class Site {
   uint64_t steps_in_round_ = 0;
   uint64_t round_ = 0;
   uint64_t inner_steps_ = 0;
+  uint64_t overlap_steps_ = 0;  // tau; 0: blocking syncs
+  uint64_t rounds_ = 0;
+  bool pending_ = false;  // an overlapped sync is in flight (every rank knows)
   bool finished_ = false;
 };
 

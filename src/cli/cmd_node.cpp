@@ -18,6 +18,7 @@
 #include "cli/commands.hpp"
 #include "cli/placement.hpp"
 #include "cli/site_report.hpp"
+#include "cli/synthetic_rounds.hpp"
 #include "cli/validators.hpp"
 #include "common/atomic_file.hpp"
 #include "fedwan/aggregator.hpp"
@@ -85,20 +86,6 @@ using Clock = SiteReport::Clock;
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
-// --step-time-ms: waits for an inner step's deadline without using the CPU,
-// in slices short enough that a SIGTERM stops the site promptly and the
-// parent keeps hearing from it (heartbeats) during a long step. True when
-// the parent resynced the site meanwhile (the round restarts).
-bool wait_for_step(SiteCore& site, Clock::time_point deadline) {
-  constexpr Clock::duration kSlice = std::chrono::milliseconds(50);
-  for (;;) {
-    if (site.service().resynced) return true;
-    const Clock::time_point now = Clock::now();
-    if (now >= deadline || g_terminate.load()) return false;
-    std::this_thread::sleep_for(std::min(deadline - now, kSlice));
-  }
 }
 
 void install_signal_handlers() {
@@ -284,56 +271,34 @@ int run_site(const NodeArgs& a) {
   o.security = security_options(a.security);
   o.checkpoint_dir = a.checkpoint_dir;
   install_signal_handlers();
-  const uint64_t steps = o.topology.federation().inner_steps;
   const WorkloadSettings& w = a.workload;
 
   if (w.trainer == "synthetic") {
     if (a.device == "cuda") {
       throw ConfigError("--device cuda trains fashion-cnn; the synthetic trainer runs on the CPU");
     }
-    const uint32_t index = o.topology.node(a.node).index;
     std::vector<float> params = initial_model(w);
     const bool checkpointed = !o.checkpoint_dir.empty();
-    // A paced step moves the model by one synthetic step per round: the
-    // update stays dense without a large model costing H passes over it.
-    const bool paced = a.step_time_ms > 0;
-    const auto step_time = std::chrono::duration_cast<Clock::duration>(
-        std::chrono::duration<double, std::milli>(a.step_time_ms));
+    SyntheticTraining training;
+    training.params = &params;
+    training.site_index = o.topology.node(a.node).index;
+    training.seed = w.seed;
+    training.step_time_ms = a.step_time_ms;
+    training.stop_requested = [] { return g_terminate.load(); };
     SiteCore site(std::move(o), params.data(), params.size());
     SiteCoreRegistration registered(&site);
     SiteReport report(a.report, a.node, a.step_time_ms);
+    bool completed = false;
     try {
       const Clock::time_point join_started = Clock::now();
-      SyncResult r = site.join();
+      const SyncResult joined = site.join();
       report.joined(join_started);
-      while (!r.finished) {
-        bool resynced = false;
-        // Deadlines from the round's start: sleeping late in one step does
-        // not push back the next.
-        const Clock::time_point train_started = Clock::now();
-        for (uint64_t k = 0; k < steps && !resynced; ++k) {
-          if (!paced || k == 0) {
-            synthetic::local_steps(params.data(), params.size(), index, 1, w.seed);
-          }
-          resynced =
-              paced ? wait_for_step(site, train_started + step_time * static_cast<int64_t>(k + 1))
-                    : site.service().resynced;
-          if (g_terminate.load()) {
-            site.checkpoint();
-            report.write(/*stopped=*/true);
-            return stopped_by_signal(a.node, site.round(), checkpointed);
-          }
-        }
-        report.trained(seconds_since(train_started));
-        if (resynced) continue;
-        const uint64_t ending = site.round();
-        const Clock::time_point sync_started = Clock::now();
-        r = site.sync();
-        report.synced(ending, sync_started, r);
-      }
+      completed = run_synthetic_rounds(site, joined, training, report);
     } catch (const StoppedError&) {
-      // Stopped inside join() or sync(): checkpoint() keeps the round
-      // boundary's checkpoint when a sync was cut short.
+      // Stopped inside join() or a sync: checkpoint() below keeps the
+      // round boundary's checkpoint when a sync was cut short.
+    }
+    if (!completed) {
       site.checkpoint();
       report.write(/*stopped=*/true);
       return stopped_by_signal(a.node, site.round(), checkpointed);

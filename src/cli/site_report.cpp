@@ -1,5 +1,6 @@
 #include "cli/site_report.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <utility>
 
@@ -17,9 +18,11 @@ void SiteReport::joined(SiteReport::Clock::time_point join_started) {
 
 void SiteReport::trained(double seconds) { pending_train_s_ += seconds; }
 
-void SiteReport::synced(uint64_t round, Clock::time_point sync_started, const SyncResult& r) {
+void SiteReport::synced(uint64_t round, Clock::time_point sync_started, const SyncResult& r,
+                        std::optional<double> waited_s) {
   last_sync_end_ = Clock::now();
-  const double sync_s = std::chrono::duration<double>(last_sync_end_ - sync_started).count();
+  const double span_s = std::chrono::duration<double>(last_sync_end_ - sync_started).count();
+  const double sync_s = waited_s ? std::min(*waited_s, span_s) : span_s;
   // Wall-clock time too, so a harness can line the sync up with what it
   // sampled on the same machine (CPU load, link counters).
   const double sync_end_unix =
@@ -31,6 +34,7 @@ void SiteReport::synced(uint64_t round, Clock::time_point sync_started, const Sy
                      {"bytes_sent", r.bytes_sent},
                      {"bytes_resent", r.bytes_resent},
                      {"bytes_received", r.bytes_received}});
+  if (waited_s) rounds_.back()["overlap_s"] = span_s;
   train_s_total_ += pending_train_s_;
   sync_s_total_ += sync_s;
   bytes_sent_total_ += r.bytes_sent;

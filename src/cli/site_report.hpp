@@ -28,8 +28,12 @@ class SiteReport {
   // Training counts towards the round the next sync ends: a resync restarts
   // the round, and the training before it still took the site's time.
   void trained(double seconds);
-  // The sync that ended `round` returned `r` (not a resync).
-  void synced(uint64_t round, Clock::time_point sync_started, const SyncResult& r);
+  // The sync that ended `round` returned `r` (not a resync). An overlapped
+  // sync gives `waited_s`, the time the site spent in begin_sync and
+  // finish_sync (its sync_s); the transfer behind the steps between them
+  // is in overlap_s.
+  void synced(uint64_t round, Clock::time_point sync_started, const SyncResult& r,
+              std::optional<double> waited_s = std::nullopt);
 
   // Replaces the report file whole (a reader never sees half of one); throws
   // ConfigError when it cannot. The rounds are those synced: a round a signal

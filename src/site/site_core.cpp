@@ -372,7 +372,8 @@ SyncResult SiteCore::Impl::service() {
 // resync, or the end), and take the anchor as the new round.
 SyncResult SiteCore::Impl::sync() {
   if (overlap.failed) {
-    throw Error("site '" + self.id + "': an overlapped sync failed; build a new SiteCore (its "
+    throw Error("site '" + self.id +
+                "': an overlapped sync failed; build a new SiteCore (its "
                 "join() resumes from the last checkpoint)");
   }
   if (overlap.pending) {

@@ -99,8 +99,8 @@ class SiteCore::Impl {
     std::exception_ptr error;
     SyncResult result;
     bool pending = false;
-    bool failed = false;       // a sync threw: the core cannot go on
-    uint64_t round = 0;        // the round that ended at begin_sync
+    bool failed = false;                              // a sync threw: the core cannot go on
+    uint64_t round = 0;                               // the round that ended at begin_sync
     bool checkpoint_due = false, upload_due = false;  // deferred from the worker
   } overlap;
   bool overlapping() const { return work != params; }
@@ -153,7 +153,7 @@ class SiteCore::Impl {
   void send_sealed(security::SealingPipeline& sealing, size_t keep, SyncResult* res);
   void update_sent();  // the whole update went out: audited
   void await_anchor(uint64_t start_round, SyncResult* res);
-  void take_anchor();  // the next anchor is in: it becomes the new round
+  void take_anchor();              // the next anchor is in: it becomes the new round
   void run_sync(SyncResult* res);  // sync()'s steps, on `work`
   // At the end of a round (take_anchor, a resync): now, or after the merge.
   void round_checkpoint(bool upload);

@@ -33,7 +33,8 @@ SiteCore::Impl::~Impl() {
 
 void SiteCore::Impl::begin_sync() {
   if (overlap.failed) {
-    throw Error("site '" + self.id + "': an overlapped sync failed; build a new SiteCore (its "
+    throw Error("site '" + self.id +
+                "': an overlapped sync failed; build a new SiteCore (its "
                 "join() resumes from the last checkpoint)");
   }
   if (overlap.pending) {

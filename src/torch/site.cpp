@@ -94,6 +94,8 @@ Site::Site(SiteOptions options, torch::nn::Module& module, torch::optim::Optimiz
                        : std::chrono::milliseconds(static_cast<int64_t>(
                              options.topology.federation().round_timeout_s * 1000));
   inner_steps_ = options.topology.federation().inner_steps;
+  overlap_steps_ = options.topology.federation().overlap_steps;
+  rounds_ = options.topology.federation().rounds;
   if (flat_.device().is_cuda()) {
     // Pinned: the copies each round go at full bus speed.
     host_ = torch::empty({static_cast<int64_t>(flat_.numel())},
@@ -103,7 +105,8 @@ Site::Site(SiteOptions options, torch::nn::Module& module, torch::optim::Optimiz
   // Only the leader talks to the federation.
   if (ranks_ == nullptr || ranks_->rank() == 0) {
 #if defined(FEDWAN_TORCH_WITH_CUDA)
-    if (host_.defined() && !options.update_encoder) {
+    // Overlapped syncs encode a host copy on a worker thread instead.
+    if (host_.defined() && !options.update_encoder && overlap_steps_ == 0) {
       // The update is computed and encoded on the GPU; only its encoded
       // bytes come to the host (the host copy then serves the federation's
       // anchors, checkpoints and joins).
@@ -248,11 +251,45 @@ std::optional<SyncResult> Site::step() {
     steps_in_round_ = 0;
     return s;
   }
-  if (++steps_in_round_ < inner_steps_) return std::nullopt;
-  return sync();
+  ++steps_in_round_;
+  if (pending_) {
+    // Overlapped: the anchor is merged tau steps after the update went.
+    if (steps_in_round_ < overlap_steps_) return std::nullopt;
+    return finish_pending();
+  }
+  if (steps_in_round_ < inner_steps_) return std::nullopt;
+  if (overlap_steps_ == 0) return sync();
+  steps_in_round_ = 0;
+  if (leader()) {
+    to_host();
+    core_->begin_sync();
+  }
+  pending_ = true;
+  // After the last round's update, the final model replaces any steps.
+  if (round() + 1 >= rounds_) return finish_pending();
+  return std::nullopt;
+}
+
+SyncResult Site::finish_pending() {
+  pending_ = false;
+  SyncResult r;
+  if (leader()) {
+    to_host();  // the steps since begin_sync, to merge the anchor into
+    r = core_->finish_sync();
+    if (r.resynced || r.finished) steps_in_round_ = 0;
+    to_device();
+  }
+  r = share(r, round_timeout_ + round_timeout_);
+  if (r.resynced || r.finished) steps_in_round_ = 0;
+  return r;
 }
 
 SyncResult Site::sync() {
+  // An overlapped sync in flight ends first; then this one blocks.
+  if (pending_) {
+    const SyncResult merged = finish_pending();
+    if (merged.finished) return merged;
+  }
   steps_in_round_ = 0;
   SyncResult r;
   if (leader()) {

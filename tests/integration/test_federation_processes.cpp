@@ -40,7 +40,9 @@ std::vector<std::string> node_args(const Topology& topo, const std::filesystem::
           security_for(topo, n.id).credentials_dir};
 }
 
-class ProcessFederation : public ::testing::TestWithParam<std::string> {};
+// A codec and overlap_steps (0: blocking rounds).
+using ProcessCase = std::pair<std::string, uint64_t>;
+class ProcessFederation : public ::testing::TestWithParam<ProcessCase> {};
 
 TEST_P(ProcessFederation, MatchesInProcessReference) {
   TempDir dir;
@@ -49,7 +51,8 @@ TEST_P(ProcessFederation, MatchesInProcessReference) {
   FederationSpec fed;
   fed.rounds = 4;
   fed.inner_steps = 3;
-  fed.codec = GetParam();
+  fed.codec = GetParam().first;
+  fed.overlap_steps = GetParam().second;
   fed.chunk_bytes = 16384;
   fed.outer.name = "diloco";
   fed.round_timeout_s = 60;
@@ -84,9 +87,15 @@ TEST_P(ProcessFederation, MatchesInProcessReference) {
   }
 
   const std::vector<float> init = synthetic::initial_model(kParams, kSeed);
-  const ReferenceResult ref = run_reference(topo, init, [&](uint32_t site, uint64_t, auto& p) {
-    synthetic::local_steps(p.data(), p.size(), site, fed.inner_steps, kSeed);
-  });
+  const LocalSteps steps = [&](uint32_t site, uint64_t n, std::vector<float>& p) {
+    synthetic::local_steps(p.data(), p.size(), site, n, kSeed);
+  };
+  const ReferenceResult ref = fed.overlap_steps == 0
+                                  ? run_reference(topo, init,
+                                                  [&](uint32_t site, uint64_t, auto& p) {
+                                                    steps(site, fed.inner_steps, p);
+                                                  })
+                                  : run_reference_overlap(topo, init, steps);
   const std::vector<float> global = read_model(dir.path() / "root.bin");
   ASSERT_EQ(global.size(), kParams);
   EXPECT_EQ(0, std::memcmp(global.data(), ref.global.data(), kParams * sizeof(float)));
@@ -98,12 +107,20 @@ TEST_P(ProcessFederation, MatchesInProcessReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Codecs, ProcessFederation, ::testing::Values("fp32", "fp16"));
+INSTANTIATE_TEST_SUITE_P(Codecs, ProcessFederation,
+                         ::testing::Values(ProcessCase{"fp32", 0}, ProcessCase{"fp16", 0},
+                                           ProcessCase{"fp16", 2}),
+                         [](const auto& info) {
+                           return info.param.first +
+                                  (info.param.second == 0
+                                       ? std::string()
+                                       : "_overlap" + std::to_string(info.param.second));
+                         });
 
 // --step-time-ms stands in for a GPU's step: each inner step takes that much
-// wall time, the model moves one synthetic step per round, and --report
-// accounts for every round.
-TEST(ProcessFederationSite, PacedStepsReportEveryRound) {
+// wall time, the model moves one synthetic step per stretch of steps between
+// syncs, and --report accounts for every round. tau = overlap_steps.
+void paced_steps_report_every_round(uint64_t tau) {
   TempDir dir;
   constexpr uint64_t kSeed = 7;
   constexpr size_t kParams = 5000;
@@ -115,6 +132,7 @@ TEST(ProcessFederationSite, PacedStepsReportEveryRound) {
   fed.chunk_bytes = 8192;
   fed.outer.name = "diloco";
   fed.round_timeout_s = 60;
+  fed.overlap_steps = tau;
   std::vector<NodeSpec> nodes = make_tree(dir.path(), 0, 2, fed).nodes();
   nodes[0].endpoint = nodes[0].bind = "tcp://127.0.0.1:" + std::to_string(free_tcp_port());
   const Topology topo = Topology::build("paced-test", fed, nodes);
@@ -142,9 +160,13 @@ TEST(ProcessFederationSite, PacedStepsReportEveryRound) {
   }
 
   const std::vector<float> init = synthetic::initial_model(kParams, kSeed);
-  const ReferenceResult ref = run_reference(topo, init, [&](uint32_t site, uint64_t, auto& p) {
-    synthetic::local_steps(p.data(), p.size(), site, 1, kSeed);
-  });
+  const LocalSteps one_step = [&](uint32_t site, uint64_t n, std::vector<float>& p) {
+    if (n > 0) synthetic::local_steps(p.data(), p.size(), site, 1, kSeed);
+  };
+  const ReferenceResult ref =
+      tau == 0 ? run_reference(topo, init,
+                               [&](uint32_t site, uint64_t, auto& p) { one_step(site, 1, p); })
+               : run_reference_overlap(topo, init, one_step);
   const std::vector<float> global = read_model(path("root", ".bin"));
   ASSERT_EQ(global.size(), kParams);
   EXPECT_EQ(0, std::memcmp(global.data(), ref.global.data(), kParams * sizeof(float)));
@@ -174,6 +196,12 @@ TEST(ProcessFederationSite, PacedStepsReportEveryRound) {
       train += rounds[r]["train_s"].get<double>();
       sync += rounds[r]["sync_s"].get<double>();
       sent += rounds[r]["bytes_sent"].get<uint64_t>();
+      // Overlapped, sync_s is what the site waited at begin and merge; the
+      // span from the update to the merge is overlap_s.
+      EXPECT_EQ(rounds[r].contains("overlap_s"), tau > 0);
+      if (tau > 0) {
+        EXPECT_GE(rounds[r]["overlap_s"].get<double>(), rounds[r]["sync_s"].get<double>());
+      }
       received += rounds[r]["bytes_received"].get<uint64_t>();
     }
     EXPECT_DOUBLE_EQ(report["train_s_total"].get<double>(), train);
@@ -196,6 +224,12 @@ TEST(ProcessFederationSite, PacedStepsReportEveryRound) {
                     log);
   EXPECT_EQ(wait_processes({refused}, std::chrono::seconds(60))[0], 2) << read_text(log);
   EXPECT_NE(read_text(log).find("--step-time-ms"), std::string::npos) << read_text(log);
+}
+
+TEST(ProcessFederationSite, PacedStepsReportEveryRound) { paced_steps_report_every_round(0); }
+
+TEST(ProcessFederationSite, OverlappedPacedStepsReportEveryRound) {
+  paced_steps_report_every_round(3);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@ measured in the same invocation, and write bench.json and bench.md.
 
     fedwan bench run --profile intercontinental --params 10M --rounds 5
     fedwan bench run --quick            # seconds: proves the harness works
+    fedwan bench run --modes blocking,overlap --overlap-steps 5   # side by side
     fedwan bench profiles               # what each profile is
 """
 
@@ -76,12 +77,22 @@ def add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--codec", default="fp16")
     p.add_argument("--rounds", type=int, default=4)
     p.add_argument("--inner-steps", type=int, default=10, help="H")
+    p.add_argument("--overlap-steps", type=int, default=0, metavar="N",
+                   help="overlapped rounds (topology federation.overlap_steps): a site keeps "
+                        "training while its update goes up and merges the next anchor N inner "
+                        "steps after sending it; 0 = blocking rounds (default), at most H")
+    p.add_argument("--modes", default="", metavar="MODE,...",
+                   help="comma-separated: blocking, overlap: one fedwan run per mode on the same "
+                        "links, side by side (blocking is named fedwan, overlap fedwan-overlap "
+                        "and needs --overlap-steps N >= 1); default: one run, fedwan, in the "
+                        "mode --overlap-steps sets")
     p.add_argument("--step-time-ms", type=float, default=50.0,
                    help="synthetic: wall time of one training step (a GPU step's stand-in)")
     p.add_argument("--chunk-bytes", type=int, default=1 << 20)
     p.add_argument("--outer-optimizer", default="fedavg")
     p.add_argument("--baselines", default="flat-fp32",
-                   help="comma-separated: flat-fp32, flower, none (default flat-fp32)")
+                   help="comma-separated: flat-fp32, flower, none (default flat-fp32); "
+                        "baselines run blocking rounds")
     p.add_argument("--flower-python", default=os.environ.get("FEDWAN_FLOWER_PYTHON", ""),
                    help="a Python with flwr for the Flower baseline (python3 -m venv V && "
                         "V/bin/pip install flwr numpy); default $FEDWAN_FLOWER_PYTHON")
@@ -98,20 +109,56 @@ def add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true",
                    help="a few seconds: 200k parameters, 1 region x 2 sites, 2 rounds")
     p.add_argument("--sweep", metavar="KEY=V1,V2,...",
-                   help="run once per value of KEY: rate-mbit, delay-ms, codec, inner-steps, "
-                        "params, sites-per-region (plots show the figures against it)")
+                   help="run once per value of KEY: rate-mbit, delay-ms, tcp-congestion, codec, "
+                        "inner-steps, overlap-steps (0 = blocking; not with --modes), params, "
+                        "sites-per-region (plots show the figures against it)")
     p.add_argument("--no-plots", action="store_true", help="write no PNG plots")
     p.add_argument("--fedwan", help="the fedwan binary (default: next to this one, or PATH)")
     p.add_argument("--linkemu", help="the fedwan-linkemu binary")
 
 
+def fedwan_runs(args: argparse.Namespace) -> list[tuple[str, int]]:
+    """(name, overlap steps) of each fedwan run: without --modes one run,
+    "fedwan", overlapped by --overlap-steps (0: blocking); with --modes one per
+    mode listed, "fedwan" blocking and "fedwan-overlap" overlapped by
+    --overlap-steps, in that order."""
+    tau, h = args.overlap_steps, args.inner_steps
+    if tau < 0:
+        raise SystemExit(f"fedwan bench: --overlap-steps {tau}: 0 (blocking rounds) or more")
+    if tau > h:
+        raise SystemExit(f"fedwan bench: --overlap-steps {tau} is more than --inner-steps {h}"
+                         f"{' (--quick runs H=2)' if args.quick else ''}: a site merges the next "
+                         f"anchor at most H inner steps after it sent its update")
+    if not args.modes:
+        return [("fedwan", tau)]
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    unknown = [m for m in modes if m not in federation.MODES]
+    if unknown or not modes:
+        raise SystemExit(f"fedwan bench: --modes {args.modes}: a comma-separated list of "
+                         f"{', '.join(federation.MODES)}")
+    if "overlap" in modes and tau < 1:
+        raise SystemExit("fedwan bench: --modes overlap needs --overlap-steps N, 1 <= N <= "
+                         "--inner-steps (how many inner steps late a site merges the anchor)")
+    if "overlap" not in modes and tau:
+        raise SystemExit(f"fedwan bench: --overlap-steps {tau} with --modes {args.modes}: "
+                         f"add overlap to --modes, or drop --overlap-steps")
+    runs = []
+    if "blocking" in modes:
+        runs.append(("fedwan", 0))
+    if "overlap" in modes:
+        runs.append(("fedwan-overlap", tau))
+    return runs
+
+
 def specs_from(args: argparse.Namespace) -> list[federation.FederationSpec]:
+    from dataclasses import replace
     if args.quick:
         args.params, args.regions, args.sites_per_region = 200_000, 1, 2
         args.rounds, args.inner_steps, args.step_time_ms = 2, 2, 10.0
     for name in ("regions", "sites_per_region", "rounds", "inner_steps"):
         if getattr(args, name) < (0 if name == "regions" else 1):
             raise SystemExit(f"fedwan bench: --{name.replace('_', '-')} must be positive")
+    # Baselines are built from the blocking spec: they run blocking rounds.
     ours = federation.FederationSpec(
         name="fedwan", regions=args.regions, sites_per_region=args.sites_per_region,
         sites=args.sites_per_region if args.regions == 0 else 0, codec=args.codec,
@@ -121,16 +168,14 @@ def specs_from(args: argparse.Namespace) -> list[federation.FederationSpec]:
         outer_optimizer=args.outer_optimizer,
         sysctls=tuple(tuple(kv.split("=", 1)) for kv in args.sysctl),
         tcp_congestion=args.tcp_congestion)
-    specs = [ours]
+    specs = [replace(ours, name=name, overlap_steps=tau) for name, tau in fedwan_runs(args)]
     for b in [x.strip() for x in args.baselines.split(",") if x.strip()]:
         if b == "none":
             continue
         if b == "flat-fp32":
-            from dataclasses import replace
             specs.append(replace(ours, name="flat-fp32", regions=0, sites=ours.site_count(),
                                  codec="fp32"))
         elif b == "flower":
-            from dataclasses import replace
             py = args.flower_python or sys.executable
             if subprocess.run([py, "-c", "import flwr, numpy"], capture_output=True).returncode:
                 raise SystemExit(f"fedwan bench: the Flower baseline needs a Python with flwr; "
@@ -156,6 +201,7 @@ def profile_from(args: argparse.Namespace) -> profiles.Profile:
 SWEEP_KEYS = {"rate-mbit": ("rate_mbit", float), "delay-ms": ("delay_ms", float),
               "tcp-congestion": ("tcp_congestion", str),
               "codec": ("codec", str), "inner-steps": ("inner_steps", int),
+              "overlap-steps": ("overlap_steps", int),
               "params": ("params", parse_count), "sites-per-region": ("sites_per_region", int)}
 
 
@@ -167,24 +213,41 @@ def sweep_from(args: argparse.Namespace) -> tuple[str, list] | None:
         raise SystemExit(f"fedwan bench: --sweep KEY=V1,V2,...: KEY is one of "
                          f"{', '.join(SWEEP_KEYS)}")
     attr, kind = SWEEP_KEYS[key]
+    if attr == "overlap_steps" and args.modes:
+        raise SystemExit(f"fedwan bench: --sweep {args.sweep} sets each run's mode (0: "
+                         f"blocking); drop --modes {args.modes}")
     try:
         return attr, [kind(v) for v in values.split(",")]
     except (ValueError, argparse.ArgumentTypeError) as e:
         raise SystemExit(f"fedwan bench: --sweep {args.sweep}: {e}")
 
 
-def cmd_run(args: argparse.Namespace) -> int:
+def plan_from(args: argparse.Namespace) -> tuple[list, tuple[str, list] | None]:
+    """Every run of the invocation, [(sweep value, spec, profile)], and the
+    sweep; checks every sweep point before anything starts."""
     sweep = sweep_from(args)
-    points: list = [None] if sweep is None else sweep[1]
     plan = []
-    for value in points:
+    for value in [None] if sweep is None else sweep[1]:
         if sweep is not None:
             setattr(args, sweep[0], value)
         try:
-            profile = profile_from(args)
-        except ValueError as e:
-            raise SystemExit(f"fedwan bench: {e}")
-        plan += [(value, spec, profile) for spec in specs_from(args)]
+            try:
+                profile = profile_from(args)
+            except ValueError as e:
+                raise SystemExit(f"fedwan bench: {e}") from None
+            specs = specs_from(args)
+        except SystemExit as e:
+            if sweep is None:
+                raise
+            key = args.sweep.partition("=")[0]
+            raise SystemExit(f"{e} (--sweep {args.sweep}, at {key}={value})") from None
+        plan += [(value, spec, profile) for spec in specs]
+    return plan, sweep
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    plan, sweep = plan_from(args)
+    points: list = [None] if sweep is None else sweep[1]
     why = netns.unavailable_reason()
     if why:
         print(f"fedwan bench: cannot run here: {why}", file=sys.stderr)
@@ -198,8 +261,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         tag = spec.name if value is None else f"{spec.name}-{value}"
         work = os.path.join(args.out, tag)
         print(f"fedwan bench: {tag}: {spec.site_count()} sites, {spec.codec}, "
-              f"{spec.params:,} parameters, {spec.rounds} rounds of H={spec.inner_steps} "
-              f"over {profile.name} ({profile.root_link.describe()}) ...", flush=True)
+              f"{spec.params:,} parameters, {spec.rounds} {spec.mode} rounds of "
+              f"H={spec.inner_steps} over {profile.name} ({profile.root_link.describe()}) ...",
+              flush=True)
         t = time.monotonic()
         try:
             raw = federation.run(spec, profile, fedwan, linkemu, work, timeout=args.timeout)
@@ -207,8 +271,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             # The other runs still count: the failure is a result too (a
             # baseline that runs out of memory, say).
             print(f"fedwan bench: {tag}: FAILED: {e}", flush=True)
-            failures.append({"name": spec.name, "sweep_value": value, "error": str(e),
-                             "usage": getattr(e, "usage", None)})
+            failures.append({"name": spec.name, "mode": spec.mode, "sweep_value": value,
+                             "error": str(e), "usage": getattr(e, "usage", None)})
             continue
         with open(os.path.join(work, "raw.json"), "w") as f:
             json.dump(raw, f)  # everything measured, for analysis beyond the summary

@@ -21,6 +21,18 @@ from .profiles import Profile
 _run_counter = itertools.count()
 PORT = 7000
 
+# The runs measured against fedwan's, by the names FederationSpec gives them.
+BASELINES = ("flat-fp32", "flower")
+# How a fedwan federation runs its rounds (`--modes`): "blocking" (a site
+# waits in sync() for the next anchor) or "overlap" (it keeps training while
+# its update goes up and merges the anchor overlap_steps inner steps later).
+MODES = ("blocking", "overlap")
+
+
+def mode_label(overlap_steps: int) -> str:
+    """What a run's rounds were: "blocking", or "overlap tau=N"."""
+    return "blocking" if not overlap_steps else f"overlap tau={overlap_steps}"
+
 
 @dataclass(frozen=True)
 class FederationSpec:
@@ -48,10 +60,18 @@ class FederationSpec:
     # The topology's federation.tcp_congestion ("" = fedwan's default, bbr;
     # "system" = the hosts' own).
     tcp_congestion: str = ""
+    # The topology's federation.overlap_steps (tau): 0 = blocking rounds;
+    # 1..inner_steps = a site merges the next anchor tau inner steps after it
+    # sent its update, training meanwhile.
+    overlap_steps: int = 0
 
     @property
     def flat(self) -> bool:
         return self.regions == 0
+
+    @property
+    def mode(self) -> str:
+        return mode_label(self.overlap_steps)
 
     def site_count(self) -> int:
         return self.sites if self.flat else self.regions * self.sites_per_region
@@ -94,6 +114,8 @@ def topology_yaml(spec: FederationSpec, nodes: list[Node]) -> str:
     ]
     if spec.tcp_congestion:
         lines.append(f"  tcp_congestion: {spec.tcp_congestion}")
+    if spec.overlap_steps:
+        lines.append(f"  overlap_steps: {spec.overlap_steps}")
     lines += [
         "nodes:",
     ]

@@ -15,12 +15,20 @@ root sends anchor chunk i as soon as it has stepped it), so no protocol can
 move the bytes faster than its slowest link. The second is one trip up and
 one down, which nothing overlaps with. Losses and TCP's own ramp-up are not
 in it: they are part of what the bound measures fedwan against.
+
+In an overlapped run (federation.overlap_steps = tau > 0) a site's sync_s
+is the time it waited at the merge (its begin_sync and finish_sync calls),
+not the transfer, which ran while it trained its next tau inner steps: its
+wait against the bound is then the share of the round's communication that
+training did not hide.
 """
 
 from __future__ import annotations
 
 import statistics
 from typing import Iterable, Optional
+
+from .federation import mode_label
 
 TCP_IP_OVERHEAD = 1500 / 1448
 # Above this share of every core busy for a quarter of the time the sites
@@ -73,6 +81,9 @@ def per_round(raw: dict) -> list[dict]:
         site_rows = [s["rounds"][k] for s in sites.values() if k < len(s["rounds"])]
         sync = [r["sync_s"] for r in site_rows]
         train = [r["train_s"] for r in site_rows]
+        # Overlapped rounds: begin_sync to the end of finish_sync, the window
+        # the transfer had (sync_s is only the wait in it).
+        overlap = [r["overlap_s"] for r in site_rows if r.get("overlap_s") is not None]
         # What one direction of each link carries: a site's update up, its
         # anchor down; a region forwards one aggregate and relays one anchor
         # of the same size and codec.
@@ -87,6 +98,7 @@ def per_round(raw: dict) -> list[dict]:
             "site_train_s": statistics.mean(train) if train else None,
             "site_wait_s": comm,
             "site_wait_max_s": max(sync) if sync else None,
+            "site_overlap_s": statistics.mean(overlap) if overlap else None,
             "site_bytes_per_direction": b,
             "ideal_s": ideal,
             "wait_over_ideal": comm / ideal if comm and ideal > 0 else None,
@@ -162,6 +174,13 @@ def summarise(raw: dict) -> dict:
     cores = _cores()
     busy = (cpu + raw["emulator"]["cpu_s"]) / (raw["wall_s"] * cores) if raw["wall_s"] else 0
     comm_total = sum(r["site_wait_s"] or 0 for r in rounds)
+    overlap_steps = raw["spec"].get("overlap_steps", 0)
+    if overlap_steps:
+        # The transfers ran while the sites trained: their window is the
+        # overlap (begin_sync to the end of finish_sync) where the reports
+        # have it, else no goodput.
+        windows = [r["site_overlap_s"] for r in rounds]
+        comm_total = sum(windows) if all(w is not None for w in windows) else 0
     goodput = {}
     links = _tier_links(raw)
     for key, t in totals.items():
@@ -174,6 +193,8 @@ def summarise(raw: dict) -> dict:
     root_report = raw["root_report"]
     return {
         "name": raw["spec"]["name"],
+        "mode": mode_label(overlap_steps),
+        "overlap_steps": overlap_steps,
         "spec": raw["spec"],
         "profile": raw["profile"],
         "shaping": raw["emulator"]["method"],

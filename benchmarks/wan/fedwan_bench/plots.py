@@ -5,22 +5,25 @@ What is drawn depends on what the invocation varied (`--sweep`):
                            the ideal bound and each baseline;
   codec                 -> WAN bytes per round by codec;
   inner_steps           -> site compute utilisation against H;
+  overlap_steps         -> site compute utilisation against tau (0: blocking);
   params / sites        -> round time against model size / number of sites;
 and, for runs that trained the Fashion-MNIST model, accuracy against
 cumulative WAN bytes. Every invocation also gets rounds.png: each run's
-round time and site wait per round against the ideal bound.
+round time and site wait per round against the ideal bound. Blocking and
+overlapped runs are separate series (unless the sweep is over tau itself).
 """
 
 from __future__ import annotations
 
 import os
-from typing import Optional
+from . import report
 
 LABELS = {
     "rate_mbit": "root-tier rate (Mbit/s)",
     "delay_ms": "root-tier one-way delay (ms)",
     "codec": "codec",
     "inner_steps": "inner steps per round (H)",
+    "overlap_steps": "overlap steps (tau; 0 = blocking)",
     "params": "parameters",
     "sites": "sites",
 }
@@ -33,11 +36,19 @@ def _pyplot():
     return plt
 
 
-def _series(runs: list[dict], key: str) -> dict[str, list[tuple]]:
-    """name -> [(sweep value, run)], in sweep order."""
+def series(runs: list[dict], key: str) -> dict[str, list[tuple]]:
+    """Legend -> [(sweep value, run)], in sweep order: one series per run name
+    and, when the invocation has overlapped runs, per mode ("fedwan
+    (blocking)", "fedwan-overlap (overlap tau=2)"), so that blocking and
+    overlap are separate lines; a sweep over tau (`key` overlap_steps) keeps
+    each name one line across the modes it runs through."""
+    overlapped = any(report.mode(r) != "blocking" for r in runs)
     out: dict[str, list[tuple]] = {}
     for r in runs:
-        out.setdefault(r["name"], []).append((r["sweep_value"], r))
+        label = r["name"]
+        if overlapped and key != "overlap_steps":
+            label += f" ({report.mode(r)})"
+        out.setdefault(label, []).append((r.get("sweep_value"), r))
     return out
 
 
@@ -50,7 +61,7 @@ def write(doc: dict, out_dir: str) -> list[str]:
 
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for r in runs:
-        label = r["name"] + (f" ({r['sweep_value']})" if r.get("sweep_value") is not None else "")
+        label = _label(r)
         xs = [row["round"] for row in r["rounds"]]
         ax.plot(xs, [row["round_s"] for row in r["rounds"]], marker="o", label=f"{label}: round")
         ax.plot(xs, [row["site_wait_s"] for row in r["rounds"]], ls="--", label=f"{label}: wait")
@@ -64,26 +75,25 @@ def write(doc: dict, out_dir: str) -> list[str]:
     sweep = doc.get("sweep")
     if sweep:
         key = sweep["key"]
-        series = _series(runs, key)
+        lines = series(runs, key)
+        ours = [(r["sweep_value"], r) for r in runs if r["name"] == "fedwan"]
         fig, ax = plt.subplots(figsize=(7, 4.5))
         if key == "codec":
-            ours = series.get("fedwan", [])
             ax.bar([str(v) for v, _ in ours],
                    [r["wan_bytes_total"] / len(r["rounds"]) / 1e6 for _, r in ours])
             ax.set_ylabel("WAN bytes per round (MB)")
             name = "bytes_by_codec.png"
-        elif key == "inner_steps":
-            for n, pts in series.items():
+        elif key in ("inner_steps", "overlap_steps"):
+            for n, pts in lines.items():
                 ax.plot([v for v, _ in pts], [r["site_utilisation_mean"] for _, r in pts],
                         marker="o", label=n)
             ax.set_ylabel("site compute utilisation")
             ax.set_ylim(0, 1.05)
-            name = "utilisation_vs_h.png"
+            name = "utilisation_vs_h.png" if key == "inner_steps" else "utilisation_vs_tau.png"
         else:
-            for n, pts in series.items():
+            for n, pts in lines.items():
                 ax.plot([v for v, _ in pts], [r["round_s_median"] for _, r in pts], marker="o",
                         label=f"{n}: round time")
-            ours = series.get("fedwan", [])
             ax.plot([v for v, _ in ours], [r["ideal_s_median"] for _, r in ours], ls=":",
                     label="fedwan: ideal bound")
             ax.set_ylabel("median round time (s)")
@@ -113,8 +123,12 @@ def write(doc: dict, out_dir: str) -> list[str]:
 
 
 def _label(r: dict) -> str:
-    v: Optional[object] = r.get("sweep_value")
-    return r["name"] if v is None else f"{r['name']} ({v})"
+    """A run's name, its mode when overlapped and its sweep value."""
+    label = r["name"]
+    if report.mode(r) != "blocking":
+        label += f", {report.mode(r)}"
+    v = r.get("sweep_value")
+    return label if v is None else f"{label} ({v})"
 
 
 def _save(fig, out_dir: str, name: str, plt) -> str:

@@ -7,6 +7,8 @@ import json
 import os
 from typing import Optional
 
+from .federation import BASELINES, mode_label
+
 
 def _fmt(x: Optional[float], spec: str = ".3g") -> str:
     return "-" if x is None else format(x, spec)
@@ -21,14 +23,21 @@ def _name(r: dict) -> str:
     return r["name"] if v is None else f"{r['name']} ({v})"
 
 
+def mode(r: dict) -> str:
+    """A run's mode: "blocking" or "overlap tau=N" (runs without one were
+    blocking)."""
+    return r.get("mode") or mode_label(r.get("overlap_steps", 0))
+
+
 def comparisons(runs: list[dict]) -> dict:
-    """Ratios of the first run (fedwan) against each baseline in the same
-    invocation."""
-    if len(runs) < 2:
-        return {}
-    ours = runs[0]
+    """Ratios of each fedwan run against each baseline in the same invocation,
+    and of each overlapped fedwan run against each blocking one."""
+    fedwan = [r for r in runs if r["name"] not in BASELINES]
+    pairs = [(o, b) for o in fedwan for b in runs if b["name"] in BASELINES]
+    pairs += [(o, b) for o in fedwan if mode(o) != "blocking"
+              for b in fedwan if mode(b) == "blocking"]
     out = {}
-    for base in runs[1:]:
+    for ours, base in pairs:
         entry = {}
         if ours["round_s_median"] and base["round_s_median"]:
             entry["round_time_speedup"] = base["round_s_median"] / ours["round_s_median"]
@@ -36,6 +45,8 @@ def comparisons(runs: list[dict]) -> dict:
             entry["root_tier_bytes_ratio"] = ours["root_tier_ip_bytes"] / base["root_tier_ip_bytes"]
         if ours["wan_bytes_total"] and base["wan_bytes_total"]:
             entry["wan_bytes_ratio"] = ours["wan_bytes_total"] / base["wan_bytes_total"]
+        entry["site_utilisation"] = {"ours": ours.get("site_utilisation_mean"),
+                                     "baseline": base.get("site_utilisation_mean")}
         out[f"{_name(ours)} vs {_name(base)}"] = entry
     return out
 
@@ -50,9 +61,9 @@ def markdown(doc: dict) -> str:
         f"Shaping: {runs[0]['shaping']}. Machine: {doc['machine']['cores']} cores, "
         f"kernel {doc['machine']['kernel']}, congestion control {doc['machine']['tcp_cc']}.",
         "",
-        "| run | sites | codec | params | round s | wait s | ideal s | wait/ideal | utilisation "
-        "| WAN MB | root-tier MB | resent MB | agg. RSS MB | CPU s/GB | busy |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| run | mode | sites | codec | params | round s | wait s | ideal s | wait/ideal "
+        "| utilisation | WAN MB | root-tier MB | resent MB | agg. RSS MB | CPU s/GB | busy |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in runs:
         s = r["spec"]
@@ -62,7 +73,7 @@ def markdown(doc: dict) -> str:
                 + _fmt(r["emulator_busy_while_waiting"], ".2f")
                 + (" CPU-bound" if r["cpu_bound"] else ""))
         lines.append(
-            f"| {_name(r)} | {sites} ({tree}) | {s['codec']} | {s['params']:,} "
+            f"| {_name(r)} | {mode(r)} | {sites} ({tree}) | {s['codec']} | {s['params']:,} "
             f"| {_fmt(r['round_s_median'])} | {_fmt(r['site_wait_s_median'])} "
             f"| {_fmt(r['ideal_s_median'])} | {_fmt(r['wait_over_ideal_median'], '.2f')} "
             f"| {_fmt(r['site_utilisation_mean'], '.3f')} | {_mb(r['wan_bytes_total'])} "
@@ -71,8 +82,11 @@ def markdown(doc: dict) -> str:
             f"| {busy} |")
     lines.append("")
     lines.append("Round and wait times are medians over the rounds after the first. "
-                 "wait = time a site spent in sync (its delta up, the anchor down); "
+                 "wait = time a site spent in sync (its delta up, the anchor down; "
+                 "overlap tau=N: the time it waited at the merge, N inner steps after it "
+                 "sent its update, not the transfer its training hid); "
                  "ideal = the bound of docs/benchmarks.md for the bytes of that round; "
+                 "utilisation = a site's training time / its wall time; "
                  "busy = the machine's CPU busy share / the emulator's share of its one core, "
                  "medians while sites waited (CPU-bound: either above 0.9 for a quarter of "
                  "that time; the figures then measure this machine, not the links).")
@@ -82,6 +96,9 @@ def markdown(doc: dict) -> str:
             parts.append(f"{entry['round_time_speedup']:.2f}x less time per round")
         if "root_tier_bytes_ratio" in entry:
             parts.append(f"root-tier bytes {entry['root_tier_bytes_ratio']:.3f} of the baseline's")
+        u = entry.get("site_utilisation") or {}
+        if u.get("ours") is not None and u.get("baseline") is not None:
+            parts.append(f"site utilisation {u['ours']:.3f} against {u['baseline']:.3f}")
         lines.append(f"- {name}: " + ", ".join(parts))
     for f in doc.get("failed", []):
         first = f["error"].splitlines()[0] if f["error"] else "failed"

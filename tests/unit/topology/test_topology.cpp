@@ -489,17 +489,17 @@ TEST(Topology, OverlapStepsAtMostInnerStepsAndInTheDigestOnlyWhenSet) {
             absent.digest());
   std::set<std::string> digests = {absent.digest_hex()};
   for (const char* tau : {"1", "7", "10"}) {
-    const Topology t = Topology::parse(
-        example_with(-1, std::string("federation: {inner_steps: 10, overlap_steps: ") + tau + "}\n"));
+    const Topology t = Topology::parse(example_with(
+        -1, std::string("federation: {inner_steps: 10, overlap_steps: ") + tau + "}\n"));
     EXPECT_EQ(t.federation().overlap_steps, std::stoull(tau));
     const Topology back = Topology::parse(t.to_yaml());
     EXPECT_EQ(back.digest(), t.digest()) << t.to_yaml();
     EXPECT_EQ(back.federation().overlap_steps, t.federation().overlap_steps);
     EXPECT_TRUE(digests.insert(t.digest_hex()).second) << tau;
   }
-  expect_error(example_with(-1, "federation: {inner_steps: 10, overlap_steps: 11}\n"),
-               {"topo.yaml:", "federation: overlap_steps 11 is more than inner_steps 10",
-                "0 = blocking"});
+  expect_error(
+      example_with(-1, "federation: {inner_steps: 10, overlap_steps: 11}\n"),
+      {"topo.yaml:", "federation: overlap_steps 11 is more than inner_steps 10", "0 = blocking"});
   expect_error(example_with(-1, "federation: {overlap_steps: -1}\n"), {"overlap_steps"});
   expect_error(example_with(-1, "federation: {overlap_steps: two}\n"), {"overlap_steps"});
   FederationSpec f = absent.federation();

@@ -3,6 +3,7 @@
 //   * site-1 runs 2 ranks (Gloo, DataParallel), site-0 one: every rank
 //     leaves the loop at the same round, the ranks of site-1 hold
 //     bit-identical models, and every site ends with the root's final model;
+//     the same with overlapped syncs (federation.overlap_steps);
 //   * a 2-rank site stopped at round 2 (rank 0 checkpoints, as at SIGTERM)
 //     and started again with fresh optimizers gets rank 0's optimizer state
 //     on every rank, and finishes in step.
@@ -154,9 +155,12 @@ torch::optim::SGD make_sgd(torch::nn::Sequential& net) {
   return torch::optim::SGD(net->parameters(), torch::optim::SGDOptions(0.05).momentum(0.5));
 }
 
-TEST(MultiRankSite, RanksAgreeAndEndWithTheGlobalModel) {
+// tau = overlap_steps (0: blocking syncs).
+void ranks_agree_and_end_with_the_global_model(uint64_t tau) {
   torch::set_num_threads(1);
-  SmallFederation fed(2, 3, spec(3, 4));
+  FederationSpec f = spec(3, 4);
+  f.overlap_steps = tau;
+  SmallFederation fed(2, 3, f);
   std::vector<std::vector<float>> finals(3);  // site-0, site-1 rank 0, site-1 rank 1
   std::vector<uint64_t> rounds(3);
   // `slot` indexes the models and results; rank/ranks slice each batch.
@@ -189,6 +193,16 @@ TEST(MultiRankSite, RanksAgreeAndEndWithTheGlobalModel) {
   EXPECT_EQ(finals[1], finals[2]) << "the ranks of site-1 diverged";
   EXPECT_EQ(finals[0], fed.root.global_model);
   EXPECT_EQ(finals[1], fed.root.global_model);
+}
+
+TEST(MultiRankSite, RanksAgreeAndEndWithTheGlobalModel) {
+  ranks_agree_and_end_with_the_global_model(0);
+}
+
+// Overlapped: the ranks train on while the leader's sync runs in the
+// background, and all take the merged model at the same step.
+TEST(MultiRankSite, OverlappedRanksAgreeAndEndWithTheGlobalModel) {
+  ranks_agree_and_end_with_the_global_model(2);
 }
 
 TEST(MultiRankSite, ResumedLeaderHandsItsOptimizerStateToTheOtherRanks) {
