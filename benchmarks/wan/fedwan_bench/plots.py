@@ -16,6 +16,7 @@ overlapped runs are separate series (unless the sweep is over tau itself).
 from __future__ import annotations
 
 import os
+
 from . import report
 
 LABELS = {
