@@ -181,6 +181,7 @@ Topology demo_topology(const DemoArgs& a, const std::vector<double>& weights) {
   FederationSpec fed;
   fed.rounds = a.rounds;
   fed.inner_steps = a.inner_steps;
+  fed.overlap_steps = a.overlap_steps;
   fed.codec = a.codec;
   fed.chunk_bytes = a.chunk_bytes;
   fed.outer.name = a.outer;
@@ -309,7 +310,12 @@ int run_demo(const DemoArgs& a) {
                     ? " of " + std::to_string(a.ranks_per_site) + " ranks (" + engine + ")"
                     : std::string())
             << " on " << (place.cuda() ? "GPUs" : "the CPU") << "; " << a.rounds << " rounds x "
-            << a.inner_steps << " steps; codec " << a.codec << ", outer " << a.outer << ", trainer "
+            << a.inner_steps << " steps"
+            << (a.overlap_steps > 0
+                    ? " (overlapped: anchors merged " + std::to_string(a.overlap_steps) +
+                          " steps late)"
+                    : std::string())
+            << "; codec " << a.codec << ", outer " << a.outer << ", trainer "
             << a.workload.trainer << "\n"
             << "fedwan demo: topology and logs in " << dir.string() << "\n"
             << "fedwan demo: links "
@@ -389,6 +395,7 @@ int run_demo(const DemoArgs& a) {
       {"regions", a.regions},
       {"rounds", a.rounds},
       {"inner_steps", a.inner_steps},
+      {"overlap_steps", a.overlap_steps},
       {"codec", a.codec},
       {"outer_optimizer", a.outer},
       {"chunk_bytes", a.chunk_bytes},
@@ -435,6 +442,11 @@ void add_demo_command(CLI::App& app, DemoArgs& a, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--inner-steps,-H", a.inner_steps, "local steps per round")
       ->check(number_in(1, 1e9))
+      ->capture_default_str();
+  cmd->add_option("--overlap-steps", a.overlap_steps,
+                  "overlapped rounds: sites train on while their update goes up and merge the "
+                  "next anchor this many steps later (1..inner steps); 0: blocking rounds")
+      ->check(number_in(0, 1e9))
       ->capture_default_str();
   cmd->add_option("--codec", a.codec, "delta codec: fp32, fp16, bf16, int8")->capture_default_str();
   cmd->add_option("--outer", a.outer, "outer optimizer: fedavg, diloco, fedadam")

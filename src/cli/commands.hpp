@@ -54,6 +54,7 @@ struct DemoArgs {
   // 0.02 of the central baseline in a few CPU minutes (see docs/operations.md).
   uint64_t rounds = 30;
   uint64_t inner_steps = 25;
+  uint64_t overlap_steps = 0;  // tau; 0: blocking rounds
   std::string codec = "fp16";
   std::string outer = "diloco";
   uint64_t chunk_bytes = 1 << 20;
