@@ -4,10 +4,15 @@
 // bit, and the calls must refuse misuse clearly.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
+#include <memory>
+#include <optional>
 
 #include "fedwan/error.hpp"
 #include "harness/federation_fixture.hpp"
+#include "harness/node_spawner.hpp"
+#include "harness/node_threads.hpp"
 #include "harness/reference_federation.hpp"
 
 namespace fedwan::testing {
@@ -116,6 +121,73 @@ TEST(Overlap, RefusesCallsOutOfOrder) {
   ASSERT_TRUE(run.errors.empty()) << run.error_text();
   const ReferenceResult ref = run_reference_overlap(topo, init, synthetic_steps());
   EXPECT_TRUE(bit_equal(run.root.global_model, ref.global));
+}
+
+// A caller that abandons a pending sync (an exception in its training, say)
+// destroys the SiteCore: the worker stops promptly instead of holding the
+// process until the round timeout; a sync that failed leaves the core
+// refusing to go on, with a message that says how to recover.
+TEST(Overlap, AnAbandonedOrFailedSyncEndsPromptlyAndIsNotReused) {
+  TempDir dir;
+  FederationSpec f = overlap_spec("fp16", "fedavg", 1);
+  f.round_timeout_s = 60;
+  const Topology topo = make_tree(dir.path(), 0, 1, f);
+  const std::vector<float> init = synthetic::initial_model(3000, kSeed);
+  AggregatorSummary summary;
+  NodeSpawner nodes;
+  spawn_aggregator(nodes, topo, "root", init, &summary);
+  std::optional<std::chrono::steady_clock::duration> destroyed_in;
+  // The site on the test's thread; the root on its own.
+  {
+    std::vector<float> params = init;
+    {
+      SiteCore site(site_options(topo, "site-0", std::chrono::seconds(30)), params.data(),
+                    params.size());
+      site.join();
+      synthetic::local_steps(params.data(), params.size(), 1, 3, kSeed);
+      site.begin_sync();
+      EXPECT_TRUE(site.sync_pending());
+      EXPECT_FALSE(site.finished());
+      EXPECT_EQ(site.round(), 0u);  // the round that ended, until the merge
+      try {
+        site.sync();
+        ADD_FAILURE() << "sync() with a sync pending accepted";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("a sync is pending; call finish_sync() first"),
+                  std::string::npos)
+            << e.what();
+      }
+      try {
+        site.begin_sync();
+        ADD_FAILURE() << "a second begin_sync() accepted";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("already pending"), std::string::npos) << e.what();
+      }
+      // A stop with no grace fails the pending sync at its next check.
+      site.stop();
+      EXPECT_THROW(site.finish_sync(), StoppedError);
+      try {
+        site.begin_sync();
+        ADD_FAILURE() << "begin_sync() after a failed sync accepted";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("build a new SiteCore"), std::string::npos)
+            << e.what();
+      }
+    }
+    // Abandoned while pending: the destructor stops and joins the worker.
+    auto site = std::make_unique<SiteCore>(site_options(topo, "site-0", std::chrono::seconds(30)),
+                                           params.data(), params.size());
+    site->join();
+    site->begin_sync();
+    const auto t0 = std::chrono::steady_clock::now();
+    site.reset();
+    destroyed_in = std::chrono::steady_clock::now() - t0;
+  }
+  nodes.stop();
+  nodes.join();
+  ASSERT_TRUE(destroyed_in.has_value()) << ::testing::PrintToString(nodes.error_list());
+  // Well within the 30 s round timeout (the worker checks every 50 ms).
+  EXPECT_LT(*destroyed_in, std::chrono::seconds(5));
 }
 
 }  // namespace
