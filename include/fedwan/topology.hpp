@@ -40,6 +40,9 @@ struct NodeSpec {
   // aggregator, its downlinks): overrides FederationSpec::tcp_congestion;
   // "" = the federation's.
   std::string tcp_congestion;
+  // Socket buffers of this node's TCP links, in place of
+  // FederationSpec::socket_buffer_bytes; unset = the federation's.
+  std::optional<uint64_t> socket_buffer_bytes;
 };
 
 struct FederationSpec {
@@ -69,6 +72,11 @@ struct FederationSpec {
   // this many inner steps after it sent its update (tau, 1..inner_steps),
   // keeping the progress it made meanwhile. 0 = blocking rounds.
   uint64_t overlap_steps = 0;
+  // Send and receive buffer of every TCP link's sockets, in bytes: 0 = the
+  // kernel's autotuning (net.ipv4.tcp_wmem / tcp_rmem); else 64 KiB .. 1 GiB,
+  // fixed (autotuning off; the kernel caps it at net.core.wmem_max /
+  // rmem_max). See docs/topology.md, "Socket buffers".
+  uint64_t socket_buffer_bytes = 0;
 };
 
 // Federation-wide residency settings (top-level `policy:` key).

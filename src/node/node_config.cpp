@@ -37,6 +37,8 @@ NodeConfig::NodeConfig(const Topology& topology, const NodeSpec& self,
   const std::string& congestion =
       self.tcp_congestion.empty() ? fed.tcp_congestion : self.tcp_congestion;
   link.tcp_congestion = congestion == "system" ? std::string() : congestion;
+  link.socket_buffer_bytes =
+      static_cast<int>(self.socket_buffer_bytes.value_or(fed.socket_buffer_bytes));
   round_timeout = overrides.round_timeout.value_or(millis(fed.round_timeout_s));
   heartbeat = millis(fed.heartbeat_s);
   heartbeat_timeout = millis(fed.heartbeat_timeout_s);

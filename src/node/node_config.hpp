@@ -45,9 +45,10 @@ struct NodeConfig {
 
   // Before the model's size is known; see limits_for_model.
   wire::FrameLimits limits;
-  // Window, message size and TCP congestion control (the node's
-  // tcp_congestion, else the federation's; "" for "system") of every link
-  // the node opens (linger is the link's own business).
+  // Window, message size, TCP congestion control (the node's
+  // tcp_congestion, else the federation's; "" for "system") and socket
+  // buffers (likewise; 0: autotuning) of every link the node opens (linger
+  // is the link's own business).
   transport::SocketOptions link;
 
   Millis round_timeout{};

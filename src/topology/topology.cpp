@@ -15,6 +15,7 @@
 //     replica_every: 1                # checkpoint replication period, rounds; 0 = never
 //     tcp_congestion: bbr             # TCP congestion control of the links; "system" = host's
 //     overlap_steps: 5                # sites merge the anchor this many steps late; 0 = blocking
+//     socket_buffer_bytes: 0          # TCP socket buffers; 0 = kernel autotuning
 //     outer_optimizer: {name: diloco, lr: 0.7, momentum: 0.9}
 //   policy: {k_min: 2}                # optional; default k_min of regions
 //   nodes:                            # file order = index = wire sender id
@@ -83,9 +84,9 @@ using topology_detail::YamlReader;
 
 const std::vector<std::string> kTopKeys = {"job", "federation", "policy", "nodes"};
 const std::vector<std::string> kFederationKeys = {
-    "rounds",         "inner_steps",    "codec",       "chunk_bytes",         "round_timeout_s",
-    "quorum",         "deadline_s",     "heartbeat_s", "heartbeat_timeout_s", "replica_every",
-    "tcp_congestion", "outer_optimizer", "overlap_steps"};
+    "rounds",         "inner_steps",     "codec",         "chunk_bytes",         "round_timeout_s",
+    "quorum",         "deadline_s",      "heartbeat_s",   "heartbeat_timeout_s", "replica_every",
+    "tcp_congestion", "outer_optimizer", "overlap_steps", "socket_buffer_bytes"};
 // "name" and every hyper-parameter some optimizer takes (which one takes
 // which is the optimizer's rule, checked in validate_federation).
 std::vector<std::string> outer_keys() {
@@ -99,6 +100,7 @@ std::vector<std::string> outer_keys() {
 }
 const std::vector<std::string> kNodeKeys = {"id", "role", "parent", "endpoint", "bind", "weight",
                                             "standby_endpoint", "standby_bind", "tcp_congestion",
+                                            "socket_buffer_bytes",
                                             // residency, read in topology_policy.cpp
                                             "jurisdiction", "allowed_jurisdictions", "k_min"};
 
@@ -135,6 +137,9 @@ FederationSpec read_federation(const YamlReader& r, const YAML::Node& n) {
   if (auto v = n["replica_every"]) f.replica_every = r.u64(v, "federation", "replica_every");
   if (auto v = n["tcp_congestion"]) f.tcp_congestion = read_tcp_congestion(r, v, "federation");
   if (auto v = n["overlap_steps"]) f.overlap_steps = r.u64(v, "federation", "overlap_steps");
+  if (auto v = n["socket_buffer_bytes"]) {
+    f.socket_buffer_bytes = r.u64(v, "federation", "socket_buffer_bytes");
+  }
   if (auto o = n["outer_optimizer"]) {
     const std::string ctx = "federation.outer_optimizer";
     r.expect_map(o, ctx);
@@ -186,6 +191,8 @@ NodeSpec read_node(const YamlReader& r, const YAML::Node& n, size_t pos) {
   if (auto v = n["standby_endpoint"]) s.standby_endpoint = r.str(v, ctx, "standby_endpoint");
   if (auto v = n["standby_bind"]) s.standby_bind = r.str(v, ctx, "standby_bind");
   if (auto v = n["tcp_congestion"]) s.tcp_congestion = read_tcp_congestion(r, v, ctx);
+  if (auto v = n["socket_buffer_bytes"])
+    s.socket_buffer_bytes = r.u64(v, ctx, "socket_buffer_bytes");
   topology_detail::read_residency(r, n, ctx, s);
   return s;
 }

@@ -54,6 +54,10 @@ uint32_t check_nodes(std::vector<NodeSpec>& nodes, const Fail& fail) {
       const std::string congestion = tcp_congestion_problem(s.tcp_congestion);
       if (!congestion.empty()) fail(who + congestion);
     }
+    if (s.socket_buffer_bytes) {
+      const std::string buffers = socket_buffer_problem(*s.socket_buffer_bytes);
+      if (!buffers.empty()) fail(who + buffers);
+    }
     s.index = i;
     s.parent_index = 0;
     s.children.clear();
@@ -224,6 +228,9 @@ std::string canonical_text(const std::string& job, const FederationSpec& f,
   if (f.tcp_congestion != defaults.tcp_congestion) {
     c += "federation.tcp_congestion=" + f.tcp_congestion + "\n";
   }
+  if (f.socket_buffer_bytes != defaults.socket_buffer_bytes) {
+    c += "federation.socket_buffer_bytes=" + std::to_string(f.socket_buffer_bytes) + "\n";
+  }
   if (f.overlap_steps != defaults.overlap_steps) {
     c += "federation.overlap_steps=" + std::to_string(f.overlap_steps) + "\n";
   }
@@ -239,6 +246,9 @@ std::string canonical_text(const std::string& job, const FederationSpec& f,
     if (!s.jurisdiction.empty()) line += " jurisdiction=" + s.jurisdiction;
     if (s.k_min != 0) line += " k_min=" + std::to_string(s.k_min);
     line += " parent=" + s.parent + " role=" + role_name(s.role);
+    if (s.socket_buffer_bytes) {
+      line += " socket_buffer_bytes=" + std::to_string(*s.socket_buffer_bytes);
+    }
     if (!s.standby_endpoint.empty()) {
       line += " standby_bind=" + s.standby_bind + " standby_endpoint=" + s.standby_endpoint;
     }

@@ -128,6 +128,8 @@ std::string standby_problem(NodeSpec& s);
 // "" when `name` may be a tcp_congestion value (a congestion control name
 // or "system"), else what is wrong with it and what to write instead.
 std::string tcp_congestion_problem(const std::string& name);
+// "" when `bytes` may be a socket_buffer_bytes value, else why not.
+std::string socket_buffer_problem(uint64_t bytes);
 // Throws ConfigError naming `src` for a federation value out of range.
 void validate_federation(const FederationSpec& f, const std::string& src);
 

@@ -124,6 +124,14 @@ std::string standby_problem(NodeSpec& s) {
 // Only the name's form is checked here: which algorithms a host has and
 // allows is the host's business, known only where the node runs (the
 // transport warns there and keeps the host's default).
+std::string socket_buffer_problem(uint64_t bytes) {
+  constexpr uint64_t kMin = 64 << 10, kMax = uint64_t{1} << 30;
+  if (bytes == 0 || (bytes >= kMin && bytes <= kMax)) return "";
+  return "socket_buffer_bytes " + std::to_string(bytes) +
+         " is out of range; use 0 (the kernel's autotuning) or 65536 .. 1073741824 (64 KiB .. "
+         "1 GiB, about the link's bandwidth-delay product)";
+}
+
 std::string tcp_congestion_problem(const std::string& name) {
   const bool well_formed = !name.empty() && name.size() <= kMaxCongestionNameLength &&
                            std::all_of(name.begin(), name.end(), [](char c) {
@@ -178,6 +186,8 @@ void validate_federation(const FederationSpec& f, const std::string& src) {
   }
   const std::string congestion = tcp_congestion_problem(f.tcp_congestion);
   if (!congestion.empty()) fail(congestion);
+  const std::string buffers = socket_buffer_problem(f.socket_buffer_bytes);
+  if (!buffers.empty()) fail(buffers);
   if (f.overlap_steps > f.inner_steps) {
     fail("overlap_steps " + std::to_string(f.overlap_steps) + " is more than inner_steps " +
          std::to_string(f.inner_steps) +

@@ -37,6 +37,9 @@ std::string Topology::to_yaml() const {
   y += "  replica_every: " + std::to_string(f.replica_every) + "\n";
   y += "  tcp_congestion: " + q(f.tcp_congestion) + "\n";
   if (f.overlap_steps != 0) y += "  overlap_steps: " + std::to_string(f.overlap_steps) + "\n";
+  if (f.socket_buffer_bytes != 0) {
+    y += "  socket_buffer_bytes: " + std::to_string(f.socket_buffer_bytes) + "\n";
+  }
   y += "  outer_optimizer: {name: " + q(f.outer.name);
   for (const auto& [key, value] : f.outer.params) y += ", " + key + ": " + format_double(value);
   y += "}\n";
@@ -58,6 +61,9 @@ std::string Topology::to_yaml() const {
     if (!s.jurisdiction.empty()) y += ", jurisdiction: " + q(s.jurisdiction);
     if (s.k_min != 0) y += ", k_min: " + std::to_string(s.k_min);
     if (!s.tcp_congestion.empty()) y += ", tcp_congestion: " + q(s.tcp_congestion);
+    if (s.socket_buffer_bytes) {
+      y += ", socket_buffer_bytes: " + std::to_string(*s.socket_buffer_bytes);
+    }
     if (!s.allowed_jurisdictions.empty()) {
       std::string list;
       for (const std::string& a : s.allowed_jurisdictions) {

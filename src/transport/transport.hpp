@@ -43,6 +43,9 @@ struct SocketOptions {
   // such as "bbr"); "" leaves the host's default. Transports without TCP
   // connections (mem://, ipc://, inproc://) ignore it.
   std::string tcp_congestion;
+  // SO_SNDBUF and SO_RCVBUF of every TCP connection, in bytes; 0 leaves the
+  // kernel's autotuning on (federation.socket_buffer_bytes).
+  int socket_buffer_bytes = 0;
 };
 
 // A received message. The bytes stay where the transport put them (no copy)

@@ -6,6 +6,7 @@
 
 #include "fedwan/error.hpp"
 #include "transport/congestion_monitor.hpp"
+#include "transport/socket_buffers.hpp"
 
 namespace fedwan::transport {
 
@@ -16,6 +17,12 @@ void configure(zmq::socket_t& s, const SocketOptions& o) {
   s.set(zmq::sockopt::rcvhwm, o.window);
   s.set(zmq::sockopt::maxmsgsize, o.max_message_bytes);
   s.set(zmq::sockopt::linger, o.linger_ms);
+  if (o.socket_buffer_bytes > 0) {
+    // Set before connect/bind, so each connection's window scale fits it.
+    s.set(zmq::sockopt::sndbuf, o.socket_buffer_bytes);
+    s.set(zmq::sockopt::rcvbuf, o.socket_buffer_bytes);
+    warn_if_capped(o.socket_buffer_bytes);
+  }
 }
 
 // The peer's address ("tcp://1.2.3.4:5678" for TCP), or "local".

@@ -151,15 +151,27 @@ class Site:
     residual, round) and resume from it in :meth:`join` after a restart.
     :meth:`step` keeps the link alive (heartbeats, reconnects) between syncs.
 
+    Overlapped rounds: with ``federation.overlap_steps`` = tau > 0 in the
+    topology, the ``inner_steps``-th :meth:`step` of a round sends the update
+    without waiting (:meth:`SiteCore.begin_sync`): training goes on while it
+    goes up and the next model comes down, and tau steps later :meth:`step`
+    merges that model (:meth:`SiteCore.finish_sync`, waiting for it only if
+    it is late), keeping the progress made meanwhile:
+    ``params += new model - params when the update was sent``. The round's
+    count runs from the update, so updates stay ``inner_steps`` apart. The
+    last round's update is merged at once: the final model replaces any
+    later steps.
+
     Several ranks (``process_group``): a site whose ranks train one model
     under ``torch.distributed`` (DDP inside the site, any backend) passes
     its process group (``torch.distributed.group.WORLD`` for all ranks) on
     every rank. Rank 0 of the group is the leader: only it connects to the
     federation (only it needs ``credentials``, ``audit_log`` and
-    ``checkpoint_dir``); after every :meth:`join`, :meth:`sync` and resync
-    it broadcasts the model over the group, so every rank holds the same
-    parameters, and :meth:`step` is a collective (every rank calls it the
-    same number of times, as DDP's backward already requires). An error on
+    ``checkpoint_dir``); after every :meth:`join`, :meth:`sync`, resync and
+    overlapped merge it broadcasts the model over the group, so every rank
+    holds the same parameters, and :meth:`step` is a collective (every rank
+    calls it the same number of times, as DDP's backward already requires;
+    every rank sends and merges at the same step). An error on
     the leader raises :class:`Error` on the other ranks too, naming it. The
     group's timeout (``init_process_group(timeout=...)``) must exceed the
     round timeout: the other ranks wait in a broadcast while the leader
@@ -212,6 +224,7 @@ class Site:
         self._optimizer = optimizer
         self._node_id = node_id
         self._steps_in_round = 0
+        self._pending = False  # an overlapped sync is in flight (every rank knows)
         self._joined = False
         self._closed = False
         self._status = {"round": 0, "finished": False, "resynced": False,
@@ -246,6 +259,8 @@ class Site:
 
         self._core = None
         self._inner_steps = 0
+        self._overlap_steps = topology.federation.overlap_steps
+        self._rounds = topology.federation.rounds
         if self._leader:
             self._core = SiteCore(topology, node_id, self._array,
                                   join_timeout_s=join_timeout_s,
@@ -279,30 +294,56 @@ class Site:
         returns None. Between syncs it services the link (heartbeats,
         reconnects); if the parent resynced this site, the parameters now
         hold its model, the round's count restarts and the result dict (with
-        ``resynced=True``) is returned."""
+        ``resynced=True``) is returned.
+
+        With ``overlap_steps`` = tau > 0 the ``inner_steps``-th call sends
+        the update and returns None at once; the tau-th call after it merges
+        the next model into the parameters (waiting for it if it is not in
+        yet) and returns the result dict, as :meth:`sync` would have. In the
+        last round the merge follows the update in the same call."""
         serviced = self._leader_call("service", lambda core: core.service(),
                                      load_model="if_resynced")
         if serviced["resynced"]:
             self._steps_in_round = 0
             return serviced
         self._steps_in_round += 1
+        if self._pending:
+            # Overlapped: the model is merged tau steps after the update went.
+            if self._steps_in_round < self._overlap_steps:
+                return None
+            return self._finish_pending()
         if self._steps_in_round < self._inner_steps:
             return None
-        return self.sync()
+        if self._overlap_steps == 0:
+            return self.sync()
+        self._steps_in_round = 0
+        self._leader_call("begin_sync", self._begin_sync, load_model=False)
+        self._pending = True
+        # After the last round's update, the final model replaces any steps.
+        if self.round + 1 >= self._rounds:
+            return self._finish_pending()
+        return None
 
     def sync(self) -> Dict[str, Any]:
         """Ends the round now, whatever the step count: sends this site's
         pseudo-gradient, waits for the next global model and loads it into
         the parameters. Returns ``{round, finished, bytes_sent,
-        bytes_received, bytes_resent, resynced}``."""
+        bytes_received, bytes_resent, resynced}``. An overlapped sync in
+        flight is merged first (and its result returned when it finished
+        the federation); then this one blocks."""
+        if self._pending:
+            merged = self._finish_pending()
+            if merged["finished"]:
+                return merged
         self._steps_in_round = 0
         return self._leader_call("sync", lambda core: core.sync(), load_model=True)
 
     def checkpoint(self) -> None:
         """Writes a checkpoint of the current state to ``checkpoint_dir`` now
-        (for a SIGTERM handler); a no-op without one, and on ranks other than
-        the leader."""
-        if self._core is not None:
+        (for a SIGTERM handler); a no-op without one, on ranks other than
+        the leader, and while an overlapped sync is in flight (its merge
+        checkpoints; until then the last merge's checkpoint stands)."""
+        if self._core is not None and not self._core.sync_pending:
             if not self._shared:
                 self._copy_to_flat()
             self._core.checkpoint()
@@ -360,6 +401,18 @@ class Site:
         return self._inner_steps
 
     @property
+    def overlap_steps(self) -> int:
+        """tau: the inner steps between sending an update and merging the
+        next model, from the topology; 0: blocking rounds."""
+        return self._overlap_steps
+
+    @property
+    def sync_pending(self) -> bool:
+        """True while an overlapped sync is in flight (between the step that
+        sent the update and the one that merges the next model)."""
+        return self._pending
+
+    @property
     def alarms(self) -> List[str]:
         """What the site rode out that an operator must act on ('kind: message');
         empty on ranks other than the leader."""
@@ -403,6 +456,22 @@ class Site:
 
     # -- internals ----------------------------------------------------------
 
+    def _begin_sync(self, core) -> Dict[str, Any]:
+        """Starts the overlapped sync; the status is the round that ended."""
+        core.begin_sync()
+        return {"round": core.round, "finished": core.finished, "resynced": False,
+                "bytes_sent": 0, "bytes_received": 0, "bytes_resent": 0}
+
+    def _finish_pending(self) -> Dict[str, Any]:
+        """Merges the overlapped sync's model (every rank: the leader's
+        merged model is broadcast as after a blocking sync)."""
+        self._pending = False
+        result = self._leader_call("finish_sync", lambda core: core.finish_sync(),
+                                   load_model=True)
+        if result["resynced"] or result["finished"]:
+            self._steps_in_round = 0
+        return result
+
     def _copy_to_flat(self) -> None:
         """Mirrored (GPU) parameters -> the CPU buffer."""
         torch = self._torch
@@ -432,7 +501,8 @@ class Site:
         result: Optional[Dict[str, Any]] = None
         failure: Optional[BaseException] = None
         if self._core is not None:
-            if not self._shared and what == "sync":
+            if not self._shared and what in ("sync", "begin_sync", "finish_sync"):
+                # Mirrored: the update, or the steps since it, to merge into.
                 self._copy_to_flat()
             try:
                 result = call(self._core)

@@ -1,6 +1,6 @@
 // SiteCore over a caller-owned float32 NumPy array. The wrapper keeps the
 // array alive for as long as the SiteCore writes into it, and releases the
-// GIL while join() and sync() block on the network.
+// GIL while join(), sync() and finish_sync() block on the network.
 #include <pybind11/stl.h>
 
 #include <atomic>
@@ -27,10 +27,15 @@ py::dict sync_dict(const SyncResult& r) {
   return d;
 }
 
-// Thread safety: one Python thread at a time may be in join()/sync(); a
-// second gets fedwan.Error at once rather than waiting (waiting while
-// holding the GIL could deadlock with the first thread re-taking it). The
-// read-only properties never block.
+// Thread safety: one Python thread at a time may be in join()/sync()/
+// finish_sync(); a second gets fedwan.Error at once rather than waiting
+// (waiting while holding the GIL could deadlock with the first thread
+// re-taking it). The read-only properties never block.
+//
+// While an overlapped sync is pending (begin_sync() .. finish_sync()) the
+// core's worker thread owns the link, the anchor and the security state:
+// the wrapper then refuses checkpoint() and leaves the alarms as they were
+// (reading them would race with the worker).
 class PySiteCore {
  public:
   PySiteCore(const TopologyArg& topology, const std::string& node_id, const Float32ArrayArg& params,
@@ -52,6 +57,8 @@ class PySiteCore {
     core_ = std::make_unique<SiteCore>(std::move(opt), static_cast<float*>(params_.mutable_data()),
                                        static_cast<size_t>(params_.size()));
     inner_steps_ = core_->inner_steps();
+    overlap_steps_ = core_->overlap_steps();
+    rounds_ = core_->rounds();
   }
 
   // Closing the socket may wait up to its linger time (seconds) for frames
@@ -76,13 +83,30 @@ class PySiteCore {
   py::dict service() {
     return run_locked("service", [this] { return core_->service(); });
   }
+
+  // Overlapped rounds: begin_sync() only copies params and starts the
+  // core's worker; finish_sync() waits for it like sync() waits for the
+  // network (interruptible). round and finished keep describing the round
+  // that ended until finish_sync() returns.
+  void begin_sync() {
+    run_locked("begin_sync", [this] {
+      core_->begin_sync();
+      return current();
+    });
+  }
+  py::dict finish_sync() {
+    return run_locked(
+        "finish_sync", [this] { return core_->finish_sync(); }, true);
+  }
+
   void checkpoint() {
     run_locked("checkpoint", [this] {
+      if (core_->sync_pending()) {
+        throw Error("SiteCore.checkpoint(): a sync is pending (begin_sync()); call "
+                    "finish_sync() first: it checkpoints at the merge");
+      }
       core_->checkpoint();
-      SyncResult r;
-      r.round = core_->round();
-      r.finished = core_->finished();
-      return r;
+      return current();
     });
   }
 
@@ -100,16 +124,18 @@ class PySiteCore {
   void close() {
     std::unique_lock<std::mutex> busy(busy_, std::try_to_lock);
     if (!busy) {
-      throw Error("SiteCore.close(): a join() or sync() of this site is in progress; "
-                  "call stop() first (it raises fedwan.StoppedError there), then close()");
+      throw Error("SiteCore.close(): a join(), sync() or finish_sync() of this site is in "
+                  "progress; call stop() first (it raises fedwan.StoppedError there), then "
+                  "close()");
     }
     std::unique_ptr<SiteCore> core;
     {
       std::lock_guard<std::mutex> lock(core_mu_);
       core = std::move(core_);
     }
+    pending_.store(false);
     py::gil_scoped_release nogil;
-    core.reset();
+    core.reset();  // stops and joins the worker of a pending sync
   }
   bool closed() const {
     std::lock_guard<std::mutex> lock(core_mu_);
@@ -119,6 +145,16 @@ class PySiteCore {
   uint64_t round() const { return round_.load(); }
   bool finished() const { return finished_.load(); }
   uint64_t inner_steps() const { return inner_steps_; }
+  uint64_t overlap_steps() const { return overlap_steps_; }
+  uint64_t rounds() const { return rounds_; }
+  bool sync_pending() const { return pending_.load(); }
+  // Under core_mu_: close() cannot free the core meanwhile. The core reads
+  // its pending flag and the worker's done flag (an atomic); like every
+  // call, it is meant for the thread that drives the site.
+  bool sync_ready() const {
+    std::lock_guard<std::mutex> lock(core_mu_);
+    return core_ != nullptr && pending_.load() && core_->sync_ready();
+  }
   std::vector<std::string> alarms() const {
     std::lock_guard<std::mutex> lock(alarms_mu_);
     return alarms_;
@@ -136,15 +172,18 @@ class PySiteCore {
     std::unique_lock<std::mutex> lock(busy_, std::try_to_lock);
     if (!lock) {
       throw Error(std::string("SiteCore.") + what +
-                  "(): a join() or sync() of this site is "
+                  "(): a join(), sync() or finish_sync() of this site is "
                   "in progress (another thread, or this one under a signal handler); drive a "
                   "site from one thread, and from a signal handler call stop() (the call in "
                   "progress raises fedwan.StoppedError, then checkpoint())");
     }
     require_open(what);
-    struct TakeAlarms {  // after the call, however it ends
+    struct AfterCall {  // however the call ends
       PySiteCore& self;
-      ~TakeAlarms() {
+      ~AfterCall() {
+        const bool pending = self.core_->sync_pending();
+        self.pending_.store(pending);
+        if (pending) return;  // the worker owns the security state
         std::vector<std::string> a = self.core_->alarms();
         std::lock_guard<std::mutex> lock(self.alarms_mu_);
         self.alarms_ = std::move(a);
@@ -152,16 +191,25 @@ class PySiteCore {
     };
     SyncResult r;
     if (interruptible) {
-      TakeAlarms take{*this};
+      AfterCall after{*this};
       r = run_interruptible<SyncResult>(call, [this] { core_->stop(); });
     } else {
       py::gil_scoped_release nogil;
-      TakeAlarms take{*this};
+      AfterCall after{*this};
       r = call();
     }
     round_.store(r.round);
     finished_.store(r.finished);
     return sync_dict(r);
+  }
+
+  // Where the site stands, for the calls that return no SyncResult (with a
+  // sync pending: the round that ended, not finished).
+  SyncResult current() const {
+    SyncResult r;
+    r.round = core_->round();
+    r.finished = core_->finished();
+    return r;
   }
 
   // Under busy_ (or for a const read): core_ only changes in close(),
@@ -178,11 +226,14 @@ class PySiteCore {
   std::unique_ptr<SiteCore> core_;  // null once closed
   mutable std::mutex core_mu_;      // core_ against stop() from another thread
   uint64_t inner_steps_ = 0;
+  uint64_t overlap_steps_ = 0;
+  uint64_t rounds_ = 0;
   std::mutex busy_;
   std::atomic<uint64_t> round_{0};
   std::atomic<bool> finished_{false};
+  std::atomic<bool> pending_{false};  // an overlapped sync is in flight
   mutable std::mutex alarms_mu_;
-  std::vector<std::string> alarms_;  // as of the last join/sync/service
+  std::vector<std::string> alarms_;  // as of the last call with no sync pending
 };
 
 }  // namespace
@@ -194,8 +245,9 @@ void bind_site_core(py::module_& m) {
 
 `params` must be a C-contiguous, writeable float32 ndarray; it is used in place
 (no copy) and kept alive by this object. join() and sync() write the federation's
-model into it. For a torch model use fedwan.Site, which builds such an array over
-the model's parameters.
+model into it. With federation.overlap_steps > 0, begin_sync() and finish_sync()
+end a round while training goes on. For a torch model use fedwan.Site, which
+builds such an array over the model's parameters.
 
 Links are mutual TLS 1.3 with AEAD frames: `credentials` is this site's bundle
 directory (fedwan.credentials_path(dir, node_id) after
@@ -229,23 +281,45 @@ log of handshakes and updates sent.)")
            "(checkpoint() then keeps the round's start). Returns {round, finished, "
            "bytes_sent, bytes_received, bytes_resent, resynced}. Raises "
            "fedwan.TimeoutError, fedwan.ProtocolError, fedwan.TransportError, or "
-           "fedwan.StoppedError after stop().")
+           "fedwan.StoppedError after stop(); fedwan.Error while a begin_sync() is pending.")
       .def("service", &PySiteCore::service,
            "Keeps the link alive between syncs (heartbeats, reconnects); call it between "
            "inner steps. Returns the same dict as sync(); resynced=True means params now "
-           "hold the parent's model and the round restarts.")
+           "hold the parent's model and the round restarts. While a sync is pending it only "
+           "reports (the sync's worker keeps the link).")
+      .def("begin_sync", &PySiteCore::begin_sync,
+           "Overlapped rounds (federation.overlap_steps = tau > 0): ends the round as sync() "
+           "does, the update being (anchor - params) now, but returns at once: params are "
+           "copied and the update goes up and the next model comes down on a worker thread. "
+           "Keep training on params; tau inner steps later call finish_sync(). Until then "
+           "only finish_sync(), service(), stop(), close() and the properties may be used "
+           "(sync() and checkpoint() raise fedwan.Error); round and finished still describe "
+           "the round that ended. Raises fedwan.Error when a sync is already pending, before "
+           "join(), after the federation finished or after a failed overlapped sync; "
+           "fedwan.StoppedError after stop().")
+      .def("finish_sync", &PySiteCore::finish_sync,
+           "Ends the pending overlapped sync: waits for the next model if it is not in yet "
+           "(the GIL released; Ctrl-C stops the site and raises KeyboardInterrupt within a "
+           "second) and merges it: params += (new model - params at begin_sync()), keeping "
+           "the training done since. On a resync params become the parent's model; when the "
+           "federation finishes, its final model. Checkpoints at the merge. Returns the same "
+           "dict as sync(). Raises fedwan.Error when no sync is pending, and what sync() "
+           "raises; after it raised the site is unusable: build a new SiteCore (its join() "
+           "resumes from checkpoint_dir).")
       .def("checkpoint", &PySiteCore::checkpoint,
            "Writes a checkpoint of the current state to checkpoint_dir now (on SIGTERM). "
            "After a sync() that raised, it keeps the checkpoint taken when the round began "
-           "(params may hold part of the next round).")
+           "(params may hold part of the next round). Raises fedwan.Error while a "
+           "begin_sync() is pending (finish_sync() checkpoints at the merge).")
       .def("stop", &PySiteCore::stop,
            "Makes a join() or sync() in progress in another thread, and every later one, "
            "raise fedwan.StoppedError within about 100 ms. Any thread; the GIL is not needed "
            "by the blocked call.")
       .def("close", &PySiteCore::close,
            "Releases the link (sockets, TLS state, audit log) now. Idempotent; later "
-           "join/sync/service/checkpoint raise fedwan.Error. Raises fedwan.Error while a "
-           "join() or sync() is in progress in another thread (stop() it first).")
+           "join/sync/service/checkpoint raise fedwan.Error; a pending sync is stopped. "
+           "Raises fedwan.Error while a join(), sync() or finish_sync() is in progress in "
+           "another thread (stop() it first).")
       .def(
           "__enter__", [](py::object self) { return self; },
           "Returns the SiteCore itself; leaving the block closes it.")
@@ -257,16 +331,31 @@ log of handshakes and updates sent.)")
           },
           "Closes the SiteCore; the exception (if any) propagates.")
       .def_property_readonly("closed", &PySiteCore::closed, "True after close().")
-      .def_property_readonly("round", &PySiteCore::round, "The round the site trains in.")
+      .def_property_readonly("round", &PySiteCore::round,
+                             "The round the site trains in (while a sync is pending: the round "
+                             "that ended, until finish_sync()).")
       .def_property_readonly("finished", &PySiteCore::finished,
-                             "True once the federation is done; params hold the final model.")
+                             "True once the federation is done; params hold the final model. "
+                             "False while a sync is pending.")
       .def_property_readonly("inner_steps", &PySiteCore::inner_steps,
                              "H: local steps per round, from the topology.")
+      .def_property_readonly("overlap_steps", &PySiteCore::overlap_steps,
+                             "tau: inner steps between begin_sync() and finish_sync(), from the "
+                             "topology (federation.overlap_steps); 0: blocking rounds (sync()).")
+      .def_property_readonly("rounds", &PySiteCore::rounds,
+                             "Rounds of the whole federation, from the topology.")
+      .def_property_readonly("sync_pending", &PySiteCore::sync_pending,
+                             "True between begin_sync() and the end of finish_sync() (however "
+                             "it ends).")
+      .def_property_readonly("sync_ready", &PySiteCore::sync_ready,
+                             "True when a sync is pending and finish_sync() would not wait: the "
+                             "next model is in (or the sync failed and finish_sync() raises).")
       .def_property_readonly("params", &PySiteCore::params, "The array the site works on.")
       .def_property_readonly("alarms", &PySiteCore::alarms,
                              "Conditions an operator must act on that the site rode out (its "
                              "audit log could not be written, the CRL is expiring or expired, "
-                             "...), as 'kind: message' strings, as of the last call.")
+                             "...), as 'kind: message' strings, as of the last call made "
+                             "with no sync pending.")
       .def_property_readonly("initial_digest", &PySiteCore::initial_digest,
                              "SHA-256 of params when the SiteCore was built.");
 }

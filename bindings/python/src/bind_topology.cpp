@@ -116,9 +116,18 @@ void bind_topology(py::module_& m) {
       .def_readonly("replica_every", &FederationSpec::replica_every,
                     "Every how many rounds a node with a checkpoint directory sends its checkpoint "
                     "to its parent (the root: to its standby); 0 = never.")
+      .def_readonly("tcp_congestion", &FederationSpec::tcp_congestion,
+                    "TCP congestion control every node sets on its TCP links (a kernel "
+                    "algorithm name such as 'bbr' or 'cubic'), or 'system' for the host's "
+                    "default; a node's own tcp_congestion overrides it.")
+      .def_readonly("overlap_steps", &FederationSpec::overlap_steps,
+                    "tau: a site merges the next model this many inner steps after it sent "
+                    "its update (SiteCore.begin_sync()/finish_sync(), fedwan.Site.step()), "
+                    "training meanwhile; 1..inner_steps, 0 = blocking rounds.")
       .def("__repr__", [](const FederationSpec& f) {
         return "FederationSpec(rounds=" + std::to_string(f.rounds) +
-               ", inner_steps=" + std::to_string(f.inner_steps) + ", codec='" + f.codec +
+               ", inner_steps=" + std::to_string(f.inner_steps) +
+               ", overlap_steps=" + std::to_string(f.overlap_steps) + ", codec='" + f.codec +
                "', chunk_bytes=" + std::to_string(f.chunk_bytes) + ", outer_optimizer='" +
                f.outer.name + "')";
       });
@@ -151,6 +160,10 @@ Raises fedwan.ConfigError naming the source, the node and the problem.)")
       .def_property_readonly(
           "inner_steps", [](const Topology& t) { return t.federation().inner_steps; },
           "federation.inner_steps: H, local steps per round.")
+      .def_property_readonly(
+          "overlap_steps", [](const Topology& t) { return t.federation().overlap_steps; },
+          "federation.overlap_steps: tau, inner steps a site trains on while its sync is in "
+          "flight; 0 = blocking rounds.")
       .def_property_readonly(
           "codec", [](const Topology& t) { return t.federation().codec; },
           "federation.codec: the codec on the wire.")

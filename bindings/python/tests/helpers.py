@@ -14,12 +14,14 @@ THREAD_JOIN_S = 30.0
 
 def topology_yaml(job, sock_dir, sites, *, rounds=3, inner_steps=2, codec="fp32",
                   chunk_bytes=4096, outer="fedavg", regions=None,
-                  round_timeout_s=ROUND_TIMEOUT_S):
+                  round_timeout_s=ROUND_TIMEOUT_S, overlap_steps=0):
     """Topology text with a root at `sock_dir`/root.sock. `sites` is a list of
-    (id, parent, weight); `regions` a list of region ids under the root."""
+    (id, parent, weight); `regions` a list of region ids under the root.
+    `overlap_steps` > 0 makes the rounds overlapped (written only then)."""
+    overlap = f"overlap_steps: {overlap_steps}, " if overlap_steps else ""
     lines = [
         f"job: {job}",
-        f"federation: {{rounds: {rounds}, inner_steps: {inner_steps}, codec: {codec}, "
+        f"federation: {{rounds: {rounds}, inner_steps: {inner_steps}, {overlap}codec: {codec}, "
         f"chunk_bytes: {chunk_bytes}, round_timeout_s: {round_timeout_s}, "
         f"outer_optimizer: {{name: {outer}}}}}",
         "nodes:",

@@ -58,9 +58,14 @@ def initial_model():
     return torch.cat([p.detach().reshape(-1) for p in m.parameters()]).numpy().copy()
 
 
-def test_two_rank_site_ends_with_the_federation_model(tmp_path, sock_dir, credentials):
-    text = topology_yaml("py-ranks", sock_dir, [("site-ddp", "root", 2), ("site-1", "root", 1)],
-                         rounds=3, inner_steps=3)
+@pytest.mark.parametrize("overlap_steps", [0, 2], ids=["blocking", "overlapped"])
+def test_two_rank_site_ends_with_the_federation_model(tmp_path, sock_dir, credentials,
+                                                      overlap_steps):
+    # Overlapped, the ranks merge the leader's model at the same step (one
+    # result per round still, the last round's at its update).
+    text = topology_yaml(f"py-ranks-{overlap_steps}", sock_dir,
+                         [("site-ddp", "root", 2), ("site-1", "root", 1)],
+                         rounds=3, inner_steps=3, overlap_steps=overlap_steps)
     topo_path = tmp_path / "federation.yaml"
     topo_path.write_text(text)
     topo = fedwan.Topology.load(topo_path)

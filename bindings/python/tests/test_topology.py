@@ -88,3 +88,26 @@ def test_missing_file_and_missing_node(tmp_path):
         fedwan.Topology.load(missing)
     with pytest.raises(fedwan.ConfigError, match="'nobody' is not in topology 'py-test'"):
         fedwan.Topology.parse(TEXT).node("nobody")
+
+
+def test_overlap_steps_and_tcp_congestion_settings():
+    blocking = fedwan.Topology.parse(TEXT)
+    assert blocking.overlap_steps == 0 and blocking.federation.overlap_steps == 0
+    assert blocking.federation.tcp_congestion == "bbr"
+    assert "overlap_steps" not in blocking.to_yaml()
+
+    text = TEXT.replace("chunk_bytes: 4096,",
+                        "chunk_bytes: 4096, overlap_steps: 2, tcp_congestion: cubic,")
+    t = fedwan.Topology.parse(text)
+    assert t.overlap_steps == 2 and t.federation.overlap_steps == 2
+    assert t.federation.tcp_congestion == "cubic"
+    assert "inner_steps=2, overlap_steps=2" in repr(t.federation)
+    assert t.digest_hex() != blocking.digest_hex()
+    # Through YAML and back: the same settings, the same digest.
+    again = fedwan.Topology.parse(t.to_yaml())
+    assert "overlap_steps: 2" in t.to_yaml()
+    assert (again.overlap_steps, again.federation.tcp_congestion) == (2, "cubic")
+    assert again.digest_hex() == t.digest_hex()
+
+    with pytest.raises(fedwan.ConfigError, match="overlap_steps 3 is more than inner_steps 2"):
+        fedwan.Topology.parse(text.replace("overlap_steps: 2", "overlap_steps: 3"), "fed.yaml")

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "fedwan/error.hpp"
+#include "harness/loopback_sockets.hpp"
 #include "harness/process.hpp"
 #include "transport/transport.hpp"
 
@@ -50,27 +51,13 @@ std::string host_default() { return proc_words("/proc/sys/net/ipv4/tcp_congestio
 // server ends (local port == port). One entry per connection.
 std::vector<std::string> kernel_view(int port, bool server_end) {
   std::vector<std::string> out;
-  DIR* dir = ::opendir("/proc/self/fd");
-  if (dir == nullptr) return out;
-  while (const dirent* e = ::readdir(dir)) {
-    const int fd = std::atoi(e->d_name);
-    if (e->d_name[0] < '0' || e->d_name[0] > '9' || fd == ::dirfd(dir)) continue;
-    sockaddr_in local{}, peer{};
-    socklen_t llen = sizeof local, plen = sizeof peer;
-    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &llen) != 0 ||
-        ::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &plen) != 0 ||
-        local.sin_family != AF_INET) {
-      continue;  // not a connected IPv4 socket
-    }
-    const int match = ntohs(server_end ? local.sin_port : peer.sin_port);
-    if (match != port) continue;
+  fedwan::testing::for_each_loopback_socket(port, server_end, [&](int fd) {
     char name[16] = {};
     socklen_t nlen = sizeof name;
     if (::getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, &nlen) == 0) {
       out.emplace_back(name, ::strnlen(name, nlen));
     }
-  }
-  ::closedir(dir);
+  });
   return out;
 }
 
