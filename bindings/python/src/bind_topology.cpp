@@ -124,6 +124,9 @@ void bind_topology(py::module_& m) {
                     "tau: a site merges the next model this many inner steps after it sent "
                     "its update (SiteCore.begin_sync()/finish_sync(), fedwan.Site.step()), "
                     "training meanwhile; 1..inner_steps, 0 = blocking rounds.")
+      .def_readonly("socket_buffer_bytes", &FederationSpec::socket_buffer_bytes,
+                    "Send and receive buffer of every TCP link's sockets in bytes; 0 = the "
+                    "kernel's autotuning; a node's own socket_buffer_bytes overrides it.")
       .def("__repr__", [](const FederationSpec& f) {
         return "FederationSpec(rounds=" + std::to_string(f.rounds) +
                ", inner_steps=" + std::to_string(f.inner_steps) +

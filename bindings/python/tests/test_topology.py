@@ -94,6 +94,7 @@ def test_overlap_steps_and_tcp_congestion_settings():
     blocking = fedwan.Topology.parse(TEXT)
     assert blocking.overlap_steps == 0 and blocking.federation.overlap_steps == 0
     assert blocking.federation.tcp_congestion == "bbr"
+    assert blocking.federation.socket_buffer_bytes == 0  # the kernel's autotuning
     assert "overlap_steps" not in blocking.to_yaml()
 
     text = TEXT.replace("chunk_bytes: 4096,",
@@ -108,6 +109,13 @@ def test_overlap_steps_and_tcp_congestion_settings():
     assert "overlap_steps: 2" in t.to_yaml()
     assert (again.overlap_steps, again.federation.tcp_congestion) == (2, "cubic")
     assert again.digest_hex() == t.digest_hex()
+
+    buffered = fedwan.Topology.parse(
+        TEXT.replace("chunk_bytes: 4096,", "chunk_bytes: 4096, socket_buffer_bytes: 4194304,"))
+    assert buffered.federation.socket_buffer_bytes == 4194304
+    with pytest.raises(fedwan.ConfigError, match="socket_buffer_bytes 100 is out of range"):
+        fedwan.Topology.parse(
+            TEXT.replace("chunk_bytes: 4096,", "chunk_bytes: 4096, socket_buffer_bytes: 100,"))
 
     with pytest.raises(fedwan.ConfigError, match="overlap_steps 3 is more than inner_steps 2"):
         fedwan.Topology.parse(text.replace("overlap_steps: 2", "overlap_steps: 3"), "fed.yaml")
