@@ -9,6 +9,9 @@
 #include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <mutex>
+#include <set>
+#include <string>
 #include <utility>
 
 #include "common/errno_text.hpp"
@@ -158,7 +161,7 @@ void CongestionMonitor::apply(int fd, const std::string& address, bool accepted)
     }
     const std::string in_effect = congestion_of(fd);
     if (!in_effect.empty()) applied_ = in_effect;
-    warn(err, in_effect);
+    warn(err, in_effect, accepted);
     return;
   }
   const std::string in_effect = congestion_of(fd);
@@ -167,9 +170,24 @@ void CongestionMonitor::apply(int fd, const std::string& address, bool accepted)
               address, fd, in_effect);
 }
 
-void CongestionMonitor::warn(int err, const std::string& in_effect) {
+void CongestionMonitor::warn(int err, const std::string& in_effect, bool accepted) {
   if (warned_) return;
   warned_ = true;
+  {
+    // Once per link and cause in a process: a site that reconnects to its
+    // parent makes a new socket, and the host has not changed meanwhile.
+    static std::mutex mu;
+    static std::set<std::string> warned_links;
+    std::lock_guard<std::mutex> lock(mu);
+    if (!warned_links
+             .insert(name_ + (accepted ? "\naccepted\n" : "\nconnected\n") + algorithm_ + "\n" +
+                     std::to_string(err))
+             .second) {
+      log().debug("[transport] {}: TCP congestion control '{}' could not be set (warned before)",
+                  name_, algorithm_);
+      return;
+    }
+  }
   const std::string allowed = proc_line("/proc/sys/net/ipv4/tcp_allowed_congestion_control");
   const std::string allow = "sysctl -w net.ipv4.tcp_allowed_congestion_control=\"" +
                             (allowed.empty() ? std::string() : allowed + " ") + algorithm_ + "\"";

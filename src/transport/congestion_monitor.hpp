@@ -7,8 +7,9 @@
 // what is in effect.
 //
 // An algorithm the host does not allow (EPERM) or have (ENOENT) is logged
-// once per socket with how to allow it, and the connection keeps the host's
-// default: a link never fails for this.
+// once per link in a process (a reconnect does not repeat it) with how to
+// allow it, and the connection keeps the host's default: a link never fails
+// for this.
 //
 // Thread safety: none; it belongs to the thread that owns the socket.
 #pragma once
@@ -48,7 +49,8 @@ class CongestionMonitor {
   void apply(int fd, const std::string& address, bool accepted);
   // Once per socket: why `algorithm_` was refused, what is used instead
   // (`in_effect`, "" when unknown) and how to allow it.
-  void warn(int err, const std::string& in_effect);
+  // Once per link (name and end) and cause in the process.
+  void warn(int err, const std::string& in_effect, bool accepted);
 
   zmq::socket_t& socket_;
   zmq::socket_t pair_;  // receives the monitor's events; closed when not monitoring
