@@ -8,10 +8,16 @@ the figures are only checked to be whole and consistent:
   * each site's own count of the bytes it sent matches the new TCP payload
     the emulator saw leave its namespace (the count is the frames; the wire
     adds ZMTP framing, the TLS handshake and heartbeats: within 0% and 10%);
+  * the kernel agrees: the payload each site's parent acknowledged (ss's
+    bytes_acked, read as the connection closed) is within 0% and 10% above
+    the site's count too, and equal to the emulator's count within 1%;
   * fp16 moves about half of fp32's bytes, and the hierarchy puts fewer
     bytes on the root tier than the flat tree;
   * utilisation is in (0, 1], the ideal bound is positive, memory and CPU
-    were measured.
+    were measured;
+  * `fedwan bench streams --quick` measured every case: goodput above zero
+    and not above the shaped rate, no more payload received than the link
+    carried, its shaping method named.
 
 Exit status: 0 pass, 1 fail, 77 skipped (no root, namespaces or TUN).
 """
@@ -40,6 +46,14 @@ def check(doc: dict) -> list[str]:
             if c["ratio"] is None or not 1.0 <= c["ratio"] <= 1.10:
                 problems.append(f"{name}: {c['site']} sent {c['fedwan_bytes_sent']} B by its "
                                 f"count but {c['tcp_payload_bytes']} B of TCP payload")
+        if r.get("kernel_sampling"):  # none without iproute2's ss
+            for c in r["kernel_check"]:
+                wire = c.get("kernel_over_emulator")
+                if c["ratio"] is None or not 1.0 <= c["ratio"] <= 1.10 or \
+                        c["semantics"] != "final" or (wire and not 0.99 <= wire <= 1.01):
+                    problems.append(f"{name}: {c['site']} sent {c['fedwan_bytes_sent']} B by "
+                                    f"its count; the kernel says {c['kernel']} "
+                                    f"(ratio {c['ratio']}, against the emulator {wire})")
         if not 0 < r["site_utilisation_mean"] <= 1:
             problems.append(f"{name}: utilisation {r['site_utilisation_mean']}")
         if not r["ideal_s_median"] or r["ideal_s_median"] <= 0:
@@ -56,6 +70,25 @@ def check(doc: dict) -> list[str]:
         problems.append(f"fp32 on a flat tree reports {flat['wan_over_fp32']:.3f} of fp32")
     if not ours["root_tier_ip_bytes"] < flat["root_tier_ip_bytes"]:
         problems.append("the hierarchy did not put fewer bytes on the root tier")
+    return problems
+
+
+def check_streams(doc: dict) -> list[str]:
+    problems = []
+    if len(doc["cases"]) != 4:
+        problems.append(f"streams: {len(doc['cases'])} cases, expected 4")
+    if "linkemu" not in doc["shaping"] and "netem" not in doc["shaping"]:
+        problems.append(f"streams: shaping method not named ({doc['shaping']!r})")
+    for c in doc["cases"]:
+        name = f"streams: {c['cc']} x{c['streams']}"
+        if not c["goodput_mbit"] > 0 or len(c["per_stream_bytes"]) != c["streams"]:
+            problems.append(f"{name}: nothing received")
+        if c["share_of_rate"] is not None and c["share_of_rate"] > 1.02:
+            problems.append(f"{name}: {c['share_of_rate']:.3f} of the shaped rate")
+        carried = c["emulator_new_payload_bytes"]
+        if carried is not None and carried < c["received_bytes"]:
+            problems.append(f"{name}: received {c['received_bytes']} B, the link carried "
+                            f"{carried} B")
     return problems
 
 
@@ -79,10 +112,21 @@ def main() -> int:
         with open(os.path.join(out, "bench.json")) as f:
             doc = json.load(f)
         problems = check(doc)
+        streams_out = os.path.join(out, "streams")
+        r = subprocess.run([args.fedwan, "bench", "streams", "--quick", "--out", streams_out],
+                           capture_output=True, text=True)
+        sys.stdout.write(r.stdout)
+        sys.stderr.write(r.stderr)
+        if r.returncode != 0:
+            problems.append(f"fedwan bench streams --quick exited {r.returncode}")
+        else:
+            with open(os.path.join(streams_out, "streams.json")) as f:
+                problems += check_streams(json.load(f))
     for p in problems:
         print(f"FAIL: {p}")
     if not problems:
-        print("PASS: fedwan bench --quick wrote whole, consistent results")
+        print("PASS: fedwan bench run --quick and streams --quick wrote whole, consistent "
+              "results")
     return 1 if problems else 0
 
 

@@ -5,6 +5,7 @@ measured in the same invocation, and write bench.json and bench.md.
     fedwan bench run --quick            # seconds: proves the harness works
     fedwan bench run --modes blocking,overlap --overlap-steps 5   # side by side
     fedwan bench profiles               # what each profile is
+    fedwan bench streams --streams 1,2,4 --cc bbr,cubic   # parallel TCP streams on one link
 """
 
 from __future__ import annotations
@@ -12,16 +13,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
 
-from . import federation, metrics, netns, profiles, report
-
-SKIP = 77  # cannot run on this machine (no root, namespaces or TUN)
+from . import federation, metrics, netem, netns, profiles, report, streams
+from .host import SKIP, machine
+from .host import find_tool as _tool
 
 
 def parse_count(text: str) -> int:
@@ -35,29 +35,6 @@ def parse_count(text: str) -> int:
     if not 1 <= value <= 2**30:
         raise argparse.ArgumentTypeError(f"{text}: between 1 and 2^30 parameters")
     return int(value)
-
-
-def _tool(name: str, given: str | None) -> str:
-    if given:
-        return given
-    here = os.path.dirname(os.path.abspath(sys.argv[0]))
-    for d in (os.environ.get("FEDWAN_BIN_DIR", ""), here):
-        if d and os.access(os.path.join(d, name), os.X_OK):
-            return os.path.join(d, name)
-    found = shutil.which(name)
-    if not found:
-        raise SystemExit(f"fedwan bench: cannot find '{name}' (set FEDWAN_BIN_DIR or --{name.split('-')[-1]})")
-    return found
-
-
-def machine() -> dict:
-    try:
-        with open("/proc/sys/net/ipv4/tcp_congestion_control") as f:
-            cc = f.read().strip()
-    except OSError:
-        cc = "unknown"
-    return {"cores": len(os.sched_getaffinity(0)), "kernel": platform.release(), "tcp_cc": cc,
-            "python": platform.python_version()}
 
 
 def add_run_flags(p: argparse.ArgumentParser) -> None:
@@ -112,9 +89,14 @@ def add_run_flags(p: argparse.ArgumentParser) -> None:
                    help="run once per value of KEY: rate-mbit, delay-ms, tcp-congestion, codec, "
                         "inner-steps, overlap-steps (0 = blocking; not with --modes), params, "
                         "sites-per-region (plots show the figures against it)")
+    p.add_argument("--kernel-sample-s", type=float, default=1.0, metavar="S",
+                   help="the kernel's per-socket TCP counters (ss -tin in each node's "
+                        "namespace): seconds between samples of the open connections, besides "
+                        "each connection's final counters as it closes (0: none; default 1)")
     p.add_argument("--no-plots", action="store_true", help="write no PNG plots")
     p.add_argument("--fedwan", help="the fedwan binary (default: next to this one, or PATH)")
     p.add_argument("--linkemu", help="the fedwan-linkemu binary")
+    netem.add_shaper_flag(p)
 
 
 def fedwan_runs(args: argparse.Namespace) -> list[tuple[str, int]]:
@@ -248,12 +230,23 @@ def plan_from(args: argparse.Namespace) -> tuple[list, tuple[str, list] | None]:
 def cmd_run(args: argparse.Namespace) -> int:
     plan, sweep = plan_from(args)
     points: list = [None] if sweep is None else sweep[1]
-    why = netns.unavailable_reason()
+    why = netns.unavailable_reason(tun=False)
     if why:
         print(f"fedwan bench: cannot run here: {why}", file=sys.stderr)
         return SKIP
+    if args.kernel_sample_s < 0:
+        raise SystemExit("fedwan bench: --kernel-sample-s: 0 (no kernel counters) or more")
+    if args.kernel_sample_s and not shutil.which("ss"):
+        print("fedwan bench: no kernel counters: iproute2's ss is not installed", flush=True)
+        args.kernel_sample_s = 0
+    shaper = netem.pick(args.shaper)
+    why = shaper == "linkemu" and netns.unavailable_reason(tun=True)
+    if shaper is None or why:
+        if why:
+            print(f"fedwan bench: cannot run here: {why}", file=sys.stderr)
+        return SKIP
     fedwan = _tool("fedwan", args.fedwan)
-    linkemu = _tool("fedwan-linkemu", args.linkemu)
+    linkemu = _tool("fedwan-linkemu", args.linkemu) if shaper == "linkemu" else ""
     os.makedirs(args.out, exist_ok=True)
     runs: list = []
     failures: list = []
@@ -266,7 +259,8 @@ def cmd_run(args: argparse.Namespace) -> int:
               flush=True)
         t = time.monotonic()
         try:
-            raw = federation.run(spec, profile, fedwan, linkemu, work, timeout=args.timeout)
+            raw = federation.run(spec, profile, fedwan, linkemu, work, timeout=args.timeout,
+                                 kernel_period=args.kernel_sample_s, shaper=shaper)
         except (federation.NodeFailed, TimeoutError) as e:
             # The other runs still count: the failure is a result too (a
             # baseline that runs out of memory, say).
@@ -285,7 +279,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         print("fedwan bench: no run finished", file=sys.stderr)
         return 1
     doc = {"tool": "fedwan bench", "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-           "machine": machine(), "runs": runs, "failed": failures,
+           "machine": machine(), "shaping": runs[0]["shaping"], "runs": runs,
+           "failed": failures,
            "comparisons": report.comparisons([r for r in runs if r["sweep_value"] == points[0]])}
     if sweep is not None:
         doc["sweep"] = {"key": sweep[0], "values": points}
@@ -319,6 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     run.set_defaults(func=cmd_run)
     prof = sub.add_parser("profiles", help="list the WAN profiles")
     prof.set_defaults(func=cmd_profiles)
+    streams.add_parser(sub)
     clean = sub.add_parser("clean", help="delete namespaces a killed run left behind")
     clean.set_defaults(func=lambda a: print("\n".join(netns.sweep("fwb-")) or "nothing to clean") or 0)
     args = ap.parse_args(argv)

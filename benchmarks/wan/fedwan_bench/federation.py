@@ -14,7 +14,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Optional
 
-from . import netns
+from . import kernel_counters, netem, netns
 from .linkemu import LinkEmulator
 from .profiles import Profile
 
@@ -214,7 +214,7 @@ class CpuSampler:
     thread, so a report can say whether the CPU rather than the links was
     the limit while a federation ran."""
 
-    def __init__(self, emulator_pid: int, period: float = 0.25):
+    def __init__(self, emulator_pid: Optional[int], period: float = 0.25):
         import threading
         self.period = period
         self.pid = emulator_pid
@@ -232,6 +232,8 @@ class CpuSampler:
         return sum(fields) - idle, sum(fields)
 
     def _process_ticks(self) -> int:
+        if self.pid is None:  # netem: no emulator process
+            return 0
         try:
             with open(f"/proc/{self.pid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
@@ -275,10 +277,13 @@ def _tail(path: str, lines: int = 8) -> str:
 
 
 def run(spec: FederationSpec, profile: Profile, fedwan: str, linkemu: str, work: str,
-        timeout: float = 1800.0) -> dict:
+        timeout: float = 1800.0, kernel_period: float = 1.0, shaper: str = "linkemu") -> dict:
     """Runs the federation under `profile` and returns its raw record (what
     metrics.summarise() reads). Raises RuntimeError with the failing node's
-    log tail when a node fails."""
+    log tail when a node fails. `kernel_period`: seconds between samples of
+    the kernel's per-socket counters (kernel_counters; 0: none). `shaper`:
+    "linkemu" (the userspace emulator, the `linkemu` binary) or "netem"
+    (netem.py; the caller has checked that the kernel has it)."""
     os.makedirs(work, exist_ok=True)
     nodes = plan_nodes(spec)
     with open(os.path.join(work, "topology.yaml"), "w") as f:
@@ -299,14 +304,24 @@ def run(spec: FederationSpec, profile: Profile, fedwan: str, linkemu: str, work:
                                          capture_output=True, text=True)
                 if r.returncode != 0:
                     raise RuntimeError(f"sysctl {key}={value}: {r.stderr.strip()}")
-        emulator = LinkEmulator(linkemu, emulator_config(nodes, namespaces, profile, spec.seed),
-                                work)
+        if shaper == "netem":
+            emulator = netem.NetemLinks(nodes, {k: v.name for k, v in namespaces.items()},
+                                        profile, work)
+        else:
+            emulator = LinkEmulator(linkemu, emulator_config(nodes, namespaces, profile,
+                                                             spec.seed), work)
         env = dict(os.environ, FEDWAN_LOG_LEVEL=os.environ.get("FEDWAN_LOG_LEVEL", "warn"))
         if spec.system == "flower":  # flower_node is a module of this package
             here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
             env["PYTHONPATH"] = here + os.pathsep + env.get("PYTHONPATH", "")
+        # With netem no emulator counts the payload: the kernel's counters
+        # at both ends of each edge do.
+        kernel = kernel_counters.Sampler(
+            kernel_counters.watches_for(nodes, {k: v.name for k, v in namespaces.items()},
+                                        both_ends=shaper == "netem"),
+            period=kernel_period)
         started = time.monotonic()
-        sampler = CpuSampler(emulator.proc.pid)
+        sampler = CpuSampler(emulator.proc.pid if emulator.proc else None)
         try:
             for n in nodes:  # parents first: children retry until their parent binds
                 logs[n.id] = os.path.join(work, f"{n.id}.log")
@@ -318,6 +333,7 @@ def run(spec: FederationSpec, profile: Profile, fedwan: str, linkemu: str, work:
             wall = max(u["ended"] for u in usage.values()) - started
             emulator_cpu = emulator.cpu_seconds()
         finally:
+            kernel_record = kernel.stop()
             stats = emulator.stop()
             cpu_samples = sampler.stop()
     finally:
@@ -347,4 +363,6 @@ def run(spec: FederationSpec, profile: Profile, fedwan: str, linkemu: str, work:
             "nodes": [asdict(n) for n in nodes], "usage": usage, "wall_s": wall,
             "cpu_samples": cpu_samples,
             "root_report": root_report, "site_reports": site_reports,
-            "emulator": {"stats": stats, "cpu_s": emulator_cpu, "method": LinkEmulator.method}}
+            "kernel": kernel_record if kernel_period > 0 else None,
+            "emulator": {"stats": stats, "cpu_s": emulator_cpu, "method": emulator.method,
+                         "kind": shaper}}

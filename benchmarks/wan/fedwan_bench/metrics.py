@@ -28,6 +28,7 @@ from __future__ import annotations
 import statistics
 from typing import Iterable, Optional
 
+from . import kernel_counters
 from .federation import mode_label
 
 TCP_IP_OVERHEAD = 1500 / 1448
@@ -107,42 +108,80 @@ def per_round(raw: dict) -> list[dict]:
     return rows
 
 
+LINK_FIELDS = ("ip_bytes", "packets", "tcp_payload_bytes", "tcp_new_payload_bytes",
+               "tcp_retransmitted_bytes", "lost_packets", "queue_drop_packets", "dropped_packets")
+
+
+def shaper_kind(raw: dict) -> str:
+    """"linkemu" or "netem" (records from before netem: linkemu)."""
+    return raw["emulator"].get("kind") or "linkemu"
+
+
+def direction_counters(raw: dict, child: str, parent: str, key: str) -> dict:
+    """One direction's counters (key a_to_b: child -> parent) of the link
+    between `child` and `parent`: the emulator's; with netem the link's
+    packet counts and the TCP payload from the kernel's counters of the
+    sending end's connections (None where nothing counted it)."""
+    stats = raw["emulator"]["stats"] or {"links": []}
+    link = next((l for l in stats["links"] if l["a"] == child and l["b"] == parent), None)
+    c = dict(link[key]["counters"]) if link else {}
+    if c and c.get("dropped_packets") is None and c.get("lost_packets") is not None:
+        c["dropped_packets"] = c["lost_packets"] + c["queue_drop_packets"]
+    if shaper_kind(raw) == "netem" and c.get("tcp_new_payload_bytes") is None:
+        sender, receiver = (child, parent) if key == "a_to_b" else (parent, child)
+        t = kernel_counters.totals(raw.get("kernel"), sender, receiver)
+        c["tcp_payload_bytes"] = t and t["bytes_sent"]
+        c["tcp_new_payload_bytes"] = t and t["new_payload_sent"]
+        c["tcp_retransmitted_bytes"] = t and t["bytes_retrans"]
+    return c
+
+
+def _add(slot: dict, key: str, value) -> None:
+    """Sums into slot[key]; one figure missing makes the sum missing."""
+    slot[key] = None if value is None or slot[key] is None else slot[key] + value
+
+
 def link_totals(raw: dict) -> dict[str, dict]:
     """Per tier and direction ("up": towards the root), summed over the tier's
-    links, from the emulator's packet counters."""
+    links, from the emulator's packet counters (netem: direction_counters)."""
     stats = raw["emulator"]["stats"] or {"links": []}
     tier_of = {n["id"]: n["tier"] for n in raw["nodes"]}
     out: dict[str, dict] = {}
     for link in stats["links"]:
         tier = tier_of[link["a"]]  # a = the child end
         for direction, key in (("up", "a_to_b"), ("down", "b_to_a")):
-            c = link[key]["counters"]
-            slot = out.setdefault(f"{tier}/{direction}", {
-                "links": 0, "ip_bytes": 0, "tcp_payload_bytes": 0, "tcp_new_payload_bytes": 0,
-                "tcp_retransmitted_bytes": 0, "lost_packets": 0, "queue_drop_packets": 0,
-                "packets": 0})
-            slot["links"] += 1
-            slot["ip_bytes"] += c["bytes"]
-            slot["packets"] += c["packets"]
-            for k in ("tcp_payload_bytes", "tcp_new_payload_bytes", "tcp_retransmitted_bytes",
-                      "lost_packets", "queue_drop_packets"):
-                slot[k] += c[k]
+            c = direction_counters(raw, link["a"], link["b"], key)
+            slot = out.setdefault(f"{tier}/{direction}", dict.fromkeys(LINK_FIELDS, 0))
+            slot["links"] = slot.get("links", 0) + 1
+            for k in LINK_FIELDS:
+                _add(slot, k, c.get("bytes") if k == "ip_bytes" else c.get(k))
     return out
+
+
+def emulator_new_payload(raw: dict) -> dict[str, int]:
+    """Per child node: the new TCP payload the emulator saw leave it towards
+    its parent (none with netem)."""
+    stats = raw["emulator"]["stats"] or {"links": []}
+    return {l["a"]: l["a_to_b"]["counters"]["tcp_new_payload_bytes"] for l in stats["links"]
+            if l["a_to_b"]["counters"].get("tcp_new_payload_bytes") is not None}
 
 
 def byte_check(raw: dict) -> list[dict]:
     """Each site's own count of the bytes it sent against the new TCP payload
-    the emulator saw leave its namespace. The emulator's count is higher by
-    the ZMTP framing, the TLS handshake and the heartbeats; more than a few
-    percent either way would mean a byte counter is wrong."""
-    stats = raw["emulator"]["stats"] or {"links": []}
-    seen = {l["a"]: l["a_to_b"]["counters"]["tcp_new_payload_bytes"] for l in stats["links"]}
+    that left its namespace: as the emulator saw it, or with netem as the
+    kernel sent it (its sockets' bytes_sent less bytes_retrans; `source`
+    says which). The wire's count is higher by the ZMTP framing, the TLS
+    handshake and the heartbeats; more than a few percent either way would
+    mean a byte counter is wrong."""
+    parent = {n["id"]: n["parent"] for n in raw["nodes"]}
+    source = "emulator" if shaper_kind(raw) == "linkemu" else "kernel (ss)"
     rows = []
     for site, rep in raw["site_reports"].items():
         counted = rep["bytes_sent_total"]
-        wire = seen.get(site, 0)
+        wire = direction_counters(raw, site, parent[site], "a_to_b").get("tcp_new_payload_bytes")
         rows.append({"site": site, "fedwan_bytes_sent": counted, "tcp_payload_bytes": wire,
-                     "ratio": wire / counted if counted else None})
+                     "source": source,
+                     "ratio": wire / counted if counted and wire is not None else None})
     return rows
 
 
@@ -169,7 +208,7 @@ def summarise(raw: dict) -> dict:
     roles = {n["id"]: n["role"] for n in raw["nodes"]}
     sites = raw["site_reports"]
     totals = link_totals(raw)
-    ip_bytes = sum(t["ip_bytes"] for t in totals.values())
+    ip_bytes = sum(t["ip_bytes"] or 0 for t in totals.values())
     cpu = sum(u["cpu_s"] for u in usage.values())
     cores = _cores()
     busy = (cpu + raw["emulator"]["cpu_s"]) / (raw["wall_s"] * cores) if raw["wall_s"] else 0
@@ -187,7 +226,7 @@ def summarise(raw: dict) -> dict:
         tier = key.split("/")[0]
         rate = links[tier]["rate_mbit"]
         per_link_mbit = t["tcp_new_payload_bytes"] * 8 / comm_total / 1e6 / t["links"] \
-            if comm_total else None
+            if comm_total and t["tcp_new_payload_bytes"] is not None else None
         goodput[key] = {"mbit_per_link_while_waiting": per_link_mbit,
                         "share_of_rate": per_link_mbit / rate if per_link_mbit and rate else None}
     root_report = raw["root_report"]
@@ -198,6 +237,7 @@ def summarise(raw: dict) -> dict:
         "spec": raw["spec"],
         "profile": raw["profile"],
         "shaping": raw["emulator"]["method"],
+        "shaper": shaper_kind(raw),
         "rounds": rounds,
         "wall_s": raw["wall_s"],
         "round_s_median": median_after_warmup([r["round_s"] for r in rounds]),
@@ -210,7 +250,7 @@ def summarise(raw: dict) -> dict:
         "fp32_bytes_total": root_report["fp32_bytes_total"],
         "wan_over_fp32": root_report["wan_bytes_total"] / root_report["fp32_bytes_total"]
         if root_report["fp32_bytes_total"] else None,
-        "root_tier_ip_bytes": sum(t["ip_bytes"] for k, t in totals.items()
+        "root_tier_ip_bytes": sum(t["ip_bytes"] or 0 for k, t in totals.items()
                                   if k.startswith("root/")),
         "links": totals,
         "goodput": goodput,
@@ -223,12 +263,17 @@ def summarise(raw: dict) -> dict:
         "cpu_s_per_gb": cpu / (ip_bytes / 1e9) if ip_bytes else None,
         "machine_busy_share": busy,
         "machine_busy_while_waiting": busy_while_waiting(raw),
-        "emulator_busy_while_waiting": busy_while_waiting(raw, column=2),
+        "emulator_busy_while_waiting": busy_while_waiting(raw, column=2)
+        if shaper_kind(raw) == "linkemu" else None,
         # A quarter of the waiting time with the machine or the emulator
         # saturated is enough to stretch the transfers.
         "cpu_bound": (busy_while_waiting(raw, quantile=0.75) or busy) > CPU_BOUND_SHARE
         or (busy_while_waiting(raw, column=2, quantile=0.75) or 0) > EMULATOR_BOUND_SHARE,
         "byte_check": byte_check(raw),
+        "kernel_check": kernel_counters.check(raw, emulator_new_payload(raw)),
+        "kernel_sampling": {k: v for k, v in (raw.get("kernel") or {}).items()
+                            if k != "connections"} or None,
+        "kernel_to_parent": kernel_counters.by_node(raw),
         "final_accuracy": root_report.get("final_accuracy"),
     }
 

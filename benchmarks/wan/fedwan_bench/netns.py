@@ -28,13 +28,14 @@ def ip_tool() -> Optional[str]:
     )
 
 
-def unavailable_reason() -> Optional[str]:
-    """None when this process can create namespaces and TUN devices."""
+def unavailable_reason(tun: bool = True) -> Optional[str]:
+    """None when this process can create namespaces and (with `tun`, as the
+    link emulator needs) TUN devices."""
     if os.geteuid() != 0:
         return "needs root (CAP_NET_ADMIN) for network namespaces and TUN devices"
     if ip_tool() is None:
         return "needs iproute2's `ip` (apt-get install iproute2)"
-    if not os.access("/dev/net/tun", os.R_OK | os.W_OK):
+    if tun and not os.access("/dev/net/tun", os.R_OK | os.W_OK):
         return "no /dev/net/tun"
     name = f"fwb-probe-{os.getpid()}"
     r = subprocess.run([ip_tool(), "netns", "add", name], capture_output=True, text=True)

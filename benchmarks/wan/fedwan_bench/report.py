@@ -54,11 +54,12 @@ def comparisons(runs: list[dict]) -> dict:
 def markdown(doc: dict) -> str:
     runs = doc["runs"]
     p = runs[0]["profile"]
+    shaping = "; ".join(dict.fromkeys(r["shaping"] for r in runs))
     lines = [
         f"# fedwan bench: {p['name']}",
         "",
         f"Root tier: {p['root_link_text']}; site tier: {p['site_link_text']}. "
-        f"Shaping: {runs[0]['shaping']}. Machine: {doc['machine']['cores']} cores, "
+        f"Shaping: {shaping}. Machine: {doc['machine']['cores']} cores, "
         f"kernel {doc['machine']['kernel']}, congestion control {doc['machine']['tcp_cc']}.",
         "",
         "| run | mode | sites | codec | params | round s | wait s | ideal s | wait/ideal "
@@ -105,14 +106,41 @@ def markdown(doc: dict) -> str:
         lines.append(f"- {_name(f)}: FAILED: {first}")
     lines.append("")
     lines.append("Byte counters (each site's own count of what it sent, against the new TCP "
-                 "payload the emulator saw leave its namespace):")
+                 "payload that left its namespace: as the emulator saw it, or with netem as "
+                 "the kernel's sockets sent it, bytes_sent less bytes_retrans):")
     lines.append("")
     for r in runs:
         ratios = [c["ratio"] for c in r["byte_check"] if c["ratio"]]
+        source = r["byte_check"][0].get("source", "emulator") if r["byte_check"] else ""
         if ratios:
-            lines.append(f"- {_name(r)}: TCP payload / fedwan count = {min(ratios):.4f} "
-                         f"to {max(ratios):.4f} over {len(ratios)} sites")
+            lines.append(f"- {_name(r)}: TCP payload ({source}) / fedwan count = "
+                         f"{min(ratios):.4f} to {max(ratios):.4f} over {len(ratios)} sites")
+    kernel = [(r, kernel_line(r)) for r in runs]
+    if any(line for _, line in kernel):
+        lines += ["", "Kernel counters (`ss -tin` in each site's namespace: the payload its "
+                  "parent acknowledged on its connections to it, bytes_acked less the SYN and "
+                  "FIN, against the site's own count; expected just above 1 by the TLS and ZMTP "
+                  "framing, as the emulator's count; final: read as each connection closed, at "
+                  "least: a connection's last periodic read, a lower bound):", ""]
+        lines += [f"- {_name(r)}: {line}" for r, line in kernel if line]
     return "\n".join(lines) + "\n"
+
+
+def kernel_line(r: dict) -> str:
+    """One run's kernel check in words: the ratios' range over its sites and,
+    where the emulator counted too, the kernel's count against the
+    emulator's."""
+    rows = [c for c in r.get("kernel_check") or [] if c.get("ratio")]
+    if not rows:
+        return ""
+    ratios = [c["ratio"] for c in rows]
+    final = sum(c["semantics"] == "final" for c in rows)
+    text = (f"kernel payload acked / fedwan count = {min(ratios):.4f} to {max(ratios):.4f} "
+            f"over {len(rows)} sites ({final} final, {len(rows) - final} at least)")
+    wire = [c["kernel_over_emulator"] for c in rows if c.get("kernel_over_emulator")]
+    if wire:
+        text += f"; kernel / emulator = {min(wire):.4f} to {max(wire):.4f}"
+    return text
 
 
 def write(doc: dict, out_dir: str) -> tuple[str, str]:
