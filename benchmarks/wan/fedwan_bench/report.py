@@ -29,6 +29,27 @@ def mode(r: dict) -> str:
     return r.get("mode") or mode_label(r.get("overlap_steps", 0))
 
 
+def root_tier_payload(r: dict) -> Optional[int]:
+    """New TCP payload over the root tier, both directions: what the protocol
+    sent there, without the link's retransmissions and TCP/IP headers (None
+    when the shaper gave no per-tier payload count)."""
+    links = r.get("links") or {}
+    total = 0
+    for key in ("root/up", "root/down"):
+        v = (links.get(key) or {}).get("tcp_new_payload_bytes")
+        if v is None:
+            return None
+        total += v
+    return total
+
+
+def model_label(spec: dict) -> str:
+    """The params column: the synthetic model's size, or the trainer's name."""
+    if spec.get("trainer", "synthetic") != "synthetic":
+        return spec["trainer"]
+    return f"{spec['params']:,}"
+
+
 def comparisons(runs: list[dict]) -> dict:
     """Ratios of each fedwan run against each baseline in the same invocation,
     and of each overlapped fedwan run against each blocking one."""
@@ -43,6 +64,9 @@ def comparisons(runs: list[dict]) -> dict:
             entry["round_time_speedup"] = base["round_s_median"] / ours["round_s_median"]
         if ours["root_tier_ip_bytes"] and base["root_tier_ip_bytes"]:
             entry["root_tier_bytes_ratio"] = ours["root_tier_ip_bytes"] / base["root_tier_ip_bytes"]
+        ours_payload, base_payload = root_tier_payload(ours), root_tier_payload(base)
+        if ours_payload and base_payload:
+            entry["root_tier_payload_ratio"] = ours_payload / base_payload
         if ours["wan_bytes_total"] and base["wan_bytes_total"]:
             entry["wan_bytes_ratio"] = ours["wan_bytes_total"] / base["wan_bytes_total"]
         entry["site_utilisation"] = {"ours": ours.get("site_utilisation_mean"),
@@ -66,6 +90,10 @@ def markdown(doc: dict) -> str:
         "| utilisation | WAN MB | root-tier MB | resent MB | agg. RSS MB | CPU s/GB | busy |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    accuracy = any(r.get("final_accuracy") is not None for r in runs)
+    if accuracy:
+        lines[-2] = lines[-2].replace("| busy |", "| busy | accuracy |")
+        lines[-1] += "---|"
     for r in runs:
         s = r["spec"]
         sites = s["sites"] if s["regions"] == 0 else s["regions"] * s["sites_per_region"]
@@ -74,13 +102,13 @@ def markdown(doc: dict) -> str:
                 + _fmt(r["emulator_busy_while_waiting"], ".2f")
                 + (" CPU-bound" if r["cpu_bound"] else ""))
         lines.append(
-            f"| {_name(r)} | {mode(r)} | {sites} ({tree}) | {s['codec']} | {s['params']:,} "
+            f"| {_name(r)} | {mode(r)} | {sites} ({tree}) | {s['codec']} | {model_label(s)} "
             f"| {_fmt(r['round_s_median'])} | {_fmt(r['site_wait_s_median'])} "
             f"| {_fmt(r['ideal_s_median'])} | {_fmt(r['wait_over_ideal_median'], '.2f')} "
             f"| {_fmt(r['site_utilisation_mean'], '.3f')} | {_mb(r['wan_bytes_total'])} "
             f"| {_mb(r['root_tier_ip_bytes'])} | {_mb(r['resent_bytes'])} "
             f"| {_fmt(r['aggregator_peak_rss_mb'], '.0f')} | {_fmt(r['cpu_s_per_gb'], '.2f')} "
-            f"| {busy} |")
+            f"| {busy} |" + (f" {_fmt(r.get('final_accuracy'), '.4f')} |" if accuracy else ""))
     lines.append("")
     lines.append("Round and wait times are medians over the rounds after the first. "
                  "wait = time a site spent in sync (its delta up, the anchor down; "
@@ -97,6 +125,9 @@ def markdown(doc: dict) -> str:
             parts.append(f"{entry['round_time_speedup']:.2f}x less time per round")
         if "root_tier_bytes_ratio" in entry:
             parts.append(f"root-tier bytes {entry['root_tier_bytes_ratio']:.3f} of the baseline's")
+        if "root_tier_payload_ratio" in entry:
+            parts.append(f"root-tier payload {entry['root_tier_payload_ratio']:.4f} of the "
+                         "baseline's")
         u = entry.get("site_utilisation") or {}
         if u.get("ours") is not None and u.get("baseline") is not None:
             parts.append(f"site utilisation {u['ours']:.3f} against {u['baseline']:.3f}")

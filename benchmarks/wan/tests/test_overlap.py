@@ -234,3 +234,34 @@ def test_the_utilisation_plot_draws_each_mode(tmp_path, monkeypatch):
            "sweep": {"key": "overlap_steps", "values": [0, 2]}}
     assert os.path.basename(plots.write(doc, str(tmp_path))[1]) == "utilisation_vs_tau.png"
     assert drawn["utilisation_vs_tau.png"] == ["fedwan"]
+
+
+def test_fashion_runs_show_their_accuracy_and_the_payload_ratio_is_reported():
+    blocking = summary(utilisation=0.5)
+    overlapped = summary("fedwan-overlap", overlap_steps=2, utilisation=0.9)
+    for r, acc in ((blocking, 0.8649), (overlapped, 0.8605)):
+        r["spec"] = dict(r["spec"], trainer="fashion-cnn")
+        r["final_accuracy"] = acc
+    blocking["links"] = {"root/up": {"tcp_new_payload_bytes": 1000},
+                         "root/down": {"tcp_new_payload_bytes": 1000}}
+    overlapped["links"] = {"root/up": {"tcp_new_payload_bytes": 500},
+                           "root/down": {"tcp_new_payload_bytes": 502}}
+    runs = [blocking, overlapped]
+    doc = {"runs": runs, "machine": {"cores": 2, "kernel": "k", "tcp_cc": "bbr"},
+           "failed": [], "comparisons": report.comparisons(runs)}
+    c = doc["comparisons"]["fedwan-overlap vs fedwan"]
+    assert c["root_tier_payload_ratio"] == pytest.approx(1002 / 2000)
+    text = report.markdown(doc)
+    header = next(line for line in text.splitlines() if line.startswith("| run |"))
+    assert header.endswith("| busy | accuracy |")
+    rows = [line for line in text.splitlines() if line.startswith("| fedwan")]
+    assert rows[0].endswith(" 0.8649 |") and rows[1].endswith(" 0.8605 |")
+    assert "| fashion-cnn |" in rows[0]
+    assert "root-tier payload 0.5010 of the baseline's" in text
+    # Without a payload count per tier (a record without links) no ratio.
+    assert report.root_tier_payload({"links": {}}) is None
+    # Synthetic runs keep their size and no accuracy column.
+    plain = report.markdown({"runs": [summary()], "machine": doc["machine"], "failed": [],
+                             "comparisons": {}})
+    assert "accuracy" not in next(line for line in plain.splitlines()
+                                  if line.startswith("| run |"))
