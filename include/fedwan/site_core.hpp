@@ -118,8 +118,9 @@ class SiteCore {
   // Between the two calls use only sync_pending(), sync_ready(),
   // finish_sync(), stop(), set_data_position(), service() (which then only
   // reports: the worker keeps the link), round() and finished() (both still
-  // describe the round that ended), inner_steps(), overlap_steps(), rounds()
-  // and data_position(). A begin_sync() or
+  // describe the round that ended), inner_steps(), overlap_steps(), rounds(),
+  // data_position(), checkpoint() (which then keeps the last merge's) and
+  // alarms() (as last read before begin_sync). A begin_sync() or
   // finish_sync() that throws leaves the core unusable: build a new one,
   // whose join() resumes from the last checkpoint. Works on the host copy:
   // refused (ConfigError) with an UpdateEncoder. Memory: one more copy of

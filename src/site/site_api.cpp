@@ -20,12 +20,13 @@ SyncResult SiteCore::sync() { return impl_->sync(); }
 SyncResult SiteCore::service() { return impl_->service(); }
 void SiteCore::checkpoint() {
   if (impl_->sync_unfinished && !impl_->opt.checkpoint_dir.empty()) {
-    // Part of the next round may be in params and the residual: the
-    // checkpoint of the round boundary stays the one to resume from.
-    log().warn("[site:{}] not checkpointing: the sync of round {} did not finish; a restart "
-               "resumes from the last round boundary's checkpoint (before the first one, it "
-               "joins afresh)",
-               impl_->self.id, impl_->round);
+    // Part of the next round may be in params and the residual (or an
+    // overlapped sync's worker holds them): the checkpoint of the round
+    // boundary, or of the last merge, stays the one to resume from.
+    log().warn("[site:{}] not checkpointing: the sync of round {} {}; a restart resumes from "
+               "the last round boundary's checkpoint (before the first one, it joins afresh)",
+               impl_->self.id, round(),
+               impl_->overlap.pending ? "is still in flight" : "did not finish");
     return;
   }
   impl_->save_checkpoint();
@@ -56,8 +57,10 @@ void SiteCore::set_data_position(uint64_t p) { impl_->data_position = p; }
 uint64_t SiteCore::data_position() const { return impl_->data_position; }
 bool SiteCore::resumed() const { return impl_->resumed; }
 std::vector<std::string> SiteCore::alarms() const {
+  // An overlapped sync's worker owns the security layer until the merge.
+  if (impl_->overlap.pending) return impl_->overlap.alarms;
   impl_->security->tick(/*all=*/true);
-  return impl_->security->alarms();
+  return impl_->overlap.alarms = impl_->security->alarms();
 }
 uint64_t SiteCore::round() const {
   return impl_->overlap.pending ? impl_->overlap.round : impl_->round;

@@ -102,6 +102,9 @@ class SiteCore::Impl {
     bool failed = false;                              // a sync threw: the core cannot go on
     uint64_t round = 0;                               // the round that ended at begin_sync
     bool checkpoint_due = false, upload_due = false;  // deferred from the worker
+    // The alarms as last read, answered while the worker owns the security
+    // layer (mutable: alarms() is const).
+    mutable std::vector<std::string> alarms;
   } overlap;
   bool overlapping() const { return work != params; }
 
