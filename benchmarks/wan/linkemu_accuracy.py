@@ -42,6 +42,18 @@ def config(a: netns.Namespace, b: netns.Namespace, profile: dict) -> dict:
             "links": [{"a": "a", "b": "b", "profile": profile}]}
 
 
+def relayed_config(a: netns.Namespace, r: netns.Namespace, b: netns.Namespace,
+                   first: dict, second: dict) -> dict:
+    """a -> r -> b: two links and a path over them (a and b have no link of
+    their own), as a site reaches the root through its region's uplink."""
+    return {"hosts": [{"name": "a", "netns": a.name, "address": "10.78.0.1"},
+                      {"name": "b", "netns": b.name, "address": "10.78.0.2"},
+                      {"name": "r", "netns": r.name, "address": "10.78.0.3"}],
+            "links": [{"a": "a", "b": "r", "profile": first},
+                      {"a": "r", "b": "b", "profile": second}],
+            "paths": [{"from": "a", "to": "b", "via": ["r"]}]}
+
+
 class Sink:
     """Accepts connections in namespace b; for each, records when every
     received byte arrived (cumulative count, time)."""
@@ -196,6 +208,32 @@ def main() -> int:
         print(f"count: sender wrote {sent} B, emulator saw {new_payload(stats)} B of new TCP payload")
         if received != sent or new_payload(stats) != sent:
             failures.append("lossy link: bytes received or counted differ from bytes written")
+
+        # Relayed: a reaches b over a -> r (fast, short) and r -> b (the
+        # bottleneck): the delays add up, the slower link sets the rate, and
+        # each link counts the traffic it carried.
+        with netns.Namespace(run + "-r") as r:
+            first = {"rate_mbit": 4 * args.rate_mbit, "delay_ms": args.delay_ms / 4}
+            with LinkEmulator(args.emulator, relayed_config(a, r, b, first, profile), work) as emu:
+                rtt = statistics.median(connect_rtts(a, 30))
+                sent, seconds = bulk(a, sink, args.bytes // 2)
+                rate = steady_rate_bps(sink.samples)
+                stats = emu.stop()
+        one_way = rtt / 2 * 1e3
+        want = args.delay_ms * 1.25
+        hops = [stats["links"][k]["a_to_b"]["counters"]["tcp_new_payload_bytes"] for k in (0, 1)]
+        print(f"relay: delay {one_way:.2f} ms one way against {want:.2f} ms "
+              f"({one_way / want:.3f}x), steady rate {rate / 1e6:.1f} Mbit/s against "
+              f"{args.rate_mbit:.1f} ({rate / 1e6 / args.rate_mbit:.3f}x); new payload per hop "
+              f"{hops[0]} and {hops[1]} B of {sent} written; unrouted {stats['unrouted_packets']}")
+        if not within(one_way, want, 0.05):
+            failures.append("relayed delay is not the sum of the links' within 5%")
+        if not within(rate / 1e6, args.rate_mbit, 0.05):
+            failures.append("relayed rate is not the bottleneck link's within 5%")
+        # (unrouted: the namespaces' own chatter, e.g. IPv6 router
+        # solicitations, which no link carries)
+        if hops != [sent, sent]:
+            failures.append("relayed: a hop's count differs from the bytes written")
 
         if args.capacity:
             with LinkEmulator(args.emulator, config(a, b, {"delay_ms": 1}), work) as emu:

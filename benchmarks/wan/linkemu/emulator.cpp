@@ -85,7 +85,9 @@ nlohmann::json counters_to_json(const DirectionCounters& c) {
 
 struct Packet {
   uint32_t len = 0;
-  int to = -1;  // destination host
+  int to = -1;     // destination host
+  int route = -1;  // index into Impl::routes: the link directions it crosses
+  uint32_t hop = 0;  // the one it is crossing now
   uint8_t data[kPacketBuffer];
 };
 
@@ -121,6 +123,47 @@ class PacketPool {
   std::vector<Packet*> free_;
 };
 
+// The "paths" of a configuration: hosts known, each hop a link, the ends
+// without a link of their own, each pair of ends once.
+void read_paths(const nlohmann::json& paths, const std::set<std::string>& names,
+                const std::set<std::pair<std::string, std::string>>& links, EmulatorConfig* c) {
+  if (!paths.is_array()) throw std::invalid_argument("paths must be a list");
+  std::set<std::pair<std::string, std::string>> ends;
+  for (const nlohmann::json& p : paths) {
+    PathConfig path;
+    path.from = p.at("from").get<std::string>();
+    path.to = p.at("to").get<std::string>();
+    const std::string where = "path " + path.from + " -> " + path.to;
+    for (const auto& [key, value] : p.items()) {
+      if (key != "from" && key != "to" && key != "via") {
+        throw std::invalid_argument(where + ": unknown key '" + key + "'");
+      }
+    }
+    path.via = p.at("via").get<std::vector<std::string>>();
+    if (path.via.empty()) throw std::invalid_argument(where + ": via names no host");
+    std::vector<std::string> hops = {path.from};
+    hops.insert(hops.end(), path.via.begin(), path.via.end());
+    hops.push_back(path.to);
+    std::set<std::string> seen;
+    for (const std::string& h : hops) {
+      if (names.count(h) == 0) throw std::invalid_argument(where + ": no host '" + h + "'");
+      if (!seen.insert(h).second) throw std::invalid_argument(where + ": visits '" + h + "' twice");
+    }
+    for (size_t k = 0; k + 1 < hops.size(); ++k) {
+      if (links.count(std::minmax(hops[k], hops[k + 1])) == 0) {
+        throw std::invalid_argument(where + ": no link " + hops[k] + " <-> " + hops[k + 1]);
+      }
+    }
+    if (links.count(std::minmax(path.from, path.to)) != 0) {
+      throw std::invalid_argument(where + ": the two hosts have a link of their own");
+    }
+    if (!ends.insert(std::minmax(path.from, path.to)).second) {
+      throw std::invalid_argument(where + " is listed twice (each path serves both directions)");
+    }
+    c->paths.push_back(std::move(path));
+  }
+}
+
 }  // namespace
 
 LinkProfile profile_from_json(const nlohmann::json& j) {
@@ -142,7 +185,8 @@ nlohmann::json profile_to_json(const LinkProfile& p) {
 EmulatorConfig config_from_json(const nlohmann::json& j) {
   if (!j.is_object()) throw std::invalid_argument("the configuration must be a JSON object");
   for (const auto& [key, value] : j.items()) {
-    if (key != "hosts" && key != "links" && key != "prefix_len" && key != "mtu" && key != "seed") {
+    if (key != "hosts" && key != "links" && key != "paths" && key != "prefix_len" &&
+        key != "mtu" && key != "seed") {
       throw std::invalid_argument("unknown configuration key '" + key + "'");
     }
   }
@@ -192,6 +236,7 @@ EmulatorConfig config_from_json(const nlohmann::json& j) {
     link.b_to_a = checked(link.b_to_a, where + " (" + link.b + " -> " + link.a + ")");
     c.links.push_back(link);
   }
+  if (j.contains("paths")) read_paths(j.at("paths"), names, pairs, &c);
   return c;
 }
 
@@ -200,7 +245,10 @@ struct Emulator::Impl {
   std::vector<std::unique_ptr<TunDevice>> tuns;
   std::unordered_map<uint32_t, int> host_by_address;
   std::vector<Link> links;
-  std::vector<int> route;  // [from * hosts + to] = link * 2 + direction, or -1
+  // [from * hosts + to] = index into routes, or -1; a route lists the link
+  // directions (link * 2 + direction) a packet crosses, in order.
+  std::vector<int> route;
+  std::vector<std::vector<int>> routes;
   PacketPool pool;
   std::priority_queue<Event, std::vector<Event>, std::greater<>> due;
   uint64_t order = 0;
@@ -211,6 +259,8 @@ struct Emulator::Impl {
 
   int hosts() const { return static_cast<int>(config.hosts.size()); }
   void forward(int from, Packet* p);
+  // Admits p (whose header `info` is) to the link of its current hop.
+  void cross(Packet* p, int64_t now, const PacketInfo& info);
   void drain(int host);
   void deliver_until(int64_t now);
   void rearm(int timer_fd);
@@ -239,8 +289,30 @@ Emulator::Emulator(const EmulatorConfig& config) : impl_(std::make_unique<Impl>(
         Link{a, b, {LinkDirection(l.a_to_b, seed), LinkDirection(l.b_to_a, seed + 1)}, {}});
     seed += 2;
     const int k = static_cast<int>(m.links.size()) - 1;
-    m.route[static_cast<size_t>(a) * m.hosts() + b] = 2 * k;
-    m.route[static_cast<size_t>(b) * m.hosts() + a] = 2 * k + 1;
+    m.routes.push_back({2 * k});
+    m.route[static_cast<size_t>(a) * m.hosts() + b] = static_cast<int>(m.routes.size()) - 1;
+    m.routes.push_back({2 * k + 1});
+    m.route[static_cast<size_t>(b) * m.hosts() + a] = static_cast<int>(m.routes.size()) - 1;
+  }
+  for (const PathConfig& path : config.paths) {
+    std::vector<int> hosts = {index.at(path.from)};
+    for (const std::string& v : path.via) hosts.push_back(index.at(v));
+    hosts.push_back(index.at(path.to));
+    std::vector<int> forward, backward;
+    for (size_t k = 0; k + 1 < hosts.size(); ++k) {
+      forward.push_back(m.routes[static_cast<size_t>(
+          m.route[static_cast<size_t>(hosts[k]) * m.hosts() + hosts[k + 1]])][0]);
+    }
+    for (size_t k = hosts.size() - 1; k > 0; --k) {
+      backward.push_back(m.routes[static_cast<size_t>(
+          m.route[static_cast<size_t>(hosts[k]) * m.hosts() + hosts[k - 1]])][0]);
+    }
+    m.routes.push_back(std::move(forward));
+    m.route[static_cast<size_t>(hosts.front()) * m.hosts() + hosts.back()] =
+        static_cast<int>(m.routes.size()) - 1;
+    m.routes.push_back(std::move(backward));
+    m.route[static_cast<size_t>(hosts.back()) * m.hosts() + hosts.front()] =
+        static_cast<int>(m.routes.size()) - 1;
   }
 }
 
@@ -257,11 +329,19 @@ void Emulator::Impl::forward(int from, Packet* p) {
     pool.put(p);
     return;
   }
+  p->to = it->second;
+  p->route = r;
+  p->hop = 0;
+  cross(p, now_ns(), info);
+}
+
+void Emulator::Impl::cross(Packet* p, int64_t now, const PacketInfo& info) {
+  const int r = routes[static_cast<size_t>(p->route)][p->hop];
   Link& link = links[static_cast<size_t>(r / 2)];
   const int d = r % 2;
   PacketStats& stats = link.stats[d];
   stats.offered(info, p->len);
-  const Verdict v = link.dir[d].admit(now_ns(), p->len);
+  const Verdict v = link.dir[d].admit(now, p->len);
   DirectionCounters& c = stats.counters();
   if (v.fate == Verdict::Fate::kLost) {
     ++c.lost;
@@ -276,13 +356,14 @@ void Emulator::Impl::forward(int from, Packet* p) {
     return;
   }
   if (v.reordered) ++c.reordered;
-  p->to = it->second;
   due.push(Event{v.deliver_ns[0], order++, p});
   if (v.copies == 2) {
     ++c.duplicated;
     Packet* copy = pool.get();
     copy->len = p->len;
     copy->to = p->to;
+    copy->route = p->route;
+    copy->hop = p->hop;
     std::copy(p->data, p->data + p->len, copy->data);
     due.push(Event{v.deliver_ns[1], order++, copy});
   }
@@ -306,6 +387,14 @@ void Emulator::Impl::deliver_until(int64_t now) {
   while (!due.empty() && due.top().at <= now) {
     Packet* p = due.top().packet;
     due.pop();
+    if (p->hop + 1 < routes[static_cast<size_t>(p->route)].size()) {
+      // Across a relaying host: on to the next link (as its own traffic is).
+      ++p->hop;
+      PacketInfo info;
+      (void)PacketInfo::parse(p->data, p->len, &info);
+      cross(p, now, info);
+      continue;
+    }
     if (::write(tuns[static_cast<size_t>(p->to)]->fd(), p->data, p->len) < 0) ++write_errors;
     pool.put(p);
   }

@@ -34,9 +34,19 @@ struct LinkConfig {
   LinkProfile a_to_b, b_to_a;
 };
 
+// Traffic between two hosts without a link of their own crosses the links
+// from -> via[0] -> ... -> via[n-1] -> to, each shaping it as it shapes its
+// own (rate and queue shared), and the reverse direction the same hops
+// backwards: a site behind its region's uplink, whatever it talks to.
+struct PathConfig {
+  std::string from, to;
+  std::vector<std::string> via;  // at least one host
+};
+
 struct EmulatorConfig {
   std::vector<HostConfig> hosts;
   std::vector<LinkConfig> links;
+  std::vector<PathConfig> paths;
   int prefix_len = 16;
   int mtu = 1500;
   uint64_t seed = 1;
@@ -51,10 +61,11 @@ nlohmann::json profile_to_json(const LinkProfile& p);
 // The configuration file (docs/benchmarks.md, "Link emulator"):
 //   {"hosts": [{"name", "netns", "address"}...],
 //    "links": [{"a", "b", "profile": {...}, "a_to_b": {...}, "b_to_a": {...}}...],
+//    "paths": [{"from", "to", "via": [host...]}...],
 //    "prefix_len": 16, "mtu": 1500, "seed": 1}
 // `profile` sets both directions; `a_to_b`/`b_to_a` override keys of it.
-// Throws std::invalid_argument: an unknown host, a repeated link or address,
-// a bad profile.
+// Throws std::invalid_argument: an unknown host, a repeated link, path or
+// address, a bad profile, a path over a missing link or between linked hosts.
 EmulatorConfig config_from_json(const nlohmann::json& j);
 
 class Emulator {

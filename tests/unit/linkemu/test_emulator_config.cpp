@@ -70,5 +70,55 @@ TEST(EmulatorConfig, AProfileReadsBackAsItWasWritten) {
   EXPECT_EQ(q.effective_queue_bytes(), p.effective_queue_bytes());
 }
 
+// site -> region -> root, and a path for the site to the root over both.
+nlohmann::json relayed() {
+  return nlohmann::json::parse(R"({
+    "hosts": [{"name": "site", "netns": "ns-site", "address": "10.77.0.3"},
+              {"name": "region", "netns": "ns-region", "address": "10.77.0.2"},
+              {"name": "root", "netns": "ns-root", "address": "10.77.0.1"}],
+    "links": [{"a": "site", "b": "region", "profile": {"rate_mbit": 1000, "delay_ms": 2}},
+              {"a": "region", "b": "root", "profile": {"rate_mbit": 200, "delay_ms": 40}}],
+    "paths": [{"from": "site", "to": "root", "via": ["region"]}]})");
+}
+
+TEST(EmulatorConfig, APathCrossesExistingLinksBetweenHostsWithoutOne) {
+  const EmulatorConfig c = config_from_json(relayed());
+  ASSERT_EQ(c.paths.size(), 1u);
+  EXPECT_EQ(c.paths[0].from, "site");
+  EXPECT_EQ(c.paths[0].to, "root");
+  EXPECT_EQ(c.paths[0].via, std::vector<std::string>{"region"});
+  // Without paths, a configuration reads as before.
+  EXPECT_TRUE(config_from_json(two_hosts()).paths.empty());
+
+  const auto refused = [](const nlohmann::json& j, const std::string& why) {
+    const std::string e = error_of(j);
+    EXPECT_NE(e.find(why), std::string::npos) << "'" << why << "' not in: " << e;
+  };
+  nlohmann::json j = relayed();
+  j["paths"][0]["via"] = nlohmann::json::array();
+  refused(j, "path site -> root: via names no host");
+  j = relayed();
+  j["paths"][0]["via"] = {"nowhere"};
+  refused(j, "no host 'nowhere'");
+  j = relayed();
+  j["links"].erase(1);
+  refused(j, "path site -> root: no link region <-> root");
+  j = relayed();
+  j["paths"].push_back({{"from", "root"}, {"to", "site"}, {"via", {"region"}}});
+  refused(j, "listed twice (each path serves both directions)");
+  j = relayed();
+  j["links"].push_back({{"a", "site"}, {"b", "root"}});
+  refused(j, "the two hosts have a link of their own");
+  j = relayed();
+  j["paths"][0]["via"] = {"region", "site"};
+  refused(j, "visits 'site' twice");
+  j = relayed();
+  j["paths"][0]["hops"] = 2;
+  refused(j, "unknown key 'hops'");
+  j = relayed();
+  j["paths"] = {{"from", "site"}};
+  refused(j, "paths must be a list");
+}
+
 }  // namespace
 }  // namespace fedwan::linkemu
