@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Proves `fedwan bench` works end to end, in seconds: `fedwan bench run
---quick` (one region of two sites and the flat fp32 baseline, under the
-cross-region profile), then checks what it wrote. No timing is asserted;
+--quick` (one region of two sites and the flat fp32 baseline over the same
+links, under the cross-region profile), then checks what it wrote. No timing is asserted;
 the figures are only checked to be whole and consistent:
 
   * both runs finished every round and name their shaping method;
@@ -12,7 +12,7 @@ the figures are only checked to be whole and consistent:
     bytes_acked, read as the connection closed) is within 0% and 10% above
     the site's count too, and equal to the emulator's count within 1%;
   * fp16 moves about half of fp32's bytes, and the hierarchy puts fewer
-    bytes on the root tier than the flat tree;
+    bytes on the root tier than the flat tree behind the same region link;
   * utilisation is in (0, 1], the ideal bound is positive, memory and CPU
     were measured;
   * `fedwan bench streams --quick` measured every case: goodput above zero

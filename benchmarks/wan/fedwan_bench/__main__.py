@@ -69,7 +69,8 @@ def add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--outer-optimizer", default="fedavg")
     p.add_argument("--baselines", default="flat-fp32",
                    help="comma-separated: flat-fp32, flower, none (default flat-fp32); "
-                        "baselines run blocking rounds")
+                        "baselines run blocking rounds, every site connected to the root "
+                        "over the fedwan run's links (behind its region's link)")
     p.add_argument("--flower-python", default=os.environ.get("FEDWAN_FLOWER_PYTHON", ""),
                    help="a Python with flwr for the Flower baseline (python3 -m venv V && "
                         "V/bin/pip install flwr numpy); default $FEDWAN_FLOWER_PYTHON")
@@ -140,7 +141,9 @@ def specs_from(args: argparse.Namespace) -> list[federation.FederationSpec]:
     for name in ("regions", "sites_per_region", "rounds", "inner_steps"):
         if getattr(args, name) < (0 if name == "regions" else 1):
             raise SystemExit(f"fedwan bench: --{name.replace('_', '-')} must be positive")
-    # Baselines are built from the blocking spec: they run blocking rounds.
+    # Baselines are built from the blocking spec: they run blocking rounds,
+    # flat, on the same links (behind the regions' links when there are
+    # regions).
     ours = federation.FederationSpec(
         name="fedwan", regions=args.regions, sites_per_region=args.sites_per_region,
         sites=args.sites_per_region if args.regions == 0 else 0, codec=args.codec,
@@ -156,7 +159,7 @@ def specs_from(args: argparse.Namespace) -> list[federation.FederationSpec]:
             continue
         if b == "flat-fp32":
             specs.append(replace(ours, name="flat-fp32", regions=0, sites=ours.site_count(),
-                                 codec="fp32"))
+                                 via_regions=ours.regions, codec="fp32"))
         elif b == "flower":
             py = args.flower_python or sys.executable
             if subprocess.run([py, "-c", "import flwr, numpy"], capture_output=True).returncode:
@@ -166,8 +169,8 @@ def specs_from(args: argparse.Namespace) -> list[federation.FederationSpec]:
             if args.trainer != "synthetic":
                 raise SystemExit("fedwan bench: the Flower baseline trains the synthetic model")
             specs.append(replace(ours, name="flower", regions=0, sites=ours.site_count(),
-                                 codec="fp32", system="flower", flower_python=py,
-                                 secure=False))
+                                 via_regions=ours.regions, codec="fp32", system="flower",
+                                 flower_python=py, secure=False))
         else:
             raise SystemExit(f"fedwan bench: unknown baseline '{b}' (flat-fp32, flower, none)")
     return specs
@@ -253,7 +256,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     for value, spec, profile in plan:
         tag = spec.name if value is None else f"{spec.name}-{value}"
         work = os.path.join(args.out, tag)
-        print(f"fedwan bench: {tag}: {spec.site_count()} sites, {spec.codec}, "
+        print(f"fedwan bench: {tag}: {spec.site_count()} sites ({spec.tree()}), {spec.codec}, "
               f"{spec.params:,} parameters, {spec.rounds} {spec.mode} rounds of "
               f"H={spec.inner_steps} over {profile.name} ({profile.root_link.describe()}) ...",
               flush=True)

@@ -2,6 +2,11 @@
 namespace, every tree edge an emulated WAN link, and collects what it did:
 the root's and the sites' reports, each process's CPU time and peak memory,
 and the link emulator's per-link packet counters.
+
+A flat tree measured against a tree with regions (the baselines) runs on the
+same links: each region is a relay, a namespace with no process, and a site's
+connection to the root crosses its site-tier link to its region's relay,
+then the region's root-tier link, which the region's sites share.
 """
 
 from __future__ import annotations
@@ -34,6 +39,17 @@ def mode_label(overlap_steps: int) -> str:
     return "blocking" if not overlap_steps else f"overlap tau={overlap_steps}"
 
 
+def tree_label(regions: int, sites_per_region: int, via_regions: int = 0) -> str:
+    """A run's tree in words: "2x2" (2 regions of 2 sites), "flat" (every
+    site its own link to the root) or "flat via 2 regions" (a flat tree
+    behind the links of 2 regions, sites_per_region sites each)."""
+    if regions:
+        return f"{regions}x{sites_per_region}"
+    if via_regions:
+        return f"flat via {via_regions} region{'s' if via_regions > 1 else ''}"
+    return "flat"
+
+
 @dataclass(frozen=True)
 class FederationSpec:
     name: str  # how the report calls this run ("fedwan", "flat-fp32", ...)
@@ -64,6 +80,19 @@ class FederationSpec:
     # 1..inner_steps = a site merges the next anchor tau inner steps after it
     # sent its update, training meanwhile.
     overlap_steps: int = 0
+    # Flat trees: the regions whose links the sites sit behind, as in the
+    # tree with regions they are measured against (sites_per_region each):
+    # a site's connection to the root crosses its site-tier link to its
+    # region's relay namespace, then the region's root-tier link, shared
+    # with the region's other sites. 0: every site has its own root-tier
+    # link straight to the root.
+    via_regions: int = 0
+
+    def __post_init__(self) -> None:
+        if self.via_regions and (not self.flat or self.sites not in (
+                0, self.via_regions * self.sites_per_region)):
+            raise ValueError(f"{self.name}: via_regions is for flat trees of via_regions x "
+                             f"sites_per_region sites")
 
     @property
     def flat(self) -> bool:
@@ -74,30 +103,59 @@ class FederationSpec:
         return mode_label(self.overlap_steps)
 
     def site_count(self) -> int:
-        return self.sites if self.flat else self.regions * self.sites_per_region
+        if self.flat:
+            return self.sites or self.via_regions * self.sites_per_region
+        return self.regions * self.sites_per_region
+
+    def tree(self) -> str:
+        return tree_label(self.regions, self.sites_per_region, self.via_regions)
 
 
 @dataclass
 class Node:
     id: str
-    role: str  # root, region, site
-    parent: Optional[str]
+    # root, region, site; or relay: a host on other nodes' paths, with a
+    # namespace and links but no process (a region of a flat tree).
+    role: str
+    parent: Optional[str]  # the node it connects to; a relay's: the other end of its link
     address: str
-    tier: Optional[str]  # the tier of the link to its parent: "site" or "root"
+    tier: Optional[str]  # the tier of its link towards the root: "site" or "root"
+    # The relay its link goes to when that is not its parent (a flat tree's
+    # site behind its region): its packets to the parent cross the relay's
+    # link too.
+    via: Optional[str] = None
+
+    @property
+    def hop(self) -> Optional[str]:
+        """The host at the other end of its link towards the root."""
+        return self.via or self.parent
+
+    @property
+    def runs(self) -> bool:
+        """Whether a process runs in its namespace (all but relays)."""
+        return self.role != "relay"
 
 
 def plan_nodes(spec: FederationSpec) -> list[Node]:
+    """Every host of the run: the root, the regions (a flat tree's: relays,
+    `via_regions` of them) and the sites, with the same names and addresses
+    in a tree with regions and in a flat tree over its links."""
     nodes = [Node("root", "root", None, "10.77.0.1", None)]
-    if spec.flat:
+    if spec.flat and not spec.via_regions:
         for s in range(spec.site_count()):
             nodes.append(Node(f"site-{s}", "site", "root", f"10.77.2.{s + 1}", "root"))
         return nodes
-    for r in range(spec.regions):
+    for r in range(spec.via_regions if spec.flat else spec.regions):
         region = f"region-{r}"
-        nodes.append(Node(region, "region", "root", f"10.77.1.{r + 1}", "root"))
+        nodes.append(Node(region, "relay" if spec.flat else "region", "root",
+                          f"10.77.1.{r + 1}", "root"))
         for k in range(spec.sites_per_region):
             s = r * spec.sites_per_region + k
-            nodes.append(Node(f"site-{s}", "site", region, f"10.77.2.{s + 1}", "site"))
+            if spec.flat:
+                nodes.append(Node(f"site-{s}", "site", "root", f"10.77.2.{s + 1}", "site",
+                                  via=region))
+            else:
+                nodes.append(Node(f"site-{s}", "site", region, f"10.77.2.{s + 1}", "site"))
     return nodes
 
 
@@ -120,6 +178,8 @@ def topology_yaml(spec: FederationSpec, nodes: list[Node]) -> str:
         "nodes:",
     ]
     for n in nodes:
+        if not n.runs:
+            continue
         fields = [f"id: {n.id}", f"role: {n.role}"]
         if n.parent:
             fields.append(f"parent: {n.parent}")
@@ -131,15 +191,24 @@ def topology_yaml(spec: FederationSpec, nodes: list[Node]) -> str:
 
 def emulator_config(nodes: list[Node], namespaces: dict[str, netns.Namespace],
                     profile: Profile, seed: int) -> dict:
+    """fedwan-linkemu's configuration: every node a host, relays included;
+    per node with a parent, a link of its tier to the next host towards the
+    root; per node behind a relay, a path to its parent through it (one
+    entry: the emulator takes the way back over the same hops)."""
     links = []
     for n in nodes:
         if n.parent is None:
             continue
         link = profile.root_link if n.tier == "root" else profile.site_link
-        links.append({"a": n.id, "b": n.parent, "profile": link.emulator_profile()})
-    return {"hosts": [{"name": n.id, "netns": namespaces[n.id].name, "address": n.address}
-                      for n in nodes],
-            "links": links, "seed": seed}
+        links.append({"a": n.id, "b": n.hop, "profile": link.emulator_profile()})
+    config = {"hosts": [{"name": n.id, "netns": namespaces[n.id].name, "address": n.address}
+                        for n in nodes],
+              "links": links}
+    paths = [{"from": n.id, "to": n.parent, "via": [n.via]} for n in nodes if n.via]
+    if paths:
+        config["paths"] = paths
+    config["seed"] = seed
+    return config
 
 
 FLOWER_PORT = 8080
@@ -323,7 +392,9 @@ def run(spec: FederationSpec, profile: Profile, fedwan: str, linkemu: str, work:
         started = time.monotonic()
         sampler = CpuSampler(emulator.proc.pid if emulator.proc else None)
         try:
-            for n in nodes:  # parents first: children retry until their parent binds
+            # Parents first: children retry until their parent binds. Relays
+            # run nothing.
+            for n in [n for n in nodes if n.runs]:
                 logs[n.id] = os.path.join(work, f"{n.id}.log")
                 with open(logs[n.id], "w") as log:
                     procs[n.id] = namespaces[n.id].popen(_node_argv(spec, n, fedwan, work),
@@ -343,7 +414,7 @@ def run(spec: FederationSpec, profile: Profile, fedwan: str, linkemu: str, work:
                 p.wait()
         for ns in namespaces.values():
             ns.close()
-    failed = [n for n in nodes if usage[n.id]["exit"] != 0]
+    failed = [n for n in nodes if n.runs and usage[n.id]["exit"] != 0]
     if failed:
         n = failed[0]
         u = usage[n.id]

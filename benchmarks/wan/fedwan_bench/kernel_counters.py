@@ -279,7 +279,9 @@ def watches_for(nodes: Sequence, namespaces: dict[str, str],
     """What to read for a federation's `nodes` (federation.Node, with
     `namespaces` node id -> namespace name): every node but the root for its
     connections to its parent; with `both_ends` (netem: no emulator counts
-    the payload) every node also for its connections to its children."""
+    the payload) every node also for its connections to its children.
+    Relays (no process, no connections) are left out."""
+    nodes = [n for n in nodes if n.runs]
     address = {n.id: n.address for n in nodes}
     children: dict[str, list[str]] = {}
     for n in nodes:

@@ -6,12 +6,16 @@ The ideal bound of a blocking round (docs/benchmarks.md, "The ideal bound"):
     T_ideal = max over link directions d of  B_d * 1500/1448 * 8 / R_d
               + 2 * (sum of the one-way delays on a site's path to the root)
 
-B_d is the bytes fedwan's protocol put on direction d in the round (its
-frames: the encoded update or anchor, frame headers, seals), 1500/1448 the
-TCP/IP headers of a full-size segment, R_d the direction's shaped rate. The
-first term is the bottleneck's serialisation time: chunks stream through
-every hop (an aggregator forwards chunk i before chunk i+1 arrives, and the
-root sends anchor chunk i as soon as it has stepped it), so no protocol can
+B_d is the bytes the protocol put on direction d in the round (its
+frames: the encoded update or anchor, frame headers, seals), following the
+link each byte crosses: a site's link carries its update up and its anchor
+down; a region's link one aggregate and one anchor of the same size; a
+relay's link (a flat tree over a tree's regions) every update and anchor of
+the sites behind it. 1500/1448 is the TCP/IP headers of a full-size
+segment, R_d the direction's shaped rate. The first term is the
+bottleneck's serialisation time: chunks stream through every hop (an
+aggregator forwards chunk i before chunk i+1 arrives, and the root sends
+anchor chunk i as soon as it has stepped it), so no protocol can
 move the bytes faster than its slowest link. The second is one trip up and
 one down, which nothing overlaps with. Losses and TCP's own ramp-up are not
 in it: they are part of what the bound measures fedwan against.
@@ -29,7 +33,7 @@ import statistics
 from typing import Iterable, Optional
 
 from . import kernel_counters
-from .federation import mode_label
+from .federation import mode_label, tree_label
 
 TCP_IP_OVERHEAD = 1500 / 1448
 # Above this share of every core busy for a quarter of the time the sites
@@ -67,8 +71,48 @@ def _tier_links(raw: dict) -> dict[str, dict]:
     return {"root": p["root_link"], "site": p["site_link"]}
 
 
+def hop(node: dict) -> Optional[str]:
+    """The host at the other end of a node's link towards the root: the relay
+    it sits behind, else its parent (records from before relays: its
+    parent)."""
+    return node.get("via") or node["parent"]
+
+
 def _path_tiers(raw: dict) -> list[str]:
-    return ["root"] if raw["spec"]["regions"] == 0 else ["site", "root"]
+    """The tiers of the links a site's packets cross to the root."""
+    nodes = {n["id"]: n for n in raw["nodes"]}
+    n = next(n for n in raw["nodes"] if n["role"] == "site")
+    tiers = []
+    while n["parent"]:
+        tiers.append(n["tier"])
+        n = nodes[hop(n)]
+    return tiers
+
+
+def tier_bytes(raw: dict, site_rows: dict[str, dict]) -> dict[str, int]:
+    """The most bytes one direction of a link of each tier carried in a
+    round (`site_rows`: each site's row of it), following the links: a
+    site's link carries its update up and its anchor down; an aggregator's
+    link one aggregate up and one anchor down, of its sites' size (the same
+    codec); a relay's link every update and anchor of the sites behind it."""
+    nodes = {n["id"]: n for n in raw["nodes"]}
+    carried: dict[str, list[int]] = {}  # a link's child end -> [up, down]
+    for site, row in site_rows.items():
+        sent, received = row["bytes_sent"], row["bytes_received"]
+        carried[site] = [sent, received]
+        n = nodes[hop(nodes[site])]
+        while n["parent"]:
+            up, down = carried.setdefault(n["id"], [0, 0])
+            if n["role"] == "relay":
+                carried[n["id"]] = [up + sent, down + received]
+            else:
+                carried[n["id"]] = [max(up, sent), max(down, received)]
+            n = nodes[hop(n)]
+    out: dict[str, int] = {}
+    for child, directions in carried.items():
+        tier = nodes[child]["tier"]
+        out[tier] = max(out.get(tier, 0), *directions)
+    return out
 
 
 def per_round(raw: dict) -> list[dict]:
@@ -79,17 +123,17 @@ def per_round(raw: dict) -> list[dict]:
     tiers = _path_tiers(raw)
     rows = []
     for k, root_row in enumerate(raw["root_report"]["rounds"]):
-        site_rows = [s["rounds"][k] for s in sites.values() if k < len(s["rounds"])]
+        by_site = {s: rep["rounds"][k] for s, rep in sites.items() if k < len(rep["rounds"])}
+        site_rows = list(by_site.values())
         sync = [r["sync_s"] for r in site_rows]
         train = [r["train_s"] for r in site_rows]
         # Overlapped rounds: begin_sync to the end of finish_sync, the window
         # the transfer had (sync_s is only the wait in it).
         overlap = [r["overlap_s"] for r in site_rows if r.get("overlap_s") is not None]
-        # What one direction of each link carries: a site's update up, its
-        # anchor down; a region forwards one aggregate and relays one anchor
-        # of the same size and codec.
         b = max([max(r["bytes_sent"], r["bytes_received"]) for r in site_rows] or [0])
-        ideal = ideal_round_seconds({t: b for t in tiers}, links, tiers)
+        # What one direction of each tier's busiest link carries.
+        by_tier = tier_bytes(raw, by_site)
+        ideal = ideal_round_seconds(by_tier, links, tiers)
         comm = statistics.mean(sync) if sync else None
         rows.append({
             "round": root_row["round"],
@@ -101,6 +145,7 @@ def per_round(raw: dict) -> list[dict]:
             "site_wait_max_s": max(sync) if sync else None,
             "site_overlap_s": statistics.mean(overlap) if overlap else None,
             "site_bytes_per_direction": b,
+            "tier_bytes_per_direction": by_tier,
             "ideal_s": ideal,
             "wait_over_ideal": comm / ideal if comm and ideal > 0 else None,
             "accuracy": root_row.get("accuracy"),
@@ -119,21 +164,38 @@ def shaper_kind(raw: dict) -> str:
 
 def direction_counters(raw: dict, child: str, parent: str, key: str) -> dict:
     """One direction's counters (key a_to_b: child -> parent) of the link
-    between `child` and `parent`: the emulator's; with netem the link's
-    packet counts and the TCP payload from the kernel's counters of the
-    sending end's connections (None where nothing counted it)."""
+    between `child` and `parent` (the next host towards the root: a relay
+    for a site behind one): the emulator's; with netem the link's packet
+    counts and the TCP payload from the kernel's counters of the sending
+    ends' connections over the link (link_flows; None where nothing counted
+    one of them)."""
     stats = raw["emulator"]["stats"] or {"links": []}
     link = next((l for l in stats["links"] if l["a"] == child and l["b"] == parent), None)
     c = dict(link[key]["counters"]) if link else {}
     if c and c.get("dropped_packets") is None and c.get("lost_packets") is not None:
         c["dropped_packets"] = c["lost_packets"] + c["queue_drop_packets"]
     if shaper_kind(raw) == "netem" and c.get("tcp_new_payload_bytes") is None:
-        sender, receiver = (child, parent) if key == "a_to_b" else (parent, child)
-        t = kernel_counters.totals(raw.get("kernel"), sender, receiver)
-        c["tcp_payload_bytes"] = t and t["bytes_sent"]
-        c["tcp_new_payload_bytes"] = t and t["new_payload_sent"]
-        c["tcp_retransmitted_bytes"] = t and t["bytes_retrans"]
+        ends = []  # (sender, receiver) of each connection over this direction
+        for node, peer in link_flows(raw, child):
+            ends.append((node, peer) if key == "a_to_b" else (peer, node))
+        t = [kernel_counters.totals(raw.get("kernel"), *e) for e in ends]
+        whole = bool(t) and all(t)
+        for field, total in (("tcp_payload_bytes", "bytes_sent"),
+                             ("tcp_new_payload_bytes", "new_payload_sent"),
+                             ("tcp_retransmitted_bytes", "bytes_retrans")):
+            c[field] = sum(x[total] for x in t) if whole else None
     return c
+
+
+def link_flows(raw: dict, child: str) -> list[tuple[str, str]]:
+    """The connections, (node, its parent), whose packets cross the link
+    from `child` towards the root: the child's own to its parent, or a
+    relay's: those of every node behind it."""
+    nodes = raw["nodes"]
+    me = next(n for n in nodes if n["id"] == child)
+    if me["role"] == "relay":
+        return [(n["id"], n["parent"]) for n in nodes if n.get("via") == child]
+    return [(child, me["parent"])]
 
 
 def _add(slot: dict, key: str, value) -> None:
@@ -159,8 +221,8 @@ def link_totals(raw: dict) -> dict[str, dict]:
 
 
 def emulator_new_payload(raw: dict) -> dict[str, int]:
-    """Per child node: the new TCP payload the emulator saw leave it towards
-    its parent (none with netem)."""
+    """Per child node: the new TCP payload the emulator saw leave it on its
+    link towards the root (none with netem)."""
     stats = raw["emulator"]["stats"] or {"links": []}
     return {l["a"]: l["a_to_b"]["counters"]["tcp_new_payload_bytes"] for l in stats["links"]
             if l["a_to_b"]["counters"].get("tcp_new_payload_bytes") is not None}
@@ -168,17 +230,18 @@ def emulator_new_payload(raw: dict) -> dict[str, int]:
 
 def byte_check(raw: dict) -> list[dict]:
     """Each site's own count of the bytes it sent against the new TCP payload
-    that left its namespace: as the emulator saw it, or with netem as the
-    kernel sent it (its sockets' bytes_sent less bytes_retrans; `source`
-    says which). The wire's count is higher by the ZMTP framing, the TLS
-    handshake and the heartbeats; more than a few percent either way would
-    mean a byte counter is wrong."""
-    parent = {n["id"]: n["parent"] for n in raw["nodes"]}
+    that left its namespace, on its own link (to its parent, or to the relay
+    it sits behind: no other node's packets cross it): as the emulator saw
+    it, or with netem as the kernel sent it (its sockets' bytes_sent less
+    bytes_retrans; `source` says which). The wire's count is higher by the
+    ZMTP framing, the TLS handshake and the heartbeats; more than a few
+    percent either way would mean a byte counter is wrong."""
+    first = {n["id"]: hop(n) for n in raw["nodes"]}
     source = "emulator" if shaper_kind(raw) == "linkemu" else "kernel (ss)"
     rows = []
     for site, rep in raw["site_reports"].items():
         counted = rep["bytes_sent_total"]
-        wire = direction_counters(raw, site, parent[site], "a_to_b").get("tcp_new_payload_bytes")
+        wire = direction_counters(raw, site, first[site], "a_to_b").get("tcp_new_payload_bytes")
         rows.append({"site": site, "fedwan_bytes_sent": counted, "tcp_payload_bytes": wire,
                      "source": source,
                      "ratio": wire / counted if counted and wire is not None else None})
@@ -232,6 +295,8 @@ def summarise(raw: dict) -> dict:
     root_report = raw["root_report"]
     return {
         "name": raw["spec"]["name"],
+        "tree": tree_label(raw["spec"]["regions"], raw["spec"]["sites_per_region"],
+                           raw["spec"].get("via_regions", 0)),
         "mode": mode_label(overlap_steps),
         "overlap_steps": overlap_steps,
         "spec": raw["spec"],

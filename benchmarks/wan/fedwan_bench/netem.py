@@ -14,7 +14,15 @@ Per edge, child C (address c) under parent P (address p):
         [duplicate X%] [reorder X%] [rate Rmbit]   # and the same on wan-C
 
 so a node's address sits on each of its veths with a host route to the
-peer at the other end. `gso_max_segs 1` keeps TCP from handing netem 64 kB
+peer at the other end. A site behind a relay R (address r; a flat tree's
+region, no process) has its edge to R instead of its parent P, and
+
+    ip netns exec R sysctl -q -w net.ipv4.ip_forward=1   # once per relay
+    ip -n C route add p/32 via r dev wan-up
+    ip -n P route add c/32 via r dev wan-R
+
+carry its packets to P and back through R, over R's edge to P, which the
+relay's sites share. `gso_max_segs 1` keeps TCP from handing netem 64 kB
 segments, which it would delay, rate and drop as one packet. The queue
 limit L covers the packets the link holds in flight over its delay and
 jitter plus a bottleneck queue of one round trip's bandwidth-delay product,
@@ -108,26 +116,52 @@ UP = "wan-up"  # the child's end: its link to its parent
 def edge_commands(nodes: Sequence, namespaces: dict[str, str], profile: Profile,
                   ip: str = "ip", tc: str = "tc") -> list[list[str]]:
     """The commands that build the tree: per edge (federation.Node with a
-    parent, in order) the veth pair, the addresses, the devices up and the
-    netem qdisc of each end."""
+    parent, in order, to the next host towards the root: its `hop`) the veth
+    pair, the addresses, the devices up and the netem qdisc of each end;
+    then relay_commands()."""
     address = {n.id: n.address for n in nodes}
     out: list[list[str]] = []
     for n in nodes:
         if not n.parent:
             continue
         link = profile.root_link if n.tier == "root" else profile.site_link
-        c, p = namespaces[n.id], namespaces[n.parent]
+        c, p = namespaces[n.id], namespaces[n.hop]
         down = device(n.id)
         out.append([ip, "-n", p, "link", "add", down, "type", "veth", "peer", "name", UP,
                     "netns", c])
-        for ns, dev, mine, theirs in ((c, UP, n.address, address[n.parent]),
-                                      (p, down, address[n.parent], n.address)):
+        for ns, dev, mine, theirs in ((c, UP, n.address, address[n.hop]),
+                                      (p, down, address[n.hop], n.address)):
             out.append([ip, "-n", ns, "addr", "add", mine, "peer", f"{theirs}/32", "dev", dev])
             out.append([ip, "-n", ns, "link", "set", "dev", dev, "gso_max_segs", "1"])
             out.append([ip, "-n", ns, "link", "set", "dev", dev, "up"])
         for ns, dev in ((c, UP), (p, down)):
             out.append([tc, "-n", ns, "qdisc", "add", "dev", dev, "root", "netem",
                         *netem_args(link)])
+    return out + relay_commands(nodes, namespaces, ip)
+
+
+def relay_commands(nodes: Sequence, namespaces: dict[str, str],
+                   ip: str = "ip") -> list[list[str]]:
+    """What carries a node's packets through the relay it sits behind (its
+    `via`) to its parent and back, once the edges are up: forwarding on in
+    each relay's namespace, and per such node a host route to its parent
+    through the relay at the node and one back to it through the relay at
+    the parent. None for a tree without relays."""
+    address = {n.id: n.address for n in nodes}
+    out: list[list[str]] = []
+    for r in nodes:
+        if r.runs:
+            continue
+        out.append([ip, "netns", "exec", namespaces[r.id], "sysctl", "-q", "-w",
+                    "net.ipv4.ip_forward=1"])
+    for n in nodes:
+        if not n.via:
+            continue
+        relay = address[n.via]
+        out.append([ip, "-n", namespaces[n.id], "route", "add", f"{address[n.parent]}/32",
+                    "via", relay, "dev", UP])
+        out.append([ip, "-n", namespaces[n.parent], "route", "add", f"{n.address}/32",
+                    "via", relay, "dev", device(n.via)])
     return out
 
 
@@ -257,9 +291,9 @@ class NetemLinks:
     def stop(self) -> dict:
         links = []
         for n in self.nodes:
-            links.append({"a": n.id, "b": n.parent,
+            links.append({"a": n.id, "b": n.hop,
                           "a_to_b": {"counters": self._end(self.namespaces[n.id], UP)},
-                          "b_to_a": {"counters": self._end(self.namespaces[n.parent],
+                          "b_to_a": {"counters": self._end(self.namespaces[n.hop],
                                                            device(n.id))}})
         return {"links": links, "source": "ip -s link (IP bytes netem passed), tc -s qdisc "
                                           "(drops); TCP payload from ss"}

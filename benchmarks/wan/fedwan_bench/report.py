@@ -7,7 +7,7 @@ import json
 import os
 from typing import Optional
 
-from .federation import BASELINES, mode_label
+from .federation import BASELINES, mode_label, tree_label
 
 
 def _fmt(x: Optional[float], spec: str = ".3g") -> str:
@@ -97,7 +97,8 @@ def markdown(doc: dict) -> str:
     for r in runs:
         s = r["spec"]
         sites = s["sites"] if s["regions"] == 0 else s["regions"] * s["sites_per_region"]
-        tree = "flat" if s["regions"] == 0 else f"{s['regions']}x{s['sites_per_region']}"
+        tree = r.get("tree") or tree_label(s["regions"], s["sites_per_region"],
+                                           s.get("via_regions", 0))
         busy = (_fmt(r["machine_busy_while_waiting"], ".2f") + " / "
                 + _fmt(r["emulator_busy_while_waiting"], ".2f")
                 + (" CPU-bound" if r["cpu_bound"] else ""))
@@ -119,6 +120,15 @@ def markdown(doc: dict) -> str:
                  "busy = the machine's CPU busy share / the emulator's share of its one core, "
                  "medians while sites waited (CPU-bound: either above 0.9 for a quarter of "
                  "that time; the figures then measure this machine, not the links).")
+    via = [r for r in runs if r["spec"].get("via_regions")]
+    if via:
+        lines.append("")
+        lines.append(f"{', '.join(dict.fromkeys(r['name'] for r in via))}: flat, over the "
+                     "regions' links: each site's connection to the root crosses its site-tier "
+                     "link to its region, then the region's root-tier link, which the region's "
+                     "sites share (the links of the tree with regions; root-tier MB and the "
+                     "ideal bound count those shared links).")
+        lines.append("")
     for name, entry in doc.get("comparisons", {}).items():
         parts = []
         if "round_time_speedup" in entry:
