@@ -311,12 +311,11 @@ int run_demo(const DemoArgs& a) {
                     : std::string())
             << " on " << (place.cuda() ? "GPUs" : "the CPU") << "; " << a.rounds << " rounds x "
             << a.inner_steps << " steps"
-            << (a.overlap_steps > 0
-                    ? " (overlapped: anchors merged " + std::to_string(a.overlap_steps) +
-                          " steps late)"
-                    : std::string())
-            << "; codec " << a.codec << ", outer " << a.outer << ", trainer "
-            << a.workload.trainer << "\n"
+            << (a.overlap_steps > 0 ? " (overlapped: anchors merged " +
+                                          std::to_string(a.overlap_steps) + " steps late)"
+                                    : std::string())
+            << "; codec " << a.codec << ", outer " << a.outer << ", trainer " << a.workload.trainer
+            << "\n"
             << "fedwan demo: topology and logs in " << dir.string() << "\n"
             << "fedwan demo: links "
             << (a.insecure_plaintext ? std::string("PLAINTEXT (--insecure-plaintext)")

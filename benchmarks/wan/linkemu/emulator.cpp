@@ -85,8 +85,8 @@ nlohmann::json counters_to_json(const DirectionCounters& c) {
 
 struct Packet {
   uint32_t len = 0;
-  int to = -1;     // destination host
-  int route = -1;  // index into Impl::routes: the link directions it crosses
+  int to = -1;       // destination host
+  int route = -1;    // index into Impl::routes: the link directions it crosses
   uint32_t hop = 0;  // the one it is crossing now
   uint8_t data[kPacketBuffer];
 };
@@ -185,8 +185,8 @@ nlohmann::json profile_to_json(const LinkProfile& p) {
 EmulatorConfig config_from_json(const nlohmann::json& j) {
   if (!j.is_object()) throw std::invalid_argument("the configuration must be a JSON object");
   for (const auto& [key, value] : j.items()) {
-    if (key != "hosts" && key != "links" && key != "paths" && key != "prefix_len" &&
-        key != "mtu" && key != "seed") {
+    if (key != "hosts" && key != "links" && key != "paths" && key != "prefix_len" && key != "mtu" &&
+        key != "seed") {
       throw std::invalid_argument("unknown configuration key '" + key + "'");
     }
   }
