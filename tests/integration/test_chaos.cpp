@@ -26,10 +26,20 @@
 namespace fedwan::testing {
 namespace {
 
+// Scenarios 1 and 2 run with blocking rounds (tau 0) and with overlapped
+// ones (federation.overlap_steps = 2 of 3 inner steps: the update goes up on
+// the site's worker thread while it trains, and it checkpoints at merges).
+class ChaosRounds : public ::testing::TestWithParam<uint64_t> {};
+
+std::string rounds_label(uint64_t tau) {
+  return tau == 0 ? std::string() : ", overlapped rounds (tau " + std::to_string(tau) + ")";
+}
+
 // 1. A site is SIGKILLed after its first delta chunk of round 2; it restarts
-// from its checkpoint, rejoins and the federation completes.
-TEST(Chaos, SiteKilledMidUploadRestartsAndRejoins) {
-  ChaosFederation fed(1, 2);
+// from its checkpoint (overlapped: its last merge's), rejoins and the
+// federation completes with its update of that round counted once.
+TEST_P(ChaosRounds, SiteKilledMidUploadRestartsAndRejoins) {
+  ChaosFederation fed(1, 2, 6, GetParam());
   const std::string victim = fed.topo().nodes().back().id;
   fed.start_all({{victim, {{"FEDWAN_CRASH_POINT", "site.mid_upload@3"}}}});
   const auto crashed = fed.wait_crash(victim, std::chrono::seconds(60));
@@ -40,7 +50,8 @@ TEST(Chaos, SiteKilledMidUploadRestartsAndRejoins) {
   const std::optional<uint64_t> resumed = fed.resumed_round(victim);
   ASSERT_TRUE(resumed.has_value()) << fed.log(victim);
   EXPECT_EQ(*resumed, 2u);
-  report("1 site SIGKILL mid-upload", "crash point site.mid_upload (SIGKILL)", 2 - *resumed,
+  report("1 site SIGKILL mid-upload" + rounds_label(GetParam()),
+         "crash point site.mid_upload (SIGKILL)", 2 - *resumed,
          seconds_between(crashed, fed.first_after("root", "round_closed", crashed)),
          "restarted site resumed at round " + std::to_string(*resumed));
 }
@@ -48,8 +59,8 @@ TEST(Chaos, SiteKilledMidUploadRestartsAndRejoins) {
 // 2. A region is SIGKILLed after it accepted 7 of the 10 chunk updates of
 // round 1 (its two sites, 5 chunks each); it restarts from its checkpoint,
 // its sites send their updates again and nothing is counted twice.
-TEST(Chaos, RegionKilledAfterSomeChildrenDelivered) {
-  ChaosFederation fed(2, 2);
+TEST_P(ChaosRounds, RegionKilledAfterSomeChildrenDelivered) {
+  ChaosFederation fed(2, 2, 6, GetParam());
   const std::string region = fed.topo().node(fed.topo().root().children.front()).id;
   fed.start_all({{region, {{"FEDWAN_CRASH_POINT", "aggregator.update_accepted@17"}}}});
   const auto crashed = fed.wait_crash(region, std::chrono::seconds(60));
@@ -59,11 +70,15 @@ TEST(Chaos, RegionKilledAfterSomeChildrenDelivered) {
   fed.check_against_audit();
   const std::optional<uint64_t> resumed = fed.resumed_round(region);
   ASSERT_TRUE(resumed.has_value()) << fed.log(region);
-  report("2 region SIGKILL after k of n delivered", "crash point aggregator.update_accepted@17",
-         1 - std::min<uint64_t>(1, *resumed),
+  report("2 region SIGKILL after k of n delivered" + rounds_label(GetParam()),
+         "crash point aggregator.update_accepted@17", 1 - std::min<uint64_t>(1, *resumed),
          seconds_between(crashed, fed.first_after("root", "round_closed", crashed)),
          "region resumed at round " + std::to_string(*resumed));
 }
+
+INSTANTIATE_TEST_SUITE_P(Chaos, ChaosRounds, ::testing::Values(0, 2), [](const auto& info) {
+  return info.param == 0 ? std::string("Blocking") : "OverlapTau" + std::to_string(info.param);
+});
 
 // 3. The root is SIGKILLed inside its checkpoint write of round 3 (the
 // third), after the write, after the fsync, after the rename.
