@@ -43,6 +43,9 @@ struct NodeSpec {
   // Socket buffers of this node's TCP links, in place of
   // FederationSpec::socket_buffer_bytes; unset = the federation's.
   std::optional<uint64_t> socket_buffer_bytes;
+  // FederationSpec::streams for this node's uplink; unset = the federation's.
+  // Refused on the root, which has no parent link.
+  std::optional<uint64_t> streams;
 };
 
 struct FederationSpec {
@@ -77,6 +80,11 @@ struct FederationSpec {
   // fixed (autotuning off; the kernel caps it at net.core.wmem_max /
   // rmem_max). See docs/topology.md, "Socket buffers".
   uint64_t socket_buffer_bytes = 0;
+  // TCP connections per tree link: a child opens this many to its parent and
+  // stripes frames across them (1..16, default 1); a node's own `streams`
+  // overrides it for its uplink. See docs/topology.md, "Several TCP
+  // connections per link".
+  uint64_t streams = 1;
 };
 
 // Federation-wide residency settings (top-level `policy:` key).
@@ -93,8 +101,9 @@ class Topology {
   // key on a role that cannot carry it, a site whose parent's jurisdiction its
   // allowed_jurisdictions exclude, a region with fewer sites than its k_min,
   // a standby key on a node other than the root, a standby_endpoint equal to
-  // the root's endpoint, a standby_bind without a standby_endpoint, or a
-  // tcp_congestion that is not a congestion control name or "system".
+  // the root's endpoint, a standby_bind without a standby_endpoint, a
+  // tcp_congestion that is not a congestion control name or "system", or
+  // streams outside 1..16 or set on the root.
   static Topology parse(const std::string& yaml_text, const std::string& source = "<string>");
   static Topology load(const std::string& path);
 

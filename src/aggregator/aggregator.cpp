@@ -289,7 +289,7 @@ AggregatorSummary Aggregator::Impl::run() {
     const bool pending = !flush() || serving;
     std::vector<transport::Transport::Interest> interests = {{&down_.link->socket()}};
     if (up_.session) {
-      interests.push_back({&up_.session->link().socket(), true, !up_.out.frames.empty()});
+      up_.session->link().watch(&interests, !up_.out.frames.empty());
     }
     // A server socket cannot signal room for one particular child, so while
     // frames wait the loop polls briefly instead of sleeping.

@@ -182,6 +182,7 @@ Topology demo_topology(const DemoArgs& a, const std::vector<double>& weights) {
   fed.rounds = a.rounds;
   fed.inner_steps = a.inner_steps;
   fed.overlap_steps = a.overlap_steps;
+  fed.streams = a.streams;
   fed.codec = a.codec;
   fed.chunk_bytes = a.chunk_bytes;
   fed.outer.name = a.outer;
@@ -289,6 +290,11 @@ int run_demo(const DemoArgs& a) {
     const auto shards = fashion_shards(a.workload, static_cast<size_t>(a.sites));
     for (size_t s = 0; s < shards.size(); ++s) weights[s] = static_cast<double>(shards[s].size());
   }
+  if (a.insecure_plaintext && a.streams > 1) {
+    throw ConfigError("--streams " + std::to_string(a.streams) +
+                      " needs the secure channel (plaintext frames carry no sequence numbers "
+                      "to restore their order): drop --insecure-plaintext, or use --streams 1");
+  }
   const Topology topo = demo_topology(a, weights);
   const std::string topo_path = (dir / "topology.yaml").string();
   std::ofstream(topo_path) << topo.to_yaml();
@@ -395,6 +401,7 @@ int run_demo(const DemoArgs& a) {
       {"rounds", a.rounds},
       {"inner_steps", a.inner_steps},
       {"overlap_steps", a.overlap_steps},
+      {"streams", a.streams},
       {"codec", a.codec},
       {"outer_optimizer", a.outer},
       {"chunk_bytes", a.chunk_bytes},
@@ -446,6 +453,10 @@ void add_demo_command(CLI::App& app, DemoArgs& a, int* exit_code) {
                   "overlapped rounds: sites train on while their update goes up and merge the "
                   "next anchor this many steps later (1..inner steps); 0: blocking rounds")
       ->check(number_in(0, 1e9))
+      ->capture_default_str();
+  cmd->add_option("--streams", a.streams,
+                  "TCP connections per tree link, frames striped across them (1..16)")
+      ->check(number_in(1, 16))
       ->capture_default_str();
   cmd->add_option("--codec", a.codec, "delta codec: fp32, fp16, bf16, int8")->capture_default_str();
   cmd->add_option("--outer", a.outer, "outer optimizer: fedavg, diloco, fedadam")

@@ -302,6 +302,15 @@ LinkAdmission NodeSecurity::children_admission() {
   a.refusal = [this](const std::string& peer) {
     return security::admission_refusal(topology_, self_, peer);
   };
+  // An admitted peer is a child in the topology, or the root reaching its
+  // standby over one connection.
+  a.streams = [this](const std::string& child) -> size_t {
+    const NodeSpec* n = topology_.find(child);
+    if (n == nullptr || n->role == Role::kRoot) return 1;
+    return n->streams.value_or(topology_.federation().streams);
+  };
+  a.reorder_wait = Millis(
+      static_cast<int64_t>(std::max(1000.0, topology_.federation().heartbeat_timeout_s * 500)));
   a.on_drop = [this](const std::string& peer, const std::string& source, const std::string& why,
                      size_t bytes) {
     audit_noise("handshake", noise_key("handshake_refused", why),

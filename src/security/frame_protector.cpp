@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "fedwan/error.hpp"
 #include "wire/frame.hpp"
@@ -145,6 +146,10 @@ FrameOpener::FrameOpener(AeadAlgorithm algorithm, const AeadKey& key, const Aead
 FrameOpener::~FrameOpener() {
   wipe(key_);
   wipe(iv_);
+  for (Earlier& e : earlier_) {
+    wipe(e.key);
+    wipe(e.iv);
+  }
 }
 
 FrameOpener::Result FrameOpener::open(uint8_t* data, size_t size, size_t* frame_size) {
@@ -163,7 +168,23 @@ FrameOpener::Result FrameOpener::open(uint8_t* data, size_t size, size_t* frame_
     case ReplayWindow::Verdict::kTooOld: return Result::kTooOld;
     case ReplayWindow::Verdict::kFresh: break;
   }
-  if (epoch < epoch_) return Result::kStaleEpoch;
+  // An earlier epoch's key is gone once no frame of it can still be fresh:
+  // every number it sealed lies below the window.
+  while (!earlier_.empty() && window_.highest() >= earlier_.front().until + ReplayWindow::kSize) {
+    wipe(earlier_.front().key);
+    wipe(earlier_.front().iv);
+    earlier_.pop_front();
+  }
+  const Earlier* earlier = nullptr;
+  if (epoch < epoch_) {
+    // Sealed before a key update yet overtaken on the way (frames striped
+    // over several connections): only numbers below the first frame seen
+    // under a later key can be genuine.
+    for (const Earlier& e : earlier_) {
+      if (e.epoch == epoch && seq < e.until) earlier = &e;
+    }
+    if (earlier == nullptr) return Result::kStaleEpoch;
+  }
   if (uint64_t(epoch) > uint64_t(epoch_) + kMaxEpochJump) return Result::kEpochJump;
 
   uint8_t aad[kAadSize];
@@ -171,7 +192,18 @@ FrameOpener::Result FrameOpener::open(uint8_t* data, size_t size, size_t* frame_
   const uint8_t* tag = trailer + 12;
   uint8_t* body = data + kHeader;
 
-  if (epoch == epoch_) {
+  if (earlier != nullptr) {
+    cipher_.rekey(earlier->key);
+    bool ok = false;
+    try {
+      ok = cipher_.open(nonce_for(earlier->iv, seq), aad, kAadSize, body, payload, body, tag);
+    } catch (...) {
+      cipher_.rekey(key_);
+      throw;
+    }
+    cipher_.rekey(key_);
+    if (!ok) return Result::kBadTag;
+  } else if (epoch == epoch_) {
     if (!cipher_.open(nonce_for(iv_, seq), aad, kAadSize, body, payload, body, tag)) {
       return Result::kBadTag;
     }
@@ -181,9 +213,13 @@ FrameOpener::Result FrameOpener::open(uint8_t* data, size_t size, size_t* frame_
     // new one, so a forged epoch field cannot move this opener anywhere.
     AeadKey key = key_;
     AeadNonce iv = iv_;
+    std::vector<Earlier> passed;  // the keys of epoch_ .. epoch - 1
     bool ok = false, rekeyed = false;
     try {
-      for (uint32_t e = epoch_; e < epoch; ++e) ratchet(&key, &iv);
+      for (uint32_t e = epoch_; e < epoch; ++e) {
+        passed.push_back(Earlier{e, key, iv, seq});
+        ratchet(&key, &iv);
+      }
       cipher_.rekey(key);
       rekeyed = true;
       ok = cipher_.open(nonce_for(iv, seq), aad, kAadSize, body, payload, body, tag);
@@ -191,6 +227,10 @@ FrameOpener::Result FrameOpener::open(uint8_t* data, size_t size, size_t* frame_
     } catch (...) {
       wipe(key);
       wipe(iv);
+      for (Earlier& e : passed) {
+        wipe(e.key);
+        wipe(e.iv);
+      }
       // Put the current key back for the frames still to come. Should that
       // fail too, the cipher keeps a key no peer frame was sealed under, so
       // the link fails closed (kBadTag) rather than open; the first error is
@@ -206,7 +246,21 @@ FrameOpener::Result FrameOpener::open(uint8_t* data, size_t size, size_t* frame_
     if (!ok) {
       wipe(key);
       wipe(iv);
+      for (Earlier& e : passed) {
+        wipe(e.key);
+        wipe(e.iv);
+      }
       return Result::kBadTag;
+    }
+    for (Earlier& e : passed) {
+      earlier_.push_back(e);
+      wipe(e.key);
+      wipe(e.iv);
+    }
+    while (earlier_.size() > kMaxEpochJump) {
+      wipe(earlier_.front().key);
+      wipe(earlier_.front().iv);
+      earlier_.pop_front();
     }
     wipe(key_);
     key_ = key;
@@ -218,6 +272,7 @@ FrameOpener::Result FrameOpener::open(uint8_t* data, size_t size, size_t* frame_
 
   data[kOffFlags] &= static_cast<uint8_t>(~kFlagSealed);
   window_.accept(seq);
+  last_seq_ = seq;
   *frame_size = kHeader + payload;
   return Result::kOk;
 }

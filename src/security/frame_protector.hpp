@@ -12,7 +12,11 @@
 // repeat; epochs count key updates. A sealer moves to the next epoch
 // (security::ratchet, old key wiped) before its RekeyPolicy would be
 // exceeded; an opener follows forward (at most kMaxEpochJump at once) and
-// only commits the new key once a frame has authenticated under it.
+// only commits the new key once a frame has authenticated under it. It keeps
+// the keys of the epochs it moved past (at most kMaxEpochJump) only while a
+// frame sealed under them could still be fresh, within the replay window
+// (ReplayWindow::kSize numbers), then wipes them: frames striped over several
+// connections overtake one another across key updates.
 //
 // Thread safety: none; one owner per object. Keys are wiped on destruction.
 #pragma once
@@ -20,6 +24,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <vector>
 
 #include "security/aead.hpp"
@@ -103,13 +108,29 @@ class FrameOpener {
   [[nodiscard]] Result open(uint8_t* data, size_t size, size_t* frame_size);
 
   uint32_t epoch() const { return epoch_; }
+  // The sequence number of the frame the last kOk opened.
+  uint64_t last_seq() const { return last_seq_; }
+  // Earlier epochs whose keys are still kept (see the class comment).
+  size_t earlier_keys() const { return earlier_.size(); }
 
  private:
+  // The key of an epoch the opener has moved past, for frames sealed under it
+  // that arrive after the first frame under a later key: it opens only
+  // numbers below that frame's (`until`).
+  struct Earlier {
+    uint32_t epoch;
+    AeadKey key;
+    AeadNonce iv;
+    uint64_t until;
+  };
+
   AeadCipher cipher_;
   AeadKey key_;
   AeadNonce iv_;
   uint32_t epoch_ = 0;
   ReplayWindow window_;
+  uint64_t last_seq_ = 0;
+  std::deque<Earlier> earlier_;  // oldest first, at most kMaxEpochJump
 };
 
 }  // namespace fedwan::security

@@ -16,6 +16,7 @@
 //     tcp_congestion: bbr             # TCP congestion control of the links; "system" = host's
 //     overlap_steps: 5                # sites merge the anchor this many steps late; 0 = blocking
 //     socket_buffer_bytes: 0          # TCP socket buffers; 0 = kernel autotuning
+//     streams: 1                      # TCP connections per tree link, 1..16
 //     outer_optimizer: {name: diloco, lr: 0.7, momentum: 0.9}
 //   policy: {k_min: 2}                # optional; default k_min of regions
 //   nodes:                            # file order = index = wire sender id
@@ -25,6 +26,7 @@
 //        bind: "tcp://*:7001", jurisdiction: EU, k_min: 2}
 //     - {id: site-a, role: site, parent: eu, weight: 6000, allowed_jurisdictions: [EU],
 //        tcp_congestion: cubic}      # any node: overrides federation.tcp_congestion
+//     - {id: site-b, role: site, parent: eu, streams: 4}  # not the root: its uplink's streams
 //
 // Node rules: exactly one root, without a parent; every other node names an
 // existing root or region as parent, and the parent links form a tree.
@@ -37,6 +39,8 @@
 // its own) and standby_bind (only with standby_endpoint; defaults to it).
 // Any node may take tcp_congestion: the federation's, overridden for what
 // that node sends (a name of [a-z0-9_], or "system" for the host's default).
+// Any node but the root may take streams (1..16): the federation's,
+// overridden for that node's uplink.
 // Outer optimizer hyper-parameters are whatever the named optimizer takes
 // (outer_optimizer_params(), declared by each optimizer); one it does not
 // take is refused.
@@ -86,7 +90,7 @@ const std::vector<std::string> kTopKeys = {"job", "federation", "policy", "nodes
 const std::vector<std::string> kFederationKeys = {
     "rounds",         "inner_steps",     "codec",         "chunk_bytes",         "round_timeout_s",
     "quorum",         "deadline_s",      "heartbeat_s",   "heartbeat_timeout_s", "replica_every",
-    "tcp_congestion", "outer_optimizer", "overlap_steps", "socket_buffer_bytes"};
+    "tcp_congestion", "outer_optimizer", "overlap_steps", "socket_buffer_bytes", "streams"};
 // "name" and every hyper-parameter some optimizer takes (which one takes
 // which is the optimizer's rule, checked in validate_federation).
 std::vector<std::string> outer_keys() {
@@ -100,7 +104,7 @@ std::vector<std::string> outer_keys() {
 }
 const std::vector<std::string> kNodeKeys = {"id", "role", "parent", "endpoint", "bind", "weight",
                                             "standby_endpoint", "standby_bind", "tcp_congestion",
-                                            "socket_buffer_bytes",
+                                            "socket_buffer_bytes", "streams",
                                             // residency, read in topology_policy.cpp
                                             "jurisdiction", "allowed_jurisdictions", "k_min"};
 
@@ -140,6 +144,7 @@ FederationSpec read_federation(const YamlReader& r, const YAML::Node& n) {
   if (auto v = n["socket_buffer_bytes"]) {
     f.socket_buffer_bytes = r.u64(v, "federation", "socket_buffer_bytes");
   }
+  if (auto v = n["streams"]) f.streams = r.u64(v, "federation", "streams");
   if (auto o = n["outer_optimizer"]) {
     const std::string ctx = "federation.outer_optimizer";
     r.expect_map(o, ctx);
@@ -193,6 +198,7 @@ NodeSpec read_node(const YamlReader& r, const YAML::Node& n, size_t pos) {
   if (auto v = n["tcp_congestion"]) s.tcp_congestion = read_tcp_congestion(r, v, ctx);
   if (auto v = n["socket_buffer_bytes"])
     s.socket_buffer_bytes = r.u64(v, ctx, "socket_buffer_bytes");
+  if (auto v = n["streams"]) s.streams = r.u64(v, ctx, "streams");
   topology_detail::read_residency(r, n, ctx, s);
   return s;
 }

@@ -14,6 +14,10 @@
 
 namespace fedwan::topology_detail {
 
+// Defined in topology_rules.cpp, beside socket_buffer_problem ("" when
+// `streams` may be a streams value, else why not).
+std::string streams_problem(uint64_t streams);
+
 void check_settings(const std::string& job, const FederationSpec& federation,
                     const PolicySpec& policy, const std::vector<NodeSpec>& nodes,
                     const std::string& src, const Fail& fail) {
@@ -57,6 +61,15 @@ uint32_t check_nodes(std::vector<NodeSpec>& nodes, const Fail& fail) {
     if (s.socket_buffer_bytes) {
       const std::string buffers = socket_buffer_problem(*s.socket_buffer_bytes);
       if (!buffers.empty()) fail(who + buffers);
+    }
+    if (s.streams) {
+      if (s.role == Role::kRoot) {
+        fail(who + "streams " + std::to_string(*s.streams) +
+             " is set on the root; the root has no parent link to stripe (set streams on its "
+             "children, or federation.streams)");
+      }
+      const std::string streams = streams_problem(*s.streams);
+      if (!streams.empty()) fail(who + streams);
     }
     s.index = i;
     s.parent_index = 0;
@@ -208,9 +221,9 @@ std::string canonical_text(const std::string& job, const FederationSpec& f,
   c += "federation.round_timeout_s=" + format_double(f.round_timeout_s) + "\n";
   c += "federation.rounds=" + std::to_string(f.rounds) + "\n";
   c += "job=" + job + "\n";
-  // Fault-tolerance, replication and tcp_congestion settings appear only when
-  // not the default, so a topology without them keeps the digest it had
-  // before they existed.
+  // Fault-tolerance, replication, tcp_congestion, socket buffer and streams
+  // settings appear only when not the default, so a topology without them
+  // keeps the digest it had before they existed.
   const FederationSpec defaults;
   if (f.quorum != defaults.quorum) c += "federation.quorum=" + format_double(f.quorum) + "\n";
   if (f.deadline_s != defaults.deadline_s) {
@@ -231,12 +244,15 @@ std::string canonical_text(const std::string& job, const FederationSpec& f,
   if (f.socket_buffer_bytes != defaults.socket_buffer_bytes) {
     c += "federation.socket_buffer_bytes=" + std::to_string(f.socket_buffer_bytes) + "\n";
   }
+  if (f.streams != defaults.streams) {
+    c += "federation.streams=" + std::to_string(f.streams) + "\n";
+  }
   if (f.overlap_steps != defaults.overlap_steps) {
     c += "federation.overlap_steps=" + std::to_string(f.overlap_steps) + "\n";
   }
-  // Residency, standby and tcp_congestion fields appear only when set, so a
-  // topology without them keeps the digest it had before they existed. The
-  // allowed list is a set: sorted.
+  // Residency, standby, tcp_congestion, socket buffer and streams fields
+  // appear only when set, so a topology without them keeps the digest it had
+  // before they existed. The allowed list is a set: sorted.
   for (const NodeSpec& s : nodes) {
     std::vector<std::string> allowed = s.allowed_jurisdictions;
     std::sort(allowed.begin(), allowed.end());
@@ -252,6 +268,7 @@ std::string canonical_text(const std::string& job, const FederationSpec& f,
     if (!s.standby_endpoint.empty()) {
       line += " standby_bind=" + s.standby_bind + " standby_endpoint=" + s.standby_endpoint;
     }
+    if (s.streams) line += " streams=" + std::to_string(*s.streams);
     if (!s.tcp_congestion.empty()) line += " tcp_congestion=" + s.tcp_congestion;
     c += line + " weight=" + format_double(s.weight) + "\n";
   }

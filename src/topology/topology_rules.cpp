@@ -1,7 +1,7 @@
 // The rules a topology's values must follow: endpoints, nesting of the
-// file, the root's standby keys, tcp_congestion names and the ranges of the
-// federation settings (see topology.cpp for the file format,
-// docs/topology.md for the keys).
+// file, the root's standby keys, tcp_congestion names, socket buffer sizes,
+// stream counts and the ranges of the federation settings (see topology.cpp
+// for the file format, docs/topology.md for the keys).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -121,6 +121,16 @@ std::string standby_problem(NodeSpec& s) {
   return "";
 }
 
+// "" when `streams` may be a streams value (the federation's or a child's),
+// else why not. Whether the root may carry one is check_nodes' business.
+std::string streams_problem(uint64_t streams) {
+  constexpr uint64_t kMin = 1, kMax = 16;
+  if (streams >= kMin && streams <= kMax) return "";
+  return "streams " + std::to_string(streams) +
+         " is out of range: a child opens 1 to 16 TCP connections to its parent (1, the "
+         "default, is one connection per link)";
+}
+
 // Only the name's form is checked here: which algorithms a host has and
 // allows is the host's business, known only where the node runs (the
 // transport warns there and keeps the host's default).
@@ -188,6 +198,8 @@ void validate_federation(const FederationSpec& f, const std::string& src) {
   if (!congestion.empty()) fail(congestion);
   const std::string buffers = socket_buffer_problem(f.socket_buffer_bytes);
   if (!buffers.empty()) fail(buffers);
+  const std::string streams = streams_problem(f.streams);
+  if (!streams.empty()) fail(streams);
   if (f.overlap_steps > f.inner_steps) {
     fail("overlap_steps " + std::to_string(f.overlap_steps) + " is more than inner_steps " +
          std::to_string(f.inner_steps) +

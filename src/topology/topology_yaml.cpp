@@ -40,6 +40,7 @@ std::string Topology::to_yaml() const {
   if (f.socket_buffer_bytes != 0) {
     y += "  socket_buffer_bytes: " + std::to_string(f.socket_buffer_bytes) + "\n";
   }
+  if (f.streams != 1) y += "  streams: " + std::to_string(f.streams) + "\n";
   y += "  outer_optimizer: {name: " + q(f.outer.name);
   for (const auto& [key, value] : f.outer.params) y += ", " + key + ": " + format_double(value);
   y += "}\n";
@@ -64,6 +65,7 @@ std::string Topology::to_yaml() const {
     if (s.socket_buffer_bytes) {
       y += ", socket_buffer_bytes: " + std::to_string(*s.socket_buffer_bytes);
     }
+    if (s.streams) y += ", streams: " + std::to_string(*s.streams);
     if (!s.allowed_jurisdictions.empty()) {
       std::string list;
       for (const std::string& a : s.allowed_jurisdictions) {

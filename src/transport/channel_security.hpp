@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -73,6 +74,18 @@ class ChannelSecurity {
   // Handles one received message in place.
   virtual Inbound receive(uint8_t* data, size_t size, size_t* frame_size, std::string* why,
                           SecurityReplies* out) = 0;
+
+  // Where the message the last receive() opened stands in its sender's
+  // order: the session (a new one starts with each key agreement) and its
+  // authenticated sequence number there. Set for sealed messages (kFrame,
+  // and sealed kConsumed); nullopt for the rest, and for mechanisms without
+  // sequence numbers. Links striped over several connections put frames
+  // back in order by it (transport/resequencer.hpp).
+  struct Order {
+    uint64_t session = 0;
+    uint64_t seq = 0;
+  };
+  virtual std::optional<Order> last_order() const { return std::nullopt; }
 
   // Parent side: a handshake is in progress (its state is held), and
   // dropping it (it took too long). An established session survives.

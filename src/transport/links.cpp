@@ -1,5 +1,6 @@
 #include "transport/links.hpp"
 
+#include <algorithm>
 #include <mutex>
 #include <utility>
 
@@ -12,22 +13,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using transport::SendResult;
-
-// Tries `send_once` until it is not kFull or the deadline passes, waiting
-// for room in between. Returns the last result (kFull: timed out).
-template <typename SendOnce>
-SendResult send_with_deadline(transport::Transport& t, transport::Socket& s, Millis timeout,
-                              SendOnce send_once) {
-  const auto deadline = Clock::now() + timeout;
-  for (;;) {
-    const SendResult r = send_once();
-    if (r != SendResult::kFull) return r;
-    const auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());
-    if (left.count() <= 0) return r;
-    // A server reports room when any peer has some: wait briefly and retry.
-    (void)t.wait({&s}, std::min(left, Millis(10)), /*for_send=*/true);
-  }
-}
 
 }  // namespace
 
@@ -50,9 +35,22 @@ SecurityFactory plaintext_security_factory(uint64_t job_id, uint32_t self_index,
 ParentLink::ParentLink(transport::Transport& transport, const std::string& endpoint,
                        const std::string& self_id, const LinkOptions& options,
                        const SecurityFactory& security)
-    : transport_(transport), endpoint_(endpoint), security_(security(endpoint)) {
+    : transport_(transport),
+      endpoint_(endpoint),
+      security_(security(endpoint)),
+      reseq_(Resequencer::Options{64, Millis(options.reorder_wait_ms)}) {
+  const int streams = std::max(1, options.streams);
+  if (streams > 1 && security_->name() == "plaintext") {
+    throw ConfigError("streams " + std::to_string(streams) +
+                      " needs the secure channel: plaintext frames carry no sequence numbers "
+                      "to put frames striped over several connections back in order (set "
+                      "streams: 1, or run with credentials)");
+  }
   try {
-    socket_ = transport_.connect(endpoint, self_id, options);
+    for (int k = 0; k < streams; ++k) {
+      const std::string id = k == 0 ? self_id : self_id + "~" + std::to_string(k);
+      stripes_.push_back(transport_.connect(endpoint, id, options));
+    }
   } catch (const TransportError& e) {
     throw TransportError("cannot connect to parent at " + endpoint + ": " + e.what());
   }
@@ -62,17 +60,45 @@ ParentLink::ParentLink(transport::Transport& transport, const std::string& endpo
 }
 
 ParentLink::~ParentLink() {
-  if (!security_->established()) socket_->set_linger(Millis(0));
+  if (!security_->established()) abandon();
 }
 
-void ParentLink::abandon() { socket_->set_linger(Millis(0)); }
+void ParentLink::abandon() {
+  for (auto& s : stripes_) s->set_linger(Millis(0));
+}
+
+void ParentLink::watch(std::vector<transport::Transport::Interest>* out, bool writable) {
+  for (auto& s : stripes_) out->push_back({s.get(), true, writable});
+}
+
+template <typename SendOn>
+SendResult ParentLink::send_striped(SendOn send_on) {
+  // Until the session is up only the handshake's connection is used.
+  const size_t n = security_->established() ? stripes_.size() : 1;
+  SendResult last = SendResult::kFull;
+  for (size_t i = 0; i < n; ++i) {
+    const size_t k = (next_send_ + i) % n;
+    last = send_on(*stripes_[k]);
+    if (last == SendResult::kSent) {
+      next_send_ = (k + 1) % n;
+      return last;
+    }
+  }
+  return last;
+}
+
+bool ParentLink::wait_any(Millis timeout, bool for_send) {
+  std::vector<transport::Socket*> sockets;
+  for (auto& s : stripes_) sockets.push_back(s.get());
+  return transport_.wait(sockets, timeout, for_send);
+}
 
 void ParentLink::send_replies(SecurityReplies& replies) {
   for (auto& r : replies) {
     // A connecting client queues the message; a full window during a
     // handshake means the parent is gone, which the caller's timeout reports.
     try {
-      if (socket_->try_send("", r.data(), r.size()) == SendResult::kSent) {
+      if (stripes_.front()->try_send("", r.data(), r.size()) == SendResult::kSent) {
         counters_.frames_sent += 1;
         counters_.bytes_sent += r.size();
       }
@@ -87,6 +113,7 @@ void ParentLink::check_failure() const {
   if (!security_->failure().empty()) {
     throw CryptoError("secure channel to parent " + endpoint_ + " failed: " + security_->failure());
   }
+  if (!broken_.empty()) throw CryptoError("link to parent " + endpoint_ + " failed: " + broken_);
 }
 
 void ParentLink::wait_established(Millis timeout) {
@@ -115,11 +142,17 @@ size_t ParentLink::send(std::vector<uint8_t> frame, Millis timeout) {
 
 size_t ParentLink::send_sealed(std::vector<uint8_t> frame, Millis timeout) {
   const size_t n = frame.size();
-  const SendResult r = send_with_deadline(transport_, *socket_, timeout,
-                                          [&] { return socket_->try_send("", frame.data(), n); });
-  if (r != SendResult::kSent) {
-    throw TimeoutError("send to parent " + endpoint_ + " blocked for " +
-                       std::to_string(timeout.count()) + " ms: the parent is not reading");
+  const auto deadline = Clock::now() + timeout;
+  for (;;) {
+    const SendResult r =
+        send_striped([&](transport::Socket& s) { return s.try_send("", frame.data(), n); });
+    if (r == SendResult::kSent) break;
+    const auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());
+    if (left.count() <= 0) {
+      throw TimeoutError("send to parent " + endpoint_ + " blocked for " +
+                         std::to_string(timeout.count()) + " ms: the parent is not reading");
+    }
+    (void)wait_any(std::min(left, Millis(10)), /*for_send=*/true);
   }
   counters_.frames_sent += 1;
   counters_.bytes_sent += n;
@@ -130,11 +163,15 @@ std::optional<size_t> ParentLink::try_send(const std::vector<uint8_t>& frame) {
   check_failure();
   if (!security_->established()) return std::nullopt;
   size_t n = 0;
-  const SendResult r = socket_->try_send_with("", [&] {
-    std::vector<uint8_t> bytes(frame);
-    security_->seal(bytes);
-    n = bytes.size();
-    return bytes;
+  // Sealed only by the connection that takes it: a refused frame takes no
+  // sequence number.
+  const SendResult r = send_striped([&](transport::Socket& s) {
+    return s.try_send_with("", [&] {
+      std::vector<uint8_t> bytes(frame);
+      security_->seal(bytes);
+      n = bytes.size();
+      return bytes;
+    });
   });
   if (r != SendResult::kSent) return std::nullopt;
   counters_.frames_sent += 1;
@@ -144,11 +181,48 @@ std::optional<size_t> ParentLink::try_send(const std::vector<uint8_t>& frame) {
 
 bool ParentLink::recv(Incoming* out, Millis timeout) {
   const auto deadline = Clock::now() + timeout;
+  const bool striped = stripes_.size() > 1;
   for (;;) {
+    Resequencer::Frame ready;
+    const bool popped = striped && reseq_.pop(&ready, Clock::now());
+    if (striped && reseq_.stats().gaps_skipped > 0 && broken_.empty()) {
+      // A frame that never came was lost with a connection that broke or
+      // was taken over (its routing id reused): the connections are no
+      // longer one ordered link. The owner's session reconnects them all
+      // and the protocol catches up as after any reconnect.
+      broken_ = "a frame sent over one of its " + std::to_string(stripes_.size()) +
+                " connections never arrived (given up after " +
+                std::to_string(reseq_.options().max_wait.count()) +
+                " ms, or with too many frames held behind it)";
+    }
+    check_failure();
+    if (popped) {
+      out->peer = endpoint_;
+      out->message = std::move(ready.message);
+      out->frame_size = ready.frame_size;
+      return true;
+    }
     transport::Received in;
-    if (!socket_->try_recv(&in)) {
-      const auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());
-      if (left.count() <= 0 || !transport_.wait({socket_.get()}, left)) return false;
+    bool got = false;
+    for (size_t i = 0; i < stripes_.size() && !got; ++i) {
+      const size_t k = (next_recv_ + i) % stripes_.size();
+      if (stripes_[k]->try_recv(&in)) {
+        got = true;
+        next_recv_ = (k + 1) % stripes_.size();
+      }
+    }
+    if (!got) {
+      const auto now = Clock::now();
+      if (now >= deadline) return false;
+      auto left = std::chrono::duration_cast<Millis>(deadline - now);
+      // A gap given up on releases the frames behind it without a message.
+      bool gap_due = false;
+      if (striped && reseq_.wake_at() < deadline) {
+        left = std::max(Millis(0),
+                        std::chrono::duration_cast<Millis>(reseq_.wake_at() - now) + Millis(1));
+        gap_due = true;
+      }
+      if (!wait_any(left, /*for_send=*/false) && !gap_due) return false;
       continue;
     }
     counters_.frames_received += 1;
@@ -159,8 +233,18 @@ bool ParentLink::recv(Incoming* out, Millis timeout) {
     const auto r =
         security_->receive(in.message.data(), in.message.size(), &frame_size, &why, &replies);
     send_replies(replies);
+    if (r == ChannelSecurity::Inbound::kRejected) counters_.rejected += 1;
+    const std::optional<ChannelSecurity::Order> order = security_->last_order();
+    if (striped && order) {
+      std::optional<Resequencer::Frame> f;
+      if (r == ChannelSecurity::Inbound::kFrame) {
+        f = Resequencer::Frame{std::move(in.message), frame_size};
+      }
+      reseq_.push(*order, std::move(f), Clock::now());
+      check_failure();
+      continue;
+    }
     if (r != ChannelSecurity::Inbound::kFrame) {
-      if (r == ChannelSecurity::Inbound::kRejected) counters_.rejected += 1;
       check_failure();
       continue;
     }
@@ -193,11 +277,52 @@ ChannelSecurity& ChildrenLink::security_for(const std::string& peer) {
   return *it->second;
 }
 
+size_t ChildrenLink::streams_of(const std::string& child) const {
+  if (!admission_.streams || !established(child)) return 1;
+  return std::max<size_t>(1, admission_.streams(child));
+}
+
+size_t ChildrenLink::frames_reordering() const {
+  size_t n = 0;
+  for (const auto& [child, r] : reseq_) n += r.holding();
+  return n;
+}
+
+template <typename SendOn>
+SendResult ChildrenLink::send_striped(const std::string& peer, SendOn send_on) {
+  if (suspended_.count(peer)) return SendResult::kFull;
+  const size_t n = streams_of(peer);
+  if (n == 1) return send_on(peer);
+  size_t& next = next_send_[peer];
+  bool any_full = false;
+  for (size_t i = 0; i < n; ++i) {
+    const size_t k = (next + i) % n;
+    // A connection not (yet) open is skipped; the child is gone only when
+    // none is.
+    const SendResult r = send_on(k == 0 ? peer : peer + "~" + std::to_string(k));
+    if (r == SendResult::kSent) {
+      next = (k + 1) % n;
+      return r;
+    }
+    any_full = any_full || r == SendResult::kFull;
+  }
+  return any_full ? SendResult::kFull : SendResult::kNoPeer;
+}
+
 size_t ChildrenLink::send(const std::string& peer, std::vector<uint8_t> frame, Millis timeout) {
   security_for(peer).seal(frame);
   const size_t n = frame.size();
-  const SendResult r = send_with_deadline(transport_, *socket_, timeout,
-                                          [&] { return socket_->try_send(peer, frame.data(), n); });
+  const auto deadline = Clock::now() + timeout;
+  SendResult r = SendResult::kFull;
+  for (;;) {
+    r = send_striped(peer,
+                     [&](const std::string& id) { return socket_->try_send(id, frame.data(), n); });
+    if (r != SendResult::kFull) break;
+    const auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());
+    if (left.count() <= 0) break;
+    // A server reports room when any peer has some: wait briefly and retry.
+    (void)transport_.wait({socket_.get()}, std::min(left, Millis(10)), /*for_send=*/true);
+  }
   if (r == SendResult::kNoPeer) throw TransportError("child '" + peer + "' is not connected");
   if (r != SendResult::kSent) {
     throw TimeoutError("send to child '" + peer + "' blocked for " +
@@ -211,13 +336,15 @@ size_t ChildrenLink::send(const std::string& peer, std::vector<uint8_t> frame, M
 std::optional<size_t> ChildrenLink::try_send(const std::string& peer,
                                              const std::vector<uint8_t>& frame) {
   size_t n = 0;
-  // Sealed only once the window has room: a refused frame takes no sequence
+  // Sealed only once a window has room: a refused frame takes no sequence
   // number.
-  const SendResult r = socket_->try_send_with(peer, [&] {
-    std::vector<uint8_t> bytes(frame);
-    security_for(peer).seal(bytes);
-    n = bytes.size();
-    return bytes;
+  const SendResult r = send_striped(peer, [&](const std::string& id) {
+    return socket_->try_send_with(id, [&] {
+      std::vector<uint8_t> bytes(frame);
+      security_for(peer).seal(bytes);
+      n = bytes.size();
+      return bytes;
+    });
   });
   if (r == SendResult::kNoPeer) throw TransportError("child '" + peer + "' is not connected");
   if (r != SendResult::kSent) return std::nullopt;
@@ -285,7 +412,13 @@ void ChildrenLink::expire_handshakes() {
     if (it == security_.end()) continue;
     it->second->abandon_handshake();
     // A peer that never had a session keeps nothing here.
-    if (!it->second->established()) security_.erase(it);
+    if (!it->second->established()) {
+      security_.erase(it);
+      reseq_.erase(peer);
+      next_send_.erase(peer);
+      suspended_.erase(peer);
+      gaps_seen_.erase(peer);
+    }
     drop(peer, "",
          "TLS handshake did not complete within " +
              std::to_string(guard_.options().timeout.count()) + " ms; its state was dropped",
@@ -293,14 +426,57 @@ void ChildrenLink::expire_handshakes() {
   }
 }
 
+bool ChildrenLink::pop_reordered(Incoming* out, Clock::time_point now) {
+  for (auto& [child, r] : reseq_) {
+    Resequencer::Frame f;
+    const bool popped = !suspended_.count(child) && r.pop(&f, now);
+    uint64_t& seen = gaps_seen_[child];
+    if (r.stats().gaps_skipped > seen) {
+      seen = r.stats().gaps_skipped;
+      if (!suspended_.count(child)) {
+        // A frame of the child's never came: one of its connections broke
+        // or was taken over, and what it still sends there is lost. Nothing
+        // more is sent to it or taken from it in this session, so that its
+        // parent falls silent and it reconnects all its connections.
+        suspended_[child] = r.session();
+        r.clear();
+        drop(child, "",
+             "a frame sent over one of its connections never arrived; its session is "
+             "suspended until it reconnects",
+             0, false);
+        continue;
+      }
+    }
+    if (popped) {
+      out->peer = child;
+      out->message = std::move(f.message);
+      out->frame_size = f.frame_size;
+      return true;
+    }
+  }
+  return false;
+}
+
 bool ChildrenLink::recv(Incoming* out, Millis timeout) {
   const auto deadline = Clock::now() + timeout;
   for (;;) {
     expire_handshakes();
+    if (!reseq_.empty() && pop_reordered(out, Clock::now())) return true;
     transport::Received in;
     if (!socket_->try_recv(&in)) {
-      const auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());
-      if (left.count() <= 0 || !transport_.wait({socket_.get()}, left)) return false;
+      const auto now = Clock::now();
+      if (now >= deadline) return false;
+      auto left = std::chrono::duration_cast<Millis>(deadline - now);
+      // A gap given up on releases the frames behind it without a message.
+      bool gap_due = false;
+      for (const auto& [child, r] : reseq_) {
+        if (r.wake_at() < now + left) {
+          left = std::max(Millis(0),
+                          std::chrono::duration_cast<Millis>(r.wake_at() - now) + Millis(1));
+          gap_due = true;
+        }
+      }
+      if (!transport_.wait({socket_.get()}, left) && !gap_due) return false;
       continue;
     }
     counters_.frames_received += 1;
@@ -310,11 +486,46 @@ bool ChildrenLink::recv(Incoming* out, Millis timeout) {
       counters_.rejected += 1;
       continue;
     }
+    // A striped child's further connections: "<id>~<k>", k from 1.
+    size_t stripe = 0;
+    if (const size_t tilde = peer.find('~'); tilde != std::string::npos) {
+      const std::string k = peer.substr(tilde + 1);
+      const bool number = !k.empty() && k.size() <= 2 && k[0] != '0' &&
+                          k.find_first_not_of("0123456789") == std::string::npos;
+      if (!number) {
+        drop(peer, in.source, "malformed routing id (a further connection is <id>~<k>, k >= 1)",
+             in.message.size(), true);
+        continue;
+      }
+      stripe = std::stoul(k);
+      peer.resize(tilde);
+    }
     if (admission_.refusal) {
       const std::string why = admission_.refusal(peer);
       if (!why.empty()) {
         // Never authorizable: no state is kept for it, whatever it sends.
-        drop(peer, in.source, why, in.message.size(), true);
+        drop(stripe == 0 ? peer : peer + "~" + std::to_string(stripe), in.source, why,
+             in.message.size(), true);
+        continue;
+      }
+    }
+    if (stripe > 0) {
+      const std::string id = peer + "~" + std::to_string(stripe);
+      const size_t allowed = admission_.streams ? admission_.streams(peer) : 1;
+      if (stripe >= allowed) {
+        drop(id, in.source,
+             "connection " + std::to_string(stripe + 1) + " of '" + peer + "' is beyond the " +
+                 std::to_string(allowed) + " its topology allows (streams)",
+             in.message.size(), true);
+        continue;
+      }
+      // Only sealed frames of an established session travel on the further
+      // connections; the handshake runs on the first.
+      const bool sealed = in.message.size() >= wire::kHeaderSize && (in.message.data()[7] & 0x80);
+      if (!sealed || !established(peer)) {
+        drop(id, in.source,
+             "only sealed frames of an established session may come on a further connection",
+             in.message.size(), false);
         continue;
       }
     }
@@ -344,10 +555,27 @@ bool ChildrenLink::recv(Incoming* out, Millis timeout) {
       }
       send_unsealed(peer, reply);
     }
-    if (r != ChannelSecurity::Inbound::kFrame) {
-      if (r == ChannelSecurity::Inbound::kRejected) counters_.rejected += 1;
+    if (r == ChannelSecurity::Inbound::kRejected) counters_.rejected += 1;
+    const std::optional<ChannelSecurity::Order> order = security.last_order();
+    if (order && admission_.streams && admission_.streams(peer) > 1) {
+      std::optional<Resequencer::Frame> f;
+      if (r == ChannelSecurity::Inbound::kFrame) {
+        f = Resequencer::Frame{std::move(in.message), frame_size};
+      }
+      auto it = reseq_.find(peer);
+      if (it == reseq_.end()) {
+        it = reseq_.emplace(peer, Resequencer({64, admission_.reorder_wait})).first;
+      }
+      auto q = suspended_.find(peer);
+      if (q != suspended_.end()) {
+        // A new session (the child reconnected) lifts the suspension.
+        if (q->second == order->session) continue;
+        suspended_.erase(q);
+      }
+      it->second.push(*order, std::move(f), Clock::now());
       continue;
     }
+    if (r != ChannelSecurity::Inbound::kFrame) continue;
     out->peer = std::move(peer);
     out->message = std::move(in.message);
     out->frame_size = frame_size;

@@ -4,6 +4,13 @@
 // (channel_security.hpp), the windows and the admission of peers sit on
 // top of the transport, the same for all of them.
 //
+// Striping (LinkOptions::streams > 1): a child opens more connections, under
+// the routing ids "<id>~1", "<id>~2", ...; the first carries the TLS
+// handshake and all of them carry sealed frames of the one secure session.
+// Each frame goes out on the next connection with room, and the receiver
+// puts frames back in the order they were sealed (resequencer.hpp), so the
+// protocol above sees one ordered link. Plaintext links cannot be striped.
+//
 // Back-pressure: each direction keeps at most `window` frames queued per peer;
 // a send beyond that blocks the caller up to its timeout. Sockets cap the
 // message size so a peer cannot make us allocate more than one maximal frame.
@@ -22,6 +29,7 @@
 
 #include "transport/channel_security.hpp"
 #include "transport/handshake_guard.hpp"
+#include "transport/resequencer.hpp"
 #include "transport/transport.hpp"
 
 namespace fedwan {
@@ -80,22 +88,35 @@ class ParentLink {
   // SecureChannel::sealer and security::SealingPipeline).
   size_t send_sealed(std::vector<uint8_t> frame, Millis timeout);
   // Waits at most `timeout` for one frame that passes the security layer.
-  // Throws CryptoError once the handshake failed.
+  // Throws CryptoError once the handshake failed, and on a striped link once
+  // a frame was lost on one of its connections (the owner reconnects).
   bool recv(Incoming* out, Millis timeout);
   ChannelSecurity& security() { return *security_; }
-  // For the owner's Transport::wait over all its links.
-  transport::Socket& socket() { return *socket_; }
+  // For the owner's Transport::wait over all its links: adds every
+  // connection of this link (readable, and writable when asked).
+  void watch(std::vector<transport::Transport::Interest>* out, bool writable = false);
+  // The connections (1 + extra stripes) and the reordering they caused.
+  size_t streams() const { return stripes_.size(); }
+  const Resequencer::Stats& reordering() const { return reseq_.stats(); }
   const LinkCounters& counters() const { return counters_; }
   const std::string& endpoint() const { return endpoint_; }
 
  private:
   void send_replies(SecurityReplies& replies);
   void check_failure() const;
+  // Offers the frame to each usable connection in turn, from the one after
+  // the last used, until one takes it.
+  template <typename SendOn>
+  transport::SendResult send_striped(SendOn send_on);
+  bool wait_any(Millis timeout, bool for_send);
 
   transport::Transport& transport_;
-  std::unique_ptr<transport::Socket> socket_;
+  std::vector<std::unique_ptr<transport::Socket>> stripes_;  // [0]: the handshake's
+  size_t next_send_ = 0, next_recv_ = 0;
   std::string endpoint_;
   std::unique_ptr<ChannelSecurity> security_;
+  Resequencer reseq_;
+  std::string broken_;  // why the striped link stopped being one ordered link
   LinkCounters counters_;
 };
 
@@ -116,11 +137,17 @@ struct LinkAdmission {
   std::function<void(const std::string& peer, const std::string& source, const std::string& why,
                      size_t bytes)>
       on_drop;
+  // The connections `child` (an admitted node id) may open (its streams).
+  // Null: one each.
+  std::function<size_t(const std::string& child)> streams;
+  // How long a striped child's link waits for an overtaken frame.
+  Millis reorder_wait{5000};
 };
 
 // Parent end: ROUTER bound for all children.
 class ChildrenLink {
  public:
+  using Clock = std::chrono::steady_clock;
   ChildrenLink(transport::Transport& transport, const std::string& bind_endpoint,
                const LinkOptions& options, SecurityFactory security, LinkAdmission admission = {});
   // Blocks while that child's window is full, at most `timeout`. Throws
@@ -142,8 +169,19 @@ class ChildrenLink {
   // the memory bounds docs/security.md states).
   size_t sessions() const { return security_.size(); }
   size_t handshakes_in_progress() const { return guard_.pending_count(); }
+  // Frames held back for order from striped children, now (for the bounds).
+  size_t frames_reordering() const;
+  // A striped child lost a frame on one of its connections: its session
+  // sends and delivers nothing more (try_send reports a full window), so
+  // that the child hears nothing, reconnects, and a new session lifts it.
+  bool suspended(const std::string& child) const { return suspended_.count(child) != 0; }
 
  private:
+  size_t streams_of(const std::string& child) const;
+  template <typename SendOn>
+  transport::SendResult send_striped(const std::string& peer, SendOn send_on);
+  // Pops a frame some striped child's resequencer has ready.
+  bool pop_reordered(Incoming* out, Clock::time_point now);
   ChannelSecurity& security_for(const std::string& peer);
   // Drops handshakes that outlived their timeout, with their state.
   void expire_handshakes();
@@ -159,6 +197,14 @@ class ChildrenLink {
   LinkAdmission admission_;
   HandshakeGuard guard_;
   std::unordered_map<std::string, std::unique_ptr<ChannelSecurity>> security_;
+  // Striped children only: the order their frames are put back in, and the
+  // connection their next frame goes out on.
+  std::unordered_map<std::string, Resequencer> reseq_;
+  std::unordered_map<std::string, size_t> next_send_;
+  // Striped children that lost a frame, and the session that did: nothing
+  // goes to them or comes from them until a new session (see recv).
+  std::unordered_map<std::string, uint64_t> suspended_;
+  std::unordered_map<std::string, uint64_t> gaps_seen_;
   LinkCounters counters_;
   std::chrono::steady_clock::time_point next_expiry_{};
   // Plain refusals to peers without a session go out at a bounded rate.

@@ -122,6 +122,7 @@ void SecureChannel::start(SecurityReplies* out) {
 
 void SecureChannel::adopt_keys(security::LinkKeys& keys, security::AeadAlgorithm cipher) {
   cipher_ = cipher;
+  ++session_;
   if (is_client_) {
     sealer_ = std::make_unique<security::FrameSealer>(cipher, keys.child_to_parent_key,
                                                       keys.child_to_parent_iv, config_.rekey);
@@ -260,6 +261,7 @@ ChannelSecurity::Inbound SecureChannel::on_sealed(uint8_t* data, size_t size, si
   if (r != FrameOpener::Result::kOk) {
     return reject(std::string("sealed frame refused: ") + FrameOpener::result_name(r), size, why);
   }
+  last_order_ = Order{session_, opener_->last_seq()};
   if (type_of(data) == wire::MsgType::kHandshake) {
     if (is_client_ && state_ == State::kAwaitConfirm) {
       state_ = State::kEstablished;
@@ -268,13 +270,21 @@ ChannelSecurity::Inbound SecureChannel::on_sealed(uint8_t* data, size_t size, si
     return Inbound::kConsumed;
   }
   if (state_ != State::kEstablished) {
-    return reject("data frame before the parent confirmed the session", size, why);
+    // Only a parent that accepted this child holds the keys to seal for it:
+    // a data frame that opens confirms the session as the empty handshake
+    // frame does (on a striped link it may overtake that one).
+    if (!is_client_ || state_ != State::kAwaitConfirm) {
+      return reject("data frame before the session was established", size, why);
+    }
+    state_ = State::kEstablished;
+    emit(LinkEvent::Kind::kHandshakeAccepted, "");
   }
   return Inbound::kFrame;
 }
 
 ChannelSecurity::Inbound SecureChannel::receive(uint8_t* data, size_t size, size_t* frame_size,
                                                 std::string* why, SecurityReplies* out) {
+  last_order_.reset();
   if (!looks_like_frame(data, size)) {
     return reject("not a fedwan frame (" + std::to_string(size) + " bytes)", size, why);
   }
@@ -294,6 +304,16 @@ ChannelSecurity::Inbound SecureChannel::receive(uint8_t* data, size_t size, size
     emit(LinkEvent::Kind::kHandshakeRefused, failure_);
     *why = failure_;
     return Inbound::kConsumed;
+  }
+  if (type == wire::MsgType::kReject && is_client_) {
+    // Anyone on the path can send a plain refusal; a session that is up
+    // does not end on one.
+    const wire::ParsedFrame f = wire::parse_frame(data, size);
+    return reject("unauthenticated plain refusal ignored (the session is up): " +
+                      (f.ok()
+                           ? std::string(reinterpret_cast<const char*>(f.payload), f.payload_size)
+                           : std::string("unreadable")),
+                  size, why);
   }
   std::string reason =
       "plaintext frame refused: this link requires mutual TLS (the peer runs without "

@@ -59,6 +59,7 @@ class SecureChannel final : public ChannelSecurity {
   Inbound receive(uint8_t* data, size_t size, size_t* frame_size, std::string* why,
                   SecurityReplies* out) override;
 
+  std::optional<Order> last_order() const override { return last_order_; }
   bool handshaking() const override { return pending_ != nullptr; }
   void abandon_handshake() override;
 
@@ -94,6 +95,8 @@ class SecureChannel final : public ChannelSecurity {
   std::optional<security::NodeIdentity> peer_identity_;
   std::string peer_serial_;
   double handshake_ms_ = 0;
+  uint64_t session_ = 0;  // key agreements so far
+  std::optional<Order> last_order_;
 };
 
 }  // namespace fedwan

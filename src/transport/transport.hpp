@@ -46,6 +46,11 @@ struct SocketOptions {
   // SO_SNDBUF and SO_RCVBUF of every TCP connection, in bytes; 0 leaves the
   // kernel's autotuning on (federation.socket_buffer_bytes).
   int socket_buffer_bytes = 0;
+  // For the link layer above (links.hpp), not the transport: the connections
+  // a child opens to its parent (federation.streams), and how long a link
+  // striped over several waits for a frame that later ones overtook.
+  int streams = 1;
+  int reorder_wait_ms = 5000;
 };
 
 // A received message. The bytes stay where the transport put them (no copy)

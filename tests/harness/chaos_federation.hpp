@@ -58,12 +58,15 @@ inline SysClock::time_point audit_time(const std::string& t) {
 class ChaosFederation {
  public:
   // root -> `regions` regions -> `sites` sites each, fp16, DiLoCo, 5 chunks;
-  // `overlap_steps` > 0: overlapped rounds.
-  ChaosFederation(int regions, int sites, uint64_t rounds = 6, uint64_t overlap_steps = 0) {
+  // `overlap_steps` > 0: overlapped rounds; `streams` TCP connections per
+  // link.
+  ChaosFederation(int regions, int sites, uint64_t rounds = 6, uint64_t overlap_steps = 0,
+                  uint64_t streams = 1) {
     FederationSpec fed;
     fed.rounds = rounds;
     fed.inner_steps = 3;
     fed.overlap_steps = overlap_steps;
+    fed.streams = streams;
     fed.codec = "fp16";
     fed.chunk_bytes = 16384;
     fed.outer.name = "diloco";

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <memory>
 #include <optional>
+#include <ostream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -26,20 +27,31 @@
 namespace fedwan::testing {
 namespace {
 
-// Scenarios 1 and 2 run with blocking rounds (tau 0) and with overlapped
-// ones (federation.overlap_steps = 2 of 3 inner steps: the update goes up on
-// the site's worker thread while it trains, and it checkpoints at merges).
-class ChaosRounds : public ::testing::TestWithParam<uint64_t> {};
+// Scenarios 1 and 2 run with blocking rounds (tau 0), with overlapped ones
+// (federation.overlap_steps = 2 of 3 inner steps: the update goes up on the
+// site's worker thread while it trains, and it checkpoints at merges), and
+// over links striped across 3 TCP connections (federation.streams).
+struct RoundsMode {
+  uint64_t tau = 0;
+  uint64_t streams = 1;
+};
+void PrintTo(const RoundsMode& m, std::ostream* os) {
+  *os << "overlap_steps " << m.tau << ", streams " << m.streams;
+}
+class ChaosRounds : public ::testing::TestWithParam<RoundsMode> {};
 
-std::string rounds_label(uint64_t tau) {
-  return tau == 0 ? std::string() : ", overlapped rounds (tau " + std::to_string(tau) + ")";
+std::string rounds_label(const RoundsMode& m) {
+  std::string s;
+  if (m.tau != 0) s += ", overlapped rounds (tau " + std::to_string(m.tau) + ")";
+  if (m.streams != 1) s += ", " + std::to_string(m.streams) + " connections per link";
+  return s;
 }
 
 // 1. A site is SIGKILLed after its first delta chunk of round 2; it restarts
 // from its checkpoint (overlapped: its last merge's), rejoins and the
 // federation completes with its update of that round counted once.
 TEST_P(ChaosRounds, SiteKilledMidUploadRestartsAndRejoins) {
-  ChaosFederation fed(1, 2, 6, GetParam());
+  ChaosFederation fed(1, 2, 6, GetParam().tau, GetParam().streams);
   const std::string victim = fed.topo().nodes().back().id;
   fed.start_all({{victim, {{"FEDWAN_CRASH_POINT", "site.mid_upload@3"}}}});
   const auto crashed = fed.wait_crash(victim, std::chrono::seconds(60));
@@ -60,7 +72,7 @@ TEST_P(ChaosRounds, SiteKilledMidUploadRestartsAndRejoins) {
 // round 1 (its two sites, 5 chunks each); it restarts from its checkpoint,
 // its sites send their updates again and nothing is counted twice.
 TEST_P(ChaosRounds, RegionKilledAfterSomeChildrenDelivered) {
-  ChaosFederation fed(2, 2, 6, GetParam());
+  ChaosFederation fed(2, 2, 6, GetParam().tau, GetParam().streams);
   const std::string region = fed.topo().node(fed.topo().root().children.front()).id;
   fed.start_all({{region, {{"FEDWAN_CRASH_POINT", "aggregator.update_accepted@17"}}}});
   const auto crashed = fed.wait_crash(region, std::chrono::seconds(60));
@@ -76,9 +88,14 @@ TEST_P(ChaosRounds, RegionKilledAfterSomeChildrenDelivered) {
          "region resumed at round " + std::to_string(*resumed));
 }
 
-INSTANTIATE_TEST_SUITE_P(Chaos, ChaosRounds, ::testing::Values(0, 2), [](const auto& info) {
-  return info.param == 0 ? std::string("Blocking") : "OverlapTau" + std::to_string(info.param);
-});
+INSTANTIATE_TEST_SUITE_P(Chaos, ChaosRounds,
+                         ::testing::Values(RoundsMode{0, 1}, RoundsMode{2, 1}, RoundsMode{0, 3}),
+                         [](const auto& info) {
+                           const RoundsMode& m = info.param;
+                           if (m.streams != 1) return "Striped" + std::to_string(m.streams);
+                           return m.tau == 0 ? std::string("Blocking")
+                                             : "OverlapTau" + std::to_string(m.tau);
+                         });
 
 // 3. The root is SIGKILLed inside its checkpoint write of round 3 (the
 // third), after the write, after the fsync, after the rename.

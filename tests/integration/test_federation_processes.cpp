@@ -7,6 +7,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <ostream>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
@@ -40,8 +42,15 @@ std::vector<std::string> node_args(const Topology& topo, const std::filesystem::
           security_for(topo, n.id).credentials_dir};
 }
 
-// A codec and overlap_steps (0: blocking rounds).
-using ProcessCase = std::pair<std::string, uint64_t>;
+// A codec, overlap_steps (0: blocking rounds) and streams per link.
+struct ProcessCase {
+  std::string codec;
+  uint64_t overlap = 0;
+  uint64_t streams = 1;
+};
+void PrintTo(const ProcessCase& c, std::ostream* os) {
+  *os << c.codec << ", overlap_steps " << c.overlap << ", streams " << c.streams;
+}
 class ProcessFederation : public ::testing::TestWithParam<ProcessCase> {};
 
 TEST_P(ProcessFederation, MatchesInProcessReference) {
@@ -51,8 +60,9 @@ TEST_P(ProcessFederation, MatchesInProcessReference) {
   FederationSpec fed;
   fed.rounds = 4;
   fed.inner_steps = 3;
-  fed.codec = GetParam().first;
-  fed.overlap_steps = GetParam().second;
+  fed.codec = GetParam().codec;
+  fed.overlap_steps = GetParam().overlap;
+  fed.streams = GetParam().streams;
   fed.chunk_bytes = 16384;
   fed.outer.name = "diloco";
   fed.round_timeout_s = 60;
@@ -108,13 +118,14 @@ TEST_P(ProcessFederation, MatchesInProcessReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Codecs, ProcessFederation,
-                         ::testing::Values(ProcessCase{"fp32", 0}, ProcessCase{"fp16", 0},
-                                           ProcessCase{"fp16", 2}),
+                         ::testing::Values(ProcessCase{"fp32"}, ProcessCase{"fp16"},
+                                           ProcessCase{"fp16", 2}, ProcessCase{"fp16", 0, 3}),
                          [](const auto& info) {
-                           return info.param.first +
-                                  (info.param.second == 0
-                                       ? std::string()
-                                       : "_overlap" + std::to_string(info.param.second));
+                           const ProcessCase& c = info.param;
+                           std::string name = c.codec;
+                           if (c.overlap != 0) name += "_overlap" + std::to_string(c.overlap);
+                           if (c.streams != 1) name += "_streams" + std::to_string(c.streams);
+                           return name;
                          });
 
 // --step-time-ms stands in for a GPU's step: each inner step takes that much

@@ -4,6 +4,7 @@ measured in the same invocation, and write bench.json and bench.md.
     fedwan bench run --profile intercontinental --params 10M --rounds 5
     fedwan bench run --quick            # seconds: proves the harness works
     fedwan bench run --modes blocking,overlap --overlap-steps 5   # side by side
+    fedwan bench run --sweep streams=1,2,4   # TCP connections per tree link
     fedwan bench profiles               # what each profile is
     fedwan bench streams --streams 1,2,4 --cc bbr,cubic   # parallel TCP streams on one link
 """
@@ -63,6 +64,10 @@ def add_run_flags(p: argparse.ArgumentParser) -> None:
                         "links, side by side (blocking is named fedwan, overlap fedwan-overlap "
                         "and needs --overlap-steps N >= 1); default: one run, fedwan, in the "
                         "mode --overlap-steps sets")
+    p.add_argument("--streams", type=int, default=1, metavar="N",
+                   help="TCP connections per tree link (topology federation.streams): a child "
+                        "stripes its frames over N connections to its parent; 1 = one "
+                        "connection per link")
     p.add_argument("--step-time-ms", type=float, default=50.0,
                    help="synthetic: wall time of one training step (a GPU step's stand-in)")
     p.add_argument("--chunk-bytes", type=int, default=1 << 20)
@@ -88,8 +93,8 @@ def add_run_flags(p: argparse.ArgumentParser) -> None:
                    help="a few seconds: 200k parameters, 1 region x 2 sites, 2 rounds")
     p.add_argument("--sweep", metavar="KEY=V1,V2,...",
                    help="run once per value of KEY: rate-mbit, delay-ms, tcp-congestion, codec, "
-                        "inner-steps, overlap-steps (0 = blocking; not with --modes), params, "
-                        "sites-per-region (plots show the figures against it)")
+                        "inner-steps, overlap-steps (0 = blocking; not with --modes), streams, "
+                        "params, sites-per-region (plots show the figures against it)")
     p.add_argument("--kernel-sample-s", type=float, default=1.0, metavar="S",
                    help="the kernel's per-socket TCP counters (ss -tin in each node's "
                         "namespace): seconds between samples of the open connections, besides "
@@ -133,6 +138,19 @@ def fedwan_runs(args: argparse.Namespace) -> list[tuple[str, int]]:
     return runs
 
 
+def check_streams(args: argparse.Namespace) -> int:
+    """--streams, checked: 1 to 16, and above 1 only over the secure channel
+    (plaintext frames have no sequence numbers to reorder)."""
+    n = args.streams
+    if not 1 <= n <= federation.MAX_STREAMS:
+        raise SystemExit(f"fedwan bench: --streams {n}: 1 to {federation.MAX_STREAMS} TCP "
+                         f"connections per tree link")
+    if n > 1 and args.plaintext:
+        raise SystemExit(f"fedwan bench: --streams {n} needs the secure channel: drop "
+                         f"--plaintext, or run --streams 1")
+    return n
+
+
 def specs_from(args: argparse.Namespace) -> list[federation.FederationSpec]:
     from dataclasses import replace
     if args.quick:
@@ -143,7 +161,7 @@ def specs_from(args: argparse.Namespace) -> list[federation.FederationSpec]:
             raise SystemExit(f"fedwan bench: --{name.replace('_', '-')} must be positive")
     # Baselines are built from the blocking spec: they run blocking rounds,
     # flat, on the same links (behind the regions' links when there are
-    # regions).
+    # regions), one TCP connection per link.
     ours = federation.FederationSpec(
         name="fedwan", regions=args.regions, sites_per_region=args.sites_per_region,
         sites=args.sites_per_region if args.regions == 0 else 0, codec=args.codec,
@@ -153,7 +171,9 @@ def specs_from(args: argparse.Namespace) -> list[federation.FederationSpec]:
         outer_optimizer=args.outer_optimizer,
         sysctls=tuple(tuple(kv.split("=", 1)) for kv in args.sysctl),
         tcp_congestion=args.tcp_congestion)
-    specs = [replace(ours, name=name, overlap_steps=tau) for name, tau in fedwan_runs(args)]
+    n_streams = check_streams(args)
+    specs = [replace(ours, name=name, overlap_steps=tau, streams=n_streams)
+             for name, tau in fedwan_runs(args)]
     for b in [x.strip() for x in args.baselines.split(",") if x.strip()]:
         if b == "none":
             continue
@@ -186,7 +206,7 @@ def profile_from(args: argparse.Namespace) -> profiles.Profile:
 SWEEP_KEYS = {"rate-mbit": ("rate_mbit", float), "delay-ms": ("delay_ms", float),
               "tcp-congestion": ("tcp_congestion", str),
               "codec": ("codec", str), "inner-steps": ("inner_steps", int),
-              "overlap-steps": ("overlap_steps", int),
+              "overlap-steps": ("overlap_steps", int), "streams": ("streams", int),
               "params": ("params", parse_count), "sites-per-region": ("sites_per_region", int)}
 
 
@@ -258,7 +278,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         work = os.path.join(args.out, tag)
         print(f"fedwan bench: {tag}: {spec.site_count()} sites ({spec.tree()}), {spec.codec}, "
               f"{spec.params:,} parameters, {spec.rounds} {spec.mode} rounds of "
-              f"H={spec.inner_steps} over {profile.name} ({profile.root_link.describe()}) ...",
+              f"H={spec.inner_steps}{federation.streams_suffix(spec.streams)} over "
+              f"{profile.name} ({profile.root_link.describe()}) ...",
               flush=True)
         t = time.monotonic()
         try:

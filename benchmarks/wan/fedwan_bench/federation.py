@@ -39,6 +39,16 @@ def mode_label(overlap_steps: int) -> str:
     return "blocking" if not overlap_steps else f"overlap tau={overlap_steps}"
 
 
+# federation.streams: TCP connections per tree link, 1 to this.
+MAX_STREAMS = 16
+
+
+def streams_suffix(streams: int) -> str:
+    """How a run's links are named after its mode: "" for one TCP connection
+    per link (the default), else ", N streams"."""
+    return "" if streams == 1 else f", {streams} streams"
+
+
 def tree_label(regions: int, sites_per_region: int, via_regions: int = 0) -> str:
     """A run's tree in words: "2x2" (2 regions of 2 sites), "flat" (every
     site its own link to the root) or "flat via 2 regions" (a flat tree
@@ -80,6 +90,10 @@ class FederationSpec:
     # 1..inner_steps = a site merges the next anchor tau inner steps after it
     # sent its update, training meanwhile.
     overlap_steps: int = 0
+    # The topology's federation.streams: TCP connections each child opens to
+    # its parent, its frames striped over them (1 to MAX_STREAMS; above 1
+    # needs the secure channel).
+    streams: int = 1
     # Flat trees: the regions whose links the sites sit behind, as in the
     # tree with regions they are measured against (sites_per_region each):
     # a site's connection to the root crosses its site-tier link to its
@@ -174,6 +188,8 @@ def topology_yaml(spec: FederationSpec, nodes: list[Node]) -> str:
         lines.append(f"  tcp_congestion: {spec.tcp_congestion}")
     if spec.overlap_steps:
         lines.append(f"  overlap_steps: {spec.overlap_steps}")
+    if spec.streams != 1:
+        lines.append(f"  streams: {spec.streams}")
     lines += [
         "nodes:",
     ]

@@ -299,6 +299,8 @@ def summarise(raw: dict) -> dict:
                            raw["spec"].get("via_regions", 0)),
         "mode": mode_label(overlap_steps),
         "overlap_steps": overlap_steps,
+        # TCP connections per tree link (records from before the knob: 1).
+        "streams": raw["spec"].get("streams", 1),
         "spec": raw["spec"],
         "profile": raw["profile"],
         "shaping": raw["emulator"]["method"],

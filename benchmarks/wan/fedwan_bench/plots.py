@@ -6,6 +6,7 @@ What is drawn depends on what the invocation varied (`--sweep`):
   codec                 -> WAN bytes per round by codec;
   inner_steps           -> site compute utilisation against H;
   overlap_steps         -> site compute utilisation against tau (0: blocking);
+  streams               -> round time against TCP connections per link;
   params / sites        -> round time against model size / number of sites;
 and, for runs that trained the Fashion-MNIST model, accuracy against
 cumulative WAN bytes. Every invocation also gets rounds.png: each run's
@@ -25,6 +26,7 @@ LABELS = {
     "codec": "codec",
     "inner_steps": "inner steps per round (H)",
     "overlap_steps": "overlap steps (tau; 0 = blocking)",
+    "streams": "TCP connections per link (streams)",
     "params": "parameters",
     "sites": "sites",
 }
@@ -124,10 +126,13 @@ def write(doc: dict, out_dir: str) -> list[str]:
 
 
 def _label(r: dict) -> str:
-    """A run's name, its mode when overlapped and its sweep value."""
+    """A run's name, its mode when overlapped, its streams when more than one
+    and its sweep value."""
     label = r["name"]
     if report.mode(r) != "blocking":
         label += f", {report.mode(r)}"
+    if report.streams(r) != 1:
+        label += f", {report.streams(r)} streams"
     v = r.get("sweep_value")
     return label if v is None else f"{label} ({v})"
 

@@ -7,7 +7,7 @@ import json
 import os
 from typing import Optional
 
-from .federation import BASELINES, mode_label, tree_label
+from .federation import BASELINES, mode_label, streams_suffix, tree_label
 
 
 def _fmt(x: Optional[float], spec: str = ".3g") -> str:
@@ -27,6 +27,17 @@ def mode(r: dict) -> str:
     """A run's mode: "blocking" or "overlap tau=N" (runs without one were
     blocking)."""
     return r.get("mode") or mode_label(r.get("overlap_steps", 0))
+
+
+def streams(r: dict) -> int:
+    """A run's TCP connections per tree link (runs without the figure: 1)."""
+    return r.get("streams") or (r.get("spec") or {}).get("streams", 1)
+
+
+def mode_column(r: dict) -> str:
+    """The mode column: the mode, then ", N streams" when a link had more
+    than one TCP connection."""
+    return mode(r) + streams_suffix(streams(r))
 
 
 def root_tier_payload(r: dict) -> Optional[int]:
@@ -103,7 +114,7 @@ def markdown(doc: dict) -> str:
                 + _fmt(r["emulator_busy_while_waiting"], ".2f")
                 + (" CPU-bound" if r["cpu_bound"] else ""))
         lines.append(
-            f"| {_name(r)} | {mode(r)} | {sites} ({tree}) | {s['codec']} | {model_label(s)} "
+            f"| {_name(r)} | {mode_column(r)} | {sites} ({tree}) | {s['codec']} | {model_label(s)} "
             f"| {_fmt(r['round_s_median'])} | {_fmt(r['site_wait_s_median'])} "
             f"| {_fmt(r['ideal_s_median'])} | {_fmt(r['wait_over_ideal_median'], '.2f')} "
             f"| {_fmt(r['site_utilisation_mean'], '.3f')} | {_mb(r['wan_bytes_total'])} "

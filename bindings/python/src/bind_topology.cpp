@@ -127,6 +127,10 @@ void bind_topology(py::module_& m) {
       .def_readonly("socket_buffer_bytes", &FederationSpec::socket_buffer_bytes,
                     "Send and receive buffer of every TCP link's sockets in bytes; 0 = the "
                     "kernel's autotuning; a node's own socket_buffer_bytes overrides it.")
+      .def_readonly("streams", &FederationSpec::streams,
+                    "TCP connections per tree link: a child opens this many to its parent and "
+                    "stripes frames across them (1..16, default 1); a node's own streams "
+                    "overrides it for its uplink.")
       .def("__repr__", [](const FederationSpec& f) {
         return "FederationSpec(rounds=" + std::to_string(f.rounds) +
                ", inner_steps=" + std::to_string(f.inner_steps) +

@@ -95,6 +95,8 @@ def test_overlap_steps_and_tcp_congestion_settings():
     assert blocking.overlap_steps == 0 and blocking.federation.overlap_steps == 0
     assert blocking.federation.tcp_congestion == "bbr"
     assert blocking.federation.socket_buffer_bytes == 0  # the kernel's autotuning
+    assert blocking.federation.streams == 1  # one TCP connection per link
+    assert "streams" not in blocking.to_yaml()
     assert "overlap_steps" not in blocking.to_yaml()
 
     text = TEXT.replace("chunk_bytes: 4096,",
@@ -116,6 +118,14 @@ def test_overlap_steps_and_tcp_congestion_settings():
     with pytest.raises(fedwan.ConfigError, match="socket_buffer_bytes 100 is out of range"):
         fedwan.Topology.parse(
             TEXT.replace("chunk_bytes: 4096,", "chunk_bytes: 4096, socket_buffer_bytes: 100,"))
+
+    striped = fedwan.Topology.parse(
+        TEXT.replace("chunk_bytes: 4096,", "chunk_bytes: 4096, streams: 4,"))
+    assert striped.federation.streams == 4
+    assert striped.digest_hex() != blocking.digest_hex()
+    assert fedwan.Topology.parse(striped.to_yaml()).federation.streams == 4
+    with pytest.raises(fedwan.ConfigError, match="streams 17 is out of range"):
+        fedwan.Topology.parse(TEXT.replace("chunk_bytes: 4096,", "chunk_bytes: 4096, streams: 17,"))
 
     with pytest.raises(fedwan.ConfigError, match="overlap_steps 3 is more than inner_steps 2"):
         fedwan.Topology.parse(text.replace("overlap_steps: 2", "overlap_steps: 3"), "fed.yaml")

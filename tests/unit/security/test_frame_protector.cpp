@@ -410,19 +410,71 @@ TEST_P(FrameProtector, ForgedEpochIsRefusedAndMovesNothing) {
   EXPECT_EQ(open_copy(opener, sealed, &plain), Result::kOk);
 }
 
-TEST_P(FrameProtector, OldEpochAfterTheOpenerMovedOnIsStale) {
+TEST_P(FrameProtector, AFrameSealedBeforeARekeyOpensAfterTheFirstUnderTheNewKey) {
+  // Frames striped over several connections: f1 (epoch 0) is overtaken by
+  // f2, the first frame under the new key.
+  RekeyPolicy p;
+  p.max_frames = 2;
+  FrameSealer sealer(alg(), test_key(1), test_iv(2), p);
+  FrameOpener opener(alg(), test_key(1), test_iv(2));
+  const Bytes plain1 = delta_frame(1);
+  const Bytes f0 = sealed_copy(sealer, delta_frame(0));
+  const Bytes f1 = sealed_copy(sealer, plain1);
+  const Bytes f2 = sealed_copy(sealer, delta_frame(2));
+  ASSERT_EQ(epoch_of(f2), 1u);
+  ASSERT_EQ(open_copy(opener, f0), Result::kOk);
+  ASSERT_EQ(open_copy(opener, f2), Result::kOk);
+  EXPECT_EQ(opener.epoch(), 1u);
+  EXPECT_EQ(opener.earlier_keys(), 1u);
+  EXPECT_EQ(open_copy(opener, f1, &plain1), Result::kOk);
+  EXPECT_EQ(opener.last_seq(), 1u);
+  EXPECT_EQ(opener.epoch(), 1u) << "the current key stays the new one";
+  EXPECT_EQ(open_copy(opener, f1), Result::kReplay);
+}
+
+TEST_P(FrameProtector, OldEpochOutsideWhatItCouldHaveSealedIsStale) {
   RekeyPolicy p;
   p.max_frames = 2;
   FrameSealer sealer(alg(), test_key(1), test_iv(2), p);
   FrameOpener opener(alg(), test_key(1), test_iv(2));
   const Bytes f0 = sealed_copy(sealer, delta_frame(0));
-  const Bytes f1 = sealed_copy(sealer, delta_frame(1));
+  (void)sealed_copy(sealer, delta_frame(1));
   const Bytes f2 = sealed_copy(sealer, delta_frame(2));
-  ASSERT_EQ(epoch_of(f2), 1u);
-  ASSERT_EQ(open_copy(opener, f0), Result::kOk);
   ASSERT_EQ(open_copy(opener, f2), Result::kOk);
-  // f1 is fresh for the replay window but its key has been wiped.
-  EXPECT_EQ(open_copy(opener, f1), Result::kStaleEpoch);
+  // An epoch-0 label on a number at or past the new epoch's first frame
+  // cannot be genuine: refused before any cryptography.
+  Bytes forged = f2;
+  store_u32(forged.data() + forged.size() - 28, 0);
+  forged[forged.size() - 24] = 3;  // a number not seen yet
+  EXPECT_EQ(open_copy(opener, forged), Result::kStaleEpoch);
+  // Two key updates later, a frame of the first epoch that could be genuine
+  // still opens.
+  for (int i = 0; i < 2; ++i) (void)sealed_copy(sealer, delta_frame(3 + i));
+  const Bytes f5 = sealed_copy(sealer, delta_frame(5));
+  ASSERT_EQ(epoch_of(f5), 2u);
+  ASSERT_EQ(open_copy(opener, f5), Result::kOk);
+  EXPECT_EQ(opener.earlier_keys(), 2u);
+  EXPECT_EQ(open_copy(opener, f0), Result::kOk);
+}
+
+TEST_P(FrameProtector, ThePreviousKeyIsWipedOnceTheWindowPassedItsFrames) {
+  RekeyPolicy p;
+  p.max_frames = 1100;
+  FrameSealer sealer(alg(), test_key(1), test_iv(2), p);
+  FrameOpener opener(alg(), test_key(1), test_iv(2));
+  std::vector<Bytes> sealed;
+  for (uint32_t i = 0; i < 1100 + ReplayWindow::kSize + 2; ++i) {
+    sealed.push_back(sealed_copy(sealer, delta_frame(i % 64, 1)));
+  }
+  ASSERT_EQ(epoch_of(sealed[1100]), 1u);
+  ASSERT_EQ(open_copy(opener, sealed[0]), Result::kOk);
+  ASSERT_EQ(open_copy(opener, sealed[1100]), Result::kOk);
+  EXPECT_EQ(opener.earlier_keys(), 1u);
+  for (size_t i = 1101; i < sealed.size(); ++i)
+    ASSERT_EQ(open_copy(opener, sealed[i]), Result::kOk);
+  EXPECT_EQ(opener.earlier_keys(), 0u)
+      << "no frame of epoch 0 can be fresh any more: its key must be gone";
+  EXPECT_EQ(open_copy(opener, sealed[5]), Result::kTooOld);
 }
 
 TEST_P(FrameProtector, ForeignKeyIsABadTagAndChangesNothing) {

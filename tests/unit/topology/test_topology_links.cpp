@@ -1,9 +1,11 @@
-// The topology's link settings beyond the tree: socket_buffer_bytes, the
-// federation's and a node's (read, ranges, digest, YAML round trip).
+// The topology's link settings beyond the tree: socket_buffer_bytes and
+// streams, the federation's and a node's (read, ranges, digest, YAML round
+// trip).
 #include <gtest/gtest.h>
 
 #include <set>
 #include <string>
+#include <vector>
 
 #include "topology_test_util.hpp"
 
@@ -57,6 +59,88 @@ TEST(Topology, SocketBufferBytesInTheDigestOnlyWhenSet) {
     for (const NodeSpec& n : t.nodes()) {
       EXPECT_EQ(back.node(n.id).socket_buffer_bytes, n.socket_buffer_bytes) << n.id;
     }
+  }
+}
+
+TEST(Topology, StreamsFromTheFederationAndANode) {
+  const Topology plain = Topology::parse(kExample);
+  EXPECT_EQ(plain.federation().streams, 1u);  // one TCP connection per link
+  for (const NodeSpec& n : plain.nodes()) EXPECT_FALSE(n.streams) << n.id;
+
+  const Topology t = Topology::parse(
+      example_with(1, R"({id: eu, role: region, parent: root, endpoint: "tcp://127.0.0.1:7001", )"
+                      R"(streams: 2})") +
+      "federation: {streams: 4}\n");
+  EXPECT_EQ(t.federation().streams, 4u);
+  EXPECT_EQ(t.node("eu").streams, 2u);  // eu's uplink to the root
+  EXPECT_FALSE(t.node("site-a").streams);
+  EXPECT_FALSE(t.root().streams);
+
+  const Topology site = Topology::parse(
+      example_with(2, "{id: site-a, role: site, parent: eu, weight: 6000, streams: 16}"));
+  EXPECT_EQ(site.federation().streams, 1u);
+  EXPECT_EQ(site.node("site-a").streams, 16u);
+}
+
+TEST(Topology, RefusesStreamsOutOfRange) {
+  for (const char* bad : {"0", "17", "1000"}) {
+    expect_error(example_with(-1, std::string("federation: {streams: ") + bad + "}\n"),
+                 {"federation: streams " + std::string(bad) + " is out of range",
+                  "a child opens 1 to 16 TCP connections to its parent"});
+    expect_error(
+        example_with(2, std::string("{id: site-a, role: site, parent: eu, streams: ") + bad + "}"),
+        {"node 'site-a': streams " + std::string(bad) + " is out of range",
+         "1 to 16 TCP connections"});
+  }
+  expect_error(example_with(-1, "federation: {streams: -1}\n"), {"streams"});
+  expect_error(example_with(-1, "federation: {streams: two}\n"), {"streams"});
+  for (const char* good : {"1", "2", "16"}) {
+    EXPECT_EQ(error_of(example_with(-1, std::string("federation: {streams: ") + good + "}\n")), "")
+        << good;
+  }
+}
+
+TEST(Topology, RefusesStreamsOnTheRoot) {
+  for (const char* n : {"1", "4"}) {
+    expect_error(example_with(0, std::string(R"({id: root, role: root, )") +
+                                     R"(endpoint: "tcp://127.0.0.1:7000", streams: )" + n + "}"),
+                 {"node 'root': streams " + std::string(n) + " is set on the root",
+                  "the root has no parent link to stripe"});
+  }
+  // Built in code rather than parsed: refused the same way.
+  const Topology t = Topology::parse(kExample);
+  std::vector<NodeSpec> nodes = t.nodes();
+  nodes[t.root().index].streams = 2;
+  try {
+    Topology::build(t.job(), t.federation(), nodes);
+    ADD_FAILURE() << "a root with streams was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("<build>: node 'root': streams 2 is set on the root"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Topology, StreamsInTheDigestOnlyWhenSet) {
+  const Topology absent = Topology::parse(example_with(-1, ""));
+  // The default stated explicitly is the default: the same digest.
+  EXPECT_EQ(Topology::parse(example_with(-1, "federation: {streams: 1}\n")).digest(),
+            absent.digest());
+  EXPECT_EQ(Topology::parse(example_with(-1, "federation: {streams: 1}\n")).to_yaml(),
+            absent.to_yaml());
+  std::set<std::string> digests = {absent.digest_hex()};
+  for (const std::string& text :
+       {example_with(-1, "federation: {streams: 4}\n"),
+        example_with(2, "{id: site-a, role: site, parent: eu, weight: 6000, streams: 1}"),
+        example_with(2, "{id: site-a, role: site, parent: eu, weight: 6000, streams: 4}"),
+        example_with(1, R"({id: eu, role: region, parent: root, endpoint: "tcp://127.0.0.1:7001", )"
+                        R"(streams: 4})")}) {
+    const Topology t = Topology::parse(text);
+    EXPECT_TRUE(digests.insert(t.digest_hex()).second) << text;
+    const Topology back = Topology::parse(t.to_yaml());
+    EXPECT_EQ(back.digest(), t.digest()) << t.to_yaml();
+    EXPECT_EQ(back.federation().streams, t.federation().streams);
+    for (const NodeSpec& n : t.nodes()) EXPECT_EQ(back.node(n.id).streams, n.streams) << n.id;
   }
 }
 

@@ -1,0 +1,151 @@
+// Resequencer: frames of a link striped over several connections come back
+// in the order they were sealed; gaps that never fill are given up after the
+// wait or at the hold limit, late frames still go on, a new session starts
+// over.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "transport/resequencer.hpp"
+
+namespace fedwan {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = Resequencer::Clock;
+
+Resequencer::Frame frame(uint64_t tag) {
+  std::vector<uint8_t> bytes(8);
+  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<uint8_t>(tag >> (8 * i));
+  Resequencer::Frame f;
+  f.message = transport::Message(bytes);
+  f.frame_size = bytes.size();
+  return f;
+}
+
+uint64_t tag_of(const Resequencer::Frame& f) {
+  uint64_t t = 0;
+  for (int i = 0; i < 8; ++i) t |= uint64_t(f.message.data()[i]) << (8 * i);
+  return t;
+}
+
+std::vector<uint64_t> pop_all(Resequencer& r, Clock::time_point now) {
+  std::vector<uint64_t> out;
+  Resequencer::Frame f;
+  while (r.pop(&f, now)) out.push_back(tag_of(f));
+  return out;
+}
+
+void push(Resequencer& r, uint64_t seq, Clock::time_point now, uint64_t session = 1) {
+  r.push({session, seq}, frame(seq), now);
+}
+
+TEST(Resequencer, InOrderFramesPassStraightThrough) {
+  Resequencer r({64, 1000ms});
+  const auto t = Clock::now();
+  for (uint64_t s = 0; s < 5; ++s) push(r, s, t);
+  EXPECT_EQ(pop_all(r, t), (std::vector<uint64_t>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(r.stats().held, 0u);
+  EXPECT_EQ(r.wake_at(), Clock::time_point::max());
+}
+
+TEST(Resequencer, OvertakenFramesWaitForTheOneBefore) {
+  Resequencer r({64, 1000ms});
+  const auto t = Clock::now();
+  push(r, 0, t);
+  push(r, 2, t);
+  push(r, 3, t);
+  EXPECT_EQ(pop_all(r, t), (std::vector<uint64_t>{0}));
+  EXPECT_EQ(r.holding(), 2u);
+  EXPECT_EQ(r.wake_at(), t + 1000ms);
+  push(r, 1, t + 10ms);
+  EXPECT_EQ(pop_all(r, t + 10ms), (std::vector<uint64_t>{1, 2, 3}));
+  EXPECT_EQ(r.stats().held, 2u);
+  EXPECT_EQ(r.stats().gaps_skipped, 0u);
+}
+
+TEST(Resequencer, ConsumedMessagesUseUpTheirNumber) {
+  // A sealed handshake confirmation (seq 0) is consumed by the security layer.
+  Resequencer r({64, 1000ms});
+  const auto t = Clock::now();
+  push(r, 2, t);
+  r.push({1, 1}, std::nullopt, t);
+  EXPECT_TRUE(pop_all(r, t).empty());
+  r.push({1, 0}, std::nullopt, t);
+  EXPECT_EQ(pop_all(r, t), (std::vector<uint64_t>{2}));
+}
+
+TEST(Resequencer, AGapThatNeverFillsIsGivenUpAfterTheWait) {
+  Resequencer r({64, 500ms});
+  const auto t = Clock::now();
+  push(r, 0, t);
+  push(r, 2, t + 1ms);
+  push(r, 3, t + 2ms);
+  EXPECT_EQ(pop_all(r, t + 400ms), (std::vector<uint64_t>{0}));
+  EXPECT_EQ(pop_all(r, t + 501ms), (std::vector<uint64_t>{2, 3}));
+  EXPECT_EQ(r.stats().gaps_skipped, 1u);
+  // The lost frame, should it come after all, still goes on.
+  push(r, 1, t + 600ms);
+  EXPECT_EQ(pop_all(r, t + 600ms), (std::vector<uint64_t>{1}));
+  EXPECT_EQ(r.stats().late, 1u);
+  push(r, 4, t + 601ms);
+  EXPECT_EQ(pop_all(r, t + 601ms), (std::vector<uint64_t>{4}));
+}
+
+TEST(Resequencer, TheWaitRestartsWhenTheGapBeforeFills) {
+  Resequencer r({64, 500ms});
+  const auto t = Clock::now();
+  push(r, 1, t);
+  push(r, 3, t);
+  push(r, 0, t + 400ms);  // fills the first gap; the second's wait starts now
+  EXPECT_EQ(pop_all(r, t + 400ms), (std::vector<uint64_t>{0, 1}));
+  EXPECT_EQ(r.wake_at(), t + 900ms);
+  EXPECT_TRUE(pop_all(r, t + 899ms).empty());
+  EXPECT_EQ(pop_all(r, t + 900ms), (std::vector<uint64_t>{3}));
+}
+
+TEST(Resequencer, HoldingMoreThanTheLimitGivesTheGapUpAtOnce) {
+  Resequencer r({4, 60s});
+  const auto t = Clock::now();
+  for (uint64_t s = 1; s <= 4; ++s) push(r, s, t);
+  EXPECT_TRUE(pop_all(r, t).empty());
+  push(r, 5, t);  // the fifth held frame
+  EXPECT_EQ(pop_all(r, t), (std::vector<uint64_t>{1, 2, 3, 4, 5}));
+  EXPECT_EQ(r.stats().gaps_skipped, 1u);
+  EXPECT_EQ(r.holding(), 0u);
+}
+
+TEST(Resequencer, ANewSessionStartsOverAndDropsWhatWaited) {
+  Resequencer r({64, 60s});
+  const auto t = Clock::now();
+  push(r, 0, t, 1);
+  push(r, 2, t, 1);  // waits for 1, which the old session never sends
+  push(r, 0, t, 2);
+  push(r, 1, t, 2);
+  EXPECT_EQ(pop_all(r, t), (std::vector<uint64_t>{0, 0, 1}));
+  EXPECT_EQ(r.stats().dropped, 1u);
+}
+
+TEST(Resequencer, ClearDropsEverythingHeld) {
+  Resequencer r({64, 60s});
+  const auto t = Clock::now();
+  push(r, 0, t);
+  push(r, 2, t);
+  r.clear();
+  EXPECT_EQ(r.holding(), 0u);
+  EXPECT_EQ(r.stats().dropped, 2u);
+  EXPECT_TRUE(pop_all(r, t).empty());
+}
+
+TEST(Resequencer, ReadyFramesAreDueAtOnce) {
+  Resequencer r({64, 1000ms});
+  const auto t = Clock::now();
+  push(r, 0, t);
+  EXPECT_EQ(r.wake_at(), Clock::time_point::min());
+}
+
+}  // namespace
+}  // namespace fedwan
