@@ -14,10 +14,6 @@
 
 namespace fedwan::topology_detail {
 
-// Defined in topology_rules.cpp, beside socket_buffer_problem ("" when
-// `streams` may be a streams value, else why not).
-std::string streams_problem(uint64_t streams);
-
 void check_settings(const std::string& job, const FederationSpec& federation,
                     const PolicySpec& policy, const std::vector<NodeSpec>& nodes,
                     const std::string& src, const Fail& fail) {

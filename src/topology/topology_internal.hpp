@@ -130,6 +130,8 @@ std::string standby_problem(NodeSpec& s);
 std::string tcp_congestion_problem(const std::string& name);
 // "" when `bytes` may be a socket_buffer_bytes value, else why not.
 std::string socket_buffer_problem(uint64_t bytes);
+// "" when `streams` may be a streams value (1 to 16), else why not.
+std::string streams_problem(uint64_t streams);
 // Throws ConfigError naming `src` for a federation value out of range.
 void validate_federation(const FederationSpec& f, const std::string& src);
 

@@ -131,9 +131,6 @@ std::string streams_problem(uint64_t streams) {
          "default, is one connection per link)";
 }
 
-// Only the name's form is checked here: which algorithms a host has and
-// allows is the host's business, known only where the node runs (the
-// transport warns there and keeps the host's default).
 std::string socket_buffer_problem(uint64_t bytes) {
   constexpr uint64_t kMin = 64 << 10, kMax = uint64_t{1} << 30;
   if (bytes == 0 || (bytes >= kMin && bytes <= kMax)) return "";
@@ -142,6 +139,9 @@ std::string socket_buffer_problem(uint64_t bytes) {
          "1 GiB, about the link's bandwidth-delay product)";
 }
 
+// Only the name's form is checked here: which algorithms a host has and
+// allows is the host's business, known only where the node runs (the
+// transport warns there and keeps the host's default).
 std::string tcp_congestion_problem(const std::string& name) {
   const bool well_formed = !name.empty() && name.size() <= kMaxCongestionNameLength &&
                            std::all_of(name.begin(), name.end(), [](char c) {

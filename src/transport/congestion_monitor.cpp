@@ -207,7 +207,8 @@ void CongestionMonitor::warn(int err, const std::string& in_effect, bool accepte
   log().warn("[transport] {}: TCP congestion control '{}' could not be set ({}); its "
              "connections use the host's default{} instead. To use {}, {}; or set "
              "tcp_congestion: system in the topology to keep the host's default without this "
-             "warning",
+             "warning. Over a long, lossy link under CUBIC, several connections per link "
+             "(streams: 8 in the topology) recover much of what one loses (docs/topology.md)",
              name_, algorithm_, why, in_effect.empty() ? std::string() : " '" + in_effect + "'",
              algorithm_, fix);
 }

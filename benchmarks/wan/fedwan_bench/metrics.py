@@ -301,6 +301,8 @@ def summarise(raw: dict) -> dict:
         "overlap_steps": overlap_steps,
         # TCP connections per tree link (records from before the knob: 1).
         "streams": raw["spec"].get("streams", 1),
+        # What the topology set on fedwan's links ("" = fedwan's default, bbr).
+        "tcp_congestion": raw["spec"].get("tcp_congestion") or "bbr",
         "spec": raw["spec"],
         "profile": raw["profile"],
         "shaping": raw["emulator"]["method"],

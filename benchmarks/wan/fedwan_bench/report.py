@@ -90,12 +90,17 @@ def markdown(doc: dict) -> str:
     runs = doc["runs"]
     p = runs[0]["profile"]
     shaping = "; ".join(dict.fromkeys(r["shaping"] for r in runs))
+    # fedwan's own processes (fedwan and flat fp32) set the topology's
+    # tcp_congestion on their sockets; anything else keeps the host's.
+    links_cc = ", ".join(dict.fromkeys(r.get("tcp_congestion", "bbr") for r in runs
+                                       if r["spec"].get("system", "fedwan") != "flower"))
     lines = [
         f"# fedwan bench: {p['name']}",
         "",
         f"Root tier: {p['root_link_text']}; site tier: {p['site_link_text']}. "
         f"Shaping: {shaping}. Machine: {doc['machine']['cores']} cores, "
-        f"kernel {doc['machine']['kernel']}, congestion control {doc['machine']['tcp_cc']}.",
+        f"kernel {doc['machine']['kernel']}, host congestion control "
+        f"{doc['machine']['tcp_cc']}; fedwan's links: {links_cc or 'bbr'}.",
         "",
         "| run | mode | sites | codec | params | round s | wait s | ideal s | wait/ideal "
         "| utilisation | WAN MB | root-tier MB | resent MB | agg. RSS MB | CPU s/GB | busy |",
