@@ -274,6 +274,8 @@ void Aggregator::Impl::send_done(uint64_t rounds) {
 // ---- event loop ---------------------------------------------------------------
 
 AggregatorSummary Aggregator::Impl::run() {
+  // Lines logged while it runs carry its id and round.
+  LogScope scope(self_.id, &round_);
   if (!recovered_) {
     recovered_ = true;
     recover();

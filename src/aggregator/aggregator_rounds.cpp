@@ -295,6 +295,7 @@ void Aggregator::Impl::complete_round() {
   security_->audit("round_closed",
                    {{"round", round_}, {"children", down_.children.size()}, {"missing", missing}});
   security_->audit_sync();
+  crash_point("aggregator.round_closed");
   deadline_timer_->cancel();
   if (!is_root_) {
     phase_ = Phase::kAwaitAnchor;
@@ -354,7 +355,9 @@ void Aggregator::Impl::publish_report(RoundReport r, const Traffic& t) {
   r.fp32_bytes = t.fp32_bytes;
   r.frames = t.frames;
   summary_.reports.push_back(r);
-  summary_.rounds = r.round + 1;
+  // A round's report can come after a later one's (a region that died
+  // took its telemetry with it, and the report waited for the finish).
+  summary_.rounds = std::max<uint64_t>(summary_.rounds, r.round + 1);
   summary_.wan_bytes_total += t.wan_bytes;
   summary_.fp32_bytes_total += t.fp32_bytes;
   if (opt_.on_round) opt_.on_round(r);

@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iomanip>
 #include <iostream>
 #include <map>
 
@@ -25,6 +26,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
+#include "cli/demo_supervisor.hpp"
 #include "cli/placement.hpp"
 #include "cli/validators.hpp"
 #include "fedwan/codec.hpp"
@@ -74,46 +76,6 @@ std::string self_exe() {
   return p.string();
 }
 
-struct Child {
-  std::string node;
-  pid_t pid = -1;
-  std::string log;
-};
-
-// Starts `exe args...`; stdout is inherited when `log` is empty, otherwise
-// both streams go to the log file.
-pid_t spawn(const std::string& exe, const std::vector<std::string>& args, const std::string& log) {
-  std::vector<char*> argv;
-  argv.push_back(const_cast<char*>(exe.c_str()));
-  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  const pid_t parent = ::getpid();
-  const pid_t pid = ::fork();
-  if (pid < 0) throw Error("demo: fork failed");
-  if (pid == 0) {
-    // A node never outlives the demo, however the demo ends (SIGKILL too):
-    // it is told to stop the way an operator would stop it.
-    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (::getppid() != parent) ::_exit(1);
-    if (!log.empty()) {
-      FILE* f = std::fopen(log.c_str(), "w");
-      if (f) {
-        ::dup2(fileno(f), STDERR_FILENO);
-      }
-    }
-    ::execv(exe.c_str(), argv.data());
-    std::perror("fedwan demo: exec");
-    ::_exit(127);
-  }
-  return pid;
-}
-
-std::string tail_of(const std::string& path, size_t max_bytes = 2000) {
-  std::ifstream f(path);
-  std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  return s.size() > max_bytes ? "..." + s.substr(s.size() - max_bytes) : s;
-}
-
 // SIGTERM/SIGINT to the demo: every node is sent SIGTERM (each checkpoints
 // and exits 0) and the demo waits for them all before it exits.
 std::atomic<bool> g_demo_stop{false};
@@ -129,52 +91,21 @@ void install_demo_signal_handlers() {
   sigaction(SIGINT, &sa, nullptr);
 }
 
-void stop_children(std::vector<Child>& children) {
-  for (Child& c : children) {
-    if (c.pid > 0) ::kill(c.pid, SIGTERM);
+// Rounds 1-based, as the demo prints them.
+nlohmann::json restarts_json(const std::vector<Restart>& restarts) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const Restart& r : restarts) {
+    nlohmann::json j = {
+        {"node", r.node}, {"cause", r.cause}, {"number", r.number}, {"at_seconds", r.at_s}};
+    j["died_in_round"] = r.died_in_round ? nlohmann::json(*r.died_in_round + 1) : nullptr;
+    j["resumed_at_round"] = r.resumed_round ? nlohmann::json(*r.resumed_round + 1) : nullptr;
+    j["rounds_lost"] =
+        r.died_in_round && r.resumed_round
+            ? nlohmann::json(*r.died_in_round - std::min(*r.died_in_round, *r.resumed_round))
+            : nullptr;
+    out.push_back(std::move(j));
   }
-}
-
-// Waits for every child; on the first failure, or a signal to the demo,
-// stops the others and still waits for them (no node is left behind).
-bool wait_all(std::vector<Child>& children) {
-  bool ok = true;
-  bool forwarded = false;
-  size_t left = children.size();
-  while (left > 0) {
-    if (g_demo_stop.load() && !forwarded) {
-      forwarded = true;
-      stop_children(children);
-    }
-    int status = 0;
-    // Polled, so a signal that lands between the check above and the wait
-    // is still seen within 50 ms.
-    const pid_t pid = ::waitpid(-1, &status, WNOHANG);
-    if (pid == 0) {
-      ::usleep(50 * 1000);
-      continue;
-    }
-    if (pid < 0) {
-      if (errno == EINTR) continue;
-      break;  // ECHILD: none left
-    }
-    for (Child& c : children) {
-      if (c.pid != pid) continue;
-      c.pid = -1;
-      --left;
-      const bool good = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-      if (!good && ok) {
-        ok = false;
-        std::cerr << "fedwan demo: node '" << c.node << "' failed ("
-                  << (WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status))
-                                        : "signal " + std::to_string(WTERMSIG(status)))
-                  << "); its log " << c.log << " ends with:\n"
-                  << tail_of(c.log) << "\n";
-        stop_children(children);
-      }
-    }
-  }
-  return ok;
+  return out;
 }
 
 Topology demo_topology(const DemoArgs& a, const std::vector<double>& weights) {
@@ -296,6 +227,7 @@ int run_demo(const DemoArgs& a) {
                       "to restore their order): drop --insecure-plaintext, or use --streams 1");
   }
   const Topology topo = demo_topology(a, weights);
+  const std::optional<ChaosPlan> chaos = parse_chaos(a.chaos, topo, a.rounds);
   const std::string topo_path = (dir / "topology.yaml").string();
   std::ofstream(topo_path) << topo.to_yaml();
   // Every link is mutual TLS unless asked otherwise: a fresh federation CA
@@ -306,6 +238,8 @@ int run_demo(const DemoArgs& a) {
   // The ranks of a site meet here; addresses left by an earlier run in the
   // same directory would be taken for live ranks.
   fs::remove_all(dir / "rendezvous");
+  // Nodes resume from these after a restart, never from an earlier run's.
+  fs::remove_all(dir / "checkpoints");
 
   if (a.ranks_per_site > 1 && a.workload.trainer != "fashion-cnn") {
     throw ConfigError("--ranks-per-site > 1 needs --trainer fashion-cnn");
@@ -329,43 +263,47 @@ int run_demo(const DemoArgs& a) {
                                            (dir / "pki").string())
             << std::endl;
 
-  const std::string exe = self_exe();
   const std::string root_report = (dir / "root.json").string();
-  std::vector<Child> children;
+  DemoSupervisor supervisor(self_exe(), a.max_restarts);
   install_demo_signal_handlers();
-  auto launch = [&](const std::string& cmd, const std::string& node, bool root, int rank) {
-    std::vector<std::string> args = {cmd, "--topology", topo_path, "--node", node};
-    std::string name = node;
-    if (cmd == "site" && a.ranks_per_site > 1) {
-      name = node + ".rank" + std::to_string(rank);
-      args.insert(args.end(),
-                  {"--ranks", std::to_string(a.ranks_per_site), "--rank", std::to_string(rank),
-                   "--rendezvous", (dir / "rendezvous" / node).string()});
+  auto launch = [&](const NodeSpec& n) {
+    const bool site = n.role == Role::kSite;
+    NodeLaunch l;
+    l.node = n.id;
+    for (int rank = 0; rank < (site ? a.ranks_per_site : 1); ++rank) {
+      std::vector<std::string> args = {site ? "site" : "aggregator", "--topology", topo_path,
+                                       "--node", n.id};
+      std::string name = n.id;
+      if (site && a.ranks_per_site > 1) {
+        name = n.id + ".rank" + std::to_string(rank);
+        l.rendezvous_dir = (dir / "rendezvous" / n.id).string();
+        args.insert(args.end(), {"--ranks", std::to_string(a.ranks_per_site), "--rank",
+                                 std::to_string(rank), "--rendezvous", l.rendezvous_dir});
+      }
+      if (site) args.insert(args.end(), {"--device", a.device});
+      if (a.insecure_plaintext) {
+        args.push_back("--insecure-plaintext");
+      } else {
+        args.insert(args.end(), {"--credentials", (pki / n.id).string(), "--cipher", a.cipher});
+      }
+      const std::string audit = (dir / "audit" / (name + ".jsonl")).string();
+      if (rank == 0) l.audit_log = audit;
+      // A node that dies is started again from here (the supervisor).
+      args.insert(args.end(), {"--audit-log", audit, "--checkpoint-dir",
+                               (dir / "checkpoints" / name).string()});
+      if (n.role == Role::kRoot) args.insert(args.end(), {"--eval", "--report", root_report});
+      for (const std::string& w : workload_args(a.workload)) args.push_back(w);
+      l.rank_args.push_back(std::move(args));
+      l.rank_logs.push_back((dir / (name + ".log")).string());
     }
-    if (cmd == "site") args.insert(args.end(), {"--device", a.device});
-    if (a.insecure_plaintext) {
-      args.push_back("--insecure-plaintext");
-    } else {
-      args.insert(args.end(), {"--credentials", (pki / node).string(), "--cipher", a.cipher});
-    }
-    args.insert(args.end(), {"--audit-log", (dir / "audit" / (name + ".jsonl")).string()});
-    if (root) {
-      args.insert(args.end(), {"--eval", "--report", root_report});
-    }
-    for (const std::string& w : workload_args(a.workload)) args.push_back(w);
-    Child c;
-    c.node = name;
-    c.log = (dir / (name + ".log")).string();
-    c.pid = spawn(exe, args, c.log);
-    children.push_back(c);
+    if (chaos && chaos->node == n.id) l.first_env = {{"FEDWAN_CRASH_POINT", chaos->crash_point}};
+    supervisor.start(std::move(l));
   };
   for (const NodeSpec& n : topo.nodes()) {
-    const bool site = n.role == Role::kSite;
-    for (int r = 0; r < (site ? a.ranks_per_site : 1) && !g_demo_stop.load(); ++r) {
-      launch(site ? "site" : "aggregator", n.id, n.role == Role::kRoot, r);
-    }
+    if (g_demo_stop.load()) break;
+    launch(n);
   }
-  const bool all_ok = wait_all(children);
+  const bool all_ok = supervisor.run(g_demo_stop);
   // No node is left to stop: a signal from here on ends the demo at once.
   std::signal(SIGTERM, SIG_DFL);
   std::signal(SIGINT, SIG_DFL);
@@ -393,9 +331,29 @@ int run_demo(const DemoArgs& a) {
   }
   const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
   report["baseline_accuracy"] = baseline ? nlohmann::json(*baseline) : nlohmann::json(nullptr);
+  supervisor.account();
+  report["restarts"] = restarts_json(supervisor.restarts());
+  for (const Restart& r : supervisor.restarts()) {
+    std::cout << "restart: " << r.node << " died (" << r.cause << ") "
+              << (r.died_in_round ? "in round " + std::to_string(*r.died_in_round + 1)
+                                  : std::string("before its first update"))
+              << " at " << std::fixed << std::setprecision(1) << r.at_s << " s; "
+              << (r.resumed_round
+                      ? "resumed at round " + std::to_string(*r.resumed_round + 1) +
+                            (r.died_in_round ? ", " +
+                                                   std::to_string(*r.died_in_round -
+                                                                  std::min(*r.died_in_round,
+                                                                           *r.resumed_round)) +
+                                                   " round(s) to redo"
+                                             : std::string())
+                      : std::string("rejoined"))
+              << std::defaultfloat << std::endl;
+  }
   report["wall_seconds"] = wall;
   report["federation_seconds"] = fed_seconds;
   report["configuration"] = {
+      {"max_restarts", a.max_restarts},
+      {"chaos", a.chaos.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.chaos)},
       {"sites", a.sites},
       {"regions", a.regions},
       {"rounds", a.rounds},
@@ -458,6 +416,14 @@ void add_demo_command(CLI::App& app, DemoArgs& a, int* exit_code) {
                   "TCP connections per tree link, frames striped across them (1..16)")
       ->check(number_in(1, 16))
       ->capture_default_str();
+  cmd->add_option("--max-restarts", a.max_restarts,
+                  "times a node that dies is started again (from its checkpoint) before the "
+                  "demo gives up")
+      ->check(number_in(0, 100))
+      ->capture_default_str();
+  cmd->add_option("--chaos", a.chaos,
+                  "NODE@ROUND: that site or region is killed (SIGKILL) in that round, to watch "
+                  "it restart and recover, e.g. site-0@3");
   cmd->add_option("--codec", a.codec, "delta codec: fp32, fp16, bf16, int8")->capture_default_str();
   cmd->add_option("--outer", a.outer, "outer optimizer: fedavg, diloco, fedadam")
       ->capture_default_str();

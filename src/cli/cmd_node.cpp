@@ -21,6 +21,7 @@
 #include "cli/synthetic_rounds.hpp"
 #include "cli/validators.hpp"
 #include "common/atomic_file.hpp"
+#include "common/log_level.hpp"
 #include "fedwan/aggregator.hpp"
 #include "fedwan/data_parallel.hpp"
 #include "fedwan/error.hpp"
@@ -77,8 +78,9 @@ struct SiteCoreRegistration {
 };
 
 int stopped_by_signal(const std::string& node, uint64_t round, bool checkpointed) {
-  std::cerr << "fedwan: site '" << node << "' stopped by signal at round " << round
-            << (checkpointed ? "; it resumes from its last checkpoint" : "") << "\n";
+  log_always("warning", "fedwan: site '" + node + "' stopped by signal at round " +
+                            std::to_string(round) +
+                            (checkpointed ? "; it resumes from its last checkpoint" : ""));
   return 0;
 }
 
@@ -132,13 +134,14 @@ std::string human_bytes(uint64_t b) {
 
 // What the node rode out that an operator must act on (docs/operations.md).
 void print_alarms(const std::string& who, const std::vector<std::string>& alarms) {
-  for (const std::string& a : alarms) std::cerr << "fedwan: " << who << " alarm: " << a << "\n";
+  for (const std::string& a : alarms) log_always("error", "fedwan: " + who + " alarm: " + a);
 }
 
 // A standby that stood by to the end and never took over: no model, no report.
 bool stood_by_only(const AggregatorSummary& s) { return s.global_model.empty(); }
 
 int run_aggregator(const NodeArgs& a) {
+  set_log_node(a.node);
   torch::set_num_threads(1);
   AggregatorOptions o;
   o.topology = Topology::load(a.topology);
@@ -211,8 +214,9 @@ int run_aggregator(const NodeArgs& a) {
   } catch (const Error&) {
     g_aggregator.store(nullptr);
     if (!g_terminate.load()) throw;
-    std::cerr << "fedwan: aggregator '" << a.node << "' stopped by signal"
-              << (a.checkpoint_dir.empty() ? "" : "; it resumes from its last checkpoint") << "\n";
+    log_always("warning",
+               "fedwan: aggregator '" + a.node + "' stopped by signal" +
+                   (a.checkpoint_dir.empty() ? "" : "; it resumes from its last checkpoint"));
     return 0;
   }
   g_aggregator.store(nullptr);
@@ -223,6 +227,12 @@ int run_aggregator(const NodeArgs& a) {
   }
   if (root && !a.out.empty()) write_model(a.out, s.global_model.data(), s.global_model.size());
   if (root && !a.report.empty()) {
+    // In round order: a round whose report waited (a region that died took
+    // its telemetry with it) comes after later ones.
+    std::stable_sort(rounds_json.begin(), rounds_json.end(),
+                     [](const nlohmann::json& x, const nlohmann::json& y) {
+                       return x["round"].get<uint64_t>() < y["round"].get<uint64_t>();
+                     });
     nlohmann::json j = {{"rounds", rounds_json},
                         {"wan_bytes_total", s.wan_bytes_total},
                         {"fp32_bytes_total", s.fp32_bytes_total},
@@ -251,6 +261,7 @@ size_t site_ordinal(const Topology& topo, const std::string& node) {
 }
 
 int run_site(const NodeArgs& a) {
+  set_log_node(a.node);
   torch::set_num_threads(1);
   if (a.step_time_ms > 0 && a.workload.trainer != "synthetic") {
     throw ConfigError("--step-time-ms stands in for a training step with --trainer synthetic; "
@@ -347,10 +358,10 @@ int run_site(const NodeArgs& a) {
     c.timeout = std::chrono::milliseconds(static_cast<int64_t>(a.join_timeout_s * 1000));
     comm = make_rank_comm(c, place);
   }
-  std::cerr << "fedwan: site '" << a.node << "' rank " << a.rank << " of " << a.ranks
-            << " trains on " << place.describe()
-            << (comm ? std::string(" (site communicator: ") + comm->engine() + ")" : std::string())
-            << std::endl;
+  log_always("info", "fedwan: site '" + a.node + "' rank " + std::to_string(a.rank) + " of " +
+                         std::to_string(a.ranks) + " trains on " + place.describe() +
+                         (comm ? std::string(" (site communicator: ") + comm->engine() + ")"
+                               : std::string()));
   const bool checkpointed = !o.checkpoint_dir.empty();
   Site site(std::move(o), *model, opt.get(), comm.get());
   SiteCoreRegistration registered(site.leader() ? &site.core() : nullptr);

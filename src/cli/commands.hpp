@@ -56,6 +56,8 @@ struct DemoArgs {
   uint64_t inner_steps = 25;
   uint64_t overlap_steps = 0;  // tau; 0: blocking rounds
   uint64_t streams = 1;        // TCP connections per tree link
+  int max_restarts = 3;        // per node, like torchrun --max-restarts
+  std::string chaos;           // NODE@ROUND: that node is killed in that round
   std::string codec = "fp16";
   std::string outer = "diloco";
   uint64_t chunk_bytes = 1 << 20;

@@ -15,6 +15,11 @@ int main(int argc, char** argv) {
   std::string log_level;
   app.add_option("--log-level", log_level, "trace, debug, info, warn (default), error, off")
       ->envname("FEDWAN_LOG_LEVEL");
+  std::string log_format;
+  app.add_option("--log-format", log_format,
+                 "text (default: time level [node round N] message) or json (one object per "
+                 "line: time, level, node, round, msg)")
+      ->envname("FEDWAN_LOG_FORMAT");
 
   int exit_code = 0;
   fedwan::cli::NodeArgs agg_args, site_args;
@@ -27,6 +32,7 @@ int main(int argc, char** argv) {
   fedwan::cli::add_bench_command(app, &exit_code);
   app.parse_complete_callback([&] {
     if (!log_level.empty()) fedwan::set_log_level(log_level);
+    if (!log_format.empty()) fedwan::set_log_format(log_format);
   });
 
   try {

@@ -15,10 +15,21 @@ namespace fedwan {
 SiteCore::SiteCore(SiteOptions options, float* params, size_t n)
     : impl_(std::make_unique<Impl>(std::move(options), params, n)) {}
 SiteCore::~SiteCore() = default;
-SyncResult SiteCore::join() { return impl_->join(); }
-SyncResult SiteCore::sync() { return impl_->sync(); }
-SyncResult SiteCore::service() { return impl_->service(); }
+// Lines logged while the site works carry its id and round (LogScope).
+SyncResult SiteCore::join() {
+  LogScope scope(impl_->self.id, &impl_->round);
+  return impl_->join();
+}
+SyncResult SiteCore::sync() {
+  LogScope scope(impl_->self.id, &impl_->round);
+  return impl_->sync();
+}
+SyncResult SiteCore::service() {
+  LogScope scope(impl_->self.id, &impl_->round);
+  return impl_->service();
+}
 void SiteCore::checkpoint() {
+  LogScope scope(impl_->self.id, &impl_->round);
   if (impl_->sync_unfinished && !impl_->opt.checkpoint_dir.empty()) {
     // Part of the next round may be in params and the residual (or an
     // overlapped sync's worker holds them): the checkpoint of the round
@@ -72,10 +83,16 @@ bool SiteCore::finished() const { return !impl_->overlap.pending && impl_->finis
 uint64_t SiteCore::inner_steps() const { return impl_->cfg.inner_steps; }
 uint64_t SiteCore::overlap_steps() const { return impl_->topo.federation().overlap_steps; }
 uint64_t SiteCore::rounds() const { return impl_->cfg.rounds; }
-void SiteCore::begin_sync() { impl_->begin_sync(); }
+void SiteCore::begin_sync() {
+  LogScope scope(impl_->self.id, &impl_->round);
+  impl_->begin_sync();
+}
 bool SiteCore::sync_pending() const { return impl_->overlap.pending; }
 bool SiteCore::sync_ready() const { return impl_->sync_ready(); }
-SyncResult SiteCore::finish_sync() { return impl_->finish_sync(); }
+SyncResult SiteCore::finish_sync() {
+  LogScope scope(impl_->self.id, &impl_->round);
+  return impl_->finish_sync();
+}
 const std::array<uint8_t, 32>& SiteCore::initial_digest() const { return impl_->initial_digest; }
 
 }  // namespace fedwan

@@ -60,6 +60,7 @@ void SiteCore::Impl::begin_sync() {
   overlap.pending = true;
   try {
     overlap.worker = std::thread([this] {
+      LogScope scope(self.id, &round);
       try {
         run_sync(&overlap.result);
       } catch (...) {

@@ -486,6 +486,16 @@ bool ChildrenLink::recv(Incoming* out, Millis timeout) {
       counters_.rejected += 1;
       continue;
     }
+    if (!peer.empty() && peer[0] == '\0') {
+      // ZeroMQ's name for a connection whose routing id a newer connection
+      // took over (a node that restarted, or a child's new link): the last
+      // frames of the old one, which nobody can read any more. Node ids
+      // never start with a zero byte.
+      counters_.rejected += 1;
+      log().debug("dropped {} bytes from a connection replaced by a newer one under its id",
+                  in.message.size());
+      continue;
+    }
     // A striped child's further connections: "<id>~<k>", k from 1.
     size_t stripe = 0;
     if (const size_t tilde = peer.find('~'); tilde != std::string::npos) {

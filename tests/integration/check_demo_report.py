@@ -2,13 +2,15 @@
 """Runs `fedwan demo` and checks its JSON report against thresholds.
 
 usage: check_demo_report.py FEDWAN_BINARY WORKDIR [--min-accuracy A] [--max-gap G]
-                            [--max-ratio R] [--require-improvement] -- [demo flags...]
+                            [--max-ratio R] [--require-improvement] [--expect-restart NODE]
+                            -- [demo flags...]
 """
 import argparse
 import collections
 import glob
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -26,12 +28,17 @@ def main() -> int:
     p.add_argument("--max-gap", type=float)
     p.add_argument("--max-ratio", type=float)
     p.add_argument("--require-improvement", action="store_true")
+    p.add_argument("--expect-restart", metavar="NODE",
+                   help="NODE died once (--chaos) and the demo restarted it; nothing else did")
     a = p.parse_args(argv)
 
     os.makedirs(a.workdir, exist_ok=True)
     report_path = os.path.join(a.workdir, "report.json")
     if os.path.exists(report_path):
         os.remove(report_path)
+    # Audit logs are append-only across runs in one directory: start this
+    # run's afresh, so that what is checked below is this run's.
+    shutil.rmtree(os.path.join(a.workdir, "run", "audit"), ignore_errors=True)
     cmd = [a.fedwan, "demo", "--dir", os.path.join(a.workdir, "run"), "--report", report_path]
     cmd += demo_flags
     print("running:", " ".join(cmd), flush=True)
@@ -70,6 +77,32 @@ def main() -> int:
         failures.append(f"wan/fp32 bytes {ratio:.4f} > {a.max_ratio}")
     if a.require_improvement and len(rounds) >= 2 and not rounds[-1]["accuracy"] > rounds[0]["accuracy"]:
         failures.append("accuracy did not improve over the rounds")
+    restarts = r.get("restarts")
+    if restarts is None:
+        failures.append("report lacks 'restarts'")
+    elif a.expect_restart is None:
+        if restarts:
+            failures.append(f"nodes were restarted: {restarts}")
+    else:
+        mine = [x for x in restarts if x.get("node") == a.expect_restart]
+        if len(mine) != 1 or len(restarts) != 1:
+            failures.append(f"expected one restart of {a.expect_restart}, got {restarts}")
+        else:
+            x = mine[0]
+            chaos = cfg_round = None
+            spec = r.get("configuration", {}).get("chaos") or ""
+            if "@" in spec:
+                cfg_round = int(spec.rsplit("@", 1)[1])
+            if x.get("cause") != "signal 9":
+                failures.append(f"{a.expect_restart} died of {x.get('cause')}, not SIGKILL")
+            if cfg_round is not None and x.get("died_in_round") != cfg_round:
+                failures.append(f"{a.expect_restart} died in round {x.get('died_in_round')}, "
+                                f"--chaos said {cfg_round}")
+            if x.get("resumed_at_round") is None or x.get("rounds_lost") is None:
+                failures.append(f"the restart does not say where it resumed: {x}")
+            elif x["rounds_lost"] > 1:
+                failures.append(f"the restart cost {x['rounds_lost']} rounds (at most 1: RPO)")
+            print(f"restart: {x}")
     # Encrypted by default: every link mutual TLS, every node's audit log an
     # intact chain that records the handshakes and the accepted updates.
     cfg = r.get("configuration", {})

@@ -1,0 +1,266 @@
+#include "cli/demo_supervisor.hpp"
+
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "fedwan/error.hpp"
+
+namespace fedwan::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Starts `exe args...` with `env` added; stdout is inherited, stderr goes to
+// `log` (appended on a restart, so the log keeps the whole story).
+pid_t spawn(const std::string& exe, const std::vector<std::string>& args, const std::string& log,
+            const std::map<std::string, std::string>& env, bool append) {
+  std::vector<char*> argv;
+  argv.push_back(const_cast<char*>(exe.c_str()));
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) throw Error("demo: fork failed");
+  if (pid == 0) {
+    // A node never outlives the demo, however the demo ends (SIGKILL too):
+    // it is told to stop the way an operator would stop it.
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != parent) ::_exit(1);
+    for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
+    if (!log.empty()) {
+      FILE* f = std::fopen(log.c_str(), append ? "a" : "w");
+      if (f) ::dup2(fileno(f), STDERR_FILENO);
+    }
+    ::execv(exe.c_str(), argv.data());
+    std::perror("fedwan demo: exec");
+    ::_exit(127);
+  }
+  return pid;
+}
+
+std::string describe(int status) {
+  return WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status))
+                           : "signal " + std::to_string(WTERMSIG(status));
+}
+
+// The audit log's entries of `event`, in order (a log that cannot be read:
+// none).
+std::vector<nlohmann::json> audit_entries(const std::string& path) {
+  std::vector<nlohmann::json> out;
+  std::ifstream f(path);
+  std::string line;
+  while (std::getline(f, line)) {
+    const nlohmann::json e = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (e.is_object() && e.contains("event") && e.contains("fields")) out.push_back(e);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::optional<ChaosPlan> parse_chaos(const std::string& spec, const Topology& topo,
+                                     uint64_t rounds) {
+  if (spec.empty()) return std::nullopt;
+  const size_t at = spec.rfind('@');
+  const std::string form = "--chaos " + spec + ": expected NODE@ROUND, e.g. site-0@3";
+  if (at == std::string::npos || at == 0 || at + 1 == spec.size()) throw ConfigError(form);
+  ChaosPlan plan;
+  plan.node = spec.substr(0, at);
+  const std::string round = spec.substr(at + 1);
+  if (round.find_first_not_of("0123456789") != std::string::npos || round.size() > 9) {
+    throw ConfigError(form);
+  }
+  plan.round = std::stoull(round);
+  const NodeSpec* n = topo.find(plan.node);
+  if (n == nullptr) {
+    std::string ids;
+    for (const NodeSpec& x : topo.nodes()) {
+      if (x.role != Role::kRoot) ids += (ids.empty() ? "" : ", ") + x.id;
+    }
+    throw ConfigError("--chaos " + spec + ": no node '" + plan.node + "' in this federation (" +
+                      ids + ")");
+  }
+  if (n->role == Role::kRoot) {
+    throw ConfigError("--chaos " + spec +
+                      ": the root is not killed by the demo (its recovery is a standby root, "
+                      "docs/operations.md); name a site or a region");
+  }
+  if (plan.round < 1 || plan.round > rounds) {
+    throw ConfigError("--chaos " + spec + ": round " + round + " is not one of the rounds 1.." +
+                      std::to_string(rounds));
+  }
+  plan.crash_point =
+      std::string(n->role == Role::kSite ? "site.mid_upload" : "aggregator.round_closed") + "@" +
+      std::to_string(plan.round);
+  return plan;
+}
+
+std::string tail_of(const std::string& path, size_t max_bytes) {
+  std::ifstream f(path);
+  std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  return s.size() > max_bytes ? "..." + s.substr(s.size() - max_bytes) : s;
+}
+
+DemoSupervisor::~DemoSupervisor() {
+  stop_all(SIGTERM);
+  for (Process& p : procs_) {
+    if (p.pid > 0) (void)::waitpid(p.pid, nullptr, 0);
+  }
+}
+
+void DemoSupervisor::start(NodeLaunch node) {
+  nodes_.push_back(Node{std::move(node), 0});
+  spawn_node(nodes_.size() - 1, true);
+}
+
+void DemoSupervisor::spawn_node(size_t index, bool first) {
+  const NodeLaunch& n = nodes_[index].launch;
+  if (!first && !n.rendezvous_dir.empty()) {
+    // The ranks meet again; addresses the dead ones left would be taken
+    // for live ranks.
+    std::error_code ec;
+    fs::remove_all(n.rendezvous_dir, ec);
+  }
+  static const std::map<std::string, std::string> kNone;
+  for (size_t r = 0; r < n.rank_args.size(); ++r) {
+    Process p;
+    p.node = index;
+    p.rank = r;
+    p.pid = spawn(exe_, n.rank_args[r], n.rank_logs[r], first ? n.first_env : kNone, !first);
+    procs_.push_back(p);
+  }
+}
+
+void DemoSupervisor::stop_all(int sig) {
+  for (Process& p : procs_) {
+    if (p.pid > 0) ::kill(p.pid, sig);
+  }
+}
+
+void DemoSupervisor::kill_node(size_t index) {
+  for (Process& p : procs_) {
+    if (p.node != index || p.pid <= 0) continue;
+    ::kill(p.pid, SIGKILL);
+    (void)::waitpid(p.pid, nullptr, 0);
+    p.pid = -1;
+  }
+}
+
+bool DemoSupervisor::run(const std::atomic<bool>& stop) {
+  bool ok = true;
+  bool stopping = false;
+  for (;;) {
+    if (stop.load() && !stopping) {
+      stopping = true;
+      stop_all(SIGTERM);
+    }
+    int status = 0;
+    // Polled, so a signal that lands between the check above and the wait
+    // is still seen within 50 ms.
+    const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid == 0) {
+      ::usleep(50 * 1000);
+      continue;
+    }
+    if (pid < 0) {
+      if (errno == EINTR) continue;
+      return ok;  // ECHILD: none left
+    }
+    Process* proc = nullptr;
+    for (Process& p : procs_) {
+      if (p.pid == pid) proc = &p;
+    }
+    if (proc == nullptr) continue;
+    proc->pid = -1;
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) continue;
+    Node& node = nodes_[proc->node];
+    const std::string& name = node.launch.node;
+    const std::string& log = node.launch.rank_logs[proc->rank];
+    if (stopping) continue;  // stopped on purpose, or dying with the others
+    if (node.restarts < max_restarts_) {
+      node.restarts += 1;
+      Restart r;
+      r.node = name;
+      r.cause = describe(status);
+      r.number = node.restarts;
+      r.at_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+      restarts_.push_back(r);
+      std::cerr << "fedwan demo: node '" << name << "' died (" << r.cause << "); restarting it "
+                << "from its checkpoint (" << node.restarts << " of " << max_restarts_ << ")"
+                << std::endl;
+      kill_node(proc->node);  // its other ranks: the site starts again as one
+      spawn_node(proc->node, false);
+      continue;
+    }
+    ok = false;
+    stopping = true;
+    std::cerr << "fedwan demo: node '" << name << "' failed (" << describe(status) << ")"
+              << (max_restarts_ > 0 ? " after " + std::to_string(node.restarts) + " restarts"
+                                    : std::string())
+              << "; its log " << log << " ends with:\n"
+              << tail_of(log) << "\n";
+    stop_all(SIGTERM);
+  }
+}
+
+void DemoSupervisor::account() {
+  std::map<std::string, std::vector<Restart*>> by_node;
+  for (Restart& r : restarts_) by_node[r.node].push_back(&r);
+  for (auto& [node, list] : by_node) {
+    const Node* n = nullptr;
+    for (const Node& x : nodes_) {
+      if (x.launch.node == node) n = &x;
+    }
+    if (n == nullptr || n->launch.audit_log.empty()) continue;
+    // Each start of the node opens its audit log (or takes up an earlier
+    // run's): one life each. This run's are the last restarts + 1.
+    struct Life {
+      std::optional<uint64_t> last_round;  // the latest round it worked on
+      std::optional<uint64_t> resumed;
+    };
+    std::vector<Life> lives;
+    for (const nlohmann::json& e : audit_entries(n->launch.audit_log)) {
+      const std::string event = e["event"].get<std::string>();
+      const nlohmann::json& f = e["fields"];
+      if (event == "audit_opened" || event == "audit_resumed") {
+        lives.emplace_back();
+        continue;
+      }
+      if (lives.empty() || !f.is_object() || !f.contains("round") ||
+          !f["round"].is_number_unsigned()) {
+        continue;
+      }
+      // A checkpoint is taken as a round starts; a site sends its update
+      // in the round, an aggregator takes its children's and closes it.
+      const uint64_t round = f["round"].get<uint64_t>();
+      if (event == "checkpoint" || event == "update_sent" || event == "round_closed" ||
+          (event == "update" && f.value("decision", "") == "accepted")) {
+        Life& life = lives.back();
+        life.last_round = std::max(life.last_round.value_or(0), round);
+      }
+      if (event == "resumed") lives.back().resumed = round;
+    }
+    if (lives.size() < list.size() + 1) continue;
+    const size_t first = lives.size() - (list.size() + 1);
+    for (size_t i = 0; i < list.size(); ++i) {
+      const Life& died = lives[first + i];
+      list[i]->died_in_round = died.last_round ? died.last_round : died.resumed;
+      list[i]->resumed_round = lives[first + i + 1].resumed;
+    }
+  }
+}
+
+}  // namespace fedwan::cli

@@ -1,0 +1,112 @@
+// The demo's process supervisor: one process per node (one per rank of a
+// multi-rank site), restarted when it dies, like torchrun --max-restarts.
+// A node whose process fails (a non-zero exit, a signal) is started again,
+// all its ranks together, from its checkpoint directory, up to
+// `max_restarts` times per node; past that, or when the demo is asked to
+// stop, every node is stopped (SIGTERM: each checkpoints and exits) and
+// waited for, none left behind. Each restart is recorded with what it cost.
+//
+// Not thread safe: the demo's main thread owns it.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "fedwan/topology.hpp"
+
+namespace fedwan::cli {
+
+// `fedwan demo --chaos NODE@ROUND`: NODE (a site or a region) kills itself
+// with SIGKILL in round ROUND (1-based, as the demo prints rounds) of its
+// first life, through a crash point: a site after the first chunk of its
+// update of that round went up, a region as it closes that round.
+struct ChaosPlan {
+  std::string node;
+  uint64_t round = 0;
+  std::string crash_point;  // FEDWAN_CRASH_POINT's value
+};
+// nullopt for ""; throws ConfigError naming what is wrong.
+std::optional<ChaosPlan> parse_chaos(const std::string& spec, const Topology& topo,
+                                     uint64_t rounds);
+
+// A node as the supervisor starts it: its processes' arguments (one per
+// rank) and logs, what to clear before a restart, and where its audit log
+// says where it resumed.
+struct NodeLaunch {
+  std::string node;
+  std::vector<std::vector<std::string>> rank_args;
+  std::vector<std::string> rank_logs;
+  // Environment of the first start only (a chaos crash point).
+  std::map<std::string, std::string> first_env;
+  std::string rendezvous_dir;  // removed before a restart ("" for none)
+  std::string audit_log;       // rank 0's
+};
+
+struct Restart {
+  std::string node;
+  std::string cause;  // "signal 9", "exit 1"
+  double at_s = 0;    // seconds into the federation
+  int number = 0;     // 1 for the node's first restart
+  // The round the node was in when it died (its audit log's last update or
+  // closed round, + 1), and the round it resumed at; the difference is what
+  // the restart cost it.
+  std::optional<uint64_t> died_in_round;
+  std::optional<uint64_t> resumed_round;
+};
+
+class DemoSupervisor {
+ public:
+  DemoSupervisor(std::string exe, int max_restarts)
+      : exe_(std::move(exe)), max_restarts_(max_restarts) {}
+  // Stops (SIGTERM) and reaps whatever still runs.
+  ~DemoSupervisor();
+  DemoSupervisor(const DemoSupervisor&) = delete;
+  DemoSupervisor& operator=(const DemoSupervisor&) = delete;
+
+  // Starts the node's processes.
+  void start(NodeLaunch node);
+  // Waits for every process, restarting failed nodes; true when every node
+  // finished with exit 0 (false on a node that failed past its restarts,
+  // after all were stopped). `stop` set: every node is stopped, none
+  // restarted, and run returns once all are gone.
+  bool run(const std::atomic<bool>& stop);
+  // Called once the federation is over: fills in each restart's rounds from
+  // the audit logs.
+  void account();
+  const std::vector<Restart>& restarts() const { return restarts_; }
+
+ private:
+  struct Process {
+    size_t node = 0;  // index into nodes_
+    size_t rank = 0;
+    pid_t pid = -1;
+  };
+  struct Node {
+    NodeLaunch launch;
+    int restarts = 0;
+  };
+
+  void spawn_node(size_t index, bool first);
+  void stop_all(int sig);
+  // The node's processes still running: SIGKILLed and reaped.
+  void kill_node(size_t index);
+
+  std::string exe_;
+  int max_restarts_;
+  std::vector<Node> nodes_;
+  std::vector<Process> procs_;
+  std::vector<Restart> restarts_;
+  std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
+};
+
+// The last `max_bytes` of a file, for error messages.
+std::string tail_of(const std::string& path, size_t max_bytes = 2000);
+
+}  // namespace fedwan::cli
