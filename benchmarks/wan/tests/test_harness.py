@@ -4,6 +4,7 @@ namespaces, no processes)."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 
@@ -11,7 +12,20 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from fedwan_bench import federation, metrics, profiles, report  # noqa: E402
-from fedwan_bench.__main__ import parse_count  # noqa: E402
+from fedwan_bench.__main__ import add_run_flags, parse_count, plan_from  # noqa: E402
+
+
+def parse_run(*argv: str) -> argparse.Namespace:
+    """`fedwan bench run`'s flags, parsed as the command parses them."""
+    p = argparse.ArgumentParser()
+    add_run_flags(p)
+    return p.parse_args(list(argv))
+
+
+def plan_fails(match: str, *argv: str) -> None:
+    """The run is refused before anything starts, with a message matching `match`."""
+    with pytest.raises(SystemExit, match=match):
+        plan_from(parse_run(*argv))
 
 
 def test_named_profiles_match_the_documented_figures():

@@ -15,18 +15,8 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from fedwan_bench import federation, metrics, plots, report  # noqa: E402
 from fedwan_bench.__main__ import add_run_flags, plan_from, specs_from  # noqa: E402
-from test_harness import raw_record  # noqa: E402
+from test_harness import parse_run as parse, plan_fails as fails, raw_record  # noqa: E402
 
-
-def parse(*argv: str) -> argparse.Namespace:
-    p = argparse.ArgumentParser()
-    add_run_flags(p)
-    return p.parse_args(list(argv))
-
-
-def fails(match: str, *argv: str) -> None:
-    with pytest.raises(SystemExit, match=match):
-        plan_from(parse(*argv))
 
 
 def test_blocking_is_the_default():
