@@ -15,6 +15,7 @@ import sys
 # Lowest first. Folders in one tuple are siblings: neither sees the other.
 LAYERS = [
     ("common",),
+    ("metrics",),
     ("tensor",),
     ("codec",),
     ("wire",),

@@ -16,6 +16,7 @@ PACKAGES=(
   python3-venv                        # pip's torch 2.x for scripts/torch2.sh
   dataset-fashion-mnist
   iproute2 python3-matplotlib         # fedwan bench: namespaces, plots
+  prometheus                          # tests/integration/test_prometheus_scrape.py scrapes the demo
 )
 
 missing=()

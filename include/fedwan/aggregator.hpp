@@ -55,6 +55,13 @@ struct AggregatorOptions {
   // log records it, so that the aggregation can be replayed from the audit
   // log (forensics, recovery tests). Empty: not kept.
   std::string record_updates_dir;
+  // Cost accounting (docs/operations.md, "Cost accounting"): appends one
+  // JSON line per round here with the bytes sent and received on each of
+  // this node's links. Empty: no records.
+  std::string costs_path;
+  // Where to serve Prometheus metrics and the JSON status over HTTP
+  // ("host:port"); empty: the topology's `metrics` for this node, if any.
+  std::string metrics_bind;
   // Run as the root's standby (a root with `standby_endpoint` in the
   // topology; node_id is the root's, and so are the credentials): bind the
   // standby endpoint, keep the checkpoints the active root streams to it,
@@ -81,6 +88,7 @@ struct AggregatorSummary {
   uint64_t resumed_from_round = 0;   // > 0: resumed from a checkpoint at this round
   uint64_t children_lost = 0;        // heartbeat timeouts of children
   uint64_t rejoins = 0;              // children that said hello again mid-federation
+  uint64_t membership_changes = 0;   // children that joined late, left, paused or came back
   uint64_t stale_updates = 0;        // delta chunks for a closed round or chunk
   uint64_t checkpoints_written = 0;
   uint64_t replicas_stored = 0;  // children's checkpoints kept (and, standby, the root's)

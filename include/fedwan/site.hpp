@@ -76,6 +76,9 @@ class Site {
   // and fail when its process ends. Callable from any thread and from a
   // signal handler.
   void stop(std::chrono::milliseconds grace = std::chrono::milliseconds(0));
+  // Leader: SiteCore::leave(timeout), between steps (after a sync); every
+  // rank then stops training. Other ranks: nothing to tell (true).
+  bool leave(std::chrono::milliseconds timeout = std::chrono::seconds(5));
 
   bool finished() const;
   uint64_t round() const;

@@ -69,6 +69,16 @@ struct SiteOptions {
   std::function<void(const std::vector<StateBlob>&)> load_state;  // called on resume
   // Null: the update is encoded on the host from the params buffer.
   std::shared_ptr<UpdateEncoder> update_encoder;
+  // Cost accounting (docs/operations.md, "Cost accounting"): appends one
+  // JSON line per round here: the seconds the caller trained between syncs
+  // (times `devices`: device-seconds of kind `device_kind`, "cpu" or "gpu"),
+  // the bytes of its syncs, whether it contributed. Empty: no records.
+  std::string costs_path;
+  // Where to serve Prometheus metrics and the JSON status over HTTP
+  // ("host:port"); empty: the topology's `metrics` for this site, if any.
+  std::string metrics_bind;
+  uint32_t devices = 1;
+  std::string device_kind = "cpu";
 };
 
 struct SyncResult {
@@ -80,6 +90,9 @@ struct SyncResult {
   // them after its progress stalled.
   uint64_t bytes_resent = 0;
   uint64_t bytes_received = 0;
+  // Seconds this call spent paused outside the site's participation windows
+  // (NodeSpec::windows); after a pause the site resyncs (resynced is true).
+  double paused_seconds = 0;
 };
 
 class SiteCore {
@@ -150,6 +163,15 @@ class SiteCore {
   // and stores atomics). service() is not affected: a caller that stops
   // between inner steps checkpoints there and exits.
   void stop(std::chrono::milliseconds grace = std::chrono::milliseconds(0));
+  // Leaves the federation gracefully (docs/operations.md, "Membership"):
+  // tells the parent, which stops waiting for this site and counts it out
+  // of the quorum from the current round on. Call it between syncs, not
+  // while one is pending. Returns whether the parent was told within
+  // `timeout` (if not, the parent finds the site gone by its heartbeat
+  // timeout). Afterwards join() and sync() throw Error. A new SiteCore of
+  // this site (it may resume from its checkpoint) joins again and counts
+  // from the next round.
+  bool leave(std::chrono::milliseconds timeout = std::chrono::seconds(5));
 
   // Where the caller's data stream is, saved with each checkpoint.
   void set_data_position(uint64_t position);

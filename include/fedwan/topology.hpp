@@ -46,6 +46,19 @@ struct NodeSpec {
   // FederationSpec::streams for this node's uplink; unset = the federation's.
   // Refused on the root, which has no parent link.
   std::optional<uint64_t> streams;
+  // Elastic membership (docs/operations.md, "Membership"), sites only: the
+  // federation starts without waiting for a late_join site; it joins
+  // whenever it comes and counts from the next round.
+  bool late_join = false;
+  // Participation windows, sites only: daily UTC windows "HH:MM[:SS]-HH:MM[:SS]"
+  // in which the site trains (an end before the start wraps past midnight;
+  // "00:00-24:00" is all day). Outside them it pauses at a round boundary,
+  // is neither waited for nor counted in the quorum, and resumes with a
+  // resync when a window opens. Empty: always.
+  std::vector<std::string> windows;
+  // Where the node serves its Prometheus metrics and status over HTTP
+  // ("host:port", port 0 = any free port); "" = not served.
+  std::string metrics;
 };
 
 struct FederationSpec {

@@ -46,6 +46,9 @@ class RoundAccumulator {
   // last. A chunk becomes ready only with at least `min_weight` behind it.
   void open(uint64_t round, double min_weight = 0);
   uint64_t round() const { return round_; }
+  // Changes the open round's minimum weight (the membership changed): chunks
+  // taken stay taken; ready_chunks() judges the others by the new minimum.
+  void set_min_weight(double min_weight) { min_weight_ = min_weight; }
   bool is_open() const { return open_; }
 
   struct Result {

@@ -44,6 +44,7 @@ Aggregator::Impl::Impl(AggregatorOptions options)
       cfg_(topo_, self_, {opt_.window, opt_.round_timeout}),
       limits_(cfg_.limits) {
   check_options();
+  costs_.recorder = node::CostRecorder(opt_.costs_path, self_.id, role_name(self_.role));
   region_.resend = session::UpdateResend(cfg_.heartbeat_timeout);
   if (is_root_) init_root_model();
   init_children();
@@ -51,6 +52,7 @@ Aggregator::Impl::Impl(AggregatorOptions options)
       opt_.standby ? (self_.standby_bind.empty() ? self_.standby_endpoint : self_.standby_bind)
                    : (self_.bind.empty() ? self_.endpoint : self_.bind);
   open_links(bind);
+  start_metrics();
   deadline_timer_ = timers_.make_timer();
   timers_.every(cfg_.heartbeat, [this] { on_heartbeat_timer(); });
   standby_.root_heard = Clock::now();
@@ -101,6 +103,11 @@ void Aggregator::Impl::init_children() {
     if (!c.is_site) down_.regions += 1;
     for (uint32_t s : topo_.sites_under(idx)) c.weight += topo_.node(s).weight;
     down_.weight += c.weight;
+    // Until it reports its membership, a region counts with all its sites.
+    c.member_weight = c.weight;
+    c.member_sites = static_cast<uint32_t>(topo_.sites_under(idx).size());
+    c.late = n.late_join;
+    c.live = !c.late;  // a late_join site is not waited for until it comes
     down_.slot[c.id] = down_.children.size();
     down_.children.push_back(std::move(c));
   }
@@ -244,6 +251,7 @@ bool Aggregator::Impl::outboxes_empty() const {
 
 void Aggregator::Impl::refuse(const std::string& peer, const std::string& reason, bool count) {
   if (count) summary_.rejected_frames += 1;
+  if (count) metrics_.refused += 1;
   // A child can provoke refusals at will: logged, audited and answered at
   // a bounded rate (the rest are counted in the summary entries).
   if (!security_->audit_noise("refusal", security::noise_key("refusal:" + peer, reason),
@@ -352,6 +360,8 @@ AggregatorSummary Aggregator::Impl::run() {
     for (const Outbox& box : down_.out) left += box.frames.size();
     log().warn("[agg:{}] {} frames were not delivered before shutdown", self_.id, left);
   }
+  costs_stopped();
+  update_metrics();
   summary_.rejected_frames += down_.link->counters().rejected;
   summary_.security_mode = security_->plaintext() ? "plaintext" : "mtls/" + opt_.security.cipher;
   summary_.handshake_ms = security_->handshake_ms();
@@ -381,7 +391,8 @@ void Aggregator::Impl::maybe_finish() {
   if (!reported) return;
   std::string missing;
   for (const Child& c : down_.children) {
-    if (!c.confirmed_end) missing += (missing.empty() ? "" : ", ") + c.id;
+    // Children that left or paused hold no final model to confirm.
+    if (!c.confirmed_end && c.member) missing += (missing.empty() ? "" : ", ") + c.id;
   }
   if (!missing.empty()) {
     if (Clock::now() < finish_deadline_) return;
@@ -421,7 +432,7 @@ void Aggregator::Impl::check_deadlines() {
   switch (phase_) {
     case Phase::kJoining:
       for (const Child& c : down_.children) {
-        if (!c.joined) add(c.id);
+        if (!c.joined && !c.late) add(c.id);
       }
       throw TimeoutError("aggregator '" + self_.id + "': children did not join within " +
                          std::to_string(opt_.join_timeout.count() / 1000) + " s: " + missing);
@@ -459,9 +470,12 @@ void Aggregator::Impl::on_child_frame(Incoming& in) {
   }
   Child& c = down_.children[slot->second];
   c.last_heard = Clock::now();
+  costs_.recorder.received(c.id, in.message.size());
+  c.bytes_received += in.message.size();
   if (!f.ok()) {
     ledger_.charge(round_, in.message.size(), in.message.size());
     summary_.rejected_frames += 1;
+    metrics_.malformed += 1;
     security_->log_noise(security::noise_key("malformed:" + c.id, f.detail),
                          "[agg:" + self_.id + "] dropped malformed frame from '" + c.id +
                              "': " + wire::reject_reason_name(f.reject) + " (" + f.detail + ")");
@@ -470,6 +484,7 @@ void Aggregator::Impl::on_child_frame(Incoming& in) {
   if (f.header.type != wire::MsgType::kCheckpoint) {
     ledger_.charge_frame(f.header, in.message.size(), round_);
   }
+  c.last_round = f.header.round;
   if (f.header.job_id != topo_.job_id()) {
     refuse(c.id, "frame for another federation (job id mismatch); check the topology's job");
     return;
@@ -489,7 +504,12 @@ void Aggregator::Impl::on_child_frame(Incoming& in) {
         on_rejoin(c, f);
       }
       break;
-    case wire::MsgType::kHeartbeat: break;  // liveness only: last_heard is updated above
+    case wire::MsgType::kHeartbeat:  // liveness (last_heard, above), and membership
+      c.heartbeats += 1;
+      if (f.header.flags & (wire::kFlagLeaving | wire::kFlagPausing | wire::kFlagMembership)) {
+        on_membership(c, f);
+      }
+      break;
     case wire::MsgType::kDelta: on_delta(c, f); break;
     case wire::MsgType::kTelemetry: on_telemetry(c, f); break;
     case wire::MsgType::kCheckpoint: on_child_checkpoint(c, f); break;

@@ -14,6 +14,8 @@
 //   aggregator_recovery.cpp fault tolerance: rejoins, heartbeats and lost
 //                           children, deadlines and quorum, checkpoints and
 //                           resuming;
+//   aggregator_membership.cpp elastic membership: who counts in the quorum,
+//                           leaves, pauses, newcomers;
 //   aggregator_replicas.cpp checkpoint replication: children's replicas kept
 //                           and served back, this node's checkpoint sent up,
 //                           the root's standby and its takeover.
@@ -30,11 +32,14 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "aggregation/round_accumulator.hpp"
 #include "aggregator/round_book.hpp"
@@ -42,6 +47,9 @@
 #include "fedwan/aggregator.hpp"
 #include "fedwan/codec.hpp"
 #include "fedwan/outer_optimizer.hpp"
+#include "metrics/metrics_registry.hpp"
+#include "metrics/metrics_server.hpp"
+#include "node/cost_records.hpp"
 #include "node/event_timers.hpp"
 #include "node/node_config.hpp"
 #include "node/node_security.hpp"
@@ -62,6 +70,9 @@ class Aggregator::Impl {
  private:
   using Clock = std::chrono::steady_clock;
 
+  // Why a child is not a member (Child::away).
+  enum class Away : uint8_t { kNo, kLeft, kPaused, kNotYet };
+
   struct Child {
     uint32_t index = 0;
     std::string id;
@@ -77,6 +88,17 @@ class Aggregator::Impl {
     bool rejoin_pending = false;  // welcomed at the next round boundary
     double weight = 0;            // total site weight under it
     uint64_t elements = 0;        // the model size its hello stated
+    // Membership (aggregator_membership.cpp): counted in the quorum. A
+    // late_join site is not waited for at the start.
+    bool late = false;
+    bool member = false;
+    Away away = Away::kNotYet;
+    double member_weight = 0;   // a region: its members' weight as it reported (<= weight)
+    uint32_t member_sites = 0;  // a region: its member sites as it reported
+    // For metrics and status: what came from it, and the round it last named.
+    uint64_t bytes_received = 0;
+    uint64_t heartbeats = 0;
+    uint64_t last_round = 0;
   };
 
   enum class Phase { kJoining, kAwaitWelcome, kTraining, kAwaitAnchor, kDraining, kDone };
@@ -139,6 +161,32 @@ class Aggregator::Impl {
   void reconnect_parent(const std::string& why);
   void hello_parent();
   void record_update(const uint8_t* payload, size_t size, const std::string& sha_hex);
+
+  // Membership (aggregator_membership.cpp).
+  static const char* away_name(Away a);
+  double member_weight() const;  // the quorum's base
+  uint32_t member_sites() const;
+  void refresh_quorum();      // the open round's quorum from the membership now
+  void membership_changed();  // quorum, a region's report up, chunks now ready
+  void report_membership();   // region: its membership on a heartbeat up
+  void on_membership(Child& c, const wire::ParsedFrame& f);  // a heartbeat with membership flags
+  // A hello from a child that is not a member: it counts from the next
+  // boundary (true), or it is a member coming back (false).
+  bool admit_newcomer(Child& c);
+  void became_member(Child& c);  // welcomed: counts from now
+  nlohmann::json membership_json() const;
+  void restore_membership(const nlohmann::json& m);
+
+  // Metrics and status over HTTP (aggregator_metrics.cpp).
+  void start_metrics();  // when the node has a metrics address
+  void update_metrics();
+  void round_metrics(double seconds);
+  const char* phase_name() const;
+
+  // Cost records (aggregator_costs.cpp).
+  void collect_costs();                     // link bytes since the last record
+  void costs_round_opened(uint64_t round);  // the previous round's record
+  void costs_stopped();                     // the last round's record
 
   // Checkpoint replication (aggregator_replicas.cpp).
   void on_child_checkpoint(Child& c, const wire::ParsedFrame& f);
@@ -342,6 +390,28 @@ class Aggregator::Impl {
   } repl_;
 
   TrafficLedger ledger_;
+  // Metrics: the registry and server (shared with the server's thread), the
+  // status JSON it serves, and counts the summary does not keep.
+  struct StatusText {
+    std::mutex mu;
+    std::string json = "{}";
+  };
+  struct Metrics {
+    std::shared_ptr<metrics::MetricsRegistry> registry;
+    std::shared_ptr<StatusText> status = std::make_shared<StatusText>();
+    std::unique_ptr<metrics::MetricsServer> server;  // declared last: stops first
+    uint64_t malformed = 0, refused = 0;
+    std::optional<Clock::time_point> last_checkpoint;
+  } metrics_;
+  // Cost records: the round being counted, and the link counters as of the
+  // last record (a replaced parent link starts from zero).
+  struct Costs {
+    node::CostRecorder recorder;
+    bool open = false;
+    uint64_t round = 0;
+    std::map<std::string, uint64_t> sent_seen;  // by child id
+    uint64_t up_sent = 0, up_received = 0;      // the parent session's totals
+  } costs_;
   // Reports waiting for the subtree's traffic (root), telemetry owed (region).
   aggregator::RoundBook book_{is_root_};
   AggregatorSummary summary_;

@@ -94,6 +94,7 @@ void Aggregator::Impl::welcome_one(Child& c, uint64_t round, bool full) {
   c.live = true;
   c.rejoin_pending = false;
   if (acc_ && acc_->is_open() && phase_ == Phase::kTraining) acc_->set_expected(c.index, true);
+  became_member(c);
 }
 
 void Aggregator::Impl::on_rejoin(Child& c, const wire::ParsedFrame& f) {
@@ -126,6 +127,12 @@ void Aggregator::Impl::on_rejoin(Child& c, const wire::ParsedFrame& f) {
   }
   if (phase_ == Phase::kAwaitWelcome || up_.full_pending) {
     c.rejoin_pending = true;  // this region itself is (re)joining its parent
+    return;
+  }
+  // Not a member (a late_join site, or back from a leave or a pause): it
+  // counts from the next round boundary.
+  if (admit_newcomer(c)) {
+    close_ready_chunks();
     return;
   }
   if (root_.held_back) {
@@ -227,6 +234,7 @@ void Aggregator::Impl::on_heartbeat_timer() {
     }
   }
   if (up_.session) region_heartbeat(now);
+  update_metrics();
 }
 
 void Aggregator::Impl::child_lost(Child& c) {
@@ -301,6 +309,7 @@ void Aggregator::Impl::save_checkpoint() {
   }
   // The audit log's head as of this checkpoint: a restart checks it is
   // still there (a log cut back behind the checkpoint raises an alarm).
+  meta["membership"] = membership_json();
   if (const auto head = security_->audit_head()) {
     meta["audit_seq"] = head->seq;
     meta["audit_hash"] = head->hash;
@@ -311,6 +320,7 @@ void Aggregator::Impl::save_checkpoint() {
   checkpoint::save_node_checkpoint(opt_.checkpoint_dir, c,
                                    checkpoint::checkpoint_trust(*security_, topo_, self_));
   summary_.checkpoints_written += 1;
+  metrics_.last_checkpoint = Clock::now();
   const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   log().info("[agg:{}] checkpoint of round {} written in {:.1f} ms", self_.id, round_, ms);
   security_->audit("checkpoint",
@@ -367,12 +377,23 @@ bool Aggregator::Impl::resume_from_checkpoint() {
   security_->audit("resumed", {{"round", round_}, {"path", loaded->path.string()}});
   checkpoint::check_recorded_audit_head(c, *security_);
   const auto now = Clock::now();
+  // Who counted when the checkpoint was taken; without a record (an older
+  // checkpoint), every child that is not late_join.
   for (Child& c2 : down_.children) {
-    // Children come back by saying hello; until then the round waits for
+    c2.member = !c2.late;
+    c2.away = c2.member ? Away::kNo : Away::kNotYet;
+  }
+  if (const CheckpointSection* meta = c.find("meta")) {
+    const auto j = nlohmann::json::parse(meta->bytes.begin(), meta->bytes.end(), nullptr, false);
+    if (j.is_object() && j.contains("membership")) restore_membership(j["membership"]);
+  }
+  for (Child& c2 : down_.children) {
+    // Members come back by saying hello; until then the round waits for
     // them as if they were there, and the heartbeat timeout judges them.
-    c2.joined = true;
+    // The others join again as newcomers.
+    c2.joined = c2.member;
     c2.welcomed = false;
-    c2.live = true;
+    c2.live = c2.member;
     c2.last_heard = now;
   }
   if (round_ >= cfg_.rounds) {

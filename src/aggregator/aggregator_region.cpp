@@ -68,7 +68,13 @@ void Aggregator::Impl::region_heartbeat(Clock::time_point now) {
     up_.progress_at = now;
     hello_parent();
   }
-  parent.heartbeat(round_);
+  // Once welcomed, every heartbeat carries this region's membership, so the
+  // parent's quorum follows it even when a report on a change was lost.
+  if (up_.welcomed) {
+    report_membership();
+  } else {
+    parent.heartbeat(round_);
+  }
   // A secure session that does not come up (a handshake message lost):
   // start over.
   if (parent.stalled(now) && parent.retry_due(now) && phase_ != Phase::kJoining) {

@@ -88,7 +88,10 @@ void Aggregator::Impl::release_held_back() {
     root_.done_pending = false;
     send_done(round_);
   }
-  welcome_pending();
+  // Once the next round is open: inside root_commit_round (no standby to
+  // wait for) the round's replaced anchor chunks are still kept, and a
+  // child welcomed then would be sent the round that just ended.
+  if (acc_ && acc_->is_open() && acc_->round() == round_) welcome_pending();
 }
 
 }  // namespace fedwan

@@ -67,7 +67,7 @@ void Aggregator::Impl::on_hello(Child& c, const wire::ParsedFrame& f) {
   c.elements = n;
   log().info("[agg:{}] '{}' joined ({} parameters)", self_.id, c.id, n);
   for (const Child& other : down_.children) {
-    if (!other.joined) return;
+    if (!other.joined && !other.late) return;  // late_join sites are not waited for
   }
   // A region learns the model's size from its children, once all are in:
   // the first to say hello does not get to decide it for the others.
@@ -79,7 +79,9 @@ bool Aggregator::Impl::settle_model_size() {
   // The size most of the children's weight stands behind (the smaller one
   // on a tie); a child that claims another is refused and must come back.
   std::map<uint64_t, double> votes;
-  for (const Child& o : down_.children) votes[o.elements] += o.weight;
+  for (const Child& o : down_.children) {
+    if (o.joined) votes[o.elements] += o.weight;
+  }
   uint64_t n = 0;
   double best = -1;
   for (const auto& [size, weight] : votes) {
@@ -90,7 +92,7 @@ bool Aggregator::Impl::settle_model_size() {
   }
   bool agreed = true;
   for (Child& o : down_.children) {
-    if (o.elements == n) continue;
+    if (!o.joined || o.elements == n) continue;
     refuse(o.id, "model has " + std::to_string(o.elements) +
                      " parameters; the other children of '" + self_.id + "' train " +
                      std::to_string(n));
@@ -104,6 +106,7 @@ bool Aggregator::Impl::settle_model_size() {
 void Aggregator::Impl::all_children_joined() {
   if (is_root_) {
     for (Child& c : down_.children) {
+      if (!c.joined) continue;  // a late_join site that has not come yet
       const bool same = c.hello.model_digest == root_.model_digest;
       std::vector<uint8_t> payload(root_.model_digest.begin(), root_.model_digest.end());
       wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kWelcome, 0);
@@ -112,6 +115,7 @@ void Aggregator::Impl::all_children_joined() {
       send_child(c, make_frame(h, payload), h);
       c.welcomed = true;
       if (!same) send_full_anchor(c);
+      became_member(c);
     }
     open_round(0);
     return;
@@ -154,13 +158,15 @@ void Aggregator::Impl::welcome_children(uint64_t round) {
 // ---- rounds -------------------------------------------------------------------
 
 void Aggregator::Impl::open_round(uint64_t round) {
+  costs_round_opened(round);
   round_ = round;
   // Quorum: a chunk closes only with this much weight behind it (a hair
   // under, so a sum of the same weights in another order still counts).
-  acc_->open(round, cfg_.quorum * down_.weight * (1 - 1e-9));
+  acc_->open(round);
   for (const Child& c : down_.children) {
-    if (!c.live || c.rejoin_pending) acc_->set_expected(c.index, false);
+    if (!c.live || c.rejoin_pending || !c.member) acc_->set_expected(c.index, false);
   }
+  refresh_quorum();  // a share of the members' weight
   replaced_anchor_.clear();
   region_.sent_up.clear();
   region_.resend.begin(round, Clock::now());
@@ -179,6 +185,7 @@ void Aggregator::Impl::open_round(uint64_t round) {
   phase_deadline_ = round_started_ + cfg_.round_timeout;
   log().info("[agg:{}] round {} open", self_.id, round);
   arm_deadline();
+  update_metrics();  // the status shows the new round at once
 }
 
 void Aggregator::Impl::on_delta(Child& c, const wire::ParsedFrame& f) {
@@ -290,6 +297,7 @@ void Aggregator::Impl::complete_round() {
   const auto now = Clock::now();
   const double secs = std::chrono::duration<double>(now - round_started_).count();
   log().info("[agg:{}] round {} complete in {:.2f} s", self_.id, round_, secs);
+  round_metrics(secs);
   nlohmann::json missing = nlohmann::json::array();
   for (uint32_t idx : acc_->missing_children()) missing.push_back(topo_.node(idx).id);
   security_->audit("round_closed",

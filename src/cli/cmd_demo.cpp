@@ -53,7 +53,7 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 // A loopback TCP port that is free right now.
-int free_port() {
+int probe_free_port() {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) throw Error("demo: cannot create a socket to find a free port");
   sockaddr_in addr{};
@@ -67,6 +67,17 @@ int free_port() {
   }
   ::close(fd);
   return ntohs(addr.sin_port);
+}
+
+// A free loopback port this demo has not handed out yet (the kernel may
+// offer a port again once the probe closed it).
+int free_port() {
+  static std::set<int> given;
+  for (int tries = 0; tries < 1000; ++tries) {
+    const int port = probe_free_port();
+    if (given.insert(port).second) return port;
+  }
+  throw Error("demo: cannot find a free loopback port not already in use by this demo");
 }
 
 std::string self_exe() {
@@ -108,7 +119,8 @@ nlohmann::json restarts_json(const std::vector<Restart>& restarts) {
   return out;
 }
 
-Topology demo_topology(const DemoArgs& a, const std::vector<double>& weights) {
+Topology demo_topology(const DemoArgs& a, const std::vector<double>& weights,
+                       const std::string& late_site) {
   FederationSpec fed;
   fed.rounds = a.rounds;
   fed.inner_steps = a.inner_steps;
@@ -141,7 +153,11 @@ Topology demo_topology(const DemoArgs& a, const std::vector<double>& weights) {
     n.role = Role::kSite;
     n.parent = a.regions > 0 ? "region-" + std::to_string(s % a.regions) : "root";
     n.weight = weights[static_cast<size_t>(s)];
+    n.late_join = n.id == late_site;
     nodes.push_back(n);
+  }
+  if (a.metrics) {
+    for (NodeSpec& n : nodes) n.metrics = "127.0.0.1:" + std::to_string(free_port());
   }
   return Topology::build("fedwan-demo", fed, nodes);
 }
@@ -226,7 +242,12 @@ int run_demo(const DemoArgs& a) {
                       " needs the secure channel (plaintext frames carry no sequence numbers "
                       "to restore their order): drop --insecure-plaintext, or use --streams 1");
   }
-  const Topology topo = demo_topology(a, weights);
+  const std::optional<SiteRound> late = parse_site_round("--late", a.late, a.sites, 2, a.rounds);
+  const std::optional<SiteRound> leave = parse_site_round("--leave", a.leave, a.sites, 1, a.rounds);
+  if (late && leave && late->site == leave->site && leave->round <= late->round) {
+    throw ConfigError("--leave " + a.leave + " comes before --late " + a.late);
+  }
+  const Topology topo = demo_topology(a, weights, late ? late->site : std::string());
   const std::optional<ChaosPlan> chaos = parse_chaos(a.chaos, topo, a.rounds);
   const std::string topo_path = (dir / "topology.yaml").string();
   std::ofstream(topo_path) << topo.to_yaml();
@@ -292,11 +313,21 @@ int run_demo(const DemoArgs& a) {
       args.insert(args.end(), {"--audit-log", audit, "--checkpoint-dir",
                                (dir / "checkpoints" / name).string()});
       if (n.role == Role::kRoot) args.insert(args.end(), {"--eval", "--report", root_report});
+      if (leave && leave->site == n.id) {
+        args.insert(args.end(), {"--leave-at-round", std::to_string(leave->round - 1)});
+      }
+      if (a.metrics_linger_s > 0) {
+        args.insert(args.end(), {"--metrics-linger", std::to_string(a.metrics_linger_s)});
+      }
       for (const std::string& w : workload_args(a.workload)) args.push_back(w);
       l.rank_args.push_back(std::move(args));
       l.rank_logs.push_back((dir / (name + ".log")).string());
     }
     if (chaos && chaos->node == n.id) l.first_env = {{"FEDWAN_CRASH_POINT", chaos->crash_point}};
+    if (late && late->site == n.id) {
+      l.start_after_rounds = late->round - 1;
+      l.watch_audit = (dir / "audit" / "root.jsonl").string();
+    }
     supervisor.start(std::move(l));
   };
   for (const NodeSpec& n : topo.nodes()) {
@@ -424,6 +455,20 @@ void add_demo_command(CLI::App& app, DemoArgs& a, int* exit_code) {
   cmd->add_option("--chaos", a.chaos,
                   "NODE@ROUND: that site or region is killed (SIGKILL) in that round, to watch "
                   "it restart and recover, e.g. site-0@3");
+  cmd->add_option("--late", a.late,
+                  "SITE@ROUND: that site is not there at the start (late_join) and is started "
+                  "in that round; it counts from the next round boundary, e.g. site-3@5");
+  cmd->add_option("--leave", a.leave,
+                  "SITE@ROUND: that site leaves the federation gracefully as that round begins "
+                  "(no round waits for it), e.g. site-1@8");
+  cmd->add_flag("--metrics", a.metrics,
+                "every node serves Prometheus metrics and its status over HTTP on a free "
+                "127.0.0.1 port (in the topology; `fedwan status --topology DIR/topology.yaml`)");
+  cmd->add_option("--metrics-linger", a.metrics_linger_s,
+                  "with --metrics: nodes keep serving their metrics this many seconds after they "
+                  "finished (for a scraper's last look)")
+      ->check(number_in(0, 3600, /*integer=*/false))
+      ->capture_default_str();
   cmd->add_option("--codec", a.codec, "delta codec: fp32, fp16, bf16, int8")->capture_default_str();
   cmd->add_option("--outer", a.outer, "outer optimizer: fedavg, diloco, fedadam")
       ->capture_default_str();

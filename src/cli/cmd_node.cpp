@@ -6,6 +6,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <optional>
@@ -107,10 +108,38 @@ void add_node_flags(CLI::App& cmd, NodeArgs& a) {
   cmd.add_option("--join-timeout", a.join_timeout_s, "seconds to wait for the tree to form")
       ->check(number_in(0.1, 7 * 86400, /*integer=*/false))
       ->capture_default_str();
+  cmd.add_option("--costs", a.costs,
+                 "append this node's per-round cost records (JSON lines; `fedwan costs` bills "
+                 "them) here; default <checkpoint-dir>/costs.jsonl, none without either");
+  cmd.add_option("--metrics", a.metrics,
+                 "serve Prometheus metrics (/metrics) and the JSON status (/status) over HTTP "
+                 "at host:port (port 0: any free one); default the topology's `metrics` of "
+                 "this node, none without it");
+  cmd.add_option("--metrics-linger", a.metrics_linger_s,
+                 "after the node finished, keep serving its metrics this many seconds (so a "
+                 "scraper gets the final values)")
+      ->check(number_in(0, 3600, /*integer=*/false))
+      ->capture_default_str();
   cmd.add_option("--checkpoint-dir", a.checkpoint_dir,
                  "write a checkpoint here at every round boundary; resume from it on restart");
   add_security_flags(cmd, a.security);
   add_workload_flags(cmd, a.workload);
+}
+
+// A finished node keeps its metrics endpoint up for --metrics-linger (a
+// signal cuts it short).
+void linger_for_metrics(const NodeArgs& a) {
+  const auto until = std::chrono::steady_clock::now() +
+                     std::chrono::milliseconds(static_cast<int64_t>(a.metrics_linger_s * 1000));
+  while (std::chrono::steady_clock::now() < until && !g_terminate.load()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+// --costs, else <checkpoint-dir>/costs.jsonl, else none.
+std::string costs_path(const NodeArgs& a) {
+  if (!a.costs.empty() || a.checkpoint_dir.empty()) return a.costs;
+  return (std::filesystem::path(a.checkpoint_dir) / "costs.jsonl").string();
 }
 
 SecurityOptions security_options(const SecurityArgs& s) {
@@ -149,6 +178,8 @@ int run_aggregator(const NodeArgs& a) {
   o.join_timeout = std::chrono::milliseconds(static_cast<int64_t>(a.join_timeout_s * 1000));
   o.security = security_options(a.security);
   o.checkpoint_dir = a.checkpoint_dir;
+  o.costs_path = costs_path(a);
+  o.metrics_bind = a.metrics;
   o.record_updates_dir = a.record_updates;
   o.standby = a.standby;
   const NodeSpec& self = o.topology.node(a.node);
@@ -246,6 +277,7 @@ int run_aggregator(const NodeArgs& a) {
     }
     std::ofstream(a.report) << j.dump(2) << "\n";
   }
+  linger_for_metrics(a);
   return 0;
 }
 
@@ -281,6 +313,9 @@ int run_site(const NodeArgs& a) {
   o.join_timeout = std::chrono::milliseconds(static_cast<int64_t>(a.join_timeout_s * 1000));
   o.security = security_options(a.security);
   o.checkpoint_dir = a.checkpoint_dir;
+  o.costs_path = costs_path(a);
+  o.metrics_bind = a.rank == 0 ? a.metrics : std::string();
+  o.devices = static_cast<uint32_t>(a.ranks);
   install_signal_handlers();
   const WorkloadSettings& w = a.workload;
 
@@ -296,6 +331,9 @@ int run_site(const NodeArgs& a) {
     training.seed = w.seed;
     training.step_time_ms = a.step_time_ms;
     training.stop_requested = [] { return g_terminate.load(); };
+    bool left = false;
+    training.leave_at_round = a.leave_at_round;
+    training.left = &left;
     SiteCore site(std::move(o), params.data(), params.size());
     SiteCoreRegistration registered(&site);
     SiteReport report(a.report, a.node, a.step_time_ms);
@@ -314,8 +352,16 @@ int run_site(const NodeArgs& a) {
       report.write(/*stopped=*/true);
       return stopped_by_signal(a.node, site.round(), checkpointed);
     }
+    if (left) {
+      report.write(/*stopped=*/false);
+      log_always("info", "fedwan: site '" + a.node + "' left the federation at round " +
+                             std::to_string(site.round()));
+      linger_for_metrics(a);
+      return 0;
+    }
     if (!a.out.empty()) write_model(a.out, params.data(), params.size());
     report.write(/*stopped=*/false);
+    linger_for_metrics(a);
     print_alarms("site '" + a.node + "'", site.alarms());
     return 0;
   }
@@ -379,6 +425,14 @@ int run_site(const NodeArgs& a) {
     site.join();
     report.joined(join_started);
     while (!site.finished()) {
+      if (a.leave_at_round > 0 && site.round() >= a.leave_at_round) {
+        site.leave();
+        report.write(/*stopped=*/false);
+        log_always("info", "fedwan: site '" + a.node + "' rank " + std::to_string(a.rank) +
+                               " left the federation at round " + std::to_string(site.round()));
+        linger_for_metrics(a);
+        return 0;
+      }
       const Clock::time_point step_started = Clock::now();
       trainer.step(model, *opt, average, a.rank, a.ranks);
       const uint64_t round = site.round();
@@ -411,6 +465,7 @@ int run_site(const NodeArgs& a) {
   }
   if (site.leader()) print_alarms("site '" + a.node + "'", site.core().alarms());
   report.write(/*stopped=*/false);
+  linger_for_metrics(a);
   return 0;
 }
 
@@ -500,6 +555,10 @@ void add_site_command(CLI::App& app, NodeArgs& args, int* exit_code) {
                   "write a JSON report here at the end (also when stopped by a signal): per "
                   "round the training and sync wall time and bytes sent and received, the "
                   "totals and the utilisation (training time / wall time since joining)");
+  cmd->add_option("--leave-at-round", args.leave_at_round,
+                  "leave the federation gracefully when this round begins (the parent stops "
+                  "waiting for the site at once and counts it out of the quorum); 0: never")
+      ->capture_default_str();
   cmd->add_option("--step-time-ms", args.step_time_ms,
                   "with --trainer synthetic: each inner step takes this many milliseconds of "
                   "wall time without using the CPU (a GPU's step on a machine without one); "

@@ -31,6 +31,9 @@ struct NodeArgs {
   bool eval = false;          // root: evaluate the global model every round
   double join_timeout_s = 300;
   std::string checkpoint_dir;   // local checkpoints; resumed from when present
+  std::string costs;            // per-round cost records; default <checkpoint_dir>/costs.jsonl
+  std::string metrics;          // host:port of the metrics endpoint; default the topology's
+  double metrics_linger_s = 0;  // keep serving metrics this long after the node finished
   std::string record_updates;   // aggregators: keep received update payloads here
   bool standby = false;         // root: run as its standby
   int rank = 0;                 // sites: this process's rank in the site
@@ -40,6 +43,8 @@ struct NodeArgs {
   // Sites, synthetic trainer: wall-clock milliseconds each inner step takes
   // (a GPU's step stood in for by a sleep); 0: as fast as the CPU goes.
   double step_time_ms = 0;
+  // Sites: leave the federation gracefully once at this round (0: never).
+  uint64_t leave_at_round = 0;
   SecurityArgs security;
   WorkloadSettings workload;
 };
@@ -58,6 +63,10 @@ struct DemoArgs {
   uint64_t streams = 1;        // TCP connections per tree link
   int max_restarts = 3;        // per node, like torchrun --max-restarts
   std::string chaos;           // NODE@ROUND: that node is killed in that round
+  std::string late;            // SITE@ROUND: that site (late_join) is started in that round
+  std::string leave;           // SITE@ROUND: that site leaves gracefully as that round begins
+  bool metrics = false;        // every node serves metrics on a free 127.0.0.1 port
+  double metrics_linger_s = 0;
   std::string codec = "fp16";
   std::string outer = "diloco";
   uint64_t chunk_bytes = 1 << 20;
@@ -79,6 +88,10 @@ void add_demo_command(CLI::App& app, DemoArgs& args, int* exit_code);
 void add_certs_command(CLI::App& app, int* exit_code);
 // `fedwan audit verify FILE`: check an audit log's hash chain.
 void add_audit_command(CLI::App& app, int* exit_code);
+// `fedwan costs RECORDS...`: bill each node from its per-round cost records.
+void add_costs_command(CLI::App& app, int* exit_code);
+// `fedwan status --topology T`: the live tree, from the nodes' metrics addresses.
+void add_status_command(CLI::App& app, int* exit_code);
 // `fedwan bench ARGS...`: runs the WAN benchmark harness (docs/benchmarks.md).
 void add_bench_command(CLI::App& app, int* exit_code);
 

@@ -108,6 +108,33 @@ std::optional<ChaosPlan> parse_chaos(const std::string& spec, const Topology& to
   return plan;
 }
 
+std::optional<SiteRound> parse_site_round(const std::string& flag, const std::string& spec,
+                                          int sites, uint64_t first, uint64_t rounds) {
+  if (spec.empty()) return std::nullopt;
+  const std::string form = flag + " " + spec + ": expected SITE@ROUND, e.g. site-1@" +
+                           std::to_string(std::max<uint64_t>(first, std::min<uint64_t>(5, rounds)));
+  const size_t at = spec.rfind('@');
+  if (at == std::string::npos || at == 0 || at + 1 == spec.size()) throw ConfigError(form);
+  SiteRound out;
+  out.site = spec.substr(0, at);
+  const std::string round = spec.substr(at + 1);
+  if (round.find_first_not_of("0123456789") != std::string::npos || round.size() > 9) {
+    throw ConfigError(form);
+  }
+  out.round = std::stoull(round);
+  bool known = false;
+  for (int s = 0; s < sites; ++s) known = known || out.site == "site-" + std::to_string(s);
+  if (!known) {
+    throw ConfigError(flag + " " + spec + ": no site '" + out.site +
+                      "' in this demo (site-0 .. site-" + std::to_string(sites - 1) + ")");
+  }
+  if (out.round < first || out.round > rounds) {
+    throw ConfigError(flag + " " + spec + ": round " + round + " is not one of the rounds " +
+                      std::to_string(first) + ".." + std::to_string(rounds));
+  }
+  return out;
+}
+
 std::string tail_of(const std::string& path, size_t max_bytes) {
   std::ifstream f(path);
   std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
@@ -122,8 +149,11 @@ DemoSupervisor::~DemoSupervisor() {
 }
 
 void DemoSupervisor::start(NodeLaunch node) {
-  nodes_.push_back(Node{std::move(node), 0});
-  spawn_node(nodes_.size() - 1, true);
+  Node n;
+  n.launch = std::move(node);
+  n.started = n.launch.start_after_rounds == 0;
+  nodes_.push_back(std::move(n));
+  if (nodes_.back().started) spawn_node(nodes_.size() - 1, true);
 }
 
 void DemoSupervisor::spawn_node(size_t index, bool first) {
@@ -141,6 +171,25 @@ void DemoSupervisor::spawn_node(size_t index, bool first) {
     p.rank = r;
     p.pid = spawn(exe_, n.rank_args[r], n.rank_logs[r], first ? n.first_env : kNone, !first);
     procs_.push_back(p);
+  }
+}
+
+void DemoSupervisor::start_due() {
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    Node& n = nodes_[i];
+    if (n.started) continue;
+    const auto now = std::chrono::steady_clock::now();
+    if (now < n.next_check) continue;
+    n.next_check = now + std::chrono::milliseconds(250);
+    uint64_t closed = 0;
+    for (const nlohmann::json& e : audit_entries(n.launch.watch_audit)) {
+      closed += e.value("event", "") == "round_closed" ? 1 : 0;
+    }
+    if (closed < n.launch.start_after_rounds) continue;
+    std::cout << "fedwan demo: starting '" << n.launch.node << "' in round " << closed + 1
+              << " (late join)" << std::endl;
+    n.started = true;
+    spawn_node(i, true);
   }
 }
 
@@ -170,6 +219,7 @@ bool DemoSupervisor::run(const std::atomic<bool>& stop) {
     int status = 0;
     // Polled, so a signal that lands between the check above and the wait
     // is still seen within 50 ms.
+    if (!stopping) start_due();
     const pid_t pid = ::waitpid(-1, &status, WNOHANG);
     if (pid == 0) {
       ::usleep(50 * 1000);

@@ -36,6 +36,16 @@ struct ChaosPlan {
 std::optional<ChaosPlan> parse_chaos(const std::string& spec, const Topology& topo,
                                      uint64_t rounds);
 
+// `fedwan demo --late SITE@ROUND` / `--leave SITE@ROUND`: a site of the
+// demo (site-0 .. site-<sites-1>) and a 1-based round in first..rounds.
+// nullopt for ""; throws ConfigError naming what is wrong.
+struct SiteRound {
+  std::string site;
+  uint64_t round = 0;
+};
+std::optional<SiteRound> parse_site_round(const std::string& flag, const std::string& spec,
+                                          int sites, uint64_t first, uint64_t rounds);
+
 // A node as the supervisor starts it: its processes' arguments (one per
 // rank) and logs, what to clear before a restart, and where its audit log
 // says where it resumed.
@@ -47,6 +57,10 @@ struct NodeLaunch {
   std::map<std::string, std::string> first_env;
   std::string rendezvous_dir;  // removed before a restart ("" for none)
   std::string audit_log;       // rank 0's
+  // > 0: started only once `watch_audit` (the root's audit log) records
+  // this many closed rounds (`fedwan demo --late`).
+  uint64_t start_after_rounds = 0;
+  std::string watch_audit;
 };
 
 struct Restart {
@@ -91,7 +105,11 @@ class DemoSupervisor {
   struct Node {
     NodeLaunch launch;
     int restarts = 0;
+    bool started = false;
+    std::chrono::steady_clock::time_point next_check;  // of the audit log, when not started
   };
+  // Starts the nodes whose start_after_rounds the root's audit log reached.
+  void start_due();
 
   void spawn_node(size_t index, bool first);
   void stop_all(int sig);

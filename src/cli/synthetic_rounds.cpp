@@ -33,6 +33,11 @@ class Rounds {
                         ? std::min<uint64_t>(site_.data_position(), steps_)
                         : 0;
     while (!r.finished) {
+      if (t_.leave_at_round > 0 && site_.round() >= t_.leave_at_round) {
+        site_.leave();
+        if (t_.left) *t_.left = true;
+        return true;
+      }
       const Clock::time_point train_started = Clock::now();
       const Outcome trained = train(done, steps_);
       report_.trained(seconds_since(train_started));

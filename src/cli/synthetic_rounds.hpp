@@ -22,6 +22,10 @@ struct SyntheticTraining {
   // model moves one synthetic step per round (dense updates, cheap steps).
   double step_time_ms = 0;
   std::function<bool()> stop_requested;  // polled between steps
+  // > 0: the site leaves the federation (SiteCore::leave) once it reaches
+  // this round, and the loop ends (true, *left set).
+  uint64_t leave_at_round = 0;
+  bool* left = nullptr;
 };
 
 // Trains and syncs from the state join() left (`joined`) until the

@@ -31,7 +31,11 @@ void ParentSession::open(int linger_ms) {
   lo.linger_ms = linger_ms;
   // A replaced link must not keep reconnecting under this node's routing id
   // (the parent would hand the id back and forth between two sockets).
-  if (link_) link_->abandon();
+  if (link_) {
+    link_->abandon();
+    retired_sent_ += link_->counters().bytes_sent;
+    retired_received_ += link_->counters().bytes_received;
+  }
   link_.reset();
   link_ = std::make_unique<ParentLink>(transport_, endpoint(), self_.id, lo,
                                        security_.parent_factory());
@@ -62,10 +66,11 @@ void ParentSession::heard(Clock::time_point now, bool reset_backoff) {
   if (reset_backoff) backoff_ = Millis(0);
 }
 
-void ParentSession::heartbeat(uint64_t round) {
-  if (!link_->established()) return;
-  const wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kHeartbeat, round);
-  (void)link_->try_send(make_frame(h, {}));
+bool ParentSession::heartbeat(uint64_t round, uint8_t flags, const std::vector<uint8_t>& payload) {
+  if (!link_->established()) return false;
+  wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kHeartbeat, round);
+  h.flags = flags;
+  return link_->try_send(make_frame(h, payload)).has_value();
 }
 
 }  // namespace fedwan::session

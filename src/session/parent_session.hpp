@@ -12,6 +12,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "fedwan/topology.hpp"
 #include "node/node_security.hpp"
@@ -59,6 +60,11 @@ class ParentSession {
   // Judge the parent as silent from now on (its session failed).
   void forget_heard() { heard_ = Clock::time_point{}; }
   Clock::time_point last_heard() const { return heard_; }
+  // Bytes on the wire to and from the parent since the session began, over
+  // every link it opened (checkpoint pieces, heartbeats, handshakes
+  // included). Not thread safe: read by the thread that owns the link.
+  uint64_t bytes_sent() const { return retired_sent_ + link_->counters().bytes_sent; }
+  uint64_t bytes_received() const { return retired_received_ + link_->counters().bytes_received; }
   bool silent(Clock::time_point now) const { return now - heard_ > options_.heartbeat_timeout; }
   // The secure session has not come up within a heartbeat timeout of the
   // link opening (a handshake message lost on the way).
@@ -69,8 +75,9 @@ class ParentSession {
   void restart_stall_clock() { opened_at_ = Clock::time_point{}; }
 
   // Sends a heartbeat of `round` when the session is up and the window has
-  // room (never blocks).
-  void heartbeat(uint64_t round);
+  // room (never blocks); `flags` and `payload` carry membership
+  // (wire::kFlagLeaving, kFlagPausing, kFlagMembership). Whether it went.
+  bool heartbeat(uint64_t round, uint8_t flags = 0, const std::vector<uint8_t>& payload = {});
 
   const Options& options() const { return options_; }
 
@@ -86,6 +93,7 @@ class ParentSession {
   std::unique_ptr<ParentLink> link_;
   bool use_standby_ = false;  // under a root with a standby: failed over
   Clock::time_point opened_at_, heard_, retry_at_;
+  uint64_t retired_sent_ = 0, retired_received_ = 0;  // of the links replaced
   Millis backoff_{0};
   uint64_t reconnects_ = 0;
   std::mt19937_64 rng_{std::random_device{}()};

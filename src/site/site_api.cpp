@@ -53,6 +53,11 @@ void SiteCore::stop(std::chrono::milliseconds grace) {
   impl_->stop_requested.store(true);
 }
 
+bool SiteCore::leave(std::chrono::milliseconds timeout) {
+  LogScope scope(impl_->self.id, &impl_->round);
+  return impl_->leave(timeout);
+}
+
 void SiteCore::Impl::throw_if_stopped(const char* where) const {
   if (!stop_requested.load()) return;
   const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(

@@ -53,6 +53,8 @@ void SiteCore::Impl::save_checkpoint() {
   checkpoint::save_node_checkpoint(opt.checkpoint_dir, c,
                                    checkpoint::checkpoint_trust(*security, topo, self));
   security->audit("checkpoint", {{"round", round}});
+  site_metrics.last_checkpoint = Clock::now();
+  site_metrics.checkpoints += 1;
 }
 
 bool SiteCore::Impl::resume() {
@@ -92,6 +94,17 @@ bool SiteCore::Impl::resume() {
   security->audit("resumed", {{"round", round}, {"path", loaded->path.string()}});
   checkpoint::check_recorded_audit_head(c, *security);
   return true;
+}
+
+void SiteCore::Impl::round_checkpoint(bool upload) {
+  if (overlapping()) {
+    // params belong to the caller until finish_sync, which saves then.
+    overlap.checkpoint_due = true;
+    overlap.upload_due = overlap.upload_due || upload;
+    return;
+  }
+  save_checkpoint();
+  if (upload) start_upload();
 }
 
 void SiteCore::Impl::start_upload() {

@@ -73,6 +73,15 @@ SiteCore::Impl::Impl(SiteOptions options, float* p, size_t n)
   so.log_name = "site:" + self.id;
   parent = std::make_unique<session::ParentSession>(topo, self, *transport, *security, so);
   upload = std::make_unique<checkpoint::CheckpointUpload>(topo, self.index);
+  windows = ParticipationWindows(self.windows);
+  if (opt.devices < 1 || (opt.device_kind != "cpu" && opt.device_kind != "gpu")) {
+    throw ConfigError("site '" + self.id +
+                      "': devices must be >= 1 and device_kind cpu or gpu (got " +
+                      std::to_string(opt.devices) + ", '" + opt.device_kind + "')");
+  }
+  costs = node::CostRecorder(opt.costs_path, self.id, "site");
+  costs.set_devices(opt.devices, opt.device_kind);
+  start_metrics();
   outgoing.resend = session::UpdateResend(cfg.heartbeat_timeout);
 }
 
@@ -311,6 +320,7 @@ void SiteCore::Impl::resend_chunks(const std::vector<uint32_t>& chunks, SyncResu
 
 SyncResult SiteCore::Impl::join() {
   if (joined) throw Error("site '" + self.id + "' already joined");
+  if (left) throw Error("site '" + self.id + "' has left the federation");
   SyncResult res;
   // From a checkpoint, when there is one; with none intact, from the copy
   // the parent keeps (then resumed like a local one).
@@ -348,9 +358,13 @@ SyncResult SiteCore::Impl::join() {
     pump(Millis(100), &res);
   }
   joined = true;
+  log().info("[site:{}] joined at round {}", self.id, round);
+  pause_outside_window(&res);
   res.round = round;
   res.finished = finished;
-  log().info("[site:{}] joined at round {}", self.id, round);
+  cost_link_bytes();
+  trained_since = Clock::now();
+  update_metrics(true);
   return res;
 }
 
@@ -364,6 +378,8 @@ SyncResult SiteCore::Impl::service() {
   pump(Millis(0), &res);
   res.round = round;
   res.finished = finished;
+  cost_link_bytes();
+  update_metrics();
   return res;
 }
 
@@ -381,8 +397,12 @@ SyncResult SiteCore::Impl::sync() {
   }
   if (!joined) throw Error("site '" + self.id + "': call join() before sync()");
   if (finished) throw Error("site '" + self.id + "': the federation is already finished");
+  if (left) throw Error("site '" + self.id + "' has left the federation");
   throw_if_stopped("before its sync");
   SyncResult res;
+  cost_training_ends();
+  const auto sync_started = Clock::now();
+  const uint64_t start_round = round;
   sync_unfinished = true;
   in_sync.store(true);
   struct LeaveSync {
@@ -391,6 +411,15 @@ SyncResult SiteCore::Impl::sync() {
   } leave_sync{in_sync};
   run_sync(&res);
   sync_unfinished = false;
+  // The round's record: its update counts when the round moved on from it.
+  cost_link_bytes();
+  costs.round_ended(start_round, round == start_round + 1 && !res.resynced);
+  pause_outside_window(&res);
+  cost_link_bytes();
+  res.round = round;
+  res.finished = finished;
+  trained_since = Clock::now();
+  update_metrics(true, std::chrono::duration<double>(Clock::now() - sync_started).count());
   return res;
 }
 
@@ -545,17 +574,6 @@ void SiteCore::Impl::take_anchor() {
   outgoing.frames.clear();
   if (round >= cfg.rounds) finished = true;
   round_checkpoint(/*upload=*/!finished);
-}
-
-void SiteCore::Impl::round_checkpoint(bool upload) {
-  if (overlapping()) {
-    // params belong to the caller until finish_sync, which saves then.
-    overlap.checkpoint_due = true;
-    overlap.upload_due = overlap.upload_due || upload;
-    return;
-  }
-  save_checkpoint();
-  if (upload) start_upload();
 }
 
 void SiteCore::Impl::confirm_end(SyncResult* res) {

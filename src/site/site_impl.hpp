@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <string>
@@ -20,12 +21,16 @@
 #include "common/sha256.hpp"
 #include "fedwan/codec.hpp"
 #include "fedwan/site_core.hpp"
+#include "metrics/metrics_registry.hpp"
+#include "metrics/metrics_server.hpp"
+#include "node/cost_records.hpp"
 #include "node/node_config.hpp"
 #include "node/node_security.hpp"
 #include "security/sealing_pipeline.hpp"
 #include "session/parent_session.hpp"
 #include "session/update_resend.hpp"
 #include "tensor/chunk_plan.hpp"
+#include "topology/participation_window.hpp"
 #include "transport/links.hpp"
 #include "wire/frame.hpp"
 
@@ -43,6 +48,10 @@ class SiteCore::Impl {
   SyncResult sync();
   SyncResult service();
   void save_checkpoint();
+  // Membership (site_membership.cpp): a graceful leave, and the pause
+  // outside the participation windows at a round boundary.
+  bool leave(Millis timeout);
+  void pause_outside_window(SyncResult* res);
   // Overlap (site_overlap.cpp).
   void begin_sync();
   SyncResult finish_sync();
@@ -65,6 +74,50 @@ class SiteCore::Impl {
   bool joined = false;
   bool finished = false;
   bool resumed = false;
+  bool left = false;  // leave() told the parent: no more rounds
+  ParticipationWindows windows;
+  // Cost records: training is the caller's time between a sync's return
+  // and the next sync (or begin_sync .. finish_sync, overlapped).
+  node::CostRecorder costs;
+  std::optional<Clock::time_point> trained_since;
+  // What crossed the link to the parent since the last call (updates,
+  // heartbeats, checkpoint pieces, the models that came down), into the
+  // cost record. The driving thread only: not while an overlapped sync's
+  // worker owns the link.
+  uint64_t cost_sent_seen = 0, cost_received_seen = 0;
+  void cost_link_bytes() {
+    const std::string& peer = topo.node(self.parent_index).id;
+    costs.sent(peer, parent->bytes_sent() - cost_sent_seen);
+    costs.received(peer, parent->bytes_received() - cost_received_seen);
+    cost_sent_seen = parent->bytes_sent();
+    cost_received_seen = parent->bytes_received();
+  }
+  void cost_training_ends() {
+    if (trained_since) {
+      const double s = std::chrono::duration<double>(Clock::now() - *trained_since).count();
+      costs.trained(s);
+      site_metrics.train_seconds += s;
+    }
+    trained_since.reset();
+  }
+  // Metrics and status over HTTP (site_metrics.cpp).
+  struct SiteMetrics {
+    struct Status {
+      std::mutex mu;
+      std::string json = "{}";
+    };
+    std::shared_ptr<metrics::MetricsRegistry> registry;
+    std::shared_ptr<Status> status = std::make_shared<Status>();
+    std::unique_ptr<metrics::MetricsServer> server;  // declared last: stops first
+    double train_seconds = 0;
+    uint64_t checkpoints = 0;
+    bool paused = false;
+    std::optional<Clock::time_point> last_checkpoint;
+    Clock::time_point updated;
+  } site_metrics;
+  void start_metrics();
+  // `sync_seconds` >= 0: a sync ended. The driving thread only.
+  void update_metrics(bool force = false, double sync_seconds = -1);
   uint64_t data_position = 0;
   // Set by stop() from any thread (or a signal handler); join() and sync()
   // throw StoppedError when they see it.
@@ -99,8 +152,12 @@ class SiteCore::Impl {
     std::exception_ptr error;
     SyncResult result;
     bool pending = false;
-    bool failed = false;                              // a sync threw: the core cannot go on
-    uint64_t round = 0;                               // the round that ended at begin_sync
+    bool failed = false;                          // a sync threw: the core cannot go on
+    uint64_t round = 0;                           // the round that ended at begin_sync
+    std::chrono::steady_clock::time_point began;  // begin_sync's call
+    double seconds() const {
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+    }
     bool checkpoint_due = false, upload_due = false;  // deferred from the worker
     // The alarms as last read, answered while the worker owns the security
     // layer (mutable: alarms() is const).
@@ -138,6 +195,11 @@ class SiteCore::Impl {
   void pump(Millis wait, SyncResult* res);
   void upkeep();
   void reconnect(const std::string& why, bool grow_backoff = true);
+  // Sends a membership heartbeat (kFlagLeaving, kFlagPausing) within
+  // `timeout`, pumping the link meanwhile; whether it went.
+  bool announce(uint8_t flag, Millis timeout, SyncResult* res);
+  // Waits for the welcome (and the model in full) a hello asked for.
+  void await_welcome(Millis timeout, const char* why, SyncResult* res);
   std::vector<uint8_t> hello_frame() const;
   void on_frame(const wire::ParsedFrame& f, SyncResult* res);
   void on_welcome(const wire::ParsedFrame& f, SyncResult* res);

@@ -42,6 +42,7 @@ void SiteCore::Impl::begin_sync() {
   }
   if (!joined) throw Error("site '" + self.id + "': call join() before begin_sync()");
   if (finished) throw Error("site '" + self.id + "': the federation is already finished");
+  if (left) throw Error("site '" + self.id + "' has left the federation");
   if (opt.update_encoder) {
     throw ConfigError("site '" + self.id +
                       "': an overlapped sync encodes its update on the host; it cannot use an "
@@ -49,7 +50,10 @@ void SiteCore::Impl::begin_sync() {
   }
   throw_if_stopped("before its sync");
   overlap.sent.assign(params, params + plan.total());
+  cost_training_ends();
+  trained_since = Clock::now();  // training goes on while the sync runs
   overlap.round = round;
+  overlap.began = Clock::now();
   overlap.result = SyncResult();
   overlap.error = nullptr;
   overlap.checkpoint_due = overlap.upload_due = false;
@@ -104,7 +108,14 @@ SyncResult SiteCore::Impl::finish_sync() {
     save_checkpoint();
     if (overlap.upload_due) start_upload();
   }
+  cost_training_ends();
+  cost_link_bytes();
+  costs.round_ended(overlap.round, round == overlap.round + 1 && !res.resynced);
+  pause_outside_window(&res);  // a resync there puts the new model into params
+  cost_link_bytes();
+  trained_since = Clock::now();
   res.round = round;
+  update_metrics(true, overlap.seconds());
   res.finished = finished;
   return res;
 }

@@ -27,6 +27,8 @@
 //     - {id: site-a, role: site, parent: eu, weight: 6000, allowed_jurisdictions: [EU],
 //        tcp_congestion: cubic}      # any node: overrides federation.tcp_congestion
 //     - {id: site-b, role: site, parent: eu, streams: 4}  # not the root: its uplink's streams
+//     - {id: site-c, role: site, parent: eu, late_join: true, windows: ["22:00-06:00"],
+//        metrics: "127.0.0.1:9400"}
 //
 // Node rules: exactly one root, without a parent; every other node names an
 // existing root or region as parent, and the parent links form a tree.
@@ -41,6 +43,10 @@
 // that node sends (a name of [a-z0-9_], or "system" for the host's default).
 // Any node but the root may take streams (1..16): the federation's,
 // overridden for that node's uplink.
+// Sites may take late_join (the federation does not wait for them at
+// start) and windows (daily UTC participation windows); every aggregator
+// needs at least one child that is not late_join. Any node may take metrics
+// (host:port of its HTTP metrics endpoint).
 // Outer optimizer hyper-parameters are whatever the named optimizer takes
 // (outer_optimizer_params(), declared by each optimizer); one it does not
 // take is refused.
@@ -102,11 +108,11 @@ std::vector<std::string> outer_keys() {
   }
   return keys;
 }
-const std::vector<std::string> kNodeKeys = {"id", "role", "parent", "endpoint", "bind", "weight",
-                                            "standby_endpoint", "standby_bind", "tcp_congestion",
-                                            "socket_buffer_bytes", "streams",
-                                            // residency, read in topology_policy.cpp
-                                            "jurisdiction", "allowed_jurisdictions", "k_min"};
+const std::vector<std::string> kNodeKeys = {
+    "id", "role", "parent", "endpoint", "bind", "weight", "standby_endpoint", "standby_bind",
+    "tcp_congestion", "socket_buffer_bytes", "streams", "late_join", "windows", "metrics",
+    // residency, read in topology_policy.cpp
+    "jurisdiction", "allowed_jurisdictions", "k_min"};
 
 using topology_detail::kMaxTopologyBytes;
 using topology_detail::kMaxYamlNesting;
@@ -199,6 +205,9 @@ NodeSpec read_node(const YamlReader& r, const YAML::Node& n, size_t pos) {
   if (auto v = n["socket_buffer_bytes"])
     s.socket_buffer_bytes = r.u64(v, ctx, "socket_buffer_bytes");
   if (auto v = n["streams"]) s.streams = r.u64(v, ctx, "streams");
+  if (auto v = n["late_join"]) s.late_join = r.boolean(v, ctx, "late_join");
+  if (auto v = n["windows"]) s.windows = r.str_list(v, ctx, "windows");
+  if (auto v = n["metrics"]) s.metrics = r.str(v, ctx, "metrics");
   topology_detail::read_residency(r, n, ctx, s);
   return s;
 }

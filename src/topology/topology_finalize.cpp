@@ -10,6 +10,7 @@
 
 #include "common/node_id.hpp"
 #include "common/sha256.hpp"
+#include "topology/participation_window.hpp"
 #include "topology/topology_internal.hpp"
 
 namespace fedwan::topology_detail {
@@ -66,6 +67,18 @@ uint32_t check_nodes(std::vector<NodeSpec>& nodes, const Fail& fail) {
       }
       const std::string streams = streams_problem(*s.streams);
       if (!streams.empty()) fail(who + streams);
+    }
+    if (s.role != Role::kSite && (s.late_join || !s.windows.empty())) {
+      fail(who + (s.late_join ? "late_join" : "windows") +
+           " applies to sites only; an aggregator runs for the whole federation");
+    }
+    for (const std::string& w : s.windows) {
+      std::string why;
+      if (!parse_daily_window(w, &why)) fail(who + why);
+    }
+    if (!s.metrics.empty() && !valid_metrics_address(s.metrics)) {
+      fail(who + "metrics '" + s.metrics +
+           "' is not host:port (e.g. \"127.0.0.1:9400\", port 0 = any free port)");
     }
     s.index = i;
     s.parent_index = 0;
@@ -187,6 +200,12 @@ void attach_children(std::vector<NodeSpec>& nodes, const Fail& fail) {
       fail("node '" + s.id + "': " + role_name(s.role) +
            " has no children; add sites under it or remove it");
     }
+    if (s.role != Role::kSite && std::all_of(s.children.begin(), s.children.end(),
+                                             [&](uint32_t c) { return nodes[c].late_join; })) {
+      fail("node '" + s.id +
+           "': every child is late_join; at least one must be there at the "
+           "start (the model's size and the first round come from it)");
+    }
   }
 }
 
@@ -246,7 +265,8 @@ std::string canonical_text(const std::string& job, const FederationSpec& f,
   if (f.overlap_steps != defaults.overlap_steps) {
     c += "federation.overlap_steps=" + std::to_string(f.overlap_steps) + "\n";
   }
-  // Residency, standby, tcp_congestion, socket buffer and streams fields
+  // Residency, standby, tcp_congestion, socket buffer, streams, membership
+  // and metrics fields
   // appear only when set, so a topology without them keeps the digest it had
   // before they existed. The allowed list is a set: sorted.
   for (const NodeSpec& s : nodes) {
@@ -266,6 +286,9 @@ std::string canonical_text(const std::string& job, const FederationSpec& f,
     }
     if (s.streams) line += " streams=" + std::to_string(*s.streams);
     if (!s.tcp_congestion.empty()) line += " tcp_congestion=" + s.tcp_congestion;
+    if (s.late_join) line += " late_join=1";
+    if (!s.metrics.empty()) line += " metrics=" + s.metrics;
+    if (!s.windows.empty()) line += " windows=" + join(s.windows);
     c += line + " weight=" + format_double(s.weight) + "\n";
   }
   if (policy.k_min != PolicySpec{}.k_min) {

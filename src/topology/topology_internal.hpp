@@ -78,6 +78,23 @@ class YamlReader {
     return v;
   }
 
+  bool boolean(const YAML::Node& n, const std::string& ctx, const std::string& key) const {
+    const std::string s = n.IsScalar() ? n.Scalar() : std::string();
+    if (s == "true") return true;
+    if (s == "false") return false;
+    fail(n, ctx, "'" + key + "' must be true or false, got '" + s + "'");
+  }
+
+  std::vector<std::string> str_list(const YAML::Node& n, const std::string& ctx,
+                                    const std::string& key) const {
+    if (!n.IsSequence()) fail(n, ctx, "'" + key + "' must be a list of strings");
+    std::vector<std::string> out;
+    for (size_t i = 0; i < n.size(); ++i) {
+      out.push_back(str(n[i], ctx, key + "[" + std::to_string(i) + "]"));
+    }
+    return out;
+  }
+
   double f64(const YAML::Node& n, const std::string& ctx, const std::string& key) const {
     std::string s = n.IsScalar() ? n.Scalar() : std::string();
     double v = 0;
@@ -117,6 +134,8 @@ inline constexpr const char* kSystemCongestion = "system";
 
 // tcp://HOST:PORT with a port in 1..65535, ipc://PATH or inproc://NAME.
 bool valid_endpoint(const std::string& e);
+// host:port with a port 0..65535 and a host of [A-Za-z0-9.-] or [v6].
+bool valid_metrics_address(const std::string& a);
 std::string invalid_endpoint(const std::string& what, const std::string& e);
 // Deepest nesting of flow collections and of block sequences on one line.
 size_t yaml_nesting(const std::string& text);

@@ -3,6 +3,7 @@
 // stream counts and the ranges of the federation settings (see topology.cpp
 // for the file format, docs/topology.md for the keys).
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -16,6 +17,26 @@
 namespace fedwan::topology_detail {
 
 // HOST may be a name, an address, [IPv6], an interface or *.
+bool valid_metrics_address(const std::string& a) {
+  const size_t colon = a.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == a.size() || a.size() > 255)
+    return false;
+  const std::string host = a.substr(0, colon);
+  const std::string port = a.substr(colon + 1);
+  if (port.size() > 5 || !std::all_of(port.begin(), port.end(), ::isdigit) ||
+      std::stoul(port) > 65535)
+    return false;
+  if (host.front() == '[') {
+    return host.back() == ']' && host.size() > 2 &&
+           std::all_of(host.begin() + 1, host.end() - 1, [](char c) {
+             return std::isxdigit(static_cast<unsigned char>(c)) || c == ':';
+           });
+  }
+  return std::all_of(host.begin(), host.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-';
+  });
+}
+
 bool valid_endpoint(const std::string& e) {
   // Printable ASCII without spaces keeps the canonical rendering unambiguous.
   if (!std::all_of(e.begin(), e.end(), [](char c) { return c > 0x20 && c < 0x7f; })) return false;

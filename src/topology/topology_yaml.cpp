@@ -66,6 +66,13 @@ std::string Topology::to_yaml() const {
       y += ", socket_buffer_bytes: " + std::to_string(*s.socket_buffer_bytes);
     }
     if (s.streams) y += ", streams: " + std::to_string(*s.streams);
+    if (s.late_join) y += ", late_join: true";
+    if (!s.metrics.empty()) y += ", metrics: " + q(s.metrics);
+    if (!s.windows.empty()) {
+      std::string list;
+      for (const std::string& w : s.windows) list += (list.empty() ? "" : ", ") + q(w);
+      y += ", windows: [" + list + "]";
+    }
     if (!s.allowed_jurisdictions.empty()) {
       std::string list;
       for (const std::string& a : s.allowed_jurisdictions) {

@@ -102,6 +102,9 @@ Site::Site(SiteOptions options, torch::nn::Module& module, torch::optim::Optimiz
                          torch::TensorOptions().dtype(torch::kFloat32).pinned_memory(true));
     to_host();
   }
+  // Cost records count every rank's device, of the model's kind.
+  options.devices = ranks_ == nullptr ? 1 : static_cast<uint32_t>(ranks_->size());
+  options.device_kind = flat_.device().is_cuda() ? "gpu" : "cpu";
   // Only the leader talks to the federation.
   if (ranks_ == nullptr || ranks_->rank() == 0) {
 #if defined(FEDWAN_TORCH_WITH_CUDA)
@@ -316,5 +319,7 @@ void Site::checkpoint() {
 void Site::stop(std::chrono::milliseconds grace) {
   if (core_) core_->stop(grace);
 }
+
+bool Site::leave(std::chrono::milliseconds timeout) { return core_ ? core_->leave(timeout) : true; }
 
 }  // namespace fedwan

@@ -9,12 +9,9 @@
 #include "wire/frame.hpp"
 
 namespace fedwan {
-namespace {
 
 using Clock = std::chrono::steady_clock;
 using transport::SendResult;
-
-}  // namespace
 
 SecurityFactory plaintext_security_factory(uint64_t job_id, uint32_t self_index,
                                            LinkEventSink sink) {
@@ -328,8 +325,7 @@ size_t ChildrenLink::send(const std::string& peer, std::vector<uint8_t> frame, M
     throw TimeoutError("send to child '" + peer + "' blocked for " +
                        std::to_string(timeout.count()) + " ms: the child is not reading");
   }
-  counters_.frames_sent += 1;
-  counters_.bytes_sent += n;
+  count_sent(peer, n);
   return n;
 }
 
@@ -348,9 +344,14 @@ std::optional<size_t> ChildrenLink::try_send(const std::string& peer,
   });
   if (r == SendResult::kNoPeer) throw TransportError("child '" + peer + "' is not connected");
   if (r != SendResult::kSent) return std::nullopt;
+  count_sent(peer, n);
+  return n;
+}
+
+void ChildrenLink::count_sent(const std::string& peer, size_t n) {
   counters_.frames_sent += 1;
   counters_.bytes_sent += n;
-  return n;
+  peer_sent_[peer] += n;
 }
 
 void ChildrenLink::send_unsealed(const std::string& peer, const std::vector<uint8_t>& bytes) {

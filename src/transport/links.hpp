@@ -163,6 +163,12 @@ class ChildrenLink {
   bool recv(Incoming* out, Millis timeout);
   transport::Socket& socket() { return *socket_; }
   const LinkCounters& counters() const { return counters_; }
+  // Bytes put on the wire to one child (send and try_send) since the link
+  // opened; 0 for a peer never sent to.
+  uint64_t bytes_sent_to(const std::string& peer) const {
+    const auto it = peer_sent_.find(peer);
+    return it == peer_sent_.end() ? 0 : it->second;
+  }
   // Whether the child has a secure session (always true for plaintext).
   bool established(const std::string& peer) const;
   // Peers with a security state, and handshakes in progress (for tests and
@@ -188,6 +194,7 @@ class ChildrenLink {
   void drop(const std::string& peer, const std::string& source, const std::string& why,
             size_t bytes, bool tell_peer);
   bool may_refuse();  // within the budget of plain refusals (20 a second)
+  void count_sent(const std::string& peer, size_t n);
   // Best effort, never blocking: handshake replies and plain refusals.
   void send_unsealed(const std::string& peer, const std::vector<uint8_t>& bytes);
 
@@ -206,6 +213,8 @@ class ChildrenLink {
   std::unordered_map<std::string, uint64_t> suspended_;
   std::unordered_map<std::string, uint64_t> gaps_seen_;
   LinkCounters counters_;
+  // Only children this node chose to send to: bounded by the topology.
+  std::unordered_map<std::string, uint64_t> peer_sent_;
   std::chrono::steady_clock::time_point next_expiry_{};
   // Plain refusals to peers without a session go out at a bounded rate.
   std::chrono::steady_clock::time_point reply_window_{};

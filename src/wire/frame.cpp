@@ -50,7 +50,8 @@ uint8_t allowed_flags(MsgType t) {
     case MsgType::kAnchor: return kFlagFullAnchor;
     case MsgType::kWelcome: return kFlagNoChange | kFlagKeepsReplicas;
     case MsgType::kHello: return kFlagSent | kFlagNeedReplica;
-    case MsgType::kHeartbeat: return kFlagNeedUpdate;
+    case MsgType::kHeartbeat:
+      return kFlagNeedUpdate | kFlagLeaving | kFlagPausing | kFlagMembership;
     case MsgType::kCheckpoint: return kFlagReplicaStored | kFlagNoReplica;
     default: return 0;
   }
@@ -380,6 +381,8 @@ ParsedFrame parse_frame(const uint8_t* data, size_t size, const FrameLimits& lim
 namespace {
 constexpr size_t kTelemetryFields = 3;
 constexpr size_t kTelemetrySize = 1 + 8 * kTelemetryFields;
+constexpr uint8_t kMembershipFields = 2;
+constexpr size_t kMembershipSize = 1 + 8 + 4;
 }  // namespace
 
 std::vector<uint8_t> encode_hello(const HelloPayload& p) {
@@ -423,6 +426,24 @@ bool decode_telemetry(const uint8_t* data, size_t size, TelemetryPayload* out) {
   out->wan_bytes = get_u64(data + 1);
   out->fp32_bytes = get_u64(data + 9);
   out->frames = get_u64(data + 17);
+  return true;
+}
+
+std::vector<uint8_t> encode_membership(const MembershipPayload& p) {
+  std::vector<uint8_t> out(kMembershipSize);
+  out[0] = static_cast<uint8_t>(kMembershipFields);
+  put_u64(out.data() + 1, double_bits(p.weight));
+  put_u32(out.data() + 9, p.sites);
+  return out;
+}
+
+bool decode_membership(const uint8_t* data, size_t size, MembershipPayload* out) {
+  if (data == nullptr || out == nullptr || size != kMembershipSize) return false;
+  if (data[0] != kMembershipFields) return false;
+  const double w = bits_double(get_u64(data + 1));
+  if (!std::isfinite(w) || w < 0) return false;
+  out->weight = w;
+  out->sites = get_u32(data + 9);
   return true;
 }
 

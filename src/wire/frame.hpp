@@ -17,7 +17,8 @@
 //   other type (kBadCodec); reserved == 0 and no
 //   flag bits except kFlagFullAnchor on kAnchor, kFlagNoChange and
 //   kFlagKeepsReplicas on kWelcome, kFlagSent and kFlagNeedReplica on kHello,
-//   kFlagNeedUpdate on kHeartbeat, kFlagReplicaStored or kFlagNoReplica on
+//   kFlagNeedUpdate, kFlagLeaving, kFlagPausing and kFlagMembership on
+//   kHeartbeat, kFlagReplicaStored or kFlagNoReplica on
 //   kCheckpoint (kBadReserved); payload_length == bytes after the header, so
 //   trailing bytes and truncation are kLengthMismatch.
 //   kAnchor/kDelta: 1 <= chunk_count <= max_chunk_count, chunk_index <
@@ -57,8 +58,9 @@ namespace fedwan::wire {
 inline constexpr uint32_t kMagic = 0x4E415746;  // "FWAN" read as little-endian u32
 // 2: TLS, sealed frames; 3: heartbeats, rejoin state; 4: checkpoint replicas;
 // 5: the frame cipher bound into the key exporter, signed checkpoints, a
-// site's delta weight taken from the topology
-inline constexpr uint8_t kVersion = 5;
+// site's delta weight taken from the topology; 6: elastic membership (a
+// child's leave or pause, a region's member weight, on heartbeats)
+inline constexpr uint8_t kVersion = 6;
 inline constexpr size_t kHeaderSize = 64;
 
 enum class MsgType : uint8_t {
@@ -100,6 +102,15 @@ inline constexpr uint8_t kFlagNoChange = 0x02;    // kWelcome: child's model dig
 // anchor (a child rejoining after a reconnect or a parent's restart).
 inline constexpr uint8_t kFlagSent = 0x04;
 inline constexpr uint8_t kFlagNeedUpdate = 0x04;  // kHeartbeat from a parent, see kHeartbeat
+// kHeartbeat from a child, membership (docs/protocol.md, "Membership"): it
+// leaves the federation (kFlagLeaving) or pauses until its participation
+// window opens (kFlagPausing), from the heartbeat's round on; it is no longer
+// waited for nor counted in the quorum, and comes back by saying hello. A
+// region's heartbeats carry kFlagMembership with a MembershipPayload: the
+// weight of the sites under it that are members now.
+inline constexpr uint8_t kFlagLeaving = 0x10;
+inline constexpr uint8_t kFlagPausing = 0x20;
+inline constexpr uint8_t kFlagMembership = 0x40;
 // kHello: the child has no intact local checkpoint; the parent sends the
 // child's replica (kCheckpoint pieces, or kFlagNoReplica) instead of a welcome.
 inline constexpr uint8_t kFlagNeedReplica = 0x08;
@@ -211,5 +222,15 @@ struct TelemetryPayload {
 };
 std::vector<uint8_t> encode_telemetry(const TelemetryPayload& p);
 bool decode_telemetry(const uint8_t* data, size_t size, TelemetryPayload* out);
+
+// kHeartbeat with kFlagMembership, from a region: its live membership.
+//   u8 fields (= 2)   f64 member weight (finite, >= 0)   u32 member sites
+struct MembershipPayload {
+  double weight = 0;
+  uint32_t sites = 0;
+};
+std::vector<uint8_t> encode_membership(const MembershipPayload& p);
+bool decode_membership(const uint8_t* data, size_t size,
+                       MembershipPayload* out);  // false if malformed
 
 }  // namespace fedwan::wire

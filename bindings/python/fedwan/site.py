@@ -193,7 +193,8 @@ class Site:
                  round_timeout_s: Optional[float] = None, window: int = 8, *,
                  topology=None, node_id: Optional[str] = None, credentials=None,
                  insecure_plaintext: bool = False, cipher: str = "aes-256-gcm",
-                 audit_log=None, checkpoint_dir=None, process_group=None):
+                 audit_log=None, checkpoint_dir=None, process_group=None,
+                 costs_path=None, metrics: str = ""):
         import torch
 
         if isinstance(model, (str, os.PathLike, Topology)):
@@ -228,7 +229,8 @@ class Site:
         self._joined = False
         self._closed = False
         self._status = {"round": 0, "finished": False, "resynced": False,
-                        "bytes_sent": 0, "bytes_received": 0, "bytes_resent": 0}
+                        "bytes_sent": 0, "bytes_received": 0, "bytes_resent": 0,
+                        "paused_seconds": 0.0}
 
         self._dist = None
         self._group = None
@@ -267,7 +269,11 @@ class Site:
                                   round_timeout_s=round_timeout_s, window=window,
                                   credentials=credentials,
                                   insecure_plaintext=insecure_plaintext, cipher=cipher,
-                                  audit_log=audit_log, checkpoint_dir=checkpoint_dir)
+                                  audit_log=audit_log, checkpoint_dir=checkpoint_dir,
+                                  costs_path=costs_path, metrics=metrics,
+                                  devices=(self._dist.get_world_size(self._group)
+                                           if self._dist is not None else 1),
+                                  device_kind="gpu" if self._flat.is_cuda else "cpu")
             self._inner_steps = self._core.inner_steps
         else:
             # Checked here too, so a bad topology fails on every rank.
@@ -347,6 +353,16 @@ class Site:
             if not self._shared:
                 self._copy_to_flat()
             self._core.checkpoint()
+
+    def leave(self, timeout_s: float = 5.0) -> bool:
+        """Leaves the federation gracefully between steps (the parent stops
+        waiting for this site at once and counts it out of the quorum);
+        whether the parent was told within ``timeout_s``. Other ranks of a
+        multi-rank site have nothing to tell (True); every rank should stop
+        training after it."""
+        if self._core is None:
+            return True
+        return self._core.leave(timeout_s)
 
     def stop(self) -> None:
         """Makes a ``join()``, ``step()`` or ``sync()`` blocked in another

@@ -24,6 +24,7 @@ py::dict sync_dict(const SyncResult& r) {
   d["bytes_received"] = r.bytes_received;
   d["bytes_resent"] = r.bytes_resent;
   d["resynced"] = r.resynced;
+  d["paused_seconds"] = r.paused_seconds;
   return d;
 }
 
@@ -41,7 +42,9 @@ class PySiteCore {
   PySiteCore(const TopologyArg& topology, const std::string& node_id, const Float32ArrayArg& params,
              double join_timeout_s, std::optional<double> round_timeout_s, int window,
              const OptionalPathArg& credentials, bool insecure_plaintext, const std::string& cipher,
-             const OptionalPathArg& audit_log, const OptionalPathArg& checkpoint_dir)
+             const OptionalPathArg& audit_log, const OptionalPathArg& checkpoint_dir,
+             const OptionalPathArg& costs_path, int devices, const std::string& device_kind,
+             const std::string& metrics)
       : params_(float32_buffer(params.obj, "params", /*writable=*/true, /*non_empty=*/true)) {
     SiteOptions opt;
     opt.topology = topology_from(topology.obj);
@@ -54,6 +57,11 @@ class PySiteCore {
     if (!checkpoint_dir.obj.is_none()) {
       opt.checkpoint_dir = path_from(checkpoint_dir.obj, "checkpoint_dir");
     }
+    if (!costs_path.obj.is_none()) opt.costs_path = path_from(costs_path.obj, "costs_path");
+    if (devices < 1) throw ConfigError("devices must be >= 1, got " + std::to_string(devices));
+    opt.devices = static_cast<uint32_t>(devices);
+    opt.device_kind = device_kind;
+    opt.metrics_bind = metrics;
     core_ = std::make_unique<SiteCore>(std::move(opt), static_cast<float*>(params_.mutable_data()),
                                        static_cast<size_t>(params_.size()));
     inner_steps_ = core_->inner_steps();
@@ -108,6 +116,15 @@ class PySiteCore {
       core_->checkpoint();
       return current();
     });
+  }
+
+  bool leave(double timeout_s) {
+    bool told = false;
+    run_locked("leave", [this, timeout_s, &told] {
+      told = core_->leave(seconds_to_ms(timeout_s, "timeout_s"));
+      return current();
+    });
+    return told;
   }
 
   // Not under busy_: it is how another thread ends a join() or sync().
@@ -257,15 +274,20 @@ which secure parents refuse; neither raises fedwan.ConfigError. `cipher` is
 log of handshakes and updates sent.)")
       .def(py::init<const TopologyArg&, const std::string&, const Float32ArrayArg&, double,
                     std::optional<double>, int, const OptionalPathArg&, bool, const std::string&,
-                    const OptionalPathArg&, const OptionalPathArg&>(),
+                    const OptionalPathArg&, const OptionalPathArg&, const OptionalPathArg&, int,
+                    const std::string&, const std::string&>(),
            "topology"_a, "node_id"_a, "params"_a, "join_timeout_s"_a = 300.0, py::kw_only(),
            "round_timeout_s"_a = py::none(), "window"_a = 8, "credentials"_a = py::none(),
            "insecure_plaintext"_a = false, "cipher"_a = "aes-256-gcm", "audit_log"_a = py::none(),
-           "checkpoint_dir"_a = py::none(),
+           "checkpoint_dir"_a = py::none(), "costs_path"_a = py::none(), "devices"_a = 1,
+           "device_kind"_a = "cpu", "metrics"_a = "",
            "params: the C-contiguous float32 array the site trains (used in place). "
            "join_timeout_s bounds join(); round_timeout_s bounds each sync() (None: the "
            "topology's federation.round_timeout_s); window: frames in flight to the parent. "
-           "checkpoint_dir: a checkpoint at every round boundary, resumed from by join(). Raises "
+           "checkpoint_dir: a checkpoint at every round boundary, resumed from by join(). "
+           "costs_path: one JSON line of costs per round (training seconds x devices of "
+           "device_kind 'cpu' or 'gpu', bytes), billed by `fedwan costs`. metrics: 'host:port' "
+           "to serve Prometheus metrics and the status at ('' = the topology's). Raises "
            "fedwan.ConfigError (bad options, no credentials, a bundle of another node) or "
            "fedwan.CryptoError (the site's certificate is expired or revoked).")
       .def("join", &PySiteCore::join,
@@ -311,6 +333,11 @@ log of handshakes and updates sent.)")
            "After a sync() that raised, it keeps the checkpoint taken when the round began "
            "(params may hold part of the next round). Raises fedwan.Error while a "
            "begin_sync() is pending (finish_sync() checkpoints at the merge).")
+      .def("leave", &PySiteCore::leave, "timeout_s"_a = 5.0,
+           "Leaves the federation gracefully between syncs: the parent stops waiting for this "
+           "site at once and counts it out of the quorum. Returns whether the parent was told "
+           "within timeout_s. Afterwards join() and sync() raise fedwan.Error; a new SiteCore "
+           "of this node joins again from the next round boundary.")
       .def("stop", &PySiteCore::stop,
            "Makes a join() or sync() in progress in another thread, and every later one, "
            "raise fedwan.StoppedError within about 100 ms. Any thread; the GIL is not needed "

@@ -69,6 +69,21 @@ void bind_topology(py::module_& m) {
       .def_readonly("standby_bind", &NodeSpec::standby_bind,
                     "Root: endpoint the standby binds ('' without a standby; defaults to "
                     "standby_endpoint).")
+      .def_readonly("tcp_congestion", &NodeSpec::tcp_congestion,
+                    "TCP congestion control of what this node sends ('' = the federation's).")
+      .def_readonly("socket_buffer_bytes", &NodeSpec::socket_buffer_bytes,
+                    "Socket buffers of this node's TCP links (None = the federation's).")
+      .def_readonly("streams", &NodeSpec::streams,
+                    "TCP connections of this node's uplink (None = the federation's).")
+      .def_readonly("late_join", &NodeSpec::late_join,
+                    "Sites: the federation does not wait for it at the start; it counts from "
+                    "the round boundary after it comes.")
+      .def_readonly("windows", &NodeSpec::windows,
+                    "Sites: daily UTC participation windows 'HH:MM[:SS]-HH:MM[:SS]' (empty: "
+                    "always).")
+      .def_readonly("metrics", &NodeSpec::metrics,
+                    "'host:port' where the node serves Prometheus metrics and its status ('' = "
+                    "none).")
       .def("__repr__", &node_repr);
 
   py::class_<OuterOptimizerSpec>(m, "OuterOptimizerSpec",

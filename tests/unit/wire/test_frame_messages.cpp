@@ -3,6 +3,7 @@
 // and the replica flags.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <set>
 #include <string>
 #include <vector>
@@ -206,6 +207,42 @@ TEST(Frame, ReplicaFlagsOnlyOnTheirTypes) {
   Bytes heartbeat = control_frame(MsgType::kHeartbeat, {});
   heartbeat[kOffFlags] = kFlagNeedReplica;
   EXPECT_EQ(reason(heartbeat), RejectReason::kBadReserved);
+}
+
+TEST(Frame, MembershipFlagsOnlyOnHeartbeats) {
+  Bytes heartbeat = control_frame(MsgType::kHeartbeat, {});
+  for (uint8_t f : {kFlagLeaving, kFlagPausing, kFlagMembership}) {
+    heartbeat[kOffFlags] = f;
+    EXPECT_EQ(reason(heartbeat), RejectReason::kNone) << int{f};
+    Bytes hello = control_frame(MsgType::kHello);
+    hello[kOffFlags] = f;
+    EXPECT_EQ(reason(hello), RejectReason::kBadReserved) << int{f};
+  }
+}
+
+TEST(Frame, MembershipRoundTripAndRejects) {
+  const MembershipPayload p{1234.5, 7};
+  const Bytes b = encode_membership(p);
+  MembershipPayload q;
+  ASSERT_TRUE(decode_membership(b.data(), b.size(), &q));
+  EXPECT_EQ(q.weight, p.weight);
+  EXPECT_EQ(q.sites, p.sites);
+  for (size_t len = 0; len < b.size(); ++len) {
+    EXPECT_FALSE(decode_membership(b.data(), len, &q)) << len;
+  }
+  Bytes longer = b;
+  longer.push_back(0);
+  EXPECT_FALSE(decode_membership(longer.data(), longer.size(), &q));
+  Bytes wrong_count = b;
+  wrong_count[0] = 3;
+  EXPECT_FALSE(decode_membership(wrong_count.data(), wrong_count.size(), &q));
+  // A weight that is negative, infinite or not a number is malformed.
+  for (double w :
+       {-1.0, std::numeric_limits<double>::infinity(), std::numeric_limits<double>::quiet_NaN()}) {
+    const Bytes bad = encode_membership({w, 1});
+    EXPECT_FALSE(decode_membership(bad.data(), bad.size(), &q)) << w;
+  }
+  EXPECT_FALSE(decode_membership(nullptr, 0, &q));
 }
 
 TEST(NeedUpdate, RoundTripsProgressAndMissingChunks) {

@@ -1,0 +1,46 @@
+// Aggregator, cost accounting (node/cost_records.hpp): the bytes that
+// crossed each of its links, one record per round, written as the next
+// round opens and, for the last one, when the node stops. A round's record
+// holds what crossed since the previous record, so the records add up to
+// every byte counted once.
+#include <string>
+
+#include "aggregator/aggregator_impl.hpp"
+
+namespace fedwan {
+
+void Aggregator::Impl::collect_costs() {
+  node::CostRecorder& rec = costs_.recorder;
+  for (const Child& c : down_.children) {
+    const uint64_t now = down_.link->bytes_sent_to(c.id);
+    uint64_t& seen = costs_.sent_seen[c.id];
+    if (now > seen) rec.sent(c.id, now - seen);
+    seen = now;
+  }
+  if (up_.session) {
+    const std::string& parent = topo_.node(self_.parent_index).id;
+    rec.sent(parent, up_.session->bytes_sent() - costs_.up_sent);
+    rec.received(parent, up_.session->bytes_received() - costs_.up_received);
+    costs_.up_sent = up_.session->bytes_sent();
+    costs_.up_received = up_.session->bytes_received();
+  }
+}
+
+void Aggregator::Impl::costs_round_opened(uint64_t round) {
+  if (!costs_.recorder.enabled()) return;
+  if (costs_.open && round > costs_.round) {
+    collect_costs();
+    costs_.recorder.round_ended(costs_.round);
+  }
+  costs_.open = true;
+  costs_.round = round;
+}
+
+void Aggregator::Impl::costs_stopped() {
+  if (!costs_.recorder.enabled() || !costs_.open) return;
+  collect_costs();
+  costs_.recorder.round_ended(costs_.round);
+  costs_.open = false;
+}
+
+}  // namespace fedwan

@@ -1,0 +1,166 @@
+// Aggregator, elastic membership (docs/operations.md, "Membership"): which
+// children count. A child is a member once welcomed; it stops being one
+// when it leaves or pauses outside its participation window (announced on
+// a heartbeat, wire::kFlagLeaving / kFlagPausing), and a late_join site
+// becomes one when it first comes. The quorum is a share of the members'
+// weight (a region's members: what its heartbeats report, never more than
+// its sites' topology weight), so it follows the live membership; a member
+// that crashed stays one (the round waits for it as before). Newcomers and
+// children coming back from a leave or a pause count from the next round
+// boundary: they are welcomed there, with that round's model.
+#include <algorithm>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "aggregator/aggregator_impl.hpp"
+#include "common/log.hpp"
+
+namespace fedwan {
+
+const char* Aggregator::Impl::away_name(Away a) {
+  switch (a) {
+    case Away::kNo: return "member";
+    case Away::kLeft: return "left";
+    case Away::kPaused: return "paused";
+    case Away::kNotYet: return "not_joined";
+  }
+  return "unknown";
+}
+
+double Aggregator::Impl::member_weight() const {
+  double w = 0;
+  for (const Child& c : down_.children) {
+    if (c.member) w += c.is_site ? c.weight : c.member_weight;
+  }
+  return w;
+}
+
+uint32_t Aggregator::Impl::member_sites() const {
+  uint32_t n = 0;
+  for (const Child& c : down_.children) {
+    if (c.member) n += c.is_site ? 1 : c.member_sites;
+  }
+  return n;
+}
+
+void Aggregator::Impl::refresh_quorum() {
+  // A hair under, so a sum of the same weights in another order still counts.
+  if (acc_ && acc_->is_open()) acc_->set_min_weight(cfg_.quorum * member_weight() * (1 - 1e-9));
+}
+
+void Aggregator::Impl::membership_changed() {
+  refresh_quorum();
+  if (!is_root_) report_membership();
+  close_ready_chunks();
+}
+
+void Aggregator::Impl::report_membership() {
+  if (!up_.session) return;
+  wire::MembershipPayload p;
+  p.weight = member_weight();
+  p.sites = member_sites();
+  (void)up_.session->heartbeat(round_, wire::kFlagMembership, wire::encode_membership(p));
+}
+
+void Aggregator::Impl::on_membership(Child& c, const wire::ParsedFrame& f) {
+  const uint8_t flags = f.header.flags;
+  if (flags & wire::kFlagMembership) {
+    wire::MembershipPayload p;
+    if (c.is_site || !wire::decode_membership(f.payload, f.payload_size, &p)) {
+      refuse(c.id,
+             c.is_site ? "a site has no membership to report" : "malformed membership report");
+      return;
+    }
+    // A region speaks for its own sites only: never more than their weight.
+    const double w = std::min(p.weight, c.weight);
+    const uint32_t sites =
+        std::min<uint32_t>(p.sites, static_cast<uint32_t>(topo_.sites_under(c.index).size()));
+    if (w == c.member_weight && sites == c.member_sites) return;
+    c.member_weight = w;
+    c.member_sites = sites;
+    security_->audit(
+        "membership",
+        {{"peer", c.id}, {"round", round_}, {"member_weight", w}, {"member_sites", sites}});
+    log().info("[agg:{}] '{}' reports {} member sites, weight {}", self_.id, c.id, sites, w);
+    membership_changed();
+    return;
+  }
+  const bool leaving = (flags & wire::kFlagLeaving) != 0;
+  if (!c.is_site || (flags & wire::kFlagLeaving && flags & wire::kFlagPausing)) {
+    refuse(c.id, c.is_site ? "a heartbeat cannot both leave and pause"
+                           : "a region cannot leave or pause; its sites do");
+    return;
+  }
+  if (c.away == Away::kLeft || c.away == Away::kPaused) return;  // said already
+  const bool was_member = c.member;
+  c.away = leaving ? Away::kLeft : Away::kPaused;
+  c.member = false;
+  c.live = false;
+  c.rejoin_pending = false;
+  clear_outbox(c);
+  const char* event = leaving ? "member_left" : "member_paused";
+  security_->audit(event, {{"peer", c.id}, {"round", round_}, {"was_member", was_member}});
+  log().info("[agg:{}] '{}' {} at round {}; not waited for from now on", self_.id, c.id,
+             leaving ? "left" : "paused (outside its participation window)", round_);
+  summary_.membership_changes += 1;
+  if (acc_ && acc_->is_open()) acc_->set_expected(c.index, false);
+  membership_changed();
+}
+
+bool Aggregator::Impl::admit_newcomer(Child& c) {
+  if (c.member) return false;
+  // Not a member (never joined, left, or paused): it counts from the next
+  // round boundary, where it is welcomed with that round's model.
+  security_->audit("member_joining", {{"peer", c.id},
+                                      {"round", round_},
+                                      {"from", away_name(c.away)},
+                                      {"counts_from_round", round_ + 1}});
+  log().info("[agg:{}] '{}' joins ({}); it counts from round {}", self_.id, c.id, away_name(c.away),
+             round_ + 1);
+  c.rejoin_pending = true;
+  if (acc_ && acc_->is_open()) acc_->set_expected(c.index, false);
+  return true;
+}
+
+void Aggregator::Impl::became_member(Child& c) {
+  if (c.member) return;
+  c.member = true;
+  const Away from = c.away;
+  c.away = Away::kNo;
+  summary_.membership_changes += 1;
+  security_->audit("member_joined", {{"peer", c.id}, {"round", round_}, {"from", away_name(from)}});
+  // A larger membership never makes a chunk ready: no close_ready_chunks
+  // here (welcome_one runs inside round steps).
+  refresh_quorum();
+  if (!is_root_) report_membership();
+}
+
+nlohmann::json Aggregator::Impl::membership_json() const {
+  nlohmann::json m = nlohmann::json::object();
+  for (const Child& c : down_.children) {
+    nlohmann::json e = {{"state", c.member ? "member" : away_name(c.away)}};
+    if (!c.is_site) e["member_weight"] = c.member_weight, e["member_sites"] = c.member_sites;
+    m[c.id] = e;
+  }
+  return m;
+}
+
+void Aggregator::Impl::restore_membership(const nlohmann::json& m) {
+  for (Child& c : down_.children) {
+    if (!m.is_object() || !m.contains(c.id) || !m[c.id].is_object()) continue;
+    const nlohmann::json& e = m[c.id];
+    const std::string state = e.value("state", std::string("member"));
+    c.member = state == "member";
+    c.away = state == "left"     ? Away::kLeft
+             : state == "paused" ? Away::kPaused
+             : c.member          ? Away::kNo
+                                 : Away::kNotYet;
+    if (!c.is_site && e.contains("member_weight") && e["member_weight"].is_number()) {
+      c.member_weight = std::clamp(e["member_weight"].get<double>(), 0.0, c.weight);
+      c.member_sites = e.value("member_sites", c.member_sites);
+    }
+  }
+}
+
+}  // namespace fedwan

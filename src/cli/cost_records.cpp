@@ -1,0 +1,488 @@
+#include "cli/cost_records.hpp"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "fedwan/error.hpp"
+
+namespace fedwan::cli {
+namespace {
+
+using nlohmann::json;
+
+const char* const kRoles[] = {"site", "region", "root"};
+const char* const kDeviceKinds[] = {"cpu", "gpu"};
+
+template <size_t N>
+bool one_of(const std::string& s, const char* const (&names)[N]) {
+  return std::find(std::begin(names), std::end(names), s) != std::end(names);
+}
+
+// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's
+// days_from_civil), and back.
+int64_t days_from_civil(int64_t y, unsigned m, unsigned d) {
+  y -= m <= 2;
+  const int64_t era = (y >= 0 ? y : y - 399) / 400;
+  const auto yoe = static_cast<unsigned>(y - era * 400);
+  const unsigned doy = (153 * (m > 2 ? m - 3 : m + 9) + 2) / 5 + d - 1;
+  const unsigned doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+  return era * 146097 + static_cast<int64_t>(doe) - 719468;
+}
+
+void civil_from_days(int64_t z, int64_t* y, unsigned* m, unsigned* d) {
+  z += 719468;
+  const int64_t era = (z >= 0 ? z : z - 146096) / 146097;
+  const auto doe = static_cast<unsigned>(z - era * 146097);
+  const unsigned yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+  const unsigned doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+  const unsigned mp = (5 * doy + 2) / 153;
+  *d = doy - (153 * mp + 2) / 5 + 1;
+  *m = mp < 10 ? mp + 3 : mp - 9;
+  *y = static_cast<int64_t>(yoe) + era * 400 + (*m <= 2);
+}
+
+int64_t floor_div(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
+
+// Sums and products that would wrap are refused: a wrapped total is a wrong bill.
+void add_to(uint64_t& acc, uint64_t v) {
+  if (__builtin_add_overflow(acc, v, &acc)) {
+    throw ConfigError("the totals pass 2^64 (bytes or device-microseconds): the records cannot "
+                      "be summed exactly; bill fewer of them at once");
+  }
+}
+
+// Records are untrusted and messages go to a terminal: control characters
+// and bytes outside ASCII are shown as '?'.
+std::string printable(std::string s) {
+  for (char& c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u >= 0x7f) c = '?';
+  }
+  return s;
+}
+
+std::string shown(const json& v) {
+  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (s.size() > 40) s = s.substr(0, 37) + "...";
+  return s;
+}
+
+std::string number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+// Deeper than any record: refused before nlohmann's recursive parser sees it.
+bool nested_deeper_than(const std::string& s, int limit) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (const char c : s) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      if (++depth > limit) return true;
+    } else if (c == '}' || c == ']') {
+      --depth;
+    }
+  }
+  return false;
+}
+
+class RecordReader {
+ public:
+  RecordReader(const json& j, const std::string& origin) : j_(j), origin_(origin) {}
+
+  [[noreturn]] void fail(const std::string& what) const {
+    throw ConfigError(origin_ + ": " + what);
+  }
+  const json* find(const char* key) const {
+    const auto it = j_.find(key);
+    return it == j_.end() ? nullptr : &*it;
+  }
+  const json& need(const char* key) const {
+    const json* v = find(key);
+    if (!v) fail(std::string("no \"") + key + "\" (a cost record of schema version 1 has it)");
+    return *v;
+  }
+  std::string str(const char* key) const {
+    const json& v = need(key);
+    if (!v.is_string() || v.get_ref<const std::string&>().empty()) {
+      fail(std::string("\"") + key + "\" must be a non-empty string, got " + shown(v));
+    }
+    return v.get<std::string>();
+  }
+  uint64_t u64(const json& v, const std::string& what) const {
+    if (!v.is_number_unsigned()) {
+      fail("\"" + what + "\" must be a non-negative integer, got " + shown(v));
+    }
+    return v.get<uint64_t>();
+  }
+
+ private:
+  const json& j_;
+  const std::string& origin_;
+};
+
+}  // namespace
+
+bool parse_utc(const std::string& t, UtcTime* out, std::string* why) {
+  // YYYY-MM-DDTHH:MM:SS[.fffffffff]Z
+  const auto digits = [&](size_t at, size_t n, unsigned* v) {
+    if (at + n > t.size()) return false;
+    *v = 0;
+    for (size_t i = at; i < at + n; ++i) {
+      if (t[i] < '0' || t[i] > '9') return false;
+      *v = *v * 10 + static_cast<unsigned>(t[i] - '0');
+    }
+    return true;
+  };
+  unsigned y, mo, d, h, mi, s;
+  const bool shape = t.size() >= 20 && digits(0, 4, &y) && t[4] == '-' && digits(5, 2, &mo) &&
+                     t[7] == '-' && digits(8, 2, &d) && t[10] == 'T' && digits(11, 2, &h) &&
+                     t[13] == ':' && digits(14, 2, &mi) && t[16] == ':' && digits(17, 2, &s);
+  size_t i = 19;
+  uint32_t nanos = 0;
+  bool fraction_ok = true;
+  if (shape && i < t.size() && t[i] == '.') {
+    size_t n = 0;
+    for (++i; i < t.size() && t[i] >= '0' && t[i] <= '9'; ++i, ++n) {
+      if (n < 9) nanos = nanos * 10 + static_cast<uint32_t>(t[i] - '0');
+    }
+    fraction_ok = n >= 1 && n <= 9;
+    for (; n < 9; ++n) nanos *= 10;
+  }
+  if (!shape || !fraction_ok || i + 1 != t.size() || t[i] != 'Z') {
+    *why = "is not a UTC time like 2026-11-25T07:00:12.600Z (ISO-8601, ending in Z)";
+    return false;
+  }
+  static const unsigned kDays[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+  const bool leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+  if (mo < 1 || mo > 12 || d < 1 || d > kDays[mo - 1] + (mo == 2 && leap) || h > 23 || mi > 59 ||
+      s > 59) {
+    *why = "is not a valid date and time";
+    return false;
+  }
+  out->seconds = days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + s;
+  out->nanos = nanos;
+  return true;
+}
+
+std::string format_utc(int64_t seconds) {
+  const int64_t days = floor_div(seconds, 86400);
+  const auto in_day = static_cast<unsigned>(seconds - days * 86400);
+  int64_t y;
+  unsigned m, d;
+  civil_from_days(days, &y, &m, &d);
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%04lld-%02u-%02uT%02u:%02u:%02uZ", static_cast<long long>(y), m,
+                d, in_day / 3600, in_day / 60 % 60, in_day % 60);
+  return buf;
+}
+
+std::string CostRecord::first_difference(const CostRecord& o) const {
+  const auto differ = [](const std::string& what, const std::string& a, const std::string& b) {
+    return what + " (" + a + " vs " + b + ")";
+  };
+  if (role != o.role) return differ("role", role, o.role);
+  if (start != o.start) return differ("start", start, o.start);
+  if (end != o.end) return differ("end", end, o.end);
+  if (train_seconds != o.train_seconds) {
+    return differ("train_seconds", number(train_seconds), number(o.train_seconds));
+  }
+  if (devices != o.devices) {
+    return differ("devices", std::to_string(devices), std::to_string(o.devices));
+  }
+  if (device != o.device) return differ("device", device, o.device);
+  if (contributed != o.contributed) {
+    return differ("contributed", contributed ? "true" : "false", o.contributed ? "true" : "false");
+  }
+  for (const auto& [peer, bytes] : links) {
+    const auto it = o.links.find(peer);
+    if (it == o.links.end()) return "links (" + peer + " only in the first)";
+    if (bytes.sent != it->second.sent) {
+      return differ("links." + peer + ".sent", std::to_string(bytes.sent),
+                    std::to_string(it->second.sent));
+    }
+    if (bytes.received != it->second.received) {
+      return differ("links." + peer + ".received", std::to_string(bytes.received),
+                    std::to_string(it->second.received));
+    }
+  }
+  for (const auto& link : o.links) {
+    if (!links.count(link.first)) return "links (" + link.first + " only in the second)";
+  }
+  return "";
+}
+
+CostRecord parse_cost_record(const std::string& line, const std::string& origin) {
+  if (line.size() > kCostMaxLineBytes) {
+    throw ConfigError(origin + ": line longer than 1 MiB: not a cost record");
+  }
+  if (nested_deeper_than(line, 16)) {
+    throw ConfigError(origin + ": nested deeper than a cost record can be");
+  }
+  json j;
+  try {
+    j = json::parse(line);
+  } catch (const json::exception& e) {
+    std::string what = e.what();
+    const size_t bracket = what.find("] ");
+    if (what.rfind("[json.exception.", 0) == 0 && bracket != std::string::npos) {
+      what = what.substr(bracket + 2);
+    }
+    throw ConfigError(origin + ": not valid JSON: " + printable(what));
+  }
+  if (!j.is_object()) throw ConfigError(origin + ": not a JSON object, got " + shown(j));
+  const RecordReader in(j, origin);
+
+  const json& v = in.need("v");
+  if (!v.is_number_integer()) in.fail("\"v\" must be an integer, got " + shown(v));
+  if (!v.is_number_unsigned() || v.get<uint64_t>() != kCostSchemaVersion) {
+    in.fail("schema version " + shown(v) +
+            " is not supported: this fedwan reads cost records "
+            "of version " +
+            std::to_string(kCostSchemaVersion) + " (use the fedwan release that wrote them)");
+  }
+  CostRecord r;
+  r.origin = origin;
+  r.node = in.str("node");
+  r.role = in.str("role");
+  if (!one_of(r.role, kRoles)) {
+    in.fail("\"role\" must be site, region or root, got " + shown(j["role"]));
+  }
+  r.round = in.u64(in.need("round"), "round");
+  r.start = in.str("start");
+  r.end = in.str("end");
+  UtcTime start;
+  std::string why;
+  if (!parse_utc(r.start, &start, &why)) in.fail("\"start\" " + shown(j["start"]) + " " + why);
+  if (!parse_utc(r.end, &r.end_time, &why)) in.fail("\"end\" " + shown(j["end"]) + " " + why);
+  if (r.end_time < start) in.fail("\"end\" " + r.end + " is before \"start\" " + r.start);
+
+  if (const json* ts = in.find("train_seconds")) {
+    if (!ts->is_number() || !std::isfinite(ts->get<double>()) || ts->get<double>() < 0) {
+      in.fail("\"train_seconds\" must be a non-negative number, got " + shown(*ts));
+    }
+    r.train_seconds = ts->get<double>();
+  }
+  if (const json* n = in.find("devices")) r.devices = in.u64(*n, "devices");
+  if (const json* dev = in.find("device")) {
+    if (!dev->is_string() || !one_of(dev->get<std::string>(), kDeviceKinds)) {
+      in.fail("\"device\" must be cpu or gpu, got " + shown(*dev));
+    }
+    r.device = dev->get<std::string>();
+  }
+  if (const json* c = in.find("contributed")) {
+    if (!c->is_boolean()) in.fail("\"contributed\" must be true or false, got " + shown(*c));
+    r.contributed = c->get<bool>();
+  }
+  if (const json* links = in.find("links")) {
+    if (!links->is_object()) {
+      in.fail("\"links\" must be an object of peer: {sent, received}, got " + shown(*links));
+    }
+    for (const auto& item : links->items()) {
+      const std::string ctx = "links." + item.key();
+      const json& l = item.value();
+      if (!l.is_object() || !l.contains("sent") || !l.contains("received")) {
+        in.fail("\"" + ctx + "\" must be {\"sent\": bytes, \"received\": bytes}, got " + shown(l));
+      }
+      r.links[item.key()] = {in.u64(l["sent"], ctx + ".sent"),
+                             in.u64(l["received"], ctx + ".received")};
+    }
+  }
+  // Whole microseconds, so that every sum of them is exact.
+  const double us = std::round(r.train_seconds * 1e6);
+  if (us >= 9.2e18 || __builtin_mul_overflow(static_cast<uint64_t>(us), r.devices, &r.device_us)) {
+    in.fail("\"train_seconds\" x \"devices\" is too large to be a round's device time");
+  }
+  if (r.device_us > 0 && r.device.empty()) {
+    in.fail("no \"device\": cpu or gpu is needed to price " + number(r.train_seconds) + " s on " +
+            std::to_string(r.devices) + " device(s)");
+  }
+  return r;
+}
+
+void CostLedger::add(CostRecord r) {
+  ++lines_read_;
+  const auto role = roles_.find(r.node);
+  if (role == roles_.end()) {
+    roles_[r.node] = {r.role, r.origin};
+  } else if (role->second.first != r.role) {
+    throw ConfigError(r.origin + ": node " + printable(r.node) + " is a " + r.role +
+                      " here but a " + role->second.first + " at " + role->second.second +
+                      ": one node has one role; check which file belongs to which node");
+  }
+  auto key = std::make_pair(r.node, r.round);
+  const auto seen = records_.find(key);
+  if (seen == records_.end()) {
+    records_.emplace(std::move(key), std::move(r));
+    return;
+  }
+  const std::string diff = seen->second.first_difference(r);
+  if (diff.empty()) {
+    ++duplicates_;  // the node wrote the round again after a restart
+    return;
+  }
+  throw ConfigError(seen->second.origin + " and " + r.origin + ": " + printable(r.node) +
+                    " round " + std::to_string(r.round) +
+                    " is recorded twice with different values: " + printable(diff) +
+                    "; counting both would double count the round: keep the right one");
+}
+
+void CostLedger::read(std::istream& in, const std::string& name) {
+  // Line by line, never holding more than one line of the limit.
+  std::string line;
+  uint64_t line_no = 0;
+  bool too_long = false;
+  const auto take = [&] {
+    const std::string origin = name + ":" + std::to_string(++line_no);
+    if (too_long) throw ConfigError(origin + ": line longer than 1 MiB: not a cost record");
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.find_first_not_of(" \t") != std::string::npos) add(parse_cost_record(line, origin));
+    line.clear();
+  };
+  char block[1 << 16];
+  while (in.read(block, sizeof block) || in.gcount() > 0) {
+    const std::streamsize got = in.gcount();
+    for (std::streamsize i = 0; i < got; ++i) {
+      if (block[i] == '\n') {
+        take();
+      } else if (!too_long) {
+        line += block[i];
+        if (line.size() > kCostMaxLineBytes) {
+          too_long = true;
+          line.clear();
+        }
+      }
+    }
+  }
+  if (!line.empty() || too_long) take();
+  if (in.bad()) throw ConfigError("cannot read " + name);
+}
+
+int64_t cost_window_seconds(const std::string& name) {
+  if (name == "none") return 0;
+  if (name == "1h") return 3600;
+  if (name == "6h") return 6 * 3600;
+  if (name == "1d") return 86400;
+  throw ConfigError("window '" + name + "': expected none, 1h, 6h or 1d");
+}
+
+namespace {
+
+CostLine node_line(const std::vector<const CostRecord*>& records, const CostRates& rates) {
+  CostLine l;
+  l.node = records.front()->node;
+  l.role = records.front()->role;
+  for (const CostRecord* r : records) {
+    ++l.rounds;
+    l.contributed += r->contributed;
+    if (r->device_us > 0) {
+      add_to(l.devices[r->device].us, r->device_us);
+      add_to(l.device_us_total, r->device_us);
+    }
+    for (const auto& [peer, bytes] : r->links) {
+      LinkBytes& link = l.links[peer].bytes;
+      add_to(link.sent, bytes.sent);
+      add_to(link.received, bytes.received);
+      add_to(l.sent, bytes.sent);
+      add_to(l.received, bytes.received);
+    }
+  }
+  // Priced once from the integer totals (not summed per round): one rounding each.
+  for (auto& [kind, use] : l.devices) {
+    use.rate = rates.device_hour_rate(l.node, kind);
+    use.cost = static_cast<double>(use.us) / 3.6e9 * use.rate;
+    l.device_cost += use.cost;
+  }
+  for (auto& [peer, use] : l.links) {
+    use.rate = rates.egress_rate(l.node, peer);
+    use.cost = static_cast<double>(use.bytes.sent) / 1e9 * use.rate;
+    l.egress_cost += use.cost;
+  }
+  l.total_cost = l.device_cost + l.egress_cost;
+  return l;
+}
+
+CostLine sum_of(const std::vector<CostLine>& lines) {
+  CostLine t;
+  for (const CostLine& l : lines) {
+    add_to(t.rounds, l.rounds);
+    add_to(t.contributed, l.contributed);
+    for (const auto& [kind, use] : l.devices) {
+      add_to(t.devices[kind].us, use.us);
+      t.devices[kind].cost += use.cost;
+    }
+    add_to(t.device_us_total, l.device_us_total);
+    add_to(t.sent, l.sent);
+    add_to(t.received, l.received);
+    t.device_cost += l.device_cost;
+    t.egress_cost += l.egress_cost;
+    t.total_cost += l.total_cost;
+  }
+  return t;
+}
+
+// One line per node, in name order (the records' map order).
+std::vector<CostLine> node_lines(const std::vector<const CostRecord*>& records,
+                                 const CostRates& rates) {
+  std::vector<CostLine> out;
+  std::vector<const CostRecord*> same_node;
+  for (const CostRecord* r : records) {
+    if (!same_node.empty() && same_node.front()->node != r->node) {
+      out.push_back(node_line(same_node, rates));
+      same_node.clear();
+    }
+    same_node.push_back(r);
+  }
+  if (!same_node.empty()) out.push_back(node_line(same_node, rates));
+  return out;
+}
+
+}  // namespace
+
+CostBill bill_costs(const CostLedger& ledger, const CostRates& rates, int64_t window_seconds) {
+  CostBill bill;
+  bill.currency = rates.currency;
+  bill.lines_read = ledger.lines_read();
+  bill.records = ledger.records().size();
+  bill.duplicates = ledger.duplicates();
+  bill.window_seconds = window_seconds;
+  std::vector<const CostRecord*> all;
+  std::map<int64_t, std::vector<const CostRecord*>> by_window;
+  for (const auto& entry : ledger.records()) {
+    all.push_back(&entry.second);
+    if (window_seconds > 0) {
+      by_window[floor_div(entry.second.end_time.seconds, window_seconds)].push_back(&entry.second);
+    }
+  }
+  bill.nodes = node_lines(all, rates);
+  bill.totals = sum_of(bill.nodes);
+  for (const auto& [index, records] : by_window) {
+    CostWindowBill w;
+    w.start = index * window_seconds;
+    w.end = w.start + window_seconds;
+    w.nodes = node_lines(records, rates);
+    w.totals = sum_of(w.nodes);
+    bill.windows.push_back(std::move(w));
+  }
+  return bill;
+}
+
+}  // namespace fedwan::cli

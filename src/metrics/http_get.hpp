@@ -1,0 +1,23 @@
+// A small blocking HTTP/1.1 GET over TCP (no TLS): what `fedwan status`
+// and the tests use to read a node's /status and /metrics. Bounded: the
+// whole exchange within `timeout`, the answer at most `max_bytes`.
+// Thread safety: none needed (no shared state).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <string>
+
+namespace fedwan::metrics {
+
+struct HttpResponse {
+  int status = 0;  // 0 when there was no answer (see error)
+  std::string body;
+  std::string error;  // why there was no answer: refused, timed out, ...
+};
+
+// `address` is "host:port" (or "[v6]:port"). Never throws.
+HttpResponse http_get(const std::string& address, const std::string& path,
+                      std::chrono::milliseconds timeout, size_t max_bytes = size_t{4} << 20);
+
+}  // namespace fedwan::metrics

@@ -1,0 +1,58 @@
+// A small HTTP/1.1 server for Prometheus scrapes, on a thread of its own:
+//
+//   GET /metrics  200, text/plain; version=0.0.4 (the `metrics` callback's text)
+//   GET /status   200, application/json (the `status` callback's text; 404 without one)
+//   other paths   404;  other methods on those paths: 405
+//
+// Requests are headers only (8 KiB at most; a body gets 413, a malformed
+// request 400 and the connection closed). Reading a request and writing a
+// response each have `io_timeout`, so a client that sends nothing or reads
+// nothing is dropped; an idle keep-alive connection likewise. At most
+// `max_connections` are served at once; more are closed as soon as accepted.
+//
+// The callbacks run on the server's thread, one request at a time, and may
+// throw (the client gets a 500). Thread safety: port() and stop() may be
+// called from any thread but the server's own (not from a callback).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+namespace fedwan::metrics {
+
+class MetricsServer {
+ public:
+  struct Options {
+    // host:port, "[v6]:port" for IPv6; port 0 picks a free port (see port()).
+    std::string bind = "127.0.0.1:0";
+    std::function<std::string()> metrics;  // required: the exposition text
+    std::function<std::string()> status;   // optional: a JSON document
+    std::chrono::milliseconds io_timeout{5000};
+    size_t max_connections = 16;
+  };
+
+  // Binds, listens and starts the thread. Throws ConfigError for an address
+  // it cannot parse or resolve, or without a metrics callback, and
+  // TransportError when it cannot bind or listen there.
+  explicit MetricsServer(Options options);
+  // stop()s.
+  ~MetricsServer();
+  MetricsServer(const MetricsServer&) = delete;
+  MetricsServer& operator=(const MetricsServer&) = delete;
+
+  // The port it listens on (the one picked when bind asked for port 0).
+  uint16_t port() const;
+  // Closes the listener and every connection and joins the thread; returns
+  // once a callback in progress has returned. Idempotent.
+  void stop();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace fedwan::metrics

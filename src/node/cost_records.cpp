@@ -1,0 +1,88 @@
+#include "node/cost_records.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <ctime>
+#include <filesystem>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "common/errno_text.hpp"
+#include "common/log.hpp"
+
+namespace fedwan::node {
+namespace {
+
+std::string utc_ms(std::chrono::system_clock::time_point t) {
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
+  const std::time_t s = static_cast<std::time_t>(ms / 1000);
+  std::tm tm{};
+  gmtime_r(&s, &tm);
+  char buf[40];
+  const size_t n = std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+  std::snprintf(buf + n, sizeof buf - n, ".%03dZ", static_cast<int>(ms % 1000));
+  return buf;
+}
+
+// One write(2) of the whole line with O_APPEND: lines of a restarted node
+// never interleave with a torn one of its earlier life.
+bool append_line(const std::string& path, const std::string& line, std::string* why) {
+  std::error_code ec;
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    *why = errno_text(errno);
+    return false;
+  }
+  const ssize_t n = ::write(fd, line.data(), line.size());
+  const int err = errno;
+  const bool ok = n == static_cast<ssize_t>(line.size()) && ::fsync(fd) == 0;
+  ::close(fd);
+  if (!ok) *why = n < 0 ? errno_text(err) : "short write";
+  return ok;
+}
+
+}  // namespace
+
+CostRecorder::CostRecorder(std::string path, std::string node, std::string role)
+    : path_(std::move(path)),
+      node_(std::move(node)),
+      role_(std::move(role)),
+      start_(std::chrono::system_clock::now()) {}
+
+void CostRecorder::round_ended(uint64_t round, bool contributed) {
+  if (path_.empty()) return;
+  const auto now = std::chrono::system_clock::now();
+  nlohmann::json j = {{"v", 1},         {"node", node_},           {"role", role_},
+                      {"round", round}, {"start", utc_ms(start_)}, {"end", utc_ms(now)}};
+  if (role_ == "site") {
+    j["train_seconds"] = train_seconds_;
+    j["devices"] = devices_;
+    j["device"] = device_;
+    j["contributed"] = contributed;
+  }
+  nlohmann::json links = nlohmann::json::object();
+  for (const auto& [peer, b] : links_) links[peer] = {{"sent", b.sent}, {"received", b.received}};
+  j["links"] = links;
+  std::string why;
+  if (!append_line(path_, j.dump() + "\n", &why)) {
+    if (!failing_) {
+      log().warn("[{}] could not write its cost record of round {} to {}: {}; its counts go into "
+                 "the next record",
+                 node_, round, path_, why);
+    }
+    failing_ = true;
+    return;
+  }
+  failing_ = false;
+  links_.clear();
+  train_seconds_ = 0;
+  start_ = now;
+}
+
+}  // namespace fedwan::node

@@ -1,0 +1,60 @@
+// Per-round cost records of a node (docs/operations.md, "Cost accounting"):
+// one JSON line per round appended to a file, read back by `fedwan costs`.
+// Schema 1:
+//   {"v":1,"node":ID,"role":"site"|"region"|"root","round":R,
+//    "start":UTC,"end":UTC,                       ISO-8601, milliseconds, Z
+//    "train_seconds":S,"devices":N,"device":"cpu"|"gpu","contributed":B,   sites
+//    "links":{PEER:{"sent":BYTES,"received":BYTES},...}}
+// Bytes are what crossed the node's links between the end of the previous
+// round and the end of this one, so the records of a node add up to every
+// byte it sent and received (counted once, in one record). A record is
+// written once its round ended (after the round's checkpoint): a node that
+// crashes mid-round writes that round when it is done again.
+// Thread safety: one thread per CostRecorder.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+
+namespace fedwan::node {
+
+struct LinkBytes {
+  uint64_t sent = 0;
+  uint64_t received = 0;
+};
+
+class CostRecorder {
+ public:
+  CostRecorder() = default;  // records nothing
+  // `path` empty: records nothing. `role` is "site", "region" or "root".
+  CostRecorder(std::string path, std::string node, std::string role);
+
+  bool enabled() const { return !path_.empty(); }
+  void sent(const std::string& peer, uint64_t bytes) { links_[peer].sent += bytes; }
+  void received(const std::string& peer, uint64_t bytes) { links_[peer].received += bytes; }
+  // Sites: seconds of training (times devices: device-seconds) this round.
+  void trained(double seconds) { train_seconds_ += seconds; }
+  void set_devices(uint32_t devices, std::string kind) {
+    devices_ = devices;
+    device_ = std::move(kind);
+  }
+
+  // Appends the record of `round` (what was counted since the last one)
+  // and starts the next. Never throws: a record that cannot be written is
+  // logged (warning, once per failure streak) and its counts are kept for
+  // the next record, so totals still add up.
+  void round_ended(uint64_t round, bool contributed = false);
+
+ private:
+  std::string path_, node_, role_;
+  std::map<std::string, LinkBytes> links_;
+  double train_seconds_ = 0;
+  uint32_t devices_ = 1;
+  std::string device_ = "cpu";
+  std::chrono::system_clock::time_point start_;
+  bool failing_ = false;
+};
+
+}  // namespace fedwan::node
