@@ -345,6 +345,10 @@ AggregatorSummary Aggregator::Impl::run() {
     }
     maybe_finish();
     check_deadlines();
+    if (membership_report_due_) {
+      membership_report_due_ = false;
+      report_membership();
+    }
   }
   // Deliver what is still queued (the last anchors, done, telemetry).
   const auto deadline = Clock::now() + cfg_.finish_wait;

@@ -133,7 +133,9 @@ void Aggregator::Impl::became_member(Child& c) {
   // A larger membership never makes a chunk ready: no close_ready_chunks
   // here (welcome_one runs inside round steps).
   refresh_quorum();
-  if (!is_root_) report_membership();
+  // Reported once the event loop comes round: children welcomed together
+  // (a region's first welcome) go up in one report.
+  membership_report_due_ = !is_root_;
 }
 
 nlohmann::json Aggregator::Impl::membership_json() const {

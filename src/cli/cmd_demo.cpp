@@ -327,6 +327,9 @@ int run_demo(const DemoArgs& a) {
     if (late && late->site == n.id) {
       l.start_after_rounds = late->round - 1;
       l.watch_audit = (dir / "audit" / "root.jsonl").string();
+      l.go_file = (dir / ("go-" + n.id)).string();
+      fs::remove(l.go_file);
+      for (auto& args : l.rank_args) args.insert(args.end(), {"--join-after-file", l.go_file});
     }
     supervisor.start(std::move(l));
   };

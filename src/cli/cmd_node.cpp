@@ -136,6 +136,16 @@ void linger_for_metrics(const NodeArgs& a) {
   }
 }
 
+// --join-after-file: waits for the launcher's go (a signal ends the wait;
+// join() then stops at once).
+void wait_for_go(const NodeArgs& a) {
+  if (a.join_after_file.empty()) return;
+  std::error_code ec;
+  while (!std::filesystem::exists(a.join_after_file, ec) && !g_terminate.load()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
 // --costs, else <checkpoint-dir>/costs.jsonl, else none.
 std::string costs_path(const NodeArgs& a) {
   if (!a.costs.empty() || a.checkpoint_dir.empty()) return a.costs;
@@ -339,6 +349,7 @@ int run_site(const NodeArgs& a) {
     SiteReport report(a.report, a.node, a.step_time_ms);
     bool completed = false;
     try {
+      wait_for_go(a);
       const Clock::time_point join_started = Clock::now();
       const SyncResult joined = site.join();
       report.joined(join_started);
@@ -421,6 +432,7 @@ int run_site(const NodeArgs& a) {
   };
   SiteReport report(site.leader() ? a.report : std::string(), a.node, a.step_time_ms);
   try {
+    wait_for_go(a);
     const Clock::time_point join_started = Clock::now();
     site.join();
     report.joined(join_started);
@@ -555,6 +567,9 @@ void add_site_command(CLI::App& app, NodeArgs& args, int* exit_code) {
                   "write a JSON report here at the end (also when stopped by a signal): per "
                   "round the training and sync wall time and bytes sent and received, the "
                   "totals and the utilisation (training time / wall time since joining)");
+  cmd->add_option("--join-after-file", args.join_after_file,
+                  "load everything, then wait until this file exists before joining the "
+                  "federation (a launcher's go signal, e.g. for a late_join site)");
   cmd->add_option("--leave-at-round", args.leave_at_round,
                   "leave the federation gracefully when this round begins (the parent stops "
                   "waiting for the site at once and counts it out of the quorum); 0: never")

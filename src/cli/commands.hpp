@@ -45,6 +45,8 @@ struct NodeArgs {
   double step_time_ms = 0;
   // Sites: leave the federation gracefully once at this round (0: never).
   uint64_t leave_at_round = 0;
+  // Sites: wait until this file exists before joining (a launcher's go).
+  std::string join_after_file;
   SecurityArgs security;
   WorkloadSettings workload;
 };

@@ -151,9 +151,9 @@ DemoSupervisor::~DemoSupervisor() {
 void DemoSupervisor::start(NodeLaunch node) {
   Node n;
   n.launch = std::move(node);
-  n.started = n.launch.start_after_rounds == 0;
+  n.released = n.launch.start_after_rounds == 0;
   nodes_.push_back(std::move(n));
-  if (nodes_.back().started) spawn_node(nodes_.size() - 1, true);
+  spawn_node(nodes_.size() - 1, true);
 }
 
 void DemoSupervisor::spawn_node(size_t index, bool first) {
@@ -174,10 +174,9 @@ void DemoSupervisor::spawn_node(size_t index, bool first) {
   }
 }
 
-void DemoSupervisor::start_due() {
-  for (size_t i = 0; i < nodes_.size(); ++i) {
-    Node& n = nodes_[i];
-    if (n.started) continue;
+void DemoSupervisor::release_due() {
+  for (Node& n : nodes_) {
+    if (n.released) continue;
     const auto now = std::chrono::steady_clock::now();
     if (now < n.next_check) continue;
     n.next_check = now + std::chrono::milliseconds(250);
@@ -186,10 +185,10 @@ void DemoSupervisor::start_due() {
       closed += e.value("event", "") == "round_closed" ? 1 : 0;
     }
     if (closed < n.launch.start_after_rounds) continue;
-    std::cout << "fedwan demo: starting '" << n.launch.node << "' in round " << closed + 1
+    std::cout << "fedwan demo: '" << n.launch.node << "' joins in round " << closed + 1
               << " (late join)" << std::endl;
-    n.started = true;
-    spawn_node(i, true);
+    n.released = true;
+    std::ofstream(n.launch.go_file) << "go\n";
   }
 }
 
@@ -219,7 +218,7 @@ bool DemoSupervisor::run(const std::atomic<bool>& stop) {
     int status = 0;
     // Polled, so a signal that lands between the check above and the wait
     // is still seen within 50 ms.
-    if (!stopping) start_due();
+    if (!stopping) release_due();
     const pid_t pid = ::waitpid(-1, &status, WNOHANG);
     if (pid == 0) {
       ::usleep(50 * 1000);

@@ -57,10 +57,13 @@ struct NodeLaunch {
   std::map<std::string, std::string> first_env;
   std::string rendezvous_dir;  // removed before a restart ("" for none)
   std::string audit_log;       // rank 0's
-  // > 0: started only once `watch_audit` (the root's audit log) records
-  // this many closed rounds (`fedwan demo --late`).
+  // > 0: the node's processes start at once but join only once
+  // `watch_audit` (the root's audit log) records this many closed rounds:
+  // the supervisor then creates `go_file`, which they wait for
+  // (`fedwan demo --late`; `fedwan site --join-after-file`).
   uint64_t start_after_rounds = 0;
   std::string watch_audit;
+  std::string go_file;
 };
 
 struct Restart {
@@ -105,11 +108,11 @@ class DemoSupervisor {
   struct Node {
     NodeLaunch launch;
     int restarts = 0;
-    bool started = false;
-    std::chrono::steady_clock::time_point next_check;  // of the audit log, when not started
+    bool released = false;                             // joined (or free to)
+    std::chrono::steady_clock::time_point next_check;  // of the audit log, until released
   };
-  // Starts the nodes whose start_after_rounds the root's audit log reached.
-  void start_due();
+  // Lets the nodes whose start_after_rounds the root's audit log reached join.
+  void release_due();
 
   void spawn_node(size_t index, bool first);
   void stop_all(int sig);
