@@ -79,10 +79,12 @@ void Aggregator::Impl::on_membership(Child& c, const wire::ParsedFrame& f) {
     if (w == c.member_weight && sites == c.member_sites) return;
     c.member_weight = w;
     c.member_sites = sites;
-    security_->audit(
-        "membership",
-        {{"peer", c.id}, {"round", round_}, {"member_weight", w}, {"member_sites", sites}});
-    log().info("[agg:{}] '{}' reports {} member sites, weight {}", self_.id, c.id, sites, w);
+    // A region may change its report as often as it likes: rate limited.
+    security_->audit_noise(
+        "membership", "membership:" + c.id,
+        {{"peer", c.id}, {"round", round_}, {"member_weight", w}, {"member_sites", sites}},
+        "[agg:" + self_.id + "] '" + c.id + "' reports " + std::to_string(sites) +
+            " member sites, weight " + std::to_string(w));
     membership_changed();
     return;
   }
@@ -110,6 +112,9 @@ void Aggregator::Impl::on_membership(Child& c, const wire::ParsedFrame& f) {
 
 bool Aggregator::Impl::admit_newcomer(Child& c) {
   if (c.member) return false;
+  // A hello again while it waits for the boundary changes nothing (and is
+  // not audited again).
+  if (c.rejoin_pending) return true;
   // Not a member (never joined, left, or paused): it counts from the next
   // round boundary, where it is welcomed with that round's model.
   security_->audit("member_joining", {{"peer", c.id},
