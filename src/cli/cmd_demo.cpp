@@ -26,6 +26,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
+#include "cli/cost_records.hpp"
 #include "cli/demo_supervisor.hpp"
 #include "cli/placement.hpp"
 #include "cli/validators.hpp"
@@ -78,6 +79,33 @@ int free_port() {
     if (given.insert(port).second) return port;
   }
   throw Error("demo: cannot find a free loopback port not already in use by this demo");
+}
+
+// What every node's cost records add up to (`fedwan costs` prices them):
+// per node, its rounds, device-seconds and bytes sent and received.
+nlohmann::json demo_costs(const fs::path& checkpoints) {
+  CostLedger ledger;
+  std::error_code ec;
+  try {
+    for (const auto& e : fs::recursive_directory_iterator(checkpoints, ec)) {
+      if (e.path().filename() != "costs.jsonl") continue;
+      std::ifstream f(e.path());
+      ledger.read(f, e.path().string());
+    }
+  } catch (const Error& e) {
+    return {{"error", e.what()}};
+  }
+  const CostBill bill = bill_costs(ledger, CostRates{}, 0);
+  nlohmann::json nodes = nlohmann::json::object();
+  for (const CostLine& l : bill.nodes) {
+    nodes[l.node] = {{"role", l.role},
+                     {"rounds", l.rounds},
+                     {"rounds_contributed", l.contributed},
+                     {"device_seconds", static_cast<double>(l.device_us_total) / 1e6},
+                     {"bytes_sent", l.sent},
+                     {"bytes_received", l.received}};
+  }
+  return {{"records", bill.records}, {"nodes", nodes}};
 }
 
 std::string self_exe() {
@@ -367,6 +395,7 @@ int run_demo(const DemoArgs& a) {
   report["baseline_accuracy"] = baseline ? nlohmann::json(*baseline) : nlohmann::json(nullptr);
   supervisor.account();
   report["restarts"] = restarts_json(supervisor.restarts());
+  report["costs"] = demo_costs(dir / "checkpoints");
   for (const Restart& r : supervisor.restarts()) {
     std::cout << "restart: " << r.node << " died (" << r.cause << ") "
               << (r.died_in_round ? "in round " + std::to_string(*r.died_in_round + 1)

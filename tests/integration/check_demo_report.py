@@ -30,6 +30,10 @@ def main() -> int:
     p.add_argument("--require-improvement", action="store_true")
     p.add_argument("--expect-restart", metavar="NODE",
                    help="NODE died once (--chaos) and the demo restarted it; nothing else did")
+    p.add_argument("--expect-late", metavar="SITE",
+                   help="SITE joined late (--late): admitted and welcomed as a member")
+    p.add_argument("--expect-leave", metavar="SITE@ROUND",
+                   help="SITE left as ROUND (1-based) began (--leave), and no child was lost")
     a = p.parse_args(argv)
 
     os.makedirs(a.workdir, exist_ok=True)
@@ -128,6 +132,43 @@ def main() -> int:
             failures.append("no accepted handshake in the audit logs")
         if not events[("update", "accepted")]:
             failures.append("no accepted update in the audit logs")
+        membership = []
+        for log in logs:
+            with open(log) as f:
+                for line in f:
+                    e = json.loads(line)
+                    if e["event"] in ("member_joining", "member_joined", "member_left",
+                                      "child_lost"):
+                        membership.append((e["event"], e["fields"].get("peer"),
+                                           e["fields"].get("round"), e["fields"].get("from")))
+        if a.expect_late:
+            joined = [m for m in membership if m[0] == "member_joined" and m[1] == a.expect_late]
+            admitted = [m for m in membership
+                        if m[0] == "member_joining" and m[1] == a.expect_late]
+            if len(admitted) != 1 or len(joined) != 1 or joined[0][3] != "not_joined":
+                failures.append(f"{a.expect_late} did not join late once: {membership}")
+            print(f"late join: {admitted} {joined}")
+        if a.expect_leave:
+            site, _, rnd = a.expect_leave.partition("@")
+            left = [m for m in membership if m[0] == "member_left" and m[1] == site]
+            if len(left) != 1 or left[0][2] != int(rnd) - 1:
+                failures.append(f"{site} did not leave once as round {rnd} began: {membership}")
+            lost = [m for m in membership if m[0] == "child_lost"]
+            if lost:
+                failures.append(f"children were lost (waited for until the heartbeat timeout): "
+                                f"{lost}")
+            print(f"leave: {left}")
+    # Every node's cost records add up in the report.
+    costs = r.get("costs", {})
+    nodes = costs.get("nodes", {}) if isinstance(costs, dict) else {}
+    if "error" in costs or not nodes:
+        failures.append(f"the report's costs are missing or wrong: {costs}")
+    for node, c in nodes.items():
+        if c.get("rounds", 0) < 1:
+            failures.append(f"{node} wrote no cost record: {c}")
+        if c.get("role") == "site" and (c.get("device_seconds", 0) <= 0 or
+                                        c.get("bytes_sent", 0) <= 0):
+            failures.append(f"site {node}'s costs show no training or no traffic: {c}")
         print(f"audit: {len(logs)} logs verify; {dict(events)}")
     for f in failures:
         print("FAIL:", f)
