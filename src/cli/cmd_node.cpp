@@ -411,6 +411,7 @@ int run_site(const NodeArgs& a) {
     c.rank = a.rank;
     c.size = a.ranks;
     c.rendezvous_dir = a.rendezvous;
+    if (!a.rank_address.empty()) c.hostname = a.rank_address;
     c.name = a.node;
     c.timeout = std::chrono::milliseconds(static_cast<int64_t>(a.join_timeout_s * 1000));
     comm = make_rank_comm(c, place);
@@ -557,6 +558,10 @@ void add_site_command(CLI::App& app, NodeArgs& args, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--rendezvous", args.rendezvous,
                   "with --ranks > 1: a fresh directory every rank of the site can reach");
+  cmd->add_option("--rank-address", args.rank_address,
+                  "with --ranks > 1: the address this rank listens on for the site's other ranks "
+                  "(ranks on several machines: this machine's address on their network, with "
+                  "--rendezvous on a shared file system); default 127.0.0.1");
   cmd->add_option("--device", args.device,
                   "where this rank trains: cuda (GPU rank % GPUs; model and batches on it, NCCL "
                   "between the ranks), cpu, or auto (cuda when this build, the machine and "

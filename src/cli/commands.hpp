@@ -39,6 +39,7 @@ struct NodeArgs {
   int rank = 0;                 // sites: this process's rank in the site
   int ranks = 1;                // sites: ranks in the site
   std::string rendezvous;       // sites with ranks > 1: where the ranks meet
+  std::string rank_address;     // sites with ranks > 1: this rank's address for the others
   std::string device = "auto";  // sites: auto | cpu | cuda (see cli/placement.hpp)
   // Sites, synthetic trainer: wall-clock milliseconds each inner step takes
   // (a GPU's step stood in for by a sleep); 0: as fast as the CPU goes.

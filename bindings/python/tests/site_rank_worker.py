@@ -70,3 +70,9 @@ def main():
 
 if __name__ == "__main__":
     main()
+    # The results are written and the group is left: end here. Under load,
+    # the interpreter's teardown can hang on the process group's own threads
+    # (seen once in a full test run), which is not what this test checks.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
