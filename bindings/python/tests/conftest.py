@@ -2,12 +2,20 @@
 provisioned credentials."""
 
 import shutil
+import signal
 import tempfile
 import threading
 
 import pytest
 
 import fedwan
+
+# Some tests press Ctrl-C (SIGINT) on themselves. A suite started from a
+# non-interactive shell in the background inherits SIGINT ignored, and Python
+# then leaves it ignored: restore Python's own handler so they test fedwan,
+# not how the suite was launched.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture
