@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/json_depth.hpp"
 #include "fedwan/error.hpp"
 
 namespace fedwan::cli {
@@ -81,27 +82,8 @@ std::string number(double v) {
 }
 
 // Deeper than any record: refused before nlohmann's recursive parser sees it.
-bool nested_deeper_than(const std::string& s, int limit) {
-  int depth = 0;
-  bool in_string = false, escaped = false;
-  for (const char c : s) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      if (++depth > limit) return true;
-    } else if (c == '}' || c == ']') {
-      --depth;
-    }
-  }
-  return false;
+bool nested_deeper_than(const std::string& s, size_t limit) {
+  return json_nesting_exceeds(s.data(), s.data() + s.size(), limit);
 }
 
 class RecordReader {

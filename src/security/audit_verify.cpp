@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/errno_text.hpp"
+#include "common/json_depth.hpp"
 #include "common/sha256.hpp"
 #include "fedwan/error.hpp"
 #include "security/audit_format.hpp"
@@ -266,28 +267,7 @@ struct Fd {
 }  // namespace
 
 bool audit_line_too_deep(const char* b, const char* e) {
-  size_t depth = 0;
-  bool in_string = false;
-  bool escaped = false;
-  for (const char* p = b; p != e; ++p) {
-    const char c = *p;
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      if (++depth > kAuditMaxNesting) return true;
-    } else if ((c == '}' || c == ']') && depth > 0) {
-      --depth;
-    }
-  }
-  return false;
+  return json_nesting_exceeds(b, e, kAuditMaxNesting);
 }
 
 std::string audit_head_message(const std::string& node, uint64_t seq, const std::string& prev) {
