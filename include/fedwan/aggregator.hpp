@@ -62,6 +62,14 @@ struct AggregatorOptions {
   // Where to serve Prometheus metrics and the JSON status over HTTP
   // ("host:port"); empty: the topology's `metrics` for this node, if any.
   std::string metrics_bind;
+  // The file `topology` was loaded from. The node checks it every heartbeat
+  // and adopts a later version signed by the federation's admin identity:
+  // sites it adds join (counted from the round boundary after they come),
+  // sites it marks removed are refused from then on (docs/operations.md,
+  // "Topology versions"). A version it cannot adopt is refused, audited
+  // (topology_refused) and raised as an alarm; the node runs on. Empty: the
+  // topology never changes while the node runs.
+  std::string topology_file;
   // Run as the root's standby (a root with `standby_endpoint` in the
   // topology; node_id is the root's, and so are the credentials): bind the
   // standby endpoint, keep the checkpoints the active root streams to it,
@@ -91,9 +99,10 @@ struct AggregatorSummary {
   uint64_t membership_changes = 0;   // children that joined late, left, paused or came back
   uint64_t stale_updates = 0;        // delta chunks for a closed round or chunk
   uint64_t checkpoints_written = 0;
-  uint64_t replicas_stored = 0;  // children's checkpoints kept (and, standby, the root's)
-  uint64_t replica_bytes = 0;    // their bytes (not in the round reports' traffic)
-  bool took_over = false;        // standby: became the root
+  uint64_t replicas_stored = 0;   // children's checkpoints kept (and, standby, the root's)
+  uint64_t replica_bytes = 0;     // their bytes (not in the round reports' traffic)
+  bool took_over = false;         // standby: became the root
+  uint64_t topology_version = 1;  // the topology version it ran last
   // Conditions an operator must act on that the node rode out (the audit log
   // could not be written, the CRL is expiring, expired or unusable, ...),
   // "kind: message", the latest per kind (docs/operations.md, "Alarms").

@@ -59,6 +59,11 @@ struct NodeSpec {
   // Where the node serves its Prometheus metrics and status over HTTP
   // ("host:port", port 0 = any free port); "" = not served.
   std::string metrics;
+  // Sites only: taken out of a running federation by a later topology
+  // version (docs/operations.md, "Topology versions"). The node keeps its
+  // place in the file (its index is its wire id) but is no longer a member:
+  // its parent refuses it and counts no weight for it.
+  bool removed = false;
 };
 
 struct FederationSpec {
@@ -98,6 +103,15 @@ struct FederationSpec {
   // overrides it for its uplink. See docs/topology.md, "Several TCP
   // connections per link".
   uint64_t streams = 1;
+};
+
+// An admin's signature of a topology version (top-level `signature:` key):
+// the admin certificate (DER) and the ECDSA signature of the version's
+// digest, both base64 as in the file. See docs/security.md, "Topology
+// versions". Checked by security::topology_signature_problem.
+struct TopologySignature {
+  std::string cert;   // base64 DER
+  std::string value;  // base64 DER
 };
 
 // Federation-wide residency settings (top-level `policy:` key).
@@ -163,6 +177,29 @@ class Topology {
   // Renders back to YAML (used by `fedwan demo` to write its topology).
   std::string to_yaml() const;
 
+  // Versions (docs/operations.md, "Topology versions"). A federation starts
+  // from version 1; an operator changes a running one with a later version
+  // that lists the digests of every earlier one (history, oldest first) and
+  // is signed by the federation's admin identity. Version and history are in
+  // the digest (from version 2 on); the signature is not (it signs it).
+  uint64_t version() const { return version_; }
+  const std::vector<std::array<uint8_t, 32>>& history() const { return history_; }
+  // Whether `digest` is this version's or an earlier one's: a peer or a
+  // checkpoint of an earlier version of this federation.
+  bool knows_digest(const std::array<uint8_t, 32>& digest) const;
+  // The digest of version 1 of this federation (this topology's own when it
+  // is version 1): what checkpoints record, so a node resumes its
+  // checkpoint under any later version of the same federation.
+  const std::array<uint8_t, 32>& lineage_digest() const {
+    return history_.empty() ? digest_ : history_.front();
+  }
+  const std::optional<TopologySignature>& signature() const { return signature_; }
+  // This topology as the version after `previous` (its version + 1, its
+  // history + its digest), unsigned. Throws ConfigError when the job differs.
+  Topology as_successor_of(const Topology& previous) const;
+  // The same version with `signature` attached (the digest does not change).
+  Topology with_signature(TopologySignature signature) const;
+
   // Builds a topology programmatically; validates like parse().
   static Topology build(std::string job, FederationSpec federation, std::vector<NodeSpec> nodes,
                         PolicySpec policy = {});
@@ -177,6 +214,9 @@ class Topology {
   std::vector<NodeSpec> nodes_;
   uint32_t root_index_ = 0;
   std::array<uint8_t, 32> digest_{};
+  uint64_t version_ = 1;
+  std::vector<std::array<uint8_t, 32>> history_;
+  std::optional<TopologySignature> signature_;
 };
 
 }  // namespace fedwan

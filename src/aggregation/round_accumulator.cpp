@@ -37,6 +37,15 @@ void RoundAccumulator::open(uint64_t round, double min_weight) {
   chunks_done_ = 0;
 }
 
+void RoundAccumulator::add_child(uint32_t sender) {
+  if (child_slot(sender) >= 0) return;
+  children_.push_back(sender);
+  if (!open_) return;  // open() sizes the per-round state
+  expected_.push_back(false);
+  seen_.emplace_back(plan_.count(), false);
+  delivered_.push_back(0);
+}
+
 int RoundAccumulator::child_slot(uint32_t sender) const {
   for (size_t i = 0; i < children_.size(); ++i) {
     if (children_[i] == sender) return static_cast<int>(i);

@@ -63,6 +63,10 @@ class RoundAccumulator {
   // at least one arrival and not be taken yet.
   ChunkSum take(uint32_t chunk);
 
+  // A child added while the federation runs (a new topology version): not
+  // expected in the open round; every round it is opened with after.
+  // Adding one already there does nothing.
+  void add_child(uint32_t sender);
   // Whether `sender` must deliver for chunks to be ready (all are at open).
   void set_expected(uint32_t sender, bool expected);
   bool expected(uint32_t sender) const;

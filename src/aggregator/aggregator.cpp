@@ -39,7 +39,7 @@ constexpr Millis kPoll{100};
 Aggregator::Impl::Impl(AggregatorOptions options)
     : opt_(std::move(options)),
       topo_(opt_.topology),
-      self_(topo_.node(opt_.node_id)),
+      self_(topo_.node(opt_.node_id)),  // a copy: topo_ may move to a later version
       is_root_(self_.role == Role::kRoot),
       cfg_(topo_, self_, {opt_.window, opt_.round_timeout}),
       limits_(cfg_.limits) {
@@ -55,10 +55,12 @@ Aggregator::Impl::Impl(AggregatorOptions options)
   start_metrics();
   deadline_timer_ = timers_.make_timer();
   timers_.every(cfg_.heartbeat, [this] { on_heartbeat_timer(); });
+  watch_.start_digest = topo_.digest();
+  if (!opt_.topology_file.empty()) (void)file_changed();  // the version it started from
   standby_.root_heard = Clock::now();
   if (!opt_.checkpoint_dir.empty()) {
     repl_.store = std::make_unique<checkpoint::ReplicaStore>(
-        std::filesystem::path(opt_.checkpoint_dir) / "replicas", topo_.digest(), 2,
+        std::filesystem::path(opt_.checkpoint_dir) / "replicas", topo_.lineage_digest(), 2,
         security_->verifier(), topo_.job());
   }
   log().info("[agg:{}] {}{} serving {} children on {}", self_.id, role_name(self_.role),
@@ -94,23 +96,25 @@ void Aggregator::Impl::init_root_model() {
 }
 
 void Aggregator::Impl::init_children() {
-  for (uint32_t idx : self_.children) {
-    const NodeSpec& n = topo_.node(idx);
-    Child c;
-    c.index = idx;
-    c.id = n.id;
-    c.is_site = n.role == Role::kSite;
-    if (!c.is_site) down_.regions += 1;
-    for (uint32_t s : topo_.sites_under(idx)) c.weight += topo_.node(s).weight;
-    down_.weight += c.weight;
-    // Until it reports its membership, a region counts with all its sites.
-    c.member_weight = c.weight;
-    c.member_sites = static_cast<uint32_t>(topo_.sites_under(idx).size());
-    c.late = n.late_join;
-    c.live = !c.late;  // a late_join site is not waited for until it comes
-    down_.slot[c.id] = down_.children.size();
-    down_.children.push_back(std::move(c));
-  }
+  for (uint32_t idx : self_.children) add_child(idx, topo_.node(idx).late_join);
+}
+
+void Aggregator::Impl::add_child(uint32_t idx, bool late) {
+  const NodeSpec& n = topo_.node(idx);
+  Child c;
+  c.index = idx;
+  c.id = n.id;
+  c.is_site = n.role == Role::kSite;
+  if (!c.is_site) down_.regions += 1;
+  c.weight = topo_.weight_under(idx);  // 0 for a removed site
+  // Until it reports its membership, a region counts with all its sites.
+  c.member_weight = c.weight;
+  c.member_sites = static_cast<uint32_t>(topo_.sites_under(idx).size());
+  c.late = late;
+  c.live = !c.late && !n.removed;  // a late_join site is not waited for until it comes
+  if (n.removed) c.removed = true, c.away = Away::kLeft;
+  down_.slot[c.id] = down_.children.size();
+  down_.children.push_back(std::move(c));
   down_.out.resize(down_.children.size());
   repl_.serving.resize(down_.children.size());
 }
@@ -473,6 +477,11 @@ void Aggregator::Impl::on_child_frame(Incoming& in) {
     return;
   }
   Child& c = down_.children[slot->second];
+  if (c.removed) {
+    refuse(c.id, "'" + c.id + "' was removed from the federation (topology version " +
+                     std::to_string(topo_.version()) + ")");
+    return;
+  }
   c.last_heard = Clock::now();
   costs_.recorder.received(c.id, in.message.size());
   c.bytes_received += in.message.size();

@@ -30,6 +30,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -99,6 +100,8 @@ class Aggregator::Impl {
     uint64_t bytes_received = 0;
     uint64_t heartbeats = 0;
     uint64_t last_round = 0;
+    // Taken out by a topology version: refused from now on.
+    bool removed = false;
   };
 
   enum class Phase { kJoining, kAwaitWelcome, kTraining, kAwaitAnchor, kDraining, kDone };
@@ -107,7 +110,8 @@ class Aggregator::Impl {
   void check_options() const;  // throws ConfigError
   void init_root_model();
   void init_children();
-  void open_links(const std::string& bind);  // the children's, and a region's parent session
+  void add_child(uint32_t index, bool late);  // a child of the topology, not waited for if late
+  void open_links(const std::string& bind);   // the children's, and a region's parent session
 
   // Event handlers.
   void on_child_frame(Incoming& in);
@@ -177,6 +181,20 @@ class Aggregator::Impl {
   void became_member(Child& c);  // welcomed: counts from now
   nlohmann::json membership_json() const;
   void restore_membership(const nlohmann::json& m);
+
+  // Topology versions (aggregator_topology.cpp).
+  bool knows_topology(const std::array<uint8_t, 32>& digest) const {
+    return topo_.knows_digest(digest);
+  }
+  void check_topology_file();  // every heartbeat: a later version to adopt?
+  bool file_changed();         // the topology file's size or time changed since last seen
+  void adopt_topology(Topology next);
+  void remove_child(Child& c);
+  struct TopologyWatch {
+    std::array<uint8_t, 32> start_digest{};  // what a region's hello names
+    std::filesystem::file_time_type mtime{};
+    uintmax_t size = 0;
+  } watch_;
 
   // Metrics and status over HTTP (aggregator_metrics.cpp).
   void start_metrics();  // when the node has a metrics address
@@ -261,7 +279,7 @@ class Aggregator::Impl {
 
   AggregatorOptions opt_;
   const Topology& topo_;
-  const NodeSpec& self_;
+  NodeSpec self_;  // its children grow when a topology version adds sites
   const bool is_root_;
   const node::NodeConfig cfg_;
   wire::FrameLimits limits_;  // cfg_.limits, then for the model once its size is known

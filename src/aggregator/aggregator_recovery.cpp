@@ -100,7 +100,7 @@ void Aggregator::Impl::welcome_one(Child& c, uint64_t round, bool full) {
 void Aggregator::Impl::on_rejoin(Child& c, const wire::ParsedFrame& f) {
   wire::HelloPayload hello;
   if (!wire::decode_hello(f.payload, f.payload_size, &hello) || hello.node_id != c.id ||
-      hello.topology_digest != topo_.digest() || f.header.total_elements != total_elements_) {
+      !knows_topology(hello.topology_digest) || f.header.total_elements != total_elements_) {
     refuse(c.id, "hello does not match this federation (node, topology or model size)");
     return;
   }
@@ -184,6 +184,7 @@ void Aggregator::Impl::welcome_pending() {
 void Aggregator::Impl::on_heartbeat_timer() {
   const auto now = Clock::now();
   security_->tick();
+  check_topology_file();
   if (phase_ != Phase::kJoining) {
     for (Child& c : down_.children) {
       if (c.live && now - c.last_heard > cfg_.heartbeat_timeout) child_lost(c);
@@ -289,7 +290,7 @@ void Aggregator::Impl::save_checkpoint() {
   if (opt_.checkpoint_dir.empty()) return;
   Checkpoint c;
   c.round = round_;  // the round a resumed node opens
-  c.topology_digest = topo_.digest();
+  c.topology_digest = topo_.lineage_digest();
   c.node_id = self_.id;
   nlohmann::json meta = {{"role", role_name(self_.role)}, {"elements", total_elements_}};
   if (is_root_) {

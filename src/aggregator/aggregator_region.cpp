@@ -168,7 +168,8 @@ void Aggregator::Impl::on_parent_frame(Incoming& in) {
 void Aggregator::Impl::hello_parent() {
   wire::HelloPayload up;
   up.node_id = self_.id;
-  up.topology_digest = topo_.digest();
+  // The version it started from: the parent knew that one when it started.
+  up.topology_digest = watch_.start_digest;
   // It holds the anchor of its round (its digest was taken when the round
   // opened, before the next anchor's chunks began to change it): the parent
   // can skip the full model and take its update again.

@@ -80,7 +80,7 @@ void Aggregator::Impl::on_child_checkpoint(Child& c, const wire::ParsedFrame& f)
 void Aggregator::Impl::serve_replica(Child& c, const wire::ParsedFrame& f) {
   wire::HelloPayload hello;
   if (!wire::decode_hello(f.payload, f.payload_size, &hello) || hello.node_id != c.id ||
-      hello.topology_digest != topo_.digest()) {
+      !knows_topology(hello.topology_digest)) {
     refuse(c.id, "replica request does not match this federation (node or topology)");
     return;
   }
@@ -89,7 +89,7 @@ void Aggregator::Impl::serve_replica(Child& c, const wire::ParsedFrame& f) {
   s.reader.reset();
   std::optional<fs::path> path = repl_.store ? repl_.store->latest(c.id) : std::nullopt;
   checkpoint::CheckpointIdentity id;
-  if (path && checkpoint::check_checkpoint_stream(*path, c.id, topo_.digest(), &id,
+  if (path && checkpoint::check_checkpoint_stream(*path, c.id, topo_.lineage_digest(), &id,
                                                   repl_.store->signer_check(c.id))) {
     path.reset();
   }
@@ -267,7 +267,7 @@ void Aggregator::Impl::on_root_frame(Incoming& in) {
 void Aggregator::Impl::serve_root_replica() {
   std::optional<fs::path> path = repl_.store->latest(self_.id);
   checkpoint::CheckpointIdentity id;
-  if (path && checkpoint::check_checkpoint_stream(*path, self_.id, topo_.digest(), &id,
+  if (path && checkpoint::check_checkpoint_stream(*path, self_.id, topo_.lineage_digest(), &id,
                                                   repl_.store->signer_check(self_.id))) {
     path.reset();
   }

@@ -37,11 +37,13 @@ void Aggregator::Impl::on_hello(Child& c, const wire::ParsedFrame& f) {
     refuse(c.id, "hello names node '" + hello.node_id + "' but the connection is '" + c.id + "'");
     return;
   }
-  if (hello.topology_digest != topo_.digest()) {
+  if (!knows_topology(hello.topology_digest)) {
     refuse(c.id, "topology mismatch: '" + c.id + "' has digest " +
                      to_hex(hello.topology_digest.data(), 32).substr(0, 12) + ", '" + self_.id +
-                     "' has " + topo_.digest_hex().substr(0, 12) +
-                     "; every node must load the same topology file");
+                     "' has " + topo_.digest_hex().substr(0, 12) + " (version " +
+                     std::to_string(topo_.version()) +
+                     "); every node must load the same topology file, or a version of it this "
+                     "aggregator has adopted");
     return;
   }
   const uint64_t n = f.header.total_elements;
@@ -163,7 +165,13 @@ void Aggregator::Impl::open_round(uint64_t round) {
   // Quorum: a chunk closes only with this much weight behind it (a hair
   // under, so a sum of the same weights in another order still counts).
   acc_->open(round);
-  for (const Child& c : down_.children) {
+  for (Child& c : down_.children) {
+    if (!c.is_site && c.weight != topo_.weight_under(c.index)) {  // sites removed by a version
+      c.weight = topo_.weight_under(c.index);
+      c.member_weight = std::min(c.member_weight, c.weight);
+      c.member_sites = std::min<uint32_t>(c.member_sites,
+                                          static_cast<uint32_t>(topo_.sites_under(c.index).size()));
+    }
     if (!c.live || c.rejoin_pending || !c.member) acc_->set_expected(c.index, false);
   }
   refresh_quorum();  // a share of the members' weight

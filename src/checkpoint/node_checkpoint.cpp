@@ -74,7 +74,7 @@ std::optional<LoadedCheckpoint> load_node_checkpoint(const fs::path& dir, const 
       throw ConfigError("checkpoint " + p.string() + " belongs to node '" + c.node_id + "', not '" +
                         node + "'; point --checkpoint-dir at this node's own");
     }
-    if (c.topology_digest != topo.digest()) {
+    if (c.topology_digest != topo.lineage_digest()) {
       throw ConfigError("checkpoint " + p.string() + " was written under topology " +
                         to_hex(c.topology_digest.data(), 32).substr(0, 12) + ", this is " +
                         topo.digest_hex().substr(0, 12) +

@@ -109,7 +109,7 @@ bool fetch_replica(ParentLink& first_link,
     if (h.flags != 0) continue;
     progress_at = Clock::now();
     if (h.chunk_index == 0) {
-      assembly.emplace(checkpoint_path(dir, self.id), self.id, topo.digest(), h.round,
+      assembly.emplace(checkpoint_path(dir, self.id), self.id, topo.lineage_digest(), h.round,
                        h.chunk_count, h.total_elements,
                        checkpoint_trust(security, topo, self).check);
     }

@@ -132,6 +132,23 @@ int run_issue(const CertsArgs& a) {
   return 0;
 }
 
+int run_admin(const CertsArgs& a) {
+  const fs::path out(a.out);
+  const fs::path cert = out / security::kAdminName / "cert.pem";
+  if (a.revoke_previous && fs::exists(cert)) {
+    security::revoke_node(a.out, security::kAdminName, crl_validity(a.crl_days));
+    std::cout << "revoked the previous admin certificate; every bundle's crl.pem was updated\n";
+  }
+  security::issue_admin(a.out, issue_options(a));
+  const security::CertificateSummary s = summary_of(cert);
+  std::cout << "issued the admin key and certificate: serial " << s.serial_hex << ", valid "
+            << s.not_before << " to " << s.not_after
+            << "\nbundle: " << (out / security::kAdminName).string()
+            << "/ - it signs topology versions (`fedwan topology sign`); keep it with the "
+               "operators, never on a node\n";
+  return 0;
+}
+
 int run_revoke(const CertsArgs& a) {
   security::revoke_node(a.out, a.node, crl_validity(a.crl_days));
   const fs::path out(a.out);
@@ -175,7 +192,7 @@ int run_show(const CertsArgs& a) {
   const security::CertificateSummary s = summary_of(file);
   const security::NodeIdentity& id = s.identity;
   std::cout << "node       " << printable(id.node_id) << "\n"
-            << "role       " << security::role_ou(id.role) << "\n"
+            << "role       " << (id.admin ? security::kAdminOu : security::role_ou(id.role)) << "\n"
             << "region     " << (id.region.empty() ? "-" : printable(id.region)) << "\n"
             << "job        " << printable(id.job) << "\n"
             << "serial     " << s.serial_hex << "\n"
@@ -235,6 +252,15 @@ void add_certs_command(CLI::App& app, int* exit_code) {
   issue->add_flag("--revoke-previous", args->revoke_previous,
                   "revoke the node's current certificate first (its key may be compromised)");
   issue->callback([args, exit_code] { *exit_code = run_issue(*args); });
+
+  CLI::App* admin = certs->add_subcommand(
+      "admin", "issue (or re-issue) the admin identity that signs topology versions, <out>/admin");
+  add_out(admin);
+  add_days(admin);
+  add_crl_days(admin);
+  admin->add_flag("--revoke-previous", args->revoke_previous,
+                  "revoke the current admin certificate first (its key may be compromised)");
+  admin->callback([args, exit_code] { *exit_code = run_admin(*args); });
 
   CLI::App* revoke = certs->add_subcommand(
       "revoke", "revoke a node's current certificate and update every bundle's crl.pem");

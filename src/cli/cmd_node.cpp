@@ -184,6 +184,7 @@ int run_aggregator(const NodeArgs& a) {
   torch::set_num_threads(1);
   AggregatorOptions o;
   o.topology = Topology::load(a.topology);
+  o.topology_file = a.topology;
   o.node_id = a.node;
   o.join_timeout = std::chrono::milliseconds(static_cast<int64_t>(a.join_timeout_s * 1000));
   o.security = security_options(a.security);

@@ -95,6 +95,8 @@ void add_audit_command(CLI::App& app, int* exit_code);
 void add_costs_command(CLI::App& app, int* exit_code);
 // `fedwan status --topology T`: the live tree, from the nodes' metrics addresses.
 void add_status_command(CLI::App& app, int* exit_code);
+// `fedwan topology sign|verify`: topology versions (cmd_topology.cpp).
+void add_topology_command(CLI::App& app, int* exit_code);
 // `fedwan bench ARGS...`: runs the WAN benchmark harness (docs/benchmarks.md).
 void add_bench_command(CLI::App& app, int* exit_code);
 

@@ -32,6 +32,7 @@ int main(int argc, char** argv) {
   fedwan::cli::add_bench_command(app, &exit_code);
   fedwan::cli::add_costs_command(app, &exit_code);
   fedwan::cli::add_status_command(app, &exit_code);
+  fedwan::cli::add_topology_command(app, &exit_code);
   app.parse_complete_callback([&] {
     if (!log_level.empty()) fedwan::set_log_level(log_level);
     if (!log_format.empty()) fedwan::set_log_format(log_format);

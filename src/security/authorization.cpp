@@ -34,6 +34,15 @@ std::optional<std::string> matches_topology(const Topology& t, const NodeSpec& n
 
 }  // namespace
 
+namespace {
+
+std::string removed_text(const Topology& topology, const NodeSpec& n) {
+  return "'" + n.id + "' was removed from the federation (topology version " +
+         std::to_string(topology.version()) + ")";
+}
+
+}  // namespace
+
 std::optional<std::string> authorize_child(const Topology& topology, const NodeSpec& self,
                                            const security::NodeIdentity& cert,
                                            const std::string& claimed) {
@@ -56,6 +65,7 @@ std::optional<std::string> authorize_child(const Topology& topology, const NodeS
     return matches_topology(topology, *n, cert);
   }
   if (auto bad = matches_topology(topology, *n, cert)) return bad;
+  if (n->removed) return removed_text(topology, *n);
   if (n->role == Role::kSite) {
     // Covers "not my child" and the jurisdiction rules in one message.
     if (auto refusal = topology.residency_refusal(n->id, self.id)) return refusal;
@@ -78,6 +88,7 @@ std::string admission_refusal(const Topology& topology, const NodeSpec& self,
     if (self.id == n->id && topology.has_standby()) return "";
     return "'" + n->id + "' is the root; it has no parent to connect to";
   }
+  if (n->removed) return removed_text(topology, *n);
   const std::string& parent = topology.node(n->parent_index).id;
   if (parent != self.id) {
     return std::string(role_name(n->role)) + " '" + n->id + "' reports to '" + parent +

@@ -202,14 +202,15 @@ void check_node_id(const std::string& node_id) {
                       "' cannot name a certificate bundle; use 1..64 characters of "
                       "[A-Za-z0-9._-], other than '.' and '..'");
   }
-  if (node_id == "ca") {
-    throw ConfigError("node id 'ca' collides with the CA directory <dir>/ca; rename the node in "
-                      "the topology");
+  if (node_id == "ca" || node_id == kAdminName) {
+    throw ConfigError("node id '" + node_id + "' collides with the " +
+                      (node_id == "ca" ? "CA directory <dir>/ca" : "admin bundle <dir>/admin") +
+                      "; rename the node in the topology");
   }
 }
 
 void check_identity(const NodeIdentity& id) {
-  check_node_id(id.node_id);
+  if (!id.admin) check_node_id(id.node_id);
   if (!valid_name(id.job)) {
     throw ConfigError("job '" + id.job + "' is invalid; use 1..64 characters of [A-Za-z0-9._-]");
   }
@@ -271,6 +272,19 @@ Ca load_ca(const fs::path& ca_dir) {
   return ca;
 }
 
+// The job the CA was made for: its subject O is "fedwan <job>".
+std::string ca_job(X509* ca_cert) {
+  X509_NAME* name = openssl_check_ptr(X509_get_subject_name(ca_cert), "X509_get_subject_name");
+  char buf[256] = {};
+  const int n = X509_NAME_get_text_by_NID(name, NID_organizationName, buf, sizeof buf);
+  const std::string o = n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+  if (o.rfind("fedwan ", 0) != 0 || o.size() <= 7) {
+    throw CryptoError("the CA certificate's subject O is '" + o +
+                      "', not 'fedwan <job>'; point at the directory `fedwan certs init` wrote");
+  }
+  return o.substr(7);
+}
+
 // The CA's notBefore relative to now: back-dated at least as far as the node
 // certificates, so test federations of already-expired node certificates
 // still have a valid CA.
@@ -305,7 +319,7 @@ X509Ptr make_node_certificate(const NodeIdentity& id, EVP_PKEY* key, const Ca& c
   OpenSslPtr<X509_NAME, X509_NAME_free> name(openssl_check_ptr(X509_NAME_new(), "X509_NAME_new"));
   if (!id.region.empty()) add_name_entry(name.get(), NID_localityName, id.region);
   add_name_entry(name.get(), NID_organizationName, "fedwan " + id.job);
-  add_name_entry(name.get(), NID_organizationalUnitName, role_ou(id.role));
+  add_name_entry(name.get(), NID_organizationalUnitName, id.admin ? kAdminOu : role_ou(id.role));
   add_name_entry(name.get(), NID_commonName, id.node_id);
   FEDWAN_OPENSSL_CHECK(X509_set_subject_name(cert.get(), name.get()));
   FEDWAN_OPENSSL_CHECK(
@@ -329,8 +343,9 @@ X509Ptr make_node_certificate(const NodeIdentity& id, EVP_PKEY* key, const Ca& c
   X509V3_set_ctx(&ctx, ca.cert.get(), cert.get(), nullptr, nullptr, 0);
   add_ext(cert.get(), &ctx, NID_basic_constraints, "critical,CA:FALSE");
   add_ext(cert.get(), &ctx, NID_key_usage, "critical,digitalSignature");
-  // Every node is a TLS client (to its parent) and/or a server (to its children).
-  add_ext(cert.get(), &ctx, NID_ext_key_usage, "serverAuth,clientAuth");
+  // Every node is a TLS client (to its parent) and/or a server (to its
+  // children); the admin only signs (no TLS purpose: it cannot be a peer).
+  add_ext(cert.get(), &ctx, NID_ext_key_usage, id.admin ? "codeSigning" : "serverAuth,clientAuth");
   add_ext(cert.get(), &ctx, NID_subject_key_identifier, "hash");
   add_ext(cert.get(), &ctx, NID_authority_key_identifier, "keyid:always");
   add_uri_san(cert.get(), "fedwan://" + id.job + "/" + id.node_id);
@@ -440,6 +455,22 @@ void provision_federation(const Topology& topology, const std::string& dir,
   write_file_atomic(ca_dir / "serial", int_hex(X509_get0_serialNumber(ca.cert.get())) + " ca\n",
                     kPublicMode);
   for (const NodeIdentity& id : ids) issue_with(root, ca, crl_text, id, options);
+  issue_with(root, ca, crl_text, admin_identity(topology.job()), options);
+}
+
+NodeIdentity admin_identity(const std::string& job) {
+  NodeIdentity id;
+  id.node_id = kAdminName;
+  id.job = job;
+  id.admin = true;
+  return id;
+}
+
+void issue_admin(const std::string& dir, const IssueOptions& options) {
+  const fs::path root(dir);
+  const Ca ca = load_ca(root / "ca");
+  const std::string crl_text = load_crl_text(root / "ca", ca.cert.get());
+  issue_with(root, ca, crl_text, admin_identity(ca_job(ca.cert.get())), options);
 }
 
 void issue_node(const std::string& dir, const NodeIdentity& identity, const IssueOptions& options) {

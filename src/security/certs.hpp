@@ -8,6 +8,7 @@
 //                          upper-case hex; the CA's own line says "ca")
 //   dir/ca/revoked.txt    (one "serial node-id" line per revoked certificate)
 //   dir/<node-id>/{ca.pem, cert.pem, key.pem (0600), crl.pem}   one per node
+//   dir/admin/{...}       the same for the admin identity (signs topology versions)
 // ca/ and every bundle directory are 0700. Every write is atomic (temp file
 // + rename). Not thread safe per directory.
 #pragma once
@@ -51,6 +52,13 @@ void provision_federation(const Topology& topology, const std::string& dir,
 // match the topology: tests use this to make certificates that lie.
 void issue_node(const std::string& dir, const NodeIdentity& identity,
                 const IssueOptions& options = {});
+
+// The federation's admin identity (security/identity.hpp): signs topology
+// versions. provision_federation issues it into dir/admin/ (a bundle like a
+// node's); issue_admin issues it again, or for the first time into a
+// federation provisioned before it existed. Same errors as issue_node.
+NodeIdentity admin_identity(const std::string& job);
+void issue_admin(const std::string& dir, const IssueOptions& options = {});
 
 // Convenience: the identity a topology gives a node (role, region = parent
 // id for sites, job).

@@ -104,7 +104,9 @@ bool role_from_ou(const std::string& ou, Role* out) {
   return false;
 }
 
-NodeIdentity identity_from_certificate(X509* cert) {
+namespace {
+
+NodeIdentity parse_identity(X509* cert, bool allow_admin) {
   if (cert == nullptr) throw CryptoError("identity_from_certificate: no certificate");
   X509_NAME* subject = openssl_check_ptr(X509_get_subject_name(cert), "X509_get_subject_name");
   NodeIdentity id;
@@ -122,7 +124,14 @@ NodeIdentity identity_from_certificate(X509* cert) {
                       "' has no OU (the node's role: root, region or site); it is not a fedwan "
                       "node certificate (a CA certificate has none)");
   }
-  if (!role_from_ou(*ou, &id.role)) {
+  if (*ou == kAdminOu) {
+    if (!allow_admin) {
+      throw CryptoError("certificate of '" + id.node_id +
+                        "' is the federation's admin certificate; it signs topology versions "
+                        "and cannot run or reach a node");
+    }
+    id.admin = true;
+  } else if (!role_from_ou(*ou, &id.role)) {
     throw CryptoError("certificate of '" + id.node_id + "' has unknown role OU '" + *ou +
                       "'; expected root, region or site");
   }
@@ -146,6 +155,12 @@ NodeIdentity identity_from_certificate(X509* cert) {
   return id;
 }
 
+}  // namespace
+
+NodeIdentity identity_from_certificate(X509* cert) { return parse_identity(cert, false); }
+
+NodeIdentity signer_identity_from_certificate(X509* cert) { return parse_identity(cert, true); }
+
 NodeIdentity identity_from_pem(const std::string& pem) {
   OpenSslPtr<X509, X509_free> cert = parse_pem(pem);
   return identity_from_certificate(cert.get());
@@ -162,7 +177,7 @@ std::string certificate_serial_hex(X509* cert) {
 
 CertificateSummary summarize_certificate(X509* cert) {
   CertificateSummary s;
-  s.identity = identity_from_certificate(cert);
+  s.identity = signer_identity_from_certificate(cert);
   s.serial_hex = certificate_serial_hex(cert);
   s.not_before =
       iso8601(openssl_check_ptr(X509_get0_notBefore(cert), "X509_get0_notBefore"), "notBefore");

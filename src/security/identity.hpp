@@ -18,11 +18,23 @@ struct NodeIdentity {
   Role role = Role::kSite;
   std::string region;  // see above; empty for the root
   std::string job;
+  // The federation's admin certificate (OU "admin", CN "admin"): it signs
+  // topology versions and never runs a node, so identity_from_certificate
+  // refuses it and only signer_identity_from_certificate returns it.
+  bool admin = false;
 };
 
 // Reads the identity from a certificate's subject. Throws CryptoError naming
 // the missing or malformed field (unknown role, no CN, ...).
 NodeIdentity identity_from_certificate(X509* cert);
+
+// As identity_from_certificate, and also the admin certificate (admin set,
+// role meaningless): who signed a record.
+NodeIdentity signer_identity_from_certificate(X509* cert);
+
+// The admin certificate's OU and CN.
+inline constexpr const char* kAdminOu = "admin";
+inline constexpr const char* kAdminName = "admin";
 
 // Parses one PEM certificate and returns its identity (for `fedwan certs
 // show` and the fuzzer). Throws CryptoError on anything malformed.

@@ -74,7 +74,7 @@ std::shared_ptr<const NodeKey> NodeKey::from_bundle(const std::string& bundle_di
     throw CryptoError("private key " + (dir / "key.pem").string() + " does not match " +
                       (dir / "cert.pem").string() + ": " + detail::openssl_error_string());
   }
-  k->identity_ = identity_from_certificate(cert.get());
+  k->identity_ = signer_identity_from_certificate(cert.get());
   const int len = i2d_X509(cert.get(), nullptr);
   if (len <= 0 || static_cast<size_t>(len) > kMaxSignerCertBytes) {
     throw CryptoError("certificate " + (dir / "cert.pem").string() + " is " + std::to_string(len) +
@@ -188,14 +188,21 @@ std::optional<std::string> SignatureVerifier::verify(const std::vector<uint8_t>&
     }
     NodeIdentity who;
     try {
-      who = identity_from_certificate(cert.get());
+      who = signer_identity_from_certificate(cert.get());
     } catch (const CryptoError& e) {
       return std::string("the signer's certificate names no fedwan node: ") + e.what();
+    }
+    if (who.admin != expected.admin) {
+      return who.admin
+                 ? std::string("signed by the federation's admin certificate, not by node '") +
+                       expected.node_id + "'"
+                 : "signed by node '" + who.node_id +
+                       "', not by the federation's admin certificate";
     }
     if (who.node_id != expected.node_id) {
       return "signed by '" + who.node_id + "', not by '" + expected.node_id + "'";
     }
-    if (expected.role && who.role != *expected.role) {
+    if (!who.admin && expected.role && who.role != *expected.role) {
       return std::string("signed by a ") + role_ou(who.role) + " certificate, expected a " +
              role_ou(*expected.role) + "'s";
     }

@@ -33,7 +33,8 @@ inline constexpr size_t kMaxSignatureBytes = 128;    // DER ECDSA P-521 fits
 
 class NodeKey {
  public:
-  // Loads key.pem and cert.pem from a credentials bundle. Throws ConfigError
+  // Loads key.pem and cert.pem from a credentials bundle (a node's or the
+  // admin's). Throws ConfigError
   // (missing or oversized files) or CryptoError (not a key and certificate
   // that belong together, or a certificate without a fedwan identity).
   static std::shared_ptr<const NodeKey> from_bundle(const std::string& bundle_dir);
@@ -63,6 +64,9 @@ struct ExpectedSigner {
   std::string node_id;
   std::optional<Role> role;
   std::string job;  // empty: any
+  // The federation's admin (node_id kAdminName) rather than a node: a
+  // node's signature never passes for the admin's, nor the reverse.
+  bool admin = false;
 };
 
 class SignatureVerifier {

@@ -26,7 +26,7 @@ void SiteCore::Impl::save_checkpoint() {
   if (opt.checkpoint_dir.empty() || !joined) return;
   Checkpoint c;
   c.round = round;
-  c.topology_digest = topo.digest();
+  c.topology_digest = topo.lineage_digest();
   c.node_id = self.id;
   if (opt.update_encoder && !residual.empty()) {
     opt.update_encoder->read_residual(residual.data(), residual.size());

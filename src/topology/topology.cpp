@@ -92,7 +92,8 @@ namespace {
 
 using topology_detail::YamlReader;
 
-const std::vector<std::string> kTopKeys = {"job", "federation", "policy", "nodes"};
+const std::vector<std::string> kTopKeys = {"job",     "federation", "policy",   "nodes",
+                                           "version", "history",    "signature"};
 const std::vector<std::string> kFederationKeys = {
     "rounds",         "inner_steps",     "codec",         "chunk_bytes",         "round_timeout_s",
     "quorum",         "deadline_s",      "heartbeat_s",   "heartbeat_timeout_s", "replica_every",
@@ -108,11 +109,12 @@ std::vector<std::string> outer_keys() {
   }
   return keys;
 }
-const std::vector<std::string> kNodeKeys = {
-    "id", "role", "parent", "endpoint", "bind", "weight", "standby_endpoint", "standby_bind",
-    "tcp_congestion", "socket_buffer_bytes", "streams", "late_join", "windows", "metrics",
-    // residency, read in topology_policy.cpp
-    "jurisdiction", "allowed_jurisdictions", "k_min"};
+const std::vector<std::string> kNodeKeys = {"id", "role", "parent", "endpoint", "bind", "weight",
+                                            "standby_endpoint", "standby_bind", "tcp_congestion",
+                                            "socket_buffer_bytes", "streams", "late_join",
+                                            "windows", "metrics", "removed",
+                                            // residency, read in topology_policy.cpp
+                                            "jurisdiction", "allowed_jurisdictions", "k_min"};
 
 using topology_detail::kMaxTopologyBytes;
 using topology_detail::kMaxYamlNesting;
@@ -208,6 +210,7 @@ NodeSpec read_node(const YamlReader& r, const YAML::Node& n, size_t pos) {
   if (auto v = n["late_join"]) s.late_join = r.boolean(v, ctx, "late_join");
   if (auto v = n["windows"]) s.windows = r.str_list(v, ctx, "windows");
   if (auto v = n["metrics"]) s.metrics = r.str(v, ctx, "metrics");
+  if (auto v = n["removed"]) s.removed = r.boolean(v, ctx, "removed");
   topology_detail::read_residency(r, n, ctx, s);
   return s;
 }
@@ -245,6 +248,7 @@ Topology Topology::parse(const std::string& yaml_text, const std::string& source
       r.fail(nodes ? nodes : doc, "topology", "'nodes' must be a non-empty list of nodes");
     }
     for (size_t i = 0; i < nodes.size(); ++i) t.nodes_.push_back(read_node(r, nodes[i], i));
+    topology_detail::read_version(r, doc, &t.version_, &t.history_, &t.signature_);
   } catch (const YAML::Exception& e) {
     std::string where = source;
     if (!e.mark.is_null()) {
@@ -292,7 +296,16 @@ void Topology::finalize(const std::string& source) {
   // Residency across the tree, now that parents and children are known.
   if (auto why = topology_detail::residency_tree_problem(*this)) fail(*why);
   job_id_ = topology_detail::job_id_of(job_);
-  const std::string canonical = topology_detail::canonical_text(job_, federation_, policy_, nodes_);
+  if (history_.size() + 1 != version_) {
+    fail("version " + std::to_string(version_) + " lists " + std::to_string(history_.size()) +
+         " earlier digests in 'history'; it must list exactly " + std::to_string(version_ - 1) +
+         " (one per earlier version; `fedwan topology sign` writes them)");
+  }
+  std::string canonical = topology_detail::canonical_text(job_, federation_, policy_, nodes_);
+  if (version_ > 1) {  // version 1 keeps the digest topologies had before versions
+    canonical += "version=" + std::to_string(version_) + "\n";
+    for (const auto& d : history_) canonical += "history=" + to_hex(d.data(), d.size()) + "\n";
+  }
   digest_ = sha256(canonical.data(), canonical.size());
 }
 
@@ -310,13 +323,14 @@ const NodeSpec* Topology::find(const std::string& id) const {
 }
 
 // Ascending index (file order), so callers iterate sites deterministically.
+// Removed sites are no longer under anything.
 std::vector<uint32_t> Topology::sites_under(uint32_t index) const {
   std::vector<uint32_t> out;
   std::vector<uint32_t> stack = {nodes_.at(index).index};
   while (!stack.empty()) {
     const NodeSpec& s = nodes_[stack.back()];
     stack.pop_back();
-    if (s.role == Role::kSite) out.push_back(s.index);
+    if (s.role == Role::kSite && !s.removed) out.push_back(s.index);
     stack.insert(stack.end(), s.children.begin(), s.children.end());
   }
   std::sort(out.begin(), out.end());

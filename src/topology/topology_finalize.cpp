@@ -68,6 +68,10 @@ uint32_t check_nodes(std::vector<NodeSpec>& nodes, const Fail& fail) {
       const std::string streams = streams_problem(*s.streams);
       if (!streams.empty()) fail(who + streams);
     }
+    if (s.role != Role::kSite && s.removed) {
+      fail(who + "removed applies to sites only; to retire an aggregator, restart the federation "
+                 "with a topology without it");
+    }
     if (s.role != Role::kSite && (s.late_join || !s.windows.empty())) {
       fail(who + (s.late_join ? "late_join" : "windows") +
            " applies to sites only; an aggregator runs for the whole federation");
@@ -200,10 +204,11 @@ void attach_children(std::vector<NodeSpec>& nodes, const Fail& fail) {
       fail("node '" + s.id + "': " + role_name(s.role) +
            " has no children; add sites under it or remove it");
     }
-    if (s.role != Role::kSite && std::all_of(s.children.begin(), s.children.end(),
-                                             [&](uint32_t c) { return nodes[c].late_join; })) {
+    if (s.role != Role::kSite && std::all_of(s.children.begin(), s.children.end(), [&](uint32_t c) {
+          return nodes[c].late_join || nodes[c].removed;
+        })) {
       fail("node '" + s.id +
-           "': every child is late_join; at least one must be there at the "
+           "': every child is late_join or removed; at least one must be there at the "
            "start (the model's size and the first round come from it)");
     }
   }
@@ -289,6 +294,7 @@ std::string canonical_text(const std::string& job, const FederationSpec& f,
     if (s.late_join) line += " late_join=1";
     if (!s.metrics.empty()) line += " metrics=" + s.metrics;
     if (!s.windows.empty()) line += " windows=" + join(s.windows);
+    if (s.removed) line += " removed=1";
     c += line + " weight=" + format_double(s.weight) + "\n";
   }
   if (policy.k_min != PolicySpec{}.k_min) {

@@ -9,6 +9,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <cstdint>
 #include <functional>
@@ -172,6 +173,13 @@ uint64_t job_id_of(const std::string& job);
 // What the digest is taken of (docs/topology.md, "Digest").
 std::string canonical_text(const std::string& job, const FederationSpec& federation,
                            const PolicySpec& policy, const std::vector<NodeSpec>& nodes);
+
+// ---- versions (topology_version.cpp) ------------------------------------------
+
+// The top-level version, history and signature keys of `doc`, where present.
+void read_version(const YamlReader& r, const YAML::Node& doc, uint64_t* version,
+                  std::vector<std::array<uint8_t, 32>>* history,
+                  std::optional<TopologySignature>* signature);
 
 // ---- residency policy (topology_policy.cpp) ---------------------------------
 

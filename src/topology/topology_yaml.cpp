@@ -4,6 +4,7 @@
 #include <string>
 #include <utility>
 
+#include "common/sha256.hpp"
 #include "fedwan/topology.hpp"
 #include "topology/topology_internal.hpp"
 
@@ -24,6 +25,11 @@ std::string Topology::to_yaml() const {
   const FederationSpec& f = federation_;
   std::string y = "# fedwan topology, digest " + digest_hex() + "\n";
   y += "job: " + q(job_) + "\n";
+  if (version_ > 1) {
+    y += "version: " + std::to_string(version_) + "\n";
+    y += "history:\n";
+    for (const auto& d : history_) y += "  - \"" + to_hex(d.data(), d.size()) + "\"\n";
+  }
   y += "federation:\n";
   y += "  rounds: " + std::to_string(f.rounds) + "\n";
   y += "  inner_steps: " + std::to_string(f.inner_steps) + "\n";
@@ -67,6 +73,7 @@ std::string Topology::to_yaml() const {
     }
     if (s.streams) y += ", streams: " + std::to_string(*s.streams);
     if (s.late_join) y += ", late_join: true";
+    if (s.removed) y += ", removed: true";
     if (!s.metrics.empty()) y += ", metrics: " + q(s.metrics);
     if (!s.windows.empty()) {
       std::string list;
@@ -81,6 +88,9 @@ std::string Topology::to_yaml() const {
       y += ", allowed_jurisdictions: [" + list + "]";
     }
     y += "}\n";
+  }
+  if (signature_) {
+    y += "signature:\n  cert: " + q(signature_->cert) + "\n  value: " + q(signature_->value) + "\n";
   }
   return y;
 }
