@@ -277,6 +277,9 @@ void Aggregator::Impl::clear_outbox(const Child& c) {
 }
 
 void Aggregator::Impl::send_done(uint64_t rounds) {
+  // A child waiting for a round boundary (a newcomer that came in the last
+  // round) gets none: it is handed the final model before the end.
+  welcome_pending();
   for (const Child& c : down_.children) {
     wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kDone, rounds);
     send_child(c, make_frame(h, {}), h);

@@ -102,7 +102,9 @@ void Aggregator::Impl::update_metrics() {
         {"role", c.is_site ? "site" : "region"},
         {"healthy", healthy},
         {"live", c.live},
-        {"membership", c.member ? "member" : away_name(c.away)},
+        {"membership", c.removed  ? "removed"
+                       : c.member ? "member"
+                                  : away_name(c.away)},
         {"round", c.last_round},
         {"last_seen_s", std::isnan(age) ? nlohmann::json(nullptr) : nlohmann::json(age)},
         {"heartbeats", c.heartbeats},
@@ -133,6 +135,9 @@ void Aggregator::Impl::update_metrics() {
   push_total(rejected.with({me, "refused"}), metrics_.refused);
   push_total(rejected.with({me, "stale"}), summary_.stale_updates);
   push_total(rejected.with({me, "security"}), down_.link->counters().rejected);
+  m.gauge("fedwan_topology_version", "The topology version this node runs.", {"node"})
+      .with({me})
+      .set(static_cast<double>(topo_.version()));
   m.gauge("fedwan_members", "Children counted in the quorum.", {"node"})
       .with({me})
       .set(static_cast<double>(member_sites()));
@@ -168,6 +173,7 @@ void Aggregator::Impl::update_metrics() {
   nlohmann::json status = {{"node", me},
                            {"role", role_name(self_.role)},
                            {"job", topo_.job()},
+                           {"topology_version", topo_.version()},
                            {"round", shown_round},
                            {"rounds", cfg_.rounds},
                            {"phase", phase_name()},

@@ -99,8 +99,10 @@ void Aggregator::Impl::welcome_one(Child& c, uint64_t round, bool full) {
 
 void Aggregator::Impl::on_rejoin(Child& c, const wire::ParsedFrame& f) {
   wire::HelloPayload hello;
-  if (!wire::decode_hello(f.payload, f.payload_size, &hello) || hello.node_id != c.id ||
-      !knows_topology(hello.topology_digest) || f.header.total_elements != total_elements_) {
+  const bool decoded = wire::decode_hello(f.payload, f.payload_size, &hello);
+  if (decoded && !knows_topology(hello.topology_digest)) check_topology_file();  // just written
+  if (!decoded || hello.node_id != c.id || !knows_topology(hello.topology_digest) ||
+      f.header.total_elements != total_elements_) {
     refuse(c.id, "hello does not match this federation (node, topology or model size)");
     return;
   }

@@ -37,6 +37,7 @@ void Aggregator::Impl::on_hello(Child& c, const wire::ParsedFrame& f) {
     refuse(c.id, "hello names node '" + hello.node_id + "' but the connection is '" + c.id + "'");
     return;
   }
+  if (!knows_topology(hello.topology_digest)) check_topology_file();  // a version just written
   if (!knows_topology(hello.topology_digest)) {
     refuse(c.id, "topology mismatch: '" + c.id + "' has digest " +
                      to_hex(hello.topology_digest.data(), 32).substr(0, 12) + ", '" + self_.id +
@@ -166,9 +167,12 @@ void Aggregator::Impl::open_round(uint64_t round) {
   // under, so a sum of the same weights in another order still counts).
   acc_->open(round);
   for (Child& c : down_.children) {
-    if (!c.is_site && c.weight != topo_.weight_under(c.index)) {  // sites removed by a version
-      c.weight = topo_.weight_under(c.index);
-      c.member_weight = std::min(c.member_weight, c.weight);
+    // Sites removed by a topology version: the region's cap comes down once
+    // its own membership shows it adopted the version too (before, its
+    // aggregates may rightly still hold them).
+    const double cap = c.is_site ? c.weight : topo_.weight_under(c.index);
+    if (c.weight > cap && c.member_weight <= cap * (1 + 1e-9)) {
+      c.weight = cap;
       c.member_sites = std::min<uint32_t>(c.member_sites,
                                           static_cast<uint32_t>(topo_.sites_under(c.index).size()));
     }
@@ -203,6 +207,9 @@ void Aggregator::Impl::on_delta(Child& c, const wire::ParsedFrame& f) {
     return;
   }
   const Codec* codec = codec_by_wire_id(h.codec);
+  // A region that adopted a topology version adding sites before this node
+  // did: the version may be in this node's file already.
+  if (!c.is_site && h.weight > c.weight) check_topology_file();
   // What the topology fixes comes from the topology (child_claims.hpp): a
   // site's weight whatever its header says, a region's at most its sites'.
   const aggregator::DeltaWeight w = aggregator::judge_delta_weight(c.is_site, c.weight, h.weight);

@@ -89,8 +89,8 @@ void Aggregator::Impl::adopt_topology(Topology next) {
     auto slot = down_.slot.find(topo_.node(idx).id);
     if (slot != down_.slot.end()) remove_child(down_.children[slot->second]);
   }
-  // A region's weight cap follows its sites: up at once, down when the next
-  // round opens (its aggregate of this round may still hold a removed site).
+  // A region's weight cap follows its sites: up at once; down at a round
+  // boundary once the region itself has dropped them (open_round).
   for (Child& c : down_.children) {
     if (!c.is_site) c.weight = std::max(c.weight, topo_.weight_under(c.index));
   }

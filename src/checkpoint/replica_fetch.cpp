@@ -43,7 +43,8 @@ bool fetch_replica(ParentLink& first_link,
   ParentLink* link = &first_link;
   std::string last_error;
   auto asked_at = Clock::time_point{};
-  auto progress_at = Clock::now();
+  // Asked at once when the link is up; again when nothing came for a while.
+  auto progress_at = Clock::now() - ask_every;
   auto reconnected_at = Clock::now();
   for (;;) {
     const auto now = Clock::now();

@@ -28,6 +28,7 @@
 #include "cli/commands.hpp"
 #include "cli/cost_records.hpp"
 #include "cli/demo_supervisor.hpp"
+#include "cli/demo_versions.hpp"
 #include "cli/placement.hpp"
 #include "cli/validators.hpp"
 #include "fedwan/codec.hpp"
@@ -283,6 +284,19 @@ int run_demo(const DemoArgs& a) {
   // and one bundle per node, private to this run.
   const fs::path pki = dir / "pki";
   if (!a.insecure_plaintext) prepare_credentials(topo, pki, a.force);
+  std::optional<AddedSite> added;
+  if (a.add_site > 0) {
+    if (a.insecure_plaintext) {
+      throw ConfigError("--add-site needs mutual TLS: aggregators adopt only topology versions "
+                        "the admin signed, checked against the federation CA");
+    }
+    if (a.add_site < 2 || a.add_site > a.rounds) {
+      throw ConfigError("--add-site " + std::to_string(a.add_site) + ": a round in 2.." +
+                        std::to_string(a.rounds));
+    }
+    added = prepare_added_site(topo, dir, pki,
+                               a.metrics ? "127.0.0.1:" + std::to_string(free_port()) : "");
+  }
   fs::create_directories(dir / "audit");
   // The ranks of a site meet here; addresses left by an earlier run in the
   // same directory would be taken for live ranks.
@@ -315,12 +329,12 @@ int run_demo(const DemoArgs& a) {
   const std::string root_report = (dir / "root.json").string();
   DemoSupervisor supervisor(self_exe(), a.max_restarts);
   install_demo_signal_handlers();
-  auto launch = [&](const NodeSpec& n) {
+  auto launch = [&](const NodeSpec& n, const std::string& topology_file) {
     const bool site = n.role == Role::kSite;
     NodeLaunch l;
     l.node = n.id;
     for (int rank = 0; rank < (site ? a.ranks_per_site : 1); ++rank) {
-      std::vector<std::string> args = {site ? "site" : "aggregator", "--topology", topo_path,
+      std::vector<std::string> args = {site ? "site" : "aggregator", "--topology", topology_file,
                                        "--node", n.id};
       std::string name = n.id;
       if (site && a.ranks_per_site > 1) {
@@ -352,19 +366,25 @@ int run_demo(const DemoArgs& a) {
       l.rank_logs.push_back((dir / (name + ".log")).string());
     }
     if (chaos && chaos->node == n.id) l.first_env = {{"FEDWAN_CRASH_POINT", chaos->crash_point}};
-    if (late && late->site == n.id) {
-      l.start_after_rounds = late->round - 1;
+    if ((late && late->site == n.id) || (added && added->node.id == n.id)) {
+      l.start_after_rounds = added && added->node.id == n.id ? a.add_site - 1 : late->round - 1;
       l.watch_audit = (dir / "audit" / "root.jsonl").string();
       l.go_file = (dir / ("go-" + n.id)).string();
       fs::remove(l.go_file);
       for (auto& args : l.rank_args) args.insert(args.end(), {"--join-after-file", l.go_file});
     }
+    if (added && added->node.id == n.id) {
+      l.publish_from = added->topology;
+      l.publish_to = topo_path;
+      l.adopted_audit = (dir / "audit" / (n.parent + ".jsonl")).string();
+    }
     supervisor.start(std::move(l));
   };
   for (const NodeSpec& n : topo.nodes()) {
     if (g_demo_stop.load()) break;
-    launch(n);
+    launch(n, topo_path);
   }
+  if (added && !g_demo_stop.load()) launch(added->node, added->topology);
   const bool all_ok = supervisor.run(g_demo_stop);
   // No node is left to stop: a signal from here on ends the demo at once.
   std::signal(SIGTERM, SIG_DFL);
@@ -493,6 +513,10 @@ void add_demo_command(CLI::App& app, DemoArgs& a, int* exit_code) {
   cmd->add_option("--leave", a.leave,
                   "SITE@ROUND: that site leaves the federation gracefully as that round begins "
                   "(no round waits for it), e.g. site-1@8");
+  cmd->add_option("--add-site", a.add_site,
+                  "ROUND: in that round the operator adds one more site with a new topology "
+                  "version signed by the admin (`fedwan topology sign`); the aggregators adopt "
+                  "it and the new site counts from the next round boundary, e.g. 5");
   cmd->add_flag("--metrics", a.metrics,
                 "every node serves Prometheus metrics and its status over HTTP on a free "
                 "127.0.0.1 port (in the topology; `fedwan status --topology DIR/topology.yaml`)");

@@ -136,14 +136,17 @@ void linger_for_metrics(const NodeArgs& a) {
   }
 }
 
-// --join-after-file: waits for the launcher's go (a signal ends the wait;
-// join() then stops at once).
-void wait_for_go(const NodeArgs& a) {
-  if (a.join_after_file.empty()) return;
+// --join-after-file: waits for the launcher's go. False when a signal
+// ended the wait (the site never joined: it exits like a stopped one).
+bool wait_for_go(const NodeArgs& a) {
+  if (a.join_after_file.empty()) return true;
   std::error_code ec;
   while (!std::filesystem::exists(a.join_after_file, ec) && !g_terminate.load()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
+  if (!g_terminate.load()) return true;
+  log_always("warning", "fedwan: site '" + a.node + "' stopped by signal before it joined");
+  return false;
 }
 
 // --costs, else <checkpoint-dir>/costs.jsonl, else none.
@@ -345,12 +348,13 @@ int run_site(const NodeArgs& a) {
     bool left = false;
     training.leave_at_round = a.leave_at_round;
     training.left = &left;
+    // Before the site first asks its parent (for its replica).
+    if (!wait_for_go(a)) return 0;
     SiteCore site(std::move(o), params.data(), params.size());
     SiteCoreRegistration registered(&site);
     SiteReport report(a.report, a.node, a.step_time_ms);
     bool completed = false;
     try {
-      wait_for_go(a);
       const Clock::time_point join_started = Clock::now();
       const SyncResult joined = site.join();
       report.joined(join_started);
@@ -422,6 +426,8 @@ int run_site(const NodeArgs& a) {
                          (comm ? std::string(" (site communicator: ") + comm->engine() + ")"
                                : std::string()));
   const bool checkpointed = !o.checkpoint_dir.empty();
+  // Before the site first asks its parent (for its replica).
+  if (!wait_for_go(a)) return 0;
   Site site(std::move(o), *model, opt.get(), comm.get());
   SiteCoreRegistration registered(site.leader() ? &site.core() : nullptr);
   if (comm) {
@@ -434,7 +440,6 @@ int run_site(const NodeArgs& a) {
   };
   SiteReport report(site.leader() ? a.report : std::string(), a.node, a.step_time_ms);
   try {
-    wait_for_go(a);
     const Clock::time_point join_started = Clock::now();
     site.join();
     report.joined(join_started);
@@ -574,7 +579,7 @@ void add_site_command(CLI::App& app, NodeArgs& args, int* exit_code) {
                   "round the training and sync wall time and bytes sent and received, the "
                   "totals and the utilisation (training time / wall time since joining)");
   cmd->add_option("--join-after-file", args.join_after_file,
-                  "load everything, then wait until this file exists before joining the "
+                  "load the data, then wait until this file exists before contacting the "
                   "federation (a launcher's go signal, e.g. for a late_join site)");
   cmd->add_option("--leave-at-round", args.leave_at_round,
                   "leave the federation gracefully when this round begins (the parent stops "

@@ -65,6 +65,7 @@ std::map<std::string, NodeView> look(const Topology& topo, std::chrono::millisec
   for (const NodeSpec& n : topo.nodes()) {
     NodeView& v = views[n.id];
     v.spec = &n;
+    if (n.removed) continue;  // taken out by a topology version: nothing runs there
     if (n.metrics.empty()) {
       v.error = "no metrics address in the topology";
       continue;
@@ -91,6 +92,11 @@ std::map<std::string, NodeView> look(const Topology& topo, std::chrono::millisec
     }
   }
   for (auto& [id, v] : views) {
+    if (v.spec->removed) {
+      v.healthy = true;
+      v.health = "removed";
+      continue;
+    }
     if (v.self.is_null()) {
       v.health = "unreachable: " + v.error;
     } else if (v.seen.is_object() && !v.seen.value("healthy", false)) {

@@ -68,6 +68,7 @@ struct DemoArgs {
   std::string chaos;           // NODE@ROUND: that node is killed in that round
   std::string late;            // SITE@ROUND: that site (late_join) is started in that round
   std::string leave;           // SITE@ROUND: that site leaves gracefully as that round begins
+  uint64_t add_site = 0;       // > 0: a new site is added by topology version 2 in that round
   bool metrics = false;        // every node serves metrics on a free 127.0.0.1 port
   double metrics_linger_s = 0;
   std::string codec = "fp16";

@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/atomic_file.hpp"
 #include "fedwan/error.hpp"
 
 namespace fedwan::cli {
@@ -185,8 +186,22 @@ void DemoSupervisor::release_due() {
       closed += e.value("event", "") == "round_closed" ? 1 : 0;
     }
     if (closed < n.launch.start_after_rounds) continue;
+    const bool added = !n.launch.publish_from.empty();
+    if (added && !n.published) {
+      n.published = true;
+      write_file_atomic(n.launch.publish_to, read_file(n.launch.publish_from), 0644);
+      std::cout << "fedwan demo: topology version 2 (signed by the admin) adds '" << n.launch.node
+                << "' in round " << closed + 1 << std::endl;
+    }
+    if (added) {
+      bool adopted = false;
+      for (const nlohmann::json& e : audit_entries(n.launch.adopted_audit)) {
+        adopted = adopted || e.value("event", "") == "topology_adopted";
+      }
+      if (!adopted) continue;
+    }
     std::cout << "fedwan demo: '" << n.launch.node << "' joins in round " << closed + 1
-              << " (late join)" << std::endl;
+              << (added ? " (added by the new topology version)" : " (late join)") << std::endl;
     n.released = true;
     std::ofstream(n.launch.go_file) << "go\n";
   }

@@ -64,6 +64,11 @@ struct NodeLaunch {
   uint64_t start_after_rounds = 0;
   std::string watch_audit;
   std::string go_file;
+  // A site added by a topology version (`fedwan demo --add-site`): once due,
+  // `publish_from` (the signed version) is copied over `publish_to` (the
+  // aggregators' topology file), and the go file waits until
+  // `adopted_audit` (its parent's audit log) records topology_adopted.
+  std::string publish_from, publish_to, adopted_audit;
 };
 
 struct Restart {
@@ -109,6 +114,7 @@ class DemoSupervisor {
     NodeLaunch launch;
     int restarts = 0;
     bool released = false;                             // joined (or free to)
+    bool published = false;                            // its topology version is out
     std::chrono::steady_clock::time_point next_check;  // of the audit log, until released
   };
   // Lets the nodes whose start_after_rounds the root's audit log reached join.

@@ -426,6 +426,7 @@ void provision_federation(const Topology& topology, const std::string& dir,
   std::error_code ec;
   std::vector<fs::path> existing;
   if (fs::exists(ca_dir, ec)) existing.push_back(ca_dir);
+  if (fs::exists(root / kAdminName, ec)) existing.push_back(root / kAdminName);
   for (const NodeIdentity& id : ids) {
     if (fs::exists(root / id.node_id, ec)) existing.push_back(root / id.node_id);
   }

@@ -138,7 +138,7 @@ using namespace ca_detail;
 void revoke_node(const std::string& dir, const std::string& node_id,
                  std::chrono::seconds crl_validity) {
   check_crl_validity(crl_validity.count());
-  check_node_id(node_id);
+  if (node_id != kAdminName) check_node_id(node_id);  // the admin's bundle is revocable too
   const fs::path root(dir);
   const fs::path cert_path = root / node_id / "cert.pem";
   std::error_code ec;

@@ -32,6 +32,9 @@ def main() -> int:
                    help="NODE died once (--chaos) and the demo restarted it; nothing else did")
     p.add_argument("--expect-late", metavar="SITE",
                    help="SITE joined late (--late): admitted and welcomed as a member")
+    p.add_argument("--expect-added", metavar="SITE",
+                   help="SITE was added by a signed topology version (--add-site): every "
+                        "aggregator adopted it, the site joined once and contributed")
     p.add_argument("--expect-leave", metavar="SITE@ROUND",
                    help="SITE left as ROUND (1-based) began (--leave), and no child was lost")
     a = p.parse_args(argv)
@@ -158,6 +161,30 @@ def main() -> int:
                 failures.append(f"children were lost (waited for until the heartbeat timeout): "
                                 f"{lost}")
             print(f"leave: {left}")
+        if a.expect_added:
+            adopted, contributed = [], 0
+            for log in logs:
+                with open(log) as f:
+                    for line in f:
+                        e = json.loads(line)
+                        fields = e["fields"]
+                        if (e["event"] == "topology_adopted" and
+                                a.expect_added in fields.get("added", [])):
+                            adopted.append((e["node"], fields.get("version")))
+                        if (e["event"] == "update" and fields.get("sender") == a.expect_added
+                                and fields.get("decision") == "accepted"):
+                            contributed += 1
+            aggregators = [n for n in (os.path.basename(x)[:-len(".jsonl")] for x in logs)
+                           if n == "root" or n.startswith("region-")]
+            if sorted(n for n, _ in adopted) != sorted(aggregators):
+                failures.append(f"not every aggregator adopted the version adding "
+                                f"{a.expect_added}: {adopted} (aggregators {aggregators})")
+            joined = [m for m in membership if m[0] == "member_joined" and m[1] == a.expect_added]
+            if len(joined) != 1 or joined[0][3] != "not_joined":
+                failures.append(f"{a.expect_added} did not join once: {membership}")
+            if contributed == 0:
+                failures.append(f"{a.expect_added} never contributed an accepted update")
+            print(f"added: adopted by {adopted}, joined {joined}, {contributed} accepted chunks")
     # Every node's cost records add up in the report.
     costs = r.get("costs", {})
     nodes = costs.get("nodes", {}) if isinstance(costs, dict) else {}

@@ -52,6 +52,11 @@ class PyAggregator {
     require_callable(on_model_, "on_model");
     AggregatorOptions opt;
     opt.topology = topology_from(topology.obj);
+    // Given as a file: later versions written over it are adopted while it runs.
+    if (!py::isinstance<Topology>(topology.obj)) {
+      opt.topology_file =
+          py::module_::import("os").attr("fspath")(topology.obj).cast<std::string>();
+    }
     opt.node_id = node_id;
     if (!initial_model.obj.is_none()) {
       const auto values = float32_values(initial_model.obj, "initial_model");
@@ -133,6 +138,8 @@ class PyAggregator {
     d["replicas_stored"] = s.replicas_stored;
     d["replica_bytes"] = s.replica_bytes;
     d["took_over"] = s.took_over;
+    d["membership_changes"] = s.membership_changes;
+    d["topology_version"] = s.topology_version;
     d["alarms"] = s.alarms;
     d["global_model"] =
         s.global_model.empty()

@@ -84,6 +84,9 @@ void bind_topology(py::module_& m) {
       .def_readonly("metrics", &NodeSpec::metrics,
                     "'host:port' where the node serves Prometheus metrics and its status ('' = "
                     "none).")
+      .def_readonly("removed", &NodeSpec::removed,
+                    "Sites: taken out of the running federation by a later topology version "
+                    "(it keeps its place: its index is its wire id).")
       .def("__repr__", &node_repr);
 
   py::class_<OuterOptimizerSpec>(m, "OuterOptimizerSpec",
@@ -251,6 +254,26 @@ Raises fedwan.ConfigError naming the source, the node and the problem.)")
           "Residency policy: None when site `site`'s delta may go to aggregator "
           "`aggregator` (its own parent, in a jurisdiction its allowed_jurisdictions "
           "admit), else the reason it may not. Unknown ids give a reason too; never raises.")
+      .def_property_readonly("version", &Topology::version,
+                             "Topology version: 1 for a federation's first; an operator changes "
+                             "a running federation with later, admin-signed versions.")
+      .def_property_readonly(
+          "history",
+          [](const Topology& t) {
+            std::vector<std::string> out;
+            for (const auto& d : t.history()) {
+              std::string hex;
+              for (uint8_t b : d)
+                hex += "0123456789abcdef"[b >> 4], hex += "0123456789abcdef"[b & 15];
+              out.push_back(hex);
+            }
+            return out;
+          },
+          "Hex digests of every earlier version, oldest first (empty for version 1).")
+      .def_property_readonly(
+          "signed", [](const Topology& t) { return t.signature().has_value(); },
+          "Whether it carries an admin signature (checked by the aggregators that adopt it, "
+          "and by `fedwan topology verify`).")
       .def("digest_hex", &Topology::digest_hex,
            "The digest as 64 lowercase hex characters; every node of a federation must "
            "show the same.")
