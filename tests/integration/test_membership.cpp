@@ -32,6 +32,7 @@
 #include "harness/audit_replay.hpp"
 #include "harness/federation_fixture.hpp"
 #include "harness/node_spawner.hpp"
+#include "harness/node_threads.hpp"
 #include "harness/process.hpp"
 
 namespace fedwan::testing {
@@ -115,27 +116,8 @@ class MembershipFederation {
     NodeSpawner nodes;
     for (const NodeSpec& n : topo_.nodes()) {
       if (n.role == Role::kSite) continue;
-      nodes.spawn(n.id, [this, id = n.id, is_root = n.role == Role::kRoot](NodeStopper& stopper) {
-        AggregatorOptions o;
-        o.topology = topo_;
-        o.node_id = id;
-        o.join_timeout = std::chrono::seconds(20);
-        o.security = security_for(topo_, id);
-        o.security.audit_log = audit(id).string();
-        if (is_root) {
-          o.initial_model = init_;
-          o.record_updates_dir = store().string();
-          o.on_model = [this](uint64_t round, const std::vector<float>&) {
-            std::lock_guard<std::mutex> lock(mu_);
-            committed_ = round + 1;
-          };
-        }
-        Aggregator aggregator(std::move(o));
-        const auto bound = stopper.bind([&aggregator] { aggregator.stop(); });
-        AggregatorSummary s = aggregator.run();
-        std::lock_guard<std::mutex> lock(mu_);
-        summaries_[id] = std::move(s);
-      });
+      spawn_aggregator(nodes, topo_, n.id, init_, &summaries_[n.id],
+                       [this, id = n.id](AggregatorOptions& o) { replayable(o, id); });
     }
     for (const NodeSpec& n : topo_.nodes()) {
       if (n.role != Role::kSite) continue;
@@ -183,6 +165,17 @@ class MembershipFederation {
   uint64_t committed() {
     std::lock_guard<std::mutex> lock(mu_);
     return committed_;
+  }
+  // Audited, and the root's accepted payloads recorded, for the replay.
+  void replayable(AggregatorOptions& o, const std::string& id) {
+    o.join_timeout = std::chrono::seconds(20);
+    o.security.audit_log = audit(id).string();
+    if (o.node_id != topo_.root().id) return;
+    o.record_updates_dir = store().string();
+    o.on_model = [this](uint64_t round, const std::vector<float>&) {
+      std::lock_guard<std::mutex> lock(mu_);
+      committed_ = round + 1;
+    };
   }
   std::string errors() {
     std::lock_guard<std::mutex> lock(mu_);

@@ -35,6 +35,7 @@
 #include "harness/audit_replay.hpp"
 #include "harness/federation_fixture.hpp"
 #include "harness/node_spawner.hpp"
+#include "harness/node_threads.hpp"
 #include "harness/process.hpp"
 #include "tensor/chunk_plan.hpp"
 
@@ -119,27 +120,18 @@ class QuorumFederation {
     NodeSpawner nodes;
     for (const NodeSpec& n : topo_.nodes()) {
       if (n.role == Role::kSite) continue;
-      nodes.spawn(n.id, [this, id = n.id, is_root = n.role == Role::kRoot](NodeStopper& stopper) {
-        AggregatorOptions o;
-        o.topology = topo_;
-        o.node_id = id;
-        o.join_timeout = std::chrono::seconds(20);
-        o.security = security_for(topo_, id);
-        o.security.audit_log = audit(id).string();
-        if (is_root) {
-          o.initial_model = init_;
-          o.record_updates_dir = store().string();
-          o.on_model = [this](uint64_t round, const std::vector<float>&) {
-            std::lock_guard<std::mutex> lock(mu_);
-            committed_ = round + 1;
-          };
-        }
-        Aggregator aggregator(std::move(o));
-        const auto bound = stopper.bind([&aggregator] { aggregator.stop(); });
-        AggregatorSummary s = aggregator.run();
-        std::lock_guard<std::mutex> lock(mu_);
-        (is_root ? root_ : region_) = std::move(s);
-      });
+      const bool is_root = n.role == Role::kRoot;
+      spawn_aggregator(nodes, topo_, n.id, init_, is_root ? &root_ : &region_,
+                       [this, id = n.id, is_root](AggregatorOptions& o) {
+                         o.join_timeout = std::chrono::seconds(20);
+                         o.security.audit_log = audit(id).string();
+                         if (!is_root) return;
+                         o.record_updates_dir = store().string();
+                         o.on_model = [this](uint64_t round, const std::vector<float>&) {
+                           std::lock_guard<std::mutex> lock(mu_);
+                           committed_ = round + 1;
+                         };
+                       });
     }
     for (const NodeSpec& n : topo_.nodes()) {
       if (n.role != Role::kSite) continue;

@@ -36,6 +36,7 @@
 #include "harness/audit_replay.hpp"
 #include "harness/federation_fixture.hpp"
 #include "harness/node_spawner.hpp"
+#include "harness/node_threads.hpp"
 #include "harness/process.hpp"
 #include "security/certs.hpp"
 #include "security/node_key.hpp"
@@ -159,28 +160,20 @@ class VersionedFederation {
     NodeSpawner nodes;
     for (const NodeSpec& n : v1_.nodes()) {
       if (n.role == Role::kSite) continue;
-      nodes.spawn(n.id, [this, id = n.id, is_root = n.role == Role::kRoot](NodeStopper& stopper) {
-        AggregatorOptions o;
-        o.topology = Topology::load(topology_file(id).string());
-        o.topology_file = topology_file(id).string();
-        o.node_id = id;
-        o.join_timeout = std::chrono::seconds(30);
-        o.security = security_for(v1_, id);
-        o.security.audit_log = audit(id).string();
-        if (is_root) {
-          o.initial_model = init_;
-          o.record_updates_dir = store().string();
-          o.on_model = [this](uint64_t round, const std::vector<float>&) {
-            std::lock_guard<std::mutex> lock(mu_);
-            committed_ = round + 1;
-          };
-        }
-        Aggregator aggregator(std::move(o));
-        const auto bound = stopper.bind([&aggregator] { aggregator.stop(); });
-        AggregatorSummary s = aggregator.run();
-        std::lock_guard<std::mutex> lock(mu_);
-        summaries_[id] = std::move(s);
-      });
+      spawn_aggregator(nodes, v1_, n.id, init_, &summaries_[n.id],
+                       [this, id = n.id](AggregatorOptions& o) {
+                         // From its file, which the operator replaces while it runs.
+                         o.topology = Topology::load(topology_file(id).string());
+                         o.topology_file = topology_file(id).string();
+                         o.join_timeout = std::chrono::seconds(30);
+                         o.security.audit_log = audit(id).string();
+                         if (o.node_id != v1_.root().id) return;
+                         o.record_updates_dir = store().string();
+                         o.on_model = [this](uint64_t round, const std::vector<float>&) {
+                           std::lock_guard<std::mutex> lock(mu_);
+                           committed_ = round + 1;
+                         };
+                       });
     }
     for (const NodeSpec& n : v1_.nodes()) {
       if (n.role == Role::kSite) start_site(nodes, v1_, n.id);

@@ -129,3 +129,22 @@ def test_overlap_steps_and_tcp_congestion_settings():
 
     with pytest.raises(fedwan.ConfigError, match="overlap_steps 3 is more than inner_steps 2"):
         fedwan.Topology.parse(text.replace("overlap_steps: 2", "overlap_steps: 3"), "fed.yaml")
+
+
+def test_versions_expose_their_history_and_removed_sites():
+    v1 = fedwan.Topology.parse(TEXT)
+    assert (v1.version, v1.history, v1.signed) == (1, [], False)
+    assert not any(n.removed for n in v1.nodes)
+    v2_text = (TEXT.replace("job: py-test\n", "job: py-test\nversion: 2\nhistory: [\"%s\"]\n"
+                            % v1.digest_hex())
+               .replace("parent: root, weight: 1}", "parent: root, weight: 1, removed: true}")
+               + "  - {id: site-2, role: site, parent: root, weight: 2}\n")
+    v2 = fedwan.Topology.parse(v2_text)
+    assert (v2.version, v2.history, v2.signed) == (2, [v1.digest_hex()], False)
+    assert v2.digest_hex() != v1.digest_hex()
+    assert v2.node("site-1").removed and v2.node("site-1").index == 3
+    assert v2.sites_under("root") == ["site-0", "site-2"]
+    assert v2.weight_under("root") == 5.0
+    # A version lists exactly the digests of the versions before it.
+    with pytest.raises(fedwan.ConfigError, match="history"):
+        fedwan.Topology.parse(v2_text.replace("version: 2", "version: 3"))

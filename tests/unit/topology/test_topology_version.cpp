@@ -4,6 +4,8 @@
 // the admin's signature of a version (security/topology_signature.hpp).
 #include <gtest/gtest.h>
 
+#include <chrono>
+
 #include <array>
 #include <cctype>
 #include <cstdint>
@@ -471,6 +473,20 @@ TEST(TopologyAdminSignature, RevokedAdminNoLongerSigns) {
       security::sign_topology(v2, *security::NodeKey::from_bundle(pki + "/admin"));
   EXPECT_EQ(problem(again, dir.path()), std::nullopt);
   expect_problem(problem(s, dir.path()), "revoked");
+}
+
+TEST(TopologyAdminSignature, ExpiredAdminNoLongerSigns) {
+  TempDir dir;
+  const std::string pki = dir.path().string();
+  security::provision_federation(parse(base()), pki);
+  // Valid from two hours ago for one hour: expired now.
+  security::IssueOptions expired;
+  expired.not_before_offset = std::chrono::hours(-2);
+  expired.validity = std::chrono::hours(1);
+  security::issue_admin(pki, expired);
+  const Topology v2 = next_of(parse(base()), plus(base(), kSiteC));
+  const Topology s = security::sign_topology(v2, *security::NodeKey::from_bundle(pki + "/admin"));
+  expect_problem(problem(s, dir.path()), "expired");
 }
 
 }  // namespace
