@@ -110,8 +110,8 @@ class Aggregator::Impl {
   void check_options() const;  // throws ConfigError
   void init_root_model();
   void init_children();
-  void add_child(uint32_t index, bool late);  // a child of the topology, not waited for if late
-  void open_links(const std::string& bind);   // the children's, and a region's parent session
+  void add_child(uint32_t idx, bool late);   // a child of the topology, not waited for if late
+  void open_links(const std::string& bind);  // the children's, and a region's parent session
 
   // Event handlers.
   void on_child_frame(Incoming& in);
