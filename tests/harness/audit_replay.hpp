@@ -112,6 +112,18 @@ ReplayResult replay_root_audits(const Topology& topo, std::vector<float> initial
                                 const std::vector<std::filesystem::path>& audit_logs,
                                 const std::filesystem::path& store_dir);
 
+// The entries of `event` in the audit log at `path`, in file order (none
+// when the file does not exist yet: a node that has not started).
+inline std::vector<AuditEntry> audit_events(const std::filesystem::path& path,
+                                            const std::string& event) {
+  std::vector<AuditEntry> out;
+  if (!std::filesystem::exists(path)) return out;
+  for (AuditEntry& e : read_audit(path)) {
+    if (e.event == event) out.push_back(std::move(e));
+  }
+  return out;
+}
+
 // The root's log alone; replay_root_audits takes the logs of a root and of
 // the standby that took over from it, in that order (the standby's "resumed"
 // marker discards what its checkpoint does not hold).

@@ -43,6 +43,24 @@ inline FederationSpec small_fp32_federation(uint64_t rounds) {
   return fed;
 }
 
+// A federation in which a child waited for in vain would hang a round
+// (quorum 1.0, no deadline), with fast heartbeats: fp16, chunks of 1024
+// elements, 2 local steps a round, DiLoCo.
+inline FederationSpec every_member_federation(uint64_t rounds, double round_timeout_s) {
+  FederationSpec f;
+  f.rounds = rounds;
+  f.inner_steps = 2;
+  f.codec = "fp16";
+  f.chunk_bytes = 4096;
+  f.outer.name = "diloco";
+  f.round_timeout_s = round_timeout_s;
+  f.quorum = 1.0;
+  f.deadline_s = 0;
+  f.heartbeat_s = 0.2;
+  f.heartbeat_timeout_s = 5;
+  return f;
+}
+
 // The entries of an audit log, parsed.
 std::vector<nlohmann::json> audit_entries(const std::filesystem::path& path);
 

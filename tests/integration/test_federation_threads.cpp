@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "harness/federation_fixture.hpp"
+#include "harness/model_compare.hpp"
 #include "harness/reference_federation.hpp"
 
 namespace fedwan::testing {
@@ -29,10 +30,6 @@ LocalTraining synthetic_training(const Topology& topo) {
   return [&topo](uint32_t site, uint64_t, std::vector<float>& p) {
     synthetic::local_steps(p.data(), p.size(), site, topo.federation().inner_steps, kSeed);
   };
-}
-
-bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 struct Case {

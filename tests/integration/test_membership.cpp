@@ -31,6 +31,7 @@
 #include "fedwan/synthetic.hpp"
 #include "harness/audit_replay.hpp"
 #include "harness/federation_fixture.hpp"
+#include "harness/model_compare.hpp"
 #include "harness/node_spawner.hpp"
 #include "harness/node_threads.hpp"
 #include "harness/process.hpp"
@@ -49,20 +50,7 @@ constexpr uint64_t kPauseRounds = 16;  // the window scenario
 constexpr uint64_t kJoinRound = 5;     // site-4 is started while the root is in this round
 constexpr uint64_t kLeaveRound = 8;    // site-2 leaves when it reaches this round
 
-FederationSpec membership_spec(uint64_t rounds) {
-  FederationSpec f;
-  f.rounds = rounds;
-  f.inner_steps = 2;
-  f.codec = "fp16";
-  f.chunk_bytes = 4096;
-  f.outer.name = "diloco";
-  f.round_timeout_s = 20;
-  f.quorum = 1.0;
-  f.deadline_s = 0;
-  f.heartbeat_s = 0.2;
-  f.heartbeat_timeout_s = 5;
-  return f;
-}
+FederationSpec membership_spec(uint64_t rounds) { return every_member_federation(rounds, 20); }
 
 // "HH:MM:SS" of a UTC time.
 std::string clock_text(std::time_t t) {
@@ -200,18 +188,6 @@ class MembershipFederation {
   std::map<std::string, AggregatorSummary> summaries_;
 };
 
-std::vector<AuditEntry> events(const fs::path& log, const std::string& event) {
-  std::vector<AuditEntry> out;
-  for (AuditEntry& e : read_audit(log)) {
-    if (e.event == event) out.push_back(std::move(e));
-  }
-  return out;
-}
-
-bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
 // The sites' parent (root or region-0).
 std::string parent_of_sites(int regions) { return regions == 0 ? "root" : "region-0"; }
 
@@ -220,8 +196,8 @@ ReplayResult expect_clean_run(MembershipFederation& fed, int regions) {
   EXPECT_EQ(fed.errors(), "");
   const std::string parent = parent_of_sites(regions);
   EXPECT_EQ(fed.summary(parent).children_lost, 0u) << "a child was waited for until lost";
-  EXPECT_TRUE(events(fed.audit(parent), "deadline").empty());
-  EXPECT_TRUE(events(fed.audit(parent), "child_lost").empty());
+  EXPECT_TRUE(audit_events(fed.audit(parent), "deadline").empty());
+  EXPECT_TRUE(audit_events(fed.audit(parent), "child_lost").empty());
   const ReplayResult replay =
       replay_root_audit(fed.topo(), fed.init(), fed.audit("root"), fed.store());
   std::string problems;
@@ -236,7 +212,7 @@ ReplayResult expect_clean_run(MembershipFederation& fed, int regions) {
 // Chunks the sites' parent accepted from `site` in `round`.
 int accepted(MembershipFederation& fed, int regions, const std::string& site, uint64_t round) {
   int n = 0;
-  for (const AuditEntry& e : events(fed.audit(parent_of_sites(regions)), "update")) {
+  for (const AuditEntry& e : audit_events(fed.audit(parent_of_sites(regions)), "update")) {
     if (e.fields.value("sender", "") == site && e.fields.value("round", uint64_t{0}) == round &&
         e.fields.value("decision", "") == "accepted")
       ++n;
@@ -262,7 +238,7 @@ TEST_P(Membership, LateSiteCountsFromTheNextRoundAndALeaverCostsNoWait) {
   // Its parent admitted it in the round its hello came in, to count from
   // the next boundary.
   const std::string parent = parent_of_sites(regions);
-  const auto joining = events(fed.audit(parent), "member_joining");
+  const auto joining = audit_events(fed.audit(parent), "member_joining");
   ASSERT_EQ(joining.size(), 1u);
   EXPECT_EQ(joining[0].fields.value("peer", ""), "site-4");
   const uint64_t from = joining[0].fields.value("counts_from_round", uint64_t{0});
@@ -282,12 +258,12 @@ TEST_P(Membership, LateSiteCountsFromTheNextRoundAndALeaverCostsNoWait) {
   EXPECT_EQ(fed.site_rounds_.at("site-4"), kRounds);
   EXPECT_TRUE(bit_equal(fed.site_models_.at("site-4"), fed.site_models_.at("site-0")))
       << "the late site did not end with the federation's model";
-  const auto left = events(fed.audit(parent), "member_left");
+  const auto left = audit_events(fed.audit(parent), "member_left");
   ASSERT_EQ(left.size(), 1u);
   EXPECT_EQ(left[0].fields.value("peer", ""), "site-2");
   EXPECT_EQ(left[0].fields.value("round", uint64_t{0}), kLeaveRound);
   bool joined = false;
-  for (const AuditEntry& e : events(fed.audit(parent), "member_joined")) {
+  for (const AuditEntry& e : audit_events(fed.audit(parent), "member_joined")) {
     if (e.fields.value("peer", "") != "site-4") continue;
     joined = true;
     EXPECT_EQ(e.fields.value("round", uint64_t{0}), from);
@@ -295,7 +271,7 @@ TEST_P(Membership, LateSiteCountsFromTheNextRoundAndALeaverCostsNoWait) {
   EXPECT_TRUE(joined);
   if (regions > 0) {
     // The root's quorum followed the region's reported membership.
-    EXPECT_FALSE(events(fed.audit("root"), "membership").empty());
+    EXPECT_FALSE(audit_events(fed.audit("root"), "membership").empty());
   }
 }
 
@@ -311,13 +287,13 @@ TEST_P(Membership, SiteOutsideItsWindowPausesAndResumes) {
   const ReplayResult replay = expect_clean_run(fed, regions);
   (void)replay;
   const std::string parent = parent_of_sites(regions);
-  const auto paused = events(fed.audit(parent), "member_paused");
+  const auto paused = audit_events(fed.audit(parent), "member_paused");
   ASSERT_EQ(paused.size(), 1u) << "site-3 should have paused once";
   EXPECT_EQ(paused[0].fields.value("peer", ""), "site-3");
   const uint64_t pause_round = paused[0].fields.value("round", uint64_t{0});
   // Back from the pause, welcomed at a later boundary.
   uint64_t back_round = 0;
-  for (const AuditEntry& e : events(fed.audit(parent), "member_joined")) {
+  for (const AuditEntry& e : audit_events(fed.audit(parent), "member_joined")) {
     if (e.fields.value("peer", "") == "site-3" && e.fields.value("from", "") == "paused")
       back_round = e.fields.value("round", uint64_t{0});
   }

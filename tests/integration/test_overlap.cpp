@@ -11,6 +11,7 @@
 
 #include "fedwan/error.hpp"
 #include "harness/federation_fixture.hpp"
+#include "harness/model_compare.hpp"
 #include "harness/node_spawner.hpp"
 #include "harness/node_threads.hpp"
 #include "harness/reference_federation.hpp"
@@ -36,10 +37,6 @@ LocalSteps synthetic_steps() {
   return [](uint32_t site, uint64_t steps, std::vector<float>& p) {
     synthetic::local_steps(p.data(), p.size(), site, steps, kSeed);
   };
-}
-
-bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 struct Case {

@@ -34,6 +34,7 @@
 #include "fedwan/synthetic.hpp"
 #include "harness/audit_replay.hpp"
 #include "harness/federation_fixture.hpp"
+#include "harness/model_compare.hpp"
 #include "harness/node_spawner.hpp"
 #include "harness/node_threads.hpp"
 #include "harness/process.hpp"
@@ -66,10 +67,6 @@ FederationSpec quorum_spec(double quorum, double deadline_s) {
   f.heartbeat_s = 0.2;
   f.heartbeat_timeout_s = 5;  // longer than site-0 is late: it is never declared lost
   return f;
-}
-
-bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 std::vector<std::string> strings(const nlohmann::json& array) {

@@ -35,6 +35,7 @@
 #include "fedwan/synthetic.hpp"
 #include "harness/audit_replay.hpp"
 #include "harness/federation_fixture.hpp"
+#include "harness/model_compare.hpp"
 #include "harness/node_spawner.hpp"
 #include "harness/node_threads.hpp"
 #include "harness/process.hpp"
@@ -54,33 +55,7 @@ constexpr size_t kParams = 3000;  // 3 chunks
 constexpr uint32_t kChunks = 3;
 constexpr uint64_t kAddRound = 4;  // version 2 is written while the root works on it
 
-FederationSpec spec(uint64_t rounds) {
-  FederationSpec f;
-  f.rounds = rounds;
-  f.inner_steps = 2;
-  f.codec = "fp16";
-  f.chunk_bytes = 4096;
-  f.outer.name = "diloco";
-  f.round_timeout_s = 30;
-  f.quorum = 1.0;
-  f.deadline_s = 0;
-  f.heartbeat_s = 0.2;
-  f.heartbeat_timeout_s = 5;
-  return f;
-}
-
-std::vector<AuditEntry> events(const fs::path& log, const std::string& event) {
-  std::vector<AuditEntry> out;
-  if (!fs::exists(log)) return out;
-  for (AuditEntry& e : read_audit(log)) {
-    if (e.event == event) out.push_back(std::move(e));
-  }
-  return out;
-}
-
-bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
+FederationSpec spec(uint64_t rounds) { return every_member_federation(rounds, 30); }
 
 // An operator's actions while the federation runs, on a thread of its own;
 // it may start sites.
@@ -134,7 +109,7 @@ class VersionedFederation {
   bool await_event(const std::string& node, const std::string& event, size_t count = 1) {
     const auto give_up = Clock::now() + std::chrono::seconds(30);
     while (Clock::now() < give_up) {
-      if (events(audit(node), event).size() >= count) return true;
+      if (audit_events(audit(node), event).size() >= count) return true;
       std::this_thread::sleep_for(milliseconds(20));
     }
     return false;
@@ -246,7 +221,7 @@ class VersionedFederation {
 // Chunks `node`'s audit log accepted from `site` in `round`.
 int accepted(const fs::path& log, const std::string& site, uint64_t round) {
   int n = 0;
-  for (const AuditEntry& e : events(log, "update")) {
+  for (const AuditEntry& e : audit_events(log, "update")) {
     if (e.fields.value("sender", "") == site && e.fields.value("round", uint64_t{0}) == round &&
         e.fields.value("decision", "") == "accepted")
       ++n;
@@ -304,24 +279,24 @@ TEST_P(TopologyVersions, OperatorAddsAFifthSiteAndRemovesOne) {
   ASSERT_EQ(fed.errors(), "");
   const std::string parent = fed.parent();
   EXPECT_EQ(fed.summary(parent).children_lost, 0u) << "a child was waited for until lost";
-  EXPECT_TRUE(events(fed.audit(parent), "child_lost").empty());
+  EXPECT_TRUE(audit_events(fed.audit(parent), "child_lost").empty());
   EXPECT_EQ(fed.summary(parent).topology_version, 3u);
   EXPECT_EQ(fed.summary("root").topology_version, 3u);
   expect_replay(fed, v3);
 
   // Both versions adopted by both aggregators, with what they changed.
   for (const std::string& node : {std::string("root"), parent}) {
-    const auto adopted = events(fed.audit(node), "topology_adopted");
+    const auto adopted = audit_events(fed.audit(node), "topology_adopted");
     ASSERT_EQ(adopted.size(), 2u) << node;
     EXPECT_EQ(adopted[0].fields.value("version", uint64_t{0}), 2u);
     EXPECT_EQ(adopted[0].fields["added"], nlohmann::json::array({"site-4"}));
     EXPECT_EQ(adopted[1].fields.value("version", uint64_t{0}), 3u);
     EXPECT_EQ(adopted[1].fields["removed"], nlohmann::json::array({"site-1"}));
-    EXPECT_TRUE(events(fed.audit(node), "topology_refused").empty()) << node;
+    EXPECT_TRUE(audit_events(fed.audit(node), "topology_refused").empty()) << node;
   }
 
   // site-4 counts from the boundary after its hello, then every round.
-  const auto joining = events(fed.audit(parent), "member_joining");
+  const auto joining = audit_events(fed.audit(parent), "member_joining");
   ASSERT_EQ(joining.size(), 1u);
   EXPECT_EQ(joining[0].fields.value("peer", ""), "site-4");
   const uint64_t from = joining[0].fields.value("counts_from_round", uint64_t{0});
@@ -337,7 +312,7 @@ TEST_P(TopologyVersions, OperatorAddsAFifthSiteAndRemovesOne) {
       << "the new site did not end with the federation's model";
 
   // site-1: every round before its removal, none after; refused, told why.
-  const auto removed = events(fed.audit(parent), "member_removed");
+  const auto removed = audit_events(fed.audit(parent), "member_removed");
   ASSERT_EQ(removed.size(), 1u);
   EXPECT_EQ(removed[0].fields.value("peer", ""), "site-1");
   const uint64_t removed_in = removed[0].fields.value("round", uint64_t{0});
@@ -419,7 +394,7 @@ TEST_P(TopologyVersions, VersionsTheAdminDidNotSignOrThatChangeTooMuchAreRefused
   ASSERT_EQ(fed.errors(), "");
   expect_replay(fed, good);
   for (const std::string& node : {std::string("root"), fed.parent()}) {
-    const auto refused = events(fed.audit(node), "topology_refused");
+    const auto refused = audit_events(fed.audit(node), "topology_refused");
     ASSERT_EQ(refused.size(), expected_reasons.size()) << node;
     for (size_t i = 0; i < refused.size(); ++i) {
       const std::string why = refused[i].fields.value("reason", "");

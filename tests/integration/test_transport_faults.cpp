@@ -20,6 +20,7 @@
 
 #include "harness/faulty_transport.hpp"
 #include "harness/federation_fixture.hpp"
+#include "harness/model_compare.hpp"
 #include "harness/reference_federation.hpp"
 
 namespace fedwan::testing {
@@ -45,10 +46,6 @@ FederationSpec spec(const std::string& codec) {
   f.heartbeat_s = 0.2;
   f.heartbeat_timeout_s = 1;
   return f;
-}
-
-bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 // Frames of `round`, chunk `chunk`.

@@ -12,6 +12,7 @@
 #include "checkpoint/node_checkpoint.hpp"
 #include "fedwan/error.hpp"
 #include "harness/federation_fixture.hpp"
+#include "harness/model_compare.hpp"
 #include "harness/reference_federation.hpp"
 
 namespace fedwan::testing {
@@ -64,10 +65,6 @@ FederationSpec spec(const std::string& codec, uint64_t rounds) {
   f.outer.name = "diloco";
   f.round_timeout_s = 15;
   return f;
-}
-
-bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 // Installs a HostUpdateEncoder in every site (kept in `encoders`, by site).

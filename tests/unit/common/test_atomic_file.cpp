@@ -16,6 +16,8 @@
 
 #include "fedwan/error.hpp"
 
+#include "harness/config_error.hpp"
+
 namespace fedwan {
 namespace {
 
@@ -56,16 +58,7 @@ std::vector<std::string> entries(const fs::path& dir) {
   return out;
 }
 
-// The message of the ConfigError `f` throws ("" when it throws none).
-template <typename F>
-std::string config_error(F&& f) {
-  try {
-    f();
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::config_error;
 
 TEST(AtomicFile, RoundTripsBytesIncludingNulAndEmpty) {
   TempDir d;

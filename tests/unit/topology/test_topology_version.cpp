@@ -28,6 +28,8 @@
 #include "topology/topology_version.hpp"
 #include "topology_test_util.hpp"
 
+#include "harness/config_error.hpp"
+
 namespace fedwan {
 namespace {
 
@@ -72,15 +74,7 @@ std::string version_keys(uint64_t version, const std::vector<std::string>& histo
   return y + "]\n";
 }
 
-template <typename F>
-std::string config_error(F&& f) {
-  try {
-    f();
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::config_error;
 
 void expect_change_refused(const Topology& current, const Topology& next,
                            const std::string& needle) {
