@@ -297,7 +297,6 @@ class Aggregator::Impl {
     std::unordered_map<std::string, size_t> slot;  // child id -> index in children
     std::vector<Outbox> out;                       // by child slot
     uint32_t regions = 0;                          // region aggregators among the children
-    double weight = 0;                             // site weight under this node
   } down_;
 
   // A region's parent side: the session (link, reconnects, liveness), the
