@@ -64,6 +64,11 @@ struct NodeSpec {
   // place in the file (its index is its wire id) but is no longer a member:
   // its parent refuses it and counts no weight for it.
   bool removed = false;
+  // Sites only: the most devices (GPUs, or CPU ranks) the site may train
+  // on and bill per round; its cost records are checked against it
+  // (`fedwan costs --topology`), and a site started with more refuses to
+  // start. Unset: the site's own count, billed as declared.
+  std::optional<uint64_t> devices;
 };
 
 struct FederationSpec {

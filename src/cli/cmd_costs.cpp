@@ -16,8 +16,12 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
+#include "cli/cost_bill.hpp"
+#include "cli/cost_checks.hpp"
 #include "cli/cost_records.hpp"
 #include "fedwan/error.hpp"
+#include "fedwan/topology.hpp"
+#include "security/node_key.hpp"
 
 namespace fedwan::cli {
 namespace {
@@ -30,22 +34,31 @@ struct CostsArgs {
   std::string rates;
   std::string window = "none";
   bool json = false;
+  std::string ca, crl, topology, job;
+  bool on_their_word = false;
 };
 
 constexpr const char* kCostsNote =
-    "Each node writes one line per round to its costs.jsonl (schema version 1): train_seconds, "
-    "devices and device (cpu|gpu) for sites, and per link the bytes sent and received. A "
-    "directory is searched recursively for files named costs.jsonl. A round written twice "
-    "(a node restarted) is counted once when the two lines agree, and refused when they do "
-    "not.\n"
+    "Each node writes one line per round to its costs.jsonl (schema version 2), signed with "
+    "its own key: train_seconds, devices and device (cpu|gpu) for sites, and per link the bytes "
+    "sent and received. A directory is searched recursively for files named costs.jsonl.\n"
+    "With --ca a record is billed only to the node whose key signed it (a certificate of that "
+    "CA, not revoked in --crl, naming the record's node, role and job); any other line is "
+    "refused and reported, and the rest still bills. --unverified takes records on their word "
+    "instead, and the bill says so.\n"
+    "A site's training time is bounded by its round's wall time (its parent's record) and, "
+    "with --topology, its devices by the site's `devices`; a record past them is refused. The "
+    "bytes between a child and its parent are billed at the parent's count; a child whose own "
+    "count differs by more than 1% and 64 KiB is reported with both figures. A node that wrote "
+    "a round twice is counted once; two different records of one round bill the larger.\n"
     "Device time is billed to the node that trained, egress to the node that sent the bytes. "
     "The rates file (YAML) has currency, device_hour (default and per node: cpu/gpu per "
     "device-hour) and egress_gb (per GB of 1e9 bytes sent; '<node>-><peer>' over '<node>' "
     "over 'default'); whatever it leaves out costs 0.\n"
-    "A window holds the records whose end falls in it (UTC, aligned to midnight). Bytes and "
-    "device-microseconds are summed as integers: the totals equal the sums of the rounds, "
-    "and the windows add up to them, exactly. Money is shown to 2 decimals; --json keeps it "
-    "in full. See docs/operations.md, \"Cost accounting\".\n";
+    "A window holds the records whose end falls in it (UTC, aligned to midnight). Totals are "
+    "exact integer sums. Exit 0: everything verified and consistent; 3: billed, but some "
+    "records were refused or a link's counts differ (listed); 2: no bill. See "
+    "docs/operations.md, \"Cost accounting\".\n";
 
 // Records are untrusted input and this goes to a terminal: control
 // characters (escape sequences) are shown as '?'.
@@ -194,14 +207,99 @@ json line_json(const CostLine& l) {
   return j;
 }
 
-json bill_json(const CostBill& b, const std::string& window, size_t files) {
+// Everything `fedwan costs` learnt about the records besides the bill.
+struct Findings {
+  std::vector<std::string> files;
+  const CostLedger* ledger = nullptr;
+  const CheckedCosts* checked = nullptr;
+  std::string ca, crl, topology;
+
+  std::vector<CostRefusal> refused() const {
+    std::vector<CostRefusal> all = ledger->refusals();
+    all.insert(all.end(), checked->refused.begin(), checked->refused.end());
+    return all;
+  }
+  std::vector<const LinkReconciliation*> mismatches() const {
+    std::vector<const LinkReconciliation*> out;
+    for (const LinkReconciliation& l : checked->links) {
+      if (l.mismatch) out.push_back(&l);
+    }
+    return out;
+  }
+  bool clean() const {
+    return refused().empty() && mismatches().empty() && ledger->conflicts().empty();
+  }
+};
+
+std::string refusal_text(const CostRefusal& r) {
+  std::string who;
+  if (!r.node.empty()) {
+    who = printable(r.node) + (r.round ? " round " + std::to_string(*r.round) : "") + ": ";
+  }
+  return printable(r.origin) + ": " + who + printable(r.reason);
+}
+
+json verification_json(const Findings& f) {
+  const CostLedger& l = *f.ledger;
+  const CheckedCosts& c = *f.checked;
+  json v;
+  v["signatures"] = l.trust().ca ? json("verified") : json("not checked (--unverified)");
+  v["ca"] = f.ca.empty() ? json(nullptr) : json(f.ca);
+  v["crl"] = f.crl.empty() ? json(nullptr) : json(f.crl);
+  v["topology"] = f.topology.empty() ? json(nullptr) : json(f.topology);
+  v["records_verified"] = l.verified();
+  v["device_records"] = c.device_records;
+  v["wall_time_from_parent"] = c.wall_from_parent;
+  v["devices_from_topology"] = c.devices_from_topology;
+  json links = json::array();
+  for (const LinkReconciliation& r : c.links) {
+    links.push_back({{"child", r.child},
+                     {"parent", r.parent},
+                     {"child_sent", r.child_sent},
+                     {"parent_received", r.parent_received},
+                     {"child_received", r.child_received},
+                     {"parent_sent", r.parent_sent},
+                     {"rounds_at_parent_count", r.rounds_both},
+                     {"rounds_declared_by_child", r.rounds_child_only},
+                     {"rounds_child_unrecorded", r.rounds_parent_only},
+                     {"mismatch", r.mismatch}});
+  }
+  v["links"] = std::move(links);
+  return v;
+}
+
+json findings_json(const Findings& f) {
+  json j;
+  j["refused"] = json::array();
+  for (const CostRefusal& r : f.refused()) {
+    j["refused"].push_back({{"origin", r.origin},
+                            {"node", r.node.empty() ? json(nullptr) : json(r.node)},
+                            {"round", r.round ? json(*r.round) : json(nullptr)},
+                            {"reason", r.reason}});
+  }
+  j["conflicts"] = json::array();
+  for (const CostConflict& c : f.ledger->conflicts()) {
+    j["conflicts"].push_back({{"node", c.node},
+                              {"round", c.round},
+                              {"billed", c.billed_origin},
+                              {"other", c.other_origin},
+                              {"difference", c.difference}});
+  }
+  return j;
+}
+
+json bill_json(const CostBill& b, const std::string& window, const Findings& f) {
   json j;
   j["currency"] = b.currency;
-  j["files"] = files;
-  j["records_read"] = b.lines_read;
+  j["files"] = f.files.size();
+  j["records_read"] = f.ledger->lines_read();
   j["records"] = b.records;
-  j["duplicates"] = b.duplicates;
+  j["duplicates"] = f.ledger->duplicates();
   j["window"] = b.window_seconds > 0 ? json(window) : json(nullptr);
+  j["verification"] = verification_json(f);
+  const json found = findings_json(f);
+  j["refused"] = found["refused"];
+  j["conflicts"] = found["conflicts"];
   j["nodes"] = json::array();
   for (const CostLine& l : b.nodes) j["nodes"].push_back(line_json(l));
   j["totals"] = line_json(b.totals);
@@ -218,8 +316,94 @@ json bill_json(const CostBill& b, const std::string& window, size_t files) {
   return j;
 }
 
+// What the bill rests on, in words, before the table.
+void print_verification(std::ostream& out, const CostBill& bill, const Findings& f) {
+  const CostLedger& l = *f.ledger;
+  const CheckedCosts& c = *f.checked;
+  out << bill.records << (bill.records == 1 ? " round record" : " round records") << " billed from "
+      << f.files.size() << (f.files.size() == 1 ? " file" : " files");
+  if (l.duplicates() > 0) out << " (" << l.duplicates() << " more written twice, counted once)";
+  out << "; prices in " << printable(bill.currency) << "\n";
+  if (l.trust().ca) {
+    out << "signatures: " << l.verified() << " records signed by their own node (CA "
+        << printable(f.ca) << (f.crl.empty() ? "" : ", CRL " + printable(f.crl)) << ")\n";
+  } else {
+    out << "signatures: NOT CHECKED (--unverified): every figure is its node's own word\n";
+  }
+  out << "device time: " << c.device_records << " site records; " << c.wall_from_parent
+      << " bounded by their parent's round time, the rest by their own; devices: "
+      << c.devices_from_topology << " bounded by the topology, "
+      << c.device_records - std::min(c.device_records, c.devices_from_topology) << " declared\n";
+  uint64_t both = 0, child_only = 0, parent_only = 0;
+  for (const LinkReconciliation& r : c.links) {
+    both += r.rounds_both;
+    child_only += r.rounds_child_only;
+    parent_only += r.rounds_parent_only;
+  }
+  out << "link bytes: " << c.links.size()
+      << " child links; rounds billed at the parent's count: " << both + parent_only << " ("
+      << parent_only << " the child did not record), on the child's word: " << child_only << "\n";
+  const std::vector<CostRefusal> refused = f.refused();
+  if (!refused.empty()) {
+    out << "\nrefused, not billed (" << refused.size() << "):\n";
+    for (const CostRefusal& r : refused) out << "  " << refusal_text(r) << "\n";
+  }
+  if (!l.conflicts().empty()) {
+    out << "\nrounds a node recorded twice, differently (the larger is billed):\n";
+    for (const CostConflict& x : l.conflicts()) {
+      out << "  " << printable(x.node) << " round " << x.round << ": " << printable(x.billed_origin)
+          << " billed, " << printable(x.other_origin) << " not (" << x.difference << ")\n";
+    }
+  }
+  const auto mismatches = f.mismatches();
+  if (!mismatches.empty()) {
+    out << "\nlinks whose two ends disagree (billed at the parent's count):\n";
+    for (const LinkReconciliation* m : mismatches) {
+      out << "  " << printable(m->child) << " -> " << printable(m->parent) << ": "
+          << printable(m->child) << " says it sent " << m->child_sent << " B, "
+          << printable(m->parent) << " received " << m->parent_received << " B; "
+          << printable(m->parent) << " sent " << m->parent_sent << " B, " << printable(m->child)
+          << " says it received " << m->child_received << " B\n";
+    }
+  }
+  out << "\n";
+}
+
+std::unique_ptr<CostLedger> read_ledger(const CostsArgs& a, const std::vector<std::string>& files,
+                                        const security::SignatureVerifier* ca,
+                                        const std::optional<Topology>& topo) {
+  CostTrust trust;
+  trust.ca = ca;
+  trust.on_their_word = a.on_their_word;
+  trust.job = topo ? topo->job() : a.job;
+  if (topo && !a.job.empty() && a.job != topo->job()) {
+    throw ConfigError("--job " + a.job + " but the topology is of job " + topo->job());
+  }
+  auto ledger = std::make_unique<CostLedger>(trust);
+  for (const std::string& f : files) {
+    std::ifstream in(f, std::ios::binary);
+    if (!in) throw ConfigError("cannot read cost records " + f);
+    ledger->read(in, f);
+  }
+  if (trust.job.empty() && ledger->jobs().size() > 1) {
+    std::string jobs;
+    for (const std::string& j : ledger->jobs()) jobs += (jobs.empty() ? "" : ", ") + printable(j);
+    throw ConfigError("records of several jobs (" + jobs +
+                      "): bill one at a time with --job or --topology");
+  }
+  return ledger;
+}
+
 int run_costs(const CostsArgs& a) {
   const int64_t window_seconds = cost_window_seconds(a.window);
+  if (a.ca.empty() == !a.on_their_word) {
+    throw ConfigError(a.on_their_word
+                          ? "--ca and --unverified exclude each other"
+                          : "give --ca PKI/ca/ca.pem (the federation CA: each record must be "
+                            "signed by its own node), or --unverified to bill records on their "
+                            "word");
+  }
+  if (!a.crl.empty() && a.ca.empty()) throw ConfigError("--crl needs --ca");
   CostRates rates;
   if (!a.rates.empty()) {
     std::ifstream in(a.rates, std::ios::binary);
@@ -229,37 +413,38 @@ int run_costs(const CostsArgs& a) {
     if (in.bad()) throw ConfigError("cannot read rates file " + a.rates);
     rates = parse_cost_rates(text.str(), a.rates);
   }
-  const std::vector<std::string> files = cost_files(a.records);
-  CostLedger ledger;
-  for (const std::string& f : files) {
-    std::ifstream in(f, std::ios::binary);
-    if (!in) throw ConfigError("cannot read cost records " + f);
-    ledger.read(in, f);
-  }
-  for (const std::string& key : rates.unmatched(ledger)) {
+  std::optional<Topology> topo;
+  if (!a.topology.empty()) topo = Topology::load(a.topology);
+  std::unique_ptr<security::SignatureVerifier> ca;
+  if (!a.ca.empty()) ca = std::make_unique<security::SignatureVerifier>(a.ca, a.crl);
+  Findings f;
+  f.files = cost_files(a.records);
+  f.ca = a.ca;
+  f.crl = a.crl;
+  f.topology = a.topology;
+  const std::unique_ptr<CostLedger> ledger = read_ledger(a, f.files, ca.get(), topo);
+  const CheckedCosts checked = check_costs(*ledger, topo ? &*topo : nullptr);
+  f.ledger = ledger.get();
+  f.checked = &checked;
+  for (const std::string& key : rates.unmatched(checked.billed)) {
     std::cerr << "warning: " << a.rates << ": " << printable(key)
               << " names no node or link in the records (a typo bills that node at the "
                  "default)\n";
   }
-  const CostBill bill = bill_costs(ledger, rates, window_seconds);
+  const CostBill bill = bill_costs(checked.billed, rates, window_seconds);
+  const int code = f.clean() ? 0 : 3;
   if (a.json) {
-    std::cout << bill_json(bill, a.window, files.size())
-                     .dump(2, ' ', false, json::error_handler_t::replace)
+    std::cout << bill_json(bill, a.window, f).dump(2, ' ', false, json::error_handler_t::replace)
               << "\n";
-    return 0;
+    return code;
   }
-  std::cout << bill.records << (bill.records == 1 ? " round record" : " round records") << " from "
-            << files.size() << (files.size() == 1 ? " file" : " files");
-  if (bill.duplicates > 0) {
-    std::cout << " (" << bill.duplicates << " more written twice, counted once)";
-  }
-  std::cout << "; prices in " << printable(bill.currency) << "\n\n";
+  print_verification(std::cout, bill, f);
   print_table(std::cout, bill.nodes, bill.totals, "total", bill.currency);
   for (const CostWindowBill& w : bill.windows) {
     std::cout << "\nwindow " << format_utc(w.start) << " .. " << format_utc(w.end) << "\n";
     print_table(std::cout, w.nodes, w.totals, "window total", bill.currency);
   }
-  return 0;
+  return code;
 }
 
 }  // namespace
@@ -281,6 +466,21 @@ void add_costs_command(CLI::App& app, int* exit_code) {
                    "window holding its end)")
       ->check(CLI::IsMember({"none", "1h", "6h", "1d"}))
       ->capture_default_str();
+  costs
+      ->add_option("--ca", args->ca,
+                   "the federation CA (ca.pem): bill each record only to the node whose key "
+                   "signed it")
+      ->check(CLI::ExistingFile);
+  costs->add_option("--crl", args->crl, "the CA's revocation list (crl.pem), with --ca")
+      ->check(CLI::ExistingFile);
+  costs->add_flag("--unverified", args->on_their_word,
+                  "bill records on their word, signed or not (no --ca); the bill says so");
+  costs
+      ->add_option("--topology", args->topology,
+                   "the federation's topology: who is whose parent, the devices each site "
+                   "may bill, the job")
+      ->check(CLI::ExistingFile);
+  costs->add_option("--job", args->job, "bill only this job's records (default: --topology's)");
   costs->add_flag("--json", args->json,
                   "print the bill as one JSON object (nodes, windows, totals, currency, record "
                   "counts), money unrounded");

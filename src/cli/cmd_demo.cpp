@@ -26,6 +26,8 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
+#include "cli/cost_bill.hpp"
+#include "cli/cost_checks.hpp"
 #include "cli/cost_records.hpp"
 #include "cli/demo_supervisor.hpp"
 #include "cli/demo_versions.hpp"
@@ -36,6 +38,7 @@
 #include "fedwan/outer_optimizer.hpp"
 #include "fedwan/security.hpp"
 #include "fedwan/topology.hpp"
+#include "security/node_key.hpp"
 #include "security/tls_session.hpp"
 #include "workload/fashion_mnist.hpp"
 #include "workload/fashion_model.hpp"
@@ -82,31 +85,55 @@ int free_port() {
   throw Error("demo: cannot find a free loopback port not already in use by this demo");
 }
 
-// What every node's cost records add up to (`fedwan costs` prices them):
-// per node, its rounds, device-seconds and bytes sent and received.
-nlohmann::json demo_costs(const fs::path& checkpoints) {
-  CostLedger ledger;
+// What every node's cost records add up to, as `fedwan costs` bills them:
+// per node, its rounds, device-seconds and bytes sent and received, each
+// record checked against the demo's CA (unsigned with --insecure-plaintext)
+// and the topology.
+nlohmann::json demo_costs(const fs::path& dir, const Topology& topo, bool plaintext) {
   std::error_code ec;
   try {
-    for (const auto& e : fs::recursive_directory_iterator(checkpoints, ec)) {
+    std::unique_ptr<security::SignatureVerifier> ca;
+    CostTrust trust;
+    trust.job = topo.job();
+    if (plaintext) {
+      trust.on_their_word = true;
+    } else {
+      ca = std::make_unique<security::SignatureVerifier>((dir / "pki" / "ca" / "ca.pem").string(),
+                                                         (dir / "pki" / "ca" / "crl.pem").string());
+      trust.ca = ca.get();
+    }
+    CostLedger ledger(trust);
+    for (const auto& e : fs::recursive_directory_iterator(dir / "checkpoints", ec)) {
       if (e.path().filename() != "costs.jsonl") continue;
       std::ifstream f(e.path());
       ledger.read(f, e.path().string());
     }
+    const CheckedCosts checked = check_costs(ledger, &topo);
+    const CostBill bill = bill_costs(checked.billed, CostRates{}, 0);
+    nlohmann::json nodes = nlohmann::json::object();
+    for (const CostLine& l : bill.nodes) {
+      nodes[l.node] = {{"role", l.role},
+                       {"rounds", l.rounds},
+                       {"rounds_contributed", l.contributed},
+                       {"device_seconds", static_cast<double>(l.device_us_total) / 1e6},
+                       {"bytes_sent", l.sent},
+                       {"bytes_received", l.received}};
+    }
+    nlohmann::json refused = nlohmann::json::array();
+    for (const CostRefusal& r : ledger.refusals()) refused.push_back(r.origin + ": " + r.reason);
+    for (const CostRefusal& r : checked.refused) refused.push_back(r.origin + ": " + r.reason);
+    nlohmann::json mismatched = nlohmann::json::array();
+    for (const LinkReconciliation& l : checked.links) {
+      if (l.mismatch) mismatched.push_back(l.child + "->" + l.parent);
+    }
+    return {{"records", bill.records},
+            {"signed", !plaintext},
+            {"refused", refused},
+            {"link_mismatches", mismatched},
+            {"nodes", nodes}};
   } catch (const Error& e) {
     return {{"error", e.what()}};
   }
-  const CostBill bill = bill_costs(ledger, CostRates{}, 0);
-  nlohmann::json nodes = nlohmann::json::object();
-  for (const CostLine& l : bill.nodes) {
-    nodes[l.node] = {{"role", l.role},
-                     {"rounds", l.rounds},
-                     {"rounds_contributed", l.contributed},
-                     {"device_seconds", static_cast<double>(l.device_us_total) / 1e6},
-                     {"bytes_sent", l.sent},
-                     {"bytes_received", l.received}};
-  }
-  return {{"records", bill.records}, {"nodes", nodes}};
 }
 
 std::string self_exe() {
@@ -183,6 +210,8 @@ Topology demo_topology(const DemoArgs& a, const std::vector<double>& weights,
     n.parent = a.regions > 0 ? "region-" + std::to_string(s % a.regions) : "root";
     n.weight = weights[static_cast<size_t>(s)];
     n.late_join = n.id == late_site;
+    // What its cost records may bill: one device per rank.
+    n.devices = static_cast<uint64_t>(std::max(1, a.ranks_per_site));
     nodes.push_back(n);
   }
   if (a.metrics) {
@@ -415,7 +444,8 @@ int run_demo(const DemoArgs& a) {
   report["baseline_accuracy"] = baseline ? nlohmann::json(*baseline) : nlohmann::json(nullptr);
   supervisor.account();
   report["restarts"] = restarts_json(supervisor.restarts());
-  report["costs"] = demo_costs(dir / "checkpoints");
+  // The topology as it ended (a version may have added a site).
+  report["costs"] = demo_costs(dir, Topology::load(topo_path), a.insecure_plaintext);
   for (const Restart& r : supervisor.restarts()) {
     std::cout << "restart: " << r.node << " died (" << r.cause << ") "
               << (r.died_in_round ? "in round " + std::to_string(*r.died_in_round + 1)

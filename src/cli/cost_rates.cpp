@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "cli/cost_records.hpp"
+#include "cli/cost_bill.hpp"
 #include "fedwan/error.hpp"
 
 namespace fedwan::cli {
@@ -44,9 +44,9 @@ double CostRates::egress_rate(const std::string& node, const std::string& peer) 
   return 0;
 }
 
-std::vector<std::string> CostRates::unmatched(const CostLedger& ledger) const {
+std::vector<std::string> CostRates::unmatched(const std::vector<CostRecord>& records) const {
   std::set<std::string> nodes, links;
-  for (const auto& [key, r] : ledger.records()) {
+  for (const CostRecord& r : records) {
     nodes.insert(r.node);
     for (const auto& link : r.links) links.insert(r.node + "->" + link.first);
   }

@@ -1,7 +1,5 @@
 #include "cli/cost_records.hpp"
 
-#include <yaml-cpp/yaml.h>
-
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -12,6 +10,9 @@
 
 #include "common/json_depth.hpp"
 #include "fedwan/error.hpp"
+#include "fedwan/topology.hpp"
+#include "node/cost_records.hpp"
+#include "security/node_key.hpp"
 
 namespace fedwan::cli {
 namespace {
@@ -51,23 +52,7 @@ void civil_from_days(int64_t z, int64_t* y, unsigned* m, unsigned* d) {
 
 int64_t floor_div(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
 
-// Sums and products that would wrap are refused: a wrapped total is a wrong bill.
-void add_to(uint64_t& acc, uint64_t v) {
-  if (__builtin_add_overflow(acc, v, &acc)) {
-    throw ConfigError("the totals pass 2^64 (bytes or device-microseconds): the records cannot "
-                      "be summed exactly; bill fewer of them at once");
-  }
-}
-
-// Records are untrusted and messages go to a terminal: control characters
-// and bytes outside ASCII are shown as '?'.
-std::string printable(std::string s) {
-  for (char& c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u >= 0x7f) c = '?';
-  }
-  return s;
-}
+std::string printable(std::string s) { return cost_printable(std::move(s)); }
 
 std::string shown(const json& v) {
   std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
@@ -181,6 +166,7 @@ std::string CostRecord::first_difference(const CostRecord& o) const {
   const auto differ = [](const std::string& what, const std::string& a, const std::string& b) {
     return what + " (" + a + " vs " + b + ")";
   };
+  if (job != o.job) return differ("job", job, o.job);
   if (role != o.role) return differ("role", role, o.role);
   if (start != o.start) return differ("start", start, o.start);
   if (end != o.end) return differ("end", end, o.end);
@@ -235,14 +221,16 @@ CostRecord parse_cost_record(const std::string& line, const std::string& origin)
 
   const json& v = in.need("v");
   if (!v.is_number_integer()) in.fail("\"v\" must be an integer, got " + shown(v));
-  if (!v.is_number_unsigned() || v.get<uint64_t>() != kCostSchemaVersion) {
+  if (!v.is_number_unsigned() || v.get<uint64_t>() < 1 ||
+      v.get<uint64_t>() > static_cast<uint64_t>(node::kCostSchemaVersion)) {
     in.fail("schema version " + shown(v) +
-            " is not supported: this fedwan reads cost records "
-            "of version " +
-            std::to_string(kCostSchemaVersion) + " (use the fedwan release that wrote them)");
+            " is not supported: this fedwan reads cost records of versions 1 to " +
+            std::to_string(node::kCostSchemaVersion) + " (use the fedwan release that wrote them)");
   }
   CostRecord r;
+  r.version = static_cast<int>(v.get<uint64_t>());
   r.origin = origin;
+  if (r.version >= 2) r.job = in.str("job");
   r.node = in.str("node");
   r.role = in.str("role");
   if (!one_of(r.role, kRoles)) {
@@ -251,11 +239,12 @@ CostRecord parse_cost_record(const std::string& line, const std::string& origin)
   r.round = in.u64(in.need("round"), "round");
   r.start = in.str("start");
   r.end = in.str("end");
-  UtcTime start;
   std::string why;
-  if (!parse_utc(r.start, &start, &why)) in.fail("\"start\" " + shown(j["start"]) + " " + why);
+  if (!parse_utc(r.start, &r.start_time, &why)) {
+    in.fail("\"start\" " + shown(j["start"]) + " " + why);
+  }
   if (!parse_utc(r.end, &r.end_time, &why)) in.fail("\"end\" " + shown(j["end"]) + " " + why);
-  if (r.end_time < start) in.fail("\"end\" " + r.end + " is before \"start\" " + r.start);
+  if (r.end_time < r.start_time) in.fail("\"end\" " + r.end + " is before \"start\" " + r.start);
 
   if (const json* ts = in.find("train_seconds")) {
     if (!ts->is_number() || !std::isfinite(ts->get<double>()) || ts->get<double>() < 0) {
@@ -297,19 +286,90 @@ CostRecord parse_cost_record(const std::string& line, const std::string& origin)
     in.fail("no \"device\": cpu or gpu is needed to price " + number(r.train_seconds) + " s on " +
             std::to_string(r.devices) + " device(s)");
   }
+  const json* sig = in.find("sig");
+  const json* cert = in.find("cert");
+  if (sig || cert) {
+    const auto b64 = [&](const json* field, const char* name, size_t max) {
+      std::optional<std::vector<uint8_t>> bytes;
+      if (field && field->is_string())
+        bytes = security::base64_decode(field->get<std::string>(), max);
+      if (!bytes || bytes->empty()) in.fail(std::string("\"") + name + "\" must be base64");
+      return *bytes;
+    };
+    r.signature = b64(sig, "sig", security::kMaxSignatureBytes);
+    r.cert_der = b64(cert, "cert", security::kMaxSignerCertBytes);
+    r.signed_text = node::cost_record_signed_text(j);
+  }
   return r;
+}
+
+uint64_t CostRecord::bytes_sent() const {
+  uint64_t n = 0;
+  for (const auto& link : links) {
+    if (__builtin_add_overflow(n, link.second.sent, &n)) return UINT64_MAX;
+  }
+  return n;
+}
+
+std::string cost_printable(std::string s) {
+  for (char& c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u >= 0x7f) c = '?';
+  }
+  return s;
+}
+
+CostLedger::CostLedger(CostTrust trust) : trust_(std::move(trust)) {
+  if (!trust_.ca && !trust_.on_their_word) {
+    throw ConfigError("cost records are billed either against the federation CA (each record "
+                      "signed by its node) or explicitly on their word; neither was chosen");
+  }
+}
+
+std::optional<std::string> CostLedger::untrusted(const CostRecord& r) const {
+  if (!trust_.job.empty() && r.version >= 2 && r.job != trust_.job) {
+    return "a record of job '" + printable(r.job) + "'; this bill is of job '" +
+           printable(trust_.job) + "'";
+  }
+  if (!trust_.ca) return std::nullopt;  // on their word
+  if (!r.is_signed()) {
+    return r.version < 2 ? "unsigned (schema 1, written by an earlier release): its node "
+                           "cannot be verified"
+                         : "unsigned (its node ran without credentials): its node cannot be "
+                           "verified";
+  }
+  security::ExpectedSigner who;
+  who.node_id = r.node;
+  Role role = Role::kSite;
+  if (r.role == "root") role = Role::kRoot;
+  if (r.role == "region") role = Role::kRegion;
+  who.role = role;
+  who.job = r.job;
+  const std::optional<std::string> bad =
+      trust_.ca->verify(r.cert_der, node::kCostRecordDomain, r.signed_text, r.signature, who);
+  if (!bad) return std::nullopt;
+  return "not signed by " + printable(r.node) + " (" + printable(*bad) +
+         "): a record is billed only to the node whose key signed it";
 }
 
 void CostLedger::add(CostRecord r) {
   ++lines_read_;
+  if (std::optional<std::string> why = untrusted(r)) {
+    refusals_.push_back({r.origin, r.node, r.round, *why});
+    return;
+  }
+  if (trust_.ca) ++verified_;
   const auto role = roles_.find(r.node);
   if (role == roles_.end()) {
     roles_[r.node] = {r.role, r.origin};
   } else if (role->second.first != r.role) {
-    throw ConfigError(r.origin + ": node " + printable(r.node) + " is a " + r.role +
-                      " here but a " + role->second.first + " at " + role->second.second +
-                      ": one node has one role; check which file belongs to which node");
+    refusals_.push_back({r.origin, r.node, r.round,
+                         "node " + printable(r.node) + " is a " + r.role + " here but a " +
+                             role->second.first + " at " + role->second.second +
+                             ": one node has one role"});
+    return;
   }
+  jobs_.insert(r.job);
   auto key = std::make_pair(r.node, r.round);
   const auto seen = records_.find(key);
   if (seen == records_.end()) {
@@ -318,13 +378,18 @@ void CostLedger::add(CostRecord r) {
   }
   const std::string diff = seen->second.first_difference(r);
   if (diff.empty()) {
-    ++duplicates_;  // the node wrote the round again after a restart
+    ++duplicates_;  // the node wrote the round again after a restart, or a file came twice
     return;
   }
-  throw ConfigError(seen->second.origin + " and " + r.origin + ": " + printable(r.node) +
-                    " round " + std::to_string(r.round) +
-                    " is recorded twice with different values: " + printable(diff) +
-                    "; counting both would double count the round: keep the right one");
+  // The record claiming more is billed; a tie goes to the first read.
+  const auto weight = [](const CostRecord& x) {
+    return std::make_pair(x.device_us, x.bytes_sent());
+  };
+  const bool replace = weight(seen->second) < weight(r);
+  CostConflict c{r.node, r.round, replace ? r.origin : seen->second.origin,
+                 replace ? seen->second.origin : r.origin, printable(diff)};
+  conflicts_.push_back(std::move(c));
+  if (replace) seen->second = std::move(r);
 }
 
 void CostLedger::read(std::istream& in, const std::string& name) {
@@ -334,9 +399,21 @@ void CostLedger::read(std::istream& in, const std::string& name) {
   bool too_long = false;
   const auto take = [&] {
     const std::string origin = name + ":" + std::to_string(++line_no);
-    if (too_long) throw ConfigError(origin + ": line longer than 1 MiB: not a cost record");
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.find_first_not_of(" \t") != std::string::npos) add(parse_cost_record(line, origin));
+    if (too_long) {
+      refusals_.push_back({origin, "", std::nullopt, "line longer than 1 MiB: not a cost record"});
+    } else {
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      if (line.find_first_not_of(" \t") != std::string::npos) {
+        try {
+          add(parse_cost_record(line, origin));
+        } catch (const ConfigError& e) {
+          std::string why = e.what();
+          if (why.rfind(origin + ": ", 0) == 0) why = why.substr(origin.size() + 2);
+          refusals_.push_back({origin, "", std::nullopt, why});
+        }
+      }
+    }
+    too_long = false;
     line.clear();
   };
   char block[1 << 16];
@@ -356,115 +433,6 @@ void CostLedger::read(std::istream& in, const std::string& name) {
   }
   if (!line.empty() || too_long) take();
   if (in.bad()) throw ConfigError("cannot read " + name);
-}
-
-int64_t cost_window_seconds(const std::string& name) {
-  if (name == "none") return 0;
-  if (name == "1h") return 3600;
-  if (name == "6h") return 6 * 3600;
-  if (name == "1d") return 86400;
-  throw ConfigError("window '" + name + "': expected none, 1h, 6h or 1d");
-}
-
-namespace {
-
-CostLine node_line(const std::vector<const CostRecord*>& records, const CostRates& rates) {
-  CostLine l;
-  l.node = records.front()->node;
-  l.role = records.front()->role;
-  for (const CostRecord* r : records) {
-    ++l.rounds;
-    l.contributed += r->contributed;
-    if (r->device_us > 0) {
-      add_to(l.devices[r->device].us, r->device_us);
-      add_to(l.device_us_total, r->device_us);
-    }
-    for (const auto& [peer, bytes] : r->links) {
-      LinkBytes& link = l.links[peer].bytes;
-      add_to(link.sent, bytes.sent);
-      add_to(link.received, bytes.received);
-      add_to(l.sent, bytes.sent);
-      add_to(l.received, bytes.received);
-    }
-  }
-  // Priced once from the integer totals (not summed per round): one rounding each.
-  for (auto& [kind, use] : l.devices) {
-    use.rate = rates.device_hour_rate(l.node, kind);
-    use.cost = static_cast<double>(use.us) / 3.6e9 * use.rate;
-    l.device_cost += use.cost;
-  }
-  for (auto& [peer, use] : l.links) {
-    use.rate = rates.egress_rate(l.node, peer);
-    use.cost = static_cast<double>(use.bytes.sent) / 1e9 * use.rate;
-    l.egress_cost += use.cost;
-  }
-  l.total_cost = l.device_cost + l.egress_cost;
-  return l;
-}
-
-CostLine sum_of(const std::vector<CostLine>& lines) {
-  CostLine t;
-  for (const CostLine& l : lines) {
-    add_to(t.rounds, l.rounds);
-    add_to(t.contributed, l.contributed);
-    for (const auto& [kind, use] : l.devices) {
-      add_to(t.devices[kind].us, use.us);
-      t.devices[kind].cost += use.cost;
-    }
-    add_to(t.device_us_total, l.device_us_total);
-    add_to(t.sent, l.sent);
-    add_to(t.received, l.received);
-    t.device_cost += l.device_cost;
-    t.egress_cost += l.egress_cost;
-    t.total_cost += l.total_cost;
-  }
-  return t;
-}
-
-// One line per node, in name order (the records' map order).
-std::vector<CostLine> node_lines(const std::vector<const CostRecord*>& records,
-                                 const CostRates& rates) {
-  std::vector<CostLine> out;
-  std::vector<const CostRecord*> same_node;
-  for (const CostRecord* r : records) {
-    if (!same_node.empty() && same_node.front()->node != r->node) {
-      out.push_back(node_line(same_node, rates));
-      same_node.clear();
-    }
-    same_node.push_back(r);
-  }
-  if (!same_node.empty()) out.push_back(node_line(same_node, rates));
-  return out;
-}
-
-}  // namespace
-
-CostBill bill_costs(const CostLedger& ledger, const CostRates& rates, int64_t window_seconds) {
-  CostBill bill;
-  bill.currency = rates.currency;
-  bill.lines_read = ledger.lines_read();
-  bill.records = ledger.records().size();
-  bill.duplicates = ledger.duplicates();
-  bill.window_seconds = window_seconds;
-  std::vector<const CostRecord*> all;
-  std::map<int64_t, std::vector<const CostRecord*>> by_window;
-  for (const auto& entry : ledger.records()) {
-    all.push_back(&entry.second);
-    if (window_seconds > 0) {
-      by_window[floor_div(entry.second.end_time.seconds, window_seconds)].push_back(&entry.second);
-    }
-  }
-  bill.nodes = node_lines(all, rates);
-  bill.totals = sum_of(bill.nodes);
-  for (const auto& [index, records] : by_window) {
-    CostWindowBill w;
-    w.start = index * window_seconds;
-    w.end = w.start + window_seconds;
-    w.nodes = node_lines(records, rates);
-    w.totals = sum_of(w.nodes);
-    bill.windows.push_back(std::move(w));
-  }
-  return bill;
 }
 
 }  // namespace fedwan::cli

@@ -1,14 +1,14 @@
-// `fedwan costs`: the per-round cost records nodes write (costs.jsonl, schema
-// version 1), the rates file that prices them, and the bill: per node, per
-// UTC time window, and in total. Pure: no file system (cmd_costs.cpp finds
-// and opens the files), so every rule here is unit-tested on strings.
+// `fedwan costs`: the per-round cost records nodes write (costs.jsonl,
+// node/cost_records.hpp has the writer and the schema) and the ledger that
+// reads, verifies and deduplicates them. Pure: no file system (cmd_costs.cpp
+// finds and opens the files), so every rule here is unit-tested on strings.
 //
-// Every total is a sum of integers, so it equals the sum of the per-round
-// records exactly and in any order, and the windows partition it exactly:
-// bytes as bytes, device time as whole device-microseconds (a record's
-// train_seconds rounded to the nearest microsecond, times its devices).
-// Money is derived: each node's integer totals times its rates, added over
-// the nodes in name order; it is never rounded here (only for display).
+// Trust: a record is billed only to the node whose key signed it. With a
+// CA (CostTrust::ca) every record must carry a signature by a certificate
+// of that CA, not revoked, naming the record's node, role and job; anything
+// else is refused and reported, and the rest still bills. Without one
+// (CostTrust::on_their_word) records are taken as written, and the bill says
+// so. cost_checks.hpp then checks records against each other.
 //
 // Thread safety: none needed; a CostLedger is built and read by one thread.
 #pragma once
@@ -16,9 +16,15 @@
 #include <cstdint>
 #include <istream>
 #include <map>
+#include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
+
+namespace fedwan::security {
+class SignatureVerifier;
+}  // namespace fedwan::security
 
 namespace fedwan::cli {
 
@@ -29,6 +35,11 @@ struct UtcTime {
   uint32_t nanos = 0;
   bool operator<(const UtcTime& o) const {
     return seconds != o.seconds ? seconds < o.seconds : nanos < o.nanos;
+  }
+  // Seconds from `o` to this (negative when this is earlier).
+  double minus(const UtcTime& o) const {
+    return static_cast<double>(seconds - o.seconds) +
+           (static_cast<double>(nanos) - static_cast<double>(o.nanos)) * 1e-9;
   }
 };
 
@@ -46,11 +57,13 @@ struct LinkBytes {
 
 // One node's costs in one round, as it wrote them.
 struct CostRecord {
+  int version = 2;  // schema
+  std::string job;  // "" in schema 1
   std::string node;
   std::string role;  // "site", "region" or "root"
   uint64_t round = 0;
   std::string start, end;  // as written
-  UtcTime end_time;
+  UtcTime start_time, end_time;
   double train_seconds = 0;  // wall time the devices trained; 0 for aggregators
   uint64_t devices = 0;
   std::string device;  // "cpu" or "gpu"; empty only when no device time
@@ -58,114 +71,92 @@ struct CostRecord {
   std::map<std::string, LinkBytes> links;  // by peer
   uint64_t device_us = 0;                  // round(train_seconds * 1e6) * devices
   std::string origin;                      // "file:line"
+  // What the signature covers (node/cost_records.hpp), and the signature;
+  // empty when the record is unsigned.
+  std::string signed_text;
+  std::vector<uint8_t> signature, cert_der;
 
+  bool is_signed() const { return !signature.empty(); }
   // Which recorded field differs from `o` ("" when none does).
   std::string first_difference(const CostRecord& o) const;
+  uint64_t bytes_sent() const;
 };
 
-constexpr int kCostSchemaVersion = 1;
 constexpr size_t kCostMaxLineBytes = 1 << 20;
 
-// One JSON Lines line. Throws ConfigError "<origin>: <what is wrong>".
-// Unknown fields are ignored.
+// One JSON Lines line, schema 1 (unsigned, from earlier releases) or 2.
+// Throws ConfigError "<origin>: <what is wrong>". Unknown fields are ignored.
 CostRecord parse_cost_record(const std::string& line, const std::string& origin);
+
+// Records are untrusted and messages go to a terminal: control characters
+// and bytes outside printable ASCII shown as '?'.
+std::string cost_printable(std::string s);
+
+// How the ledger judges records.
+struct CostTrust {
+  // The federation CA (and CRL): every record must be signed by its node.
+  const security::SignatureVerifier* ca = nullptr;
+  // Without a CA: records taken as written, signed or not. One of the two.
+  bool on_their_word = false;
+  // The job billed; "" = the records' own (all of one job).
+  std::string job;
+};
+
+// A line or record that is not billed, and why.
+struct CostRefusal {
+  std::string origin;  // "file:line"
+  std::string node;    // "" when the line could not be read
+  std::optional<uint64_t> round;
+  std::string reason;
+};
+
+// One node signed two different records of one round.
+struct CostConflict {
+  std::string node;
+  uint64_t round = 0;
+  std::string billed_origin, other_origin, difference;
+};
 
 // The distinct records of a run, keyed by (node, round). Thread safety: none.
 class CostLedger {
  public:
-  // A record seen before, field for field, is counted once (a node that
-  // restarted writes its round again); one that differs from it is a
-  // ConfigError naming both lines, as is a node changing its role.
+  // Throws ConfigError when `trust` has neither a CA nor on_their_word.
+  explicit CostLedger(CostTrust trust);
+
+  // A record that fails the trust rules is refused (refusals()). One seen
+  // before, field for field, is counted once (a node restarted and wrote
+  // its round again, or a file was given twice). One that differs from it
+  // is a conflict: the record that claims more device time (then more
+  // bytes sent) is billed, so a node cannot lower its bill by writing a
+  // second record, and both are reported.
   void add(CostRecord r);
   // Reads JSON Lines from `in`, naming lines "<name>:<line>". Blank lines
-  // carry nothing and are passed over; any other bad line is a ConfigError.
+  // carry nothing; a line that cannot be read is refused and the rest of
+  // the file still counts.
   void read(std::istream& in, const std::string& name);
 
   const std::map<std::pair<std::string, uint64_t>, CostRecord>& records() const { return records_; }
+  const std::vector<CostRefusal>& refusals() const { return refusals_; }
+  const std::vector<CostConflict>& conflicts() const { return conflicts_; }
+  const std::set<std::string>& jobs() const { return jobs_; }
+  const CostTrust& trust() const { return trust_; }
   uint64_t lines_read() const { return lines_read_; }  // records read, duplicates included
   uint64_t duplicates() const { return duplicates_; }
+  uint64_t verified() const { return verified_; }  // signatures checked (duplicates included)
+  void refuse(CostRefusal r) { refusals_.push_back(std::move(r)); }
 
  private:
+  std::optional<std::string> untrusted(const CostRecord& r) const;
+
+  CostTrust trust_;
   std::map<std::pair<std::string, uint64_t>, CostRecord> records_;
   std::map<std::string, std::pair<std::string, std::string>> roles_;  // node -> role, origin
+  std::vector<CostRefusal> refusals_;
+  std::vector<CostConflict> conflicts_;
+  std::set<std::string> jobs_;
   uint64_t lines_read_ = 0;
   uint64_t duplicates_ = 0;
+  uint64_t verified_ = 0;
 };
-
-// The rates file (YAML). Missing sections and keys cost 0.
-struct CostRates {
-  std::string currency = "units";
-  // "default" or a node -> device kind -> price per device-hour.
-  std::map<std::string, std::map<std::string, double>> device_hour;
-  // "default", "<node>" or "<node>-><peer>" -> price per GB (1e9 bytes) sent.
-  std::map<std::string, double> egress_gb;
-
-  // The node's own price for the kind, else the default's, else 0.
-  double device_hour_rate(const std::string& node, const std::string& kind) const;
-  // "<node>-><peer>", else "<node>", else "default", else 0.
-  double egress_rate(const std::string& node, const std::string& peer) const;
-  // Keys naming a node (or a link) that no record has: most likely typos,
-  // which would silently bill that node at the default.
-  std::vector<std::string> unmatched(const CostLedger& ledger) const;
-};
-
-// Throws ConfigError "<origin>:<line>:<col>: <what>" for a negative or
-// non-numeric rate, an unknown top-level key or device kind, a repeated key.
-CostRates parse_cost_rates(const std::string& yaml_text, const std::string& origin);
-
-// A node's device time of one kind, and its price (rate: node rows only).
-struct DeviceUse {
-  uint64_t us = 0;  // device-microseconds
-  double rate = 0;  // per device-hour
-  double cost = 0;
-};
-
-// A node's traffic on one link; egress is what it sent.
-struct LinkUse {
-  LinkBytes bytes;
-  double rate = 0;  // per GB sent
-  double cost = 0;
-};
-
-// One row of the bill: a node's (node and role set) or a sum of rows.
-struct CostLine {
-  std::string node, role;
-  uint64_t rounds = 0;  // records
-  uint64_t contributed = 0;
-  std::map<std::string, DeviceUse> devices;  // by device kind
-  std::map<std::string, LinkUse> links;      // by peer (node rows only)
-  uint64_t device_us_total = 0;
-  uint64_t sent = 0;
-  uint64_t received = 0;
-  double device_cost = 0;
-  double egress_cost = 0;
-  double total_cost = 0;
-
-  double device_hours() const { return static_cast<double>(device_us_total) / 3.6e9; }
-  double egress_gb() const { return static_cast<double>(sent) / 1e9; }
-};
-
-struct CostWindowBill {
-  int64_t start = 0, end = 0;  // seconds since the epoch, [start, end)
-  std::vector<CostLine> nodes;
-  CostLine totals;
-};
-
-struct CostBill {
-  std::string currency;
-  uint64_t lines_read = 0, records = 0, duplicates = 0;
-  int64_t window_seconds = 0;   // 0: no windows
-  std::vector<CostLine> nodes;  // by node name
-  CostLine totals;
-  std::vector<CostWindowBill> windows;  // those with records, in time order
-};
-
-// "none" -> 0, "1h", "6h", "1d" -> seconds; ConfigError otherwise.
-int64_t cost_window_seconds(const std::string& name);
-
-// Prices every record; with `window_seconds` > 0 also splits them by the UTC
-// window (aligned to the epoch) holding their end. Throws ConfigError when a
-// sum would pass 2^64.
-CostBill bill_costs(const CostLedger& ledger, const CostRates& rates, int64_t window_seconds);
 
 }  // namespace fedwan::cli

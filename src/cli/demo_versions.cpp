@@ -1,5 +1,6 @@
 #include "cli/demo_versions.hpp"
 
+#include <optional>
 #include <system_error>
 #include <vector>
 
@@ -17,10 +18,12 @@ AddedSite prepare_added_site(const Topology& v1, const fs::path& dir, const fs::
   std::vector<NodeSpec> nodes = v1.nodes();
   size_t sites = 0;
   double weight = 0;
+  std::optional<uint64_t> devices;  // as many as the others (its ranks)
   for (const NodeSpec& n : nodes) {
     if (n.role != Role::kSite) continue;
     sites += 1;
     weight += n.weight;
+    devices = n.devices;
   }
   NodeSpec added;
   added.id = "site-" + std::to_string(sites);
@@ -28,6 +31,7 @@ AddedSite prepare_added_site(const Topology& v1, const fs::path& dir, const fs::
   added.parent = v1.find("region-0") != nullptr ? "region-0" : v1.root().id;
   added.weight = sites > 0 ? weight / static_cast<double>(sites) : 1.0;
   added.metrics = metrics;
+  added.devices = devices;
   nodes.push_back(added);
   const Topology next =
       Topology::build(v1.job(), v1.federation(), nodes, v1.policy()).as_successor_of(v1);

@@ -1,6 +1,7 @@
 #include "node/cost_records.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -12,6 +13,8 @@
 
 #include "common/errno_text.hpp"
 #include "common/log.hpp"
+#include "fedwan/error.hpp"
+#include "security/node_key.hpp"
 
 namespace fedwan::node {
 namespace {
@@ -34,11 +37,12 @@ bool append_line(const std::string& path, const std::string& line, std::string* 
   std::error_code ec;
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();
   if (!parent.empty()) std::filesystem::create_directories(parent, ec);
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
   if (fd < 0) {
     *why = errno_text(errno);
     return false;
   }
+  (void)::fchmod(fd, 0600);  // a file an earlier release made 0644
   const ssize_t n = ::write(fd, line.data(), line.size());
   const int err = errno;
   const bool ok = n == static_cast<ssize_t>(line.size()) && ::fsync(fd) == 0;
@@ -49,17 +53,26 @@ bool append_line(const std::string& path, const std::string& line, std::string* 
 
 }  // namespace
 
-CostRecorder::CostRecorder(std::string path, std::string node, std::string role)
+std::string cost_record_signed_text(nlohmann::json record) {
+  record.erase("sig");
+  record.erase("cert");
+  return record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+CostRecorder::CostRecorder(std::string path, std::string job, std::string node, std::string role,
+                           std::shared_ptr<const security::NodeKey> key)
     : path_(std::move(path)),
+      job_(std::move(job)),
       node_(std::move(node)),
       role_(std::move(role)),
+      key_(std::move(key)),
       start_(std::chrono::system_clock::now()) {}
 
-void CostRecorder::round_ended(uint64_t round, bool contributed) {
-  if (path_.empty()) return;
-  const auto now = std::chrono::system_clock::now();
-  nlohmann::json j = {{"v", 1},         {"node", node_},           {"role", role_},
-                      {"round", round}, {"start", utc_ms(start_)}, {"end", utc_ms(now)}};
+std::string CostRecorder::line(uint64_t round, bool contributed,
+                               std::chrono::system_clock::time_point now) const {
+  nlohmann::json j = {{"v", kCostSchemaVersion}, {"job", job_},    {"node", node_},
+                      {"role", role_},           {"round", round}, {"start", utc_ms(start_)},
+                      {"end", utc_ms(now)}};
   if (role_ == "site") {
     j["train_seconds"] = train_seconds_;
     j["devices"] = devices_;
@@ -69,8 +82,25 @@ void CostRecorder::round_ended(uint64_t round, bool contributed) {
   nlohmann::json links = nlohmann::json::object();
   for (const auto& [peer, b] : links_) links[peer] = {{"sent", b.sent}, {"received", b.received}};
   j["links"] = links;
+  if (key_) {
+    const std::string text = cost_record_signed_text(j);
+    j["sig"] = security::base64_encode(key_->sign(kCostRecordDomain, text));
+    j["cert"] = security::base64_encode(key_->cert_der());
+  }
+  return j.dump() + "\n";
+}
+
+void CostRecorder::round_ended(uint64_t round, bool contributed) {
+  if (path_.empty()) return;
+  const auto now = std::chrono::system_clock::now();
   std::string why;
-  if (!append_line(path_, j.dump() + "\n", &why)) {
+  bool ok = false;
+  try {
+    ok = append_line(path_, line(round, contributed, now), &why);
+  } catch (const Error& e) {
+    why = e.what();  // the key could not sign
+  }
+  if (!ok) {
     if (!failing_) {
       log().warn("[{}] could not write its cost record of round {} to {}: {}; its counts go into "
                  "the next record",

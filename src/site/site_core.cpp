@@ -79,7 +79,13 @@ SiteCore::Impl::Impl(SiteOptions options, float* p, size_t n)
                       "': devices must be >= 1 and device_kind cpu or gpu (got " +
                       std::to_string(opt.devices) + ", '" + opt.device_kind + "')");
   }
-  costs = node::CostRecorder(opt.costs_path, self.id, "site");
+  if (self.devices && opt.devices > *self.devices) {
+    throw ConfigError("site '" + self.id + "': it trains on " + std::to_string(opt.devices) +
+                      " devices but the topology allows it " + std::to_string(*self.devices) +
+                      " (its node's `devices`); its cost records would be refused. Raise "
+                      "`devices` in the topology or train on fewer");
+  }
+  costs = node::CostRecorder(opt.costs_path, topo.job(), self.id, "site", security->key());
   costs.set_devices(opt.devices, opt.device_kind);
   start_metrics();
   outgoing.resend = session::UpdateResend(cfg.heartbeat_timeout);

@@ -112,7 +112,7 @@ std::vector<std::string> outer_keys() {
 const std::vector<std::string> kNodeKeys = {"id", "role", "parent", "endpoint", "bind", "weight",
                                             "standby_endpoint", "standby_bind", "tcp_congestion",
                                             "socket_buffer_bytes", "streams", "late_join",
-                                            "windows", "metrics", "removed",
+                                            "windows", "metrics", "removed", "devices",
                                             // residency, read in topology_policy.cpp
                                             "jurisdiction", "allowed_jurisdictions", "k_min"};
 
@@ -211,6 +211,7 @@ NodeSpec read_node(const YamlReader& r, const YAML::Node& n, size_t pos) {
   if (auto v = n["windows"]) s.windows = r.str_list(v, ctx, "windows");
   if (auto v = n["metrics"]) s.metrics = r.str(v, ctx, "metrics");
   if (auto v = n["removed"]) s.removed = r.boolean(v, ctx, "removed");
+  if (auto v = n["devices"]) s.devices = r.u64(v, ctx, "devices");
   topology_detail::read_residency(r, n, ctx, s);
   return s;
 }

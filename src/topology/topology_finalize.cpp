@@ -72,6 +72,12 @@ uint32_t check_nodes(std::vector<NodeSpec>& nodes, const Fail& fail) {
       fail(who + "removed applies to sites only; to retire an aggregator, restart the federation "
                  "with a topology without it");
     }
+    if (s.devices && (s.role != Role::kSite || *s.devices < 1 || *s.devices > kMaxSiteDevices)) {
+      fail(who + (s.role != Role::kSite
+                      ? std::string("devices applies to sites only; an aggregator trains on none")
+                      : "devices " + std::to_string(*s.devices) + " must be 1 to " +
+                            std::to_string(kMaxSiteDevices)));
+    }
     if (s.role != Role::kSite && (s.late_join || !s.windows.empty())) {
       fail(who + (s.late_join ? "late_join" : "windows") +
            " applies to sites only; an aggregator runs for the whole federation");
@@ -295,6 +301,7 @@ std::string canonical_text(const std::string& job, const FederationSpec& f,
     if (!s.metrics.empty()) line += " metrics=" + s.metrics;
     if (!s.windows.empty()) line += " windows=" + join(s.windows);
     if (s.removed) line += " removed=1";
+    if (s.devices) line += " devices=" + std::to_string(*s.devices);
     c += line + " weight=" + format_double(s.weight) + "\n";
   }
   if (policy.k_min != PolicySpec{}.k_min) {

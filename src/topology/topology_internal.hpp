@@ -124,6 +124,7 @@ inline constexpr double kMinHeartbeatSeconds = 0.01;
 inline constexpr double kMaxHeartbeatSeconds = 3600;
 inline constexpr double kMaxHeartbeatTimeoutSeconds = 86400;
 inline constexpr double kMaxSiteWeight = 1e12;
+inline constexpr uint64_t kMaxSiteDevices = 1000000;  // NodeSpec::devices
 // A topology file is a few KiB; one past this is not one, and is not read.
 inline constexpr size_t kMaxTopologyBytes = size_t{4} << 20;
 // yaml-cpp parses nesting recursively: deeper than this is refused first.

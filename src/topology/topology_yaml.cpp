@@ -74,6 +74,7 @@ std::string Topology::to_yaml() const {
     if (s.streams) y += ", streams: " + std::to_string(*s.streams);
     if (s.late_join) y += ", late_join: true";
     if (s.removed) y += ", removed: true";
+    if (s.devices) y += ", devices: " + std::to_string(*s.devices);
     if (!s.metrics.empty()) y += ", metrics: " + q(s.metrics);
     if (!s.windows.empty()) {
       std::string list;

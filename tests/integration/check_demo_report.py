@@ -37,6 +37,9 @@ def main() -> int:
                         "aggregator adopted it, the site joined once and contributed")
     p.add_argument("--expect-leave", metavar="SITE@ROUND",
                    help="SITE left as ROUND (1-based) began (--leave), and no child was lost")
+    p.add_argument("--cost-attacks", action="store_true",
+                   help="then forge, zero and inflate cost records in a copy of the run's and "
+                        "check that `fedwan costs` refuses or corrects each (cost_attacks.py)")
     a = p.parse_args(argv)
 
     os.makedirs(a.workdir, exist_ok=True)
@@ -190,6 +193,11 @@ def main() -> int:
     nodes = costs.get("nodes", {}) if isinstance(costs, dict) else {}
     if "error" in costs or not nodes:
         failures.append(f"the report's costs are missing or wrong: {costs}")
+    if not costs.get("signed") or costs.get("refused"):
+        failures.append(f"the nodes' cost records are not all signed and verified: {costs}")
+    if costs.get("link_mismatches") and not a.expect_restart:
+        # A node killed mid-round never records what it sent before it died.
+        failures.append(f"a child's and its parent's byte counts differ: {costs}")
     for node, c in nodes.items():
         if c.get("rounds", 0) < 1:
             failures.append(f"{node} wrote no cost record: {c}")
@@ -197,6 +205,10 @@ def main() -> int:
                                         c.get("bytes_sent", 0) <= 0):
             failures.append(f"site {node}'s costs show no training or no traffic: {c}")
         print(f"audit: {len(logs)} logs verify; {dict(events)}")
+    if a.cost_attacks:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import cost_attacks
+        failures += cost_attacks.run(a.fedwan, os.path.join(a.workdir, "run"))
     for f in failures:
         print("FAIL:", f)
     return 1 if failures else 0

@@ -5,7 +5,11 @@ Usage: test_costs_cli.py FEDWAN_BINARY
 
 3 sites x 20 rounds under one region and a root, random but seeded, over two
 UTC hours; site-0 restarted and wrote three rounds again. The sums the bill
-must equal are computed here, independently, from what was written.
+must equal are computed here, independently, from what was written. These
+records are unsigned, so they are billed with --unverified (the signatures,
+the refusal of forged records and the parent's counts are tested on a real
+demo's records by check_demo_report.py --cost-attacks, and in
+tests/unit/cli/test_cost_checks.cpp).
 """
 import json
 import os
@@ -31,6 +35,7 @@ egress_gb:
   region-0: 0.07
 """
 T0 = datetime(2026, 11, 25, 7, 0, 30, tzinfo=timezone.utc)
+JOB = "costs-test"
 
 
 def utc(t):
@@ -75,20 +80,21 @@ def write_federation(root, seed):
         hour = 0 if end.hour == 7 else 1
         times = {"start": utc(end - timedelta(seconds=290)), "end": utc(end)}
         up = down = 0
+        per_site = {}
         for s in range(3):
             node = f"site-{s}"
             sent, received = rng.randrange(1 << 40), rng.randrange(1 << 40)
             up, down = up + sent, down + received
-            add({"v": 1, "node": node, "role": "site", "round": rnd, **times,
-                 "train_seconds": rng.randrange(1000, 600000) / 1000,
+            per_site[node] = {"sent": received, "received": sent}  # as the region counts
+            add({"v": 2, "job": JOB, "node": node, "role": "site", "round": rnd, **times,
+                 "train_seconds": rng.randrange(1000, 290000) / 1000,
                  "devices": rng.randrange(1, 9), "device": "cpu" if s == 2 else "gpu",
                  "contributed": rng.randrange(10) != 0, "note": "unknown fields are ignored",
                  "links": {"region-0": {"sent": sent, "received": received}}}, hour)
         to_root, from_root = rng.randrange(1 << 32), rng.randrange(1 << 32)
-        add({"v": 1, "node": "region-0", "role": "region", "round": rnd, **times,
-             "links": {**{f"site-{s}": {"sent": down // 3, "received": up // 3} for s in range(3)},
-                       "root": {"sent": to_root, "received": from_root}}}, hour)
-        add({"v": 1, "node": "root", "role": "root", "round": rnd, **times,
+        add({"v": 2, "job": JOB, "node": "region-0", "role": "region", "round": rnd, **times,
+             "links": {**per_site, "root": {"sent": to_root, "received": from_root}}}, hour)
+        add({"v": 2, "job": JOB, "node": "root", "role": "root", "round": rnd, **times,
              "links": {"region-0": {"sent": from_root, "received": to_root}}}, hour)
     # site-0 restarted in round 7 and wrote rounds 5 to 7 again, verbatim.
     lines["site-0"] += lines["site-0"][5:8]
@@ -99,8 +105,9 @@ def write_federation(root, seed):
     return sums, hourly
 
 
-def run(*args, ok=True):
-    p = subprocess.run([FEDWAN, "costs", *args], capture_output=True, text=True, timeout=60)
+def run(*args, ok=True, trust=("--unverified",)):
+    p = subprocess.run([FEDWAN, "costs", *trust, *args], capture_output=True, text=True,
+                       timeout=60)
     if ok and p.returncode != 0:
         raise AssertionError(f"fedwan costs {' '.join(args)} exited {p.returncode}:\n{p.stderr}")
     return p
@@ -179,9 +186,13 @@ class CostsCli(unittest.TestCase):
 
     def test_table_shows_the_same_bill(self):
         out = run("--rates", self.rates, "--window", "1h", self.records).stdout
-        self.assertIn("100 round records from 5 files (3 more written twice, counted once); "
-                      "prices in EUR", out)
-        self.assertIn("total EUR", out.splitlines()[2])
+        lines = out.splitlines()
+        self.assertEqual(lines[0], "100 round records billed from 5 files (3 more written twice, "
+                         "counted once); prices in EUR")
+        self.assertIn("signatures: NOT CHECKED (--unverified)", lines[1])
+        self.assertIn("link bytes: 4 child links; rounds billed at the parent's count: 80", out)
+        header = next(i for i, l in enumerate(lines) if l.startswith("node "))
+        self.assertIn("total EUR", lines[header])
         t = self.bill["totals"]
         total_row = next(l for l in out.splitlines() if l.startswith("total "))
         self.assertEqual(total_row.split()[1:],
@@ -201,41 +212,59 @@ class CostsCli(unittest.TestCase):
         self.assertEqual((b["currency"], b["window"], b["windows"]), ("units", None, []))
         self.assertEqual(b["totals"]["total_cost"], 0)
         self.assertEqual(b["totals"]["egress_bytes"], self.bill["totals"]["egress_bytes"])
+        self.assertEqual(b["verification"]["signatures"], "not checked (--unverified)")
+        self.assertEqual((b["refused"], b["conflicts"]), ([], []))
 
-    def test_a_conflicting_duplicate_is_refused_naming_both_lines(self):
+    def test_a_ca_or_unverified_must_be_chosen(self):
+        p = run(self.records, ok=False, trust=())
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("give --ca PKI/ca/ca.pem", p.stderr)
+
+    def test_a_conflicting_duplicate_bills_the_larger_and_is_reported(self):
         d = os.path.join(self.dir, "conflict")
         shutil.copytree(self.records, d)
         path = os.path.join(d, "site-1", "costs.jsonl")
         with open(path) as f:
             lines = f.read().splitlines()
         rec = json.loads(lines[3])
-        rec["links"]["region-0"]["sent"] += 1
+        rec["train_seconds"] += 1
         with open(path, "a") as f:
             f.write(json.dumps(rec) + "\n")
         p = run("--json", d, ok=False)
-        self.assertEqual(p.returncode, 2, p.stderr)
-        self.assertEqual(p.stdout, "")
-        self.assertIn(f"{path}:4 and {path}:21: site-1 round 3 is recorded twice with different "
-                      "values: links.region-0.sent", p.stderr)
+        self.assertEqual(p.returncode, 3, p.stderr)
+        b = json.loads(p.stdout)
+        self.assertEqual(len(b["conflicts"]), 1)
+        c = b["conflicts"][0]
+        self.assertEqual((c["node"], c["round"], c["billed"], c["other"]),
+                         ("site-1", 3, f"{path}:21", f"{path}:4"))
+        self.assertIn("train_seconds", c["difference"])
+        site1 = next(n for n in b["nodes"] if n["node"] == "site-1")
+        expected = sum(self.sums["site-1"]["device_us"].values())
+        self.assertEqual(site1["device_microseconds"], expected + 1000000 * rec["devices"])
+        out = run(d, ok=False).stdout
+        self.assertIn("rounds a node recorded twice, differently (the larger is billed):", out)
 
-    def test_bad_input_names_the_file_and_line(self):
+    def test_bad_lines_are_refused_and_the_rest_bills(self):
         d = os.path.join(self.dir, "bad")
         os.makedirs(d)
         path = os.path.join(d, "costs.jsonl")
         with open(os.path.join(self.records, "root", "costs.jsonl")) as f:
             good = f.read().splitlines()[:2]
-        for bad, why in (('{"v":1,"node":"root",', "not valid JSON"),
-                         (good[0].replace('"v": 1', '"v": 2'),
-                          "schema version 2 is not supported: this fedwan reads cost records "
-                          "of version 1"),
+        for bad, why in (('{"v":2,"node":"root",', "not valid JSON"),
+                         (good[0].replace('"v": 2', '"v": 3'),
+                          "schema version 3 is not supported: this fedwan reads cost records "
+                          "of versions 1 to 2"),
                          (good[0].replace('"role": "root"', '"role": "leaf"'),
-                          '"role" must be site, region or root')):
+                          '"role" must be site, region or root'),
+                         ("\x1b]0;pwned\x07\x1b[2J", "not valid JSON")):
             with self.subTest(why=why):
                 with open(path, "w") as f:
-                    f.write("\n".join(good + [bad]) + "\n")
+                    f.write("\n".join(good[:1] + [bad] + good[1:]) + "\n")
                 p = run(d, ok=False)
-                self.assertEqual(p.returncode, 2)
-                self.assertIn(f"{path}:3: {why}", p.stderr)
+                self.assertEqual(p.returncode, 3, p.stderr)
+                self.assertIn(f"{path}:2: {why}", p.stdout)
+                self.assertIn("2 round records billed", p.stdout)
+                self.assertNotIn("\x1b", p.stdout)
         empty = os.path.join(self.dir, "empty")
         os.makedirs(empty)
         p = run(empty, ok=False)

@@ -87,6 +87,9 @@ void bind_topology(py::module_& m) {
       .def_readonly("removed", &NodeSpec::removed,
                     "Sites: taken out of the running federation by a later topology version "
                     "(it keeps its place: its index is its wire id).")
+      .def_readonly("devices", &NodeSpec::devices,
+                    "Sites: the most devices it may train on and bill per round (None: as it "
+                    "declares).")
       .def("__repr__", &node_repr);
 
   py::class_<OuterOptimizerSpec>(m, "OuterOptimizerSpec",
