@@ -178,6 +178,10 @@ class Aggregator::Impl {
   // A hello from a child that is not a member: it counts from the next
   // boundary (true), or it is a member coming back (false).
   bool admit_newcomer(Child& c);
+  // Why `c` may not pause now (inside its declared participation windows),
+  // or nullopt.
+  std::optional<std::string> pause_refusal(const Child& c) const;
+  static constexpr std::chrono::seconds kPauseClockSlack{300};
   void became_member(Child& c);  // welcomed: counts from now
   nlohmann::json membership_json() const;
   void restore_membership(const nlohmann::json& m);
@@ -187,14 +191,17 @@ class Aggregator::Impl {
     return topo_.knows_digest(digest);
   }
   void check_topology_file();  // every heartbeat: a later version to adopt?
-  bool file_changed();         // the topology file's size or time changed since last seen
+  // The topology file's content when it changed since last seen (by its
+  // SHA-256), else nullopt.
+  std::optional<std::string> file_changed();
   void adopt_topology(Topology next);
   void remove_child(Child& c);
   struct TopologyWatch {
     std::array<uint8_t, 32> start_digest{};  // what a region's hello names
-    std::filesystem::file_time_type mtime{};
-    uintmax_t size = 0;
+    std::array<uint8_t, 32> content{};       // SHA-256 of the file as last read
   } watch_;
+  // A topology file is a few KiB; the parser refuses one past 4 MiB.
+  static constexpr size_t kMaxWatchedTopologyBytes = size_t{4} << 20;
 
   // Metrics and status over HTTP (aggregator_metrics.cpp).
   void start_metrics();  // when the node has a metrics address

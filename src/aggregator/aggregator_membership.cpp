@@ -9,12 +9,15 @@
 // children coming back from a leave or a pause count from the next round
 // boundary: they are welcomed there, with that round's model.
 #include <algorithm>
+#include <chrono>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "aggregator/aggregator_impl.hpp"
 #include "common/log.hpp"
+#include "topology/participation_window.hpp"
 
 namespace fedwan {
 
@@ -95,6 +98,17 @@ void Aggregator::Impl::on_membership(Child& c, const wire::ParsedFrame& f) {
     return;
   }
   if (c.away == Away::kLeft || c.away == Away::kPaused) return;  // said already
+  if (!leaving) {
+    if (std::optional<std::string> why = pause_refusal(c)) {
+      // It stays a member and is waited for: a site that then falls silent
+      // is lost, not excused.
+      security_->audit_noise("pause_refused", "pause_refused:" + c.id,
+                             {{"peer", c.id}, {"round", round_}, {"reason", *why}},
+                             "[agg:" + self_.id + "] refused the pause of '" + c.id + "': " + *why);
+      refuse(c.id, "pause refused: " + *why, false);
+      return;
+    }
+  }
   const bool was_member = c.member;
   c.away = leaving ? Away::kLeft : Away::kPaused;
   c.member = false;
@@ -108,6 +122,25 @@ void Aggregator::Impl::on_membership(Child& c, const wire::ParsedFrame& f) {
   summary_.membership_changes += 1;
   if (acc_ && acc_->is_open()) acc_->set_expected(c.index, false);
   membership_changed();
+}
+
+std::optional<std::string> Aggregator::Impl::pause_refusal(const Child& c) const {
+  // A pause excuses a site from the quorum only outside the windows its
+  // topology entry declares; within kPauseClockSlack of a window's end it
+  // is taken (the two clocks may differ that much).
+  const NodeSpec& spec = topo_.node(c.index);
+  const ParticipationWindows windows(spec.windows);
+  const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  if (!windows.always() &&
+      (!windows.open_at(now) || windows.seconds_until_closed(now) <= kPauseClockSlack.count())) {
+    return std::nullopt;
+  }
+  return windows.always()
+             ? "'" + c.id + "' declares no participation windows (it takes part at all times)"
+             : "'" + c.id + "' is inside its participation window for " +
+                   std::to_string(windows.seconds_until_closed(now)) + " s more";
 }
 
 bool Aggregator::Impl::admit_newcomer(Child& c) {

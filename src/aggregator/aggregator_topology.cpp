@@ -18,34 +18,46 @@
 #include <nlohmann/json.hpp>
 
 #include "aggregator/aggregator_impl.hpp"
+#include "common/atomic_file.hpp"
 #include "common/log.hpp"
+#include "common/sha256.hpp"
 #include "fedwan/error.hpp"
 #include "security/topology_signature.hpp"
 #include "topology/topology_version.hpp"
 
 namespace fedwan {
 
-bool Aggregator::Impl::file_changed() {
-  std::error_code ec;
-  const auto mtime = std::filesystem::last_write_time(opt_.topology_file, ec);
-  if (ec) return false;  // being replaced, or gone: looked at again next time
-  const uintmax_t size = std::filesystem::file_size(opt_.topology_file, ec);
-  if (ec || (mtime == watch_.mtime && size == watch_.size)) return false;
-  watch_.mtime = mtime;
-  watch_.size = size;
-  return true;
+std::optional<std::string> Aggregator::Impl::file_changed() {
+  // By content: a version copied in with the running file's size and time
+  // (`cp -p`, `rsync -t`) is a change all the same. The file is a few KiB.
+  std::string text;
+  try {
+    ReadFileOptions limit;
+    limit.what = "topology file";
+    limit.max_bytes = kMaxWatchedTopologyBytes;
+    text = read_file(opt_.topology_file, limit);
+  } catch (const ConfigError&) {
+    return std::nullopt;  // being replaced, gone, or no topology: looked at again next time
+  }
+  const Sha256Digest digest = sha256(text.data(), text.size());
+  if (digest == watch_.content) return std::nullopt;
+  watch_.content = digest;
+  return text;
 }
 
 void Aggregator::Impl::check_topology_file() {
-  if (opt_.topology_file.empty() || !file_changed()) return;
+  if (opt_.topology_file.empty()) return;
+  const std::optional<std::string> text = file_changed();
+  if (!text) return;
   std::optional<Topology> next;
   std::string why;
   try {
-    next = Topology::load(opt_.topology_file);
+    next = Topology::parse(*text, opt_.topology_file);
     if (next->digest() == topo_.digest() || topo_.knows_digest(next->digest())) {
       return;  // the running version, or one it ran before (the file went back)
     }
     (void)topology::version_change(topo_, *next);
+    security_->refresh_crl();  // an admin revoked a moment ago signs nothing more
     if (!security_->verifier()) {
       throw ConfigError("this node runs in plaintext: without the federation CA it cannot check "
                         "the admin's signature, so it adopts no topology version");

@@ -289,7 +289,7 @@ int run_aggregator(const NodeArgs& a) {
       j["final_accuracy"] = rounds_json.back()["accuracy"];
       j["final_loss"] = rounds_json.back()["loss"];
     }
-    std::ofstream(a.report) << j.dump(2) << "\n";
+    write_file_atomic(a.report, j.dump(2) + "\n", 0600);  // a node's record: its own only
   }
   linger_for_metrics(a);
   return 0;
@@ -504,10 +504,10 @@ void add_security_flags(CLI::App& cmd, SecurityArgs& s) {
   cmd.add_option("--audit-log", s.audit_log, "append the hash-chained audit log to this file");
 }
 
+// 0600: a model trained on a site's data is as private as its checkpoints.
 void write_model(const std::string& path, const float* data, size_t n) {
-  std::ofstream f(path, std::ios::binary);
-  f.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(n * sizeof(float)));
-  if (!f) throw Error("cannot write the model to " + path);
+  write_file_atomic(path, std::string_view(reinterpret_cast<const char*>(data), n * sizeof(float)),
+                    0600);
 }
 
 std::vector<float> read_model(const std::string& path) {

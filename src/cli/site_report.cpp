@@ -60,7 +60,7 @@ void SiteReport::write(bool stopped) const {
       {"join_s", joined_at_ ? nlohmann::json(join_s_) : nlohmann::json(nullptr)},
       {"step_time_ms", step_time_ms_},
       {"stopped", stopped}};
-  write_file_atomic(path_, j.dump(2) + "\n", 0644);
+  write_file_atomic(path_, j.dump(2) + "\n", 0600);
 }
 
 }  // namespace fedwan::cli

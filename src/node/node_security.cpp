@@ -215,12 +215,11 @@ void NodeSecurity::tick(bool now_all) {
 
 void NodeSecurity::check_crl() {
   next_crl_check_ = Clock::now() + kCrlCheckEvery;
-  const std::time_t loaded = tls_->crl_last_update();
-  tls_->reload_crl_if_changed();
+  const bool reloaded = tls_->reload_crl_if_changed();
   const std::string dir = options_.credentials_dir;
   if (!tls_->crl_problem().empty()) {
     alarm("crl_unusable", "crl.pem in " + dir + " cannot be used: " + tls_->crl_problem());
-  } else if (tls_->crl_last_update() != loaded) {
+  } else if (reloaded) {
     // A new CRL is in force: checkpoint signatures are judged by it too.
     try {
       verifier_ = security::SignatureVerifier::from_bundle(dir);

@@ -90,6 +90,12 @@ class NodeSecurity {
   // entries, noise summaries, stderr failures. `all`: everything now (at the
   // end of a run, before the alarms are read).
   void tick(bool all = false);
+  // Reads the CRL now (when it changed, it is in force for handshakes and
+  // signatures at once): before judging a signature that a revocation just
+  // written must be able to stop.
+  void refresh_crl() {
+    if (tls_) check_crl();
+  }
 
   // This node's signing key and the federation's verifier; null in plaintext.
   std::shared_ptr<const security::NodeKey> key() const { return key_; }

@@ -15,6 +15,7 @@
 
 #include "common/atomic_file.hpp"
 #include "common/openssl_check.hpp"
+#include "common/sha256.hpp"
 #include "common/utc_time.hpp"
 #include "fedwan/error.hpp"
 
@@ -166,12 +167,9 @@ TlsContext::TlsContext(const std::string& bundle_dir, bool verify_own,
                        std::chrono::seconds crl_grace)
     : dir_(bundle_dir), verify_own_(verify_own), crl_grace_(crl_grace) {
   const std::string crl = need_file(dir_, "crl.pem", kMaxCrlBytes);
-  struct stat st {};
-  if (::stat(crl.c_str(), &st) == 0) {
-    crl_mtime_ = st.st_mtim;
-    crl_size_ = st.st_size;
-  }
-  build(read_crl_text(crl));
+  const std::string text = read_crl_text(crl);
+  crl_digest_ = sha256(text.data(), text.size());
+  build(text);
 }
 
 TlsContext::~TlsContext() { SSL_CTX_free(ctx_); }
@@ -251,25 +249,33 @@ void TlsContext::build(const std::string& crl_text) {
   self_ = std::move(self);
 }
 
-void TlsContext::reload_crl_if_changed() {
+bool TlsContext::reload_crl_if_changed() {
+  // By content: a CRL copied in with the old one's size and time (`cp -p`,
+  // `rsync -t`), or issued within the same second, is a change all the same.
   const std::string path = (std::filesystem::path(dir_) / "crl.pem").string();
-  struct stat st {};
-  const bool present = ::stat(path.c_str(), &st) == 0;
-  const std::timespec now = present ? st.st_mtim : std::timespec{};
-  const off_t size = present ? st.st_size : 0;
-  if (now.tv_sec == crl_mtime_.tv_sec && now.tv_nsec == crl_mtime_.tv_nsec && size == crl_size_) {
-    return;
-  }
-  crl_mtime_ = now;
-  crl_size_ = size;
+  std::string text;
+  std::string problem;
   try {
-    if (!present) throw ConfigError("CRL " + path + " is gone");
-    if (size > kMaxCrlBytes) throw ConfigError("CRL " + path + " is too large to be a CRL");
-    build(read_crl_text(path));
-    crl_problem_.clear();
+    text = read_crl_text(path);
   } catch (const std::exception& e) {
+    problem = e.what();
+  }
+  const Sha256Digest digest = sha256(text.data(), text.size());
+  if (problem.empty() && digest == crl_digest_) return false;
+  if (!problem.empty()) {
     // Keep serving with the last good CRL; the node raises its alarm.
+    crl_problem_ = problem + "; the CRL loaded before stays in force";
+    crl_digest_ = {};
+    return false;
+  }
+  crl_digest_ = digest;
+  try {
+    build(text);
+    crl_problem_.clear();
+    return true;
+  } catch (const std::exception& e) {
     crl_problem_ = std::string(e.what()) + "; the CRL loaded before stays in force";
+    return false;
   }
 }
 

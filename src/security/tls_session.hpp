@@ -10,6 +10,7 @@
 #pragma once
 
 #include <sys/types.h>
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <ctime>
@@ -47,12 +48,13 @@ class TlsContext {
 
   const NodeIdentity& self() const { return self_; }
   const std::string& bundle_dir() const { return dir_; }
-  // Re-reads crl.pem when it changed on disk, so revocations take effect at
-  // the next handshake without a restart. A file that cannot be used
-  // (unreadable, half-written, not signed by the CA, no nextUpdate) leaves
-  // the last good CRL in force; crl_problem() says why until a good one
-  // arrives. Never throws. Call from the owning thread.
-  void reload_crl_if_changed();
+  // Re-reads crl.pem and takes it when its content changed, so revocations
+  // take effect at the next handshake without a restart; true when a new
+  // CRL came into force. A file that cannot be used (unreadable,
+  // half-written, not signed by the CA, no nextUpdate) leaves the last good
+  // CRL in force; crl_problem() says why until a good one arrives. Never
+  // throws. Call from the owning thread.
+  bool reload_crl_if_changed();
   // Why the current crl.pem on disk is not in force; empty when it is.
   const std::string& crl_problem() const { return crl_problem_; }
   // The CRL in force: when it was issued and when it expires (UTC seconds).
@@ -69,8 +71,7 @@ class TlsContext {
   std::chrono::seconds crl_grace_;
   NodeIdentity self_;
   SSL_CTX* ctx_ = nullptr;
-  std::timespec crl_mtime_{};
-  off_t crl_size_ = 0;
+  std::array<uint8_t, 32> crl_digest_{};  // SHA-256 of crl.pem as last read
   std::time_t crl_last_update_ = 0;
   std::time_t crl_next_update_ = 0;
   std::string crl_problem_;

@@ -1,7 +1,9 @@
 // An authenticated but dishonest site and the membership messages (wire
 // protocol 6): it may leave, and nothing more. A membership report is a
-// region's to make, and a heartbeat that both leaves and pauses is
-// nonsense: both are refused and audited, and change nothing. Its real
+// region's to make, a heartbeat that both leaves and pauses is nonsense,
+// and a pause is for outside the participation windows the topology
+// declares (this site declares none): each is refused and audited, and
+// changes nothing. Its real
 // leave is taken at once: with quorum 1.0 and no deadline, the federation
 // finishes with the other site, nobody waits for a heartbeat timeout, and
 // the root's model is the replay of what it audited.
@@ -56,6 +58,8 @@ TEST(DishonestMembership, ASiteMayLeaveAndNothingMore) {
   rogue.send(heartbeat(topo, rogue, wire::kFlagMembership, wire::encode_membership({1e12, 1000})));
   // Leaving and pausing at once.
   rogue.send(heartbeat(topo, rogue, wire::kFlagLeaving | wire::kFlagPausing));
+  // Pausing although it takes part at all times.
+  rogue.send(heartbeat(topo, rogue, wire::kFlagPausing));
   // And then a real leave.
   rogue.send(heartbeat(topo, rogue, wire::kFlagLeaving));
   nodes.join();
@@ -65,6 +69,8 @@ TEST(DishonestMembership, ASiteMayLeaveAndNothingMore) {
   EXPECT_EQ(root.children_lost, 0u) << "the root waited for the site that left";
   EXPECT_EQ(count_audit(audit, "refusal", "a site has no membership to report"), 1u);
   EXPECT_EQ(count_audit(audit, "refusal", "cannot both leave and pause"), 1u);
+  EXPECT_EQ(count_audit(audit, "pause_refused", "declares no participation windows"), 1u);
+  EXPECT_EQ(count_audit(audit, "member_paused", ""), 0u);
   EXPECT_EQ(count_audit(audit, "member_left", "site-1"), 1u);
   EXPECT_EQ(count_audit(audit, "deadline", ""), 0u);
   const ReplayResult replay = replay_root_audit(topo, init, audit, store);
