@@ -52,6 +52,7 @@ struct NodeView {
   std::string error;               // why not: unreachable, or what is malformed
   bool malformed = false;
   std::optional<ChildSeen> seen;  // its parent's entry for it (none at the root, or unknown)
+  json seen_raw;                  // that entry as it came (for --json), else null
   bool healthy = false;
   std::string health;  // "healthy" or why not; terminal-safe
 };
@@ -118,6 +119,11 @@ std::map<std::string, NodeView> look(const Topology& topo, std::chrono::millisec
     for (const ChildSeen& c : parent.self->children) {
       if (c.id == id) v.seen = c;
     }
+    // Well formed, so "children" is an array of objects whose ids are strings.
+    for (const json& c : parent.raw.value("children", json::array())) {
+      const auto cid = c.find("id");
+      if (cid != c.end() && cid->is_string() && *cid == id) v.seen_raw = c;
+    }
   }
   for (auto& [id, v] : views) {
     if (v.spec->removed) {
@@ -181,16 +187,6 @@ void print_tree(const Topology& topo, const std::map<std::string, NodeView>& vie
   for (uint32_t c : n.children) print_tree(topo, views, c, depth + 1);
 }
 
-json seen_json(const std::optional<ChildSeen>& seen) {
-  if (!seen) return nullptr;
-  json j = {{"id", seen->id}};
-  if (seen->healthy) j["healthy"] = *seen->healthy;
-  j["last_seen_s"] = seen->last_seen_s ? json(*seen->last_seen_s) : json(nullptr);
-  if (seen->membership) j["membership"] = *seen->membership;
-  if (seen->round) j["round"] = *seen->round;
-  return j;
-}
-
 int run_status(const StatusArgs& a) {
   const Topology topo = Topology::load(a.topology);
   const std::string token =
@@ -209,7 +205,7 @@ int run_status(const StatusArgs& a) {
                    {"healthy", v.healthy},
                    {"health", v.health},
                    {"status", v.raw},
-                   {"seen_by_parent", seen_json(v.seen)}};
+                   {"seen_by_parent", v.seen_raw}};
       if (v.malformed) node["malformed"] = v.error;
       nodes.push_back(std::move(node));
     }
