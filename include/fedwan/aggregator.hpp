@@ -62,6 +62,11 @@ struct AggregatorOptions {
   // Where to serve Prometheus metrics and the JSON status over HTTP
   // ("host:port"); empty: the topology's `metrics` for this node, if any.
   std::string metrics_bind;
+  // A file holding the bearer token every request to that endpoint must
+  // carry (`Authorization: Bearer <token>`); read at start. ConfigError when
+  // others than its owner and group may read it, or the token is empty or
+  // shorter than 16 characters. Empty: the endpoint needs no token.
+  std::string metrics_token_file;
   // The file `topology` was loaded from. The node checks it every heartbeat
   // and adopts a later version signed by the federation's admin identity:
   // sites it adds join (counted from the round boundary after they come),

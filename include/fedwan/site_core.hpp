@@ -77,6 +77,11 @@ struct SiteOptions {
   // Where to serve Prometheus metrics and the JSON status over HTTP
   // ("host:port"); empty: the topology's `metrics` for this site, if any.
   std::string metrics_bind;
+  // A file holding the bearer token every request to that endpoint must
+  // carry (`Authorization: Bearer <token>`); read at start. ConfigError when
+  // others than its owner and group may read it, or the token is empty or
+  // shorter than 16 characters. Empty: the endpoint needs no token.
+  std::string metrics_token_file;
   uint32_t devices = 1;
   std::string device_kind = "cpu";
 };

@@ -13,6 +13,7 @@
 
 #include "aggregator/aggregator_impl.hpp"
 #include "common/log.hpp"
+#include "metrics/bearer_token.hpp"
 #include "metrics/metrics_registry.hpp"
 #include "metrics/metrics_server.hpp"
 
@@ -36,6 +37,9 @@ void Aggregator::Impl::start_metrics() {
       .set(1);
   metrics::MetricsServer::Options o;
   o.bind = bind;
+  if (!opt_.metrics_token_file.empty()) {
+    o.bearer_token = metrics::read_bearer_token_file(opt_.metrics_token_file);
+  }
   std::shared_ptr<metrics::MetricsRegistry> registry = metrics_.registry;
   o.metrics = [registry] { return registry->render(); };
   std::shared_ptr<StatusText> status = metrics_.status;

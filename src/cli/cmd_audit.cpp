@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
+#include "common/terminal_text.hpp"
 #include "fedwan/error.hpp"
 #include "security/audit_log.hpp"
 #include "security/node_key.hpp"
@@ -36,6 +37,12 @@ constexpr const char* kAnchorNote =
     "hash recorded earlier (the printed last hash, kept somewhere else), and a log that does "
     "not end in its node's closing head is reported.\n";
 
+// A log is untrusted input and this goes to a terminal: shown through
+// terminal_text, which escapes what could drive the terminal.
+std::string printable(const std::string& s) {
+  return terminal_text(s, security::kAuditMaxLineBytes);
+}
+
 int run_verify(const AuditArgs& a) {
   std::unique_ptr<security::SignatureVerifier> ca;
   if (!a.ca.empty()) ca = std::make_unique<security::SignatureVerifier>(a.ca, a.crl);
@@ -46,7 +53,7 @@ int run_verify(const AuditArgs& a) {
   if (!r.ok) {
     std::cerr << a.file;
     if (r.first_bad_line > 0) std::cerr << ":" << r.first_bad_line;
-    std::cerr << ": " << r.problem << "\n";
+    std::cerr << ": " << printable(r.problem) << "\n";
     return 1;
   }
   if (r.entries == 0) {
@@ -60,7 +67,7 @@ int run_verify(const AuditArgs& a) {
     std::cout << "unsigned: no signed head (the node ran without credentials); the chain proves "
                  "no authorship, and a rewritten log would verify too\n";
   } else {
-    std::cout << "signed heads: " << r.signed_heads << " by '" << r.signer << "'"
+    std::cout << "signed heads: " << r.signed_heads << " by '" << printable(r.signer) << "'"
               << (ca ? ", every one verified against " + a.ca
                      : std::string(" (give --ca ca.pem to check them)"))
               << "; the last at entry " << *r.last_signed_seq << "\n";
@@ -76,16 +83,6 @@ int run_verify(const AuditArgs& a) {
 }
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
-
-// A log is untrusted input and this goes to a terminal: control characters
-// (escape sequences) are shown as '?'. dump() already escapes them in strings.
-std::string printable(std::string s) {
-  for (char& c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u == 0x7f) c = '?';
-  }
-  return s;
-}
 
 struct ShownEntry {
   std::string event;
@@ -116,7 +113,7 @@ std::optional<ShownEntry> describe(const std::string& line) {
   e.text = std::to_string(seq->get<uint64_t>()) + "  " + time->get_ref<const std::string&>() +
            "  " + node->get_ref<const std::string&>() + "  " + e.event;
   for (const auto& item : fields->items()) e.text += "  " + item.key() + "=" + dump(item.value());
-  e.text = printable(std::move(e.text));
+  e.text = printable(e.text);
   return e;
 }
 
@@ -160,7 +157,7 @@ int run_show(const AuditArgs& a) {
   if (!line.empty() || too_long) show();
   if (in.bad()) throw ConfigError("cannot read audit log " + a.file);
   if (!r.ok) {
-    std::cerr << "warning: " << a.file << ":" << r.first_bad_line << ": " << r.problem
+    std::cerr << "warning: " << a.file << ":" << r.first_bad_line << ": " << printable(r.problem)
               << "; entries from that line on cannot be trusted\n";
     return 1;
   }

@@ -115,6 +115,10 @@ void add_node_flags(CLI::App& cmd, NodeArgs& a) {
                  "serve Prometheus metrics (/metrics) and the JSON status (/status) over HTTP "
                  "at host:port (port 0: any free one); default the topology's `metrics` of "
                  "this node, none without it");
+  cmd.add_option("--metrics-token-file", a.metrics_token_file,
+                 "require `Authorization: Bearer <token>` on the metrics endpoint, the token "
+                 "read from this file (owner-only, e.g. mode 0400; at least 16 characters)")
+      ->check(CLI::ExistingFile);
   cmd.add_option("--metrics-linger", a.metrics_linger_s,
                  "after the node finished, keep serving its metrics this many seconds (so a "
                  "scraper gets the final values)")
@@ -194,6 +198,7 @@ int run_aggregator(const NodeArgs& a) {
   o.checkpoint_dir = a.checkpoint_dir;
   o.costs_path = costs_path(a);
   o.metrics_bind = a.metrics;
+  o.metrics_token_file = a.metrics_token_file;
   o.record_updates_dir = a.record_updates;
   o.standby = a.standby;
   const NodeSpec& self = o.topology.node(a.node);
@@ -329,6 +334,7 @@ int run_site(const NodeArgs& a) {
   o.checkpoint_dir = a.checkpoint_dir;
   o.costs_path = costs_path(a);
   o.metrics_bind = a.rank == 0 ? a.metrics : std::string();
+  o.metrics_token_file = a.metrics_token_file;
   o.devices = static_cast<uint32_t>(a.ranks);
   install_signal_handlers();
   const WorkloadSettings& w = a.workload;

@@ -4,20 +4,30 @@
 // round, last heartbeat, bytes, health, participation window, membership.
 // A node is healthy when it answers and its parent heard from it within the
 // heartbeat timeout. Exit 0 when every node is healthy, 3 otherwise.
+//
+// Every answer is untrusted: read type-safely (cli/node_status.hpp; a node
+// whose answer is malformed is shown so, and unhealthy, and every other node
+// still is), and every string from a node reaches the terminal through
+// terminal_text (common/terminal_text.hpp). --json output is ASCII only.
 #include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
+#include "cli/node_status.hpp"
+#include "common/terminal_text.hpp"
 #include "fedwan/error.hpp"
 #include "fedwan/topology.hpp"
+#include "metrics/bearer_token.hpp"
 #include "metrics/http_get.hpp"
 
 namespace fedwan::cli {
@@ -29,15 +39,22 @@ struct StatusArgs {
   std::string topology;
   bool json = false;
   double timeout_s = 2;
+  std::string token_file;
 };
+
+// Longest piece of a node's text in one cell of the tree.
+constexpr size_t kCellBytes = 64;
 
 struct NodeView {
   const NodeSpec* spec = nullptr;
-  json self;          // its own /status (null when it did not answer)
-  std::string error;  // why not
-  json seen;          // its parent's entry for it (null at the root, or unknown)
+  std::optional<NodeStatus> self;  // its own /status, when it answered well formed
+  json raw;                        // that answer as it came (for --json), else null
+  std::string error;               // why not: unreachable, or what is malformed
+  bool malformed = false;
+  std::optional<ChildSeen> seen;  // its parent's entry for it (none at the root, or unknown)
+  json seen_raw;                  // that entry as it came (for --json), else null
   bool healthy = false;
-  std::string health;  // "healthy" or why not
+  std::string health;  // "healthy" or why not; terminal-safe
 };
 
 std::string bytes_text(uint64_t b) {
@@ -52,43 +69,60 @@ std::string bytes_text(uint64_t b) {
   return buf;
 }
 
-std::string seconds_text(const json& v) {
-  if (!v.is_number()) return "-";
+std::string seconds_text(std::optional<double> v) {
+  if (!v) return "-";
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f s", v.get<double>());
+  std::snprintf(buf, sizeof buf, "%.1f s", *v);
   return buf;
 }
 
+// A node's own text, ready for the terminal.
+std::string shown(const std::string& s) { return terminal_text(s, kCellBytes); }
+
+void read_node(const NodeSpec& n, std::chrono::milliseconds timeout, const std::string& token,
+               NodeView* v) {
+  if (n.metrics.empty()) {
+    v->error = "no metrics address in the topology";
+    return;
+  }
+  const metrics::HttpResponse r =
+      metrics::http_get(n.metrics, "/status", timeout, metrics::kHttpGetMaxBytes, token);
+  if (r.status != 200) {
+    v->error = r.status == 0 ? r.error : "HTTP " + std::to_string(r.status);
+    if (r.status == 401) v->error += " (give the endpoint's token with --token-file)";
+    return;
+  }
+  StatusReading reading = read_node_status(r.body, n.id);
+  if (!reading.status) {
+    v->malformed = true;
+    v->error = std::move(reading.malformed);
+    return;
+  }
+  v->self = std::move(reading.status);
+  v->raw = json::parse(r.body, nullptr, /*allow_exceptions=*/false);
+}
+
 // Reads every node, then judges each from its own answer and its parent's.
-std::map<std::string, NodeView> look(const Topology& topo, std::chrono::milliseconds timeout) {
+std::map<std::string, NodeView> look(const Topology& topo, std::chrono::milliseconds timeout,
+                                     const std::string& token) {
   std::map<std::string, NodeView> views;
   for (const NodeSpec& n : topo.nodes()) {
     NodeView& v = views[n.id];
     v.spec = &n;
     if (n.removed) continue;  // taken out by a topology version: nothing runs there
-    if (n.metrics.empty()) {
-      v.error = "no metrics address in the topology";
-      continue;
-    }
-    const metrics::HttpResponse r = metrics::http_get(n.metrics, "/status", timeout);
-    if (r.status != 200) {
-      v.error = r.status == 0 ? r.error : "HTTP " + std::to_string(r.status);
-      continue;
-    }
-    v.self = json::parse(r.body, nullptr, false);
-    if (!v.self.is_object() || v.self.value("node", "") != n.id) {
-      v.error = v.self.is_object()
-                    ? "answers as '" + v.self.value("node", "?") + "', not '" + n.id + "'"
-                    : "its status is not JSON";
-      v.self = nullptr;
-    }
+    read_node(n, timeout, token, &v);
   }
   for (auto& [id, v] : views) {
     if (v.spec->role == Role::kRoot) continue;
     const NodeView& parent = views[topo.node(v.spec->parent_index).id];
-    if (!parent.self.is_object()) continue;
-    for (const json& c : parent.self.value("children", json::array())) {
-      if (c.value("id", "") == id) v.seen = c;
+    if (!parent.self) continue;
+    for (const ChildSeen& c : parent.self->children) {
+      if (c.id == id) v.seen = c;
+    }
+    // Well formed, so "children" is an array of objects whose ids are strings.
+    for (const json& c : parent.raw.value("children", json::array())) {
+      const auto cid = c.find("id");
+      if (cid != c.end() && cid->is_string() && *cid == id) v.seen_raw = c;
     }
   }
   for (auto& [id, v] : views) {
@@ -97,19 +131,20 @@ std::map<std::string, NodeView> look(const Topology& topo, std::chrono::millisec
       v.health = "removed";
       continue;
     }
-    if (v.self.is_null()) {
-      v.health = "unreachable: " + v.error;
-    } else if (v.seen.is_object() && !v.seen.value("healthy", false)) {
-      v.health = "parent has not heard from it for " + seconds_text(v.seen["last_seen_s"]);
+    if (v.malformed) {
+      v.health = "malformed: " + terminal_text(v.error, 2 * kCellBytes);
+    } else if (!v.self) {
+      v.health = "unreachable: " + terminal_text(v.error, 4 * kCellBytes);
+    } else if (v.seen && !v.seen->healthy.value_or(true)) {
+      v.health = "parent has not heard from it for " + seconds_text(v.seen->last_seen_s);
     } else {
       v.healthy = true;
       v.health = "healthy";
     }
-    if (v.seen.is_object() && v.seen.value("membership", "member") != "member" &&
-        v.self.is_null()) {
+    if (v.seen && v.seen->membership.value_or("member") != "member" && !v.self && !v.malformed) {
       // A site that left or paused is not running: that is its state, not a fault.
       v.healthy = true;
-      v.health = v.seen.value("membership", "");
+      v.health = shown(*v.seen->membership);
     }
   }
   return views;
@@ -121,33 +156,32 @@ void print_tree(const Topology& topo, const std::map<std::string, NodeView>& vie
   const NodeView& v = views.at(n.id);
   std::string line(static_cast<size_t>(depth) * 2, ' ');
   line += n.id + " (" + role_name(n.role) + ")";
-  char buf[512];
-  const json& s = v.self;
-  const json& seen = v.seen;
-  const std::string round = s.is_object() ? std::to_string(s.value("round", uint64_t{0}) + 1) +
-                                                "/" + std::to_string(s.value("rounds", uint64_t{0}))
-                            : seen.is_object()
-                                ? std::to_string(seen.value("round", uint64_t{0}) + 1) + "?"
-                                : "-";
-  std::string membership = seen.is_object() ? seen.value("membership", "-") : std::string("-");
-  if (n.role != Role::kSite && s.is_object()) {
-    membership = std::to_string(s.value("members", 0)) + " member sites";
+  const std::optional<NodeStatus>& s = v.self;
+  const std::optional<ChildSeen>& seen = v.seen;
+  std::string round = "-";
+  if (s) {
+    round = std::to_string(s->round.value_or(0) + 1) + "/" + std::to_string(s->rounds.value_or(0));
+  } else if (seen) {
+    round = std::to_string(seen->round.value_or(0) + 1) + "?";
   }
-  const uint64_t sent = s.is_object() ? s.value("bytes_sent", uint64_t{0}) : 0;
-  const uint64_t received = s.is_object() ? s.value("bytes_received", uint64_t{0}) : 0;
+  std::string membership = seen && seen->membership ? shown(*seen->membership) : "-";
+  if (n.role != Role::kSite && s) {
+    membership = std::to_string(s->members.value_or(0)) + " member sites";
+  }
   std::string window = "-";
   if (n.role == Role::kSite) {
     window = n.windows.empty() ? "always" : "";
     for (const std::string& w : n.windows) window += (window.empty() ? "" : ",") + w;
-    if (s.is_object() && s.value("paused", false)) window += " (paused)";
+    if (s && s->paused) window += " (paused)";
   }
+  char buf[1024];
   std::snprintf(buf, sizeof buf, "%-28s round %-7s heard %-8s %-22s window %-14s %s", line.c_str(),
-                round.c_str(),
-                seconds_text(seen.is_object() ? seen["last_seen_s"] : json()).c_str(),
+                round.c_str(), seconds_text(seen ? seen->last_seen_s : std::nullopt).c_str(),
                 membership.c_str(), window.c_str(), v.health.c_str());
   std::string out = buf;
-  if (n.role == Role::kSite && s.is_object()) {
-    out += "  sent " + bytes_text(sent) + ", received " + bytes_text(received);
+  if (n.role == Role::kSite && s) {
+    out += "  sent " + bytes_text(s->bytes_sent.value_or(0)) + ", received " +
+           bytes_text(s->bytes_received.value_or(0));
   }
   std::cout << out << "\n";
   for (uint32_t c : n.children) print_tree(topo, views, c, depth + 1);
@@ -155,23 +189,30 @@ void print_tree(const Topology& topo, const std::map<std::string, NodeView>& vie
 
 int run_status(const StatusArgs& a) {
   const Topology topo = Topology::load(a.topology);
+  const std::string token =
+      a.token_file.empty() ? std::string() : metrics::read_bearer_token_file(a.token_file);
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(a.timeout_s * 1000));
-  const std::map<std::string, NodeView> views = look(topo, timeout);
+  const std::map<std::string, NodeView> views = look(topo, timeout, token);
   bool all = true;
   for (const auto& [id, v] : views) all = all && v.healthy;
   if (a.json) {
     json nodes = json::array();
     for (const NodeSpec& n : topo.nodes()) {
       const NodeView& v = views.at(n.id);
-      nodes.push_back({{"node", n.id},
-                       {"role", role_name(n.role)},
-                       {"parent", n.parent},
-                       {"healthy", v.healthy},
-                       {"health", v.health},
-                       {"status", v.self},
-                       {"seen_by_parent", v.seen}});
+      json node = {{"node", n.id},
+                   {"role", role_name(n.role)},
+                   {"parent", n.parent},
+                   {"healthy", v.healthy},
+                   {"health", v.health},
+                   {"status", v.raw},
+                   {"seen_by_parent", v.seen_raw}};
+      if (v.malformed) node["malformed"] = v.error;
+      nodes.push_back(std::move(node));
     }
-    std::cout << json({{"job", topo.job()}, {"healthy", all}, {"nodes", nodes}}).dump(2) << "\n";
+    // ASCII only: whatever a node put in its strings arrives as \u escapes.
+    std::cout << json({{"job", topo.job()}, {"healthy", all}, {"nodes", nodes}})
+                     .dump(2, ' ', /*ensure_ascii=*/true, json::error_handler_t::replace)
+              << "\n";
   } else {
     std::cout << "federation '" << topo.job() << "' (" << topo.nodes().size() << " nodes)\n";
     print_tree(topo, views, topo.root().index, 0);
@@ -195,6 +236,10 @@ void add_status_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--timeout", args->timeout_s, "seconds to wait for each node's answer")
       ->check(CLI::Range(0.1, 60.0))
       ->capture_default_str();
+  cmd->add_option("--token-file", args->token_file,
+                  "file holding the bearer token the nodes' metrics endpoints require (their "
+                  "--metrics-token-file)")
+      ->check(CLI::ExistingFile);
   cmd->callback([args, exit_code] { *exit_code = run_status(*args); });
 }
 

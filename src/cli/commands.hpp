@@ -30,17 +30,18 @@ struct NodeArgs {
   std::string initial_model;  // root: start from this raw little-endian fp32 model
   bool eval = false;          // root: evaluate the global model every round
   double join_timeout_s = 300;
-  std::string checkpoint_dir;   // local checkpoints; resumed from when present
-  std::string costs;            // per-round cost records; default <checkpoint_dir>/costs.jsonl
-  std::string metrics;          // host:port of the metrics endpoint; default the topology's
-  double metrics_linger_s = 0;  // keep serving metrics this long after the node finished
-  std::string record_updates;   // aggregators: keep received update payloads here
-  bool standby = false;         // root: run as its standby
-  int rank = 0;                 // sites: this process's rank in the site
-  int ranks = 1;                // sites: ranks in the site
-  std::string rendezvous;       // sites with ranks > 1: where the ranks meet
-  std::string rank_address;     // sites with ranks > 1: this rank's address for the others
-  std::string device = "auto";  // sites: auto | cpu | cuda (see cli/placement.hpp)
+  std::string checkpoint_dir;      // local checkpoints; resumed from when present
+  std::string costs;               // per-round cost records; default <checkpoint_dir>/costs.jsonl
+  std::string metrics;             // host:port of the metrics endpoint; default the topology's
+  std::string metrics_token_file;  // the bearer token the metrics endpoint requires
+  double metrics_linger_s = 0;     // keep serving metrics this long after the node finished
+  std::string record_updates;      // aggregators: keep received update payloads here
+  bool standby = false;            // root: run as its standby
+  int rank = 0;                    // sites: this process's rank in the site
+  int ranks = 1;                   // sites: ranks in the site
+  std::string rendezvous;          // sites with ranks > 1: where the ranks meet
+  std::string rank_address;        // sites with ranks > 1: this rank's address for the others
+  std::string device = "auto";     // sites: auto | cpu | cuda (see cli/placement.hpp)
   // Sites, synthetic trainer: wall-clock milliseconds each inner step takes
   // (a GPU's step stood in for by a sleep); 0: as fast as the CPU goes.
   double step_time_ms = 0;

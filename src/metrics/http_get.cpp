@@ -42,7 +42,8 @@ struct Fd {
 }  // namespace
 
 HttpResponse http_get(const std::string& address, const std::string& path,
-                      std::chrono::milliseconds timeout, size_t max_bytes) {
+                      std::chrono::milliseconds timeout, size_t max_bytes,
+                      const std::string& bearer_token) {
   HttpResponse out;
   const auto deadline = Clock::now() + timeout;
   const size_t colon = address.rfind(':');
@@ -88,8 +89,10 @@ HttpResponse http_get(const std::string& address, const std::string& path,
     out.error = "no answer at " + address + " (" + why + ")";
     return out;
   }
-  const std::string request = "GET " + path + " HTTP/1.1\r\nHost: " + address +
-                              "\r\nConnection: close\r\nAccept: */*\r\n\r\n";
+  std::string request =
+      "GET " + path + " HTTP/1.1\r\nHost: " + address + "\r\nConnection: close\r\nAccept: */*\r\n";
+  if (!bearer_token.empty()) request += "Authorization: Bearer " + bearer_token + "\r\n";
+  request += "\r\n";
   size_t off = 0;
   while (off < request.size()) {
     const ssize_t n = ::send(sock.fd, request.data() + off, request.size() - off, MSG_NOSIGNAL);

@@ -16,8 +16,12 @@ struct HttpResponse {
   std::string error;  // why there was no answer: refused, timed out, ...
 };
 
-// `address` is "host:port" (or "[v6]:port"). Never throws.
+inline constexpr size_t kHttpGetMaxBytes = size_t{4} << 20;
+
+// `address` is "host:port" (or "[v6]:port"). With a `bearer_token`, the
+// request carries `Authorization: Bearer <token>`. Never throws.
 HttpResponse http_get(const std::string& address, const std::string& path,
-                      std::chrono::milliseconds timeout, size_t max_bytes = size_t{4} << 20);
+                      std::chrono::milliseconds timeout, size_t max_bytes = kHttpGetMaxBytes,
+                      const std::string& bearer_token = {});
 
 }  // namespace fedwan::metrics

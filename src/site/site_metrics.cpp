@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/log.hpp"
+#include "metrics/bearer_token.hpp"
 #include "metrics/metrics_registry.hpp"
 #include "metrics/metrics_server.hpp"
 #include "site/site_impl.hpp"
@@ -27,6 +28,9 @@ void SiteCore::Impl::start_metrics() {
       .set(1);
   metrics::MetricsServer::Options o;
   o.bind = bind;
+  if (!opt.metrics_token_file.empty()) {
+    o.bearer_token = metrics::read_bearer_token_file(opt.metrics_token_file);
+  }
   std::shared_ptr<metrics::MetricsRegistry> registry = site_metrics.registry;
   o.metrics = [registry] { return registry->render(); };
   std::shared_ptr<SiteMetrics::Status> status = site_metrics.status;

@@ -194,7 +194,7 @@ class Site:
                  topology=None, node_id: Optional[str] = None, credentials=None,
                  insecure_plaintext: bool = False, cipher: str = "aes-256-gcm",
                  audit_log=None, checkpoint_dir=None, process_group=None,
-                 costs_path=None, metrics: str = ""):
+                 costs_path=None, metrics: str = "", metrics_token_file=None):
         import torch
 
         if isinstance(model, (str, os.PathLike, Topology)):
@@ -271,6 +271,7 @@ class Site:
                                   insecure_plaintext=insecure_plaintext, cipher=cipher,
                                   audit_log=audit_log, checkpoint_dir=checkpoint_dir,
                                   costs_path=costs_path, metrics=metrics,
+                                  metrics_token_file=metrics_token_file,
                                   devices=(self._dist.get_world_size(self._group)
                                            if self._dist is not None else 1),
                                   device_kind="gpu" if self._flat.is_cuda else "cpu")

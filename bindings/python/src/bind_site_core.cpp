@@ -44,7 +44,7 @@ class PySiteCore {
              const OptionalPathArg& credentials, bool insecure_plaintext, const std::string& cipher,
              const OptionalPathArg& audit_log, const OptionalPathArg& checkpoint_dir,
              const OptionalPathArg& costs_path, int devices, const std::string& device_kind,
-             const std::string& metrics)
+             const std::string& metrics, const OptionalPathArg& metrics_token_file)
       : params_(float32_buffer(params.obj, "params", /*writable=*/true, /*non_empty=*/true)) {
     SiteOptions opt;
     opt.topology = topology_from(topology.obj);
@@ -62,6 +62,9 @@ class PySiteCore {
     opt.devices = static_cast<uint32_t>(devices);
     opt.device_kind = device_kind;
     opt.metrics_bind = metrics;
+    if (!metrics_token_file.obj.is_none()) {
+      opt.metrics_token_file = path_from(metrics_token_file.obj, "metrics_token_file");
+    }
     core_ = std::make_unique<SiteCore>(std::move(opt), static_cast<float*>(params_.mutable_data()),
                                        static_cast<size_t>(params_.size()));
     inner_steps_ = core_->inner_steps();
@@ -275,19 +278,21 @@ log of handshakes and updates sent.)")
       .def(py::init<const TopologyArg&, const std::string&, const Float32ArrayArg&, double,
                     std::optional<double>, int, const OptionalPathArg&, bool, const std::string&,
                     const OptionalPathArg&, const OptionalPathArg&, const OptionalPathArg&, int,
-                    const std::string&, const std::string&>(),
+                    const std::string&, const std::string&, const OptionalPathArg&>(),
            "topology"_a, "node_id"_a, "params"_a, "join_timeout_s"_a = 300.0, py::kw_only(),
            "round_timeout_s"_a = py::none(), "window"_a = 8, "credentials"_a = py::none(),
            "insecure_plaintext"_a = false, "cipher"_a = "aes-256-gcm", "audit_log"_a = py::none(),
            "checkpoint_dir"_a = py::none(), "costs_path"_a = py::none(), "devices"_a = 1,
-           "device_kind"_a = "cpu", "metrics"_a = "",
+           "device_kind"_a = "cpu", "metrics"_a = "", "metrics_token_file"_a = py::none(),
            "params: the C-contiguous float32 array the site trains (used in place). "
            "join_timeout_s bounds join(); round_timeout_s bounds each sync() (None: the "
            "topology's federation.round_timeout_s); window: frames in flight to the parent. "
            "checkpoint_dir: a checkpoint at every round boundary, resumed from by join(). "
            "costs_path: one JSON line of costs per round (training seconds x devices of "
            "device_kind 'cpu' or 'gpu', bytes), billed by `fedwan costs`. metrics: 'host:port' "
-           "to serve Prometheus metrics and the status at ('' = the topology's). Raises "
+           "to serve Prometheus metrics and the status at ('' = the topology's); "
+           "metrics_token_file: a file (owner-only) holding the bearer token the endpoint then "
+           "requires. Raises "
            "fedwan.ConfigError (bad options, no credentials, a bundle of another node) or "
            "fedwan.CryptoError (the site's certificate is expired or revoked).")
       .def("join", &PySiteCore::join,

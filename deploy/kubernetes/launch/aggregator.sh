@@ -8,7 +8,9 @@
 #
 # Environment: FEDWAN_NODE (required), FEDWAN_STANDBY=1 for the standby,
 # FEDWAN_TOPOLOGY, FEDWAN_CREDENTIALS, FEDWAN_DATA (the PersistentVolume),
-# FEDWAN_JOIN_TIMEOUT, FEDWAN_WORKLOAD_ARGS, FEDWAN_EXTRA_ARGS, FEDWAN_BIN.
+# FEDWAN_JOIN_TIMEOUT, FEDWAN_METRICS (host:port to serve metrics at),
+# FEDWAN_METRICS_TOKEN_FILE (the bearer token they require),
+# FEDWAN_WORKLOAD_ARGS, FEDWAN_EXTRA_ARGS, FEDWAN_BIN.
 set -uo pipefail
 : "${FEDWAN_NODE:?set FEDWAN_NODE to the aggregator id in the topology}"
 bin="${FEDWAN_BIN:-fedwan}"
@@ -17,6 +19,8 @@ name="$FEDWAN_NODE"
 args=(aggregator --topology "${FEDWAN_TOPOLOGY:-/etc/fedwan/topology/topology.yaml}"
       --node "$FEDWAN_NODE" --credentials "${FEDWAN_CREDENTIALS:-/etc/fedwan/credentials}"
       --join-timeout "${FEDWAN_JOIN_TIMEOUT:-3600}")
+[ -n "${FEDWAN_METRICS:-}" ] && args+=(--metrics "$FEDWAN_METRICS")
+[ -n "${FEDWAN_METRICS_TOKEN_FILE:-}" ] && args+=(--metrics-token-file "$FEDWAN_METRICS_TOKEN_FILE")
 if [ "${FEDWAN_STANDBY:-0}" = 1 ]; then
   args+=(--standby)
   name="$FEDWAN_NODE.standby"

@@ -13,7 +13,9 @@
 #
 # Environment: FEDWAN_NODE (required), FEDWAN_RANKS (default 1), FEDWAN_DEVICE,
 # FEDWAN_TOPOLOGY, FEDWAN_CREDENTIALS, FEDWAN_DATA (the PersistentVolume),
-# FEDWAN_JOIN_TIMEOUT, FEDWAN_WORKLOAD_ARGS, FEDWAN_EXTRA_ARGS, FEDWAN_BIN.
+# FEDWAN_JOIN_TIMEOUT, FEDWAN_METRICS (host:port where rank 0 serves metrics),
+# FEDWAN_METRICS_TOKEN_FILE (the bearer token they require),
+# FEDWAN_WORKLOAD_ARGS, FEDWAN_EXTRA_ARGS, FEDWAN_BIN.
 set -uo pipefail
 : "${FEDWAN_NODE:?set FEDWAN_NODE to the site id in the topology}"
 bin="${FEDWAN_BIN:-fedwan}"
@@ -24,6 +26,9 @@ report="$data/$FEDWAN_NODE.report.json"
 common=(site --topology "${FEDWAN_TOPOLOGY:-/etc/fedwan/topology/topology.yaml}"
         --node "$FEDWAN_NODE" --credentials "${FEDWAN_CREDENTIALS:-/etc/fedwan/credentials}"
         --device "${FEDWAN_DEVICE:-auto}" --join-timeout "${FEDWAN_JOIN_TIMEOUT:-3600}")
+[ -n "${FEDWAN_METRICS:-}" ] && common+=(--metrics "$FEDWAN_METRICS")
+[ -n "${FEDWAN_METRICS_TOKEN_FILE:-}" ] &&
+  common+=(--metrics-token-file "$FEDWAN_METRICS_TOKEN_FILE")
 # Fresh on every start: addresses the ranks of an earlier start left would
 # be taken for live ranks.
 rm -rf "$rendezvous"

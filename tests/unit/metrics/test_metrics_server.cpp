@@ -3,14 +3,8 @@
 // hostile client cannot do to it.
 #include "metrics/metrics_server.hpp"
 
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <sys/time.h>
-#include <unistd.h>
 
-#include <cerrno>
 #include <chrono>
 #include <future>
 #include <memory>
@@ -19,6 +13,7 @@
 #include <thread>
 
 #include "fedwan/error.hpp"
+#include "harness/http_test_client.hpp"
 #include "metrics/metrics_registry.hpp"
 
 namespace fedwan::metrics {
@@ -26,72 +21,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// A connected loopback client; every read gives up after 10 s so a server
-// that hangs fails the test instead of blocking it.
-class Client {
- public:
-  explicit Client(uint16_t port) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    if (fd_ < 0) throw std::runtime_error("socket");
-    timeval tv{10, 0};
-    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(port);
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
-  }
-  ~Client() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  bool connected() const { return connected_; }
-
-  void send(const std::string& data) {
-    size_t off = 0;
-    while (off < data.size()) {
-      const ssize_t n = ::send(fd_, data.data() + off, data.size() - off, MSG_NOSIGNAL);
-      if (n <= 0) return;  // the server may close on us; the reply says why
-      off += static_cast<size_t>(n);
-    }
-  }
-
-  // Everything until the server closes; `closed` says whether it did (as
-  // opposed to the 10 s guard running out).
-  std::string read_all(bool* closed = nullptr) {
-    std::string out;
-    char buf[4096];
-    for (;;) {
-      const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
-      if (n > 0) {
-        out.append(buf, static_cast<size_t>(n));
-        continue;
-      }
-      if (closed) *closed = n == 0 || errno == ECONNRESET;
-      return out;
-    }
-  }
-
-  // One response read by its Content-Length, leaving the connection open.
-  std::string read_response() {
-    std::string out;
-    char buf[4096];
-    for (;;) {
-      const size_t end = out.find("\r\n\r\n");
-      if (end != std::string::npos) {
-        const size_t cl = out.find("Content-Length: ");
-        const size_t len = cl == std::string::npos ? 0 : std::stoul(out.substr(cl + 16));
-        if (out.size() >= end + 4 + len) return out;
-      }
-      const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
-      if (n <= 0) return out;
-      out.append(buf, static_cast<size_t>(n));
-    }
-  }
-
- private:
-  int fd_ = -1;
-  bool connected_ = false;
-};
+using Client = testing::HttpTestClient;
 
 std::string get(uint16_t port, const std::string& request) {
   Client c(port);
@@ -218,30 +148,30 @@ TEST(MetricsServer, ASilentClientIsDroppedWithoutBlockingOthers) {
   EXPECT_TRUE(closed) << "the server kept a half-sent request past its timeout";
 }
 
-TEST(MetricsServer, ConnectionsBeyondTheLimitAreClosedAtOnce) {
+TEST(MetricsServer, AFullServerClosesTheLongestIdleConnectionForANewcomer) {
   MetricsRegistry registry;
   auto o = options_for(&registry);
-  o.max_connections = 1;
+  o.max_connections = 2;
   o.io_timeout = 30s;
+  o.idle_timeout = 30s;
   MetricsServer server(o);
-  {
-    auto holder = std::make_unique<Client>(server.port());
-    // A served request proves the server holds this connection.
-    holder->send("GET /metrics HTTP/1.1\r\n\r\n");
-    ASSERT_EQ(holder->read_response().rfind("HTTP/1.1 200", 0), 0u);
-    Client extra(server.port());
-    extra.send("GET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n");
-    bool closed = false;
-    EXPECT_EQ(extra.read_all(&closed), "");
-    EXPECT_TRUE(closed);
-  }
-  // The holder is gone: its slot frees once the server sees it close.
-  std::string r;
-  for (int i = 0; i < 200 && r.rfind("HTTP/1.1 200", 0) != 0; ++i) {
-    if (i) std::this_thread::sleep_for(20ms);
-    r = get(server.port(), "GET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n");
-  }
-  EXPECT_EQ(r.rfind("HTTP/1.1 200", 0), 0u) << r;
+  Client first(server.port()), second(server.port());
+  // Served, so both are now idle: the first the longer.
+  first.send("GET /metrics HTTP/1.1\r\n\r\n");
+  ASSERT_EQ(first.read_response().rfind("HTTP/1.1 200", 0), 0u);
+  std::this_thread::sleep_for(20ms);
+  second.send("GET /metrics HTTP/1.1\r\n\r\n");
+  ASSERT_EQ(second.read_response().rfind("HTTP/1.1 200", 0), 0u);
+  // The newcomer is served, not refused.
+  EXPECT_EQ(get(server.port(), "GET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n")
+                .rfind("HTTP/1.1 200", 0),
+            0u);
+  bool closed = false;
+  EXPECT_EQ(first.read_all(&closed), "");
+  EXPECT_TRUE(closed) << "the longest idle connection was kept";
+  // The other one was left alone (the newcomer, gone, made room again).
+  second.send("GET /metrics HTTP/1.1\r\n\r\n");
+  EXPECT_EQ(second.read_response().rfind("HTTP/1.1 200", 0), 0u);
 }
 
 TEST(MetricsServer, StopReturnsPromptlyWithConnectionsOpen) {

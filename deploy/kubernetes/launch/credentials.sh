@@ -1,0 +1,24 @@
+#!/bin/sh
+# Init container of every node (root, with CAP_CHOWN only): copies the node's
+# Secrets, mounted here alone (root's files, mode 0400), into the in-memory
+# volumes the node mounts, as files of the node's uid (FEDWAN_UID, default
+# 10001), mode 0400, in directories of mode 0500. The node reads its key and
+# its metrics token there; no group and no other user can. A Secret replaced
+# later reaches the node when its pod starts again.
+set -eu
+uid="${FEDWAN_UID:-10001}"
+umask 077
+copy() {
+  src=$1 dst=$2
+  for f in "$src"/*; do
+    [ -f "$f" ] || continue  # the Secret's keys, not its ..data links
+    name=$(basename "$f")
+    cat "$f" >"$dst/$name"
+    chmod 0400 "$dst/$name"
+    chown "$uid:$uid" "$dst/$name"
+  done
+  chmod 0500 "$dst"
+  chown "$uid:$uid" "$dst"
+}
+copy /secrets/credentials /etc/fedwan/credentials
+copy /secrets/metrics-token /etc/fedwan/metrics-token

@@ -1,0 +1,44 @@
+// A node's /status answer, as `fedwan status` reads it: untrusted input from
+// the network, read type-safely into what the tree shows. A field absent or
+// null is unknown; a field of the wrong type, an answer that is not a JSON
+// object, or one that names another node makes the whole answer malformed
+// (with a short reason), never an exception. Strings are kept as the node
+// sent them: print them through terminal_text (common/terminal_text.hpp).
+// Thread safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace fedwan::cli {
+
+// A parent's view of one child (an entry of its "children").
+struct ChildSeen {
+  std::string id;
+  std::optional<bool> healthy;
+  std::optional<double> last_seen_s;
+  std::optional<std::string> membership;
+  std::optional<uint64_t> round;
+};
+
+struct NodeStatus {
+  std::optional<uint64_t> round;  // 0-based, as the node counts
+  std::optional<uint64_t> rounds;
+  std::optional<uint64_t> members;  // an aggregator's member sites
+  std::optional<uint64_t> bytes_sent;
+  std::optional<uint64_t> bytes_received;
+  bool paused = false;
+  std::vector<ChildSeen> children;
+};
+
+struct StatusReading {
+  std::optional<NodeStatus> status;  // set when the answer is well formed
+  std::string malformed;             // otherwise why not (may quote the node: escape it)
+};
+
+// `body` is the answer of the node the topology calls `node_id`.
+StatusReading read_node_status(const std::string& body, const std::string& node_id);
+
+}  // namespace fedwan::cli
