@@ -398,6 +398,7 @@ class Aggregator::Impl {
     std::optional<uint64_t> acked;
     bool passive = false;
     Clock::time_point root_heard;  // standby: the active root last heard
+    bool root_seen = false;        // standby: heard the active root at least once
   } standby_;
 
   // Checkpoint replication. Pieces are chunk_bytes each and go out only

@@ -229,6 +229,7 @@ void Aggregator::Impl::on_root_frame(Incoming& in) {
     return;
   }
   standby_.root_heard = Clock::now();
+  standby_.root_seen = true;
   if (f.header.type == wire::MsgType::kDone && phase_ != Phase::kDone) {
     log().info("[agg:{}] standby: the root finished the federation (round {}); stopping", self_.id,
                f.header.round);
@@ -301,7 +302,15 @@ void Aggregator::Impl::serve_root_replica() {
 bool Aggregator::Impl::may_serve(const std::string& peer) {
   if (!standby_.passive) return true;
   const auto silent = Clock::now() - standby_.root_heard;
-  if (silent <= cfg_.heartbeat_timeout) {
+  // A root it never heard from and holds no checkpoint of may merely be
+  // slow to start (its children, quicker, try the standby in turn): two
+  // roots would then serve one federation. It is given the join timeout.
+  const bool root_known =
+      standby_.root_seen || (repl_.store && repl_.store->latest(self_.id).has_value());
+  const auto patience =
+      root_known ? cfg_.heartbeat_timeout
+                 : std::max<std::chrono::milliseconds>(cfg_.heartbeat_timeout, opt_.join_timeout);
+  if (silent <= patience) {
     log().debug("[agg:{}] standby: '{}' came, but the root is alive; not serving", self_.id, peer);
     return false;
   }

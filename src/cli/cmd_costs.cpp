@@ -19,6 +19,7 @@
 #include "cli/cost_bill.hpp"
 #include "cli/cost_checks.hpp"
 #include "cli/cost_records.hpp"
+#include "common/terminal_text.hpp"
 #include "fedwan/error.hpp"
 #include "fedwan/topology.hpp"
 #include "security/node_key.hpp"
@@ -60,15 +61,8 @@ constexpr const char* kCostsNote =
     "records were refused or a link's counts differ (listed); 2: no bill. See "
     "docs/operations.md, \"Cost accounting\".\n";
 
-// Records are untrusted input and this goes to a terminal: control
-// characters (escape sequences) are shown as '?'.
-std::string printable(std::string s) {
-  for (char& c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u == 0x7f) c = '?';
-  }
-  return s;
-}
+// Records are untrusted input and this goes to a terminal.
+std::string printable(const std::string& s) { return terminal_text(s); }
 
 // Every costs.jsonl the arguments name, each once, in a stable order.
 std::vector<std::string> cost_files(const std::vector<std::string>& paths) {

@@ -137,6 +137,13 @@ CheckedCosts check_costs(const CostLedger& ledger, const Topology* topology,
   std::map<std::string, ByRound> kept;
   for (const auto& entry : ledger.records()) {
     const CostRecord& r = entry.second;
+    if (topology && topology->find(r.node) == nullptr) {
+      out.refused.push_back({r.origin, r.node, r.round,
+                             "not a node of the topology (job " + cost_printable(topology->job()) +
+                                 ", version " + std::to_string(topology->version()) +
+                                 "); if a later version added it, bill with that one"});
+      continue;
+    }
     if (std::optional<std::string> why = device_time_refusal(r, tree, all, tol, &out)) {
       out.refused.push_back({r.origin, r.node, r.round, *why});
       continue;

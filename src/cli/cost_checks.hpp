@@ -14,6 +14,7 @@
 //   both figures. A round only the parent recorded (the child's record is
 //   missing or refused) bills the child its bytes all the same; a round only
 //   the child recorded bills its own count, marked as declared.
+// - With a topology, a record of a node it does not have is refused.
 // Pure; thread safety: none needed.
 #pragma once
 

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/json_depth.hpp"
+#include "common/terminal_text.hpp"
 #include "fedwan/error.hpp"
 #include "fedwan/topology.hpp"
 #include "node/cost_records.hpp"
@@ -311,13 +312,7 @@ uint64_t CostRecord::bytes_sent() const {
   return n;
 }
 
-std::string cost_printable(std::string s) {
-  for (char& c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u >= 0x7f) c = '?';
-  }
-  return s;
-}
+std::string cost_printable(std::string s) { return terminal_text(s); }
 
 CostLedger::CostLedger(CostTrust trust) : trust_(std::move(trust)) {
   if (!trust_.ca && !trust_.on_their_word) {

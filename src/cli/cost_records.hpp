@@ -88,8 +88,7 @@ constexpr size_t kCostMaxLineBytes = 1 << 20;
 // Throws ConfigError "<origin>: <what is wrong>". Unknown fields are ignored.
 CostRecord parse_cost_record(const std::string& line, const std::string& origin);
 
-// Records are untrusted and messages go to a terminal: control characters
-// and bytes outside printable ASCII shown as '?'.
+// Records are untrusted and messages go to a terminal: common/terminal_text.
 std::string cost_printable(std::string s);
 
 // How the ledger judges records.

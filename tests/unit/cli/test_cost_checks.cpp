@@ -194,11 +194,14 @@ nodes:
 )");
   const CostLedger l2 = read(site_record("site-a", 0, 1, 8, 0, 0).dump() + "\n" +
                                  site_record("site-a", 1, 1, 2, 0, 0).dump() + "\n" +
-                                 site_record("site-b", 0, 1, 8, 0, 0).dump(),
+                                 site_record("site-b", 0, 1, 8, 0, 0).dump() + "\n" +
+                                 site_record("site-z", 0, 1, 1, 0, 0).dump(),
                              on_their_word());
   const CheckedCosts c2 = check_costs(l2, &topo);
-  ASSERT_EQ(c2.refused.size(), 1u);
+  ASSERT_EQ(c2.refused.size(), 2u);
   EXPECT_EQ(c2.refused[0].reason, "claims 8 devices; the topology allows site-a 2");
+  EXPECT_EQ(c2.refused[1].node, "site-z");
+  EXPECT_NE(c2.refused[1].reason.find("not a node of the topology"), std::string::npos);
   EXPECT_EQ(c2.devices_from_topology, 1u);  // site-a round 1; site-b's 8 are declared
   EXPECT_EQ(c2.device_records, 2u);
 
