@@ -237,6 +237,31 @@ TEST_F(TransportFaults, ARoundBlockedOnALostMembersWeightNamesIt) {
   EXPECT_TRUE(named) << run.error_text();
 }
 
+// Links striped over 3 connections: one anchor frame from region-0 to
+// site-1 is lost on its second connection, so site-1's link stops being one
+// ordered link (the chaos suite saw this after a region restart, from a
+// connection taken over). site-1 must reconnect and rejoin. With heartbeats
+// every 10 ms one is always due right after the link failed: a heartbeat
+// sent on the broken link must not throw out of the site's loop (it killed
+// the site, and its region then waited for it for ever).
+TEST_F(TransportFaults, AFrameLostOnAStripedLinkMakesTheSiteReconnectNotDie) {
+  FederationSpec f = spec("fp32");
+  f.streams = 3;
+  f.heartbeat_s = 0.01;
+  topo_ = make_tree(dir_.path(), 2, 2, f, /*in_process=*/true);
+  const auto lost = faults_->add(FaultRule::drop()
+                                     .of_type(MsgType::kAnchor)
+                                     .on(endpoint("region-0"), "site-1~1")
+                                     .down()
+                                     .where([](const uint8_t* d, size_t n) {
+                                       const auto h = frame_header(d, n);
+                                       return h && h->round == 2;
+                                     })
+                                     .first(1));
+  run_and_compare();
+  EXPECT_EQ(faults_->hits(lost), 1u);
+}
+
 // Every frame between region-1 and the root, both ways, 30 ms late, and
 // every delta duplicated: only time changes, and duplicates count once.
 TEST_F(TransportFaults, SlowAndDuplicatingLinksChangeNothingButTime) {
