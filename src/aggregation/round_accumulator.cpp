@@ -179,6 +179,34 @@ std::vector<uint32_t> RoundAccumulator::missing_children() const {
   return out;
 }
 
+std::vector<uint32_t> RoundAccumulator::owing_children() const {
+  std::vector<uint32_t> out;
+  if (!open_) return out;
+  for (size_t i = 0; i < children_.size(); ++i) {
+    if (!expected_[i]) continue;
+    for (uint32_t c = 0; c < plan_.count(); ++c) {
+      if (!taken_[c] && !seen_[i][c]) {
+        out.push_back(children_[i]);
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<uint32_t> RoundAccumulator::short_chunks() const {
+  std::vector<uint32_t> out;
+  if (!open_) return out;
+  for (uint32_t c = 0; c < plan_.count(); ++c) {
+    if (taken_[c]) continue;
+    const auto it = inflight_.find(c);
+    if (it == inflight_.end() || it->second.arrivals == 0 || it->second.weight < min_weight_) {
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
 void finalize_mean(float* sum, size_t n, double weight) {
   const float w = static_cast<float>(weight);
   for (size_t i = 0; i < n; ++i) sum[i] = sum[i] / w;

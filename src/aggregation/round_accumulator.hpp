@@ -88,6 +88,14 @@ class RoundAccumulator {
   bool round_complete() const { return open_ && chunks_done_ == plan_.count(); }
   // Expected children that have not delivered every chunk of the open round.
   std::vector<uint32_t> missing_children() const;
+  // Expected children that still owe a chunk not taken: what the open round
+  // waits for. Empty once every child still expected delivered (a round
+  // then closes only if its chunks have the minimum weight).
+  std::vector<uint32_t> owing_children() const;
+  // Chunks not taken whose weight is below the minimum (or that no child
+  // delivered): with no child owing, only more weight closes them.
+  std::vector<uint32_t> short_chunks() const;
+  double min_weight() const { return min_weight_; }
   // Accumulators alive right now (for memory accounting and tests).
   size_t chunks_in_flight() const { return inflight_.size(); }
   const ChunkPlan& plan() const { return plan_; }

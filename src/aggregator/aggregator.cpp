@@ -448,12 +448,18 @@ void Aggregator::Impl::check_deadlines() {
       }
       throw TimeoutError("aggregator '" + self_.id + "': children did not join within " +
                          std::to_string(opt_.join_timeout.count() / 1000) + " s: " + missing);
-    case Phase::kTraining:
-      for (uint32_t idx : acc_->missing_children()) add(topo_.node(idx).id);
+    case Phase::kTraining: {
+      const aggregator::RoundWait w = round_wait();
+      for (const std::string& id : w.waiting_for) add(id);
+      if (w.state == aggregator::RoundWait::State::kNever) add("nobody who can come: " + w.reason);
+      if (missing.empty()) {
+        for (uint32_t idx : acc_->missing_children()) add(topo_.node(idx).id);
+      }
       throw TimeoutError("aggregator '" + self_.id + "': round " + std::to_string(round_) +
                          " did not complete within " +
                          std::to_string(cfg_.round_timeout.count() / 1000) +
                          " s; still waiting for: " + missing);
+    }
     case Phase::kAwaitWelcome:
     case Phase::kAwaitAnchor:
       throw TimeoutError("aggregator '" + self_.id + "': no answer from parent '" +

@@ -44,6 +44,7 @@
 
 #include "aggregation/round_accumulator.hpp"
 #include "aggregator/round_book.hpp"
+#include "aggregator/round_wait.hpp"
 #include "checkpoint/replica_store.hpp"
 #include "fedwan/aggregator.hpp"
 #include "fedwan/codec.hpp"
@@ -185,6 +186,15 @@ class Aggregator::Impl {
   void became_member(Child& c);  // welcomed: counts from now
   nlohmann::json membership_json() const;
   void restore_membership(const nlohmann::json& m);
+  // What the open round waits for (aggregator/round_wait.hpp): the
+  // children that owe chunks, or the absent members whose weight the
+  // quorum needs; never nobody.
+  aggregator::RoundWait round_wait() const;
+  // After the round's expectations or weights changed and its ready chunks
+  // closed: a round that can never close fails now; one that waits only
+  // for absent members says so once.
+  void check_round_wait();
+  uint64_t absent_wait_logged_ = UINT64_MAX;  // the round that said so
 
   // Topology versions (aggregator_topology.cpp).
   bool knows_topology(const std::array<uint8_t, 32>& digest) const {

@@ -12,11 +12,13 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "aggregator/aggregator_impl.hpp"
 #include "common/log.hpp"
+#include "fedwan/error.hpp"
 #include "topology/participation_window.hpp"
 
 namespace fedwan {
@@ -174,6 +176,38 @@ void Aggregator::Impl::became_member(Child& c) {
   // Reported once the event loop comes round: children welcomed together
   // (a region's first welcome) go up in one report.
   membership_report_due_ = !is_root_;
+}
+
+aggregator::RoundWait Aggregator::Impl::round_wait() const {
+  if (!acc_ || !acc_->is_open() || phase_ != Phase::kTraining) return {};
+  // Members the round does not expect now but that can still deliver to it:
+  // lost ones rejoin and are welcomed mid-round, deferred ones at once
+  // after (release_held_back).
+  std::vector<aggregator::AbsentMember> absent;
+  for (const Child& c : down_.children) {
+    if (!c.member || c.removed || acc_->expected(c.index)) continue;
+    absent.push_back(
+        {c.index, c.id, c.is_site ? c.weight : c.member_weight, c.live ? "rejoining" : "lost"});
+  }
+  return aggregator::judge_round_wait(*acc_, absent, cfg_.quorum,
+                                      [this](uint32_t idx) { return topo_.node(idx).id; });
+}
+
+void Aggregator::Impl::check_round_wait() {
+  const aggregator::RoundWait w = round_wait();
+  if (w.state == aggregator::RoundWait::State::kNever) {
+    security_->audit("round_failed", {{"round", round_}, {"reason", w.reason}});
+    throw Error("aggregator '" + self_.id + "': round " + std::to_string(round_) +
+                " can never close: " + w.reason +
+                " (see docs/operations.md, \"Quorum and deadlines\")");
+  }
+  if (w.state == aggregator::RoundWait::State::kAbsentMembers && absent_wait_logged_ != round_) {
+    absent_wait_logged_ = round_;
+    log().warn("[agg:{}] round {}: every child still expected delivered; waiting for {} to "
+               "rejoin (up to {} s)",
+               self_.id, round_, aggregator::join_names(w.waiting_for),
+               cfg_.round_timeout.count() / 1000);
+  }
 }
 
 nlohmann::json Aggregator::Impl::membership_json() const {

@@ -257,7 +257,11 @@ void Aggregator::Impl::child_lost(Child& c) {
 void Aggregator::Impl::close_ready_chunks() {
   if (!acc_ || phase_ != Phase::kTraining) return;
   for (uint32_t chunk : acc_->ready_chunks()) complete_chunk(chunk);
-  if (acc_->round_complete()) complete_round();
+  if (acc_->round_complete()) {
+    complete_round();
+  } else {
+    check_round_wait();
+  }
 }
 
 void Aggregator::Impl::arm_deadline() {
@@ -280,9 +284,12 @@ void Aggregator::Impl::on_deadline(uint64_t round) {
   if (acc_->round_complete()) {
     complete_round();
   } else {
-    log().warn("[agg:{}] round {} lacks quorum ({} of the weight); waiting for children to "
-               "rejoin",
-               self_.id, round, cfg_.quorum);
+    const aggregator::RoundWait w = round_wait();
+    log().warn("[agg:{}] round {} lacks quorum ({} of the weight); waiting for {}", self_.id, round,
+               cfg_.quorum,
+               w.waiting_for.empty() ? std::string("children to rejoin")
+                                     : aggregator::join_names(w.waiting_for));
+    check_round_wait();
   }
 }
 

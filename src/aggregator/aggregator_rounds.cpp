@@ -262,7 +262,11 @@ void Aggregator::Impl::on_delta(Child& c, const wire::ParsedFrame& f) {
     case AddOutcome::kAccepted:
       crash_point("aggregator.update_accepted");
       if (r.chunk_complete) complete_chunk(h.chunk_index);
-      if (acc_->round_complete()) complete_round();
+      if (acc_->round_complete()) {
+        complete_round();
+      } else if (acc_->owing_children().empty()) {
+        check_round_wait();  // the last chunk owed came, and the round still lacks quorum
+      }
       return;
     case AddOutcome::kDuplicate:
     case AddOutcome::kStale:

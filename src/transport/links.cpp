@@ -157,6 +157,10 @@ size_t ParentLink::send_sealed(std::vector<uint8_t> frame, Millis timeout) {
 }
 
 std::optional<size_t> ParentLink::try_send(const std::vector<uint8_t>& frame) {
+  // A link that lost a frame takes nothing more, quietly: recv() reports it
+  // and the owner reconnects. Thrown from here, it would escape the owner's
+  // upkeep (a heartbeat due just after the failure) and end the node.
+  if (!broken_.empty()) return std::nullopt;
   check_failure();
   if (!security_->established()) return std::nullopt;
   size_t n = 0;

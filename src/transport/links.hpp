@@ -82,7 +82,9 @@ class ParentLink {
   // Returns the bytes put on the wire (after the security layer).
   size_t send(std::vector<uint8_t> frame, Millis timeout);
   // Never blocks: the bytes put on the wire, or nullopt when the window is
-  // full or the session not up yet (nothing was sealed or consumed).
+  // full, the session not up yet, or a striped link lost a frame (recv()
+  // reports that; nothing was sealed or consumed). Throws CryptoError once
+  // the handshake failed.
   std::optional<size_t> try_send(const std::vector<uint8_t>& frame);
   // Like send() for bytes already sealed by this link's own sealer (see
   // SecureChannel::sealer and security::SealingPipeline).

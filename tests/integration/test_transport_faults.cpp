@@ -203,6 +203,65 @@ TEST_F(TransportFaults, ARegionPartitionedThenHealedRejoins) {
   EXPECT_GE(run.root.rejoins, 1u);
 }
 
+// site-1 is cut off from region-0 for good in round 1: region-0 loses it,
+// and with quorum 1 the round needs its weight. The round waits for it to
+// rejoin, up to the round timeout, and says so: the region's "still waiting
+// for" names the lost member and why, never nobody (it named no one while
+// every child it still expected had delivered).
+TEST_F(TransportFaults, ARoundBlockedOnALostMembersWeightNamesIt) {
+  FederationSpec f = spec("fp32");
+  f.round_timeout_s = 4;
+  topo_ = make_tree(dir_.path(), 2, 2, f, /*in_process=*/true);
+  const auto anchor_1 = faults_->add(FaultRule::observe()
+                                         .of_type(MsgType::kAnchor)
+                                         .on(endpoint("region-0"), "site-1")
+                                         .where(chunk_of(1, 0))
+                                         .first(1));
+  std::atomic<bool> done{false};
+  std::thread cutter([&] {
+    while (faults_->hits(anchor_1) == 0 && !done) std::this_thread::sleep_for(1ms);
+    if (!done) faults_->partition(endpoint("region-0"), "site-1");
+  });
+  const FederationRun run = run_threads(topo_, init_, kSeed);
+  done = true;
+  cutter.join();
+  ASSERT_EQ(faults_->hits(anchor_1), 1u);
+  bool named = false;
+  for (const std::string& e : run.errors) {
+    if (e.find("aggregator 'region-0'") == std::string::npos) continue;
+    EXPECT_NE(e.find("still waiting for: site-1 (lost; its weight is needed for quorum 1)"),
+              std::string::npos)
+        << e;
+    named = true;
+  }
+  EXPECT_TRUE(named) << run.error_text();
+}
+
+// Links striped over 3 connections: one anchor frame from region-0 to
+// site-1 is lost on its second connection, so site-1's link stops being one
+// ordered link (the chaos suite saw this after a region restart, from a
+// connection taken over). site-1 must reconnect and rejoin. With heartbeats
+// every 10 ms one is always due right after the link failed: a heartbeat
+// sent on the broken link must not throw out of the site's loop (it killed
+// the site, and its region then waited for it for ever).
+TEST_F(TransportFaults, AFrameLostOnAStripedLinkMakesTheSiteReconnectNotDie) {
+  FederationSpec f = spec("fp32");
+  f.streams = 3;
+  f.heartbeat_s = 0.01;
+  topo_ = make_tree(dir_.path(), 2, 2, f, /*in_process=*/true);
+  const auto lost = faults_->add(FaultRule::drop()
+                                     .of_type(MsgType::kAnchor)
+                                     .on(endpoint("region-0"), "site-1~1")
+                                     .down()
+                                     .where([](const uint8_t* d, size_t n) {
+                                       const auto h = frame_header(d, n);
+                                       return h && h->round == 2;
+                                     })
+                                     .first(1));
+  run_and_compare();
+  EXPECT_EQ(faults_->hits(lost), 1u);
+}
+
 // Every frame between region-1 and the root, both ways, 30 ms late, and
 // every delta duplicated: only time changes, and duplicates count once.
 TEST_F(TransportFaults, SlowAndDuplicatingLinksChangeNothingButTime) {
