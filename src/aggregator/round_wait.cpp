@@ -50,6 +50,7 @@ RoundWait judge_round_wait(const RoundAccumulator& acc, const std::vector<Absent
     }
     if (could < acc.min_weight() || !anyone) {
       std::vector<std::string> chunks;
+      chunks.reserve(short_chunks.size());
       for (uint32_t c : short_chunks) chunks.push_back(std::to_string(c));
       w.state = RoundWait::State::kNever;
       w.waiting_for.clear();
