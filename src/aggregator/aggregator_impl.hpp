@@ -239,9 +239,16 @@ class Aggregator::Impl {
   // Root: a round committed without its standby holding it (logged and
   // audited as standby_lost once, until the standby is back).
   void standby_missing(const std::string& why);
+  aggregator::StandbyLink standby_view() const {
+    return {standby_.link != nullptr, standby_.seen, standby_.warned, standby_.heard,
+            standby_.link_opened};
+  }
   bool standby_live() const {
-    return standby_.link && standby_.seen &&
-           Clock::now() - standby_.heard <= cfg_.heartbeat_timeout;
+    return aggregator::standby_live(standby_view(), Clock::now(), cfg_.heartbeat_timeout);
+  }
+  // What a round's last anchor chunk waits for (aggregator/round_wait.hpp).
+  bool standby_awaited() const {
+    return aggregator::standby_awaited(standby_view(), Clock::now(), cfg_.heartbeat_timeout);
   }
   std::vector<uint8_t> checkpoint_signal(uint64_t round, uint8_t flag) const;
   uint8_t welcome_flags() const {  // kFlagKeepsReplicas when children should send theirs

@@ -222,7 +222,8 @@ void Aggregator::Impl::on_heartbeat_timer() {
       standby_missing("it is not answering");
       open_standby_link();
     }
-    if (root_.held_back && (!standby_live() || now - root_.held_since > cfg_.heartbeat_timeout)) {
+    if (root_.held_back &&
+        (!standby_awaited() || now - root_.held_since > cfg_.heartbeat_timeout)) {
       standby_missing("it did not confirm the checkpoint of round " + std::to_string(round_));
       release_held_back();
     }

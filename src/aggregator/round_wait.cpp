@@ -74,4 +74,15 @@ RoundWait judge_round_wait(const RoundAccumulator& acc, const std::vector<Absent
   return w;
 }
 
+bool standby_live(const StandbyLink& s, StandbyLink::Clock::time_point now,
+                  StandbyLink::Clock::duration timeout) {
+  return s.linked && s.seen && now - s.heard <= timeout;
+}
+
+bool standby_awaited(const StandbyLink& s, StandbyLink::Clock::time_point now,
+                     StandbyLink::Clock::duration timeout) {
+  if (standby_live(s, now, timeout)) return true;
+  return s.linked && !s.seen && !s.warned && now - s.link_opened <= timeout;
+}
+
 }  // namespace fedwan::aggregator

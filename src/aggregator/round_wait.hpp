@@ -12,10 +12,12 @@
 //     enough weight: the round can never close (`reason` says why);
 //   * kNothing: the round is complete or has chunks ready to close.
 // The "still waiting for" list is therefore never empty while a round waits.
+// Also whether the round's last anchor chunk waits for the root's standby.
 // Pure: no sockets, no clocks; unit-tested
 // (tests/unit/aggregator/test_round_wait.cpp). Not thread safe.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -52,5 +54,25 @@ RoundWait judge_round_wait(const RoundAccumulator& acc, const std::vector<Absent
 
 // "a, b, c".
 std::string join_names(const std::vector<std::string>& names);
+
+// The root's standby as a round's last anchor chunk sees it: the chunk
+// leaves once a standby it waits for holds the round's checkpoint.
+struct StandbyLink {
+  using Clock = std::chrono::steady_clock;
+  bool linked = false;            // a standby is configured and a link to it is open
+  bool seen = false;              // it answered on this link
+  bool warned = false;            // it was found missing and has not answered since
+  Clock::time_point heard;        // its last frame
+  Clock::time_point link_opened;  // when this link was opened
+};
+
+// Live: it answered on this link within `timeout`.
+bool standby_live(const StandbyLink& s, StandbyLink::Clock::time_point now,
+                  StandbyLink::Clock::duration timeout);
+// Waited for: live, or, until it is first found missing, linked less than
+// `timeout` ago and silent so far (a root started beside its standby, or
+// before it, commits no round that the standby does not hold).
+bool standby_awaited(const StandbyLink& s, StandbyLink::Clock::time_point now,
+                     StandbyLink::Clock::duration timeout);
 
 }  // namespace fedwan::aggregator

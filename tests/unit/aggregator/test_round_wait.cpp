@@ -5,6 +5,7 @@
 // empty while the round waits.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -122,6 +123,34 @@ TEST_F(RoundWaitTest, AChunkNobodyDeliveredIsShortEvenWithoutAMinimum) {
   deliver(kA, 0);
   EXPECT_EQ(acc.short_chunks(), std::vector<uint32_t>{1});
   EXPECT_EQ(judge({}).state, State::kNever);
+}
+
+// The root's standby and a round's last anchor chunk: a live standby is
+// waited for; so is one whose link opened less than a heartbeat timeout ago
+// and that has not answered yet, unless it was already found missing (a
+// root that starts before its standby, or beside one slow to start on a
+// loaded machine, commits no round the standby does not hold).
+TEST(StandbyWait, ALiveStandbyIsWaitedFor) {
+  using namespace std::chrono_literals;
+  const auto t0 = StandbyLink::Clock::now();
+  StandbyLink s{true, true, false, t0, t0 - 10s};
+  EXPECT_TRUE(standby_live(s, t0 + 1s, 2s));
+  EXPECT_TRUE(standby_awaited(s, t0 + 1s, 2s));
+  EXPECT_FALSE(standby_live(s, t0 + 3s, 2s)) << "silent for longer than the timeout";
+  EXPECT_FALSE(standby_awaited(s, t0 + 3s, 2s));
+}
+
+TEST(StandbyWait, AStandbyNotHeardYetIsWaitedForOneTimeoutFromTheLink) {
+  using namespace std::chrono_literals;
+  const auto t0 = StandbyLink::Clock::now();
+  StandbyLink s{true, false, false, {}, t0};
+  EXPECT_FALSE(standby_live(s, t0 + 1s, 2s));
+  EXPECT_TRUE(standby_awaited(s, t0 + 1s, 2s));
+  EXPECT_FALSE(standby_awaited(s, t0 + 3s, 2s));
+  s.warned = true;  // found missing before: rounds no longer wait for it
+  EXPECT_FALSE(standby_awaited(s, t0 + 1s, 2s));
+  s = StandbyLink{false, false, false, {}, t0};  // no standby
+  EXPECT_FALSE(standby_awaited(s, t0, 2s));
 }
 
 }  // namespace
