@@ -3,6 +3,7 @@
 #   scripts/quickstart.sh demo [fedwan demo flags...]  install, build, run the demo federation
 #   scripts/quickstart.sh test                         install, build, run every test (C++ and
 #                                                      Python) against Debian's LibTorch 1.13,
+#                                                      the GPU check (skipping what needs a GPU),
 #                                                      the torch-facing ones again against pip's
 #                                                      torch 2.x (scripts/torch2.sh), then fuzz
 #                                                      each target briefly
@@ -46,6 +47,10 @@ case "$mode" in
     # ctest runs the C++ suites, the demo checks and the Python suite
     # (registered as python_bindings).
     (cd "$BUILD_DIR" && ctest --output-on-failure -j "$JOBS")
+    # Every GPU test and benchmark in one go (docs/benchmarks.md, "GPU
+    # check"): without a GPU it runs as far as it can and says what it
+    # skipped and why.
+    "$PYTHON" scripts/gpu_check.py --build-dir "$BUILD_DIR" --out "$BUILD_DIR/gpu-check"
     # The same torch-facing tests and demo against the LibTorch of PyPI's
     # torch wheel (2.x), in a venv; FEDWAN_SKIP_TORCH2=1 skips it.
     if [ "${FEDWAN_SKIP_TORCH2:-0}" != 1 ]; then

@@ -18,7 +18,9 @@
 // bandwidth ratio against the baseline (target >= 0.9); without NCCL's
 // headers the baseline is the engine's single allreduce.
 //
-// Skips with a message, exit 0, with fewer than 2 GPUs.
+// Every GPU is a rank by default. With one GPU it runs one rank: no
+// collective then, only what the engine and DataParallel add around one.
+// Skips with a message, exit 0, without a GPU.
 //   fedwan_gpu_bench_allreduce [--ranks N] [--iters N] [--warmup N] [--sizes-mib 25,100,400]
 #include <cuda_runtime.h>
 #include <stdlib.h>
@@ -241,14 +243,20 @@ double median_of_slowest(const std::vector<std::vector<double>>& per_rank) {
 int main(int argc, char** argv) {
   const Settings s = parse(argc, argv);
   const int gpus = fedwan::cuda::device_count();
-  if (gpus < 2) {
-    std::printf("bench_allreduce: skipped: needs >= 2 GPUs (found %d)\n", gpus);
+  if (gpus < 1) {
+    std::printf("bench_allreduce: skipped: no CUDA device on this machine\n");
     return 0;
   }
-  const int ranks = s.ranks > 0 ? std::min(s.ranks, gpus) : gpus;
-  if (ranks < 2) {
-    std::printf("bench_allreduce: skipped: needs >= 2 ranks (asked for %d)\n", ranks);
+  if (s.ranks > gpus) {
+    std::printf("bench_allreduce: skipped: %d ranks asked for, this machine has %d GPU(s)\n",
+                s.ranks, gpus);
     return 0;
+  }
+  const int ranks = s.ranks > 0 ? s.ranks : gpus;
+  if (ranks == 1) {
+    std::printf("bench_allreduce: one rank on one GPU: no collective runs; the rows measure what "
+                "the engine and DataParallel add around one (NCCL's one-rank allreduce, the "
+                "engine's calls, the bucket copies)\n");
   }
   bool with_dp = false;
 #ifdef FEDWAN_BENCH_WITH_TORCH
