@@ -45,9 +45,9 @@ if ! "$VENV/bin/python" -c "import torch" >/dev/null 2>&1; then
   "$PYTHON" -m venv "$VENV"
   "$VENV/bin/pip" install -q --disable-pip-version-check "$SPEC"
 fi
-TORCH_VERSION=$("$VENV/bin/python" -c "import torch; print(torch.__version__)")
-TORCH_CUDA=$("$VENV/bin/python" -c "import torch; print(torch.version.cuda or '')")
-PREFIX=$("$VENV/bin/python" -c "import torch; print(torch.utils.cmake_prefix_path)")
+TORCH_VERSION=$("$VENV/bin/python" -c "import torch; print(torch.__version__)" 2>/dev/null)
+TORCH_CUDA=$("$VENV/bin/python" -c "import torch; print(torch.version.cuda or '')" 2>/dev/null)
+PREFIX=$("$VENV/bin/python" -c "import torch; print(torch.utils.cmake_prefix_path)" 2>/dev/null)
 if [ -z "$TORCH_CUDA" ]; then
   say "$SPEC has no CUDA: the GPU check needs a CUDA build of LibTorch"
   exit 2
@@ -82,7 +82,7 @@ done
 # Every library the programs load, except what the GPU machine has itself:
 # the C runtime (its own is newer), LibTorch and the CUDA wheels beside it
 # (the check puts its own on the library path), and the CUDA driver.
-TORCH_SITE=$("$VENV/bin/python" -c "import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))")
+TORCH_SITE=$("$VENV/bin/python" -c "import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))" 2>/dev/null)
 provided() {
   case "$(basename "$1")" in
     # The C library and every library that comes with it (they must match
