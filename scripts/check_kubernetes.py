@@ -4,7 +4,8 @@
 Every file parses as YAML; every pod template mounts only volumes it
 declares; every Secret volume has defaultMode 0400 and is mounted by init
 containers only (the node reads copies of its own uid, see
-launch/credentials.sh); every node serves metrics with a token; the
+launch/credentials.sh); crl.pem links into the ConfigMap fedwan-crl that
+the node's container mounts; every node serves metrics with a token; the
 NetworkPolicies are listed in kustomization.yaml and deny by default.
 Usage: check_kubernetes.py [SOURCE_DIR]; exits 1 naming every problem.
 """
@@ -65,6 +66,24 @@ def main() -> int:
                     env = {e["name"]: e.get("value") for e in c.get("env", [])}
                     if env.get("FEDWAN_METRICS") and not env.get("FEDWAN_METRICS_TOKEN_FILE"):
                         problems.append(f"{where}: metrics served without a token")
+                # The CRL reaches a running node: crl.pem links into the
+                # ConfigMap fedwan-crl, which the node's container mounts.
+                links = {e.get("value") for c in inits for e in c.get("env", [])
+                         if e["name"] == "FEDWAN_CRL_LINK"}
+                if inits and len(links) != 1:
+                    problems.append(f"{where}: the init container sets no FEDWAN_CRL_LINK")
+                for c in pod.get("containers", []):
+                    mounts = {m["name"]: m for m in c.get("volumeMounts", [])}
+                    crl = [m for n, m in mounts.items()
+                           if volumes.get(n, {}).get("configMap", {}).get("name") == "fedwan-crl"]
+                    if inits and not crl:
+                        problems.append(f"{where}: {c['name']} does not mount the ConfigMap "
+                                        "fedwan-crl")
+                    elif inits and links and not all(
+                            (link or "").startswith(crl[0]["mountPath"].rstrip("/") + "/")
+                            for link in links):
+                        problems.append(f"{where}: FEDWAN_CRL_LINK {sorted(links)} is not in "
+                                        f"{crl[0]['mountPath']}")
     for p in problems:
         print(p)
     if not problems:

@@ -110,6 +110,10 @@ def run(cmd, timeout, env, log, cwd=None):
     return code, out
 
 
+def version_tuple(text):
+    return tuple(int(x) for x in text.split(".") if x.isdigit())
+
+
 def python_torch(env):
     """The python3 on PATH's torch: (version, its lib dir, CUDA devices it sees), or Nones."""
     code = ("import os, torch; print(torch.__version__); "
@@ -365,6 +369,15 @@ class Check:
             if libs:
                 log.write(f"{k}: libraries not found: {', '.join(libs)}\n")
         log.flush()
+        self.problems_found = []
+        built_glibc = self.layout.manifest.get("glibc")
+        here_glibc = os.confstr("CS_GNU_LIBC_VERSION").split()[-1] if hasattr(os, "confstr") \
+            else None
+        log.write(f"glibc here: {here_glibc}\n")
+        if built_glibc and here_glibc and version_tuple(here_glibc) < version_tuple(built_glibc):
+            self.problems_found.append(
+                f"the bundle was built with glibc {built_glibc}, this machine has {here_glibc}: "
+                "its programs need a C library at least as new as the one they were built with")
         built_for = self.layout.manifest.get("torch_version")
         if built_for and torch_version and built_for.split("+")[0] != torch_version.split("+")[0]:
             # Another LibTorch's C++ ABI: the torch-facing programs cannot load.
@@ -397,6 +410,7 @@ class Check:
             problems.append("no GPU found, and --require-gpu was given")
         if self.mismatch:
             problems.append(self.mismatch)
+        problems += self.problems_found
         verdict = "failed" if failed or problems else "passed"
         summary = {"verdict": verdict, "problems": problems, "facts": self.facts,
                    "steps": self.results}
