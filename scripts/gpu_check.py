@@ -231,18 +231,26 @@ class Check:
         limit = min(STEPS[step][0], self.left() - (MIN_STEP_S + 5) * len(later))
         return limit if limit >= MIN_STEP_S else None
 
-    def gtest_step(self, step, exe_key, extra_args):
+    def ready(self, step, exe_key):
+        """(program, seconds it may take) for a step that can run; else records why not."""
         exe = self.layout.bin[exe_key]
         if not self.layout.have(exe_key):
             self.record(step, "skipped", 0, f"{os.path.relpath(exe)} was not built")
-            return
+            return None
         if self.missing.get(exe_key):
             self.record(step, "failed", 0, "libraries not found: " + ", ".join(self.missing[exe_key]))
-            return
+            return None
         limit = self.limit(step)
         if limit is None:
             self.record(step, "skipped", 0, "the time budget is spent")
+            return None
+        return exe, limit
+
+    def gtest_step(self, step, exe_key, extra_args):
+        ready = self.ready(step, exe_key)
+        if ready is None:
             return
+        exe, limit = ready
         report = os.path.join(self.tmp, f"{step}.json")
         t0 = time.monotonic()
         code, out = run([exe, f"--gtest_output=json:{report}"] + extra_args, limit, self.env,
@@ -270,17 +278,10 @@ class Check:
                     skip_reasons=reasons, failed_tests=failed_names)
 
     def bench_step(self, step, exe_key, extra_args):
-        exe = self.layout.bin[exe_key]
-        if not self.layout.have(exe_key):
-            self.record(step, "skipped", 0, f"{os.path.relpath(exe)} was not built")
+        ready = self.ready(step, exe_key)
+        if ready is None:
             return
-        if self.missing.get(exe_key):
-            self.record(step, "failed", 0, "libraries not found: " + ", ".join(self.missing[exe_key]))
-            return
-        limit = self.limit(step)
-        if limit is None:
-            self.record(step, "skipped", 0, "the time budget is spent")
-            return
+        exe, limit = ready
         t0 = time.monotonic()
         code, out = run([exe] + extra_args, limit, self.env, self.logs["bench.log"])
         took = time.monotonic() - t0
