@@ -33,6 +33,7 @@
 #include "cli/demo_versions.hpp"
 #include "cli/placement.hpp"
 #include "cli/validators.hpp"
+#include "common/loopback_port.hpp"
 #include "fedwan/codec.hpp"
 #include "fedwan/error.hpp"
 #include "fedwan/outer_optimizer.hpp"
@@ -57,29 +58,13 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-// A loopback TCP port that is free right now.
-int probe_free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) throw Error("demo: cannot create a socket to find a free port");
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    ::close(fd);
-    throw Error("demo: cannot find a free loopback port");
-  }
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
-// A free loopback port this demo has not handed out yet (the kernel may
-// offer a port again once the probe closed it).
+// A free loopback port this demo has not handed out yet, reserved for it
+// (common/loopback_port.hpp: outside the ephemeral range, so a node killed
+// by --chaos finds its port free again when it restarts).
 int free_port() {
   static std::set<int> given;
   for (int tries = 0; tries < 1000; ++tries) {
-    const int port = probe_free_port();
+    const int port = reserve_loopback_port();
     if (given.insert(port).second) return port;
   }
   throw Error("demo: cannot find a free loopback port not already in use by this demo");

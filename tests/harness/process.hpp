@@ -20,23 +20,14 @@
 #include <utility>
 #include <vector>
 
+#include "common/loopback_port.hpp"
+
 namespace fedwan::testing {
 
-// A loopback TCP port that was free a moment ago.
-inline int free_tcp_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-    if (fd >= 0) ::close(fd);
-    throw std::runtime_error("no free loopback port");
-  }
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
+// A loopback TCP port for a node to listen on, kept off every other
+// process's path (common/loopback_port.hpp): outside the ephemeral range,
+// free when chosen, reserved for this test process.
+inline int free_tcp_port() { return reserve_loopback_port(); }
 
 // Runs `exe args` with stderr and stdout sent to `log` (appended to when
 // `append`), with `env` added to the environment.
