@@ -228,6 +228,11 @@ bool ParentLink::recv(Incoming* out, Millis timeout) {
     }
     counters_.frames_received += 1;
     counters_.bytes_received += in.message.size();
+    if (in.malformed) {  // several parts: no frame of ours
+      counters_.rejected += 1;
+      log().debug("dropped a message of several parts from the parent {}", endpoint_);
+      continue;
+    }
     std::string why;
     size_t frame_size = 0;
     SecurityReplies replies;
@@ -336,6 +341,11 @@ size_t ChildrenLink::send(const std::string& peer, std::vector<uint8_t> frame, M
 std::optional<size_t> ChildrenLink::try_send(const std::string& peer,
                                              const std::vector<uint8_t>& frame) {
   size_t n = 0;
+  // A child without a session (one reconnecting) gets nothing: the socket
+  // is not touched, as sealing would fail (with this error) mid-send.
+  if (!security_for(peer).established()) {
+    throw TransportError("no secure session with child '" + peer + "' yet");
+  }
   // Sealed only once a window has room: a refused frame takes no sequence
   // number.
   const SendResult r = send_striped(peer, [&](const std::string& id) {

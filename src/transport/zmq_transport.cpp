@@ -127,9 +127,18 @@ class ClientSocket final : public ZmqSocket {
     watch_connections();
     zmq::message_t msg;
     if (!socket_.recv(msg, zmq::recv_flags::dontwait)) return false;
+    // A parent sends one part per message; one of several parts is not a
+    // frame of ours, whatever its bytes: drained and marked.
+    bool extra = false;
+    while (msg.more()) {
+      zmq::message_t skip;
+      (void)socket_.recv(skip, zmq::recv_flags::none);
+      extra = true;
+      if (!skip.more()) break;
+    }
     out->peer = name_;
     out->source = "local";
-    out->malformed = false;
+    out->malformed = extra;
     out->message = keep(std::move(msg));
     return true;
   }
@@ -165,7 +174,18 @@ class ServerSocket final : public ZmqSocket {
       if (!socket_.send(id, zmq::send_flags::dontwait | zmq::send_flags::sndmore)) {
         return SendResult::kFull;
       }
-      const std::vector<uint8_t> bytes = produce();
+      std::vector<uint8_t> bytes;
+      try {
+        bytes = produce();
+      } catch (...) {
+        // The routing frame is queued: end its message with an empty body
+        // (the child drops it), or the next message sent to any child would
+        // become this one's body and go to this child (a handshake reply
+        // meant for another child, for one).
+        zmq::message_t empty;
+        socket_.send(empty, zmq::send_flags::none);
+        throw;
+      }
       zmq::message_t body(bytes.data(), bytes.size());
       socket_.send(body, zmq::send_flags::none);
       return SendResult::kSent;
