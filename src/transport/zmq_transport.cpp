@@ -72,6 +72,18 @@ class ZmqSocket : public Socket {
   }
 
  protected:
+  // Receives and drops the parts after `first` of its message; true when
+  // there were any (a message of ours has one part).
+  bool drain_further_parts(const zmq::message_t& first) {
+    bool more = first.more();
+    const bool any = more;
+    while (more) {
+      zmq::message_t skip;
+      (void)socket_.recv(skip, zmq::recv_flags::none);
+      more = skip.more();
+    }
+    return any;
+  }
   // Call before connecting or binding: sets `o.tcp_congestion` on every TCP
   // connection the socket opens from then on.
   void watch_congestion(const std::string& endpoint, const SocketOptions& o) {
@@ -128,17 +140,10 @@ class ClientSocket final : public ZmqSocket {
     zmq::message_t msg;
     if (!socket_.recv(msg, zmq::recv_flags::dontwait)) return false;
     // A parent sends one part per message; one of several parts is not a
-    // frame of ours, whatever its bytes: drained and marked.
-    bool extra = false;
-    while (msg.more()) {
-      zmq::message_t skip;
-      (void)socket_.recv(skip, zmq::recv_flags::none);
-      extra = true;
-      if (!skip.more()) break;
-    }
+    // frame of ours, whatever its bytes.
+    out->malformed = drain_further_parts(msg);
     out->peer = name_;
     out->source = "local";
-    out->malformed = extra;
     out->message = keep(std::move(msg));
     return true;
   }
@@ -201,17 +206,10 @@ class ServerSocket final : public ZmqSocket {
     if (!socket_.recv(id, zmq::recv_flags::dontwait)) return false;
     zmq::message_t msg;
     (void)socket_.recv(msg, zmq::recv_flags::none);
-    bool extra = false;
-    // A well-behaved DEALER sends exactly one part per message; drain extras.
-    while (msg.more()) {
-      zmq::message_t skip;
-      (void)socket_.recv(skip, zmq::recv_flags::none);
-      extra = true;
-      if (!skip.more()) break;
-    }
+    // A well-behaved DEALER sends exactly one part per message.
+    out->malformed = drain_further_parts(msg);
     out->peer = id.to_string();
     out->source = source_of(msg);
-    out->malformed = extra;
     out->message = keep(std::move(msg));
     return true;
   }
