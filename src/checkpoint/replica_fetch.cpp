@@ -58,22 +58,10 @@ bool fetch_replica(ParentLink& first_link,
                          std::to_string(timeout.count() / 1000) + " s" +
                          (last_error.empty() ? "" : "; last error: " + last_error));
     }
-    Incoming in;
-    try {
-      // The request, or a piece, may be lost on a bad link: ask again.
-      if (link->established() && now - asked_at > ask_every && now - progress_at > ask_every / 2) {
-        if (link->try_send(ask)) {
-          asked_at = progress_at = now;
-          assembly.reset();
-        }
-      }
-      if (!link->recv(&in, Millis(100))) continue;
-    } catch (const CryptoError& e) {
-      // Anyone on the path can refuse or break a session that is not up
-      // yet: try a new one (at a steady pace) until the timeout; a parent
-      // that proved who it is and is the wrong one ends it.
-      if (link->security().failure_is_final()) throw;
-      last_error = e.what();
+    // Anyone on the path can refuse, break or stall a session that is not
+    // up yet: try a new one (at a steady pace) until the timeout.
+    const auto start_over = [&](std::string why) {
+      last_error = std::move(why);
       security.log_noise("replica-fetch-link:" + self.id,
                          "[" + self.id + "] " + last_error + "; trying a new session");
       const auto wait = ask_every / 4 - (Clock::now() - reconnected_at);
@@ -86,6 +74,29 @@ bool fetch_replica(ParentLink& first_link,
       reconnected_at = Clock::now();
       asked_at = {};
       assembly.reset();
+    };
+    // A handshake message lost on the way: nothing fails and nothing more
+    // comes, so a session that is not up within a heartbeat timeout is
+    // given up (the parent's own handshake state expires likewise).
+    if (!link->established() && now - reconnected_at > config.heartbeat_timeout) {
+      start_over("its secure session did not come up within " +
+                 std::to_string(config.heartbeat_timeout.count()) + " ms");
+      continue;
+    }
+    Incoming in;
+    try {
+      // The request, or a piece, may be lost on a bad link: ask again.
+      if (link->established() && now - asked_at > ask_every && now - progress_at > ask_every / 2) {
+        if (link->try_send(ask)) {
+          asked_at = progress_at = now;
+          assembly.reset();
+        }
+      }
+      if (!link->recv(&in, Millis(100))) continue;
+    } catch (const CryptoError& e) {
+      // A parent that proved who it is and is the wrong one ends it.
+      if (link->security().failure_is_final()) throw;
+      start_over(e.what());
       continue;
     }
     const wire::ParsedFrame f = wire::parse_frame(in.data(), in.frame_size, config.limits);

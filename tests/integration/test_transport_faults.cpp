@@ -103,6 +103,31 @@ class TransportFaults : public ::testing::Test {
   ScopedTransportFaults faults_;
 };
 
+// site-0 starts with an empty checkpoint directory, so before it joins it
+// asks region-0 for the replica region-0 may keep of it. The first handshake
+// message region-0 sends it is lost: nothing fails and nothing more comes.
+// The site must give that session up once it has not come up within a
+// heartbeat timeout and start a new one. It used to wait for an answer
+// until its join timeout, and the whole federation with it (the chaos
+// suite's lossy link found this under load).
+TEST_F(TransportFaults, AHandshakeLostWhileFetchingAReplicaStartsANewSession) {
+  const auto rule = faults_->add(FaultRule::drop()
+                                     .of_type(MsgType::kHandshake)
+                                     .on(endpoint("region-0"), "site-0")
+                                     .down()
+                                     .first(1));
+  TempDir checkpoints;
+  SiteSetup setup;
+  setup.options = [&](SiteOptions& o, size_t, std::vector<float>&) {
+    if (o.node_id == "site-0") o.checkpoint_dir = (checkpoints.path() / "site-0").string();
+  };
+  const FederationRun run = run_threads(topo_, init_, kSeed, 8, setup);
+  EXPECT_TRUE(run.errors.empty()) << run.error_text();
+  EXPECT_EQ(faults_->hits(rule), 1u);
+  EXPECT_EQ(run.root.reports.size(), kRounds);
+  for (const auto& site : run.site_models) EXPECT_TRUE(bit_equal(site, run.site_models[0]));
+}
+
 // A site misses one chunk of an anchor: it notices from its parent's
 // heartbeats, rejoins and is resynced with the anchor in full.
 TEST_F(TransportFaults, ALostAnchorChunkResyncsTheSite) {
