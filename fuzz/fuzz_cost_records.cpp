@@ -17,13 +17,13 @@
 #include <sstream>
 #include <string>
 
-#include "cli/cost_records.hpp"
+#include "costs/cost_ledger.hpp"
 #include "security/node_key.hpp"
 
 namespace {
 
-using fedwan::cli::CostLedger;
-using fedwan::cli::CostTrust;
+using fedwan::costs::CostLedger;
+using fedwan::costs::CostTrust;
 
 [[noreturn]] void fail(const char* what) {
   std::fprintf(stderr, "fuzz_cost_records: %s\n", what);
@@ -38,7 +38,7 @@ const fedwan::security::SignatureVerifier& ca() {
 
 // C0 controls and DEL, and C1 controls as UTF-8 (U+0080..U+009F).
 void check_printable(const std::string& text) {
-  const std::string s = fedwan::cli::cost_printable(text);
+  const std::string s = fedwan::costs::cost_printable(text);
   for (size_t i = 0; i < s.size(); ++i) {
     const auto c = static_cast<unsigned char>(s[i]);
     if (c < 0x20 || c == 0x7f) fail("a control character survives cost_printable");

@@ -23,7 +23,7 @@ LAYERS = [
     ("topology",),
     ("security",),
     ("transport",),
-    ("node",),
+    ("node", "costs"),
     ("checkpoint",),
     ("session",),
     ("site", "aggregator", "comm", "workload"),

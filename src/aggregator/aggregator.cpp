@@ -51,8 +51,8 @@ Aggregator::Impl::Impl(AggregatorOptions options)
       opt_.standby ? (self_.standby_bind.empty() ? self_.standby_endpoint : self_.standby_bind)
                    : (self_.bind.empty() ? self_.endpoint : self_.bind);
   open_links(bind);
-  costs_.recorder = node::CostRecorder(opt_.costs_path, topo_.job(), self_.id,
-                                       role_name(self_.role), security_->key());
+  costs_.recorder = costs::CostRecorder(opt_.costs_path, topo_.job(), self_.id,
+                                        role_name(self_.role), security_->key());
   start_metrics();
   deadline_timer_ = timers_.make_timer();
   timers_.every(cfg_.heartbeat, [this] { on_heartbeat_timer(); });

@@ -1,4 +1,4 @@
-// Aggregator, cost accounting (node/cost_records.hpp): the bytes that
+// Aggregator, cost accounting (costs/cost_recorder.hpp): the bytes that
 // crossed each of its links, one record per round, written as the next
 // round opens and, for the last one, when the node stops. A round's record
 // holds what crossed since the previous record, so the records add up to
@@ -10,7 +10,7 @@
 namespace fedwan {
 
 void Aggregator::Impl::collect_costs() {
-  node::CostRecorder& rec = costs_.recorder;
+  costs::CostRecorder& rec = costs_.recorder;
   for (const Child& c : down_.children) {
     const uint64_t now = down_.link->bytes_sent_to(c.id);
     uint64_t& seen = costs_.sent_seen[c.id];

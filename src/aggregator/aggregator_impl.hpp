@@ -46,12 +46,12 @@
 #include "aggregator/round_book.hpp"
 #include "aggregator/round_wait.hpp"
 #include "checkpoint/replica_store.hpp"
+#include "costs/cost_recorder.hpp"
 #include "fedwan/aggregator.hpp"
 #include "fedwan/codec.hpp"
 #include "fedwan/outer_optimizer.hpp"
 #include "metrics/metrics_registry.hpp"
 #include "metrics/metrics_server.hpp"
-#include "node/cost_records.hpp"
 #include "node/event_timers.hpp"
 #include "node/node_config.hpp"
 #include "node/node_security.hpp"
@@ -449,7 +449,7 @@ class Aggregator::Impl {
   // Cost records: the round being counted, and the link counters as of the
   // last record (a replaced parent link starts from zero).
   struct Costs {
-    node::CostRecorder recorder;
+    costs::CostRecorder recorder;
     bool open = false;
     uint64_t round = 0;
     std::map<std::string, uint64_t> sent_seen;  // by child id

@@ -1,5 +1,5 @@
 // `fedwan costs [--rates FILE] [--window none|1h|6h|1d] [--json] RECORDS...`:
-// bills each node from the costs.jsonl its rounds left (cli/cost_records.hpp
+// bills each node from the costs.jsonl its rounds left (costs/cost_ledger.hpp
 // holds the rules; this file finds the files and prints the bill).
 #include <algorithm>
 #include <cstdio>
@@ -16,15 +16,18 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
-#include "cli/cost_bill.hpp"
-#include "cli/cost_checks.hpp"
-#include "cli/cost_records.hpp"
 #include "common/terminal_text.hpp"
+#include "common/utc_time.hpp"
+#include "costs/cost_bill.hpp"
+#include "costs/cost_checks.hpp"
+#include "costs/cost_ledger.hpp"
 #include "fedwan/error.hpp"
 #include "fedwan/topology.hpp"
 #include "security/node_key.hpp"
 
 namespace fedwan::cli {
+
+using namespace fedwan::costs;  // the ledger, the bill and its checks
 namespace {
 
 namespace fs = std::filesystem;
@@ -300,8 +303,8 @@ json bill_json(const CostBill& b, const std::string& window, const Findings& f) 
   j["windows"] = json::array();
   for (const CostWindowBill& w : b.windows) {
     json wj;
-    wj["start"] = format_utc(w.start);
-    wj["end"] = format_utc(w.end);
+    wj["start"] = utc_text(w.start);
+    wj["end"] = utc_text(w.end);
     wj["nodes"] = json::array();
     for (const CostLine& l : w.nodes) wj["nodes"].push_back(line_json(l));
     wj["totals"] = line_json(w.totals);
@@ -435,7 +438,7 @@ int run_costs(const CostsArgs& a) {
   print_verification(std::cout, bill, f);
   print_table(std::cout, bill.nodes, bill.totals, "total", bill.currency);
   for (const CostWindowBill& w : bill.windows) {
-    std::cout << "\nwindow " << format_utc(w.start) << " .. " << format_utc(w.end) << "\n";
+    std::cout << "\nwindow " << utc_text(w.start) << " .. " << utc_text(w.end) << "\n";
     print_table(std::cout, w.nodes, w.totals, "window total", bill.currency);
   }
   return code;

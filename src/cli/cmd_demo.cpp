@@ -26,14 +26,14 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
-#include "cli/cost_bill.hpp"
-#include "cli/cost_checks.hpp"
-#include "cli/cost_records.hpp"
 #include "cli/demo_supervisor.hpp"
 #include "cli/demo_versions.hpp"
 #include "cli/placement.hpp"
 #include "cli/validators.hpp"
 #include "common/loopback_port.hpp"
+#include "costs/cost_bill.hpp"
+#include "costs/cost_checks.hpp"
+#include "costs/cost_ledger.hpp"
 #include "fedwan/codec.hpp"
 #include "fedwan/error.hpp"
 #include "fedwan/outer_optimizer.hpp"
@@ -45,6 +45,8 @@
 #include "workload/fashion_model.hpp"
 
 namespace fedwan::cli {
+
+using namespace fedwan::costs;  // the ledger, the bill and its checks
 
 using workload::FashionMnistData;
 using workload::FashionMnistSet;

@@ -21,6 +21,7 @@
 #include "common/atomic_file.hpp"
 #include "common/errno_text.hpp"
 #include "common/sha256.hpp"
+#include "common/utc_time.hpp"
 #include "fedwan/error.hpp"
 #include "security/audit_format.hpp"
 #include "security/node_key.hpp"
@@ -47,19 +48,6 @@ class UniqueFd {
  private:
   int fd_;
 };
-
-std::string utc_now_millis() {
-  const auto now = std::chrono::system_clock::now();
-  const auto ms =
-      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
-  const std::time_t secs = static_cast<std::time_t>(ms / 1000);
-  std::tm tm{};
-  gmtime_r(&secs, &tm);
-  char buf[40];
-  const size_t n = std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
-  std::snprintf(buf + n, sizeof buf - n, ".%03dZ", static_cast<int>(ms % 1000));
-  return buf;
-}
 
 // write(2) until all of `s` is written, retrying on EINTR and partial writes.
 // Returns 0, or the errno of the failure and in `*written` how much got out.
@@ -186,7 +174,7 @@ void AuditLog::recover_torn_tail(uint64_t good_bytes, uint64_t entries) {
   p.event = kRecovered;
   p.fields = {
       {"torn_bytes", torn.size()}, {"torn_sha256", to_hex(d.data(), d.size())}, {"kept_as", kept}};
-  p.time = utc_now_millis();
+  p.time = utc_now_ms();
   enqueue(std::move(p));
 }
 
@@ -194,7 +182,7 @@ AuditLog::Pending AuditLog::signed_marker(const std::string& event, json fields)
   Pending p;
   p.event = event;
   p.fields = std::move(fields);
-  p.time = utc_now_millis();
+  p.time = utc_now_ms();
   p.sign = options_.key != nullptr;
   return p;
 }
@@ -211,7 +199,7 @@ void AuditLog::append(const std::string& event, const json& fields) {
   p.fields = fields;
   // The time is taken under the lock so times never go backwards down the
   // file (unless the system clock does).
-  p.time = utc_now_millis();
+  p.time = utc_now_ms();
   // Refuse an entry that can never be written before it waits anywhere.
   std::string ignored;
   (void)make_line(next_seq_, p.time, node_, event, p.fields, prev_hex_, &ignored);
@@ -268,7 +256,7 @@ void AuditLog::flush_waiting() {
               {"failed_writes", health_.failed_writes},
               {"lost", lost_by_event_},
               {"error", health_.last_error}};
-  p.time = utc_now_millis();
+  p.time = utc_now_ms();
   lost_by_event_.clear();
   if (!write_entry(p, &error)) {
     health_.writable = false;

@@ -17,6 +17,7 @@
 
 #include "common/atomic_file.hpp"
 #include "common/openssl_check.hpp"
+#include "common/utc_time.hpp"
 #include "fedwan/error.hpp"
 #include "security/ca_files.hpp"
 
@@ -107,9 +108,8 @@ std::string asn1_time_text(const ASN1_TIME* t) {
     ERR_clear_error();
     return "?";
   }
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
+  const std::string text = utc_text(tm);
+  return text.empty() ? "?" : text;
 }
 
 PkeyPtr generate_key() {

@@ -12,6 +12,7 @@
 #include <optional>
 
 #include "common/openssl_check.hpp"
+#include "common/utc_time.hpp"
 #include "fedwan/error.hpp"
 
 namespace fedwan::security {
@@ -61,11 +62,9 @@ std::optional<std::string> subject_field(X509_NAME* name, int nid, const char* l
 std::string iso8601(const ASN1_TIME* t, const char* label) {
   std::tm tm{};
   FEDWAN_OPENSSL_CHECK(ASN1_TIME_to_tm(t, &tm));
-  char buf[32];
-  if (std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm) == 0) {
-    throw CryptoError(std::string("certificate ") + label + " is out of range");
-  }
-  return buf;
+  std::string text = utc_text(tm);
+  if (text.empty()) throw CryptoError(std::string("certificate ") + label + " is out of range");
+  return text;
 }
 
 OpenSslPtr<X509, X509_free> parse_pem(const std::string& pem) {

@@ -85,7 +85,7 @@ SiteCore::Impl::Impl(SiteOptions options, float* p, size_t n)
                       " (its node's `devices`); its cost records would be refused. Raise "
                       "`devices` in the topology or train on fewer");
   }
-  costs = node::CostRecorder(opt.costs_path, topo.job(), self.id, "site", security->key());
+  costs = costs::CostRecorder(opt.costs_path, topo.job(), self.id, "site", security->key());
   costs.set_devices(opt.devices, opt.device_kind);
   start_metrics();
   outgoing.resend = session::UpdateResend(cfg.heartbeat_timeout);

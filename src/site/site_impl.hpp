@@ -19,11 +19,11 @@
 #include "checkpoint/checkpoint_upload.hpp"
 #include "checkpoint/replica_store.hpp"
 #include "common/sha256.hpp"
+#include "costs/cost_recorder.hpp"
 #include "fedwan/codec.hpp"
 #include "fedwan/site_core.hpp"
 #include "metrics/metrics_registry.hpp"
 #include "metrics/metrics_server.hpp"
-#include "node/cost_records.hpp"
 #include "node/node_config.hpp"
 #include "node/node_security.hpp"
 #include "security/sealing_pipeline.hpp"
@@ -78,7 +78,7 @@ class SiteCore::Impl {
   ParticipationWindows windows;
   // Cost records: training is the caller's time between a sync's return
   // and the next sync (or begin_sync .. finish_sync, overlapped).
-  node::CostRecorder costs;
+  costs::CostRecorder costs;
   std::optional<Clock::time_point> trained_since;
   // What crossed the link to the parent since the last call (updates,
   // heartbeats, checkpoint pieces, the models that came down), into the

@@ -28,7 +28,7 @@ DOMAIN = b"fedwan-cost-record-v1"
 def signed(record, key_pem):
     """The record as its node would write it, signed with `key_pem`."""
     body = {k: v for k, v in record.items() if k not in ("sig", "cert")}
-    # What node/cost_records.hpp signs: compact JSON, keys in byte order.
+    # What costs/cost_schema.hpp signs: compact JSON, keys in byte order.
     text = json.dumps(body, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
     sig = subprocess.run(["openssl", "dgst", "-sha256", "-sign", key_pem],
                          input=DOMAIN + b"\0" + text.encode(), capture_output=True,

@@ -1,5 +1,5 @@
 // `fedwan costs`: the per-round cost records nodes write (costs.jsonl,
-// node/cost_records.hpp has the writer and the schema) and the ledger that
+// cost_recorder.hpp writes them, cost_schema.hpp has the schema) and the ledger that
 // reads, verifies and deduplicates them. Pure: no file system (cmd_costs.cpp
 // finds and opens the files), so every rule here is unit-tested on strings.
 //
@@ -22,11 +22,13 @@
 #include <utility>
 #include <vector>
 
+#include "costs/cost_schema.hpp"
+
 namespace fedwan::security {
 class SignatureVerifier;
 }  // namespace fedwan::security
 
-namespace fedwan::cli {
+namespace fedwan::costs {
 
 // A point in time from a record: seconds since 1970-01-01T00:00:00Z and the
 // nanoseconds into that second.
@@ -46,19 +48,11 @@ struct UtcTime {
 // "2026-11-25T07:00:12.600Z" (fraction optional, up to 9 digits, UTC only):
 // false, with `why` set, for anything else or an impossible date.
 bool parse_utc(const std::string& text, UtcTime* out, std::string* why);
-// "2026-11-25T07:00:00Z".
-std::string format_utc(int64_t seconds);
-
-struct LinkBytes {
-  uint64_t sent = 0;  // billed to the record's node
-  uint64_t received = 0;
-  bool operator==(const LinkBytes& o) const { return sent == o.sent && received == o.received; }
-};
 
 // One node's costs in one round, as it wrote them.
 struct CostRecord {
-  int version = 2;  // schema
-  std::string job;  // "" in schema 1
+  int version = kCostSchemaVersion;  // schema
+  std::string job;                   // "" in schema 1
   std::string node;
   std::string role;  // "site", "region" or "root"
   uint64_t round = 0;
@@ -71,7 +65,7 @@ struct CostRecord {
   std::map<std::string, LinkBytes> links;  // by peer
   uint64_t device_us = 0;                  // round(train_seconds * 1e6) * devices
   std::string origin;                      // "file:line"
-  // What the signature covers (node/cost_records.hpp), and the signature;
+  // What the signature covers (costs/cost_recorder.hpp), and the signature;
   // empty when the record is unsigned.
   std::string signed_text;
   std::vector<uint8_t> signature, cert_der;
@@ -158,4 +152,4 @@ class CostLedger {
   uint64_t verified_ = 0;
 };
 
-}  // namespace fedwan::cli
+}  // namespace fedwan::costs

@@ -1,4 +1,4 @@
-// The rates file of `fedwan costs` (cli/cost_records.hpp): prices per
+// The rates file of `fedwan costs` (costs/cost_ledger.hpp): prices per
 // device-hour and per GB of egress, and their lookup (link over node over
 // default).
 #include <yaml-cpp/yaml.h>
@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "cli/cost_bill.hpp"
+#include "costs/cost_bill.hpp"
 #include "fedwan/error.hpp"
 
-namespace fedwan::cli {
+namespace fedwan::costs {
 namespace {
 
 const char* const kDeviceKinds[] = {"cpu", "gpu"};
@@ -166,4 +166,4 @@ CostRates parse_cost_rates(const std::string& text, const std::string& origin) {
   return rates;
 }
 
-}  // namespace fedwan::cli
+}  // namespace fedwan::costs

@@ -1,5 +1,5 @@
-// `fedwan costs` trusts no single node (cli/cost_records.hpp, cost_checks.hpp):
-// records signed by their own node's key (written by node::CostRecorder),
+// `fedwan costs` trusts no single node (costs/cost_ledger.hpp, cost_checks.hpp):
+// records signed by their own node's key (written by CostRecorder),
 // forgeries refused while the rest bills, training time bounded by the
 // round's wall time and the topology's devices, link bytes billed at the
 // parent's count.
@@ -15,26 +15,26 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli/cost_bill.hpp"
-#include "cli/cost_checks.hpp"
-#include "cli/cost_records.hpp"
+#include "costs/cost_bill.hpp"
+#include "costs/cost_checks.hpp"
+#include "costs/cost_ledger.hpp"
+#include "costs/cost_recorder.hpp"
 #include "fedwan/error.hpp"
 #include "harness/temp_dir.hpp"
 #include "harness/test_pki.hpp"
-#include "node/cost_records.hpp"
 #include "security/node_key.hpp"
 
-namespace fedwan::cli {
+namespace fedwan::costs {
 namespace {
 
 using nlohmann::json;
 using testing::TestPki;
 
 // What a node writes, with the key given (a forger's, for the tests that
-// forge): as node::CostRecorder signs.
+// forge): as CostRecorder signs.
 std::string signed_line(json j, const security::NodeKey& key) {
-  const std::string text = node::cost_record_signed_text(j);
-  j["sig"] = security::base64_encode(key.sign(node::kCostRecordDomain, text));
+  const std::string text = cost_record_signed_text(j);
+  j["sig"] = security::base64_encode(key.sign(kCostRecordDomain, text));
   j["cert"] = security::base64_encode(key.cert_der());
   return j.dump();
 }
@@ -81,7 +81,7 @@ CostTrust on_their_word() {
 TEST(CostRecorder, WritesSignedRecordsOnlyItsOwnerCanRead) {
   const testing::TempDir dir;
   const std::string path = (dir / "site-a" / "costs.jsonl").string();
-  node::CostRecorder rec(path, "unit-sign", "site-a", "site", TestPki::get().key("site-a"));
+  CostRecorder rec(path, "unit-sign", "site-a", "site", TestPki::get().key("site-a"));
   rec.set_devices(2, "gpu");
   rec.trained(0.25);
   rec.sent("eu", 1000);
@@ -269,4 +269,4 @@ TEST(CostChecks, LinkBytesAreBilledAtTheParentsCountAndMismatchesReported) {
 }
 
 }  // namespace
-}  // namespace fedwan::cli
+}  // namespace fedwan::costs

@@ -1,4 +1,4 @@
-#include "node/cost_records.hpp"
+#include "costs/cost_recorder.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -13,23 +13,12 @@
 
 #include "common/errno_text.hpp"
 #include "common/log.hpp"
+#include "common/utc_time.hpp"
 #include "fedwan/error.hpp"
 #include "security/node_key.hpp"
 
-namespace fedwan::node {
+namespace fedwan::costs {
 namespace {
-
-std::string utc_ms(std::chrono::system_clock::time_point t) {
-  const auto ms =
-      std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
-  const std::time_t s = static_cast<std::time_t>(ms / 1000);
-  std::tm tm{};
-  gmtime_r(&s, &tm);
-  char buf[40];
-  const size_t n = std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
-  std::snprintf(buf + n, sizeof buf - n, ".%03dZ", static_cast<int>(ms % 1000));
-  return buf;
-}
 
 // One write(2) of the whole line with O_APPEND: lines of a restarted node
 // never interleave with a torn one of its earlier life.
@@ -53,12 +42,6 @@ bool append_line(const std::string& path, const std::string& line, std::string* 
 
 }  // namespace
 
-std::string cost_record_signed_text(nlohmann::json record) {
-  record.erase("sig");
-  record.erase("cert");
-  return record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-}
-
 CostRecorder::CostRecorder(std::string path, std::string job, std::string node, std::string role,
                            std::shared_ptr<const security::NodeKey> key)
     : path_(std::move(path)),
@@ -71,8 +54,8 @@ CostRecorder::CostRecorder(std::string path, std::string job, std::string node, 
 std::string CostRecorder::line(uint64_t round, bool contributed,
                                std::chrono::system_clock::time_point now) const {
   nlohmann::json j = {{"v", kCostSchemaVersion}, {"job", job_},    {"node", node_},
-                      {"role", role_},           {"round", round}, {"start", utc_ms(start_)},
-                      {"end", utc_ms(now)}};
+                      {"role", role_},           {"round", round}, {"start", utc_text_ms(start_)},
+                      {"end", utc_text_ms(now)}};
   if (role_ == "site") {
     j["train_seconds"] = train_seconds_;
     j["devices"] = devices_;
@@ -115,4 +98,4 @@ void CostRecorder::round_ended(uint64_t round, bool contributed) {
   start_ = now;
 }
 
-}  // namespace fedwan::node
+}  // namespace fedwan::costs

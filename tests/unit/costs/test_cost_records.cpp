@@ -1,4 +1,4 @@
-// `fedwan costs`' rules (cli/cost_records.hpp, cost_bill.hpp): records,
+// `fedwan costs`' rules (costs/cost_ledger.hpp, cost_bill.hpp): records,
 // rates, the bill and its split into windows, on strings, with records taken
 // on their word (test_cost_checks.cpp has signatures and cross-checks);
 // tests/integration/test_costs_cli.py runs the command itself.
@@ -12,11 +12,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli/cost_bill.hpp"
-#include "cli/cost_records.hpp"
+#include "common/utc_time.hpp"
+#include "costs/cost_bill.hpp"
+#include "costs/cost_ledger.hpp"
 #include "fedwan/error.hpp"
 
-namespace fedwan::cli {
+namespace fedwan::costs {
 namespace {
 
 using nlohmann::json;
@@ -172,9 +173,9 @@ TEST(CostRecords, ReadsUtcTimes) {
   EXPECT_FALSE(parse_utc("2026-11-25T07:00:00.Z", &t, &why));
   EXPECT_FALSE(parse_utc("2026-11-25T07:00:00.1234567891Z", &t, &why));
   EXPECT_FALSE(parse_utc("2026-11-25T07:00:00z", &t, &why));
-  EXPECT_EQ(format_utc(1795590000), "2026-11-25T07:00:00Z");
-  EXPECT_EQ(format_utc(-3600), "1969-12-31T23:00:00Z");
-  EXPECT_EQ(format_utc(1709251199), "2024-02-29T23:59:59Z");
+  EXPECT_EQ(utc_text(1795590000), "2026-11-25T07:00:00Z");
+  EXPECT_EQ(utc_text(-3600), "1969-12-31T23:00:00Z");
+  EXPECT_EQ(utc_text(1709251199), "2024-02-29T23:59:59Z");
 }
 
 TEST(CostLedger, AnIdenticalDuplicateIsCountedOnce) {
@@ -359,8 +360,8 @@ Federation random_federation(uint64_t seed) {
     const int hour = end >= 1795590000 + 3600 ? 1 : 0;
     const auto add = [&](json j) {
       const std::string node = j["node"];
-      j["start"] = format_utc(end - 300);
-      j["end"] = format_utc(end);
+      j["start"] = utc_text(end - 300);
+      j["end"] = utc_text(end);
       f.jsonl += j.dump() + "\n";
       ++f.rounds[node];
       for (const auto& link : j["links"].items()) {
@@ -454,8 +455,8 @@ TEST(CostBill, WindowsPartitionTheTotalsExactly) {
   const Federation f = random_federation(7);
   const CostBill b = bill_of(f.jsonl, parse_cost_rates(kRates, "r"), 3600);
   ASSERT_EQ(b.windows.size(), 2u);
-  EXPECT_EQ(format_utc(b.windows[0].start), "2026-11-25T07:00:00Z");
-  EXPECT_EQ(format_utc(b.windows[1].end), "2026-11-25T09:00:00Z");
+  EXPECT_EQ(utc_text(b.windows[0].start), "2026-11-25T07:00:00Z");
+  EXPECT_EQ(utc_text(b.windows[1].end), "2026-11-25T09:00:00Z");
   uint64_t rounds = 0, sent = 0, device_us = 0, contributed = 0;
   double money = 0;
   for (int h = 0; h < 2; ++h) {
@@ -487,8 +488,8 @@ TEST(CostBill, ARecordBelongsToTheWindowHoldingItsEnd) {
   c["end"] = "2026-11-25T06:00:00Z";
   const CostBill b = bill_of(a.dump() + "\n" + c.dump(), CostRates{}, 6 * 3600);
   ASSERT_EQ(b.windows.size(), 2u);
-  EXPECT_EQ(format_utc(b.windows[0].start), "2026-11-25T00:00:00Z");
-  EXPECT_EQ(format_utc(b.windows[1].start), "2026-11-25T06:00:00Z");
+  EXPECT_EQ(utc_text(b.windows[0].start), "2026-11-25T00:00:00Z");
+  EXPECT_EQ(utc_text(b.windows[1].start), "2026-11-25T06:00:00Z");
   EXPECT_EQ(b.windows[0].totals.rounds, 1u);
   EXPECT_EQ(b.windows[1].totals.rounds, 1u);
   EXPECT_EQ(cost_window_seconds("1d"), 86400);
@@ -496,4 +497,4 @@ TEST(CostBill, ARecordBelongsToTheWindowHoldingItsEnd) {
 }
 
 }  // namespace
-}  // namespace fedwan::cli
+}  // namespace fedwan::costs

@@ -22,10 +22,10 @@
 #include <string>
 #include <vector>
 
-#include "cli/cost_records.hpp"
+#include "costs/cost_ledger.hpp"
 #include "fedwan/topology.hpp"
 
-namespace fedwan::cli {
+namespace fedwan::costs {
 
 struct CostTolerance {
   // Link bytes: what a child and its parent may count differently over a
@@ -67,4 +67,4 @@ struct CheckedCosts {
 CheckedCosts check_costs(const CostLedger& ledger, const Topology* topology,
                          const CostTolerance& tolerance = {});
 
-}  // namespace fedwan::cli
+}  // namespace fedwan::costs

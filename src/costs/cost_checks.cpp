@@ -1,4 +1,4 @@
-#include "cli/cost_checks.hpp"
+#include "costs/cost_checks.hpp"
 
 #include <cmath>
 #include <cstdio>
@@ -8,7 +8,7 @@
 #include <set>
 #include <utility>
 
-namespace fedwan::cli {
+namespace fedwan::costs {
 namespace {
 
 int role_rank(const std::string& role) {
@@ -223,4 +223,4 @@ CheckedCosts check_costs(const CostLedger& ledger, const Topology* topology,
   return out;
 }
 
-}  // namespace fedwan::cli
+}  // namespace fedwan::costs

@@ -1,4 +1,4 @@
-#include "cli/cost_records.hpp"
+#include "costs/cost_ledger.hpp"
 
 #include <algorithm>
 #include <charconv>
@@ -12,10 +12,9 @@
 #include "common/terminal_text.hpp"
 #include "fedwan/error.hpp"
 #include "fedwan/topology.hpp"
-#include "node/cost_records.hpp"
 #include "security/node_key.hpp"
 
-namespace fedwan::cli {
+namespace fedwan::costs {
 namespace {
 
 using nlohmann::json;
@@ -29,7 +28,7 @@ bool one_of(const std::string& s, const char* const (&names)[N]) {
 }
 
 // Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's
-// days_from_civil), and back.
+// days_from_civil).
 int64_t days_from_civil(int64_t y, unsigned m, unsigned d) {
   y -= m <= 2;
   const int64_t era = (y >= 0 ? y : y - 399) / 400;
@@ -38,20 +37,6 @@ int64_t days_from_civil(int64_t y, unsigned m, unsigned d) {
   const unsigned doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
   return era * 146097 + static_cast<int64_t>(doe) - 719468;
 }
-
-void civil_from_days(int64_t z, int64_t* y, unsigned* m, unsigned* d) {
-  z += 719468;
-  const int64_t era = (z >= 0 ? z : z - 146096) / 146097;
-  const auto doe = static_cast<unsigned>(z - era * 146097);
-  const unsigned yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
-  const unsigned doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-  const unsigned mp = (5 * doy + 2) / 153;
-  *d = doy - (153 * mp + 2) / 5 + 1;
-  *m = mp < 10 ? mp + 3 : mp - 9;
-  *y = static_cast<int64_t>(yoe) + era * 400 + (*m <= 2);
-}
-
-int64_t floor_div(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
 
 std::string printable(std::string s) { return cost_printable(std::move(s)); }
 
@@ -151,18 +136,6 @@ bool parse_utc(const std::string& t, UtcTime* out, std::string* why) {
   return true;
 }
 
-std::string format_utc(int64_t seconds) {
-  const int64_t days = floor_div(seconds, 86400);
-  const auto in_day = static_cast<unsigned>(seconds - days * 86400);
-  int64_t y;
-  unsigned m, d;
-  civil_from_days(days, &y, &m, &d);
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%04lld-%02u-%02uT%02u:%02u:%02uZ", static_cast<long long>(y), m,
-                d, in_day / 3600, in_day / 60 % 60, in_day % 60);
-  return buf;
-}
-
 std::string CostRecord::first_difference(const CostRecord& o) const {
   const auto differ = [](const std::string& what, const std::string& a, const std::string& b) {
     return what + " (" + a + " vs " + b + ")";
@@ -223,10 +196,10 @@ CostRecord parse_cost_record(const std::string& line, const std::string& origin)
   const json& v = in.need("v");
   if (!v.is_number_integer()) in.fail("\"v\" must be an integer, got " + shown(v));
   if (!v.is_number_unsigned() || v.get<uint64_t>() < 1 ||
-      v.get<uint64_t>() > static_cast<uint64_t>(node::kCostSchemaVersion)) {
+      v.get<uint64_t>() > static_cast<uint64_t>(kCostSchemaVersion)) {
     in.fail("schema version " + shown(v) +
             " is not supported: this fedwan reads cost records of versions 1 to " +
-            std::to_string(node::kCostSchemaVersion) + " (use the fedwan release that wrote them)");
+            std::to_string(kCostSchemaVersion) + " (use the fedwan release that wrote them)");
   }
   CostRecord r;
   r.version = static_cast<int>(v.get<uint64_t>());
@@ -299,7 +272,7 @@ CostRecord parse_cost_record(const std::string& line, const std::string& origin)
     };
     r.signature = b64(sig, "sig", security::kMaxSignatureBytes);
     r.cert_der = b64(cert, "cert", security::kMaxSignerCertBytes);
-    r.signed_text = node::cost_record_signed_text(j);
+    r.signed_text = cost_record_signed_text(j);
   }
   return r;
 }
@@ -341,7 +314,7 @@ std::optional<std::string> CostLedger::untrusted(const CostRecord& r) const {
   who.role = role;
   who.job = r.job;
   const std::optional<std::string> bad =
-      trust_.ca->verify(r.cert_der, node::kCostRecordDomain, r.signed_text, r.signature, who);
+      trust_.ca->verify(r.cert_der, kCostRecordDomain, r.signed_text, r.signature, who);
   if (!bad) return std::nullopt;
   return "not signed by " + printable(r.node) + " (" + printable(*bad) +
          "): a record is billed only to the node whose key signed it";
@@ -430,4 +403,4 @@ void CostLedger::read(std::istream& in, const std::string& name) {
   if (in.bad()) throw ConfigError("cannot read " + name);
 }
 
-}  // namespace fedwan::cli
+}  // namespace fedwan::costs

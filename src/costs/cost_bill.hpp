@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "cli/cost_records.hpp"
+#include "costs/cost_ledger.hpp"
 
-namespace fedwan::cli {
+namespace fedwan::costs {
 
 // The rates file (YAML). Missing sections and keys cost 0.
 struct CostRates {
@@ -95,4 +95,4 @@ int64_t cost_window_seconds(const std::string& name);
 CostBill bill_costs(const std::vector<CostRecord>& records, const CostRates& rates,
                     int64_t window_seconds);
 
-}  // namespace fedwan::cli
+}  // namespace fedwan::costs

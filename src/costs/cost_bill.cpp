@@ -1,11 +1,11 @@
-// `fedwan costs`: pricing the records (cli/cost_bill.hpp).
-#include "cli/cost_bill.hpp"
+// `fedwan costs`: pricing the records (cost_bill.hpp).
+#include "costs/cost_bill.hpp"
 
 #include <algorithm>
 
 #include "fedwan/error.hpp"
 
-namespace fedwan::cli {
+namespace fedwan::costs {
 namespace {
 
 int64_t floor_div(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
@@ -132,4 +132,4 @@ CostBill bill_costs(const std::vector<CostRecord>& records, const CostRates& rat
   return bill;
 }
 
-}  // namespace fedwan::cli
+}  // namespace fedwan::costs

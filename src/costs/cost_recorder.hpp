@@ -1,6 +1,7 @@
-// Per-round cost records of a node (docs/operations.md, "Cost accounting"):
-// one JSON line per round appended to a file, read back by `fedwan costs`.
-// Schema 2:
+// The writer of a node's per-round cost records (docs/operations.md, "Cost
+// accounting"): one JSON line per round appended to a file, read back by
+// `fedwan costs` (cost_ledger.hpp). Schema kCostSchemaVersion
+// (cost_schema.hpp):
 //   {"v":2,"job":JOB,"node":ID,"role":"site"|"region"|"root","round":R,
 //    "start":UTC,"end":UTC,                       ISO-8601, milliseconds, Z
 //    "train_seconds":S,"devices":N,"device":"cpu"|"gpu","contributed":B,   sites
@@ -28,26 +29,13 @@
 #include <memory>
 #include <string>
 
-#include <nlohmann/json.hpp>
+#include "costs/cost_schema.hpp"
 
 namespace fedwan::security {
 class NodeKey;
 }  // namespace fedwan::security
 
-namespace fedwan::node {
-
-inline constexpr int kCostSchemaVersion = 2;
-inline constexpr const char* kCostRecordDomain = "fedwan-cost-record-v1";
-
-// What a record's signature covers: every field but "sig" and "cert",
-// compact JSON with keys in byte order (nlohmann::json's own order), so the
-// writer and any reader derive the same bytes from the same values.
-std::string cost_record_signed_text(nlohmann::json record);
-
-struct LinkBytes {
-  uint64_t sent = 0;
-  uint64_t received = 0;
-};
+namespace fedwan::costs {
 
 class CostRecorder {
  public:
@@ -88,4 +76,4 @@ class CostRecorder {
   bool failing_ = false;
 };
 
-}  // namespace fedwan::node
+}  // namespace fedwan::costs
