@@ -85,7 +85,7 @@ class ParentLink {
   // full, the session not up yet, or a striped link lost a frame (recv()
   // reports that; nothing was sealed or consumed). Throws CryptoError once
   // the handshake failed.
-  std::optional<size_t> try_send(const std::vector<uint8_t>& frame);
+  [[nodiscard]] std::optional<size_t> try_send(const std::vector<uint8_t>& frame);
   // Like send() for bytes already sealed by this link's own sealer (see
   // SecureChannel::sealer and security::SealingPipeline).
   size_t send_sealed(std::vector<uint8_t> frame, Millis timeout);
@@ -159,7 +159,8 @@ class ChildrenLink {
   // Never blocks: the bytes put on the wire, or nullopt when that child's
   // window is full (nothing was sealed or consumed). Throws TransportError
   // when the child is not connected.
-  std::optional<size_t> try_send(const std::string& peer, const std::vector<uint8_t>& frame);
+  [[nodiscard]] std::optional<size_t> try_send(const std::string& peer,
+                                               const std::vector<uint8_t>& frame);
   // Waits at most `timeout`; false when nothing (valid) arrived. Handshake
   // messages are answered here and never returned.
   bool recv(Incoming* out, Millis timeout);
@@ -190,6 +191,18 @@ class ChildrenLink {
   transport::SendResult send_striped(const std::string& peer, SendOn send_on);
   // Pops a frame some striped child's resequencer has ready.
   bool pop_reordered(Incoming* out, Clock::time_point now);
+  // Waits until the socket is readable or a striped child's gap is due;
+  // false once `deadline` passed with neither.
+  bool wait_readable(Clock::time_point deadline);
+  // Whether a message may go on to the channel security (its routing id,
+  // the admission, further connections, the handshake budget); sets
+  // `child` to the child's id. Drops and counts it otherwise.
+  bool admit(transport::Received& in, std::string* child);
+  bool admit_stripe(const std::string& peer, size_t stripe, const transport::Received& in);
+  // Passes an admitted message through the child's channel security: true
+  // with a frame in *out; false when it was a handshake message, refused,
+  // or is held for a striped child's order.
+  bool take_frame(std::string peer, transport::Received& in, Incoming* out);
   ChannelSecurity& security_for(const std::string& peer);
   // Drops handshakes that outlived their timeout, with their state.
   void expire_handshakes();

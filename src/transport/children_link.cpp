@@ -1,0 +1,381 @@
+// ChildrenLink: a parent's link to its children (one server socket), with a
+// channel security per child, who may connect at all (LinkAdmission,
+// HandshakeGuard), striped children's frames put back in order, and the
+// budget of plain refusals.
+#include "transport/links.hpp"
+
+#include <algorithm>
+#include <utility>
+
+#include "common/log.hpp"
+#include "fedwan/error.hpp"
+#include "wire/frame.hpp"
+
+namespace fedwan {
+
+using Clock = std::chrono::steady_clock;
+using transport::SendResult;
+
+ChildrenLink::ChildrenLink(transport::Transport& transport, const std::string& bind_endpoint,
+                           const LinkOptions& options, SecurityFactory security,
+                           LinkAdmission admission)
+    : transport_(transport),
+      socket_(transport.bind(bind_endpoint, options)),
+      factory_(std::move(security)),
+      admission_(std::move(admission)),
+      guard_(admission_.handshakes) {}
+
+bool ChildrenLink::established(const std::string& peer) const {
+  auto it = security_.find(peer);
+  return it != security_.end() && it->second->established();
+}
+
+ChannelSecurity& ChildrenLink::security_for(const std::string& peer) {
+  auto it = security_.find(peer);
+  if (it == security_.end()) it = security_.emplace(peer, factory_(peer)).first;
+  return *it->second;
+}
+
+size_t ChildrenLink::streams_of(const std::string& child) const {
+  if (!admission_.streams || !established(child)) return 1;
+  return std::max<size_t>(1, admission_.streams(child));
+}
+
+size_t ChildrenLink::frames_reordering() const {
+  size_t n = 0;
+  for (const auto& [child, r] : reseq_) n += r.holding();
+  return n;
+}
+
+template <typename SendOn>
+SendResult ChildrenLink::send_striped(const std::string& peer, SendOn send_on) {
+  if (suspended_.count(peer)) return SendResult::kFull;
+  const size_t n = streams_of(peer);
+  if (n == 1) return send_on(peer);
+  size_t& next = next_send_[peer];
+  bool any_full = false;
+  for (size_t i = 0; i < n; ++i) {
+    const size_t k = (next + i) % n;
+    // A connection not (yet) open is skipped; the child is gone only when
+    // none is.
+    const SendResult r = send_on(k == 0 ? peer : peer + "~" + std::to_string(k));
+    if (r == SendResult::kSent) {
+      next = (k + 1) % n;
+      return r;
+    }
+    any_full = any_full || r == SendResult::kFull;
+  }
+  return any_full ? SendResult::kFull : SendResult::kNoPeer;
+}
+
+size_t ChildrenLink::send(const std::string& peer, std::vector<uint8_t> frame, Millis timeout) {
+  security_for(peer).seal(frame);
+  const size_t n = frame.size();
+  const auto deadline = Clock::now() + timeout;
+  SendResult r = SendResult::kFull;
+  for (;;) {
+    r = send_striped(peer,
+                     [&](const std::string& id) { return socket_->try_send(id, frame.data(), n); });
+    if (r != SendResult::kFull) break;
+    const auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());
+    if (left.count() <= 0) break;
+    // A server reports room when any peer has some: wait briefly and retry.
+    (void)transport_.wait({socket_.get()}, std::min(left, Millis(10)), /*for_send=*/true);
+  }
+  if (r == SendResult::kNoPeer) throw TransportError("child '" + peer + "' is not connected");
+  if (r != SendResult::kSent) {
+    throw TimeoutError("send to child '" + peer + "' blocked for " +
+                       std::to_string(timeout.count()) + " ms: the child is not reading");
+  }
+  count_sent(peer, n);
+  return n;
+}
+
+std::optional<size_t> ChildrenLink::try_send(const std::string& peer,
+                                             const std::vector<uint8_t>& frame) {
+  size_t n = 0;
+  // A child without a session (one reconnecting) gets nothing: the socket
+  // is not touched, as sealing would fail (with this error) mid-send.
+  if (!security_for(peer).established()) {
+    throw TransportError("no secure session with child '" + peer + "' yet");
+  }
+  // Sealed only once a window has room: a refused frame takes no sequence
+  // number.
+  const SendResult r = send_striped(peer, [&](const std::string& id) {
+    return socket_->try_send_with(id, [&] {
+      std::vector<uint8_t> bytes(frame);
+      security_for(peer).seal(bytes);
+      n = bytes.size();
+      return bytes;
+    });
+  });
+  if (r == SendResult::kNoPeer) throw TransportError("child '" + peer + "' is not connected");
+  if (r != SendResult::kSent) return std::nullopt;
+  count_sent(peer, n);
+  return n;
+}
+
+void ChildrenLink::count_sent(const std::string& peer, size_t n) {
+  counters_.frames_sent += 1;
+  counters_.bytes_sent += n;
+  peer_sent_[peer] += n;
+}
+
+void ChildrenLink::send_unsealed(const std::string& peer, const std::vector<uint8_t>& bytes) {
+  try {
+    if (socket_->try_send(peer, bytes.data(), bytes.size()) == SendResult::kSent) {
+      counters_.frames_sent += 1;
+      counters_.bytes_sent += bytes.size();
+    }
+  } catch (const TransportError& e) {
+    log().debug("reply to '{}' not delivered: {}", peer, e.what());
+  }
+}
+
+namespace {
+
+// An unsealed kHandshake frame that names a cipher: a child's ClientHello,
+// the start of a TLS handshake (transport/secure_channel.hpp).
+bool is_client_hello(const transport::Message& msg) {
+  const uint8_t* d = msg.data();
+  return msg.size() >= wire::kHeaderSize && d[0] == 'F' && d[1] == 'W' && d[2] == 'A' &&
+         d[3] == 'N' && d[5] == static_cast<uint8_t>(wire::MsgType::kHandshake) && d[6] != 0 &&
+         (d[7] & 0x80) == 0;
+}
+
+}  // namespace
+
+void ChildrenLink::drop(const std::string& peer, const std::string& source, const std::string& why,
+                        size_t bytes, bool tell_peer) {
+  counters_.rejected += 1;
+  if (admission_.on_drop) admission_.on_drop(peer, source, why, bytes);
+  if (!tell_peer || !may_refuse()) return;
+  // Plain refusals were never counted as frames sent.
+  const std::vector<uint8_t> reply =
+      plain_reject_frame(admission_.job_id, admission_.self_index, why);
+  try {
+    (void)socket_->try_send(peer, reply.data(), reply.size());
+  } catch (const TransportError&) {
+    // Gone already; the refusal is recorded.
+  }
+}
+
+bool ChildrenLink::may_refuse() {
+  // A peer with no session can only be told in plain text, and only so
+  // often: a flood gets no flood of answers.
+  const auto now = Clock::now();
+  if (now - reply_window_ >= std::chrono::seconds(1)) {
+    reply_window_ = now;
+    replies_in_window_ = 0;
+  }
+  return ++replies_in_window_ <= 20;
+}
+
+void ChildrenLink::expire_handshakes() {
+  const auto now = Clock::now();
+  if (now < next_expiry_) return;
+  next_expiry_ = now + Millis(100);
+  for (const std::string& peer : guard_.expire(now)) {
+    auto it = security_.find(peer);
+    if (it == security_.end()) continue;
+    it->second->abandon_handshake();
+    // A peer that never had a session keeps nothing here.
+    if (!it->second->established()) {
+      security_.erase(it);
+      reseq_.erase(peer);
+      next_send_.erase(peer);
+      suspended_.erase(peer);
+      gaps_seen_.erase(peer);
+    }
+    drop(peer, "",
+         "TLS handshake did not complete within " +
+             std::to_string(guard_.options().timeout.count()) + " ms; its state was dropped",
+         0, false);
+  }
+}
+
+bool ChildrenLink::pop_reordered(Incoming* out, Clock::time_point now) {
+  for (auto& [child, r] : reseq_) {
+    Resequencer::Frame f;
+    const bool popped = !suspended_.count(child) && r.pop(&f, now);
+    uint64_t& seen = gaps_seen_[child];
+    if (r.stats().gaps_skipped > seen) {
+      seen = r.stats().gaps_skipped;
+      if (!suspended_.count(child)) {
+        // A frame of the child's never came: one of its connections broke
+        // or was taken over, and what it still sends there is lost. Nothing
+        // more is sent to it or taken from it in this session, so that its
+        // parent falls silent and it reconnects all its connections.
+        suspended_[child] = r.session();
+        r.clear();
+        drop(child, "",
+             "a frame sent over one of its connections never arrived; its session is "
+             "suspended until it reconnects",
+             0, false);
+        continue;
+      }
+    }
+    if (popped) {
+      out->peer = child;
+      out->message = std::move(f.message);
+      out->frame_size = f.frame_size;
+      return true;
+    }
+  }
+  return false;
+}
+
+bool ChildrenLink::recv(Incoming* out, Millis timeout) {
+  const auto deadline = Clock::now() + timeout;
+  for (;;) {
+    expire_handshakes();
+    if (!reseq_.empty() && pop_reordered(out, Clock::now())) return true;
+    transport::Received in;
+    if (!socket_->try_recv(&in)) {
+      if (!wait_readable(deadline)) return false;
+      continue;
+    }
+    counters_.frames_received += 1;
+    counters_.bytes_received += in.message.size();
+    std::string peer;
+    if (!admit(in, &peer)) continue;
+    if (take_frame(std::move(peer), in, out)) return true;
+  }
+}
+
+bool ChildrenLink::wait_readable(Clock::time_point deadline) {
+  const auto now = Clock::now();
+  if (now >= deadline) return false;
+  auto left = std::chrono::duration_cast<Millis>(deadline - now);
+  // A gap given up on releases the frames behind it without a message.
+  bool gap_due = false;
+  for (const auto& [child, r] : reseq_) {
+    if (r.wake_at() < now + left) {
+      left = std::max(Millis(0), std::chrono::duration_cast<Millis>(r.wake_at() - now) + Millis(1));
+      gap_due = true;
+    }
+  }
+  return transport_.wait({socket_.get()}, left) || gap_due;
+}
+
+bool ChildrenLink::admit(transport::Received& in, std::string* child) {
+  std::string peer = std::move(in.peer);
+  if (in.malformed) {
+    counters_.rejected += 1;
+    return false;
+  }
+  if (!peer.empty() && peer[0] == '\0') {
+    // ZeroMQ's name for a connection whose routing id a newer connection
+    // took over (a node that restarted, or a child's new link): the last
+    // frames of the old one, which nobody can read any more. Node ids
+    // never start with a zero byte.
+    counters_.rejected += 1;
+    log().debug("dropped {} bytes from a connection replaced by a newer one under its id",
+                in.message.size());
+    return false;
+  }
+  // A striped child's further connections: "<id>~<k>", k from 1.
+  size_t stripe = 0;
+  if (const size_t tilde = peer.find('~'); tilde != std::string::npos) {
+    const std::string k = peer.substr(tilde + 1);
+    const bool number = !k.empty() && k.size() <= 2 && k[0] != '0' &&
+                        k.find_first_not_of("0123456789") == std::string::npos;
+    if (!number) {
+      drop(peer, in.source, "malformed routing id (a further connection is <id>~<k>, k >= 1)",
+           in.message.size(), true);
+      return false;
+    }
+    stripe = std::stoul(k);
+    peer.resize(tilde);
+  }
+  if (admission_.refusal) {
+    const std::string why = admission_.refusal(peer);
+    if (!why.empty()) {
+      // Never authorizable: no state is kept for it, whatever it sends.
+      drop(stripe == 0 ? peer : peer + "~" + std::to_string(stripe), in.source, why,
+           in.message.size(), true);
+      return false;
+    }
+  }
+  if (stripe > 0 && !admit_stripe(peer, stripe, in)) return false;
+  if (is_client_hello(in.message)) {
+    const HandshakeGuard::Verdict v = guard_.start(peer, in.source, Clock::now());
+    if (v != HandshakeGuard::Verdict::kAdmit) {
+      drop(peer, in.source, std::string("TLS handshake not started: ") + handshake_verdict_text(v),
+           in.message.size(), false);
+      return false;
+    }
+  }
+  *child = std::move(peer);
+  return true;
+}
+
+bool ChildrenLink::admit_stripe(const std::string& peer, size_t stripe,
+                                const transport::Received& in) {
+  const std::string id = peer + "~" + std::to_string(stripe);
+  const size_t allowed = admission_.streams ? admission_.streams(peer) : 1;
+  if (stripe >= allowed) {
+    drop(id, in.source,
+         "connection " + std::to_string(stripe + 1) + " of '" + peer + "' is beyond the " +
+             std::to_string(allowed) + " its topology allows (streams)",
+         in.message.size(), true);
+    return false;
+  }
+  // Only sealed frames of an established session travel on the further
+  // connections; the handshake runs on the first.
+  const bool sealed = in.message.size() >= wire::kHeaderSize && (in.message.data()[7] & 0x80);
+  if (!sealed || !established(peer)) {
+    drop(id, in.source,
+         "only sealed frames of an established session may come on a further connection",
+         in.message.size(), false);
+    return false;
+  }
+  return true;
+}
+
+bool ChildrenLink::take_frame(std::string peer, transport::Received& in, Incoming* out) {
+  std::string why;
+  size_t frame_size = 0;
+  SecurityReplies replies;
+  ChannelSecurity& security = security_for(peer);
+  const auto r =
+      security.receive(in.message.data(), in.message.size(), &frame_size, &why, &replies);
+  if (guard_.pending(peer) && !security.handshaking()) guard_.finish(peer);
+  for (auto& reply : replies) {
+    // Best effort, never blocking: a peer that does not read its handshake
+    // replies times out on its side. Plain refusals share the budget of
+    // drop()'s.
+    if (reply.size() > 5 && reply[5] == static_cast<uint8_t>(wire::MsgType::kReject) &&
+        !may_refuse()) {
+      continue;
+    }
+    send_unsealed(peer, reply);
+  }
+  if (r == ChannelSecurity::Inbound::kRejected) counters_.rejected += 1;
+  const std::optional<ChannelSecurity::Order> order = security.last_order();
+  if (order && admission_.streams && admission_.streams(peer) > 1) {
+    std::optional<Resequencer::Frame> f;
+    if (r == ChannelSecurity::Inbound::kFrame) {
+      f = Resequencer::Frame{std::move(in.message), frame_size};
+    }
+    auto it = reseq_.find(peer);
+    if (it == reseq_.end()) {
+      it = reseq_.emplace(peer, Resequencer({64, admission_.reorder_wait})).first;
+    }
+    auto q = suspended_.find(peer);
+    if (q != suspended_.end()) {
+      // A new session (the child reconnected) lifts the suspension.
+      if (q->second == order->session) return false;
+      suspended_.erase(q);
+    }
+    it->second.push(*order, std::move(f), Clock::now());
+    return false;
+  }
+  if (r != ChannelSecurity::Inbound::kFrame) return false;
+  out->peer = std::move(peer);
+  out->message = std::move(in.message);
+  out->frame_size = frame_size;
+  return true;
+}
+
+}  // namespace fedwan

@@ -1,0 +1,249 @@
+// ParentLink: a child's link to its parent over the transport (one client
+// socket, or several for a striped link), with the channel security on top.
+#include "transport/links.hpp"
+
+#include <algorithm>
+#include <utility>
+
+#include "common/log.hpp"
+#include "fedwan/error.hpp"
+#include "wire/frame.hpp"
+
+namespace fedwan {
+
+using Clock = std::chrono::steady_clock;
+using transport::SendResult;
+
+ParentLink::ParentLink(transport::Transport& transport, const std::string& endpoint,
+                       const std::string& self_id, const LinkOptions& options,
+                       const SecurityFactory& security)
+    : transport_(transport),
+      endpoint_(endpoint),
+      security_(security(endpoint)),
+      reseq_(Resequencer::Options{64, Millis(options.reorder_wait_ms)}) {
+  const int streams = std::max(1, options.streams);
+  if (streams > 1 && security_->name() == "plaintext") {
+    throw ConfigError("streams " + std::to_string(streams) +
+                      " needs the secure channel: plaintext frames carry no sequence numbers "
+                      "to put frames striped over several connections back in order (set "
+                      "streams: 1, or run with credentials)");
+  }
+  try {
+    for (int k = 0; k < streams; ++k) {
+      const std::string id = k == 0 ? self_id : self_id + "~" + std::to_string(k);
+      stripes_.push_back(transport_.connect(endpoint, id, options));
+    }
+  } catch (const TransportError& e) {
+    throw TransportError("cannot connect to parent at " + endpoint + ": " + e.what());
+  }
+  SecurityReplies first;
+  security_->start(&first);
+  send_replies(first);
+}
+
+ParentLink::~ParentLink() {
+  if (!security_->established()) abandon();
+}
+
+void ParentLink::abandon() {
+  for (auto& s : stripes_) s->set_linger(Millis(0));
+}
+
+void ParentLink::watch(std::vector<transport::Transport::Interest>* out, bool writable) {
+  for (auto& s : stripes_) out->push_back({s.get(), true, writable});
+}
+
+template <typename SendOn>
+SendResult ParentLink::send_striped(SendOn send_on) {
+  // Until the session is up only the handshake's connection is used.
+  const size_t n = security_->established() ? stripes_.size() : 1;
+  SendResult last = SendResult::kFull;
+  for (size_t i = 0; i < n; ++i) {
+    const size_t k = (next_send_ + i) % n;
+    last = send_on(*stripes_[k]);
+    if (last == SendResult::kSent) {
+      next_send_ = (k + 1) % n;
+      return last;
+    }
+  }
+  return last;
+}
+
+bool ParentLink::wait_any(Millis timeout, bool for_send) {
+  std::vector<transport::Socket*> sockets;
+  for (auto& s : stripes_) sockets.push_back(s.get());
+  return transport_.wait(sockets, timeout, for_send);
+}
+
+void ParentLink::send_replies(SecurityReplies& replies) {
+  for (auto& r : replies) {
+    // A connecting client queues the message; a full window during a
+    // handshake means the parent is gone, which the caller's timeout reports.
+    try {
+      if (stripes_.front()->try_send("", r.data(), r.size()) == SendResult::kSent) {
+        counters_.frames_sent += 1;
+        counters_.bytes_sent += r.size();
+      }
+    } catch (const TransportError& e) {
+      throw TransportError("send to parent " + endpoint_ + " failed: " + e.what());
+    }
+  }
+  replies.clear();
+}
+
+void ParentLink::check_failure() const {
+  if (!security_->failure().empty()) {
+    throw CryptoError("secure channel to parent " + endpoint_ + " failed: " + security_->failure());
+  }
+  if (!broken_.empty()) throw CryptoError("link to parent " + endpoint_ + " failed: " + broken_);
+}
+
+void ParentLink::wait_established(Millis timeout) {
+  const auto deadline = Clock::now() + timeout;
+  while (!security_->established()) {
+    check_failure();
+    const auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());
+    if (left.count() <= 0) {
+      throw TimeoutError("TLS handshake with parent " + endpoint_ + " did not complete within " +
+                         std::to_string(timeout.count()) +
+                         " ms: is the parent running, with its credentials?");
+    }
+    Incoming ignored;
+    // Nothing but handshake messages can arrive before the session is up.
+    (void)recv(&ignored, std::min(left, Millis(50)));
+  }
+}
+
+size_t ParentLink::send(std::vector<uint8_t> frame, Millis timeout) {
+  const auto start = Clock::now();
+  wait_established(timeout);
+  timeout -= std::chrono::duration_cast<Millis>(Clock::now() - start);
+  security_->seal(frame);
+  return send_sealed(std::move(frame), timeout);
+}
+
+size_t ParentLink::send_sealed(std::vector<uint8_t> frame, Millis timeout) {
+  const size_t n = frame.size();
+  const auto deadline = Clock::now() + timeout;
+  for (;;) {
+    const SendResult r =
+        send_striped([&](transport::Socket& s) { return s.try_send("", frame.data(), n); });
+    if (r == SendResult::kSent) break;
+    const auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());
+    if (left.count() <= 0) {
+      throw TimeoutError("send to parent " + endpoint_ + " blocked for " +
+                         std::to_string(timeout.count()) + " ms: the parent is not reading");
+    }
+    (void)wait_any(std::min(left, Millis(10)), /*for_send=*/true);
+  }
+  counters_.frames_sent += 1;
+  counters_.bytes_sent += n;
+  return n;
+}
+
+std::optional<size_t> ParentLink::try_send(const std::vector<uint8_t>& frame) {
+  // A link that lost a frame takes nothing more, quietly: recv() reports it
+  // and the owner reconnects. Thrown from here, it would escape the owner's
+  // upkeep (a heartbeat due just after the failure) and end the node.
+  if (!broken_.empty()) return std::nullopt;
+  check_failure();
+  if (!security_->established()) return std::nullopt;
+  size_t n = 0;
+  // Sealed only by the connection that takes it: a refused frame takes no
+  // sequence number.
+  const SendResult r = send_striped([&](transport::Socket& s) {
+    return s.try_send_with("", [&] {
+      std::vector<uint8_t> bytes(frame);
+      security_->seal(bytes);
+      n = bytes.size();
+      return bytes;
+    });
+  });
+  if (r != SendResult::kSent) return std::nullopt;
+  counters_.frames_sent += 1;
+  counters_.bytes_sent += n;
+  return n;
+}
+
+bool ParentLink::recv(Incoming* out, Millis timeout) {
+  const auto deadline = Clock::now() + timeout;
+  const bool striped = stripes_.size() > 1;
+  for (;;) {
+    Resequencer::Frame ready;
+    const bool popped = striped && reseq_.pop(&ready, Clock::now());
+    if (striped && reseq_.stats().gaps_skipped > 0 && broken_.empty()) {
+      // A frame that never came was lost with a connection that broke or
+      // was taken over (its routing id reused): the connections are no
+      // longer one ordered link. The owner's session reconnects them all
+      // and the protocol catches up as after any reconnect.
+      broken_ = "a frame sent over one of its " + std::to_string(stripes_.size()) +
+                " connections never arrived (given up after " +
+                std::to_string(reseq_.options().max_wait.count()) +
+                " ms, or with too many frames held behind it)";
+    }
+    check_failure();
+    if (popped) {
+      out->peer = endpoint_;
+      out->message = std::move(ready.message);
+      out->frame_size = ready.frame_size;
+      return true;
+    }
+    transport::Received in;
+    bool got = false;
+    for (size_t i = 0; i < stripes_.size() && !got; ++i) {
+      const size_t k = (next_recv_ + i) % stripes_.size();
+      if (stripes_[k]->try_recv(&in)) {
+        got = true;
+        next_recv_ = (k + 1) % stripes_.size();
+      }
+    }
+    if (!got) {
+      const auto now = Clock::now();
+      if (now >= deadline) return false;
+      auto left = std::chrono::duration_cast<Millis>(deadline - now);
+      // A gap given up on releases the frames behind it without a message.
+      bool gap_due = false;
+      if (striped && reseq_.wake_at() < deadline) {
+        left = std::max(Millis(0),
+                        std::chrono::duration_cast<Millis>(reseq_.wake_at() - now) + Millis(1));
+        gap_due = true;
+      }
+      if (!wait_any(left, /*for_send=*/false) && !gap_due) return false;
+      continue;
+    }
+    counters_.frames_received += 1;
+    counters_.bytes_received += in.message.size();
+    if (in.malformed) {  // several parts: no frame of ours
+      counters_.rejected += 1;
+      log().debug("dropped a message of several parts from the parent {}", endpoint_);
+      continue;
+    }
+    std::string why;
+    size_t frame_size = 0;
+    SecurityReplies replies;
+    const auto r =
+        security_->receive(in.message.data(), in.message.size(), &frame_size, &why, &replies);
+    send_replies(replies);
+    if (r == ChannelSecurity::Inbound::kRejected) counters_.rejected += 1;
+    const std::optional<ChannelSecurity::Order> order = security_->last_order();
+    if (striped && order) {
+      std::optional<Resequencer::Frame> f;
+      if (r == ChannelSecurity::Inbound::kFrame) {
+        f = Resequencer::Frame{std::move(in.message), frame_size};
+      }
+      reseq_.push(*order, std::move(f), Clock::now());
+      check_failure();
+      continue;
+    }
+    if (r != ChannelSecurity::Inbound::kFrame) {
+      check_failure();
+      continue;
+    }
+    out->peer = endpoint_;
+    out->message = std::move(in.message);
+    out->frame_size = frame_size;
+    return true;
+  }
+}
+
+}  // namespace fedwan
