@@ -71,6 +71,13 @@ struct NodeSpec {
   std::optional<uint64_t> devices;
 };
 
+// How an aggregator combines its children's copies of a chunk
+// (docs/topology.md, "Aggregation"): a rule registered by name; the default
+// is the weighted mean, streamed.
+struct AggregationSpec {
+  std::string rule = "weighted_mean";
+};
+
 struct FederationSpec {
   uint64_t rounds = 10;
   uint64_t inner_steps = 50;  // H
@@ -108,6 +115,8 @@ struct FederationSpec {
   // overrides it for its uplink. See docs/topology.md, "Several TCP
   // connections per link".
   uint64_t streams = 1;
+  // Every aggregator's rule (in the digest when not the default).
+  AggregationSpec aggregation;
 };
 
 // An admin's signature of a topology version (top-level `signature:` key):

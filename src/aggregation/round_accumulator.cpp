@@ -20,8 +20,11 @@ const char* add_outcome_name(AddOutcome o) {
   return "?";
 }
 
-RoundAccumulator::RoundAccumulator(ChunkPlan plan, std::vector<uint32_t> children)
-    : plan_(plan), children_(std::move(children)) {
+RoundAccumulator::RoundAccumulator(ChunkPlan plan, std::vector<uint32_t> children,
+                                   std::shared_ptr<const aggregation::AggregationRule> rule)
+    : plan_(plan),
+      children_(std::move(children)),
+      rule_(rule ? std::move(rule) : aggregation::make_rule(aggregation::kWeightedMean)) {
   if (children_.empty()) throw ConfigError("an aggregator needs at least one child");
 }
 
@@ -69,8 +72,8 @@ RoundAccumulator::Result RoundAccumulator::add(uint64_t round, uint32_t sender, 
   if (!codec.validate(payload, bytes, element_count)) return {AddOutcome::kBadPayload};
 
   Inflight& acc = inflight_[chunk];
-  if (acc.sum.empty()) acc.sum.assign(element_count, 0.0f);
-  codec.decode_accumulate(payload, element_count, static_cast<float>(weight), acc.sum.data());
+  if (!acc.combiner) acc.combiner = rule_->begin_chunk(element_count, children_.size());
+  acc.combiner->add(static_cast<uint32_t>(slot), codec, payload, bytes, weight);
   acc.weight += weight;
   acc.arrivals += 1;
   seen_[slot][chunk] = true;
@@ -163,12 +166,22 @@ ChunkSum RoundAccumulator::take(uint32_t chunk) {
   ChunkSum out;
   out.index = chunk;
   out.weight = it->second.weight;
-  out.mean = std::move(it->second.sum);
+  out.mean = it->second.combiner->finish(out.weight);
+  if (out.mean.size() != plan_.size(chunk)) {
+    FEDWAN_THROW(Error, "aggregation rule '" + rule_->name() + "' made " +
+                            std::to_string(out.mean.size()) + " values for chunk " +
+                            std::to_string(chunk) + " of " + std::to_string(plan_.size(chunk)));
+  }
   inflight_.erase(it);
   taken_[chunk] = true;
   chunks_done_ += 1;
-  finalize_mean(out.mean.data(), out.mean.size(), out.weight);
   return out;
+}
+
+size_t RoundAccumulator::bytes_in_flight() const {
+  size_t total = 0;
+  for (const auto& entry : inflight_) total += entry.second.combiner->bytes_held();
+  return total;
 }
 
 std::vector<uint32_t> RoundAccumulator::missing_children() const {

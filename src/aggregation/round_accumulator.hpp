@@ -1,7 +1,10 @@
 // Per-round bookkeeping of an aggregator: which child delivered which chunk,
-// and one fp32 accumulator per chunk *in flight* (allocated on the first
-// arrival of chunk i, released by take()). Memory is O(chunks in flight),
-// never O(children x model). Pure: no sockets, no clocks. Not thread safe.
+// and one combiner of the round's aggregation rule per chunk *in flight*
+// (made on the first arrival of chunk i, released by take()). With a
+// streaming rule (the default weighted mean) memory is O(chunks in flight),
+// never O(children x model); a buffered rule holds O(fan-in) copies per
+// chunk in flight (aggregation_rule.hpp). Pure: no sockets, no clocks. Not
+// thread safe.
 //
 // Fault tolerance: a chunk is ready once every *expected* child delivered it
 // (a child lost mid-round is no longer expected) and its weight reaches the
@@ -15,6 +18,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "aggregation/aggregation_rule.hpp"
 #include "fedwan/codec.hpp"
 #include "tensor/chunk_plan.hpp"
 
@@ -33,14 +37,16 @@ const char* add_outcome_name(AddOutcome o);
 
 struct ChunkSum {
   uint32_t index = 0;
-  std::vector<float> mean;  // weighted mean of the children's chunk values
+  std::vector<float> mean;  // the children's chunk values combined by the rule
   double weight = 0;        // total weight behind the mean
 };
 
 class RoundAccumulator {
  public:
-  // `children` are the wire sender ids whose chunks complete a round.
-  RoundAccumulator(ChunkPlan plan, std::vector<uint32_t> children);
+  // `children` are the wire sender ids whose chunks complete a round;
+  // `rule` combines their copies of a chunk (null: the weighted mean).
+  RoundAccumulator(ChunkPlan plan, std::vector<uint32_t> children,
+                   std::shared_ptr<const aggregation::AggregationRule> rule = nullptr);
 
   // Starts `round` with every child expected; drops anything left of the
   // last. A chunk becomes ready only with at least `min_weight` behind it.
@@ -55,12 +61,13 @@ class RoundAccumulator {
     AddOutcome outcome = AddOutcome::kAccepted;
     bool chunk_complete = false;  // every expected child's chunk `chunk` is in
   };
-  // Validates and accumulates one child's chunk (a weighted mean + weight).
+  // Validates one child's chunk (a weighted mean + weight) and hands it to
+  // the chunk's combiner.
   Result add(uint64_t round, uint32_t sender, uint32_t chunk, uint32_t element_count, double weight,
              const Codec& codec, const uint8_t* payload, size_t bytes);
 
-  // Releases a chunk's accumulator as the weighted mean; the chunk must have
-  // at least one arrival and not be taken yet.
+  // Releases a chunk's combiner with what the rule made of its copies; the
+  // chunk must have at least one arrival and not be taken yet.
   ChunkSum take(uint32_t chunk);
 
   // A child added while the federation runs (a new topology version): not
@@ -96,13 +103,15 @@ class RoundAccumulator {
   // delivered): with no child owing, only more weight closes them.
   std::vector<uint32_t> short_chunks() const;
   double min_weight() const { return min_weight_; }
-  // Accumulators alive right now (for memory accounting and tests).
+  // Combiners alive right now, and the bytes they hold (memory accounting).
   size_t chunks_in_flight() const { return inflight_.size(); }
+  size_t bytes_in_flight() const;
+  const aggregation::AggregationRule& rule() const { return *rule_; }
   const ChunkPlan& plan() const { return plan_; }
 
  private:
   struct Inflight {
-    std::vector<float> sum;
+    std::unique_ptr<aggregation::ChunkCombiner> combiner;
     double weight = 0;
     uint32_t arrivals = 0;
   };
@@ -111,6 +120,7 @@ class RoundAccumulator {
 
   ChunkPlan plan_;
   std::vector<uint32_t> children_;
+  std::shared_ptr<const aggregation::AggregationRule> rule_;
   std::vector<bool> expected_;  // by child slot
   double min_weight_ = 0;
   uint64_t round_ = 0;

@@ -189,7 +189,7 @@ void Aggregator::Impl::init_model_state(uint64_t total_elements) {
   plan_ = cfg_.plan(total_elements);
   std::vector<uint32_t> ids;
   for (uint32_t idx : self_.children) ids.push_back(idx);
-  acc_.emplace(*plan_, ids);
+  acc_.emplace(*plan_, ids, cfg_.rule);
 }
 
 // ---- sending ------------------------------------------------------------------

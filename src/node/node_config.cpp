@@ -29,6 +29,7 @@ NodeConfig::NodeConfig(const Topology& topology, const NodeSpec& self,
   quorum = fed.quorum;
   replica_every = fed.replica_every;
   outer = fed.outer;
+  rule = aggregation::make_rule(fed.aggregation.rule);
   limits.max_chunk_elements = static_cast<uint32_t>(chunk_bytes / sizeof(float));
   limits.max_piece_bytes = piece_bytes();
   link.window = overrides.window;

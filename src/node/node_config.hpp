@@ -8,8 +8,10 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 
+#include "aggregation/aggregation_rule.hpp"
 #include "fedwan/codec.hpp"
 #include "fedwan/outer_optimizer.hpp"
 #include "fedwan/topology.hpp"
@@ -42,6 +44,8 @@ struct NodeConfig {
   double quorum;             // share of the total weight a chunk closes with
   uint64_t replica_every;    // checkpoints sent up every this many rounds; 0: never
   OuterOptimizerSpec outer;  // the root's
+  // How an aggregator combines its children's chunks; never null.
+  std::shared_ptr<const aggregation::AggregationRule> rule;
 
   // Before the model's size is known; see limits_for_model.
   wire::FrameLimits limits;

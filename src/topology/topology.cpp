@@ -97,7 +97,8 @@ const std::vector<std::string> kTopKeys = {"job",     "federation", "policy",   
 const std::vector<std::string> kFederationKeys = {
     "rounds",         "inner_steps",     "codec",         "chunk_bytes",         "round_timeout_s",
     "quorum",         "deadline_s",      "heartbeat_s",   "heartbeat_timeout_s", "replica_every",
-    "tcp_congestion", "outer_optimizer", "overlap_steps", "socket_buffer_bytes", "streams"};
+    "tcp_congestion", "outer_optimizer", "overlap_steps", "socket_buffer_bytes", "streams",
+    "aggregation"};
 // "name" and every hyper-parameter some optimizer takes (which one takes
 // which is the optimizer's rule, checked in validate_federation).
 std::vector<std::string> outer_keys() {
@@ -153,6 +154,12 @@ FederationSpec read_federation(const YamlReader& r, const YAML::Node& n) {
     f.socket_buffer_bytes = r.u64(v, "federation", "socket_buffer_bytes");
   }
   if (auto v = n["streams"]) f.streams = r.u64(v, "federation", "streams");
+  if (auto a = n["aggregation"]) {
+    const std::string ctx = "federation.aggregation";
+    r.expect_map(a, ctx);
+    r.check_keys(a, {"rule"}, ctx);
+    if (auto v = a["rule"]) f.aggregation.rule = r.str(v, ctx, "rule");
+  }
   if (auto o = n["outer_optimizer"]) {
     const std::string ctx = "federation.outer_optimizer";
     r.expect_map(o, ctx);

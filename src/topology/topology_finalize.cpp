@@ -276,6 +276,9 @@ std::string canonical_text(const std::string& job, const FederationSpec& f,
   if (f.overlap_steps != defaults.overlap_steps) {
     c += "federation.overlap_steps=" + std::to_string(f.overlap_steps) + "\n";
   }
+  if (f.aggregation.rule != defaults.aggregation.rule) {
+    c += "federation.aggregation.rule=" + f.aggregation.rule + "\n";
+  }
   // Residency, standby, tcp_congestion, socket buffer, streams, membership
   // and metrics fields
   // appear only when set, so a topology without them keeps the digest it had

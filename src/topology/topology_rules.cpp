@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "aggregation/aggregation_rule.hpp"
 #include "fedwan/codec.hpp"
 #include "fedwan/error.hpp"
 #include "topology/topology_internal.hpp"
@@ -238,6 +239,10 @@ void validate_federation(const FederationSpec& f, const std::string& src) {
     fail("unknown outer_optimizer '" + o.name + "'; use " + join(names));
   }
   if (auto why = outer_optimizer_problem(o)) fail("outer_optimizer '" + o.name + "': " + *why);
+  if (!aggregation::has_rule(f.aggregation.rule)) {
+    fail("unknown aggregation rule '" + f.aggregation.rule + "'; use " +
+         join(aggregation::rule_names()));
+  }
 }
 
 }  // namespace fedwan::topology_detail

@@ -47,6 +47,9 @@ std::string Topology::to_yaml() const {
     y += "  socket_buffer_bytes: " + std::to_string(f.socket_buffer_bytes) + "\n";
   }
   if (f.streams != 1) y += "  streams: " + std::to_string(f.streams) + "\n";
+  if (f.aggregation.rule != AggregationSpec{}.rule) {
+    y += "  aggregation: {rule: " + q(f.aggregation.rule) + "}\n";
+  }
   y += "  outer_optimizer: {name: " + q(f.outer.name);
   for (const auto& [key, value] : f.outer.params) y += ", " + key + ": " + format_double(value);
   y += "}\n";

@@ -5,7 +5,7 @@
 #include <memory>
 #include <stdexcept>
 
-#include "aggregation/round_accumulator.hpp"
+#include "aggregation/aggregation_rule.hpp"
 #include "common/sha256.hpp"
 #include "fedwan/codec.hpp"
 #include "fedwan/outer_optimizer.hpp"
@@ -166,6 +166,7 @@ ReplayResult replay_root_audits(const Topology& topo, std::vector<float> initial
   const size_t n = initial_model.size();
   const ChunkPlan plan = ChunkPlan::from_bytes(n, topo.federation().chunk_bytes);
   std::unique_ptr<OuterOptimizer> outer = make_outer_optimizer(topo.federation().outer, n);
+  const auto rule = aggregation::make_rule(topo.federation().aggregation.rule);
   res.global = std::move(initial_model);
 
   // The usable updates, per (round, chunk), in audit order.
@@ -251,14 +252,15 @@ ReplayResult replay_root_audits(const Topology& topo, std::vector<float> initial
         continue;
       }
       const uint32_t elements = plan.size(c);
-      std::vector<float> sum(elements, 0.0f);
+      // The topology's rule, fed the updates in the order they were accepted.
+      auto combiner = rule->begin_chunk(elements, it->second.size());
       double weight = 0;
+      uint32_t slot = 0;
       for (const Usable& u : it->second) {
-        u.codec->decode_accumulate(u.payload.data(), elements, static_cast<float>(u.weight),
-                                   sum.data());
+        combiner->add(slot++, *u.codec, u.payload.data(), u.payload.size(), u.weight);
         weight += u.weight;
       }
-      finalize_mean(sum.data(), elements, weight);
+      const std::vector<float> sum = combiner->finish(weight);
       const uint64_t off = plan.offset(c);
       outer->step(res.global.data() + off, sum.data(), off, elements);
     }

@@ -1,12 +1,14 @@
 // An in-process reference of the whole federation: the same codecs, the same
-// accumulation and the same outer optimizer, applied in a fixed order with no
+// aggregation rule and the same outer optimizer, applied in a fixed order with no
 // sockets. With at most two children per aggregator the arrival order cannot
 // change a float sum, so a real federation must match it bit for bit.
 #pragma once
 
+#include <algorithm>
 #include <functional>
 #include <vector>
 
+#include "aggregation/aggregation_rule.hpp"
 #include "aggregation/round_accumulator.hpp"
 #include "fedwan/codec.hpp"
 #include "fedwan/outer_optimizer.hpp"
@@ -46,6 +48,7 @@ inline ReferenceResult run_reference_rounds(
   const bool lossy = codec.id() != CodecId::kFp32;
   std::vector<float> global = init, held = init;
   auto outer = make_outer_optimizer(topo.federation().outer, n);
+  const auto rule = aggregation::make_rule(topo.federation().aggregation.rule);
   std::vector<std::vector<float>> residual(topo.nodes().size());
 
   auto encode = [&](const std::vector<float>& values, uint32_t node, bool with_feedback) {
@@ -77,12 +80,14 @@ inline ReferenceResult run_reference_rounds(
     std::vector<float> mean(n, 0.0f);
     for (const Upstream& k : kids) up.weight += k.weight;
     for (uint32_t i = 0; i < plan.count(); ++i) {
-      float* acc = mean.data() + plan.offset(i);
-      for (const Upstream& k : kids) {
-        codec.decode_accumulate(k.chunks[i].data(), plan.size(i), static_cast<float>(k.weight),
-                                acc);
+      // The topology's rule, fed the children in their fixed order.
+      auto combiner = rule->begin_chunk(plan.size(i), kids.size());
+      for (uint32_t slot = 0; slot < kids.size(); ++slot) {
+        combiner->add(slot, codec, kids[slot].chunks[i].data(), kids[slot].chunks[i].size(),
+                      kids[slot].weight);
       }
-      finalize_mean(acc, plan.size(i), up.weight);
+      const std::vector<float> combined = combiner->finish(up.weight);
+      std::copy(combined.begin(), combined.end(), mean.begin() + plan.offset(i));
     }
     if (node.role == Role::kRoot) {
       up.chunks.clear();

@@ -152,6 +152,10 @@ void bind_topology(py::module_& m) {
                     "TCP connections per tree link: a child opens this many to its parent and "
                     "stripes frames across them (1..16, default 1); a node's own streams "
                     "overrides it for its uplink.")
+      .def_property_readonly(
+          "aggregation_rule", [](const FederationSpec& f) { return f.aggregation.rule; },
+          "How every aggregator combines its children's chunks (federation.aggregation.rule; "
+          "default 'weighted_mean').")
       .def("__repr__", [](const FederationSpec& f) {
         return "FederationSpec(rounds=" + std::to_string(f.rounds) +
                ", inner_steps=" + std::to_string(f.inner_steps) +

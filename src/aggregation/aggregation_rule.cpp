@@ -1,0 +1,118 @@
+#include "aggregation/aggregation_rule.hpp"
+
+#include <map>
+#include <mutex>
+#include <utility>
+
+#include "aggregation/round_accumulator.hpp"
+#include "fedwan/error.hpp"
+
+namespace fedwan::aggregation {
+namespace {
+
+class WeightedMeanCombiner final : public ChunkCombiner {
+ public:
+  explicit WeightedMeanCombiner(uint32_t elements) : sum_(elements, 0.0f) {}
+  void add(uint32_t, const Codec& codec, const uint8_t* payload, size_t, double weight) override {
+    codec.decode_accumulate(payload, sum_.size(), static_cast<float>(weight), sum_.data());
+  }
+  std::vector<float> finish(double weight) override {
+    finalize_mean(sum_.data(), sum_.size(), weight);
+    return std::move(sum_);
+  }
+  size_t bytes_held() const override { return sum_.size() * sizeof(float); }
+
+ private:
+  std::vector<float> sum_;
+};
+
+class WeightedMeanRule final : public AggregationRule {
+ public:
+  std::string name() const override { return kWeightedMean; }
+  RuleMemory memory() const override { return RuleMemory::kStreaming; }
+  std::unique_ptr<ChunkCombiner> begin_chunk(uint32_t elements, size_t) const override {
+    return std::make_unique<WeightedMeanCombiner>(elements);
+  }
+};
+
+struct Registry {
+  std::mutex mutex;
+  std::map<std::string, RuleFactory> factories;
+};
+
+Registry& registry() {
+  static Registry* r = [] {
+    auto* reg = new Registry;  // never destroyed: rules may be made during exit
+    reg->factories[kWeightedMean] = [] {
+      static const auto rule = std::make_shared<const WeightedMeanRule>();
+      return rule;
+    };
+    return reg;
+  }();
+  return *r;
+}
+
+bool valid_name(const std::string& name) {
+  if (name.empty() || name.size() > 64) return false;
+  for (char c : name) {
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_')) return false;
+  }
+  return true;
+}
+
+std::string joined_names(const std::map<std::string, RuleFactory>& factories) {
+  std::string out;
+  for (const auto& entry : factories) out += (out.empty() ? "" : ", ") + entry.first;
+  return out;
+}
+
+}  // namespace
+
+const char* rule_memory_name(RuleMemory m) {
+  return m == RuleMemory::kStreaming ? "streaming" : "buffered";
+}
+
+void register_rule(const std::string& name, RuleFactory factory) {
+  if (!valid_name(name)) {
+    throw ConfigError("aggregation rule name '" + name + "': use 1..64 of [a-z0-9_]");
+  }
+  if (!factory) throw ConfigError("aggregation rule '" + name + "' has no factory");
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  if (!r.factories.emplace(name, std::move(factory)).second) {
+    throw ConfigError("aggregation rule '" + name + "' is registered already");
+  }
+}
+
+bool has_rule(const std::string& name) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  return r.factories.count(name) != 0;
+}
+
+std::shared_ptr<const AggregationRule> make_rule(const std::string& name) {
+  RuleFactory factory;
+  {
+    Registry& r = registry();
+    std::lock_guard<std::mutex> lock(r.mutex);
+    auto it = r.factories.find(name);
+    if (it == r.factories.end()) {
+      throw ConfigError("unknown aggregation rule '" + name + "'; use " +
+                        joined_names(r.factories));
+    }
+    factory = it->second;
+  }
+  auto rule = factory();
+  if (!rule) throw ConfigError("aggregation rule '" + name + "': its factory made nothing");
+  return rule;
+}
+
+std::vector<std::string> rule_names() {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  std::vector<std::string> out;
+  for (const auto& entry : r.factories) out.push_back(entry.first);
+  return out;
+}
+
+}  // namespace fedwan::aggregation

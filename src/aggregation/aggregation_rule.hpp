@@ -1,0 +1,78 @@
+// How a round's children's copies of one chunk combine into the chunk an
+// aggregator forwards (a region) or steps the outer optimizer with (the
+// root). RoundAccumulator (round_accumulator.hpp) keeps the round's
+// bookkeeping (who delivered which chunk, weights, quorum, stale and
+// duplicate copies) and hands every copy it accepts to the chunk's
+// combiner; the rule decides only the arithmetic. Pure: no sockets, no
+// clocks. A rule is immutable and may be shared; a combiner belongs to one
+// chunk of one round and is not thread safe.
+//
+// Memory contract (docs/architecture.md, "Aggregation rules"):
+//   kStreaming  each copy is folded in as it arrives; a combiner holds
+//               O(chunk) whatever the fan-in (today's weighted mean).
+//   kBuffered   every child's decoded copy is kept until the chunk closes:
+//               O(fan-in x chunk) per chunk in flight (a coordinate-wise
+//               median or trimmed mean needs every copy of a coordinate).
+// bytes_held() says what a combiner holds right now.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fedwan/codec.hpp"
+
+namespace fedwan::aggregation {
+
+enum class RuleMemory { kStreaming, kBuffered };
+const char* rule_memory_name(RuleMemory m);
+
+class ChunkCombiner {
+ public:
+  virtual ~ChunkCombiner() = default;
+  // One child's copy: `payload` (`bytes`) already validated by `codec` for
+  // the chunk's element count; `weight` finite and > 0; `slot` the child's
+  // place among the aggregator's children, each slot at most once per
+  // chunk (usually below the fan-in given to begin_chunk, but a child added
+  // by a topology version during the round may bring a higher one).
+  virtual void add(uint32_t slot, const Codec& codec, const uint8_t* payload, size_t bytes,
+                   double weight) = 0;
+  // The combined chunk, once, after at least one add(); `weight` is the sum
+  // of the weights added (what the parent is told stands behind it).
+  virtual std::vector<float> finish(double weight) = 0;
+  virtual size_t bytes_held() const = 0;
+};
+
+class AggregationRule {
+ public:
+  virtual ~AggregationRule() = default;
+  virtual std::string name() const = 0;
+  virtual RuleMemory memory() const = 0;
+  // A combiner for one chunk of `elements` values; `fan_in` is how many
+  // children the aggregator has when the chunk begins (a sizing hint).
+  virtual std::unique_ptr<ChunkCombiner> begin_chunk(uint32_t elements, size_t fan_in) const = 0;
+};
+
+// The default rule: the weighted mean, streamed. Each copy is decoded and
+// accumulated as acc + weight * x with two roundings (the codecs'
+// decode_accumulate), and the sum is divided by the total weight
+// (finalize_mean): with at most two children the result does not depend on
+// arrival order, and a federation reproduces a fixed-order reference bit
+// for bit.
+inline constexpr const char* kWeightedMean = "weighted_mean";
+
+// Rules by name, as the topology's `federation.aggregation.rule` names them.
+// The library registers its own; a program (or a test) may register more
+// before it loads a topology that names them.
+using RuleFactory = std::function<std::shared_ptr<const AggregationRule>()>;
+// Throws ConfigError when `name` is empty, not [a-z0-9_], or taken.
+void register_rule(const std::string& name, RuleFactory factory);
+bool has_rule(const std::string& name);
+// Throws ConfigError naming the known rules when `name` is not one.
+std::shared_ptr<const AggregationRule> make_rule(const std::string& name);
+std::vector<std::string> rule_names();  // sorted
+
+}  // namespace fedwan::aggregation

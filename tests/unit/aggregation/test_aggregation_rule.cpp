@@ -1,0 +1,220 @@
+// The aggregation-rule seam: the weighted mean through it is the arithmetic
+// it always was (bit for bit), the registry refuses what it must, and a
+// second rule (a buffered coordinate-wise median, harness/median_rule.hpp)
+// runs under RoundAccumulator with the same bookkeeping.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "aggregation/aggregation_rule.hpp"
+#include "aggregation/round_accumulator.hpp"
+#include "fedwan/codec.hpp"
+#include "fedwan/error.hpp"
+#include "fedwan/topology.hpp"
+#include "harness/median_rule.hpp"
+
+namespace fedwan {
+namespace {
+
+using aggregation::make_rule;
+
+std::vector<uint8_t> encode(const Codec& c, const std::vector<float>& v) {
+  std::vector<uint8_t> out(c.encoded_size(v.size()));
+  c.encode(v.data(), v.size(), nullptr, out.data());
+  return out;
+}
+
+std::vector<float> random_values(size_t n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(gen);
+  return v;
+}
+
+bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+TEST(AggregationRule, WeightedMeanIsTheAccumulationItReplaced) {
+  for (const char* name : {"fp32", "fp16", "bf16", "int8"}) {
+    const Codec& codec = codec_by_name(name);
+    for (size_t children : {1u, 2u, 5u}) {
+      const uint32_t n = 3000;
+      std::vector<std::vector<uint8_t>> payloads;
+      std::vector<double> weights;
+      for (size_t k = 0; k < children; ++k) {
+        payloads.push_back(encode(codec, random_values(n, 11 + static_cast<uint32_t>(k))));
+        weights.push_back(1.0 + 0.37 * static_cast<double>(k));
+      }
+      // What the accumulator did before the seam existed.
+      std::vector<float> expected(n, 0.0f);
+      double total = 0;
+      for (size_t k = 0; k < children; ++k) {
+        codec.decode_accumulate(payloads[k].data(), n, static_cast<float>(weights[k]),
+                                expected.data());
+        total += weights[k];
+      }
+      finalize_mean(expected.data(), n, total);
+
+      auto rule = make_rule(aggregation::kWeightedMean);
+      EXPECT_EQ(rule->memory(), aggregation::RuleMemory::kStreaming);
+      auto combiner = rule->begin_chunk(n, children);
+      for (size_t k = 0; k < children; ++k) {
+        combiner->add(static_cast<uint32_t>(k), codec, payloads[k].data(), payloads[k].size(),
+                      weights[k]);
+        // Streaming: one chunk's worth, however many children came in.
+        EXPECT_EQ(combiner->bytes_held(), n * sizeof(float));
+      }
+      EXPECT_TRUE(bit_equal(combiner->finish(total), expected)) << name << " x" << children;
+    }
+  }
+}
+
+TEST(AggregationRule, RegistryNamesTheKnownRulesAndRefusesClashesAndBadNames) {
+  testing::register_test_median_rule();
+  const auto names = aggregation::rule_names();
+  EXPECT_NE(std::find(names.begin(), names.end(), "weighted_mean"), names.end());
+  EXPECT_NE(std::find(names.begin(), names.end(), testing::kTestMedian), names.end());
+  EXPECT_TRUE(std::is_sorted(names.begin(), names.end()));
+  try {
+    make_rule("krum");
+    FAIL() << "an unknown rule was made";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown aggregation rule 'krum'"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("weighted_mean"), std::string::npos) << e.what();
+  }
+  auto factory = [] { return make_rule(aggregation::kWeightedMean); };
+  EXPECT_THROW(aggregation::register_rule("weighted_mean", factory), ConfigError);
+  EXPECT_THROW(aggregation::register_rule("", factory), ConfigError);
+  EXPECT_THROW(aggregation::register_rule("Mean", factory), ConfigError);
+  EXPECT_THROW(aggregation::register_rule("mean\x1b[2J", factory), ConfigError);
+  EXPECT_THROW(aggregation::register_rule("no_factory", nullptr), ConfigError);
+  EXPECT_FALSE(aggregation::has_rule("no_factory"));
+}
+
+class MedianUnderTheAccumulator : public ::testing::Test {
+ protected:
+  void SetUp() override { testing::register_test_median_rule(); }
+  const Codec& fp32 = codec_by_name("fp32");
+  ChunkPlan plan{10, 4};  // chunks of 4, 4, 2
+
+  RoundAccumulator::Result add(RoundAccumulator& acc, uint32_t sender, uint32_t chunk, float value,
+                               double weight) {
+    const auto bytes = encode(fp32, std::vector<float>(plan.size(chunk), value));
+    return acc.add(acc.round(), sender, chunk, plan.size(chunk), weight, fp32, bytes.data(),
+                   bytes.size());
+  }
+};
+
+TEST_F(MedianUnderTheAccumulator, AnOutlierDoesNotMoveTheMedianButMovesTheMean) {
+  RoundAccumulator median(plan, {1, 2, 3}, make_rule(testing::kTestMedian));
+  RoundAccumulator mean(plan, {1, 2, 3});
+  for (RoundAccumulator* acc : {&median, &mean}) {
+    acc->open(0);
+    add(*acc, 1, 0, 1.0f, 1.0);
+    add(*acc, 3, 0, 1e6f, 1.0);  // arrival order does not matter to the median
+    EXPECT_TRUE(add(*acc, 2, 0, 2.0f, 2.0).chunk_complete);
+  }
+  const ChunkSum m = median.take(0);
+  EXPECT_EQ(m.weight, 4.0);  // the weight behind it is the bookkeeping's, whatever the rule
+  for (float x : m.mean) EXPECT_EQ(x, 2.0f);
+  for (float x : mean.take(0).mean) EXPECT_GT(x, 1e5f);
+}
+
+TEST_F(MedianUnderTheAccumulator, ABufferedRuleHoldsEveryCopyUntilTheChunkCloses) {
+  RoundAccumulator median(plan, {1, 2, 3}, make_rule(testing::kTestMedian));
+  RoundAccumulator mean(plan, {1, 2, 3});
+  EXPECT_EQ(median.rule().memory(), aggregation::RuleMemory::kBuffered);
+  for (RoundAccumulator* acc : {&median, &mean}) {
+    acc->open(5);
+    for (uint32_t child : {1u, 2u, 3u}) add(*acc, child, 1, 1.0f, 1.0);
+  }
+  EXPECT_EQ(median.bytes_in_flight(), 3 * plan.size(1) * sizeof(float));
+  EXPECT_EQ(mean.bytes_in_flight(), plan.size(1) * sizeof(float));
+  median.take(1);
+  EXPECT_EQ(median.bytes_in_flight(), 0u);
+}
+
+TEST_F(MedianUnderTheAccumulator, DuplicatesStaleCopiesAndBadPayloadsNeverReachTheRule) {
+  RoundAccumulator median(plan, {1, 2, 3}, make_rule(testing::kTestMedian));
+  median.open(2);
+  add(median, 1, 0, 1.0f, 1.0);
+  EXPECT_EQ(add(median, 1, 0, 1e9f, 1.0).outcome, AddOutcome::kDuplicate);
+  // Written by hand: the encoder refuses what a dishonest child might send.
+  std::vector<uint8_t> nan(fp32.encoded_size(plan.size(0)));
+  const float not_a_number = std::nanf("");
+  for (size_t i = 0; i < plan.size(0); ++i) {
+    std::memcpy(nan.data() + i * sizeof(float), &not_a_number, sizeof(float));
+  }
+  EXPECT_EQ(median.add(2, 2, 0, plan.size(0), 1.0, fp32, nan.data(), nan.size()).outcome,
+            AddOutcome::kBadPayload);
+  EXPECT_EQ(median.bytes_in_flight(), plan.size(0) * sizeof(float));
+  add(median, 3, 0, 3.0f, 1.0);
+  for (float x : median.take(0).mean) EXPECT_EQ(x, 2.0f);  // median of {1, 3}
+  EXPECT_EQ(add(median, 2, 0, 1e9f, 1.0).outcome, AddOutcome::kStale);
+}
+
+// A rule whose combiner makes the wrong number of values is a bug in the
+// rule: the accumulator says so instead of forwarding a short chunk.
+class ShortRule final : public aggregation::AggregationRule {
+ public:
+  std::string name() const override { return "short"; }
+  aggregation::RuleMemory memory() const override { return aggregation::RuleMemory::kStreaming; }
+  std::unique_ptr<aggregation::ChunkCombiner> begin_chunk(uint32_t, size_t) const override {
+    class Short final : public aggregation::ChunkCombiner {
+      void add(uint32_t, const Codec&, const uint8_t*, size_t, double) override {}
+      std::vector<float> finish(double) override { return {1.0f}; }
+      size_t bytes_held() const override { return 0; }
+    };
+    return std::make_unique<Short>();
+  }
+};
+
+TEST_F(MedianUnderTheAccumulator, ACombinerThatMakesTheWrongSizeIsRefused) {
+  RoundAccumulator acc(plan, {1}, std::make_shared<const ShortRule>());
+  acc.open(0);
+  add(acc, 1, 0, 1.0f, 1.0);
+  EXPECT_THROW(acc.take(0), Error);
+}
+
+TEST(AggregationRuleTopology, TheRuleIsReadCheckedWrittenAndDigested) {
+  testing::register_test_median_rule();
+  const std::string base = "job: j\nfederation: {rounds: 2, codec: fp32%s}\nnodes:\n"
+                           "  - {id: root, role: root, endpoint: 'ipc:///tmp/r'}\n"
+                           "  - {id: s0, role: site, parent: root, weight: 1}\n";
+  auto with = [&](const std::string& extra) {
+    std::string text = base;
+    text.replace(text.find("%s"), 2, extra);
+    return text;
+  };
+  const Topology plain = Topology::parse(with(""));
+  const Topology named = Topology::parse(with(", aggregation: {rule: weighted_mean}"));
+  const Topology median = Topology::parse(with(", aggregation: {rule: test_median}"));
+  EXPECT_EQ(plain.federation().aggregation.rule, "weighted_mean");
+  // The default keeps the digest every existing topology has.
+  EXPECT_EQ(plain.digest_hex(), named.digest_hex());
+  EXPECT_EQ(median.federation().aggregation.rule, "test_median");
+  EXPECT_NE(median.digest_hex(), plain.digest_hex());
+  const Topology again = Topology::parse(median.to_yaml());
+  EXPECT_EQ(again.federation().aggregation.rule, "test_median");
+  EXPECT_EQ(again.digest_hex(), median.digest_hex());
+  try {
+    Topology::parse(with(", aggregation: {rule: krum}"));
+    FAIL() << "an unknown rule was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown aggregation rule 'krum'"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(Topology::parse(with(", aggregation: {rule: weighted_mean, trim: 1}")), ConfigError);
+  EXPECT_THROW(Topology::parse(with(", aggregation: weighted_mean")), ConfigError);
+}
+
+}  // namespace
+}  // namespace fedwan
