@@ -32,9 +32,10 @@ the federation and broadcasts each model over the group.
 
 The root (or a region) runs an :class:`Aggregator`::
 
-    agg = fedwan.Aggregator("federation.yaml", "root", initial_model=site_flat_numpy,
-                            credentials=fedwan.credentials_path("pki", "root"))
-    summary = agg.run()           # blocks until the last round; GIL released
+    with fedwan.Aggregator("federation.yaml", "root", initial_model=site_flat_numpy,
+                           credentials=fedwan.credentials_path("pki", "root")) as agg:
+        summary = agg.run()       # blocks until the last round; GIL released
+    # leaving the block closed it: its endpoint is free again
 """
 
 from . import _fedwan

@@ -4,10 +4,12 @@
 // raised by a callback stops the aggregator and is re-raised from run().
 #include <pybind11/stl.h>
 
-#include <atomic>
+#include <condition_variable>
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <thread>
 
 #include "bindings.hpp"
 #include "fedwan/aggregator.hpp"
@@ -88,17 +90,69 @@ class PyAggregator {
 
   // Closing the sockets may wait up to their linger time (seconds) for
   // frames children never took; other Python threads run meanwhile.
-  ~PyAggregator() {
-    py::gil_scoped_release nogil;
-    agg_.reset();
-  }
+  ~PyAggregator() { close(); }
   PyAggregator(const PyAggregator&) = delete;
   PyAggregator& operator=(const PyAggregator&) = delete;
 
   py::dict run() {
-    if (started_.exchange(true)) {
-      throw Error("Aggregator.run() was already called; build a new Aggregator per federation");
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!agg_) throw Error("Aggregator.run() after close(); build a new Aggregator");
+      if (started_) {
+        throw Error("Aggregator.run() was already called; build a new Aggregator per federation");
+      }
+      started_ = true;
+      running_ = true;
+      run_thread_ = std::this_thread::get_id();
     }
+    // close() on another thread waits for this run to end before it frees
+    // the aggregator.
+    struct Ended {
+      PyAggregator* self;
+      ~Ended() {
+        std::lock_guard<std::mutex> lock(self->mutex_);
+        self->running_ = false;
+        self->ended_.notify_all();
+      }
+    } ended{this};
+    return summary_dict(run_core());
+  }
+
+  // Any thread; run() then raises fedwan.StoppedError within ~100 ms.
+  // After close(): nothing to stop.
+  void stop() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (agg_) agg_->stop();
+  }
+
+  // Stops a run() in progress on another thread and waits for it to end,
+  // then releases the node's endpoint and sockets. Idempotent; any thread.
+  void close() {
+    std::unique_ptr<Aggregator> agg;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (running_ && run_thread_ == std::this_thread::get_id()) {
+        throw Error("Aggregator.close() from a callback of its own run(); call stop() there");
+      }
+    }
+    {
+      py::gil_scoped_release nogil;  // run()'s callbacks need the GIL to finish
+      std::unique_lock<std::mutex> lock(mutex_);
+      if (running_ && agg_) agg_->stop();
+      ended_.wait(lock, [this] { return !running_; });
+      agg = std::move(agg_);
+    }
+    py::gil_scoped_release nogil;
+    agg.reset();
+  }
+
+  bool closed() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return !agg_;
+  }
+
+ private:
+  AggregatorSummary run_core() {
     AggregatorSummary s;
     bool callback_failed = false;
     // Ctrl-C stops the aggregator (run_interruptible) and raises
@@ -118,6 +172,10 @@ class PyAggregator {
       callback_error_ = nullptr;
       std::rethrow_exception(e);
     }
+    return s;
+  }
+
+  static py::dict summary_dict(const AggregatorSummary& s) {
     py::list reports;
     for (const RoundReport& r : s.reports) reports.append(report_dict(r));
     py::dict d;
@@ -148,10 +206,6 @@ class PyAggregator {
     return d;
   }
 
-  // Any thread; run() then raises fedwan.StoppedError within ~100 ms.
-  void stop() { agg_->stop(); }
-
- private:
   // Runs `f` under the GIL on run()'s thread. A failure is kept (to be
   // re-raised by run() once it holds the GIL) and unwinds the core's loop.
   template <class F>
@@ -170,7 +224,11 @@ class PyAggregator {
   py::object on_model_;
   std::exception_ptr callback_error_;  // written by run()'s worker, read after it ended
   Interruptible interruptible_;        // run()'s thread runs the callbacks
-  std::atomic<bool> started_{false};
+  mutable std::mutex mutex_;  // guards started_, running_ and agg_ (not the object it points to)
+  std::condition_variable ended_;
+  bool started_ = false;
+  bool running_ = false;
+  std::thread::id run_thread_;
   std::unique_ptr<Aggregator> agg_;  // last: destroyed before the callbacks it calls
 };
 
@@ -238,7 +296,23 @@ fedwan.TimeoutError when children do not join or a round does not complete in ti
 fedwan.StoppedError (a fedwan.Error) when stopped.)")
       .def("stop", &PyAggregator::stop,
            "Makes run() raise fedwan.StoppedError within ~100 ms, also while it is still "
-           "fetching its replica on a restart; any thread.");
+           "fetching its replica on a restart; any thread.")
+      .def("close", &PyAggregator::close,
+           "Stops a run() in progress (on another thread) and waits for it to end, then "
+           "releases the node's endpoint and sockets (waiting up to their linger time for "
+           "frames children never took). Idempotent; run() afterwards raises fedwan.Error.")
+      .def_property_readonly("closed", &PyAggregator::closed,
+                             "Whether close() released the aggregator.")
+      .def(
+          "__enter__", [](py::object self) { return self; },
+          "Returns the Aggregator itself; leaving the block closes it.")
+      .def(
+          "__exit__",
+          [](PyAggregator& self, const py::handle&, const py::handle&, const py::handle&) {
+            self.close();
+            return false;
+          },
+          "Closes the aggregator (close()); an exception in the block propagates.");
 }
 
 }  // namespace fedwan::python

@@ -111,3 +111,69 @@ def test_callback_exception_propagates_out_of_run(sock_dir, credentials, which, 
     join_all(sites)
     want = None if sites_finish else "TimeoutError"
     assert [w.result for w in sites] == [want, want]
+
+
+def test_a_with_block_closes_the_aggregator_and_frees_its_endpoint(sock_dir, credentials):
+    topo = two_site_topology(sock_dir)
+    creds = credentials(topo, "root")
+    with fedwan.Aggregator(topo, "root", np.zeros(4, np.float32), join_timeout_s=0.2,
+                           credentials=creds) as root:
+        assert not root.closed
+        with pytest.raises(fedwan.TimeoutError):
+            root.run()
+    assert root.closed
+    root.close()  # idempotent
+    root.stop()   # nothing left to stop
+    with pytest.raises(fedwan.Error, match="after close"):
+        root.run()
+    # The endpoint is free again: the same node binds it at once.
+    with fedwan.Aggregator(topo, "root", np.zeros(4, np.float32), join_timeout_s=0.2,
+                           credentials=creds) as again:
+        assert not again.closed
+
+
+def test_an_exception_in_the_block_propagates_after_closing(sock_dir, credentials):
+    topo = two_site_topology(sock_dir)
+    with pytest.raises(ValueError, match="from the block"):
+        with fedwan.Aggregator(topo, "root", np.zeros(4, np.float32),
+                               credentials=credentials(topo, "root")) as root:
+            raise ValueError("from the block")
+    assert root.closed
+
+
+def test_close_from_another_thread_stops_a_running_aggregator(sock_dir, credentials):
+    topo = two_site_topology(sock_dir)
+    root = fedwan.Aggregator(topo, "root", np.zeros(4, np.float32), join_timeout_s=60,
+                             credentials=credentials(topo, "root"))
+    error = stop_while_running("root", root.run, root.close)
+    # close() stops a run in progress; one that closed before run() began
+    # leaves nothing to run.
+    assert isinstance(error, fedwan.StoppedError) or "after close" in str(error)
+    assert root.closed
+
+
+def test_close_from_a_callback_of_its_own_run_is_refused(sock_dir, credentials):
+    # Refused at the last round's report, so the sites are done already.
+    topo = two_site_topology(sock_dir, rounds=3, round_timeout_s=1.0)
+    initial = fedwan.synthetic_initial_model(64, 5)
+    holder = {"reports": 0}
+
+    def on_round(report):
+        holder["reports"] += 1
+        if holder["reports"] == 3:
+            holder["agg"].close()
+
+    root = fedwan.Aggregator(topo, "root", initial, on_round=on_round,
+                             join_timeout_s=JOIN_TIMEOUT_S, credentials=credentials(topo, "root"))
+    holder["agg"] = root
+    sites = [Worker(n, lambda n=n: synthetic_site(topo, n, initial, credentials(topo, n)))
+             for n in ("site-0", "site-1")]
+    for w in sites:
+        w.start()
+    with pytest.raises(fedwan.Error, match="from a callback of its own run"):
+        root.run()
+    assert not root.closed
+    root.close()
+    assert root.closed
+    join_all(sites)
+    assert [w.result for w in sites] == [None, None]
