@@ -151,7 +151,7 @@ def check_streams(args: argparse.Namespace) -> int:
     return n
 
 
-def specs_from(args: argparse.Namespace) -> list[federation.FederationSpec]:
+def specs_from(args: argparse.Namespace) -> list[federation.BenchFederation]:
     from dataclasses import replace
     if args.quick:
         args.params, args.regions, args.sites_per_region = 200_000, 1, 2
@@ -162,7 +162,7 @@ def specs_from(args: argparse.Namespace) -> list[federation.FederationSpec]:
     # Baselines are built from the blocking spec: they run blocking rounds,
     # flat, on the same links (behind the regions' links when there are
     # regions), one TCP connection per link.
-    ours = federation.FederationSpec(
+    ours = federation.BenchFederation(
         name="fedwan", regions=args.regions, sites_per_region=args.sites_per_region,
         sites=args.sites_per_region if args.regions == 0 else 0, codec=args.codec,
         rounds=args.rounds, inner_steps=args.inner_steps, step_time_ms=args.step_time_ms,

@@ -26,7 +26,7 @@ from .profiles import Profile
 _run_counter = itertools.count()
 PORT = 7000
 
-# The runs measured against fedwan's, by the names FederationSpec gives them.
+# The runs measured against fedwan's, by the names BenchFederation gives them.
 BASELINES = ("flat-fp32", "flower")
 # How a fedwan federation runs its rounds (`--modes`): "blocking" (a site
 # waits in sync() for the next anchor) or "overlap" (it keeps training while
@@ -61,7 +61,10 @@ def tree_label(regions: int, sites_per_region: int, via_regions: int = 0) -> str
 
 
 @dataclass(frozen=True)
-class FederationSpec:
+class BenchFederation:
+    """One federation the harness runs and measures: its tree, settings and
+    baseline (not fedwan.FederationSpec, a topology's round settings)."""
+
     name: str  # how the report calls this run ("fedwan", "flat-fp32", ...)
     regions: int = 2  # 0: every site straight under the root (a flat tree)
     sites_per_region: int = 2
@@ -150,7 +153,7 @@ class Node:
         return self.role != "relay"
 
 
-def plan_nodes(spec: FederationSpec) -> list[Node]:
+def plan_nodes(spec: BenchFederation) -> list[Node]:
     """Every host of the run: the root, the regions (a flat tree's: relays,
     `via_regions` of them) and the sites, with the same names and addresses
     in a tree with regions and in a flat tree over its links."""
@@ -173,7 +176,7 @@ def plan_nodes(spec: FederationSpec) -> list[Node]:
     return nodes
 
 
-def topology_yaml(spec: FederationSpec, nodes: list[Node]) -> str:
+def topology_yaml(spec: BenchFederation, nodes: list[Node]) -> str:
     lines = [
         "job: fedwan-bench",
         "federation:",
@@ -230,7 +233,7 @@ def emulator_config(nodes: list[Node], namespaces: dict[str, netns.Namespace],
 FLOWER_PORT = 8080
 
 
-def _flower_argv(spec: FederationSpec, node: Node, work: str) -> list[str]:
+def _flower_argv(spec: BenchFederation, node: Node, work: str) -> list[str]:
     argv = [spec.flower_python, "-m", "fedwan_bench.flower_node",
             "server" if node.role == "root" else "client",
             "--address", f"10.77.0.1:{FLOWER_PORT}", "--params", str(spec.params),
@@ -243,7 +246,7 @@ def _flower_argv(spec: FederationSpec, node: Node, work: str) -> list[str]:
                    "--report", os.path.join(work, f"{node.id}-report.json")]
 
 
-def _node_argv(spec: FederationSpec, node: Node, fedwan: str, work: str) -> list[str]:
+def _node_argv(spec: BenchFederation, node: Node, fedwan: str, work: str) -> list[str]:
     if spec.system == "flower":
         return _flower_argv(spec, node, work)
     command = "site" if node.role == "site" else "aggregator"
@@ -361,7 +364,7 @@ def _tail(path: str, lines: int = 8) -> str:
         return ""
 
 
-def run(spec: FederationSpec, profile: Profile, fedwan: str, linkemu: str, work: str,
+def run(spec: BenchFederation, profile: Profile, fedwan: str, linkemu: str, work: str,
         timeout: float = 1800.0, kernel_period: float = 1.0, shaper: str = "linkemu") -> dict:
     """Runs the federation under `profile` and returns its raw record (what
     metrics.summarise() reads). Raises RuntimeError with the failing node's

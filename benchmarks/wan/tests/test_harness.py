@@ -59,13 +59,13 @@ def test_parse_count():
 
 
 def test_the_plan_puts_sites_under_regions_or_straight_under_the_root():
-    spec = federation.FederationSpec(name="t", regions=2, sites_per_region=3)
+    spec = federation.BenchFederation(name="t", regions=2, sites_per_region=3)
     nodes = federation.plan_nodes(spec)
     assert [n.role for n in nodes].count("site") == 6
     assert {n.parent for n in nodes if n.role == "site"} == {"region-0", "region-1"}
     assert all(n.tier == "site" for n in nodes if n.role == "site")
     assert len({n.address for n in nodes}) == len(nodes)
-    flat = federation.plan_nodes(federation.FederationSpec(name="f", regions=0, sites=5))
+    flat = federation.plan_nodes(federation.BenchFederation(name="f", regions=0, sites=5))
     assert [n.parent for n in flat if n.role == "site"] == ["root"] * 5
     assert all(n.tier == "root" for n in flat if n.role == "site")
     yaml = federation.topology_yaml(spec, nodes)
@@ -78,7 +78,7 @@ def test_the_emulator_config_gives_each_edge_its_tier():
         def __init__(self, name):
             self.name = name
 
-    spec = federation.FederationSpec(name="t", regions=1, sites_per_region=2)
+    spec = federation.BenchFederation(name="t", regions=1, sites_per_region=2)
     nodes = federation.plan_nodes(spec)
     prof = profiles.named("intercontinental")
     cfg = federation.emulator_config(nodes, {n.id: Ns("ns-" + n.id) for n in nodes}, prof, 3)

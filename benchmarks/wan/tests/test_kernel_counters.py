@@ -164,7 +164,7 @@ def test_a_connection_reset_midway_and_a_new_one_are_summed():
 
 
 def test_watches_cover_each_node_towards_its_parent_and_with_netem_its_children():
-    nodes = federation.plan_nodes(federation.FederationSpec(name="t", regions=1,
+    nodes = federation.plan_nodes(federation.BenchFederation(name="t", regions=1,
                                                             sites_per_region=2))
     ns = {n.id: f"ns-{n.id}" for n in nodes}
     up = {w.node: w.peers for w in kernel_counters.watches_for(nodes, ns)}

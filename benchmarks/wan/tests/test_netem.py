@@ -41,7 +41,7 @@ NO_NETEM = {"root netem": (2, "", "Error: Specified qdisc kind is unknown.\n")}
 
 
 def test_the_commands_for_one_region_of_two_sites():
-    spec = federation.FederationSpec(name="t", regions=1, sites_per_region=2)
+    spec = federation.BenchFederation(name="t", regions=1, sites_per_region=2)
     nodes = federation.plan_nodes(spec)
     ns = {"root": "ns0", "region-0": "ns1", "site-0": "ns2", "site-1": "ns3"}
     lines = [" ".join(c) for c in netem.edge_commands(nodes, ns,
@@ -65,7 +65,7 @@ def test_the_commands_for_one_region_of_two_sites():
 
 
 def test_a_flat_tree_puts_every_site_on_the_root_tier():
-    nodes = federation.plan_nodes(federation.FederationSpec(name="f", regions=0, sites=2))
+    nodes = federation.plan_nodes(federation.BenchFederation(name="f", regions=0, sites=2))
     ns = {n.id: f"ns-{n.id}" for n in nodes}
     cmds = netem.edge_commands(nodes, ns, profiles.named("degraded"), ip="/sbin/ip",
                                tc="/sbin/tc")
@@ -180,7 +180,7 @@ def test_counters_come_from_ip_and_tc():
 def test_the_links_are_built_and_read_back(tmp_path):
     runner = FakeRunner({"-s -j link show": (0, LINK_JSON, ""),
                          "-s -j qdisc show": (0, QDISC_JSON, "")})
-    nodes = federation.plan_nodes(federation.FederationSpec(name="f", regions=0, sites=2))
+    nodes = federation.plan_nodes(federation.BenchFederation(name="f", regions=0, sites=2))
     ns = {n.id: f"ns-{n.id}" for n in nodes}
     links = netem.NetemLinks(nodes, ns, profiles.named("lan"), str(tmp_path), runner=runner)
     assert len(runner.calls) == 18 and links.proc is None and links.cpu_seconds() == 0.0

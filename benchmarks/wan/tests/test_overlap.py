@@ -93,12 +93,12 @@ def test_the_help_names_the_new_flags():
 
 
 def test_the_topology_carries_overlap_steps_in_its_federation_section():
-    spec = federation.FederationSpec(name="fedwan", inner_steps=10, overlap_steps=4)
+    spec = federation.BenchFederation(name="fedwan", inner_steps=10, overlap_steps=4)
     text = federation.topology_yaml(spec, federation.plan_nodes(spec))
     federation_section = text[text.index("federation:"):text.index("nodes:")]
     assert "\n  overlap_steps: 4\n" in federation_section
     assert "\n  inner_steps: 10\n" in federation_section
-    blocking = federation.FederationSpec(name="fedwan")
+    blocking = federation.BenchFederation(name="fedwan")
     assert "overlap_steps" not in federation.topology_yaml(blocking,
                                                            federation.plan_nodes(blocking))
 

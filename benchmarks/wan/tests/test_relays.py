@@ -43,7 +43,7 @@ def tree_and_baseline(regions: int = 2, sites_per_region: int = 2):
     return specs[0], specs[1]
 
 
-def config_of(spec: federation.FederationSpec, profile: str = "intercontinental") -> dict:
+def config_of(spec: federation.BenchFederation, profile: str = "intercontinental") -> dict:
     nodes = federation.plan_nodes(spec)
     return federation.emulator_config(nodes, {n.id: Ns("ns-" + n.id) for n in nodes},
                                       profiles.named(profile), 7)
@@ -64,9 +64,9 @@ def test_baselines_sit_behind_the_regions_of_the_fedwan_run(monkeypatch):
     ours, flat = cli.specs_from(parse("--regions", "0", "--sites-per-region", "3"))
     assert (flat.via_regions, flat.site_count(), flat.tree()) == (0, 3, "flat")
     with pytest.raises(ValueError, match="via_regions"):
-        federation.FederationSpec(name="x", regions=2, via_regions=2)
+        federation.BenchFederation(name="x", regions=2, via_regions=2)
     with pytest.raises(ValueError, match="via_regions"):
-        federation.FederationSpec(name="x", regions=0, sites=5, sites_per_region=2,
+        federation.BenchFederation(name="x", regions=0, sites=5, sites_per_region=2,
                                   via_regions=2)
 
 
@@ -186,7 +186,7 @@ def baseline_record(regions: int = 1) -> dict:
     region's link both its sites' (the emulator counts every packet it
     carries, relayed or not)."""
     raw = raw_record()
-    spec = federation.FederationSpec(name="flat-fp32", regions=0, sites=2 * regions,
+    spec = federation.BenchFederation(name="flat-fp32", regions=0, sites=2 * regions,
                                      via_regions=regions, codec="fp32", params=500, rounds=2)
     nodes = federation.plan_nodes(spec)
     raw["spec"], raw["nodes"] = asdict(spec), [asdict(n) for n in nodes]
@@ -236,8 +236,8 @@ def test_the_ideal_bound_follows_the_link_each_byte_crosses():
         return {"nodes": [asdict(n) for n in federation.plan_nodes(spec)]}
 
     _, flat = tree_and_baseline()
-    ours = federation.FederationSpec(name="fedwan")
-    plain = federation.FederationSpec(name="f", regions=0, sites=4)
+    ours = federation.BenchFederation(name="fedwan")
+    plain = federation.BenchFederation(name="f", regions=0, sites=4)
     # A relay's link carries the sum of its sites' bytes: region-0 300 up
     # and 400 down, region-1 450 up; a site's link its own.
     assert metrics.tier_bytes(nodes_of(flat), rows) == {"site": 400, "root": 450}

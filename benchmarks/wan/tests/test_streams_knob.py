@@ -19,13 +19,13 @@ from test_harness import parse_run as parse, plan_fails as fails, raw_record  # 
 
 
 
-def federation_section(spec: federation.FederationSpec) -> str:
+def federation_section(spec: federation.BenchFederation) -> str:
     text = federation.topology_yaml(spec, federation.plan_nodes(spec))
     return text[text.index("federation:"):text.index("nodes:")]
 
 
 def test_one_connection_per_link_is_the_default():
-    assert federation.FederationSpec(name="fedwan").streams == 1
+    assert federation.BenchFederation(name="fedwan").streams == 1
     specs = specs_from(parse("--baselines", "flat-fp32"))
     assert [(s.name, s.streams) for s in specs] == [("fedwan", 1), ("flat-fp32", 1)]
     modes = specs_from(parse("--modes", "blocking,overlap", "--overlap-steps", "2"))
@@ -57,13 +57,13 @@ def test_streams_are_checked_before_anything_runs():
 
 
 def test_the_topology_carries_streams_in_its_federation_section():
-    spec = federation.FederationSpec(name="fedwan", streams=4)
+    spec = federation.BenchFederation(name="fedwan", streams=4)
     section = federation_section(spec)
     assert "\n  streams: 4\n" in section
     assert "\n  rounds: 4\n" in section
     text = federation.topology_yaml(spec, federation.plan_nodes(spec))
     assert text.count("streams") == 1  # the federation's only, not per node
-    one = federation.FederationSpec(name="fedwan")
+    one = federation.BenchFederation(name="fedwan")
     assert "streams" not in federation.topology_yaml(one, federation.plan_nodes(one))
     # From the command line: the fedwan run's topology has it, the
     # baseline's does not.
