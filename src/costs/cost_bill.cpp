@@ -23,7 +23,7 @@ void add_to(uint64_t& acc, uint64_t v) {
 int64_t cost_window_seconds(const std::string& name) {
   if (name == "none") return 0;
   if (name == "1h") return 3600;
-  if (name == "6h") return 6 * 3600;
+  if (name == "6h") return int64_t{6} * 3600;
   if (name == "1d") return 86400;
   throw ConfigError("window '" + name + "': expected none, 1h, 6h or 1d");
 }
@@ -108,6 +108,7 @@ CostBill bill_costs(const std::vector<CostRecord>& records, const CostRates& rat
   bill.records = records.size();
   bill.window_seconds = window_seconds;
   std::vector<const CostRecord*> all;
+  all.reserve(records.size());
   for (const CostRecord& r : records) all.push_back(&r);
   // By node, then round: node_lines() takes each node's records together.
   std::sort(all.begin(), all.end(), [](const CostRecord* a, const CostRecord* b) {

@@ -38,7 +38,7 @@ int64_t days_from_civil(int64_t y, unsigned m, unsigned d) {
   return era * 146097 + static_cast<int64_t>(doe) - 719468;
 }
 
-std::string printable(std::string s) { return cost_printable(std::move(s)); }
+std::string printable(const std::string& s) { return cost_printable(s); }
 
 std::string shown(const json& v) {
   std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
@@ -131,7 +131,7 @@ bool parse_utc(const std::string& t, UtcTime* out, std::string* why) {
     *why = "is not a valid date and time";
     return false;
   }
-  out->seconds = days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + s;
+  out->seconds = days_from_civil(y, mo, d) * 86400 + int64_t{h} * 3600 + int64_t{mi} * 60 + s;
   out->nanos = nanos;
   return true;
 }
@@ -285,7 +285,7 @@ uint64_t CostRecord::bytes_sent() const {
   return n;
 }
 
-std::string cost_printable(std::string s) { return terminal_text(s); }
+std::string cost_printable(const std::string& s) { return terminal_text(s); }
 
 CostLedger::CostLedger(CostTrust trust) : trust_(std::move(trust)) {
   if (!trust_.ca && !trust_.on_their_word) {

@@ -83,7 +83,7 @@ constexpr size_t kCostMaxLineBytes = 1 << 20;
 CostRecord parse_cost_record(const std::string& line, const std::string& origin);
 
 // Records are untrusted and messages go to a terminal: common/terminal_text.
-std::string cost_printable(std::string s);
+std::string cost_printable(const std::string& s);
 
 // How the ledger judges records.
 struct CostTrust {

@@ -37,7 +37,10 @@ double CostRates::device_hour_rate(const std::string& node, const std::string& k
 }
 
 double CostRates::egress_rate(const std::string& node, const std::string& peer) const {
-  for (const std::string& key : {node + "->" + peer, node, std::string("default")}) {
+  std::string link = node;
+  link += "->";
+  link += peer;
+  for (const std::string& key : {link, node, std::string("default")}) {
     const auto it = egress_gb.find(key);
     if (it != egress_gb.end()) return it->second;
   }
@@ -94,7 +97,11 @@ class RatesReader {
       }
       const std::string& key = it->first.Scalar();
       for (const Entry& e : out) {
-        if (e.name == key) fail(it->first, ctx + ": key '" + key + "' given twice");
+        if (e.name == key) {
+          std::string why = ctx;
+          why += ": key '" + key + "' given twice";
+          fail(it->first, why);
+        }
       }
       out.push_back({key, it->first, it->second});
     }
@@ -141,18 +148,21 @@ CostRates parse_cost_rates(const std::string& text, const std::string& origin) {
         if (kinds.IsNull()) continue;
         for (const auto& [kind, kind_key, price] : in.entries(kinds, "device_hour." + node)) {
           if (!is_device_kind(kind)) {
-            in.fail(kind_key, "device_hour." + node + ": unknown device kind '" + kind +
-                                  "'; known kinds are cpu, gpu");
+            std::string why = "device_hour." + node;
+            why += ": unknown device kind '" + kind + "'; known kinds are cpu, gpu";
+            in.fail(kind_key, why);
           }
-          prices[kind] = in.rate(price, "device_hour." + node + "." + kind);
+          std::string what = "device_hour." + node;
+          what += "." + kind;
+          prices[kind] = in.rate(price, what);
         }
       }
     } else if (key == "egress_gb") {
       if (value.IsNull()) continue;
       for (const auto& [name, name_key, price] : in.entries(value, "egress_gb")) {
         const size_t arrow = name.find("->");
-        if (arrow != std::string::npos &&
-            (arrow == 0 || arrow + 2 == name.size() || name.find("->", arrow + 2) != name.npos)) {
+        if (arrow != std::string::npos && (arrow == 0 || arrow + 2 == name.size() ||
+                                           name.find("->", arrow + 2) != std::string::npos)) {
           in.fail(name_key,
                   "egress_gb: '" + name + "' is neither a node nor a link <node>-><peer>");
         }
