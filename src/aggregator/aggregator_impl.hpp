@@ -86,7 +86,7 @@ class Aggregator::Impl {
     // Liveness: heard within the heartbeat timeout. A lost child is not
     // waited for; it comes back by saying hello again.
     bool live = true;
-    Clock::time_point last_heard;
+    Clock::time_point last_heard;  // its last frame, or its welcome when later
     bool rejoin_pending = false;  // welcomed at the next round boundary
     double weight = 0;            // total site weight under it
     uint64_t elements = 0;        // the model size its hello stated

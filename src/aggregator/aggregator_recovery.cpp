@@ -92,6 +92,10 @@ void Aggregator::Impl::welcome_one(Child& c, uint64_t round, bool full) {
   }
   c.welcomed = true;
   c.live = true;
+  // Its silence counts from its welcome: before it, it had nothing to say
+  // (a child welcomed at a boundary or a first round may have said hello
+  // long ago).
+  c.last_heard = Clock::now();
   c.rejoin_pending = false;
   if (acc_ && acc_->is_open() && phase_ == Phase::kTraining) acc_->set_expected(c.index, true);
   became_member(c);
@@ -187,7 +191,12 @@ void Aggregator::Impl::on_heartbeat_timer() {
   const auto now = Clock::now();
   security_->tick();
   check_topology_file();
-  if (phase_ != Phase::kJoining) {
+  // A child is judged by its silence only once it can speak: until this
+  // node's own first welcome (kJoining, kAwaitWelcome) its children wait for
+  // theirs and send nothing but a hello now and then. Judged sooner, a region
+  // whose parent took longer than a heartbeat timeout to welcome it lost
+  // every child before its first round and that round could never close.
+  if (phase_ != Phase::kJoining && phase_ != Phase::kAwaitWelcome) {
     for (Child& c : down_.children) {
       if (c.live && now - c.last_heard > cfg_.heartbeat_timeout) child_lost(c);
     }

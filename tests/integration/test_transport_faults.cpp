@@ -14,6 +14,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -126,6 +127,40 @@ TEST_F(TransportFaults, AHandshakeLostWhileFetchingAReplicaStartsANewSession) {
   EXPECT_EQ(faults_->hits(rule), 1u);
   EXPECT_EQ(run.root.reports.size(), kRounds);
   for (const auto& site : run.site_models) EXPECT_TRUE(bit_equal(site, run.site_models[0]));
+}
+
+// Drops every hello from `site` to its parent after its first, up to `n`.
+FaultRule hellos_after_the_first(const std::string& parent_endpoint, const std::string& site,
+                                 uint64_t n) {
+  auto seen = std::make_shared<std::atomic<int>>(0);
+  FaultRule r = FaultRule::drop();
+  r.on(parent_endpoint, site).up().of_type(MsgType::kHello).where([seen](const uint8_t*, size_t) {
+    return seen->fetch_add(1) >= 1;
+  });
+  r.first(n);
+  return r;
+}
+
+// region-1's children joined, but its parent's welcome takes longer than a
+// heartbeat timeout to come (the first two are lost), and the hellos its
+// children say again meanwhile are lost too: until their own welcome they
+// send nothing else. region-1 used to judge them by that silence, lose both
+// before its first round, take them back as newcomers counting from round 1,
+// and fail ("round 0 can never close"): under load the same happened
+// whenever a sibling region joined the root more than a heartbeat timeout
+// later (the stress run found it).
+TEST_F(TransportFaults, ARegionWelcomedLateKeepsTheChildrenWaitingForIt) {
+  const auto welcomes = faults_->add(FaultRule::drop()
+                                         .on(endpoint("root"), "region-1")
+                                         .down()
+                                         .of_type(MsgType::kWelcome)
+                                         .first(2));
+  const auto site2 = faults_->add(hellos_after_the_first(endpoint("region-1"), "site-2", 3));
+  const auto site3 = faults_->add(hellos_after_the_first(endpoint("region-1"), "site-3", 3));
+  const FederationRun run = run_and_compare();
+  EXPECT_EQ(faults_->hits(welcomes), 2u);
+  EXPECT_GE(faults_->hits(site2) + faults_->hits(site3), 1u);
+  for (const AggregatorSummary& r : run.regions) EXPECT_EQ(r.children_lost, 0u);
 }
 
 // A site misses one chunk of an anchor: it notices from its parent's
