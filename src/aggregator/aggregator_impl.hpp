@@ -50,10 +50,9 @@
 #include "fedwan/aggregator.hpp"
 #include "fedwan/codec.hpp"
 #include "fedwan/outer_optimizer.hpp"
-#include "metrics/metrics_registry.hpp"
-#include "metrics/metrics_server.hpp"
 #include "node/event_timers.hpp"
 #include "node/node_config.hpp"
+#include "node/node_metrics.hpp"
 #include "node/node_security.hpp"
 #include "node/traffic.hpp"
 #include "session/parent_session.hpp"
@@ -87,9 +86,9 @@ class Aggregator::Impl {
     // waited for; it comes back by saying hello again.
     bool live = true;
     Clock::time_point last_heard;  // its last frame, or its welcome when later
-    bool rejoin_pending = false;  // welcomed at the next round boundary
-    double weight = 0;            // total site weight under it
-    uint64_t elements = 0;        // the model size its hello stated
+    bool rejoin_pending = false;   // welcomed at the next round boundary
+    double weight = 0;             // total site weight under it
+    uint64_t elements = 0;         // the model size its hello stated
     // Membership (aggregator_membership.cpp): counted in the quorum. A
     // late_join site is not waited for at the start.
     bool late = false;
@@ -217,6 +216,8 @@ class Aggregator::Impl {
   void start_metrics();  // when the node has a metrics address
   void update_metrics();
   void round_metrics(double seconds);
+  // The children's families, and their entries in the status.
+  nlohmann::json children_metrics(Clock::time_point now);
   const char* phase_name() const;
 
   // Cost records (aggregator_costs.cpp).
@@ -433,16 +434,10 @@ class Aggregator::Impl {
   } repl_;
 
   TrafficLedger ledger_;
-  // Metrics: the registry and server (shared with the server's thread), the
-  // status JSON it serves, and counts the summary does not keep.
-  struct StatusText {
-    std::mutex mu;
-    std::string json = "{}";
-  };
+  // Metrics: the served families and status (node::NodeMetrics), and counts
+  // the summary does not keep.
   struct Metrics {
-    std::shared_ptr<metrics::MetricsRegistry> registry;
-    std::shared_ptr<StatusText> status = std::make_shared<StatusText>();
-    std::unique_ptr<metrics::MetricsServer> server;  // declared last: stops first
+    std::unique_ptr<node::NodeMetrics> served;  // with a metrics address
     uint64_t malformed = 0, refused = 0;
     std::optional<Clock::time_point> last_checkpoint;
   } metrics_;

@@ -22,9 +22,8 @@
 #include "costs/cost_recorder.hpp"
 #include "fedwan/codec.hpp"
 #include "fedwan/site_core.hpp"
-#include "metrics/metrics_registry.hpp"
-#include "metrics/metrics_server.hpp"
 #include "node/node_config.hpp"
+#include "node/node_metrics.hpp"
 #include "node/node_security.hpp"
 #include "security/sealing_pipeline.hpp"
 #include "session/parent_session.hpp"
@@ -102,13 +101,7 @@ class SiteCore::Impl {
   }
   // Metrics and status over HTTP (site_metrics.cpp).
   struct SiteMetrics {
-    struct Status {
-      std::mutex mu;
-      std::string json = "{}";
-    };
-    std::shared_ptr<metrics::MetricsRegistry> registry;
-    std::shared_ptr<Status> status = std::make_shared<Status>();
-    std::unique_ptr<metrics::MetricsServer> server;  // declared last: stops first
+    std::unique_ptr<node::NodeMetrics> served;  // with a metrics address
     double train_seconds = 0;
     uint64_t checkpoints = 0;
     bool paused = false;
