@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Type checks of the fedwan Python package, run against the package that
+# Type checks of the fedwan Python packages, run against the packages that
 # PYTHON imports: an installed one, or a build tree's (PACKAGE_PARENT, the
 # directory holding fedwan/, e.g. build/python, goes first on PYTHONPATH).
 #
-#   1. mypy over the package: the inline annotations of its modules and the
-#      extension's stubs (fedwan/_fedwan.pyi), with pyproject.toml's
-#      [tool.mypy];
+#   1. mypy over the packages: the inline annotations of their modules and
+#      the extension's stubs (fedwan/_fedwan.pyi), with pyproject.toml's
+#      [tool.mypy] (fedwan, then fedwan_results);
 #   2. mypy --strict over bindings/python/tests/typing_usage.py, the API as a
 #      typed program uses it; its `type: ignore` lines are misuses the stubs
 #      must reject (an ignore that silences nothing fails the check);
@@ -57,6 +57,10 @@ failed=()
 
 say "mypy -p fedwan"
 "$PY" -m mypy --config-file "$CONFIG" --cache-dir "$CACHE" -p fedwan || failed+=("mypy -p fedwan")
+
+say "mypy -p fedwan_results"
+"$PY" -m mypy --config-file "$CONFIG" --cache-dir "$CACHE" -p fedwan_results ||
+  failed+=("mypy -p fedwan_results")
 
 say "mypy --strict typing_usage.py"
 "$PY" -m mypy --config-file "$CONFIG" --cache-dir "$CACHE" --strict \

@@ -22,7 +22,7 @@
 // Prints a table and PASS (exit 0) or FAIL (exit 1); exit 2 on errors.
 // --json FILE also writes the table's rows and the verdict there, as one
 // JSON object ("format": "fedwan.aggregator_memory", "version": 1), which
-// `fedwan.results.load` reads.
+// `fedwan_results.load` reads.
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>

@@ -10,8 +10,8 @@ and its load while the ratio mostly does not. Exits 0 whatever the numbers
 are; non-zero only when the benchmark could not run.
 
 The rows and their ratios come from fedwan's result reader
-(bindings/python/fedwan/_result_formats.py, the code behind
-`fedwan.results.load`), so this report and a notebook agree on every figure.
+(bindings/python/fedwan_results/_formats.py, the code behind
+`fedwan_results.load`), so this report and a notebook agree on every figure.
 """
 import importlib.util
 import json
@@ -25,12 +25,12 @@ SEAL_GATE_RATIO = 0.8
 
 def result_formats():
     """fedwan's result reader: this checkout's copy, loaded by path (it is
-    plain Python and needs no build), else an installed fedwan's."""
-    path = (Path(__file__).resolve().parents[2] / "bindings" / "python" / "fedwan"
-            / "_result_formats.py")
+    plain Python and needs no build), else an installed fedwan_results'."""
+    path = (Path(__file__).resolve().parents[2] / "bindings" / "python" / "fedwan_results"
+            / "_formats.py")
     if not path.is_file():
-        from fedwan import _result_formats
-        return _result_formats
+        from fedwan_results import _formats
+        return _formats
     spec = importlib.util.spec_from_file_location("fedwan_result_formats", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -1,4 +1,4 @@
-"""fedwan.results: every result format loads as rows with the values and the
+"""fedwan_results: every result format loads as rows with the values and the
 same-run ratios the harness defines; DataFrames and plots where pandas and
 matplotlib are installed, a clear ImportError where they are not; the
 command line.
@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 import fedwan
-import fedwan.results as results
+import fedwan_results as results
 
 from result_fixtures import (CORE_SYNCS, CPP_SYNCS, MIB, aggregator_memory_doc,
                              aggregator_report, allreduce_output, demo_report,
@@ -78,8 +78,8 @@ def test_micro_rows_without_bytes_or_baseline_have_no_ratio_and_failures_are_lef
     pipeline = r[f"BM_Pipeline_Fp16EF/{MIB}"]
     assert pipeline["ratio"] is None and pipeline["baseline"] == "Memcpy"
     assert f"BM_Codec_Int8Encode/{MIB}" not in r
-    from fedwan import _result_formats
-    assert _result_formats.google_benchmark_errors(doc) == [
+    from fedwan_results import _formats
+    assert _formats.google_benchmark_errors(doc) == [
         (f"BM_Codec_Int8Encode/{MIB}", "int8 kernel unavailable")]
 
 
@@ -277,21 +277,30 @@ def _env_with_fedwan():
     return env
 
 
-def test_python_dash_m_fedwan_results_show(tmp_path):
+@pytest.mark.parametrize("module", ["fedwan_results", "fedwan.results"])
+def test_python_dash_m_show(tmp_path, module):
     path = write(tmp_path, "report.json", demo_report())
-    out = subprocess.run([sys.executable, "-m", "fedwan.results", "show", str(path)],
+    out = subprocess.run([sys.executable, "-m", module, "show", str(path)],
                          env=_env_with_fedwan(), capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines()[-1].split()[:2] == ["2", "0.5775"]
 
 
-def test_importing_fedwan_results_imports_neither_pandas_nor_matplotlib():
-    code = ("import sys, fedwan.results; "
-            "print(sorted(m for m in ('pandas', 'matplotlib') if m in sys.modules))")
+def test_importing_fedwan_results_imports_neither_pandas_matplotlib_nor_the_runtime():
+    code = ("import sys, fedwan_results; "
+            "print(sorted(m for m in ('pandas', 'matplotlib', 'fedwan', 'fedwan._fedwan') "
+            "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], env=_env_with_fedwan(),
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_the_former_name_fedwan_results_is_the_same_api():
+    import fedwan.results as former
+    assert set(former.__all__) == set(results.__all__)
+    for name in results.__all__:
+        assert getattr(former, name) is getattr(results, name), name
 
 
 # ---- pandas ----------------------------------------------------------------------------
@@ -437,7 +446,7 @@ def test_report_py_prints_the_ratios_of_fedwan_results(source_dir, monkeypatch):
     report = _load_by_path("fedwan_report_py", source_dir / "benchmarks/micro/report.py")
     formats = report.result_formats()
     assert Path(formats.__file__).resolve() == (
-        source_dir / "bindings/python/fedwan/_result_formats.py").resolve()
+        source_dir / "bindings/python/fedwan_results/_formats.py").resolve()
     doc = micro_doc()
     assert formats.google_benchmark_rows(doc) == results.loads(json.dumps(doc))
 

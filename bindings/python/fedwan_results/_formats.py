@@ -1,13 +1,13 @@
 """Readers of every result format fedwan's benchmarks and reports write.
 
 Each reader turns one file's content into rows: plain dicts, one per result,
-every one with a ``"kind"`` naming its format. ``fedwan.results`` is the
+every one with a ``"kind"`` naming its format. ``fedwan_results`` is the
 public face of this module (loading, DataFrames, plots, the command line).
 
-This file uses the standard library only and imports nothing from the
-``fedwan`` package, so that ``benchmarks/micro/report.py`` can load it by path
-from a source checkout, without a build, and compute its ratios with the very
-code that ``fedwan.results`` uses.
+This file uses the standard library only and imports nothing else of the
+project, so that ``benchmarks/micro/report.py`` can load it by path from a
+source checkout, without a build, and compute its ratios with the very code
+that ``fedwan_results`` uses.
 """
 
 from __future__ import annotations

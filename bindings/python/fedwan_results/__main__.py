@@ -1,0 +1,7 @@
+"""``python -m fedwan_results show|plot FILE ...``."""
+
+import sys
+
+from . import main
+
+sys.exit(main())
