@@ -44,7 +44,6 @@ Aggregator::Impl::Impl(AggregatorOptions options)
       cfg_(topo_, self_, {opt_.window, opt_.round_timeout}),
       limits_(cfg_.limits) {
   check_options();
-  region_.resend = session::UpdateResend(cfg_.heartbeat_timeout);
   if (is_root_) init_root_model();
   init_children();
   const std::string bind =
@@ -134,17 +133,17 @@ void Aggregator::Impl::open_links(const std::string& bind) {
   // again on the new one (hello, aggregates, checkpoint pieces).
   so.reconnect_linger_ms = 0;
   so.log_name = "agg:" + self_.id;
-  up_.session = std::make_unique<session::ParentSession>(topo_, self_, *transport_, *security_, so);
+  up_.uplink = std::make_unique<session::Uplink>(topo_, self_, *transport_, *security_, so);
 }
 
 void Aggregator::Impl::recover() {
   bool resumed = resume_from_checkpoint();
   if (!resumed && !is_root_ && !opt_.checkpoint_dir.empty() &&
       checkpoint::fetch_replica(
-          up_.session->link(),
+          up_.uplink->session().link(),
           [this](const std::string& why) -> ParentLink& {
             reconnect_parent(why);
-            return up_.session->link();
+            return up_.uplink->session().link();
           },
           topo_, self_, cfg_, opt_.checkpoint_dir, 0, opt_.join_timeout, *security_,
           &stop_requested)) {
@@ -235,8 +234,8 @@ bool Aggregator::Impl::flush() {
     }
   }
   while (!up_.out.frames.empty()) {
-    if (!up_.session->link().established() ||
-        !up_.session->link().try_send(*up_.out.frames.front().frame)) {
+    if (!up_.uplink->session().link().established() ||
+        !up_.uplink->session().link().try_send(*up_.out.frames.front().frame)) {
       break;
     }
     up_.out.frames.pop_front();
@@ -302,12 +301,12 @@ AggregatorSummary Aggregator::Impl::run() {
   while (phase_ != Phase::kDone) {
     if (stop_requested.load()) throw StoppedError("aggregator '" + self_.id + "' stopped");
     // Replica pieces wait for room in a window like frames in an outbox.
-    bool serving = repl_.upload != nullptr;
+    bool serving = uploading();
     for (const Serving& s : repl_.serving) serving = serving || s.reader != nullptr;
     const bool pending = !flush() || serving;
     std::vector<transport::Transport::Interest> interests = {{&down_.link->socket()}};
-    if (up_.session) {
-      up_.session->link().watch(&interests, !up_.out.frames.empty());
+    if (up_.uplink) {
+      up_.uplink->session().link().watch(&interests, !up_.out.frames.empty());
     }
     // A server socket cannot signal room for one particular child, so while
     // frames wait the loop polls briefly instead of sleeping.
@@ -316,10 +315,11 @@ AggregatorSummary Aggregator::Impl::run() {
     Incoming in;
     // Drain a bounded batch per socket so neither side starves the other.
     for (int i = 0; i < 64 && down_.link->recv(&in, Millis(0)); ++i) on_child_frame(in);
-    if (up_.session) {
+    if (up_.uplink) {
       try {
         for (int i = 0;
-             i < 64 && phase_ != Phase::kDone && up_.session->link().recv(&in, Millis(0)); ++i) {
+             i < 64 && phase_ != Phase::kDone && up_.uplink->session().link().recv(&in, Millis(0));
+             ++i) {
           on_parent_frame(in);
         }
       } catch (const CryptoError& e) {
@@ -327,11 +327,14 @@ AggregatorSummary Aggregator::Impl::run() {
         // cause, or a re-handshake after the first welcome, is retried with
         // backoff; a real refusal ends in the round timeout. A parent that
         // proved who it is and is the wrong one ends the first join at once.
-        if (!up_.contact && up_.session->link().security().failure_is_final()) throw;
+        if (!up_.uplink->in_federation() &&
+            up_.uplink->session().link().security().failure_is_final())
+          throw;
         security_->log_noise("parent-link:" + self_.id,
                              "[agg:" + self_.id + "] " + e.what() + "; will reconnect");
-        up_.session->forget_heard();
-        if (!up_.contact) up_.session->restart_stall_clock();  // a new session soon
+        up_.uplink->session().forget_heard();
+        if (!up_.uplink->in_federation())
+          up_.uplink->session().restart_stall_clock();  // a new session soon
       }
     }
     if (standby_.link) {
@@ -463,8 +466,9 @@ void Aggregator::Impl::check_deadlines() {
     case Phase::kAwaitWelcome:
     case Phase::kAwaitAnchor:
       throw TimeoutError("aggregator '" + self_.id + "': no answer from parent '" +
-                         topo_.node(self_.parent_index).id + "' at " + up_.session->endpoint() +
-                         " within " + std::to_string(cfg_.round_timeout.count() / 1000) + " s");
+                         topo_.node(self_.parent_index).id + "' at " +
+                         up_.uplink->session().endpoint() + " within " +
+                         std::to_string(cfg_.round_timeout.count() / 1000) + " s");
     case Phase::kDraining:
       throw TimeoutError("aggregator '" + self_.id +
                          "': regions did not report the traffic "

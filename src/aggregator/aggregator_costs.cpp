@@ -17,13 +17,7 @@ void Aggregator::Impl::collect_costs() {
     if (now > seen) rec.sent(c.id, now - seen);
     seen = now;
   }
-  if (up_.session) {
-    const std::string& parent = topo_.node(self_.parent_index).id;
-    rec.sent(parent, up_.session->bytes_sent() - costs_.up_sent);
-    rec.received(parent, up_.session->bytes_received() - costs_.up_received);
-    costs_.up_sent = up_.session->bytes_sent();
-    costs_.up_received = up_.session->bytes_received();
-  }
+  if (up_.uplink) up_.uplink->record_link_bytes(rec);
 }
 
 void Aggregator::Impl::costs_round_opened(uint64_t round) {

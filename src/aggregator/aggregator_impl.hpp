@@ -45,6 +45,7 @@
 #include "aggregation/round_accumulator.hpp"
 #include "aggregator/round_book.hpp"
 #include "aggregator/round_wait.hpp"
+#include "checkpoint/checkpoint_upload.hpp"
 #include "checkpoint/replica_store.hpp"
 #include "costs/cost_recorder.hpp"
 #include "fedwan/aggregator.hpp"
@@ -55,8 +56,7 @@
 #include "node/node_metrics.hpp"
 #include "node/node_security.hpp"
 #include "node/traffic.hpp"
-#include "session/parent_session.hpp"
-#include "session/update_resend.hpp"
+#include "session/uplink.hpp"
 #include "transport/links.hpp"
 #include "wire/frame.hpp"
 
@@ -231,6 +231,7 @@ class Aggregator::Impl {
   void pump_serving();  // next pieces of replicas going back to children
   void start_upload();  // after save_checkpoint: send it up / to the standby
   void pump_upload();
+  bool uploading() const { return repl_.upload && repl_.upload->active(); }
   void on_standby_frame(Incoming& in);      // root: from its standby
   void on_root_frame(Incoming& in);         // standby: from the active root
   bool may_serve(const std::string& peer);  // standby: false while passive
@@ -324,19 +325,16 @@ class Aggregator::Impl {
     uint32_t regions = 0;                          // region aggregators among the children
   } down_;
 
-  // A region's parent side: the session (link, reconnects, liveness), the
-  // outbox towards the parent, and where the hello/welcome exchange stands.
+  // A region's parent side: the child's end of the protocol (session::Uplink:
+  // the session, the welcome's progress, resends, replicas kept, link bytes),
+  // the outbox towards the parent, and where this session's welcome stands.
   struct Up {
-    std::unique_ptr<session::ParentSession> session;  // null at the root
+    std::unique_ptr<session::Uplink> uplink;  // null at the root
     Outbox out;
-    Clock::time_point progress_at;  // the hello/welcome exchange last advanced
-    bool welcomed = false;          // the parent welcomed this session
-    bool contact = false;           // welcomed once, or resumed: judge its silence
+    bool welcomed = false;  // the parent welcomed this session
     uint64_t welcome_round = 0;
     bool full_pending = false;  // a full anchor from the parent is arriving
     uint32_t full_chunks = 0;
-    std::array<uint8_t, 32> digest{};
-    bool keeps_replicas = false;  // the parent's welcome said so
   } up_;
 
   // The round in progress.
@@ -396,10 +394,8 @@ class Aggregator::Impl {
     // anchor completes so they can be sent again: those the parent lacks
     // once its progress stalls (resend), or all after it restarts.
     std::map<uint32_t, Frame> sent_up;
-    session::UpdateResend resend;
     bool done_from_parent = false;
-    bool force_reports = false;
-    int behind_beats = 0;  // finishing: report without lost children's traffic
+    bool force_reports = false;  // finishing: report without lost children's traffic
   } region_;
 
   // The root's standby, seen from either side. Root with a standby: the
@@ -426,11 +422,9 @@ class Aggregator::Impl {
     uint64_t round = 0;
   };
   struct Replication {
-    std::unique_ptr<checkpoint::ReplicaStore> store;  // with checkpoint_dir
-    std::vector<Serving> serving;                     // by child slot
-    std::unique_ptr<checkpoint::PieceReader> upload;  // this node's checkpoint going out
-    uint64_t upload_round = 0;
-    std::optional<std::vector<uint8_t>> upload_piece;  // built, not yet taken by the window
+    std::unique_ptr<checkpoint::ReplicaStore> store;       // with checkpoint_dir
+    std::vector<Serving> serving;                          // by child slot
+    std::unique_ptr<checkpoint::CheckpointUpload> upload;  // this node's checkpoint going out
   } repl_;
 
   TrafficLedger ledger_;
@@ -441,14 +435,13 @@ class Aggregator::Impl {
     uint64_t malformed = 0, refused = 0;
     std::optional<Clock::time_point> last_checkpoint;
   } metrics_;
-  // Cost records: the round being counted, and the link counters as of the
-  // last record (a replaced parent link starts from zero).
+  // Cost records: the round being counted, and the children's link counters
+  // as of the last record (the parent's: session::Uplink).
   struct Costs {
     costs::CostRecorder recorder;
     bool open = false;
     uint64_t round = 0;
     std::map<std::string, uint64_t> sent_seen;  // by child id
-    uint64_t up_sent = 0, up_received = 0;      // the parent session's totals
   } costs_;
   // Reports waiting for the subtree's traffic (root), telemetry owed (region).
   aggregator::RoundBook book_{is_root_};

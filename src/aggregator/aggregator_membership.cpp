@@ -61,11 +61,11 @@ void Aggregator::Impl::membership_changed() {
 }
 
 void Aggregator::Impl::report_membership() {
-  if (!up_.session) return;
+  if (!up_.uplink) return;
   wire::MembershipPayload p;
   p.weight = member_weight();
   p.sites = member_sites();
-  (void)up_.session->heartbeat(round_, wire::kFlagMembership, wire::encode_membership(p));
+  (void)up_.uplink->session().heartbeat(round_, wire::kFlagMembership, wire::encode_membership(p));
 }
 
 void Aggregator::Impl::on_membership(Child& c, const wire::ParsedFrame& f) {

@@ -47,9 +47,9 @@ void Aggregator::Impl::update_metrics() {
   const uint64_t shown_round = over ? std::max<uint64_t>(round_, cfg_.rounds) : round_;
   served.round(shown_round);
   nlohmann::json children = children_metrics(now);
-  if (up_.session) {
-    served.link_bytes(topo_.node(self_.parent_index).id, up_.session->bytes_sent(),
-                      up_.session->bytes_received());
+  if (up_.uplink) {
+    served.link_bytes(topo_.node(self_.parent_index).id, up_.uplink->session().bytes_sent(),
+                      up_.uplink->session().bytes_received());
   }
   m.gauge("fedwan_compression_ratio",
           "fp32-equivalent bytes over bytes on the wire, rounds reported so far.", {"node"})
@@ -84,7 +84,7 @@ void Aggregator::Impl::update_metrics() {
   raise_to(
       m.counter("fedwan_rejoins_total", "Children that said hello again.", {"node"}).with({me}),
       summary_.rejoins);
-  if (up_.session) served.parent_last_seen(up_.session->last_heard(), now);
+  if (up_.uplink) served.parent_last_seen(up_.uplink->session().last_heard(), now);
   nlohmann::json status = {{"node", me},
                            {"role", role_name(self_.role)},
                            {"job", topo_.job()},

@@ -246,7 +246,7 @@ void Aggregator::Impl::on_heartbeat_timer() {
       // The root is not connected (yet, or any more).
     }
   }
-  if (up_.session) region_heartbeat(now);
+  if (up_.uplink) region_heartbeat(now);
   update_metrics();
 }
 
@@ -393,7 +393,7 @@ bool Aggregator::Impl::resume_from_checkpoint() {
   }
   summary_.resumed_from_round = round_;
   std::vector<float>().swap(opt_.initial_model);  // a region's: the checkpoint holds its anchor
-  up_.contact = true;
+  if (up_.uplink) up_.uplink->resumed();
   security_->audit("resumed", {{"round", round_}, {"path", loaded->path.string()}});
   checkpoint::check_recorded_audit_head(c, *security_);
   const auto now = Clock::now();
@@ -450,8 +450,7 @@ void Aggregator::Impl::open_standby_link() {
                                                cfg_.link, security_->parent_factory());
   standby_.link_opened = Clock::now();
   standby_.seen = false;
-  repl_.upload_piece.reset();
-  if (repl_.upload) start_upload();
+  if (uploading()) start_upload();  // from its first piece, on the new link
 }
 
 }  // namespace fedwan

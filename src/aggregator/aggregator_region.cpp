@@ -1,7 +1,8 @@
 // Aggregator, a region's own steps: a complete chunk of its children's
 // mean goes up (residency checked, error feedback for lossy codecs), and its
-// side of the link to its parent: the session (session::ParentSession:
-// backoff, jitter, standby failover, liveness), the hello/welcome exchange,
+// side of the link to its parent: the child's end (session::Uplink: the
+// session with backoff, jitter, standby failover and liveness, the welcome's
+// progress, resends, link bytes), the hello/welcome exchange,
 // the parent's frames and the anchor relayed down. The root's counterparts
 // are in aggregator_root.cpp.
 #include <algorithm>
@@ -53,19 +54,19 @@ void Aggregator::Impl::region_forward_chunk(uint32_t chunk, ChunkSum& cs) {
                                            *plan_, chunk, cfg_.codec->id(), cs.weight);
   auto frame = std::make_shared<const std::vector<uint8_t>>(make_frame(h, payload));
   region_.sent_up[chunk] = frame;
-  region_.resend.handed_over(Clock::now());
+  up_.uplink->resend().handed_over(Clock::now());
   send_parent(std::vector<uint8_t>(*frame));
 }
 
 void Aggregator::Impl::region_heartbeat(Clock::time_point now) {
-  session::ParentSession& parent = *up_.session;
+  session::ParentSession& parent = up_.uplink->session();
   // A hello, welcome or piece of the full model lost on a bad link: without
   // progress for a heartbeat timeout, ask again.
-  if ((up_.contact || phase_ == Phase::kAwaitWelcome) && (!up_.welcomed || up_.full_pending) &&
-      now - up_.progress_at > cfg_.heartbeat_timeout) {
+  if ((up_.uplink->in_federation() || phase_ == Phase::kAwaitWelcome) &&
+      (!up_.welcomed || up_.full_pending) && up_.uplink->hello_overdue(now)) {
     log().info("[agg:{}] no answer to its hello from the parent; saying hello again", self_.id);
     up_.full_pending = false;
-    up_.progress_at = now;
+    up_.uplink->progressed(now);
     hello_parent();
   }
   // Once welcomed, every heartbeat carries this region's membership, so the
@@ -83,7 +84,7 @@ void Aggregator::Impl::region_heartbeat(Clock::time_point now) {
     return;
   }
   // Before its first answer the parent is judged by the join timeout.
-  if (up_.contact && parent.silent(now) && parent.retry_due(now)) {
+  if (up_.uplink->in_federation() && parent.silent(now) && parent.retry_due(now)) {
     reconnect_parent("no frame from it for " + std::to_string(cfg_.heartbeat_timeout.count()) +
                      " ms");
   }
@@ -105,7 +106,7 @@ void Aggregator::Impl::on_parent_frame(Incoming& in) {
                                                     "from parent");
     return;
   }
-  up_.session->heard(Clock::now());
+  up_.uplink->session().heard(Clock::now());
   switch (f.header.type) {
     case wire::MsgType::kHeartbeat:
       // The parent's round still lacks part of this region's aggregate
@@ -119,19 +120,15 @@ void Aggregator::Impl::on_parent_frame(Incoming& in) {
       // anchor this node still waits for (round_ + 1), or is in it and
       // nothing came for a heartbeat timeout. Rejoin to be resynced. (The
       // parent being in that round while its anchor arrives is normal.)
-      if (up_.welcomed && !up_.full_pending && phase_ == Phase::kAwaitAnchor &&
-          (f.header.round > round_ + 1 ||
-           (f.header.round == round_ + 1 &&
-            Clock::now() - region_.anchor_progress_at > cfg_.heartbeat_timeout))) {
-        if (++region_.behind_beats >= 3) {
-          log().warn("[agg:{}] parent is at round {} while this node waits for the anchor of "
-                     "round {}; rejoining",
-                     self_.id, f.header.round, round_ + 1);
-          region_.behind_beats = 0;
-          hello_parent();
-        }
-      } else {
-        region_.behind_beats = 0;
+      if (up_.uplink->behind(
+              up_.welcomed && !up_.full_pending && phase_ == Phase::kAwaitAnchor &&
+              (f.header.round > round_ + 1 ||
+               (f.header.round == round_ + 1 &&
+                Clock::now() - region_.anchor_progress_at > cfg_.heartbeat_timeout)))) {
+        log().warn("[agg:{}] parent is at round {} while this node waits for the anchor of "
+                   "round {}; rejoining",
+                   self_.id, f.header.round, round_ + 1);
+        hello_parent();
       }
       break;
     case wire::MsgType::kWelcome: on_parent_welcome(f); break;
@@ -183,7 +180,7 @@ void Aggregator::Impl::hello_parent() {
   if (phase_ == Phase::kAwaitAnchor) h.flags = wire::kFlagSent;
   send_parent(make_frame(h, wire::encode_hello(up)));
   up_.welcomed = false;
-  up_.progress_at = Clock::now();
+  up_.uplink->progressed(Clock::now());
 }
 
 void Aggregator::Impl::reconnect_parent(const std::string& why) {
@@ -191,10 +188,10 @@ void Aggregator::Impl::reconnect_parent(const std::string& why) {
   // are the session's; what was queued for the old one goes again as the
   // new session needs it.
   up_.out.frames.clear();
-  up_.session->reconnect(why, round_);
+  up_.uplink->session().reconnect(why, round_);
   up_.welcomed = false;
   up_.full_pending = false;
-  if (repl_.upload) start_upload();  // from its first piece, on the new session
+  if (uploading()) start_upload();  // from its first piece, on the new session
   if (phase_ != Phase::kJoining) hello_parent();
 }
 
@@ -205,8 +202,7 @@ void Aggregator::Impl::on_parent_welcome(const wire::ParsedFrame& f) {
                         std::to_string(total_elements_));
   }
   up_.welcomed = true;
-  up_.contact = true;
-  up_.keeps_replicas = (f.header.flags & wire::kFlagKeepsReplicas) != 0;
+  up_.uplink->welcomed(f.header.flags);
   up_.welcome_round = f.header.round;
   const bool no_change = (f.header.flags & wire::kFlagNoChange) != 0;
   if (phase_ != Phase::kAwaitWelcome && no_change && f.header.round == round_) {
@@ -270,7 +266,7 @@ void Aggregator::Impl::on_parent_anchor(const wire::ParsedFrame& f, const uint8_
       return;
     }
     codec->decode(f.payload, h.element_count, dst);
-    up_.progress_at = Clock::now();
+    up_.uplink->progressed(Clock::now());
     if (++up_.full_chunks == plan_->count()) {
       up_.full_pending = false;
       finish_parent_welcome();
@@ -340,7 +336,7 @@ void Aggregator::Impl::resend_up(const wire::ParsedFrame& f) {
     return;
   }
   uint32_t chunks = 0;
-  for (uint32_t chunk : region_.resend.on_need(round_, need, Clock::now())) {
+  for (uint32_t chunk : up_.uplink->resend().on_need(round_, need, Clock::now())) {
     auto it = region_.sent_up.find(chunk);
     if (it == region_.sent_up.end()) continue;  // not complete here yet
     summary_.resent_bytes += it->second->size();

@@ -135,40 +135,27 @@ void Aggregator::Impl::start_upload() {
   const uint64_t every = cfg_.replica_every;
   // The root replicates every round to its standby (which takes over from
   // it); other nodes every replica_every rounds to a parent that keeps them.
-  const bool wanted =
-      is_root_ ? standby_.link != nullptr : up_.keeps_replicas && every > 0 && round_ % every == 0;
+  const bool wanted = is_root_
+                          ? standby_.link != nullptr
+                          : up_.uplink->parent_keeps_replicas() && every > 0 && round_ % every == 0;
   if (!wanted) return;
-  repl_.upload_piece.reset();
+  if (!repl_.upload)
+    repl_.upload = std::make_unique<checkpoint::CheckpointUpload>(topo_, self_.index);
   try {
-    repl_.upload = std::make_unique<checkpoint::PieceReader>(
-        checkpoint::checkpoint_path(opt_.checkpoint_dir, self_.id), cfg_.piece_bytes());
-    repl_.upload_round = round_;
+    repl_.upload->start(checkpoint::checkpoint_path(opt_.checkpoint_dir, self_.id), round_,
+                        cfg_.piece_bytes());
   } catch (const Error& e) {
     log().warn("[agg:{}] cannot send its checkpoint: {}", self_.id, e.what());
-    repl_.upload.reset();
   }
 }
 
 void Aggregator::Impl::pump_upload() {
-  if (!repl_.upload) return;
-  ParentLink* link = is_root_ ? standby_.link.get() : &up_.session->link();
-  if (link == nullptr || !link->established()) return;
+  if (!uploading()) return;
+  ParentLink* link = is_root_ ? standby_.link.get() : &up_.uplink->session().link();
+  if (link == nullptr) return;
   // Behind everything of the round protocol.
-  if (!is_root_ && (!up_.out.frames.empty() || !up_.welcomed || up_.full_pending)) {
-    return;
-  }
-  for (int i = 0; i < 4; ++i) {
-    if (!repl_.upload_piece) {
-      if (repl_.upload->done()) {
-        repl_.upload.reset();
-        return;
-      }
-      repl_.upload_piece =
-          checkpoint::piece_frame(topo_, self_.index, repl_.upload_round, *repl_.upload).first;
-    }
-    if (!link->try_send(*repl_.upload_piece)) return;
-    repl_.upload_piece.reset();
-  }
+  if (!is_root_ && (!up_.out.frames.empty() || !up_.welcomed || up_.full_pending)) return;
+  repl_.upload->pump(*link);
 }
 
 // ---- the root and its standby ----------------------------------------------------

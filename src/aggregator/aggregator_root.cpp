@@ -53,7 +53,7 @@ void Aggregator::Impl::root_commit_round(Clock::time_point now, double secs) {
   round_ += 1;
   save_checkpoint();
   start_upload();
-  const bool wait_for_standby = root_.held_back && standby_awaited() && repl_.upload;
+  const bool wait_for_standby = root_.held_back && standby_awaited() && uploading();
   if (wait_for_standby) {
     root_.held_since = Clock::now();
   } else {

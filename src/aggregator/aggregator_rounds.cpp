@@ -181,7 +181,7 @@ void Aggregator::Impl::open_round(uint64_t round) {
   refresh_quorum();  // a share of the members' weight
   replaced_anchor_.clear();
   region_.sent_up.clear();
-  region_.resend.begin(round, Clock::now());
+  if (up_.uplink) up_.uplink->resend().begin(round, Clock::now());
   // The next anchor (round + 1) starts from nothing applied: after a resync
   // the anchor it would add to was replaced.
   region_.relay_round = round + 1;

@@ -2,9 +2,9 @@
 // aggregator: the link to the parent (over the node's transport), opening it
 // again after a failure with exponential backoff and jitter, trying the
 // root's standby every other time when the parent has one, judging the
-// parent's liveness by what is heard from it, and heartbeats. What the hello
-// says, what a welcome means and what goes up stay with the role (site/,
-// aggregator/). Not thread safe: the node's loop thread owns it.
+// parent's liveness by what is heard from it, and heartbeats. Owned by
+// session::Uplink, the rest of the child's end of the protocol. Not thread
+// safe: the node's loop thread owns it.
 #pragma once
 
 #include <chrono>

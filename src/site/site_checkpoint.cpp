@@ -89,6 +89,7 @@ bool SiteCore::Impl::resume() {
   round = c.round;
   welcome.joined_once = true;
   resumed = true;
+  uplink->resumed();
   if (round >= cfg.rounds) finished = true;
   log().info("[site:{}] resumed from {} at round {}", self.id, loaded->path.string(), round);
   security->audit("resumed", {{"round", round}, {"path", loaded->path.string()}});
@@ -109,13 +110,13 @@ void SiteCore::Impl::round_checkpoint(bool upload) {
 
 void SiteCore::Impl::start_upload() {
   const uint64_t every = cfg.replica_every;
-  if (opt.checkpoint_dir.empty() || !welcome.parent_keeps_replicas || every == 0 ||
+  if (opt.checkpoint_dir.empty() || !uplink->parent_keeps_replicas() || every == 0 ||
       round % every != 0) {
     return;
   }
   try {
-    upload->start(checkpoint::checkpoint_path(opt.checkpoint_dir, self.id), round,
-                  cfg.piece_bytes());
+    uplink->upload().start(checkpoint::checkpoint_path(opt.checkpoint_dir, self.id), round,
+                           cfg.piece_bytes());
   } catch (const Error& e) {
     log().warn("[site:{}] cannot send its checkpoint to the parent: {}", self.id, e.what());
   }
@@ -124,8 +125,8 @@ void SiteCore::Impl::start_upload() {
 // Called from upkeep (never while the sealing pipeline owns the sealer):
 // pieces go out only when the window has room, behind the update.
 void SiteCore::Impl::pump_upload() {
-  if (welcome.awaiting || incoming.full || !welcome.link_ok) return;
-  upload->pump(link());
+  if (welcome.awaiting || incoming.full_pending() || !welcome.link_ok) return;
+  uplink->upload().pump(link());
 }
 
 }  // namespace fedwan

@@ -8,7 +8,8 @@
 // counts each (round, sender, chunk) once). Heartbeats go both ways; a
 // silent parent is reconnected with backoff and jitter, and the hello that
 // follows tells it the site's round and state so it can resync the site.
-// Link upkeep (heartbeats, reconnects, hellos) is in site_link.cpp.
+// Link upkeep (heartbeats, reconnects, hellos) is in site_link.cpp, the
+// steps of sync() in site_sync.cpp.
 // Checkpoints at each round boundary (site_checkpoint.cpp) let a restarted
 // site resume. The anchor of the round is never touched until the next one
 // is complete: new anchor chunks go into `params`, which they replace anyway.
@@ -23,14 +24,12 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/replica_fetch.hpp"
-#include "common/crash_point.hpp"
 #include "common/log.hpp"
 #include "common/sha256.hpp"
 #include "fedwan/codec.hpp"
 #include "fedwan/error.hpp"
 #include "node/node_frames.hpp"
 #include "security/noise_filter.hpp"
-#include "security/sealing_pipeline.hpp"
 #include "site/site_impl.hpp"
 
 namespace fedwan {
@@ -71,8 +70,7 @@ SiteCore::Impl::Impl(SiteOptions options, float* p, size_t n)
   so.heartbeat = cfg.heartbeat;
   so.heartbeat_timeout = cfg.heartbeat_timeout;
   so.log_name = "site:" + self.id;
-  parent = std::make_unique<session::ParentSession>(topo, self, *transport, *security, so);
-  upload = std::make_unique<checkpoint::CheckpointUpload>(topo, self.index);
+  uplink = std::make_unique<session::Uplink>(topo, self, *transport, *security, so);
   windows = ParticipationWindows(self.windows);
   if (opt.devices < 1 || (opt.device_kind != "cpu" && opt.device_kind != "gpu")) {
     throw ConfigError("site '" + self.id +
@@ -88,11 +86,10 @@ SiteCore::Impl::Impl(SiteOptions options, float* p, size_t n)
   costs = costs::CostRecorder(opt.costs_path, topo.job(), self.id, "site", security->key());
   costs.set_devices(opt.devices, opt.device_kind);
   start_metrics();
-  outgoing.resend = session::UpdateResend(cfg.heartbeat_timeout);
 }
 
 void SiteCore::Impl::reset_link_state() {
-  if (upload->active()) start_upload();  // from its first piece, on the new session
+  if (uplink->upload().active()) start_upload();  // from its first piece, on the new session
   welcome.link_ok = true;
 }
 
@@ -121,7 +118,7 @@ std::optional<wire::ParsedFrame> SiteCore::Impl::poll_frame(Incoming* in, Millis
           "site '" + self.id + "' refused by '" + topo.node(self.parent_index).id +
           "': " + std::string(reinterpret_cast<const char*>(f.payload), f.payload_size));
     }
-    parent->heard(Clock::now());
+    parent().heard(Clock::now());
     return f;
   }
 }
@@ -138,12 +135,8 @@ void SiteCore::Impl::on_frame(const wire::ParsedFrame& f, SyncResult* res) {
       }
       return;
     case wire::MsgType::kDone:
-      if (incoming.full) return;  // the final model in full comes first
-      if (incoming.next) {
-        incoming.next->done_signalled = true;
-      } else {
-        finished = true;
-      }
+      if (incoming.full_pending()) return;  // the final model in full comes first
+      if (!incoming.signal_done()) finished = true;
       return;
     default:
       log().warn("[site:{}] ignored {} from the parent", self.id, wire::msg_type_name(h.type));
@@ -158,10 +151,10 @@ void SiteCore::Impl::on_welcome(const wire::ParsedFrame& f, SyncResult* res) {
                         std::to_string(plan.total()));
   }
   welcome.awaiting = false;
-  welcome.welcomed_once = true;
-  welcome.parent_keeps_replicas = (h.flags & wire::kFlagKeepsReplicas) != 0;
-  welcome.progress_at = Clock::now();
-  parent->heard(welcome.progress_at, /*reset_backoff=*/false);
+  const auto now = Clock::now();
+  uplink->welcomed(h.flags);
+  uplink->progressed(now);
+  parent().heard(now, /*reset_backoff=*/false);
   const bool no_change = (h.flags & wire::kFlagNoChange) != 0;
   if (no_change && (h.round == round || !welcome.joined_once)) {
     if (!welcome.joined_once) {
@@ -177,9 +170,7 @@ void SiteCore::Impl::on_welcome(const wire::ParsedFrame& f, SyncResult* res) {
   }
   // Resync: the model of round h.round follows in full.
   if (anchor.size() != plan.total()) anchor.assign(params, params + plan.total());
-  incoming.full.emplace();
-  incoming.full->round = h.round;
-  incoming.full->got.assign(plan.count(), false);
+  incoming.expect_full(h.round);
   (void)res;
 }
 
@@ -196,68 +187,54 @@ void SiteCore::Impl::on_anchor(const wire::ParsedFrame& f, SyncResult* res) {
                         std::to_string(h.round) + ", chunk " + std::to_string(h.chunk_index) +
                         ", " + std::to_string(h.element_count) + " elements)");
   }
-  const uint64_t off = plan.offset(h.chunk_index);
-  const uint32_t n = h.element_count;
-  if (is_full) {
-    if (!incoming.full || h.round != incoming.full->round || incoming.full->got[h.chunk_index]) {
-      log().info("[site:{}] ignored a full anchor chunk of round {}", self.id, h.round);
+  const site::AnchorAssembly::Taken t =
+      incoming.take(h.round, h.chunk_index, is_full, round, outgoing.encoded_upto, h.codec,
+                    f.payload, f.payload_size, Clock::now());
+  if (t.opened) outgoing.encoded_upto = 0;  // before this site's sync: no delta computed yet
+  switch (t.step) {
+    case site::AnchorAssembly::Step::kIgnored:
+      log().info("[site:{}] ignored {} anchor chunk of round {} (at round {})", self.id,
+                 is_full ? "a full" : "an", h.round, round);
       return;
-    }
-    c->decode(f.payload, n, anchor.data() + off);
-    incoming.full->got[h.chunk_index] = true;
-    welcome.progress_at = Clock::now();
-    if (++incoming.full->received < plan.count()) return;
-    // The whole model is in: this round restarts from it (an overlapped
-    // sync's caller copies it at finish_sync).
-    if (!overlapping()) std::memcpy(params, anchor.data(), plan.total() * sizeof(float));
-    log().info("[site:{}] {} at round {}", self.id, welcome.joined_once ? "resynced" : "joined",
-               incoming.full->round);
-    if (welcome.joined_once) {
-      security->audit("resync", {{"from_round", round}, {"to_round", incoming.full->round}});
-    }
-    round = incoming.full->round;
-    incoming.full.reset();
-    incoming.next.reset();
-    outgoing.sent = false;
-    outgoing.frames.clear();
-    std::fill(residual.begin(), residual.end(), 0.0f);
-    if (opt.update_encoder && !residual.empty()) {
-      opt.update_encoder->write_residual(residual.data(), residual.size());
-    }
-    welcome.joined_once = true;
-    res->resynced = true;
-    if (round >= cfg.rounds) finished = true;
-    round_checkpoint(/*upload=*/false);
-    return;
+    case site::AnchorAssembly::Step::kFull:
+    case site::AnchorAssembly::Step::kFullComplete:
+      c->decode(f.payload, h.element_count, anchor.data() + plan.offset(h.chunk_index));
+      uplink->progressed(Clock::now());
+      if (t.step == site::AnchorAssembly::Step::kFullComplete) model_in_full(res);
+      return;
+    case site::AnchorAssembly::Step::kEarly:
+      // Closed without this site's chunk (quorum or deadline) before its
+      // delta was computed here: applied once it is (apply_early).
+      return;
+    case site::AnchorAssembly::Step::kApply:
+      apply_update_chunk(h.chunk_index, *c, f.payload);
+      return;
   }
-  if (!incoming.next && h.round == round + 1 && !incoming.full) {
-    // Before this site's sync() (it rejoined mid-round, or the round closed
-    // without it): kept until its deltas are computed.
-    incoming.next.emplace();
-    incoming.next->round = round + 1;
-    incoming.next->got.assign(plan.count(), false);
-    outgoing.encoded_upto = 0;
-    incoming.early.clear();
+}
+
+void SiteCore::Impl::model_in_full(SyncResult* res) {
+  // The whole model is in: this round restarts from it (an overlapped
+  // sync's caller copies it at finish_sync).
+  const uint64_t full_round = incoming.full_round();
+  if (!overlapping()) std::memcpy(params, anchor.data(), plan.total() * sizeof(float));
+  log().info("[site:{}] {} at round {}", self.id, welcome.joined_once ? "resynced" : "joined",
+             full_round);
+  if (welcome.joined_once) {
+    security->audit("resync", {{"from_round", round}, {"to_round", full_round}});
   }
-  if (!incoming.next || h.round != incoming.next->round || incoming.next->got[h.chunk_index]) {
-    log().info("[site:{}] ignored an anchor chunk of round {} (at round {})", self.id, h.round,
-               round);
-    return;
+  round = full_round;
+  incoming.forget_full();
+  incoming.forget_next();
+  outgoing.sent = false;
+  outgoing.frames.clear();
+  std::fill(residual.begin(), residual.end(), 0.0f);
+  if (opt.update_encoder && !residual.empty()) {
+    opt.update_encoder->write_residual(residual.data(), residual.size());
   }
-  if (h.chunk_index >= outgoing.encoded_upto) {
-    // Closed without this site's chunk (quorum or deadline) before its delta
-    // was computed here: apply it once it is.
-    incoming.early.push_back(
-        {h.chunk_index, h.codec, std::vector<uint8_t>(f.payload, f.payload + f.payload_size)});
-    incoming.next->got[h.chunk_index] = true;
-    incoming.next->received += 1;
-    incoming.progress_at = Clock::now();
-    return;
-  }
-  apply_update_chunk(h.chunk_index, *c, f.payload);
-  incoming.next->got[h.chunk_index] = true;
-  incoming.next->received += 1;
-  incoming.progress_at = Clock::now();
+  welcome.joined_once = true;
+  res->resynced = true;
+  if (round >= cfg.rounds) finished = true;
+  round_checkpoint(/*upload=*/false);
 }
 
 void SiteCore::Impl::apply_update_chunk(uint32_t chunk, const Codec& c, const uint8_t* payload) {
@@ -278,13 +255,8 @@ void SiteCore::Impl::apply_update_chunk(uint32_t chunk, const Codec& c, const ui
 }
 
 void SiteCore::Impl::apply_early() {
-  for (auto it = incoming.early.begin(); it != incoming.early.end();) {
-    if (it->chunk < outgoing.encoded_upto) {
-      apply_update_chunk(it->chunk, *codec_by_wire_id(it->codec), it->payload.data());
-      it = incoming.early.erase(it);
-    } else {
-      ++it;
-    }
+  for (const site::AnchorAssembly::EarlyChunk& c : incoming.take_early(outgoing.encoded_upto)) {
+    apply_update_chunk(c.chunk, *codec_by_wire_id(c.codec), c.payload.data());
   }
 }
 
@@ -344,10 +316,11 @@ SyncResult SiteCore::Impl::join() {
   // Sent once the secure session is up (upkeep); asked again when lost.
   welcome.hello_pending = true;
   welcome.awaiting = true;
-  welcome.hello_sent_at = welcome.progress_at = Clock::now();
-  parent->heard(Clock::now(), /*reset_backoff=*/false);
+  welcome.hello_sent_at = Clock::now();
+  uplink->progressed(welcome.hello_sent_at);
+  parent().heard(Clock::now(), /*reset_backoff=*/false);
   const auto deadline = Clock::now() + opt.join_timeout;
-  while (welcome.awaiting || incoming.full) {
+  while (welcome.awaiting || incoming.full_pending()) {
     if (Clock::now() >= deadline) {
       if (!link().established()) {
         throw TimeoutError(
@@ -427,159 +400,6 @@ SyncResult SiteCore::Impl::sync() {
   trained_since = Clock::now();
   update_metrics(true, std::chrono::duration<double>(Clock::now() - sync_started).count());
   return res;
-}
-
-void SiteCore::Impl::run_sync(SyncResult* res) {
-  const uint64_t start_round = round;
-  const auto current = [&] { return round == start_round && !res->resynced; };
-  begin_update();
-  send_update(start_round, res);
-  if (current()) update_sent();
-  await_anchor(start_round, res);
-  if (current() && incoming.next && !finished) take_anchor();
-  incoming.next.reset();
-  if (finished) confirm_end(res);
-  security->audit_sync();
-  res->round = round;
-  res->finished = finished;
-}
-
-void SiteCore::Impl::begin_update() {
-  if (cfg.codec->id() != CodecId::kFp32 && residual.empty()) residual.assign(plan.total(), 0.0f);
-  // Anchor chunk i may arrive while later deltas still go out; it goes into
-  // params once delta chunk i is computed (apply_early).
-  if (!incoming.next || incoming.next->round != round + 1) {
-    incoming.next.emplace();
-    incoming.next->round = round + 1;
-    incoming.next->got.assign(plan.count(), false);
-    incoming.early.clear();
-  }
-  outgoing.encoded_upto = 0;
-  outgoing.frames.clear();
-  outgoing.sent = false;
-  outgoing.digest = Sha256();
-  outgoing.bytes = 0;
-  outgoing.resend.begin(round, Clock::now());
-}
-
-void SiteCore::Impl::send_update(uint64_t start_round, SyncResult* res) {
-  const bool lossy = cfg.codec->id() != CodecId::kFp32;
-  std::vector<float> delta(plan.chunk_elements());
-  std::vector<uint8_t> payload;
-  // On a secure link, chunk i is encrypted on a worker while chunk i+1 is
-  // encoded here, so sealing costs no extra time while the encoder is busy.
-  if (welcome.link_ok && !welcome.awaiting) {
-    try {
-      link().wait_established(cfg.heartbeat_timeout);
-    } catch (const TimeoutError&) {
-      welcome.link_ok = false;
-    }
-  }
-  security::FrameSealer* sealer =
-      welcome.link_ok && link().established() ? link().security().sealer() : nullptr;
-  std::optional<security::SealingPipeline> sealing;
-  if (sealer != nullptr) {
-    sealing.emplace(*sealer, 2);
-    sealing_active = true;
-  }
-  struct SealingFlag {
-    bool& active;
-    ~SealingFlag() { active = false; }
-  } sealing_flag{sealing_active};
-  for (uint32_t i = 0; i < plan.count() && round == start_round && !res->resynced; ++i) {
-    const uint64_t off = plan.offset(i);
-    const uint32_t n = plan.size(i);
-    payload.resize(cfg.codec->encoded_size(n));
-    if (opt.update_encoder) {
-      opt.update_encoder->encode(*cfg.codec, off, n, lossy, payload.data());
-    } else {
-      for (uint32_t k = 0; k < n; ++k) delta[k] = anchor[off + k] - work[off + k];
-      cfg.codec->encode(delta.data(), n, lossy ? residual.data() + off : nullptr, payload.data());
-    }
-    outgoing.encoded_upto = i + 1;
-    const wire::FrameHeader h = chunk_header(topo, self.index, wire::MsgType::kDelta, round, plan,
-                                             i, cfg.codec->id(), self.weight);
-    outgoing.digest.update(payload.data(), payload.size());
-    outgoing.bytes += payload.size();
-    outgoing.frames.push_back(make_frame(h, payload));
-    if (sealing && welcome.link_ok) {
-      sealing->submit(outgoing.frames.back());
-      send_sealed(*sealing, 1, res);
-    } else {
-      send_now(outgoing.frames.back(), res);
-    }
-    if (i == 0) crash_point("site.mid_upload");
-    apply_early();
-    pump(Millis(0), res);
-    throw_if_stopped("while sending its update");
-  }
-  if (sealing) send_sealed(*sealing, 0, res);
-  incoming.progress_at = Clock::now();
-}
-
-void SiteCore::Impl::send_sealed(security::SealingPipeline& sealing, size_t keep, SyncResult* res) {
-  std::vector<uint8_t> sealed;
-  while (sealing.in_flight() > keep) {
-    if (!sealing.next(&sealed, cfg.round_timeout)) {
-      throw TimeoutError("site '" + self.id + "': sealing a delta chunk timed out");
-    }
-    if (!welcome.link_ok) continue;
-    try {
-      res->bytes_sent += link().send_sealed(std::move(sealed), cfg.heartbeat_timeout);
-    } catch (const TimeoutError&) {
-      welcome.link_ok = false;
-    } catch (const TransportError&) {
-      welcome.link_ok = false;
-    }
-  }
-}
-
-void SiteCore::Impl::update_sent() {
-  outgoing.sent = true;
-  outgoing.sent_at = Clock::now();
-  outgoing.resend.handed_over(outgoing.sent_at);
-  const Sha256Digest d = outgoing.digest.finish();
-  security->audit("update_sent", {{"round", round},
-                                  {"parent", topo.node(self.parent_index).id},
-                                  {"chunks", plan.count()},
-                                  {"bytes", outgoing.bytes},
-                                  {"sha256", to_hex(d.data(), d.size())}});
-  if (!welcome.link_ok)
-    welcome.hello_pending = welcome.awaiting = true;  // resent after the welcome
-}
-
-void SiteCore::Impl::await_anchor(uint64_t start_round, SyncResult* res) {
-  const auto deadline = Clock::now() + cfg.round_timeout;
-  while (round == start_round && !finished && !res->resynced) {
-    if (incoming.next && (incoming.next->done_signalled || incoming.next->received == plan.count()))
-      break;
-    if (Clock::now() >= deadline) {
-      throw TimeoutError(
-          "site '" + self.id + "': no anchor for round " + std::to_string(round + 1) +
-          " from parent '" + topo.node(self.parent_index).id + "' at " + link().endpoint() +
-          " within " + std::to_string(cfg.round_timeout.count() / 1000) + " s (" +
-          std::to_string(incoming.next ? incoming.next->received : 0) + " of " +
-          std::to_string(plan.count()) + " chunks in; is it running?)" +
-          (welcome.last_link_error.empty() ? "" : " Last link error: " + welcome.last_link_error));
-    }
-    throw_if_stopped("while waiting for the next anchor");
-    pump(Millis(50), res);
-  }
-}
-
-void SiteCore::Impl::take_anchor() {
-  if (incoming.next->done_signalled && incoming.next->received < plan.count()) {
-    finished = true;  // the federation ended instead
-    return;
-  }
-  apply_early();
-  // Overlapped, the anchor was updated in place as its chunks came.
-  if (!overlapping()) std::memcpy(anchor.data(), params, plan.total() * sizeof(float));
-  round += 1;
-  outgoing.sent = false;
-  outgoing.frames.clear();
-  if (round >= cfg.rounds) finished = true;
-  round_checkpoint(/*upload=*/!finished);
 }
 
 void SiteCore::Impl::confirm_end(SyncResult* res) {

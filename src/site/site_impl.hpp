@@ -16,7 +16,6 @@
 #include <thread>
 #include <vector>
 
-#include "checkpoint/checkpoint_upload.hpp"
 #include "checkpoint/replica_store.hpp"
 #include "common/sha256.hpp"
 #include "costs/cost_recorder.hpp"
@@ -26,8 +25,8 @@
 #include "node/node_metrics.hpp"
 #include "node/node_security.hpp"
 #include "security/sealing_pipeline.hpp"
-#include "session/parent_session.hpp"
-#include "session/update_resend.hpp"
+#include "session/uplink.hpp"
+#include "site/anchor_assembly.hpp"
 #include "tensor/chunk_plan.hpp"
 #include "topology/participation_window.hpp"
 #include "transport/links.hpp"
@@ -83,14 +82,7 @@ class SiteCore::Impl {
   // heartbeats, checkpoint pieces, the models that came down), into the
   // cost record. The driving thread only: not while an overlapped sync's
   // worker owns the link.
-  uint64_t cost_sent_seen = 0, cost_received_seen = 0;
-  void cost_link_bytes() {
-    const std::string& peer = topo.node(self.parent_index).id;
-    costs.sent(peer, parent->bytes_sent() - cost_sent_seen);
-    costs.received(peer, parent->bytes_received() - cost_received_seen);
-    cost_sent_seen = parent->bytes_sent();
-    cost_received_seen = parent->bytes_received();
-  }
+  void cost_link_bytes() { uplink->record_link_bytes(costs); }
   void cost_training_ends() {
     if (trained_since) {
       const double s = std::chrono::duration<double>(Clock::now() - *trained_since).count();
@@ -130,9 +122,11 @@ class SiteCore::Impl {
   std::unique_ptr<node::NodeSecurity> security;
   // Makes the link to the parent (its kind from the parent's endpoint).
   std::unique_ptr<transport::Transport> transport;
-  // The link to the parent, its reconnects and liveness.
-  std::unique_ptr<session::ParentSession> parent;
-  ParentLink& link() { return parent->link(); }
+  // The child's end of the parent protocol: the session (link, reconnects,
+  // liveness), the welcome's progress, resends, the checkpoint upload.
+  std::unique_ptr<session::Uplink> uplink;
+  session::ParentSession& parent() { return uplink->session(); }
+  ParentLink& link() { return uplink->link(); }
 
   // An overlapped sync (begin_sync .. finish_sync). The worker thread owns
   // everything but params, `overlap` and the caller's data position.
@@ -159,27 +153,6 @@ class SiteCore::Impl {
   bool overlapping() const { return work != params; }
 
  private:
-  // The update anchor of round+1 while sync() waits for it (into params).
-  struct Assembly {
-    Assembly() {}  // NOLINT(modernize-use-equals-default): std::optional needs it declared
-    uint64_t round = 0;
-    std::vector<bool> got;
-    uint32_t received = 0;
-    bool done_signalled = false;  // the federation finished instead
-  };
-  // A model sent in full after a welcome (join or resync; into anchor).
-  struct FullAssembly {
-    FullAssembly() {}  // NOLINT(modernize-use-equals-default): as Assembly's
-    uint64_t round = 0;
-    std::vector<bool> got;
-    uint32_t received = 0;
-  };
-  struct EarlyChunk {
-    uint32_t chunk;
-    uint8_t codec;
-    std::vector<uint8_t> payload;
-  };
-
   void reset_link_state();  // a new link: nothing sent on it failed yet
   bool resume();            // true when a local checkpoint was loaded
   void start_upload();      // after a checkpoint: send it to the parent
@@ -197,6 +170,7 @@ class SiteCore::Impl {
   void on_frame(const wire::ParsedFrame& f, SyncResult* res);
   void on_welcome(const wire::ParsedFrame& f, SyncResult* res);
   void on_anchor(const wire::ParsedFrame& f, SyncResult* res);
+  void model_in_full(SyncResult* res);  // the last piece of a model in full came
   void on_heartbeat(const wire::ParsedFrame& f, SyncResult* res);
   void apply_update_chunk(uint32_t chunk, const Codec& c, const uint8_t* payload);
   void apply_early();
@@ -225,34 +199,23 @@ class SiteCore::Impl {
     Sha256 digest;  // of the encoded chunks, for the audit entry
     uint64_t bytes = 0;
     Clock::time_point sent_at;
-    session::UpdateResend resend;  // what the parent lacks, sent again once it stalls
   } outgoing;
-  // The anchors coming down: the next round's (into params), a full model
-  // after a welcome (into anchor), chunks that came before their delta
-  // chunk was computed.
-  struct Arriving {
-    std::optional<Assembly> next;
-    std::optional<FullAssembly> full;
-    std::vector<EarlyChunk> early;
-    Clock::time_point progress_at;  // the next anchor last advanced
-  } incoming;
+  // The anchors coming down, chunk by chunk: the next round's (into params),
+  // a model in full after a welcome (into anchor), chunks that came before
+  // their delta chunk was computed. After `plan` (its chunk count).
+  site::AnchorAssembly incoming{plan.count()};
   // Where the hello/welcome exchange with the parent stands, on this
   // session (the session itself: `parent`).
   struct Welcome {
     bool link_ok = true;       // nothing sent on this link failed yet
     bool joined_once = false;  // holds a federation anchor
-    bool welcomed_once = false;
-    bool awaiting = false;  // a hello went (or is due) and no welcome came yet
+    bool awaiting = false;     // a hello went (or is due) and no welcome came yet
     bool hello_pending = false;
-    int behind_beats = 0;
     std::string last_link_error;
-    Clock::time_point last_heartbeat, hello_sent_at, progress_at;
-    bool parent_keeps_replicas = false;  // its welcome said so
+    Clock::time_point last_heartbeat, hello_sent_at;
   } welcome;
   Clock::time_point next_tick;  // the node security's upkeep (CRL, audit, noise)
   bool sealing_active = false;  // the sealing pipeline's worker owns the sealer
-  // This site's latest checkpoint on its way up, a piece at a time.
-  std::unique_ptr<checkpoint::CheckpointUpload> upload;
 };
 
 }  // namespace fedwan

@@ -1,8 +1,8 @@
 // SiteCore, link upkeep: one turn of the link (frames in, heartbeat out),
-// reconnecting a silent parent (session::ParentSession: backoff, jitter,
-// standby failover), the hello that tells
-// the parent where this site stands, and what the parent's heartbeats say
-// (an update to send again, anchor chunks lost on the way).
+// reconnecting a silent parent (session::Uplink and its ParentSession:
+// backoff, jitter, standby failover, the welcome's progress), the hello that
+// tells the parent where this site stands, and what the parent's heartbeats
+// say (an update to send again, anchor chunks lost on the way).
 #include <algorithm>
 #include <random>
 #include <string>
@@ -38,7 +38,7 @@ void SiteCore::Impl::pump(Millis wait, SyncResult* res) {
     // ends in the join or round timeout, whose message names it. Only a
     // parent that proved who it is, and is not this site's parent, ends the
     // first join at once.
-    if (!welcome.welcomed_once && !resumed && link().security().failure_is_final()) throw;
+    if (!uplink->welcomed_once() && !resumed && link().security().failure_is_final()) throw;
     welcome.last_link_error = e.what();
     security->log_noise("link-failed:" + self.id,
                         "[site:" + self.id + "] " + e.what() + "; will reconnect");
@@ -57,27 +57,26 @@ void SiteCore::Impl::upkeep() {
     if (n) {
       welcome.hello_pending = false;
       welcome.hello_sent_at = now;
-      welcome.progress_at = now;
+      uplink->progressed(now);
     }
   }
   // A hello, welcome or piece of a full model can be lost on a bad link:
   // without progress for a heartbeat timeout, ask again.
-  if ((welcome.awaiting || incoming.full) && !welcome.hello_pending &&
-      now - welcome.progress_at > cfg.heartbeat_timeout &&
-      now - welcome.hello_sent_at > cfg.heartbeat_timeout) {
+  if ((welcome.awaiting || incoming.full_pending()) && !welcome.hello_pending &&
+      uplink->hello_overdue(now) && now - welcome.hello_sent_at > cfg.heartbeat_timeout) {
     log().info("[site:{}] no {} from the parent; saying hello again", self.id,
                welcome.awaiting ? "welcome" : "model");
     welcome.hello_pending = true;
     welcome.awaiting = true;
-    incoming.full.reset();
+    incoming.forget_full();
   }
-  if (welcome.welcomed_once) pump_upload();
-  if (welcome.welcomed_once && link().established() &&
+  if (uplink->welcomed_once()) pump_upload();
+  if (uplink->welcomed_once() && link().established() &&
       now - welcome.last_heartbeat >= cfg.heartbeat) {
-    parent->heartbeat(round);
+    parent().heartbeat(round);
     welcome.last_heartbeat = now;
   }
-  if (welcome.link_ok && parent->stalled(now) && parent->retry_due(now)) {
+  if (welcome.link_ok && parent().stalled(now) && parent().retry_due(now)) {
     // A handshake message lost on the way: start the session over.
     reconnect("its secure session did not come up within " +
                   std::to_string(cfg.heartbeat_timeout.count()) + " ms",
@@ -88,9 +87,9 @@ void SiteCore::Impl::upkeep() {
     security->tick();
     next_tick = now + std::chrono::seconds(1);
   }
-  const bool silent = parent->silent(now);
-  const bool in_federation = welcome.welcomed_once || resumed;
-  if (((in_federation && silent) || !welcome.link_ok) && parent->retry_due(now)) {
+  const bool silent = parent().silent(now);
+  const bool in_federation = uplink->in_federation();
+  if (((in_federation && silent) || !welcome.link_ok) && parent().retry_due(now)) {
     reconnect(!welcome.link_ok ? (link().security().failure().empty()
                                       ? std::string("a send to it failed")
                                       : "its session failed: " + link().security().failure())
@@ -100,7 +99,7 @@ void SiteCore::Impl::upkeep() {
 }
 
 void SiteCore::Impl::reconnect(const std::string& why, bool grow_backoff) {
-  parent->reconnect(why, round, grow_backoff);
+  parent().reconnect(why, round, grow_backoff);
   reset_link_state();
   // The parent learns where this site stands from the hello and answers
   // with a welcome: carry on (and send the update again), or resync.
@@ -115,7 +114,7 @@ std::vector<uint8_t> SiteCore::Impl::hello_frame() const {
   // A site that has never joined offers its initial model; one that has
   // offers the anchor of its round (the parent skips the full model when it
   // matches). An anchor being replaced in full is offered as nothing.
-  if (!incoming.full)
+  if (!incoming.full_pending())
     hello.model_digest =
         welcome.joined_once ? sha256(anchor.data(), anchor.size() * 4) : initial_digest;
   wire::FrameHeader h = node_header(topo, self.index, wire::MsgType::kHello, round);
@@ -126,7 +125,7 @@ std::vector<uint8_t> SiteCore::Impl::hello_frame() const {
 
 void SiteCore::Impl::on_heartbeat(const wire::ParsedFrame& f, SyncResult* res) {
   const wire::FrameHeader& h = f.header;
-  if (!welcome.welcomed_once || welcome.awaiting) return;
+  if (!uplink->welcomed_once() || welcome.awaiting) return;
   const auto now = Clock::now();
   // The parent's round still lacks part of this update. Chunks on their way
   // are not lost: only those the parent names once its count of chunks
@@ -139,7 +138,7 @@ void SiteCore::Impl::on_heartbeat(const wire::ParsedFrame& f, SyncResult* res) {
                           "[site:" + self.id + "] dropped a malformed need-update heartbeat");
       return;
     }
-    const std::vector<uint32_t> lost = outgoing.resend.on_need(round, need, now);
+    const std::vector<uint32_t> lost = uplink->resend().on_need(round, need, now);
     if (!lost.empty()) {
       log().info("[site:{}] parent lacks {} chunk(s) of round {} and receives nothing more; "
                  "sending them again",
@@ -152,21 +151,15 @@ void SiteCore::Impl::on_heartbeat(const wire::ParsedFrame& f, SyncResult* res) {
   // anchor this site still misses, or it is in that round and nothing came
   // for a heartbeat timeout. Rejoin to be resynced. (The parent being in the
   // next round while the anchor is complete, or still arriving, is normal.)
-  const bool incomplete =
-      incoming.next && incoming.next->received < plan.count() && !incoming.next->done_signalled;
-  const bool stalled = incomplete && h.round == incoming.next->round && outgoing.sent &&
-                       now - incoming.progress_at > cfg.heartbeat_timeout;
-  if (incomplete && (h.round > incoming.next->round || stalled)) {
-    if (++welcome.behind_beats >= 3) {
-      log().warn("[site:{}] parent is at round {} while this site waits for the anchor of "
-                 "round {}; rejoining",
-                 self.id, h.round, round + 1);
-      welcome.behind_beats = 0;
-      welcome.hello_pending = true;
-      welcome.awaiting = true;
-    }
-  } else {
-    welcome.behind_beats = 0;
+  const bool incomplete = incoming.next_incomplete();
+  const bool stalled = incomplete && h.round == incoming.next_round() && outgoing.sent &&
+                       now - incoming.progress_at() > cfg.heartbeat_timeout;
+  if (uplink->behind(incomplete && (h.round > incoming.next_round() || stalled))) {
+    log().warn("[site:{}] parent is at round {} while this site waits for the anchor of "
+               "round {}; rejoining",
+               self.id, h.round, round + 1);
+    welcome.hello_pending = true;
+    welcome.awaiting = true;
   }
 }
 

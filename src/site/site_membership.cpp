@@ -30,7 +30,7 @@ int64_t unix_now() {
 bool SiteCore::Impl::announce(uint8_t flag, Millis timeout, SyncResult* res) {
   const auto deadline = Clock::now() + timeout;
   while (Clock::now() < deadline) {
-    if (link().established() && parent->heartbeat(round, flag)) return true;
+    if (link().established() && parent().heartbeat(round, flag)) return true;
     pump(Millis(50), res);
   }
   return false;
@@ -38,7 +38,7 @@ bool SiteCore::Impl::announce(uint8_t flag, Millis timeout, SyncResult* res) {
 
 void SiteCore::Impl::await_welcome(Millis timeout, const char* why, SyncResult* res) {
   const auto deadline = Clock::now() + timeout;
-  while (welcome.awaiting || incoming.full) {
+  while (welcome.awaiting || incoming.full_pending()) {
     if (Clock::now() >= deadline) {
       throw TimeoutError("site '" + self.id + "': no welcome from parent '" +
                          topo.node(self.parent_index).id + "' at " + link().endpoint() +

@@ -39,7 +39,7 @@ void SiteCore::Impl::update_metrics(bool force, double sync_seconds) {
   if (!force && sync_seconds < 0 && now - site_metrics.updated < std::chrono::seconds(1)) return;
   site_metrics.updated = now;
   served.round(round);
-  served.link_bytes(parent_id, parent->bytes_sent(), parent->bytes_received());
+  served.link_bytes(parent_id, parent().bytes_sent(), parent().bytes_received());
   node::raise_to(m.double_counter("fedwan_train_seconds_total",
                                   "Seconds the caller trained between syncs.", {"node"})
                      .with({me}),
@@ -52,7 +52,7 @@ void SiteCore::Impl::update_metrics(bool force, double sync_seconds) {
   m.gauge("fedwan_paused", "1 while the site waits outside its participation windows.", {"node"})
       .with({me})
       .set(site_metrics.paused ? 1 : 0);
-  const double parent_age = served.parent_last_seen(parent->last_heard(), now);
+  const double parent_age = served.parent_last_seen(parent().last_heard(), now);
   const double ckpt_age =
       served.checkpoints(site_metrics.last_checkpoint, site_metrics.checkpoints, now);
   const auto opt_num = [](double v) {
@@ -71,8 +71,8 @@ void SiteCore::Impl::update_metrics(bool force, double sync_seconds) {
                            {"in_window", windows.open_at(std::time(nullptr))},
                            {"parent_last_seen_s", opt_num(parent_age)},
                            {"heartbeat_timeout_s", cfg.heartbeat_timeout.count() / 1000.0},
-                           {"bytes_sent", parent->bytes_sent()},
-                           {"bytes_received", parent->bytes_received()},
+                           {"bytes_sent", parent().bytes_sent()},
+                           {"bytes_received", parent().bytes_received()},
                            {"train_seconds", site_metrics.train_seconds},
                            {"devices", opt.devices},
                            {"device", opt.device_kind},

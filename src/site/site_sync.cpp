@@ -1,0 +1,170 @@
+// SiteCore, the steps of sync(): begin the update, stream it chunk by chunk
+// (encoded with error feedback, sealed on the pipeline's worker when the
+// link is sealed), say it went, await the next anchor as its chunks come,
+// and take it as the new round. Join, service and the receiving side are in
+// site_core.cpp, the link's upkeep in site_link.cpp.
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "common/crash_point.hpp"
+#include "common/log.hpp"
+#include "common/sha256.hpp"
+#include "fedwan/codec.hpp"
+#include "fedwan/error.hpp"
+#include "node/node_frames.hpp"
+#include "security/sealing_pipeline.hpp"
+#include "site/site_impl.hpp"
+
+namespace fedwan {
+
+void SiteCore::Impl::run_sync(SyncResult* res) {
+  const uint64_t start_round = round;
+  const auto current = [&] { return round == start_round && !res->resynced; };
+  begin_update();
+  send_update(start_round, res);
+  if (current()) update_sent();
+  await_anchor(start_round, res);
+  if (current() && incoming.next_pending() && !finished) take_anchor();
+  incoming.forget_next();
+  if (finished) confirm_end(res);
+  security->audit_sync();
+  res->round = round;
+  res->finished = finished;
+}
+
+void SiteCore::Impl::begin_update() {
+  if (cfg.codec->id() != CodecId::kFp32 && residual.empty()) residual.assign(plan.total(), 0.0f);
+  // Anchor chunk i may arrive while later deltas still go out; it goes into
+  // params once delta chunk i is computed (apply_early).
+  incoming.expect_next(round + 1);
+  outgoing.encoded_upto = 0;
+  outgoing.frames.clear();
+  outgoing.sent = false;
+  outgoing.digest = Sha256();
+  outgoing.bytes = 0;
+  uplink->resend().begin(round, Clock::now());
+}
+
+void SiteCore::Impl::send_update(uint64_t start_round, SyncResult* res) {
+  const bool lossy = cfg.codec->id() != CodecId::kFp32;
+  std::vector<float> delta(plan.chunk_elements());
+  std::vector<uint8_t> payload;
+  // On a secure link, chunk i is encrypted on a worker while chunk i+1 is
+  // encoded here, so sealing costs no extra time while the encoder is busy.
+  if (welcome.link_ok && !welcome.awaiting) {
+    try {
+      link().wait_established(cfg.heartbeat_timeout);
+    } catch (const TimeoutError&) {
+      welcome.link_ok = false;
+    }
+  }
+  security::FrameSealer* sealer =
+      welcome.link_ok && link().established() ? link().security().sealer() : nullptr;
+  std::optional<security::SealingPipeline> sealing;
+  if (sealer != nullptr) {
+    sealing.emplace(*sealer, 2);
+    sealing_active = true;
+  }
+  struct SealingFlag {
+    bool& active;
+    ~SealingFlag() { active = false; }
+  } sealing_flag{sealing_active};
+  for (uint32_t i = 0; i < plan.count() && round == start_round && !res->resynced; ++i) {
+    const uint64_t off = plan.offset(i);
+    const uint32_t n = plan.size(i);
+    payload.resize(cfg.codec->encoded_size(n));
+    if (opt.update_encoder) {
+      opt.update_encoder->encode(*cfg.codec, off, n, lossy, payload.data());
+    } else {
+      for (uint32_t k = 0; k < n; ++k) delta[k] = anchor[off + k] - work[off + k];
+      cfg.codec->encode(delta.data(), n, lossy ? residual.data() + off : nullptr, payload.data());
+    }
+    outgoing.encoded_upto = i + 1;
+    const wire::FrameHeader h = chunk_header(topo, self.index, wire::MsgType::kDelta, round, plan,
+                                             i, cfg.codec->id(), self.weight);
+    outgoing.digest.update(payload.data(), payload.size());
+    outgoing.bytes += payload.size();
+    outgoing.frames.push_back(make_frame(h, payload));
+    if (sealing && welcome.link_ok) {
+      sealing->submit(outgoing.frames.back());
+      send_sealed(*sealing, 1, res);
+    } else {
+      send_now(outgoing.frames.back(), res);
+    }
+    if (i == 0) crash_point("site.mid_upload");
+    apply_early();
+    pump(Millis(0), res);
+    throw_if_stopped("while sending its update");
+  }
+  if (sealing) send_sealed(*sealing, 0, res);
+  incoming.progressed(Clock::now());
+}
+
+void SiteCore::Impl::send_sealed(security::SealingPipeline& sealing, size_t keep, SyncResult* res) {
+  std::vector<uint8_t> sealed;
+  while (sealing.in_flight() > keep) {
+    if (!sealing.next(&sealed, cfg.round_timeout)) {
+      throw TimeoutError("site '" + self.id + "': sealing a delta chunk timed out");
+    }
+    if (!welcome.link_ok) continue;
+    try {
+      res->bytes_sent += link().send_sealed(std::move(sealed), cfg.heartbeat_timeout);
+    } catch (const TimeoutError&) {
+      welcome.link_ok = false;
+    } catch (const TransportError&) {
+      welcome.link_ok = false;
+    }
+  }
+}
+
+void SiteCore::Impl::update_sent() {
+  outgoing.sent = true;
+  outgoing.sent_at = Clock::now();
+  uplink->resend().handed_over(outgoing.sent_at);
+  const Sha256Digest d = outgoing.digest.finish();
+  security->audit("update_sent", {{"round", round},
+                                  {"parent", topo.node(self.parent_index).id},
+                                  {"chunks", plan.count()},
+                                  {"bytes", outgoing.bytes},
+                                  {"sha256", to_hex(d.data(), d.size())}});
+  if (!welcome.link_ok)
+    welcome.hello_pending = welcome.awaiting = true;  // resent after the welcome
+}
+
+void SiteCore::Impl::await_anchor(uint64_t start_round, SyncResult* res) {
+  const auto deadline = Clock::now() + cfg.round_timeout;
+  while (round == start_round && !finished && !res->resynced) {
+    if (incoming.next_settled()) break;
+    if (Clock::now() >= deadline) {
+      throw TimeoutError(
+          "site '" + self.id + "': no anchor for round " + std::to_string(round + 1) +
+          " from parent '" + topo.node(self.parent_index).id + "' at " + link().endpoint() +
+          " within " + std::to_string(cfg.round_timeout.count() / 1000) + " s (" +
+          std::to_string(incoming.next_received()) + " of " + std::to_string(plan.count()) +
+          " chunks in; is it running?)" +
+          (welcome.last_link_error.empty() ? "" : " Last link error: " + welcome.last_link_error));
+    }
+    throw_if_stopped("while waiting for the next anchor");
+    pump(Millis(50), res);
+  }
+}
+
+void SiteCore::Impl::take_anchor() {
+  if (incoming.next_ended_short()) {
+    finished = true;  // the federation ended instead
+    return;
+  }
+  apply_early();
+  // Overlapped, the anchor was updated in place as its chunks came.
+  if (!overlapping()) std::memcpy(anchor.data(), params, plan.total() * sizeof(float));
+  round += 1;
+  outgoing.sent = false;
+  outgoing.frames.clear();
+  if (round >= cfg.rounds) finished = true;
+  round_checkpoint(/*upload=*/!finished);
+}
+
+}  // namespace fedwan
