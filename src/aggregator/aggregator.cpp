@@ -140,10 +140,10 @@ void Aggregator::Impl::recover() {
   bool resumed = resume_from_checkpoint();
   if (!resumed && !is_root_ && !opt_.checkpoint_dir.empty() &&
       checkpoint::fetch_replica(
-          up_.uplink->session().link(),
+          up_.uplink->link(),
           [this](const std::string& why) -> ParentLink& {
             reconnect_parent(why);
-            return up_.uplink->session().link();
+            return up_.uplink->link();
           },
           topo_, self_, cfg_, opt_.checkpoint_dir, 0, opt_.join_timeout, *security_,
           &stop_requested)) {
@@ -234,8 +234,8 @@ bool Aggregator::Impl::flush() {
     }
   }
   while (!up_.out.frames.empty()) {
-    if (!up_.uplink->session().link().established() ||
-        !up_.uplink->session().link().try_send(*up_.out.frames.front().frame)) {
+    if (!up_.uplink->link().established() ||
+        !up_.uplink->link().try_send(*up_.out.frames.front().frame)) {
       break;
     }
     up_.out.frames.pop_front();
@@ -306,7 +306,7 @@ AggregatorSummary Aggregator::Impl::run() {
     const bool pending = !flush() || serving;
     std::vector<transport::Transport::Interest> interests = {{&down_.link->socket()}};
     if (up_.uplink) {
-      up_.uplink->session().link().watch(&interests, !up_.out.frames.empty());
+      up_.uplink->link().watch(&interests, !up_.out.frames.empty());
     }
     // A server socket cannot signal room for one particular child, so while
     // frames wait the loop polls briefly instead of sleeping.
@@ -317,8 +317,7 @@ AggregatorSummary Aggregator::Impl::run() {
     for (int i = 0; i < 64 && down_.link->recv(&in, Millis(0)); ++i) on_child_frame(in);
     if (up_.uplink) {
       try {
-        for (int i = 0;
-             i < 64 && phase_ != Phase::kDone && up_.uplink->session().link().recv(&in, Millis(0));
+        for (int i = 0; i < 64 && phase_ != Phase::kDone && up_.uplink->link().recv(&in, Millis(0));
              ++i) {
           on_parent_frame(in);
         }
@@ -327,9 +326,7 @@ AggregatorSummary Aggregator::Impl::run() {
         // cause, or a re-handshake after the first welcome, is retried with
         // backoff; a real refusal ends in the round timeout. A parent that
         // proved who it is and is the wrong one ends the first join at once.
-        if (!up_.uplink->in_federation() &&
-            up_.uplink->session().link().security().failure_is_final())
-          throw;
+        if (!up_.uplink->in_federation() && up_.uplink->link().security().failure_is_final()) throw;
         security_->log_noise("parent-link:" + self_.id,
                              "[agg:" + self_.id + "] " + e.what() + "; will reconnect");
         up_.uplink->session().forget_heard();

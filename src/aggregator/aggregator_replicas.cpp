@@ -151,7 +151,7 @@ void Aggregator::Impl::start_upload() {
 
 void Aggregator::Impl::pump_upload() {
   if (!uploading()) return;
-  ParentLink* link = is_root_ ? standby_.link.get() : &up_.uplink->session().link();
+  ParentLink* link = is_root_ ? standby_.link.get() : &up_.uplink->link();
   if (link == nullptr) return;
   // Behind everything of the round protocol.
   if (!is_root_ && (!up_.out.frames.empty() || !up_.welcomed || up_.full_pending)) return;
