@@ -164,6 +164,7 @@ class Aggregator::Impl {
   void recover();
   void reconnect_parent(const std::string& why);
   void hello_parent();
+  void on_parent_done(uint64_t final_round);  // kDone from the parent
   void record_update(const uint8_t* payload, size_t size, const std::string& sha_hex);
 
   // Membership (aggregator_membership.cpp).

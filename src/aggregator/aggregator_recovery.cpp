@@ -215,6 +215,13 @@ void Aggregator::Impl::on_heartbeat_timer() {
     // Never queued behind a full window: a heartbeat that cannot go now is
     // superseded by the next.
     try {
+      if (phase_ == Phase::kDraining && !c.confirmed_end && !root_.done_pending) {
+        // The end said again until the child confirms it: a kDone lost on a
+        // bad link must not leave the child waiting (one that lacks part of
+        // the final anchor rejoins for it, see on_rejoin).
+        (void)down_.link->try_send(
+            c.id, make_frame(node_header(topo_, self_.index, wire::MsgType::kDone, round_), {}));
+      }
       (void)down_.link->try_send(c.id, make_frame(h, payload));
     } catch (const Error&) {
       // Not connected right now; its silence is judged by the timeout.

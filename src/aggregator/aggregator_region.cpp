@@ -120,8 +120,11 @@ void Aggregator::Impl::on_parent_frame(Incoming& in) {
       // anchor this node still waits for (round_ + 1), or is in it and
       // nothing came for a heartbeat timeout. Rejoin to be resynced. (The
       // parent being in that round while its anchor arrives is normal.)
+      // A region that relayed the final anchor whole holds it, whatever its
+      // parent's round: it waits for the end (said again until confirmed).
       if (up_.uplink->behind(
               up_.welcomed && !up_.full_pending && phase_ == Phase::kAwaitAnchor &&
+              book_.relayed_through() < f.header.round &&
               (f.header.round > round_ + 1 ||
                (f.header.round == round_ + 1 &&
                 Clock::now() - region_.anchor_progress_at > cfg_.heartbeat_timeout)))) {
@@ -146,20 +149,39 @@ void Aggregator::Impl::on_parent_frame(Incoming& in) {
       throw ProtocolError("parent '" + topo_.node(self_.parent_index).id + "' refused '" +
                           self_.id + "': " + reason);
     }
-    case wire::MsgType::kDone:
-      send_done(f.header.round);
-      region_.done_from_parent = true;
-      phase_ = Phase::kDraining;
-      phase_deadline_ = Clock::now() + cfg_.round_timeout;
-      finish_deadline_ = Clock::now() + cfg_.finish_wait;
-      maybe_finish();
-      break;
+    case wire::MsgType::kDone: on_parent_done(f.header.round); break;
     default:
       summary_.rejected_frames += 1;
       security_->log_noise(std::string("unexpected:parent:") + wire::msg_type_name(f.header.type),
                            "[agg:" + self_.id + "] unexpected " +
                                wire::msg_type_name(f.header.type) + " from parent");
   }
+}
+
+void Aggregator::Impl::on_parent_done(uint64_t final_round) {
+  // Said again by a parent waiting for this region's confirmation.
+  if (phase_ == Phase::kDraining || phase_ == Phase::kDone) return;
+  if (book_.relayed_through() < final_round) {
+    // Chunks of the final anchor were lost on the way: passing the end on
+    // would finish the children on a model a chunk short. Rejoin; the
+    // draining parent hands the final model over in full (children are
+    // welcomed with it) and says the end again.
+    if (!up_.welcomed || up_.full_pending) return;  // asked already
+    log().warn("[agg:{}] the parent ended the federation at round {} before this node had its "
+               "final anchor whole; rejoining for the final model",
+               self_.id, final_round);
+    hello_parent();
+    return;
+  }
+  // The round of the model it holds, so rejoining children are welcomed at
+  // the final round and its heartbeats say it.
+  round_ = final_round;
+  send_done(final_round);
+  region_.done_from_parent = true;
+  phase_ = Phase::kDraining;
+  phase_deadline_ = Clock::now() + cfg_.round_timeout;
+  finish_deadline_ = Clock::now() + cfg_.finish_wait;
+  maybe_finish();
 }
 
 void Aggregator::Impl::hello_parent() {
@@ -204,6 +226,9 @@ void Aggregator::Impl::on_parent_welcome(const wire::ParsedFrame& f) {
   up_.welcomed = true;
   up_.uplink->welcomed(f.header.flags);
   up_.welcome_round = f.header.round;
+  // Draining, it holds the final model: a welcome after a reconnect asks
+  // for nothing (the model in full that may follow is ignored).
+  if (phase_ == Phase::kDraining || phase_ == Phase::kDone) return;
   const bool no_change = (f.header.flags & wire::kFlagNoChange) != 0;
   if (phase_ != Phase::kAwaitWelcome && no_change && f.header.round == round_) {
     // Rejoined the parent (it or the link restarted) in the same round: send
@@ -232,12 +257,28 @@ void Aggregator::Impl::finish_parent_welcome() {
   const bool first = phase_ == Phase::kAwaitWelcome;
   log().info("[agg:{}] {} at round {}", self_.id, first ? "joined" : "resynced to the parent",
              round);
+  const uint64_t sent_up = round_;
+  const bool whole = !first && phase_ == Phase::kAwaitAnchor && sent_up < round;
   book_.relayed_through(round);
+  // Its aggregate of the round it took part in went up whole: the traffic
+  // report of that round still goes (its parent waits for it), the rounds
+  // it missed have none.
+  if (whole) try_send_telemetry(sent_up);
   book_.sent_through(round);
   for (Child& c : down_.children) {
     if (!first && c.live) c.rejoin_pending = true;  // they hold an older anchor
   }
-  open_round(round);
+  if (round >= cfg_.rounds) {
+    // The federation's final model (it rejoined after the last round): no
+    // round opens; children are welcomed with it, and the parent's kDone
+    // follows.
+    round_ = round;
+    replaced_anchor_.clear();
+    next_anchor_.clear();
+    phase_ = Phase::kAwaitAnchor;
+  } else {
+    open_round(round);
+  }
   if (first) {
     welcome_children(round);
   } else {

@@ -18,12 +18,6 @@ void AnchorAssembly::expect_next(uint64_t round) {
   early_.clear();
 }
 
-bool AnchorAssembly::signal_done() {
-  if (!next_) return false;
-  next_->done_signalled = true;
-  return true;
-}
-
 AnchorAssembly::Taken AnchorAssembly::take(uint64_t chunk_round, uint32_t chunk, bool full,
                                            uint64_t round, uint32_t encoded_upto, uint8_t codec,
                                            const uint8_t* payload, size_t payload_size,

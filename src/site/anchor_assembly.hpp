@@ -56,21 +56,11 @@ class AnchorAssembly {
   bool next_pending() const { return next_.has_value(); }
   uint64_t next_round() const { return next_ ? next_->round : 0; }
   uint32_t next_received() const { return next_ ? next_->received : 0; }
-  // Every chunk of it is in, or the federation ended instead.
-  bool next_settled() const {
-    return next_ && (next_->done_signalled || next_->received == chunks_);
-  }
-  // The federation ended before all of it came (kDone from the parent).
-  bool next_ended_short() const {
-    return next_ && next_->done_signalled && next_->received < chunks_;
-  }
-  // Still arriving: neither complete nor ended.
-  bool next_incomplete() const {
-    return next_ && next_->received < chunks_ && !next_->done_signalled;
-  }
-  // The parent said the federation is over. False when no next anchor is
-  // awaited (the site is finished now).
-  bool signal_done();
+  // Every chunk of it is in.
+  bool next_complete() const { return next_ && next_->received == chunks_; }
+  // Awaited and not all in. (The end of the federation does not settle it:
+  // a site whose anchor came short rejoins for the final model in full.)
+  bool next_incomplete() const { return next_ && next_->received < chunks_; }
   // When a chunk of the next anchor last came (or the caller last said the
   // round made progress: its update went out).
   Clock::time_point progress_at() const { return progress_at_; }
@@ -92,7 +82,6 @@ class AnchorAssembly {
     uint64_t round = 0;
     std::vector<bool> got;
     uint32_t received = 0;
-    bool done_signalled = false;  // the next anchor's: the federation ended instead
   };
 
   uint32_t chunks_;

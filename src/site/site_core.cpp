@@ -134,13 +134,32 @@ void SiteCore::Impl::on_frame(const wire::ParsedFrame& f, SyncResult* res) {
         log().debug("[site:{}] the parent keeps its checkpoint of round {}", self.id, h.round);
       }
       return;
-    case wire::MsgType::kDone:
-      if (incoming.full_pending()) return;  // the final model in full comes first
-      if (!incoming.signal_done()) finished = true;
-      return;
+    case wire::MsgType::kDone: on_done(h); return;
     default:
       log().warn("[site:{}] ignored {} from the parent", self.id, wire::msg_type_name(h.type));
   }
+}
+
+void SiteCore::Impl::on_done(const wire::FrameHeader& h) {
+  if (incoming.full_pending()) return;  // the final model in full comes first
+  if (round >= h.round) {
+    // It holds the final model: the federation is over.
+    finished = true;
+    incoming.forget_next();
+    return;
+  }
+  // The final anchor is whole: its sync takes it, and is finished.
+  if (incoming.next_complete() && incoming.next_round() >= h.round) return;
+  // The federation ended at round h.round and this site holds an older
+  // model: chunks of the final anchor were lost on the way. It must not
+  // finish on a model one chunk short: it rejoins, and its draining parent
+  // hands it the final model in full and says the end again.
+  if (welcome.awaiting) return;  // asked already
+  log().warn("[site:{}] the federation ended at round {} while this site holds round {} "
+             "({} of {} chunks of the next anchor in); rejoining for the final model",
+             self.id, h.round, round, incoming.next_received(), plan.count());
+  welcome.hello_pending = true;
+  welcome.awaiting = true;
 }
 
 void SiteCore::Impl::on_welcome(const wire::ParsedFrame& f, SyncResult* res) {

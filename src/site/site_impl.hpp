@@ -168,6 +168,7 @@ class SiteCore::Impl {
   void await_welcome(Millis timeout, const char* why, SyncResult* res);
   std::vector<uint8_t> hello_frame() const;
   void on_frame(const wire::ParsedFrame& f, SyncResult* res);
+  void on_done(const wire::FrameHeader& h);
   void on_welcome(const wire::ParsedFrame& f, SyncResult* res);
   void on_anchor(const wire::ParsedFrame& f, SyncResult* res);
   void model_in_full(SyncResult* res);  // the last piece of a model in full came

@@ -137,7 +137,7 @@ void SiteCore::Impl::update_sent() {
 void SiteCore::Impl::await_anchor(uint64_t start_round, SyncResult* res) {
   const auto deadline = Clock::now() + cfg.round_timeout;
   while (round == start_round && !finished && !res->resynced) {
-    if (incoming.next_settled()) break;
+    if (incoming.next_complete()) break;
     if (Clock::now() >= deadline) {
       throw TimeoutError(
           "site '" + self.id + "': no anchor for round " + std::to_string(round + 1) +
@@ -153,10 +153,6 @@ void SiteCore::Impl::await_anchor(uint64_t start_round, SyncResult* res) {
 }
 
 void SiteCore::Impl::take_anchor() {
-  if (incoming.next_ended_short()) {
-    finished = true;  // the federation ended instead
-    return;
-  }
   apply_early();
   // Overlapped, the anchor was updated in place as its chunks came.
   if (!overlapping()) std::memcpy(anchor.data(), params, plan.total() * sizeof(float));

@@ -322,6 +322,76 @@ TEST_F(TransportFaults, AFrameLostOnAStripedLinkMakesTheSiteReconnectNotDie) {
   EXPECT_EQ(faults_->hits(lost), 1u);
 }
 
+// The end of the federation over a lossy link. The last chunk of the final
+// anchor (round 5) is lost on its way to site-0, and the parent's kDone
+// comes right behind it: the site used to take the kDone as "the federation
+// ended instead" and finish with a model mixing the final anchor's first
+// chunks with the round before's last one, and confirm it (a silent wrong
+// answer). It must rejoin and be handed the final model in full.
+TEST_F(TransportFaults, TheFinalAnchorsLastChunkLostToASiteIsHandedOverInFull) {
+  use_codec("fp32");
+  const auto lost = faults_->add(FaultRule::drop()
+                                     .of_type(MsgType::kAnchor)
+                                     .on(endpoint("region-0"), "site-0")
+                                     .down()
+                                     .where(chunk_of(kRounds, 4))
+                                     .first(1));
+  const FederationRun run = run_and_compare();
+  EXPECT_EQ(faults_->hits(lost), 1u);
+  EXPECT_GE(region_rejoins(run), 1u) << "site-0 should have rejoined for the final model";
+}
+
+// The same chunk lost, and every kDone to site-0 with it: region-0's
+// heartbeats used to say round 4 while it drained (a region opens no round
+// after the last), so the site never saw its parent ahead, never rejoined,
+// and timed out once region-0 had given up on its confirmation. A draining
+// parent's heartbeats carry the final round, so the site's stalled anchor
+// is noticed and it rejoins.
+TEST_F(TransportFaults, TheFinalAnchorsLastChunkAndEveryEndLostToASite) {
+  use_codec("fp32");
+  const auto lost = faults_->add(FaultRule::drop()
+                                     .of_type(MsgType::kAnchor)
+                                     .on(endpoint("region-0"), "site-0")
+                                     .down()
+                                     .where(chunk_of(kRounds, 4))
+                                     .first(1));
+  const auto ends = faults_->add(
+      FaultRule::drop().of_type(MsgType::kDone).on(endpoint("region-0"), "site-0").down());
+  const FederationRun run = run_and_compare();
+  EXPECT_EQ(faults_->hits(lost), 1u);
+  EXPECT_GE(faults_->hits(ends), 1u);
+  EXPECT_GE(region_rejoins(run), 1u) << "site-0 should have rejoined for the final model";
+}
+
+// The last chunk of the final anchor lost on its way to region-0, which then
+// gets the root's kDone: it used to pass the end on to its sites, both of
+// which finished on an anchor one chunk short. It must rejoin the root for
+// the final model in full and hand it down before it passes the end on.
+TEST_F(TransportFaults, TheFinalAnchorsLastChunkLostToARegionIsHandedOverInFull) {
+  use_codec("fp32");
+  const auto lost = faults_->add(FaultRule::drop()
+                                     .of_type(MsgType::kAnchor)
+                                     .on(endpoint("root"), "region-0")
+                                     .down()
+                                     .where(chunk_of(kRounds, 4))
+                                     .first(1));
+  const FederationRun run = run_and_compare();
+  EXPECT_EQ(faults_->hits(lost), 1u);
+  EXPECT_GE(run.root.rejoins, 1u) << "region-0 should have rejoined for the final model";
+}
+
+// The root's first kDones to region-0 are lost, after the whole final
+// anchor went through: the root says the end again while it waits for
+// region-0's confirmation, and region-0, which holds the final model, needs
+// no rejoin (it used to rejoin and be sent the whole model again).
+TEST_F(TransportFaults, TheEndLostToARegionIsSaidAgain) {
+  const auto ends = faults_->add(
+      FaultRule::drop().of_type(MsgType::kDone).on(endpoint("root"), "region-0").down().first(3));
+  const FederationRun run = run_and_compare();
+  EXPECT_EQ(faults_->hits(ends), 3u);
+  EXPECT_EQ(run.root.rejoins, 0u) << "region-0 holds the final model: no rejoin";
+}
+
 // Every frame between region-1 and the root, both ways, 30 ms late, and
 // every delta duplicated: only time changes, and duplicates count once.
 TEST_F(TransportFaults, SlowAndDuplicatingLinksChangeNothingButTime) {

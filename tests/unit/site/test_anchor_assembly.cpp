@@ -85,9 +85,8 @@ TEST(AnchorAssembly, ChunksOfTheNextAnchorApplyOnceTheirDeltaIsComputed) {
   EXPECT_EQ(ready[0].chunk, 3u);
   EXPECT_TRUE(h.a.take_early(kChunks).empty());
   EXPECT_EQ(h.update(6, 0).step, Step::kApply);
-  EXPECT_TRUE(h.a.next_settled());
+  EXPECT_TRUE(h.a.next_complete());
   EXPECT_FALSE(h.a.next_incomplete());
-  EXPECT_FALSE(h.a.next_ended_short());
 }
 
 TEST(AnchorAssembly, AChunkBeforeTheSyncOpensTheNextAnchorAndIsKept) {
@@ -123,16 +122,20 @@ TEST(AnchorAssembly, AnotherRoundsAssemblyIsReplacedWithWhatItKept) {
   EXPECT_TRUE(h.a.take_early(kChunks).empty());
 }
 
-TEST(AnchorAssembly, TheEndOfTheFederationSettlesTheNextAnchorShort) {
+TEST(AnchorAssembly, OnlyEveryChunkCompletesTheNextAnchor) {
   Harness h;
-  EXPECT_FALSE(h.a.signal_done());  // nothing awaited: the caller is finished
+  EXPECT_FALSE(h.a.next_complete());  // nothing awaited
+  EXPECT_FALSE(h.a.next_incomplete());
   h.a.expect_next(6);
   h.encoded_upto = kChunks;
-  EXPECT_EQ(h.update(6, 0).step, Step::kApply);
-  EXPECT_TRUE(h.a.signal_done());
-  EXPECT_TRUE(h.a.next_settled());
-  EXPECT_TRUE(h.a.next_ended_short());
+  for (uint32_t c = 0; c + 1 < kChunks; ++c) EXPECT_EQ(h.update(6, c).step, Step::kApply);
+  EXPECT_FALSE(h.a.next_complete());
+  EXPECT_TRUE(h.a.next_incomplete());
+  EXPECT_EQ(h.update(6, kChunks - 1).step, Step::kApply);
+  EXPECT_TRUE(h.a.next_complete());
   EXPECT_FALSE(h.a.next_incomplete());
+  h.a.forget_next();
+  EXPECT_FALSE(h.a.next_complete());
 }
 
 TEST(AnchorAssembly, ProgressIsWhenAChunkOfTheNextAnchorLastCame) {
