@@ -6,9 +6,9 @@
 // root steps the outer optimizer on chunk i and streams the new anchor's
 // chunk i down. See docs/protocol.md for the message sequence.
 //
-// This file: construction, sending through the per-peer outboxes, the event
-// loop, the children's frame dispatch and deadlines. aggregator_impl.hpp
-// says where the rest is.
+// This file: sending through the per-peer outboxes (aggregator/downlink.hpp),
+// the event loop, the children's frame dispatch and deadlines. Construction
+// is in aggregator_setup.cpp; aggregator_impl.hpp says where the rest is.
 #include "fedwan/aggregator.hpp"
 
 #include <algorithm>
@@ -36,222 +36,30 @@ constexpr Millis kPoll{100};
 
 }  // namespace
 
-Aggregator::Impl::Impl(AggregatorOptions options)
-    : opt_(std::move(options)),
-      topo_(opt_.topology),
-      self_(topo_.node(opt_.node_id)),  // a copy: topo_ may move to a later version
-      is_root_(self_.role == Role::kRoot),
-      cfg_(topo_, self_, {opt_.window, opt_.round_timeout}),
-      limits_(cfg_.limits) {
-  check_options();
-  if (is_root_) init_root_model();
-  init_children();
-  const std::string bind =
-      opt_.standby ? (self_.standby_bind.empty() ? self_.standby_endpoint : self_.standby_bind)
-                   : (self_.bind.empty() ? self_.endpoint : self_.bind);
-  open_links(bind);
-  costs_.recorder = costs::CostRecorder(opt_.costs_path, topo_.job(), self_.id,
-                                        role_name(self_.role), security_->key());
-  start_metrics();
-  deadline_timer_ = timers_.make_timer();
-  timers_.every(cfg_.heartbeat, [this] { on_heartbeat_timer(); });
-  watch_.start_digest = topo_.digest();
-  if (!opt_.topology_file.empty()) (void)file_changed();  // the version it started from
-  standby_.root_heard = Clock::now();
-  if (!opt_.checkpoint_dir.empty()) {
-    repl_.store = std::make_unique<checkpoint::ReplicaStore>(
-        std::filesystem::path(opt_.checkpoint_dir) / "replicas", topo_.lineage_digest(), 2,
-        security_->verifier(), topo_.job());
-  }
-  log().info("[agg:{}] {}{} serving {} children on {}", self_.id, role_name(self_.role),
-             opt_.standby ? " (standby)" : "", down_.children.size(), bind);
-}
-
-void Aggregator::Impl::check_options() const {
-  if (self_.role == Role::kSite) {
-    throw ConfigError("node '" + self_.id + "' is a site; run it with `fedwan site`");
-  }
-  if (opt_.standby && (!is_root_ || self_.standby_endpoint.empty())) {
-    throw ConfigError("--standby: '" + self_.id + "' is " +
-                      (is_root_ ? "a root without standby_endpoint in the topology"
-                                : std::string("not the root")) +
-                      "; a standby runs as the root node of a topology that names its "
-                      "standby_endpoint");
-  }
-  if (opt_.standby && opt_.checkpoint_dir.empty()) {
-    throw ConfigError("--standby needs --checkpoint-dir: the standby keeps the root's "
-                      "checkpoints there");
-  }
-  if (is_root_ && opt_.initial_model.empty()) {
-    throw ConfigError("root '" + self_.id + "' needs an initial model (flat fp32 parameters)");
-  }
-}
-
-void Aggregator::Impl::init_root_model() {
-  root_.global = std::move(opt_.initial_model);
-  init_model_state(root_.global.size());
-  root_.held = root_.global;
-  root_.model_digest = sha256(root_.global.data(), root_.global.size() * sizeof(float));
-  root_.outer = make_outer_optimizer(cfg_.outer, root_.global.size());
-}
-
-void Aggregator::Impl::init_children() {
-  for (uint32_t idx : self_.children) add_child(idx, topo_.node(idx).late_join);
-}
-
-void Aggregator::Impl::add_child(uint32_t idx, bool late) {
-  const NodeSpec& n = topo_.node(idx);
-  Child c;
-  c.index = idx;
-  c.id = n.id;
-  c.is_site = n.role == Role::kSite;
-  if (!c.is_site) down_.regions += 1;
-  c.weight = topo_.weight_under(idx);  // 0 for a removed site
-  // Until it reports its membership, a region counts with all its sites.
-  c.member_weight = c.weight;
-  c.member_sites = static_cast<uint32_t>(topo_.sites_under(idx).size());
-  c.late = late;
-  c.live = !c.late && !n.removed;  // a late_join site is not waited for until it comes
-  if (n.removed) c.removed = true, c.away = Away::kLeft;
-  down_.slot[c.id] = down_.children.size();
-  down_.children.push_back(std::move(c));
-  down_.out.resize(down_.children.size());
-  repl_.serving.resize(down_.children.size());
-}
-
-void Aggregator::Impl::open_links(const std::string& bind) {
-  security_ = std::make_unique<node::NodeSecurity>(opt_.security, topo_, self_);
-  transport_ = transport::make_transport(bind);
-  down_.link = std::make_unique<ChildrenLink>(
-      *transport_, bind, cfg_.link, security_->children_factory(), security_->children_admission());
-  if (is_root_) return;
-  session::ParentSession::Options so;
-  so.link = cfg_.link;
-  so.heartbeat = cfg_.heartbeat;
-  so.heartbeat_timeout = cfg_.heartbeat_timeout;
-  // A replaced session's queued frames are dropped: what matters is sent
-  // again on the new one (hello, aggregates, checkpoint pieces).
-  so.reconnect_linger_ms = 0;
-  so.log_name = "agg:" + self_.id;
-  up_.uplink = std::make_unique<session::Uplink>(topo_, self_, *transport_, *security_, so);
-}
-
-void Aggregator::Impl::recover() {
-  bool resumed = resume_from_checkpoint();
-  if (!resumed && !is_root_ && !opt_.checkpoint_dir.empty() &&
-      checkpoint::fetch_replica(
-          up_.uplink->link(),
-          [this](const std::string& why) -> ParentLink& {
-            reconnect_parent(why);
-            return up_.uplink->link();
-          },
-          topo_, self_, cfg_, opt_.checkpoint_dir, 0, opt_.join_timeout, *security_,
-          &stop_requested)) {
-    // Its own checkpoints were gone or corrupt; the parent kept a copy.
-    resumed = resume_from_checkpoint();
-  }
-  if (!resumed && root_.corrupt) {
-    // Only corrupt checkpoints: the standby's copy, or no start at all
-    // (starting over beside them would redo committed rounds).
-    open_standby_link();
-    if (checkpoint::fetch_replica(
-            *standby_.link,
-            [this](const std::string&) -> ParentLink& {
-              open_standby_link();
-              return *standby_.link;
-            },
-            topo_, self_, cfg_, opt_.checkpoint_dir, total_elements_, opt_.join_timeout, *security_,
-            &stop_requested)) {
-      resumed = resume_from_checkpoint();
-    }
-    if (!resumed) {
-      throw CryptoError("root '" + self_.id +
-                        "': its checkpoints are corrupt and its standby "
-                        "keeps no copy; restore one (see docs/operations.md) or move the "
-                        "directory away to start over");
-    }
-  }
-  if (resumed) {
-    log().info("[agg:{}] resumed from its checkpoint at round {}", self_.id, round_);
-  } else if (opt_.standby) {
-    standby_.passive = true;  // until the root dies
-    log().info("[agg:{}] standby: keeping the root's checkpoints until it is needed", self_.id);
-  }
-  if (is_root_ && !opt_.standby && !self_.standby_endpoint.empty() && !standby_.link) {
-    open_standby_link();
-  }
-}
-
-void Aggregator::Impl::init_model_state(uint64_t total_elements) {
-  total_elements_ = total_elements;
-  limits_ = cfg_.limits_for_model(total_elements);
-  plan_ = cfg_.plan(total_elements);
-  std::vector<uint32_t> ids;
-  for (uint32_t idx : self_.children) ids.push_back(idx);
-  acc_.emplace(*plan_, ids, cfg_.rule);
-}
-
 // ---- sending ------------------------------------------------------------------
 
 void Aggregator::Impl::send_child(const Child& c, Frame frame, const wire::FrameHeader& h) {
-  Outbox& box = down_.out[down_.slot.at(c.id)];
-  if (box.frames.empty()) box.waiting_since = Clock::now();
-  // The header the frame carries: make_frame() sets the payload length in
-  // the bytes, not in `h`, and the traffic ledger needs it to tell payload
-  // from header (a zero would charge the payload twice as fp32).
-  wire::FrameHeader sent = h;
-  sent.payload_length = static_cast<uint32_t>(frame->size() - wire::kHeaderSize);
-  box.frames.push_back({std::move(frame), sent});
+  down_.link.queue(down_.link.slot(c.id), std::move(frame), h);
   flush();
 }
 
 bool Aggregator::Impl::flush() {
   pump_serving();
-  for (size_t i = 0; i < down_.children.size(); ++i) {
-    Outbox& box = down_.out[i];
-    while (!box.frames.empty()) {
-      const Outgoing& head = box.frames.front();
-      std::optional<size_t> sent;
-      try {
-        sent = down_.link->try_send(down_.children[i].id, *head.frame);
-      } catch (const TransportError&) {
-        // Not connected: a site that holds the final anchor may have left,
-        // others are gone or reconnecting. What they missed reaches them as
-        // a resync when they say hello again (aggregator_recovery.cpp).
-        log().debug("[agg:{}] '{}' is not connected; dropped {} queued frames", self_.id,
-                    down_.children[i].id, box.frames.size());
-        box.frames.clear();
-        break;
-      }
-      if (!sent) break;
-      // Replicas are not round traffic (summary_.replica_bytes counts them).
-      if (head.header.type != wire::MsgType::kCheckpoint) {
-        ledger_.charge_frame(head.header, *sent, round_);
-      }
-      box.sent += 1;
-      box.frames.pop_front();
-      box.waiting_since = Clock::now();
-    }
-  }
-  while (!up_.out.frames.empty()) {
-    if (!up_.uplink->link().established() ||
-        !up_.uplink->link().try_send(*up_.out.frames.front().frame)) {
+  down_.link.flush([this](const wire::FrameHeader& h, size_t bytes) {
+    // Replicas are not round traffic (summary_.replica_bytes counts them).
+    if (h.type != wire::MsgType::kCheckpoint) ledger_.charge_frame(h, bytes, round_);
+  });
+  while (!up_.out.empty()) {
+    if (!up_.uplink->link().established() || !up_.uplink->link().try_send(*up_.out.front().frame)) {
       break;
     }
-    up_.out.frames.pop_front();
-    up_.out.waiting_since = Clock::now();
+    up_.out.pop(Clock::now());
   }
   pump_upload();
   return outboxes_empty();
 }
 
-bool Aggregator::Impl::outboxes_empty() const {
-  if (!up_.out.frames.empty()) return false;
-  for (const Outbox& box : down_.out) {
-    if (!box.frames.empty()) return false;
-  }
-  return true;
-}
+bool Aggregator::Impl::outboxes_empty() const { return up_.out.empty() && down_.link.empty(); }
 
 void Aggregator::Impl::refuse(const std::string& peer, const std::string& reason, bool count) {
   if (count) summary_.rejected_frames += 1;
@@ -265,7 +73,7 @@ void Aggregator::Impl::refuse(const std::string& peer, const std::string& reason
   }
   try {
     // Best effort and never queued: a refused peer may not be reading.
-    (void)down_.link->try_send(peer, reject_frame(topo_, self_.index, round_, reason));
+    (void)down_.link.link().try_send(peer, reject_frame(topo_, self_.index, round_, reason));
   } catch (const Error& e) {
     // An unknown or vanished peer cannot be told; the refusal is logged.
     log().debug("[agg:{}] could not deliver refusal to '{}': {}", self_.id, peer, e.what());
@@ -273,7 +81,7 @@ void Aggregator::Impl::refuse(const std::string& peer, const std::string& reason
 }
 
 void Aggregator::Impl::clear_outbox(const Child& c) {
-  down_.out[down_.slot.at(c.id)].frames.clear();
+  down_.link.outbox(down_.link.slot(c.id)).clear();
 }
 
 void Aggregator::Impl::send_done(uint64_t rounds) {
@@ -304,53 +112,17 @@ AggregatorSummary Aggregator::Impl::run() {
     bool serving = uploading();
     for (const Serving& s : repl_.serving) serving = serving || s.reader != nullptr;
     const bool pending = !flush() || serving;
-    std::vector<transport::Transport::Interest> interests = {{&down_.link->socket()}};
-    if (up_.uplink) {
-      up_.uplink->link().watch(&interests, !up_.out.frames.empty());
-    }
+    std::vector<transport::Transport::Interest> interests = {{&down_.link.link().socket()}};
+    if (up_.uplink) up_.uplink->link().watch(&interests, !up_.out.empty());
     // A server socket cannot signal room for one particular child, so while
     // frames wait the loop polls briefly instead of sleeping.
     (void)transport_->wait(interests, pending ? Millis(2) : kPoll);
     timers_.poll();
     Incoming in;
     // Drain a bounded batch per socket so neither side starves the other.
-    for (int i = 0; i < 64 && down_.link->recv(&in, Millis(0)); ++i) on_child_frame(in);
-    if (up_.uplink) {
-      try {
-        for (int i = 0; i < 64 && phase_ != Phase::kDone && up_.uplink->link().recv(&in, Millis(0));
-             ++i) {
-          on_parent_frame(in);
-        }
-      } catch (const CryptoError& e) {
-        // See SiteCore::Impl::pump: a session failure anyone on the path can
-        // cause, or a re-handshake after the first welcome, is retried with
-        // backoff; a real refusal ends in the round timeout. A parent that
-        // proved who it is and is the wrong one ends the first join at once.
-        if (!up_.uplink->in_federation() && up_.uplink->link().security().failure_is_final()) throw;
-        security_->log_noise("parent-link:" + self_.id,
-                             "[agg:" + self_.id + "] " + e.what() + "; will reconnect");
-        up_.uplink->session().forget_heard();
-        if (!up_.uplink->in_federation())
-          up_.uplink->session().restart_stall_clock();  // a new session soon
-      }
-    }
-    if (standby_.link) {
-      try {
-        for (int i = 0; i < 16 && standby_.link->recv(&in, Millis(0)); ++i) on_standby_frame(in);
-        if (!standby_.seen && standby_.link->established()) {
-          // The standby answered the handshake: it is there.
-          standby_.heard = Clock::now();
-          standby_.seen = true;
-          if (standby_.warned) security_->audit("standby_back", {{"round", round_}});
-          standby_.warned = false;
-        }
-      } catch (const CryptoError& e) {
-        security_->log_noise("standby-link:" + self_.id,
-                             "[agg:" + self_.id + "] link to its standby: " + e.what());
-        standby_.seen = false;
-        standby_.heard = Clock::time_point{};
-      }
-    }
+    for (int i = 0; i < 64 && down_.link.link().recv(&in, Millis(0)); ++i) on_child_frame(in);
+    if (up_.uplink) recv_parent(in);
+    if (standby_.link) recv_standby(in);
     maybe_finish();
     check_deadlines();
     if (membership_report_due_) {
@@ -358,23 +130,10 @@ AggregatorSummary Aggregator::Impl::run() {
       report_membership();
     }
   }
-  // Deliver what is still queued (the last anchors, done, telemetry).
-  const auto deadline = Clock::now() + cfg_.finish_wait;
-  while (!flush() && Clock::now() < deadline) {
-    (void)transport_->wait({&down_.link->socket()}, Millis(2), /*for_send=*/true);
-  }
-  for (size_t i = 0; i < down_.children.size(); ++i) {
-    log().debug("[agg:{}] sent {} frames to '{}'", self_.id, down_.out[i].sent,
-                down_.children[i].id);
-  }
-  if (!outboxes_empty()) {
-    size_t left = up_.out.frames.size();
-    for (const Outbox& box : down_.out) left += box.frames.size();
-    log().warn("[agg:{}] {} frames were not delivered before shutdown", self_.id, left);
-  }
+  deliver_the_rest();
   costs_stopped();
   update_metrics();
-  summary_.rejected_frames += down_.link->counters().rejected;
+  summary_.rejected_frames += down_.link.link().counters().rejected;
   summary_.security_mode = security_->plaintext() ? "plaintext" : "mtls/" + opt_.security.cipher;
   summary_.handshake_ms = security_->handshake_ms();
   security_->tick(/*all=*/true);
@@ -382,6 +141,61 @@ AggregatorSummary Aggregator::Impl::run() {
   // A standby that never took over has no model of the federation.
   if (is_root_ && !standby_.passive) summary_.global_model = root_.global;
   return summary_;
+}
+
+void Aggregator::Impl::recv_parent(Incoming& in) {
+  try {
+    for (int i = 0; i < 64 && phase_ != Phase::kDone && up_.uplink->link().recv(&in, Millis(0));
+         ++i) {
+      on_parent_frame(in);
+    }
+  } catch (const CryptoError& e) {
+    // See SiteCore::Impl::pump: a session failure anyone on the path can
+    // cause, or a re-handshake after the first welcome, is retried with
+    // backoff; a real refusal ends in the round timeout. A parent that
+    // proved who it is and is the wrong one ends the first join at once.
+    if (!up_.uplink->in_federation() && up_.uplink->link().security().failure_is_final()) throw;
+    security_->log_noise("parent-link:" + self_.id,
+                         "[agg:" + self_.id + "] " + e.what() + "; will reconnect");
+    up_.uplink->session().forget_heard();
+    if (!up_.uplink->in_federation())
+      up_.uplink->session().restart_stall_clock();  // a new session soon
+  }
+}
+
+void Aggregator::Impl::recv_standby(Incoming& in) {
+  try {
+    for (int i = 0; i < 16 && standby_.link->recv(&in, Millis(0)); ++i) on_standby_frame(in);
+    if (!standby_.seen && standby_.link->established()) {
+      // The standby answered the handshake: it is there.
+      standby_.heard = Clock::now();
+      standby_.seen = true;
+      if (standby_.warned) security_->audit("standby_back", {{"round", round_}});
+      standby_.warned = false;
+    }
+  } catch (const CryptoError& e) {
+    security_->log_noise("standby-link:" + self_.id,
+                         "[agg:" + self_.id + "] link to its standby: " + e.what());
+    standby_.seen = false;
+    standby_.heard = Clock::time_point{};
+  }
+}
+
+void Aggregator::Impl::deliver_the_rest() {
+  // What is still queued (the last anchors, done, telemetry), within the
+  // finish wait.
+  const auto deadline = Clock::now() + cfg_.finish_wait;
+  while (!flush() && Clock::now() < deadline) {
+    (void)transport_->wait({&down_.link.link().socket()}, Millis(2), /*for_send=*/true);
+  }
+  for (size_t i = 0; i < down_.children.size(); ++i) {
+    log().debug("[agg:{}] sent {} frames to '{}'", self_.id, down_.link.outbox(i).sent(),
+                down_.children[i].id);
+  }
+  if (!outboxes_empty()) {
+    log().warn("[agg:{}] {} frames were not delivered before shutdown", self_.id,
+               up_.out.size() + down_.link.waiting());
+  }
 }
 
 void Aggregator::Impl::maybe_finish() {
@@ -424,16 +238,15 @@ void Aggregator::Impl::maybe_finish() {
 void Aggregator::Impl::check_deadlines() {
   const auto now = Clock::now();
   for (size_t i = 0; i < down_.children.size(); ++i) {
-    Outbox& box = down_.out[i];
-    if (!box.frames.empty() && now - box.waiting_since > cfg_.heartbeat_timeout &&
-        down_.children[i].live) {
+    const Outbox& box = down_.link.outbox(i);
+    if (box.stuck(now, cfg_.heartbeat_timeout) && down_.children[i].live) {
       // A child that does not read is as good as gone: stop waiting for it.
       log().warn("[agg:{}] '{}' has not read for {} ms ({} frames waiting)", self_.id,
-                 down_.children[i].id, cfg_.heartbeat_timeout.count(), box.frames.size());
+                 down_.children[i].id, cfg_.heartbeat_timeout.count(), box.size());
       child_lost(down_.children[i]);
     }
   }
-  if (!up_.out.frames.empty() && now - up_.out.waiting_since > cfg_.round_timeout) {
+  if (up_.out.stuck(now, cfg_.round_timeout)) {
     throw TimeoutError("aggregator '" + self_.id + "': parent '" +
                        topo_.node(self_.parent_index).id + "' has not read for " +
                        std::to_string(cfg_.round_timeout.count() / 1000) + " s");
@@ -481,13 +294,13 @@ void Aggregator::Impl::on_child_frame(Incoming& in) {
   }
   if (!may_serve(in.peer)) return;  // a passive standby while the root lives
   const wire::ParsedFrame f = wire::parse_frame(in.data(), in.frame_size, limits_);
-  auto slot = down_.slot.find(in.peer);
-  if (slot == down_.slot.end()) {
+  const std::optional<size_t> slot = down_.link.find(in.peer);
+  if (!slot) {
     refuse(in.peer, "node '" + in.peer + "' is not a child of '" + self_.id + "' in topology " +
                         topo_.digest_hex().substr(0, 12));
     return;
   }
-  Child& c = down_.children[slot->second];
+  Child& c = down_.children[*slot];
   if (c.removed) {
     refuse(c.id, "'" + c.id + "' was removed from the federation (topology version " +
                      std::to_string(topo_.version()) + ")");

@@ -12,7 +12,7 @@ namespace fedwan {
 void Aggregator::Impl::collect_costs() {
   costs::CostRecorder& rec = costs_.recorder;
   for (const Child& c : down_.children) {
-    const uint64_t now = down_.link->bytes_sent_to(c.id);
+    const uint64_t now = down_.link.link().bytes_sent_to(c.id);
     uint64_t& seen = costs_.sent_seen[c.id];
     if (now > seen) rec.sent(c.id, now - seen);
     seen = now;

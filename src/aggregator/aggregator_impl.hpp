@@ -43,6 +43,9 @@
 #include <nlohmann/json.hpp>
 
 #include "aggregation/round_accumulator.hpp"
+#include "aggregator/child.hpp"
+#include "aggregator/child_claims.hpp"
+#include "aggregator/downlink.hpp"
 #include "aggregator/round_book.hpp"
 #include "aggregator/round_wait.hpp"
 #include "checkpoint/checkpoint_upload.hpp"
@@ -71,38 +74,8 @@ class Aggregator::Impl {
  private:
   using Clock = std::chrono::steady_clock;
 
-  // Why a child is not a member (Child::away).
-  enum class Away : uint8_t { kNo, kLeft, kPaused, kNotYet };
-
-  struct Child {
-    uint32_t index = 0;
-    std::string id;
-    bool is_site = true;
-    bool joined = false;
-    bool welcomed = false;
-    bool confirmed_end = false;  // said it holds the final model (kDone upward)
-    wire::HelloPayload hello;
-    // Liveness: heard within the heartbeat timeout. A lost child is not
-    // waited for; it comes back by saying hello again.
-    bool live = true;
-    Clock::time_point last_heard;  // its last frame, or its welcome when later
-    bool rejoin_pending = false;   // welcomed at the next round boundary
-    double weight = 0;             // total site weight under it
-    uint64_t elements = 0;         // the model size its hello stated
-    // Membership (aggregator_membership.cpp): counted in the quorum. A
-    // late_join site is not waited for at the start.
-    bool late = false;
-    bool member = false;
-    Away away = Away::kNotYet;
-    double member_weight = 0;   // a region: its members' weight as it reported (<= weight)
-    uint32_t member_sites = 0;  // a region: its member sites as it reported
-    // For metrics and status: what came from it, and the round it last named.
-    uint64_t bytes_received = 0;
-    uint64_t heartbeats = 0;
-    uint64_t last_round = 0;
-    // Taken out by a topology version: refused from now on.
-    bool removed = false;
-  };
+  using Away = aggregator::Away;
+  using Child = aggregator::Child;
 
   enum class Phase { kJoining, kAwaitWelcome, kTraining, kAwaitAnchor, kDraining, kDone };
 
@@ -118,6 +91,12 @@ class Aggregator::Impl {
   void on_parent_frame(Incoming& in);
   void on_hello(Child& c, const wire::ParsedFrame& f);
   void on_delta(Child& c, const wire::ParsedFrame& f);
+  // The steps of on_delta: its audit entry (and recorded copy), and what the
+  // accumulator's verdict leads to.
+  void audit_delta(const Child& c, const wire::ParsedFrame& f, const aggregator::DeltaWeight& w,
+                   const Codec& codec, const char* decision, bool accepted);
+  void on_delta_added(const Child& c, const wire::FrameHeader& h,
+                      const RoundAccumulator::Result& r);
   void on_telemetry(Child& c, const wire::ParsedFrame& f);
   void on_parent_welcome(const wire::ParsedFrame& f);
   void on_parent_anchor(const wire::ParsedFrame& f, const uint8_t* raw, size_t raw_size);
@@ -277,20 +256,10 @@ class Aggregator::Impl {
   // earlier could lose the last frames still on their way.
   void maybe_finish();
 
-  // Sending never blocks the event loop: frames wait in a per-peer outbox
-  // and go out as the peer's window opens (see flush()). What can wait is
-  // bounded by the protocol: one round's chunks per direction, and anchor
-  // frames are shared by all children's outboxes.
-  using Frame = std::shared_ptr<const std::vector<uint8_t>>;
-  struct Outgoing {
-    Frame frame;
-    wire::FrameHeader header;
-  };
-  struct Outbox {
-    std::deque<Outgoing> frames;
-    Clock::time_point waiting_since;  // when the head frame started waiting
-    uint64_t sent = 0;
-  };
+  // Sending never blocks the event loop: frames wait in an outbox per peer
+  // (aggregator/downlink.hpp) and go as its window opens (flush()).
+  using Frame = aggregator::Frame;
+  using Outbox = aggregator::Outbox;
   void send_child(const Child& c, Frame frame, const wire::FrameHeader& h);
   void send_child(const Child& c, std::vector<uint8_t> frame, const wire::FrameHeader& h) {
     send_child(c, std::make_shared<const std::vector<uint8_t>>(std::move(frame)), h);
@@ -299,6 +268,11 @@ class Aggregator::Impl {
   // Sends what the windows take; returns true when every outbox is empty.
   bool flush();
   bool outboxes_empty() const;
+  // The run loop's steps: a batch from the parent and from the standby;
+  // at the end, what is still queued.
+  void recv_parent(Incoming& in);
+  void recv_standby(Incoming& in);
+  void deliver_the_rest();
   void refuse(const std::string& peer, const std::string& reason, bool count = true);
   void clear_outbox(const Child& c);
   void send_done(uint64_t rounds);
@@ -317,13 +291,12 @@ class Aggregator::Impl {
   // Makes every link of this node (one kind per topology).
   std::unique_ptr<transport::Transport> transport_;
 
-  // The children's side: their link, their table, an outbox each.
+  // The children's side: their table, and the downlink (their link and an
+  // outbox each, by the table's slots).
   struct Down {
-    std::unique_ptr<ChildrenLink> link;
+    aggregator::Downlink link;
     std::vector<Child> children;
-    std::unordered_map<std::string, size_t> slot;  // child id -> index in children
-    std::vector<Outbox> out;                       // by child slot
-    uint32_t regions = 0;                          // region aggregators among the children
+    uint32_t regions = 0;  // region aggregators among the children
   } down_;
 
   // A region's parent side: the child's end of the protocol (session::Uplink:

@@ -84,6 +84,9 @@ void Aggregator::Impl::on_membership(Child& c, const wire::ParsedFrame& f) {
     if (w == c.member_weight && sites == c.member_sites) return;
     c.member_weight = w;
     c.member_sites = sites;
+    // None left: it sits the round out (check_round_wait), not waited for;
+    // what it delivered stays counted.
+    if (w <= 0 && acc_ && acc_->is_open()) acc_->set_expected(c.index, false);
     // A region may change its report as often as it likes: rate limited.
     security_->audit_noise(
         "membership", "membership:" + c.id,
@@ -195,6 +198,18 @@ aggregator::RoundWait Aggregator::Impl::round_wait() const {
 
 void Aggregator::Impl::check_round_wait() {
   const aggregator::RoundWait w = round_wait();
+  if (w.state == aggregator::RoundWait::State::kNever && !is_root_ && member_weight() <= 0) {
+    // Every site under this region left or paused: there is nothing to
+    // aggregate, and its parent counts it with weight 0 (its membership
+    // reports say so). It sits the round out, sending nothing up, and
+    // relays the next anchor as it comes; a site back counts from a
+    // boundary as anywhere.
+    log().info("[agg:{}] round {}: no member left under it; sitting the round out", self_.id,
+               round_);
+    security_->audit("round_sat_out", {{"round", round_}, {"reason", "no member"}});
+    complete_round();
+    return;
+  }
   if (w.state == aggregator::RoundWait::State::kNever) {
     security_->audit("round_failed", {{"round", round_}, {"reason", w.reason}});
     throw Error("aggregator '" + self_.id + "': round " + std::to_string(round_) +

@@ -62,7 +62,7 @@ void Aggregator::Impl::update_metrics() {
   raise_to(rejected.with({me, "malformed"}), metrics_.malformed);
   raise_to(rejected.with({me, "refused"}), metrics_.refused);
   raise_to(rejected.with({me, "stale"}), summary_.stale_updates);
-  raise_to(rejected.with({me, "security"}), down_.link->counters().rejected);
+  raise_to(rejected.with({me, "security"}), down_.link.link().counters().rejected);
   m.gauge("fedwan_topology_version", "The topology version this node runs.", {"node"})
       .with({me})
       .set(static_cast<double>(topo_.version()));
@@ -115,7 +115,7 @@ nlohmann::json Aggregator::Impl::children_metrics(Clock::time_point now) {
       m.gauge("fedwan_child_member", "1 while the child counts in the quorum.", {"node", "child"});
   nlohmann::json children = nlohmann::json::array();
   for (const Child& c : down_.children) {
-    const uint64_t sent = down_.link->bytes_sent_to(c.id);
+    const uint64_t sent = down_.link.link().bytes_sent_to(c.id);
     served.link_bytes(c.id, sent, c.bytes_received);
     const double age = node::seconds_since(c.last_heard, now);
     const bool healthy = c.live && c.joined && !(age > cfg_.heartbeat_timeout.count() / 1000.0);

@@ -1,8 +1,8 @@
 // Aggregator, fault tolerance: children that rejoin (after a crash, a
 // reconnect or this node's own restart), heartbeats and lost children,
-// round deadlines and quorum, checkpoints at round boundaries and resuming
-// from them (a region's side of the link to its parent is in
-// aggregator_region.cpp).
+// round deadlines and quorum, the link to the standby (checkpoints and
+// resuming from them are in aggregator_checkpoints.cpp, a region's side of
+// the link to its parent in aggregator_region.cpp).
 // docs/operations.md states the guarantees these steps give.
 #include <algorithm>
 #include <cstddef>
@@ -201,6 +201,9 @@ void Aggregator::Impl::on_heartbeat_timer() {
       if (c.live && now - c.last_heard > cfg_.heartbeat_timeout) child_lost(c);
     }
   }
+  // A region that opened a round with no member under it (they all left or
+  // paused) hears from nobody: it sits the round out (check_round_wait).
+  if (phase_ == Phase::kTraining && !is_root_ && member_weight() <= 0) check_round_wait();
   for (const Child& c : down_.children) {
     if (!c.live || !c.joined) continue;
     wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kHeartbeat, round_);
@@ -219,10 +222,10 @@ void Aggregator::Impl::on_heartbeat_timer() {
         // The end said again until the child confirms it: a kDone lost on a
         // bad link must not leave the child waiting (one that lacks part of
         // the final anchor rejoins for it, see on_rejoin).
-        (void)down_.link->try_send(
+        (void)down_.link.link().try_send(
             c.id, make_frame(node_header(topo_, self_.index, wire::MsgType::kDone, round_), {}));
       }
-      (void)down_.link->try_send(c.id, make_frame(h, payload));
+      (void)down_.link.link().try_send(c.id, make_frame(h, payload));
     } catch (const Error&) {
       // Not connected right now; its silence is judged by the timeout.
     }
@@ -248,7 +251,7 @@ void Aggregator::Impl::on_heartbeat_timer() {
     // The standby's heartbeat, so the root knows it is there.
     wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kHeartbeat, round_);
     try {
-      (void)down_.link->try_send(self_.id, make_frame(h, {}));
+      (void)down_.link.link().try_send(self_.id, make_frame(h, {}));
     } catch (const Error&) {
       // The root is not connected (yet, or any more).
     }
@@ -310,143 +313,7 @@ void Aggregator::Impl::on_deadline(uint64_t round) {
   }
 }
 
-// ---- checkpoints --------------------------------------------------------------
-
-void Aggregator::Impl::save_checkpoint() {
-  if (opt_.checkpoint_dir.empty()) return;
-  Checkpoint c;
-  c.round = round_;  // the round a resumed node opens
-  c.topology_digest = topo_.lineage_digest();
-  c.node_id = self_.id;
-  nlohmann::json meta = {{"role", role_name(self_.role)}, {"elements", total_elements_}};
-  if (is_root_) {
-    c.sections.push_back(
-        checkpoint::float_section("global", root_.global.data(), root_.global.size()));
-    c.sections.push_back(checkpoint::float_section("held", root_.held.data(), root_.held.size()));
-    for (const OuterOptimizer::StateBuffer& b : root_.outer->state()) {
-      c.sections.push_back(
-          checkpoint::float_section("outer." + b.name, b.data->data(), b.data->size()));
-    }
-    meta["outer"] = std::string(root_.outer->name());
-  } else {
-    c.sections.push_back(
-        checkpoint::float_section("anchor", region_.anchor.data(), region_.anchor.size()));
-    c.sections.push_back(
-        checkpoint::float_section("residual", region_.residual.data(), region_.residual.size()));
-  }
-  // The audit log's head as of this checkpoint: a restart checks it is
-  // still there (a log cut back behind the checkpoint raises an alarm).
-  meta["membership"] = membership_json();
-  if (const auto head = security_->audit_head()) {
-    meta["audit_seq"] = head->seq;
-    meta["audit_hash"] = head->hash;
-  }
-  const std::string m = meta.dump();
-  c.sections.push_back({"meta", std::vector<uint8_t>(m.begin(), m.end())});
-  const auto t0 = Clock::now();
-  checkpoint::save_node_checkpoint(opt_.checkpoint_dir, c,
-                                   checkpoint::checkpoint_trust(*security_, topo_, self_));
-  summary_.checkpoints_written += 1;
-  metrics_.last_checkpoint = Clock::now();
-  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-  log().info("[agg:{}] checkpoint of round {} written in {:.1f} ms", self_.id, round_, ms);
-  security_->audit("checkpoint",
-                   {{"round", round_},
-                    {"path", checkpoint::checkpoint_path(opt_.checkpoint_dir, self_.id)},
-                    {"ms", ms}});
-}
-
-bool Aggregator::Impl::resume_from_checkpoint() {
-  if (opt_.checkpoint_dir.empty()) return false;
-  auto loaded = checkpoint::load_node_checkpoint(
-      opt_.checkpoint_dir, topo_, self_.id, checkpoint::checkpoint_trust(*security_, topo_, self_));
-  if (!loaded) {
-    if (is_root_) {
-      // Starting over from round 0 beside a checkpoint that could not be
-      // read would silently redo and double count committed rounds.
-      fs::path p = checkpoint::checkpoint_path(opt_.checkpoint_dir, self_.id);
-      std::error_code ec;
-      if (fs::exists(p.string() + ".corrupt", ec) && !self_.standby_endpoint.empty() &&
-          !opt_.standby && !standby_.link) {
-        root_.corrupt = true;  // its standby keeps a copy: the constructor asks for it
-        return false;
-      }
-      if (fs::exists(p.string() + ".corrupt", ec)) {
-        throw CryptoError("root '" + self_.id + "': its checkpoint " + p.string() +
-                          " is corrupt and no intact one is left; restore one (see "
-                          "docs/operations.md) or move the directory away to start over");
-      }
-    }
-    return false;
-  }
-  const Checkpoint& c = loaded->checkpoint;
-  round_ = c.round;
-  if (is_root_) {
-    root_.global = checkpoint::floats_of(c, "global", 0);
-    root_.held = checkpoint::floats_of(c, "held", root_.global.size());
-    init_model_state(root_.global.size());
-    root_.outer = make_outer_optimizer(cfg_.outer, root_.global.size());
-    for (const OuterOptimizer::StateBuffer& b : root_.outer->state()) {
-      *b.data = checkpoint::floats_of(c, "outer." + b.name, b.data->size());
-    }
-    root_.model_digest = sha256(root_.held.data(), root_.held.size() * sizeof(float));
-  } else {
-    region_.anchor = checkpoint::floats_of(c, "anchor", 0);
-    init_model_state(region_.anchor.size());
-    region_.residual = checkpoint::floats_of(c, "residual", 0);
-    if (!region_.residual.empty() && region_.residual.size() != region_.anchor.size()) {
-      throw CryptoError("checkpoint " + loaded->path.string() + ": residual size mismatch");
-    }
-  }
-  summary_.resumed_from_round = round_;
-  std::vector<float>().swap(opt_.initial_model);  // a region's: the checkpoint holds its anchor
-  if (up_.uplink) up_.uplink->resumed();
-  security_->audit("resumed", {{"round", round_}, {"path", loaded->path.string()}});
-  checkpoint::check_recorded_audit_head(c, *security_);
-  const auto now = Clock::now();
-  // Who counted when the checkpoint was taken; without a record (an older
-  // checkpoint), every child that is not late_join.
-  for (Child& c2 : down_.children) {
-    c2.member = !c2.late;
-    c2.away = c2.member ? Away::kNo : Away::kNotYet;
-  }
-  if (const CheckpointSection* meta = c.find("meta")) {
-    const auto j = nlohmann::json::parse(meta->bytes.begin(), meta->bytes.end(), nullptr, false);
-    if (j.is_object() && j.contains("membership")) restore_membership(j["membership"]);
-  }
-  for (Child& c2 : down_.children) {
-    // Members come back by saying hello; until then the round waits for
-    // them as if they were there, and the heartbeat timeout judges them.
-    // The others join again as newcomers.
-    c2.joined = c2.member;
-    c2.welcomed = false;
-    c2.live = c2.member;
-    c2.last_heard = now;
-  }
-  if (round_ >= cfg_.rounds) {
-    phase_ = Phase::kDraining;
-    phase_deadline_ = now + cfg_.round_timeout;
-    finish_deadline_ = now + cfg_.finish_wait;
-    return true;
-  }
-  round_started_ = now;
-  book_.resume_at(round_);
-  open_round(round_);
-  if (!is_root_) hello_parent();
-  return true;
-}
-
-void Aggregator::Impl::record_update(const uint8_t* payload, size_t size,
-                                     const std::string& sha_hex) {
-  if (opt_.record_updates_dir.empty()) return;
-  const fs::path p = fs::path(opt_.record_updates_dir) / sha_hex;
-  std::error_code ec;
-  if (fs::exists(p, ec)) return;
-  fs::create_directories(opt_.record_updates_dir, ec);
-  write_file_atomic(p, std::string_view(reinterpret_cast<const char*>(payload), size), 0600);
-}
-
-// ---- the parent link (regions) ------------------------------------------------
+// ---- the standby link (the root) -------------------------------------------------
 
 void Aggregator::Impl::open_standby_link() {
   // The default linger lets the last frame (kDone) reach the standby at the

@@ -209,7 +209,7 @@ void Aggregator::Impl::reconnect_parent(const std::string& why) {
   // Backoff, jitter, standby failover, the log line and the audit entry
   // are the session's; what was queued for the old one goes again as the
   // new session needs it.
-  up_.out.frames.clear();
+  up_.out.clear();
   up_.uplink->session().reconnect(why, round_);
   up_.welcomed = false;
   up_.full_pending = false;
@@ -361,9 +361,9 @@ void Aggregator::Impl::on_parent_anchor(const wire::ParsedFrame& f, const uint8_
 }
 
 void Aggregator::Impl::send_parent(std::vector<uint8_t> frame) {
-  if (up_.out.frames.empty()) up_.out.waiting_since = Clock::now();
-  up_.out.frames.push_back(
-      {std::make_shared<const std::vector<uint8_t>>(std::move(frame)), wire::FrameHeader{}});
+  up_.out.push(
+      {std::make_shared<const std::vector<uint8_t>>(std::move(frame)), wire::FrameHeader{}},
+      Clock::now());
   flush();
 }
 

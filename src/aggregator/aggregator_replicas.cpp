@@ -85,7 +85,7 @@ void Aggregator::Impl::serve_replica(Child& c, const wire::ParsedFrame& f) {
     return;
   }
   clear_outbox(c);
-  Serving& s = repl_.serving[down_.slot.at(c.id)];
+  Serving& s = repl_.serving[down_.link.slot(c.id)];
   s.reader.reset();
   std::optional<fs::path> path = repl_.store ? repl_.store->latest(c.id) : std::nullopt;
   checkpoint::CheckpointIdentity id;
@@ -114,16 +114,15 @@ void Aggregator::Impl::serve_replica(Child& c, const wire::ParsedFrame& f) {
 void Aggregator::Impl::pump_serving() {
   for (size_t i = 0; i < repl_.serving.size(); ++i) {
     Serving& s = repl_.serving[i];
-    Outbox& box = down_.out[i];
+    const Outbox& box = down_.link.outbox(i);
     // Two pieces in the outbox at most: a replica never sits in memory.
-    while (s.reader && box.frames.size() < 2) {
+    while (s.reader && box.size() < 2) {
       if (s.reader->done()) {
         s.reader.reset();
         break;
       }
       auto [frame, h] = checkpoint::piece_frame(topo_, self_.index, s.round, *s.reader);
-      if (box.frames.empty()) box.waiting_since = Clock::now();
-      box.frames.push_back({std::make_shared<const std::vector<uint8_t>>(std::move(frame)), h});
+      down_.link.queue(i, std::make_shared<const std::vector<uint8_t>>(std::move(frame)), h);
     }
   }
 }
@@ -154,7 +153,7 @@ void Aggregator::Impl::pump_upload() {
   ParentLink* link = is_root_ ? standby_.link.get() : &up_.uplink->link();
   if (link == nullptr) return;
   // Behind everything of the round protocol.
-  if (!is_root_ && (!up_.out.frames.empty() || !up_.welcomed || up_.full_pending)) return;
+  if (!is_root_ && (!up_.out.empty() || !up_.welcomed || up_.full_pending)) return;
   repl_.upload->pump(*link);
 }
 
@@ -246,7 +245,8 @@ void Aggregator::Impl::on_root_frame(Incoming& in) {
       "replica_stored",
       {{"peer", self_.id}, {"round", r.round}, {"bytes", r.bytes}, {"sha256", r.sha256_hex}});
   try {
-    (void)down_.link->try_send(self_.id, checkpoint_signal(r.round, wire::kFlagReplicaStored));
+    (void)down_.link.link().try_send(self_.id,
+                                     checkpoint_signal(r.round, wire::kFlagReplicaStored));
   } catch (const Error& e) {
     log().warn("[agg:{}] could not acknowledge the root's checkpoint: {}", self_.id, e.what());
   }
@@ -264,7 +264,7 @@ void Aggregator::Impl::serve_root_replica() {
       log().warn("[agg:{}] standby: the root asked for its checkpoint; none is kept here",
                  self_.id);
       security_->audit("replica_missing", {{"peer", self_.id}});
-      (void)down_.link->try_send(self_.id, checkpoint_signal(0, wire::kFlagNoReplica));
+      (void)down_.link.link().try_send(self_.id, checkpoint_signal(0, wire::kFlagNoReplica));
       return;
     }
     checkpoint::PieceReader reader(*path, cfg_.piece_bytes());
@@ -276,9 +276,9 @@ void Aggregator::Impl::serve_root_replica() {
                                         {"path", path->string()}});
     // A passive standby serves nothing else meanwhile: send in one go.
     while (!reader.done()) {
-      (void)down_.link->send(self_.id,
-                             checkpoint::piece_frame(topo_, self_.index, id.round, reader).first,
-                             cfg_.heartbeat_timeout);
+      (void)down_.link.link().send(
+          self_.id, checkpoint::piece_frame(topo_, self_.index, id.round, reader).first,
+          cfg_.heartbeat_timeout);
     }
   } catch (const Error& e) {
     // The root asks again after a while.

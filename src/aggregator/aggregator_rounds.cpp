@@ -176,7 +176,10 @@ void Aggregator::Impl::open_round(uint64_t round) {
       c.member_sites = std::min<uint32_t>(c.member_sites,
                                           static_cast<uint32_t>(topo_.sites_under(c.index).size()));
     }
-    if (!c.live || c.rejoin_pending || !c.member) acc_->set_expected(c.index, false);
+    // A region with no member site left sits the round out: not waited for.
+    if (!c.live || c.rejoin_pending || !c.member || (!c.is_site && c.member_weight <= 0)) {
+      acc_->set_expected(c.index, false);
+    }
   }
   refresh_quorum();  // a share of the members' weight
   replaced_anchor_.clear();
@@ -228,25 +231,7 @@ void Aggregator::Impl::on_delta(Child& c, const wire::ParsedFrame& f) {
   if (decision == nullptr) {
     decision = r.outcome == AddOutcome::kAccepted ? "accepted" : add_outcome_name(r.outcome);
   }
-  if (security_->auditing() || !opt_.record_updates_dir.empty()) {
-    const Sha256Digest d = sha256(f.payload, f.payload_size);
-    const std::string hex = to_hex(d.data(), d.size());
-    if (r.outcome == AddOutcome::kAccepted && !refusal) {
-      record_update(f.payload, f.payload_size, hex);
-    }
-    nlohmann::json fields = {{"sender", c.id},
-                             {"round", h.round},
-                             {"chunk", h.chunk_index},
-                             {"chunks", h.chunk_count},
-                             {"bytes", f.payload_size},
-                             {"weight", w.weight},
-                             {"codec", std::string(codec->name())},
-                             {"elements", h.element_count},
-                             {"sha256", hex},
-                             {"decision", decision}};
-    if (w.claim_differs) fields["claimed_weight"] = h.weight;
-    security_->audit("update", fields);
-  }
+  audit_delta(c, f, w, *codec, decision, r.outcome == AddOutcome::kAccepted && !refusal);
   if (w.claim_differs) {
     security_->log_noise("claimed-weight:" + c.id,
                          "[agg:" + self_.id + "] '" + c.id + "' claimed weight " +
@@ -258,6 +243,33 @@ void Aggregator::Impl::on_delta(Child& c, const wire::ParsedFrame& f) {
                      std::to_string(h.round) + " refused: " + *refusal);
     return;
   }
+  on_delta_added(c, h, r);
+}
+
+void Aggregator::Impl::audit_delta(const Child& c, const wire::ParsedFrame& f,
+                                   const aggregator::DeltaWeight& w, const Codec& codec,
+                                   const char* decision, bool accepted) {
+  if (!security_->auditing() && opt_.record_updates_dir.empty()) return;
+  const wire::FrameHeader& h = f.header;
+  const Sha256Digest d = sha256(f.payload, f.payload_size);
+  const std::string hex = to_hex(d.data(), d.size());
+  if (accepted) record_update(f.payload, f.payload_size, hex);
+  nlohmann::json fields = {{"sender", c.id},
+                           {"round", h.round},
+                           {"chunk", h.chunk_index},
+                           {"chunks", h.chunk_count},
+                           {"bytes", f.payload_size},
+                           {"weight", w.weight},
+                           {"codec", std::string(codec.name())},
+                           {"elements", h.element_count},
+                           {"sha256", hex},
+                           {"decision", decision}};
+  if (w.claim_differs) fields["claimed_weight"] = h.weight;
+  security_->audit("update", fields);
+}
+
+void Aggregator::Impl::on_delta_added(const Child& c, const wire::FrameHeader& h,
+                                      const RoundAccumulator::Result& r) {
   switch (r.outcome) {
     case AddOutcome::kAccepted:
       crash_point("aggregator.update_accepted");

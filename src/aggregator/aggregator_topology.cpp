@@ -11,6 +11,7 @@
 // there), a removed site leaves (not waited for; refused from then on).
 // Its chunks already in the open round stay counted, exactly once.
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -98,8 +99,8 @@ void Aggregator::Impl::adopt_topology(Topology next) {
   }
   for (uint32_t idx : change.removed) {
     removed.push_back(topo_.node(idx).id);
-    auto slot = down_.slot.find(topo_.node(idx).id);
-    if (slot != down_.slot.end()) remove_child(down_.children[slot->second]);
+    const std::optional<size_t> slot = down_.link.find(topo_.node(idx).id);
+    if (slot) remove_child(down_.children[*slot]);
   }
   // A region's weight cap follows its sites: up at once; down at a round
   // boundary once the region itself has dropped them (open_round).

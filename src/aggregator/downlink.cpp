@@ -1,0 +1,77 @@
+#include "aggregator/downlink.hpp"
+
+#include "common/log.hpp"
+#include "fedwan/error.hpp"
+
+namespace fedwan::aggregator {
+
+void Outbox::push(Outgoing o, Clock::time_point now) {
+  if (frames_.empty()) waiting_since_ = now;
+  frames_.push_back(std::move(o));
+}
+
+void Outbox::pop(Clock::time_point now) {
+  frames_.pop_front();
+  sent_ += 1;
+  waiting_since_ = now;
+}
+
+size_t Downlink::add(const std::string& id) {
+  const size_t slot = ids_.size();
+  ids_.push_back(id);
+  slots_[id] = slot;
+  out_.resize(ids_.size());
+  return slot;
+}
+
+std::optional<size_t> Downlink::find(const std::string& id) const {
+  auto it = slots_.find(id);
+  if (it == slots_.end()) return std::nullopt;
+  return it->second;
+}
+
+void Downlink::queue(size_t slot, Frame frame, const wire::FrameHeader& h) {
+  wire::FrameHeader sent = h;
+  sent.payload_length = static_cast<uint32_t>(frame->size() - wire::kHeaderSize);
+  out_[slot].push({std::move(frame), sent}, Clock::now());
+}
+
+bool Downlink::flush(const OnSent& on_sent) {
+  for (size_t i = 0; i < out_.size(); ++i) {
+    Outbox& box = out_[i];
+    while (!box.empty()) {
+      const Outgoing& head = box.front();
+      std::optional<size_t> sent;
+      try {
+        sent = link_->try_send(ids_[i], *head.frame);
+      } catch (const TransportError&) {
+        // Not connected: a site that holds the final anchor may have left,
+        // others are gone or reconnecting. What they missed reaches them as
+        // a resync when they say hello again (aggregator_recovery.cpp).
+        log().debug("[{}] '{}' is not connected; dropped {} queued frames", log_name_, ids_[i],
+                    box.size());
+        box.clear();
+        break;
+      }
+      if (!sent) break;
+      on_sent(head.header, *sent);
+      box.pop(Clock::now());
+    }
+  }
+  return empty();
+}
+
+bool Downlink::empty() const {
+  for (const Outbox& box : out_) {
+    if (!box.empty()) return false;
+  }
+  return true;
+}
+
+size_t Downlink::waiting() const {
+  size_t n = 0;
+  for (const Outbox& box : out_) n += box.size();
+  return n;
+}
+
+}  // namespace fedwan::aggregator
