@@ -307,6 +307,56 @@ TEST_P(Membership, SiteOutsideItsWindowPausesAndResumes) {
   EXPECT_TRUE(bit_equal(fed.site_models_.at("site-3"), fed.site_models_.at("site-0")));
 }
 
+// Every site of region-1 leaves at round 2: the region has no member left
+// and the root counts it with weight 0, but the region opens its next
+// rounds all the same. It must wait for their anchors (relaying them to
+// nobody) and finish with the federation, not fail its round ("can never
+// close": nobody left to deliver) and take the federation down with it.
+TEST(MembershipEmptyRegion, ARegionWhoseSitesAllLeftGoesOnWithoutThem) {
+  TempDir dir;
+  constexpr uint64_t kRoundsHere = 5;
+  constexpr uint64_t kLeaveAt = 2;
+  const Topology topo = make_tree(dir.path(), 2, 2, every_member_federation(kRoundsHere, 20));
+  const std::vector<float> init = synthetic::initial_model(kParams, kSeed);
+  std::map<std::string, AggregatorSummary> summaries;
+  for (const NodeSpec& n : topo.nodes()) summaries[n.id];
+  std::mutex mu;
+  std::map<std::string, uint64_t> rounds;
+  NodeSpawner nodes;
+  for (const NodeSpec& n : topo.nodes()) {
+    if (n.role != Role::kSite) spawn_aggregator(nodes, topo, n.id, init, &summaries[n.id]);
+  }
+  for (const NodeSpec& n : topo.nodes()) {
+    if (n.role != Role::kSite) continue;
+    nodes.spawn(n.id, [&, id = n.id, index = n.index](NodeStopper& stopper) {
+      std::vector<float> params = init;
+      SiteCore site(site_options(topo, id, std::chrono::seconds(20)), params.data(), params.size());
+      const auto bound = stopper.bind([&site] { site.stop(); });
+      SyncResult r = site.join();
+      const bool leaver = id == "site-2" || id == "site-3";
+      while (!r.finished) {
+        if (leaver && site.round() >= kLeaveAt) {
+          EXPECT_TRUE(site.leave()) << id << "'s leave was not told";
+          break;
+        }
+        synthetic::local_steps(params.data(), params.size(), index, topo.federation().inner_steps,
+                               kSeed);
+        r = site.sync();
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      rounds[id] = site.round();
+    });
+  }
+  nodes.join();
+  ASSERT_EQ(nodes.errors(), "");
+  EXPECT_EQ(summaries.at("root").reports.size(), kRoundsHere);
+  EXPECT_EQ(rounds.at("site-0"), kRoundsHere);
+  EXPECT_EQ(rounds.at("site-1"), kRoundsHere);
+  EXPECT_EQ(rounds.at("site-2"), kLeaveAt);
+  EXPECT_EQ(rounds.at("site-3"), kLeaveAt);
+  EXPECT_EQ(summaries.at("region-1").children_lost, 0u);
+}
+
 INSTANTIATE_TEST_SUITE_P(Tree, Membership, ::testing::Values(0, 1),
                          [](const ::testing::TestParamInfo<int>& i) {
                            return i.param == 0 ? std::string("SitesUnderRoot")
