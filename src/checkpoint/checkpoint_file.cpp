@@ -168,10 +168,180 @@ struct ManifestEntry {
   Sha256Digest digest{};
 };
 
+struct Manifest {
+  std::vector<ManifestEntry> entries;
+  // Bytes the sections claim; kept at most the file size so it cannot wrap.
+  uint64_t claimed = 0;
+};
+
 std::string read_string(CheckpointReader& r, size_t n, const char* what) {
   std::string s(n, '\0');
   r.read(s.data(), n, what);
   return s;
+}
+
+// Magic, version and flags; returns whether the file is signed.
+bool read_format(CheckpointReader& r, const fs::path& path) {
+  uint8_t magic[4];
+  r.read(magic, sizeof magic, "the magic");
+  if (std::memcmp(magic, kMagic, sizeof magic) != 0) {
+    throw_corrupt(path, "bad magic: not a fedwan checkpoint file");
+  }
+  const auto version = static_cast<uint16_t>(r.read_le(2, "the version"));
+  if (version > kCheckpointVersion) {
+    throw_corrupt(path, "format version " + std::to_string(version) + " is newer than version " +
+                            std::to_string(kCheckpointVersion) +
+                            ", the newest this build reads: upgrade fedwan to load it");
+  }
+  if (version != kCheckpointVersion && version != 1) {
+    throw_corrupt(path, "unknown format version " + std::to_string(version) +
+                            " (this build reads 1 and " + std::to_string(kCheckpointVersion) + ")");
+  }
+  const uint64_t flags = r.read_le(2, "the flags");
+  const uint64_t known_flags = version == 1 ? 0 : kCheckpointFlagSigned;
+  if ((flags & ~known_flags) != 0) {
+    throw_corrupt(path, "unknown flags " + std::to_string(flags) + ": the checkpoint is corrupt");
+  }
+  return (flags & kCheckpointFlagSigned) != 0;
+}
+
+// Round, topology digest and node id, into `c`.
+void read_identity(CheckpointReader& r, const fs::path& path, Checkpoint* c) {
+  c->round = r.read_le(8, "the round");
+  r.read(c->topology_digest.data(), c->topology_digest.size(), "the topology digest");
+  const uint64_t id_len = r.read_le(2, "the node id length");
+  if (id_len == 0 || id_len > kMaxNodeIdLength) {
+    throw_corrupt(path, "node id length " + std::to_string(id_len) + " outside 1.." +
+                            std::to_string(kMaxNodeIdLength) + ": the checkpoint is corrupt");
+  }
+  c->node_id = read_string(r, id_len, "the node id");
+  if (!is_valid_node_id(c->node_id)) {
+    throw_corrupt(path, "node id is not 1..64 characters of [A-Za-z0-9._-]: the checkpoint is "
+                        "corrupt");
+  }
+}
+
+// A signed file's certificate, DER, with its length checked first.
+std::vector<uint8_t> read_signer_cert(CheckpointReader& r, const fs::path& path) {
+  const uint64_t cert_len = r.read_le(2, "the certificate length");
+  if (cert_len == 0 || cert_len > security::kMaxSignerCertBytes) {
+    throw_corrupt(path, "signer certificate length " + std::to_string(cert_len) + " outside 1.." +
+                            std::to_string(security::kMaxSignerCertBytes) +
+                            ": the checkpoint is corrupt");
+  }
+  std::vector<uint8_t> cert(cert_len);
+  r.read(cert.data(), cert.size(), "the signer certificate");
+  return cert;
+}
+
+// The manifest: each section's name into `c`, its length and digest into
+// the result.
+Manifest read_manifest(CheckpointReader& r, const fs::path& path, Checkpoint* c) {
+  const uint64_t count = r.read_le(4, "the section count");
+  if (count > kMaxCheckpointSections) {
+    throw_corrupt(path, "section count " + std::to_string(count) + " over the limit " +
+                            std::to_string(kMaxCheckpointSections) + ": the checkpoint is corrupt");
+  }
+  Manifest m;
+  m.entries.resize(count);
+  c->sections.resize(count);
+  std::set<std::string_view> seen;
+  for (uint64_t i = 0; i < count; ++i) {
+    const uint64_t name_len = r.read_le(2, "a section name length");
+    if (name_len == 0 || name_len > kMaxCheckpointSectionNameLength) {
+      throw_corrupt(path, "section " + std::to_string(i) + " name length " +
+                              std::to_string(name_len) + " outside 1.." +
+                              std::to_string(kMaxCheckpointSectionNameLength) +
+                              ": the checkpoint is corrupt");
+    }
+    std::string& name = c->sections[i].name;
+    name = read_string(r, name_len, "a section name");
+    if (!is_valid_checkpoint_section_name(name)) {
+      throw_corrupt(path, "section " + std::to_string(i) +
+                              " name is not [a-z0-9_.-]: the checkpoint is corrupt");
+    }
+    if (!seen.insert(name).second) {
+      throw_corrupt(path, "section '" + name + "' appears twice: the checkpoint is corrupt");
+    }
+    ManifestEntry& e = m.entries[i];
+    e.length = r.read_le(8, "a section length");
+    r.read(e.digest.data(), kDigestSize, "a section digest");
+    if (e.length > r.size() - m.claimed) {
+      throw_corrupt(path, "truncated after " + std::to_string(r.size()) + " bytes: section '" +
+                              name + "' claims " + std::to_string(e.length) +
+                              " bytes, more than the file holds");
+    }
+    m.claimed += e.length;
+  }
+  return m;
+}
+
+// Every length is known once the manifest is read: the file must be exactly
+// this long.
+void check_exact_size(const CheckpointReader& r, const fs::path& path, uint64_t claimed,
+                      size_t trailer, bool is_signed) {
+  const uint64_t avail = r.size() - r.offset();
+  if (avail < trailer || avail - trailer < claimed) {
+    throw_corrupt(path, "truncated after " + std::to_string(r.size()) +
+                            " bytes: the manifest needs " + std::to_string(claimed) +
+                            " section bytes and a " + std::to_string(trailer) + "-byte digest" +
+                            (is_signed ? " and signature" : "") + " after offset " +
+                            std::to_string(r.offset()));
+  }
+  if (avail - trailer > claimed) {
+    throw_corrupt(path, std::to_string(avail - trailer - claimed) +
+                            " trailing bytes after the manifest digest: the checkpoint is corrupt");
+  }
+}
+
+// Each section's bytes, checked against its manifest digest.
+void read_sections(CheckpointReader& r, const fs::path& path,
+                   const std::vector<ManifestEntry>& entries, Checkpoint* c) {
+  Sha256 section_hash;
+  for (uint64_t i = 0; i < entries.size(); ++i) {
+    CheckpointSection& s = c->sections[i];
+    s.bytes.resize(entries[i].length);
+    for (size_t done = 0; done < s.bytes.size();) {
+      const size_t n = std::min(s.bytes.size() - done, kIoChunk);
+      r.read(s.bytes.data() + done, n, "section bytes");
+      section_hash.update(s.bytes.data() + done, n);
+      done += n;
+    }
+    if (section_hash.finish() != entries[i].digest) {
+      throw_corrupt(path, "section '" + s.name + "' digest mismatch: the checkpoint is corrupt");
+    }
+  }
+}
+
+// The manifest digest, then a signed file's signature block over it.
+void check_trailer(CheckpointReader& r, const fs::path& path, const Checkpoint& c,
+                   const CheckpointSignerCheck& check, const std::vector<uint8_t>& cert,
+                   bool is_signed) {
+  const Sha256Digest computed = r.finish_manifest();
+  Sha256Digest stored{};
+  r.read(stored.data(), stored.size(), "the manifest digest");
+  if (computed != stored) {
+    throw_corrupt(path, "manifest digest mismatch: the checkpoint is corrupt");
+  }
+  if (is_signed) {
+    uint8_t block[2 + kCheckpointSignatureSlot];
+    r.read(block, sizeof block, "the signature");
+    const size_t sig_len = get_le(block, 2);
+    if (sig_len == 0 || sig_len > kCheckpointSignatureSlot ||
+        std::any_of(block + 2 + sig_len, block + sizeof block, [](uint8_t b) { return b != 0; })) {
+      throw_corrupt(path, "malformed signature block: the checkpoint is corrupt");
+    }
+    // A file of another node is the caller's to report (a misplaced
+    // directory), not a forgery.
+    if (check.verifier && c.node_id == check.signer.node_id) {
+      const std::vector<uint8_t> sig(block + 2, block + 2 + sig_len);
+      if (auto bad = check.verifier->verify(cert, kCheckpointDomain, stored.data(), stored.size(),
+                                            sig, check.signer)) {
+        throw_corrupt(path, "its signature does not verify: " + *bad +
+                                "; it was altered or forged, and is not used");
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -240,42 +410,9 @@ Checkpoint read_checkpoint(const fs::path& path, const CheckpointSignerCheck& ch
   }
   CheckpointReader r(f.fd, path, static_cast<uint64_t>(st.st_size));
 
-  uint8_t magic[4];
-  r.read(magic, sizeof magic, "the magic");
-  if (std::memcmp(magic, kMagic, sizeof magic) != 0) {
-    throw_corrupt(path, "bad magic: not a fedwan checkpoint file");
-  }
-  const auto version = static_cast<uint16_t>(r.read_le(2, "the version"));
-  if (version > kCheckpointVersion) {
-    throw_corrupt(path, "format version " + std::to_string(version) + " is newer than version " +
-                            std::to_string(kCheckpointVersion) +
-                            ", the newest this build reads: upgrade fedwan to load it");
-  }
-  if (version != kCheckpointVersion && version != 1) {
-    throw_corrupt(path, "unknown format version " + std::to_string(version) +
-                            " (this build reads 1 and " + std::to_string(kCheckpointVersion) + ")");
-  }
-  const uint64_t flags = r.read_le(2, "the flags");
-  const uint64_t known_flags = version == 1 ? 0 : kCheckpointFlagSigned;
-  if ((flags & ~known_flags) != 0) {
-    throw_corrupt(path, "unknown flags " + std::to_string(flags) + ": the checkpoint is corrupt");
-  }
-  const bool is_signed = (flags & kCheckpointFlagSigned) != 0;
-
+  const bool is_signed = read_format(r, path);
   Checkpoint c;
-  c.round = r.read_le(8, "the round");
-  r.read(c.topology_digest.data(), c.topology_digest.size(), "the topology digest");
-  const uint64_t id_len = r.read_le(2, "the node id length");
-  if (id_len == 0 || id_len > kMaxNodeIdLength) {
-    throw_corrupt(path, "node id length " + std::to_string(id_len) + " outside 1.." +
-                            std::to_string(kMaxNodeIdLength) + ": the checkpoint is corrupt");
-  }
-  c.node_id = read_string(r, id_len, "the node id");
-  if (!is_valid_node_id(c.node_id)) {
-    throw_corrupt(path, "node id is not 1..64 characters of [A-Za-z0-9._-]: the checkpoint is "
-                        "corrupt");
-  }
-
+  read_identity(r, path, &c);
   if (check.verifier && !is_signed && c.node_id == check.signer.node_id) {
     throw_corrupt(path, "it is not signed, and this node accepts only checkpoints signed by '" +
                             check.signer.node_id +
@@ -283,109 +420,13 @@ Checkpoint read_checkpoint(const fs::path& path, const CheckpointSignerCheck& ch
                             "them, by a fedwan before 0.5, or by someone else). Move it aside");
   }
   std::vector<uint8_t> cert;
-  if (is_signed) {
-    const uint64_t cert_len = r.read_le(2, "the certificate length");
-    if (cert_len == 0 || cert_len > security::kMaxSignerCertBytes) {
-      throw_corrupt(path, "signer certificate length " + std::to_string(cert_len) + " outside 1.." +
-                              std::to_string(security::kMaxSignerCertBytes) +
-                              ": the checkpoint is corrupt");
-    }
-    cert.resize(cert_len);
-    r.read(cert.data(), cert.size(), "the signer certificate");
-  }
+  if (is_signed) cert = read_signer_cert(r, path);
   const size_t trailer = kDigestSize + (is_signed ? 2 + kCheckpointSignatureSlot : 0);
 
-  const uint64_t count = r.read_le(4, "the section count");
-  if (count > kMaxCheckpointSections) {
-    throw_corrupt(path, "section count " + std::to_string(count) + " over the limit " +
-                            std::to_string(kMaxCheckpointSections) + ": the checkpoint is corrupt");
-  }
-  std::vector<ManifestEntry> entries(count);
-  c.sections.resize(count);
-  std::set<std::string_view> seen;
-  // Bytes the sections claim; kept at most the file size so it cannot wrap.
-  uint64_t claimed = 0;
-  for (uint64_t i = 0; i < count; ++i) {
-    const uint64_t name_len = r.read_le(2, "a section name length");
-    if (name_len == 0 || name_len > kMaxCheckpointSectionNameLength) {
-      throw_corrupt(path, "section " + std::to_string(i) + " name length " +
-                              std::to_string(name_len) + " outside 1.." +
-                              std::to_string(kMaxCheckpointSectionNameLength) +
-                              ": the checkpoint is corrupt");
-    }
-    std::string& name = c.sections[i].name;
-    name = read_string(r, name_len, "a section name");
-    if (!is_valid_checkpoint_section_name(name)) {
-      throw_corrupt(path, "section " + std::to_string(i) +
-                              " name is not [a-z0-9_.-]: the checkpoint is corrupt");
-    }
-    if (!seen.insert(name).second) {
-      throw_corrupt(path, "section '" + name + "' appears twice: the checkpoint is corrupt");
-    }
-    entries[i].length = r.read_le(8, "a section length");
-    r.read(entries[i].digest.data(), kDigestSize, "a section digest");
-    if (entries[i].length > r.size() - claimed) {
-      throw_corrupt(path, "truncated after " + std::to_string(r.size()) + " bytes: section '" +
-                              name + "' claims " + std::to_string(entries[i].length) +
-                              " bytes, more than the file holds");
-    }
-    claimed += entries[i].length;
-  }
-
-  // Every length is known now: the file must be exactly this long.
-  const uint64_t avail = r.size() - r.offset();
-  if (avail < trailer || avail - trailer < claimed) {
-    throw_corrupt(path, "truncated after " + std::to_string(r.size()) +
-                            " bytes: the manifest needs " + std::to_string(claimed) +
-                            " section bytes and a " + std::to_string(trailer) + "-byte digest" +
-                            (is_signed ? " and signature" : "") + " after offset " +
-                            std::to_string(r.offset()));
-  }
-  if (avail - trailer > claimed) {
-    throw_corrupt(path, std::to_string(avail - trailer - claimed) +
-                            " trailing bytes after the manifest digest: the checkpoint is corrupt");
-  }
-
-  Sha256 section_hash;
-  for (uint64_t i = 0; i < count; ++i) {
-    CheckpointSection& s = c.sections[i];
-    s.bytes.resize(entries[i].length);
-    for (size_t done = 0; done < s.bytes.size();) {
-      const size_t n = std::min(s.bytes.size() - done, kIoChunk);
-      r.read(s.bytes.data() + done, n, "section bytes");
-      section_hash.update(s.bytes.data() + done, n);
-      done += n;
-    }
-    if (section_hash.finish() != entries[i].digest) {
-      throw_corrupt(path, "section '" + s.name + "' digest mismatch: the checkpoint is corrupt");
-    }
-  }
-
-  const Sha256Digest computed = r.finish_manifest();
-  Sha256Digest stored{};
-  r.read(stored.data(), stored.size(), "the manifest digest");
-  if (computed != stored) {
-    throw_corrupt(path, "manifest digest mismatch: the checkpoint is corrupt");
-  }
-  if (is_signed) {
-    uint8_t block[2 + kCheckpointSignatureSlot];
-    r.read(block, sizeof block, "the signature");
-    const size_t sig_len = get_le(block, 2);
-    if (sig_len == 0 || sig_len > kCheckpointSignatureSlot ||
-        std::any_of(block + 2 + sig_len, block + sizeof block, [](uint8_t b) { return b != 0; })) {
-      throw_corrupt(path, "malformed signature block: the checkpoint is corrupt");
-    }
-    // A file of another node is the caller's to report (a misplaced
-    // directory), not a forgery.
-    if (check.verifier && c.node_id == check.signer.node_id) {
-      const std::vector<uint8_t> sig(block + 2, block + 2 + sig_len);
-      if (auto bad = check.verifier->verify(cert, kCheckpointDomain, stored.data(), stored.size(),
-                                            sig, check.signer)) {
-        throw_corrupt(path, "its signature does not verify: " + *bad +
-                                "; it was altered or forged, and is not used");
-      }
-    }
-  }
+  const Manifest manifest = read_manifest(r, path, &c);
+  check_exact_size(r, path, manifest.claimed, trailer, is_signed);
+  read_sections(r, path, manifest.entries, &c);
+  check_trailer(r, path, c, check, cert, is_signed);
   return c;
 }
 

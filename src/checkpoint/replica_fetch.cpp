@@ -16,143 +16,209 @@
 #include "node/node_security.hpp"
 
 namespace fedwan::checkpoint {
+namespace {
 
-bool fetch_replica(ParentLink& first_link,
-                   const std::function<ParentLink&(const std::string&)>& reconnect,
-                   const Topology& topo, const NodeSpec& self, const node::NodeConfig& config,
-                   const std::filesystem::path& dir, uint64_t model_elements, Millis timeout,
-                   NodeSecurity& security, const std::atomic<bool>* stop) {
-  using Clock = std::chrono::steady_clock;
-  // The root's copy lives on its standby, which answers as the root.
-  const bool from_standby = self.role == Role::kRoot;
-  const std::string parent_id = from_standby ? "standby" : topo.node(self.parent_index).id;
-  const uint32_t parent_sender = from_standby ? self.index : self.parent_index;
-  const auto deadline = Clock::now() + timeout;
-  const Millis ask_every = config.heartbeat_timeout;
-  log().info("[{}] no intact local checkpoint; asking '{}' for its replica", self.id, parent_id);
-  wire::HelloPayload hello;
-  hello.node_id = self.id;
-  hello.topology_digest = topo.digest();
-  wire::FrameHeader hh = node_header(topo, self.index, wire::MsgType::kHello, 0);
-  hh.total_elements = model_elements;
-  hh.flags = wire::kFlagNeedReplica;
-  const std::vector<uint8_t> ask = make_frame(hh, wire::encode_hello(hello));
-  make_private_directory(dir);
+using Clock = std::chrono::steady_clock;
 
-  std::optional<CheckpointAssembly> assembly;
-  ParentLink* link = &first_link;
-  std::string last_error;
-  auto asked_at = Clock::time_point{};
-  // Asked at once when the link is up; again when nothing came for a while.
-  auto progress_at = Clock::now() - ask_every;
-  auto reconnected_at = Clock::now();
-  for (;;) {
-    const auto now = Clock::now();
-    if (stop != nullptr && stop->load()) {
-      throw StoppedError("'" + self.id + "' stopped while fetching its replica from '" + parent_id +
-                         "'");
-    }
-    if (now >= deadline) {
-      throw TimeoutError("'" + self.id + "': no replica (or answer that it has none) from '" +
-                         parent_id + "' at " + link->endpoint() + " within " +
-                         std::to_string(timeout.count() / 1000) + " s" +
-                         (last_error.empty() ? "" : "; last error: " + last_error));
-    }
-    // Anyone on the path can refuse, break or stall a session that is not
-    // up yet: try a new one (at a steady pace) until the timeout.
-    const auto start_over = [&](std::string why) {
-      last_error = std::move(why);
-      security.log_noise("replica-fetch-link:" + self.id,
-                         "[" + self.id + "] " + last_error + "; trying a new session");
-      const auto wait = ask_every / 4 - (Clock::now() - reconnected_at);
-      // In slices, so a stop is seen within ~100 ms.
-      const auto wake = Clock::now() + std::min<Clock::duration>(wait, deadline - Clock::now());
-      while (Clock::now() < wake && !(stop != nullptr && stop->load())) {
-        std::this_thread::sleep_for(std::min<Clock::duration>(Millis(100), wake - Clock::now()));
+// One fetch_replica call: the session in use, the answer being assembled, and
+// the pacing of requests and of new sessions. Blocks like fetch_replica.
+class ReplicaFetch {
+ public:
+  ReplicaFetch(ParentLink& first_link,
+               const std::function<ParentLink&(const std::string&)>& reconnect,
+               const Topology& topo, const NodeSpec& self, const node::NodeConfig& config,
+               const std::filesystem::path& dir, uint64_t model_elements, Millis timeout,
+               NodeSecurity& security, const std::atomic<bool>* stop)
+      : link_(&first_link),
+        reconnect_(reconnect),
+        topo_(topo),
+        self_(self),
+        config_(config),
+        dir_(dir),
+        timeout_(timeout),
+        security_(security),
+        stop_(stop) {
+    // The root's copy lives on its standby, which answers as the root.
+    const bool from_standby = self.role == Role::kRoot;
+    parent_id_ = from_standby ? "standby" : topo.node(self.parent_index).id;
+    parent_sender_ = from_standby ? self.index : self.parent_index;
+    deadline_ = Clock::now() + timeout;
+    ask_every_ = config.heartbeat_timeout;
+    log().info("[{}] no intact local checkpoint; asking '{}' for its replica", self.id, parent_id_);
+    wire::HelloPayload hello;
+    hello.node_id = self.id;
+    hello.topology_digest = topo.digest();
+    wire::FrameHeader hh = node_header(topo, self.index, wire::MsgType::kHello, 0);
+    hh.total_elements = model_elements;
+    hh.flags = wire::kFlagNeedReplica;
+    ask_ = make_frame(hh, wire::encode_hello(hello));
+    make_private_directory(dir);
+    // Asked at once when the link is up; again when nothing came for a while.
+    progress_at_ = Clock::now() - ask_every_;
+    reconnected_at_ = Clock::now();
+  }
+
+  bool run() {
+    for (;;) {
+      const auto now = Clock::now();
+      throw_if_stopped_or_late(now);
+      // A handshake message lost on the way: nothing fails and nothing more
+      // comes, so a session that is not up within a heartbeat timeout is
+      // given up (the parent's own handshake state expires likewise).
+      if (!link_->established() && now - reconnected_at_ > config_.heartbeat_timeout) {
+        start_over("its secure session did not come up within " +
+                   std::to_string(config_.heartbeat_timeout.count()) + " ms");
+        continue;
       }
-      link = &reconnect(last_error);
-      reconnected_at = Clock::now();
-      asked_at = {};
-      assembly.reset();
-    };
-    // A handshake message lost on the way: nothing fails and nothing more
-    // comes, so a session that is not up within a heartbeat timeout is
-    // given up (the parent's own handshake state expires likewise).
-    if (!link->established() && now - reconnected_at > config.heartbeat_timeout) {
-      start_over("its secure session did not come up within " +
-                 std::to_string(config.heartbeat_timeout.count()) + " ms");
-      continue;
+      Incoming in;
+      if (!ask_and_receive(now, &in)) continue;
+      const wire::ParsedFrame f = wire::parse_frame(in.data(), in.frame_size, config_.limits);
+      if (!f.ok() || f.header.job_id != topo_.job_id() || f.header.sender != parent_sender_) {
+        security_.log_noise("replica-fetch-frame:" + self_.id,
+                            "[" + self_.id + "] ignored a frame while fetching its replica: " +
+                                (f.ok() ? std::string("wrong job or sender") : f.detail));
+        continue;
+      }
+      if (const std::optional<bool> done = on_frame(f)) return *done;
     }
-    Incoming in;
+  }
+
+ private:
+  void throw_if_stopped_or_late(Clock::time_point now) const {
+    if (stop_ != nullptr && stop_->load()) {
+      throw StoppedError("'" + self_.id + "' stopped while fetching its replica from '" +
+                         parent_id_ + "'");
+    }
+    if (now >= deadline_) {
+      throw TimeoutError("'" + self_.id + "': no replica (or answer that it has none) from '" +
+                         parent_id_ + "' at " + link_->endpoint() + " within " +
+                         std::to_string(timeout_.count() / 1000) + " s" +
+                         (last_error_.empty() ? "" : "; last error: " + last_error_));
+    }
+  }
+
+  // Anyone on the path can refuse, break or stall a session that is not
+  // up yet: try a new one (at a steady pace) until the timeout.
+  void start_over(std::string why) {
+    last_error_ = std::move(why);
+    security_.log_noise("replica-fetch-link:" + self_.id,
+                        "[" + self_.id + "] " + last_error_ + "; trying a new session");
+    const auto wait = ask_every_ / 4 - (Clock::now() - reconnected_at_);
+    // In slices, so a stop is seen within ~100 ms.
+    const auto wake = Clock::now() + std::min<Clock::duration>(wait, deadline_ - Clock::now());
+    while (Clock::now() < wake && !(stop_ != nullptr && stop_->load())) {
+      std::this_thread::sleep_for(std::min<Clock::duration>(Millis(100), wake - Clock::now()));
+    }
+    link_ = &reconnect_(last_error_);
+    reconnected_at_ = Clock::now();
+    asked_at_ = {};
+    assembly_.reset();
+  }
+
+  // Sends the request when it is due, then waits up to 100 ms for a frame.
+  // False when none came, or the session failed and a new one was started.
+  bool ask_and_receive(Clock::time_point now, Incoming* in) {
     try {
       // The request, or a piece, may be lost on a bad link: ask again.
-      if (link->established() && now - asked_at > ask_every && now - progress_at > ask_every / 2) {
-        if (link->try_send(ask)) {
-          asked_at = progress_at = now;
-          assembly.reset();
+      if (link_->established() && now - asked_at_ > ask_every_ &&
+          now - progress_at_ > ask_every_ / 2) {
+        if (link_->try_send(ask_)) {
+          asked_at_ = progress_at_ = now;
+          assembly_.reset();
         }
       }
-      if (!link->recv(&in, Millis(100))) continue;
+      return link_->recv(in, Millis(100));
     } catch (const CryptoError& e) {
       // A parent that proved who it is and is the wrong one ends it.
-      if (link->security().failure_is_final()) throw;
+      if (link_->security().failure_is_final()) throw;
       start_over(e.what());
-      continue;
-    }
-    const wire::ParsedFrame f = wire::parse_frame(in.data(), in.frame_size, config.limits);
-    if (!f.ok() || f.header.job_id != topo.job_id() || f.header.sender != parent_sender) {
-      security.log_noise("replica-fetch-frame:" + self.id,
-                         "[" + self.id + "] ignored a frame while fetching its replica: " +
-                             (f.ok() ? std::string("wrong job or sender") : f.detail));
-      continue;
-    }
-    const wire::FrameHeader& h = f.header;
-    if (h.type == wire::MsgType::kReject) {
-      throw ProtocolError("'" + self.id + "' refused by '" + parent_id + "': " +
-                          std::string(reinterpret_cast<const char*>(f.payload), f.payload_size));
-    }
-    if (h.type != wire::MsgType::kCheckpoint) continue;  // heartbeats and the like
-    if (h.flags == wire::kFlagNoReplica) {
-      log().warn("[{}] '{}' keeps no replica of it; starting from the federation's model", self.id,
-                 parent_id);
-      security.audit("replica_missing", {{"parent", parent_id}});
       return false;
     }
-    if (h.flags != 0) continue;
-    progress_at = Clock::now();
-    if (h.chunk_index == 0) {
-      assembly.emplace(checkpoint_path(dir, self.id), self.id, topo.lineage_digest(), h.round,
-                       h.chunk_count, h.total_elements,
-                       checkpoint_trust(security, topo, self).check);
+  }
+
+  // A frame from the parent: the fetch's result once the answer is complete
+  // (or refused), nullopt while it goes on.
+  std::optional<bool> on_frame(const wire::ParsedFrame& f) {
+    const wire::FrameHeader& h = f.header;
+    if (h.type == wire::MsgType::kReject) {
+      throw ProtocolError("'" + self_.id + "' refused by '" + parent_id_ + "': " +
+                          std::string(reinterpret_cast<const char*>(f.payload), f.payload_size));
     }
-    if (!assembly) continue;  // a piece of an answer whose start was lost
+    if (h.type != wire::MsgType::kCheckpoint) return std::nullopt;  // heartbeats and the like
+    if (h.flags == wire::kFlagNoReplica) {
+      log().warn("[{}] '{}' keeps no replica of it; starting from the federation's model", self_.id,
+                 parent_id_);
+      security_.audit("replica_missing", {{"parent", parent_id_}});
+      return false;
+    }
+    if (h.flags != 0) return std::nullopt;
+    progress_at_ = Clock::now();
+    if (h.chunk_index == 0) {
+      assembly_.emplace(checkpoint_path(dir_, self_.id), self_.id, topo_.lineage_digest(), h.round,
+                        h.chunk_count, h.total_elements,
+                        checkpoint_trust(security_, topo_, self_).check);
+    }
+    if (!assembly_) return std::nullopt;  // a piece of an answer whose start was lost
     std::string why;
-    switch (assembly->add(h.chunk_index, h.chunk_count, h.round, h.total_elements, f.payload,
-                          f.payload_size, &why)) {
+    switch (assembly_->add(h.chunk_index, h.chunk_count, h.round, h.total_elements, f.payload,
+                           f.payload_size, &why)) {
       case CheckpointAssembly::Status::kMore: break;
       case CheckpointAssembly::Status::kFailed: {
         // Nothing was installed. A replica that is not this node's own,
         // intact and signed is refused like a corrupt local checkpoint: the
         // node goes on as one without any (it joins and gets the
         // federation's model), and the operator hears of it.
-        security.audit("replica_refused",
-                       {{"peer", parent_id}, {"round", h.round}, {"reason", why}});
+        security_.audit("replica_refused",
+                        {{"peer", parent_id_}, {"round", h.round}, {"reason", why}});
         std::string alarm =
-            "the replica '" + parent_id + "' sent for round " + std::to_string(h.round);
+            "the replica '" + parent_id_ + "' sent for round " + std::to_string(h.round);
         alarm += " was refused: " + why + "; starting from the federation's model instead";
-        security.alarm("replica_refused", alarm);
+        security_.alarm("replica_refused", alarm);
         return false;
       }
       case CheckpointAssembly::Status::kDone:
-        log().info("[{}] restored its checkpoint of round {} from '{}' ({} bytes)", self.id,
-                   h.round, parent_id, h.total_elements);
-        security.audit("replica_restored", {{"parent", parent_id},
-                                            {"round", h.round},
-                                            {"bytes", h.total_elements},
-                                            {"sha256", assembly->sha256_hex()}});
+        log().info("[{}] restored its checkpoint of round {} from '{}' ({} bytes)", self_.id,
+                   h.round, parent_id_, h.total_elements);
+        security_.audit("replica_restored", {{"parent", parent_id_},
+                                             {"round", h.round},
+                                             {"bytes", h.total_elements},
+                                             {"sha256", assembly_->sha256_hex()}});
         return true;
     }
+    return std::nullopt;
   }
+
+  ParentLink* link_;
+  const std::function<ParentLink&(const std::string&)>& reconnect_;
+  const Topology& topo_;
+  const NodeSpec& self_;
+  const node::NodeConfig& config_;
+  const std::filesystem::path& dir_;
+  const Millis timeout_;
+  NodeSecurity& security_;
+  const std::atomic<bool>* stop_;
+  std::string parent_id_;
+  uint32_t parent_sender_ = 0;
+  Clock::time_point deadline_;
+  Millis ask_every_{};
+  std::vector<uint8_t> ask_;
+  std::optional<CheckpointAssembly> assembly_;
+  std::string last_error_;
+  Clock::time_point asked_at_{};
+  Clock::time_point progress_at_;
+  Clock::time_point reconnected_at_;
+};
+
+}  // namespace
+
+bool fetch_replica(ParentLink& first_link,
+                   const std::function<ParentLink&(const std::string&)>& reconnect,
+                   const Topology& topo, const NodeSpec& self, const node::NodeConfig& config,
+                   const std::filesystem::path& dir, uint64_t model_elements, Millis timeout,
+                   NodeSecurity& security, const std::atomic<bool>* stop) {
+  return ReplicaFetch(first_link, reconnect, topo, self, config, dir, model_elements, timeout,
+                      security, stop)
+      .run();
 }
 
 }  // namespace fedwan::checkpoint

@@ -7,12 +7,12 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
-#include <cstring>
 #include <limits>
 #include <system_error>
 #include <utility>
 
 #include "checkpoint/checkpoint_file.hpp"
+#include "checkpoint/stream_check.hpp"
 #include "common/atomic_file.hpp"
 #include "common/errno_text.hpp"
 #include "common/log.hpp"
@@ -25,18 +25,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr uint8_t kMagic[4] = {'F', 'W', 'C', 'K'};
-constexpr size_t kDigestSize = 32;
-// magic, version, flags, round, topology digest, node id length.
-constexpr size_t kFixedHeaderSize = 4 + 2 + 2 + 8 + kDigestSize + 2;
-// What the head must hold to check a file: the fixed header, the longest
-// node id, and a signed file's certificate with its length.
-constexpr size_t kHeadSize =
-    kFixedHeaderSize + kMaxNodeIdLength + 2 + security::kMaxSignerCertBytes;
-constexpr size_t kSignatureBlock = 2 + kCheckpointSignatureSlot;
-// The most bytes after the manifest: its digest and a signature block.
-constexpr size_t kMaxTrailer = kDigestSize + kSignatureBlock;
-constexpr size_t kReadPiece = size_t{1} << 20;
 constexpr mode_t kReplicaMode = 0600;
 
 struct Fd {
@@ -44,144 +32,6 @@ struct Fd {
   ~Fd() {
     if (fd >= 0) ::close(fd);
   }
-};
-
-uint64_t get_le(const uint8_t* p, int n) {
-  uint64_t v = 0;
-  for (int i = n - 1; i >= 0; --i) v = (v << 8) | p[i];
-  return v;
-}
-
-std::string digest_prefix(const uint8_t* d) { return to_hex(d, kDigestSize).substr(0, 12); }
-
-// Checks a checkpoint fed front to back whose size is known up front: keeps
-// the head bytes, hashes everything but the last kMaxTrailer bytes as they
-// come, and keeps those (whether they are all trailer is known only once the
-// header's flags are). Memory: kHeadSize + 2 * kMaxTrailer bytes whatever
-// the file size.
-class StreamCheck {
- public:
-  explicit StreamCheck(uint64_t total) : total_(total) {}
-
-  // The caller never feeds more than `total` bytes in all.
-  void feed(const uint8_t* p, size_t n) {
-    if (head_.size() < kHeadSize) {
-      head_.insert(head_.end(), p, p + std::min(n, kHeadSize - head_.size()));
-    }
-    offset_ += n;
-    if (n >= kMaxTrailer) {
-      hash_.update(tail_.data(), tail_.size());
-      hash_.update(p, n - kMaxTrailer);
-      tail_.assign(p + n - kMaxTrailer, p + n);
-      return;
-    }
-    tail_.insert(tail_.end(), p, p + n);
-    if (tail_.size() > kMaxTrailer) {
-      const size_t extra = tail_.size() - kMaxTrailer;
-      hash_.update(tail_.data(), extra);
-      tail_.erase(tail_.begin(), tail_.begin() + static_cast<std::ptrdiff_t>(extra));
-    }
-  }
-
-  // nullopt, or why the file at `path` is not `node`'s intact checkpoint
-  // (signed by `node` when `check` has a verifier).
-  std::optional<std::string> finish(const fs::path& path, const std::string& node,
-                                    const Sha256Digest& digest, CheckpointIdentity* out,
-                                    const CheckpointSignerCheck& check) {
-    const std::string at = "checkpoint " + path.string() + ": ";
-    const auto too_short = [&] {
-      return at + "too short (" + std::to_string(total_) + " bytes) to be a checkpoint";
-    };
-    if (offset_ != total_) {
-      return at + "truncated: read " + std::to_string(offset_) + " of " + std::to_string(total_) +
-             " bytes";
-    }
-    if (total_ < kFixedHeaderSize + 1 + 4 + kDigestSize) return too_short();
-    const uint8_t* h = head_.data();
-    if (std::memcmp(h, kMagic, sizeof kMagic) != 0) {
-      return at + "bad magic: not a fedwan checkpoint file";
-    }
-    const uint64_t version = get_le(h + 4, 2);
-    if (version != kCheckpointVersion && version != 1) {
-      return at + "format version " + std::to_string(version) + " is not one this build reads";
-    }
-    const uint64_t flags = get_le(h + 6, 2);
-    const uint64_t known = version == 1 ? 0 : kCheckpointFlagSigned;
-    if ((flags & ~known) != 0) {
-      return at + "unknown flags: the checkpoint is corrupt";
-    }
-    const bool is_signed = (flags & kCheckpointFlagSigned) != 0;
-    CheckpointIdentity id;
-    id.round = get_le(h + 8, 8);
-    std::memcpy(id.topology_digest.data(), h + 16, kDigestSize);
-    const uint64_t id_len = get_le(h + 48, 2);
-    if (id_len == 0 || id_len > kMaxNodeIdLength) {
-      return at + "node id length " + std::to_string(id_len) + " outside 1.." +
-             std::to_string(kMaxNodeIdLength) + ": the checkpoint is corrupt";
-    }
-    const size_t trailer = kDigestSize + (is_signed ? kSignatureBlock : 0);
-    size_t head_end = kFixedHeaderSize + id_len;
-    std::vector<uint8_t> cert;
-    if (is_signed) {
-      if (total_ < head_end + 2) return too_short();
-      const uint64_t cert_len = get_le(h + head_end, 2);
-      if (cert_len == 0 || cert_len > security::kMaxSignerCertBytes) {
-        return at + "signer certificate length " + std::to_string(cert_len) +
-               " out of range: the checkpoint is corrupt";
-      }
-      head_end += 2 + cert_len;
-      if (total_ < head_end) return too_short();
-      cert.assign(h + head_end - cert_len, h + head_end);
-    }
-    if (total_ < head_end + 4 + trailer) return too_short();
-    id.node_id.assign(reinterpret_cast<const char*>(h + kFixedHeaderSize), id_len);
-    if (!is_valid_node_id(id.node_id)) {
-      return at + "node id is not [A-Za-z0-9._-]: the checkpoint is corrupt";
-    }
-    // The kept tail: the body's last bytes (hashed now), then the trailer.
-    const size_t body_in_tail = tail_.size() - trailer;
-    hash_.update(tail_.data(), body_in_tail);
-    const uint8_t* stored = tail_.data() + body_in_tail;
-    // Integrity before identity, so a damaged id reads as damage, not as a
-    // foreign file.
-    const Sha256Digest body = hash_.finish();
-    if (!std::equal(body.begin(), body.end(), stored, stored + kDigestSize)) {
-      return at + "digest mismatch: the file is corrupt or incomplete";
-    }
-    if (id.node_id != node) {
-      return at + "holds node '" + id.node_id + "''s checkpoint, not '" + node + "''s";
-    }
-    if (id.topology_digest != digest) {
-      return at + "was written under topology " + digest_prefix(id.topology_digest.data()) +
-             ", expected " + digest_prefix(digest.data());
-    }
-    if (check.verifier) {
-      if (!is_signed) {
-        return at + "it is not signed; only checkpoints signed by '" + node + "' are kept";
-      }
-      const uint8_t* block = stored + kDigestSize;
-      const size_t sig_len = get_le(block, 2);
-      if (sig_len == 0 || sig_len > kCheckpointSignatureSlot ||
-          std::any_of(block + 2 + sig_len, block + kSignatureBlock,
-                      [](uint8_t b) { return b != 0; })) {
-        return at + "malformed signature block: the checkpoint is corrupt";
-      }
-      const std::vector<uint8_t> sig(block + 2, block + 2 + sig_len);
-      if (auto bad = check.verifier->verify(cert, kCheckpointDomain, stored, kDigestSize, sig,
-                                            check.signer)) {
-        return at + "its signature does not verify: " + *bad;
-      }
-    }
-    if (out) *out = std::move(id);
-    return std::nullopt;
-  }
-
- private:
-  uint64_t total_;
-  uint64_t offset_ = 0;
-  std::vector<uint8_t> head_;
-  std::vector<uint8_t> tail_;  // the last bytes fed, not hashed yet
-  Sha256 hash_;
 };
 
 // "round-<r>.fwck" with r in canonical decimal; anything else is not a replica.
@@ -195,33 +45,6 @@ bool parse_replica_name(const std::string& name, uint64_t* round) {
 }
 
 }  // namespace
-
-std::optional<std::string> check_checkpoint_stream(const fs::path& path,
-                                                   const std::string& expected_node,
-                                                   const std::array<uint8_t, 32>& expected_digest,
-                                                   CheckpointIdentity* out,
-                                                   const CheckpointSignerCheck& check) {
-  Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
-  if (f.fd < 0) return "cannot open checkpoint " + path.string() + ": " + errno_text(errno);
-  struct stat st {};
-  if (::fstat(f.fd, &st) != 0) {
-    return "cannot stat checkpoint " + path.string() + ": " + errno_text(errno);
-  }
-  if (!S_ISREG(st.st_mode)) return "checkpoint " + path.string() + " is not a regular file";
-  const auto size = static_cast<uint64_t>(st.st_size);
-  StreamCheck stream(size);
-  std::vector<uint8_t> buf(static_cast<size_t>(std::min<uint64_t>(size, kReadPiece)));
-  for (uint64_t left = size; left > 0;) {
-    const ssize_t r =
-        ::read(f.fd, buf.data(), static_cast<size_t>(std::min<uint64_t>(left, buf.size())));
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return "cannot read checkpoint " + path.string() + ": " + errno_text(errno);
-    if (r == 0) break;  // shrank since fstat: finish() reports it truncated
-    stream.feed(buf.data(), static_cast<size_t>(r));
-    left -= static_cast<uint64_t>(r);
-  }
-  return stream.finish(path, expected_node, expected_digest, out, check);
-}
 
 struct CheckpointAssembly::State {
   fs::path target;

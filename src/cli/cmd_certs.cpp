@@ -201,6 +201,103 @@ int run_show(const CertsArgs& a) {
   return 0;
 }
 
+// The flags several subcommands share, bound to the arguments their
+// callbacks own.
+void add_topology_flag(CLI::App* cmd, CertsArgs& a) {
+  cmd->add_option("--topology", a.topology, "topology YAML file")
+      ->required()
+      ->check(CLI::ExistingFile);
+}
+
+void add_out_flag(CLI::App* cmd, CertsArgs& a) {
+  cmd->add_option("--out", a.out, "federation directory (ca/ and one bundle per node)")->required();
+}
+
+void add_days_flag(CLI::App* cmd, CertsArgs& a) {
+  cmd->add_option("--days", a.days, "node certificate validity in days")
+      ->check(CLI::Range(1, 3650))
+      ->capture_default_str();
+}
+
+void add_crl_days_flag(CLI::App* cmd, CertsArgs& a) {
+  cmd->add_option("--crl-days", a.crl_days,
+                  "validity of the CRL signed now, in days; nodes warn a week before it runs "
+                  "out (`fedwan certs crl refresh` signs a new one)")
+      ->check(CLI::Range(1, 3650))
+      ->capture_default_str();
+}
+
+using SharedArgs = std::shared_ptr<CertsArgs>;
+
+void add_init(CLI::App* certs, const SharedArgs& args, int* exit_code) {
+  CLI::App* init = certs->add_subcommand(
+      "init", "create a federation CA and a key, certificate and CRL bundle for every node");
+  add_topology_flag(init, *args);
+  add_out_flag(init, *args);
+  add_days_flag(init, *args);
+  add_crl_days_flag(init, *args);
+  init->add_flag("--force", args->force,
+                 "replace an existing CA and its bundles (their certificates stop verifying)");
+  init->footer(kCaKeyNote);
+  init->callback([args, exit_code] { *exit_code = run_init(*args); });
+}
+
+void add_issue(CLI::App* certs, const SharedArgs& args, int* exit_code) {
+  CLI::App* issue = certs->add_subcommand(
+      "issue", "give one node a new key and certificate (rotation) from the CA in --out");
+  add_topology_flag(issue, *args);
+  add_out_flag(issue, *args);
+  issue->add_option("--node", args->node, "the node's id in the topology")->required();
+  add_days_flag(issue, *args);
+  add_crl_days_flag(issue, *args);
+  issue->add_flag("--revoke-previous", args->revoke_previous,
+                  "revoke the node's current certificate first (its key may be compromised)");
+  issue->callback([args, exit_code] { *exit_code = run_issue(*args); });
+}
+
+void add_admin(CLI::App* certs, const SharedArgs& args, int* exit_code) {
+  CLI::App* admin = certs->add_subcommand(
+      "admin", "issue (or re-issue) the admin identity that signs topology versions, <out>/admin");
+  add_out_flag(admin, *args);
+  add_days_flag(admin, *args);
+  add_crl_days_flag(admin, *args);
+  admin->add_flag("--revoke-previous", args->revoke_previous,
+                  "revoke the current admin certificate first (its key may be compromised)");
+  admin->callback([args, exit_code] { *exit_code = run_admin(*args); });
+}
+
+void add_revoke(CLI::App* certs, const SharedArgs& args, int* exit_code) {
+  CLI::App* revoke = certs->add_subcommand(
+      "revoke", "revoke a node's current certificate and update every bundle's crl.pem");
+  add_out_flag(revoke, *args);
+  revoke->add_option("--node", args->node, "the node whose certificate to revoke")->required();
+  add_crl_days_flag(revoke, *args);
+  revoke->callback([args, exit_code] { *exit_code = run_revoke(*args); });
+}
+
+void add_crl(CLI::App* certs, const SharedArgs& args, int* exit_code) {
+  CLI::App* crl = certs->add_subcommand("crl", "refresh or show the federation's CRL");
+  crl->require_subcommand(1);
+  CLI::App* refresh = crl->add_subcommand(
+      "refresh", "sign the CRL again (same revocations, new validity) and update every bundle");
+  add_out_flag(refresh, *args);
+  add_crl_days_flag(refresh, *args);
+  refresh->callback([args, exit_code] { *exit_code = run_crl_refresh(*args); });
+  CLI::App* crl_show =
+      crl->add_subcommand("show", "print the CRL's dates, number and revoked serials");
+  add_out_flag(crl_show, *args);
+  crl_show->callback([args, exit_code] { *exit_code = run_crl_show(*args); });
+}
+
+void add_show(CLI::App* certs, const SharedArgs& args, int* exit_code) {
+  CLI::App* show =
+      certs->add_subcommand("show", "print a node certificate's identity, serial and validity");
+  show->add_option("file", args->file, "a cert.pem, or a bundle directory")
+      ->required()
+      ->check(CLI::ExistingPath);
+  show->callback([args, exit_code] { *exit_code = run_show(*args); });
+}
+
 }  // namespace
 
 void add_certs_command(CLI::App& app, int* exit_code) {
@@ -209,84 +306,12 @@ void add_certs_command(CLI::App& app, int* exit_code) {
   certs->require_subcommand(1);
   // The subcommands' callbacks own the arguments they fill in.
   auto args = std::make_shared<CertsArgs>();
-  auto add_topology = [&](CLI::App* cmd) {
-    cmd->add_option("--topology", args->topology, "topology YAML file")
-        ->required()
-        ->check(CLI::ExistingFile);
-  };
-  auto add_out = [&](CLI::App* cmd) {
-    cmd->add_option("--out", args->out, "federation directory (ca/ and one bundle per node)")
-        ->required();
-  };
-  auto add_days = [&](CLI::App* cmd) {
-    cmd->add_option("--days", args->days, "node certificate validity in days")
-        ->check(CLI::Range(1, 3650))
-        ->capture_default_str();
-  };
-  auto add_crl_days = [&](CLI::App* cmd) {
-    cmd->add_option("--crl-days", args->crl_days,
-                    "validity of the CRL signed now, in days; nodes warn a week before it runs "
-                    "out (`fedwan certs crl refresh` signs a new one)")
-        ->check(CLI::Range(1, 3650))
-        ->capture_default_str();
-  };
-
-  CLI::App* init = certs->add_subcommand(
-      "init", "create a federation CA and a key, certificate and CRL bundle for every node");
-  add_topology(init);
-  add_out(init);
-  add_days(init);
-  add_crl_days(init);
-  init->add_flag("--force", args->force,
-                 "replace an existing CA and its bundles (their certificates stop verifying)");
-  init->footer(kCaKeyNote);
-  init->callback([args, exit_code] { *exit_code = run_init(*args); });
-
-  CLI::App* issue = certs->add_subcommand(
-      "issue", "give one node a new key and certificate (rotation) from the CA in --out");
-  add_topology(issue);
-  add_out(issue);
-  issue->add_option("--node", args->node, "the node's id in the topology")->required();
-  add_days(issue);
-  add_crl_days(issue);
-  issue->add_flag("--revoke-previous", args->revoke_previous,
-                  "revoke the node's current certificate first (its key may be compromised)");
-  issue->callback([args, exit_code] { *exit_code = run_issue(*args); });
-
-  CLI::App* admin = certs->add_subcommand(
-      "admin", "issue (or re-issue) the admin identity that signs topology versions, <out>/admin");
-  add_out(admin);
-  add_days(admin);
-  add_crl_days(admin);
-  admin->add_flag("--revoke-previous", args->revoke_previous,
-                  "revoke the current admin certificate first (its key may be compromised)");
-  admin->callback([args, exit_code] { *exit_code = run_admin(*args); });
-
-  CLI::App* revoke = certs->add_subcommand(
-      "revoke", "revoke a node's current certificate and update every bundle's crl.pem");
-  add_out(revoke);
-  revoke->add_option("--node", args->node, "the node whose certificate to revoke")->required();
-  add_crl_days(revoke);
-  revoke->callback([args, exit_code] { *exit_code = run_revoke(*args); });
-
-  CLI::App* crl = certs->add_subcommand("crl", "refresh or show the federation's CRL");
-  crl->require_subcommand(1);
-  CLI::App* refresh = crl->add_subcommand(
-      "refresh", "sign the CRL again (same revocations, new validity) and update every bundle");
-  add_out(refresh);
-  add_crl_days(refresh);
-  refresh->callback([args, exit_code] { *exit_code = run_crl_refresh(*args); });
-  CLI::App* crl_show =
-      crl->add_subcommand("show", "print the CRL's dates, number and revoked serials");
-  add_out(crl_show);
-  crl_show->callback([args, exit_code] { *exit_code = run_crl_show(*args); });
-
-  CLI::App* show =
-      certs->add_subcommand("show", "print a node certificate's identity, serial and validity");
-  show->add_option("file", args->file, "a cert.pem, or a bundle directory")
-      ->required()
-      ->check(CLI::ExistingPath);
-  show->callback([args, exit_code] { *exit_code = run_show(*args); });
+  add_init(certs, args, exit_code);
+  add_issue(certs, args, exit_code);
+  add_admin(certs, args, exit_code);
+  add_revoke(certs, args, exit_code);
+  add_crl(certs, args, exit_code);
+  add_show(certs, args, exit_code);
 }
 
 }  // namespace fedwan::cli

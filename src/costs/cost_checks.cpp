@@ -123,50 +123,59 @@ bool differs(uint64_t a, uint64_t b, const CostTolerance& tol) {
   return static_cast<double>(diff) > allowed;
 }
 
-}  // namespace
+// By (child, parent).
+using Links = std::map<std::pair<std::string, std::string>, LinkReconciliation>;
 
-CheckedCosts check_costs(const CostLedger& ledger, const Topology* topology,
-                         const CostTolerance& tol) {
-  CheckedCosts out;
-  const Tree tree(ledger, topology);
-  std::map<std::string, ByRound> all;  // every verified record, for the walls
+LinkReconciliation& link_of(Links& links, const std::string& child, const std::string& parent) {
+  LinkReconciliation& l = links[{child, parent}];
+  l.child = child;
+  l.parent = parent;
+  return l;
+}
+
+std::map<std::string, ByRound> records_by_node(const CostLedger& ledger) {
+  std::map<std::string, ByRound> all;
   for (const auto& entry : ledger.records())
     all[entry.first.first][entry.first.second] = &entry.second;
+  return all;
+}
 
-  // 1. Device time within its bounds; what is past them is not billed.
+// The records within their bounds, by node and round; the rest go to
+// `out->refused`. The records point into `ledger`.
+std::map<std::string, ByRound> within_bounds(const CostLedger& ledger, const Topology* topology,
+                                             const Tree& tree, const CostTolerance& tol,
+                                             CheckedCosts* out) {
+  const std::map<std::string, ByRound> all = records_by_node(ledger);  // for the walls
   std::map<std::string, ByRound> kept;
   for (const auto& entry : ledger.records()) {
     const CostRecord& r = entry.second;
     if (topology && topology->find(r.node) == nullptr) {
-      out.refused.push_back({r.origin, r.node, r.round,
-                             "not a node of the topology (job " + cost_printable(topology->job()) +
-                                 ", version " + std::to_string(topology->version()) +
-                                 "); if a later version added it, bill with that one"});
+      out->refused.push_back({r.origin, r.node, r.round,
+                              "not a node of the topology (job " + cost_printable(topology->job()) +
+                                  ", version " + std::to_string(topology->version()) +
+                                  "); if a later version added it, bill with that one"});
       continue;
     }
-    if (std::optional<std::string> why = device_time_refusal(r, tree, all, tol, &out)) {
-      out.refused.push_back({r.origin, r.node, r.round, *why});
+    if (std::optional<std::string> why = device_time_refusal(r, tree, all, tol, out)) {
+      out->refused.push_back({r.origin, r.node, r.round, *why});
       continue;
     }
     kept[r.node][r.round] = &r;
   }
+  return kept;
+}
 
-  // 2. Bytes on a child's link to its parent at the parent's count.
-  std::map<std::pair<std::string, std::string>, LinkReconciliation> links;
-  const auto link_of = [&](const std::string& child,
-                           const std::string& parent) -> LinkReconciliation& {
-    LinkReconciliation& l = links[{child, parent}];
-    l.child = child;
-    l.parent = parent;
-    return l;
-  };
+// Bills each kept record, its bytes to its parent at the parent's count
+// where the parent recorded the round too.
+void bill_kept_records(const std::map<std::string, ByRound>& kept, const Tree& tree, Links* links,
+                       CheckedCosts* out) {
   for (const auto& [node, rounds] : kept) {
     const std::string* parent = tree.parent(node);
     const auto p = parent ? kept.find(*parent) : kept.end();
     for (const auto& [round, rec] : rounds) {
       CostRecord billed = *rec;
       if (parent && billed.links.count(*parent)) {
-        LinkReconciliation& l = link_of(node, *parent);
+        LinkReconciliation& l = link_of(*links, node, *parent);
         const CostRecord* pr = nullptr;
         if (p != kept.end()) {
           const auto it = p->second.find(round);
@@ -185,11 +194,15 @@ CheckedCosts check_costs(const CostLedger& ledger, const Topology* topology,
           ++l.rounds_child_only;
         }
       }
-      if (billed.device_us > 0) ++out.device_records;
-      out.billed.push_back(std::move(billed));
+      if (billed.device_us > 0) ++out->device_records;
+      out->billed.push_back(std::move(billed));
     }
   }
-  // A round the parent counted and the child has no billable record of.
+}
+
+// A round the parent counted and the child has no billable record of.
+void bill_unrecorded_child_rounds(const std::map<std::string, ByRound>& kept, const Tree& tree,
+                                  Links* links, CheckedCosts* out) {
   for (const auto& [parent, rounds] : kept) {
     for (const auto& [round, pr] : rounds) {
       for (const auto& [child, bytes] : pr->links) {
@@ -209,11 +222,25 @@ CheckedCosts check_costs(const CostLedger& ledger, const Topology* topology,
         r.end_time = pr->end_time;
         r.links[parent] = {bytes.received, bytes.sent};
         r.origin = pr->origin + " (" + parent + "'s count)";
-        ++link_of(child, parent).rounds_parent_only;
-        out.billed.push_back(std::move(r));
+        ++link_of(*links, child, parent).rounds_parent_only;
+        out->billed.push_back(std::move(r));
       }
     }
   }
+}
+
+}  // namespace
+
+CheckedCosts check_costs(const CostLedger& ledger, const Topology* topology,
+                         const CostTolerance& tol) {
+  CheckedCosts out;
+  const Tree tree(ledger, topology);
+  // 1. Device time within its bounds; what is past them is not billed.
+  const std::map<std::string, ByRound> kept = within_bounds(ledger, topology, tree, tol, &out);
+  // 2. Bytes on a child's link to its parent at the parent's count.
+  Links links;
+  bill_kept_records(kept, tree, &links, &out);
+  bill_unrecorded_child_rounds(kept, tree, &links, &out);
   for (auto& entry : links) {
     LinkReconciliation& l = entry.second;
     l.mismatch = differs(l.child_sent, l.parent_received, tol) ||

@@ -92,6 +92,136 @@ class RecordReader {
   const std::string& origin_;
 };
 
+json parse_record_object(const std::string& line, const std::string& origin) {
+  if (line.size() > kCostMaxLineBytes) {
+    throw ConfigError(origin + ": line longer than 1 MiB: not a cost record");
+  }
+  if (nested_deeper_than(line, 16)) {
+    throw ConfigError(origin + ": nested deeper than a cost record can be");
+  }
+  json j;
+  try {
+    j = json::parse(line);
+  } catch (const json::exception& e) {
+    std::string what = e.what();
+    const size_t bracket = what.find("] ");
+    if (what.rfind("[json.exception.", 0) == 0 && bracket != std::string::npos) {
+      what = what.substr(bracket + 2);
+    }
+    throw ConfigError(origin + ": not valid JSON: " + printable(what));
+  }
+  if (!j.is_object()) throw ConfigError(origin + ": not a JSON object, got " + shown(j));
+  return j;
+}
+
+int schema_version(const RecordReader& in) {
+  const json& v = in.need("v");
+  if (!v.is_number_integer()) in.fail("\"v\" must be an integer, got " + shown(v));
+  if (!v.is_number_unsigned() || v.get<uint64_t>() < 1 ||
+      v.get<uint64_t>() > static_cast<uint64_t>(kCostSchemaVersion)) {
+    in.fail("schema version " + shown(v) +
+            " is not supported: this fedwan reads cost records of versions 1 to " +
+            std::to_string(kCostSchemaVersion) + " (use the fedwan release that wrote them)");
+  }
+  return static_cast<int>(v.get<uint64_t>());
+}
+
+// Whose record of which round; `r->version` is already read.
+void read_identity(const RecordReader& in, CostRecord* r) {
+  if (r->version >= 2) r->job = in.str("job");
+  r->node = in.str("node");
+  r->role = in.str("role");
+  if (!one_of(r->role, kRoles)) {
+    in.fail("\"role\" must be site, region or root, got " + shown(in.need("role")));
+  }
+  r->round = in.u64(in.need("round"), "round");
+}
+
+void read_times(const RecordReader& in, CostRecord* r) {
+  r->start = in.str("start");
+  r->end = in.str("end");
+  std::string why;
+  if (!parse_utc(r->start, &r->start_time, &why)) {
+    in.fail("\"start\" " + shown(in.need("start")) + " " + why);
+  }
+  if (!parse_utc(r->end, &r->end_time, &why)) {
+    in.fail("\"end\" " + shown(in.need("end")) + " " + why);
+  }
+  if (r->end_time < r->start_time) {
+    in.fail("\"end\" " + r->end + " is before \"start\" " + r->start);
+  }
+}
+
+// The optional training fields; absent, they keep CostRecord's defaults.
+void read_usage(const RecordReader& in, CostRecord* r) {
+  if (const json* ts = in.find("train_seconds")) {
+    if (!ts->is_number() || !std::isfinite(ts->get<double>()) || ts->get<double>() < 0) {
+      in.fail("\"train_seconds\" must be a non-negative number, got " + shown(*ts));
+    }
+    r->train_seconds = ts->get<double>();
+  }
+  if (const json* n = in.find("devices")) r->devices = in.u64(*n, "devices");
+  if (const json* dev = in.find("device")) {
+    if (!dev->is_string() || !one_of(dev->get<std::string>(), kDeviceKinds)) {
+      in.fail("\"device\" must be cpu or gpu, got " + shown(*dev));
+    }
+    r->device = dev->get<std::string>();
+  }
+  if (const json* c = in.find("contributed")) {
+    if (!c->is_boolean()) in.fail("\"contributed\" must be true or false, got " + shown(*c));
+    r->contributed = c->get<bool>();
+  }
+}
+
+void read_links(const RecordReader& in, CostRecord* r) {
+  const json* links = in.find("links");
+  if (!links) return;
+  if (!links->is_object()) {
+    in.fail("\"links\" must be an object of peer: {sent, received}, got " + shown(*links));
+  }
+  for (const auto& item : links->items()) {
+    const std::string ctx = "links." + item.key();
+    const json& l = item.value();
+    if (!l.is_object() || !l.contains("sent") || !l.contains("received")) {
+      in.fail("\"" + ctx + "\" must be {\"sent\": bytes, \"received\": bytes}, got " + shown(l));
+    }
+    r->links[item.key()] = {in.u64(l["sent"], ctx + ".sent"),
+                            in.u64(l["received"], ctx + ".received")};
+  }
+}
+
+// Sets `r->device_us` from the fields read_usage() read.
+void count_device_time(const RecordReader& in, CostRecord* r) {
+  // Whole microseconds, so that every sum of them is exact.
+  const double us = std::round(r->train_seconds * 1e6);
+  if (us >= 9.2e18 ||
+      __builtin_mul_overflow(static_cast<uint64_t>(us), r->devices, &r->device_us)) {
+    in.fail("\"train_seconds\" x \"devices\" is too large to be a round's device time");
+  }
+  if (r->device_us > 0 && r->device.empty()) {
+    in.fail("no \"device\": cpu or gpu is needed to price " + number(r->train_seconds) + " s on " +
+            std::to_string(r->devices) + " device(s)");
+  }
+}
+
+// "sig" and "cert" come together or not at all; `j` is the whole record,
+// whose canonical text the signature covers.
+void read_signature(const RecordReader& in, const json& j, CostRecord* r) {
+  const json* sig = in.find("sig");
+  const json* cert = in.find("cert");
+  if (!sig && !cert) return;
+  const auto b64 = [&](const json* field, const char* name, size_t max) {
+    std::optional<std::vector<uint8_t>> bytes;
+    if (field && field->is_string())
+      bytes = security::base64_decode(field->get<std::string>(), max);
+    if (!bytes || bytes->empty()) in.fail(std::string("\"") + name + "\" must be base64");
+    return *bytes;
+  };
+  r->signature = b64(sig, "sig", security::kMaxSignatureBytes);
+  r->cert_der = b64(cert, "cert", security::kMaxSignerCertBytes);
+  r->signed_text = cost_record_signed_text(j);
+}
+
 }  // namespace
 
 bool parse_utc(const std::string& t, UtcTime* out, std::string* why) {
@@ -173,107 +303,17 @@ std::string CostRecord::first_difference(const CostRecord& o) const {
 }
 
 CostRecord parse_cost_record(const std::string& line, const std::string& origin) {
-  if (line.size() > kCostMaxLineBytes) {
-    throw ConfigError(origin + ": line longer than 1 MiB: not a cost record");
-  }
-  if (nested_deeper_than(line, 16)) {
-    throw ConfigError(origin + ": nested deeper than a cost record can be");
-  }
-  json j;
-  try {
-    j = json::parse(line);
-  } catch (const json::exception& e) {
-    std::string what = e.what();
-    const size_t bracket = what.find("] ");
-    if (what.rfind("[json.exception.", 0) == 0 && bracket != std::string::npos) {
-      what = what.substr(bracket + 2);
-    }
-    throw ConfigError(origin + ": not valid JSON: " + printable(what));
-  }
-  if (!j.is_object()) throw ConfigError(origin + ": not a JSON object, got " + shown(j));
+  const json j = parse_record_object(line, origin);
   const RecordReader in(j, origin);
-
-  const json& v = in.need("v");
-  if (!v.is_number_integer()) in.fail("\"v\" must be an integer, got " + shown(v));
-  if (!v.is_number_unsigned() || v.get<uint64_t>() < 1 ||
-      v.get<uint64_t>() > static_cast<uint64_t>(kCostSchemaVersion)) {
-    in.fail("schema version " + shown(v) +
-            " is not supported: this fedwan reads cost records of versions 1 to " +
-            std::to_string(kCostSchemaVersion) + " (use the fedwan release that wrote them)");
-  }
   CostRecord r;
-  r.version = static_cast<int>(v.get<uint64_t>());
+  r.version = schema_version(in);
   r.origin = origin;
-  if (r.version >= 2) r.job = in.str("job");
-  r.node = in.str("node");
-  r.role = in.str("role");
-  if (!one_of(r.role, kRoles)) {
-    in.fail("\"role\" must be site, region or root, got " + shown(j["role"]));
-  }
-  r.round = in.u64(in.need("round"), "round");
-  r.start = in.str("start");
-  r.end = in.str("end");
-  std::string why;
-  if (!parse_utc(r.start, &r.start_time, &why)) {
-    in.fail("\"start\" " + shown(j["start"]) + " " + why);
-  }
-  if (!parse_utc(r.end, &r.end_time, &why)) in.fail("\"end\" " + shown(j["end"]) + " " + why);
-  if (r.end_time < r.start_time) in.fail("\"end\" " + r.end + " is before \"start\" " + r.start);
-
-  if (const json* ts = in.find("train_seconds")) {
-    if (!ts->is_number() || !std::isfinite(ts->get<double>()) || ts->get<double>() < 0) {
-      in.fail("\"train_seconds\" must be a non-negative number, got " + shown(*ts));
-    }
-    r.train_seconds = ts->get<double>();
-  }
-  if (const json* n = in.find("devices")) r.devices = in.u64(*n, "devices");
-  if (const json* dev = in.find("device")) {
-    if (!dev->is_string() || !one_of(dev->get<std::string>(), kDeviceKinds)) {
-      in.fail("\"device\" must be cpu or gpu, got " + shown(*dev));
-    }
-    r.device = dev->get<std::string>();
-  }
-  if (const json* c = in.find("contributed")) {
-    if (!c->is_boolean()) in.fail("\"contributed\" must be true or false, got " + shown(*c));
-    r.contributed = c->get<bool>();
-  }
-  if (const json* links = in.find("links")) {
-    if (!links->is_object()) {
-      in.fail("\"links\" must be an object of peer: {sent, received}, got " + shown(*links));
-    }
-    for (const auto& item : links->items()) {
-      const std::string ctx = "links." + item.key();
-      const json& l = item.value();
-      if (!l.is_object() || !l.contains("sent") || !l.contains("received")) {
-        in.fail("\"" + ctx + "\" must be {\"sent\": bytes, \"received\": bytes}, got " + shown(l));
-      }
-      r.links[item.key()] = {in.u64(l["sent"], ctx + ".sent"),
-                             in.u64(l["received"], ctx + ".received")};
-    }
-  }
-  // Whole microseconds, so that every sum of them is exact.
-  const double us = std::round(r.train_seconds * 1e6);
-  if (us >= 9.2e18 || __builtin_mul_overflow(static_cast<uint64_t>(us), r.devices, &r.device_us)) {
-    in.fail("\"train_seconds\" x \"devices\" is too large to be a round's device time");
-  }
-  if (r.device_us > 0 && r.device.empty()) {
-    in.fail("no \"device\": cpu or gpu is needed to price " + number(r.train_seconds) + " s on " +
-            std::to_string(r.devices) + " device(s)");
-  }
-  const json* sig = in.find("sig");
-  const json* cert = in.find("cert");
-  if (sig || cert) {
-    const auto b64 = [&](const json* field, const char* name, size_t max) {
-      std::optional<std::vector<uint8_t>> bytes;
-      if (field && field->is_string())
-        bytes = security::base64_decode(field->get<std::string>(), max);
-      if (!bytes || bytes->empty()) in.fail(std::string("\"") + name + "\" must be base64");
-      return *bytes;
-    };
-    r.signature = b64(sig, "sig", security::kMaxSignatureBytes);
-    r.cert_der = b64(cert, "cert", security::kMaxSignerCertBytes);
-    r.signed_text = cost_record_signed_text(j);
-  }
+  read_identity(in, &r);
+  read_times(in, &r);
+  read_usage(in, &r);
+  read_links(in, &r);
+  count_device_time(in, &r);
+  read_signature(in, j, &r);
   return r;
 }
 

@@ -39,34 +39,33 @@ struct Fd {
   }
 };
 
-}  // namespace
-
-HttpResponse http_get(const std::string& address, const std::string& path,
-                      std::chrono::milliseconds timeout, size_t max_bytes,
-                      const std::string& bearer_token) {
-  HttpResponse out;
-  const auto deadline = Clock::now() + timeout;
+// "host:port" or "[v6]:port"; a wildcard listen address means this
+// machine. False unless a host comes before the last ':'.
+bool split_address(const std::string& address, std::string* host, std::string* port) {
   const size_t colon = address.rfind(':');
-  if (colon == std::string::npos || colon == 0) {
-    out.error = "'" + address + "' is not host:port";
-    return out;
-  }
-  std::string host = address.substr(0, colon);
-  const std::string port = address.substr(colon + 1);
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
-    host = host.substr(1, host.size() - 2);
-  if (host == "0.0.0.0" || host == "*") host = "127.0.0.1";
-  if (host == "::") host = "::1";
+  if (colon == std::string::npos || colon == 0) return false;
+  *host = address.substr(0, colon);
+  *port = address.substr(colon + 1);
+  if (host->size() > 2 && host->front() == '[' && host->back() == ']')
+    *host = host->substr(1, host->size() - 2);
+  if (*host == "0.0.0.0" || *host == "*") *host = "127.0.0.1";
+  if (*host == "::") *host = "::1";
+  return true;
+}
+
+// Connects `sock` (non-blocking) to the first of host's addresses that
+// answers by the deadline; false with `*error` set.
+bool connect_to(const std::string& address, const std::string& host, const std::string& port,
+                Clock::time_point deadline, Fd* sock, std::string* error) {
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
   if (const int rc = ::getaddrinfo(host.c_str(), port.c_str(), &hints, &found); rc != 0) {
-    out.error = "cannot resolve '" + host + "': " + ::gai_strerror(rc);
-    return out;
+    *error = "cannot resolve '" + host + "': " + ::gai_strerror(rc);
+    return false;
   }
-  Fd sock;
   std::string why = "no address";
-  for (addrinfo* a = found; a != nullptr && sock.fd < 0; a = a->ai_next) {
+  for (addrinfo* a = found; a != nullptr && sock->fd < 0; a = a->ai_next) {
     const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) continue;
     if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0 ||
@@ -75,7 +74,7 @@ HttpResponse http_get(const std::string& address, const std::string& path,
       socklen_t len = sizeof err;
       ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
       if (err == 0) {
-        sock.fd = fd;
+        sock->fd = fd;
         break;
       }
       why = errno_text(err);
@@ -85,52 +84,80 @@ HttpResponse http_get(const std::string& address, const std::string& path,
     ::close(fd);
   }
   ::freeaddrinfo(found);
-  if (sock.fd < 0) {
-    out.error = "no answer at " + address + " (" + why + ")";
+  if (sock->fd < 0) {
+    *error = "no answer at " + address + " (" + why + ")";
+    return false;
+  }
+  return true;
+}
+
+bool send_all(int fd, const std::string& request, const std::string& address,
+              Clock::time_point deadline, std::string* error) {
+  size_t off = 0;
+  while (off < request.size()) {
+    const ssize_t n = ::send(fd, request.data() + off, request.size() - off, MSG_NOSIGNAL);
+    if (n > 0) {
+      off += static_cast<size_t>(n);
+    } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+      if (!wait_for(fd, POLLOUT, deadline)) {
+        *error = "timed out sending to " + address;
+        return false;
+      }
+    } else {
+      *error = "send to " + address + " failed: " + errno_text(errno);
+      return false;
+    }
+  }
+  return true;
+}
+
+// Reads into `raw` until the peer closes (Connection: close ends the answer).
+bool read_all(int fd, const std::string& address, size_t max_bytes, Clock::time_point deadline,
+              std::string* raw, std::string* error) {
+  char buf[16384];
+  for (;;) {
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n > 0) {
+      raw->append(buf, static_cast<size_t>(n));
+      if (raw->size() > max_bytes) {
+        *error = "answer from " + address + " larger than " + std::to_string(max_bytes) + " bytes";
+        return false;
+      }
+    } else if (n == 0) {
+      return true;
+    } else if (errno == EAGAIN || errno == EINTR) {
+      if (!wait_for(fd, POLLIN, deadline)) {
+        *error = "timed out reading from " + address;
+        return false;
+      }
+    } else {
+      *error = "read from " + address + " failed: " + errno_text(errno);
+      return false;
+    }
+  }
+}
+
+}  // namespace
+
+HttpResponse http_get(const std::string& address, const std::string& path,
+                      std::chrono::milliseconds timeout, size_t max_bytes,
+                      const std::string& bearer_token) {
+  HttpResponse out;
+  const auto deadline = Clock::now() + timeout;
+  std::string host, port;
+  if (!split_address(address, &host, &port)) {
+    out.error = "'" + address + "' is not host:port";
     return out;
   }
+  Fd sock;
+  if (!connect_to(address, host, port, deadline, &sock, &out.error)) return out;
   std::string request =
       "GET " + path + " HTTP/1.1\r\nHost: " + address + "\r\nConnection: close\r\nAccept: */*\r\n";
   if (!bearer_token.empty()) request += "Authorization: Bearer " + bearer_token + "\r\n";
   request += "\r\n";
-  size_t off = 0;
-  while (off < request.size()) {
-    const ssize_t n = ::send(sock.fd, request.data() + off, request.size() - off, MSG_NOSIGNAL);
-    if (n > 0) {
-      off += static_cast<size_t>(n);
-    } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
-      if (!wait_for(sock.fd, POLLOUT, deadline)) {
-        out.error = "timed out sending to " + address;
-        return out;
-      }
-    } else {
-      out.error = "send to " + address + " failed: " + errno_text(errno);
-      return out;
-    }
-  }
+  if (!send_all(sock.fd, request, address, deadline, &out.error)) return out;
   std::string raw;
-  char buf[16384];
-  for (;;) {
-    const ssize_t n = ::recv(sock.fd, buf, sizeof buf, 0);
-    if (n > 0) {
-      raw.append(buf, static_cast<size_t>(n));
-      if (raw.size() > max_bytes) {
-        out.error =
-            "answer from " + address + " larger than " + std::to_string(max_bytes) + " bytes";
-        return out;
-      }
-    } else if (n == 0) {
-      break;
-    } else if (errno == EAGAIN || errno == EINTR) {
-      if (!wait_for(sock.fd, POLLIN, deadline)) {
-        out.error = "timed out reading from " + address;
-        return out;
-      }
-    } else {
-      out.error = "read from " + address + " failed: " + errno_text(errno);
-      return out;
-    }
-  }
+  if (!read_all(sock.fd, address, max_bytes, deadline, &raw, &out.error)) return out;
   const size_t head_end = raw.find("\r\n\r\n");
   if (raw.compare(0, 9, "HTTP/1.1 ") != 0 && raw.compare(0, 9, "HTTP/1.0 ") != 0) {
     out.error = "not an HTTP answer from " + address;

@@ -158,25 +158,8 @@ class ChainChecker {
     return true;
   }
 
-  bool check(const char* b, const char* e, bool terminated) {
-    const size_t n = static_cast<size_t>(e - b);
-    if (n > kAuditMaxLineBytes) {
-      return fail("malformed entry: line is longer than " + std::to_string(kAuditMaxLineBytes) +
-                  " bytes");
-    }
-    if (!terminated) {
-      r_.incomplete_last_line = true;
-      return fail("last entry is incomplete (no trailing newline), likely a crash during write");
-    }
-    if (n == 0) return fail("malformed entry: empty line");
-    if (audit_line_too_deep(b, e)) {
-      return fail("malformed entry: nested more than " + std::to_string(kAuditMaxNesting) +
-                  " levels deep");
-    }
-    const json j = json::parse(b, e, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded()) return fail("malformed entry: not valid JSON");
-    if (!j.is_object()) return fail("malformed entry: not a JSON object");
-
+  // Every member present, no other, each of its type.
+  bool check_members(const json& j) {
     static const char* const kKeys[] = {"seq", "time", "node", "event", "fields", "prev", "hash"};
     for (const char* key : kKeys) {
       if (!j.contains(key)) return fail(std::string("malformed entry: no \"") + key + "\" key");
@@ -211,7 +194,14 @@ class ChainChecker {
     if (!hash.is_string() || !is_lower_hex64(hash.get_ref<const std::string&>())) {
       return fail("malformed entry: \"hash\" must be 64 lower-case hex digits");
     }
-    const std::string& hash_s = hash.get_ref<const std::string&>();
+    return true;
+  }
+
+  // The line [b, e) ends with its "hash" member, that hash is the line's
+  // own, and the rest is byte for byte what the writer makes of the members.
+  bool check_encoding(const char* b, const char* e, const json& j) {
+    const size_t n = static_cast<size_t>(e - b);
+    const std::string& hash_s = j["hash"].get_ref<const std::string&>();
     const std::string tail = ",\"hash\":\"" + hash_s + "\"}";
     if (n < tail.size() || std::string(e - tail.size(), e) != tail) {
       return fail("malformed entry: the line does not end with its \"hash\" member");
@@ -220,16 +210,21 @@ class ChainChecker {
     if (hash_hex(b, static_cast<size_t>(prefix_end - b)) != hash_s) {
       return fail("entry was edited (hash mismatch)");
     }
-    const uint64_t seq_v = seq.get<uint64_t>();
-    const std::string& prev_s = prev.get_ref<const std::string&>();
-    const std::string& node_s = node.get_ref<const std::string&>();
-    const std::string canonical = entry_prefix(seq_v, time.get_ref<const std::string&>(), node_s,
-                                               event.get_ref<const std::string&>(), fields, prev_s);
+    const std::string canonical = entry_prefix(
+        j["seq"].get<uint64_t>(), j["time"].get_ref<const std::string&>(),
+        j["node"].get_ref<const std::string&>(), j["event"].get_ref<const std::string&>(),
+        j["fields"], j["prev"].get_ref<const std::string&>());
     if (canonical.size() != static_cast<size_t>(prefix_end - b) ||
         canonical.compare(0, canonical.size(), b, canonical.size()) != 0) {
       return fail("malformed entry: not in the form the writer produces (key order, spacing or "
                   "number and string formatting differ)");
     }
+    return true;
+  }
+
+  // The entry continues the chain: the first starts it, each later one
+  // follows the last entry checked.
+  bool check_link(uint64_t seq_v, const std::string& prev_s) {
     if (r_.entries == 0) {
       if (seq_v != 0 || prev_s != kZeroHash) {
         return fail("first entry is not the start of the chain: entries were removed from the "
@@ -242,10 +237,38 @@ class ChainChecker {
                   std::to_string(r_.entries) + ", prev " + abbrev(r_.last_hash) + "; found seq " +
                   std::to_string(seq_v) + ", prev " + abbrev(prev_s) + ")");
     }
-    if (!check_signed(fields, node_s, seq_v, prev_s)) return false;
+    return true;
+  }
+
+  bool check(const char* b, const char* e, bool terminated) {
+    const size_t n = static_cast<size_t>(e - b);
+    if (n > kAuditMaxLineBytes) {
+      return fail("malformed entry: line is longer than " + std::to_string(kAuditMaxLineBytes) +
+                  " bytes");
+    }
+    if (!terminated) {
+      r_.incomplete_last_line = true;
+      return fail("last entry is incomplete (no trailing newline), likely a crash during write");
+    }
+    if (n == 0) return fail("malformed entry: empty line");
+    if (audit_line_too_deep(b, e)) {
+      return fail("malformed entry: nested more than " + std::to_string(kAuditMaxNesting) +
+                  " levels deep");
+    }
+    const json j = json::parse(b, e, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded()) return fail("malformed entry: not valid JSON");
+    if (!j.is_object()) return fail("malformed entry: not a JSON object");
+    if (!check_members(j) || !check_encoding(b, e, j)) return false;
+
+    const uint64_t seq_v = j["seq"].get<uint64_t>();
+    const std::string& prev_s = j["prev"].get_ref<const std::string&>();
+    const std::string& node_s = j["node"].get_ref<const std::string&>();
+    if (!check_link(seq_v, prev_s)) return false;
+    if (!check_signed(j["fields"], node_s, seq_v, prev_s)) return false;
+    const std::string& hash_s = j["hash"].get_ref<const std::string&>();
     ++r_.entries;
     r_.last_hash = hash_s;
-    r_.closed = event.get_ref<const std::string&>() == kClosed;
+    r_.closed = j["event"].get_ref<const std::string&>() == kClosed;
     if (hash_s == options_.expect_head) r_.found_expected = true;
     return true;
   }

@@ -192,89 +192,101 @@ FrameOpener::Result FrameOpener::open(uint8_t* data, size_t size, size_t* frame_
   const uint8_t* tag = trailer + 12;
   uint8_t* body = data + kHeader;
 
+  bool ok = false;
   if (earlier != nullptr) {
-    cipher_.rekey(earlier->key);
-    bool ok = false;
-    try {
-      ok = cipher_.open(nonce_for(earlier->iv, seq), aad, kAadSize, body, payload, body, tag);
-    } catch (...) {
-      cipher_.rekey(key_);
-      throw;
-    }
-    cipher_.rekey(key_);
-    if (!ok) return Result::kBadTag;
+    ok = open_earlier(*earlier, seq, aad, body, payload, tag);
   } else if (epoch == epoch_) {
-    if (!cipher_.open(nonce_for(iv_, seq), aad, kAadSize, body, payload, body, tag)) {
-      return Result::kBadTag;
-    }
+    ok = cipher_.open(nonce_for(iv_, seq), aad, kAadSize, body, payload, body, tag);
   } else {
-    // The sender moved on (possibly several times while frames were lost).
-    // Follow on copies; the old key stays current until a frame proves the
-    // new one, so a forged epoch field cannot move this opener anywhere.
-    AeadKey key = key_;
-    AeadNonce iv = iv_;
-    std::vector<Earlier> passed;  // the keys of epoch_ .. epoch - 1
-    bool ok = false, rekeyed = false;
-    try {
-      for (uint32_t e = epoch_; e < epoch; ++e) {
-        passed.push_back(Earlier{e, key, iv, seq});
-        ratchet(&key, &iv);
-      }
-      cipher_.rekey(key);
-      rekeyed = true;
-      ok = cipher_.open(nonce_for(iv, seq), aad, kAadSize, body, payload, body, tag);
-      if (!ok) cipher_.rekey(key_);
-    } catch (...) {
-      wipe(key);
-      wipe(iv);
-      for (Earlier& e : passed) {
-        wipe(e.key);
-        wipe(e.iv);
-      }
-      // Put the current key back for the frames still to come. Should that
-      // fail too, the cipher keeps a key no peer frame was sealed under, so
-      // the link fails closed (kBadTag) rather than open; the first error is
-      // the one worth reporting.
-      if (rekeyed) {
-        try {
-          cipher_.rekey(key_);
-        } catch (const CryptoError&) {
-        }
-      }
-      throw;
-    }
-    if (!ok) {
-      wipe(key);
-      wipe(iv);
-      for (Earlier& e : passed) {
-        wipe(e.key);
-        wipe(e.iv);
-      }
-      return Result::kBadTag;
-    }
-    for (Earlier& e : passed) {
-      earlier_.push_back(e);
-      wipe(e.key);
-      wipe(e.iv);
-    }
-    while (earlier_.size() > kMaxEpochJump) {
-      wipe(earlier_.front().key);
-      wipe(earlier_.front().iv);
-      earlier_.pop_front();
-    }
-    wipe(key_);
-    key_ = key;
-    iv_ = iv;
-    epoch_ = epoch;
-    wipe(key);
-    wipe(iv);
+    ok = open_ahead(epoch, seq, aad, body, payload, tag);
   }
+  if (!ok) return Result::kBadTag;
 
   data[kOffFlags] &= static_cast<uint8_t>(~kFlagSealed);
   window_.accept(seq);
   last_seq_ = seq;
   *frame_size = kHeader + payload;
   return Result::kOk;
+}
+
+bool FrameOpener::open_earlier(const Earlier& earlier, uint64_t seq, const uint8_t* aad,
+                               uint8_t* body, uint32_t payload, const uint8_t* tag) {
+  cipher_.rekey(earlier.key);
+  bool ok = false;
+  try {
+    ok = cipher_.open(nonce_for(earlier.iv, seq), aad, kAadSize, body, payload, body, tag);
+  } catch (...) {
+    cipher_.rekey(key_);
+    throw;
+  }
+  cipher_.rekey(key_);
+  return ok;
+}
+
+bool FrameOpener::open_ahead(uint32_t epoch, uint64_t seq, const uint8_t* aad, uint8_t* body,
+                             uint32_t payload, const uint8_t* tag) {
+  // The sender moved on (possibly several times while frames were lost).
+  // Follow on copies; the old key stays current until a frame proves the
+  // new one, so a forged epoch field cannot move this opener anywhere.
+  AeadKey key = key_;
+  AeadNonce iv = iv_;
+  std::vector<Earlier> passed;  // the keys of epoch_ .. epoch - 1
+  // Room for all of them first: a vector that grew would free a buffer of
+  // key copies without wiping it (the jump is bounded, see open()).
+  passed.reserve(epoch - epoch_);
+  const auto wipe_copies = [&] {
+    wipe(key);
+    wipe(iv);
+    for (Earlier& e : passed) {
+      wipe(e.key);
+      wipe(e.iv);
+    }
+  };
+  bool ok = false, rekeyed = false;
+  try {
+    for (uint32_t e = epoch_; e < epoch; ++e) {
+      passed.push_back(Earlier{e, key, iv, seq});
+      ratchet(&key, &iv);
+    }
+    cipher_.rekey(key);
+    rekeyed = true;
+    ok = cipher_.open(nonce_for(iv, seq), aad, kAadSize, body, payload, body, tag);
+    if (!ok) cipher_.rekey(key_);
+  } catch (...) {
+    wipe_copies();
+    // Put the current key back for the frames still to come. Should that
+    // fail too, the cipher keeps a key no peer frame was sealed under, so
+    // the link fails closed (kBadTag) rather than open; the first error is
+    // the one worth reporting.
+    if (rekeyed) {
+      try {
+        cipher_.rekey(key_);
+      } catch (const CryptoError&) {
+      }
+    }
+    throw;
+  }
+  if (!ok) {
+    wipe_copies();
+    return false;
+  }
+  for (Earlier& e : passed) {
+    earlier_.push_back(e);
+    wipe(e.key);
+    wipe(e.iv);
+  }
+  while (earlier_.size() > kMaxEpochJump) {
+    wipe(earlier_.front().key);
+    wipe(earlier_.front().iv);
+    earlier_.pop_front();
+  }
+  wipe(key_);
+  key_ = key;
+  iv_ = iv;
+  epoch_ = epoch;
+  wipe(key);
+  wipe(iv);
+  return true;
 }
 
 }  // namespace fedwan::security

@@ -124,6 +124,16 @@ class FrameOpener {
     uint64_t until;
   };
 
+  // The frame's payload opened in place under an earlier epoch's kept key;
+  // the current key is back in the cipher afterwards, also when it throws.
+  bool open_earlier(const Earlier& earlier, uint64_t seq, const uint8_t* aad, uint8_t* body,
+                    uint32_t payload, const uint8_t* tag);
+  // The frame's payload opened in place under the key of a later `epoch`,
+  // ratcheted on copies: the opener moves to that epoch (keeping the keys it
+  // passes) only when the frame authenticates under it.
+  bool open_ahead(uint32_t epoch, uint64_t seq, const uint8_t* aad, uint8_t* body, uint32_t payload,
+                  const uint8_t* tag);
+
   AeadCipher cipher_;
   AeadKey key_;
   AeadNonce iv_;

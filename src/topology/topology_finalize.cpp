@@ -27,96 +27,115 @@ void check_settings(const std::string& job, const FederationSpec& federation,
   if (nodes.size() > UINT32_MAX) fail("too many nodes");
 }
 
-uint32_t check_nodes(std::vector<NodeSpec>& nodes, const Fail& fail) {
-  const uint32_t n = static_cast<uint32_t>(nodes.size());
-  std::vector<uint32_t> roots;
-  for (uint32_t i = 0; i < n; ++i) {
-    NodeSpec& s = nodes[i];
-    const std::string who = "node '" + s.id + "': ";
-    if (!is_valid_node_id(s.id)) {
-      fail(who + "invalid id (node " + std::to_string(i) +
-           "); use 1..64 characters of [A-Za-z0-9._-]");
-    }
-    for (uint32_t j = 0; j < i; ++j) {
-      if (nodes[j].id == s.id) {
-        fail(who + "duplicate id (nodes " + std::to_string(j) + " and " + std::to_string(i) +
-             "); every node needs a unique id");
-      }
-    }
-    if (s.role != Role::kRoot && s.role != Role::kRegion && s.role != Role::kSite) {
-      fail(who + "unknown role " + std::to_string(static_cast<int>(s.role)) +
-           "; use root, region or site");
-    }
-    std::string residency = residency_field_problem(s);
-    if (!residency.empty()) fail(who + residency);
-    std::string standby = standby_problem(s);
-    if (!standby.empty()) fail(who + standby);
-    if (!s.tcp_congestion.empty()) {
-      const std::string congestion = tcp_congestion_problem(s.tcp_congestion);
-      if (!congestion.empty()) fail(who + congestion);
-    }
-    if (s.socket_buffer_bytes) {
-      const std::string buffers = socket_buffer_problem(*s.socket_buffer_bytes);
-      if (!buffers.empty()) fail(who + buffers);
-    }
-    if (s.streams) {
-      if (s.role == Role::kRoot) {
-        fail(who + "streams " + std::to_string(*s.streams) +
-             " is set on the root; the root has no parent link to stripe (set streams on its "
-             "children, or federation.streams)");
-      }
-      const std::string streams = streams_problem(*s.streams);
-      if (!streams.empty()) fail(who + streams);
-    }
-    if (s.role != Role::kSite && s.removed) {
-      fail(who + "removed applies to sites only; to retire an aggregator, restart the federation "
-                 "with a topology without it");
-    }
-    if (s.devices && (s.role != Role::kSite || *s.devices < 1 || *s.devices > kMaxSiteDevices)) {
-      fail(who + (s.role != Role::kSite
-                      ? std::string("devices applies to sites only; an aggregator trains on none")
-                      : "devices " + std::to_string(*s.devices) + " must be 1 to " +
-                            std::to_string(kMaxSiteDevices)));
-    }
-    if (s.role != Role::kSite && (s.late_join || !s.windows.empty())) {
-      fail(who + (s.late_join ? "late_join" : "windows") +
-           " applies to sites only; an aggregator runs for the whole federation");
-    }
-    for (const std::string& w : s.windows) {
-      std::string why;
-      if (!parse_daily_window(w, &why)) fail(who + why);
-    }
-    if (!s.metrics.empty() && !valid_metrics_address(s.metrics)) {
-      fail(who + "metrics '" + s.metrics +
-           "' is not host:port (e.g. \"127.0.0.1:9400\", port 0 = any free port)");
-    }
-    s.index = i;
-    s.parent_index = 0;
-    s.children.clear();
-    if (s.role == Role::kSite) {
-      if (!s.endpoint.empty() || !s.bind.empty()) {
-        fail(who + "a site has no endpoint or bind (it connects to its parent's endpoint); "
-                   "remove them");
-      }
-      if (!(s.weight > 0 && s.weight <= kMaxSiteWeight)) {
-        fail(who + "weight " + format_double(s.weight) + " must be > 0 and at most " +
-             format_double(kMaxSiteWeight));
-      }
-      continue;
-    }
-    if (s.role == Role::kRoot) roots.push_back(i);
-    if (s.endpoint.empty()) {
-      fail(who + std::string(role_name(s.role)) +
-           " needs an endpoint its children connect to, e.g. tcp://host:7000");
-    }
-    if (s.bind.empty()) s.bind = s.endpoint;
-    for (const std::string* e : {&s.endpoint, &s.bind}) {
-      if (!valid_endpoint(*e)) fail(who + invalid_endpoint("endpoint", *e));
-    }
-    if (s.weight != 1.0) {
-      fail(who + "weight applies to sites only; an aggregator weighs the sum of its sites");
+namespace {
+
+// A valid id no earlier node has, and a known role.
+void check_identity(const std::vector<NodeSpec>& nodes, uint32_t i, const std::string& who,
+                    const Fail& fail) {
+  const NodeSpec& s = nodes[i];
+  if (!is_valid_node_id(s.id)) {
+    fail(who + "invalid id (node " + std::to_string(i) +
+         "); use 1..64 characters of [A-Za-z0-9._-]");
+  }
+  for (uint32_t j = 0; j < i; ++j) {
+    if (nodes[j].id == s.id) {
+      fail(who + "duplicate id (nodes " + std::to_string(j) + " and " + std::to_string(i) +
+           "); every node needs a unique id");
     }
   }
+  if (s.role != Role::kRoot && s.role != Role::kRegion && s.role != Role::kSite) {
+    fail(who + "unknown role " + std::to_string(static_cast<int>(s.role)) +
+         "; use root, region or site");
+  }
+}
+
+// The node's own overrides of the federation's TCP link settings.
+void check_link_settings(const NodeSpec& s, const std::string& who, const Fail& fail) {
+  if (!s.tcp_congestion.empty()) {
+    const std::string congestion = tcp_congestion_problem(s.tcp_congestion);
+    if (!congestion.empty()) fail(who + congestion);
+  }
+  if (s.socket_buffer_bytes) {
+    const std::string buffers = socket_buffer_problem(*s.socket_buffer_bytes);
+    if (!buffers.empty()) fail(who + buffers);
+  }
+  if (s.streams) {
+    if (s.role == Role::kRoot) {
+      fail(who + "streams " + std::to_string(*s.streams) +
+           " is set on the root; the root has no parent link to stripe (set streams on its "
+           "children, or federation.streams)");
+    }
+    const std::string streams = streams_problem(*s.streams);
+    if (!streams.empty()) fail(who + streams);
+  }
+}
+
+// removed, devices, late_join and windows: meaningless on an aggregator.
+void check_site_only_settings(const NodeSpec& s, const std::string& who, const Fail& fail) {
+  if (s.role != Role::kSite && s.removed) {
+    fail(who + "removed applies to sites only; to retire an aggregator, restart the federation "
+               "with a topology without it");
+  }
+  if (s.devices && (s.role != Role::kSite || *s.devices < 1 || *s.devices > kMaxSiteDevices)) {
+    fail(who + (s.role != Role::kSite
+                    ? std::string("devices applies to sites only; an aggregator trains on none")
+                    : "devices " + std::to_string(*s.devices) + " must be 1 to " +
+                          std::to_string(kMaxSiteDevices)));
+  }
+  if (s.role != Role::kSite && (s.late_join || !s.windows.empty())) {
+    fail(who + (s.late_join ? "late_join" : "windows") +
+         " applies to sites only; an aggregator runs for the whole federation");
+  }
+  for (const std::string& w : s.windows) {
+    std::string why;
+    if (!parse_daily_window(w, &why)) fail(who + why);
+  }
+}
+
+// Every optional field of the node; defaults the root's standby_bind.
+void check_node_settings(NodeSpec& s, const std::string& who, const Fail& fail) {
+  std::string residency = residency_field_problem(s);
+  if (!residency.empty()) fail(who + residency);
+  std::string standby = standby_problem(s);
+  if (!standby.empty()) fail(who + standby);
+  check_link_settings(s, who, fail);
+  check_site_only_settings(s, who, fail);
+  if (!s.metrics.empty() && !valid_metrics_address(s.metrics)) {
+    fail(who + "metrics '" + s.metrics +
+         "' is not host:port (e.g. \"127.0.0.1:9400\", port 0 = any free port)");
+  }
+}
+
+// A site connects to its parent's endpoint and carries a weight.
+void check_site_endpoint_and_weight(const NodeSpec& s, const std::string& who, const Fail& fail) {
+  if (!s.endpoint.empty() || !s.bind.empty()) {
+    fail(who + "a site has no endpoint or bind (it connects to its parent's endpoint); "
+               "remove them");
+  }
+  if (!(s.weight > 0 && s.weight <= kMaxSiteWeight)) {
+    fail(who + "weight " + format_double(s.weight) + " must be > 0 and at most " +
+         format_double(kMaxSiteWeight));
+  }
+}
+
+// An aggregator needs an endpoint and carries no weight; defaults its bind
+// to the endpoint.
+void check_aggregator_endpoint_and_weight(NodeSpec& s, const std::string& who, const Fail& fail) {
+  if (s.endpoint.empty()) {
+    fail(who + std::string(role_name(s.role)) +
+         " needs an endpoint its children connect to, e.g. tcp://host:7000");
+  }
+  if (s.bind.empty()) s.bind = s.endpoint;
+  for (const std::string* e : {&s.endpoint, &s.bind}) {
+    if (!valid_endpoint(*e)) fail(who + invalid_endpoint("endpoint", *e));
+  }
+  if (s.weight != 1.0) {
+    fail(who + "weight applies to sites only; an aggregator weighs the sum of its sites");
+  }
+}
+
+uint32_t the_one_root(const std::vector<NodeSpec>& nodes, const std::vector<uint32_t>& roots,
+                      const Fail& fail) {
   if (roots.size() != 1) {
     std::vector<std::string> ids;
     ids.reserve(roots.size());
@@ -126,6 +145,29 @@ uint32_t check_nodes(std::vector<NodeSpec>& nodes, const Fail& fail) {
                              "); exactly one may");
   }
   return roots[0];
+}
+
+}  // namespace
+
+uint32_t check_nodes(std::vector<NodeSpec>& nodes, const Fail& fail) {
+  const uint32_t n = static_cast<uint32_t>(nodes.size());
+  std::vector<uint32_t> roots;
+  for (uint32_t i = 0; i < n; ++i) {
+    NodeSpec& s = nodes[i];
+    const std::string who = "node '" + s.id + "': ";
+    check_identity(nodes, i, who, fail);
+    check_node_settings(s, who, fail);
+    s.index = i;
+    s.parent_index = 0;
+    s.children.clear();
+    if (s.role == Role::kSite) {
+      check_site_endpoint_and_weight(s, who, fail);
+      continue;
+    }
+    if (s.role == Role::kRoot) roots.push_back(i);
+    check_aggregator_endpoint_and_weight(s, who, fail);
+  }
+  return the_one_root(nodes, roots, fail);
 }
 
 void check_one_transport(const std::vector<NodeSpec>& nodes, const Fail& fail) {
@@ -227,12 +269,11 @@ uint64_t job_id_of(const std::string& job) {
   return id;
 }
 
-std::string canonical_text(const std::string& job, const FederationSpec& f,
-                           const PolicySpec& policy, const std::vector<NodeSpec>& nodes) {
-  // One line per field, keys sorted, nodes in index order (the index is the
-  // wire sender id, so order matters). Optional values render as "-".
-  std::string c = "fedwan-topology 1\n";
-  c += "federation.chunk_bytes=" + std::to_string(f.chunk_bytes) + "\n";
+namespace {
+
+// The settings rendered whatever their value (before job=, keys sorted).
+std::string core_federation_lines(const FederationSpec& f) {
+  std::string c = "federation.chunk_bytes=" + std::to_string(f.chunk_bytes) + "\n";
   c += "federation.codec=" + f.codec + "\n";
   c += "federation.inner_steps=" + std::to_string(f.inner_steps) + "\n";
   // The hyper-parameters of version 0.6 always appear ("-" when unset),
@@ -246,11 +287,15 @@ std::string canonical_text(const std::string& job, const FederationSpec& f,
   c += "federation.outer.name=" + f.outer.name + "\n";
   c += "federation.round_timeout_s=" + format_double(f.round_timeout_s) + "\n";
   c += "federation.rounds=" + std::to_string(f.rounds) + "\n";
-  c += "job=" + job + "\n";
-  // Fault-tolerance, replication, tcp_congestion, socket buffer and streams
-  // settings appear only when not the default, so a topology without them
-  // keeps the digest it had before they existed.
+  return c;
+}
+
+// Fault-tolerance, replication, tcp_congestion, socket buffer and streams
+// settings appear only when not the default, so a topology without them
+// keeps the digest it had before they existed.
+std::string later_federation_lines(const FederationSpec& f) {
   const FederationSpec defaults;
+  std::string c;
   if (f.quorum != defaults.quorum) c += "federation.quorum=" + format_double(f.quorum) + "\n";
   if (f.deadline_s != defaults.deadline_s) {
     c += "federation.deadline_s=" + format_double(f.deadline_s) + "\n";
@@ -279,34 +324,48 @@ std::string canonical_text(const std::string& job, const FederationSpec& f,
   if (f.aggregation.rule != defaults.aggregation.rule) {
     c += "federation.aggregation.rule=" + f.aggregation.rule + "\n";
   }
-  // Residency, standby, tcp_congestion, socket buffer, streams, membership
-  // and metrics fields
-  // appear only when set, so a topology without them keeps the digest it had
-  // before they existed. The allowed list is a set: sorted.
-  for (const NodeSpec& s : nodes) {
-    std::vector<std::string> allowed = s.allowed_jurisdictions;
-    std::sort(allowed.begin(), allowed.end());
-    std::string line = "node." + std::to_string(s.index);
-    if (!allowed.empty()) line += " allowed_jurisdictions=" + join(allowed);
-    line += " bind=" + s.bind + " endpoint=" + s.endpoint + " id=" + s.id;
-    if (!s.jurisdiction.empty()) line += " jurisdiction=" + s.jurisdiction;
-    if (s.k_min != 0) line += " k_min=" + std::to_string(s.k_min);
-    line += " parent=" + s.parent + " role=" + role_name(s.role);
-    if (s.socket_buffer_bytes) {
-      line += " socket_buffer_bytes=" + std::to_string(*s.socket_buffer_bytes);
-    }
-    if (!s.standby_endpoint.empty()) {
-      line += " standby_bind=" + s.standby_bind + " standby_endpoint=" + s.standby_endpoint;
-    }
-    if (s.streams) line += " streams=" + std::to_string(*s.streams);
-    if (!s.tcp_congestion.empty()) line += " tcp_congestion=" + s.tcp_congestion;
-    if (s.late_join) line += " late_join=1";
-    if (!s.metrics.empty()) line += " metrics=" + s.metrics;
-    if (!s.windows.empty()) line += " windows=" + join(s.windows);
-    if (s.removed) line += " removed=1";
-    if (s.devices) line += " devices=" + std::to_string(*s.devices);
-    c += line + " weight=" + format_double(s.weight) + "\n";
+  return c;
+}
+
+// Residency, standby, tcp_congestion, socket buffer, streams, membership
+// and metrics fields appear only when set, so a topology without them keeps
+// the digest it had before they existed. The allowed list is a set: sorted.
+std::string node_line(const NodeSpec& s) {
+  std::vector<std::string> allowed = s.allowed_jurisdictions;
+  std::sort(allowed.begin(), allowed.end());
+  std::string line = "node." + std::to_string(s.index);
+  if (!allowed.empty()) line += " allowed_jurisdictions=" + join(allowed);
+  line += " bind=" + s.bind + " endpoint=" + s.endpoint + " id=" + s.id;
+  if (!s.jurisdiction.empty()) line += " jurisdiction=" + s.jurisdiction;
+  if (s.k_min != 0) line += " k_min=" + std::to_string(s.k_min);
+  line += " parent=" + s.parent + " role=" + role_name(s.role);
+  if (s.socket_buffer_bytes) {
+    line += " socket_buffer_bytes=" + std::to_string(*s.socket_buffer_bytes);
   }
+  if (!s.standby_endpoint.empty()) {
+    line += " standby_bind=" + s.standby_bind + " standby_endpoint=" + s.standby_endpoint;
+  }
+  if (s.streams) line += " streams=" + std::to_string(*s.streams);
+  if (!s.tcp_congestion.empty()) line += " tcp_congestion=" + s.tcp_congestion;
+  if (s.late_join) line += " late_join=1";
+  if (!s.metrics.empty()) line += " metrics=" + s.metrics;
+  if (!s.windows.empty()) line += " windows=" + join(s.windows);
+  if (s.removed) line += " removed=1";
+  if (s.devices) line += " devices=" + std::to_string(*s.devices);
+  return line + " weight=" + format_double(s.weight) + "\n";
+}
+
+}  // namespace
+
+std::string canonical_text(const std::string& job, const FederationSpec& f,
+                           const PolicySpec& policy, const std::vector<NodeSpec>& nodes) {
+  // One line per field, keys sorted, nodes in index order (the index is the
+  // wire sender id, so order matters). Optional values render as "-".
+  std::string c = "fedwan-topology 1\n";
+  c += core_federation_lines(f);
+  c += "job=" + job + "\n";
+  c += later_federation_lines(f);
+  for (const NodeSpec& s : nodes) c += node_line(s);
   if (policy.k_min != PolicySpec{}.k_min) {
     c += "policy.k_min=" + std::to_string(policy.k_min) + "\n";
   }

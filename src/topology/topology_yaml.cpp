@@ -3,6 +3,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "common/sha256.hpp"
 #include "fedwan/topology.hpp"
@@ -12,28 +13,30 @@ namespace fedwan {
 
 using topology_detail::format_double;
 
-std::string Topology::to_yaml() const {
-  // Strings are always double-quoted: an id such as "null" or "1" must stay a string.
-  auto q = [](const std::string& s) {
-    std::string out = "\"";
-    for (char ch : s) {
-      if (ch == '"' || ch == '\\') out += '\\';
-      out += ch;
-    }
-    return out + "\"";
-  };
-  const FederationSpec& f = federation_;
-  std::string y = "# fedwan topology, digest " + digest_hex() + "\n";
-  y += "job: " + q(job_) + "\n";
-  if (version_ > 1) {
-    y += "version: " + std::to_string(version_) + "\n";
-    y += "history:\n";
-    for (const auto& d : history_) y += "  - \"" + to_hex(d.data(), d.size()) + "\"\n";
+namespace {
+
+// Strings are always double-quoted: an id such as "null" or "1" must stay a string.
+std::string quoted(const std::string& s) {
+  std::string out = "\"";
+  for (char ch : s) {
+    if (ch == '"' || ch == '\\') out += '\\';
+    out += ch;
   }
-  y += "federation:\n";
+  return out + "\"";
+}
+
+// The items quoted and comma-separated: what goes between a flow sequence's [ ].
+std::string quoted_list(const std::vector<std::string>& items) {
+  std::string list;
+  for (const std::string& item : items) list += (list.empty() ? "" : ", ") + quoted(item);
+  return list;
+}
+
+std::string federation_yaml(const FederationSpec& f) {
+  std::string y = "federation:\n";
   y += "  rounds: " + std::to_string(f.rounds) + "\n";
   y += "  inner_steps: " + std::to_string(f.inner_steps) + "\n";
-  y += "  codec: " + q(f.codec) + "\n";
+  y += "  codec: " + quoted(f.codec) + "\n";
   y += "  chunk_bytes: " + std::to_string(f.chunk_bytes) + "\n";
   y += "  round_timeout_s: " + format_double(f.round_timeout_s) + "\n";
   y += "  quorum: " + format_double(f.quorum) + "\n";
@@ -41,60 +44,69 @@ std::string Topology::to_yaml() const {
   y += "  heartbeat_s: " + format_double(f.heartbeat_s) + "\n";
   y += "  heartbeat_timeout_s: " + format_double(f.heartbeat_timeout_s) + "\n";
   y += "  replica_every: " + std::to_string(f.replica_every) + "\n";
-  y += "  tcp_congestion: " + q(f.tcp_congestion) + "\n";
+  y += "  tcp_congestion: " + quoted(f.tcp_congestion) + "\n";
   if (f.overlap_steps != 0) y += "  overlap_steps: " + std::to_string(f.overlap_steps) + "\n";
   if (f.socket_buffer_bytes != 0) {
     y += "  socket_buffer_bytes: " + std::to_string(f.socket_buffer_bytes) + "\n";
   }
   if (f.streams != 1) y += "  streams: " + std::to_string(f.streams) + "\n";
   if (f.aggregation.rule != AggregationSpec{}.rule) {
-    y += "  aggregation: {rule: " + q(f.aggregation.rule) + "}\n";
+    y += "  aggregation: {rule: " + quoted(f.aggregation.rule) + "}\n";
   }
-  y += "  outer_optimizer: {name: " + q(f.outer.name);
+  y += "  outer_optimizer: {name: " + quoted(f.outer.name);
   for (const auto& [key, value] : f.outer.params) y += ", " + key + ": " + format_double(value);
-  y += "}\n";
+  return y + "}\n";
+}
+
+// One node as an item of the `nodes:` sequence, on one line.
+std::string node_yaml(const NodeSpec& s) {
+  std::string y = "  - {id: " + quoted(s.id) + ", role: " + role_name(s.role);
+  if (!s.parent.empty()) y += ", parent: " + quoted(s.parent);
+  if (s.role == Role::kSite) {
+    y += ", weight: " + format_double(s.weight);
+  } else {
+    y += ", endpoint: " + quoted(s.endpoint);
+    if (s.bind != s.endpoint) y += ", bind: " + quoted(s.bind);
+    if (!s.standby_endpoint.empty()) y += ", standby_endpoint: " + quoted(s.standby_endpoint);
+    if (s.standby_bind != s.standby_endpoint) y += ", standby_bind: " + quoted(s.standby_bind);
+  }
+  if (!s.jurisdiction.empty()) y += ", jurisdiction: " + quoted(s.jurisdiction);
+  if (s.k_min != 0) y += ", k_min: " + std::to_string(s.k_min);
+  if (!s.tcp_congestion.empty()) y += ", tcp_congestion: " + quoted(s.tcp_congestion);
+  if (s.socket_buffer_bytes) {
+    y += ", socket_buffer_bytes: " + std::to_string(*s.socket_buffer_bytes);
+  }
+  if (s.streams) y += ", streams: " + std::to_string(*s.streams);
+  if (s.late_join) y += ", late_join: true";
+  if (s.removed) y += ", removed: true";
+  if (s.devices) y += ", devices: " + std::to_string(*s.devices);
+  if (!s.metrics.empty()) y += ", metrics: " + quoted(s.metrics);
+  if (!s.windows.empty()) y += ", windows: [" + quoted_list(s.windows) + "]";
+  if (!s.allowed_jurisdictions.empty()) {
+    y += ", allowed_jurisdictions: [" + quoted_list(s.allowed_jurisdictions) + "]";
+  }
+  return y + "}\n";
+}
+
+}  // namespace
+
+std::string Topology::to_yaml() const {
+  std::string y = "# fedwan topology, digest " + digest_hex() + "\n";
+  y += "job: " + quoted(job_) + "\n";
+  if (version_ > 1) {
+    y += "version: " + std::to_string(version_) + "\n";
+    y += "history:\n";
+    for (const auto& d : history_) y += "  - \"" + to_hex(d.data(), d.size()) + "\"\n";
+  }
+  y += federation_yaml(federation_);
   if (policy_.k_min != PolicySpec{}.k_min) {
     y += "policy:\n  k_min: " + std::to_string(policy_.k_min) + "\n";
   }
   y += "nodes:\n";
-  for (const NodeSpec& s : nodes_) {
-    y += "  - {id: " + q(s.id) + ", role: " + role_name(s.role);
-    if (!s.parent.empty()) y += ", parent: " + q(s.parent);
-    if (s.role == Role::kSite) {
-      y += ", weight: " + format_double(s.weight);
-    } else {
-      y += ", endpoint: " + q(s.endpoint);
-      if (s.bind != s.endpoint) y += ", bind: " + q(s.bind);
-      if (!s.standby_endpoint.empty()) y += ", standby_endpoint: " + q(s.standby_endpoint);
-      if (s.standby_bind != s.standby_endpoint) y += ", standby_bind: " + q(s.standby_bind);
-    }
-    if (!s.jurisdiction.empty()) y += ", jurisdiction: " + q(s.jurisdiction);
-    if (s.k_min != 0) y += ", k_min: " + std::to_string(s.k_min);
-    if (!s.tcp_congestion.empty()) y += ", tcp_congestion: " + q(s.tcp_congestion);
-    if (s.socket_buffer_bytes) {
-      y += ", socket_buffer_bytes: " + std::to_string(*s.socket_buffer_bytes);
-    }
-    if (s.streams) y += ", streams: " + std::to_string(*s.streams);
-    if (s.late_join) y += ", late_join: true";
-    if (s.removed) y += ", removed: true";
-    if (s.devices) y += ", devices: " + std::to_string(*s.devices);
-    if (!s.metrics.empty()) y += ", metrics: " + q(s.metrics);
-    if (!s.windows.empty()) {
-      std::string list;
-      for (const std::string& w : s.windows) list += (list.empty() ? "" : ", ") + q(w);
-      y += ", windows: [" + list + "]";
-    }
-    if (!s.allowed_jurisdictions.empty()) {
-      std::string list;
-      for (const std::string& a : s.allowed_jurisdictions) {
-        list += (list.empty() ? "" : ", ") + q(a);
-      }
-      y += ", allowed_jurisdictions: [" + list + "]";
-    }
-    y += "}\n";
-  }
+  for (const NodeSpec& s : nodes_) y += node_yaml(s);
   if (signature_) {
-    y += "signature:\n  cert: " + q(signature_->cert) + "\n  value: " + q(signature_->value) + "\n";
+    y += "signature:\n  cert: " + quoted(signature_->cert) +
+         "\n  value: " + quoted(signature_->value) + "\n";
   }
   return y;
 }

@@ -35,64 +35,90 @@ torch::serialize::InputArchive archive_of(const StateBlob& blob, torch::Device d
   return archive;
 }
 
+// Throws ConfigError unless every tensor `optimizer` updates is one of the
+// flat parameters (an optimizer of another module would train a model the
+// federation never sees).
+void check_optimizer_params(const FlatParameters& flat, const torch::optim::Optimizer& optimizer) {
+  std::unordered_set<const void*> ours;
+  for (const torch::Tensor& t : flat.tensors()) ours.insert(t.unsafeGetTensorImpl());
+  for (const auto& group : optimizer.param_groups()) {
+    for (const torch::Tensor& p : group.params()) {
+      if (!ours.count(p.unsafeGetTensorImpl())) {
+        throw ConfigError("the optimizer holds a tensor that is not a parameter of the "
+                          "module; build it from module->parameters()");
+      }
+    }
+  }
+}
+
+// Checkpoints carry what the flat parameters do not: the inner optimizer's
+// state (when there is one), the module's buffers and the step within the
+// round.
+std::vector<StateBlob> save_torch_state(torch::nn::Module& module,
+                                        torch::optim::Optimizer* optimizer,
+                                        uint64_t steps_in_round) {
+  std::vector<StateBlob> out;
+  if (optimizer != nullptr) {
+    torch::serialize::OutputArchive a;
+    optimizer->save(a);
+    out.push_back(archive_blob("torch.optimizer", a));
+  }
+  torch::serialize::OutputArchive b;
+  for (const auto& buf : module.named_buffers()) b.write(buf.key(), buf.value());
+  out.push_back(archive_blob("torch.buffers", b));
+  StateBlob steps{"site.steps", std::vector<uint8_t>(sizeof(uint64_t))};
+  std::memcpy(steps.bytes.data(), &steps_in_round, sizeof(uint64_t));
+  out.push_back(std::move(steps));
+  return out;
+}
+
+// What save_torch_state saved, back into `module`, `optimizer` and
+// `steps_in_round`, tensors onto `device`; blobs it does not know (or an
+// optimizer's state without an optimizer) are skipped.
+void load_torch_state(const std::vector<StateBlob>& blobs, torch::nn::Module& module,
+                      torch::optim::Optimizer* optimizer, torch::Device device,
+                      uint64_t& steps_in_round) {
+  for (const StateBlob& blob : blobs) {
+    if (blob.name == "torch.optimizer" && optimizer != nullptr) {
+      torch::serialize::InputArchive a = archive_of(blob, device);
+      optimizer->load(a);
+    } else if (blob.name == "torch.buffers") {
+      torch::serialize::InputArchive a = archive_of(blob, device);
+      torch::NoGradGuard no_grad;
+      for (auto& buf : module.named_buffers()) {
+        torch::Tensor t;
+        if (a.try_read(buf.key(), t)) buf.value().copy_(t);
+      }
+    } else if (blob.name == "site.steps" && blob.bytes.size() == sizeof(uint64_t)) {
+      std::memcpy(&steps_in_round, blob.bytes.data(), sizeof(uint64_t));
+    }
+  }
+}
+
+// The options' round timeout, or the topology's when they give none.
+std::chrono::milliseconds round_timeout_of(const SiteOptions& options) {
+  return options.round_timeout.count() > 0
+             ? options.round_timeout
+             : std::chrono::milliseconds(
+                   static_cast<int64_t>(options.topology.federation().round_timeout_s * 1000));
+}
+
 }  // namespace
 
 Site::Site(SiteOptions options, torch::nn::Module& module, torch::optim::Optimizer* optimizer,
            SiteComm* ranks)
     : flat_(module), ranks_(ranks != nullptr && ranks->size() > 1 ? ranks : nullptr) {
-  if (optimizer != nullptr) {
-    std::unordered_set<const void*> ours;
-    for (const torch::Tensor& t : flat_.tensors()) ours.insert(t.unsafeGetTensorImpl());
-    for (const auto& group : optimizer->param_groups()) {
-      for (const torch::Tensor& p : group.params()) {
-        if (!ours.count(p.unsafeGetTensorImpl())) {
-          throw ConfigError("the optimizer holds a tensor that is not a parameter of the "
-                            "module; build it from module->parameters()");
-        }
-      }
-    }
-  }
-  // Checkpoints carry what the flat parameters do not: the inner
-  // optimizer's state, the module's buffers and the step within the round.
+  if (optimizer != nullptr) check_optimizer_params(flat_, *optimizer);
   save_state_ = [this, &module, optimizer] {
-    std::vector<StateBlob> out;
-    if (optimizer != nullptr) {
-      torch::serialize::OutputArchive a;
-      optimizer->save(a);
-      out.push_back(archive_blob("torch.optimizer", a));
-    }
-    torch::serialize::OutputArchive b;
-    for (const auto& buf : module.named_buffers()) b.write(buf.key(), buf.value());
-    out.push_back(archive_blob("torch.buffers", b));
-    StateBlob steps{"site.steps", std::vector<uint8_t>(sizeof(uint64_t))};
-    std::memcpy(steps.bytes.data(), &steps_in_round_, sizeof(uint64_t));
-    out.push_back(std::move(steps));
-    return out;
+    return save_torch_state(module, optimizer, steps_in_round_);
   };
   load_state_ = [this, &module, optimizer](const std::vector<StateBlob>& blobs) {
-    for (const StateBlob& blob : blobs) {
-      if (blob.name == "torch.optimizer" && optimizer != nullptr) {
-        torch::serialize::InputArchive a = archive_of(blob, flat_.device());
-        optimizer->load(a);
-      } else if (blob.name == "torch.buffers") {
-        torch::serialize::InputArchive a = archive_of(blob, flat_.device());
-        torch::NoGradGuard no_grad;
-        for (auto& buf : module.named_buffers()) {
-          torch::Tensor t;
-          if (a.try_read(buf.key(), t)) buf.value().copy_(t);
-        }
-      } else if (blob.name == "site.steps" && blob.bytes.size() == sizeof(uint64_t)) {
-        std::memcpy(&steps_in_round_, blob.bytes.data(), sizeof(uint64_t));
-      }
-    }
+    load_torch_state(blobs, module, optimizer, flat_.device(), steps_in_round_);
   };
   options.save_state = save_state_;
   options.load_state = load_state_;
   join_timeout_ = options.join_timeout;
-  round_timeout_ = options.round_timeout.count() > 0
-                       ? options.round_timeout
-                       : std::chrono::milliseconds(static_cast<int64_t>(
-                             options.topology.federation().round_timeout_s * 1000));
+  round_timeout_ = round_timeout_of(options);
   inner_steps_ = options.topology.federation().inner_steps;
   overlap_steps_ = options.topology.federation().overlap_steps;
   rounds_ = options.topology.federation().rounds;

@@ -1,47 +1,18 @@
 #include "wire/frame.hpp"
 
-#include <algorithm>
 #include <cinttypes>
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
+#include <string>
 
-#include "common/node_id.hpp"
 #include "fedwan/codec.hpp"
 #include "fedwan/error.hpp"
+#include "wire/byte_order.hpp"
 
 namespace fedwan::wire {
 namespace {
-
-// Byte-wise so the layout is little-endian on any host and no load is ever
-// unaligned, whatever offset the transport hands us.
-void put_u32(uint8_t* p, uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-void put_u64(uint8_t* p, uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-uint32_t get_u32(const uint8_t* p) {
-  uint32_t v = 0;
-  for (int i = 3; i >= 0; --i) v = (v << 8) | p[i];
-  return v;
-}
-uint64_t get_u64(const uint8_t* p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
-  return v;
-}
-uint64_t double_bits(double d) {
-  uint64_t b;
-  std::memcpy(&b, &d, sizeof(b));
-  return b;
-}
-double bits_double(uint64_t b) {
-  double d;
-  std::memcpy(&d, &b, sizeof(d));
-  return d;
-}
 
 bool is_data_type(MsgType t) { return t == MsgType::kAnchor || t == MsgType::kDelta; }
 
@@ -220,6 +191,60 @@ ParsedFrame& check_checkpoint(ParsedFrame& f, const FrameLimits& lim) {
   return f;
 }
 
+// The header fields parse_frame judges but does not hand back.
+struct RawEnvelope {
+  uint32_t magic = 0;
+  uint8_t version = 0;
+  uint32_t reserved = 0;
+};
+
+// Decoding the raw fields is harmless; nothing trusts them until the check
+// that covers them has passed. On a reject they are kept for the log.
+// `data` holds at least kHeaderSize bytes.
+RawEnvelope decode_fields(const uint8_t* data, FrameHeader& h) {
+  RawEnvelope raw;
+  raw.magic = get_u32(data);
+  raw.version = data[4];
+  h.type = static_cast<MsgType>(data[5]);
+  h.codec = data[6];
+  h.flags = data[7];
+  h.job_id = get_u64(data + 8);
+  h.round = get_u64(data + 16);
+  h.sender = get_u32(data + 24);
+  h.chunk_index = get_u32(data + 28);
+  h.chunk_count = get_u32(data + 32);
+  h.element_count = get_u32(data + 36);
+  h.total_elements = get_u64(data + 40);
+  h.weight = bits_double(get_u64(data + 48));
+  h.payload_length = get_u32(data + 56);
+  raw.reserved = get_u32(data + 60);
+  return raw;
+}
+
+// The codec byte names a registered codec on kAnchor/kDelta (returned in
+// *codec), an AEAD on kHandshake, and nothing (0) on other types. The type
+// is already known to be valid.
+ParsedFrame& check_codec(ParsedFrame& f, const Codec** codec) {
+  const FrameHeader& h = f.header;
+  const char* tn = msg_type_name(h.type);
+  if (is_data_type(h.type)) {
+    *codec = codec_by_wire_id(h.codec);
+    if (*codec == nullptr) {
+      return reject(f, RejectReason::kBadCodec, "%s with unknown codec id %u", tn,
+                    unsigned{h.codec});
+    }
+  } else if (h.type == MsgType::kHandshake) {
+    if (h.codec > kMaxAeadId) {
+      return reject(f, RejectReason::kBadCodec, "handshake with unknown cipher id %u",
+                    unsigned{h.codec});
+    }
+  } else if (h.codec != 0) {
+    return reject(f, RejectReason::kBadCodec, "%s with codec id %u; control messages carry 0", tn,
+                  unsigned{h.codec});
+  }
+  return f;
+}
+
 }  // namespace
 
 const char* msg_type_name(MsgType t) {
@@ -295,63 +320,31 @@ ParsedFrame parse_frame(const uint8_t* data, size_t size, const FrameLimits& lim
     return reject(f, RejectReason::kTooShort,
                   "frame of %zu bytes is shorter than the %zu-byte header", size, kHeaderSize);
   }
-  // Decoding the raw fields is harmless; nothing below trusts them until the
-  // check that covers them has passed. On a reject they are kept for the log.
   FrameHeader& h = f.header;
-  uint32_t magic = get_u32(data);
-  uint8_t version = data[4];
-  h.type = static_cast<MsgType>(data[5]);
-  h.codec = data[6];
-  h.flags = data[7];
-  h.job_id = get_u64(data + 8);
-  h.round = get_u64(data + 16);
-  h.sender = get_u32(data + 24);
-  h.chunk_index = get_u32(data + 28);
-  h.chunk_count = get_u32(data + 32);
-  h.element_count = get_u32(data + 36);
-  h.total_elements = get_u64(data + 40);
-  h.weight = bits_double(get_u64(data + 48));
-  h.payload_length = get_u32(data + 56);
-  uint32_t reserved = get_u32(data + 60);
-
-  if (magic != kMagic) {
-    return reject(f, RejectReason::kBadMagic, "magic 0x%08" PRIx32 ", expected 0x%08" PRIx32, magic,
-                  kMagic);
+  const RawEnvelope raw = decode_fields(data, h);
+  if (raw.magic != kMagic) {
+    return reject(f, RejectReason::kBadMagic, "magic 0x%08" PRIx32 ", expected 0x%08" PRIx32,
+                  raw.magic, kMagic);
   }
-  if (version != kVersion) {
+  if (raw.version != kVersion) {
     return reject(f, RejectReason::kBadVersion, "protocol version %u, this build speaks %u",
-                  unsigned{version}, unsigned{kVersion});
+                  unsigned{raw.version}, unsigned{kVersion});
   }
   uint8_t type = data[5];
   if (type < static_cast<uint8_t>(MsgType::kHello) ||
       type > static_cast<uint8_t>(MsgType::kCheckpoint)) {
     return reject(f, RejectReason::kBadType, "unknown message type %u", unsigned{type});
   }
-  const char* tn = msg_type_name(h.type);
   const Codec* codec = nullptr;
-  if (is_data_type(h.type)) {
-    codec = codec_by_wire_id(h.codec);
-    if (codec == nullptr) {
-      return reject(f, RejectReason::kBadCodec, "%s with unknown codec id %u", tn,
-                    unsigned{h.codec});
-    }
-  } else if (h.type == MsgType::kHandshake) {
-    if (h.codec > kMaxAeadId) {
-      return reject(f, RejectReason::kBadCodec, "handshake with unknown cipher id %u",
-                    unsigned{h.codec});
-    }
-  } else if (h.codec != 0) {
-    return reject(f, RejectReason::kBadCodec, "%s with codec id %u; control messages carry 0", tn,
-                  unsigned{h.codec});
-  }
-  if (reserved != 0) {
+  if (!check_codec(f, &codec).ok()) return f;
+  if (raw.reserved != 0) {
     return reject(f, RejectReason::kBadReserved, "reserved field 0x%08" PRIx32 ", must be 0",
-                  reserved);
+                  raw.reserved);
   }
   uint8_t bad_flags = h.flags & static_cast<uint8_t>(~allowed_flags(h.type));
   if (bad_flags != 0) {
     return reject(f, RejectReason::kBadReserved, "%s with flags 0x%02x; bits 0x%02x are reserved",
-                  tn, unsigned{h.flags}, unsigned{bad_flags});
+                  msg_type_name(h.type), unsigned{h.flags}, unsigned{bad_flags});
   }
   size_t carried = size - kHeaderSize;
   if (h.payload_length != carried) {
@@ -371,121 +364,6 @@ ParsedFrame parse_frame(const uint8_t* data, size_t size, const FrameLimits& lim
     f.payload_size = carried;
   }
   return f;
-}
-
-// ---- payloads --------------------------------------------------------------
-// kHello:     u8 id_length (1..64) | id | 32 topology digest | 32 model digest
-// kTelemetry: u8 field_count (3) | u64 wan_bytes | u64 fp32_bytes | u64 frames
-// Decoders demand the exact size: a longer payload is as suspect as a short one.
-
-namespace {
-constexpr size_t kTelemetryFields = 3;
-constexpr size_t kTelemetrySize = 1 + 8 * kTelemetryFields;
-constexpr uint8_t kMembershipFields = 2;
-constexpr size_t kMembershipSize = 1 + 8 + 4;
-}  // namespace
-
-std::vector<uint8_t> encode_hello(const HelloPayload& p) {
-  if (!is_valid_node_id(p.node_id)) {
-    FEDWAN_THROW(ConfigError,
-                 "node id '" + p.node_id + "' is invalid: use 1..64 characters of [A-Za-z0-9._-]");
-  }
-  std::vector<uint8_t> out;
-  out.reserve(1 + p.node_id.size() + 64);
-  out.push_back(static_cast<uint8_t>(p.node_id.size()));
-  out.insert(out.end(), p.node_id.begin(), p.node_id.end());
-  out.insert(out.end(), p.topology_digest.begin(), p.topology_digest.end());
-  out.insert(out.end(), p.model_digest.begin(), p.model_digest.end());
-  return out;
-}
-
-bool decode_hello(const uint8_t* data, size_t size, HelloPayload* out) {
-  if (data == nullptr || out == nullptr || size < 1) return false;
-  size_t len = data[0];
-  if (len == 0 || len > kMaxNodeIdLength || size != 1 + len + 64) return false;
-  std::string_view id(reinterpret_cast<const char*>(data + 1), len);
-  if (!is_valid_node_id(id)) return false;
-  out->node_id.assign(id);
-  std::memcpy(out->topology_digest.data(), data + 1 + len, 32);
-  std::memcpy(out->model_digest.data(), data + 1 + len + 32, 32);
-  return true;
-}
-
-std::vector<uint8_t> encode_telemetry(const TelemetryPayload& p) {
-  std::vector<uint8_t> out(kTelemetrySize);
-  out[0] = static_cast<uint8_t>(kTelemetryFields);
-  put_u64(out.data() + 1, p.wan_bytes);
-  put_u64(out.data() + 9, p.fp32_bytes);
-  put_u64(out.data() + 17, p.frames);
-  return out;
-}
-
-bool decode_telemetry(const uint8_t* data, size_t size, TelemetryPayload* out) {
-  if (data == nullptr || out == nullptr || size != kTelemetrySize) return false;
-  if (data[0] != kTelemetryFields) return false;
-  out->wan_bytes = get_u64(data + 1);
-  out->fp32_bytes = get_u64(data + 9);
-  out->frames = get_u64(data + 17);
-  return true;
-}
-
-std::vector<uint8_t> encode_membership(const MembershipPayload& p) {
-  std::vector<uint8_t> out(kMembershipSize);
-  out[0] = static_cast<uint8_t>(kMembershipFields);
-  put_u64(out.data() + 1, double_bits(p.weight));
-  put_u32(out.data() + 9, p.sites);
-  return out;
-}
-
-bool decode_membership(const uint8_t* data, size_t size, MembershipPayload* out) {
-  if (data == nullptr || out == nullptr || size != kMembershipSize) return false;
-  if (data[0] != kMembershipFields) return false;
-  const double w = bits_double(get_u64(data + 1));
-  if (!std::isfinite(w) || w < 0) return false;
-  out->weight = w;
-  out->sites = get_u32(data + 9);
-  return true;
-}
-
-std::vector<uint8_t> encode_need_update(uint32_t delivered, const std::vector<uint32_t>& missing) {
-  const uint32_t first = missing.empty() ? 0 : missing.front();
-  size_t bitmap = 0;
-  for (uint32_t c : missing) {
-    const uint64_t bit = uint64_t{c} - first;
-    if (c < first || bit >= kNeedUpdateBitmapBytes * 8) continue;
-    bitmap = std::max<size_t>(bitmap, static_cast<size_t>(bit / 8 + 1));
-  }
-  std::vector<uint8_t> out(8 + bitmap, 0);
-  put_u32(out.data(), delivered);
-  put_u32(out.data() + 4, first);
-  for (uint32_t c : missing) {
-    const uint64_t bit = uint64_t{c} - first;
-    if (c < first || bit >= kNeedUpdateBitmapBytes * 8) continue;
-    out[8 + bit / 8] = static_cast<uint8_t>(out[8 + bit / 8] | (1u << (bit % 8)));
-  }
-  return out;
-}
-
-bool decode_need_update(const uint8_t* data, size_t size, uint32_t chunk_count,
-                        NeedUpdatePayload* out) {
-  if (out == nullptr) return false;
-  *out = NeedUpdatePayload{};
-  if (size == 0) {
-    for (uint32_t c = 0; c < chunk_count; ++c) out->missing.push_back(c);
-    return true;
-  }
-  if (data == nullptr || size < 8 || size > 8 + kNeedUpdateBitmapBytes) return false;
-  out->delivered = get_u32(data);
-  out->progress_known = true;
-  const uint32_t first = get_u32(data + 4);
-  if (out->delivered > chunk_count) return false;
-  for (size_t i = 0; i < (size - 8) * 8; ++i) {
-    if ((data[8 + i / 8] >> (i % 8) & 1u) == 0) continue;
-    const uint64_t c = uint64_t{first} + i;
-    if (c >= chunk_count) return false;
-    out->missing.push_back(static_cast<uint32_t>(c));
-  }
-  return true;
 }
 
 }  // namespace fedwan::wire

@@ -1,0 +1,132 @@
+// The flags of `fedwan demo` (DemoArgs in cli/commands.hpp), in the order
+// its help lists them.
+#include "cli/demo_flags.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include "cli/validators.hpp"
+
+namespace fedwan::cli {
+namespace {
+
+// The federation's shape and its rounds.
+void add_federation_flags(CLI::App& cmd, DemoArgs& a) {
+  cmd.add_option("--sites", a.sites, "number of sites")
+      ->check(number_in(1, 256))
+      ->capture_default_str();
+  cmd.add_option("--regions", a.regions, "number of region aggregators (0: sites under root)")
+      ->check(number_in(0, 256))
+      ->capture_default_str();
+  cmd.add_option("--rounds", a.rounds, "outer rounds")
+      ->check(number_in(1, 1e6))
+      ->capture_default_str();
+  cmd.add_option("--inner-steps,-H", a.inner_steps, "local steps per round")
+      ->check(number_in(1, 1e9))
+      ->capture_default_str();
+  cmd.add_option("--overlap-steps", a.overlap_steps,
+                 "overlapped rounds: sites train on while their update goes up and merge the "
+                 "next anchor this many steps later (1..inner steps); 0: blocking rounds")
+      ->check(number_in(0, 1e9))
+      ->capture_default_str();
+  cmd.add_option("--streams", a.streams,
+                 "TCP connections per tree link, frames striped across them (1..16)")
+      ->check(number_in(1, 16))
+      ->capture_default_str();
+}
+
+// What happens to nodes while the federation runs: deaths and restarts,
+// sites that come late, leave or are added.
+void add_node_event_flags(CLI::App& cmd, DemoArgs& a) {
+  cmd.add_option("--max-restarts", a.max_restarts,
+                 "times a node that dies is started again (from its checkpoint) before the "
+                 "demo gives up")
+      ->check(number_in(0, 100))
+      ->capture_default_str();
+  cmd.add_option("--chaos", a.chaos,
+                 "NODE@ROUND: that site or region is killed (SIGKILL) in that round, to watch "
+                 "it restart and recover, e.g. site-0@3");
+  cmd.add_option("--late", a.late,
+                 "SITE@ROUND: that site is not there at the start (late_join) and is started "
+                 "in that round; it counts from the next round boundary, e.g. site-3@5");
+  cmd.add_option("--leave", a.leave,
+                 "SITE@ROUND: that site leaves the federation gracefully as that round begins "
+                 "(no round waits for it), e.g. site-1@8");
+  cmd.add_option("--add-site", a.add_site,
+                 "ROUND: in that round the operator adds one more site with a new topology "
+                 "version signed by the admin (`fedwan topology sign`); the aggregators adopt "
+                 "it and the new site counts from the next round boundary, e.g. 5");
+}
+
+void add_metrics_flags(CLI::App& cmd, DemoArgs& a) {
+  cmd.add_flag("--metrics", a.metrics,
+               "every node serves Prometheus metrics and its status over HTTP on a free "
+               "127.0.0.1 port (in the topology; `fedwan status --topology DIR/topology.yaml`)");
+  cmd.add_option("--metrics-linger", a.metrics_linger_s,
+                 "with --metrics: nodes keep serving their metrics this many seconds after they "
+                 "finished (for a scraper's last look)")
+      ->check(number_in(0, 3600, /*integer=*/false))
+      ->capture_default_str();
+}
+
+// How updates go up and anchors come down.
+void add_sync_flags(CLI::App& cmd, DemoArgs& a) {
+  cmd.add_option("--codec", a.codec, "delta codec: fp32, fp16, bf16, int8")->capture_default_str();
+  cmd.add_option("--outer", a.outer, "outer optimizer: fedavg, diloco, fedadam")
+      ->capture_default_str();
+  cmd.add_option("--chunk-bytes", a.chunk_bytes, "fp32 bytes per chunk, a multiple of 4")
+      ->check(number_in(4096, 4 << 20))
+      ->capture_default_str();
+}
+
+// The processes of a site and where they train.
+void add_site_rank_flags(CLI::App& cmd, DemoArgs& a) {
+  cmd.add_option("--ranks-per-site", a.ranks_per_site,
+                 "processes per site (ranks averaging their gradients every step, over NCCL "
+                 "on GPUs or Gloo on the CPU; each trains on its slice of every minibatch)")
+      ->check(number_in(1, 64))
+      ->capture_default_str();
+  cmd.add_option("--device", a.device,
+                 "where the sites train: cuda (rank r of a site on GPU r % GPUs), cpu, or auto "
+                 "(cuda when this build, the machine and LibTorch have CUDA and there is a GPU "
+                 "per rank of a site; else cpu)")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+      ->capture_default_str();
+}
+
+// What the demo runs besides the federation, where it keeps its files, and
+// its ports.
+void add_workspace_flags(CLI::App& cmd, DemoArgs& a) {
+  cmd.add_flag("--no-baseline", a.no_baseline, "skip the central-training baseline");
+  cmd.add_option("--report", a.report, "write the JSON report here");
+  cmd.add_option("--dir", a.work_dir,
+                 "working directory (default: a new temporary one); a federation CA an earlier "
+                 "run left there is reused, never replaced without --force");
+  cmd.add_flag("--force", a.force,
+               "replace the federation CA and bundles in --dir/pki with new ones");
+  cmd.add_option("--base-port", a.base_port,
+                 "first loopback port; the nodes take the ports after it (default: free ports)")
+      ->check(number_in(1, 65000));
+}
+
+void add_link_flags(CLI::App& cmd, DemoArgs& a) {
+  cmd.add_flag("--insecure-plaintext", a.insecure_plaintext,
+               "run the demo's links without TLS or encryption (default: a fresh federation "
+               "CA is provisioned and every link is mutual TLS)");
+  cmd.add_option("--cipher", a.cipher, "frame cipher: aes-256-gcm, chacha20-poly1305")
+      ->capture_default_str();
+}
+
+}  // namespace
+
+void add_demo_flags(CLI::App& cmd, DemoArgs& a) {
+  add_federation_flags(cmd, a);
+  add_node_event_flags(cmd, a);
+  add_metrics_flags(cmd, a);
+  add_sync_flags(cmd, a);
+  add_site_rank_flags(cmd, a);
+  add_workspace_flags(cmd, a);
+  add_link_flags(cmd, a);
+  add_workload_flags(cmd, a.workload);
+}
+
+}  // namespace fedwan::cli

@@ -1,0 +1,144 @@
+// The demo's part of its report and its closing lines (demo_report.hpp).
+#include "cli/demo_report.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <system_error>
+
+#include "costs/cost_bill.hpp"
+#include "costs/cost_checks.hpp"
+#include "costs/cost_ledger.hpp"
+#include "fedwan/error.hpp"
+#include "security/node_key.hpp"
+
+namespace fedwan::cli {
+
+using namespace fedwan::costs;  // the ledger, the bill and its checks
+
+namespace fs = std::filesystem;
+
+nlohmann::json demo_costs(const fs::path& dir, const Topology& topo, bool plaintext) {
+  std::error_code ec;
+  try {
+    std::unique_ptr<security::SignatureVerifier> ca;
+    CostTrust trust;
+    trust.job = topo.job();
+    if (plaintext) {
+      trust.on_their_word = true;
+    } else {
+      ca = std::make_unique<security::SignatureVerifier>((dir / "pki" / "ca" / "ca.pem").string(),
+                                                         (dir / "pki" / "ca" / "crl.pem").string());
+      trust.ca = ca.get();
+    }
+    CostLedger ledger(trust);
+    for (const auto& e : fs::recursive_directory_iterator(dir / "checkpoints", ec)) {
+      if (e.path().filename() != "costs.jsonl") continue;
+      std::ifstream f(e.path());
+      ledger.read(f, e.path().string());
+    }
+    const CheckedCosts checked = check_costs(ledger, &topo);
+    const CostBill bill = bill_costs(checked.billed, CostRates{}, 0);
+    nlohmann::json nodes = nlohmann::json::object();
+    for (const CostLine& l : bill.nodes) {
+      nodes[l.node] = {{"role", l.role},
+                       {"rounds", l.rounds},
+                       {"rounds_contributed", l.contributed},
+                       {"device_seconds", static_cast<double>(l.device_us_total) / 1e6},
+                       {"bytes_sent", l.sent},
+                       {"bytes_received", l.received}};
+    }
+    nlohmann::json refused = nlohmann::json::array();
+    for (const CostRefusal& r : ledger.refusals()) refused.push_back(r.origin + ": " + r.reason);
+    for (const CostRefusal& r : checked.refused) refused.push_back(r.origin + ": " + r.reason);
+    nlohmann::json mismatched = nlohmann::json::array();
+    for (const LinkReconciliation& l : checked.links) {
+      if (l.mismatch) mismatched.push_back(l.child + "->" + l.parent);
+    }
+    return {{"records", bill.records},
+            {"signed", !plaintext},
+            {"refused", refused},
+            {"link_mismatches", mismatched},
+            {"nodes", nodes}};
+  } catch (const Error& e) {
+    return {{"error", e.what()}};
+  }
+}
+
+nlohmann::json restarts_json(const std::vector<Restart>& restarts) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const Restart& r : restarts) {
+    nlohmann::json j = {
+        {"node", r.node}, {"cause", r.cause}, {"number", r.number}, {"at_seconds", r.at_s}};
+    j["died_in_round"] = r.died_in_round ? nlohmann::json(*r.died_in_round + 1) : nullptr;
+    j["resumed_at_round"] = r.resumed_round ? nlohmann::json(*r.resumed_round + 1) : nullptr;
+    j["rounds_lost"] =
+        r.died_in_round && r.resumed_round
+            ? nlohmann::json(*r.died_in_round - std::min(*r.died_in_round, *r.resumed_round))
+            : nullptr;
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+void print_restarts(const std::vector<Restart>& restarts) {
+  for (const Restart& r : restarts) {
+    std::cout << "restart: " << r.node << " died (" << r.cause << ") "
+              << (r.died_in_round ? "in round " + std::to_string(*r.died_in_round + 1)
+                                  : std::string("before its first update"))
+              << " at " << std::fixed << std::setprecision(1) << r.at_s << " s; "
+              << (r.resumed_round
+                      ? "resumed at round " + std::to_string(*r.resumed_round + 1) +
+                            (r.died_in_round ? ", " +
+                                                   std::to_string(*r.died_in_round -
+                                                                  std::min(*r.died_in_round,
+                                                                           *r.resumed_round)) +
+                                                   " round(s) to redo"
+                                             : std::string())
+                      : std::string("rejoined"))
+              << std::defaultfloat << std::endl;
+  }
+}
+
+nlohmann::json demo_configuration(const DemoArgs& a, const Topology& topo, bool cuda,
+                                  const fs::path& dir) {
+  return {{"max_restarts", a.max_restarts},
+          {"chaos", a.chaos.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.chaos)},
+          {"sites", a.sites},
+          {"regions", a.regions},
+          {"rounds", a.rounds},
+          {"inner_steps", a.inner_steps},
+          {"overlap_steps", a.overlap_steps},
+          {"streams", a.streams},
+          {"codec", a.codec},
+          {"outer_optimizer", a.outer},
+          {"chunk_bytes", a.chunk_bytes},
+          {"trainer", a.workload.trainer},
+          {"seed", a.workload.seed},
+          {"alpha", a.workload.alpha},
+          {"batch_size", a.workload.batch_size},
+          {"inner_optimizer", a.workload.inner_optimizer},
+          {"lr", a.workload.lr},
+          {"device", cuda ? "cuda" : "cpu"},
+          {"topology_digest", topo.digest_hex()},
+          {"security", a.insecure_plaintext ? std::string("plaintext") : "mtls/" + a.cipher},
+          {"audit_dir", (dir / "audit").string()}};
+}
+
+void print_federation_summary(nlohmann::json& report, double federation_s, double wall_s) {
+  const double ratio =
+      report["fp32_bytes_total"].get<double>() > 0
+          ? report["wan_bytes_total"].get<double>() / report["fp32_bytes_total"].get<double>()
+          : 0.0;
+  std::printf("federation: final accuracy %s, WAN %.2f MB (%.3f of fp32), %.1f s; total %.1f s\n",
+              report.contains("final_accuracy")
+                  ? std::to_string(report["final_accuracy"].get<double>()).c_str()
+                  : "n/a",
+              report["wan_bytes_total"].get<double>() / 1e6, ratio, federation_s, wall_s);
+}
+
+}  // namespace fedwan::cli

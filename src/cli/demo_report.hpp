@@ -1,0 +1,41 @@
+// The demo's side of its JSON report (the root's, completed): every node's
+// bill from its cost records, the restarts and what they cost, the run's
+// configuration, and the lines the demo prints about them at the end.
+#pragma once
+
+#include <filesystem>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.hpp"
+#include "cli/demo_supervisor.hpp"
+#include "fedwan/topology.hpp"
+
+namespace fedwan::cli {
+
+// What every node's cost records add up to, as `fedwan costs` bills them:
+// per node, its rounds, device-seconds and bytes sent and received, each
+// record checked against the demo's CA (unsigned with --insecure-plaintext)
+// and the topology. Never throws: a failure is the object's "error".
+nlohmann::json demo_costs(const std::filesystem::path& dir, const Topology& topo, bool plaintext);
+
+// Rounds 1-based, as the demo prints them.
+nlohmann::json restarts_json(const std::vector<Restart>& restarts);
+
+// One line per restart on stdout: when the node died and the rounds it had
+// to redo.
+void print_restarts(const std::vector<Restart>& restarts);
+
+// The flags the run used, and what they resolved to: where the sites
+// trained (`cuda`), the topology's digest and the audit logs' directory.
+nlohmann::json demo_configuration(const DemoArgs& a, const Topology& topo, bool cuda,
+                                  const std::filesystem::path& dir);
+
+// The closing line on stdout: the federation's accuracy and WAN bytes from
+// the root's `report`, and the run's times in seconds. Not const: a total
+// missing from the report reads as null (nlohmann's operator[] adds it) and
+// throws nlohmann::json::type_error rather than asserting.
+void print_federation_summary(nlohmann::json& report, double federation_s, double wall_s);
+
+}  // namespace fedwan::cli
