@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -100,6 +101,40 @@ struct SyncResult {
   double paused_seconds = 0;
 };
 
+class SiteCore;
+
+// A sync running in the background (SiteCore::begin_sync), like a c10d
+// Work: ask whether it is in, or wait for it with a timeout. wait() merges
+// it as SiteCore::finish_sync() does and returns its result; the handle is
+// then spent. It refers to the core without owning it (the core must
+// outlive it) and is not thread safe: use it from the thread that trains.
+// Move-only; a default-built or moved-from handle refers to nothing.
+class PendingSync {
+ public:
+  PendingSync() = default;
+  PendingSync(PendingSync&& other) noexcept;
+  PendingSync& operator=(PendingSync&& other) noexcept;
+  PendingSync(const PendingSync&) = delete;
+  PendingSync& operator=(const PendingSync&) = delete;
+
+  // It refers to a sync not merged yet (by wait() or finish_sync()).
+  bool valid() const;
+  // The sync is in: wait() would not block.
+  bool ready() const;
+  // Waits up to `timeout` for the sync to come in; then merges it and
+  // returns its result. std::nullopt when the timeout passed first (it is
+  // still pending: train on and wait again). Throws Error when the handle
+  // refers to nothing or its sync was merged already, and what
+  // finish_sync() throws.
+  std::optional<SyncResult> wait(std::chrono::milliseconds timeout);
+
+ private:
+  friend class SiteCore;
+  PendingSync(SiteCore* core, uint64_t generation) : core_(core), generation_(generation) {}
+  SiteCore* core_ = nullptr;
+  uint64_t generation_ = 0;
+};
+
 class SiteCore {
  public:
   // `params` (n floats) is the live model; it must outlive the SiteCore.
@@ -133,8 +168,10 @@ class SiteCore {
   // the next round's update. On a resync params become the parent's model
   // (the progress is dropped, as in sync()); when the federation finishes
   // they become its final model. finish_sync() checkpoints at the merge.
+  // begin_sync() returns a handle on the pending sync (PendingSync, whose
+  // wait(timeout) merges it like finish_sync(); ignoring it is fine).
   // Between the two calls use only sync_pending(), sync_ready(),
-  // finish_sync(), stop(), set_data_position(), service() (which then only
+  // finish_sync(), the handle, stop(), set_data_position(), service() (which then only
   // reports: the worker keeps the link), round() and finished() (both still
   // describe the round that ended), inner_steps(), overlap_steps(), rounds(),
   // data_position(), checkpoint() (which then keeps the last merge's) and
@@ -143,7 +180,7 @@ class SiteCore {
   // whose join() resumes from the last checkpoint. Works on the host copy:
   // refused (ConfigError) with an UpdateEncoder. Memory: one more copy of
   // the model while a sync is pending.
-  void begin_sync();
+  PendingSync begin_sync();
   bool sync_pending() const;
   bool sync_ready() const;  // finish_sync() would not wait
   SyncResult finish_sync();
@@ -199,6 +236,7 @@ class SiteCore {
   const std::array<uint8_t, 32>& initial_digest() const;
 
  private:
+  friend class PendingSync;
   class Impl;
   std::unique_ptr<Impl> impl_;
 };

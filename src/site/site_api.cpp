@@ -2,6 +2,9 @@
 // site_overlap.cpp) and answers the getters.
 #include <algorithm>
 #include <chrono>
+#include <optional>
+#include <string>
+#include <utility>
 
 #include "common/log.hpp"
 #include "fedwan/error.hpp"
@@ -88,9 +91,10 @@ bool SiteCore::finished() const { return !impl_->overlap.pending && impl_->finis
 uint64_t SiteCore::inner_steps() const { return impl_->cfg.inner_steps; }
 uint64_t SiteCore::overlap_steps() const { return impl_->topo.federation().overlap_steps; }
 uint64_t SiteCore::rounds() const { return impl_->cfg.rounds; }
-void SiteCore::begin_sync() {
+PendingSync SiteCore::begin_sync() {
   LogScope scope(impl_->self.id, &impl_->round);
   impl_->begin_sync();
+  return PendingSync(this, impl_->overlap.generation);
 }
 bool SiteCore::sync_pending() const { return impl_->overlap.pending; }
 bool SiteCore::sync_ready() const { return impl_->sync_ready(); }
@@ -99,5 +103,34 @@ SyncResult SiteCore::finish_sync() {
   return impl_->finish_sync();
 }
 const std::array<uint8_t, 32>& SiteCore::initial_digest() const { return impl_->initial_digest; }
+
+// ---- PendingSync ----------------------------------------------------------------
+
+PendingSync::PendingSync(PendingSync&& other) noexcept
+    : core_(std::exchange(other.core_, nullptr)), generation_(other.generation_) {}
+
+PendingSync& PendingSync::operator=(PendingSync&& other) noexcept {
+  core_ = std::exchange(other.core_, nullptr);
+  generation_ = other.generation_;
+  return *this;
+}
+
+bool PendingSync::valid() const {
+  return core_ != nullptr && core_->impl_->overlap.pending &&
+         core_->impl_->overlap.generation == generation_;
+}
+
+bool PendingSync::ready() const { return valid() && core_->impl_->sync_ready(); }
+
+std::optional<SyncResult> PendingSync::wait(std::chrono::milliseconds timeout) {
+  if (!valid()) {
+    throw Error(core_ == nullptr
+                    ? std::string("this PendingSync refers to no sync")
+                    : "site '" + core_->impl_->self.id + "': this sync was merged already");
+  }
+  if (!core_->impl_->overlap.wait_done(timeout)) return std::nullopt;
+  SiteCore* core = std::exchange(core_, nullptr);
+  return core->finish_sync();
+}
 
 }  // namespace fedwan

@@ -6,6 +6,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <exception>
 #include <memory>
@@ -136,6 +137,21 @@ class SiteCore::Impl {
     std::vector<float> sent;
     std::thread worker;
     std::atomic<bool> done{false};
+    // The worker says it is done under `m`, so a PendingSync can wait on it.
+    std::mutex m;
+    std::condition_variable cv;
+    uint64_t generation = 0;  // of the sync begun last (a PendingSync names it)
+    void set_done() {
+      {
+        std::lock_guard<std::mutex> lock(m);
+        done.store(true);
+      }
+      cv.notify_all();
+    }
+    bool wait_done(std::chrono::milliseconds timeout) {
+      std::unique_lock<std::mutex> lock(m);
+      return cv.wait_for(lock, timeout, [this] { return done.load(); });
+    }
     std::exception_ptr error;
     SyncResult result;
     bool pending = false;

@@ -58,6 +58,7 @@ void SiteCore::Impl::begin_sync() {
   overlap.error = nullptr;
   overlap.checkpoint_due = overlap.upload_due = false;
   overlap.done.store(false);
+  overlap.generation += 1;
   sync_unfinished = true;
   in_sync.store(true);
   work = overlap.sent.data();
@@ -70,7 +71,7 @@ void SiteCore::Impl::begin_sync() {
       } catch (...) {
         overlap.error = std::current_exception();
       }
-      overlap.done.store(true);
+      overlap.set_done();
     });
   } catch (const std::system_error& e) {
     work = params;

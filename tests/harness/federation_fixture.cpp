@@ -1,6 +1,8 @@
 #include "harness/federation_fixture.hpp"
 
+#include <chrono>
 #include <mutex>
+#include <optional>
 #include <utility>
 
 #include "harness/node_spawner.hpp"
@@ -67,11 +69,20 @@ FederationRun run_threads(const Topology& topo, const std::vector<float>& init, 
           r = site.sync();
         } else {
           // Overlapped: tau more steps while the update goes up, except
-          // after the last round's.
-          site.begin_sync();
+          // after the last round's. Every other site merges through the
+          // handle (waiting in short slices, as a trainer polling it would),
+          // the others through finish_sync(): the same result either way.
+          PendingSync pending = site.begin_sync();
           done = site.round() + 1 < site.rounds() ? tau : 0;
           synthetic::local_steps(params.data(), params.size(), n.index, done, seed);
-          r = site.finish_sync();
+          if (i % 2 == 1) {
+            std::optional<SyncResult> got;
+            while (!(got = pending.wait(std::chrono::milliseconds(5)))) {
+            }
+            r = *got;
+          } else {
+            r = site.finish_sync();
+          }
           if (r.resynced) done = 0;
         }
         sent += r.bytes_sent;

@@ -120,6 +120,66 @@ TEST(Overlap, RefusesCallsOutOfOrder) {
   EXPECT_TRUE(bit_equal(run.root.global_model, ref.global));
 }
 
+// The handle begin_sync() returns: it waits for the sync with a timeout and
+// merges it like finish_sync(), and is spent once the sync is merged, by it
+// or by finish_sync().
+TEST(Overlap, APendingSyncHandleWaitsAndIsSpentOnceMerged) {
+  TempDir dir;
+  const Topology topo = make_tree(dir.path(), 0, 1, overlap_spec("fp16", "fedavg", 1));
+  const std::vector<float> init = synthetic::initial_model(3000, kSeed);
+  AggregatorSummary summary;
+  NodeSpawner nodes;
+  spawn_aggregator(nodes, topo, "root", init, &summary);
+  {
+    PendingSync none;
+    EXPECT_FALSE(none.valid());
+    EXPECT_FALSE(none.ready());
+    EXPECT_THROW((void)none.wait(std::chrono::milliseconds(1)), Error);
+    std::vector<float> params = init;
+    SiteCore site(site_options(topo, "site-0", std::chrono::seconds(30)), params.data(),
+                  params.size());
+    site.join();
+    synthetic::local_steps(params.data(), params.size(), 1, 3, kSeed);
+    PendingSync p = site.begin_sync();
+    EXPECT_TRUE(p.valid());
+    std::optional<SyncResult> r;
+    while (!(r = p.wait(std::chrono::milliseconds(2)))) EXPECT_TRUE(p.valid());
+    EXPECT_EQ(r->round, 1u);
+    EXPECT_FALSE(site.sync_pending());
+    EXPECT_FALSE(p.valid());
+    try {
+      (void)p.wait(std::chrono::milliseconds(1));
+      ADD_FAILURE() << "a spent handle waited";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("refers to no sync"), std::string::npos) << e.what();
+    }
+    // Merged by finish_sync() instead: the handle is spent too, and a
+    // handle of the round before does not stand for the next sync.
+    PendingSync q = site.begin_sync();
+    PendingSync moved = std::move(q);
+    EXPECT_FALSE(q.valid());  // NOLINT(bugprone-use-after-move): moved-from refers to nothing
+    EXPECT_TRUE(moved.valid());
+    EXPECT_EQ(site.finish_sync().round, 2u);
+    EXPECT_FALSE(moved.valid());
+    try {
+      (void)moved.wait(std::chrono::milliseconds(1));
+      ADD_FAILURE() << "a handle merged by finish_sync() waited";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("merged already"), std::string::npos) << e.what();
+    }
+    PendingSync third = site.begin_sync();
+    EXPECT_FALSE(moved.valid()) << "an old handle stood for the next sync";
+    EXPECT_TRUE(third.wait(std::chrono::seconds(30)).has_value());
+    PendingSync last = site.begin_sync();
+    r = last.wait(std::chrono::seconds(30));
+    ASSERT_TRUE(r.has_value());
+    EXPECT_TRUE(r->finished);
+    EXPECT_EQ(r->round, 4u);
+  }
+  nodes.join();
+  EXPECT_TRUE(nodes.error_list().empty()) << ::testing::PrintToString(nodes.error_list());
+}
+
 // A caller that abandons a pending sync (an exception in its training, say)
 // destroys the SiteCore: the worker stops promptly instead of holding the
 // process until the round timeout; a sync that failed leaves the core

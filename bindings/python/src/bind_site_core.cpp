@@ -101,9 +101,25 @@ class PySiteCore {
   // that ended until finish_sync() returns.
   void begin_sync() {
     run_locked("begin_sync", [this] {
-      core_->begin_sync();
+      handle_ = core_->begin_sync();
       return current();
     });
+  }
+  // Waits at most timeout_s (the GIL released) for the pending sync; once
+  // it is in, merges it as finish_sync() does. None while still pending.
+  py::object wait_sync(double timeout_s) {
+    const auto timeout = seconds_to_ms(timeout_s, "timeout_s");
+    bool merged = false;
+    py::dict d = run_locked("wait_sync", [this, timeout, &merged] {
+      if (!core_->sync_pending()) {
+        throw Error("SiteCore.wait_sync(): no sync is pending; call begin_sync() first");
+      }
+      std::optional<SyncResult> r = handle_.wait(timeout);
+      merged = r.has_value();
+      return merged ? *r : current();
+    });
+    if (!merged) return py::none();
+    return std::move(d);
   }
   py::dict finish_sync() {
     return run_locked(
@@ -252,6 +268,7 @@ class PySiteCore {
   std::atomic<uint64_t> round_{0};
   std::atomic<bool> finished_{false};
   std::atomic<bool> pending_{false};  // an overlapped sync is in flight
+  PendingSync handle_;                // of the last begin_sync(), under busy_
   mutable std::mutex alarms_mu_;
   std::vector<std::string> alarms_;  // as of the last call with no sync pending
 };
@@ -324,6 +341,11 @@ log of handshakes and updates sent.)")
            "the round that ended. Raises fedwan.Error when a sync is already pending, before "
            "join(), after the federation finished or after a failed overlapped sync; "
            "fedwan.StoppedError after stop().")
+      .def("wait_sync", &PySiteCore::wait_sync, "timeout_s"_a,
+           "Waits at most timeout_s for the pending overlapped sync (the GIL released): once "
+           "the next model is in, merges it as finish_sync() does and returns the same dict; "
+           "None while it is still on its way (train on and ask again). Raises fedwan.Error "
+           "when no sync is pending, and what finish_sync() raises.")
       .def("finish_sync", &PySiteCore::finish_sync,
            "Ends the pending overlapped sync: waits for the next model if it is not in yet "
            "(the GIL released; Ctrl-C stops the site and raises KeyboardInterrupt within a "

@@ -65,9 +65,10 @@ def run_root(topo, initial, credentials):
                              credentials=credentials(topo, "root")).run()
 
 
-def core_site(topo, node_id, initial, credentials):
+def core_site(topo, node_id, initial, credentials, poll=False):
     """A SiteCore driven as the C++ sites drive one: H steps, begin_sync(),
-    tau steps (none in the last round), finish_sync(); sync() when tau is 0."""
+    tau steps (none in the last round), finish_sync() (with `poll`:
+    wait_sync() in short slices until it merges); sync() when tau is 0."""
     index, lr = topo.node(node_id).index, SITE_LR[node_id]
     params = initial.copy()
     results = []
@@ -87,7 +88,14 @@ def core_site(topo, node_id, initial, credentials):
             done = core.overlap_steps if core.round + 1 < core.rounds else 0
             if done:
                 fedwan.synthetic_local_steps(params, index, done, SEED, lr)
-            results.append(core.finish_sync())
+            if poll:
+                got = core.wait_sync(0.005)
+                while got is None:
+                    assert core.sync_pending
+                    got = core.wait_sync(0.005)
+                results.append(got)
+            else:
+                results.append(core.finish_sync())
             assert not core.sync_pending
             if results[-1]["resynced"]:
                 done = 0
@@ -106,7 +114,8 @@ def test_overlapped_site_cores_match_the_reference_and_differ_from_blocking(
             overlap_steps=overlap))
         assert topo.overlap_steps == overlap
         workers = [Worker("root", lambda: run_root(topo, initial, credentials))] + [
-            Worker(s, lambda s=s: core_site(topo, s, initial, credentials)) for s, _, _ in sites]
+            Worker(s, lambda s=s: core_site(topo, s, initial, credentials, poll=s == "b"))
+            for s, _, _ in sites]
         for w in workers:
             w.start()
         join_all(workers)
@@ -140,6 +149,8 @@ def test_a_pending_sync_refuses_what_it_cannot_do(sock_dir, credentials):
         assert not core.sync_pending and not core.sync_ready
         with pytest.raises(fedwan.Error, match=r"no sync is pending; call begin_sync\(\) first"):
             core.finish_sync()
+        with pytest.raises(fedwan.Error, match=r"SiteCore.wait_sync\(\): no sync is pending"):
+            core.wait_sync(0.01)
         with pytest.raises(fedwan.Error, match=r"call join\(\) before begin_sync\(\)"):
             core.begin_sync()
         core.join()
@@ -167,6 +178,8 @@ def test_a_pending_sync_refuses_what_it_cannot_do(sock_dir, credentials):
         assert not core.sync_pending and not core.sync_ready
         with pytest.raises(fedwan.Error, match="no sync is pending"):
             core.finish_sync()
+        with pytest.raises(fedwan.Error, match="no sync is pending"):
+            core.wait_sync(0.01)
         with pytest.raises(fedwan.Error, match="already finished"):
             core.begin_sync()
     join_all([root])
