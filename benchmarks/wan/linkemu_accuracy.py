@@ -2,8 +2,10 @@
 """The link emulator's own accuracy test (docs/benchmarks.md, "Link emulator").
 
 Two namespaces joined by one emulated link. Over the kernel's real TCP:
-  * delay: the median TCP connect time (one round trip) over 30 connects,
-    halved, is within 5% of the profile's one-way delay;
+  * delay: the shortest TCP connect time (one round trip) of 30 connects,
+    halved, is within 5% of the profile's one-way delay (the shortest, not
+    the median: a busy machine only ever adds scheduling delay on top of
+    the link's, and under load the median drifted past 5%);
   * rate: a bulk transfer's steady-state goodput, converted to IP bytes,
     is within 5% of the profile's rate;
   * loss: on a link with 1% loss the emulator drops 1% of the packets
@@ -22,7 +24,6 @@ from __future__ import annotations
 import argparse
 import os
 import socket
-import statistics
 import sys
 import tempfile
 import threading
@@ -176,7 +177,7 @@ def main() -> int:
         sink = Sink(b)
         profile = {"rate_mbit": args.rate_mbit, "delay_ms": args.delay_ms}
         with LinkEmulator(args.emulator, config(a, b, profile), work) as emu:
-            rtt = statistics.median(connect_rtts(a, 30))
+            rtt = min(connect_rtts(a, 30))
             sent, seconds = bulk(a, sink, args.bytes)
             rate = steady_rate_bps(sink.samples)
             stats = emu.stop()
@@ -215,7 +216,7 @@ def main() -> int:
         with netns.Namespace(run + "-r") as r:
             first = {"rate_mbit": 4 * args.rate_mbit, "delay_ms": args.delay_ms / 4}
             with LinkEmulator(args.emulator, relayed_config(a, r, b, first, profile), work) as emu:
-                rtt = statistics.median(connect_rtts(a, 30))
+                rtt = min(connect_rtts(a, 30))
                 sent, seconds = bulk(a, sink, args.bytes // 2)
                 rate = steady_rate_bps(sink.samples)
                 stats = emu.stop()

@@ -1,15 +1,20 @@
 #!/usr/bin/env python3
-"""`fedwan status` shows a running demo's tree and a killed site as unhealthy.
+"""`fedwan status` shows a running demo's tree and a hung site as unhealthy.
 
 usage: test_status_cli.py FEDWAN_BINARY WORKDIR
 
 Runs `fedwan demo --metrics` (enough rounds to look at it while it runs),
 waits until `fedwan status --topology DIR/topology.yaml --json` lists every
-node of the topology as healthy, then kills one site with SIGKILL and
-checks that status reports it unhealthy (exit 3, the site named) within
-the federation's heartbeat timeout; the demo's supervisor restarts the
-site, and the federation must still finish. The text tree must name every
-node. Exits 0 when all of that holds.
+node of the topology as healthy, then stops one site with SIGSTOP (a hung
+node: its process is there, nothing answers) and checks that status reports
+it unhealthy (exit 3, the site named) within the federation's heartbeat
+timeout; then the site goes on (SIGCONT), and the federation must still
+finish. The text tree must name every node. Exits 0 when all of that holds.
+
+A stopped site rather than a killed one: the demo's supervisor restarts a
+killed site at once, and whether a status poll lands in the moment before
+it answers again is a race the machine's load decides (a busy machine lost
+it). A stopped process stays unanswering until the test lets it go on.
 """
 import json
 import os
@@ -109,18 +114,26 @@ def main():
         pids = site_pids(SITE)
         if not pids:
             fail(f"no process of {SITE} found")
-        killed_at = time.time()
+        stopped_at = time.time()
         for p in pids:
-            os.kill(p, signal.SIGKILL)
+            os.kill(p, signal.SIGSTOP)
         seen = None
-        while time.time() - killed_at < HEARTBEAT_TIMEOUT_S:
-            code, s = status(fedwan, topology)
-            site = next(n for n in s["nodes"] if n["node"] == SITE)
-            if code == 3 and not site["healthy"]:
-                seen = time.time() - killed_at
-                print(f"{SITE} unhealthy {seen:.1f} s after SIGKILL: {site['health']}", flush=True)
-                break
-            time.sleep(0.2)
+        try:
+            while time.time() - stopped_at < HEARTBEAT_TIMEOUT_S:
+                code, s = status(fedwan, topology)
+                site = next(n for n in s["nodes"] if n["node"] == SITE)
+                if code == 3 and not site["healthy"]:
+                    seen = time.time() - stopped_at
+                    print(f"{SITE} unhealthy {seen:.1f} s after SIGSTOP: {site['health']}",
+                          flush=True)
+                    break
+                time.sleep(0.2)
+        finally:
+            for p in pids:
+                try:
+                    os.kill(p, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
         if seen is None:
             fail(f"{SITE} was not reported unhealthy within the heartbeat timeout "
                  f"({HEARTBEAT_TIMEOUT_S} s)")
@@ -134,7 +147,7 @@ def main():
             fail("the demo did not finish")
         if rc != 0:
             fail(f"the demo failed ({rc}); see {log.name}")
-        print("ok: fedwan status showed every node and the killed site as unhealthy", flush=True)
+        print("ok: fedwan status showed every node and the hung site as unhealthy", flush=True)
         return 0
     finally:
         if demo.poll() is None:
