@@ -6,7 +6,6 @@
 // docs/operations.md states the guarantees these steps give.
 #include <algorithm>
 #include <cstddef>
-#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,7 +22,6 @@
 #include "node/node_frames.hpp"
 
 namespace fedwan {
-namespace fs = std::filesystem;
 
 std::array<uint8_t, 32> Aggregator::Impl::anchor_digest() const {
   if (anchor_replaced()) {
