@@ -153,6 +153,7 @@ class Aggregator::Impl {
   void refresh_quorum();                // the open round's quorum from the membership now
   void membership_changed();            // quorum, a region's report up, chunks now ready
   void report_membership();             // region: its membership on a heartbeat up
+  bool membership_settled() const;      // region: its children welcomed, a report is true
   bool membership_report_due_ = false;  // newcomers welcomed: report at the loop's turn
   void on_membership(Child& c, const wire::ParsedFrame& f);  // a heartbeat with membership flags
   // A hello from a child that is not a member: it counts from the next

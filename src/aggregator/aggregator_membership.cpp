@@ -60,8 +60,17 @@ void Aggregator::Impl::membership_changed() {
   close_ready_chunks();
 }
 
+bool Aggregator::Impl::membership_settled() const {
+  // Welcomed, and its children welcomed in turn: while the model in full is
+  // on its way (its first join, a resync) they are not, and a report then
+  // would tell the parent "no member" for a moment (weight 0: not waited
+  // for, and a round of the parent's could close without it).
+  return up_.uplink && up_.welcomed && !up_.full_pending && phase_ != Phase::kJoining &&
+         phase_ != Phase::kAwaitWelcome;
+}
+
 void Aggregator::Impl::report_membership() {
-  if (!up_.uplink) return;
+  if (!membership_settled()) return;
   wire::MembershipPayload p;
   p.weight = member_weight();
   p.sites = member_sites();

@@ -71,7 +71,7 @@ void Aggregator::Impl::region_heartbeat(Clock::time_point now) {
   }
   // Once welcomed, every heartbeat carries this region's membership, so the
   // parent's quorum follows it even when a report on a change was lost.
-  if (up_.welcomed) {
+  if (membership_settled()) {
     report_membership();
   } else {
     parent.heartbeat(round_);
