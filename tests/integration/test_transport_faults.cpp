@@ -322,6 +322,17 @@ TEST_F(TransportFaults, AFrameLostOnAStripedLinkMakesTheSiteReconnectNotDie) {
   EXPECT_EQ(faults_->hits(lost), 1u);
 }
 
+// The last chunk (4 of 5) of the final anchor (round kRounds), once, on its
+// way from `parent_endpoint` to `child`.
+FaultRule final_anchors_last_chunk(const std::string& parent_endpoint, const std::string& child) {
+  return FaultRule::drop()
+      .of_type(MsgType::kAnchor)
+      .on(parent_endpoint, child)
+      .down()
+      .where(chunk_of(kRounds, 4))
+      .first(1);
+}
+
 // The end of the federation over a lossy link. The last chunk of the final
 // anchor (round 5) is lost on its way to site-0, and the parent's kDone
 // comes right behind it: the site used to take the kDone as "the federation
@@ -330,12 +341,7 @@ TEST_F(TransportFaults, AFrameLostOnAStripedLinkMakesTheSiteReconnectNotDie) {
 // answer). It must rejoin and be handed the final model in full.
 TEST_F(TransportFaults, TheFinalAnchorsLastChunkLostToASiteIsHandedOverInFull) {
   use_codec("fp32");
-  const auto lost = faults_->add(FaultRule::drop()
-                                     .of_type(MsgType::kAnchor)
-                                     .on(endpoint("region-0"), "site-0")
-                                     .down()
-                                     .where(chunk_of(kRounds, 4))
-                                     .first(1));
+  const auto lost = faults_->add(final_anchors_last_chunk(endpoint("region-0"), "site-0"));
   const FederationRun run = run_and_compare();
   EXPECT_EQ(faults_->hits(lost), 1u);
   EXPECT_GE(region_rejoins(run), 1u) << "site-0 should have rejoined for the final model";
@@ -349,12 +355,7 @@ TEST_F(TransportFaults, TheFinalAnchorsLastChunkLostToASiteIsHandedOverInFull) {
 // is noticed and it rejoins.
 TEST_F(TransportFaults, TheFinalAnchorsLastChunkAndEveryEndLostToASite) {
   use_codec("fp32");
-  const auto lost = faults_->add(FaultRule::drop()
-                                     .of_type(MsgType::kAnchor)
-                                     .on(endpoint("region-0"), "site-0")
-                                     .down()
-                                     .where(chunk_of(kRounds, 4))
-                                     .first(1));
+  const auto lost = faults_->add(final_anchors_last_chunk(endpoint("region-0"), "site-0"));
   const auto ends = faults_->add(
       FaultRule::drop().of_type(MsgType::kDone).on(endpoint("region-0"), "site-0").down());
   const FederationRun run = run_and_compare();
@@ -369,12 +370,7 @@ TEST_F(TransportFaults, TheFinalAnchorsLastChunkAndEveryEndLostToASite) {
 // the final model in full and hand it down before it passes the end on.
 TEST_F(TransportFaults, TheFinalAnchorsLastChunkLostToARegionIsHandedOverInFull) {
   use_codec("fp32");
-  const auto lost = faults_->add(FaultRule::drop()
-                                     .of_type(MsgType::kAnchor)
-                                     .on(endpoint("root"), "region-0")
-                                     .down()
-                                     .where(chunk_of(kRounds, 4))
-                                     .first(1));
+  const auto lost = faults_->add(final_anchors_last_chunk(endpoint("root"), "region-0"));
   const FederationRun run = run_and_compare();
   EXPECT_EQ(faults_->hits(lost), 1u);
   EXPECT_GE(run.root.rejoins, 1u) << "region-0 should have rejoined for the final model";
