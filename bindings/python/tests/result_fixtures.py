@@ -1,12 +1,20 @@
 """Result files in the formats fedwan's benchmarks and tools write, for
-test_results.py: Google Benchmark JSON and CSV, federation reports,
-fedwan_aggregator_memory --json, sync reports and the GPU benchmarks'
-printed tables (built with their printf formats)."""
+the test_results_*.py files: Google Benchmark JSON and CSV, federation
+reports, fedwan_aggregator_memory --json, sync reports and the GPU
+benchmarks' printed tables (built with their printf formats); write() puts
+one in a file."""
 
 import csv
 import io
+import json
 
 MIB = 1 << 20
+
+
+def write(tmp_path, name, content):
+    path = tmp_path / name
+    path.write_text(content if isinstance(content, str) else json.dumps(content, indent=1))
+    return path
 
 
 def gb_entry(name, cpu_ns, real_ns=None, bps=None, run_type="iteration", aggregate=None,
