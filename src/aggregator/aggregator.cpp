@@ -1,4 +1,4 @@
-// Aggregator: the root and region roles of the round protocol.
+// Aggregator: the root, region and standby roles of the round protocol.
 //
 // One thread owns both sockets (children ROUTER, parent DEALER) and runs an
 // event loop. Deltas are accumulated chunk by chunk as they stream in; a
@@ -8,7 +8,8 @@
 //
 // This file: sending through the per-peer outboxes (aggregator/downlink.hpp),
 // the event loop, the children's frame dispatch and deadlines. Construction
-// is in aggregator_setup.cpp; aggregator_impl.hpp says where the rest is.
+// is in aggregator_setup.cpp; aggregator_impl.hpp says where the rest is,
+// aggregator/role.hpp what differs between the roles.
 #include "fedwan/aggregator.hpp"
 
 #include <algorithm>
@@ -20,7 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "aggregator/aggregator_impl.hpp"
-#include "checkpoint/replica_fetch.hpp"
+#include "aggregator/role.hpp"
 #include "common/log.hpp"
 #include "common/sha256.hpp"
 #include "fedwan/codec.hpp"
@@ -49,17 +50,14 @@ bool Aggregator::Impl::flush() {
     // Replicas are not round traffic (summary_.replica_bytes counts them).
     if (h.type != wire::MsgType::kCheckpoint) ledger_.charge_frame(h, bytes, round_);
   });
-  while (!up_.out.empty()) {
-    if (!up_.uplink->link().established() || !up_.uplink->link().try_send(*up_.out.front().frame)) {
-      break;
-    }
-    up_.out.pop(Clock::now());
-  }
+  (void)role_->flush();  // what waits to go up
   pump_upload();
   return outboxes_empty();
 }
 
-bool Aggregator::Impl::outboxes_empty() const { return up_.out.empty() && down_.link.empty(); }
+bool Aggregator::Impl::outboxes_empty() const {
+  return role_->waiting() == 0 && down_.link.empty();
+}
 
 void Aggregator::Impl::refuse(const std::string& peer, const std::string& reason, bool count) {
   if (count) summary_.rejected_frames += 1;
@@ -113,7 +111,7 @@ AggregatorSummary Aggregator::Impl::run() {
     for (const Serving& s : repl_.serving) serving = serving || s.reader != nullptr;
     const bool pending = !flush() || serving;
     std::vector<transport::Transport::Interest> interests = {{&down_.link.link().socket()}};
-    if (up_.uplink) up_.uplink->link().watch(&interests, !up_.out.empty());
+    role_->watch(&interests);
     // A server socket cannot signal room for one particular child, so while
     // frames wait the loop polls briefly instead of sleeping.
     (void)transport_->wait(interests, pending ? Millis(2) : kPoll);
@@ -121,13 +119,12 @@ AggregatorSummary Aggregator::Impl::run() {
     Incoming in;
     // Drain a bounded batch per socket so neither side starves the other.
     for (int i = 0; i < 64 && down_.link.link().recv(&in, Millis(0)); ++i) on_child_frame(in);
-    if (up_.uplink) recv_parent(in);
-    if (standby_.link) recv_standby(in);
+    role_->receive(in);  // from the parent, or the standby
     maybe_finish();
     check_deadlines();
     if (membership_report_due_) {
       membership_report_due_ = false;
-      report_membership();
+      role_->report_membership();
     }
   }
   deliver_the_rest();
@@ -138,47 +135,8 @@ AggregatorSummary Aggregator::Impl::run() {
   summary_.handshake_ms = security_->handshake_ms();
   security_->tick(/*all=*/true);
   summary_.alarms = security_->alarms();
-  // A standby that never took over has no model of the federation.
-  if (is_root_ && !standby_.passive) summary_.global_model = root_.global;
+  role_->summarize(summary_);  // the root's final model
   return summary_;
-}
-
-void Aggregator::Impl::recv_parent(Incoming& in) {
-  try {
-    for (int i = 0; i < 64 && phase_ != Phase::kDone && up_.uplink->link().recv(&in, Millis(0));
-         ++i) {
-      on_parent_frame(in);
-    }
-  } catch (const CryptoError& e) {
-    // See SiteCore::Impl::pump: a session failure anyone on the path can
-    // cause, or a re-handshake after the first welcome, is retried with
-    // backoff; a real refusal ends in the round timeout. A parent that
-    // proved who it is and is the wrong one ends the first join at once.
-    if (!up_.uplink->in_federation() && up_.uplink->link().security().failure_is_final()) throw;
-    security_->log_noise("parent-link:" + self_.id,
-                         "[agg:" + self_.id + "] " + e.what() + "; will reconnect");
-    up_.uplink->session().forget_heard();
-    if (!up_.uplink->in_federation())
-      up_.uplink->session().restart_stall_clock();  // a new session soon
-  }
-}
-
-void Aggregator::Impl::recv_standby(Incoming& in) {
-  try {
-    for (int i = 0; i < 16 && standby_.link->recv(&in, Millis(0)); ++i) on_standby_frame(in);
-    if (!standby_.seen && standby_.link->established()) {
-      // The standby answered the handshake: it is there.
-      standby_.heard = Clock::now();
-      standby_.seen = true;
-      if (standby_.warned) security_->audit("standby_back", {{"round", round_}});
-      standby_.warned = false;
-    }
-  } catch (const CryptoError& e) {
-    security_->log_noise("standby-link:" + self_.id,
-                         "[agg:" + self_.id + "] link to its standby: " + e.what());
-    standby_.seen = false;
-    standby_.heard = Clock::time_point{};
-  }
 }
 
 void Aggregator::Impl::deliver_the_rest() {
@@ -194,7 +152,7 @@ void Aggregator::Impl::deliver_the_rest() {
   }
   if (!outboxes_empty()) {
     log().warn("[agg:{}] {} frames were not delivered before shutdown", self_.id,
-               up_.out.size() + down_.link.waiting());
+               role_->waiting() + down_.link.waiting());
   }
 }
 
@@ -204,14 +162,8 @@ void Aggregator::Impl::maybe_finish() {
   if (!reported && Clock::now() >= finish_deadline_) {
     // A child that was lost never reports its traffic: report without it.
     log().warn("[agg:{}] reporting the last rounds without some children's traffic", self_.id);
-    region_.force_reports = true;
-    for (uint64_t r : book_.owed()) {
-      if (is_root_) {
-        try_finish_round_report(r);
-      } else {
-        try_send_telemetry(r);
-      }
-    }
+    book_.report_without_lost();
+    for (uint64_t r : book_.owed()) role_->report(r);
     reported = true;
   }
   if (!reported) return;
@@ -224,14 +176,7 @@ void Aggregator::Impl::maybe_finish() {
     if (Clock::now() < finish_deadline_) return;
     log().warn("[agg:{}] finishing although {} did not confirm the final model", self_.id, missing);
   }
-  if (!is_root_) {
-    send_parent(make_frame(node_header(topo_, self_.index, wire::MsgType::kDone, cfg_.rounds), {}));
-  }
-  if (standby_.link && standby_.link->established()) {
-    // The federation is over: the standby has nothing left to stand by for.
-    (void)standby_.link->try_send(
-        make_frame(node_header(topo_, self_.index, wire::MsgType::kDone, round_), {}));
-  }
+  role_->finished();  // the end, to the parent or the standby
   phase_ = Phase::kDone;
 }
 
@@ -246,12 +191,8 @@ void Aggregator::Impl::check_deadlines() {
       child_lost(down_.children[i]);
     }
   }
-  if (up_.out.stuck(now, cfg_.round_timeout)) {
-    throw TimeoutError("aggregator '" + self_.id + "': parent '" +
-                       topo_.node(self_.parent_index).id + "' has not read for " +
-                       std::to_string(cfg_.round_timeout.count() / 1000) + " s");
-  }
-  if (now < phase_deadline_ || standby_.passive) return;
+  role_->check_stuck(now);  // the parent reads
+  if (now < phase_deadline_ || role_->passive()) return;
   std::string missing;
   auto add = [&](const std::string& id) { missing += (missing.empty() ? "" : ", ") + id; };
   switch (phase_) {
@@ -275,10 +216,8 @@ void Aggregator::Impl::check_deadlines() {
     }
     case Phase::kAwaitWelcome:
     case Phase::kAwaitAnchor:
-      throw TimeoutError("aggregator '" + self_.id + "': no answer from parent '" +
-                         topo_.node(self_.parent_index).id + "' at " +
-                         up_.uplink->session().endpoint() + " within " +
-                         std::to_string(cfg_.round_timeout.count() / 1000) + " s");
+      throw TimeoutError("aggregator '" + self_.id + "': no answer from " + role_->awaited() +
+                         " within " + std::to_string(cfg_.round_timeout.count() / 1000) + " s");
     case Phase::kDraining:
       throw TimeoutError("aggregator '" + self_.id +
                          "': regions did not report the traffic "
@@ -288,11 +227,8 @@ void Aggregator::Impl::check_deadlines() {
 }
 
 void Aggregator::Impl::on_child_frame(Incoming& in) {
-  if (opt_.standby && in.peer == self_.id) {
-    on_root_frame(in);  // the active root, streaming its checkpoints
-    return;
-  }
-  if (!may_serve(in.peer)) return;  // a passive standby while the root lives
+  if (role_->own_frame(in)) return;      // a standby: the active root's checkpoints
+  if (!role_->may_serve(in.peer)) return;  // a passive standby while the root lives
   const wire::ParsedFrame f = wire::parse_frame(in.data(), in.frame_size, limits_);
   const std::optional<size_t> slot = down_.link.find(in.peer);
   if (!slot) {

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "aggregator/aggregator_impl.hpp"
+#include "aggregator/role.hpp"
 #include "checkpoint/node_checkpoint.hpp"
 #include "common/atomic_file.hpp"
 #include "common/log.hpp"
@@ -30,21 +31,7 @@ void Aggregator::Impl::save_checkpoint() {
   c.topology_digest = topo_.lineage_digest();
   c.node_id = self_.id;
   nlohmann::json meta = {{"role", role_name(self_.role)}, {"elements", total_elements_}};
-  if (is_root_) {
-    c.sections.push_back(
-        checkpoint::float_section("global", root_.global.data(), root_.global.size()));
-    c.sections.push_back(checkpoint::float_section("held", root_.held.data(), root_.held.size()));
-    for (const OuterOptimizer::StateBuffer& b : root_.outer->state()) {
-      c.sections.push_back(
-          checkpoint::float_section("outer." + b.name, b.data->data(), b.data->size()));
-    }
-    meta["outer"] = std::string(root_.outer->name());
-  } else {
-    c.sections.push_back(
-        checkpoint::float_section("anchor", region_.anchor.data(), region_.anchor.size()));
-    c.sections.push_back(
-        checkpoint::float_section("residual", region_.residual.data(), region_.residual.size()));
-  }
+  role_->save(c, meta);  // the root's model and optimizer, a region's anchor
   // The audit log's head as of this checkpoint: a restart checks it is
   // still there (a log cut back behind the checkpoint raises an alarm).
   meta["membership"] = membership_json();
@@ -72,46 +59,14 @@ bool Aggregator::Impl::resume_from_checkpoint() {
   auto loaded = checkpoint::load_node_checkpoint(
       opt_.checkpoint_dir, topo_, self_.id, checkpoint::checkpoint_trust(*security_, topo_, self_));
   if (!loaded) {
-    if (is_root_) {
-      // Starting over from round 0 beside a checkpoint that could not be
-      // read would silently redo and double count committed rounds.
-      fs::path p = checkpoint::checkpoint_path(opt_.checkpoint_dir, self_.id);
-      std::error_code ec;
-      if (fs::exists(p.string() + ".corrupt", ec) && !self_.standby_endpoint.empty() &&
-          !opt_.standby && !standby_.link) {
-        root_.corrupt = true;  // its standby keeps a copy: the constructor asks for it
-        return false;
-      }
-      if (fs::exists(p.string() + ".corrupt", ec)) {
-        throw CryptoError("root '" + self_.id + "': its checkpoint " + p.string() +
-                          " is corrupt and no intact one is left; restore one (see "
-                          "docs/operations.md) or move the directory away to start over");
-      }
-    }
+    role_->no_checkpoint();  // the root: throws when starting over would redo rounds
     return false;
   }
   const Checkpoint& c = loaded->checkpoint;
   round_ = c.round;
-  if (is_root_) {
-    root_.global = checkpoint::floats_of(c, "global", 0);
-    root_.held = checkpoint::floats_of(c, "held", root_.global.size());
-    init_model_state(root_.global.size());
-    root_.outer = make_outer_optimizer(cfg_.outer, root_.global.size());
-    for (const OuterOptimizer::StateBuffer& b : root_.outer->state()) {
-      *b.data = checkpoint::floats_of(c, "outer." + b.name, b.data->size());
-    }
-    root_.model_digest = sha256(root_.held.data(), root_.held.size() * sizeof(float));
-  } else {
-    region_.anchor = checkpoint::floats_of(c, "anchor", 0);
-    init_model_state(region_.anchor.size());
-    region_.residual = checkpoint::floats_of(c, "residual", 0);
-    if (!region_.residual.empty() && region_.residual.size() != region_.anchor.size()) {
-      throw CryptoError("checkpoint " + loaded->path.string() + ": residual size mismatch");
-    }
-  }
+  role_->restore(c, loaded->path.string());
   summary_.resumed_from_round = round_;
   std::vector<float>().swap(opt_.initial_model);  // a region's: the checkpoint holds its anchor
-  if (up_.uplink) up_.uplink->resumed();
   security_->audit("resumed", {{"round", round_}, {"path", loaded->path.string()}});
   checkpoint::check_recorded_audit_head(c, *security_);
   const auto now = Clock::now();
@@ -143,7 +98,7 @@ bool Aggregator::Impl::resume_from_checkpoint() {
   round_started_ = now;
   book_.resume_at(round_);
   open_round(round_);
-  if (!is_root_) hello_parent();
+  role_->resumed();  // a region says hello to its parent
   return true;
 }
 

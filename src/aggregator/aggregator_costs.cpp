@@ -6,6 +6,7 @@
 #include <string>
 
 #include "aggregator/aggregator_impl.hpp"
+#include "aggregator/role.hpp"
 
 namespace fedwan {
 
@@ -17,7 +18,7 @@ void Aggregator::Impl::collect_costs() {
     if (now > seen) rec.sent(c.id, now - seen);
     seen = now;
   }
-  if (up_.uplink) up_.uplink->record_link_bytes(rec);
+  if (session::Uplink* up = role_->uplink()) up->record_link_bytes(rec);
 }
 
 void Aggregator::Impl::costs_round_opened(uint64_t round) {

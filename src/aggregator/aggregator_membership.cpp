@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "aggregator/aggregator_impl.hpp"
+#include "aggregator/role.hpp"
 #include "common/log.hpp"
 #include "fedwan/error.hpp"
 #include "topology/participation_window.hpp"
@@ -56,25 +57,8 @@ void Aggregator::Impl::refresh_quorum() {
 
 void Aggregator::Impl::membership_changed() {
   refresh_quorum();
-  if (!is_root_) report_membership();
+  role_->report_membership();  // a region's, to its parent
   close_ready_chunks();
-}
-
-bool Aggregator::Impl::membership_settled() const {
-  // Welcomed, and its children welcomed in turn: while the model in full is
-  // on its way (its first join, a resync) they are not, and a report then
-  // would tell the parent "no member" for a moment (weight 0: not waited
-  // for, and a round of the parent's could close without it).
-  return up_.uplink && up_.welcomed && !up_.full_pending && phase_ != Phase::kJoining &&
-         phase_ != Phase::kAwaitWelcome;
-}
-
-void Aggregator::Impl::report_membership() {
-  if (!membership_settled()) return;
-  wire::MembershipPayload p;
-  p.weight = member_weight();
-  p.sites = member_sites();
-  (void)up_.uplink->session().heartbeat(round_, wire::kFlagMembership, wire::encode_membership(p));
 }
 
 void Aggregator::Impl::on_membership(Child& c, const wire::ParsedFrame& f) {
@@ -187,7 +171,7 @@ void Aggregator::Impl::became_member(Child& c) {
   refresh_quorum();
   // Reported once the event loop comes round: children welcomed together
   // (a region's first welcome) go up in one report.
-  membership_report_due_ = !is_root_;
+  membership_report_due_ = true;
 }
 
 aggregator::RoundWait Aggregator::Impl::round_wait() const {
@@ -207,7 +191,8 @@ aggregator::RoundWait Aggregator::Impl::round_wait() const {
 
 void Aggregator::Impl::check_round_wait() {
   const aggregator::RoundWait w = round_wait();
-  if (w.state == aggregator::RoundWait::State::kNever && !is_root_ && member_weight() <= 0) {
+  if (w.state == aggregator::RoundWait::State::kNever && role_->sits_out_empty_rounds() &&
+      member_weight() <= 0) {
     // Every site under this region left or paused: there is nothing to
     // aggregate, and its parent counts it with weight 0 (its membership
     // reports say so). It sits the round out, sending nothing up, and

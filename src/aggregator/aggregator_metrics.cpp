@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "aggregator/aggregator_impl.hpp"
+#include "aggregator/role.hpp"
 #include "metrics/metrics_registry.hpp"
 #include "node/node_metrics.hpp"
 
@@ -47,9 +48,9 @@ void Aggregator::Impl::update_metrics() {
   const uint64_t shown_round = over ? std::max<uint64_t>(round_, cfg_.rounds) : round_;
   served.round(shown_round);
   nlohmann::json children = children_metrics(now);
-  if (up_.uplink) {
-    served.link_bytes(topo_.node(self_.parent_index).id, up_.uplink->session().bytes_sent(),
-                      up_.uplink->session().bytes_received());
+  if (session::Uplink* up = role_->uplink()) {
+    served.link_bytes(topo_.node(self_.parent_index).id, up->session().bytes_sent(),
+                      up->session().bytes_received());
   }
   m.gauge("fedwan_compression_ratio",
           "fp32-equivalent bytes over bytes on the wire, rounds reported so far.", {"node"})
@@ -84,7 +85,7 @@ void Aggregator::Impl::update_metrics() {
   raise_to(
       m.counter("fedwan_rejoins_total", "Children that said hello again.", {"node"}).with({me}),
       summary_.rejoins);
-  if (up_.uplink) served.parent_last_seen(up_.uplink->session().last_heard(), now);
+  if (session::Uplink* up = role_->uplink()) served.parent_last_seen(up->session().last_heard(), now);
   nlohmann::json status = {{"node", me},
                            {"role", role_name(self_.role)},
                            {"job", topo_.job()},

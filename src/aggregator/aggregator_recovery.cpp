@@ -1,8 +1,8 @@
 // Aggregator, fault tolerance: children that rejoin (after a crash, a
 // reconnect or this node's own restart), heartbeats and lost children,
-// round deadlines and quorum, the link to the standby (checkpoints and
-// resuming from them are in aggregator_checkpoints.cpp, a region's side of
-// the link to its parent in aggregator_region.cpp).
+// round deadlines and quorum (checkpoints and resuming from them are in
+// aggregator_checkpoints.cpp, a region's side of the link to its parent in
+// region_role.cpp, the root's link to its standby in root_role.cpp).
 // docs/operations.md states the guarantees these steps give.
 #include <algorithm>
 #include <cstddef>
@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "aggregator/aggregator_impl.hpp"
+#include "aggregator/role.hpp"
 #include "checkpoint/node_checkpoint.hpp"
 #include "common/atomic_file.hpp"
 #include "common/log.hpp"
@@ -22,6 +23,8 @@
 #include "node/node_frames.hpp"
 
 namespace fedwan {
+
+const std::vector<float>& Aggregator::Impl::anchor_values() const { return role_->anchor(); }
 
 std::array<uint8_t, 32> Aggregator::Impl::anchor_digest() const {
   if (anchor_replaced()) {
@@ -129,7 +132,7 @@ void Aggregator::Impl::on_rejoin(Child& c, const wire::ParsedFrame& f) {
     send_child(c, make_frame(h, {}), h);
     return;
   }
-  if (phase_ == Phase::kAwaitWelcome || up_.full_pending) {
+  if (role_->resyncing()) {
     c.rejoin_pending = true;  // this region itself is (re)joining its parent
     return;
   }
@@ -139,7 +142,7 @@ void Aggregator::Impl::on_rejoin(Child& c, const wire::ParsedFrame& f) {
     close_ready_chunks();
     return;
   }
-  if (root_.held_back) {
+  if (role_->holds_rejoins()) {
     // The root waits for its standby to hold the round just committed:
     // welcomed once the round's last chunk is out (release_held_back).
     c.rejoin_pending = true;
@@ -201,7 +204,9 @@ void Aggregator::Impl::on_heartbeat_timer() {
   }
   // A region that opened a round with no member under it (they all left or
   // paused) hears from nobody: it sits the round out (check_round_wait).
-  if (phase_ == Phase::kTraining && !is_root_ && member_weight() <= 0) check_round_wait();
+  if (phase_ == Phase::kTraining && role_->sits_out_empty_rounds() && member_weight() <= 0) {
+    check_round_wait();
+  }
   for (const Child& c : down_.children) {
     if (!c.live || !c.joined) continue;
     wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kHeartbeat, round_);
@@ -216,7 +221,7 @@ void Aggregator::Impl::on_heartbeat_timer() {
     // Never queued behind a full window: a heartbeat that cannot go now is
     // superseded by the next.
     try {
-      if (phase_ == Phase::kDraining && !c.confirmed_end && !root_.done_pending) {
+      if (phase_ == Phase::kDraining && !c.confirmed_end && !role_->end_held_back()) {
         // The end said again until the child confirms it: a kDone lost on a
         // bad link must not leave the child waiting (one that lacks part of
         // the final anchor rejoins for it, see on_rejoin).
@@ -228,33 +233,7 @@ void Aggregator::Impl::on_heartbeat_timer() {
       // Not connected right now; its silence is judged by the timeout.
     }
   }
-  if (standby_.link) {
-    if (standby_.link->established()) {
-      wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kHeartbeat, round_);
-      (void)standby_.link->try_send(make_frame(h, {}));
-    }
-    // A standby that went silent (or restarted): start its session over.
-    const auto last = std::max(standby_.heard, standby_.link_opened);
-    if (now - last > cfg_.heartbeat_timeout) {
-      standby_missing("it is not answering");
-      open_standby_link();
-    }
-    if (root_.held_back &&
-        (!standby_awaited() || now - root_.held_since > cfg_.heartbeat_timeout)) {
-      standby_missing("it did not confirm the checkpoint of round " + std::to_string(round_));
-      release_held_back();
-    }
-  }
-  if (opt_.standby && standby_.passive) {
-    // The standby's heartbeat, so the root knows it is there.
-    wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kHeartbeat, round_);
-    try {
-      (void)down_.link.link().try_send(self_.id, make_frame(h, {}));
-    } catch (const Error&) {
-      // The root is not connected (yet, or any more).
-    }
-  }
-  if (up_.uplink) region_heartbeat(now);
+  role_->heartbeat(now);  // the parent's side, or the standby's
   update_metrics();
 }
 
@@ -309,20 +288,6 @@ void Aggregator::Impl::on_deadline(uint64_t round) {
                                      : aggregator::join_names(w.waiting_for));
     check_round_wait();
   }
-}
-
-// ---- the standby link (the root) -------------------------------------------------
-
-void Aggregator::Impl::open_standby_link() {
-  // The default linger lets the last frame (kDone) reach the standby at the
-  // end; a replaced link is abandoned (closed at once).
-  if (standby_.link) standby_.link->abandon();
-  standby_.link.reset();
-  standby_.link = std::make_unique<ParentLink>(*transport_, self_.standby_endpoint, self_.id,
-                                               cfg_.link, security_->parent_factory());
-  standby_.link_opened = Clock::now();
-  standby_.seen = false;
-  if (uploading()) start_upload();  // from its first piece, on the new link
 }
 
 }  // namespace fedwan

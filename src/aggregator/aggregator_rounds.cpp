@@ -1,6 +1,6 @@
 // Aggregator, the round protocol both roles share: children join and are
 // welcomed, deltas accumulate chunk by chunk, a complete chunk is stepped
-// (root: aggregator_root.cpp) or forwarded (region: aggregator_region.cpp),
+// (the root: root_role.cpp) or forwarded (a region: region_role.cpp),
 // a complete round is reported with its traffic. aggregator.cpp has the
 // event loop and the outboxes these steps send through; docs/protocol.md
 // the sequence.
@@ -15,6 +15,7 @@
 
 #include "aggregation/round_accumulator.hpp"
 #include "aggregator/aggregator_impl.hpp"
+#include "aggregator/role.hpp"
 #include "aggregator/child_claims.hpp"
 #include "common/crash_point.hpp"
 #include "common/log.hpp"
@@ -107,45 +108,9 @@ bool Aggregator::Impl::settle_model_size() {
 }
 
 void Aggregator::Impl::all_children_joined() {
-  if (is_root_) {
-    for (Child& c : down_.children) {
-      if (!c.joined) continue;  // a late_join site that has not come yet
-      const bool same = c.hello.model_digest == root_.model_digest;
-      std::vector<uint8_t> payload(root_.model_digest.begin(), root_.model_digest.end());
-      wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kWelcome, 0);
-      h.total_elements = total_elements_;
-      h.flags = (same ? wire::kFlagNoChange : 0) | welcome_flags();
-      send_child(c, make_frame(h, payload), h);
-      c.welcomed = true;
-      if (!same) send_full_anchor(c);
-      became_member(c);
-    }
-    open_round(0);
-    return;
-  }
-  // A region joins upward for its whole subtree. It keeps a copy of the
-  // anchor (to resync children that rejoin later), so it asks for the model
-  // in full unless it was given the model the federation starts from: then
-  // its hello carries that model's digest and the parent skips sending it
-  // when its own matches. Each child then gets the model only if it does
-  // not hold it already.
-  if (opt_.initial_model.size() == total_elements_) {
-    region_.anchor = std::move(opt_.initial_model);
-    region_.round_anchor_digest =
-        sha256(region_.anchor.data(), region_.anchor.size() * sizeof(float));
-    region_.holds_initial = true;
-  } else {
-    if (!opt_.initial_model.empty()) {
-      log().info("[agg:{}] its initial model has {} parameters, its children train {}: it is "
-                 "sent the model in full",
-                 self_.id, opt_.initial_model.size(), total_elements_);
-    }
-    region_.anchor.assign(total_elements_, 0.0f);
-  }
-  opt_.initial_model = {};
-  hello_parent();
-  phase_ = Phase::kAwaitWelcome;
-  phase_deadline_ = Clock::now() + cfg_.round_timeout;
+  // The root welcomes them and opens round 0; a region joins its parent
+  // for its whole subtree first.
+  role_->children_joined();
 }
 
 void Aggregator::Impl::welcome_children(uint64_t round) {
@@ -183,18 +148,8 @@ void Aggregator::Impl::open_round(uint64_t round) {
   }
   refresh_quorum();  // a share of the members' weight
   replaced_anchor_.clear();
-  region_.sent_up.clear();
-  if (up_.uplink) up_.uplink->resend().begin(round, Clock::now());
-  // The next anchor (round + 1) starts from nothing applied: after a resync
-  // the anchor it would add to was replaced.
-  region_.relay_round = round + 1;
-  region_.relayed.assign(plan_ ? plan_->count() : 0, false);
-  region_.relayed_chunks = 0;
   next_anchor_.clear();
-  // A region names the anchor it holds when it rejoins its parent.
-  if (!is_root_ && region_.anchor.size() == total_elements_)
-    region_.round_anchor_digest = anchor_digest();
-  if (is_root_) root_.outer->begin_round(round);
+  role_->round_opened(round);
   phase_ = Phase::kTraining;
   round_started_ = Clock::now();
   phase_deadline_ = round_started_ + cfg_.round_timeout;
@@ -313,13 +268,9 @@ void Aggregator::Impl::on_delta_added(const Child& c, const wire::FrameHeader& h
 }
 
 void Aggregator::Impl::complete_chunk(uint32_t chunk) {
-  if (!is_root_) check_residency(chunk);
-  ChunkSum cs = acc_->take(chunk);
-  if (is_root_) {
-    root_step_chunk(chunk, cs);
-  } else {
-    region_forward_chunk(chunk, cs);
-  }
+  // The root steps the outer optimizer and sends the anchor's chunk down; a
+  // region sends the chunk up.
+  role_->chunk_complete(chunk);
 }
 
 void Aggregator::Impl::complete_round() {
@@ -336,13 +287,7 @@ void Aggregator::Impl::complete_round() {
   security_->audit_sync();
   crash_point("aggregator.round_closed");
   deadline_timer_->cancel();
-  if (!is_root_) {
-    phase_ = Phase::kAwaitAnchor;
-    region_.anchor_progress_at = now;
-    phase_deadline_ = Clock::now() + cfg_.round_timeout;
-    return;
-  }
-  root_commit_round(now, secs);
+  role_->round_closed(now, secs);  // the root commits; a region awaits the anchor
 }
 
 // ---- traffic reports ------------------------------------------------------------
@@ -370,17 +315,7 @@ void Aggregator::Impl::on_telemetry(Child& c, const wire::ParsedFrame& f) {
       refuse(c.id, "telemetry for round " + std::to_string(round) + " again; counted once");
       return;
   }
-  if (is_root_) {
-    try_finish_round_report(round);
-  } else {
-    try_send_telemetry(round);
-  }
-}
-
-void Aggregator::Impl::try_finish_round_report(uint64_t round) {
-  if (!book_.ready(round, live_region_children(), region_.force_reports)) return;
-  const Traffic t = take_traffic(round);
-  publish_report(book_.take_report(round), t);
+  role_->report(round);
 }
 
 Traffic Aggregator::Impl::take_traffic(uint64_t round) {
@@ -402,19 +337,5 @@ void Aggregator::Impl::publish_report(RoundReport r, const Traffic& t) {
   if (opt_.on_round) opt_.on_round(r);
   maybe_finish();
 }
-
-void Aggregator::Impl::try_send_telemetry(uint64_t round) {
-  if (!book_.ready(round, live_region_children(), region_.force_reports)) return;
-  const Traffic t = take_traffic(round);
-  wire::TelemetryPayload p{t.wan_bytes, t.fp32_bytes, t.frames};
-  send_parent(make_frame(node_header(topo_, self_.index, wire::MsgType::kTelemetry, round),
-                         wire::encode_telemetry(p)));
-  book_.sent_through(round + 1);
-  RoundReport rep;
-  rep.round = round;
-  publish_report(rep, t);
-}
-
-// ---- anchor relay (regions) -------------------------------------------------------
 
 }  // namespace fedwan

@@ -11,6 +11,9 @@
 #include <nlohmann/json.hpp>
 
 #include "aggregator/aggregator_impl.hpp"
+#include "aggregator/region_role.hpp"
+#include "aggregator/root_role.hpp"
+#include "aggregator/standby_role.hpp"
 #include "checkpoint/replica_fetch.hpp"
 #include "common/log.hpp"
 #include "common/sha256.hpp"
@@ -25,16 +28,16 @@ Aggregator::Impl::Impl(AggregatorOptions options)
     : opt_(std::move(options)),
       topo_(opt_.topology),
       self_(topo_.node(opt_.node_id)),  // a copy: topo_ may move to a later version
-      is_root_(self_.role == Role::kRoot),
       cfg_(topo_, self_, {opt_.window, opt_.round_timeout}),
-      limits_(cfg_.limits) {
+      limits_(cfg_.limits),
+      book_(self_.role == fedwan::Role::kRoot) {
   check_options();
-  if (is_root_) init_root_model();
   init_children();
   const std::string bind =
       opt_.standby ? (self_.standby_bind.empty() ? self_.standby_endpoint : self_.standby_bind)
                    : (self_.bind.empty() ? self_.endpoint : self_.bind);
   open_links(bind);
+  role_ = make_role();
   costs_.recorder = costs::CostRecorder(opt_.costs_path, topo_.job(), self_.id,
                                         role_name(self_.role), security_->key());
   start_metrics();
@@ -42,7 +45,6 @@ Aggregator::Impl::Impl(AggregatorOptions options)
   timers_.every(cfg_.heartbeat, [this] { on_heartbeat_timer(); });
   watch_.start_digest = topo_.digest();
   if (!opt_.topology_file.empty()) (void)file_changed();  // the version it started from
-  standby_.root_heard = Clock::now();
   if (!opt_.checkpoint_dir.empty()) {
     repl_.store = std::make_unique<checkpoint::ReplicaStore>(
         std::filesystem::path(opt_.checkpoint_dir) / "replicas", topo_.lineage_digest(), 2,
@@ -53,12 +55,13 @@ Aggregator::Impl::Impl(AggregatorOptions options)
 }
 
 void Aggregator::Impl::check_options() const {
-  if (self_.role == Role::kSite) {
+  if (self_.role == fedwan::Role::kSite) {
     throw ConfigError("node '" + self_.id + "' is a site; run it with `fedwan site`");
   }
-  if (opt_.standby && (!is_root_ || self_.standby_endpoint.empty())) {
+  const bool root = self_.role == fedwan::Role::kRoot;
+  if (opt_.standby && (!root || self_.standby_endpoint.empty())) {
     throw ConfigError("--standby: '" + self_.id + "' is " +
-                      (is_root_ ? "a root without standby_endpoint in the topology"
+                      (root ? "a root without standby_endpoint in the topology"
                                 : std::string("not the root")) +
                       "; a standby runs as the root node of a topology that names its "
                       "standby_endpoint");
@@ -67,18 +70,19 @@ void Aggregator::Impl::check_options() const {
     throw ConfigError("--standby needs --checkpoint-dir: the standby keeps the root's "
                       "checkpoints there");
   }
-  if (is_root_ && opt_.initial_model.empty()) {
+  if (root && opt_.initial_model.empty()) {
     throw ConfigError("root '" + self_.id + "' needs an initial model (flat fp32 parameters)");
   }
 }
 
-void Aggregator::Impl::init_root_model() {
-  root_.global = std::move(opt_.initial_model);
-  init_model_state(root_.global.size());
-  root_.held = root_.global;
-  root_.model_digest = sha256(root_.global.data(), root_.global.size() * sizeof(float));
-  root_.outer = make_outer_optimizer(cfg_.outer, root_.global.size());
+std::unique_ptr<Aggregator::Impl::Role> Aggregator::Impl::make_role() {
+  // The one place the role is chosen (check_options() allowed the pair).
+  if (self_.role != fedwan::Role::kRoot) return std::make_unique<RegionRole>(*this);
+  if (opt_.standby) return std::make_unique<StandbyRole>(*this);
+  return std::make_unique<RootRole>(*this);
 }
+
+Aggregator::Impl::~Impl() = default;
 
 void Aggregator::Impl::init_children() {
   for (uint32_t idx : self_.children) add_child(idx, topo_.node(idx).late_join);
@@ -89,7 +93,7 @@ void Aggregator::Impl::add_child(uint32_t idx, bool late) {
   Child c;
   c.index = idx;
   c.id = n.id;
-  c.is_site = n.role == Role::kSite;
+  c.is_site = n.role == fedwan::Role::kSite;
   if (!c.is_site) down_.regions += 1;
   c.weight = topo_.weight_under(idx);  // 0 for a removed site
   // Until it reports its membership, a region counts with all its sites.
@@ -110,61 +114,13 @@ void Aggregator::Impl::open_links(const std::string& bind) {
                                                  security_->children_factory(),
                                                  security_->children_admission()),
                   "agg:" + self_.id);
-  if (is_root_) return;
-  session::ParentSession::Options so;
-  so.link = cfg_.link;
-  so.heartbeat = cfg_.heartbeat;
-  so.heartbeat_timeout = cfg_.heartbeat_timeout;
-  // A replaced session's queued frames are dropped: what matters is sent
-  // again on the new one (hello, aggregates, checkpoint pieces).
-  so.reconnect_linger_ms = 0;
-  so.log_name = "agg:" + self_.id;
-  up_.uplink = std::make_unique<session::Uplink>(topo_, self_, *transport_, *security_, so);
 }
 
 void Aggregator::Impl::recover() {
-  bool resumed = resume_from_checkpoint();
-  if (!resumed && !is_root_ && !opt_.checkpoint_dir.empty() &&
-      checkpoint::fetch_replica(
-          up_.uplink->link(),
-          [this](const std::string& why) -> ParentLink& {
-            reconnect_parent(why);
-            return up_.uplink->link();
-          },
-          topo_, self_, cfg_, opt_.checkpoint_dir, 0, opt_.join_timeout, *security_,
-          &stop_requested)) {
-    // Its own checkpoints were gone or corrupt; the parent kept a copy.
-    resumed = resume_from_checkpoint();
-  }
-  if (!resumed && root_.corrupt) {
-    // Only corrupt checkpoints: the standby's copy, or no start at all
-    // (starting over beside them would redo committed rounds).
-    open_standby_link();
-    if (checkpoint::fetch_replica(
-            *standby_.link,
-            [this](const std::string&) -> ParentLink& {
-              open_standby_link();
-              return *standby_.link;
-            },
-            topo_, self_, cfg_, opt_.checkpoint_dir, total_elements_, opt_.join_timeout, *security_,
-            &stop_requested)) {
-      resumed = resume_from_checkpoint();
-    }
-    if (!resumed) {
-      throw CryptoError("root '" + self_.id +
-                        "': its checkpoints are corrupt and its standby "
-                        "keeps no copy; restore one (see docs/operations.md) or move the "
-                        "directory away to start over");
-    }
-  }
-  if (resumed) {
+  // Its own checkpoint, else the copy kept above it: a region's parent
+  // keeps one, the root's standby (when the root's own are corrupt).
+  if (role_->recover(resume_from_checkpoint())) {
     log().info("[agg:{}] resumed from its checkpoint at round {}", self_.id, round_);
-  } else if (opt_.standby) {
-    standby_.passive = true;  // until the root dies
-    log().info("[agg:{}] standby: keeping the root's checkpoints until it is needed", self_.id);
-  }
-  if (is_root_ && !opt_.standby && !self_.standby_endpoint.empty() && !standby_.link) {
-    open_standby_link();
   }
 }
 

@@ -51,6 +51,12 @@ class RoundBook {
   // waits for nothing, or for `live_regions` reports, unless `force` (the
   // federation is finishing without lost children's traffic).
   bool ready(uint64_t round, uint32_t live_regions, bool force) const;
+  // The federation is finishing without lost children's traffic: from now
+  // on every round is ready as if forced.
+  void report_without_lost() { forced_ = true; }
+  bool ready(uint64_t round, uint32_t live_regions) const {
+    return ready(round, live_regions, forced_);
+  }
   // Takes what the round's region children reported (and forgets them).
   Traffic take_subtree(uint64_t round);
   // Root: takes the report of a ready round.
@@ -77,6 +83,7 @@ class RoundBook {
   std::map<uint64_t, Subtree> subtree_;
   uint64_t relayed_through_ = 0;  // region: anchors relayed for rounds < this
   uint64_t sent_through_ = 0;     // region: telemetry sent for rounds < this
+  bool forced_ = false;           // report_without_lost()
 };
 
 }  // namespace fedwan::aggregator

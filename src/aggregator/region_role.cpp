@@ -1,0 +1,332 @@
+// A region's steps (aggregator/region_role.hpp): its children's
+// aggregate up, the parent's model down. Its link to the parent is
+// RegionLink's (region_link.cpp); the steps every role shares are
+// Aggregator::Impl's.
+#include "aggregator/region_role.hpp"
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "checkpoint/node_checkpoint.hpp"
+#include "checkpoint/replica_fetch.hpp"
+#include "common/log.hpp"
+#include "common/sha256.hpp"
+#include "fedwan/codec.hpp"
+#include "fedwan/error.hpp"
+#include "node/node_frames.hpp"
+
+namespace fedwan {
+
+Aggregator::Impl::RegionRole::RegionRole(Impl& node) : Role(node), link_(node, *this) {}
+
+// ---- the round protocol ----------------------------------------------------------
+
+void Aggregator::Impl::RegionRole::children_joined() {
+  // A region joins upward for its whole subtree. It keeps a copy of the
+  // anchor (to resync children that rejoin later), so it asks for the model
+  // in full unless it was given the model the federation starts from: then
+  // its hello carries that model's digest and the parent skips sending it
+  // when its own matches. Each child then gets the model only if it does
+  // not hold it already.
+  if (n_.opt_.initial_model.size() == n_.total_elements_) {
+    anchor_ = std::move(n_.opt_.initial_model);
+    round_anchor_digest_ = sha256(anchor_.data(), anchor_.size() * sizeof(float));
+    holds_initial_ = true;
+  } else {
+    if (!n_.opt_.initial_model.empty()) {
+      log().info("[agg:{}] its initial model has {} parameters, its children train {}: it is "
+                 "sent the model in full",
+                 n_.self_.id, n_.opt_.initial_model.size(), n_.total_elements_);
+    }
+    anchor_.assign(n_.total_elements_, 0.0f);
+  }
+  n_.opt_.initial_model = {};
+  link_.hello();
+  n_.phase_ = Phase::kAwaitWelcome;
+  n_.phase_deadline_ = Clock::now() + n_.cfg_.round_timeout;
+}
+
+void Aggregator::Impl::RegionRole::round_opened(uint64_t round) {
+  link_.round_opened(round);
+  // The next anchor (round + 1) starts from nothing applied: after a resync
+  // the anchor it would add to was replaced.
+  relay_.round = round + 1;
+  relay_.done.assign(n_.plan_ ? n_.plan_->count() : 0, false);
+  relay_.chunks = 0;
+  // It names the anchor it holds when it rejoins its parent.
+  if (anchor_.size() == n_.total_elements_) round_anchor_digest_ = n_.anchor_digest();
+}
+
+void Aggregator::Impl::RegionRole::round_closed(Clock::time_point now, double /*secs*/) {
+  // Its aggregate is up; the round ends with the parent's next anchor.
+  n_.phase_ = Phase::kAwaitAnchor;
+  anchor_progress_at_ = now;
+  n_.phase_deadline_ = Clock::now() + n_.cfg_.round_timeout;
+}
+
+void Aggregator::Impl::RegionRole::report(uint64_t round) {
+  if (!n_.book_.ready(round, n_.live_region_children())) return;
+  const Traffic t = n_.take_traffic(round);
+  link_.telemetry(round, t);
+  n_.book_.sent_through(round + 1);
+  RoundReport rep;
+  rep.round = round;
+  n_.publish_report(rep, t);
+}
+
+void Aggregator::Impl::RegionRole::check_residency(uint32_t chunk) const {
+  // Residency: an aggregate leaves the region only if it mixes at least
+  // k_min sites (every child contributes to every chunk in this protocol;
+  // the topology was checked at load, this guards the invariant at run
+  // time before anything is sent upward).
+  size_t sites = 0;
+  for (uint32_t idx : n_.acc_->contributors(chunk)) sites += n_.topo_.sites_under(idx).size();
+  const uint32_t k_min = n_.topo_.k_min_for(n_.self_.index);
+  if (sites < k_min) {
+    const std::string why = "region '" + n_.self_.id + "' would forward an aggregate of " +
+                            std::to_string(sites) + " site(s); residency policy requires " +
+                            std::to_string(k_min);
+    n_.security_->audit("policy_refusal",
+                        {{"round", n_.round_}, {"chunk", chunk}, {"reason", why}});
+    throw ProtocolError(why);
+  }
+}
+
+void Aggregator::Impl::RegionRole::chunk_complete(uint32_t chunk) {
+  check_residency(chunk);
+  ChunkSum cs = n_.acc_->take(chunk);
+  const uint64_t off = n_.plan_->offset(chunk);
+  const uint32_t n = n_.plan_->size(chunk);
+  std::vector<uint8_t> payload(n_.cfg_.codec->encoded_size(n));
+  float* residual = nullptr;
+  if (n_.cfg_.codec->id() != CodecId::kFp32) {
+    if (residual_.empty()) residual_.assign(n_.total_elements_, 0.0f);
+    residual = residual_.data() + off;
+  }
+  n_.cfg_.codec->encode(cs.mean.data(), n, residual, payload.data());
+  const wire::FrameHeader h =
+      chunk_header(n_.topo_, n_.self_.index, wire::MsgType::kDelta, n_.round_, *n_.plan_, chunk,
+                   n_.cfg_.codec->id(), cs.weight);
+  link_.send_aggregate(chunk, std::make_shared<const std::vector<uint8_t>>(make_frame(h, payload)));
+}
+
+// ---- checkpoints and recovery -------------------------------------------------------
+
+void Aggregator::Impl::RegionRole::save(Checkpoint& c, nlohmann::json& /*meta*/) const {
+  c.sections.push_back(checkpoint::float_section("anchor", anchor_.data(), anchor_.size()));
+  c.sections.push_back(checkpoint::float_section("residual", residual_.data(), residual_.size()));
+}
+
+void Aggregator::Impl::RegionRole::restore(const Checkpoint& c, const std::string& path) {
+  anchor_ = checkpoint::floats_of(c, "anchor", 0);
+  n_.init_model_state(anchor_.size());
+  residual_ = checkpoint::floats_of(c, "residual", 0);
+  if (!residual_.empty() && residual_.size() != anchor_.size()) {
+    throw CryptoError("checkpoint " + path + ": residual size mismatch");
+  }
+  link_.uplink().resumed();
+}
+
+bool Aggregator::Impl::RegionRole::recover(bool resumed) {
+  if (!resumed && !n_.opt_.checkpoint_dir.empty() &&
+      checkpoint::fetch_replica(
+          link_.uplink().link(),
+          [this](const std::string& why) -> ParentLink& {
+            link_.reconnect(why);
+            return link_.uplink().link();
+          },
+          n_.topo_, n_.self_, n_.cfg_, n_.opt_.checkpoint_dir, 0, n_.opt_.join_timeout,
+          *n_.security_, &n_.stop_requested)) {
+    // Its own checkpoints were gone or corrupt; the parent kept a copy.
+    resumed = n_.resume_from_checkpoint();
+  }
+  return resumed;
+}
+
+// ---- the parent's model, coming down -------------------------------------------------
+
+std::optional<std::array<uint8_t, 32>> Aggregator::Impl::RegionRole::held_digest() const {
+  // It holds the anchor of its round (its digest was taken when the round
+  // opened, before the next anchor's chunks began to change it): the parent
+  // can skip the full model and take its update again.
+  const bool settled = n_.phase_ != Phase::kJoining && n_.phase_ != Phase::kAwaitWelcome;
+  if (anchor_.size() == n_.total_elements_ && (settled || holds_initial_) &&
+      !link_.welcome.full_pending) {
+    return round_anchor_digest_;
+  }
+  return std::nullopt;
+}
+
+void Aggregator::Impl::RegionRole::on_parent_welcome(const wire::ParsedFrame& f) {
+  if (f.header.total_elements != n_.total_elements_) {
+    throw ProtocolError("parent welcomed '" + n_.self_.id + "' with a model of " +
+                        std::to_string(f.header.total_elements) + " parameters, children have " +
+                        std::to_string(n_.total_elements_));
+  }
+  link_.welcome.welcomed = true;
+  link_.uplink().welcomed(f.header.flags);
+  link_.welcome.round = f.header.round;
+  // Draining, it holds the final model: a welcome after a reconnect asks
+  // for nothing (the model in full that may follow is ignored).
+  if (n_.phase_ == Phase::kDraining || n_.phase_ == Phase::kDone) return;
+  const bool no_change = (f.header.flags & wire::kFlagNoChange) != 0;
+  if (n_.phase_ != Phase::kAwaitWelcome && no_change && f.header.round == n_.round_) {
+    // Rejoined the parent (it or the link restarted) in the same round: send
+    // again what it may have lost; duplicates count once.
+    log().info("[agg:{}] parent welcomed it back at round {}", n_.self_.id, n_.round_);
+    link_.send_aggregates_again();
+    return;
+  }
+  if (no_change) {
+    // Only a region that already holds this round's anchor asks without a
+    // full anchor (after resuming, or given the initial model); open the
+    // round at once.
+    holds_initial_ = false;
+    finish_parent_welcome();
+    return;
+  }
+  holds_initial_ = false;
+  // The model follows in full; finish_parent_welcome() runs when it is in.
+  link_.welcome.full_pending = true;
+  link_.welcome.full_chunks = 0;
+  if (anchor_.size() != n_.total_elements_) anchor_.assign(n_.total_elements_, 0.0f);
+}
+
+void Aggregator::Impl::RegionRole::finish_parent_welcome() {
+  const uint64_t round = link_.welcome.round;
+  const bool first = n_.phase_ == Phase::kAwaitWelcome;
+  log().info("[agg:{}] {} at round {}", n_.self_.id, first ? "joined" : "resynced to the parent",
+             round);
+  const uint64_t sent_up = n_.round_;
+  const bool whole = !first && n_.phase_ == Phase::kAwaitAnchor && sent_up < round;
+  n_.book_.relayed_through(round);
+  // Its aggregate of the round it took part in went up whole: the traffic
+  // report of that round still goes (its parent waits for it), the rounds
+  // it missed have none.
+  if (whole) report(sent_up);
+  n_.book_.sent_through(round);
+  for (Child& c : n_.down_.children) {
+    if (!first && c.live) c.rejoin_pending = true;  // they hold an older anchor
+  }
+  if (round >= n_.cfg_.rounds) {
+    // The federation's final model (it rejoined after the last round): no
+    // round opens; children are welcomed with it, and the parent's kDone
+    // follows.
+    n_.round_ = round;
+    n_.replaced_anchor_.clear();
+    n_.next_anchor_.clear();
+    n_.phase_ = Phase::kAwaitAnchor;
+  } else {
+    n_.open_round(round);
+  }
+  if (first) {
+    n_.welcome_children(round);
+  } else {
+    n_.welcome_pending();
+  }
+}
+
+void Aggregator::Impl::RegionRole::on_parent_anchor(const wire::ParsedFrame& f, const uint8_t* raw,
+                                                    size_t raw_size) {
+  const wire::FrameHeader& h = f.header;
+  const bool full = (h.flags & wire::kFlagFullAnchor) != 0;
+  if (h.total_elements != n_.total_elements_ || h.chunk_count != n_.plan_->count() ||
+      h.element_count != n_.plan_->size(h.chunk_index)) {
+    throw ProtocolError("parent sent an anchor chunk that does not fit (round " +
+                        std::to_string(h.round) + ", chunk " + std::to_string(h.chunk_index) +
+                        ", " + std::to_string(h.element_count) + " elements)");
+  }
+  const Codec* codec = codec_by_wire_id(h.codec);
+  float* dst = anchor_.data() + n_.plan_->offset(h.chunk_index);
+  if (full) {
+    // The model in full, answering this region's hello: kept, not relayed;
+    // children get it from welcome_children() as they need it.
+    if (!link_.welcome.full_pending || h.round != link_.welcome.round) {
+      log().info("[agg:{}] ignored a full anchor chunk of round {} it did not ask for", n_.self_.id,
+                 h.round);
+      return;
+    }
+    codec->decode(f.payload, h.element_count, dst);
+    link_.uplink().progressed(Clock::now());
+    if (++link_.welcome.full_chunks == n_.plan_->count()) {
+      link_.welcome.full_pending = false;
+      finish_parent_welcome();
+    }
+    return;
+  }
+  // An update opens the next round.
+  if (h.round != n_.round_ + 1 || link_.welcome.full_pending) {
+    log().info("[agg:{}] ignored an anchor chunk of round {} (training round {})", n_.self_.id,
+               h.round, n_.round_);
+    return;
+  }
+  if (relay_.round != h.round || relay_.done.size() != n_.plan_->count()) {
+    relay_.round = h.round;
+    relay_.done.assign(n_.plan_->count(), false);
+    relay_.chunks = 0;
+  }
+  if (relay_.done[h.chunk_index]) {
+    // Sent again by a parent that welcomed this region back mid-round: the
+    // chunk is in the anchor and went down already.
+    log().debug("[agg:{}] ignored a duplicate anchor chunk {} of round {}", n_.self_.id,
+                h.chunk_index, h.round);
+    return;
+  }
+  relay_.done[h.chunk_index] = true;
+  n_.keep_round_anchor(h.chunk_index);
+  codec->decode_accumulate(f.payload, h.element_count, 1.0f, dst);
+  anchor_progress_at_ = Clock::now();
+  // Relay the chunk as it is, re-addressed from this node: no decode.
+  wire::FrameHeader out = h;
+  out.sender = n_.self_.index;
+  auto bytes = std::make_shared<std::vector<uint8_t>>(raw, raw + raw_size);
+  wire::encode_header(out, bytes->data());
+  const Frame frame = std::move(bytes);
+  n_.next_anchor_.emplace_back(frame, out);
+  for (const Child& c : n_.down_.children) {
+    if (c.live && !c.rejoin_pending) n_.send_child(c, frame, out);
+  }
+  relay_.chunks += 1;
+  if (relay_.chunks < n_.plan_->count()) return;
+  relay_.chunks = 0;
+  n_.book_.relayed_through(h.round);
+  if (h.round < n_.cfg_.rounds) {
+    n_.round_ = h.round;
+    n_.save_checkpoint();
+    n_.start_upload();
+    n_.open_round(h.round);
+    n_.welcome_pending();
+  }
+  report(h.round - 1);
+}
+
+void Aggregator::Impl::RegionRole::on_parent_done(uint64_t final_round) {
+  // Said again by a parent waiting for this region's confirmation.
+  if (n_.phase_ == Phase::kDraining || n_.phase_ == Phase::kDone) return;
+  if (n_.book_.relayed_through() < final_round) {
+    // Chunks of the final anchor were lost on the way: passing the end on
+    // would finish the children on a model a chunk short. Rejoin; the
+    // draining parent hands the final model over in full (children are
+    // welcomed with it) and says the end again.
+    if (!link_.welcome.welcomed || link_.welcome.full_pending) return;  // asked already
+    log().warn("[agg:{}] the parent ended the federation at round {} before this node had its "
+               "final anchor whole; rejoining for the final model",
+               n_.self_.id, final_round);
+    link_.hello();
+    return;
+  }
+  // The round of the model it holds, so rejoining children are welcomed at
+  // the final round and its heartbeats say it.
+  n_.round_ = final_round;
+  n_.send_done(final_round);
+  n_.phase_ = Phase::kDraining;
+  n_.phase_deadline_ = Clock::now() + n_.cfg_.round_timeout;
+  n_.finish_deadline_ = Clock::now() + n_.cfg_.finish_wait;
+  n_.maybe_finish();
+}
+
+}  // namespace fedwan

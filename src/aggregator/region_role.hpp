@@ -1,0 +1,91 @@
+// A region (aggregator/role.hpp): a complete chunk of its children's mean
+// goes up (residency checked, error feedback for lossy codecs); the
+// parent's model comes down (its welcome, with the model in full when the
+// region lacks it; the next anchor chunk by chunk, applied and relayed to
+// the children at once; the end). Its link to the parent, the child's end
+// of the protocol as a site's is, is RegionLink (aggregator/region_link.hpp).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "aggregator/region_link.hpp"
+#include "aggregator/role.hpp"
+
+namespace fedwan {
+
+class Aggregator::Impl::RegionRole final : public Aggregator::Impl::Role {
+ public:
+  explicit RegionRole(Impl& node);
+
+  const std::vector<float>& anchor() const override { return anchor_; }
+  session::Uplink* uplink() override { return &link_.uplink(); }
+  void children_joined() override;
+  void round_opened(uint64_t round) override;
+  void chunk_complete(uint32_t chunk) override;
+  void round_closed(Clock::time_point now, double secs) override;
+  void report(uint64_t round) override;
+  void report_membership() override { link_.report_membership(); }
+  bool sits_out_empty_rounds() const override { return true; }
+  bool resyncing() const override {
+    return n_.phase_ == Phase::kAwaitWelcome || link_.welcome.full_pending;
+  }
+  void finished() override { link_.done(); }
+
+  void watch(std::vector<transport::Transport::Interest>* interests) override {
+    link_.watch(interests);
+  }
+  void receive(Incoming& in) override { link_.receive(in); }
+  bool flush() override { return link_.flush(); }
+  size_t waiting() const override { return link_.waiting(); }
+  void heartbeat(Clock::time_point now) override { link_.heartbeat(now); }
+  void check_stuck(Clock::time_point now) const override { link_.check_stuck(now); }
+  std::string awaited() const override { return link_.awaited(); }
+  bool replicates(uint64_t round) const override { return link_.replicates(round); }
+  ParentLink* replica_link() override { return link_.replica_link(); }
+
+  void save(Checkpoint& c, nlohmann::json& meta) const override;
+  void restore(const Checkpoint& c, const std::string& path) override;
+  void resumed() override { link_.hello(); }
+  bool recover(bool resumed) override;
+
+  // ---- what comes from the parent (RegionLink hands it over)
+  void on_parent_welcome(const wire::ParsedFrame& f);
+  void on_parent_anchor(const wire::ParsedFrame& f, const uint8_t* raw, size_t raw_size);
+  void on_parent_done(uint64_t final_round);
+  // The digest of the anchor it holds, for its hello (the parent can then
+  // skip the model in full), or nullopt.
+  std::optional<std::array<uint8_t, 32>> held_digest() const;
+  // Nothing of the next anchor came for a heartbeat timeout.
+  bool anchor_stalled(Clock::time_point now) const {
+    return now - anchor_progress_at_ > n_.cfg_.heartbeat_timeout;
+  }
+
+ private:
+  void check_residency(uint32_t chunk) const;  // throws before too few sites go up
+  void finish_parent_welcome();                // the welcome's model is in
+
+  RegionLink link_;
+  std::vector<float> anchor_;                      // the anchor its children hold
+  std::array<uint8_t, 32> round_anchor_digest_{};  // of anchor_ when the round opened
+  // Joining with the model the federation starts from (options'
+  // initial_model): its digest goes up in the first hello.
+  bool holds_initial_ = false;
+  // Error-feedback residual of the forwarded means (lossy codecs).
+  std::vector<float> residual_;
+  // Anchor relay progress: which chunks of the next anchor (round
+  // relay_round) are applied and relayed. A chunk the parent sends again
+  // (after welcoming this region back) is neither applied twice nor counted
+  // twice.
+  struct Relay {
+    uint64_t round = 0;
+    std::vector<bool> done;
+    uint32_t chunks = 0;
+  } relay_;
+  Clock::time_point anchor_progress_at_;  // the round's anchor last advanced
+};
+
+}  // namespace fedwan

@@ -1,0 +1,107 @@
+// What an aggregator does as the root, as a region or as the root's
+// standby. One event loop (Aggregator::Impl: the children, their rounds,
+// membership, checkpoints, metrics) serves every role and calls its role at
+// the points where they differ; the role is chosen once, in Impl's
+// constructor (make_role), and owns the state only it has:
+//   RootRole     (root_role.cpp)     the global model and the outer
+//                                    optimizer, the round's commit, the link
+//                                    to its standby;
+//   StandbyRole  (standby_role.cpp)  a root that keeps the active root's
+//                                    checkpoints, passive until it takes over;
+//   RegionRole   (region_role.cpp)   the anchor relayed down, aggregates
+//                                    sent up, the child's end of the parent
+//                                    protocol (session::Uplink).
+// docs/architecture.md draws them. Not thread safe: run()'s thread only.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "aggregator/aggregator_impl.hpp"
+
+namespace fedwan {
+
+class Aggregator::Impl::Role {
+ public:
+  explicit Role(Impl& node) : n_(node) {}
+  virtual ~Role() = default;
+  Role(const Role&) = delete;
+  Role& operator=(const Role&) = delete;
+
+  // The model its children hold: the root's `held`, a region's anchor.
+  virtual const std::vector<float>& anchor() const = 0;
+  // The child's end of the link to a parent (a region's), or null.
+  virtual session::Uplink* uplink() { return nullptr; }
+
+  // ---- the round protocol
+  // Every child that is waited for said hello.
+  virtual void children_joined() = 0;
+  virtual void round_opened(uint64_t round) = 0;
+  // Chunk `chunk` of the open round is complete in the accumulator.
+  virtual void chunk_complete(uint32_t chunk) = 0;
+  virtual void round_closed(Clock::time_point now, double secs) = 0;
+  // Round `round`'s traffic report, once nothing it waits for is missing.
+  virtual void report(uint64_t round) = 0;
+  // Its membership to its parent (a region's).
+  virtual void report_membership() {}
+  // A round with no member under it is sat out (a region), not failed.
+  virtual bool sits_out_empty_rounds() const { return false; }
+  // It is being resynced by its parent itself (a region): children that
+  // rejoin now wait for its own welcome.
+  virtual bool resyncing() const { return false; }
+  // The round's last anchor chunk is held back for the standby (the root):
+  // children that rejoin now are welcomed once it is out.
+  virtual bool holds_rejoins() const { return false; }
+  // The end waits for the round's held-back last anchor chunk (the root).
+  virtual bool end_held_back() const { return false; }
+  // The federation is over here: tell whoever is above.
+  virtual void finished() = 0;
+
+  // ---- the link above the children: a region's parent, the root's standby
+  virtual void watch(std::vector<transport::Transport::Interest>* interests) = 0;
+  virtual void receive(Incoming& in) = 0;
+  // Sends what waits to go up; whether nothing does.
+  virtual bool flush() { return true; }
+  virtual size_t waiting() const { return 0; }
+  virtual void heartbeat(Clock::time_point now) = 0;
+  // Throws when the link above has not read for too long.
+  virtual void check_stuck(Clock::time_point /*now*/) const {}
+  // Whom the phases that wait for an answer from above wait for.
+  virtual std::string awaited() const { return "nobody"; }
+  // This node's checkpoint goes up this round (to a parent that keeps
+  // replicas, or to the root's standby), and the link it goes over while
+  // nothing of the round protocol waits (null: not now).
+  virtual bool replicates(uint64_t round) const = 0;
+  virtual ParentLink* replica_link() = 0;
+
+  // ---- checkpoints and recovery
+  virtual void save(Checkpoint& c, nlohmann::json& meta) const = 0;
+  // No checkpoint of its own could be loaded (throws when starting over
+  // would redo committed rounds).
+  virtual void no_checkpoint() {}
+  virtual void restore(const Checkpoint& c, const std::string& path) = 0;
+  // The round it resumed at is open.
+  virtual void resumed() {}
+  // After trying its own checkpoint: the copy kept above, when it has none.
+  virtual bool recover(bool resumed) = 0;
+  virtual void summarize(AggregatorSummary& /*s*/) const {}
+
+  // ---- a standby's
+  // Passive: not serving the federation (no deadlines apply).
+  virtual bool passive() const { return false; }
+  // A frame on the children's socket that is the role's own (the active
+  // root's, at its standby): handled.
+  virtual bool own_frame(Incoming& /*in*/) { return false; }
+  // Whether the child `peer` is served (a passive standby: not while the
+  // root lives).
+  virtual bool may_serve(const std::string& /*peer*/) { return true; }
+
+ protected:
+  Impl& n_;
+};
+
+}  // namespace fedwan

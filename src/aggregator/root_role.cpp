@@ -1,0 +1,323 @@
+// The root's steps (aggregator/root_role.hpp): a complete chunk of the
+// children's mean steps the outer optimizer and goes down as the next
+// anchor's chunk; a complete round commits (checkpoint durable, and held by
+// a live standby, before the round's last anchor chunk leaves); the link to
+// its standby. The steps every role shares are Aggregator::Impl's.
+#include "aggregator/root_role.hpp"
+
+#include <algorithm>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "checkpoint/node_checkpoint.hpp"
+#include "checkpoint/replica_fetch.hpp"
+#include "common/log.hpp"
+#include "common/sha256.hpp"
+#include "fedwan/codec.hpp"
+#include "fedwan/error.hpp"
+#include "fedwan/outer_optimizer.hpp"
+#include "node/node_frames.hpp"
+
+namespace fedwan {
+namespace fs = std::filesystem;
+
+Aggregator::Impl::RootRole::RootRole(Impl& node) : Role(node) {
+  global_ = std::move(n_.opt_.initial_model);
+  n_.init_model_state(global_.size());
+  held_ = global_;
+  model_digest_ = sha256(global_.data(), global_.size() * sizeof(float));
+  outer_ = make_outer_optimizer(n_.cfg_.outer, global_.size());
+}
+
+// ---- the round protocol ----------------------------------------------------------
+
+void Aggregator::Impl::RootRole::children_joined() {
+  for (Child& c : n_.down_.children) {
+    if (!c.joined) continue;  // a late_join site that has not come yet
+    const bool same = c.hello.model_digest == model_digest_;
+    std::vector<uint8_t> payload(model_digest_.begin(), model_digest_.end());
+    wire::FrameHeader h = node_header(n_.topo_, n_.self_.index, wire::MsgType::kWelcome, 0);
+    h.total_elements = n_.total_elements_;
+    h.flags = (same ? wire::kFlagNoChange : 0) | n_.welcome_flags();
+    n_.send_child(c, make_frame(h, payload), h);
+    c.welcomed = true;
+    if (!same) n_.send_full_anchor(c);
+    n_.became_member(c);
+  }
+  n_.open_round(0);
+}
+
+void Aggregator::Impl::RootRole::round_opened(uint64_t round) { outer_->begin_round(round); }
+
+void Aggregator::Impl::RootRole::chunk_complete(uint32_t chunk) {
+  ChunkSum cs = n_.acc_->take(chunk);
+  const uint64_t off = n_.plan_->offset(chunk);
+  const uint32_t n = n_.plan_->size(chunk);
+  std::vector<uint8_t> payload(n_.cfg_.codec->encoded_size(n));
+  outer_->step(global_.data() + off, cs.mean.data(), off, n);
+  // Send what the children need to move from `held` to the new global
+  // model; `held` then advances by exactly what they decode, so whatever
+  // the encoding lost is carried into the next round's update.
+  for (uint32_t k = 0; k < n; ++k) cs.mean[k] = global_[off + k] - held_[off + k];
+  n_.cfg_.codec->encode(cs.mean.data(), n, nullptr, payload.data());
+  n_.keep_round_anchor(chunk);
+  n_.cfg_.codec->decode_accumulate(payload.data(), n, 1.0f, held_.data() + off);
+  const wire::FrameHeader h = chunk_header(n_.topo_, n_.self_.index, wire::MsgType::kAnchor,
+                                           n_.round_ + 1, *n_.plan_, chunk, n_.cfg_.codec->id());
+  const Frame frame = std::make_shared<const std::vector<uint8_t>>(make_frame(h, payload));
+  n_.book_.report(n_.round_).weight = cs.weight;
+  if (n_.acc_->round_complete()) {
+    held_back_.emplace(frame, h);  // sent once the round's checkpoint is durable
+    return;
+  }
+  n_.next_anchor_.emplace_back(frame, h);
+  for (const Child& c : n_.down_.children) {
+    if (c.live && !c.rejoin_pending) n_.send_child(c, frame, h);
+  }
+}
+
+void Aggregator::Impl::RootRole::round_closed(Clock::time_point now, double secs) {
+  RoundReport& r = n_.book_.report(n_.round_);
+  r.round = n_.round_;
+  r.seconds = secs;
+  n_.book_.complete(n_.round_);
+  const uint64_t finished = n_.round_;
+  // Commit: the round's checkpoint is durable before the last anchor chunk
+  // leaves, so no child can be ahead of what a restarted root remembers.
+  // With a live standby, the standby must hold that checkpoint too (its
+  // acknowledgement releases the chunk, see on_standby_frame), so a
+  // takeover never finds children ahead of it.
+  n_.round_ += 1;
+  n_.save_checkpoint();
+  n_.start_upload();
+  const bool wait_for_standby = held_back_ && standby_awaited() && n_.uploading();
+  if (wait_for_standby) {
+    held_since_ = Clock::now();
+  } else {
+    if (standby_.link) standby_missing("it is not connected");
+    release_held_back();
+  }
+  if (n_.opt_.on_model) n_.opt_.on_model(finished, global_);
+  if (n_.round_ == n_.cfg_.rounds) {
+    if (held_back_) {
+      done_pending_ = true;  // after the last chunk
+    } else {
+      n_.send_done(n_.round_);
+    }
+    n_.phase_ = Phase::kDraining;
+    n_.phase_deadline_ = Clock::now() + n_.cfg_.round_timeout;
+    n_.finish_deadline_ = Clock::now() + n_.cfg_.finish_wait;
+  } else {
+    n_.open_round(n_.round_);
+    n_.round_started_ = now;
+    n_.welcome_pending();
+  }
+  report(finished);
+}
+
+void Aggregator::Impl::RootRole::release_held_back() {
+  if (!held_back_) return;
+  for (const Child& c : n_.down_.children) {
+    if (c.live && !c.rejoin_pending) n_.send_child(c, held_back_->first, held_back_->second);
+  }
+  held_back_.reset();
+  if (done_pending_) {
+    done_pending_ = false;
+    n_.send_done(n_.round_);
+  }
+  // Once the next round is open: inside round_closed (no standby to wait
+  // for) the round's replaced anchor chunks are still kept, and a child
+  // welcomed then would be sent the round that just ended.
+  if (n_.acc_ && n_.acc_->is_open() && n_.acc_->round() == n_.round_) n_.welcome_pending();
+}
+
+void Aggregator::Impl::RootRole::report(uint64_t round) {
+  if (!n_.book_.ready(round, n_.live_region_children())) return;
+  const Traffic t = n_.take_traffic(round);
+  n_.publish_report(n_.book_.take_report(round), t);
+}
+
+void Aggregator::Impl::RootRole::finished() {
+  if (standby_.link && standby_.link->established()) {
+    // The federation is over: the standby has nothing left to stand by for.
+    (void)standby_.link->try_send(
+        make_frame(node_header(n_.topo_, n_.self_.index, wire::MsgType::kDone, n_.round_), {}));
+  }
+}
+
+// ---- checkpoints -------------------------------------------------------------------
+
+void Aggregator::Impl::RootRole::save(Checkpoint& c, nlohmann::json& meta) const {
+  c.sections.push_back(checkpoint::float_section("global", global_.data(), global_.size()));
+  c.sections.push_back(checkpoint::float_section("held", held_.data(), held_.size()));
+  for (const OuterOptimizer::StateBuffer& b : outer_->state()) {
+    c.sections.push_back(
+        checkpoint::float_section("outer." + b.name, b.data->data(), b.data->size()));
+  }
+  meta["outer"] = std::string(outer_->name());
+}
+
+void Aggregator::Impl::RootRole::no_checkpoint() {
+  // Starting over from round 0 beside a checkpoint that could not be
+  // read would silently redo and double count committed rounds.
+  fs::path p = checkpoint::checkpoint_path(n_.opt_.checkpoint_dir, n_.self_.id);
+  std::error_code ec;
+  if (fs::exists(p.string() + ".corrupt", ec) && !n_.self_.standby_endpoint.empty() &&
+      !n_.opt_.standby && !standby_.link) {
+    corrupt_ = true;  // its standby keeps a copy: recover() asks for it
+    return;
+  }
+  if (fs::exists(p.string() + ".corrupt", ec)) {
+    throw CryptoError("root '" + n_.self_.id + "': its checkpoint " + p.string() +
+                      " is corrupt and no intact one is left; restore one (see "
+                      "docs/operations.md) or move the directory away to start over");
+  }
+}
+
+void Aggregator::Impl::RootRole::restore(const Checkpoint& c, const std::string& /*path*/) {
+  global_ = checkpoint::floats_of(c, "global", 0);
+  held_ = checkpoint::floats_of(c, "held", global_.size());
+  n_.init_model_state(global_.size());
+  outer_ = make_outer_optimizer(n_.cfg_.outer, global_.size());
+  for (const OuterOptimizer::StateBuffer& b : outer_->state()) {
+    *b.data = checkpoint::floats_of(c, "outer." + b.name, b.data->size());
+  }
+  model_digest_ = sha256(held_.data(), held_.size() * sizeof(float));
+}
+
+bool Aggregator::Impl::RootRole::recover(bool resumed) {
+  if (!resumed && corrupt_) {
+    // Only corrupt checkpoints: the standby's copy, or no start at all
+    // (starting over beside them would redo committed rounds).
+    open_standby_link();
+    if (checkpoint::fetch_replica(
+            *standby_.link,
+            [this](const std::string&) -> ParentLink& {
+              open_standby_link();
+              return *standby_.link;
+            },
+            n_.topo_, n_.self_, n_.cfg_, n_.opt_.checkpoint_dir, n_.total_elements_,
+            n_.opt_.join_timeout, *n_.security_, &n_.stop_requested)) {
+      resumed = n_.resume_from_checkpoint();
+    }
+    if (!resumed) {
+      throw CryptoError("root '" + n_.self_.id +
+                        "': its checkpoints are corrupt and its standby "
+                        "keeps no copy; restore one (see docs/operations.md) or move the "
+                        "directory away to start over");
+    }
+  }
+  if (!n_.self_.standby_endpoint.empty() && !standby_.link) open_standby_link();
+  return resumed;
+}
+
+// ---- the standby link ----------------------------------------------------------------
+
+bool Aggregator::Impl::RootRole::replicates(uint64_t /*round*/) const {
+  // Every round, to the standby that takes over from it.
+  return standby_.link != nullptr;
+}
+
+bool Aggregator::Impl::RootRole::standby_awaited() const {
+  return aggregator::standby_awaited(standby_view(), Clock::now(), n_.cfg_.heartbeat_timeout);
+}
+
+void Aggregator::Impl::RootRole::open_standby_link() {
+  // The default linger lets the last frame (kDone) reach the standby at the
+  // end; a replaced link is abandoned (closed at once).
+  if (standby_.link) standby_.link->abandon();
+  standby_.link.reset();
+  standby_.link =
+      std::make_unique<ParentLink>(*n_.transport_, n_.self_.standby_endpoint, n_.self_.id,
+                                   n_.cfg_.link, n_.security_->parent_factory());
+  standby_.link_opened = Clock::now();
+  standby_.seen = false;
+  if (n_.uploading()) n_.start_upload();  // from its first piece, on the new link
+}
+
+void Aggregator::Impl::RootRole::standby_missing(const std::string& why) {
+  if (standby_.warned) return;
+  standby_.warned = true;
+  log().warn("[agg:{}] its standby at {}: {}; rounds go on without it (a takeover now would "
+             "redo them)",
+             n_.self_.id, n_.self_.standby_endpoint, why);
+  n_.security_->audit("standby_lost", {{"round", n_.round_}, {"reason", why}});
+}
+
+void Aggregator::Impl::RootRole::watch(std::vector<transport::Transport::Interest>* /*interests*/) {
+  // The standby link is read at every turn of the loop; its frames are few.
+}
+
+void Aggregator::Impl::RootRole::receive(Incoming& in) {
+  if (!standby_.link) return;
+  try {
+    for (int i = 0; i < 16 && standby_.link->recv(&in, Millis(0)); ++i) on_standby_frame(in);
+    if (!standby_.seen && standby_.link->established()) {
+      // The standby answered the handshake: it is there.
+      standby_.heard = Clock::now();
+      standby_.seen = true;
+      if (standby_.warned) n_.security_->audit("standby_back", {{"round", n_.round_}});
+      standby_.warned = false;
+    }
+  } catch (const CryptoError& e) {
+    n_.security_->log_noise("standby-link:" + n_.self_.id,
+                            "[agg:" + n_.self_.id + "] link to its standby: " + e.what());
+    standby_.seen = false;
+    standby_.heard = Clock::time_point{};
+  }
+}
+
+void Aggregator::Impl::RootRole::on_standby_frame(Incoming& in) {
+  const wire::ParsedFrame f = wire::parse_frame(in.data(), in.frame_size, n_.limits_);
+  if (!f.ok() || f.header.job_id != n_.topo_.job_id() || f.header.sender != n_.self_.index) {
+    log().warn("[agg:{}] dropped a frame from its standby: {}", n_.self_.id,
+               f.ok() ? "wrong job or sender" : f.detail);
+    return;
+  }
+  standby_.heard = Clock::now();
+  if (!standby_.seen) {
+    log().info("[agg:{}] its standby at {} is up", n_.self_.id, standby_.link->endpoint());
+    if (standby_.warned) n_.security_->audit("standby_back", {{"round", n_.round_}});
+    standby_.seen = true;
+    standby_.warned = false;
+  }
+  switch (f.header.type) {
+    case wire::MsgType::kCheckpoint:
+      if (f.header.flags == wire::kFlagReplicaStored) {
+        standby_.acked = f.header.round;
+        if (held_back_ && f.header.round >= n_.round_) release_held_back();
+      }
+      return;
+    case wire::MsgType::kReject: {
+      const std::string reason(reinterpret_cast<const char*>(f.payload), f.payload_size);
+      n_.security_->audit("fenced", {{"reason", reason}});
+      throw ProtocolError("root '" + n_.self_.id + "': its standby refused it: " + reason);
+    }
+    default: return;  // heartbeats
+  }
+}
+
+void Aggregator::Impl::RootRole::heartbeat(Clock::time_point now) {
+  if (!standby_.link) return;
+  if (standby_.link->established()) {
+    wire::FrameHeader h =
+        node_header(n_.topo_, n_.self_.index, wire::MsgType::kHeartbeat, n_.round_);
+    (void)standby_.link->try_send(make_frame(h, {}));
+  }
+  // A standby that went silent (or restarted): start its session over.
+  const auto last = std::max(standby_.heard, standby_.link_opened);
+  if (now - last > n_.cfg_.heartbeat_timeout) {
+    standby_missing("it is not answering");
+    open_standby_link();
+  }
+  if (held_back_ && (!standby_awaited() || now - held_since_ > n_.cfg_.heartbeat_timeout)) {
+    standby_missing("it did not confirm the checkpoint of round " + std::to_string(n_.round_));
+    release_held_back();
+  }
+}
+
+}  // namespace fedwan

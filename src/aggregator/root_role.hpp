@@ -1,0 +1,85 @@
+// The root (aggregator/role.hpp): the global model and the outer optimizer
+// stepped on each complete chunk of its children's mean, the new anchor
+// streamed down chunk by chunk, the round's commit, the traffic report of
+// the whole tree, and the link to its standby (the root's checkpoint goes
+// there every round; a live standby holds a round before the round's last
+// anchor chunk leaves, so a takeover loses nothing).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "aggregator/role.hpp"
+
+namespace fedwan {
+
+class Aggregator::Impl::RootRole : public Aggregator::Impl::Role {
+ public:
+  explicit RootRole(Impl& node);
+
+  const std::vector<float>& anchor() const override { return held_; }
+  void children_joined() override;
+  void round_opened(uint64_t round) override;
+  void chunk_complete(uint32_t chunk) override;
+  void round_closed(Clock::time_point now, double secs) override;
+  void report(uint64_t round) override;
+  bool holds_rejoins() const override { return held_back_.has_value(); }
+  bool end_held_back() const override { return done_pending_; }
+  void finished() override;
+
+  void watch(std::vector<transport::Transport::Interest>* interests) override;
+  void receive(Incoming& in) override;
+  void heartbeat(Clock::time_point now) override;
+  bool replicates(uint64_t round) const override;
+  ParentLink* replica_link() override { return standby_.link.get(); }
+
+  void save(Checkpoint& c, nlohmann::json& meta) const override;
+  void no_checkpoint() override;
+  void restore(const Checkpoint& c, const std::string& path) override;
+  bool recover(bool resumed) override;
+  void summarize(AggregatorSummary& s) const override { s.global_model = global_; }
+
+ private:
+  void on_standby_frame(Incoming& in);
+  void open_standby_link();
+  // A round committed without its standby holding it (logged and audited
+  // as standby_lost once, until the standby is back).
+  void standby_missing(const std::string& why);
+  aggregator::StandbyLink standby_view() const {
+    return {standby_.link != nullptr, standby_.seen, standby_.warned, standby_.heard,
+            standby_.link_opened};
+  }
+  // What a round's last anchor chunk waits for (aggregator/round_wait.hpp).
+  bool standby_awaited() const;
+  void release_held_back();  // the round's last anchor chunk, once committed
+
+  // The global model, and the model every child holds (global minus what
+  // the down-path encoding has not delivered yet).
+  std::vector<float> global_, held_;
+  std::array<uint8_t, 32> model_digest_{};
+  std::unique_ptr<OuterOptimizer> outer_;
+  // The last anchor chunk of a round waits until the round's checkpoint is
+  // durable (and held by a live standby), so no child ever holds a round
+  // the root could forget in a crash.
+  std::optional<std::pair<Frame, wire::FrameHeader>> held_back_;
+  Clock::time_point held_since_;
+  bool done_pending_ = false;  // kDone waits for the held-back chunk
+  bool corrupt_ = false;       // only corrupt checkpoints; ask the standby
+
+  // The link its checkpoints go over, and what the standby acknowledged.
+  struct StandbyLink {
+    std::unique_ptr<ParentLink> link;
+    Clock::time_point link_opened;
+    bool seen = false;
+    bool warned = false;
+    Clock::time_point heard;
+    std::optional<uint64_t> acked;
+  } standby_;
+};
+
+}  // namespace fedwan
