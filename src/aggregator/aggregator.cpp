@@ -97,12 +97,12 @@ void Aggregator::Impl::send_done(uint64_t rounds) {
 AggregatorSummary Aggregator::Impl::run() {
   // Lines logged while it runs carry its id and round.
   LogScope scope(self_.id, &round_);
-  if (!recovered_) {
-    recovered_ = true;
+  if (!repl_.recovered) {
+    repl_.recovered = true;
     recover();
   }
   // A resumed node is past joining: its round has the round timeout.
-  phase_deadline_ =
+  clock_.phase_deadline =
       Clock::now() + (phase_ == Phase::kJoining ? opt_.join_timeout : cfg_.round_timeout);
   while (phase_ != Phase::kDone) {
     if (stop_requested.load()) throw StoppedError("aggregator '" + self_.id + "' stopped");
@@ -122,8 +122,8 @@ AggregatorSummary Aggregator::Impl::run() {
     role_->receive(in);  // from the parent, or the standby
     maybe_finish();
     check_deadlines();
-    if (membership_report_due_) {
-      membership_report_due_ = false;
+    if (membership_.report_due) {
+      membership_.report_due = false;
       role_->report_membership();
     }
   }
@@ -159,7 +159,7 @@ void Aggregator::Impl::deliver_the_rest() {
 void Aggregator::Impl::maybe_finish() {
   if (phase_ != Phase::kDraining) return;
   bool reported = book_.nothing_owed();
-  if (!reported && Clock::now() >= finish_deadline_) {
+  if (!reported && Clock::now() >= clock_.finish_deadline) {
     // A child that was lost never reports its traffic: report without it.
     log().warn("[agg:{}] reporting the last rounds without some children's traffic", self_.id);
     book_.report_without_lost();
@@ -167,13 +167,10 @@ void Aggregator::Impl::maybe_finish() {
     reported = true;
   }
   if (!reported) return;
-  std::string missing;
-  for (const Child& c : down_.children) {
-    // Children that left or paused hold no final model to confirm.
-    if (!c.confirmed_end && c.member) missing += (missing.empty() ? "" : ", ") + c.id;
-  }
+  // Children that left or paused hold no final model to confirm.
+  const std::string missing = down_.children.unconfirmed_members();
   if (!missing.empty()) {
-    if (Clock::now() < finish_deadline_) return;
+    if (Clock::now() < clock_.finish_deadline) return;
     log().warn("[agg:{}] finishing although {} did not confirm the final model", self_.id, missing);
   }
   role_->finished();  // the end, to the parent or the standby
@@ -192,7 +189,7 @@ void Aggregator::Impl::check_deadlines() {
     }
   }
   role_->check_stuck(now);  // the parent reads
-  if (now < phase_deadline_ || role_->passive()) return;
+  if (now < clock_.phase_deadline || role_->passive()) return;
   std::string missing;
   auto add = [&](const std::string& id) { missing += (missing.empty() ? "" : ", ") + id; };
   switch (phase_) {
@@ -227,9 +224,9 @@ void Aggregator::Impl::check_deadlines() {
 }
 
 void Aggregator::Impl::on_child_frame(Incoming& in) {
-  if (role_->own_frame(in)) return;      // a standby: the active root's checkpoints
+  if (role_->own_frame(in)) return;        // a standby: the active root's checkpoints
   if (!role_->may_serve(in.peer)) return;  // a passive standby while the root lives
-  const wire::ParsedFrame f = wire::parse_frame(in.data(), in.frame_size, limits_);
+  const wire::ParsedFrame f = wire::parse_frame(in.data(), in.frame_size, model_.limits);
   const std::optional<size_t> slot = down_.link.find(in.peer);
   if (!slot) {
     refuse(in.peer, "node '" + in.peer + "' is not a child of '" + self_.id + "' in topology " +

@@ -30,7 +30,7 @@ void Aggregator::Impl::save_checkpoint() {
   c.round = round_;  // the round a resumed node opens
   c.topology_digest = topo_.lineage_digest();
   c.node_id = self_.id;
-  nlohmann::json meta = {{"role", role_name(self_.role)}, {"elements", total_elements_}};
+  nlohmann::json meta = {{"role", role_name(self_.role)}, {"elements", model_.elements}};
   role_->save(c, meta);  // the root's model and optimizer, a region's anchor
   // The audit log's head as of this checkpoint: a restart checks it is
   // still there (a log cut back behind the checkpoint raises an alarm).
@@ -91,11 +91,11 @@ bool Aggregator::Impl::resume_from_checkpoint() {
   }
   if (round_ >= cfg_.rounds) {
     phase_ = Phase::kDraining;
-    phase_deadline_ = now + cfg_.round_timeout;
-    finish_deadline_ = now + cfg_.finish_wait;
+    clock_.phase_deadline = now + cfg_.round_timeout;
+    clock_.finish_deadline = now + cfg_.finish_wait;
     return true;
   }
-  round_started_ = now;
+  clock_.round_started = now;
   book_.resume_at(round_);
   open_round(round_);
   role_->resumed();  // a region says hello to its parent

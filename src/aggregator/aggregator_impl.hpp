@@ -7,14 +7,18 @@
 //   aggregator_rounds.cpp   the round protocol: joining, deltas, chunk and
 //                           round completion, traffic reports;
 //   aggregator_recovery.cpp fault tolerance: rejoins, heartbeats and lost
-//                           children, deadlines and quorum, checkpoints and
-//                           resuming;
+//                           children, deadlines and quorum;
+//   aggregator_checkpoints.cpp checkpoints and resuming from them;
 //   aggregator_membership.cpp elastic membership: who counts in the quorum,
 //                           leaves, pauses, newcomers;
 //   aggregator_replicas.cpp checkpoint replication: children's replicas kept
 //                           and served back, this node's checkpoint sent up.
-// The state: down_ (children), the round in progress, repl_ (replication),
-// the pure RoundBook, and role_.
+//   aggregator_topology.cpp, aggregator_metrics.cpp, aggregator_costs.cpp
+//                           topology versions, metrics and status, cost
+//                           records.
+// The state: down_ (the children: the pure ChildTable and the downlink),
+// the model's shape, the round in progress and its clocks, repl_
+// (replication), the pure RoundBook, and role_.
 // Thread safety: everything but stop_requested belongs to run()'s thread.
 #pragma once
 
@@ -38,6 +42,7 @@
 #include "aggregation/round_accumulator.hpp"
 #include "aggregator/child.hpp"
 #include "aggregator/child_claims.hpp"
+#include "aggregator/child_table.hpp"
 #include "aggregator/downlink.hpp"
 #include "aggregator/round_book.hpp"
 #include "aggregator/round_wait.hpp"
@@ -136,9 +141,8 @@ class Aggregator::Impl {
   static const char* away_name(Away a);
   double member_weight() const;  // the quorum's base
   uint32_t member_sites() const;
-  void refresh_quorum();                // the open round's quorum from the membership now
-  void membership_changed();            // quorum, a region's report up, chunks now ready
-  bool membership_report_due_ = false;  // newcomers welcomed: report at the loop's turn
+  void refresh_quorum();      // the open round's quorum from the membership now
+  void membership_changed();  // quorum, a region's report up, chunks now ready
   void on_membership(Child& c, const wire::ParsedFrame& f);  // a heartbeat with membership flags
   // A hello from a child that is not a member: it counts from the next
   // boundary (true), or it is a member coming back (false).
@@ -146,7 +150,6 @@ class Aggregator::Impl {
   // Why `c` may not pause now (inside its declared participation windows),
   // or nullopt.
   std::optional<std::string> pause_refusal(const Child& c) const;
-  static constexpr std::chrono::seconds kPauseClockSlack{300};
   void became_member(Child& c);  // welcomed: counts from now
   nlohmann::json membership_json() const;
   void restore_membership(const nlohmann::json& m);
@@ -158,7 +161,10 @@ class Aggregator::Impl {
   // closed: a round that can never close fails now; one that waits only
   // for absent members says so once.
   void check_round_wait();
-  uint64_t absent_wait_logged_ = UINT64_MAX;  // the round that said so
+  struct MembershipNotes {
+    bool report_due = false;              // newcomers welcomed: report at the loop's turn
+    uint64_t absent_logged = UINT64_MAX;  // the round that said it waits for absent members
+  } membership_;
 
   // Topology versions (aggregator_topology.cpp).
   bool knows_topology(const std::array<uint8_t, 32>& digest) const {
@@ -201,11 +207,7 @@ class Aggregator::Impl {
   uint8_t welcome_flags() const {  // kFlagKeepsReplicas when children should send theirs
     return repl_.store && cfg_.replica_every > 0 ? wire::kFlagKeepsReplicas : 0;
   }
-  uint32_t live_region_children() const {
-    uint32_t n = 0;
-    for (const Child& c : down_.children) n += (!c.is_site && c.live) ? 1 : 0;
-    return n;
-  }
+  uint32_t live_region_children() const { return down_.children.live_regions(); }
   const std::vector<float>& anchor_values() const;  // the model the children hold (role_)
   std::array<uint8_t, 32> anchor_digest() const;
   // Called before chunk `chunk` of anchor_values() changes mid-round.
@@ -242,8 +244,6 @@ class Aggregator::Impl {
   const Topology& topo_;
   NodeSpec self_;  // its children grow when a topology version adds sites
   const node::NodeConfig cfg_;
-  wire::FrameLimits limits_;  // cfg_.limits, then for the model once its size is known
-  bool recovered_ = false;    // recover() ran (once, at the first run())
 
   // Declared before the links: their security layers report to it.
   std::unique_ptr<node::NodeSecurity> security_;
@@ -254,30 +254,41 @@ class Aggregator::Impl {
   // outbox each, by the table's slots).
   struct Down {
     aggregator::Downlink link;
-    std::vector<Child> children;
+    aggregator::ChildTable children;
     uint32_t regions = 0;  // region aggregators among the children
   } down_;
 
-  // The round in progress.
+  // The model's shape, once known (init_model_state()): its size, how it
+  // is cut into chunks, and the frame limits that follow from both.
+  struct Model {
+    uint64_t elements = 0;
+    std::optional<ChunkPlan> plan;
+    wire::FrameLimits limits;  // cfg_.limits until the size is known
+  } model_;
+
+  // The round in progress, its accumulator and its clocks.
   Phase phase_ = Phase::kJoining;
   uint64_t round_ = 0;
-  uint64_t total_elements_ = 0;
-  std::optional<ChunkPlan> plan_;
   std::optional<RoundAccumulator> acc_;
-  Clock::time_point phase_deadline_;
-  Clock::time_point round_started_;
-  Clock::time_point finish_deadline_;  // the wait for children's kDone ends
+  struct Clocks {
+    Clock::time_point phase_deadline;
+    Clock::time_point round_started;
+    Clock::time_point finish_deadline;                         // the wait for children's kDone ends
+    std::unique_ptr<node::EventTimers::Timer> deadline_timer;  // the round's deadline
+  } clock_;
   node::EventTimers timers_;
-  std::unique_ptr<node::EventTimers::Timer> deadline_timer_;
-  // The open round's anchor values of the chunks the next anchor already
-  // replaced in anchor_values() (it is computed or arrives chunk by
-  // chunk), so that a child rejoining mid-round is welcomed with the
-  // round's own anchor, not a mix of two rounds. At most one model; cleared
-  // when a round opens.
-  std::map<uint32_t, std::vector<float>> replaced_anchor_;
-  // The next round's anchor chunks sent down so far (shared with the
-  // outboxes), for a child welcomed back mid-round.
-  std::vector<std::pair<Frame, wire::FrameHeader>> next_anchor_;
+  // The anchors a child welcomed mid-round may need.
+  struct Anchors {
+    // The open round's anchor values of the chunks the next anchor already
+    // replaced in anchor_values() (it is computed or arrives chunk by
+    // chunk), so that a child rejoining mid-round is welcomed with the
+    // round's own anchor, not a mix of two rounds. At most one model;
+    // cleared when a round opens.
+    std::map<uint32_t, std::vector<float>> replaced;
+    // The next round's anchor chunks sent down so far (shared with the
+    // outboxes).
+    std::vector<std::pair<Frame, wire::FrameHeader>> next;
+  } anchors_;
 
   // Checkpoint replication. Pieces are chunk_bytes each and go out only
   // when nothing of the round protocol waits (they never delay a round).
@@ -286,6 +297,7 @@ class Aggregator::Impl {
     uint64_t round = 0;
   };
   struct Replication {
+    bool recovered = false;                                // recover() ran (at the first run())
     std::unique_ptr<checkpoint::ReplicaStore> store;       // with checkpoint_dir
     std::vector<Serving> serving;                          // by child slot
     std::unique_ptr<checkpoint::CheckpointUpload> upload;  // this node's checkpoint going out

@@ -24,31 +24,11 @@
 
 namespace fedwan {
 
-const char* Aggregator::Impl::away_name(Away a) {
-  switch (a) {
-    case Away::kNo: return "member";
-    case Away::kLeft: return "left";
-    case Away::kPaused: return "paused";
-    case Away::kNotYet: return "not_joined";
-  }
-  return "unknown";
-}
+const char* Aggregator::Impl::away_name(Away a) { return aggregator::ChildTable::away_name(a); }
 
-double Aggregator::Impl::member_weight() const {
-  double w = 0;
-  for (const Child& c : down_.children) {
-    if (c.member) w += c.is_site ? c.weight : c.member_weight;
-  }
-  return w;
-}
+double Aggregator::Impl::member_weight() const { return down_.children.member_weight(); }
 
-uint32_t Aggregator::Impl::member_sites() const {
-  uint32_t n = 0;
-  for (const Child& c : down_.children) {
-    if (c.member) n += c.is_site ? 1 : c.member_sites;
-  }
-  return n;
-}
+uint32_t Aggregator::Impl::member_sites() const { return down_.children.member_sites(); }
 
 void Aggregator::Impl::refresh_quorum() {
   // A hair under, so a sum of the same weights in another order still counts.
@@ -123,22 +103,13 @@ void Aggregator::Impl::on_membership(Child& c, const wire::ParsedFrame& f) {
 }
 
 std::optional<std::string> Aggregator::Impl::pause_refusal(const Child& c) const {
-  // A pause excuses a site from the quorum only outside the windows its
-  // topology entry declares; within kPauseClockSlack of a window's end it
-  // is taken (the two clocks may differ that much).
-  const NodeSpec& spec = topo_.node(c.index);
-  const ParticipationWindows windows(spec.windows);
+  // The windows its topology entry declares, at the wall clock's now
+  // (aggregator/child_table.hpp says when a pause is taken).
   const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
                           std::chrono::system_clock::now().time_since_epoch())
                           .count();
-  if (!windows.always() &&
-      (!windows.open_at(now) || windows.seconds_until_closed(now) <= kPauseClockSlack.count())) {
-    return std::nullopt;
-  }
-  return windows.always()
-             ? "'" + c.id + "' declares no participation windows (it takes part at all times)"
-             : "'" + c.id + "' is inside its participation window for " +
-                   std::to_string(windows.seconds_until_closed(now)) + " s more";
+  const ParticipationWindows windows(topo_.node(c.index).windows);
+  return aggregator::ChildTable::pause_refusal(c, windows, now);
 }
 
 bool Aggregator::Impl::admit_newcomer(Child& c) {
@@ -171,7 +142,7 @@ void Aggregator::Impl::became_member(Child& c) {
   refresh_quorum();
   // Reported once the event loop comes round: children welcomed together
   // (a region's first welcome) go up in one report.
-  membership_report_due_ = true;
+  membership_.report_due = true;
 }
 
 aggregator::RoundWait Aggregator::Impl::round_wait() const {
@@ -210,8 +181,9 @@ void Aggregator::Impl::check_round_wait() {
                 " can never close: " + w.reason +
                 " (see docs/operations.md, \"Quorum and deadlines\")");
   }
-  if (w.state == aggregator::RoundWait::State::kAbsentMembers && absent_wait_logged_ != round_) {
-    absent_wait_logged_ = round_;
+  if (w.state == aggregator::RoundWait::State::kAbsentMembers &&
+      membership_.absent_logged != round_) {
+    membership_.absent_logged = round_;
     log().warn("[agg:{}] round {}: every child still expected delivered; waiting for {} to "
                "rejoin (up to {} s)",
                self_.id, round_, aggregator::join_names(w.waiting_for),

@@ -85,7 +85,8 @@ void Aggregator::Impl::update_metrics() {
   raise_to(
       m.counter("fedwan_rejoins_total", "Children that said hello again.", {"node"}).with({me}),
       summary_.rejoins);
-  if (session::Uplink* up = role_->uplink()) served.parent_last_seen(up->session().last_heard(), now);
+  if (session::Uplink* up = role_->uplink())
+    served.parent_last_seen(up->session().last_heard(), now);
   nlohmann::json status = {{"node", me},
                            {"role", role_name(self_.role)},
                            {"job", topo_.job()},

@@ -36,20 +36,21 @@ std::array<uint8_t, 32> Aggregator::Impl::anchor_digest() const {
 }
 
 void Aggregator::Impl::keep_round_anchor(uint32_t chunk) {
-  if (replaced_anchor_.count(chunk) != 0) return;  // the first change holds the round's values
-  const float* p = anchor_values().data() + plan_->offset(chunk);
-  replaced_anchor_.emplace(chunk, std::vector<float>(p, p + plan_->size(chunk)));
+  if (anchors_.replaced.count(chunk) != 0) return;  // the first change holds the round's values
+  const float* p = anchor_values().data() + model_.plan->offset(chunk);
+  anchors_.replaced.emplace(chunk, std::vector<float>(p, p + model_.plan->size(chunk)));
 }
 
 bool Aggregator::Impl::anchor_replaced() const {
-  return !replaced_anchor_.empty() && (phase_ == Phase::kTraining || phase_ == Phase::kAwaitAnchor);
+  return !anchors_.replaced.empty() &&
+         (phase_ == Phase::kTraining || phase_ == Phase::kAwaitAnchor);
 }
 
 std::vector<float> Aggregator::Impl::round_anchor() const {
   std::vector<float> a = anchor_values();
   if (!anchor_replaced()) return a;
-  for (const auto& [chunk, values] : replaced_anchor_) {
-    const auto at = a.begin() + static_cast<std::ptrdiff_t>(plan_->offset(chunk));
+  for (const auto& [chunk, values] : anchors_.replaced) {
+    const auto at = a.begin() + static_cast<std::ptrdiff_t>(model_.plan->offset(chunk));
     std::copy(values.begin(), values.end(), at);
   }
   return a;
@@ -65,12 +66,12 @@ void Aggregator::Impl::send_full_anchor(const Child& c) {
   std::vector<float> restored;
   if (anchor_replaced()) restored = round_anchor();
   const float* anchor = restored.empty() ? anchor_values().data() : restored.data();
-  for (uint32_t i = 0; i < plan_->count(); ++i) {
-    const uint32_t n = plan_->size(i);
+  for (uint32_t i = 0; i < model_.plan->count(); ++i) {
+    const uint32_t n = model_.plan->size(i);
     std::vector<uint8_t> payload(fp32.encoded_size(n));
-    fp32.encode(anchor + plan_->offset(i), n, nullptr, payload.data());
-    wire::FrameHeader h =
-        chunk_header(topo_, self_.index, wire::MsgType::kAnchor, round_, *plan_, i, CodecId::kFp32);
+    fp32.encode(anchor + model_.plan->offset(i), n, nullptr, payload.data());
+    wire::FrameHeader h = chunk_header(topo_, self_.index, wire::MsgType::kAnchor, round_,
+                                       *model_.plan, i, CodecId::kFp32);
     h.flags = wire::kFlagFullAnchor;
     send_child(c, make_frame(h, payload), h);
   }
@@ -81,7 +82,7 @@ void Aggregator::Impl::welcome_one(Child& c, uint64_t round, bool full) {
   const std::array<uint8_t, 32> digest = anchor_digest();
   std::vector<uint8_t> payload(digest.begin(), digest.end());
   wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kWelcome, round);
-  h.total_elements = total_elements_;
+  h.total_elements = model_.elements;
   h.flags = (full ? 0 : wire::kFlagNoChange) | welcome_flags();
   send_child(c, make_frame(h, payload), h);
   if (full) send_full_anchor(c);
@@ -89,7 +90,7 @@ void Aggregator::Impl::welcome_one(Child& c, uint64_t round, bool full) {
   // to the child before it came back may be lost, so it goes again (a child
   // ignores chunks it has).
   if (round == round_ && (phase_ == Phase::kTraining || phase_ == Phase::kAwaitAnchor)) {
-    for (const auto& [frame, fh] : next_anchor_) send_child(c, frame, fh);
+    for (const auto& [frame, fh] : anchors_.next) send_child(c, frame, fh);
   }
   c.welcomed = true;
   c.live = true;
@@ -107,7 +108,7 @@ void Aggregator::Impl::on_rejoin(Child& c, const wire::ParsedFrame& f) {
   const bool decoded = wire::decode_hello(f.payload, f.payload_size, &hello);
   if (decoded && !knows_topology(hello.topology_digest)) check_topology_file();  // just written
   if (!decoded || hello.node_id != c.id || !knows_topology(hello.topology_digest) ||
-      f.header.total_elements != total_elements_) {
+      f.header.total_elements != model_.elements) {
     refuse(c.id, "hello does not match this federation (node, topology or model size)");
     return;
   }
@@ -263,9 +264,9 @@ void Aggregator::Impl::close_ready_chunks() {
 
 void Aggregator::Impl::arm_deadline() {
   if (!cfg_.round_deadline) return;
-  const auto when = round_started_ + *cfg_.round_deadline;
+  const auto when = clock_.round_started + *cfg_.round_deadline;
   const uint64_t round = round_;
-  timers_.at(*deadline_timer_, when, [this, round] { on_deadline(round); });
+  timers_.at(*clock_.deadline_timer, when, [this, round] { on_deadline(round); });
 }
 
 void Aggregator::Impl::on_deadline(uint64_t round) {

@@ -13,8 +13,8 @@
 #include <nlohmann/json.hpp>
 
 #include "aggregator/aggregator_impl.hpp"
-#include "aggregator/role.hpp"
 #include "aggregator/child_claims.hpp"
+#include "aggregator/role.hpp"
 #include "checkpoint/checkpoint_upload.hpp"
 #include "checkpoint/node_checkpoint.hpp"
 #include "common/log.hpp"

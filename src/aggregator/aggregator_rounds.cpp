@@ -15,8 +15,8 @@
 
 #include "aggregation/round_accumulator.hpp"
 #include "aggregator/aggregator_impl.hpp"
-#include "aggregator/role.hpp"
 #include "aggregator/child_claims.hpp"
+#include "aggregator/role.hpp"
 #include "common/crash_point.hpp"
 #include "common/log.hpp"
 #include "common/sha256.hpp"
@@ -49,9 +49,9 @@ void Aggregator::Impl::on_hello(Child& c, const wire::ParsedFrame& f) {
     return;
   }
   const uint64_t n = f.header.total_elements;
-  if (total_elements_ != 0 && n != total_elements_) {
+  if (model_.elements != 0 && n != model_.elements) {
     refuse(c.id, "model has " + std::to_string(n) + " parameters; this federation's has " +
-                     std::to_string(total_elements_));
+                     std::to_string(model_.elements));
     return;
   }
   if (c.welcomed) {
@@ -75,7 +75,7 @@ void Aggregator::Impl::on_hello(Child& c, const wire::ParsedFrame& f) {
   }
   // A region learns the model's size from its children, once all are in:
   // the first to say hello does not get to decide it for the others.
-  if (total_elements_ == 0 && !settle_model_size()) return;
+  if (model_.elements == 0 && !settle_model_size()) return;
   all_children_joined();
 }
 
@@ -147,12 +147,12 @@ void Aggregator::Impl::open_round(uint64_t round) {
     }
   }
   refresh_quorum();  // a share of the members' weight
-  replaced_anchor_.clear();
-  next_anchor_.clear();
+  anchors_.replaced.clear();
+  anchors_.next.clear();
   role_->round_opened(round);
   phase_ = Phase::kTraining;
-  round_started_ = Clock::now();
-  phase_deadline_ = round_started_ + cfg_.round_timeout;
+  clock_.round_started = Clock::now();
+  clock_.phase_deadline = clock_.round_started + cfg_.round_timeout;
   log().info("[agg:{}] round {} open", self_.id, round);
   arm_deadline();
   update_metrics();  // the status shows the new round at once
@@ -179,7 +179,7 @@ void Aggregator::Impl::on_delta(Child& c, const wire::ParsedFrame& f) {
     decision = "bad_codec";
   }
   RoundAccumulator::Result r{AddOutcome::kBadChunk};
-  if (!refusal && h.total_elements == total_elements_ && h.chunk_count == plan_->count()) {
+  if (!refusal && h.total_elements == model_.elements && h.chunk_count == model_.plan->count()) {
     r = acc_->add(h.round, c.index, h.chunk_index, h.element_count, w.weight, *codec, f.payload,
                   f.payload_size);
   }
@@ -247,14 +247,15 @@ void Aggregator::Impl::on_delta_added(const Child& c, const wire::FrameHeader& h
       }
       return;
     case AddOutcome::kBadChunk:
-      refuse(c.id,
-             "delta chunk " + std::to_string(h.chunk_index) + "/" + std::to_string(h.chunk_count) +
-                 " of round " + std::to_string(h.round) + " has " +
-                 std::to_string(h.element_count) + " of " + std::to_string(h.total_elements) +
-                 " elements; expected chunk " + "size " +
-                 std::to_string(h.chunk_index < plan_->count() ? plan_->size(h.chunk_index) : 0) +
-                 " of " + std::to_string(total_elements_) + " in " +
-                 std::to_string(plan_->count()) + " chunks");
+      refuse(c.id, "delta chunk " + std::to_string(h.chunk_index) + "/" +
+                       std::to_string(h.chunk_count) + " of round " + std::to_string(h.round) +
+                       " has " + std::to_string(h.element_count) + " of " +
+                       std::to_string(h.total_elements) + " elements; expected chunk " + "size " +
+                       std::to_string(h.chunk_index < model_.plan->count()
+                                          ? model_.plan->size(h.chunk_index)
+                                          : 0) +
+                       " of " + std::to_string(model_.elements) + " in " +
+                       std::to_string(model_.plan->count()) + " chunks");
       return;
     case AddOutcome::kBadPayload:
       refuse(c.id, "delta chunk " + std::to_string(h.chunk_index) + " of round " +
@@ -277,7 +278,7 @@ void Aggregator::Impl::complete_round() {
   // A round lasts from the end of the previous one to the end of this one,
   // so time spent in on_model (while the sites already train) is counted.
   const auto now = Clock::now();
-  const double secs = std::chrono::duration<double>(now - round_started_).count();
+  const double secs = std::chrono::duration<double>(now - clock_.round_started).count();
   log().info("[agg:{}] round {} complete in {:.2f} s", self_.id, round_, secs);
   round_metrics(secs);
   nlohmann::json missing = nlohmann::json::array();
@@ -286,7 +287,7 @@ void Aggregator::Impl::complete_round() {
                    {{"round", round_}, {"children", down_.children.size()}, {"missing", missing}});
   security_->audit_sync();
   crash_point("aggregator.round_closed");
-  deadline_timer_->cancel();
+  clock_.deadline_timer->cancel();
   role_->round_closed(now, secs);  // the root commits; a region awaits the anchor
 }
 

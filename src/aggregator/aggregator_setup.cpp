@@ -29,8 +29,8 @@ Aggregator::Impl::Impl(AggregatorOptions options)
       topo_(opt_.topology),
       self_(topo_.node(opt_.node_id)),  // a copy: topo_ may move to a later version
       cfg_(topo_, self_, {opt_.window, opt_.round_timeout}),
-      limits_(cfg_.limits),
       book_(self_.role == fedwan::Role::kRoot) {
+  model_.limits = cfg_.limits;
   check_options();
   init_children();
   const std::string bind =
@@ -41,7 +41,7 @@ Aggregator::Impl::Impl(AggregatorOptions options)
   costs_.recorder = costs::CostRecorder(opt_.costs_path, topo_.job(), self_.id,
                                         role_name(self_.role), security_->key());
   start_metrics();
-  deadline_timer_ = timers_.make_timer();
+  clock_.deadline_timer = timers_.make_timer();
   timers_.every(cfg_.heartbeat, [this] { on_heartbeat_timer(); });
   watch_.start_digest = topo_.digest();
   if (!opt_.topology_file.empty()) (void)file_changed();  // the version it started from
@@ -60,11 +60,11 @@ void Aggregator::Impl::check_options() const {
   }
   const bool root = self_.role == fedwan::Role::kRoot;
   if (opt_.standby && (!root || self_.standby_endpoint.empty())) {
-    throw ConfigError("--standby: '" + self_.id + "' is " +
-                      (root ? "a root without standby_endpoint in the topology"
-                                : std::string("not the root")) +
-                      "; a standby runs as the root node of a topology that names its "
-                      "standby_endpoint");
+    throw ConfigError(
+        "--standby: '" + self_.id + "' is " +
+        (root ? "a root without standby_endpoint in the topology" : std::string("not the root")) +
+        "; a standby runs as the root node of a topology that names its "
+        "standby_endpoint");
   }
   if (opt_.standby && opt_.checkpoint_dir.empty()) {
     throw ConfigError("--standby needs --checkpoint-dir: the standby keeps the root's "
@@ -125,12 +125,12 @@ void Aggregator::Impl::recover() {
 }
 
 void Aggregator::Impl::init_model_state(uint64_t total_elements) {
-  total_elements_ = total_elements;
-  limits_ = cfg_.limits_for_model(total_elements);
-  plan_ = cfg_.plan(total_elements);
+  model_.elements = total_elements;
+  model_.limits = cfg_.limits_for_model(total_elements);
+  model_.plan = cfg_.plan(total_elements);
   std::vector<uint32_t> ids;
   for (uint32_t idx : self_.children) ids.push_back(idx);
-  acc_.emplace(*plan_, ids, cfg_.rule);
+  acc_.emplace(*model_.plan, ids, cfg_.rule);
 }
 
 }  // namespace fedwan

@@ -69,7 +69,7 @@ void Aggregator::Impl::RegionLink::hello() {
   up.topology_digest = n_.watch_.start_digest;
   if (const auto digest = region_.held_digest()) up.model_digest = *digest;
   wire::FrameHeader h = node_header(n_.topo_, n_.self_.index, wire::MsgType::kHello, n_.round_);
-  h.total_elements = n_.total_elements_;
+  h.total_elements = n_.model_.elements;
   if (n_.phase_ == Phase::kAwaitAnchor) h.flags = wire::kFlagSent;
   send(make_frame(h, wire::encode_hello(up)));
   welcome.welcomed = false;
@@ -175,9 +175,9 @@ void Aggregator::Impl::RegionLink::send_aggregates_again() {
 }
 
 void Aggregator::Impl::RegionLink::resend(const wire::ParsedFrame& f) {
-  if (!n_.plan_) return;
+  if (!n_.model_.plan) return;
   wire::NeedUpdatePayload need;
-  if (!wire::decode_need_update(f.payload, f.payload_size, n_.plan_->count(), &need)) {
+  if (!wire::decode_need_update(f.payload, f.payload_size, n_.model_.plan->count(), &need)) {
     n_.summary_.rejected_frames += 1;
     n_.security_->log_noise("need-update:parent",
                             "[agg:" + n_.self_.id + "] dropped a malformed need-update heartbeat");
@@ -221,7 +221,7 @@ void Aggregator::Impl::RegionLink::receive(Incoming& in) {
 }
 
 void Aggregator::Impl::RegionLink::on_frame(Incoming& in) {
-  const wire::ParsedFrame f = wire::parse_frame(in.data(), in.frame_size, n_.limits_);
+  const wire::ParsedFrame f = wire::parse_frame(in.data(), in.frame_size, n_.model_.limits);
   if (!f.ok()) {
     n_.summary_.rejected_frames += 1;
     n_.security_->log_noise(security::noise_key("malformed:parent", f.detail),

@@ -32,7 +32,7 @@ void Aggregator::Impl::RegionRole::children_joined() {
   // its hello carries that model's digest and the parent skips sending it
   // when its own matches. Each child then gets the model only if it does
   // not hold it already.
-  if (n_.opt_.initial_model.size() == n_.total_elements_) {
+  if (n_.opt_.initial_model.size() == n_.model_.elements) {
     anchor_ = std::move(n_.opt_.initial_model);
     round_anchor_digest_ = sha256(anchor_.data(), anchor_.size() * sizeof(float));
     holds_initial_ = true;
@@ -40,14 +40,14 @@ void Aggregator::Impl::RegionRole::children_joined() {
     if (!n_.opt_.initial_model.empty()) {
       log().info("[agg:{}] its initial model has {} parameters, its children train {}: it is "
                  "sent the model in full",
-                 n_.self_.id, n_.opt_.initial_model.size(), n_.total_elements_);
+                 n_.self_.id, n_.opt_.initial_model.size(), n_.model_.elements);
     }
-    anchor_.assign(n_.total_elements_, 0.0f);
+    anchor_.assign(n_.model_.elements, 0.0f);
   }
   n_.opt_.initial_model = {};
   link_.hello();
   n_.phase_ = Phase::kAwaitWelcome;
-  n_.phase_deadline_ = Clock::now() + n_.cfg_.round_timeout;
+  n_.clock_.phase_deadline = Clock::now() + n_.cfg_.round_timeout;
 }
 
 void Aggregator::Impl::RegionRole::round_opened(uint64_t round) {
@@ -55,17 +55,17 @@ void Aggregator::Impl::RegionRole::round_opened(uint64_t round) {
   // The next anchor (round + 1) starts from nothing applied: after a resync
   // the anchor it would add to was replaced.
   relay_.round = round + 1;
-  relay_.done.assign(n_.plan_ ? n_.plan_->count() : 0, false);
+  relay_.done.assign(n_.model_.plan ? n_.model_.plan->count() : 0, false);
   relay_.chunks = 0;
   // It names the anchor it holds when it rejoins its parent.
-  if (anchor_.size() == n_.total_elements_) round_anchor_digest_ = n_.anchor_digest();
+  if (anchor_.size() == n_.model_.elements) round_anchor_digest_ = n_.anchor_digest();
 }
 
 void Aggregator::Impl::RegionRole::round_closed(Clock::time_point now, double /*secs*/) {
   // Its aggregate is up; the round ends with the parent's next anchor.
   n_.phase_ = Phase::kAwaitAnchor;
   anchor_progress_at_ = now;
-  n_.phase_deadline_ = Clock::now() + n_.cfg_.round_timeout;
+  n_.clock_.phase_deadline = Clock::now() + n_.cfg_.round_timeout;
 }
 
 void Aggregator::Impl::RegionRole::report(uint64_t round) {
@@ -99,18 +99,18 @@ void Aggregator::Impl::RegionRole::check_residency(uint32_t chunk) const {
 void Aggregator::Impl::RegionRole::chunk_complete(uint32_t chunk) {
   check_residency(chunk);
   ChunkSum cs = n_.acc_->take(chunk);
-  const uint64_t off = n_.plan_->offset(chunk);
-  const uint32_t n = n_.plan_->size(chunk);
+  const uint64_t off = n_.model_.plan->offset(chunk);
+  const uint32_t n = n_.model_.plan->size(chunk);
   std::vector<uint8_t> payload(n_.cfg_.codec->encoded_size(n));
   float* residual = nullptr;
   if (n_.cfg_.codec->id() != CodecId::kFp32) {
-    if (residual_.empty()) residual_.assign(n_.total_elements_, 0.0f);
+    if (residual_.empty()) residual_.assign(n_.model_.elements, 0.0f);
     residual = residual_.data() + off;
   }
   n_.cfg_.codec->encode(cs.mean.data(), n, residual, payload.data());
   const wire::FrameHeader h =
-      chunk_header(n_.topo_, n_.self_.index, wire::MsgType::kDelta, n_.round_, *n_.plan_, chunk,
-                   n_.cfg_.codec->id(), cs.weight);
+      chunk_header(n_.topo_, n_.self_.index, wire::MsgType::kDelta, n_.round_, *n_.model_.plan,
+                   chunk, n_.cfg_.codec->id(), cs.weight);
   link_.send_aggregate(chunk, std::make_shared<const std::vector<uint8_t>>(make_frame(h, payload)));
 }
 
@@ -154,7 +154,7 @@ std::optional<std::array<uint8_t, 32>> Aggregator::Impl::RegionRole::held_digest
   // opened, before the next anchor's chunks began to change it): the parent
   // can skip the full model and take its update again.
   const bool settled = n_.phase_ != Phase::kJoining && n_.phase_ != Phase::kAwaitWelcome;
-  if (anchor_.size() == n_.total_elements_ && (settled || holds_initial_) &&
+  if (anchor_.size() == n_.model_.elements && (settled || holds_initial_) &&
       !link_.welcome.full_pending) {
     return round_anchor_digest_;
   }
@@ -162,10 +162,10 @@ std::optional<std::array<uint8_t, 32>> Aggregator::Impl::RegionRole::held_digest
 }
 
 void Aggregator::Impl::RegionRole::on_parent_welcome(const wire::ParsedFrame& f) {
-  if (f.header.total_elements != n_.total_elements_) {
+  if (f.header.total_elements != n_.model_.elements) {
     throw ProtocolError("parent welcomed '" + n_.self_.id + "' with a model of " +
                         std::to_string(f.header.total_elements) + " parameters, children have " +
-                        std::to_string(n_.total_elements_));
+                        std::to_string(n_.model_.elements));
   }
   link_.welcome.welcomed = true;
   link_.uplink().welcomed(f.header.flags);
@@ -193,7 +193,7 @@ void Aggregator::Impl::RegionRole::on_parent_welcome(const wire::ParsedFrame& f)
   // The model follows in full; finish_parent_welcome() runs when it is in.
   link_.welcome.full_pending = true;
   link_.welcome.full_chunks = 0;
-  if (anchor_.size() != n_.total_elements_) anchor_.assign(n_.total_elements_, 0.0f);
+  if (anchor_.size() != n_.model_.elements) anchor_.assign(n_.model_.elements, 0.0f);
 }
 
 void Aggregator::Impl::RegionRole::finish_parent_welcome() {
@@ -217,8 +217,8 @@ void Aggregator::Impl::RegionRole::finish_parent_welcome() {
     // round opens; children are welcomed with it, and the parent's kDone
     // follows.
     n_.round_ = round;
-    n_.replaced_anchor_.clear();
-    n_.next_anchor_.clear();
+    n_.anchors_.replaced.clear();
+    n_.anchors_.next.clear();
     n_.phase_ = Phase::kAwaitAnchor;
   } else {
     n_.open_round(round);
@@ -234,14 +234,14 @@ void Aggregator::Impl::RegionRole::on_parent_anchor(const wire::ParsedFrame& f, 
                                                     size_t raw_size) {
   const wire::FrameHeader& h = f.header;
   const bool full = (h.flags & wire::kFlagFullAnchor) != 0;
-  if (h.total_elements != n_.total_elements_ || h.chunk_count != n_.plan_->count() ||
-      h.element_count != n_.plan_->size(h.chunk_index)) {
+  if (h.total_elements != n_.model_.elements || h.chunk_count != n_.model_.plan->count() ||
+      h.element_count != n_.model_.plan->size(h.chunk_index)) {
     throw ProtocolError("parent sent an anchor chunk that does not fit (round " +
                         std::to_string(h.round) + ", chunk " + std::to_string(h.chunk_index) +
                         ", " + std::to_string(h.element_count) + " elements)");
   }
   const Codec* codec = codec_by_wire_id(h.codec);
-  float* dst = anchor_.data() + n_.plan_->offset(h.chunk_index);
+  float* dst = anchor_.data() + n_.model_.plan->offset(h.chunk_index);
   if (full) {
     // The model in full, answering this region's hello: kept, not relayed;
     // children get it from welcome_children() as they need it.
@@ -252,7 +252,7 @@ void Aggregator::Impl::RegionRole::on_parent_anchor(const wire::ParsedFrame& f, 
     }
     codec->decode(f.payload, h.element_count, dst);
     link_.uplink().progressed(Clock::now());
-    if (++link_.welcome.full_chunks == n_.plan_->count()) {
+    if (++link_.welcome.full_chunks == n_.model_.plan->count()) {
       link_.welcome.full_pending = false;
       finish_parent_welcome();
     }
@@ -264,9 +264,9 @@ void Aggregator::Impl::RegionRole::on_parent_anchor(const wire::ParsedFrame& f, 
                h.round, n_.round_);
     return;
   }
-  if (relay_.round != h.round || relay_.done.size() != n_.plan_->count()) {
+  if (relay_.round != h.round || relay_.done.size() != n_.model_.plan->count()) {
     relay_.round = h.round;
-    relay_.done.assign(n_.plan_->count(), false);
+    relay_.done.assign(n_.model_.plan->count(), false);
     relay_.chunks = 0;
   }
   if (relay_.done[h.chunk_index]) {
@@ -286,12 +286,12 @@ void Aggregator::Impl::RegionRole::on_parent_anchor(const wire::ParsedFrame& f, 
   auto bytes = std::make_shared<std::vector<uint8_t>>(raw, raw + raw_size);
   wire::encode_header(out, bytes->data());
   const Frame frame = std::move(bytes);
-  n_.next_anchor_.emplace_back(frame, out);
+  n_.anchors_.next.emplace_back(frame, out);
   for (const Child& c : n_.down_.children) {
     if (c.live && !c.rejoin_pending) n_.send_child(c, frame, out);
   }
   relay_.chunks += 1;
-  if (relay_.chunks < n_.plan_->count()) return;
+  if (relay_.chunks < n_.model_.plan->count()) return;
   relay_.chunks = 0;
   n_.book_.relayed_through(h.round);
   if (h.round < n_.cfg_.rounds) {
@@ -324,8 +324,8 @@ void Aggregator::Impl::RegionRole::on_parent_done(uint64_t final_round) {
   n_.round_ = final_round;
   n_.send_done(final_round);
   n_.phase_ = Phase::kDraining;
-  n_.phase_deadline_ = Clock::now() + n_.cfg_.round_timeout;
-  n_.finish_deadline_ = Clock::now() + n_.cfg_.finish_wait;
+  n_.clock_.phase_deadline = Clock::now() + n_.cfg_.round_timeout;
+  n_.clock_.finish_deadline = Clock::now() + n_.cfg_.finish_wait;
   n_.maybe_finish();
 }
 

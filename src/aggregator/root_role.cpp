@@ -41,7 +41,7 @@ void Aggregator::Impl::RootRole::children_joined() {
     const bool same = c.hello.model_digest == model_digest_;
     std::vector<uint8_t> payload(model_digest_.begin(), model_digest_.end());
     wire::FrameHeader h = node_header(n_.topo_, n_.self_.index, wire::MsgType::kWelcome, 0);
-    h.total_elements = n_.total_elements_;
+    h.total_elements = n_.model_.elements;
     h.flags = (same ? wire::kFlagNoChange : 0) | n_.welcome_flags();
     n_.send_child(c, make_frame(h, payload), h);
     c.welcomed = true;
@@ -55,8 +55,8 @@ void Aggregator::Impl::RootRole::round_opened(uint64_t round) { outer_->begin_ro
 
 void Aggregator::Impl::RootRole::chunk_complete(uint32_t chunk) {
   ChunkSum cs = n_.acc_->take(chunk);
-  const uint64_t off = n_.plan_->offset(chunk);
-  const uint32_t n = n_.plan_->size(chunk);
+  const uint64_t off = n_.model_.plan->offset(chunk);
+  const uint32_t n = n_.model_.plan->size(chunk);
   std::vector<uint8_t> payload(n_.cfg_.codec->encoded_size(n));
   outer_->step(global_.data() + off, cs.mean.data(), off, n);
   // Send what the children need to move from `held` to the new global
@@ -66,15 +66,16 @@ void Aggregator::Impl::RootRole::chunk_complete(uint32_t chunk) {
   n_.cfg_.codec->encode(cs.mean.data(), n, nullptr, payload.data());
   n_.keep_round_anchor(chunk);
   n_.cfg_.codec->decode_accumulate(payload.data(), n, 1.0f, held_.data() + off);
-  const wire::FrameHeader h = chunk_header(n_.topo_, n_.self_.index, wire::MsgType::kAnchor,
-                                           n_.round_ + 1, *n_.plan_, chunk, n_.cfg_.codec->id());
+  const wire::FrameHeader h =
+      chunk_header(n_.topo_, n_.self_.index, wire::MsgType::kAnchor, n_.round_ + 1, *n_.model_.plan,
+                   chunk, n_.cfg_.codec->id());
   const Frame frame = std::make_shared<const std::vector<uint8_t>>(make_frame(h, payload));
   n_.book_.report(n_.round_).weight = cs.weight;
   if (n_.acc_->round_complete()) {
     held_back_.emplace(frame, h);  // sent once the round's checkpoint is durable
     return;
   }
-  n_.next_anchor_.emplace_back(frame, h);
+  n_.anchors_.next.emplace_back(frame, h);
   for (const Child& c : n_.down_.children) {
     if (c.live && !c.rejoin_pending) n_.send_child(c, frame, h);
   }
@@ -109,11 +110,11 @@ void Aggregator::Impl::RootRole::round_closed(Clock::time_point now, double secs
       n_.send_done(n_.round_);
     }
     n_.phase_ = Phase::kDraining;
-    n_.phase_deadline_ = Clock::now() + n_.cfg_.round_timeout;
-    n_.finish_deadline_ = Clock::now() + n_.cfg_.finish_wait;
+    n_.clock_.phase_deadline = Clock::now() + n_.cfg_.round_timeout;
+    n_.clock_.finish_deadline = Clock::now() + n_.cfg_.finish_wait;
   } else {
     n_.open_round(n_.round_);
-    n_.round_started_ = now;
+    n_.clock_.round_started = now;
     n_.welcome_pending();
   }
   report(finished);
@@ -200,7 +201,7 @@ bool Aggregator::Impl::RootRole::recover(bool resumed) {
               open_standby_link();
               return *standby_.link;
             },
-            n_.topo_, n_.self_, n_.cfg_, n_.opt_.checkpoint_dir, n_.total_elements_,
+            n_.topo_, n_.self_, n_.cfg_, n_.opt_.checkpoint_dir, n_.model_.elements,
             n_.opt_.join_timeout, *n_.security_, &n_.stop_requested)) {
       resumed = n_.resume_from_checkpoint();
     }
@@ -272,7 +273,7 @@ void Aggregator::Impl::RootRole::receive(Incoming& in) {
 }
 
 void Aggregator::Impl::RootRole::on_standby_frame(Incoming& in) {
-  const wire::ParsedFrame f = wire::parse_frame(in.data(), in.frame_size, n_.limits_);
+  const wire::ParsedFrame f = wire::parse_frame(in.data(), in.frame_size, n_.model_.limits);
   if (!f.ok() || f.header.job_id != n_.topo_.job_id() || f.header.sender != n_.self_.index) {
     log().warn("[agg:{}] dropped a frame from its standby: {}", n_.self_.id,
                f.ok() ? "wrong job or sender" : f.detail);

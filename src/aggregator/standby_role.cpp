@@ -55,7 +55,7 @@ bool Aggregator::Impl::StandbyRole::own_frame(Incoming& in) {
 }
 
 void Aggregator::Impl::StandbyRole::on_root_frame(Incoming& in) {
-  const wire::ParsedFrame f = wire::parse_frame(in.data(), in.frame_size, n_.limits_);
+  const wire::ParsedFrame f = wire::parse_frame(in.data(), in.frame_size, n_.model_.limits);
   if (!f.ok() || f.header.job_id != n_.topo_.job_id() || f.header.sender != n_.self_.index) {
     log().warn("[agg:{}] dropped a frame from the root: {}", n_.self_.id,
                f.ok() ? "wrong job or sender" : f.detail);
@@ -187,7 +187,7 @@ void Aggregator::Impl::StandbyRole::take_over(const std::string& asker) {
       {{"asker", asker}, {"round", round}, {"replica", path ? path->string() : std::string()}});
   if (!path || !n_.resume_from_checkpoint()) {
     n_.phase_ = Phase::kJoining;
-    n_.phase_deadline_ = Clock::now() + n_.opt_.join_timeout;
+    n_.clock_.phase_deadline = Clock::now() + n_.opt_.join_timeout;
   }
 }
 
