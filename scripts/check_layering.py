@@ -39,6 +39,7 @@ PUBLIC = {
     "outer_optimizer.hpp": "aggregation",
     "topology.hpp": "topology",
     "security.hpp": "security",
+    "node_options.hpp": "node",  # NodeOptions: the base of SiteOptions, AggregatorOptions
     "site_core.hpp": "site",
     "aggregator.hpp": "aggregator",
     "site_comm.hpp": "comm",

@@ -11,8 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "fedwan/security.hpp"
-#include "fedwan/topology.hpp"
+#include "fedwan/node_options.hpp"
 
 namespace fedwan {
 
@@ -27,9 +26,9 @@ struct RoundReport {
   double weight = 0;  // total site weight aggregated
 };
 
-struct AggregatorOptions {
-  Topology topology;
-  std::string node_id;  // a root or region of the topology
+// Topology, node id (a root or region of the topology), join timeout,
+// window, security, checkpoints, costs and metrics: see NodeOptions.
+struct AggregatorOptions : NodeOptions {
   // The starting global model (flat fp32): required at the root. Sites whose
   // initial model has the same SHA-256 start from their own copy; others are
   // sent it. A region may be given it too: it then joins without being sent
@@ -40,33 +39,12 @@ struct AggregatorOptions {
   std::function<void(uint64_t round, const std::vector<float>& global)> on_model;
   // On run()'s thread, once a round's traffic over the whole subtree is known.
   std::function<void(const RoundReport&)> on_round;
-  std::chrono::milliseconds join_timeout{std::chrono::minutes(5)};
   // Per round; defaults to the topology's federation.round_timeout_s.
   std::optional<std::chrono::milliseconds> round_timeout;
-  int window = 8;  // frames queued per child and direction
-  // Mutual TLS credentials (or explicit plaintext) and the audit log.
-  SecurityOptions security;
-  // Fault tolerance (docs/operations.md). With a directory, the node writes
-  // a checkpoint there at every round boundary and, when one is there at
-  // start, resumes from it (at its last committed round) instead of starting
-  // over. Empty: no checkpoints.
-  std::string checkpoint_dir;
   // Keeps every delta payload received, named by its SHA-256 as the audit
   // log records it, so that the aggregation can be replayed from the audit
   // log (forensics, recovery tests). Empty: not kept.
   std::string record_updates_dir;
-  // Cost accounting (docs/operations.md, "Cost accounting"): appends one
-  // JSON line per round here with the bytes sent and received on each of
-  // this node's links. Empty: no records.
-  std::string costs_path;
-  // Where to serve Prometheus metrics and the JSON status over HTTP
-  // ("host:port"); empty: the topology's `metrics` for this node, if any.
-  std::string metrics_bind;
-  // A file holding the bearer token every request to that endpoint must
-  // carry (`Authorization: Bearer <token>`); read at start. ConfigError when
-  // others than its owner and group may read it, or the token is empty or
-  // shorter than 16 characters. Empty: the endpoint needs no token.
-  std::string metrics_token_file;
   // The file `topology` was loaded from. The node checks it every heartbeat
   // and adopts a later version signed by the federation's admin identity:
   // sites it adds join (counted from the round boundary after they come),

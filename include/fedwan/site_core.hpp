@@ -15,8 +15,7 @@
 #include <vector>
 
 #include "fedwan/codec.hpp"
-#include "fedwan/security.hpp"
-#include "fedwan/topology.hpp"
+#include "fedwan/node_options.hpp"
 
 namespace fedwan {
 
@@ -51,38 +50,20 @@ class UpdateEncoder {
   virtual void write_residual(const float* in, size_t n) = 0;
 };
 
-struct SiteOptions {
-  Topology topology;
-  std::string node_id;  // a site of the topology
-  std::chrono::milliseconds join_timeout{std::chrono::minutes(5)};
+// Topology, node id (a site of the topology), join timeout, window,
+// security, checkpoints, costs and metrics: see NodeOptions.
+struct SiteOptions : NodeOptions {
   // How long sync() waits for the next anchor; defaults to the topology's
   // federation.round_timeout_s.
   std::chrono::milliseconds round_timeout{0};
-  int window = 8;  // frames queued towards the parent
-  // Mutual TLS credentials (or explicit plaintext) and the audit log.
-  SecurityOptions security;
-  // Fault tolerance (docs/operations.md). With a directory, the site writes
-  // a checkpoint there at every round boundary (and on checkpoint()), and
-  // join() resumes from one it finds: parameters, anchor, error-feedback
-  // residual, round, data position and the blobs below. Empty: none.
-  std::string checkpoint_dir;
+  // Caller state saved with each checkpoint in checkpoint_dir and given
+  // back on resume.
   std::function<std::vector<StateBlob>()> save_state;             // called at each checkpoint
   std::function<void(const std::vector<StateBlob>&)> load_state;  // called on resume
   // Null: the update is encoded on the host from the params buffer.
   std::shared_ptr<UpdateEncoder> update_encoder;
-  // Cost accounting (docs/operations.md, "Cost accounting"): appends one
-  // JSON line per round here: the seconds the caller trained between syncs
-  // (times `devices`: device-seconds of kind `device_kind`, "cpu" or "gpu"),
-  // the bytes of its syncs, whether it contributed. Empty: no records.
-  std::string costs_path;
-  // Where to serve Prometheus metrics and the JSON status over HTTP
-  // ("host:port"); empty: the topology's `metrics` for this site, if any.
-  std::string metrics_bind;
-  // A file holding the bearer token every request to that endpoint must
-  // carry (`Authorization: Bearer <token>`); read at start. ConfigError when
-  // others than its owner and group may read it, or the token is empty or
-  // shorter than 16 characters. Empty: the endpoint needs no token.
-  std::string metrics_token_file;
+  // What the cost records (costs_path) count the training time in: this
+  // many devices of this kind, "cpu" or "gpu".
   uint32_t devices = 1;
   std::string device_kind = "cpu";
 };
