@@ -32,12 +32,18 @@ def _load_by_path(name, path):
     return module
 
 
+def _env_dir(var, what):
+    """The directory environment variable `var` names; the test is skipped
+    without it."""
+    value = os.environ.get(var)
+    if not value:
+        pytest.skip(f"{var} ({what}) is not set")
+    return Path(value)
+
+
 @pytest.fixture
 def source_dir():
-    src = os.environ.get("FEDWAN_SOURCE_DIR")
-    if not src:
-        pytest.skip("FEDWAN_SOURCE_DIR (the fedwan checkout) is not set")
-    return Path(src)
+    return _env_dir("FEDWAN_SOURCE_DIR", "the fedwan checkout")
 
 
 def test_report_py_prints_the_ratios_of_fedwan_results(source_dir, monkeypatch):
@@ -82,10 +88,7 @@ def test_sync_rows_leave_out_the_syncs_that_sync_overhead_py_leaves_out(source_d
 
 @pytest.fixture
 def build_dir():
-    build = os.environ.get("FEDWAN_BUILD_DIR")
-    if not build:
-        pytest.skip("FEDWAN_BUILD_DIR (a fedwan build tree) is not set")
-    return Path(build)
+    return _env_dir("FEDWAN_BUILD_DIR", "a fedwan build tree")
 
 
 def _binary(build_dir, name):
