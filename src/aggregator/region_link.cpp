@@ -165,9 +165,10 @@ void Aggregator::Impl::RegionLink::round_opened(uint64_t round) {
 }
 
 void Aggregator::Impl::RegionLink::send_aggregate(uint32_t chunk, Frame frame) {
-  sent_up_[chunk] = frame;
+  sent_up_[chunk] = std::move(frame);
+  const Frame& kept = sent_up_[chunk];
   uplink_->resend().handed_over(Clock::now());
-  send(std::vector<uint8_t>(*frame));
+  send(std::vector<uint8_t>(*kept));
 }
 
 void Aggregator::Impl::RegionLink::send_aggregates_again() {
@@ -244,11 +245,10 @@ void Aggregator::Impl::RegionLink::on_frame(Incoming& in) {
     case wire::MsgType::kAnchor: region_.on_parent_anchor(f, in.data(), in.frame_size); break;
     case wire::MsgType::kCheckpoint: break;  // the parent acknowledging a replica
     case wire::MsgType::kReject: {
-      const std::string reason(reinterpret_cast<const char*>(f.payload), f.payload_size);
-      for (const Child& c : n_.down_.children) {
-        n_.refuse(c.id, "parent '" + parent + "' refused '" + n_.self_.id + "': " + reason, false);
-      }
-      throw ProtocolError("parent '" + parent + "' refused '" + n_.self_.id + "': " + reason);
+      std::string why = "parent '" + parent + "' refused '" + n_.self_.id + "': ";
+      why.append(reinterpret_cast<const char*>(f.payload), f.payload_size);
+      for (const Child& c : n_.down_.children) n_.refuse(c.id, why, false);
+      throw ProtocolError(why);
     }
     case wire::MsgType::kDone: region_.on_parent_done(f.header.round); break;
     default:
