@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <future>
 #include <memory>
 #include <optional>
 
@@ -188,19 +189,27 @@ TEST(Overlap, AnAbandonedOrFailedSyncEndsPromptlyAndIsNotReused) {
   TempDir dir;
   FederationSpec f = overlap_spec("fp16", "fedavg", 1);
   f.round_timeout_s = 60;
-  const Topology topo = make_tree(dir.path(), 0, 1, f);
+  const Topology topo = make_tree(dir.path(), 0, 2, f);
   const std::vector<float> init = synthetic::initial_model(3000, kSeed);
   AggregatorSummary summary;
   NodeSpawner nodes;
   spawn_aggregator(nodes, topo, "root", init, &summary);
   std::optional<std::chrono::steady_clock::duration> destroyed_in;
-  // The site on the test's thread; the root on its own.
+  // The sites on the test's thread; the root on its own. site-1 joins and
+  // never syncs, so the round stays open: site-0's sync is still pending
+  // when it is stopped or abandoned, however fast the root is.
   {
     std::vector<float> params = init;
+    std::vector<float> held = init;
+    SiteCore other(site_options(topo, "site-1", std::chrono::seconds(30)), held.data(),
+                   held.size());
     {
       SiteCore site(site_options(topo, "site-0", std::chrono::seconds(30)), params.data(),
                     params.size());
+      // The root welcomes its children once all have joined.
+      auto other_joined = std::async(std::launch::async, [&other] { other.join(); });
       site.join();
+      other_joined.get();
       synthetic::local_steps(params.data(), params.size(), 1, 3, kSeed);
       site.begin_sync();
       EXPECT_TRUE(site.sync_pending());
