@@ -33,8 +33,8 @@ nodes:
   }
   ~Federation() { fs::remove_all(dir); }
 
-  SecureChannelConfig config(bool client, security::AeadAlgorithm cipher) const {
-    SecureChannelConfig c;
+  transport::SecureChannelConfig config(bool client, security::AeadAlgorithm cipher) const {
+    transport::SecureChannelConfig c;
     c.tls = client ? site_tls : root_tls;
     c.cipher = cipher;
     c.job_id = topo.job_id();
@@ -59,7 +59,8 @@ const Federation& federation() {
   return f;
 }
 
-void deliver_all(SecureChannel& to, SecurityReplies& in, SecurityReplies* out) {
+void deliver_all(transport::SecureChannel& to, transport::SecurityReplies& in,
+                 transport::SecurityReplies* out) {
   for (auto& m : in) {
     size_t n = 0;
     std::string why;
@@ -71,11 +72,11 @@ void deliver_all(SecureChannel& to, SecurityReplies& in, SecurityReplies* out) {
 void BM_Handshake(benchmark::State& state) {
   const auto cipher = static_cast<security::AeadAlgorithm>(state.range(0));
   const Federation& f = federation();
-  const SecureChannelConfig cc = f.config(true, cipher), pc = f.config(false, cipher);
+  const transport::SecureChannelConfig cc = f.config(true, cipher), pc = f.config(false, cipher);
   for (auto _ : state) {
-    SecureChannel child(cc, true, "root");
-    SecureChannel parent(pc, false, "site");
-    SecurityReplies up, down;
+    transport::SecureChannel child(cc, true, "root");
+    transport::SecureChannel parent(pc, false, "site");
+    transport::SecurityReplies up, down;
     child.start(&up);
     while (!up.empty() || !down.empty()) {
       deliver_all(parent, up, &down);

@@ -5,7 +5,7 @@
 
 #include "fedwan/error.hpp"
 
-namespace fedwan {
+namespace fedwan::aggregation {
 
 const OuterOptimizerDef& DiLoCoOptimizer::definition() {
   static const OuterOptimizerDef def{
@@ -58,4 +58,4 @@ std::vector<OuterOptimizer::StateBuffer> DiLoCoOptimizer::state() {
   return {{"momentum", &momentum_}};
 }
 
-}  // namespace fedwan
+}  // namespace fedwan::aggregation

@@ -15,7 +15,7 @@
 #include "aggregation/outer_registry.hpp"
 #include "fedwan/outer_optimizer.hpp"
 
-namespace fedwan {
+namespace fedwan::aggregation {
 
 class DiLoCoOptimizer final : public OuterOptimizer {
  public:
@@ -45,4 +45,4 @@ class DiLoCoOptimizer final : public OuterOptimizer {
   std::vector<float> momentum_;
 };
 
-}  // namespace fedwan
+}  // namespace fedwan::aggregation

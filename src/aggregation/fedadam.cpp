@@ -6,7 +6,7 @@
 
 #include "fedwan/error.hpp"
 
-namespace fedwan {
+namespace fedwan::aggregation {
 
 const OuterOptimizerDef& FedAdamOptimizer::definition() {
   static const OuterOptimizerDef def{
@@ -62,4 +62,4 @@ std::vector<OuterOptimizer::StateBuffer> FedAdamOptimizer::state() {
   return {{"first_moment", &first_moment_}, {"second_moment", &second_moment_}};
 }
 
-}  // namespace fedwan
+}  // namespace fedwan::aggregation

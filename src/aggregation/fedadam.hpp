@@ -14,7 +14,7 @@
 #include "aggregation/outer_registry.hpp"
 #include "fedwan/outer_optimizer.hpp"
 
-namespace fedwan {
+namespace fedwan::aggregation {
 
 class FedAdamOptimizer final : public OuterOptimizer {
  public:
@@ -45,4 +45,4 @@ class FedAdamOptimizer final : public OuterOptimizer {
   std::vector<float> second_moment_;
 };
 
-}  // namespace fedwan
+}  // namespace fedwan::aggregation

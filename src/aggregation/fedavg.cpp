@@ -5,7 +5,7 @@
 
 #include "fedwan/error.hpp"
 
-namespace fedwan {
+namespace fedwan::aggregation {
 
 const OuterOptimizerDef& FedAvgOptimizer::definition() {
   static const OuterOptimizerDef def{
@@ -34,4 +34,4 @@ void FedAvgOptimizer::step(float* params, const float* pseudo_grad, size_t offse
   for (size_t i = 0; i < n; ++i) params[i] -= lr * pseudo_grad[i];
 }
 
-}  // namespace fedwan
+}  // namespace fedwan::aggregation

@@ -11,7 +11,7 @@
 #include "aggregation/outer_registry.hpp"
 #include "fedwan/outer_optimizer.hpp"
 
-namespace fedwan {
+namespace fedwan::aggregation {
 
 class FedAvgOptimizer final : public OuterOptimizer {
  public:
@@ -36,4 +36,4 @@ class FedAvgOptimizer final : public OuterOptimizer {
   size_t total_elements_;
 };
 
-}  // namespace fedwan
+}  // namespace fedwan::aggregation

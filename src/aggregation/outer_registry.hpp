@@ -15,7 +15,7 @@
 
 #include "fedwan/outer_optimizer.hpp"
 
-namespace fedwan {
+namespace fedwan::aggregation {
 
 enum class ParamRange {
   kLearningRate,  // (0, 100], and > 0 as a float
@@ -50,4 +50,4 @@ struct OuterOptimizerDef {
   std::unique_ptr<OuterOptimizer> (*make)(const OuterParamValues& values, size_t total_elements);
 };
 
-}  // namespace fedwan
+}  // namespace fedwan::aggregation

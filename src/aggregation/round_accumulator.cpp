@@ -5,7 +5,7 @@
 
 #include "fedwan/error.hpp"
 
-namespace fedwan {
+namespace fedwan::aggregation {
 
 const char* add_outcome_name(AddOutcome o) {
   switch (o) {
@@ -20,11 +20,11 @@ const char* add_outcome_name(AddOutcome o) {
   return "?";
 }
 
-RoundAccumulator::RoundAccumulator(ChunkPlan plan, std::vector<uint32_t> children,
-                                   std::shared_ptr<const aggregation::AggregationRule> rule)
+RoundAccumulator::RoundAccumulator(tensor::ChunkPlan plan, std::vector<uint32_t> children,
+                                   std::shared_ptr<const AggregationRule> rule)
     : plan_(plan),
       children_(std::move(children)),
-      rule_(rule ? std::move(rule) : aggregation::make_rule(aggregation::kWeightedMean)) {
+      rule_(rule ? std::move(rule) : make_rule(kWeightedMean)) {
   if (children_.empty()) throw ConfigError("an aggregator needs at least one child");
 }
 
@@ -225,4 +225,4 @@ void finalize_mean(float* sum, size_t n, double weight) {
   for (size_t i = 0; i < n; ++i) sum[i] = sum[i] / w;
 }
 
-}  // namespace fedwan
+}  // namespace fedwan::aggregation

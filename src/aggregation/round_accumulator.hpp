@@ -22,7 +22,7 @@
 #include "fedwan/codec.hpp"
 #include "tensor/chunk_plan.hpp"
 
-namespace fedwan {
+namespace fedwan::aggregation {
 
 enum class AddOutcome {
   kAccepted,       // accumulated
@@ -45,8 +45,8 @@ class RoundAccumulator {
  public:
   // `children` are the wire sender ids whose chunks complete a round;
   // `rule` combines their copies of a chunk (null: the weighted mean).
-  RoundAccumulator(ChunkPlan plan, std::vector<uint32_t> children,
-                   std::shared_ptr<const aggregation::AggregationRule> rule = nullptr);
+  RoundAccumulator(tensor::ChunkPlan plan, std::vector<uint32_t> children,
+                   std::shared_ptr<const AggregationRule> rule = nullptr);
 
   // Starts `round` with every child expected; drops anything left of the
   // last. A chunk becomes ready only with at least `min_weight` behind it.
@@ -106,21 +106,21 @@ class RoundAccumulator {
   // Combiners alive right now, and the bytes they hold (memory accounting).
   size_t chunks_in_flight() const { return inflight_.size(); }
   size_t bytes_in_flight() const;
-  const aggregation::AggregationRule& rule() const { return *rule_; }
-  const ChunkPlan& plan() const { return plan_; }
+  const AggregationRule& rule() const { return *rule_; }
+  const tensor::ChunkPlan& plan() const { return plan_; }
 
  private:
   struct Inflight {
-    std::unique_ptr<aggregation::ChunkCombiner> combiner;
+    std::unique_ptr<ChunkCombiner> combiner;
     double weight = 0;
     uint32_t arrivals = 0;
   };
   int child_slot(uint32_t sender) const;
   bool chunk_ready(uint32_t chunk) const;
 
-  ChunkPlan plan_;
+  tensor::ChunkPlan plan_;
   std::vector<uint32_t> children_;
-  std::shared_ptr<const aggregation::AggregationRule> rule_;
+  std::shared_ptr<const AggregationRule> rule_;
   std::vector<bool> expected_;  // by child slot
   double min_weight_ = 0;
   uint64_t round_ = 0;
@@ -136,4 +136,4 @@ class RoundAccumulator {
 // out[i] = sum[i] / weight, rounded the same way everywhere.
 void finalize_mean(float* sum, size_t n, double weight);
 
-}  // namespace fedwan
+}  // namespace fedwan::aggregation

@@ -33,7 +33,7 @@
 namespace fedwan {
 namespace {
 
-constexpr Millis kPoll{100};
+constexpr std::chrono::milliseconds kPoll{100};
 
 }  // namespace
 
@@ -116,7 +116,7 @@ AggregatorSummary Aggregator::Impl::run() {
     // frames wait the loop polls briefly instead of sleeping.
     (void)transport_->wait(interests, pending ? Millis(2) : kPoll);
     timers_.poll();
-    Incoming in;
+    transport::Incoming in;
     // Drain a bounded batch per socket so neither side starves the other.
     for (int i = 0; i < 64 && down_.link.link().recv(&in, Millis(0)); ++i) on_child_frame(in);
     role_->receive(in);  // from the parent, or the standby
@@ -223,7 +223,7 @@ void Aggregator::Impl::check_deadlines() {
   }
 }
 
-void Aggregator::Impl::on_child_frame(Incoming& in) {
+void Aggregator::Impl::on_child_frame(transport::Incoming& in) {
   if (role_->own_frame(in)) return;        // a standby: the active root's checkpoints
   if (!role_->may_serve(in.peer)) return;  // a passive standby while the root lives
   const wire::ParsedFrame f = wire::parse_frame(in.data(), in.frame_size, model_.limits);

@@ -65,6 +65,7 @@ namespace fedwan {
 
 class Aggregator::Impl {
  public:
+  using Millis = std::chrono::milliseconds;
   explicit Impl(AggregatorOptions options);
   ~Impl();
   AggregatorSummary run();
@@ -95,7 +96,7 @@ class Aggregator::Impl {
   std::unique_ptr<Role> make_role();         // the role this node's topology entry names
 
   // Event handlers.
-  void on_child_frame(Incoming& in);
+  void on_child_frame(transport::Incoming& in);
   void on_hello(Child& c, const wire::ParsedFrame& f);
   void on_delta(Child& c, const wire::ParsedFrame& f);
   // The steps of on_delta: its audit entry (and recorded copy), and what the
@@ -103,7 +104,7 @@ class Aggregator::Impl {
   void audit_delta(const Child& c, const wire::ParsedFrame& f, const aggregator::DeltaWeight& w,
                    const Codec& codec, const char* decision, bool accepted);
   void on_delta_added(const Child& c, const wire::FrameHeader& h,
-                      const RoundAccumulator::Result& r);
+                      const aggregation::RoundAccumulator::Result& r);
   void on_telemetry(Child& c, const wire::ParsedFrame& f);
 
   // Steps of the protocol.
@@ -262,14 +263,14 @@ class Aggregator::Impl {
   // is cut into chunks, and the frame limits that follow from both.
   struct Model {
     uint64_t elements = 0;
-    std::optional<ChunkPlan> plan;
+    std::optional<tensor::ChunkPlan> plan;
     wire::FrameLimits limits;  // cfg_.limits until the size is known
   } model_;
 
   // The round in progress, its accumulator and its clocks.
   Phase phase_ = Phase::kJoining;
   uint64_t round_ = 0;
-  std::optional<RoundAccumulator> acc_;
+  std::optional<aggregation::RoundAccumulator> acc_;
   struct Clocks {
     Clock::time_point phase_deadline;
     Clock::time_point round_started;

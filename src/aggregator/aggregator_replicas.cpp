@@ -148,7 +148,7 @@ void Aggregator::Impl::start_upload() {
 void Aggregator::Impl::pump_upload() {
   if (!uploading()) return;
   // Behind everything of the round protocol (null while something of it waits).
-  ParentLink* link = role_->replica_link();
+  transport::ParentLink* link = role_->replica_link();
   if (link == nullptr) return;
   repl_.upload->pump(*link);
 }

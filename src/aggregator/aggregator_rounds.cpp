@@ -178,15 +178,18 @@ void Aggregator::Impl::on_delta(Child& c, const wire::ParsedFrame& f) {
               std::string(cfg_.codec->name());
     decision = "bad_codec";
   }
-  RoundAccumulator::Result r{AddOutcome::kBadChunk};
+  aggregation::RoundAccumulator::Result r{aggregation::AddOutcome::kBadChunk};
   if (!refusal && h.total_elements == model_.elements && h.chunk_count == model_.plan->count()) {
     r = acc_->add(h.round, c.index, h.chunk_index, h.element_count, w.weight, *codec, f.payload,
                   f.payload_size);
   }
   if (decision == nullptr) {
-    decision = r.outcome == AddOutcome::kAccepted ? "accepted" : add_outcome_name(r.outcome);
+    decision = r.outcome == aggregation::AddOutcome::kAccepted
+                   ? "accepted"
+                   : aggregation::add_outcome_name(r.outcome);
   }
-  audit_delta(c, f, w, *codec, decision, r.outcome == AddOutcome::kAccepted && !refusal);
+  audit_delta(c, f, w, *codec, decision,
+              r.outcome == aggregation::AddOutcome::kAccepted && !refusal);
   if (w.claim_differs) {
     security_->log_noise("claimed-weight:" + c.id,
                          "[agg:" + self_.id + "] '" + c.id + "' claimed weight " +
@@ -224,9 +227,9 @@ void Aggregator::Impl::audit_delta(const Child& c, const wire::ParsedFrame& f,
 }
 
 void Aggregator::Impl::on_delta_added(const Child& c, const wire::FrameHeader& h,
-                                      const RoundAccumulator::Result& r) {
+                                      const aggregation::RoundAccumulator::Result& r) {
   switch (r.outcome) {
-    case AddOutcome::kAccepted:
+    case aggregation::AddOutcome::kAccepted:
       crash_point("aggregator.update_accepted");
       if (r.chunk_complete) complete_chunk(h.chunk_index);
       if (acc_->round_complete()) {
@@ -235,18 +238,19 @@ void Aggregator::Impl::on_delta_added(const Child& c, const wire::FrameHeader& h
         check_round_wait();  // the last chunk owed came, and the round still lacks quorum
       }
       return;
-    case AddOutcome::kDuplicate:
-    case AddOutcome::kStale:
+    case aggregation::AddOutcome::kDuplicate:
+    case aggregation::AddOutcome::kStale:
       summary_.rejected_frames += 1;
-      if (r.outcome == AddOutcome::kStale) summary_.stale_updates += 1;
+      if (r.outcome == aggregation::AddOutcome::kStale) summary_.stale_updates += 1;
       if (log().should_log(spdlog::level::info)) {
-        security_->log_noise(std::string("ignored:") + add_outcome_name(r.outcome) + ":" + c.id,
-                             "[agg:" + self_.id + "] ignored " + add_outcome_name(r.outcome) +
-                                 " delta from '" + c.id + "' (round " + std::to_string(h.round) +
-                                 ", chunk " + std::to_string(h.chunk_index) + ")");
+        security_->log_noise(
+            std::string("ignored:") + aggregation::add_outcome_name(r.outcome) + ":" + c.id,
+            "[agg:" + self_.id + "] ignored " + aggregation::add_outcome_name(r.outcome) +
+                " delta from '" + c.id + "' (round " + std::to_string(h.round) + ", chunk " +
+                std::to_string(h.chunk_index) + ")");
       }
       return;
-    case AddOutcome::kBadChunk:
+    case aggregation::AddOutcome::kBadChunk:
       refuse(c.id, "delta chunk " + std::to_string(h.chunk_index) + "/" +
                        std::to_string(h.chunk_count) + " of round " + std::to_string(h.round) +
                        " has " + std::to_string(h.element_count) + " of " +
@@ -257,13 +261,13 @@ void Aggregator::Impl::on_delta_added(const Child& c, const wire::FrameHeader& h
                        " of " + std::to_string(model_.elements) + " in " +
                        std::to_string(model_.plan->count()) + " chunks");
       return;
-    case AddOutcome::kBadPayload:
+    case aggregation::AddOutcome::kBadPayload:
       refuse(c.id, "delta chunk " + std::to_string(h.chunk_index) + " of round " +
                        std::to_string(h.round) + " has a malformed or non-finite payload");
       return;
-    case AddOutcome::kFuture:
-    case AddOutcome::kUnknownSender:
-      refuse(c.id, std::string("delta refused: ") + add_outcome_name(r.outcome));
+    case aggregation::AddOutcome::kFuture:
+    case aggregation::AddOutcome::kUnknownSender:
+      refuse(c.id, std::string("delta refused: ") + aggregation::add_outcome_name(r.outcome));
       return;
   }
 }

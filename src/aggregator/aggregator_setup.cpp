@@ -110,9 +110,9 @@ void Aggregator::Impl::add_child(uint32_t idx, bool late) {
 void Aggregator::Impl::open_links(const std::string& bind) {
   security_ = std::make_unique<node::NodeSecurity>(opt_.security, topo_, self_);
   transport_ = transport::make_transport(bind);
-  down_.link.open(std::make_unique<ChildrenLink>(*transport_, bind, cfg_.link,
-                                                 security_->children_factory(),
-                                                 security_->children_admission()),
+  down_.link.open(std::make_unique<transport::ChildrenLink>(*transport_, bind, cfg_.link,
+                                                            security_->children_factory(),
+                                                            security_->children_admission()),
                   "agg:" + self_.id);
 }
 

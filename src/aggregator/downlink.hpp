@@ -62,14 +62,14 @@ class Downlink {
   using OnSent = std::function<void(const wire::FrameHeader&, size_t)>;
 
   // `log_name` tags its log lines ("agg:ID").
-  void open(std::unique_ptr<ChildrenLink> link, std::string log_name) {
+  void open(std::unique_ptr<transport::ChildrenLink> link, std::string log_name) {
     link_ = std::move(link);
     log_name_ = std::move(log_name);
   }
   // For what is sent at once and never queued (heartbeats, refusals: a peer
   // that does not read must not hold them up), and the link's counters.
-  ChildrenLink& link() { return *link_; }
-  const ChildrenLink& link() const { return *link_; }
+  transport::ChildrenLink& link() { return *link_; }
+  const transport::ChildrenLink& link() const { return *link_; }
 
   // A slot for the child `id` (the next one): its outbox.
   size_t add(const std::string& id);
@@ -91,7 +91,7 @@ class Downlink {
 
  private:
   std::string log_name_;
-  std::unique_ptr<ChildrenLink> link_;
+  std::unique_ptr<transport::ChildrenLink> link_;
   std::vector<std::string> ids_;  // by slot
   std::unordered_map<std::string, size_t> slots_;
   std::vector<Outbox> out_;  // by slot

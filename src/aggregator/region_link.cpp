@@ -151,7 +151,7 @@ bool Aggregator::Impl::RegionLink::replicates(uint64_t round) const {
   return uplink_->parent_keeps_replicas() && every > 0 && round % every == 0;
 }
 
-ParentLink* Aggregator::Impl::RegionLink::replica_link() {
+transport::ParentLink* Aggregator::Impl::RegionLink::replica_link() {
   // Behind everything of the round protocol.
   if (!out_.empty() || !welcome.welcomed || welcome.full_pending) return nullptr;
   return &uplink_->link();
@@ -202,7 +202,7 @@ void Aggregator::Impl::RegionLink::resend(const wire::ParsedFrame& f) {
 
 // ---- from the parent -------------------------------------------------------------------
 
-void Aggregator::Impl::RegionLink::receive(Incoming& in) {
+void Aggregator::Impl::RegionLink::receive(transport::Incoming& in) {
   try {
     for (int i = 0; i < 64 && n_.phase_ != Phase::kDone && uplink_->link().recv(&in, Millis(0));
          ++i) {
@@ -221,7 +221,7 @@ void Aggregator::Impl::RegionLink::receive(Incoming& in) {
   }
 }
 
-void Aggregator::Impl::RegionLink::on_frame(Incoming& in) {
+void Aggregator::Impl::RegionLink::on_frame(transport::Incoming& in) {
   const wire::ParsedFrame f = wire::parse_frame(in.data(), in.frame_size, n_.model_.limits);
   if (!f.ok()) {
     n_.summary_.rejected_frames += 1;

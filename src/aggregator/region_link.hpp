@@ -49,7 +49,7 @@ class Aggregator::Impl::RegionLink {
   // This node's checkpoint goes up this round; the link it goes over while
   // nothing of the round protocol waits (null: not now).
   bool replicates(uint64_t round) const;
-  ParentLink* replica_link();
+  transport::ParentLink* replica_link();
 
   // ---- its aggregate chunks of the open round, kept until the next anchor
   // completes so they can be sent again: those the parent lacks once its
@@ -60,10 +60,10 @@ class Aggregator::Impl::RegionLink {
 
   // ---- from the parent: a batch of frames, each checked, then handed to
   // the region.
-  void receive(Incoming& in);
+  void receive(transport::Incoming& in);
 
  private:
-  void on_frame(Incoming& in);
+  void on_frame(transport::Incoming& in);
   void on_heartbeat(const wire::ParsedFrame& f);
   void resend(const wire::ParsedFrame& f);  // a need-update heartbeat
   // Welcomed, and its children welcomed in turn: a membership report is true.

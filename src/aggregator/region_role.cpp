@@ -98,7 +98,7 @@ void Aggregator::Impl::RegionRole::check_residency(uint32_t chunk) const {
 
 void Aggregator::Impl::RegionRole::chunk_complete(uint32_t chunk) {
   check_residency(chunk);
-  ChunkSum cs = n_.acc_->take(chunk);
+  aggregation::ChunkSum cs = n_.acc_->take(chunk);
   const uint64_t off = n_.model_.plan->offset(chunk);
   const uint32_t n = n_.model_.plan->size(chunk);
   std::vector<uint8_t> payload(n_.cfg_.codec->encoded_size(n));
@@ -135,7 +135,7 @@ bool Aggregator::Impl::RegionRole::recover(bool resumed) {
   if (!resumed && !n_.opt_.checkpoint_dir.empty() &&
       checkpoint::fetch_replica(
           link_.uplink().link(),
-          [this](const std::string& why) -> ParentLink& {
+          [this](const std::string& why) -> transport::ParentLink& {
             link_.reconnect(why);
             return link_.uplink().link();
           },

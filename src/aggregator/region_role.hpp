@@ -38,14 +38,14 @@ class Aggregator::Impl::RegionRole final : public Aggregator::Impl::Role {
   void watch(std::vector<transport::Transport::Interest>* interests) override {
     link_.watch(interests);
   }
-  void receive(Incoming& in) override { link_.receive(in); }
+  void receive(transport::Incoming& in) override { link_.receive(in); }
   bool flush() override { return link_.flush(); }
   size_t waiting() const override { return link_.waiting(); }
   void heartbeat(Clock::time_point now) override { link_.heartbeat(now); }
   void check_stuck(Clock::time_point now) const override { link_.check_stuck(now); }
   std::string awaited() const override { return link_.awaited(); }
   bool replicates(uint64_t round) const override { return link_.replicates(round); }
-  ParentLink* replica_link() override { return link_.replica_link(); }
+  transport::ParentLink* replica_link() override { return link_.replica_link(); }
 
   void save(Checkpoint& c, nlohmann::json& meta) const override;
   void restore(const Checkpoint& c, const std::string& path) override;

@@ -63,7 +63,7 @@ class Aggregator::Impl::Role {
 
   // ---- the link above the children: a region's parent, the root's standby
   virtual void watch(std::vector<transport::Transport::Interest>* interests) = 0;
-  virtual void receive(Incoming& in) = 0;
+  virtual void receive(transport::Incoming& in) = 0;
   // Sends what waits to go up; whether nothing does.
   virtual bool flush() { return true; }
   virtual size_t waiting() const { return 0; }
@@ -76,7 +76,7 @@ class Aggregator::Impl::Role {
   // replicas, or to the root's standby), and the link it goes over while
   // nothing of the round protocol waits (null: not now).
   virtual bool replicates(uint64_t round) const = 0;
-  virtual ParentLink* replica_link() = 0;
+  virtual transport::ParentLink* replica_link() = 0;
 
   // ---- checkpoints and recovery
   virtual void save(Checkpoint& c, nlohmann::json& meta) const = 0;
@@ -95,7 +95,7 @@ class Aggregator::Impl::Role {
   virtual bool passive() const { return false; }
   // A frame on the children's socket that is the role's own (the active
   // root's, at its standby): handled.
-  virtual bool own_frame(Incoming& /*in*/) { return false; }
+  virtual bool own_frame(transport::Incoming& /*in*/) { return false; }
   // Whether the child `peer` is served (a passive standby: not while the
   // root lives).
   virtual bool may_serve(const std::string& /*peer*/) { return true; }

@@ -54,7 +54,7 @@ void Aggregator::Impl::RootRole::children_joined() {
 void Aggregator::Impl::RootRole::round_opened(uint64_t round) { outer_->begin_round(round); }
 
 void Aggregator::Impl::RootRole::chunk_complete(uint32_t chunk) {
-  ChunkSum cs = n_.acc_->take(chunk);
+  aggregation::ChunkSum cs = n_.acc_->take(chunk);
   const uint64_t off = n_.model_.plan->offset(chunk);
   const uint32_t n = n_.model_.plan->size(chunk);
   std::vector<uint8_t> payload(n_.cfg_.codec->encoded_size(n));
@@ -197,7 +197,7 @@ bool Aggregator::Impl::RootRole::recover(bool resumed) {
     open_standby_link();
     if (checkpoint::fetch_replica(
             *standby_.link,
-            [this](const std::string&) -> ParentLink& {
+            [this](const std::string&) -> transport::ParentLink& {
               open_standby_link();
               return *standby_.link;
             },
@@ -232,9 +232,9 @@ void Aggregator::Impl::RootRole::open_standby_link() {
   // end; a replaced link is abandoned (closed at once).
   if (standby_.link) standby_.link->abandon();
   standby_.link.reset();
-  standby_.link =
-      std::make_unique<ParentLink>(*n_.transport_, n_.self_.standby_endpoint, n_.self_.id,
-                                   n_.cfg_.link, n_.security_->parent_factory());
+  standby_.link = std::make_unique<transport::ParentLink>(*n_.transport_, n_.self_.standby_endpoint,
+                                                          n_.self_.id, n_.cfg_.link,
+                                                          n_.security_->parent_factory());
   standby_.link_opened = Clock::now();
   standby_.seen = false;
   if (n_.uploading()) n_.start_upload();  // from its first piece, on the new link
@@ -253,7 +253,7 @@ void Aggregator::Impl::RootRole::watch(std::vector<transport::Transport::Interes
   // The standby link is read at every turn of the loop; its frames are few.
 }
 
-void Aggregator::Impl::RootRole::receive(Incoming& in) {
+void Aggregator::Impl::RootRole::receive(transport::Incoming& in) {
   if (!standby_.link) return;
   try {
     for (int i = 0; i < 16 && standby_.link->recv(&in, Millis(0)); ++i) on_standby_frame(in);
@@ -272,7 +272,7 @@ void Aggregator::Impl::RootRole::receive(Incoming& in) {
   }
 }
 
-void Aggregator::Impl::RootRole::on_standby_frame(Incoming& in) {
+void Aggregator::Impl::RootRole::on_standby_frame(transport::Incoming& in) {
   const wire::ParsedFrame f = wire::parse_frame(in.data(), in.frame_size, n_.model_.limits);
   if (!f.ok() || f.header.job_id != n_.topo_.job_id() || f.header.sender != n_.self_.index) {
     log().warn("[agg:{}] dropped a frame from its standby: {}", n_.self_.id,

@@ -33,10 +33,10 @@ class Aggregator::Impl::RootRole : public Aggregator::Impl::Role {
   void finished() override;
 
   void watch(std::vector<transport::Transport::Interest>* interests) override;
-  void receive(Incoming& in) override;
+  void receive(transport::Incoming& in) override;
   void heartbeat(Clock::time_point now) override;
   bool replicates(uint64_t round) const override;
-  ParentLink* replica_link() override { return standby_.link.get(); }
+  transport::ParentLink* replica_link() override { return standby_.link.get(); }
 
   void save(Checkpoint& c, nlohmann::json& meta) const override;
   void no_checkpoint() override;
@@ -45,7 +45,7 @@ class Aggregator::Impl::RootRole : public Aggregator::Impl::Role {
   void summarize(AggregatorSummary& s) const override { s.global_model = global_; }
 
  private:
-  void on_standby_frame(Incoming& in);
+  void on_standby_frame(transport::Incoming& in);
   void open_standby_link();
   // A round committed without its standby holding it (logged and audited
   // as standby_lost once, until the standby is back).
@@ -73,7 +73,7 @@ class Aggregator::Impl::RootRole : public Aggregator::Impl::Role {
 
   // The link its checkpoints go over, and what the standby acknowledged.
   struct StandbyLink {
-    std::unique_ptr<ParentLink> link;
+    std::unique_ptr<transport::ParentLink> link;
     Clock::time_point link_opened;
     bool seen = false;
     bool warned = false;

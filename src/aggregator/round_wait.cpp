@@ -12,7 +12,7 @@ std::string number(double v) {
   return os.str();
 }
 
-bool delivered(const RoundAccumulator& acc, uint32_t chunk, uint32_t index) {
+bool delivered(const aggregation::RoundAccumulator& acc, uint32_t chunk, uint32_t index) {
   const std::vector<uint32_t> in = acc.contributors(chunk);
   return std::find(in.begin(), in.end(), index) != in.end();
 }
@@ -25,8 +25,9 @@ std::string join_names(const std::vector<std::string>& names) {
   return out;
 }
 
-RoundWait judge_round_wait(const RoundAccumulator& acc, const std::vector<AbsentMember>& absent,
-                           double quorum, const std::function<std::string(uint32_t)>& name) {
+RoundWait judge_round_wait(const aggregation::RoundAccumulator& acc,
+                           const std::vector<AbsentMember>& absent, double quorum,
+                           const std::function<std::string(uint32_t)>& name) {
   RoundWait w;
   if (!acc.is_open() || acc.round_complete()) return w;
   const std::vector<uint32_t> owing = acc.owing_children();

@@ -49,8 +49,9 @@ struct RoundWait {
 // `name(index)` gives a child's id; `quorum` is the share of the members'
 // weight a chunk needs (for the messages; the accumulator's minimum weight
 // decides).
-RoundWait judge_round_wait(const RoundAccumulator& acc, const std::vector<AbsentMember>& absent,
-                           double quorum, const std::function<std::string(uint32_t)>& name);
+RoundWait judge_round_wait(const aggregation::RoundAccumulator& acc,
+                           const std::vector<AbsentMember>& absent, double quorum,
+                           const std::function<std::string(uint32_t)>& name);
 
 // "a, b, c".
 std::string join_names(const std::vector<std::string>& names);

@@ -48,13 +48,13 @@ void Aggregator::Impl::StandbyRole::heartbeat(Clock::time_point now) {
   }
 }
 
-bool Aggregator::Impl::StandbyRole::own_frame(Incoming& in) {
+bool Aggregator::Impl::StandbyRole::own_frame(transport::Incoming& in) {
   if (in.peer != n_.self_.id) return false;
   on_root_frame(in);  // the active root, streaming its checkpoints
   return true;
 }
 
-void Aggregator::Impl::StandbyRole::on_root_frame(Incoming& in) {
+void Aggregator::Impl::StandbyRole::on_root_frame(transport::Incoming& in) {
   const wire::ParsedFrame f = wire::parse_frame(in.data(), in.frame_size, n_.model_.limits);
   if (!f.ok() || f.header.job_id != n_.topo_.job_id() || f.header.sender != n_.self_.index) {
     log().warn("[agg:{}] dropped a frame from the root: {}", n_.self_.id,

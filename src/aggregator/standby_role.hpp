@@ -21,12 +21,12 @@ class Aggregator::Impl::StandbyRole final : public Aggregator::Impl::RootRole {
   bool recover(bool resumed) override;
   void summarize(AggregatorSummary& s) const override;
   bool passive() const override { return passive_; }
-  bool own_frame(Incoming& in) override;
+  bool own_frame(transport::Incoming& in) override;
   bool may_serve(const std::string& peer) override;
 
  private:
-  void on_root_frame(Incoming& in);  // the active root's checkpoints
-  void serve_root_replica();         // the root lost its own checkpoints
+  void on_root_frame(transport::Incoming& in);  // the active root's checkpoints
+  void serve_root_replica();                    // the root lost its own checkpoints
   void take_over(const std::string& asker);
 
   bool passive_ = false;

@@ -28,7 +28,7 @@ void CheckpointUpload::cancel() {
   piece_.reset();
 }
 
-void CheckpointUpload::pump(ParentLink& link) {
+void CheckpointUpload::pump(transport::ParentLink& link) {
   if (!reader_ || !link.established()) return;
   for (int i = 0; i < 4; ++i) {
     if (!piece_) {

@@ -36,7 +36,7 @@ class CheckpointUpload {
   void start(const std::filesystem::path& path, uint64_t round, uint32_t piece_bytes);
   // Sends up to four pieces while `link`'s session is up and its window has
   // room; ends the upload after the last.
-  void pump(ParentLink& link);
+  void pump(transport::ParentLink& link);
   bool active() const { return reader_ != nullptr; }
   uint64_t round() const { return round_; }
   void cancel();

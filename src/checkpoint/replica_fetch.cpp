@@ -24,8 +24,8 @@ using Clock = std::chrono::steady_clock;
 // the pacing of requests and of new sessions. Blocks like fetch_replica.
 class ReplicaFetch {
  public:
-  ReplicaFetch(ParentLink& first_link,
-               const std::function<ParentLink&(const std::string&)>& reconnect,
+  ReplicaFetch(transport::ParentLink& first_link,
+               const std::function<transport::ParentLink&(const std::string&)>& reconnect,
                const Topology& topo, const NodeSpec& self, const node::NodeConfig& config,
                const std::filesystem::path& dir, uint64_t model_elements, Millis timeout,
                NodeSecurity& security, const std::atomic<bool>* stop)
@@ -70,7 +70,7 @@ class ReplicaFetch {
                    std::to_string(config_.heartbeat_timeout.count()) + " ms");
         continue;
       }
-      Incoming in;
+      transport::Incoming in;
       if (!ask_and_receive(now, &in)) continue;
       const wire::ParsedFrame f = wire::parse_frame(in.data(), in.frame_size, config_.limits);
       if (!f.ok() || f.header.job_id != topo_.job_id() || f.header.sender != parent_sender_) {
@@ -117,7 +117,7 @@ class ReplicaFetch {
 
   // Sends the request when it is due, then waits up to 100 ms for a frame.
   // False when none came, or the session failed and a new one was started.
-  bool ask_and_receive(Clock::time_point now, Incoming* in) {
+  bool ask_and_receive(Clock::time_point now, transport::Incoming* in) {
     try {
       // The request, or a piece, may be lost on a bad link: ask again.
       if (link_->established() && now - asked_at_ > ask_every_ &&
@@ -188,8 +188,8 @@ class ReplicaFetch {
     return std::nullopt;
   }
 
-  ParentLink* link_;
-  const std::function<ParentLink&(const std::string&)>& reconnect_;
+  transport::ParentLink* link_;
+  const std::function<transport::ParentLink&(const std::string&)>& reconnect_;
   const Topology& topo_;
   const NodeSpec& self_;
   const node::NodeConfig& config_;
@@ -211,8 +211,8 @@ class ReplicaFetch {
 
 }  // namespace
 
-bool fetch_replica(ParentLink& first_link,
-                   const std::function<ParentLink&(const std::string&)>& reconnect,
+bool fetch_replica(transport::ParentLink& first_link,
+                   const std::function<transport::ParentLink&(const std::string&)>& reconnect,
                    const Topology& topo, const NodeSpec& self, const node::NodeConfig& config,
                    const std::filesystem::path& dir, uint64_t model_elements, Millis timeout,
                    NodeSecurity& security, const std::atomic<bool>* stop) {

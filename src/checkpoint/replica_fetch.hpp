@@ -22,6 +22,8 @@ class NodeSecurity;
 
 namespace fedwan::checkpoint {
 
+using transport::Millis;
+
 using node::NodeSecurity;
 
 // Sends a hello with kFlagNeedReplica over `link` (to the parent, or for the
@@ -40,8 +42,8 @@ using node::NodeSecurity;
 // answer comes within `timeout`, ProtocolError when the parent refuses the
 // node, CryptoError when the session fails for good, StoppedError within
 // ~100 ms of *stop turning true (stop may be null).
-bool fetch_replica(ParentLink& link,
-                   const std::function<ParentLink&(const std::string&)>& reconnect,
+bool fetch_replica(transport::ParentLink& link,
+                   const std::function<transport::ParentLink&(const std::string&)>& reconnect,
                    const Topology& topo, const NodeSpec& self, const node::NodeConfig& config,
                    const std::filesystem::path& dir, uint64_t model_elements, Millis timeout,
                    NodeSecurity& security, const std::atomic<bool>* stop = nullptr);

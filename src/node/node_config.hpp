@@ -66,8 +66,8 @@ struct NodeConfig {
   // model, and for its last frames to leave.
   Millis finish_wait{};
 
-  ChunkPlan plan(uint64_t total_elements) const {
-    return ChunkPlan::from_bytes(total_elements, chunk_bytes);
+  tensor::ChunkPlan plan(uint64_t total_elements) const {
+    return tensor::ChunkPlan::from_bytes(total_elements, chunk_bytes);
   }
   uint32_t piece_bytes() const { return static_cast<uint32_t>(chunk_bytes); }
   // `limits` once the model's size is known. A checkpoint holds a few

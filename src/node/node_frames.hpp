@@ -27,7 +27,7 @@ inline wire::FrameHeader node_header(const Topology& topo, uint32_t self, wire::
 // `plan`, its payload in `codec`. `weight`: a delta's; an anchor's is +0.0,
 // as the wire requires.
 inline wire::FrameHeader chunk_header(const Topology& topo, uint32_t self, wire::MsgType type,
-                                      uint64_t round, const ChunkPlan& plan, uint32_t chunk,
+                                      uint64_t round, const tensor::ChunkPlan& plan, uint32_t chunk,
                                       CodecId codec, double weight = 0.0) {
   wire::FrameHeader h = node_header(topo, self, type, round);
   h.codec = static_cast<uint8_t>(codec);

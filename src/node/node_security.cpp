@@ -244,10 +244,10 @@ void NodeSecurity::check_crl() {
 
 // ---- links ------------------------------------------------------------------------
 
-void NodeSecurity::on_link_event(const LinkEvent& e, bool as_parent) {
+void NodeSecurity::on_link_event(const transport::LinkEvent& e, bool as_parent) {
   const char* side = as_parent ? "child" : "parent";
   switch (e.kind) {
-    case LinkEvent::Kind::kHandshakeAccepted: {
+    case transport::LinkEvent::Kind::kHandshakeAccepted: {
       if (as_parent && handshake_ms_.size() < kMaxHandshakeTimes) {
         handshake_ms_.push_back(e.handshake_ms);
       }
@@ -266,7 +266,7 @@ void NodeSecurity::on_link_event(const LinkEvent& e, bool as_parent) {
                           {"ms", e.handshake_ms}});
       return;
     }
-    case LinkEvent::Kind::kHandshakeRefused:
+    case transport::LinkEvent::Kind::kHandshakeRefused:
       audit_noise("handshake", noise_key("handshake_refused", e.reason),
                   {{"peer", e.peer},
                    {"side", side},
@@ -277,11 +277,11 @@ void NodeSecurity::on_link_event(const LinkEvent& e, bool as_parent) {
                   std::string("refused secure link with ") + side + " '" + e.peer +
                       "': " + e.reason);
       return;
-    case LinkEvent::Kind::kCrlUnusable:
+    case transport::LinkEvent::Kind::kCrlUnusable:
       alarm("crl_unusable",
             "crl.pem in " + options_.credentials_dir + " cannot be used: " + e.reason);
       return;
-    case LinkEvent::Kind::kFrameRejected:
+    case transport::LinkEvent::Kind::kFrameRejected:
       audit_noise("frame_rejected", noise_key("frame_rejected", e.reason),
                   {{"peer", e.peer}, {"side", side}, {"bytes", e.bytes}, {"reason", e.reason}},
                   std::string("dropped frame from ") + side + " '" + e.peer + "': " + e.reason,
@@ -290,8 +290,8 @@ void NodeSecurity::on_link_event(const LinkEvent& e, bool as_parent) {
   }
 }
 
-LinkAdmission NodeSecurity::children_admission() {
-  LinkAdmission a;
+transport::LinkAdmission NodeSecurity::children_admission() {
+  transport::LinkAdmission a;
   a.job_id = topology_.job_id();
   a.self_index = self_.index;
   a.handshakes.max_pending = static_cast<size_t>(std::max(1, options_.max_pending_handshakes));
@@ -308,7 +308,7 @@ LinkAdmission NodeSecurity::children_admission() {
     if (n == nullptr || n->role == Role::kRoot) return 1;
     return n->streams.value_or(topology_.federation().streams);
   };
-  a.reorder_wait = Millis(
+  a.reorder_wait = std::chrono::milliseconds(
       static_cast<int64_t>(std::max(1000.0, topology_.federation().heartbeat_timeout_s * 500)));
   a.on_drop = [this](const std::string& peer, const std::string& source, const std::string& why,
                      size_t bytes) {
@@ -324,8 +324,8 @@ LinkAdmission NodeSecurity::children_admission() {
   return a;
 }
 
-SecureChannelConfig NodeSecurity::channel_config(LinkEventSink sink) const {
-  SecureChannelConfig c;
+transport::SecureChannelConfig NodeSecurity::channel_config(transport::LinkEventSink sink) const {
+  transport::SecureChannelConfig c;
   c.tls = tls_;
   c.cipher = security::aead_by_name(options_.cipher);
   c.rekey.max_bytes = options_.rekey_after_bytes;
@@ -337,27 +337,31 @@ SecureChannelConfig NodeSecurity::channel_config(LinkEventSink sink) const {
   return c;
 }
 
-SecurityFactory NodeSecurity::children_factory() {
-  LinkEventSink sink = [this](const LinkEvent& e) { on_link_event(e, true); };
-  if (plaintext()) return plaintext_security_factory(topology_.job_id(), self_.index, sink);
-  SecureChannelConfig c = channel_config(sink);
+transport::SecurityFactory NodeSecurity::children_factory() {
+  transport::LinkEventSink sink = [this](const transport::LinkEvent& e) { on_link_event(e, true); };
+  if (plaintext())
+    return transport::plaintext_security_factory(topology_.job_id(), self_.index, sink);
+  transport::SecureChannelConfig c = channel_config(sink);
   c.authorize = [this](const security::NodeIdentity& cert, const std::string& claimed) {
     return security::authorize_child(topology_, self_, cert, claimed);
   };
   return [c](const std::string& peer) {
-    return std::make_unique<SecureChannel>(c, /*is_client=*/false, peer);
+    return std::make_unique<transport::SecureChannel>(c, /*is_client=*/false, peer);
   };
 }
 
-SecurityFactory NodeSecurity::parent_factory() {
-  LinkEventSink sink = [this](const LinkEvent& e) { on_link_event(e, false); };
-  if (plaintext()) return plaintext_security_factory(topology_.job_id(), self_.index, sink);
-  SecureChannelConfig c = channel_config(sink);
+transport::SecurityFactory NodeSecurity::parent_factory() {
+  transport::LinkEventSink sink = [this](const transport::LinkEvent& e) {
+    on_link_event(e, false);
+  };
+  if (plaintext())
+    return transport::plaintext_security_factory(topology_.job_id(), self_.index, sink);
+  transport::SecureChannelConfig c = channel_config(sink);
   c.authorize = [this](const security::NodeIdentity& cert, const std::string&) {
     return security::authorize_parent(topology_, self_, cert);
   };
   return [c](const std::string& peer) {
-    return std::make_unique<SecureChannel>(c, /*is_client=*/true, peer);
+    return std::make_unique<transport::SecureChannel>(c, /*is_client=*/true, peer);
   };
 }
 

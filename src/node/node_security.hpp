@@ -37,9 +37,9 @@ class NodeKey;
 class SignatureVerifier;
 }  // namespace fedwan::security
 
-namespace fedwan {
+namespace fedwan::transport {
 struct SecureChannelConfig;
-}  // namespace fedwan
+}  // namespace fedwan::transport
 
 namespace fedwan::node {
 
@@ -55,10 +55,10 @@ class NodeSecurity {
   ~NodeSecurity();
 
   bool plaintext() const { return tls_ == nullptr; }
-  SecurityFactory children_factory();  // this node as parent (TLS server)
-  SecurityFactory parent_factory();    // this node as child (TLS client)
+  transport::SecurityFactory children_factory();  // this node as parent (TLS server)
+  transport::SecurityFactory parent_factory();    // this node as child (TLS client)
   // Who may reach this node as a child at all (see LinkAdmission).
-  LinkAdmission children_admission();
+  transport::LinkAdmission children_admission();
 
   // Appends to the audit log (no-op without one). `fields` is a JSON object.
   void audit(const std::string& event, const nlohmann::json& fields);
@@ -105,9 +105,9 @@ class NodeSecurity {
 
  private:
   using Clock = std::chrono::steady_clock;
-  void on_link_event(const LinkEvent& e, bool as_parent);
+  void on_link_event(const transport::LinkEvent& e, bool as_parent);
   // The settings both sides of this node's secure links share.
-  SecureChannelConfig channel_config(LinkEventSink sink) const;
+  transport::SecureChannelConfig channel_config(transport::LinkEventSink sink) const;
   void check_crl();
   void check_audit_health();
   void flush_noise(bool all);

@@ -27,7 +27,7 @@ const std::string& ParentSession::endpoint() const {
 }
 
 void ParentSession::open(int linger_ms) {
-  LinkOptions lo = options_.link;
+  transport::LinkOptions lo = options_.link;
   lo.linger_ms = linger_ms;
   // A replaced link must not keep reconnecting under this node's routing id
   // (the parent would hand the id back and forth between two sockets).
@@ -37,8 +37,8 @@ void ParentSession::open(int linger_ms) {
     retired_received_ += link_->counters().bytes_received;
   }
   link_.reset();
-  link_ = std::make_unique<ParentLink>(transport_, endpoint(), self_.id, lo,
-                                       security_.parent_factory());
+  link_ = std::make_unique<transport::ParentLink>(transport_, endpoint(), self_.id, lo,
+                                                  security_.parent_factory());
   opened_at_ = Clock::now();
 }
 

@@ -21,12 +21,14 @@
 
 namespace fedwan::session {
 
+using transport::Millis;
+
 class ParentSession {
  public:
   using Clock = std::chrono::steady_clock;
 
   struct Options {
-    LinkOptions link;                 // window and frame limit of the link
+    transport::LinkOptions link;      // window and frame limit of the link
     Millis heartbeat{2000};           // heartbeat period, and the first backoff step
     Millis heartbeat_timeout{10000};  // silence after which the parent is lost
     // Linger of links opened by reconnect() (the first link keeps
@@ -39,8 +41,8 @@ class ParentSession {
   ParentSession(const Topology& topo, const NodeSpec& self, transport::Transport& transport,
                 node::NodeSecurity& security, Options options);
 
-  ParentLink& link() { return *link_; }
-  const ParentLink& link() const { return *link_; }
+  transport::ParentLink& link() { return *link_; }
+  const transport::ParentLink& link() const { return *link_; }
   // The endpoint the link uses now: the parent's, or after a failover its
   // standby's.
   const std::string& endpoint() const;
@@ -90,7 +92,7 @@ class ParentSession {
   transport::Transport& transport_;
   node::NodeSecurity& security_;
   Options options_;
-  std::unique_ptr<ParentLink> link_;
+  std::unique_ptr<transport::ParentLink> link_;
   bool use_standby_ = false;  // under a root with a standby: failed over
   Clock::time_point opened_at_, heard_, retry_at_;
   uint64_t retired_sent_ = 0, retired_received_ = 0;  // of the links replaced

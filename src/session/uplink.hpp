@@ -31,7 +31,7 @@ class Uplink {
 
   ParentSession& session() { return session_; }
   const ParentSession& session() const { return session_; }
-  ParentLink& link() { return session_.link(); }
+  transport::ParentLink& link() { return session_.link(); }
   UpdateResend& resend() { return resend_; }
   checkpoint::CheckpointUpload& upload() { return upload_; }
   const std::string& parent_id() const { return parent_id_; }

@@ -95,7 +95,8 @@ void SiteCore::Impl::reset_link_state() {
 
 // ---- receiving ------------------------------------------------------------------
 
-std::optional<wire::ParsedFrame> SiteCore::Impl::poll_frame(Incoming* in, Millis timeout) {
+std::optional<wire::ParsedFrame> SiteCore::Impl::poll_frame(transport::Incoming* in,
+                                                            Millis timeout) {
   const auto deadline = Clock::now() + timeout;
   for (;;) {
     const auto left =
@@ -324,7 +325,7 @@ SyncResult SiteCore::Impl::join() {
   if (!resume() && !opt.checkpoint_dir.empty() &&
       checkpoint::fetch_replica(
           link(),
-          [this](const std::string& why) -> ParentLink& {
+          [this](const std::string& why) -> transport::ParentLink& {
             reconnect(why);
             return link();
           },

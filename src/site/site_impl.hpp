@@ -38,6 +38,7 @@ namespace fedwan {
 class SiteCore::Impl {
  public:
   using Clock = std::chrono::steady_clock;
+  using Millis = std::chrono::milliseconds;
 
   Impl(SiteOptions options, float* params, size_t n);
   ~Impl();  // stops and joins an overlapped sync's worker
@@ -64,7 +65,7 @@ class SiteCore::Impl {
   // What a sync reads its update from and writes the next anchor into:
   // params, or while an overlapped sync is pending, the copy it works on.
   float* work;
-  ChunkPlan plan;
+  tensor::ChunkPlan plan;
   wire::FrameLimits limits;  // what frames from the parent may be
   std::array<uint8_t, 32> initial_digest{};
   std::vector<float> anchor;    // the model the federation agreed on for `round`
@@ -127,7 +128,7 @@ class SiteCore::Impl {
   // liveness), the welcome's progress, resends, the checkpoint upload.
   std::unique_ptr<session::Uplink> uplink;
   session::ParentSession& parent() { return uplink->session(); }
-  ParentLink& link() { return uplink->link(); }
+  transport::ParentLink& link() { return uplink->link(); }
 
   // An overlapped sync (begin_sync .. finish_sync). The worker thread owns
   // everything but params, `overlap` and the caller's data position.
@@ -173,7 +174,7 @@ class SiteCore::Impl {
   bool resume();            // true when a local checkpoint was loaded
   void start_upload();      // after a checkpoint: send it to the parent
   void pump_upload();
-  std::optional<wire::ParsedFrame> poll_frame(Incoming* in, Millis timeout);
+  std::optional<wire::ParsedFrame> poll_frame(transport::Incoming* in, Millis timeout);
   void pump(Millis wait, SyncResult* res);
   void upkeep();
   void reconnect(const std::string& why, bool grow_backoff = true);

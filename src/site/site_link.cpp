@@ -22,7 +22,7 @@ namespace fedwan {
 // parent went silent.
 void SiteCore::Impl::pump(Millis wait, SyncResult* res) {
   upkeep();
-  Incoming in;
+  transport::Incoming in;
   try {
     std::optional<wire::ParsedFrame> f = poll_frame(&in, wait);
     for (int i = 0; f && i < 256; ++i) {

@@ -4,7 +4,7 @@
 
 #include "fedwan/error.hpp"
 
-namespace fedwan {
+namespace fedwan::tensor {
 
 ChunkPlan::ChunkPlan(uint64_t total_elements, uint32_t chunk_elements)
     : total_(total_elements), chunk_(chunk_elements) {
@@ -29,4 +29,4 @@ uint32_t ChunkPlan::size(uint32_t i) const {
   return begin < end ? static_cast<uint32_t>(end - begin) : 0;
 }
 
-}  // namespace fedwan
+}  // namespace fedwan::tensor

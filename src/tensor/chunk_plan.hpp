@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace fedwan {
+namespace fedwan::tensor {
 
 class ChunkPlan {
  public:
@@ -27,4 +27,4 @@ class ChunkPlan {
   uint32_t count_ = 0;
 };
 
-}  // namespace fedwan
+}  // namespace fedwan::tensor

@@ -139,8 +139,8 @@ Site::Site(SiteOptions options, torch::nn::Module& module, torch::optim::Optimiz
       // The update is computed and encoded on the GPU; only its encoded
       // bytes come to the host (the host copy then serves the federation's
       // anchors, checkpoints and joins).
-      const ChunkPlan plan =
-          ChunkPlan::from_bytes(flat_.numel(), options.topology.federation().chunk_bytes);
+      const tensor::ChunkPlan plan =
+          tensor::ChunkPlan::from_bytes(flat_.numel(), options.topology.federation().chunk_bytes);
       device_encoder_ = std::make_shared<cuda::DeviceUpdateEncoder>(
           flat_.device().index(), flat_.data(), flat_.numel(), plan.chunk_elements(),
           round_timeout_);

@@ -14,10 +14,11 @@
 #include <string_view>
 #include <vector>
 
-namespace fedwan {
-namespace security {
+namespace fedwan::security {
 class FrameSealer;
-}  // namespace security
+}  // namespace fedwan::security
+
+namespace fedwan::transport {
 
 // Bytes the mechanism wants sent to the peer: handshake records, refusals.
 using SecurityReplies = std::vector<std::vector<uint8_t>>;
@@ -119,4 +120,4 @@ class PlaintextSecurity final : public ChannelSecurity {
 std::vector<uint8_t> plain_reject_frame(uint64_t job_id, uint32_t self_index,
                                         const std::string& reason);
 
-}  // namespace fedwan
+}  // namespace fedwan::transport

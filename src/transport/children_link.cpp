@@ -11,12 +11,11 @@
 #include "fedwan/error.hpp"
 #include "wire/frame.hpp"
 
-namespace fedwan {
+namespace fedwan::transport {
 
 using Clock = std::chrono::steady_clock;
-using transport::SendResult;
 
-ChildrenLink::ChildrenLink(transport::Transport& transport, const std::string& bind_endpoint,
+ChildrenLink::ChildrenLink(Transport& transport, const std::string& bind_endpoint,
                            const LinkOptions& options, SecurityFactory security,
                            LinkAdmission admission)
     : transport_(transport),
@@ -136,7 +135,7 @@ namespace {
 
 // An unsealed kHandshake frame that names a cipher: a child's ClientHello,
 // the start of a TLS handshake (transport/secure_channel.hpp).
-bool is_client_hello(const transport::Message& msg) {
+bool is_client_hello(const Message& msg) {
   const uint8_t* d = msg.data();
   return msg.size() >= wire::kHeaderSize && d[0] == 'F' && d[1] == 'W' && d[2] == 'A' &&
          d[3] == 'N' && d[5] == static_cast<uint8_t>(wire::MsgType::kHandshake) && d[6] != 0 &&
@@ -230,7 +229,7 @@ bool ChildrenLink::recv(Incoming* out, Millis timeout) {
   for (;;) {
     expire_handshakes();
     if (!reseq_.empty() && pop_reordered(out, Clock::now())) return true;
-    transport::Received in;
+    Received in;
     if (!socket_->try_recv(&in)) {
       if (!wait_readable(deadline)) return false;
       continue;
@@ -258,7 +257,7 @@ bool ChildrenLink::wait_readable(Clock::time_point deadline) {
   return transport_.wait({socket_.get()}, left) || gap_due;
 }
 
-bool ChildrenLink::admit(transport::Received& in, std::string* child) {
+bool ChildrenLink::admit(Received& in, std::string* child) {
   std::string peer = std::move(in.peer);
   if (in.malformed) {
     counters_.rejected += 1;
@@ -310,8 +309,7 @@ bool ChildrenLink::admit(transport::Received& in, std::string* child) {
   return true;
 }
 
-bool ChildrenLink::admit_stripe(const std::string& peer, size_t stripe,
-                                const transport::Received& in) {
+bool ChildrenLink::admit_stripe(const std::string& peer, size_t stripe, const Received& in) {
   const std::string id = peer + "~" + std::to_string(stripe);
   const size_t allowed = admission_.streams ? admission_.streams(peer) : 1;
   if (stripe >= allowed) {
@@ -333,7 +331,7 @@ bool ChildrenLink::admit_stripe(const std::string& peer, size_t stripe,
   return true;
 }
 
-bool ChildrenLink::take_frame(std::string peer, transport::Received& in, Incoming* out) {
+bool ChildrenLink::take_frame(std::string peer, Received& in, Incoming* out) {
   std::string why;
   size_t frame_size = 0;
   SecurityReplies replies;
@@ -378,4 +376,4 @@ bool ChildrenLink::take_frame(std::string peer, transport::Received& in, Incomin
   return true;
 }
 
-}  // namespace fedwan
+}  // namespace fedwan::transport

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-namespace fedwan {
+namespace fedwan::transport {
 
 HandshakeGuard::HandshakeGuard(Options options) : options_(options) {
   options_.max_pending = std::max<size_t>(options_.max_pending, 1);
@@ -51,4 +51,4 @@ const char* handshake_verdict_text(HandshakeGuard::Verdict v) {
   return "?";
 }
 
-}  // namespace fedwan
+}  // namespace fedwan::transport

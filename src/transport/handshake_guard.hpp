@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-namespace fedwan {
+namespace fedwan::transport {
 
 class HandshakeGuard {
  public:
@@ -54,4 +54,4 @@ class HandshakeGuard {
 
 const char* handshake_verdict_text(HandshakeGuard::Verdict v);
 
-}  // namespace fedwan
+}  // namespace fedwan::transport

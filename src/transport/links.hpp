@@ -32,10 +32,9 @@
 #include "transport/resequencer.hpp"
 #include "transport/transport.hpp"
 
-namespace fedwan {
+namespace fedwan::transport {
 
-using Millis = std::chrono::milliseconds;
-using LinkOptions = transport::SocketOptions;
+using LinkOptions = SocketOptions;
 
 struct LinkCounters {
   uint64_t frames_sent = 0, bytes_sent = 0;
@@ -46,7 +45,7 @@ struct LinkCounters {
 // A received frame: the bytes stay where the transport put them (no copy).
 struct Incoming {
   std::string peer;  // the child's node id (ChildrenLink); the parent's endpoint (ParentLink)
-  transport::Message message;
+  Message message;
   size_t frame_size = 0;
   const uint8_t* data() const { return message.data(); }
 };
@@ -60,9 +59,8 @@ SecurityFactory plaintext_security_factory(uint64_t job_id, uint32_t self_index,
 // starts at construction and advances whenever the link receives.
 class ParentLink {
  public:
-  ParentLink(transport::Transport& transport, const std::string& endpoint,
-             const std::string& self_id, const LinkOptions& options,
-             const SecurityFactory& security);
+  ParentLink(Transport& transport, const std::string& endpoint, const std::string& self_id,
+             const LinkOptions& options, const SecurityFactory& security);
   // A link whose session never came up has nothing worth flushing: it closes
   // at once instead of lingering on a handshake nobody will read.
   ~ParentLink();
@@ -96,7 +94,7 @@ class ParentLink {
   ChannelSecurity& security() { return *security_; }
   // For the owner's Transport::wait over all its links: adds every
   // connection of this link (readable, and writable when asked).
-  void watch(std::vector<transport::Transport::Interest>* out, bool writable = false);
+  void watch(std::vector<Transport::Interest>* out, bool writable = false);
   // The connections (1 + extra stripes) and the reordering they caused.
   size_t streams() const { return stripes_.size(); }
   const Resequencer::Stats& reordering() const { return reseq_.stats(); }
@@ -109,11 +107,11 @@ class ParentLink {
   // Offers the frame to each usable connection in turn, from the one after
   // the last used, until one takes it.
   template <typename SendOn>
-  transport::SendResult send_striped(SendOn send_on);
+  SendResult send_striped(SendOn send_on);
   bool wait_any(Millis timeout, bool for_send);
 
-  transport::Transport& transport_;
-  std::vector<std::unique_ptr<transport::Socket>> stripes_;  // [0]: the handshake's
+  Transport& transport_;
+  std::vector<std::unique_ptr<Socket>> stripes_;  // [0]: the handshake's
   size_t next_send_ = 0, next_recv_ = 0;
   std::string endpoint_;
   std::unique_ptr<ChannelSecurity> security_;
@@ -150,8 +148,8 @@ struct LinkAdmission {
 class ChildrenLink {
  public:
   using Clock = std::chrono::steady_clock;
-  ChildrenLink(transport::Transport& transport, const std::string& bind_endpoint,
-               const LinkOptions& options, SecurityFactory security, LinkAdmission admission = {});
+  ChildrenLink(Transport& transport, const std::string& bind_endpoint, const LinkOptions& options,
+               SecurityFactory security, LinkAdmission admission = {});
   // Blocks while that child's window is full, at most `timeout`. Throws
   // TransportError when the child is not connected, TimeoutError on timeout.
   // Returns the bytes put on the wire (after the security layer).
@@ -164,7 +162,7 @@ class ChildrenLink {
   // Waits at most `timeout`; false when nothing (valid) arrived. Handshake
   // messages are answered here and never returned.
   bool recv(Incoming* out, Millis timeout);
-  transport::Socket& socket() { return *socket_; }
+  Socket& socket() { return *socket_; }
   const LinkCounters& counters() const { return counters_; }
   // Bytes put on the wire to one child (send and try_send) since the link
   // opened; 0 for a peer never sent to.
@@ -188,7 +186,7 @@ class ChildrenLink {
  private:
   size_t streams_of(const std::string& child) const;
   template <typename SendOn>
-  transport::SendResult send_striped(const std::string& peer, SendOn send_on);
+  SendResult send_striped(const std::string& peer, SendOn send_on);
   // Pops a frame some striped child's resequencer has ready.
   bool pop_reordered(Incoming* out, Clock::time_point now);
   // Waits until the socket is readable or a striped child's gap is due;
@@ -197,12 +195,12 @@ class ChildrenLink {
   // Whether a message may go on to the channel security (its routing id,
   // the admission, further connections, the handshake budget); sets
   // `child` to the child's id. Drops and counts it otherwise.
-  bool admit(transport::Received& in, std::string* child);
-  bool admit_stripe(const std::string& peer, size_t stripe, const transport::Received& in);
+  bool admit(Received& in, std::string* child);
+  bool admit_stripe(const std::string& peer, size_t stripe, const Received& in);
   // Passes an admitted message through the child's channel security: true
   // with a frame in *out; false when it was a handshake message, refused,
   // or is held for a striped child's order.
-  bool take_frame(std::string peer, transport::Received& in, Incoming* out);
+  bool take_frame(std::string peer, Received& in, Incoming* out);
   ChannelSecurity& security_for(const std::string& peer);
   // Drops handshakes that outlived their timeout, with their state.
   void expire_handshakes();
@@ -213,8 +211,8 @@ class ChildrenLink {
   // Best effort, never blocking: handshake replies and plain refusals.
   void send_unsealed(const std::string& peer, const std::vector<uint8_t>& bytes);
 
-  transport::Transport& transport_;
-  std::unique_ptr<transport::Socket> socket_;
+  Transport& transport_;
+  std::unique_ptr<Socket> socket_;
   SecurityFactory factory_;
   LinkAdmission admission_;
   HandshakeGuard guard_;
@@ -236,4 +234,4 @@ class ChildrenLink {
   int replies_in_window_ = 0;
 };
 
-}  // namespace fedwan
+}  // namespace fedwan::transport

@@ -9,12 +9,11 @@
 #include "fedwan/error.hpp"
 #include "wire/frame.hpp"
 
-namespace fedwan {
+namespace fedwan::transport {
 
 using Clock = std::chrono::steady_clock;
-using transport::SendResult;
 
-ParentLink::ParentLink(transport::Transport& transport, const std::string& endpoint,
+ParentLink::ParentLink(Transport& transport, const std::string& endpoint,
                        const std::string& self_id, const LinkOptions& options,
                        const SecurityFactory& security)
     : transport_(transport),
@@ -49,7 +48,7 @@ void ParentLink::abandon() {
   for (auto& s : stripes_) s->set_linger(Millis(0));
 }
 
-void ParentLink::watch(std::vector<transport::Transport::Interest>* out, bool writable) {
+void ParentLink::watch(std::vector<Transport::Interest>* out, bool writable) {
   for (auto& s : stripes_) out->push_back({s.get(), true, writable});
 }
 
@@ -70,7 +69,7 @@ SendResult ParentLink::send_striped(SendOn send_on) {
 }
 
 bool ParentLink::wait_any(Millis timeout, bool for_send) {
-  std::vector<transport::Socket*> sockets;
+  std::vector<Socket*> sockets;
   for (auto& s : stripes_) sockets.push_back(s.get());
   return transport_.wait(sockets, timeout, for_send);
 }
@@ -126,8 +125,7 @@ size_t ParentLink::send_sealed(std::vector<uint8_t> frame, Millis timeout) {
   const size_t n = frame.size();
   const auto deadline = Clock::now() + timeout;
   for (;;) {
-    const SendResult r =
-        send_striped([&](transport::Socket& s) { return s.try_send("", frame.data(), n); });
+    const SendResult r = send_striped([&](Socket& s) { return s.try_send("", frame.data(), n); });
     if (r == SendResult::kSent) break;
     const auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());
     if (left.count() <= 0) {
@@ -151,7 +149,7 @@ std::optional<size_t> ParentLink::try_send(const std::vector<uint8_t>& frame) {
   size_t n = 0;
   // Sealed only by the connection that takes it: a refused frame takes no
   // sequence number.
-  const SendResult r = send_striped([&](transport::Socket& s) {
+  const SendResult r = send_striped([&](Socket& s) {
     return s.try_send_with("", [&] {
       std::vector<uint8_t> bytes(frame);
       security_->seal(bytes);
@@ -188,7 +186,7 @@ bool ParentLink::recv(Incoming* out, Millis timeout) {
       out->frame_size = ready.frame_size;
       return true;
     }
-    transport::Received in;
+    Received in;
     bool got = false;
     for (size_t i = 0; i < stripes_.size() && !got; ++i) {
       const size_t k = (next_recv_ + i) % stripes_.size();
@@ -246,4 +244,4 @@ bool ParentLink::recv(Incoming* out, Millis timeout) {
   }
 }
 
-}  // namespace fedwan
+}  // namespace fedwan::transport

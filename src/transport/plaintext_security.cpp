@@ -6,7 +6,7 @@
 #include "common/log.hpp"
 #include "transport/links.hpp"
 
-namespace fedwan {
+namespace fedwan::transport {
 
 SecurityFactory plaintext_security_factory(uint64_t job_id, uint32_t self_index,
                                            LinkEventSink sink) {
@@ -22,4 +22,4 @@ SecurityFactory plaintext_security_factory(uint64_t job_id, uint32_t self_index,
   };
 }
 
-}  // namespace fedwan
+}  // namespace fedwan::transport

@@ -2,7 +2,7 @@
 
 #include <utility>
 
-namespace fedwan {
+namespace fedwan::transport {
 
 void Resequencer::push(ChannelSecurity::Order order, std::optional<Frame> frame,
                        Clock::time_point now) {
@@ -81,4 +81,4 @@ Resequencer::Clock::time_point Resequencer::wake_at() const {
   return gap_since_ + options_.max_wait;
 }
 
-}  // namespace fedwan
+}  // namespace fedwan::transport

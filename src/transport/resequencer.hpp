@@ -26,7 +26,7 @@
 #include "transport/channel_security.hpp"
 #include "transport/transport.hpp"
 
-namespace fedwan {
+namespace fedwan::transport {
 
 class Resequencer {
  public:
@@ -37,7 +37,7 @@ class Resequencer {
     std::chrono::milliseconds max_wait{5000};  // for a missing frame
   };
   struct Frame {
-    transport::Message message;
+    Message message;
     size_t frame_size = 0;
   };
   struct Stats {
@@ -81,4 +81,4 @@ class Resequencer {
   Stats stats_;
 };
 
-}  // namespace fedwan
+}  // namespace fedwan::transport

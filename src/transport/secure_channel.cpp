@@ -6,7 +6,7 @@
 #include "fedwan/error.hpp"
 #include "wire/frame.hpp"
 
-namespace fedwan {
+namespace fedwan::transport {
 namespace {
 
 using security::FrameOpener;
@@ -327,4 +327,4 @@ ChannelSecurity::Inbound SecureChannel::receive(uint8_t* data, size_t size, size
   return reject(std::move(reason), size, why);
 }
 
-}  // namespace fedwan
+}  // namespace fedwan::transport

@@ -28,7 +28,7 @@
 #include "security/tls_session.hpp"
 #include "transport/channel_security.hpp"
 
-namespace fedwan {
+namespace fedwan::transport {
 
 struct SecureChannelConfig {
   std::shared_ptr<security::TlsContext> tls;
@@ -99,4 +99,4 @@ class SecureChannel final : public ChannelSecurity {
   std::optional<Order> last_order_;
 };
 
-}  // namespace fedwan
+}  // namespace fedwan::transport

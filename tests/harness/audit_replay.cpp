@@ -164,7 +164,7 @@ ReplayResult replay_root_audits(const Topology& topo, std::vector<float> initial
   }
 
   const size_t n = initial_model.size();
-  const ChunkPlan plan = ChunkPlan::from_bytes(n, topo.federation().chunk_bytes);
+  const tensor::ChunkPlan plan = tensor::ChunkPlan::from_bytes(n, topo.federation().chunk_bytes);
   std::unique_ptr<OuterOptimizer> outer = make_outer_optimizer(topo.federation().outer, n);
   const auto rule = aggregation::make_rule(topo.federation().aggregation.rule);
   res.global = std::move(initial_model);

@@ -28,10 +28,12 @@ namespace fedwan::testing {
 // to start with an expired, revoked or foreign certificate: tests use it to
 // play the attacker. With check_parent false it accepts any parent the CA
 // vouches for (so a test can reach an aggregator's own checks).
-inline SecurityFactory test_client_security(const Topology& topo, const std::string& self_id,
-                                            const std::string& bundle_dir, bool check_parent = true,
-                                            const std::string& cipher = "aes-256-gcm") {
-  SecureChannelConfig c;
+inline transport::SecurityFactory test_client_security(const Topology& topo,
+                                                       const std::string& self_id,
+                                                       const std::string& bundle_dir,
+                                                       bool check_parent = true,
+                                                       const std::string& cipher = "aes-256-gcm") {
+  transport::SecureChannelConfig c;
   c.tls = std::make_shared<security::TlsContext>(bundle_dir, /*verify_own=*/false);
   c.cipher = security::aead_by_name(cipher);
   c.job_id = topo.job_id();
@@ -43,16 +45,17 @@ inline SecurityFactory test_client_security(const Topology& topo, const std::str
     return security::authorize_parent(topo, *self, cert);
   };
   return [c](const std::string& peer) {
-    return std::make_unique<SecureChannel>(c, /*is_client=*/true, peer);
+    return std::make_unique<transport::SecureChannel>(c, /*is_client=*/true, peer);
   };
 }
 
 // Server-side mutual TLS for a test aggregator acting as node `self_id` with
 // the bundle in `bundle_dir`: it accepts any child the CA vouches for, so a
 // test can play an aggregator that would take a site it should not.
-inline SecurityFactory test_server_security(const Topology& topo, const std::string& self_id,
-                                            const std::string& bundle_dir) {
-  SecureChannelConfig c;
+inline transport::SecurityFactory test_server_security(const Topology& topo,
+                                                       const std::string& self_id,
+                                                       const std::string& bundle_dir) {
+  transport::SecureChannelConfig c;
   c.tls = std::make_shared<security::TlsContext>(bundle_dir, /*verify_own=*/false);
   c.job_id = topo.job_id();
   c.self_index = topo.node(self_id).index;
@@ -60,14 +63,14 @@ inline SecurityFactory test_server_security(const Topology& topo, const std::str
     return std::optional<std::string>();
   };
   return [c](const std::string& peer) {
-    return std::make_unique<SecureChannel>(c, /*is_client=*/false, peer);
+    return std::make_unique<transport::SecureChannel>(c, /*is_client=*/false, peer);
   };
 }
 
 class RawSite {
  public:
   // Connects to `endpoint` (default: the parent's) under routing id `id`.
-  RawSite(const Topology& topo, const std::string& id, SecurityFactory security,
+  RawSite(const Topology& topo, const std::string& id, transport::SecurityFactory security,
           std::string endpoint = "")
       : topo_(topo),
         self_(topo.node(id)),
@@ -75,13 +78,13 @@ class RawSite {
         transport_(transport::make_transport(endpoint_)),
         link_(*transport_, endpoint_, id, quick_close(), std::move(security)) {}
 
-  static LinkOptions quick_close() {
-    LinkOptions o;
+  static transport::LinkOptions quick_close() {
+    transport::LinkOptions o;
     o.linger_ms = 0;
     return o;
   }
 
-  ParentLink& link() { return link_; }
+  transport::ParentLink& link() { return link_; }
   const NodeSpec& node() const { return self_; }
 
   // Seals (when secure) and sends.
@@ -101,7 +104,7 @@ class RawSite {
   // with detail "timeout" when none came.
   wire::ParsedFrame recv(std::vector<uint8_t>* storage,
                          std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
-    Incoming in;
+    transport::Incoming in;
     if (!link_.recv(&in, timeout)) {
       wire::ParsedFrame none;
       none.reject = wire::RejectReason::kTooShort;
@@ -154,7 +157,7 @@ class RawSite {
   const NodeSpec& self_;
   std::string endpoint_;
   std::unique_ptr<transport::Transport> transport_;
-  ParentLink link_;
+  transport::ParentLink link_;
 };
 
 }  // namespace fedwan::testing

@@ -43,7 +43,7 @@ inline ReferenceResult run_reference_rounds(
         site_params,
     const std::function<void(uint64_t, const std::vector<float>&)>& after_round) {
   const size_t n = init.size();
-  const ChunkPlan plan = ChunkPlan::from_bytes(n, topo.federation().chunk_bytes);
+  const tensor::ChunkPlan plan = tensor::ChunkPlan::from_bytes(n, topo.federation().chunk_bytes);
   const Codec& codec = codec_by_name(topo.federation().codec);
   const bool lossy = codec.id() != CodecId::kFp32;
   std::vector<float> global = init, held = init;

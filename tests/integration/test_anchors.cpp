@@ -236,12 +236,12 @@ TEST(CheckpointAnchors, AReplicaForgedByTheParentIsRefused) {
 
   // The parent: answers the site's request for its replica with the forgery.
   auto transport = transport::make_transport(topo.root().endpoint);
-  ChildrenLink parent(
-      *transport, topo.root().endpoint, LinkOptions{},
+  transport::ChildrenLink parent(
+      *transport, topo.root().endpoint, transport::LinkOptions{},
       test_server_security(topo, "root", security_for(topo, "root").credentials_dir));
   std::atomic<bool> stop{false};
   const auto serve = [&] {
-    Incoming in;
+    transport::Incoming in;
     while (!stop.load()) {
       if (!parent.recv(&in, std::chrono::milliseconds(20))) continue;
       const wire::ParsedFrame f = wire::parse_frame(in.data(), in.frame_size);

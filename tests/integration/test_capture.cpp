@@ -309,7 +309,7 @@ TEST(Capture, PlaintextControlCarriesTheModel) {
   // Every window that lies inside one chunk crossed three times: the full
   // anchor root -> region, then region -> each site. Windows straddling two
   // chunks are split by the next frame's header.
-  const ChunkPlan plan = ChunkPlan::from_bytes(kParams, run.fed.chunk_bytes);
+  const tensor::ChunkPlan plan = tensor::ChunkPlan::from_bytes(kParams, run.fed.chunk_bytes);
   const size_t within_chunks = kParams - 3 * plan.count();
   EXPECT_EQ(h.headers.sealed, 0u);
   EXPECT_GE(h.initial_fp32.distinct, within_chunks);

@@ -110,7 +110,7 @@ bool wait_listening(const std::string& endpoint, std::chrono::seconds patience) 
 
 // A real TLS ClientHello frame, as a child sends it first.
 std::vector<uint8_t> client_hello(const Topology& topo, const std::string& as) {
-  SecurityReplies first;
+  transport::SecurityReplies first;
   test_client_security(topo, as, security_for(topo, as).credentials_dir)("endpoint")->start(&first);
   return first.at(0);
 }
@@ -220,7 +220,7 @@ TEST(Flood, RefusedFramesCostABoundedAuditAndLog) {
   const pid_t region = fed.start("region-0", {"--audit-log", audit.string()});
   const std::string ep = fed.topo.node("region-0").endpoint;
   ASSERT_TRUE(wait_listening(ep, std::chrono::seconds(60))) << read_text(fed.log("region-0"));
-  RawSite shape(fed.topo, "site-1", plaintext_security_factory(fed.topo.job_id(), 0),
+  RawSite shape(fed.topo, "site-1", transport::plaintext_security_factory(fed.topo.job_id(), 0),
                 "inproc://unused");
   const std::vector<uint8_t> plain = shape.hello_frame(std::vector<float>(10, 0.0f));
   // 20,000 frames from identities that are no node at all...

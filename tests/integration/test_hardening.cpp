@@ -265,8 +265,8 @@ TEST(Hardening, AForgedRefusalDuringTheFirstHandshakeIsRetried) {
     zmq::message_t id, body;
     ASSERT_TRUE(impostor->recv(id).has_value());
     ASSERT_TRUE(impostor->recv(body).has_value());
-    const std::vector<uint8_t> no =
-        plain_reject_frame(topo.job_id(), topo.node("region-0").index, "you are not welcome");
+    const std::vector<uint8_t> no = transport::plain_reject_frame(
+        topo.job_id(), topo.node("region-0").index, "you are not welcome");
     impostor->send(id, zmq::send_flags::sndmore);
     impostor->send(zmq::buffer(no), zmq::send_flags::none);
   }

@@ -104,7 +104,7 @@ class QuorumFederation {
   fs::path audit(const std::string& node) const { return dir_.path() / (node + ".audit"); }
   fs::path store() const { return dir_.path() / "updates"; }
   uint32_t chunks() const {
-    return ChunkPlan::from_bytes(params_, topo_.federation().chunk_bytes).count();
+    return tensor::ChunkPlan::from_bytes(params_, topo_.federation().chunk_bytes).count();
   }
 
   // Whether the root has committed `round` (its global model moved past it).

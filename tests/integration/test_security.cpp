@@ -117,7 +117,8 @@ TEST(Security, AttacksAreRefusedAuditedAndCountNothing) {
     s.set(zmq::sockopt::linger, 0);
     s.set(zmq::sockopt::rcvtimeo, 10000);
     s.connect(region_ep);
-    RawSite shape(topo, "site-1", plaintext_security_factory(topo.job_id(), 0), "inproc://unused");
+    RawSite shape(topo, "site-1", transport::plaintext_security_factory(topo.job_id(), 0),
+                  "inproc://unused");
     s.send(zmq::buffer(shape.hello_frame(init)), zmq::send_flags::none);
     zmq::message_t reply;
     ASSERT_TRUE(s.recv(reply).has_value());
@@ -337,14 +338,14 @@ nodes:
     // refuses it once TLS proved who it is, before sending anything.
     const std::string rogue_ep = "ipc://" + (dir.path() / "rogue-us").string();
     auto rogue_transport = transport::make_transport(rogue_ep);
-    ChildrenLink rogue(*rogue_transport, rogue_ep, LinkOptions{},
-                       test_server_security(topo, "us", (pki / "us").string()));
+    transport::ChildrenLink rogue(*rogue_transport, rogue_ep, transport::LinkOptions{},
+                                  test_server_security(topo, "us", (pki / "us").string()));
     std::atomic<bool> stop{false};
     NodeSpawner rogue_parent;
     rogue_parent.spawn(
         "rogue-us",
         [&] {
-          Incoming in;
+          transport::Incoming in;
           while (!stop.load()) (void)rogue.recv(&in, std::chrono::milliseconds(20));
         },
         [&] { stop.store(true); });

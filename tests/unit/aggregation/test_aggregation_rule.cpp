@@ -61,7 +61,7 @@ TEST(AggregationRule, WeightedMeanIsTheAccumulationItReplaced) {
                                 expected.data());
         total += weights[k];
       }
-      finalize_mean(expected.data(), n, total);
+      aggregation::finalize_mean(expected.data(), n, total);
 
       auto rule = make_rule(aggregation::kWeightedMean);
       EXPECT_EQ(rule->memory(), aggregation::RuleMemory::kStreaming);
@@ -103,10 +103,10 @@ class MedianUnderTheAccumulator : public ::testing::Test {
  protected:
   void SetUp() override { testing::register_test_median_rule(); }
   const Codec& fp32 = codec_by_name("fp32");
-  ChunkPlan plan{10, 4};  // chunks of 4, 4, 2
+  tensor::ChunkPlan plan{10, 4};  // chunks of 4, 4, 2
 
-  RoundAccumulator::Result add(RoundAccumulator& acc, uint32_t sender, uint32_t chunk, float value,
-                               double weight) {
+  aggregation::RoundAccumulator::Result add(aggregation::RoundAccumulator& acc, uint32_t sender,
+                                            uint32_t chunk, float value, double weight) {
     const auto bytes = encode(fp32, std::vector<float>(plan.size(chunk), value));
     return acc.add(acc.round(), sender, chunk, plan.size(chunk), weight, fp32, bytes.data(),
                    bytes.size());
@@ -114,25 +114,25 @@ class MedianUnderTheAccumulator : public ::testing::Test {
 };
 
 TEST_F(MedianUnderTheAccumulator, AnOutlierDoesNotMoveTheMedianButMovesTheMean) {
-  RoundAccumulator median(plan, {1, 2, 3}, make_rule(testing::kTestMedian));
-  RoundAccumulator mean(plan, {1, 2, 3});
-  for (RoundAccumulator* acc : {&median, &mean}) {
+  aggregation::RoundAccumulator median(plan, {1, 2, 3}, make_rule(testing::kTestMedian));
+  aggregation::RoundAccumulator mean(plan, {1, 2, 3});
+  for (aggregation::RoundAccumulator* acc : {&median, &mean}) {
     acc->open(0);
     add(*acc, 1, 0, 1.0f, 1.0);
     add(*acc, 3, 0, 1e6f, 1.0);  // arrival order does not matter to the median
     EXPECT_TRUE(add(*acc, 2, 0, 2.0f, 2.0).chunk_complete);
   }
-  const ChunkSum m = median.take(0);
+  const aggregation::ChunkSum m = median.take(0);
   EXPECT_EQ(m.weight, 4.0);  // the weight behind it is the bookkeeping's, whatever the rule
   for (float x : m.mean) EXPECT_EQ(x, 2.0f);
   for (float x : mean.take(0).mean) EXPECT_GT(x, 1e5f);
 }
 
 TEST_F(MedianUnderTheAccumulator, ABufferedRuleHoldsEveryCopyUntilTheChunkCloses) {
-  RoundAccumulator median(plan, {1, 2, 3}, make_rule(testing::kTestMedian));
-  RoundAccumulator mean(plan, {1, 2, 3});
+  aggregation::RoundAccumulator median(plan, {1, 2, 3}, make_rule(testing::kTestMedian));
+  aggregation::RoundAccumulator mean(plan, {1, 2, 3});
   EXPECT_EQ(median.rule().memory(), aggregation::RuleMemory::kBuffered);
-  for (RoundAccumulator* acc : {&median, &mean}) {
+  for (aggregation::RoundAccumulator* acc : {&median, &mean}) {
     acc->open(5);
     for (uint32_t child : {1u, 2u, 3u}) add(*acc, child, 1, 1.0f, 1.0);
   }
@@ -143,10 +143,10 @@ TEST_F(MedianUnderTheAccumulator, ABufferedRuleHoldsEveryCopyUntilTheChunkCloses
 }
 
 TEST_F(MedianUnderTheAccumulator, DuplicatesStaleCopiesAndBadPayloadsNeverReachTheRule) {
-  RoundAccumulator median(plan, {1, 2, 3}, make_rule(testing::kTestMedian));
+  aggregation::RoundAccumulator median(plan, {1, 2, 3}, make_rule(testing::kTestMedian));
   median.open(2);
   add(median, 1, 0, 1.0f, 1.0);
-  EXPECT_EQ(add(median, 1, 0, 1e9f, 1.0).outcome, AddOutcome::kDuplicate);
+  EXPECT_EQ(add(median, 1, 0, 1e9f, 1.0).outcome, aggregation::AddOutcome::kDuplicate);
   // Written by hand: the encoder refuses what a dishonest child might send.
   std::vector<uint8_t> nan(fp32.encoded_size(plan.size(0)));
   const float not_a_number = std::nanf("");
@@ -154,11 +154,11 @@ TEST_F(MedianUnderTheAccumulator, DuplicatesStaleCopiesAndBadPayloadsNeverReachT
     std::memcpy(nan.data() + i * sizeof(float), &not_a_number, sizeof(float));
   }
   EXPECT_EQ(median.add(2, 2, 0, plan.size(0), 1.0, fp32, nan.data(), nan.size()).outcome,
-            AddOutcome::kBadPayload);
+            aggregation::AddOutcome::kBadPayload);
   EXPECT_EQ(median.bytes_in_flight(), plan.size(0) * sizeof(float));
   add(median, 3, 0, 3.0f, 1.0);
   for (float x : median.take(0).mean) EXPECT_EQ(x, 2.0f);  // median of {1, 3}
-  EXPECT_EQ(add(median, 2, 0, 1e9f, 1.0).outcome, AddOutcome::kStale);
+  EXPECT_EQ(add(median, 2, 0, 1e9f, 1.0).outcome, aggregation::AddOutcome::kStale);
 }
 
 // A rule whose combiner makes the wrong number of values is a bug in the
@@ -178,7 +178,7 @@ class ShortRule final : public aggregation::AggregationRule {
 };
 
 TEST_F(MedianUnderTheAccumulator, ACombinerThatMakesTheWrongSizeIsRefused) {
-  RoundAccumulator acc(plan, {1}, std::make_shared<const ShortRule>());
+  aggregation::RoundAccumulator acc(plan, {1}, std::make_shared<const ShortRule>());
   acc.open(0);
   add(acc, 1, 0, 1.0f, 1.0);
   EXPECT_THROW(acc.take(0), Error);

@@ -21,11 +21,11 @@ std::vector<uint8_t> encode_fp32(const std::vector<float>& v) {
 class RoundAccumulatorTest : public ::testing::Test {
  protected:
   const Codec& fp32 = codec_by_name("fp32");
-  ChunkPlan plan{10, 4};  // chunks of 4, 4, 2
-  RoundAccumulator acc{plan, {7, 9}};
+  tensor::ChunkPlan plan{10, 4};  // chunks of 4, 4, 2
+  aggregation::RoundAccumulator acc{plan, {7, 9}};
 
-  RoundAccumulator::Result add(uint64_t round, uint32_t sender, uint32_t chunk, float value,
-                               double weight) {
+  aggregation::RoundAccumulator::Result add(uint64_t round, uint32_t sender, uint32_t chunk,
+                                            float value, double weight) {
     std::vector<float> v(plan.size(chunk), value);
     const auto bytes = encode_fp32(v);
     return acc.add(round, sender, chunk, plan.size(chunk), weight, fp32, bytes.data(),
@@ -38,9 +38,9 @@ TEST_F(RoundAccumulatorTest, WeightedMeanOfTwoChildren) {
   EXPECT_FALSE(add(3, 7, 1, 1.0f, 1.0).chunk_complete);
   EXPECT_EQ(acc.chunks_in_flight(), 1u);
   auto r = add(3, 9, 1, 4.0f, 3.0);
-  EXPECT_EQ(r.outcome, AddOutcome::kAccepted);
+  EXPECT_EQ(r.outcome, aggregation::AddOutcome::kAccepted);
   EXPECT_TRUE(r.chunk_complete);
-  ChunkSum s = acc.take(1);
+  aggregation::ChunkSum s = acc.take(1);
   EXPECT_EQ(s.weight, 4.0);
   for (float x : s.mean) EXPECT_FLOAT_EQ(x, (1.0f * 1 + 4.0f * 3) / 4);
   // The chunk's accumulator is released as soon as it is taken.
@@ -50,18 +50,18 @@ TEST_F(RoundAccumulatorTest, WeightedMeanOfTwoChildren) {
 
 TEST_F(RoundAccumulatorTest, CountsEachSenderChunkOnce) {
   acc.open(0);
-  EXPECT_EQ(add(0, 7, 0, 1.0f, 1.0).outcome, AddOutcome::kAccepted);
-  EXPECT_EQ(add(0, 7, 0, 100.0f, 1.0).outcome, AddOutcome::kDuplicate);
+  EXPECT_EQ(add(0, 7, 0, 1.0f, 1.0).outcome, aggregation::AddOutcome::kAccepted);
+  EXPECT_EQ(add(0, 7, 0, 100.0f, 1.0).outcome, aggregation::AddOutcome::kDuplicate);
   add(0, 9, 0, 3.0f, 1.0);
-  ChunkSum s = acc.take(0);
+  aggregation::ChunkSum s = acc.take(0);
   EXPECT_FLOAT_EQ(s.mean[0], 2.0f);  // the duplicate left no trace
 }
 
 TEST_F(RoundAccumulatorTest, StaleFutureAndStrangers) {
   acc.open(5);
-  EXPECT_EQ(add(4, 7, 0, 1.0f, 1.0).outcome, AddOutcome::kStale);
-  EXPECT_EQ(add(6, 7, 0, 1.0f, 1.0).outcome, AddOutcome::kFuture);
-  EXPECT_EQ(add(5, 8, 0, 1.0f, 1.0).outcome, AddOutcome::kUnknownSender);
+  EXPECT_EQ(add(4, 7, 0, 1.0f, 1.0).outcome, aggregation::AddOutcome::kStale);
+  EXPECT_EQ(add(6, 7, 0, 1.0f, 1.0).outcome, aggregation::AddOutcome::kFuture);
+  EXPECT_EQ(add(5, 8, 0, 1.0f, 1.0).outcome, aggregation::AddOutcome::kUnknownSender);
   EXPECT_EQ(acc.chunks_in_flight(), 0u);
 }
 
@@ -71,9 +71,9 @@ TEST_F(RoundAccumulatorTest, RejectsChunksThatDisagreeWithThePlan) {
   auto bytes = encode_fp32(v);
   // Chunk 2 has 2 elements, not 3.
   EXPECT_EQ(acc.add(0, 7, 2, 3, 1.0, fp32, bytes.data(), bytes.size()).outcome,
-            AddOutcome::kBadChunk);
+            aggregation::AddOutcome::kBadChunk);
   EXPECT_EQ(acc.add(0, 7, 3, 2, 1.0, fp32, bytes.data(), bytes.size()).outcome,
-            AddOutcome::kBadChunk);
+            aggregation::AddOutcome::kBadChunk);
   EXPECT_EQ(acc.chunks_in_flight(), 0u);
 }
 
@@ -84,14 +84,14 @@ TEST_F(RoundAccumulatorTest, RejectsBadPayloadsAndWeightsWithoutATrace) {
   std::vector<uint8_t> nan_bytes(16);
   std::memcpy(nan_bytes.data(), v.data(), 16);
   EXPECT_EQ(acc.add(0, 7, 0, 4, 1.0, fp32, nan_bytes.data(), nan_bytes.size()).outcome,
-            AddOutcome::kBadPayload);
-  EXPECT_EQ(add(0, 7, 0, 1.0f, 0.0).outcome, AddOutcome::kBadPayload);
-  EXPECT_EQ(add(0, 7, 0, 1.0f, -2.0).outcome, AddOutcome::kBadPayload);
+            aggregation::AddOutcome::kBadPayload);
+  EXPECT_EQ(add(0, 7, 0, 1.0f, 0.0).outcome, aggregation::AddOutcome::kBadPayload);
+  EXPECT_EQ(add(0, 7, 0, 1.0f, -2.0).outcome, aggregation::AddOutcome::kBadPayload);
   EXPECT_EQ(add(0, 7, 0, 1.0f, std::numeric_limits<double>::infinity()).outcome,
-            AddOutcome::kBadPayload);
+            aggregation::AddOutcome::kBadPayload);
   EXPECT_EQ(acc.chunks_in_flight(), 0u);
   // The sender can still deliver the chunk properly afterwards.
-  EXPECT_EQ(add(0, 7, 0, 1.0f, 1.0).outcome, AddOutcome::kAccepted);
+  EXPECT_EQ(add(0, 7, 0, 1.0f, 1.0).outcome, aggregation::AddOutcome::kAccepted);
 }
 
 TEST_F(RoundAccumulatorTest, RoundCompletesWhenEveryChunkIsTakenAndReportsMissing) {
@@ -112,7 +112,7 @@ TEST_F(RoundAccumulatorTest, RoundCompletesWhenEveryChunkIsTakenAndReportsMissin
 TEST_F(RoundAccumulatorTest, ArrivalOrderOfTwoChildrenDoesNotChangeBits) {
   const std::vector<float> a = {0.1f, 1e-7f, 3.3f, -2.5f}, b = {0.7f, 5e-8f, -1.1f, 9.0f};
   auto run = [&](bool a_first) {
-    RoundAccumulator r(ChunkPlan(4, 4), {1, 2});
+    aggregation::RoundAccumulator r(tensor::ChunkPlan(4, 4), {1, 2});
     r.open(0);
     const auto ba = encode_fp32(a), bb = encode_fp32(b);
     if (a_first) {

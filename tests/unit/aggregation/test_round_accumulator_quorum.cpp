@@ -24,8 +24,8 @@ class RoundAccumulatorQuorumTest : public ::testing::Test {
   static constexpr uint32_t kA = 7, kB = 9, kC = 11;
   static constexpr double kMinWeight = 0.6 * 6;
   const Codec& fp32 = codec_by_name("fp32");
-  ChunkPlan plan{10, 4};  // chunks of 4, 4, 2
-  RoundAccumulator acc{plan, {kA, kB, kC}};
+  tensor::ChunkPlan plan{10, 4};  // chunks of 4, 4, 2
+  aggregation::RoundAccumulator acc{plan, {kA, kB, kC}};
 
   static double weight_of(uint32_t child) { return child == kA ? 1.0 : child == kB ? 2.0 : 3.0; }
 
@@ -35,11 +35,11 @@ class RoundAccumulatorQuorumTest : public ::testing::Test {
     return v;
   }
 
-  AddOutcome add(uint64_t round, uint32_t child, uint32_t chunk, float base = 1.0f) {
+  aggregation::AddOutcome add(uint64_t round, uint32_t child, uint32_t chunk, float base = 1.0f) {
     return add_result(round, child, chunk, base).outcome;
   }
-  RoundAccumulator::Result add_result(uint64_t round, uint32_t child, uint32_t chunk,
-                                      float base = 1.0f) {
+  aggregation::RoundAccumulator::Result add_result(uint64_t round, uint32_t child, uint32_t chunk,
+                                                   float base = 1.0f) {
     const std::vector<float> v = values(chunk, base);
     std::vector<uint8_t> bytes(fp32.encoded_size(v.size()));
     fp32.encode(v.data(), v.size(), nullptr, bytes.data());
@@ -53,8 +53,8 @@ TEST_F(RoundAccumulatorQuorumTest, ChunkIsReadyOnlyOnceEveryExpectedChildDeliver
   EXPECT_FALSE(add_result(0, kA, 0).chunk_complete);
   EXPECT_FALSE(add_result(0, kB, 0).chunk_complete);
   EXPECT_TRUE(acc.ready_chunks().empty());
-  const RoundAccumulator::Result last = add_result(0, kC, 0);
-  EXPECT_EQ(last.outcome, AddOutcome::kAccepted);
+  const aggregation::RoundAccumulator::Result last = add_result(0, kC, 0);
+  EXPECT_EQ(last.outcome, aggregation::AddOutcome::kAccepted);
   EXPECT_TRUE(last.chunk_complete);
   EXPECT_EQ(acc.ready_chunks(), Ids{0});
   EXPECT_DOUBLE_EQ(acc.chunk_weight(0), 6.0);
@@ -117,7 +117,7 @@ TEST_F(RoundAccumulatorQuorumTest, AtADeadlineOnlyChunksWithTheMinimumWeightAreQ
   add(0, kC, 1);
   EXPECT_EQ(acc.quorate_chunks(), Ids{1});
   // A closed accumulator has nothing quorate.
-  RoundAccumulator closed(plan, {kA});
+  aggregation::RoundAccumulator closed(plan, {kA});
   EXPECT_TRUE(closed.quorate_chunks().empty());
   EXPECT_TRUE(closed.ready_chunks().empty());
 }
@@ -135,35 +135,35 @@ TEST_F(RoundAccumulatorQuorumTest, LateArrivalForATakenChunkIsStaleWhileOtherChu
   acc.open(4, kMinWeight);
   add(4, kB, 0);
   add(4, kC, 0);
-  const ChunkSum closed = acc.take(0);
+  const aggregation::ChunkSum closed = acc.take(0);
   const size_t in_flight = acc.chunks_in_flight();
 
-  EXPECT_EQ(add(4, kA, 0, 100.0f), AddOutcome::kStale);
+  EXPECT_EQ(add(4, kA, 0, 100.0f), aggregation::AddOutcome::kStale);
   EXPECT_EQ(acc.chunks_in_flight(), in_flight);  // no accumulator came back for it
   EXPECT_TRUE(acc.chunk_taken(0));
   EXPECT_EQ(acc.contributors(0), (Ids{kB, kC}));  // the late child was not counted
   // The same child's other chunks of the round still count.
-  EXPECT_EQ(add(4, kA, 1), AddOutcome::kAccepted);
+  EXPECT_EQ(add(4, kA, 1), aggregation::AddOutcome::kAccepted);
   EXPECT_DOUBLE_EQ(acc.chunk_weight(1), 1.0);
-  EXPECT_EQ(add(4, kA, 2), AddOutcome::kAccepted);
+  EXPECT_EQ(add(4, kA, 2), aggregation::AddOutcome::kAccepted);
   EXPECT_DOUBLE_EQ(closed.weight, 5.0);
 }
 
 TEST_F(RoundAccumulatorQuorumTest, DuplicatesStayDuplicatesBeforeAndAfterTheChunkCloses) {
   acc.open(1, kMinWeight);
-  EXPECT_EQ(add(1, kB, 0), AddOutcome::kAccepted);
-  EXPECT_EQ(add(1, kB, 0, 50.0f), AddOutcome::kDuplicate);
+  EXPECT_EQ(add(1, kB, 0), aggregation::AddOutcome::kAccepted);
+  EXPECT_EQ(add(1, kB, 0, 50.0f), aggregation::AddOutcome::kDuplicate);
   add(1, kC, 0);
   EXPECT_DOUBLE_EQ(acc.chunk_weight(0), 5.0);  // the duplicate added no weight
   acc.take(0);
   // A resend of a counted chunk is a duplicate, not stale: it was counted.
-  EXPECT_EQ(add(1, kB, 0), AddOutcome::kDuplicate);
-  EXPECT_EQ(add(1, kC, 0), AddOutcome::kDuplicate);
+  EXPECT_EQ(add(1, kB, 0), aggregation::AddOutcome::kDuplicate);
+  EXPECT_EQ(add(1, kC, 0), aggregation::AddOutcome::kDuplicate);
   // One that was never counted is stale.
-  EXPECT_EQ(add(1, kA, 0), AddOutcome::kStale);
+  EXPECT_EQ(add(1, kA, 0), aggregation::AddOutcome::kStale);
   // And once the round is over, everything of it is stale.
   acc.open(2);
-  EXPECT_EQ(add(1, kB, 1), AddOutcome::kStale);
+  EXPECT_EQ(add(1, kB, 1), aggregation::AddOutcome::kStale);
 }
 
 TEST_F(RoundAccumulatorQuorumTest, ContributorsAreTheChildrenWhoseChunkIsIn) {
@@ -178,7 +178,7 @@ TEST_F(RoundAccumulatorQuorumTest, ContributorsAreTheChildrenWhoseChunkIsIn) {
   // A rejected arrival is no contribution.
   std::vector<uint8_t> junk(8, 0xff);  // fp32 NaNs
   EXPECT_EQ(acc.add(0, kA, 2, 2, 1.0, fp32, junk.data(), junk.size()).outcome,
-            AddOutcome::kBadPayload);
+            aggregation::AddOutcome::kBadPayload);
   EXPECT_TRUE(acc.contributors(2).empty());
 }
 
@@ -218,7 +218,7 @@ TEST_F(RoundAccumulatorQuorumTest, DeliveredAllCountsOnlyChunksStillOpen) {
   add(0, kB, 2);
   EXPECT_TRUE(acc.delivered_all(kB));
   EXPECT_FALSE(acc.delivered_all(12345));  // not a child
-  RoundAccumulator closed(plan, {kA});
+  aggregation::RoundAccumulator closed(plan, {kA});
   EXPECT_FALSE(closed.delivered_all(kA));  // no round open
 }
 
@@ -251,7 +251,7 @@ TEST_F(RoundAccumulatorQuorumTest, PartialChunkIsTheWeightedMeanOfExactlyItsCont
   add(0, kB, 2, 2.0f);
   add(0, kC, 2, -3.5f);
   ASSERT_EQ(acc.quorate_chunks(), (Ids{0, 1, 2}));
-  const ChunkSum s = acc.take(1);  // closed without kA
+  const aggregation::ChunkSum s = acc.take(1);  // closed without kA
   EXPECT_EQ(s.index, 1u);
   EXPECT_DOUBLE_EQ(s.weight, 5.0);
   const std::vector<float> b = values(1, 2.0f), c = values(1, -3.5f);
@@ -263,10 +263,10 @@ TEST_F(RoundAccumulatorQuorumTest, PartialChunkIsTheWeightedMeanOfExactlyItsCont
   std::vector<float> expect(b.size(), 0.0f);
   accumulate_weighted(expect.data(), b.data(), b.size(), 2.0f);
   accumulate_weighted(expect.data(), c.data(), c.size(), 3.0f);
-  finalize_mean(expect.data(), expect.size(), 5.0);
+  aggregation::finalize_mean(expect.data(), expect.size(), 5.0);
   EXPECT_EQ(0, std::memcmp(expect.data(), s.mean.data(), expect.size() * sizeof(float)));
   // The late child's chunk 1 is now stale and changes nothing that was taken.
-  EXPECT_EQ(add(0, kA, 1, 1000.0f), AddOutcome::kStale);
+  EXPECT_EQ(add(0, kA, 1, 1000.0f), aggregation::AddOutcome::kStale);
   EXPECT_EQ(acc.missing_children(), Ids{kA});
 }
 
@@ -281,7 +281,8 @@ TEST_F(RoundAccumulatorQuorumTest, RoundClosedAtADeadlineIsCompleteAndNamesTheMi
   EXPECT_TRUE(acc.round_complete());
   EXPECT_EQ(acc.missing_children(), Ids{kA});
   EXPECT_TRUE(acc.quorate_chunks().empty());
-  for (uint32_t c = 0; c < plan.count(); ++c) EXPECT_EQ(add(3, kA, c), AddOutcome::kStale);
+  for (uint32_t c = 0; c < plan.count(); ++c)
+    EXPECT_EQ(add(3, kA, c), aggregation::AddOutcome::kStale);
 }
 
 }  // namespace

@@ -23,8 +23,8 @@ class RoundWaitTest : public ::testing::Test {
   // Sites a (weight 1) and b (weight 3) under one aggregator, 2 chunks.
   static constexpr uint32_t kA = 4, kB = 5;
   const Codec& fp32 = codec_by_name("fp32");
-  ChunkPlan plan{8, 4};
-  RoundAccumulator acc{plan, {kA, kB}};
+  tensor::ChunkPlan plan{8, 4};
+  aggregation::RoundAccumulator acc{plan, {kA, kB}};
 
   void deliver(uint32_t child, uint32_t chunk) {
     std::vector<float> v(plan.size(chunk), 1.0f);
@@ -33,7 +33,7 @@ class RoundWaitTest : public ::testing::Test {
     ASSERT_EQ(acc.add(0, child, chunk, plan.size(chunk), child == kA ? 1.0 : 3.0, fp32,
                       bytes.data(), bytes.size())
                   .outcome,
-              AddOutcome::kAccepted);
+              aggregation::AddOutcome::kAccepted);
   }
   RoundWait judge(const std::vector<AbsentMember>& absent, double quorum = 1.0) {
     return judge_round_wait(acc, absent, quorum,

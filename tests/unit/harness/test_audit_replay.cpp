@@ -130,7 +130,7 @@ class AuditReplay : public ::testing::Test {
   // The root's own arithmetic over `deliveries` (grouped by round, in order).
   std::vector<float> direct(const std::vector<Delivery>& deliveries) const {
     std::vector<float> global = initial_;
-    RoundAccumulator acc(plan_, {topo_.node("eu").index, topo_.node("us").index});
+    aggregation::RoundAccumulator acc(plan_, {topo_.node("eu").index, topo_.node("us").index});
     auto outer = make_outer_optimizer(topo_.federation().outer, kElements);
     for (uint64_t round = 0;; ++round) {
       bool any = false;
@@ -143,9 +143,9 @@ class AuditReplay : public ::testing::Test {
         const auto r =
             acc.add(round, topo_.node(d.sender).index, d.chunk, plan_.size(d.chunk), d.weight,
                     codec_by_name(d.codec), d.payload.data(), d.payload.size());
-        EXPECT_EQ(r.outcome, AddOutcome::kAccepted);
+        EXPECT_EQ(r.outcome, aggregation::AddOutcome::kAccepted);
         if (!r.chunk_complete) continue;
-        ChunkSum cs = acc.take(d.chunk);
+        aggregation::ChunkSum cs = acc.take(d.chunk);
         outer->step(global.data() + plan_.offset(d.chunk), cs.mean.data(), plan_.offset(d.chunk),
                     cs.mean.size());
       }
@@ -173,7 +173,8 @@ class AuditReplay : public ::testing::Test {
   }
 
   Topology topo_ = Topology::parse(kTopology);
-  ChunkPlan plan_ = ChunkPlan::from_bytes(kElements, topo_.federation().chunk_bytes);
+  tensor::ChunkPlan plan_ =
+      tensor::ChunkPlan::from_bytes(kElements, topo_.federation().chunk_bytes);
   fs::path dir_, store_, audit_;
   std::unique_ptr<security::AuditLog> log_;
   std::vector<float> initial_;

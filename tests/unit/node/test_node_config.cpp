@@ -109,7 +109,7 @@ TEST(NodeConfig, ModelLimitsBoundTotalsAndCheckpoints) {
 
 TEST(ChunkHeader, DescribesTheChunkAFrameCarries) {
   const Topology topo = Topology::parse(kTopology);
-  const ChunkPlan plan = ChunkPlan::from_bytes(5000, 8192);
+  const tensor::ChunkPlan plan = tensor::ChunkPlan::from_bytes(5000, 8192);
   const wire::FrameHeader h =
       chunk_header(topo, 2, wire::MsgType::kDelta, 7, plan, 2, CodecId::kInt8, 2.0);
   EXPECT_EQ(h.type, wire::MsgType::kDelta);

@@ -7,7 +7,7 @@ namespace fedwan {
 namespace {
 
 TEST(ChunkPlan, CoversEveryElementOnceWithAShortLastChunk) {
-  const ChunkPlan plan(1000, 300);
+  const tensor::ChunkPlan plan(1000, 300);
   ASSERT_EQ(plan.count(), 4u);
   uint64_t covered = 0;
   for (uint32_t i = 0; i < plan.count(); ++i) {
@@ -20,15 +20,16 @@ TEST(ChunkPlan, CoversEveryElementOnceWithAShortLastChunk) {
 }
 
 TEST(ChunkPlan, ExactMultipleHasNoEmptyChunk) {
-  const ChunkPlan plan = ChunkPlan::from_bytes(1 << 20, 1 << 20);  // 1M floats, 1 MiB chunks
+  const tensor::ChunkPlan plan =
+      tensor::ChunkPlan::from_bytes(1 << 20, 1 << 20);  // 1M floats, 1 MiB chunks
   EXPECT_EQ(plan.chunk_elements(), 262144u);
   EXPECT_EQ(plan.count(), 4u);
   EXPECT_EQ(plan.size(3), 262144u);
 }
 
 TEST(ChunkPlan, RejectsEmptyModelAndEmptyChunks) {
-  EXPECT_THROW(ChunkPlan(0, 10), ConfigError);
-  EXPECT_THROW(ChunkPlan(10, 0), ConfigError);
+  EXPECT_THROW(tensor::ChunkPlan(0, 10), ConfigError);
+  EXPECT_THROW(tensor::ChunkPlan(10, 0), ConfigError);
 }
 
 }  // namespace

@@ -4,7 +4,7 @@
 
 #include <string>
 
-namespace fedwan {
+namespace fedwan::transport {
 namespace {
 
 using Clock = HandshakeGuard::Clock;
@@ -58,4 +58,4 @@ TEST(HandshakeGuard, HandshakesTimeOutAndFreeTheirPlaces) {
 }
 
 }  // namespace
-}  // namespace fedwan
+}  // namespace fedwan::transport

@@ -11,7 +11,7 @@
 
 #include "transport/resequencer.hpp"
 
-namespace fedwan {
+namespace fedwan::transport {
 namespace {
 
 using namespace std::chrono_literals;
@@ -21,7 +21,7 @@ Resequencer::Frame frame(uint64_t tag) {
   std::vector<uint8_t> bytes(8);
   for (int i = 0; i < 8; ++i) bytes[i] = static_cast<uint8_t>(tag >> (8 * i));
   Resequencer::Frame f;
-  f.message = transport::Message(bytes);
+  f.message = Message(bytes);
   f.frame_size = bytes.size();
   return f;
 }
@@ -148,4 +148,4 @@ TEST(Resequencer, ReadyFramesAreDueAtOnce) {
 }
 
 }  // namespace
-}  // namespace fedwan
+}  // namespace fedwan::transport

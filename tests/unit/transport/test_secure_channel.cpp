@@ -12,7 +12,7 @@
 #include "transport/secure_channel.hpp"
 #include "wire/frame.hpp"
 
-namespace fedwan {
+namespace fedwan::transport {
 namespace {
 
 namespace fs = std::filesystem;
@@ -258,4 +258,4 @@ TEST_F(SecureChannelTest, NewHandshakeReplacesKeysOnlyWhenComplete) {
 }
 
 }  // namespace
-}  // namespace fedwan
+}  // namespace fedwan::transport

@@ -25,7 +25,7 @@
 #include "transport/links.hpp"
 #include "wire/frame.hpp"
 
-namespace fedwan {
+namespace fedwan::transport {
 namespace {
 
 namespace fs = std::filesystem;
@@ -77,8 +77,7 @@ class StripedLinks : public ::testing::Test {
     dir_ = fs::temp_directory_path() / ("fedwan-striped-" + std::to_string(std::random_device{}()));
     security::provision_federation(*topo_, dir_.string());
     faults_ = std::make_shared<FaultInjector>();
-    transport_ =
-        std::make_unique<testing::FaultyTransport>(transport::make_transport(endpoint()), faults_);
+    transport_ = std::make_unique<testing::FaultyTransport>(make_transport(endpoint()), faults_);
   }
   void TearDown() override {
     children_.reset();
@@ -161,7 +160,7 @@ class StripedLinks : public ::testing::Test {
   fs::path dir_;
   std::unique_ptr<Topology> topo_;
   std::shared_ptr<FaultInjector> faults_;
-  std::unique_ptr<transport::Transport> transport_;
+  std::unique_ptr<Transport> transport_;
   std::unique_ptr<node::NodeSecurity> parent_sec_;
   std::vector<std::unique_ptr<node::NodeSecurity>> child_sec_;
   std::unique_ptr<ChildrenLink> children_;
@@ -255,7 +254,7 @@ TEST_F(StripedLinks, OnlySealedFramesOfTheSessionComeOnAFurtherConnection) {
   forged.resize(forged.size() + 28, 0x5a);
   for (auto* m : {&plain, &forged}) {
     const auto end = Clock::now() + 2s;
-    while (intruder->try_send("", m->data(), m->size()) != transport::SendResult::kSent &&
+    while (intruder->try_send("", m->data(), m->size()) != SendResult::kSent &&
            Clock::now() < end) {
       std::this_thread::sleep_for(5ms);
     }
@@ -321,4 +320,4 @@ TEST_F(StripedLinks, APlaintextLinkCannotBeStriped) {
 }
 
 }  // namespace
-}  // namespace fedwan
+}  // namespace fedwan::transport
