@@ -71,7 +71,7 @@ void Aggregator::Impl::refuse(const std::string& peer, const std::string& reason
   }
   try {
     // Best effort and never queued: a refused peer may not be reading.
-    (void)down_.link.link().try_send(peer, reject_frame(topo_, self_.index, round_, reason));
+    (void)down_.link.link().try_send(peer, node::reject_frame(topo_, self_.index, round_, reason));
   } catch (const Error& e) {
     // An unknown or vanished peer cannot be told; the refusal is logged.
     log().debug("[agg:{}] could not deliver refusal to '{}': {}", self_.id, peer, e.what());
@@ -87,8 +87,8 @@ void Aggregator::Impl::send_done(uint64_t rounds) {
   // round) gets none: it is handed the final model before the end.
   welcome_pending();
   for (const Child& c : down_.children) {
-    wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kDone, rounds);
-    send_child(c, make_frame(h, {}), h);
+    wire::FrameHeader h = node::node_header(topo_, self_.index, wire::MsgType::kDone, rounds);
+    send_child(c, node::make_frame(h, {}), h);
   }
 }
 

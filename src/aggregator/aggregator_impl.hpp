@@ -116,9 +116,9 @@ class Aggregator::Impl {
   void complete_chunk(uint32_t chunk);
   void complete_round();
   // The round's traffic: this node's links plus what its regions reported.
-  Traffic take_traffic(uint64_t round);
+  node::Traffic take_traffic(uint64_t round);
   // Adds a finished round's report (with `t`) to the summary and on_round.
-  void publish_report(RoundReport r, const Traffic& t);
+  void publish_report(RoundReport r, const node::Traffic& t);
   void check_deadlines();
 
   // Fault tolerance (aggregator_recovery.cpp).
@@ -304,7 +304,7 @@ class Aggregator::Impl {
     std::unique_ptr<checkpoint::CheckpointUpload> upload;  // this node's checkpoint going out
   } repl_;
 
-  TrafficLedger ledger_;
+  node::TrafficLedger ledger_;
   // Metrics: the served families and status (node::NodeMetrics), and counts
   // the summary does not keep.
   struct Metrics {

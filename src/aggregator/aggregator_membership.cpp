@@ -108,7 +108,7 @@ std::optional<std::string> Aggregator::Impl::pause_refusal(const Child& c) const
   const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
                           std::chrono::system_clock::now().time_since_epoch())
                           .count();
-  const ParticipationWindows windows(topo_.node(c.index).windows);
+  const topology::ParticipationWindows windows(topo_.node(c.index).windows);
   return aggregator::ChildTable::pause_refusal(c, windows, now);
 }
 

@@ -70,10 +70,10 @@ void Aggregator::Impl::send_full_anchor(const Child& c) {
     const uint32_t n = model_.plan->size(i);
     std::vector<uint8_t> payload(fp32.encoded_size(n));
     fp32.encode(anchor + model_.plan->offset(i), n, nullptr, payload.data());
-    wire::FrameHeader h = chunk_header(topo_, self_.index, wire::MsgType::kAnchor, round_,
-                                       *model_.plan, i, CodecId::kFp32);
+    wire::FrameHeader h = node::chunk_header(topo_, self_.index, wire::MsgType::kAnchor, round_,
+                                             *model_.plan, i, CodecId::kFp32);
     h.flags = wire::kFlagFullAnchor;
-    send_child(c, make_frame(h, payload), h);
+    send_child(c, node::make_frame(h, payload), h);
   }
 }
 
@@ -81,10 +81,10 @@ void Aggregator::Impl::welcome_one(Child& c, uint64_t round, bool full) {
   clear_outbox(c);
   const std::array<uint8_t, 32> digest = anchor_digest();
   std::vector<uint8_t> payload(digest.begin(), digest.end());
-  wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kWelcome, round);
+  wire::FrameHeader h = node::node_header(topo_, self_.index, wire::MsgType::kWelcome, round);
   h.total_elements = model_.elements;
   h.flags = (full ? 0 : wire::kFlagNoChange) | welcome_flags();
-  send_child(c, make_frame(h, payload), h);
+  send_child(c, node::make_frame(h, payload), h);
   if (full) send_full_anchor(c);
   // Mid-round, the next anchor may be partly on its way already: what went
   // to the child before it came back may be lost, so it goes again (a child
@@ -129,8 +129,8 @@ void Aggregator::Impl::on_rejoin(Child& c, const wire::ParsedFrame& f) {
   if (phase_ == Phase::kDraining || phase_ == Phase::kDone) {
     // The federation is over: hand it the final model and the end.
     welcome_one(c, round_, c.hello.model_digest != anchor_digest());
-    wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kDone, round_);
-    send_child(c, make_frame(h, {}), h);
+    wire::FrameHeader h = node::node_header(topo_, self_.index, wire::MsgType::kDone, round_);
+    send_child(c, node::make_frame(h, {}), h);
     return;
   }
   if (role_->resyncing()) {
@@ -210,7 +210,7 @@ void Aggregator::Impl::on_heartbeat_timer() {
   }
   for (const Child& c : down_.children) {
     if (!c.live || !c.joined) continue;
-    wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kHeartbeat, round_);
+    wire::FrameHeader h = node::node_header(topo_, self_.index, wire::MsgType::kHeartbeat, round_);
     std::vector<uint8_t> payload;
     if (phase_ == Phase::kTraining && acc_ && acc_->expected(c.index) &&
         !acc_->delivered_all(c.index)) {
@@ -227,9 +227,10 @@ void Aggregator::Impl::on_heartbeat_timer() {
         // bad link must not leave the child waiting (one that lacks part of
         // the final anchor rejoins for it, see on_rejoin).
         (void)down_.link.link().try_send(
-            c.id, make_frame(node_header(topo_, self_.index, wire::MsgType::kDone, round_), {}));
+            c.id, node::make_frame(
+                      node::node_header(topo_, self_.index, wire::MsgType::kDone, round_), {}));
       }
-      (void)down_.link.link().try_send(c.id, make_frame(h, payload));
+      (void)down_.link.link().try_send(c.id, node::make_frame(h, payload));
     } catch (const Error&) {
       // Not connected right now; its silence is judged by the timeout.
     }

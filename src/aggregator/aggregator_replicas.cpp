@@ -25,9 +25,9 @@ namespace fedwan {
 namespace fs = std::filesystem;
 
 std::vector<uint8_t> Aggregator::Impl::checkpoint_signal(uint64_t round, uint8_t flag) const {
-  wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kCheckpoint, round);
+  wire::FrameHeader h = node::node_header(topo_, self_.index, wire::MsgType::kCheckpoint, round);
   h.flags = flag;
-  return make_frame(h, {});
+  return node::make_frame(h, {});
 }
 
 // ---- replicas of children ------------------------------------------------------
@@ -73,7 +73,8 @@ void Aggregator::Impl::on_child_checkpoint(Child& c, const wire::ParsedFrame& f)
   security_->audit(
       "replica_stored",
       {{"peer", c.id}, {"round", r.round}, {"bytes", r.bytes}, {"sha256", r.sha256_hex}});
-  wire::FrameHeader ack = node_header(topo_, self_.index, wire::MsgType::kCheckpoint, r.round);
+  wire::FrameHeader ack =
+      node::node_header(topo_, self_.index, wire::MsgType::kCheckpoint, r.round);
   ack.flags = wire::kFlagReplicaStored;
   send_child(c, checkpoint_signal(r.round, wire::kFlagReplicaStored), ack);
 }
@@ -97,7 +98,7 @@ void Aggregator::Impl::serve_replica(Child& c, const wire::ParsedFrame& f) {
   if (!path) {
     log().info("[agg:{}] '{}' asked for its replica; none is kept here", self_.id, c.id);
     security_->audit("replica_missing", {{"peer", c.id}});
-    wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kCheckpoint, 0);
+    wire::FrameHeader h = node::node_header(topo_, self_.index, wire::MsgType::kCheckpoint, 0);
     h.flags = wire::kFlagNoReplica;
     send_child(c, checkpoint_signal(0, wire::kFlagNoReplica), h);
     return;

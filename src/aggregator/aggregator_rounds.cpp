@@ -308,7 +308,7 @@ void Aggregator::Impl::on_telemetry(Child& c, const wire::ParsedFrame& f) {
     return;
   }
   const uint64_t round = f.header.round;
-  switch (book_.add_telemetry(round, c.index, Traffic{t.wan_bytes, t.fp32_bytes, t.frames})) {
+  switch (book_.add_telemetry(round, c.index, node::Traffic{t.wan_bytes, t.fp32_bytes, t.frames})) {
     case aggregator::RoundBook::Telemetry::kTaken: break;
     case aggregator::RoundBook::Telemetry::kNoRoundWaits:
       return;  // late (a region that was lost): nowhere to go
@@ -323,13 +323,13 @@ void Aggregator::Impl::on_telemetry(Child& c, const wire::ParsedFrame& f) {
   role_->report(round);
 }
 
-Traffic Aggregator::Impl::take_traffic(uint64_t round) {
-  Traffic t = ledger_.take(round);
+node::Traffic Aggregator::Impl::take_traffic(uint64_t round) {
+  node::Traffic t = ledger_.take(round);
   t += book_.take_subtree(round);
   return t;
 }
 
-void Aggregator::Impl::publish_report(RoundReport r, const Traffic& t) {
+void Aggregator::Impl::publish_report(RoundReport r, const node::Traffic& t) {
   r.wan_bytes = t.wan_bytes;
   r.fp32_bytes = t.fp32_bytes;
   r.frames = t.frames;

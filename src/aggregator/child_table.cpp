@@ -50,7 +50,7 @@ std::string ChildTable::unconfirmed_members() const {
 }
 
 std::optional<std::string> ChildTable::pause_refusal(const Child& c,
-                                                     const ParticipationWindows& windows,
+                                                     const topology::ParticipationWindows& windows,
                                                      int64_t now_unix_s) {
   // A pause excuses a site from the quorum only outside the windows its
   // topology entry declares; within kPauseClockSlack of a window's end it

@@ -59,7 +59,7 @@ class ChildTable {
   // `now_unix_s` (UTC), or nullopt: a pause is refused with no windows
   // declared, and inside a window unless within kPauseClockSlack of its end.
   static std::optional<std::string> pause_refusal(const Child& c,
-                                                  const ParticipationWindows& windows,
+                                                  const topology::ParticipationWindows& windows,
                                                   int64_t now_unix_s);
 
  private:

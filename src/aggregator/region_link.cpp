@@ -68,10 +68,11 @@ void Aggregator::Impl::RegionLink::hello() {
   // The version it started from: the parent knew that one when it started.
   up.topology_digest = n_.watch_.start_digest;
   if (const auto digest = region_.held_digest()) up.model_digest = *digest;
-  wire::FrameHeader h = node_header(n_.topo_, n_.self_.index, wire::MsgType::kHello, n_.round_);
+  wire::FrameHeader h =
+      node::node_header(n_.topo_, n_.self_.index, wire::MsgType::kHello, n_.round_);
   h.total_elements = n_.model_.elements;
   if (n_.phase_ == Phase::kAwaitAnchor) h.flags = wire::kFlagSent;
-  send(make_frame(h, wire::encode_hello(up)));
+  send(node::make_frame(h, wire::encode_hello(up)));
   welcome.welcomed = false;
   uplink_->progressed(Clock::now());
 }
@@ -135,14 +136,16 @@ void Aggregator::Impl::RegionLink::report_membership() {
   (void)uplink_->session().heartbeat(n_.round_, wire::kFlagMembership, wire::encode_membership(p));
 }
 
-void Aggregator::Impl::RegionLink::telemetry(uint64_t round, const Traffic& t) {
+void Aggregator::Impl::RegionLink::telemetry(uint64_t round, const node::Traffic& t) {
   wire::TelemetryPayload p{t.wan_bytes, t.fp32_bytes, t.frames};
-  send(make_frame(node_header(n_.topo_, n_.self_.index, wire::MsgType::kTelemetry, round),
-                  wire::encode_telemetry(p)));
+  send(node::make_frame(
+      node::node_header(n_.topo_, n_.self_.index, wire::MsgType::kTelemetry, round),
+      wire::encode_telemetry(p)));
 }
 
 void Aggregator::Impl::RegionLink::done() {
-  send(make_frame(node_header(n_.topo_, n_.self_.index, wire::MsgType::kDone, n_.cfg_.rounds), {}));
+  send(node::make_frame(
+      node::node_header(n_.topo_, n_.self_.index, wire::MsgType::kDone, n_.cfg_.rounds), {}));
 }
 
 bool Aggregator::Impl::RegionLink::replicates(uint64_t round) const {

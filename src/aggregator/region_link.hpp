@@ -44,7 +44,7 @@ class Aggregator::Impl::RegionLink {
   void reconnect(const std::string& why);  // a new session, then hello
   void heartbeat(Clock::time_point now);   // hello again, membership, reconnects
   void report_membership();
-  void telemetry(uint64_t round, const Traffic& t);
+  void telemetry(uint64_t round, const node::Traffic& t);
   void done();  // this region holds the final model, as its children do
   // This node's checkpoint goes up this round; the link it goes over while
   // nothing of the round protocol waits (null: not now).

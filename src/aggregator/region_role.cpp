@@ -70,7 +70,7 @@ void Aggregator::Impl::RegionRole::round_closed(Clock::time_point now, double /*
 
 void Aggregator::Impl::RegionRole::report(uint64_t round) {
   if (!n_.book_.ready(round, n_.live_region_children())) return;
-  const Traffic t = n_.take_traffic(round);
+  const node::Traffic t = n_.take_traffic(round);
   link_.telemetry(round, t);
   n_.book_.sent_through(round + 1);
   RoundReport rep;
@@ -109,9 +109,10 @@ void Aggregator::Impl::RegionRole::chunk_complete(uint32_t chunk) {
   }
   n_.cfg_.codec->encode(cs.mean.data(), n, residual, payload.data());
   const wire::FrameHeader h =
-      chunk_header(n_.topo_, n_.self_.index, wire::MsgType::kDelta, n_.round_, *n_.model_.plan,
-                   chunk, n_.cfg_.codec->id(), cs.weight);
-  link_.send_aggregate(chunk, std::make_shared<const std::vector<uint8_t>>(make_frame(h, payload)));
+      node::chunk_header(n_.topo_, n_.self_.index, wire::MsgType::kDelta, n_.round_,
+                         *n_.model_.plan, chunk, n_.cfg_.codec->id(), cs.weight);
+  link_.send_aggregate(chunk,
+                       std::make_shared<const std::vector<uint8_t>>(node::make_frame(h, payload)));
 }
 
 // ---- checkpoints and recovery -------------------------------------------------------

@@ -40,10 +40,10 @@ void Aggregator::Impl::RootRole::children_joined() {
     if (!c.joined) continue;  // a late_join site that has not come yet
     const bool same = c.hello.model_digest == model_digest_;
     std::vector<uint8_t> payload(model_digest_.begin(), model_digest_.end());
-    wire::FrameHeader h = node_header(n_.topo_, n_.self_.index, wire::MsgType::kWelcome, 0);
+    wire::FrameHeader h = node::node_header(n_.topo_, n_.self_.index, wire::MsgType::kWelcome, 0);
     h.total_elements = n_.model_.elements;
     h.flags = (same ? wire::kFlagNoChange : 0) | n_.welcome_flags();
-    n_.send_child(c, make_frame(h, payload), h);
+    n_.send_child(c, node::make_frame(h, payload), h);
     c.welcomed = true;
     if (!same) n_.send_full_anchor(c);
     n_.became_member(c);
@@ -67,9 +67,9 @@ void Aggregator::Impl::RootRole::chunk_complete(uint32_t chunk) {
   n_.keep_round_anchor(chunk);
   n_.cfg_.codec->decode_accumulate(payload.data(), n, 1.0f, held_.data() + off);
   const wire::FrameHeader h =
-      chunk_header(n_.topo_, n_.self_.index, wire::MsgType::kAnchor, n_.round_ + 1, *n_.model_.plan,
-                   chunk, n_.cfg_.codec->id());
-  const Frame frame = std::make_shared<const std::vector<uint8_t>>(make_frame(h, payload));
+      node::chunk_header(n_.topo_, n_.self_.index, wire::MsgType::kAnchor, n_.round_ + 1,
+                         *n_.model_.plan, chunk, n_.cfg_.codec->id());
+  const Frame frame = std::make_shared<const std::vector<uint8_t>>(node::make_frame(h, payload));
   n_.book_.report(n_.round_).weight = cs.weight;
   if (n_.acc_->round_complete()) {
     held_back_.emplace(frame, h);  // sent once the round's checkpoint is durable
@@ -138,15 +138,15 @@ void Aggregator::Impl::RootRole::release_held_back() {
 
 void Aggregator::Impl::RootRole::report(uint64_t round) {
   if (!n_.book_.ready(round, n_.live_region_children())) return;
-  const Traffic t = n_.take_traffic(round);
+  const node::Traffic t = n_.take_traffic(round);
   n_.publish_report(n_.book_.take_report(round), t);
 }
 
 void Aggregator::Impl::RootRole::finished() {
   if (standby_.link && standby_.link->established()) {
     // The federation is over: the standby has nothing left to stand by for.
-    (void)standby_.link->try_send(
-        make_frame(node_header(n_.topo_, n_.self_.index, wire::MsgType::kDone, n_.round_), {}));
+    (void)standby_.link->try_send(node::make_frame(
+        node::node_header(n_.topo_, n_.self_.index, wire::MsgType::kDone, n_.round_), {}));
   }
 }
 
@@ -306,8 +306,8 @@ void Aggregator::Impl::RootRole::heartbeat(Clock::time_point now) {
   if (!standby_.link) return;
   if (standby_.link->established()) {
     wire::FrameHeader h =
-        node_header(n_.topo_, n_.self_.index, wire::MsgType::kHeartbeat, n_.round_);
-    (void)standby_.link->try_send(make_frame(h, {}));
+        node::node_header(n_.topo_, n_.self_.index, wire::MsgType::kHeartbeat, n_.round_);
+    (void)standby_.link->try_send(node::make_frame(h, {}));
   }
   // A standby that went silent (or restarted): start its session over.
   const auto last = std::max(standby_.heard, standby_.link_opened);

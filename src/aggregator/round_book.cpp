@@ -4,7 +4,8 @@
 
 namespace fedwan::aggregator {
 
-RoundBook::Telemetry RoundBook::add_telemetry(uint64_t round, uint32_t child, const Traffic& t) {
+RoundBook::Telemetry RoundBook::add_telemetry(uint64_t round, uint32_t child,
+                                              const node::Traffic& t) {
   // Only a round whose report still waits takes telemetry: late telemetry of
   // a round already reported (a region that was lost) has nowhere to go,
   // and a region reports a round only after relaying the next one's anchor.
@@ -33,8 +34,8 @@ bool RoundBook::ready(uint64_t round, uint32_t live_regions, bool force) const {
   return reports >= live_regions || force;
 }
 
-Traffic RoundBook::take_subtree(uint64_t round) {
-  Traffic t;
+node::Traffic RoundBook::take_subtree(uint64_t round) {
+  node::Traffic t;
   auto sub = subtree_.find(round);
   if (sub != subtree_.end()) {
     t = sub->second.traffic;

@@ -45,7 +45,7 @@ class RoundBook {
     kNotRelayedYet,  // region: a round whose anchor it has not relayed: refused
     kAgain,          // this child reported this round already: refused
   };
-  Telemetry add_telemetry(uint64_t round, uint32_t child, const Traffic& t);
+  Telemetry add_telemetry(uint64_t round, uint32_t child, const node::Traffic& t);
 
   // Whether `round` can be reported (root) or sent up (region) now: it
   // waits for nothing, or for `live_regions` reports, unless `force` (the
@@ -58,7 +58,7 @@ class RoundBook {
     return ready(round, live_regions, forced_);
   }
   // Takes what the round's region children reported (and forgets them).
-  Traffic take_subtree(uint64_t round);
+  node::Traffic take_subtree(uint64_t round);
   // Root: takes the report of a ready round.
   RoundReport take_report(uint64_t round);
 
@@ -75,7 +75,7 @@ class RoundBook {
   };
   struct Subtree {
     std::vector<uint32_t> reporters;  // children that reported (each counts once)
-    Traffic traffic;
+    node::Traffic traffic;
   };
 
   bool is_root_;

@@ -40,9 +40,10 @@ void Aggregator::Impl::StandbyRole::heartbeat(Clock::time_point now) {
   RootRole::heartbeat(now);
   if (!passive_) return;
   // The standby's heartbeat, so the root knows it is there.
-  wire::FrameHeader h = node_header(n_.topo_, n_.self_.index, wire::MsgType::kHeartbeat, n_.round_);
+  wire::FrameHeader h =
+      node::node_header(n_.topo_, n_.self_.index, wire::MsgType::kHeartbeat, n_.round_);
   try {
-    (void)n_.down_.link.link().try_send(n_.self_.id, make_frame(h, {}));
+    (void)n_.down_.link.link().try_send(n_.self_.id, node::make_frame(h, {}));
   } catch (const Error&) {
     // The root is not connected (yet, or any more).
   }

@@ -7,13 +7,13 @@ namespace fedwan::checkpoint {
 std::pair<std::vector<uint8_t>, wire::FrameHeader> piece_frame(const Topology& topo, uint32_t self,
                                                                uint64_t round,
                                                                PieceReader& reader) {
-  wire::FrameHeader h = node_header(topo, self, wire::MsgType::kCheckpoint, round);
+  wire::FrameHeader h = node::node_header(topo, self, wire::MsgType::kCheckpoint, round);
   h.chunk_index = reader.next_index();
   h.chunk_count = reader.count();
   h.total_elements = reader.size();
   const std::vector<uint8_t> bytes = reader.next();
   h.element_count = static_cast<uint32_t>(bytes.size());
-  return {make_frame(h, bytes), h};
+  return {node::make_frame(h, bytes), h};
 }
 
 void CheckpointUpload::start(const std::filesystem::path& path, uint64_t round,

@@ -48,10 +48,10 @@ class ReplicaFetch {
     wire::HelloPayload hello;
     hello.node_id = self.id;
     hello.topology_digest = topo.digest();
-    wire::FrameHeader hh = node_header(topo, self.index, wire::MsgType::kHello, 0);
+    wire::FrameHeader hh = node::node_header(topo, self.index, wire::MsgType::kHello, 0);
     hh.total_elements = model_elements;
     hh.flags = wire::kFlagNeedReplica;
-    ask_ = make_frame(hh, wire::encode_hello(hello));
+    ask_ = node::make_frame(hh, wire::encode_hello(hello));
     make_private_directory(dir);
     // Asked at once when the link is up; again when nothing came for a while.
     progress_at_ = Clock::now() - ask_every_;

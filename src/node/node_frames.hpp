@@ -10,7 +10,7 @@
 #include "tensor/chunk_plan.hpp"
 #include "wire/frame.hpp"
 
-namespace fedwan {
+namespace fedwan::node {
 
 // A header pre-filled with this node's job id and sender id.
 inline wire::FrameHeader node_header(const Topology& topo, uint32_t self, wire::MsgType type,
@@ -53,4 +53,4 @@ inline std::vector<uint8_t> reject_frame(const Topology& topo, uint32_t self, ui
   return make_frame(node_header(topo, self, wire::MsgType::kReject, round), payload);
 }
 
-}  // namespace fedwan
+}  // namespace fedwan::node

@@ -1,6 +1,6 @@
 #include "node/traffic.hpp"
 
-namespace fedwan {
+namespace fedwan::node {
 
 uint64_t charged_round(const wire::FrameHeader& h, uint64_t current) {
   switch (h.type) {
@@ -43,4 +43,4 @@ Traffic TrafficLedger::take(uint64_t round) {
   return t;
 }
 
-}  // namespace fedwan
+}  // namespace fedwan::node

@@ -10,7 +10,7 @@
 
 #include "wire/frame.hpp"
 
-namespace fedwan {
+namespace fedwan::node {
 
 struct Traffic {
   uint64_t wan_bytes = 0;
@@ -44,4 +44,4 @@ class TrafficLedger {
   std::map<uint64_t, Traffic> rounds_;
 };
 
-}  // namespace fedwan
+}  // namespace fedwan::node

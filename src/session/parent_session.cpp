@@ -68,9 +68,9 @@ void ParentSession::heard(Clock::time_point now, bool reset_backoff) {
 
 bool ParentSession::heartbeat(uint64_t round, uint8_t flags, const std::vector<uint8_t>& payload) {
   if (!link_->established()) return false;
-  wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kHeartbeat, round);
+  wire::FrameHeader h = node::node_header(topo_, self_.index, wire::MsgType::kHeartbeat, round);
   h.flags = flags;
-  return link_->try_send(make_frame(h, payload)).has_value();
+  return link_->try_send(node::make_frame(h, payload)).has_value();
 }
 
 }  // namespace fedwan::session

@@ -71,7 +71,7 @@ SiteCore::Impl::Impl(SiteOptions options, float* p, size_t n)
   so.heartbeat_timeout = cfg.heartbeat_timeout;
   so.log_name = "site:" + self.id;
   uplink = std::make_unique<session::Uplink>(topo, self, *transport, *security, so);
-  windows = ParticipationWindows(self.windows);
+  windows = topology::ParticipationWindows(self.windows);
   if (opt.devices < 1 || (opt.device_kind != "cpu" && opt.device_kind != "gpu")) {
     throw ConfigError("site '" + self.id +
                       "': devices must be >= 1 and device_kind cpu or gpu (got " +
@@ -425,7 +425,8 @@ SyncResult SiteCore::Impl::sync() {
 void SiteCore::Impl::confirm_end(SyncResult* res) {
   try {
     res->bytes_sent += link().send(
-        make_frame(node_header(topo, self.index, wire::MsgType::kDone, round), {}), Millis(2000));
+        node::make_frame(node::node_header(topo, self.index, wire::MsgType::kDone, round), {}),
+        Millis(2000));
   } catch (const Error& e) {
     // The parent then waits out its bound and finishes anyway.
     log().warn("[site:{}] could not confirm the end to the parent: {}", self.id, e.what());

@@ -75,7 +75,7 @@ class SiteCore::Impl {
   bool finished = false;
   bool resumed = false;
   bool left = false;  // leave() told the parent: no more rounds
-  ParticipationWindows windows;
+  topology::ParticipationWindows windows;
   // Cost records: training is the caller's time between a sync's return
   // and the next sync (or begin_sync .. finish_sync, overlapped).
   costs::CostRecorder costs;

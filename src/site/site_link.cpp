@@ -117,10 +117,10 @@ std::vector<uint8_t> SiteCore::Impl::hello_frame() const {
   if (!incoming.full_pending())
     hello.model_digest =
         welcome.joined_once ? sha256(anchor.data(), anchor.size() * 4) : initial_digest;
-  wire::FrameHeader h = node_header(topo, self.index, wire::MsgType::kHello, round);
+  wire::FrameHeader h = node::node_header(topo, self.index, wire::MsgType::kHello, round);
   h.total_elements = plan.total();
   if (outgoing.sent && !outgoing.frames.empty()) h.flags = wire::kFlagSent;
-  return make_frame(h, wire::encode_hello(hello));
+  return node::make_frame(h, wire::encode_hello(hello));
 }
 
 void SiteCore::Impl::on_heartbeat(const wire::ParsedFrame& f, SyncResult* res) {

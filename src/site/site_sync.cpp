@@ -83,11 +83,11 @@ void SiteCore::Impl::send_update(uint64_t start_round, SyncResult* res) {
       cfg.codec->encode(delta.data(), n, lossy ? residual.data() + off : nullptr, payload.data());
     }
     outgoing.encoded_upto = i + 1;
-    const wire::FrameHeader h = chunk_header(topo, self.index, wire::MsgType::kDelta, round, plan,
-                                             i, cfg.codec->id(), self.weight);
+    const wire::FrameHeader h = node::chunk_header(topo, self.index, wire::MsgType::kDelta, round,
+                                                   plan, i, cfg.codec->id(), self.weight);
     outgoing.digest.update(payload.data(), payload.size());
     outgoing.bytes += payload.size();
-    outgoing.frames.push_back(make_frame(h, payload));
+    outgoing.frames.push_back(node::make_frame(h, payload));
     if (sealing && welcome.link_ok) {
       sealing->submit(outgoing.frames.back());
       send_sealed(*sealing, 1, res);

@@ -5,7 +5,7 @@
 
 #include "fedwan/error.hpp"
 
-namespace fedwan {
+namespace fedwan::topology {
 namespace {
 
 constexpr int64_t kDay = 86400;
@@ -98,4 +98,4 @@ int64_t ParticipationWindows::seconds_until_closed(int64_t unix_seconds) const {
   return open_at(t) ? kDay : t - unix_seconds;
 }
 
-}  // namespace fedwan
+}  // namespace fedwan::topology

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-namespace fedwan {
+namespace fedwan::topology {
 
 struct DailyWindow {
   uint32_t start_s = 0;  // seconds after 00:00 UTC, < 86400
@@ -36,4 +36,4 @@ class ParticipationWindows {
   std::vector<DailyWindow> windows_;
 };
 
-}  // namespace fedwan
+}  // namespace fedwan::topology

@@ -88,7 +88,7 @@ void check_site_only_settings(const NodeSpec& s, const std::string& who, const F
   }
   for (const std::string& w : s.windows) {
     std::string why;
-    if (!parse_daily_window(w, &why)) fail(who + why);
+    if (!topology::parse_daily_window(w, &why)) fail(who + why);
   }
 }
 

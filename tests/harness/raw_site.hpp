@@ -120,9 +120,9 @@ class RawSite {
     h.node_id = self_.id;
     h.topology_digest = topo_.digest();
     h.model_digest = sha256(model.data(), model.size() * sizeof(float));
-    wire::FrameHeader hd = node_header(topo_, self_.index, wire::MsgType::kHello, 0);
+    wire::FrameHeader hd = node::node_header(topo_, self_.index, wire::MsgType::kHello, 0);
     hd.total_elements = model.size();
-    return make_frame(hd, wire::encode_hello(h));
+    return node::make_frame(hd, wire::encode_hello(h));
   }
   void hello(const std::vector<float>& model) { send(hello_frame(model)); }
 
@@ -135,14 +135,14 @@ class RawSite {
     std::vector<float> values(n, value);
     std::vector<uint8_t> payload(fp32.encoded_size(n));
     fp32.encode(values.data(), n, nullptr, payload.data());
-    wire::FrameHeader h = node_header(topo_, self_.index, wire::MsgType::kDelta, round);
+    wire::FrameHeader h = node::node_header(topo_, self_.index, wire::MsgType::kDelta, round);
     h.codec = static_cast<uint8_t>(CodecId::kFp32);
     h.chunk_index = chunk;
     h.chunk_count = count;
     h.element_count = claimed_n;
     h.total_elements = total;
     h.weight = weight < 0 ? self_.weight : weight;
-    std::vector<uint8_t> f = make_frame(h, payload);
+    std::vector<uint8_t> f = node::make_frame(h, payload);
     if (claimed_n != n) {
       // Re-encode the header so the payload length stays self-consistent.
       h.payload_length = static_cast<uint32_t>(fp32.encoded_size(claimed_n));

@@ -257,12 +257,12 @@ TEST(CheckpointAnchors, AReplicaForgedByTheParentIsRefused) {
         const std::vector<uint8_t> part(bytes.begin() + off,
                                         bytes.begin() + std::min(bytes.size(), off + piece));
         wire::FrameHeader h =
-            node_header(topo, topo.root().index, wire::MsgType::kCheckpoint, c.round);
+            node::node_header(topo, topo.root().index, wire::MsgType::kCheckpoint, c.round);
         h.chunk_index = i;
         h.chunk_count = count;
         h.element_count = static_cast<uint32_t>(part.size());
         h.total_elements = bytes.size();
-        (void)parent.send(in.peer, make_frame(h, part), std::chrono::seconds(5));
+        (void)parent.send(in.peer, node::make_frame(h, part), std::chrono::seconds(5));
       }
     }
   };

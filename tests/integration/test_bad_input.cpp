@@ -84,8 +84,8 @@ TEST(BadInput, AggregatorRefusesBrokenPeersAndKeepsServing) {
     s.set(zmq::sockopt::linger, 0);
     s.set(zmq::sockopt::rcvtimeo, 10000);
     s.connect(topo.node("region-0").endpoint);
-    wire::FrameHeader h = node_header(topo, 99, wire::MsgType::kHello, 0);
-    s.send(zmq::buffer(make_frame(h, {})), zmq::send_flags::none);
+    wire::FrameHeader h = node::node_header(topo, 99, wire::MsgType::kHello, 0);
+    s.send(zmq::buffer(node::make_frame(h, {})), zmq::send_flags::none);
     zmq::message_t reply;
     ASSERT_TRUE(s.recv(reply).has_value());
     const auto f = wire::parse_frame(static_cast<uint8_t*>(reply.data()), reply.size());

@@ -157,7 +157,8 @@ TEST(Crl, AnUnusableOrExpiredCrlMidRunLeavesTheRegionServing) {
     f = rogue->recv(&buf);
     ASSERT_TRUE(f.ok()) << f.detail;
   } while (f.header.type != wire::MsgType::kDone);
-  rogue->send(make_frame(node_header(topo, rogue->node().index, wire::MsgType::kDone, 3), {}));
+  rogue->send(
+      node::make_frame(node::node_header(topo, rogue->node().index, wire::MsgType::kDone, 3), {}));
   nodes.join();
   ASSERT_EQ(nodes.errors(), "");
 

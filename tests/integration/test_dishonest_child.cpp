@@ -64,7 +64,8 @@ TEST(DishonestChild, HeaderWeightOfASiteChangesNothing) {
     f = rogue.recv(&buf);
     ASSERT_TRUE(f.ok()) << f.detail;
   } while (f.header.type != wire::MsgType::kDone);
-  rogue.send(make_frame(node_header(topo, rogue.node().index, wire::MsgType::kDone, 3), {}));
+  rogue.send(
+      node::make_frame(node::node_header(topo, rogue.node().index, wire::MsgType::kDone, 3), {}));
   nodes.join();
   ASSERT_EQ(nodes.errors(), "");
 
@@ -94,8 +95,8 @@ wire::ParsedFrame await_type(RawSite& s, std::vector<uint8_t>* buf, wire::MsgTyp
 std::vector<uint8_t> telemetry(const RawSite& s, const Topology& topo, uint64_t round, uint64_t wan,
                                uint64_t frames) {
   wire::TelemetryPayload t{wan, wan, frames};
-  return make_frame(node_header(topo, s.node().index, wire::MsgType::kTelemetry, round),
-                    wire::encode_telemetry(t));
+  return node::make_frame(node::node_header(topo, s.node().index, wire::MsgType::kTelemetry, round),
+                          wire::encode_telemetry(t));
 }
 
 // A region is an aggregator its sites trust with their deltas, but the root
@@ -133,11 +134,12 @@ TEST(DishonestChild, RegionClaimsAreBoundedByTheTopology) {
   std::ifstream in(future_file, std::ios::binary);
   const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
                                    std::istreambuf_iterator<char>());
-  wire::FrameHeader ck = node_header(topo, rogue.node().index, wire::MsgType::kCheckpoint, 1000);
+  wire::FrameHeader ck =
+      node::node_header(topo, rogue.node().index, wire::MsgType::kCheckpoint, 1000);
   ck.chunk_count = 1;
   ck.element_count = static_cast<uint32_t>(bytes.size());
   ck.total_elements = bytes.size();
-  rogue.send(make_frame(ck, bytes));
+  rogue.send(node::make_frame(ck, bytes));
 
   const auto fp16_delta = [&](uint32_t c) {
     const Codec& fp16 = codec_by_name("fp16");
@@ -145,14 +147,14 @@ TEST(DishonestChild, RegionClaimsAreBoundedByTheTopology) {
     std::vector<uint8_t> payload(fp16.encoded_size(chunk_n(c)));
     std::vector<float> residual(chunk_n(c), 0.0f);
     fp16.encode(zeros.data(), chunk_n(c), residual.data(), payload.data());
-    wire::FrameHeader h = node_header(topo, rogue.node().index, wire::MsgType::kDelta, 0);
+    wire::FrameHeader h = node::node_header(topo, rogue.node().index, wire::MsgType::kDelta, 0);
     h.codec = static_cast<uint8_t>(fp16.id());
     h.chunk_index = c;
     h.chunk_count = 3;
     h.element_count = chunk_n(c);
     h.total_elements = kParams;
     h.weight = subtree;
-    return make_frame(h, payload);
+    return node::make_frame(h, payload);
   };
   for (uint64_t round = 0; round < 2; ++round) {
     if (round == 0) {
@@ -176,7 +178,8 @@ TEST(DishonestChild, RegionClaimsAreBoundedByTheTopology) {
     }
   }
   ASSERT_TRUE(await_type(rogue, &buf, wire::MsgType::kDone).ok());
-  rogue.send(make_frame(node_header(topo, rogue.node().index, wire::MsgType::kDone, 2), {}));
+  rogue.send(
+      node::make_frame(node::node_header(topo, rogue.node().index, wire::MsgType::kDone, 2), {}));
   nodes.join();
   ASSERT_EQ(nodes.errors(), "");
 
@@ -234,7 +237,8 @@ TEST(DishonestChild, FirstHelloDoesNotSetTheModelSize) {
     }
   }
   ASSERT_TRUE(await_type(rogue, &buf, wire::MsgType::kDone).ok());
-  rogue.send(make_frame(node_header(topo, rogue.node().index, wire::MsgType::kDone, 2), {}));
+  rogue.send(
+      node::make_frame(node::node_header(topo, rogue.node().index, wire::MsgType::kDone, 2), {}));
   nodes.join();
   ASSERT_EQ(nodes.errors(), "");
   const uint32_t rogue_index = rogue.node().index;

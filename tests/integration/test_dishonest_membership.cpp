@@ -26,9 +26,9 @@ constexpr size_t kParams = 3000;
 
 std::vector<uint8_t> heartbeat(const Topology& topo, const RawSite& s, uint8_t flags,
                                const std::vector<uint8_t>& payload = {}) {
-  wire::FrameHeader h = node_header(topo, s.node().index, wire::MsgType::kHeartbeat, 0);
+  wire::FrameHeader h = node::node_header(topo, s.node().index, wire::MsgType::kHeartbeat, 0);
   h.flags = flags;
-  return make_frame(h, payload);
+  return node::make_frame(h, payload);
 }
 
 TEST(DishonestMembership, ASiteMayLeaveAndNothingMore) {

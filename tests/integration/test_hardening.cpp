@@ -219,7 +219,7 @@ TEST(Hardening, PeerChosenTextCannotForgeLogLines) {
   // A child with a session sends a refusal text of its own.
   RawSite site(topo, "site-1",
                test_client_security(topo, "site-1", security_for(topo, "site-1").credentials_dir));
-  site.send(reject_frame(topo, site.node().index, 0, "bye\n" + forged + " by a child"));
+  site.send(node::reject_frame(topo, site.node().index, 0, "bye\n" + forged + " by a child"));
   site.hello(std::vector<float>(10, 0.0f));  // the region answers once it read both
   std::vector<uint8_t> buf;
   (void)site.recv(&buf);

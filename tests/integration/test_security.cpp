@@ -222,13 +222,13 @@ TEST(Security, AttacksAreRefusedAuditedAndCountNothing) {
     rogue->send_raw(sealed);                                                  // genuine
     rogue->send_raw(sealed);                                                  // replayed
     // A site acting as an aggregator: an anchor frame from a child.
-    wire::FrameHeader h = node_header(topo, rogue->node().index, wire::MsgType::kAnchor, 0);
+    wire::FrameHeader h = node::node_header(topo, rogue->node().index, wire::MsgType::kAnchor, 0);
     h.codec = static_cast<uint8_t>(CodecId::kFp32);
     h.chunk_count = 3;
     h.element_count = 1024;
     h.total_elements = kParams;
     std::vector<uint8_t> payload(4096, 0);
-    rogue->send(make_frame(h, payload));
+    rogue->send(node::make_frame(h, payload));
     for (uint32_t c = 1; c < 3; ++c) {
       rogue->send(rogue->delta(0, c, 3, chunk_n(c), chunk_n(c), kParams));
     }
@@ -262,7 +262,8 @@ TEST(Security, AttacksAreRefusedAuditedAndCountNothing) {
     f = rogue->recv(&buf);
     ASSERT_TRUE(f.ok()) << f.detail;
   } while (f.header.type != wire::MsgType::kDone);
-  rogue->send(make_frame(node_header(topo, rogue->node().index, wire::MsgType::kDone, 3), {}));
+  rogue->send(
+      node::make_frame(node::node_header(topo, rogue->node().index, wire::MsgType::kDone, 3), {}));
   nodes.join();
   ASSERT_EQ(nodes.errors(), "");
 

@@ -114,7 +114,7 @@ TEST(ChildTable, AwayNames) {
 
 TEST(ChildTable, PauseRefusedWithoutWindows) {
   const Child c = site("s1", 1, true);
-  const ParticipationWindows always;
+  const topology::ParticipationWindows always;
   const std::optional<std::string> why = ChildTable::pause_refusal(c, always, at(12, 0));
   ASSERT_TRUE(why);
   EXPECT_EQ(*why, "'s1' declares no participation windows (it takes part at all times)");
@@ -123,7 +123,7 @@ TEST(ChildTable, PauseRefusedWithoutWindows) {
 TEST(ChildTable, PauseRefusedInsideAWindow) {
   static_assert(ChildTable::kPauseClockSlack.count() == 300);
   const Child c = site("s1", 1, true);
-  const ParticipationWindows day({"08:00-18:00"});
+  const topology::ParticipationWindows day({"08:00-18:00"});
   std::optional<std::string> why = ChildTable::pause_refusal(c, day, at(17, 0));
   ASSERT_TRUE(why);
   EXPECT_EQ(*why, "'s1' is inside its participation window for 3600 s more");
@@ -135,7 +135,7 @@ TEST(ChildTable, PauseRefusedInsideAWindow) {
 
 TEST(ChildTable, PauseTakenOutsideAWindow) {
   const Child c = site("s1", 1, true);
-  const ParticipationWindows day({"08:00-18:00"});
+  const topology::ParticipationWindows day({"08:00-18:00"});
   EXPECT_EQ(ChildTable::pause_refusal(c, day, at(7, 59, 59)), std::nullopt);
   EXPECT_EQ(ChildTable::pause_refusal(c, day, at(18, 0)), std::nullopt);
   EXPECT_EQ(ChildTable::pause_refusal(c, day, at(23, 0)), std::nullopt);
@@ -143,7 +143,7 @@ TEST(ChildTable, PauseTakenOutsideAWindow) {
 
 TEST(ChildTable, PauseTakenWithinTheSlackOfAWindowsEnd) {
   const Child c = site("s1", 1, true);
-  const ParticipationWindows day({"08:00-18:00"});
+  const topology::ParticipationWindows day({"08:00-18:00"});
   EXPECT_EQ(ChildTable::pause_refusal(c, day, at(18, 0) - 300), std::nullopt);
   EXPECT_EQ(ChildTable::pause_refusal(c, day, at(17, 59, 59)), std::nullopt);
 }

@@ -20,27 +20,27 @@ int64_t at(int h, int m, int s = 0) { return kMidnight + h * 3600 + m * 60 + s; 
 
 TEST(ParticipationWindow, ParsesClockRanges) {
   std::string why;
-  auto w = parse_daily_window("22:00-06:30", &why);
+  auto w = topology::parse_daily_window("22:00-06:30", &why);
   ASSERT_TRUE(w) << why;
   EXPECT_EQ(w->start_s, 22u * 3600);
   EXPECT_EQ(w->end_s, 6u * 3600 + 1800);
-  w = parse_daily_window("08:00:05-24:00", &why);
+  w = topology::parse_daily_window("08:00:05-24:00", &why);
   ASSERT_TRUE(w) << why;
   EXPECT_EQ(w->start_s, 8u * 3600 + 5);
   EXPECT_EQ(w->end_s, 86400u);
   for (const char* bad : {"", "8:00-9:00", "08:00", "08:00-08:00", "25:00-26:00", "08:60-09:00",
                           "24:00-08:00", "08:00-09:00:61", "08:00 - 09:00", "ab:cd-ef:gh"}) {
     why.clear();
-    EXPECT_FALSE(parse_daily_window(bad, &why)) << bad;
+    EXPECT_FALSE(topology::parse_daily_window(bad, &why)) << bad;
     EXPECT_NE(why.find("window"), std::string::npos) << bad;
   }
 }
 
 TEST(ParticipationWindow, OpenAndClosedTimes) {
-  const ParticipationWindows always;
+  const topology::ParticipationWindows always;
   EXPECT_TRUE(always.always());
   EXPECT_TRUE(always.open_at(at(3, 0)));
-  const ParticipationWindows night({"22:00-06:00"});
+  const topology::ParticipationWindows night({"22:00-06:00"});
   EXPECT_TRUE(night.open_at(at(23, 0)));
   EXPECT_TRUE(night.open_at(at(0, 0)));
   EXPECT_TRUE(night.open_at(at(5, 59, 59)));
@@ -48,36 +48,36 @@ TEST(ParticipationWindow, OpenAndClosedTimes) {
   EXPECT_FALSE(night.open_at(at(12, 0)));
   EXPECT_TRUE(night.open_at(at(22, 0)));
   EXPECT_TRUE(night.open_at(at(22, 0) - kDay * 400));  // any day, before 1970 too
-  const ParticipationWindows two({"01:00-02:00", "13:00-14:00"});
+  const topology::ParticipationWindows two({"01:00-02:00", "13:00-14:00"});
   EXPECT_FALSE(two.open_at(at(0, 59, 59)));
   EXPECT_TRUE(two.open_at(at(1, 30)));
   EXPECT_TRUE(two.open_at(at(13, 0)));
   EXPECT_FALSE(two.open_at(at(14, 0)));
-  const ParticipationWindows all_day({"00:00-24:00"});
+  const topology::ParticipationWindows all_day({"00:00-24:00"});
   EXPECT_TRUE(all_day.open_at(at(0, 0)));
   EXPECT_TRUE(all_day.open_at(at(23, 59, 59)));
 }
 
 TEST(ParticipationWindow, WaitsUntilOpenAndUntilClosed) {
-  const ParticipationWindows two({"01:00-02:00", "13:00-14:00"});
+  const topology::ParticipationWindows two({"01:00-02:00", "13:00-14:00"});
   EXPECT_EQ(two.seconds_until_open(at(1, 30)), 0);
   EXPECT_EQ(two.seconds_until_open(at(2, 0)), 11 * 3600);
   EXPECT_EQ(two.seconds_until_open(at(14, 0)), 11 * 3600);  // tomorrow's 01:00
   EXPECT_EQ(two.seconds_until_closed(at(1, 30)), 1800);
   EXPECT_EQ(two.seconds_until_closed(at(3, 0)), 0);
   // Touching windows close at the end of the last one.
-  const ParticipationWindows touching({"01:00-02:00", "02:00-03:00"});
+  const topology::ParticipationWindows touching({"01:00-02:00", "02:00-03:00"});
   EXPECT_EQ(touching.seconds_until_closed(at(1, 0)), 2 * 3600);
-  const ParticipationWindows all_day({"00:00-24:00"});
+  const topology::ParticipationWindows all_day({"00:00-24:00"});
   EXPECT_EQ(all_day.seconds_until_closed(at(5, 0)), kDay);
-  const ParticipationWindows wrap({"23:00-01:00"});
+  const topology::ParticipationWindows wrap({"23:00-01:00"});
   EXPECT_EQ(wrap.seconds_until_closed(at(23, 30)), 5400);
   EXPECT_EQ(wrap.seconds_until_open(at(1, 0)), 22 * 3600);
 }
 
 TEST(ParticipationWindow, ConstructorNamesTheBadWindow) {
   try {
-    ParticipationWindows w({"01:00-02:00", "nonsense"});
+    topology::ParticipationWindows w({"01:00-02:00", "nonsense"});
     FAIL() << "accepted a malformed window";
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("nonsense"), std::string::npos) << e.what();
