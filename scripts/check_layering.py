@@ -35,6 +35,7 @@ LAYERS = [
 # include/fedwan/<header>: the folder it belongs to.
 PUBLIC = {
     "error.hpp": "common",
+    "export.hpp": "common",  # FEDWAN_API: visibility, used by every layer
     "codec.hpp": "codec",
     "outer_optimizer.hpp": "aggregation",
     "topology.hpp": "topology",

@@ -3,6 +3,8 @@
 // federation is done. Thread safety: run() on one thread; stop() from any.
 #pragma once
 
+#include "fedwan/export.hpp"
+
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -17,7 +19,7 @@ namespace fedwan {
 
 // Traffic and timing of one round, over every link of the tree (the root
 // sums its own links and its regions' reports).
-struct RoundReport {
+struct FEDWAN_API RoundReport {
   uint64_t round = 0;
   double seconds = 0;       // root: round opened -> global model updated
   uint64_t wan_bytes = 0;   // bytes on the wire, frame headers included
@@ -28,7 +30,7 @@ struct RoundReport {
 
 // Topology, node id (a root or region of the topology), join timeout,
 // window, security, checkpoints, costs and metrics: see NodeOptions.
-struct AggregatorOptions : NodeOptions {
+struct FEDWAN_API AggregatorOptions : NodeOptions {
   // The starting global model (flat fp32): required at the root. Sites whose
   // initial model has the same SHA-256 start from their own copy; others are
   // sent it. A region may be given it too: it then joins without being sent
@@ -63,7 +65,7 @@ struct AggregatorOptions : NodeOptions {
   bool standby = false;
 };
 
-struct AggregatorSummary {
+struct FEDWAN_API AggregatorSummary {
   uint64_t rounds = 0;
   std::vector<RoundReport> reports;  // root: whole tree; region: its subtree
   uint64_t wan_bytes_total = 0;
@@ -92,7 +94,7 @@ struct AggregatorSummary {
   std::vector<std::string> alarms;
 };
 
-class Aggregator {
+class FEDWAN_API Aggregator {
  public:
   // Validates the options and binds the node's endpoint. Throws ConfigError
   // (bad options) or TransportError (cannot bind).
@@ -115,7 +117,7 @@ class Aggregator {
   void stop();
 
  private:
-  class Impl;
+  class FEDWAN_LOCAL Impl;
   std::unique_ptr<Impl> impl_;
 };
 

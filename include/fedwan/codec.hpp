@@ -3,6 +3,8 @@
 // owned by the caller (the sender keeps one per stream).
 #pragma once
 
+#include "fedwan/export.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -15,7 +17,7 @@ namespace fedwan {
 // Wire identifiers: stable, never reused.
 enum class CodecId : uint8_t { kFp32 = 1, kFp16 = 2, kBf16 = 3, kInt8 = 4 };
 
-class Codec {
+class FEDWAN_API Codec {
  public:
   virtual ~Codec() = default;
 
@@ -47,13 +49,15 @@ class Codec {
 // Registry, keyed by name ("fp32", "fp16", "bf16", "int8") and by wire id.
 // Lookups are thread safe once registration is over (built-ins are
 // registered before main).
-const Codec& codec_by_name(std::string_view name);  // throws ConfigError naming the known codecs
-const Codec* codec_by_id(CodecId id);               // nullptr when unknown
-const Codec* codec_by_wire_id(uint8_t id);          // nullptr when unknown
-std::vector<std::string> codec_names();
-void register_codec(std::unique_ptr<Codec> codec);  // throws ConfigError on a duplicate name or id
+FEDWAN_API const Codec& codec_by_name(
+    std::string_view name);                            // throws ConfigError naming the known codecs
+FEDWAN_API const Codec* codec_by_id(CodecId id);       // nullptr when unknown
+FEDWAN_API const Codec* codec_by_wire_id(uint8_t id);  // nullptr when unknown
+FEDWAN_API std::vector<std::string> codec_names();
+FEDWAN_API void register_codec(
+    std::unique_ptr<Codec> codec);  // throws ConfigError on a duplicate name or id
 
 // acc[i] = acc[i] + weight * x[i] (product rounded first; see decode_accumulate).
-void accumulate_weighted(float* acc, const float* x, size_t n, float weight);
+FEDWAN_API void accumulate_weighted(float* acc, const float* x, size_t n, float weight);
 
 }  // namespace fedwan

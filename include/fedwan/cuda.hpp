@@ -7,6 +7,8 @@
 // device_count() says 0 and the rest throw fedwan::ConfigError saying so.
 #pragma once
 
+#include "fedwan/export.hpp"
+
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -21,11 +23,11 @@
 namespace fedwan::cuda {
 
 // Number of usable CUDA devices; 0 without a GPU or driver. Thread safe.
-int device_count();
+FEDWAN_API int device_count();
 
 // True when p points into memory of a CUDA device (cudaMalloc, managed);
 // false for host memory, pinned host memory included, and without a GPU.
-bool is_device_pointer(const void* p);
+FEDWAN_API bool is_device_pointer(const void* p);
 
 // ---- site communicator: the NCCL engine -----------------------------------
 
@@ -37,18 +39,18 @@ bool is_device_pointer(const void* p);
 // NCCL communicator is aborted and a TransportError thrown, never a hang).
 // Work the caller queued on the device's default stream before the call is
 // done before the collective reads its data.
-std::unique_ptr<SiteComm> make_nccl_comm(const SiteCommOptions& options, SiteComm& bootstrap,
-                                         int device);
+FEDWAN_API std::unique_ptr<SiteComm> make_nccl_comm(const SiteCommOptions& options,
+                                                    SiteComm& bootstrap, int device);
 
 // The communicator a site's ranks want when they may hold CUDA tensors: the
 // Gloo engine for host memory and, with device >= 0, the NCCL engine for
 // device memory, picked per call by where the data lives (is_device_pointer).
 // engine() names the NCCL engine when it is there ("nccl+gloo"), else "gloo".
-std::unique_ptr<SiteComm> make_site_comm(const SiteCommOptions& options, int device);
+FEDWAN_API std::unique_ptr<SiteComm> make_site_comm(const SiteCommOptions& options, int device);
 
 // ---- codecs on the GPU ------------------------------------------------------
 
-struct DeviceEncoderOptions {
+struct FEDWAN_API DeviceEncoderOptions {
   int device = 0;
   std::string codec = "fp16";             // fp32, fp16, bf16 or int8
   size_t max_elements = size_t{1} << 20;  // the largest chunk encoded (sizes the buffers)
@@ -60,7 +62,7 @@ struct DeviceEncoderOptions {
 // bytes the CPU codec of the same name produces (bit for bit, error-feedback
 // residual included), and copies only those bytes to pinned host memory, on
 // a stream of its own. Thread safety: one thread drives an encoder.
-class DeviceEncoder {
+class FEDWAN_API DeviceEncoder {
  public:
   explicit DeviceEncoder(const DeviceEncoderOptions& options);
   ~DeviceEncoder();
@@ -96,7 +98,7 @@ class DeviceEncoder {
   std::vector<uint8_t> encode(const float* in, float* residual, size_t n);
 
  private:
-  struct Impl;
+  struct FEDWAN_LOCAL Impl;
   std::unique_ptr<Impl> impl_;
 };
 
@@ -107,7 +109,7 @@ class DeviceEncoder {
 // CUDA model; install one yourself when driving a SiteCore over a model on a
 // GPU (SiteOptions::update_encoder), and call set_anchor after every call
 // that changes the round.
-class DeviceUpdateEncoder final : public UpdateEncoder {
+class FEDWAN_API DeviceUpdateEncoder final : public UpdateEncoder {
  public:
   // `params`: the live model, n floats of device memory on `device`, valid
   // for the encoder's life. `max_chunk_elements`: the topology's chunk size
@@ -125,7 +127,7 @@ class DeviceUpdateEncoder final : public UpdateEncoder {
   void write_residual(const float* in, size_t n) override;
 
  private:
-  struct Impl;
+  struct FEDWAN_LOCAL Impl;
   std::unique_ptr<Impl> impl_;
 };
 

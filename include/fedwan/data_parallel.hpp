@@ -36,6 +36,8 @@
 // Thread safety: one DataParallel per rank, driven by the training thread.
 #pragma once
 
+#include "fedwan/export.hpp"
+
 #include <cstddef>
 #include <memory>
 
@@ -45,18 +47,18 @@
 
 namespace fedwan {
 
-struct DataParallelOptions {
+struct FEDWAN_API DataParallelOptions {
   size_t bucket_bytes = 25u << 20;  // fp32 bytes per bucket (a parameter is never split)
   bool overlap = true;              // allreduce full buckets during backward
 };
 
-struct DataParallelStats {
+struct FEDWAN_API DataParallelStats {
   uint64_t steps = 0;
   uint64_t buckets_during_backward = 0;  // started from a hook, before synchronize()
   uint64_t buckets_at_synchronize = 0;
 };
 
-class DataParallel {
+class FEDWAN_API DataParallel {
  public:
   // `module` and `comm` must outlive this object. Registers the hooks.
   DataParallel(torch::nn::Module& module, SiteComm& comm, DataParallelOptions options = {});
@@ -75,7 +77,7 @@ class DataParallel {
   const DataParallelStats& stats() const;
 
  private:
-  class Impl;
+  class FEDWAN_LOCAL Impl;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -8,6 +8,8 @@
 // Thread safety: none; the training loop owns it.
 #pragma once
 
+#include "fedwan/export.hpp"
+
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -17,7 +19,7 @@
 
 namespace fedwan {
 
-class FlatParameters {
+class FEDWAN_API FlatParameters {
  public:
   // Every parameter of `module` (frozen ones too; buffers stay local).
   // Throws ConfigError unless all are fp32, on one device (the CPU or one

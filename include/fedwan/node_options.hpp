@@ -4,6 +4,8 @@
 // fields (the round timeout among them) and are what callers fill in.
 #pragma once
 
+#include "fedwan/export.hpp"
+
 #include <chrono>
 #include <string>
 
@@ -12,7 +14,7 @@
 
 namespace fedwan {
 
-struct NodeOptions {
+struct FEDWAN_API NodeOptions {
   Topology topology;
   // This node in the topology: a root or region for an aggregator, a site
   // for a site.

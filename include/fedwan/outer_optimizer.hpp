@@ -4,6 +4,8 @@
 // chunk as soon as every child's chunk arrived. Not thread safe: one owner.
 #pragma once
 
+#include "fedwan/export.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -19,7 +21,7 @@ namespace fedwan {
 // federation.outer_optimizer) and its hyper-parameters, by name: which names
 // an optimizer takes, their defaults and ranges, is the optimizer's own
 // business (outer_optimizer_params()); a name it does not take is refused.
-struct OuterOptimizerSpec {
+struct FEDWAN_API OuterOptimizerSpec {
   std::string name = "fedavg";           // one of outer_optimizer_names()
   std::map<std::string, double> params;  // a name left out: the optimizer's default
 
@@ -31,14 +33,14 @@ struct OuterOptimizerSpec {
 };
 
 // One hyper-parameter an outer optimizer takes.
-struct OuterOptimizerParam {
+struct FEDWAN_API OuterOptimizerParam {
   std::string name;
   double default_value = 0;
   std::string range;  // the values it takes, e.g. "(0, 100]", "[0, 1)"
   std::string help;   // one line for the docs and --help
 };
 
-class OuterOptimizer {
+class FEDWAN_API OuterOptimizer {
  public:
   virtual ~OuterOptimizer() = default;
   virtual std::string_view name() const = 0;
@@ -64,17 +66,17 @@ class OuterOptimizer {
 // Their hyper-parameters, defaults and ranges: outer_optimizer_params().
 // Throws ConfigError for an unknown name, a hyper-parameter the optimizer
 // does not take, or a value out of its range (outer_optimizer_problem()).
-std::unique_ptr<OuterOptimizer> make_outer_optimizer(const OuterOptimizerSpec& spec,
-                                                     size_t total_elements);
-std::vector<std::string> outer_optimizer_names();
+FEDWAN_API std::unique_ptr<OuterOptimizer> make_outer_optimizer(const OuterOptimizerSpec& spec,
+                                                                size_t total_elements);
+FEDWAN_API std::vector<std::string> outer_optimizer_names();
 
 // The hyper-parameters `optimizer` takes, in the order its docs list them.
 // Throws ConfigError for an unknown optimizer.
-std::vector<OuterOptimizerParam> outer_optimizer_params(const std::string& optimizer);
+FEDWAN_API std::vector<OuterOptimizerParam> outer_optimizer_params(const std::string& optimizer);
 
 // Why `spec` cannot make an optimizer, or nullopt when it can. Without the
 // optimizer's name in front: "unknown optimizer", "does not use 'x'; it
 // takes lr, momentum", "lr -1 must be in (0, 100]".
-std::optional<std::string> outer_optimizer_problem(const OuterOptimizerSpec& spec);
+FEDWAN_API std::optional<std::string> outer_optimizer_problem(const OuterOptimizerSpec& spec);
 
 }  // namespace fedwan

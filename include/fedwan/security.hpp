@@ -4,6 +4,8 @@
 // Pure data; no OpenSSL type appears here.
 #pragma once
 
+#include "fedwan/export.hpp"
+
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -12,7 +14,7 @@
 
 namespace fedwan {
 
-struct SecurityOptions {
+struct FEDWAN_API SecurityOptions {
   // This node's bundle, as written by `fedwan certs`: ca.pem, cert.pem,
   // key.pem and crl.pem. Required unless insecure_plaintext is set.
   std::string credentials_dir;
@@ -53,10 +55,10 @@ struct SecurityOptions {
 // does: a federation CA (dir/ca, keep its key offline), one bundle per node
 // (dir/<node-id>: ca.pem, cert.pem, key.pem, crl.pem) and an empty CRL.
 // Throws ConfigError when dir/ca exists and `overwrite` is false.
-void provision_credentials(const Topology& topology, const std::string& dir,
-                           int validity_days = 365, bool overwrite = false);
+FEDWAN_API void provision_credentials(const Topology& topology, const std::string& dir,
+                                      int validity_days = 365, bool overwrite = false);
 
 // The SecurityOptions of one node of a federation provisioned into `dir`.
-SecurityOptions credentials_in(const std::string& dir, const std::string& node_id);
+FEDWAN_API SecurityOptions credentials_in(const std::string& dir, const std::string& node_id);
 
 }  // namespace fedwan

@@ -30,6 +30,8 @@
 // Thread safety: one training thread drives a Site.
 #pragma once
 
+#include "fedwan/export.hpp"
+
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -45,7 +47,7 @@
 
 namespace fedwan {
 
-class Site {
+class FEDWAN_API Site {
  public:
   // Flattens `module`'s parameters (see FlatParameters). If an optimizer is
   // given, checks that it optimises exactly those parameters. With

@@ -15,6 +15,8 @@
 // Thread safety: one communicator per rank, used by one thread at a time.
 #pragma once
 
+#include "fedwan/export.hpp"
+
 #include <chrono>
 #include <cstddef>
 #include <memory>
@@ -23,7 +25,7 @@
 
 namespace fedwan {
 
-struct SiteCommOptions {
+struct FEDWAN_API SiteCommOptions {
   int rank = 0;  // 0 .. size-1; rank 0 is the site leader
   int size = 1;  // ranks in the site
   // Directory the ranks rendezvous in (created if missing). Use a fresh one
@@ -39,7 +41,7 @@ struct SiteCommOptions {
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};
 };
 
-class SiteComm {
+class FEDWAN_API SiteComm {
  public:
   virtual ~SiteComm() = default;
   virtual int rank() const = 0;
@@ -69,6 +71,6 @@ class SiteComm {
 
 // The Gloo engine (CPU ranks, TCP). Blocks until every rank of the site has
 // joined, at most options.timeout; throws TransportError when they do not.
-std::unique_ptr<SiteComm> make_gloo_comm(const SiteCommOptions& options);
+FEDWAN_API std::unique_ptr<SiteComm> make_gloo_comm(const SiteCommOptions& options);
 
 }  // namespace fedwan

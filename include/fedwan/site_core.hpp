@@ -5,6 +5,8 @@
 // be written by others while join() or sync() runs.
 #pragma once
 
+#include "fedwan/export.hpp"
+
 #include <array>
 #include <chrono>
 #include <cstdint>
@@ -22,7 +24,7 @@ namespace fedwan {
 // A named piece of caller state saved with the site's checkpoints (the inner
 // optimizer's state, say): name 1..64 of [a-z0-9_.-], not "params",
 // "anchor", "residual" or "meta".
-struct StateBlob {
+struct FEDWAN_API StateBlob {
   std::string name;
   std::vector<uint8_t> bytes;
 };
@@ -33,7 +35,7 @@ struct StateBlob {
 // DeviceEncoder), so only encoded bytes cross to the host. It keeps the
 // error-feedback residual itself; SiteCore's checkpoints still hold it.
 // Called only from the thread that drives the SiteCore.
-class UpdateEncoder {
+class FEDWAN_API UpdateEncoder {
  public:
   virtual ~UpdateEncoder() = default;
   // Writes codec.encoded_size(n) bytes to `out`: elements [offset, offset+n)
@@ -52,7 +54,7 @@ class UpdateEncoder {
 
 // Topology, node id (a site of the topology), join timeout, window,
 // security, checkpoints, costs and metrics: see NodeOptions.
-struct SiteOptions : NodeOptions {
+struct FEDWAN_API SiteOptions : NodeOptions {
   // How long sync() waits for the next anchor; defaults to the topology's
   // federation.round_timeout_s.
   std::chrono::milliseconds round_timeout{0};
@@ -68,7 +70,7 @@ struct SiteOptions : NodeOptions {
   std::string device_kind = "cpu";
 };
 
-struct SyncResult {
+struct FEDWAN_API SyncResult {
   uint64_t round = 0;       // the round the site now trains in
   bool finished = false;    // the federation is done; params hold the final model
   bool resynced = false;    // params were replaced by the parent's anchor (rejoin)
@@ -90,7 +92,7 @@ class SiteCore;
 // then spent. It refers to the core without owning it (the core must
 // outlive it) and is not thread safe: use it from the thread that trains.
 // Move-only; a default-built or moved-from handle refers to nothing.
-class PendingSync {
+class FEDWAN_API PendingSync {
  public:
   PendingSync() = default;
   PendingSync(PendingSync&& other) noexcept;
@@ -116,7 +118,7 @@ class PendingSync {
   uint64_t generation_ = 0;
 };
 
-class SiteCore {
+class FEDWAN_API SiteCore {
  public:
   // `params` (n floats) is the live model; it must outlive the SiteCore.
   // Throws ConfigError if the node is not a site of the topology.
@@ -218,7 +220,7 @@ class SiteCore {
 
  private:
   friend class PendingSync;
-  class Impl;
+  class FEDWAN_LOCAL Impl;
   std::unique_ptr<Impl> impl_;
 };
 

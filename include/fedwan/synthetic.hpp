@@ -5,6 +5,8 @@
 // the full protocol with results that can be reproduced bit for bit.
 #pragma once
 
+#include "fedwan/export.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -12,13 +14,13 @@
 namespace fedwan::synthetic {
 
 // The same model on every node for a seed.
-std::vector<float> initial_model(size_t n, uint64_t seed);
+FEDWAN_API std::vector<float> initial_model(size_t n, uint64_t seed);
 
 // `steps` local steps of site `site` (its node index): p -= lr * (p - target).
-void local_steps(float* params, size_t n, uint32_t site, uint64_t steps, uint64_t seed,
-                 float lr = 0.05f);
+FEDWAN_API void local_steps(float* params, size_t n, uint32_t site, uint64_t steps, uint64_t seed,
+                            float lr = 0.05f);
 
 // The site's target value for element k (a pure function of its arguments).
-float target(uint32_t site, size_t k, uint64_t seed);
+FEDWAN_API float target(uint32_t site, size_t k, uint64_t seed);
 
 }  // namespace fedwan::synthetic

@@ -2,6 +2,8 @@
 // from a YAML file. Pure data: no sockets. Thread safe once built (const).
 #pragma once
 
+#include "fedwan/export.hpp"
+
 #include <array>
 #include <cstdint>
 #include <optional>
@@ -13,9 +15,9 @@
 namespace fedwan {
 
 enum class Role : uint8_t { kRoot = 0, kRegion = 1, kSite = 2 };
-const char* role_name(Role role);
+FEDWAN_API const char* role_name(Role role);
 
-struct NodeSpec {
+struct FEDWAN_API NodeSpec {
   std::string id;  // unique, [A-Za-z0-9._-], at most 64 characters
   Role role = Role::kSite;
   std::string parent;              // empty for the root
@@ -74,11 +76,11 @@ struct NodeSpec {
 // How an aggregator combines its children's copies of a chunk
 // (docs/topology.md, "Aggregation"): a rule registered by name; the default
 // is the weighted mean, streamed.
-struct AggregationSpec {
+struct FEDWAN_API AggregationSpec {
   std::string rule = "weighted_mean";
 };
 
-struct FederationSpec {
+struct FEDWAN_API FederationSpec {
   uint64_t rounds = 10;
   uint64_t inner_steps = 50;  // H
   std::string codec = "fp16";
@@ -123,17 +125,17 @@ struct FederationSpec {
 // the admin certificate (DER) and the ECDSA signature of the version's
 // digest, both base64 as in the file. See docs/security.md, "Topology
 // versions". Checked by security::topology_signature_problem.
-struct TopologySignature {
+struct FEDWAN_API TopologySignature {
   std::string cert;   // base64 DER
   std::string value;  // base64 DER
 };
 
 // Federation-wide residency settings (top-level `policy:` key).
-struct PolicySpec {
+struct FEDWAN_API PolicySpec {
   uint32_t k_min = 1;  // default k_min of regions that set none; >= 1
 };
 
-class Topology {
+class FEDWAN_API Topology {
  public:
   // Parse and validate. Throws ConfigError whose message names the file (or
   // "<string>"), the node and the problem: duplicate id, unknown parent, cycle,

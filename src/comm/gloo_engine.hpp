@@ -20,7 +20,8 @@ namespace fedwan::comm {
 using GlooEngine = std::unique_ptr<SiteComm> (*)(const SiteCommOptions&);
 
 // make_gloo_comm() builds its communicators with `engine` from now on.
-void install_gloo_engine(GlooEngine engine);
+// Exported for libfedwan, which installs LibTorch's Gloo; not public API.
+FEDWAN_API void install_gloo_engine(GlooEngine engine);
 
 // Throws ConfigError for options no engine can run (rank outside the site,
 // no rendezvous directory, a timeout <= 0); creates the rendezvous

@@ -15,10 +15,13 @@
 #include <spdlog/spdlog.h>
 
 #include "common/log_level.hpp"
+#include "fedwan/export.hpp"
 
 namespace fedwan {
 
-spdlog::logger& log();
+// Exported for libfedwan_cuda, which logs through the same logger; not
+// public API.
+FEDWAN_API spdlog::logger& log();
 
 // `text` with every C0 control character, DEL and C1 control (U+0080..U+009F)
 // written as an escape; everything else as it is.

@@ -6,9 +6,12 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "fedwan/export.hpp"
+
 namespace fedwan::tensor {
 
-class ChunkPlan {
+// Exported for libfedwan (torch/site.cpp plans its chunks); not public API.
+class FEDWAN_API ChunkPlan {
  public:
   ChunkPlan() = default;
   // Throws ConfigError when chunk_elements is 0 or total is 0.
