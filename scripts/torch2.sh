@@ -50,7 +50,8 @@ cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$PREF
   -DPython3_EXECUTABLE="$PYTHON" >"$BUILD_DIR/configure.log" 2>&1 ||
   { cat "$BUILD_DIR/configure.log"; exit 1; }
 grep "^-- fedwan:" "$BUILD_DIR/configure.log" || true
-cmake --build "$BUILD_DIR" -j "$JOBS" --target fedwan_cli fedwan_torch_tests fedwan_unit_tests
+cmake --build "$BUILD_DIR" -j "$JOBS" --target fedwan_cli fedwan_torch_tests fedwan_unit_tests \
+  fedwan_libraries
 
 say "torch-facing tests"
 "$BUILD_DIR/tests/fedwan_torch_tests" --gtest_brief=1
