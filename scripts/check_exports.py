@@ -6,8 +6,10 @@ only the public API of include/fedwan/ is exported, plus the few internal
 functions one fedwan library calls in another (INTERNAL_EXPORTS below). This
 lists each library's dynamic symbols (nm -D -C --defined-only) and fails on
 any symbol of fedwan's own that belongs to an internal folder's namespace or
-to a class's private implementation (Impl), and on a library that exports
-none of the public classes it should (a build that lost the export macro).
+to a class's private implementation (Impl), on a library that exports none
+of the public classes it should (a build that lost the export macro), and
+on a symbol of fedwan's that one library needs and none of the others
+exports (it would link here and fail in a user's program).
 
 Symbols whose own name is a template of the standard library or of a
 dependency (std::vector<fedwan::...>, typeinfo for spdlog::sinks::sink) are
@@ -30,7 +32,11 @@ INTERNAL_NAMESPACES = (
 # where it is declared, with the library that needs it).
 INTERNAL_EXPORTS = (
     "fedwan::tensor::ChunkPlan",  # libfedwan (torch/site.cpp)
-    "fedwan::comm::install_gloo_engine",  # libfedwan against a LibTorch with its own Gloo
+    # libfedwan against a LibTorch with its own Gloo (comm/gloo_engine.hpp)
+    "fedwan::comm::install_gloo_engine",
+    "fedwan::comm::prepare_site_comm",
+    "fedwan::comm::comm_failure",
+    "fedwan::comm::check_root",
     "fedwan::log",  # libfedwan_cuda
 )
 # At least one symbol of each, per library file name: the export macro works.
@@ -63,10 +69,10 @@ def own_name(symbol):
 def problem(name):
     if not name.startswith("fedwan::"):
         return None
-    if any(name == e or name.startswith(e + "::") or name.startswith(e + "(")
-           for e in INTERNAL_EXPORTS):
+    bare = name.replace("[abi:cxx11]", "")
+    if any(bare == e or bare.startswith(e + "::") for e in INTERNAL_EXPORTS):
         return None
-    plain = re.sub(r"<.*", "", name)
+    plain = re.sub(r"<.*", "", name.replace("[abi:cxx11]", ""))
     parts = plain.split("::")
     if len(parts) > 2 and parts[1] in INTERNAL_NAMESPACES:
         return "internal namespace fedwan::%s" % parts[1]
@@ -81,6 +87,8 @@ def main(argv):
         return 2
     nm, libraries = argv[1], argv[2:]
     failures = []
+    exported = set()
+    needed = {}
     for lib in libraries:
         out = subprocess.run([nm, "-D", "-C", "--defined-only", lib], check=True,
                              capture_output=True, text=True).stdout
@@ -89,6 +97,11 @@ def main(argv):
             fields = line.split(" ", 2)
             if len(fields) == 3:
                 names.append(own_name(fields[2]))
+                exported.add(fields[2])
+        out = subprocess.run([nm, "-D", "-C", "--undefined-only", lib], check=True,
+                             capture_output=True, text=True).stdout
+        needed[lib] = [line.split(" U ", 1)[1] for line in out.splitlines() if " U " in line
+                       and own_name(line.split(" U ", 1)[1]).startswith("fedwan::")]
         for name in sorted(set(names)):
             why = problem(name)
             if why:
@@ -99,6 +112,10 @@ def main(argv):
                     if not any(n.startswith(w) for n in names):
                         failures.append("%s exports nothing of %s" % (lib, w))
         print("%s: %d symbols exported" % (lib, len(names)))
+    for lib, symbols in needed.items():
+        for symbol in symbols:
+            if symbol not in exported:
+                failures.append("%s needs %s, which no fedwan library exports" % (lib, symbol))
     for f in failures:
         print(f)
     return 1 if failures else 0

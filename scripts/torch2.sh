@@ -53,6 +53,13 @@ grep "^-- fedwan:" "$BUILD_DIR/configure.log" || true
 cmake --build "$BUILD_DIR" -j "$JOBS" --target fedwan_cli fedwan_torch_tests fedwan_unit_tests \
   fedwan_libraries
 
+say "what the shared libraries export (against this LibTorch's Gloo too)"
+exported=()
+for lib in src/libfedwan_core.so src/libfedwan.so cuda/libfedwan_cuda.so; do
+  if [ -f "$BUILD_DIR/$lib" ]; then exported+=("$BUILD_DIR/$lib"); fi
+done
+"$PYTHON" scripts/check_exports.py nm "${exported[@]}"
+
 say "torch-facing tests"
 "$BUILD_DIR/tests/fedwan_torch_tests" --gtest_brief=1
 say "the site communicator's Gloo engine over LibTorch's Gloo"

@@ -17,23 +17,27 @@
 
 namespace fedwan::comm {
 
+// Everything declared here is exported (FEDWAN_API) for libfedwan, whose
+// engine over LibTorch's own Gloo (torch/c10d_gloo_comm.cpp) installs itself
+// and shares these checks; none of it is public API.
+
 using GlooEngine = std::unique_ptr<SiteComm> (*)(const SiteCommOptions&);
 
 // make_gloo_comm() builds its communicators with `engine` from now on.
-// Exported for libfedwan, which installs LibTorch's Gloo; not public API.
 FEDWAN_API void install_gloo_engine(GlooEngine engine);
 
 // Throws ConfigError for options no engine can run (rank outside the site,
 // no rendezvous directory, a timeout <= 0); creates the rendezvous
 // directory.
-void prepare_site_comm(const SiteCommOptions& options);
+FEDWAN_API void prepare_site_comm(const SiteCommOptions& options);
 
 // The TransportError text of a failed collective, the same for every engine
 // (`cause` up to its first line: c10d appends a backtrace).
-std::string comm_failure(const SiteCommOptions& options, const char* what, const char* cause);
+FEDWAN_API std::string comm_failure(const SiteCommOptions& options, const char* what,
+                                    const char* cause);
 
 // Throws ConfigError unless `root` is a rank of the site.
-void check_root(const SiteCommOptions& options, int root);
+FEDWAN_API void check_root(const SiteCommOptions& options, int root);
 
 // Runs one engine call: refused once `broken`; any failure sets `broken`
 // (the communicator stays unusable) and becomes a TransportError.
