@@ -77,12 +77,12 @@ void Aggregator::Impl::RegionLink::hello() {
   uplink_->progressed(Clock::now());
 }
 
-void Aggregator::Impl::RegionLink::reconnect(const std::string& why) {
+void Aggregator::Impl::RegionLink::reconnect(const std::string& why, bool grow_backoff) {
   // Backoff, jitter, standby failover, the log line and the audit entry
   // are the session's; what was queued for the old one goes again as the
   // new session needs it.
   out_.clear();
-  uplink_->session().reconnect(why, n_.round_);
+  uplink_->session().reconnect(why, n_.round_, grow_backoff);
   welcome.welcomed = false;
   welcome.full_pending = false;
   if (n_.uploading()) n_.start_upload();  // from its first piece, on the new session
@@ -105,6 +105,16 @@ void Aggregator::Impl::RegionLink::heartbeat(Clock::time_point now) {
     report_membership();
   } else {
     parent.heartbeat(n_.round_);
+  }
+  // Said hello, not welcomed yet, and this session came up without a word
+  // from the other end: it may be the root's passive standby (reached after
+  // the root's session did not come up in time). Try the other end.
+  if (!uplink_->in_federation() && n_.phase_ == Phase::kAwaitWelcome && parent.up_but_mute(now) &&
+      parent.retry_due(now)) {
+    reconnect("its session came up but the parent sent nothing for " +
+                  std::to_string((3 * n_.cfg_.heartbeat_timeout).count()) + " ms",
+              /*grow_backoff=*/false);
+    return;
   }
   // A secure session that does not come up (a handshake message lost):
   // start over.

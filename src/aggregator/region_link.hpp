@@ -41,8 +41,9 @@ class Aggregator::Impl::RegionLink {
   // Says hello (again): the anchor it holds, so the parent can skip the
   // model in full. A model in full still arriving is abandoned.
   void hello();
-  void reconnect(const std::string& why);  // a new session, then hello
-  void heartbeat(Clock::time_point now);   // hello again, membership, reconnects
+  // A new session, then hello; the session's backoff grows unless told not to.
+  void reconnect(const std::string& why, bool grow_backoff = true);
+  void heartbeat(Clock::time_point now);  // hello again, membership, reconnects
   void report_membership();
   void telemetry(uint64_t round, const node::Traffic& t);
   void done();  // this region holds the final model, as its children do

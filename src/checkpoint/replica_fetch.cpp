@@ -62,14 +62,7 @@ class ReplicaFetch {
     for (;;) {
       const auto now = Clock::now();
       throw_if_stopped_or_late(now);
-      // A handshake message lost on the way: nothing fails and nothing more
-      // comes, so a session that is not up within a heartbeat timeout is
-      // given up (the parent's own handshake state expires likewise).
-      if (!link_->established() && now - reconnected_at_ > config_.heartbeat_timeout) {
-        start_over("its secure session did not come up within " +
-                   std::to_string(config_.heartbeat_timeout.count()) + " ms");
-        continue;
-      }
+      if (given_up(now)) continue;
       transport::Incoming in;
       if (!ask_and_receive(now, &in)) continue;
       const wire::ParsedFrame f = wire::parse_frame(in.data(), in.frame_size, config_.limits);
@@ -79,6 +72,8 @@ class ReplicaFetch {
                                 (f.ok() ? std::string("wrong job or sender") : f.detail));
         continue;
       }
+      heard_at_ = Clock::now();
+      silent_sessions_ = 0;
       if (const std::optional<bool> done = on_frame(f)) return *done;
     }
   }
@@ -97,6 +92,39 @@ class ReplicaFetch {
     }
   }
 
+  // Whether the session in use was given up (a new one is started): true
+  // when it did not come up in time, or came up and brought nothing.
+  bool given_up(Clock::time_point now) {
+    if (!link_->established()) {
+      // A handshake message lost on the way, or a parent too busy to answer
+      // in time: nothing fails and nothing more comes, so a session that is
+      // not up in time is given up (the parent's own handshake state expires
+      // likewise). The limit doubles, up to 4 heartbeat timeouts, with each
+      // session in a row that brought nothing: a parent whose handshake takes
+      // longer than one heartbeat timeout under load is still reached.
+      const Millis limit = config_.heartbeat_timeout * (1 << std::min(silent_sessions_, 2));
+      if (now - reconnected_at_ <= limit) return false;
+      ++silent_sessions_;
+      start_over("its secure session did not come up within " + std::to_string(limit.count()) +
+                 " ms");
+      return true;
+    }
+    if (!up_) {
+      up_ = true;
+      heard_at_ = now;
+    }
+    // Up, and asked (twice, by now) with nothing at all coming back: a
+    // root's standby, which completes TLS but serves nobody while the root
+    // lives, or a parent that lost this node. Staying would wait out the
+    // whole timeout; a new session goes to the root again when the parent
+    // has a standby (session::ParentSession alternates them).
+    if (now - heard_at_ <= 2 * ask_every_) return false;
+    ++silent_sessions_;
+    start_over("its session came up but '" + parent_id_ + "' answered nothing within " +
+               std::to_string((2 * ask_every_).count()) + " ms");
+    return true;
+  }
+
   // Anyone on the path can refuse, break or stall a session that is not
   // up yet: try a new one (at a steady pace) until the timeout.
   void start_over(std::string why) {
@@ -111,6 +139,7 @@ class ReplicaFetch {
     }
     link_ = &reconnect_(last_error_);
     reconnected_at_ = Clock::now();
+    up_ = false;
     asked_at_ = {};
     assembly_.reset();
   }
@@ -207,6 +236,9 @@ class ReplicaFetch {
   Clock::time_point asked_at_{};
   Clock::time_point progress_at_;
   Clock::time_point reconnected_at_;
+  bool up_ = false;             // the session in use came up
+  Clock::time_point heard_at_;  // it came up, or the parent's last frame on it
+  int silent_sessions_ = 0;     // sessions in a row that brought no frame
 };
 
 }  // namespace

@@ -34,8 +34,12 @@ using node::NodeSecurity;
 // `model_elements` is the node's model size (0 when not known yet). The
 // request goes again after config.heartbeat_timeout without an answer.
 // A session that fails in a way an unauthenticated party could have caused
-// (a plain refusal, a TLS alert) is replaced through `reconnect(why)`, which
-// returns the new link, and the request goes again, until `timeout`.
+// (a plain refusal, a TLS alert), that does not come up within a heartbeat
+// timeout (doubling, up to four, while sessions in a row bring nothing), or
+// that comes up but brings no frame for two heartbeat timeouts (a root's
+// standby serves nobody while the root lives) is replaced through
+// `reconnect(why)`, which returns the new link, and the request goes again,
+// until `timeout`.
 // A replica that does not verify (its signature included: a parent cannot
 // forge a child's checkpoint) is refused, audited and alarmed, and the
 // result is false, as when there is none. Throws TimeoutError when no

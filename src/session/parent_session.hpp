@@ -7,6 +7,7 @@
 // safe: the node's loop thread owns it.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -75,6 +76,17 @@ class ParentSession {
   }
   // Restarts the clock stalled() reads (the first join waits longer).
   void restart_stall_clock() { opened_at_ = Clock::time_point{}; }
+  // Under a root with a standby: the session is up, yet nothing came from
+  // the parent since the link opened (a heartbeat timeout to come up, then
+  // two more). A live parent heartbeats a child that said hello, even before
+  // it welcomes it; a passive standby completes TLS, then serves nobody
+  // while the root lives. A child whose parent's silence is not judged yet
+  // (before its first welcome) reconnects on this: the next session goes to
+  // the other end.
+  bool up_but_mute(Clock::time_point now) const {
+    return !parent_.standby_endpoint.empty() && link_->established() &&
+           now - std::max(opened_at_, heard_) > 3 * options_.heartbeat_timeout;
+  }
 
   // Sends a heartbeat of `round` when the session is up and the window has
   // room (never blocks); `flags` and `payload` carry membership

@@ -326,7 +326,9 @@ SyncResult SiteCore::Impl::join() {
       checkpoint::fetch_replica(
           link(),
           [this](const std::string& why) -> transport::ParentLink& {
-            reconnect(why);
+            // The fetch paces its new sessions itself; a backoff grown here
+            // would only hold back the join's first reconnect afterwards.
+            reconnect(why, /*grow_backoff=*/false);
             return link();
           },
           topo, self, cfg, opt.checkpoint_dir, plan.total(), opt.join_timeout, *security,

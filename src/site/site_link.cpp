@@ -89,6 +89,16 @@ void SiteCore::Impl::upkeep() {
   }
   const bool silent = parent().silent(now);
   const bool in_federation = uplink->in_federation();
+  if (!in_federation && welcome.link_ok && parent().up_but_mute(now) && parent().retry_due(now)) {
+    // Not welcomed yet, so its silence is otherwise judged by the join
+    // timeout; but this session may have reached the root's passive standby
+    // (after the root's did not come up in time). Try the other end.
+    reconnect("its session came up but '" + topo.node(self.parent_index).id +
+                  "' sent nothing for " + std::to_string((3 * cfg.heartbeat_timeout).count()) +
+                  " ms",
+              /*grow_backoff=*/false);
+    return;
+  }
   if (((in_federation && silent) || !welcome.link_ok) && parent().retry_due(now)) {
     reconnect(!welcome.link_ok ? (link().security().failure().empty()
                                       ? std::string("a send to it failed")

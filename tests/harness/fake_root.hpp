@@ -1,0 +1,127 @@
+// A stand-in for a root's end of the links to its children (or its
+// standby's), under the root's credentials, for tests of a child's sessions
+// with a root that has a standby. It runs its link only while `serving` is
+// true: before, a child's ClientHello waits unanswered, as at a root too
+// busy to run its loop. Serving, it counts the hellos it gets and, unless
+// `mute`, answers as a live root does before its first round: a replica
+// request with "none kept here", and a child that said hello with a
+// heartbeat every 100 ms. Mute, it completes TLS and answers nothing, as a
+// passive standby does while its root lives. Runs its own thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "fedwan/error.hpp"
+#include "harness/federation_fixture.hpp"
+#include "node/node_config.hpp"
+#include "node/node_frames.hpp"
+#include "node/node_security.hpp"
+#include "transport/links.hpp"
+#include "transport/transport.hpp"
+#include "wire/frame.hpp"
+
+namespace fedwan::testing {
+
+class FakeRoot {
+ public:
+  FakeRoot(const Topology& topo, const std::string& bind, bool mute)
+      : topo_(topo),
+        config_(topo, topo.root(), node::NodeOverrides{}),
+        security_(security_for(topo, topo.root().id), topo, topo.root()),
+        transport_(transport::make_transport(bind)),
+        link_(*transport_, bind, config_.link, security_.children_factory(),
+              security_.children_admission()),
+        mute_(mute),
+        thread_([this] { loop(); }) {}
+  ~FakeRoot() {
+    stop_ = true;
+    thread_.join();
+  }
+  FakeRoot(const FakeRoot&) = delete;
+  FakeRoot& operator=(const FakeRoot&) = delete;
+
+  std::atomic<bool> serving{false};
+  // Hellos received while serving, and of them replica requests.
+  int hellos() const { return hellos_.load(); }
+  int replica_requests() const { return replica_requests_.load(); }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+
+  void loop() {
+    auto next_beat = Clock::now();
+    while (!stop_) {
+      if (!serving) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        continue;
+      }
+      transport::Incoming in;
+      if (link_.recv(&in, std::chrono::milliseconds(20))) on_frame(in);
+      if (!mute_ && Clock::now() >= next_beat) {
+        next_beat = Clock::now() + std::chrono::milliseconds(100);
+        for (const std::string& child : joined_) send(child, wire::MsgType::kHeartbeat, 0);
+      }
+    }
+  }
+
+  void on_frame(const transport::Incoming& in) {
+    const wire::ParsedFrame f = wire::parse_frame(in.data(), in.frame_size);
+    if (!f.ok() || f.header.type != wire::MsgType::kHello) return;
+    hellos_ += 1;
+    const bool replica = (f.header.flags & wire::kFlagNeedReplica) != 0;
+    if (replica) replica_requests_ += 1;
+    if (mute_) return;
+    if (replica) {
+      send(in.peer, wire::MsgType::kCheckpoint, wire::kFlagNoReplica);
+    } else {
+      joined_.insert(in.peer);
+    }
+  }
+
+  void send(const std::string& child, wire::MsgType type, uint8_t flags) {
+    wire::FrameHeader h = node::node_header(topo_, topo_.root().index, type, 0);
+    h.flags = flags;
+    try {
+      (void)link_.try_send(child, node::make_frame(h, {}));
+    } catch (const Error&) {
+      // Between sessions: the child says hello again on its next one.
+    }
+  }
+
+  const Topology& topo_;
+  node::NodeConfig config_;
+  node::NodeSecurity security_;
+  std::unique_ptr<transport::Transport> transport_;
+  transport::ChildrenLink link_;
+  const bool mute_;
+  std::set<std::string> joined_;  // the loop thread's
+  std::atomic<bool> stop_{false};
+  std::atomic<int> hellos_{0}, replica_requests_{0};
+  std::thread thread_;  // last: it runs over the members above
+};
+
+// root, with a standby, -> site-0 over ipc:// sockets in `dir`, with a
+// heartbeat timeout of 1 s.
+inline Topology root_with_standby(const std::filesystem::path& dir) {
+  FederationSpec f;
+  f.rounds = 1;
+  f.heartbeat_s = 0.1;
+  f.heartbeat_timeout_s = 1;
+  NodeSpec root;
+  root.id = "root";
+  root.role = Role::kRoot;
+  root.endpoint = "ipc://" + (dir / "root.sock").string();
+  root.standby_endpoint = "ipc://" + (dir / "standby.sock").string();
+  NodeSpec site;
+  site.id = "site-0";
+  site.role = Role::kSite;
+  site.parent = "root";
+  return Topology::build("standby-failover", f, {root, site});
+}
+
+}  // namespace fedwan::testing
