@@ -3,9 +3,11 @@
 //
 // Beyond "no crash, no sanitizer report", it checks what parse_frame
 // promises: an accepted frame re-encodes to the same header bytes, its
-// payload is exactly the bytes after the header, anything the tight limits
-// accept the default limits accept too, and a decoded kHello/kTelemetry
-// payload re-encodes to the bytes it came from.
+// payload is exactly the bytes after the header (less a delta's
+// excused-weight trailer, read as finite and > 0), anything the tight
+// limits accept the default limits accept too, and a decoded
+// kHello/kTelemetry payload re-encodes to the bytes it came from.
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -35,8 +37,14 @@ FrameLimits tight_limits() {
 }
 
 void check_accepted(const ParsedFrame& f, const uint8_t* data, size_t size) {
-  if (f.payload != data + kHeaderSize || f.payload_size != size - kHeaderSize) {
+  const bool excused = f.header.type == MsgType::kDelta && (f.header.flags & kFlagExcused);
+  const size_t trailer = excused ? kExcusedTrailerSize : 0;
+  if (f.payload != data + kHeaderSize || f.payload_size + trailer != size - kHeaderSize) {
     fail("accepted frame's payload is not the bytes after the header");
+  }
+  if (excused != (f.excused_weight != 0) ||
+      (excused && !(std::isfinite(f.excused_weight) && f.excused_weight > 0))) {
+    fail("accepted frame's excused weight disagrees with its flag, or is not finite and > 0");
   }
   uint8_t header[kHeaderSize];
   encode_header(f.header, header);

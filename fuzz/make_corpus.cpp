@@ -77,6 +77,34 @@ Bytes data_frame(wire::MsgType type, const Codec& codec, uint32_t index, uint32_
   return wire::encode_frame(h, payload.data(), payload.size());
 }
 
+// A region's delta with excused weight: values and the trailer, or (no
+// values, n elements) the trailer alone.
+wire::FrameHeader delta_header(const Codec& codec, uint32_t index, uint32_t count, uint32_t n,
+                               uint64_t total, double weight) {
+  wire::FrameHeader h = header(wire::MsgType::kDelta);
+  h.codec = static_cast<uint8_t>(codec.id());
+  h.chunk_index = index;
+  h.chunk_count = count;
+  h.element_count = n;
+  h.total_elements = total;
+  h.weight = weight;
+  return h;
+}
+
+Bytes excused_delta(const Codec& codec, uint32_t index, uint32_t count, uint64_t total,
+                    const std::vector<float>& values, double weight, double excused) {
+  const Bytes payload = encode_values(codec, values);
+  const auto n = static_cast<uint32_t>(values.size());
+  return wire::encode_delta_frame(delta_header(codec, index, count, n, total, weight),
+                                  payload.data(), payload.size(), excused);
+}
+
+Bytes no_values_delta(const Codec& codec, uint32_t index, uint32_t count, uint64_t total,
+                      uint32_t n, double excused) {
+  return wire::encode_delta_frame(delta_header(codec, index, count, n, total, 0.0), nullptr, 0,
+                                  excused);
+}
+
 Bytes control_frame(wire::MsgType type, const Bytes& payload, uint64_t total = 0, uint8_t flags = 0,
                     uint8_t codec = 0) {
   wire::FrameHeader h = header(type);
@@ -113,6 +141,8 @@ std::vector<std::pair<std::string, Bytes>> frames() {
       {"handshake", control_frame(wire::MsgType::kHandshake, Bytes{0x16, 0x03, 0x03, 0, 2, 1, 0}, 0,
                                   0, static_cast<uint8_t>(security::AeadAlgorithm::kAes256Gcm))},
       {"delta_int8", data_frame(wire::MsgType::kDelta, int8, 1, 3, 900, ramp(300, 0.01f), 2.0, 0)},
+      {"delta_fp16_excused", excused_delta(fp16, 1, 2, 40, ramp(20, 0.5f), 3.0, 1.5)},
+      {"delta_fp32_no_values", no_values_delta(fp32, 0, 2, 12, 6, 4.0)},
   };
 }
 

@@ -18,7 +18,12 @@ uint64_t charged_round(const wire::FrameHeader& h, uint64_t current) {
 
 uint64_t fp32_equivalent(const wire::FrameHeader& h, uint64_t wire_bytes) {
   if (h.type != wire::MsgType::kAnchor && h.type != wire::MsgType::kDelta) return wire_bytes;
-  return wire_bytes - h.payload_length + uint64_t{h.element_count} * sizeof(float);
+  if (h.type == wire::MsgType::kDelta && (h.flags & wire::kFlagNoValues)) return wire_bytes;
+  // An excused delta's trailer travels with or without compression.
+  const uint64_t values = h.type == wire::MsgType::kDelta && (h.flags & wire::kFlagExcused)
+                              ? h.payload_length - wire::kExcusedTrailerSize
+                              : h.payload_length;
+  return wire_bytes - values + uint64_t{h.element_count} * sizeof(float);
 }
 
 void TrafficLedger::charge(uint64_t round, uint64_t wire_bytes, uint64_t fp32_bytes) {

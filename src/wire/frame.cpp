@@ -19,6 +19,7 @@ bool is_data_type(MsgType t) { return t == MsgType::kAnchor || t == MsgType::kDe
 uint8_t allowed_flags(MsgType t) {
   switch (t) {
     case MsgType::kAnchor: return kFlagFullAnchor;
+    case MsgType::kDelta: return kFlagNoValues | kFlagExcused;
     case MsgType::kWelcome: return kFlagNoChange | kFlagKeepsReplicas;
     case MsgType::kHello: return kFlagSent | kFlagNeedReplica;
     case MsgType::kHeartbeat:
@@ -39,12 +40,41 @@ __attribute__((format(printf, 3, 4))) ParsedFrame& reject(ParsedFrame& f, Reject
   f.detail = buf;
   f.payload = nullptr;
   f.payload_size = 0;
+  f.excused_weight = 0;
+  return f;
+}
+
+bool has_trailer(const FrameHeader& h) {
+  return h.type == MsgType::kDelta && (h.flags & kFlagExcused) != 0;
+}
+bool has_no_values(const FrameHeader& h) {
+  return h.type == MsgType::kDelta && (h.flags & kFlagNoValues) != 0;
+}
+
+// The payload size a data frame's codec, element count and flags call for.
+size_t data_payload_size(const FrameHeader& h, const Codec& codec) {
+  const size_t values = has_no_values(h) ? 0 : codec.encoded_size(h.element_count);
+  return values + (has_trailer(h) ? kExcusedTrailerSize : 0);
+}
+
+// A kDelta's excused weight: weight that delivered the chunk below the
+// sender, refused there. Read from the trailer, the last 8 payload bytes.
+ParsedFrame& check_excused(ParsedFrame& f, const uint8_t* payload) {
+  const FrameHeader& h = f.header;
+  const double excused = bits_double(get_u64(payload + h.payload_length - kExcusedTrailerSize));
+  if (!(std::isfinite(excused) && excused > 0.0)) {
+    return reject(f, RejectReason::kBadWeight, "delta excused weight %g is not finite and > 0",
+                  excused);
+  }
+  f.excused_weight = excused;
   return f;
 }
 
 // Checks the fields of kAnchor/kDelta; the payload length already equals the
-// bytes present. Limits come first so the arithmetic below cannot overflow.
-ParsedFrame& check_data(ParsedFrame& f, const Codec& codec, const FrameLimits& lim) {
+// bytes present (`payload` holds them). Limits come first so the arithmetic
+// below cannot overflow.
+ParsedFrame& check_data(ParsedFrame& f, const Codec& codec, const uint8_t* payload,
+                        const FrameLimits& lim) {
   const FrameHeader& h = f.header;
   const char* tn = msg_type_name(h.type);
   if (h.chunk_count == 0 || h.chunk_count > lim.max_chunk_count) {
@@ -84,20 +114,33 @@ ParsedFrame& check_data(ParsedFrame& f, const Codec& codec, const FrameLimits& l
                   " chunks totalling %" PRIu64 " elements",
                   tn, h.element_count, h.chunk_count, h.total_elements);
   }
-  size_t need = codec.encoded_size(h.element_count);
+  size_t need = data_payload_size(h, codec);
+  if (h.payload_length != need && has_no_values(h)) {
+    return reject(f, RejectReason::kBadPayloadSize,
+                  "payload %" PRIu32 " bytes, a delta without values carries the %zu-byte"
+                  " excused-weight trailer alone",
+                  h.payload_length, kExcusedTrailerSize);
+  }
   if (h.payload_length != need) {
     std::string name(codec.name());
     return reject(f, RejectReason::kBadPayloadSize,
-                  "payload %" PRIu32 " bytes, %s of %" PRIu32 " elements needs %zu",
-                  h.payload_length, name.c_str(), h.element_count, need);
+                  "payload %" PRIu32 " bytes, %s of %" PRIu32 " elements needs %zu%s",
+                  h.payload_length, name.c_str(), h.element_count, need,
+                  has_trailer(h) ? " with its excused-weight trailer" : "");
   }
   uint64_t wbits = double_bits(h.weight);
-  if (h.type == MsgType::kDelta && !(std::isfinite(h.weight) && h.weight > 0.0)) {
+  if (has_no_values(h)) {
+    if (wbits != 0) {
+      return reject(f, RejectReason::kBadWeight,
+                    "delta without values carries weight %g; must be 0", h.weight);
+    }
+  } else if (h.type == MsgType::kDelta && !(std::isfinite(h.weight) && h.weight > 0.0)) {
     return reject(f, RejectReason::kBadWeight, "delta weight %g is not finite and > 0", h.weight);
   }
   if (h.type == MsgType::kAnchor && wbits != 0) {
     return reject(f, RejectReason::kBadWeight, "anchor weight %g must be 0", h.weight);
   }
+  if (has_trailer(h)) return check_excused(f, payload);
   return f;
 }
 
@@ -313,6 +356,35 @@ std::vector<uint8_t> encode_frame(const FrameHeader& h, const uint8_t* payload, 
   return out;
 }
 
+std::vector<uint8_t> encode_delta_frame(FrameHeader h, const uint8_t* values, size_t size,
+                                        double excused) {
+  if (h.type != MsgType::kDelta) {
+    FEDWAN_THROW(ProtocolError, std::string("encode_delta_frame given a ") + msg_type_name(h.type) +
+                                    " header; it writes kDelta frames");
+  }
+  h.flags &= static_cast<uint8_t>(~(kFlagNoValues | kFlagExcused));
+  if (excused == 0.0) return encode_frame(h, values, size);
+  if (!(std::isfinite(excused) && excused > 0.0)) {
+    FEDWAN_THROW(ProtocolError, "delta excused weight " + std::to_string(excused) +
+                                    " is not finite and > 0; pass 0 when nothing was refused");
+  }
+  h.flags |= kFlagExcused;
+  if (size == 0) {
+    h.flags |= kFlagNoValues;
+    h.weight = 0.0;  // +0.0: no values, nothing stands behind them
+  }
+  if (size > UINT32_MAX - kExcusedTrailerSize) {
+    FEDWAN_THROW(ProtocolError, "delta payload of " + std::to_string(size) +
+                                    " bytes and its trailer do not fit the 32-bit length field");
+  }
+  h.payload_length = static_cast<uint32_t>(size + kExcusedTrailerSize);
+  std::vector<uint8_t> out(kHeaderSize + h.payload_length);
+  encode_header(h, out.data());
+  if (size != 0) std::memcpy(out.data() + kHeaderSize, values, size);
+  put_u64(out.data() + kHeaderSize + size, double_bits(excused));
+  return out;
+}
+
 ParsedFrame parse_frame(const uint8_t* data, size_t size, const FrameLimits& limits) {
   ParsedFrame f;
   if (data == nullptr) size = 0;
@@ -346,6 +418,11 @@ ParsedFrame parse_frame(const uint8_t* data, size_t size, const FrameLimits& lim
     return reject(f, RejectReason::kBadReserved, "%s with flags 0x%02x; bits 0x%02x are reserved",
                   msg_type_name(h.type), unsigned{h.flags}, unsigned{bad_flags});
   }
+  if (has_no_values(h) && !has_trailer(h)) {
+    return reject(f, RejectReason::kBadReserved,
+                  "delta with flags 0x%02x: no values (0x%02x) without excused weight (0x%02x)",
+                  unsigned{h.flags}, unsigned{kFlagNoValues}, unsigned{kFlagExcused});
+  }
   size_t carried = size - kHeaderSize;
   if (h.payload_length != carried) {
     return reject(f, RejectReason::kLengthMismatch,
@@ -353,7 +430,7 @@ ParsedFrame parse_frame(const uint8_t* data, size_t size, const FrameLimits& lim
                   carried);
   }
   if (codec != nullptr) {
-    check_data(f, *codec, limits);
+    check_data(f, *codec, data + kHeaderSize, limits);
   } else if (h.type == MsgType::kCheckpoint) {
     check_checkpoint(f, limits);
   } else {
@@ -361,7 +438,7 @@ ParsedFrame parse_frame(const uint8_t* data, size_t size, const FrameLimits& lim
   }
   if (f.ok()) {
     f.payload = data + kHeaderSize;
-    f.payload_size = carried;
+    f.payload_size = has_trailer(h) ? carried - kExcusedTrailerSize : carried;
   }
   return f;
 }

@@ -1,4 +1,4 @@
-// Wire frame, protocol version 4 (kVersion): a fixed 64-byte little-endian header
+// Wire frame, protocol version kVersion: a fixed 64-byte little-endian header
 // followed by the payload. Parsing checks every field against limits before
 // anything is allocated; a frame that fails is rejected with a reason, never
 // thrown at the caller (rejects are an expected outcome on a hostile WAN).
@@ -15,7 +15,8 @@
 //   newer peer is told apart from garbage); type 1..10; codec: a registered codec id on
 //   kAnchor/kDelta, an AEAD id (0..kMaxAeadId) on kHandshake, 0 on every
 //   other type (kBadCodec); reserved == 0 and no
-//   flag bits except kFlagFullAnchor on kAnchor, kFlagNoChange and
+//   flag bits except kFlagFullAnchor on kAnchor, kFlagNoValues and
+//   kFlagExcused on kDelta (kFlagNoValues only with kFlagExcused), kFlagNoChange and
 //   kFlagKeepsReplicas on kWelcome, kFlagSent and kFlagNeedReplica on kHello,
 //   kFlagNeedUpdate, kFlagLeaving, kFlagPausing and kFlagMembership on
 //   kHeartbeat, kFlagReplicaStored or kFlagNoReplica on
@@ -26,8 +27,11 @@
 //   <= max_chunk_elements, total_elements <= max_total_elements, and the chunk
 //   fits its stream: the other chunk_count-1 chunks get >= 1 element each, a
 //   single chunk carries exactly total_elements (kBadElements); payload_length
-//   == codec.encoded_size(element_count) (kBadPayloadSize); kDelta weight
-//   finite and > 0, kAnchor weight +0.0 (kBadWeight).
+//   == codec.encoded_size(element_count), plus kExcusedTrailerSize on a kDelta
+//   with kFlagExcused, or kExcusedTrailerSize alone with kFlagNoValues
+//   (kBadPayloadSize); kDelta weight finite and > 0 (+0.0 with kFlagNoValues),
+//   kAnchor weight +0.0, a kDelta's excused-weight trailer finite and > 0
+//   (kBadWeight).
 //   Control types (kHello, kWelcome, kTelemetry, kReject, kDone, kHandshake,
 //   kHeartbeat) carry no
 //   tensor: chunk_index, chunk_count (kBadChunk), element_count (kBadElements)
@@ -59,8 +63,9 @@ inline constexpr uint32_t kMagic = 0x4E415746;  // "FWAN" read as little-endian 
 // 2: TLS, sealed frames; 3: heartbeats, rejoin state; 4: checkpoint replicas;
 // 5: the frame cipher bound into the key exporter, signed checkpoints, a
 // site's delta weight taken from the topology; 6: elastic membership (a
-// child's leave or pause, a region's member weight, on heartbeats)
-inline constexpr uint8_t kVersion = 6;
+// child's leave or pause, a region's member weight, on heartbeats); 7: a
+// delta's excused weight (kFlagExcused, kFlagNoValues)
+inline constexpr uint8_t kVersion = 7;
 inline constexpr size_t kHeaderSize = 64;
 
 enum class MsgType : uint8_t {
@@ -98,6 +103,16 @@ const char* msg_type_name(MsgType t);
 // the security layer clears it before a frame reaches parse_frame.
 inline constexpr uint8_t kFlagFullAnchor = 0x01;  // kAnchor: values, not an update
 inline constexpr uint8_t kFlagNoChange = 0x02;    // kWelcome: child's model digest matched
+// kDelta from a region that refused some children's copies of the chunk
+// (docs/protocol.md, "Excused weight"): the payload ends with an 8-byte f64
+// trailer, the weight that delivered the chunk below the sender but whose
+// copies were refused. The parent counts it toward its quorum as delivered;
+// only the header's weight stands behind the values. With kFlagNoValues
+// (never alone) every copy was refused: the payload is the trailer alone and
+// the header's weight is +0.0.
+inline constexpr uint8_t kFlagExcused = 0x02;
+inline constexpr uint8_t kFlagNoValues = 0x01;
+inline constexpr size_t kExcusedTrailerSize = 8;
 // kHello: the child has sent its whole update for `round` and waits for the
 // anchor (a child rejoining after a reconnect or a parent's restart).
 inline constexpr uint8_t kFlagSent = 0x04;
@@ -154,8 +169,8 @@ enum class RejectReason : uint8_t {
   kLengthMismatch,   // payload_length != bytes after the header
   kBadChunk,         // chunk_index >= chunk_count, count or elements over limits
   kBadElements,      // element_count/total_elements inconsistent or over limits
-  kBadPayloadSize,   // payload size wrong for the codec and element count
-  kBadWeight,        // non-finite or not > 0 on kDelta
+  kBadPayloadSize,   // payload size wrong for the codec, element count and flags
+  kBadWeight,        // not finite and > 0 on kDelta (or its trailer), or not +0.0 where due
   kPayloadTooLarge,  // control payload over its limit
 };
 const char* reject_reason_name(RejectReason r);
@@ -167,14 +182,25 @@ void encode_header(const FrameHeader& h, uint8_t* out);
 // from h; throws ProtocolError if size does not fit 32 bits.
 std::vector<uint8_t> encode_frame(const FrameHeader& h, const uint8_t* payload, size_t size);
 
+// A kDelta of `size` codec bytes that also reports `excused` weight refused
+// below the sender. excused == 0: exactly encode_frame(h, values, size), no
+// delta flag. excused > 0: sets kFlagExcused and appends the trailer; with
+// size == 0 also sets kFlagNoValues and sends weight +0.0. Throws
+// ProtocolError if h is not a kDelta, or excused is negative or not finite.
+std::vector<uint8_t> encode_delta_frame(FrameHeader h, const uint8_t* values, size_t size,
+                                        double excused);
+
 // On a reject, `header` still holds the raw decoded fields (when at least 64
 // bytes came) for logging; none of them may be trusted.
 struct ParsedFrame {
   RejectReason reject = RejectReason::kNone;
   std::string detail;  // human-readable, for logs and the audit trail
   FrameHeader header;
-  const uint8_t* payload = nullptr;  // points into the parsed buffer
+  // Points into the parsed buffer. On a kDelta with kFlagExcused it covers
+  // the codec bytes only, not the trailer (0 bytes with kFlagNoValues).
+  const uint8_t* payload = nullptr;
   size_t payload_size = 0;
+  double excused_weight = 0;  // a kDelta's trailer, else 0
   bool ok() const { return reject == RejectReason::kNone; }
 };
 

@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <random>
 #include <set>
@@ -18,51 +17,12 @@
 namespace fedwan::wire {
 namespace {
 
-void set_f64(Bytes& b, size_t off, double d) {
-  uint64_t v;
-  std::memcpy(&v, &d, sizeof(v));
-  set_u64(b, off, v);
-}
-
-std::vector<const Codec*> all_codecs() {
-  std::vector<const Codec*> out;
-  for (const std::string& name : codec_names()) out.push_back(&codec_by_name(name));
-  return out;
-}
-
-FrameHeader data_header(MsgType type, const Codec& codec, uint32_t n, uint64_t total,
-                        uint32_t index, uint32_t count) {
-  FrameHeader h;
-  h.type = type;
-  h.codec = static_cast<uint8_t>(codec.id());
-  h.flags = type == MsgType::kAnchor ? kFlagFullAnchor : 0;
-  h.job_id = 0x0123456789abcdefull;
-  h.round = 42;
-  h.sender = 7;
-  h.chunk_index = index;
-  h.chunk_count = count;
-  h.element_count = n;
-  h.total_elements = total;
-  h.weight = type == MsgType::kDelta ? 6000.0 : 0.0;
-  return h;
-}
-
-Bytes data_frame(MsgType type, const Codec& codec, uint32_t n = 600, uint64_t total = 1500,
-                 uint32_t index = 1, uint32_t count = 3) {
-  Bytes payload(codec.encoded_size(n));
-  for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<uint8_t>(i * 31);
-  return encode_frame(data_header(type, codec, n, total, index, count), payload.data(),
-                      payload.size());
-}
-
-const Codec& fp16() { return codec_by_name("fp16"); }
-
 TEST(Frame, HeaderLayoutIsLittleEndianFwan) {
   Bytes b = data_frame(MsgType::kDelta, fp16());
   const size_t need = fp16().encoded_size(600);
   ASSERT_EQ(b.size(), kHeaderSize + need);
   EXPECT_EQ(std::string(b.begin(), b.begin() + 4), "FWAN");
-  EXPECT_EQ(b[kOffVersion], 6);
+  EXPECT_EQ(b[kOffVersion], 7);
   EXPECT_EQ(b[kOffType], 4);
   EXPECT_EQ(b[kOffCodec], static_cast<uint8_t>(CodecId::kFp16));
   EXPECT_EQ(b[kOffElements], 600 & 0xff);
@@ -128,7 +88,7 @@ TEST(Frame, BadMagicVersionTypeReserved) {
     b[i] ^= 0x20;
     EXPECT_EQ(reason(b), RejectReason::kBadMagic) << i;
   }
-  for (uint8_t v : {0, 1, 2, 3, 4, 5, 7, 255}) {
+  for (uint8_t v : {0, 1, 2, 3, 4, 5, 6, 8, 255}) {
     Bytes b = data_frame(MsgType::kDelta, fp16());
     b[kOffVersion] = v;
     EXPECT_EQ(reason(b), RejectReason::kBadVersion) << int{v};
@@ -170,8 +130,10 @@ TEST(Frame, FlagsOnlyWhereDefined) {
   EXPECT_EQ(reason(anchor), RejectReason::kBadReserved);
 
   Bytes delta = data_frame(MsgType::kDelta, fp16());
-  delta[kOffFlags] = kFlagFullAnchor;
-  EXPECT_EQ(reason(delta), RejectReason::kBadReserved);
+  for (uint8_t flag : {0x04, 0x08, 0x10, 0x20, 0x40, 0x80}) {
+    delta[kOffFlags] = flag;
+    EXPECT_EQ(reason(delta), RejectReason::kBadReserved) << int{flag};
+  }
 
   Bytes welcome = control_frame(MsgType::kWelcome);
   EXPECT_EQ(reason(welcome), RejectReason::kNone);
@@ -364,6 +326,10 @@ TEST(Frame, FuzzedFramesNeverCrashOrLie) {
   for (const Codec* c : all_codecs()) {
     seeds.push_back(data_frame(MsgType::kDelta, *c, 3, 10, 1, 3));
     seeds.push_back(data_frame(MsgType::kAnchor, *c, 8, 8, 0, 1));
+    const FrameHeader h = data_header(MsgType::kDelta, *c, 3, 10, 1, 3);
+    const Bytes values = codec_bytes(*c, 3);
+    seeds.push_back(encode_delta_frame(h, values.data(), values.size(), 2.5));
+    seeds.push_back(encode_delta_frame(h, nullptr, 0, 4.0));
   }
   for (MsgType t : kControlTypes) seeds.push_back(control_frame(t, Bytes(5, 'p')));
 
@@ -408,16 +374,30 @@ TEST(Frame, FuzzedFramesNeverCrashOrLie) {
     ++accepted;
     const FrameHeader& h = f.header;
     ASSERT_GE(b.size(), kHeaderSize);
-    ASSERT_EQ(f.payload_size, b.size() - kHeaderSize);
-    ASSERT_EQ(f.payload_size, h.payload_length);
+    ASSERT_EQ(h.payload_length, b.size() - kHeaderSize);
+    ASSERT_EQ(f.payload, b.data() + kHeaderSize);
+    const bool excused = h.type == MsgType::kDelta && (h.flags & kFlagExcused);
+    const bool no_values = h.type == MsgType::kDelta && (h.flags & kFlagNoValues);
+    ASSERT_EQ(f.payload_size, h.payload_length - (excused ? kExcusedTrailerSize : 0));
+    if (excused) {
+      ASSERT_TRUE(std::isfinite(f.excused_weight) && f.excused_weight > 0);
+    } else {
+      ASSERT_EQ(f.excused_weight, 0.0);
+    }
     if (h.type == MsgType::kAnchor || h.type == MsgType::kDelta) {
       const Codec* c = codec_by_wire_id(h.codec);
       ASSERT_NE(c, nullptr);
-      ASSERT_EQ(f.payload_size, c->encoded_size(h.element_count)) << f.detail;
+      ASSERT_EQ(f.payload_size, no_values ? 0 : c->encoded_size(h.element_count)) << f.detail;
       ASSERT_LT(h.chunk_index, h.chunk_count);
       ASSERT_GE(h.element_count, 1u);
       ASSERT_LE(h.element_count, h.total_elements);
-      if (h.type == MsgType::kDelta) ASSERT_TRUE(std::isfinite(h.weight) && h.weight > 0);
+      if (no_values) {
+        ASSERT_TRUE(excused);
+        ASSERT_EQ(h.weight, 0.0);
+        ASSERT_FALSE(std::signbit(h.weight));
+      } else if (h.type == MsgType::kDelta) {
+        ASSERT_TRUE(std::isfinite(h.weight) && h.weight > 0);
+      }
     } else {
       ASSERT_EQ(h.codec, 0);
       ASSERT_EQ(h.element_count, 0u);
