@@ -83,6 +83,11 @@ struct FEDWAN_API AggregatorSummary {
   uint64_t rejoins = 0;              // children that said hello again mid-federation
   uint64_t membership_changes = 0;   // children that joined late, left, paused or came back
   uint64_t stale_updates = 0;        // delta chunks for a closed round or chunk
+  // Children's copies of a chunk this node refused (a NaN, a value or norm
+  // over its bound, a malformed payload; docs/security.md, "Robust
+  // aggregation") or clipped to the norm bound.
+  uint64_t refused_copies = 0;
+  uint64_t clipped_copies = 0;
   uint64_t checkpoints_written = 0;
   uint64_t replicas_stored = 0;   // children's checkpoints kept (and, standby, the root's)
   uint64_t replica_bytes = 0;     // their bytes (not in the round reports' traffic)

@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -73,11 +74,41 @@ struct FEDWAN_API NodeSpec {
   std::optional<uint64_t> devices;
 };
 
-// How an aggregator combines its children's copies of a chunk
-// (docs/topology.md, "Aggregation"): a rule registered by name; the default
-// is the weighted mean, streamed.
+// The bound every aggregator puts on the L2 norm of each child's copy of a
+// chunk (docs/security.md, "Robust aggregation"). A chunk is a fixed slice of
+// the flat model, so a bound per chunk bounds the whole update.
+struct FEDWAN_API NormBoundSpec {
+  // "adaptive": `factor` x the median of the chunk's accepted norms over the
+  // last `window` rounds (in the first round, the median of the round's own
+  // copies); "absolute": `bound` on a whole update, shared out over the
+  // chunks by their size; "off".
+  std::string mode = "adaptive";
+  double factor = 4;    // adaptive: > 1
+  uint64_t window = 3;  // adaptive: rounds of history, 1..64
+  double bound = 0;     // absolute: > 0
+  // "refuse" a copy over the bound (its weight delivered, not counted), or
+  // "clip" it to the bound.
+  std::string action = "refuse";
+};
+
+// How an aggregator judges and combines its children's copies of a chunk
+// (docs/topology.md, "Aggregation"): value checks and a norm bound on every
+// copy, then a rule registered by name; the default rule is the weighted
+// mean, streamed. In the digest where not the default.
 struct FEDWAN_API AggregationSpec {
   std::string rule = "weighted_mean";
+  // The rule's parameters by name (median: none; trimmed_mean: trim;
+  // multi_krum: byzantine, select); a rule refuses others.
+  std::map<std::string, double> params;
+  // Refuse a copy with a NaN or an infinity.
+  bool finite_check = true;
+  // Refuse a copy with a value beyond +-max_abs (0: no such bound).
+  double max_abs = 1e6;
+  // Refuse a copy byte for byte identical to one the same child sent for
+  // the same chunk in the last `replay_window` rounds (an all-zero copy
+  // excepted): a replayed update. 0: no such check; at most 1024.
+  uint64_t replay_window = 16;
+  NormBoundSpec norm_bound;
 };
 
 struct FEDWAN_API FederationSpec {

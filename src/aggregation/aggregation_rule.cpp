@@ -4,6 +4,7 @@
 #include <mutex>
 #include <utility>
 
+#include "aggregation/robust_rules.hpp"
 #include "aggregation/round_accumulator.hpp"
 #include "fedwan/error.hpp"
 
@@ -13,17 +14,19 @@ namespace {
 class WeightedMeanCombiner final : public ChunkCombiner {
  public:
   explicit WeightedMeanCombiner(uint32_t elements) : sum_(elements, 0.0f) {}
-  void add(uint32_t, const Codec& codec, const uint8_t* payload, size_t, double weight) override {
-    codec.decode_accumulate(payload, sum_.size(), static_cast<float>(weight), sum_.data());
+  void add(uint32_t, const float* values, double weight) override {
+    accumulate_weighted(sum_.data(), values, sum_.size(), static_cast<float>(weight));
+    weight_ += weight;
   }
-  std::vector<float> finish(double weight) override {
-    finalize_mean(sum_.data(), sum_.size(), weight);
-    return std::move(sum_);
+  Combined finish() override {
+    finalize_mean(sum_.data(), sum_.size(), weight_);
+    return {std::move(sum_), weight_, {}};
   }
   size_t bytes_held() const override { return sum_.size() * sizeof(float); }
 
  private:
   std::vector<float> sum_;
+  double weight_ = 0;
 };
 
 class WeightedMeanRule final : public AggregationRule {
@@ -43,10 +46,17 @@ struct Registry {
 Registry& registry() {
   static Registry* r = [] {
     auto* reg = new Registry;  // never destroyed: rules may be made during exit
-    reg->factories[kWeightedMean] = [] {
+    reg->factories[kWeightedMean] = [](const RuleParams& params) {
+      if (!params.empty()) {
+        throw ConfigError("aggregation rule 'weighted_mean' takes no parameter '" +
+                          params.begin()->first + "'");
+      }
       static const auto rule = std::make_shared<const WeightedMeanRule>();
       return rule;
     };
+    reg->factories[kMedian] = make_median_rule;
+    reg->factories[kTrimmedMean] = make_trimmed_mean_rule;
+    reg->factories[kMultiKrum] = make_multi_krum_rule;
     return reg;
   }();
   return *r;
@@ -90,7 +100,8 @@ bool has_rule(const std::string& name) {
   return r.factories.count(name) != 0;
 }
 
-std::shared_ptr<const AggregationRule> make_rule(const std::string& name) {
+std::shared_ptr<const AggregationRule> make_rule(const std::string& name,
+                                                 const RuleParams& params) {
   RuleFactory factory;
   {
     Registry& r = registry();
@@ -102,7 +113,7 @@ std::shared_ptr<const AggregationRule> make_rule(const std::string& name) {
     }
     factory = it->second;
   }
-  auto rule = factory();
+  auto rule = factory(params);
   if (!rule) throw ConfigError("aggregation rule '" + name + "': its factory made nothing");
   return rule;
 }

@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,19 +31,34 @@ namespace fedwan::aggregation {
 enum class RuleMemory { kStreaming, kBuffered };
 const char* rule_memory_name(RuleMemory m);
 
+// A copy the rule left out of the combined chunk (a robust rule that
+// selects or excludes whole copies): its weight is delivered, not counted.
+struct LeftOut {
+  uint32_t slot = 0;
+  std::string reason;
+};
+
+struct Combined {
+  std::vector<float> values;
+  double weight = 0;  // the weight of the copies that stand behind `values`
+  std::vector<LeftOut> left_out;
+};
+
 class ChunkCombiner {
  public:
   virtual ~ChunkCombiner() = default;
-  // One child's copy: `payload` (`bytes`) already validated by `codec` for
-  // the chunk's element count; `weight` finite and > 0; `slot` the child's
-  // place among the aggregator's children, each slot at most once per
-  // chunk (usually below the fan-in given to begin_chunk, but a child added
-  // by a topology version during the round may bring a higher one).
-  virtual void add(uint32_t slot, const Codec& codec, const uint8_t* payload, size_t bytes,
-                   double weight) = 0;
-  // The combined chunk, once, after at least one add(); `weight` is the sum
-  // of the weights added (what the parent is told stands behind it).
-  virtual std::vector<float> finish(double weight) = 0;
+  // One child's copy, decoded and screened (update_screen.hpp): `values`
+  // holds the chunk's element count of finite values; `weight` finite and
+  // > 0; `slot` the child's place among the aggregator's children, each
+  // slot at most once per chunk (usually below the fan-in given to
+  // begin_chunk, but a child added by a topology version during the round
+  // may bring a higher one). The combiner may keep a copy; `values` is the
+  // caller's.
+  virtual void add(uint32_t slot, const float* values, double weight) = 0;
+  // The combined chunk, once, after at least one add(). A rule that leaves
+  // copies out says which and why; what stands behind the values is the
+  // rest (at least one copy).
+  virtual Combined finish() = 0;
   virtual size_t bytes_held() const = 0;
 };
 
@@ -56,23 +72,29 @@ class AggregationRule {
   virtual std::unique_ptr<ChunkCombiner> begin_chunk(uint32_t elements, size_t fan_in) const = 0;
 };
 
-// The default rule: the weighted mean, streamed. Each copy is decoded and
-// accumulated as acc + weight * x with two roundings (the codecs'
-// decode_accumulate), and the sum is divided by the total weight
+// The default rule: the weighted mean, streamed. Each copy is accumulated
+// as acc + weight * x with two roundings (accumulate_weighted, as the
+// codecs' decode_accumulate), and the sum is divided by the total weight
 // (finalize_mean): with at most two children the result does not depend on
 // arrival order, and a federation reproduces a fixed-order reference bit
 // for bit.
 inline constexpr const char* kWeightedMean = "weighted_mean";
 
-// Rules by name, as the topology's `federation.aggregation.rule` names them.
-// The library registers its own; a program (or a test) may register more
-// before it loads a topology that names them.
-using RuleFactory = std::function<std::shared_ptr<const AggregationRule>()>;
+// Rules by name, as the topology's `federation.aggregation.rule` names them,
+// with the topology's `federation.aggregation.params`. The library registers
+// its own (weighted_mean, and robust_rules.hpp's median, trimmed_mean and
+// multi_krum); a program (or a test) may register more before it loads a
+// topology that names them. A factory throws ConfigError for parameters its
+// rule does not take or out of their range.
+using RuleParams = std::map<std::string, double>;
+using RuleFactory = std::function<std::shared_ptr<const AggregationRule>(const RuleParams&)>;
 // Throws ConfigError when `name` is empty, not [a-z0-9_], or taken.
 void register_rule(const std::string& name, RuleFactory factory);
 bool has_rule(const std::string& name);
-// Throws ConfigError naming the known rules when `name` is not one.
-std::shared_ptr<const AggregationRule> make_rule(const std::string& name);
+// Throws ConfigError naming the known rules when `name` is not one, or the
+// factory's when `params` do not suit the rule.
+std::shared_ptr<const AggregationRule> make_rule(const std::string& name,
+                                                 const RuleParams& params = {});
 std::vector<std::string> rule_names();  // sorted
 
 }  // namespace fedwan::aggregation

@@ -1,6 +1,7 @@
 #include "aggregation/round_accumulator.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "fedwan/error.hpp"
@@ -16,15 +17,17 @@ const char* add_outcome_name(AddOutcome o) {
     case AddOutcome::kUnknownSender: return "unknown-sender";
     case AddOutcome::kBadChunk: return "bad-chunk";
     case AddOutcome::kBadPayload: return "bad-payload";
+    case AddOutcome::kRefused: return "refused";
   }
   return "?";
 }
 
 RoundAccumulator::RoundAccumulator(tensor::ChunkPlan plan, std::vector<uint32_t> children,
-                                   std::shared_ptr<const AggregationRule> rule)
+                                   std::shared_ptr<const AggregationRule> rule, ScreenConfig screen)
     : plan_(plan),
       children_(std::move(children)),
-      rule_(rule ? std::move(rule) : make_rule(kWeightedMean)) {
+      rule_(rule ? std::move(rule) : make_rule(kWeightedMean)),
+      screen_(screen, plan) {
   if (children_.empty()) throw ConfigError("an aggregator needs at least one child");
 }
 
@@ -59,32 +62,73 @@ int RoundAccumulator::child_slot(uint32_t sender) const {
 RoundAccumulator::Result RoundAccumulator::add(uint64_t round, uint32_t sender, uint32_t chunk,
                                                uint32_t element_count, double weight,
                                                const Codec& codec, const uint8_t* payload,
-                                               size_t bytes) {
+                                               size_t bytes, double excused) {
   const int slot = child_slot(sender);
-  if (slot < 0) return {AddOutcome::kUnknownSender};
-  if (!open_ || round > round_) return {AddOutcome::kFuture};
-  if (round < round_) return {AddOutcome::kStale};
-  if (chunk >= plan_.count() || element_count != plan_.size(chunk)) return {AddOutcome::kBadChunk};
-  if (seen_[slot][chunk]) return {AddOutcome::kDuplicate};
-  if (taken_[chunk]) return {AddOutcome::kStale};  // closed without this child
-  if (!(weight > 0) || weight != weight || weight > 1e300) return {AddOutcome::kBadPayload};
-  // Validate before touching the accumulator: a bad payload must leave no trace.
-  if (!codec.validate(payload, bytes, element_count)) return {AddOutcome::kBadPayload};
-
+  if (slot < 0) return {AddOutcome::kUnknownSender, false, {}};
+  if (!open_ || round > round_) return {AddOutcome::kFuture, false, {}};
+  if (round < round_) return {AddOutcome::kStale, false, {}};
+  if (chunk >= plan_.count() || element_count != plan_.size(chunk))
+    return {AddOutcome::kBadChunk, false, {}};
+  if (seen_[slot][chunk]) return {AddOutcome::kDuplicate, false, {}};
+  if (taken_[chunk]) return {AddOutcome::kStale, false, {}};  // closed without this child
+  const bool values = payload != nullptr || bytes != 0;
+  if (!(excused >= 0 && excused <= 1e300) || (!values && !(excused > 0)) ||
+      !(values ? weight > 0 && weight <= 1e300 : weight == 0)) {
+    return {AddOutcome::kBadPayload, false, {}};
+  }
   Inflight& acc = inflight_[chunk];
-  if (!acc.combiner) acc.combiner = rule_->begin_chunk(element_count, children_.size());
-  acc.combiner->add(static_cast<uint32_t>(slot), codec, payload, bytes, weight);
+  acc.excused += excused;
+  acc.weight += excused;
+  if (!values) {
+    CopyVerdict v;
+    v.verdict = Verdict::kRefused;
+    v.reason = "every copy below the sender was refused there";
+    return deliver(slot, chunk, {AddOutcome::kRefused, false, v});
+  }
+  // Validate before decoding: a malformed payload leaves no trace but its weight.
+  if (!codec.validate(payload, bytes, element_count)) {
+    CopyVerdict v;
+    v.verdict = Verdict::kRefused;
+    v.reason = "malformed payload (the " + std::string(codec.name()) + " codec's check failed)";
+    return refuse(acc, slot, chunk, weight, v);
+  }
+  scratch_.resize(element_count);
+  codec.decode(payload, element_count, scratch_.data());
+  const uint64_t digest = screen_.checks_replays() ? payload_digest(payload, bytes) : 0;
+  CopyVerdict v = screen_.judge(round, chunk, static_cast<uint32_t>(slot), digest, scratch_.data(),
+                                element_count);
+  if (v.verdict == Verdict::kRefused) return refuse(acc, slot, chunk, weight, v);
+  acc.valued += 1;
+  if (v.verdict == Verdict::kDeferred) {
+    acc.held.push_back({static_cast<uint32_t>(slot), weight, v.norm, scratch_, v.bound});
+  } else {
+    if (!acc.combiner) acc.combiner = rule_->begin_chunk(element_count, children_.size());
+    acc.combiner->add(static_cast<uint32_t>(slot), scratch_.data(), weight);
+    acc.added.emplace_back(static_cast<uint32_t>(slot), weight);
+    screen_.remember(round, chunk, v.verdict == Verdict::kClipped ? v.bound : v.norm);
+  }
   acc.weight += weight;
-  acc.arrivals += 1;
-  seen_[slot][chunk] = true;
-  delivered_[slot] += 1;
-  return {AddOutcome::kAccepted, chunk_ready(chunk)};
+  return deliver(slot, chunk, {AddOutcome::kAccepted, false, v});
+}
+
+RoundAccumulator::Result RoundAccumulator::refuse(Inflight& acc, int slot, uint32_t chunk,
+                                                  double weight, CopyVerdict v) {
+  acc.excused += weight;
+  acc.weight += weight;
+  return deliver(slot, chunk, {AddOutcome::kRefused, false, std::move(v)});
+}
+
+RoundAccumulator::Result RoundAccumulator::deliver(int slot, uint32_t chunk, Result r) {
+  seen_[static_cast<size_t>(slot)][chunk] = true;
+  delivered_[static_cast<size_t>(slot)] += 1;
+  r.chunk_complete = chunk_ready(chunk);
+  return r;
 }
 
 bool RoundAccumulator::chunk_ready(uint32_t chunk) const {
   if (taken_[chunk]) return false;
   auto it = inflight_.find(chunk);
-  if (it == inflight_.end() || it->second.weight < min_weight_) return false;
+  if (it == inflight_.end() || it->second.weight < min_weight_) return false;  // none delivered
   for (size_t i = 0; i < children_.size(); ++i) {
     if (expected_[i] && !seen_[i][chunk]) return false;
   }
@@ -115,7 +159,7 @@ std::vector<uint32_t> RoundAccumulator::quorate_chunks() const {
   std::vector<uint32_t> out;
   if (!open_) return out;
   for (const auto& [chunk, acc] : inflight_) {
-    if (!taken_[chunk] && acc.arrivals > 0 && acc.weight >= min_weight_) out.push_back(chunk);
+    if (!taken_[chunk] && acc.weight >= min_weight_) out.push_back(chunk);
   }
   std::sort(out.begin(), out.end());
   return out;
@@ -160,17 +204,17 @@ std::vector<uint32_t> RoundAccumulator::missing_chunks(uint32_t sender) const {
 
 ChunkSum RoundAccumulator::take(uint32_t chunk) {
   auto it = inflight_.find(chunk);
-  if (it == inflight_.end() || it->second.arrivals == 0 || taken_.at(chunk)) {
+  if (it == inflight_.end() || taken_.at(chunk)) {
     FEDWAN_THROW(Error, "chunk " + std::to_string(chunk) + " has nothing to take");
   }
+  Inflight& acc = it->second;
   ChunkSum out;
   out.index = chunk;
-  out.weight = it->second.weight;
-  out.mean = it->second.combiner->finish(out.weight);
-  if (out.mean.size() != plan_.size(chunk)) {
-    FEDWAN_THROW(Error, "aggregation rule '" + rule_->name() + "' made " +
-                            std::to_string(out.mean.size()) + " values for chunk " +
-                            std::to_string(chunk) + " of " + std::to_string(plan_.size(chunk)));
+  out.excused = acc.excused;
+  judge_held(acc, chunk, out);
+  if (acc.combiner) {
+    Combined c = acc.combiner->finish();
+    combined_into(acc, c, chunk, out);
   }
   inflight_.erase(it);
   taken_[chunk] = true;
@@ -178,9 +222,77 @@ ChunkSum RoundAccumulator::take(uint32_t chunk) {
   return out;
 }
 
+// Held copies (no norm bound yet) are judged together, in slot order, so
+// the result does not depend on the order they came in.
+void RoundAccumulator::judge_held(Inflight& acc, uint32_t chunk, ChunkSum& out) {
+  if (acc.held.empty()) return;
+  std::sort(acc.held.begin(), acc.held.end(),
+            [](const HeldCopy& a, const HeldCopy& b) { return a.slot < b.slot; });
+  // Suspects (over a bound the history set) and copies held for want of
+  // history never share a chunk: a chunk's bound is the same all round.
+  std::vector<CopyVerdict> verdicts = acc.held.front().bound > 0
+                                          ? screen_.judge_suspects(acc.held, acc.valued)
+                                          : screen_.judge_held(acc.held);
+  for (size_t i = 0; i < acc.held.size(); ++i) {
+    HeldCopy& h = acc.held[i];
+    CopyVerdict& v = verdicts[i];
+    if (v.verdict != Verdict::kRefused) {
+      if (!acc.combiner) acc.combiner = rule_->begin_chunk(plan_.size(chunk), children_.size());
+      acc.combiner->add(h.slot, h.values.data(), h.weight);
+      acc.added.emplace_back(h.slot, h.weight);
+      screen_.remember(round_, chunk, v.verdict == Verdict::kClipped ? v.bound : v.norm);
+    }
+    if (v.verdict == Verdict::kRefused) out.excused += h.weight;
+    out.late.push_back({children_.at(h.slot), h.weight, std::move(v)});
+  }
+  acc.held.clear();
+}
+
+void RoundAccumulator::combined_into(const Inflight& acc, Combined& c, uint32_t chunk,
+                                     ChunkSum& out) const {
+  if (c.values.size() != plan_.size(chunk)) {
+    FEDWAN_THROW(Error, "aggregation rule '" + rule_->name() + "' made " +
+                            std::to_string(c.values.size()) + " values for chunk " +
+                            std::to_string(chunk) + " of " + std::to_string(plan_.size(chunk)));
+  }
+  if (!(c.weight > 0)) {
+    FEDWAN_THROW(Error, "aggregation rule '" + rule_->name() + "' left no copy of chunk " +
+                            std::to_string(chunk) + " standing behind its values");
+  }
+  for (float x : c.values) {
+    if (!std::isfinite(x)) {
+      FEDWAN_THROW(Error, "aggregation rule '" + rule_->name() +
+                              "' made a non-finite value in chunk " + std::to_string(chunk) +
+                              " from finite copies");
+    }
+  }
+  for (LeftOut& l : c.left_out) {
+    CopyVerdict v;
+    v.verdict = Verdict::kRefused;
+    v.reason = "left out by the " + rule_->name() + " rule: " + l.reason;
+    double w = 0;
+    for (const auto& [slot, weight] : acc.added) {
+      if (slot == l.slot) w = weight;
+    }
+    out.excused += w;
+    out.late.push_back({children_.at(l.slot), w, std::move(v)});
+  }
+  for (const auto& [slot, weight] : acc.added) {
+    bool left = false;
+    for (const LeftOut& l : c.left_out) left = left || l.slot == slot;
+    if (!left) out.behind.push_back(children_.at(slot));
+  }
+  std::sort(out.behind.begin(), out.behind.end());
+  out.mean = std::move(c.values);
+  out.weight = c.weight;
+}
+
 size_t RoundAccumulator::bytes_in_flight() const {
   size_t total = 0;
-  for (const auto& entry : inflight_) total += entry.second.combiner->bytes_held();
+  for (const auto& entry : inflight_) {
+    if (entry.second.combiner) total += entry.second.combiner->bytes_held();
+    for (const HeldCopy& h : entry.second.held) total += h.values.size() * sizeof(float);
+  }
   return total;
 }
 
@@ -213,7 +325,7 @@ std::vector<uint32_t> RoundAccumulator::short_chunks() const {
   for (uint32_t c = 0; c < plan_.count(); ++c) {
     if (taken_[c]) continue;
     const auto it = inflight_.find(c);
-    if (it == inflight_.end() || it->second.arrivals == 0 || it->second.weight < min_weight_) {
+    if (it == inflight_.end() || it->second.weight < min_weight_) {
       out.push_back(c);
     }
   }

@@ -1,10 +1,17 @@
 // Per-round bookkeeping of an aggregator: which child delivered which chunk,
 // and one combiner of the round's aggregation rule per chunk *in flight*
-// (made on the first arrival of chunk i, released by take()). With a
-// streaming rule (the default weighted mean) memory is O(chunks in flight),
-// never O(children x model); a buffered rule holds O(fan-in) copies per
-// chunk in flight (aggregation_rule.hpp). Pure: no sockets, no clocks. Not
-// thread safe.
+// (made on the first arrival of chunk i, released by take()). Every copy is
+// decoded and judged by the update screen (update_screen.hpp) before the
+// rule sees it. With a streaming rule (the default weighted mean) memory is
+// O(chunks in flight), never O(children x model); a buffered rule, or a
+// round whose norm bound has no history yet, holds O(fan-in) copies per
+// chunk in flight. Pure: no sockets, no clocks. Not thread safe.
+//
+// Refused copies: a copy the screen or the rule refuses has been delivered.
+// Its weight is *excused*: it counts toward the quorum (the round does not
+// wait for that child again) and stands behind no values. So does the
+// excused weight a region reports with its own copy (its children's copies
+// it refused). A chunk whose every copy was refused closes empty.
 //
 // Fault tolerance: a chunk is ready once every *expected* child delivered it
 // (a child lost mid-round is no longer expected) and its weight reaches the
@@ -16,9 +23,11 @@
 #include <cstdint>
 #include <memory>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "aggregation/aggregation_rule.hpp"
+#include "aggregation/update_screen.hpp"
 #include "fedwan/codec.hpp"
 #include "tensor/chunk_plan.hpp"
 
@@ -31,22 +40,38 @@ enum class AddOutcome {
   kFuture,         // for a round not open yet
   kUnknownSender,  // not one of this aggregator's children
   kBadChunk,       // chunk index or element count disagrees with the plan
-  kBadPayload,     // codec says the payload is malformed or not finite
+  kBadPayload,     // weight not finite and > 0
+  kRefused,        // delivered, and refused (the verdict says why): excused
 };
 const char* add_outcome_name(AddOutcome o);
 
+// A copy judged only when its chunk closed (held copies, copies a rule
+// left out), for the audit log and the counters.
+struct LateVerdict {
+  uint32_t sender = 0;  // wire id
+  double weight = 0;
+  CopyVerdict verdict;
+};
+
 struct ChunkSum {
   uint32_t index = 0;
-  std::vector<float> mean;  // the children's chunk values combined by the rule
-  double weight = 0;        // total weight behind the mean
+  // The children's chunk values combined by the rule; empty when every copy
+  // was refused (the chunk closes with no values).
+  std::vector<float> mean;
+  double weight = 0;             // total weight behind the mean
+  double excused = 0;            // weight delivered but refused (here or below)
+  std::vector<uint32_t> behind;  // the children whose copies stand behind the mean (wire ids)
+  std::vector<LateVerdict> late;
 };
 
 class RoundAccumulator {
  public:
   // `children` are the wire sender ids whose chunks complete a round;
-  // `rule` combines their copies of a chunk (null: the weighted mean).
+  // `rule` combines their copies of a chunk (null: the weighted mean);
+  // `screen` judges each copy first (the default checks nothing).
   RoundAccumulator(tensor::ChunkPlan plan, std::vector<uint32_t> children,
-                   std::shared_ptr<const AggregationRule> rule = nullptr);
+                   std::shared_ptr<const AggregationRule> rule = nullptr,
+                   ScreenConfig screen = ScreenConfig::none());
 
   // Starts `round` with every child expected; drops anything left of the
   // last. A chunk becomes ready only with at least `min_weight` behind it.
@@ -60,14 +85,19 @@ class RoundAccumulator {
   struct Result {
     AddOutcome outcome = AddOutcome::kAccepted;
     bool chunk_complete = false;  // every expected child's chunk `chunk` is in
+    CopyVerdict verdict;          // kAccepted and kRefused: the screen's (or kDeferred)
   };
-  // Validates one child's chunk (a weighted mean + weight) and hands it to
-  // the chunk's combiner.
+  // Validates one child's chunk (a weighted mean + weight), screens it and
+  // hands it to the chunk's combiner. `excused`: weight below the child
+  // that delivered this chunk and was refused there (a region's); with no
+  // values (`payload` null, `bytes` 0, `weight` 0) the copy is that alone.
+  // A payload the codec finds malformed is refused like a screened copy.
   Result add(uint64_t round, uint32_t sender, uint32_t chunk, uint32_t element_count, double weight,
-             const Codec& codec, const uint8_t* payload, size_t bytes);
+             const Codec& codec, const uint8_t* payload, size_t bytes, double excused = 0);
 
-  // Releases a chunk's combiner with what the rule made of its copies; the
-  // chunk must have at least one arrival and not be taken yet.
+  // Releases a chunk's combiner with what the rule made of its copies (held
+  // copies judged first); the chunk must have at least one arrival and not
+  // be taken yet.
   ChunkSum take(uint32_t chunk);
 
   // A child added while the federation runs (a new topology version): not
@@ -77,13 +107,14 @@ class RoundAccumulator {
   // Whether `sender` must deliver for chunks to be ready (all are at open).
   void set_expected(uint32_t sender, bool expected);
   bool expected(uint32_t sender) const;
-  // Chunks not taken whose every expected child delivered, with enough weight.
+  // Chunks not taken whose every expected child delivered, with enough
+  // weight (accepted and excused alike).
   std::vector<uint32_t> ready_chunks() const;
   // Chunks not taken with at least the minimum weight (deadline closing).
   std::vector<uint32_t> quorate_chunks() const;
   bool chunk_taken(uint32_t chunk) const { return taken_.at(chunk); }
-  double chunk_weight(uint32_t chunk) const;
-  // Children whose chunk `chunk` is in (wire ids).
+  double chunk_weight(uint32_t chunk) const;  // delivered: accepted, held and excused
+  // Children whose chunk `chunk` is in (wire ids), refused copies included.
   std::vector<uint32_t> contributors(uint32_t chunk) const;
   // Whether `sender` delivered every chunk not yet taken.
   bool delivered_all(uint32_t sender) const;
@@ -107,20 +138,30 @@ class RoundAccumulator {
   size_t chunks_in_flight() const { return inflight_.size(); }
   size_t bytes_in_flight() const;
   const AggregationRule& rule() const { return *rule_; }
+  const UpdateScreen& screen() const { return screen_; }
   const tensor::ChunkPlan& plan() const { return plan_; }
 
  private:
   struct Inflight {
     std::unique_ptr<ChunkCombiner> combiner;
-    double weight = 0;
-    uint32_t arrivals = 0;
+    double weight = 0;                               // delivered: what the quorum counts
+    double excused = 0;                              // refused here or below, as known on arrival
+    std::vector<std::pair<uint32_t, double>> added;  // (slot, weight) given the combiner
+    std::vector<HeldCopy> held;                      // judged at take(): suspects, or no bound yet
+    uint32_t valued = 0;  // copies with values past the value checks (streamed or held)
   };
+  Result refuse(Inflight& acc, int slot, uint32_t chunk, double weight, CopyVerdict v);
+  Result deliver(int slot, uint32_t chunk, Result r);
+  void judge_held(Inflight& acc, uint32_t chunk, ChunkSum& out);
+  void combined_into(const Inflight& acc, Combined& c, uint32_t chunk, ChunkSum& out) const;
   int child_slot(uint32_t sender) const;
   bool chunk_ready(uint32_t chunk) const;
 
   tensor::ChunkPlan plan_;
   std::vector<uint32_t> children_;
   std::shared_ptr<const AggregationRule> rule_;
+  UpdateScreen screen_;
+  std::vector<float> scratch_;  // one decoded copy
   std::vector<bool> expected_;  // by child slot
   double min_weight_ = 0;
   uint64_t round_ = 0;

@@ -101,10 +101,17 @@ class Aggregator::Impl {
   void on_delta(Child& c, const wire::ParsedFrame& f);
   // The steps of on_delta: its audit entry (and recorded copy), and what the
   // accumulator's verdict leads to.
+  static const char* delta_decision(const aggregation::RoundAccumulator::Result& r,
+                                    const wire::ParsedFrame& f);
   void audit_delta(const Child& c, const wire::ParsedFrame& f, const aggregator::DeltaWeight& w,
-                   const Codec& codec, const char* decision, bool accepted);
-  void on_delta_added(const Child& c, const wire::FrameHeader& h,
+                   const Codec& codec, const char* decision,
+                   const aggregation::RoundAccumulator::Result& r);
+  static void verdict_fields(const aggregation::CopyVerdict& v, nlohmann::json& fields);
+  void on_delta_added(Child& c, const wire::FrameHeader& h,
                       const aggregation::RoundAccumulator::Result& r);
+  void judged_bad(Child& c, uint64_t round, uint32_t chunk, const aggregation::CopyVerdict& v);
+  // The roles take a complete chunk through this (audits late verdicts).
+  aggregation::ChunkSum take_chunk(uint32_t chunk);
   void on_telemetry(Child& c, const wire::ParsedFrame& f);
 
   // Steps of the protocol.

@@ -115,6 +115,13 @@ nlohmann::json Aggregator::Impl::children_metrics(Clock::time_point now) {
                           {"node", "child"});
   auto& member =
       m.gauge("fedwan_child_member", "1 while the child counts in the quorum.", {"node", "child"});
+  auto& judged = m.counter("fedwan_child_copies_judged_total",
+                           "The child's copies of chunks this node refused or clipped.",
+                           {"node", "child", "verdict"});
+  auto& flag = m.gauge("fedwan_child_flagged",
+                       "1 while the child's copies have been refused or clipped in several rounds "
+                       "in a row.",
+                       {"node", "child"});
   nlohmann::json children = nlohmann::json::array();
   for (const Child& c : down_.children) {
     const uint64_t sent = down_.link.link().bytes_sent_to(c.id);
@@ -125,6 +132,10 @@ nlohmann::json Aggregator::Impl::children_metrics(Clock::time_point now) {
     seen.with({me, c.id}).set(age);
     raise_to(beats.with({me, c.id}), c.heartbeats);
     member.with({me, c.id}).set(c.member ? 1 : 0);
+    raise_to(judged.with({me, c.id, "refused"}), c.copies_refused);
+    raise_to(judged.with({me, c.id, "clipped"}), c.copies_clipped);
+    const bool is_flagged = aggregator::flagged(c, round_);
+    flag.with({me, c.id}).set(is_flagged ? 1 : 0);
     nlohmann::json j = {
         {"id", c.id},
         {"role", c.is_site ? "site" : "region"},
@@ -137,7 +148,10 @@ nlohmann::json Aggregator::Impl::children_metrics(Clock::time_point now) {
         {"last_seen_s", std::isnan(age) ? nlohmann::json(nullptr) : nlohmann::json(age)},
         {"heartbeats", c.heartbeats},
         {"bytes_sent", sent},
-        {"bytes_received", c.bytes_received}};
+        {"bytes_received", c.bytes_received},
+        {"refused", c.copies_refused},
+        {"clipped", c.copies_clipped},
+        {"flagged", is_flagged}};
     if (c.is_site) {
       j["windows"] = topo_.node(c.index).windows;
     } else {

@@ -167,10 +167,11 @@ void Aggregator::Impl::on_delta(Child& c, const wire::ParsedFrame& f) {
   const Codec* codec = codec_by_wire_id(h.codec);
   // A region that adopted a topology version adding sites before this node
   // did: the version may be in this node's file already.
-  if (!c.is_site && h.weight > c.weight) check_topology_file();
+  if (!c.is_site && h.weight + f.excused_weight > c.weight) check_topology_file();
   // What the topology fixes comes from the topology (child_claims.hpp): a
   // site's weight whatever its header says, a region's at most its sites'.
-  const aggregator::DeltaWeight w = aggregator::judge_delta_weight(c.is_site, c.weight, h.weight);
+  const aggregator::DeltaWeight w =
+      aggregator::judge_delta_weight(c.is_site, c.weight, h.weight, f.excused_weight);
   std::optional<std::string> refusal = w.refusal;
   const char* decision = refusal ? "bad_weight" : nullptr;
   if (codec != cfg_.codec) {
@@ -178,18 +179,13 @@ void Aggregator::Impl::on_delta(Child& c, const wire::ParsedFrame& f) {
               std::string(cfg_.codec->name());
     decision = "bad_codec";
   }
-  aggregation::RoundAccumulator::Result r{aggregation::AddOutcome::kBadChunk};
+  aggregation::RoundAccumulator::Result r{aggregation::AddOutcome::kBadChunk, false, {}};
   if (!refusal && h.total_elements == model_.elements && h.chunk_count == model_.plan->count()) {
-    r = acc_->add(h.round, c.index, h.chunk_index, h.element_count, w.weight, *codec, f.payload,
-                  f.payload_size);
+    r = acc_->add(h.round, c.index, h.chunk_index, h.element_count, w.weight, *codec,
+                  f.payload_size > 0 ? f.payload : nullptr, f.payload_size, f.excused_weight);
   }
-  if (decision == nullptr) {
-    decision = r.outcome == aggregation::AddOutcome::kAccepted
-                   ? "accepted"
-                   : aggregation::add_outcome_name(r.outcome);
-  }
-  audit_delta(c, f, w, *codec, decision,
-              r.outcome == aggregation::AddOutcome::kAccepted && !refusal);
+  if (decision == nullptr) decision = delta_decision(r, f);
+  audit_delta(c, f, w, *codec, decision, r);
   if (w.claim_differs) {
     security_->log_noise("claimed-weight:" + c.id,
                          "[agg:" + self_.id + "] '" + c.id + "' claimed weight " +
@@ -204,14 +200,33 @@ void Aggregator::Impl::on_delta(Child& c, const wire::ParsedFrame& f) {
   on_delta_added(c, h, r);
 }
 
+// The audit log's word for what became of a delta chunk.
+const char* Aggregator::Impl::delta_decision(const aggregation::RoundAccumulator::Result& r,
+                                             const wire::ParsedFrame& f) {
+  using aggregation::AddOutcome;
+  using aggregation::Verdict;
+  if (r.outcome == AddOutcome::kRefused) return f.payload_size == 0 ? "excused" : "refused";
+  if (r.outcome != AddOutcome::kAccepted) return aggregation::add_outcome_name(r.outcome);
+  switch (r.verdict.verdict) {
+    case Verdict::kClipped: return "clipped";
+    case Verdict::kDeferred: return "held";
+    default: return "accepted";
+  }
+}
+
 void Aggregator::Impl::audit_delta(const Child& c, const wire::ParsedFrame& f,
                                    const aggregator::DeltaWeight& w, const Codec& codec,
-                                   const char* decision, bool accepted) {
+                                   const char* decision,
+                                   const aggregation::RoundAccumulator::Result& r) {
   if (!security_->auditing() && opt_.record_updates_dir.empty()) return;
   const wire::FrameHeader& h = f.header;
   const Sha256Digest d = sha256(f.payload, f.payload_size);
   const std::string hex = to_hex(d.data(), d.size());
-  if (accepted) record_update(f.payload, f.payload_size, hex);
+  // What may yet stand behind the model is kept for a replay.
+  const std::string kept(decision);
+  if (kept == "accepted" || kept == "clipped" || kept == "held") {
+    record_update(f.payload, f.payload_size, hex);
+  }
   nlohmann::json fields = {{"sender", c.id},
                            {"round", h.round},
                            {"chunk", h.chunk_index},
@@ -223,13 +238,27 @@ void Aggregator::Impl::audit_delta(const Child& c, const wire::ParsedFrame& f,
                            {"sha256", hex},
                            {"decision", decision}};
   if (w.claim_differs) fields["claimed_weight"] = h.weight;
+  if (f.excused_weight > 0) fields["excused"] = f.excused_weight;
+  verdict_fields(r.verdict, fields);
   security_->audit("update", fields);
 }
 
-void Aggregator::Impl::on_delta_added(const Child& c, const wire::FrameHeader& h,
+void Aggregator::Impl::verdict_fields(const aggregation::CopyVerdict& v, nlohmann::json& fields) {
+  if (!v.reason.empty()) fields["reason"] = v.reason;
+  if (std::isfinite(v.norm) && v.norm > 0) fields["norm"] = v.norm;
+  if (v.bound > 0) fields["bound"] = v.bound;
+  if (v.verdict == aggregation::Verdict::kClipped) fields["scale"] = v.scale;
+}
+
+void Aggregator::Impl::on_delta_added(Child& c, const wire::FrameHeader& h,
                                       const aggregation::RoundAccumulator::Result& r) {
   switch (r.outcome) {
+    case aggregation::AddOutcome::kRefused:
     case aggregation::AddOutcome::kAccepted:
+      if (r.outcome == aggregation::AddOutcome::kRefused ||
+          r.verdict.verdict == aggregation::Verdict::kClipped) {
+        judged_bad(c, h.round, h.chunk_index, r.verdict);
+      }
       crash_point("aggregator.update_accepted");
       if (r.chunk_complete) complete_chunk(h.chunk_index);
       if (acc_->round_complete()) {
@@ -263,13 +292,64 @@ void Aggregator::Impl::on_delta_added(const Child& c, const wire::FrameHeader& h
       return;
     case aggregation::AddOutcome::kBadPayload:
       refuse(c.id, "delta chunk " + std::to_string(h.chunk_index) + " of round " +
-                       std::to_string(h.round) + " has a malformed or non-finite payload");
+                       std::to_string(h.round) + " has an impossible weight");
       return;
     case aggregation::AddOutcome::kFuture:
     case aggregation::AddOutcome::kUnknownSender:
       refuse(c.id, std::string("delta refused: ") + aggregation::add_outcome_name(r.outcome));
       return;
   }
+}
+
+// A copy this node refused or clipped: counted for the child, logged (rate
+// limited), and the child flagged when it keeps happening. The audit entry
+// is written by the caller.
+void Aggregator::Impl::judged_bad(Child& c, uint64_t round, uint32_t chunk,
+                                  const aggregation::CopyVerdict& v) {
+  const bool refused = v.verdict == aggregation::Verdict::kRefused;
+  if (refused)
+    summary_.refused_copies += 1;
+  else
+    summary_.clipped_copies += 1;
+  security_->log_noise(std::string(refused ? "refused-copy:" : "clipped-copy:") + c.id,
+                       "[agg:" + self_.id + "] " + (refused ? "refused" : "clipped") + " chunk " +
+                           std::to_string(chunk) + " of round " + std::to_string(round) +
+                           " from '" + c.id + "': " + v.reason);
+  if (aggregator::note_bad_copy(c, round, refused)) {
+    log().warn("[agg:{}] '{}' flagged: its copies were refused or clipped {} rounds in a row",
+               self_.id, c.id, aggregator::kFlagAfterBadRounds);
+    security_->audit("child_flagged", {{"child", c.id},
+                                       {"round", round},
+                                       {"rounds", aggregator::kFlagAfterBadRounds},
+                                       {"refused", c.copies_refused},
+                                       {"clipped", c.copies_clipped}});
+  }
+}
+
+// Takes a chunk out of the round, auditing the copies judged only now (held
+// copies, copies the rule left out).
+aggregation::ChunkSum Aggregator::Impl::take_chunk(uint32_t chunk) {
+  aggregation::ChunkSum cs = acc_->take(chunk);
+  for (const aggregation::LateVerdict& l : cs.late) {
+    Child* c = down_.children.by_index(l.sender);
+    if (c == nullptr) continue;
+    nlohmann::json fields = {{"sender", c->id},
+                             {"round", round_},
+                             {"chunk", chunk},
+                             {"weight", l.weight},
+                             {"decision", aggregation::verdict_name(l.verdict.verdict)}};
+    verdict_fields(l.verdict, fields);
+    security_->audit("update_verdict", fields);
+    if (l.verdict.verdict != aggregation::Verdict::kAccepted) {
+      judged_bad(*c, round_, chunk, l.verdict);
+    }
+  }
+  if (cs.mean.empty()) {
+    log().warn("[agg:{}] every copy of chunk {} of round {} was refused (weight {}); it closes "
+               "with no values",
+               self_.id, chunk, round_, cs.excused);
+  }
+  return cs;
 }
 
 void Aggregator::Impl::complete_chunk(uint32_t chunk) {

@@ -130,7 +130,7 @@ void Aggregator::Impl::init_model_state(uint64_t total_elements) {
   model_.plan = cfg_.plan(total_elements);
   std::vector<uint32_t> ids;
   for (uint32_t idx : self_.children) ids.push_back(idx);
-  acc_.emplace(*model_.plan, ids, cfg_.rule);
+  acc_.emplace(*model_.plan, ids, cfg_.rule, cfg_.screen);
 }
 
 }  // namespace fedwan

@@ -45,6 +45,31 @@ struct Child {
   uint64_t last_round = 0;
   // Taken out by a topology version: refused from now on.
   bool removed = false;
+  // This node's verdicts on its copies (aggregation/update_screen.hpp).
+  uint64_t copies_refused = 0;
+  uint64_t copies_clipped = 0;
+  uint64_t last_bad_round = 0;  // the last round with a copy refused or clipped
+  uint32_t bad_rounds = 0;      // rounds in a row with one, up to last_bad_round
 };
+
+// A child whose copies were refused or clipped in this many rounds in a row
+// is flagged (status, metrics, audit) until a round passes without.
+inline constexpr uint32_t kFlagAfterBadRounds = 3;
+
+// Counts a refused or clipped copy of `round`'s; true when the child has just
+// become flagged.
+inline bool note_bad_copy(Child& c, uint64_t round, bool refused) {
+  (refused ? c.copies_refused : c.copies_clipped) += 1;
+  if (c.bad_rounds > 0 && c.last_bad_round == round) return false;
+  c.bad_rounds = c.bad_rounds > 0 && c.last_bad_round + 1 == round ? c.bad_rounds + 1 : 1;
+  c.last_bad_round = round;
+  return c.bad_rounds == kFlagAfterBadRounds;
+}
+
+// Flagged in `round`: the streak reaches the threshold and is not over (its
+// last bad round is this one or the one before).
+inline bool flagged(const Child& c, uint64_t round) {
+  return c.bad_rounds >= kFlagAfterBadRounds && c.last_bad_round + 1 >= round;
+}
 
 }  // namespace fedwan::aggregator

@@ -16,8 +16,26 @@ std::string format_double(double d) {
 
 }  // namespace
 
-DeltaWeight judge_delta_weight(bool child_is_site, double subtree_weight, double claimed) {
+DeltaWeight judge_delta_weight(bool child_is_site, double subtree_weight, double claimed,
+                               double excused) {
   DeltaWeight out;
+  if (child_is_site && excused != 0) {
+    out.refusal = "a site has no children whose weight it could excuse";
+    return out;
+  }
+  if (excused != 0) {
+    // A region whose children's copies were refused: what stands behind its
+    // values (none at all, claimed 0) and what was refused together weigh
+    // at most its sites.
+    out.weight = claimed;
+    if (!(std::isfinite(excused) && excused > 0 && std::isfinite(claimed) && claimed >= 0 &&
+          claimed + excused <= subtree_weight * (1 + 1e-9))) {
+      out.refusal = "delta weight " + format_double(claimed) + " and excused weight " +
+                    format_double(excused) + " are more than the weight of the sites under the " +
+                    "sender (" + format_double(subtree_weight) + ")";
+    }
+    return out;
+  }
   if (child_is_site) {
     // The topology says what a site weighs; a header cannot change it.
     out.weight = subtree_weight;

@@ -30,8 +30,11 @@ struct DeltaWeight {
 };
 
 // `subtree_weight` is the topology weight of the sites under the child (the
-// site's own weight for a site).
-DeltaWeight judge_delta_weight(bool child_is_site, double subtree_weight, double claimed);
+// site's own weight for a site). `excused`: the weight the child says was
+// delivered below it and refused there (a region's; a site has none); with
+// the claimed weight it may not exceed the subtree's.
+DeltaWeight judge_delta_weight(bool child_is_site, double subtree_weight, double claimed,
+                               double excused = 0);
 
 // Telemetry is counters a parent cannot know, but can bound: every frame is
 // at least a header long, and the sums stay far from wrapping.

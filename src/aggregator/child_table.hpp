@@ -42,6 +42,13 @@ class ChildTable {
   Child& back() { return children_.back(); }
   const Child& back() const { return children_.back(); }
   void push_back(Child c) { children_.push_back(std::move(c)); }
+  // The child with topology index (wire sender id) `index`, or null.
+  Child* by_index(uint32_t index) {
+    for (Child& c : children_) {
+      if (c.index == index) return &c;
+    }
+    return nullptr;
+  }
 
   // The members' weight (the quorum's base): a site's topology weight, a
   // region's members' weight as it reported; non-members count nothing.

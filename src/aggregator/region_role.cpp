@@ -78,29 +78,42 @@ void Aggregator::Impl::RegionRole::report(uint64_t round) {
   n_.publish_report(rep, t);
 }
 
-void Aggregator::Impl::RegionRole::check_residency(uint32_t chunk) const {
-  // Residency: an aggregate leaves the region only if it mixes at least
-  // k_min sites (every child contributes to every chunk in this protocol;
-  // the topology was checked at load, this guards the invariant at run
-  // time before anything is sent upward).
+// Residency: an aggregate leaves the region only if it mixes at least k_min
+// sites. The topology was checked at load; copies refused here, children
+// lost or a deadline can leave fewer behind a chunk at run time, and then
+// its values stay here: the parent is told their weight as excused.
+void Aggregator::Impl::RegionRole::check_residency(aggregation::ChunkSum& cs) const {
+  if (cs.mean.empty()) return;
   size_t sites = 0;
-  for (uint32_t idx : n_.acc_->contributors(chunk)) sites += n_.topo_.sites_under(idx).size();
+  for (uint32_t idx : cs.behind) sites += n_.topo_.sites_under(idx).size();
   const uint32_t k_min = n_.topo_.k_min_for(n_.self_.index);
-  if (sites < k_min) {
-    const std::string why = "region '" + n_.self_.id + "' would forward an aggregate of " +
-                            std::to_string(sites) + " site(s); residency policy requires " +
-                            std::to_string(k_min);
-    n_.security_->audit("policy_refusal",
-                        {{"round", n_.round_}, {"chunk", chunk}, {"reason", why}});
-    throw ProtocolError(why);
-  }
+  if (sites >= k_min) return;
+  const std::string why = "region '" + n_.self_.id + "' would forward an aggregate of " +
+                          std::to_string(sites) + " site(s); residency policy requires " +
+                          std::to_string(k_min) + "; its values stay here";
+  n_.security_->audit("policy_refusal",
+                      {{"round", n_.round_}, {"chunk", cs.index}, {"reason", why}});
+  log().warn("[agg:{}] {}", n_.self_.id, why);
+  cs.excused += cs.weight;
+  cs.weight = 0;
+  cs.mean.clear();
 }
 
 void Aggregator::Impl::RegionRole::chunk_complete(uint32_t chunk) {
-  check_residency(chunk);
-  aggregation::ChunkSum cs = n_.acc_->take(chunk);
+  aggregation::ChunkSum cs = n_.take_chunk(chunk);
+  check_residency(cs);
   const uint64_t off = n_.model_.plan->offset(chunk);
   const uint32_t n = n_.model_.plan->size(chunk);
+  if (cs.mean.empty()) {
+    // Every copy was refused here: the parent is told the weight that
+    // delivered, with no values (wire::kFlagNoValues).
+    const wire::FrameHeader h =
+        node::chunk_header(n_.topo_, n_.self_.index, wire::MsgType::kDelta, n_.round_,
+                           *n_.model_.plan, chunk, n_.cfg_.codec->id(), 0.0);
+    link_.send_aggregate(chunk, std::make_shared<const std::vector<uint8_t>>(
+                                    wire::encode_delta_frame(h, nullptr, 0, cs.excused)));
+    return;
+  }
   std::vector<uint8_t> payload(n_.cfg_.codec->encoded_size(n));
   float* residual = nullptr;
   if (n_.cfg_.codec->id() != CodecId::kFp32) {
@@ -111,8 +124,8 @@ void Aggregator::Impl::RegionRole::chunk_complete(uint32_t chunk) {
   const wire::FrameHeader h =
       node::chunk_header(n_.topo_, n_.self_.index, wire::MsgType::kDelta, n_.round_,
                          *n_.model_.plan, chunk, n_.cfg_.codec->id(), cs.weight);
-  link_.send_aggregate(chunk,
-                       std::make_shared<const std::vector<uint8_t>>(node::make_frame(h, payload)));
+  link_.send_aggregate(chunk, std::make_shared<const std::vector<uint8_t>>(wire::encode_delta_frame(
+                                  h, payload.data(), payload.size(), cs.excused)));
 }
 
 // ---- checkpoints and recovery -------------------------------------------------------
@@ -137,7 +150,8 @@ bool Aggregator::Impl::RegionRole::recover(bool resumed) {
       checkpoint::fetch_replica(
           link_.uplink().link(),
           [this](const std::string& why) -> transport::ParentLink& {
-            link_.reconnect(why);
+            // The fetch paces its new sessions itself.
+            link_.reconnect(why, /*grow_backoff=*/false);
             return link_.uplink().link();
           },
           n_.topo_, n_.self_, n_.cfg_, n_.opt_.checkpoint_dir, 0, n_.opt_.join_timeout,

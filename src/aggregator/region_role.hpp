@@ -65,8 +65,9 @@ class Aggregator::Impl::RegionRole final : public Aggregator::Impl::Role {
   }
 
  private:
-  void check_residency(uint32_t chunk) const;  // throws before too few sites go up
-  void finish_parent_welcome();                // the welcome's model is in
+  // Withholds the values of a chunk too few sites stand behind.
+  void check_residency(aggregation::ChunkSum& cs) const;
+  void finish_parent_welcome();  // the welcome's model is in
 
   RegionLink link_;
   std::vector<float> anchor_;                      // the anchor its children hold

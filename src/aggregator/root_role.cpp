@@ -54,11 +54,14 @@ void Aggregator::Impl::RootRole::children_joined() {
 void Aggregator::Impl::RootRole::round_opened(uint64_t round) { outer_->begin_round(round); }
 
 void Aggregator::Impl::RootRole::chunk_complete(uint32_t chunk) {
-  aggregation::ChunkSum cs = n_.acc_->take(chunk);
+  aggregation::ChunkSum cs = n_.take_chunk(chunk);
   const uint64_t off = n_.model_.plan->offset(chunk);
   const uint32_t n = n_.model_.plan->size(chunk);
   std::vector<uint8_t> payload(n_.cfg_.codec->encoded_size(n));
-  outer_->step(global_.data() + off, cs.mean.data(), off, n);
+  // A chunk whose every copy was refused keeps its values (and its
+  // optimizer state) this round.
+  if (!cs.mean.empty()) outer_->step(global_.data() + off, cs.mean.data(), off, n);
+  cs.mean.resize(n);
   // Send what the children need to move from `held` to the new global
   // model; `held` then advances by exactly what they decode, so whatever
   // the encoding lost is carried into the next round's update.

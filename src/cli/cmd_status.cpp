@@ -179,6 +179,13 @@ void print_tree(const Topology& topo, const std::map<std::string, NodeView>& vie
                 round.c_str(), seconds_text(seen ? seen->last_seen_s : std::nullopt).c_str(),
                 membership.c_str(), window.c_str(), v.health.c_str());
   std::string out = buf;
+  if (seen && seen->flagged) {
+    out += "  FLAGGED by its parent: " + std::to_string(seen->refused.value_or(0)) +
+           " copies refused, " + std::to_string(seen->clipped.value_or(0)) + " clipped";
+  } else if (seen && (seen->refused.value_or(0) > 0 || seen->clipped.value_or(0) > 0)) {
+    out += "  copies refused " + std::to_string(seen->refused.value_or(0)) + ", clipped " +
+           std::to_string(seen->clipped.value_or(0));
+  }
   if (n.role == Role::kSite && s) {
     out += "  sent " + bytes_text(s->bytes_sent.value_or(0)) + ", received " +
            bytes_text(s->bytes_received.value_or(0));
@@ -207,6 +214,7 @@ int run_status(const StatusArgs& a) {
                    {"status", v.raw},
                    {"seen_by_parent", v.seen_raw}};
       if (v.malformed) node["malformed"] = v.error;
+      node["flagged"] = v.seen && v.seen->flagged;
       nodes.push_back(std::move(node));
     }
     // ASCII only: whatever a node put in its strings arrives as \u escapes.

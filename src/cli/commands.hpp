@@ -74,6 +74,7 @@ struct DemoArgs {
   double metrics_linger_s = 0;
   std::string codec = "fp16";
   std::string outer = "diloco";
+  std::string aggregation;  // --aggregation KEY=VALUE,... (cli/demo_flags.hpp)
   uint64_t chunk_bytes = 1 << 20;
   bool no_baseline = false;
   std::string report;

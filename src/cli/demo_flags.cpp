@@ -4,10 +4,63 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cmath>
+#include <cstdlib>
+
+#include "aggregation/aggregation_rule.hpp"
 #include "cli/validators.hpp"
+#include "fedwan/error.hpp"
+#include "topology/aggregation_settings.hpp"
 
 namespace fedwan::cli {
 namespace {
+
+double number_value(const std::string& key, const std::string& v) {
+  char* end = nullptr;
+  const double d = std::strtod(v.c_str(), &end);
+  if (v.empty() || end != v.c_str() + v.size() || !std::isfinite(d)) {
+    throw ConfigError("--aggregation " + key + "=" + v + ": not a number");
+  }
+  return d;
+}
+
+uint64_t count_value(const std::string& key, const std::string& v) {
+  const double d = number_value(key, v);
+  if (d < 0 || d > 1e9 || d != std::floor(d)) {
+    throw ConfigError("--aggregation " + key + "=" + v + ": not a whole number");
+  }
+  return static_cast<uint64_t>(d);
+}
+
+bool flag_value(const std::string& key, const std::string& v) {
+  if (v == "true" || v == "on") return true;
+  if (v == "false" || v == "off") return false;
+  throw ConfigError("--aggregation " + key + "=" + v + ": use true or false");
+}
+
+void set_aggregation(AggregationSpec& a, const std::string& key, const std::string& v) {
+  NormBoundSpec& b = a.norm_bound;
+  if (key == "rule")
+    a.rule = v;
+  else if (key == "finite_check")
+    a.finite_check = flag_value(key, v);
+  else if (key == "max_abs")
+    a.max_abs = number_value(key, v);
+  else if (key == "replay_window")
+    a.replay_window = count_value(key, v);
+  else if (key == "norm_bound.mode")
+    b.mode = v;
+  else if (key == "norm_bound.factor")
+    b.factor = number_value(key, v);
+  else if (key == "norm_bound.window")
+    b.window = count_value(key, v);
+  else if (key == "norm_bound.bound")
+    b.bound = number_value(key, v);
+  else if (key == "norm_bound.action")
+    b.action = v;
+  else
+    throw ConfigError("--aggregation: unknown key '" + key + "'");
+}
 
 // The federation's shape and its rounds.
 void add_federation_flags(CLI::App& cmd, DemoArgs& a) {
@@ -76,6 +129,20 @@ void add_sync_flags(CLI::App& cmd, DemoArgs& a) {
   cmd.add_option("--chunk-bytes", a.chunk_bytes, "fp32 bytes per chunk, a multiple of 4")
       ->check(number_in(4096, 4 << 20))
       ->capture_default_str();
+  cmd.add_option("--aggregation", a.aggregation,
+                 "what every aggregator checks on each child's chunk and how it combines them, "
+                 "over the defaults: KEY=VALUE,... with keys rule, finite_check, max_abs, "
+                 "replay_window, norm_bound.mode (adaptive|absolute|off), norm_bound.factor, "
+                 "norm_bound.window, norm_bound.bound, norm_bound.action (refuse|clip); e.g. "
+                 "norm_bound.mode=off (docs/topology.md, \"Aggregation\")")
+      ->check([](const std::string& text) {
+        try {
+          aggregation_settings(text);
+          return std::string();
+        } catch (const ConfigError& e) {
+          return std::string(e.what());
+        }
+      });
 }
 
 // The processes of a site and where they train.
@@ -117,6 +184,27 @@ void add_link_flags(CLI::App& cmd, DemoArgs& a) {
 }
 
 }  // namespace
+
+AggregationSpec aggregation_settings(const std::string& text) {
+  AggregationSpec a;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find(',', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string item = text.substr(start, end - start);
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      throw ConfigError("--aggregation '" + item + "': use KEY=VALUE");
+    }
+    set_aggregation(a, item.substr(0, eq), item.substr(eq + 1));
+    start = end + 1;
+  }
+  if (!aggregation::has_rule(a.rule)) {
+    throw ConfigError("--aggregation: unknown rule '" + a.rule + "'");
+  }
+  if (auto why = topology::aggregation_problem(a)) throw ConfigError("--aggregation: " + *why);
+  return a;
+}
 
 void add_demo_flags(CLI::App& cmd, DemoArgs& a) {
   add_federation_flags(cmd, a);

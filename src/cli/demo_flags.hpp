@@ -1,9 +1,20 @@
 // The flags of `fedwan demo`, registered on its subcommand.
 #pragma once
 
+#include <string>
+
 #include "cli/commands.hpp"
+#include "fedwan/topology.hpp"
 
 namespace fedwan::cli {
+
+// --aggregation: KEY=VALUE pairs, comma separated, over the defaults of
+// federation.aggregation (keys as the topology names them: rule,
+// finite_check, max_abs, replay_window, norm_bound.mode, norm_bound.factor,
+// norm_bound.window, norm_bound.bound, norm_bound.action). Throws
+// ConfigError naming the bad key or value; the result passes the
+// topology's own checks.
+AggregationSpec aggregation_settings(const std::string& text);
 
 // Every flag of the demo, the workload's included, each bound to its field
 // of `a` (which must outlive `cmd`'s parsing and callback).

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "cli/demo_flags.hpp"
 #include "common/loopback_port.hpp"
 #include "fedwan/error.hpp"
 #include "fedwan/security.hpp"
@@ -41,6 +42,7 @@ Topology demo_topology(const DemoArgs& a, const std::vector<double>& weights,
   fed.codec = a.codec;
   fed.chunk_bytes = a.chunk_bytes;
   fed.outer.name = a.outer;
+  fed.aggregation = aggregation_settings(a.aggregation);
   auto endpoint = [&](int k) {
     const int port = a.base_port > 0 ? a.base_port + k : free_port();
     return "tcp://127.0.0.1:" + std::to_string(port);

@@ -137,6 +137,9 @@ StatusReading read_node_status(const std::string& body, const std::string& node_
       seen.last_seen_s = cf.number("last_seen_s");
       seen.membership = cf.text("membership");
       seen.round = cf.count("round");
+      seen.refused = cf.count("refused");
+      seen.clipped = cf.count("clipped");
+      seen.flagged = cf.flag("flagged").value_or(false);
       s.children.push_back(std::move(seen));
     }
   }

@@ -21,6 +21,10 @@ struct ChildSeen {
   std::optional<double> last_seen_s;
   std::optional<std::string> membership;
   std::optional<uint64_t> round;
+  // The parent's verdicts on its copies (robust aggregation).
+  std::optional<uint64_t> refused;
+  std::optional<uint64_t> clipped;
+  bool flagged = false;
 };
 
 struct NodeStatus {

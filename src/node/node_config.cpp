@@ -3,12 +3,35 @@
 #include <algorithm>
 #include <string>
 
+#include "fedwan/error.hpp"
+#include "topology/aggregation_settings.hpp"
+
 namespace fedwan::node {
 namespace {
 
 Millis millis(double seconds) { return Millis(static_cast<int64_t>(seconds * 1000)); }
 
 }  // namespace
+
+aggregation::ScreenConfig screen_config(const AggregationSpec& a) {
+  if (auto why = topology::aggregation_problem(a)) {
+    throw ConfigError("federation.aggregation: " + *why);
+  }
+  using Norm = aggregation::ScreenConfig::Norm;
+  aggregation::ScreenConfig c;
+  c.finite_check = a.finite_check;
+  c.max_abs = a.max_abs;
+  c.replay_window = static_cast<uint32_t>(a.replay_window);
+  const NormBoundSpec& b = a.norm_bound;
+  c.norm = b.mode == "adaptive"   ? Norm::kAdaptive
+           : b.mode == "absolute" ? Norm::kAbsolute
+                                  : Norm::kOff;
+  c.factor = b.factor;
+  c.window = static_cast<uint32_t>(b.window);
+  c.bound = b.bound;
+  c.clip = b.action == "clip";
+  return c;
+}
 
 int64_t max_message_bytes(uint64_t chunk_bytes) {
   // The largest payloads, a full anchor's fp32 chunk and a checkpoint
@@ -29,7 +52,8 @@ NodeConfig::NodeConfig(const Topology& topology, const NodeSpec& self,
   quorum = fed.quorum;
   replica_every = fed.replica_every;
   outer = fed.outer;
-  rule = aggregation::make_rule(fed.aggregation.rule);
+  rule = aggregation::make_rule(fed.aggregation.rule, fed.aggregation.params);
+  screen = screen_config(fed.aggregation);
   limits.max_chunk_elements = static_cast<uint32_t>(chunk_bytes / sizeof(float));
   limits.max_piece_bytes = piece_bytes();
   link.window = overrides.window;

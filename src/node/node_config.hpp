@@ -12,6 +12,7 @@
 #include <optional>
 
 #include "aggregation/aggregation_rule.hpp"
+#include "aggregation/update_screen.hpp"
 #include "fedwan/codec.hpp"
 #include "fedwan/outer_optimizer.hpp"
 #include "fedwan/topology.hpp"
@@ -31,6 +32,10 @@ struct NodeOverrides {
 };
 
 // The most bytes a link accepts in one message for chunks of `chunk_bytes`.
+// The screen a topology's federation.aggregation asks for; throws
+// ConfigError when its settings are not usable.
+aggregation::ScreenConfig screen_config(const AggregationSpec& a);
+
 int64_t max_message_bytes(uint64_t chunk_bytes);
 
 struct NodeConfig {
@@ -46,6 +51,7 @@ struct NodeConfig {
   OuterOptimizerSpec outer;  // the root's
   // How an aggregator combines its children's chunks; never null.
   std::shared_ptr<const aggregation::AggregationRule> rule;
+  aggregation::ScreenConfig screen;  // what every copy is checked for first
 
   // Before the model's size is known; see limits_for_model.
   wire::FrameLimits limits;

@@ -157,8 +157,33 @@ FederationSpec read_federation(const YamlReader& r, const YAML::Node& n) {
   if (auto a = n["aggregation"]) {
     const std::string ctx = "federation.aggregation";
     r.expect_map(a, ctx);
-    r.check_keys(a, {"rule"}, ctx);
+    r.check_keys(a, {"rule", "params", "finite_check", "max_abs", "replay_window", "norm_bound"},
+                 ctx);
     if (auto v = a["rule"]) f.aggregation.rule = r.str(v, ctx, "rule");
+    if (auto p = a["params"]) {
+      const std::string pctx = ctx + ".params";
+      r.expect_map(p, pctx);
+      for (const auto& entry : p) {
+        const std::string key = entry.first.as<std::string>();
+        f.aggregation.params[key] = r.f64(entry.second, pctx, key);
+      }
+    }
+    if (auto v = a["finite_check"]) f.aggregation.finite_check = r.boolean(v, ctx, "finite_check");
+    if (auto v = a["max_abs"]) f.aggregation.max_abs = r.f64(v, ctx, "max_abs");
+    if (auto v = a["replay_window"]) {
+      f.aggregation.replay_window = r.u64(v, ctx, "replay_window");
+    }
+    if (auto b = a["norm_bound"]) {
+      const std::string bctx = ctx + ".norm_bound";
+      NormBoundSpec& nb = f.aggregation.norm_bound;
+      r.expect_map(b, bctx);
+      r.check_keys(b, {"mode", "factor", "window", "bound", "action"}, bctx);
+      if (auto v = b["mode"]) nb.mode = r.str(v, bctx, "mode");
+      if (auto v = b["factor"]) nb.factor = r.f64(v, bctx, "factor");
+      if (auto v = b["window"]) nb.window = r.u64(v, bctx, "window");
+      if (auto v = b["bound"]) nb.bound = r.f64(v, bctx, "bound");
+      if (auto v = b["action"]) nb.action = r.str(v, bctx, "action");
+    }
   }
   if (auto o = n["outer_optimizer"]) {
     const std::string ctx = "federation.outer_optimizer";

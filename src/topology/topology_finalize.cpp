@@ -293,6 +293,36 @@ std::string core_federation_lines(const FederationSpec& f) {
 // Fault-tolerance, replication, tcp_congestion, socket buffer and streams
 // settings appear only when not the default, so a topology without them
 // keeps the digest it had before they existed.
+// The value checks and norm bound, each field only where not the default,
+// so a topology that sets none keeps its digest.
+std::string aggregation_lines(const AggregationSpec& a) {
+  const AggregationSpec d;
+  const std::string k = "federation.aggregation.";
+  std::string c;
+  for (const auto& [key, value] : a.params) {
+    c += k;
+    c += "params." + key + "=" + format_double(value) + "\n";
+  }
+  if (a.finite_check != d.finite_check) {
+    c += k + "finite_check=" + (a.finite_check ? "true" : "false") + "\n";
+  }
+  if (a.max_abs != d.max_abs) c += k + "max_abs=" + format_double(a.max_abs) + "\n";
+  if (a.replay_window != d.replay_window) {
+    c += k + "replay_window=" + std::to_string(a.replay_window) + "\n";
+  }
+  const NormBoundSpec& b = a.norm_bound;
+  if (b.mode != d.norm_bound.mode) c += k + "norm_bound.mode=" + b.mode + "\n";
+  if (b.factor != d.norm_bound.factor) {
+    c += k + "norm_bound.factor=" + format_double(b.factor) + "\n";
+  }
+  if (b.window != d.norm_bound.window) {
+    c += k + "norm_bound.window=" + std::to_string(b.window) + "\n";
+  }
+  if (b.bound != d.norm_bound.bound) c += k + "norm_bound.bound=" + format_double(b.bound) + "\n";
+  if (b.action != d.norm_bound.action) c += k + "norm_bound.action=" + b.action + "\n";
+  return c;
+}
+
 std::string later_federation_lines(const FederationSpec& f) {
   const FederationSpec defaults;
   std::string c;
@@ -324,7 +354,7 @@ std::string later_federation_lines(const FederationSpec& f) {
   if (f.aggregation.rule != defaults.aggregation.rule) {
     c += "federation.aggregation.rule=" + f.aggregation.rule + "\n";
   }
-  return c;
+  return c + aggregation_lines(f.aggregation);
 }
 
 // Residency, standby, tcp_congestion, socket buffer, streams, membership

@@ -13,6 +13,7 @@
 #include "aggregation/aggregation_rule.hpp"
 #include "fedwan/codec.hpp"
 #include "fedwan/error.hpp"
+#include "topology/aggregation_settings.hpp"
 #include "topology/topology_internal.hpp"
 
 namespace fedwan::topology_detail {
@@ -242,6 +243,14 @@ void validate_federation(const FederationSpec& f, const std::string& src) {
   if (!aggregation::has_rule(f.aggregation.rule)) {
     fail("unknown aggregation rule '" + f.aggregation.rule + "'; use " +
          join(aggregation::rule_names()));
+  }
+  try {
+    aggregation::make_rule(f.aggregation.rule, f.aggregation.params);
+  } catch (const ConfigError& e) {
+    fail(std::string("federation.aggregation: ") + e.what());
+  }
+  if (auto why = topology::aggregation_problem(f.aggregation)) {
+    fail("federation.aggregation: " + *why);
   }
 }
 

@@ -32,6 +32,41 @@ std::string quoted_list(const std::vector<std::string>& items) {
   return list;
 }
 
+// Only what differs from the defaults, as the digest has it.
+std::string aggregation_yaml(const AggregationSpec& a) {
+  const AggregationSpec d;
+  std::vector<std::string> items;
+  if (a.rule != d.rule) items.push_back("rule: " + quoted(a.rule));
+  if (!a.params.empty()) {
+    std::string params;
+    for (const auto& [key, value] : a.params) {
+      params += (params.empty() ? "" : ", ") + key + ": " + format_double(value);
+    }
+    items.push_back("params: {" + params + "}");
+  }
+  if (a.finite_check != d.finite_check) {
+    items.push_back(std::string("finite_check: ") + (a.finite_check ? "true" : "false"));
+  }
+  if (a.max_abs != d.max_abs) items.push_back("max_abs: " + format_double(a.max_abs));
+  if (a.replay_window != d.replay_window) {
+    items.push_back("replay_window: " + std::to_string(a.replay_window));
+  }
+  const NormBoundSpec& b = a.norm_bound;
+  std::vector<std::string> bound;
+  if (b.mode != d.norm_bound.mode) bound.push_back("mode: " + quoted(b.mode));
+  if (b.factor != d.norm_bound.factor) bound.push_back("factor: " + format_double(b.factor));
+  if (b.window != d.norm_bound.window) bound.push_back("window: " + std::to_string(b.window));
+  if (b.bound != d.norm_bound.bound) bound.push_back("bound: " + format_double(b.bound));
+  if (b.action != d.norm_bound.action) bound.push_back("action: " + quoted(b.action));
+  std::string joined;
+  for (const std::string& item : bound) joined += (joined.empty() ? "" : ", ") + item;
+  if (!bound.empty()) items.push_back("norm_bound: {" + joined + "}");
+  if (items.empty()) return "";
+  joined.clear();
+  for (const std::string& item : items) joined += (joined.empty() ? "" : ", ") + item;
+  return "  aggregation: {" + joined + "}\n";
+}
+
 std::string federation_yaml(const FederationSpec& f) {
   std::string y = "federation:\n";
   y += "  rounds: " + std::to_string(f.rounds) + "\n";
@@ -50,9 +85,7 @@ std::string federation_yaml(const FederationSpec& f) {
     y += "  socket_buffer_bytes: " + std::to_string(f.socket_buffer_bytes) + "\n";
   }
   if (f.streams != 1) y += "  streams: " + std::to_string(f.streams) + "\n";
-  if (f.aggregation.rule != AggregationSpec{}.rule) {
-    y += "  aggregation: {rule: " + quoted(f.aggregation.rule) + "}\n";
-  }
+  y += aggregation_yaml(f.aggregation);
   y += "  outer_optimizer: {name: " + quoted(f.outer.name);
   for (const auto& [key, value] : f.outer.params) y += ", " + key + ": " + format_double(value);
   return y + "}\n";

@@ -62,9 +62,22 @@ std::vector<AuditEntry> read_audit(const std::filesystem::path& path, size_t max
   return out;
 }
 
+// A clipped copy's scale, from its entry; false (and a problem) without one.
+bool read_scale(const AuditEntry& e, AuditUpdate& u, std::vector<std::string>& problems) {
+  auto s = e.fields.find("scale");
+  if (s == e.fields.end() || !s->is_number()) {
+    problems.push_back(where(e) + ": clipped without a scale");
+    return false;
+  }
+  u.scale = s->get<double>();
+  return true;
+}
+
 EffectiveAudit effective_audit(const std::vector<AuditEntry>& entries, const std::string& node) {
   EffectiveAudit out;
   bool foreign_reported = false;
+  // Copies held until their chunk closed: (round, sender, chunk).
+  std::map<std::tuple<uint64_t, std::string, uint32_t>, AuditUpdate> held;
   for (const AuditEntry& e : entries) {
     if (!node.empty() && e.node != node) {
       if (!foreign_reported) {
@@ -87,6 +100,9 @@ EffectiveAudit effective_audit(const std::vector<AuditEntry>& entries, const std
       }
       out.accepted = std::move(kept);
       out.discarded += before - out.accepted.size();
+      for (auto h = held.begin(); h != held.end();) {
+        h = std::get<0>(h->first) >= *r ? held.erase(h) : std::next(h);
+      }
       out.closed_rounds.erase(out.closed_rounds.lower_bound(*r), out.closed_rounds.end());
       out.resumed.push_back(*r);
     } else if (e.event == "round_closed") {
@@ -96,8 +112,30 @@ EffectiveAudit effective_audit(const std::vector<AuditEntry>& entries, const std
         continue;
       }
       out.closed_rounds.insert(*r);
+    } else if (e.event == "update_verdict") {
+      const std::string decision = string_field(e.fields, "decision").value_or("");
+      const auto round = unsigned_field<uint64_t>(e.fields, "round");
+      const auto chunk = unsigned_field<uint32_t>(e.fields, "chunk");
+      const auto sender = string_field(e.fields, "sender");
+      if (!round || !chunk || !sender) {
+        out.problems.push_back(where(e) + ": \"update_verdict\" without round, chunk or sender");
+        continue;
+      }
+      auto it = held.find({*round, *sender, *chunk});
+      if (it == held.end()) {
+        if (decision != "refused") {
+          out.problems.push_back(where(e) + ": a verdict on a copy that was not held");
+        }
+        continue;
+      }
+      AuditUpdate u = std::move(it->second);
+      held.erase(it);
+      if (decision == "refused") continue;
+      if (decision == "clipped" && !read_scale(e, u, out.problems)) continue;
+      out.accepted.push_back(std::move(u));
     } else if (e.event == "update") {
-      if (string_field(e.fields, "decision").value_or("") != "accepted") continue;
+      const std::string decision = string_field(e.fields, "decision").value_or("");
+      if (decision != "accepted" && decision != "clipped" && decision != "held") continue;
       AuditUpdate u;
       u.seq = e.seq;
       const auto round = unsigned_field<uint64_t>(e.fields, "round");
@@ -119,7 +157,37 @@ EffectiveAudit effective_audit(const std::vector<AuditEntry>& entries, const std
       u.bytes = unsigned_field<uint64_t>(e.fields, "bytes");
       u.codec = string_field(e.fields, "codec");
       u.elements = unsigned_field<uint32_t>(e.fields, "elements");
+      if (decision == "clipped" && !read_scale(e, u, out.problems)) continue;
+      if (decision == "held") {
+        held[{u.round, u.sender, u.chunk}] = std::move(u);
+        continue;
+      }
       out.accepted.push_back(std::move(u));
+    }
+  }
+  return out;
+}
+
+std::vector<AuditEntry> settled_updates(const std::vector<AuditEntry>& log) {
+  std::vector<AuditEntry> out;
+  // Held entries by (round, sender, chunk), as indices into out.
+  std::map<std::tuple<uint64_t, std::string, uint32_t>, size_t> held;
+  auto key = [](const AuditEntry& e) {
+    return std::make_tuple(e.fields.value("round", uint64_t{0}), e.fields.value("sender", ""),
+                           e.fields.value("chunk", uint32_t{0}));
+  };
+  for (const AuditEntry& e : log) {
+    if (e.event == "update") {
+      if (e.fields.value("decision", "") == "held") held[key(e)] = out.size();
+      out.push_back(e);
+    } else if (e.event == "update_verdict") {
+      auto it = held.find(key(e));
+      if (it == held.end()) continue;
+      nlohmann::json& f = out[it->second].fields;
+      for (const char* k : {"decision", "reason", "norm", "bound", "scale"}) {
+        if (e.fields.contains(k)) f[k] = e.fields[k];
+      }
+      held.erase(it);
     }
   }
   return out;
@@ -166,7 +234,8 @@ ReplayResult replay_root_audits(const Topology& topo, std::vector<float> initial
   const size_t n = initial_model.size();
   const tensor::ChunkPlan plan = tensor::ChunkPlan::from_bytes(n, topo.federation().chunk_bytes);
   std::unique_ptr<OuterOptimizer> outer = make_outer_optimizer(topo.federation().outer, n);
-  const auto rule = aggregation::make_rule(topo.federation().aggregation.rule);
+  const auto rule = aggregation::make_rule(topo.federation().aggregation.rule,
+                                           topo.federation().aggregation.params);
   res.global = std::move(initial_model);
 
   // The usable updates, per (round, chunk), in audit order.
@@ -175,6 +244,7 @@ ReplayResult replay_root_audits(const Topology& topo, std::vector<float> initial
     uint32_t elements;
     double weight;
     std::vector<uint8_t> payload;
+    double scale;
   };
   std::map<std::pair<uint64_t, uint32_t>, std::vector<Usable>> by_chunk;
   bool defaulted_codec = false;
@@ -224,7 +294,8 @@ ReplayResult replay_root_audits(const Topology& topo, std::vector<float> initial
                              " for " + std::to_string(elements) + " elements");
       continue;
     }
-    by_chunk[{u.round, u.chunk}].push_back({codec, elements, u.weight, std::move(payload)});
+    by_chunk[{u.round, u.chunk}].push_back(
+        {codec, elements, u.weight, std::move(payload), u.scale});
   }
   if (defaulted_codec) {
     res.notes.push_back("some updates name no codec: assumed the topology's '" +
@@ -254,13 +325,17 @@ ReplayResult replay_root_audits(const Topology& topo, std::vector<float> initial
       const uint32_t elements = plan.size(c);
       // The topology's rule, fed the updates in the order they were accepted.
       auto combiner = rule->begin_chunk(elements, it->second.size());
-      double weight = 0;
       uint32_t slot = 0;
+      std::vector<float> values(elements);
       for (const Usable& u : it->second) {
-        combiner->add(slot++, *u.codec, u.payload.data(), u.payload.size(), u.weight);
-        weight += u.weight;
+        u.codec->decode(u.payload.data(), elements, values.data());
+        if (u.scale != 1) {
+          const float s = static_cast<float>(u.scale);
+          for (float& x : values) x *= s;
+        }
+        combiner->add(slot++, values.data(), u.weight);
       }
-      const std::vector<float> sum = combiner->finish(weight);
+      const std::vector<float> sum = combiner->finish().values;
       const uint64_t off = plan.offset(c);
       outer->step(res.global.data() + off, sum.data(), off, elements);
     }

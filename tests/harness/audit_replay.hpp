@@ -56,7 +56,9 @@ struct AuditEntry {
 std::vector<AuditEntry> read_audit(const std::filesystem::path& path,
                                    size_t max_entries = std::numeric_limits<size_t>::max());
 
-// One "update" entry whose decision was "accepted".
+// One "update" entry whose decision was "accepted" or "clipped", or "held"
+// and then accepted or clipped by its "update_verdict" entry (in the order of
+// the verdicts: the root combines held copies when their chunk closes).
 struct AuditUpdate {
   uint64_t seq = 0;
   uint64_t round = 0;
@@ -68,6 +70,7 @@ struct AuditUpdate {
   std::string sha256;
   std::optional<std::string> codec;
   std::optional<uint32_t> elements;
+  double scale = 1;  // "clipped": what the root multiplied the decoded values by
 };
 
 // The accepted updates and closed rounds that count, once the "resumed"
@@ -122,6 +125,16 @@ inline std::vector<AuditEntry> audit_events(const std::filesystem::path& path,
     if (e.event == event) out.push_back(std::move(e));
   }
   return out;
+}
+
+// The "update" entries of `log` as they were settled: a copy held until its
+// chunk closed (decision "held", docs/security.md "Robust aggregation")
+// takes the decision, reason and bounds of its "update_verdict" entry; one
+// never settled (its chunk did not close) stays "held". File order.
+std::vector<AuditEntry> settled_updates(const std::vector<AuditEntry>& log);
+inline std::vector<AuditEntry> settled_updates(const std::filesystem::path& path) {
+  return std::filesystem::exists(path) ? settled_updates(read_audit(path))
+                                       : std::vector<AuditEntry>{};
 }
 
 // The root's log alone; replay_root_audits takes the logs of a root and of

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <deque>
+#include <utility>
 
 #include "fedwan/error.hpp"
 
@@ -48,6 +49,13 @@ FaultRule FaultRule::duplicate() {
 FaultRule FaultRule::observe() {
   FaultRule r;
   r.action = Action::kObserve;
+  return r;
+}
+
+FaultRule FaultRule::rewrite_with(Rewrite rewrite) {
+  FaultRule r;
+  r.action = Action::kRewrite;
+  r.rewrite = std::move(rewrite);
   return r;
 }
 
@@ -172,6 +180,10 @@ FaultInjector::Verdict FaultInjector::judge(const Hop& hop, uint8_t* data, size_
         break;
       case FaultRule::Action::kDuplicate: v.duplicate = true; break;
       case FaultRule::Action::kObserve: break;
+      case FaultRule::Action::kRewrite:
+        if (r.rewrite) r.rewrite(data, size);
+        stats_.rewritten += 1;
+        break;
     }
   }
   if (v.delay.count() > 0) stats_.delayed += 1;

@@ -68,8 +68,11 @@ std::optional<wire::FrameHeader> frame_header(const uint8_t* data, size_t size);
 
 struct FaultRule {
   // kObserve changes nothing: its hits tell a test when a message went by.
-  enum class Action { kDrop, kDelay, kCorrupt, kDuplicate, kObserve };
+  // kRewrite changes a message in place (its size stays): a dishonest
+  // sender, when the frames travel in clear.
+  enum class Action { kDrop, kDelay, kCorrupt, kDuplicate, kObserve, kRewrite };
   using Predicate = std::function<bool(const uint8_t* data, size_t size)>;
+  using Rewrite = std::function<void(uint8_t* data, size_t size)>;
   static constexpr size_t kLastByte = std::numeric_limits<size_t>::max();
 
   Action action = Action::kDrop;
@@ -81,12 +84,14 @@ struct FaultRule {
   Millis delay{0};                                        // kDelay
   size_t offset = kLastByte;  // kCorrupt: the byte flipped (past the end: the last one)
   uint8_t mask = 0x01;        // kCorrupt: the bits flipped
+  Rewrite rewrite;            // kRewrite; runs under the injector's lock
 
   static FaultRule drop() { return FaultRule{}; }
   static FaultRule delay_by(Millis d);
   static FaultRule corrupt(size_t offset = kLastByte, uint8_t mask = 0x01);
   static FaultRule duplicate();
   static FaultRule observe();
+  static FaultRule rewrite_with(Rewrite r);
 
   // Only the connection of `client` to `endpoint` (every client of it when
   // `client` is empty).
@@ -111,6 +116,7 @@ struct FaultStats {
   uint64_t delayed = 0;
   uint64_t corrupted = 0;
   uint64_t duplicated = 0;  // delivered twice
+  uint64_t rewritten = 0;
 };
 
 class FaultInjector {

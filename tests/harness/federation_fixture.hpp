@@ -119,6 +119,8 @@ struct SiteSetup {
   // Not a site's: the initial model each region is given (empty: none, and
   // it is sent the model in full when it joins).
   std::vector<float> region_initial_model;
+  // Not a site's: adjusts an aggregator's options (on its thread).
+  std::function<void(AggregatorOptions&)> aggregator;
 };
 
 // Runs every node of `topo` as a thread; sites train with the synthetic

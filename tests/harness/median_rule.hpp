@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "aggregation/aggregation_rule.hpp"
@@ -20,12 +21,11 @@ inline constexpr const char* kTestMedian = "test_median";
 class MedianCombiner final : public aggregation::ChunkCombiner {
  public:
   explicit MedianCombiner(uint32_t elements) : elements_(elements) {}
-  void add(uint32_t slot, const Codec& codec, const uint8_t* payload, size_t, double) override {
-    std::vector<float>& copy = copies_[slot];  // by slot: arrival order never matters
-    copy.resize(elements_);
-    codec.decode(payload, elements_, copy.data());
+  void add(uint32_t slot, const float* values, double weight) override {
+    copies_[slot].assign(values, values + elements_);  // by slot: arrival order never matters
+    weight_ += weight;
   }
-  std::vector<float> finish(double) override {
+  aggregation::Combined finish() override {
     std::vector<float> out(elements_);
     std::vector<float> column(copies_.size());
     for (uint32_t e = 0; e < elements_; ++e) {
@@ -36,12 +36,13 @@ class MedianCombiner final : public aggregation::ChunkCombiner {
       out[e] = n % 2 == 1 ? column[n / 2] : (column[n / 2 - 1] + column[n / 2]) / 2.0f;
     }
     copies_.clear();
-    return out;
+    return {std::move(out), weight_, {}};
   }
   size_t bytes_held() const override { return copies_.size() * elements_ * sizeof(float); }
 
  private:
   uint32_t elements_;
+  double weight_ = 0;
   std::map<uint32_t, std::vector<float>> copies_;
 };
 
@@ -58,7 +59,9 @@ class MedianRule final : public aggregation::AggregationRule {
 // Registers the rule once per process (topologies may name it after this).
 inline void register_test_median_rule() {
   static const bool registered = [] {
-    aggregation::register_rule(kTestMedian, [] { return std::make_shared<const MedianRule>(); });
+    aggregation::register_rule(kTestMedian, [](const aggregation::RuleParams&) {
+      return std::make_shared<const MedianRule>();
+    });
     return true;
   }();
   (void)registered;

@@ -48,7 +48,8 @@ inline ReferenceResult run_reference_rounds(
   const bool lossy = codec.id() != CodecId::kFp32;
   std::vector<float> global = init, held = init;
   auto outer = make_outer_optimizer(topo.federation().outer, n);
-  const auto rule = aggregation::make_rule(topo.federation().aggregation.rule);
+  const auto rule = aggregation::make_rule(topo.federation().aggregation.rule,
+                                           topo.federation().aggregation.params);
   std::vector<std::vector<float>> residual(topo.nodes().size());
 
   auto encode = [&](const std::vector<float>& values, uint32_t node, bool with_feedback) {
@@ -82,11 +83,12 @@ inline ReferenceResult run_reference_rounds(
     for (uint32_t i = 0; i < plan.count(); ++i) {
       // The topology's rule, fed the children in their fixed order.
       auto combiner = rule->begin_chunk(plan.size(i), kids.size());
+      std::vector<float> values(plan.size(i));
       for (uint32_t slot = 0; slot < kids.size(); ++slot) {
-        combiner->add(slot, codec, kids[slot].chunks[i].data(), kids[slot].chunks[i].size(),
-                      kids[slot].weight);
+        codec.decode(kids[slot].chunks[i].data(), values.size(), values.data());
+        combiner->add(slot, values.data(), kids[slot].weight);
       }
-      const std::vector<float> combined = combiner->finish(up.weight);
+      const std::vector<float> combined = combiner->finish().values;
       std::copy(combined.begin(), combined.end(), mean.begin() + plan.offset(i));
     }
     if (node.role == Role::kRoot) {

@@ -212,7 +212,7 @@ ReplayResult expect_clean_run(MembershipFederation& fed, int regions) {
 // Chunks the sites' parent accepted from `site` in `round`.
 int accepted(MembershipFederation& fed, int regions, const std::string& site, uint64_t round) {
   int n = 0;
-  for (const AuditEntry& e : audit_events(fed.audit(parent_of_sites(regions)), "update")) {
+  for (const AuditEntry& e : settled_updates(fed.audit(parent_of_sites(regions)))) {
     if (e.fields.value("sender", "") == site && e.fields.value("round", uint64_t{0}) == round &&
         e.fields.value("decision", "") == "accepted")
       ++n;

@@ -299,7 +299,7 @@ void expect_closed_without_the_slow_site(QuorumFederation& fed, double deadline)
   }
   if (parent != "root") {
     // The region's aggregate of that round carries the weight of two sites.
-    for (const AuditEntry& e : events(read_audit(fed.audit("root")), "update")) {
+    for (const AuditEntry& e : settled_updates(fed.audit("root"))) {
       if (e.fields.value("decision", "") != "accepted") continue;
       const double expect = round_of(e) == kSlowRound ? 137.0 + 174.0 : 100.0 + 137.0 + 174.0;
       EXPECT_DOUBLE_EQ(e.fields.value("weight", 0.0), expect) << e.fields.dump();
@@ -420,7 +420,7 @@ TEST_P(Quorum, FullQuorumWaitsPastTheDeadlineForAMissingSite) {
   std::vector<std::string> nodes = {"root"};
   if (parent != "root") nodes.push_back(parent);
   for (const std::string& node : nodes) {
-    for (const AuditEntry& e : events(read_audit(fed.audit(node)), "update")) {
+    for (const AuditEntry& e : settled_updates(fed.audit(node))) {
       EXPECT_EQ(e.fields.value("decision", ""), "accepted") << node << ": " << e.fields.dump();
     }
   }
@@ -469,7 +469,7 @@ TEST_P(Heartbeats, AnUpdateOnItsWayIsNotSentAgain) {
   if (fed.sites_parent() != "root") nodes.push_back(fed.sites_parent());
   size_t updates = 0;
   for (const std::string& node : nodes) {
-    for (const AuditEntry& e : events(read_audit(fed.audit(node)), "update")) {
+    for (const AuditEntry& e : settled_updates(fed.audit(node))) {
       ++updates;
       EXPECT_EQ(e.fields.value("decision", ""), "accepted") << node << ": " << e.fields.dump();
     }

@@ -221,7 +221,7 @@ class VersionedFederation {
 // Chunks `node`'s audit log accepted from `site` in `round`.
 int accepted(const fs::path& log, const std::string& site, uint64_t round) {
   int n = 0;
-  for (const AuditEntry& e : audit_events(log, "update")) {
+  for (const AuditEntry& e : settled_updates(log)) {
     if (e.fields.value("sender", "") == site && e.fields.value("round", uint64_t{0}) == round &&
         e.fields.value("decision", "") == "accepted")
       ++n;

@@ -45,6 +45,25 @@ class _RoundReport(TypedDict):
     frames: int
     weight: float
 
+class _NormBound(TypedDict):
+    """FederationSpec.aggregation["norm_bound"]."""
+
+    mode: str
+    factor: float
+    window: int
+    bound: float
+    action: str
+
+class _AggregationSettings(TypedDict):
+    """FederationSpec.aggregation."""
+
+    rule: str
+    params: dict[str, float]
+    finite_check: bool
+    max_abs: float
+    replay_window: int
+    norm_bound: _NormBound
+
 class _AggregatorSummary(TypedDict):
     """Aggregator.run()."""
 
@@ -61,6 +80,8 @@ class _AggregatorSummary(TypedDict):
     children_lost: int
     rejoins: int
     stale_updates: int
+    refused_copies: int
+    clipped_copies: int
     checkpoints_written: int
     replicas_stored: int
     replica_bytes: int
@@ -180,6 +201,8 @@ class FederationSpec(metaclass=_pybind11_type):
     def streams(self) -> int: ...
     @property
     def aggregation_rule(self) -> str: ...
+    @property
+    def aggregation(self) -> _AggregationSettings: ...
 
 class Topology(metaclass=_pybind11_type):
     @staticmethod

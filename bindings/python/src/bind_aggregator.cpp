@@ -192,6 +192,8 @@ class PyAggregator {
     d["children_lost"] = s.children_lost;
     d["rejoins"] = s.rejoins;
     d["stale_updates"] = s.stale_updates;
+    d["refused_copies"] = s.refused_copies;
+    d["clipped_copies"] = s.clipped_copies;
     d["checkpoints_written"] = s.checkpoints_written;
     d["replicas_stored"] = s.replicas_stored;
     d["replica_bytes"] = s.replica_bytes;
@@ -289,6 +291,8 @@ checkpointed). Returns
  or "plaintext"), handshake_ms (list: this node's TLS handshake times, in ms, as each
  link came up), global_model (root: float32 array; region: None), and the fault
  tolerance counters resumed_from_round, children_lost, rejoins, stale_updates,
+ refused_copies and clipped_copies (children's chunk copies this node refused, a NaN or a
+ value, norm or replay over its bounds, or clipped to the norm bound),
  checkpoints_written, replicas_stored, replica_bytes (children's checkpoints kept,
  not in the reports' traffic), took_over (standby=True: it became the root) and alarms
  (conditions an operator must act on that the node rode out, 'kind: message')}. Raises

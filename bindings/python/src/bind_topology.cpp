@@ -156,6 +156,29 @@ void bind_topology(py::module_& m) {
           "aggregation_rule", [](const FederationSpec& f) { return f.aggregation.rule; },
           "How every aggregator combines its children's chunks (federation.aggregation.rule; "
           "default 'weighted_mean').")
+      .def_property_readonly(
+          "aggregation",
+          [](const FederationSpec& f) {
+            const AggregationSpec& a = f.aggregation;
+            py::dict bound;
+            bound["mode"] = a.norm_bound.mode;
+            bound["factor"] = a.norm_bound.factor;
+            bound["window"] = a.norm_bound.window;
+            bound["bound"] = a.norm_bound.bound;
+            bound["action"] = a.norm_bound.action;
+            py::dict d;
+            d["rule"] = a.rule;
+            d["params"] = a.params;
+            d["finite_check"] = a.finite_check;
+            d["max_abs"] = a.max_abs;
+            d["replay_window"] = a.replay_window;
+            d["norm_bound"] = bound;
+            return d;
+          },
+          "What every aggregator checks on each child's copy of a chunk before its rule "
+          "combines them (federation.aggregation, docs/security.md 'Robust aggregation'): a "
+          "dict {rule, params, finite_check, max_abs, replay_window, norm_bound: {mode, factor, "
+          "window, bound, action}}.")
       .def("__repr__", [](const FederationSpec& f) {
         return "FederationSpec(rounds=" + std::to_string(f.rounds) +
                ", inner_steps=" + std::to_string(f.inner_steps) +

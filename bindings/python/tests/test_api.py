@@ -239,9 +239,10 @@ def typed_dicts(tree):
     return out
 
 
-def assert_matches(typed_dict, fields, value):
+def assert_matches(typed_dict, fields, value, nested=None):
     """`value` (a dict the extension returned) has exactly the stub's keys,
-    each of the stub's type."""
+    each of the stub's type (`nested`: the TypedDicts a field may be)."""
+    nested = nested or {}
     assert isinstance(value, dict) and set(value) == set(fields), typed_dict
     for key, annotation in fields.items():
         v = value[key]
@@ -249,8 +250,13 @@ def assert_matches(typed_dict, fields, value):
             ok = type(v) is getattr(builtins, annotation)
         elif annotation.startswith("list["):
             ok = isinstance(v, list)
+        elif annotation.startswith("dict["):
+            ok = isinstance(v, dict)
         elif annotation == "_Float32Array | None":
             ok = v is None or (isinstance(v, np.ndarray) and v.dtype == np.float32)
+        elif annotation in nested:
+            assert_matches(annotation, nested[annotation], v)
+            ok = True
         else:
             pytest.fail(f"{typed_dict}.{key}: no runtime check for {annotation}")
         assert ok, f"{typed_dict}.{key} is {v!r}, the stub says {annotation}"
@@ -258,7 +264,8 @@ def assert_matches(typed_dict, fields, value):
 
 def test_returned_dicts_match_the_stubs_typed_dicts(sock_dir):
     fields = typed_dicts(stub_tree())
-    assert set(fields) == {"_SyncResult", "_RoundReport", "_AggregatorSummary"}
+    assert set(fields) == {"_SyncResult", "_RoundReport", "_AggregatorSummary", "_NormBound",
+                           "_AggregationSettings"}
     topo = two_site_topology(sock_dir, job="py-api-dicts", rounds=1, inner_steps=1)
     initial = fedwan.synthetic_initial_model(16, 1)
     reports = []
@@ -287,6 +294,8 @@ def test_returned_dicts_match_the_stubs_typed_dicts(sock_dir):
     for w in workers[1:]:
         for result in w.result:
             assert_matches("_SyncResult", fields["_SyncResult"], result)
+    assert_matches("_AggregationSettings", fields["_AggregationSettings"],
+                   topo.federation.aggregation, {"_NormBound": fields["_NormBound"]})
 
 
 def test_typed_usage_example_runs():

@@ -215,8 +215,17 @@ def test_audit_log_records_handshakes_and_updates(sock_dir, credentials, tmp_pat
     assert sorted(h["cert_node"] for h in handshakes) == sorted(SITES)
     assert all(h["decision"] == "accepted" and h["side"] == "child" for h in handshakes)
 
+    # Every update accepted: in the first round, once its chunk closed (the
+    # norm bound has no history yet, so the copies are held and judged
+    # together: "held", then an "update_verdict").
     updates = [e["fields"] for e in root if e["event"] == "update"]
-    assert all(u["decision"] == "accepted" for u in updates)
+    assert all(u["decision"] in ("accepted", "held") for u in updates)
+    held = [u for u in updates if u["decision"] == "held"]
+    assert held and all(u["round"] == 0 for u in held)
+    verdicts = [e["fields"] for e in root if e["event"] == "update_verdict"]
+    assert sorted((v["sender"], v["chunk"]) for v in verdicts) == sorted(
+        (u["sender"], u["chunk"]) for u in held)
+    assert all(v["decision"] == "accepted" for v in verdicts)
     for node in SITES:
         site = read_audit_log(logs[node], node)
         site_events = {e["event"] for e in site}

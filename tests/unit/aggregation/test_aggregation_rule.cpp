@@ -66,13 +66,17 @@ TEST(AggregationRule, WeightedMeanIsTheAccumulationItReplaced) {
       auto rule = make_rule(aggregation::kWeightedMean);
       EXPECT_EQ(rule->memory(), aggregation::RuleMemory::kStreaming);
       auto combiner = rule->begin_chunk(n, children);
+      std::vector<float> values(n);
       for (size_t k = 0; k < children; ++k) {
-        combiner->add(static_cast<uint32_t>(k), codec, payloads[k].data(), payloads[k].size(),
-                      weights[k]);
+        codec.decode(payloads[k].data(), n, values.data());
+        combiner->add(static_cast<uint32_t>(k), values.data(), weights[k]);
         // Streaming: one chunk's worth, however many children came in.
         EXPECT_EQ(combiner->bytes_held(), n * sizeof(float));
       }
-      EXPECT_TRUE(bit_equal(combiner->finish(total), expected)) << name << " x" << children;
+      const aggregation::Combined c = combiner->finish();
+      EXPECT_TRUE(bit_equal(c.values, expected)) << name << " x" << children;
+      EXPECT_EQ(c.weight, total);
+      EXPECT_TRUE(c.left_out.empty());
     }
   }
 }
@@ -90,7 +94,9 @@ TEST(AggregationRule, RegistryNamesTheKnownRulesAndRefusesClashesAndBadNames) {
     EXPECT_NE(std::string(e.what()).find("unknown aggregation rule 'krum'"), std::string::npos);
     EXPECT_NE(std::string(e.what()).find("weighted_mean"), std::string::npos) << e.what();
   }
-  auto factory = [] { return make_rule(aggregation::kWeightedMean); };
+  auto factory = [](const aggregation::RuleParams&) {
+    return make_rule(aggregation::kWeightedMean);
+  };
   EXPECT_THROW(aggregation::register_rule("weighted_mean", factory), ConfigError);
   EXPECT_THROW(aggregation::register_rule("", factory), ConfigError);
   EXPECT_THROW(aggregation::register_rule("Mean", factory), ConfigError);
@@ -142,7 +148,7 @@ TEST_F(MedianUnderTheAccumulator, ABufferedRuleHoldsEveryCopyUntilTheChunkCloses
   EXPECT_EQ(median.bytes_in_flight(), 0u);
 }
 
-TEST_F(MedianUnderTheAccumulator, DuplicatesStaleCopiesAndBadPayloadsNeverReachTheRule) {
+TEST_F(MedianUnderTheAccumulator, DuplicatesStaleCopiesAndMalformedPayloadsNeverReachTheRule) {
   aggregation::RoundAccumulator median(plan, {1, 2, 3}, make_rule(testing::kTestMedian));
   median.open(2);
   add(median, 1, 0, 1.0f, 1.0);
@@ -153,12 +159,18 @@ TEST_F(MedianUnderTheAccumulator, DuplicatesStaleCopiesAndBadPayloadsNeverReachT
   for (size_t i = 0; i < plan.size(0); ++i) {
     std::memcpy(nan.data() + i * sizeof(float), &not_a_number, sizeof(float));
   }
-  EXPECT_EQ(median.add(2, 2, 0, plan.size(0), 1.0, fp32, nan.data(), nan.size()).outcome,
-            aggregation::AddOutcome::kBadPayload);
+  // Refused, and delivered: the chunk does not wait for child 2 again.
+  const auto refused = median.add(2, 2, 0, plan.size(0), 1.0, fp32, nan.data(), nan.size());
+  EXPECT_EQ(refused.outcome, aggregation::AddOutcome::kRefused);
+  EXPECT_NE(refused.verdict.reason.find("malformed"), std::string::npos) << refused.verdict.reason;
   EXPECT_EQ(median.bytes_in_flight(), plan.size(0) * sizeof(float));
-  add(median, 3, 0, 3.0f, 1.0);
-  for (float x : median.take(0).mean) EXPECT_EQ(x, 2.0f);  // median of {1, 3}
-  EXPECT_EQ(add(median, 2, 0, 1e9f, 1.0).outcome, aggregation::AddOutcome::kStale);
+  EXPECT_TRUE(add(median, 3, 0, 3.0f, 1.0).chunk_complete);
+  const aggregation::ChunkSum sum = median.take(0);
+  for (float x : sum.mean) EXPECT_EQ(x, 2.0f);  // median of {1, 3}
+  EXPECT_EQ(sum.weight, 2.0);
+  EXPECT_EQ(sum.excused, 1.0);
+  // Its refused copy was its delivery of chunk 0: another is a duplicate.
+  EXPECT_EQ(add(median, 2, 0, 1e9f, 1.0).outcome, aggregation::AddOutcome::kDuplicate);
 }
 
 // A rule whose combiner makes the wrong number of values is a bug in the
@@ -169,8 +181,8 @@ class ShortRule final : public aggregation::AggregationRule {
   aggregation::RuleMemory memory() const override { return aggregation::RuleMemory::kStreaming; }
   std::unique_ptr<aggregation::ChunkCombiner> begin_chunk(uint32_t, size_t) const override {
     class Short final : public aggregation::ChunkCombiner {
-      void add(uint32_t, const Codec&, const uint8_t*, size_t, double) override {}
-      std::vector<float> finish(double) override { return {1.0f}; }
+      void add(uint32_t, const float*, double) override {}
+      aggregation::Combined finish() override { return {{1.0f}, 1.0, {}}; }
       size_t bytes_held() const override { return 0; }
     };
     return std::make_unique<Short>();
@@ -184,16 +196,17 @@ TEST_F(MedianUnderTheAccumulator, ACombinerThatMakesTheWrongSizeIsRefused) {
   EXPECT_THROW(acc.take(0), Error);
 }
 
+// A one-site topology whose federation map ends with `extra`.
+std::string with(const std::string& extra) {
+  std::string text = "job: j\nfederation: {rounds: 2, codec: fp32%s}\nnodes:\n"
+                     "  - {id: root, role: root, endpoint: 'ipc:///tmp/r'}\n"
+                     "  - {id: s0, role: site, parent: root, weight: 1}\n";
+  text.replace(text.find("%s"), 2, extra);
+  return text;
+}
+
 TEST(AggregationRuleTopology, TheRuleIsReadCheckedWrittenAndDigested) {
   testing::register_test_median_rule();
-  const std::string base = "job: j\nfederation: {rounds: 2, codec: fp32%s}\nnodes:\n"
-                           "  - {id: root, role: root, endpoint: 'ipc:///tmp/r'}\n"
-                           "  - {id: s0, role: site, parent: root, weight: 1}\n";
-  auto with = [&](const std::string& extra) {
-    std::string text = base;
-    text.replace(text.find("%s"), 2, extra);
-    return text;
-  };
   const Topology plain = Topology::parse(with(""));
   const Topology named = Topology::parse(with(", aggregation: {rule: weighted_mean}"));
   const Topology median = Topology::parse(with(", aggregation: {rule: test_median}"));
@@ -214,6 +227,43 @@ TEST(AggregationRuleTopology, TheRuleIsReadCheckedWrittenAndDigested) {
   }
   EXPECT_THROW(Topology::parse(with(", aggregation: {rule: weighted_mean, trim: 1}")), ConfigError);
   EXPECT_THROW(Topology::parse(with(", aggregation: weighted_mean")), ConfigError);
+}
+
+TEST(AggregationRuleTopology, TheRulesParametersAreReadCheckedWrittenAndDigested) {
+  const Topology krum =
+      Topology::parse(with(", aggregation: {rule: multi_krum, params: {byzantine: 2}}"));
+  EXPECT_EQ(krum.federation().aggregation.params.at("byzantine"), 2.0);
+  const Topology krum1 =
+      Topology::parse(with(", aggregation: {rule: multi_krum, params: {byzantine: 1}}"));
+  EXPECT_NE(krum.digest_hex(), krum1.digest_hex());
+  EXPECT_EQ(Topology::parse(krum.to_yaml()).digest_hex(), krum.digest_hex());
+  EXPECT_THROW(Topology::parse(with(", aggregation: {rule: median, params: {trim: 1}}")),
+               ConfigError);
+  EXPECT_THROW(Topology::parse(with(", aggregation: {rule: trimmed_mean, params: {trim: -1}}")),
+               ConfigError);
+  // The checks: every key read, in the digest and the YAML when not the default.
+  const Topology checks = Topology::parse(
+      with(", aggregation: {finite_check: false, max_abs: 5, replay_window: 2, norm_bound: "
+           "{mode: absolute, bound: 3.5, action: clip}}"));
+  const AggregationSpec& a = checks.federation().aggregation;
+  EXPECT_FALSE(a.finite_check);
+  EXPECT_EQ(a.max_abs, 5.0);
+  EXPECT_EQ(a.replay_window, 2u);
+  EXPECT_EQ(a.norm_bound.mode, "absolute");
+  EXPECT_EQ(a.norm_bound.bound, 3.5);
+  EXPECT_EQ(a.norm_bound.action, "clip");
+  EXPECT_NE(checks.digest_hex(), Topology::parse(with("")).digest_hex());
+  EXPECT_EQ(Topology::parse(checks.to_yaml()).digest_hex(), checks.digest_hex());
+  EXPECT_EQ(Topology::parse(with(", aggregation: {norm_bound: {mode: adaptive, factor: 4}}"))
+                .digest_hex(),
+            Topology::parse(with("")).digest_hex());
+  EXPECT_THROW(Topology::parse(with(", aggregation: {norm_bound: {mode: absolute}}")), ConfigError);
+  EXPECT_THROW(Topology::parse(with(", aggregation: {norm_bound: {factor: 0.5}}")), ConfigError);
+  EXPECT_THROW(Topology::parse(with(", aggregation: {norm_bound: {speed: 1}}")), ConfigError);
+  EXPECT_THROW(Topology::parse(with(", aggregation: {max_abs: -1}")), ConfigError);
+  // A topology that names no parameter keeps the digest it had.
+  EXPECT_EQ(Topology::parse(with(", aggregation: {rule: weighted_mean}")).digest_hex(),
+            Topology::parse(with("")).digest_hex());
 }
 
 }  // namespace

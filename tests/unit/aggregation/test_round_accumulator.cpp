@@ -77,14 +77,12 @@ TEST_F(RoundAccumulatorTest, RejectsChunksThatDisagreeWithThePlan) {
   EXPECT_EQ(acc.chunks_in_flight(), 0u);
 }
 
-TEST_F(RoundAccumulatorTest, RejectsBadPayloadsAndWeightsWithoutATrace) {
+TEST_F(RoundAccumulatorTest, RejectsBadWeightsWithoutATraceAndRefusesMalformedPayloads) {
   acc.open(0);
   std::vector<float> v(4, 1.0f);
   v[2] = std::numeric_limits<float>::quiet_NaN();
   std::vector<uint8_t> nan_bytes(16);
   std::memcpy(nan_bytes.data(), v.data(), 16);
-  EXPECT_EQ(acc.add(0, 7, 0, 4, 1.0, fp32, nan_bytes.data(), nan_bytes.size()).outcome,
-            aggregation::AddOutcome::kBadPayload);
   EXPECT_EQ(add(0, 7, 0, 1.0f, 0.0).outcome, aggregation::AddOutcome::kBadPayload);
   EXPECT_EQ(add(0, 7, 0, 1.0f, -2.0).outcome, aggregation::AddOutcome::kBadPayload);
   EXPECT_EQ(add(0, 7, 0, 1.0f, std::numeric_limits<double>::infinity()).outcome,
@@ -92,6 +90,16 @@ TEST_F(RoundAccumulatorTest, RejectsBadPayloadsAndWeightsWithoutATrace) {
   EXPECT_EQ(acc.chunks_in_flight(), 0u);
   // The sender can still deliver the chunk properly afterwards.
   EXPECT_EQ(add(0, 7, 0, 1.0f, 1.0).outcome, aggregation::AddOutcome::kAccepted);
+  // A payload the codec finds malformed (fp32 NaN) is refused, and it is a
+  // delivery: the chunk does not wait for that child again.
+  const auto r = acc.add(0, 9, 0, 4, 2.0, fp32, nan_bytes.data(), nan_bytes.size());
+  EXPECT_EQ(r.outcome, aggregation::AddOutcome::kRefused);
+  EXPECT_TRUE(r.chunk_complete);
+  const aggregation::ChunkSum sum = acc.take(0);
+  EXPECT_EQ(sum.weight, 1.0);
+  EXPECT_EQ(sum.excused, 2.0);
+  EXPECT_EQ(sum.behind, std::vector<uint32_t>{7});
+  for (float x : sum.mean) EXPECT_EQ(x, 1.0f);
 }
 
 TEST_F(RoundAccumulatorTest, RoundCompletesWhenEveryChunkIsTakenAndReportsMissing) {

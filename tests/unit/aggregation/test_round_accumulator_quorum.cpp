@@ -175,11 +175,12 @@ TEST_F(RoundAccumulatorQuorumTest, ContributorsAreTheChildrenWhoseChunkIsIn) {
   EXPECT_EQ(acc.contributors(0), (Ids{kA, kC}));  // in child order, not arrival order
   EXPECT_EQ(acc.contributors(1), Ids{kB});
   EXPECT_TRUE(acc.contributors(2).empty());
-  // A rejected arrival is no contribution.
+  // A refused arrival is a delivery (nobody waits for it again), with its
+  // weight excused.
   std::vector<uint8_t> junk(8, 0xff);  // fp32 NaNs
   EXPECT_EQ(acc.add(0, kA, 2, 2, 1.0, fp32, junk.data(), junk.size()).outcome,
-            aggregation::AddOutcome::kBadPayload);
-  EXPECT_TRUE(acc.contributors(2).empty());
+            aggregation::AddOutcome::kRefused);
+  EXPECT_EQ(acc.contributors(2), Ids{kA});
 }
 
 TEST_F(RoundAccumulatorQuorumTest, DeliveredCountsAndMissingChunksNameWhatAChildOwes) {

@@ -1,0 +1,240 @@
+#include "aggregation/update_screen.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <utility>
+
+#include "common/sha256.hpp"
+#include "fedwan/error.hpp"
+
+namespace fedwan::aggregation {
+namespace {
+
+std::string number(double d) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.6g", d);
+  return buf;
+}
+
+}  // namespace
+
+ScreenConfig ScreenConfig::none() {
+  ScreenConfig c;
+  c.finite_check = false;
+  c.max_abs = 0;
+  c.replay_window = 0;
+  c.norm = Norm::kOff;
+  return c;
+}
+
+const char* verdict_name(Verdict v) {
+  switch (v) {
+    case Verdict::kAccepted: return "accepted";
+    case Verdict::kClipped: return "clipped";
+    case Verdict::kRefused: return "refused";
+    case Verdict::kDeferred: return "deferred";
+  }
+  return "?";
+}
+
+double l2_norm(const float* v, size_t n) {
+  double sum = 0;
+  for (size_t i = 0; i < n; ++i) sum += static_cast<double>(v[i]) * v[i];
+  return std::sqrt(sum);
+}
+
+double median_of(std::vector<double>& v) {
+  if (v.empty()) return 0;
+  const size_t mid = v.size() / 2;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid), v.end());
+  const double upper = v[mid];
+  if (v.size() % 2 == 1) return upper;
+  const double lower = *std::max_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid));
+  return lower / 2 + upper / 2;
+}
+
+double lower_median_of(std::vector<double>& v) {
+  if (v.empty()) return 0;
+  const size_t mid = (v.size() - 1) / 2;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid), v.end());
+  return v[mid];
+}
+
+UpdateScreen::UpdateScreen(ScreenConfig cfg, tensor::ChunkPlan plan)
+    : cfg_(cfg),
+      plan_(plan),
+      history_(cfg.norm == ScreenConfig::Norm::kAdaptive ? plan.count() : 0),
+      sent_(cfg.replay_window > 0 ? plan.count() : 0) {}
+
+uint64_t payload_digest(const uint8_t* payload, size_t bytes) {
+  const Sha256Digest d = sha256(payload, bytes);
+  uint64_t out = 0;
+  for (int i = 0; i < 8; ++i) out = (out << 8) | d[static_cast<size_t>(i)];
+  return out;
+}
+
+std::optional<uint64_t> UpdateScreen::replayed(uint64_t round, uint32_t chunk, uint32_t slot,
+                                               uint64_t digest) {
+  std::vector<std::vector<SentDigest>>& by_slot = sent_.at(chunk);
+  if (by_slot.size() <= slot) by_slot.resize(slot + 1);
+  std::vector<SentDigest>& sent = by_slot[slot];
+  sent.erase(std::remove_if(sent.begin(), sent.end(),
+                            [&](const SentDigest& s) {
+                              return s.round + cfg_.replay_window < round || s.round >= round;
+                            }),
+             sent.end());
+  for (const SentDigest& s : sent) {
+    if (s.digest == digest) return s.round;
+  }
+  sent.push_back({round, digest});
+  return std::nullopt;
+}
+
+std::optional<std::string> UpdateScreen::value_problem(const float* v, uint32_t n) const {
+  const float max_abs = static_cast<float>(cfg_.max_abs);
+  for (uint32_t i = 0; i < n; ++i) {
+    const float x = v[i];
+    if (cfg_.finite_check && !std::isfinite(x)) {
+      return "non-finite value " + number(x) + " at element " + std::to_string(i);
+    }
+    if (cfg_.max_abs > 0 && std::fabs(x) > max_abs) {
+      return "value " + number(x) + " at element " + std::to_string(i) + " beyond max_abs " +
+             number(cfg_.max_abs);
+    }
+  }
+  return std::nullopt;
+}
+
+bool UpdateScreen::holds(uint64_t round, uint32_t chunk) const {
+  if (cfg_.norm != ScreenConfig::Norm::kAdaptive) return false;
+  for (const Remembered& r : history_.at(chunk)) {
+    if (r.round < round && r.round + cfg_.window >= round && !r.norms.empty()) return false;
+  }
+  return true;
+}
+
+std::optional<double> UpdateScreen::bound(uint64_t round, uint32_t chunk) const {
+  if (cfg_.norm == ScreenConfig::Norm::kOff) return std::nullopt;
+  if (cfg_.norm == ScreenConfig::Norm::kAbsolute) {
+    const double share =
+        static_cast<double>(plan_.size(chunk)) / static_cast<double>(plan_.total());
+    return cfg_.bound * std::sqrt(share);
+  }
+  std::vector<double> norms;
+  for (const Remembered& r : history_.at(chunk)) {
+    if (r.round < round && r.round + cfg_.window >= round) {
+      norms.insert(norms.end(), r.norms.begin(), r.norms.end());
+    }
+  }
+  const double median = median_of(norms);
+  if (!(median > 0)) return std::nullopt;  // no history, or all zero: nothing to compare with
+  return cfg_.factor * median;
+}
+
+CopyVerdict UpdateScreen::over_bound(CopyVerdict v, float* values, uint32_t n) const {
+  if (!(v.norm > v.bound)) return v;
+  const std::string why = "L2 norm " + number(v.norm) + " over the bound " + number(v.bound);
+  if (!cfg_.clip) {
+    v.verdict = Verdict::kRefused;
+    v.reason = why;
+    return v;
+  }
+  v.verdict = Verdict::kClipped;
+  v.reason = why + "; clipped to it";
+  v.scale = v.bound / v.norm;
+  const float s = static_cast<float>(v.scale);
+  for (uint32_t i = 0; i < n; ++i) values[i] *= s;
+  return v;
+}
+
+CopyVerdict UpdateScreen::judge(uint64_t round, uint32_t chunk, uint32_t slot, uint64_t digest,
+                                float* values, uint32_t n) {
+  CopyVerdict v;
+  if (auto problem = value_problem(values, n)) {
+    v.verdict = Verdict::kRefused;
+    v.reason = *problem;
+    v.norm = std::nan("");
+    return v;
+  }
+  v.norm = l2_norm(values, n);
+  if (cfg_.replay_window > 0 && v.norm > 0) {
+    if (auto earlier = replayed(round, chunk, slot, digest)) {
+      v.verdict = Verdict::kRefused;
+      v.reason = "identical to its copy of round " + std::to_string(*earlier) + " (a replay)";
+      return v;
+    }
+  }
+  if (cfg_.norm == ScreenConfig::Norm::kOff) return v;
+  if (holds(round, chunk)) {
+    v.verdict = Verdict::kDeferred;
+    return v;
+  }
+  const std::optional<double> b = bound(round, chunk);
+  if (!b) return v;
+  v.bound = *b;
+  if (cfg_.norm == ScreenConfig::Norm::kAdaptive && v.norm > v.bound) {
+    // A suspect: held until the chunk closes, refused only if the copies
+    // over the bound are not most of the chunk's (judge_suspects).
+    v.verdict = Verdict::kDeferred;
+    return v;
+  }
+  return over_bound(v, values, n);
+}
+
+std::vector<CopyVerdict> UpdateScreen::judge_suspects(std::vector<HeldCopy>& held,
+                                                      size_t copies) const {
+  std::vector<CopyVerdict> out;
+  out.reserve(held.size());
+  const bool stale = held.size() * 2 > copies;
+  for (HeldCopy& h : held) {
+    CopyVerdict v;
+    v.norm = h.norm;
+    v.bound = h.bound;
+    if (stale) {
+      v.reason = "L2 norm " + number(h.norm) + " over the bound " + number(h.bound) + ", as " +
+                 std::to_string(held.size()) + " of the chunk's " + std::to_string(copies) +
+                 " copies are: the bound is stale, accepted";
+    } else {
+      v = over_bound(v, h.values.data(), static_cast<uint32_t>(h.values.size()));
+    }
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+std::vector<CopyVerdict> UpdateScreen::judge_held(std::vector<HeldCopy>& held) const {
+  std::vector<double> norms;
+  norms.reserve(held.size());
+  for (const HeldCopy& h : held) norms.push_back(h.norm);
+  const double median = lower_median_of(norms);
+  std::vector<CopyVerdict> out;
+  out.reserve(held.size());
+  for (HeldCopy& h : held) {
+    CopyVerdict v;
+    v.norm = h.norm;
+    if (median > 0) {
+      v.bound = cfg_.factor * median;
+      v = over_bound(v, h.values.data(), static_cast<uint32_t>(h.values.size()));
+    }
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+void UpdateScreen::remember(uint64_t round, uint32_t chunk, double norm) {
+  if (cfg_.norm != ScreenConfig::Norm::kAdaptive || !std::isfinite(norm)) return;
+  std::vector<Remembered>& h = history_.at(chunk);
+  // Rounds no later round's bound can reach are forgotten.
+  h.erase(std::remove_if(h.begin(), h.end(),
+                         [&](const Remembered& r) { return r.round + cfg_.window < round; }),
+          h.end());
+  auto it = std::find_if(h.begin(), h.end(), [&](const Remembered& r) { return r.round == round; });
+  if (it == h.end()) {
+    h.push_back({round, {}});
+    it = h.end() - 1;
+  }
+  it->norms.push_back(norm);
+}
+
+}  // namespace fedwan::aggregation
