@@ -19,6 +19,7 @@ LAYERS = [
     ("tensor",),
     ("codec",),
     ("wire",),
+    ("privacy",),
     ("aggregation",),
     ("topology",),
     ("security",),
@@ -38,6 +39,7 @@ PUBLIC = {
     "export.hpp": "common",  # FEDWAN_API: visibility, used by every layer
     "codec.hpp": "codec",
     "outer_optimizer.hpp": "aggregation",
+    "privacy.hpp": "privacy",
     "topology.hpp": "topology",
     "security.hpp": "security",
     "node_options.hpp": "node",  # NodeOptions: the base of SiteOptions, AggregatorOptions

@@ -35,8 +35,10 @@ if ! "$VENV/bin/python" -c "import torch" >/dev/null 2>&1; then
   mkdir -p "$(dirname "$VENV")"
   "$PYTHON" -m venv "$VENV"
 fi
-if ! "$VENV/bin/python" -c "import torch, numpy, pytest, mypy" >/dev/null 2>&1; then
-  "$VENV/bin/pip" install -q --disable-pip-version-check "$SPEC" numpy pytest mypy
+# dp-accounting: the reference the privacy accountant is checked against
+# (bindings/python/tests/test_privacy.py).
+if ! "$VENV/bin/python" -c "import torch, numpy, pytest, mypy, dp_accounting" >/dev/null 2>&1; then
+  "$VENV/bin/pip" install -q --disable-pip-version-check "$SPEC" numpy pytest mypy dp-accounting
 fi
 TORCH_VERSION=$("$VENV/bin/python" -c "import torch; print(torch.__version__)")
 PREFIX=$("$VENV/bin/python" -c "import torch; print(torch.utils.cmake_prefix_path)")

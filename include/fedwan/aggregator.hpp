@@ -88,6 +88,11 @@ struct FEDWAN_API AggregatorSummary {
   // aggregation") or clipped to the norm bound.
   uint64_t refused_copies = 0;
   uint64_t clipped_copies = 0;
+  // Differential privacy (docs/security.md, "Differential privacy"): the
+  // epsilon spent by the rounds run (at the topology's delta; 0 when off),
+  // and the sites' copies this node clipped to the privacy bound.
+  double privacy_epsilon = 0;
+  uint64_t privacy_clipped = 0;
   uint64_t checkpoints_written = 0;
   uint64_t replicas_stored = 0;   // children's checkpoints kept (and, standby, the root's)
   uint64_t replica_bytes = 0;     // their bytes (not in the round reports' traffic)

@@ -111,6 +111,27 @@ struct FEDWAN_API AggregationSpec {
   NormBoundSpec norm_bound;
 };
 
+// Differential privacy at the site level: a site's whole data is the unit
+// protected (docs/security.md, "Differential privacy"). In the digest where
+// not the default.
+struct FEDWAN_API PrivacySpec {
+  // "off"; "central": the aggregator that receives a site's update clips it
+  // to `clip` (L2, the whole update), and the root puts discrete Gaussian
+  // noise of z x clip x the largest site weight on the weighted sum;
+  // "local": each site clips its own update and puts noise of z x 2 clip on
+  // it before it is encoded.
+  std::string mode = "off";
+  double clip = 0;  // > 0 when on
+  // z: the noise's standard deviation over the sensitivity. 0: chosen so
+  // that the federation's rounds spend `target_epsilon`.
+  double noise_multiplier = 0;
+  double target_epsilon = 0;
+  double delta = 1e-5;  // (0, 1)
+  // 0: none. Else the federation ends after the last round whose
+  // cumulated epsilon stays within it (fewer than `rounds` if need be).
+  double epsilon_budget = 0;
+};
+
 struct FEDWAN_API FederationSpec {
   uint64_t rounds = 10;
   uint64_t inner_steps = 50;  // H
@@ -150,6 +171,7 @@ struct FEDWAN_API FederationSpec {
   uint64_t streams = 1;
   // Every aggregator's rule (in the digest when not the default).
   AggregationSpec aggregation;
+  PrivacySpec privacy;
 };
 
 // An admin's signature of a topology version (top-level `signature:` key):
@@ -187,6 +209,9 @@ class FEDWAN_API Topology {
   // building a new one (Topology::build) so every check runs again.
   const FederationSpec& federation() const { return federation_; }
   const PolicySpec& policy() const { return policy_; }
+  // The rounds the federation runs: federation.rounds, or fewer when
+  // federation.privacy's epsilon_budget ends it sooner.
+  uint64_t rounds_to_run() const;
   const std::vector<NodeSpec>& nodes() const { return nodes_; }
   const NodeSpec& node(const std::string& id) const;  // throws ConfigError: not in topology
   const NodeSpec* find(const std::string& id) const;  // nullptr when absent

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "fedwan/error.hpp"
+#include "privacy/gaussian_mechanism.hpp"
 
 namespace fedwan::aggregation {
 
@@ -50,6 +51,13 @@ void RoundAccumulator::add_child(uint32_t sender) {
   expected_.push_back(false);
   seen_.emplace_back(plan_.count(), false);
   delivered_.push_back(0);
+}
+
+void RoundAccumulator::clip_copies_of(uint32_t sender, double whole_bound) {
+  if (!(whole_bound > 0) || !std::isfinite(whole_bound)) {
+    throw ConfigError("a privacy clip must be finite and > 0");
+  }
+  clip_[sender] = whole_bound;
 }
 
 int RoundAccumulator::child_slot(uint32_t sender) const {
@@ -98,14 +106,22 @@ RoundAccumulator::Result RoundAccumulator::add(uint64_t round, uint32_t sender, 
   CopyVerdict v = screen_.judge(round, chunk, static_cast<uint32_t>(slot), digest, scratch_.data(),
                                 element_count);
   if (v.verdict == Verdict::kRefused) return refuse(acc, slot, chunk, weight, v);
+  double norm = v.norm;  // of the values the rule gets
+  if (auto it = clip_.find(sender); it != clip_.end()) {
+    const double share = privacy::chunk_share(it->second, element_count, plan_.total());
+    if (privacy::clip_l2(scratch_.data(), element_count, share) < 1) {
+      privacy_clipped_ += 1;
+      norm = std::min(norm, share);
+    }
+  }
   acc.valued += 1;
   if (v.verdict == Verdict::kDeferred) {
-    acc.held.push_back({static_cast<uint32_t>(slot), weight, v.norm, scratch_, v.bound});
+    acc.held.push_back({static_cast<uint32_t>(slot), weight, norm, scratch_, v.bound});
   } else {
     if (!acc.combiner) acc.combiner = rule_->begin_chunk(element_count, children_.size());
     acc.combiner->add(static_cast<uint32_t>(slot), scratch_.data(), weight);
     acc.added.emplace_back(static_cast<uint32_t>(slot), weight);
-    screen_.remember(round, chunk, v.verdict == Verdict::kClipped ? v.bound : v.norm);
+    screen_.remember(round, chunk, v.verdict == Verdict::kClipped ? std::min(v.bound, norm) : norm);
   }
   acc.weight += weight;
   return deliver(slot, chunk, {AddOutcome::kAccepted, false, v});

@@ -100,6 +100,15 @@ class RoundAccumulator {
   // be taken yet.
   ChunkSum take(uint32_t chunk);
 
+  // Differential privacy, central mode (docs/security.md, "Differential
+  // privacy"): every copy `sender` (a site) sends is clipped, after the
+  // screen, to its chunk's share of `whole_bound` (privacy::chunk_share), so
+  // the site's whole update has at most that L2 norm. Not a verdict: counted
+  // in privacy_clipped().
+  void clip_copies_of(uint32_t sender, double whole_bound);
+  // Copies scaled down by the privacy clip since this accumulator was made.
+  uint64_t privacy_clipped() const { return privacy_clipped_; }
+
   // A child added while the federation runs (a new topology version): not
   // expected in the open round; every round it is opened with after.
   // Adding one already there does nothing.
@@ -172,6 +181,8 @@ class RoundAccumulator {
   std::unordered_map<uint32_t, Inflight> inflight_;
   std::vector<bool> taken_;
   uint32_t chunks_done_ = 0;
+  std::unordered_map<uint32_t, double> clip_;  // sender -> whole-update L2 bound
+  uint64_t privacy_clipped_ = 0;
 };
 
 // out[i] = sum[i] / weight, rounded the same way everywhere.

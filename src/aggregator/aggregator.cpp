@@ -27,6 +27,7 @@
 #include "fedwan/codec.hpp"
 #include "fedwan/error.hpp"
 #include "fedwan/outer_optimizer.hpp"
+#include "fedwan/privacy.hpp"
 #include "node/node_frames.hpp"
 #include "security/noise_filter.hpp"
 
@@ -135,6 +136,11 @@ AggregatorSummary Aggregator::Impl::run() {
   summary_.handshake_ms = security_->handshake_ms();
   security_->tick(/*all=*/true);
   summary_.alarms = security_->alarms();
+  if (cfg_.privacy.on()) {
+    summary_.privacy_epsilon = gaussian_epsilon(cfg_.privacy.noise_multiplier,
+                                                std::min(round_, cfg_.rounds), cfg_.privacy.delta);
+  }
+  if (acc_) summary_.privacy_clipped = acc_->privacy_clipped();
   role_->summarize(summary_);  // the root's final model
   return summary_;
 }

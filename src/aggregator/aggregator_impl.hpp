@@ -197,6 +197,7 @@ class Aggregator::Impl {
   void round_metrics(double seconds);
   // The children's families, and their entries in the status.
   nlohmann::json children_metrics(Clock::time_point now);
+  nlohmann::json privacy_metrics(metrics::MetricsRegistry& m);
   const char* phase_name() const;
 
   // Cost records (aggregator_costs.cpp).
@@ -247,6 +248,7 @@ class Aggregator::Impl {
   void clear_outbox(const Child& c);
   void send_done(uint64_t rounds);
   void init_model_state(uint64_t total_elements);
+  void clip_children_copies(uint32_t idx);
 
   AggregatorOptions opt_;
   const Topology& topo_;

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "aggregator/aggregator_impl.hpp"
+#include "aggregator/privacy_noise.hpp"
 #include "aggregator/role.hpp"
 #include "metrics/metrics_registry.hpp"
 #include "node/node_metrics.hpp"
@@ -100,7 +101,35 @@ void Aggregator::Impl::update_metrics() {
                            {"checkpoint_age_s", std::isnan(ckpt_age) ? nlohmann::json(nullptr)
                                                                      : nlohmann::json(ckpt_age)},
                            {"children", children}};
+  if (cfg_.privacy.on()) status["privacy"] = privacy_metrics(m);
   served.publish_status(status.dump());
+}
+
+// Differential privacy: what the rounds so far spent, the same figures at
+// every aggregator (the root's report and audit have them per round).
+nlohmann::json Aggregator::Impl::privacy_metrics(metrics::MetricsRegistry& m) {
+  const std::string& me = self_.id;
+  nlohmann::json p = aggregator::privacy_spent(cfg_, round_);
+  p["clipped_copies"] = acc_ ? acc_->privacy_clipped() : 0;
+  m.gauge("fedwan_privacy_epsilon",
+          "Epsilon spent by the rounds so far (at fedwan_privacy_delta; site-level DP).", {"node"})
+      .with({me})
+      .set(p["epsilon"].get<double>());
+  m.gauge("fedwan_privacy_delta", "The delta of fedwan_privacy_epsilon.", {"node"})
+      .with({me})
+      .set(cfg_.privacy.delta);
+  m.gauge("fedwan_privacy_epsilon_budget", "The privacy budget (0: none).", {"node"})
+      .with({me})
+      .set(cfg_.privacy.epsilon_budget);
+  m.gauge("fedwan_privacy_noise_multiplier", "Noise standard deviation over the sensitivity.",
+          {"node"})
+      .with({me})
+      .set(cfg_.privacy.noise_multiplier);
+  raise_to(m.counter("fedwan_privacy_clipped_copies_total",
+                     "Sites' copies of a chunk this node clipped to the privacy bound.", {"node"})
+               .with({me}),
+           acc_ ? acc_->privacy_clipped() : 0);
+  return p;
 }
 
 nlohmann::json Aggregator::Impl::children_metrics(Clock::time_point now) {

@@ -131,6 +131,17 @@ void Aggregator::Impl::init_model_state(uint64_t total_elements) {
   std::vector<uint32_t> ids;
   for (uint32_t idx : self_.children) ids.push_back(idx);
   acc_.emplace(*model_.plan, ids, cfg_.rule, cfg_.screen);
+  for (uint32_t idx : ids) clip_children_copies(idx);
+}
+
+// Central differential privacy: the aggregator a site sends to clips it. A
+// region's copy, a weighted mean of clipped updates, is within the clip
+// already: bounded there too (with room for float rounding), so not even a
+// dishonest region can put a sum beyond the noise's lattice.
+void Aggregator::Impl::clip_children_copies(uint32_t idx) {
+  if (cfg_.privacy.mode != node::NodeConfig::Privacy::Mode::kCentral || !acc_) return;
+  const bool site = topo_.node(idx).role == fedwan::Role::kSite;
+  acc_->clip_copies_of(idx, cfg_.privacy.clip * (site ? 1.0 : 1.0 + 1e-6));
 }
 
 }  // namespace fedwan

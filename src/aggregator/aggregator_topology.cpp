@@ -96,6 +96,7 @@ void Aggregator::Impl::adopt_topology(Topology next) {
     // Like a late_join site: not waited for until it comes; a newcomer then.
     add_child(idx, /*late=*/true);
     if (acc_) acc_->add_child(idx);
+    clip_children_copies(idx);
   }
   for (uint32_t idx : change.removed) {
     removed.push_back(topo_.node(idx).id);

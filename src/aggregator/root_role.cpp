@@ -31,6 +31,9 @@ Aggregator::Impl::RootRole::RootRole(Impl& node) : Role(node) {
   held_ = global_;
   model_digest_ = sha256(global_.data(), global_.size() * sizeof(float));
   outer_ = make_outer_optimizer(n_.cfg_.outer, global_.size());
+  if (n_.cfg_.privacy.mode == node::NodeConfig::Privacy::Mode::kCentral) {
+    noise_ = std::make_unique<aggregator::CentralNoise>(n_.cfg_.privacy, global_.size());
+  }
 }
 
 // ---- the round protocol ----------------------------------------------------------
@@ -59,8 +62,12 @@ void Aggregator::Impl::RootRole::chunk_complete(uint32_t chunk) {
   const uint32_t n = n_.model_.plan->size(chunk);
   std::vector<uint8_t> payload(n_.cfg_.codec->encoded_size(n));
   // A chunk whose every copy was refused keeps its values (and its
-  // optimizer state) this round.
-  if (!cs.mean.empty()) outer_->step(global_.data() + off, cs.mean.data(), off, n);
+  // optimizer state) this round. Central privacy: the noise goes on the sum
+  // before anything else sees it.
+  if (!cs.mean.empty()) {
+    if (noise_) noise_->apply(cs.mean.data(), n, cs.weight, aggregator::max_site_weight(n_.topo_));
+    outer_->step(global_.data() + off, cs.mean.data(), off, n);
+  }
   cs.mean.resize(n);
   // Send what the children need to move from `held` to the new global
   // model; `held` then advances by exactly what they decode, so whatever
@@ -74,8 +81,8 @@ void Aggregator::Impl::RootRole::chunk_complete(uint32_t chunk) {
                          *n_.model_.plan, chunk, n_.cfg_.codec->id());
   const Frame frame = std::make_shared<const std::vector<uint8_t>>(node::make_frame(h, payload));
   n_.book_.report(n_.round_).weight = cs.weight;
-  if (n_.acc_->round_complete()) {
-    held_back_.emplace(frame, h);  // sent once the round's checkpoint is durable
+  if (n_.acc_->round_complete() || noise_) {
+    held_back_.emplace_back(frame, h);  // sent once the round's checkpoint is durable
     return;
   }
   n_.anchors_.next.emplace_back(frame, h);
@@ -98,7 +105,8 @@ void Aggregator::Impl::RootRole::round_closed(Clock::time_point now, double secs
   n_.round_ += 1;
   n_.save_checkpoint();
   n_.start_upload();
-  const bool wait_for_standby = held_back_ && standby_awaited() && n_.uploading();
+  committed_ = true;
+  const bool wait_for_standby = !held_back_.empty() && standby_awaited() && n_.uploading();
   if (wait_for_standby) {
     held_since_ = Clock::now();
   } else {
@@ -106,8 +114,9 @@ void Aggregator::Impl::RootRole::round_closed(Clock::time_point now, double secs
     release_held_back();
   }
   if (n_.opt_.on_model) n_.opt_.on_model(finished, global_);
+  audit_privacy(finished);
   if (n_.round_ == n_.cfg_.rounds) {
-    if (held_back_) {
+    if (!held_back_.empty()) {
       done_pending_ = true;  // after the last chunk
     } else {
       n_.send_done(n_.round_);
@@ -123,12 +132,32 @@ void Aggregator::Impl::RootRole::round_closed(Clock::time_point now, double secs
   report(finished);
 }
 
-void Aggregator::Impl::RootRole::release_held_back() {
-  if (!held_back_) return;
-  for (const Child& c : n_.down_.children) {
-    if (c.live && !c.rejoin_pending) n_.send_child(c, held_back_->first, held_back_->second);
+// What the round spent, in the audit log; and the budget's end, said once.
+void Aggregator::Impl::RootRole::audit_privacy(uint64_t finished) {
+  if (!n_.cfg_.privacy.on()) return;
+  nlohmann::json fields = aggregator::privacy_spent(n_.cfg_, n_.round_);
+  fields["round"] = finished;
+  if (noise_) fields["noise_std"] = noise_->sum_std();
+  n_.security_->audit("privacy", fields);
+  if (n_.round_ == n_.cfg_.rounds && n_.cfg_.rounds < n_.cfg_.privacy.topology_rounds) {
+    log().warn("[agg:{}] the privacy budget (epsilon {}) ends the federation after round {} of "
+               "the {} asked: epsilon spent {:.4g}",
+               n_.self_.id, n_.cfg_.privacy.epsilon_budget, finished,
+               n_.cfg_.privacy.topology_rounds, fields["epsilon"].get<double>());
+    n_.security_->audit("privacy_budget_reached", fields);
   }
-  held_back_.reset();
+}
+
+void Aggregator::Impl::RootRole::release_held_back() {
+  if (!committed_) return;
+  committed_ = false;
+  if (held_back_.empty()) return;
+  for (const auto& [frame, h] : held_back_) {
+    for (const Child& c : n_.down_.children) {
+      if (c.live && !c.rejoin_pending) n_.send_child(c, frame, h);
+    }
+  }
+  held_back_.clear();
   if (done_pending_) {
     done_pending_ = false;
     n_.send_done(n_.round_);
@@ -293,7 +322,7 @@ void Aggregator::Impl::RootRole::on_standby_frame(transport::Incoming& in) {
     case wire::MsgType::kCheckpoint:
       if (f.header.flags == wire::kFlagReplicaStored) {
         standby_.acked = f.header.round;
-        if (held_back_ && f.header.round >= n_.round_) release_held_back();
+        if (committed_ && f.header.round >= n_.round_) release_held_back();
       }
       return;
     case wire::MsgType::kReject: {
@@ -318,7 +347,8 @@ void Aggregator::Impl::RootRole::heartbeat(Clock::time_point now) {
     standby_missing("it is not answering");
     open_standby_link();
   }
-  if (held_back_ && (!standby_awaited() || now - held_since_ > n_.cfg_.heartbeat_timeout)) {
+  if (committed_ && !held_back_.empty() &&
+      (!standby_awaited() || now - held_since_ > n_.cfg_.heartbeat_timeout)) {
     standby_missing("it did not confirm the checkpoint of round " + std::to_string(n_.round_));
     release_held_back();
   }

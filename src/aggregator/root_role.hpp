@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "aggregator/privacy_noise.hpp"
 #include "aggregator/role.hpp"
 
 namespace fedwan {
@@ -28,7 +29,7 @@ class Aggregator::Impl::RootRole : public Aggregator::Impl::Role {
   void chunk_complete(uint32_t chunk) override;
   void round_closed(Clock::time_point now, double secs) override;
   void report(uint64_t round) override;
-  bool holds_rejoins() const override { return held_back_.has_value(); }
+  bool holds_rejoins() const override { return !held_back_.empty(); }
   bool end_held_back() const override { return done_pending_; }
   void finished() override;
 
@@ -57,6 +58,7 @@ class Aggregator::Impl::RootRole : public Aggregator::Impl::Role {
   // What a round's last anchor chunk waits for (aggregator/round_wait.hpp).
   bool standby_awaited() const;
   void release_held_back();  // the round's last anchor chunk, once committed
+  void audit_privacy(uint64_t finished);
 
   // The global model, and the model every child holds (global minus what
   // the down-path encoding has not delivered yet).
@@ -65,11 +67,15 @@ class Aggregator::Impl::RootRole : public Aggregator::Impl::Role {
   std::unique_ptr<OuterOptimizer> outer_;
   // The last anchor chunk of a round waits until the round's checkpoint is
   // durable (and held by a live standby), so no child ever holds a round
-  // the root could forget in a crash.
-  std::optional<std::pair<Frame, wire::FrameHeader>> held_back_;
+  // the root could forget in a crash. With central differential privacy
+  // every chunk of the round waits so: a noised round leaves the root once,
+  // never again after a restart with other noise.
+  std::vector<std::pair<Frame, wire::FrameHeader>> held_back_;
+  bool committed_ = false;  // the held chunks' round is committed: they may go
   Clock::time_point held_since_;
-  bool done_pending_ = false;  // kDone waits for the held-back chunk
-  bool corrupt_ = false;       // only corrupt checkpoints; ask the standby
+  std::unique_ptr<aggregator::CentralNoise> noise_;  // central differential privacy
+  bool done_pending_ = false;                        // kDone waits for the held-back chunk
+  bool corrupt_ = false;                             // only corrupt checkpoints; ask the standby
 
   // The link its checkpoints go over, and what the standby acknowledged.
   struct StandbyLink {

@@ -89,6 +89,10 @@ class RootRecord {
                         {"security", s.security_mode},
                         {"handshake_ms", s.handshake_ms},
                         {"alarms", s.alarms}};
+    if (s.privacy_epsilon > 0) {
+      j["privacy_epsilon"] = s.privacy_epsilon;
+      j["privacy_clipped"] = s.privacy_clipped;
+    }
     if (!rows_.empty() && rows_.back().contains("accuracy")) {
       j["final_accuracy"] = rows_.back()["accuracy"];
       j["final_loss"] = rows_.back()["loss"];
@@ -138,7 +142,7 @@ int run_aggregator(const NodeArgs& a) {
   const bool root = o.topology.node(a.node).role == Role::kRoot;
   std::optional<RootRecord> record;
   if (root) {
-    record.emplace(a, o.topology.federation().rounds);
+    record.emplace(a, o.topology.rounds_to_run());
     record->attach(o);
   }
   Aggregator agg(std::move(o));

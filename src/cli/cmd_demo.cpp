@@ -33,6 +33,7 @@
 #include "fedwan/error.hpp"
 #include "fedwan/outer_optimizer.hpp"
 #include "fedwan/topology.hpp"
+#include "topology/privacy_settings.hpp"
 #include "workload/fashion_mnist.hpp"
 #include "workload/fashion_model.hpp"
 
@@ -159,6 +160,30 @@ bool run_nodes(const DemoArgs& a, const DemoPlan& plan, DemoSupervisor& supervis
 
 // The root's report, completed with the baseline, the restarts, the costs
 // and the configuration; printed in short and written to --report.
+// The privacy the run spent (the root's report has the epsilon), in the
+// demo's report and on its last line.
+void add_privacy(nlohmann::json& report, const Topology& topo) {
+  const FederationSpec& fed = topo.federation();
+  if (fed.privacy.mode == "off") return;
+  report["privacy"] = {{"mode", fed.privacy.mode},
+                       {"clip", fed.privacy.clip},
+                       {"delta", fed.privacy.delta},
+                       {"noise_multiplier", topology::privacy_noise_multiplier(fed)},
+                       {"rounds", topo.rounds_to_run()},
+                       {"epsilon", report.value("privacy_epsilon", 0.0)}};
+}
+
+void print_privacy(const nlohmann::json& report) {
+  if (!report.contains("privacy")) return;
+  const nlohmann::json& p = report["privacy"];
+  std::printf("privacy: %s, epsilon %.4g at delta %.3g over %llu rounds (noise multiplier %.4g, "
+              "clip %.4g)\n",
+              p["mode"].get<std::string>().c_str(), p["epsilon"].get<double>(),
+              p["delta"].get<double>(),
+              static_cast<unsigned long long>(p["rounds"].get<uint64_t>()),
+              p["noise_multiplier"].get<double>(), p["clip"].get<double>());
+}
+
 void report_demo(const DemoArgs& a, const DemoPlan& plan, const Placement& place,
                  DemoSupervisor& supervisor, Clock::time_point t0) {
   const double fed_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -186,7 +211,9 @@ void report_demo(const DemoArgs& a, const DemoPlan& plan, const Placement& place
   report["wall_seconds"] = wall;
   report["federation_seconds"] = fed_seconds;
   report["configuration"] = demo_configuration(a, plan.topology, place.cuda(), plan.dir);
+  add_privacy(report, plan.topology);
   print_federation_summary(report, fed_seconds, wall);
+  print_privacy(report);
   if (!a.report.empty()) {
     std::ofstream(a.report) << report.dump(2) << "\n";
     std::cout << "report written to " << a.report << std::endl;

@@ -186,6 +186,17 @@ void print_tree(const Topology& topo, const std::map<std::string, NodeView>& vie
     out += "  copies refused " + std::to_string(seen->refused.value_or(0)) + ", clipped " +
            std::to_string(seen->clipped.value_or(0));
   }
+  if (n.role == Role::kRoot && s && s->privacy_epsilon) {
+    char p[160];
+    std::snprintf(p, sizeof p, "  privacy: epsilon %.4g spent at delta %.3g", *s->privacy_epsilon,
+                  s->privacy_delta.value_or(0));
+    out += p;
+    if (s->privacy_budget.value_or(0) > 0) {
+      std::snprintf(p, sizeof p, " (budget %.4g)", *s->privacy_budget);
+      out += p;
+    }
+    if (s->privacy_mode) out += ", " + shown(*s->privacy_mode);
+  }
   if (n.role == Role::kSite && s) {
     out += "  sent " + bytes_text(s->bytes_sent.value_or(0)) + ", received " +
            bytes_text(s->bytes_received.value_or(0));

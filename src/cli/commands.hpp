@@ -75,6 +75,7 @@ struct DemoArgs {
   std::string codec = "fp16";
   std::string outer = "diloco";
   std::string aggregation;  // --aggregation KEY=VALUE,... (cli/demo_flags.hpp)
+  std::string privacy;      // --privacy KEY=VALUE,... (cli/demo_flags.hpp)
   uint64_t chunk_bytes = 1 << 20;
   bool no_baseline = false;
   std::string report;

@@ -6,20 +6,24 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <functional>
+#include <string>
 
 #include "aggregation/aggregation_rule.hpp"
 #include "cli/validators.hpp"
 #include "fedwan/error.hpp"
 #include "topology/aggregation_settings.hpp"
+#include "topology/privacy_settings.hpp"
 
 namespace fedwan::cli {
 namespace {
 
-double number_value(const std::string& key, const std::string& v) {
+double number_value(const std::string& key, const std::string& v,
+                    const char* flag = "--aggregation") {
   char* end = nullptr;
   const double d = std::strtod(v.c_str(), &end);
   if (v.empty() || end != v.c_str() + v.size() || !std::isfinite(d)) {
-    throw ConfigError("--aggregation " + key + "=" + v + ": not a number");
+    throw ConfigError(std::string(flag) + " " + key + "=" + v + ": not a number");
   }
   return d;
 }
@@ -60,6 +64,40 @@ void set_aggregation(AggregationSpec& a, const std::string& key, const std::stri
     b.action = v;
   else
     throw ConfigError("--aggregation: unknown key '" + key + "'");
+}
+
+void set_privacy(PrivacySpec& p, const std::string& key, const std::string& v) {
+  if (key == "mode")
+    p.mode = v;
+  else if (key == "clip")
+    p.clip = number_value(key, v, "--privacy");
+  else if (key == "noise_multiplier")
+    p.noise_multiplier = number_value(key, v, "--privacy");
+  else if (key == "target_epsilon")
+    p.target_epsilon = number_value(key, v, "--privacy");
+  else if (key == "delta")
+    p.delta = number_value(key, v, "--privacy");
+  else if (key == "epsilon_budget")
+    p.epsilon_budget = number_value(key, v, "--privacy");
+  else
+    throw ConfigError("--privacy: unknown key '" + key + "'");
+}
+
+// KEY=VALUE pairs, comma separated, each handed to `set`.
+template <typename Set>
+void key_values(const std::string& text, const char* flag, Set set) {
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find(',', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string item = text.substr(start, end - start);
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      throw ConfigError(std::string(flag) + " '" + item + "': use KEY=VALUE");
+    }
+    set(item.substr(0, eq), item.substr(eq + 1));
+    start = end + 1;
+  }
 }
 
 // The federation's shape and its rounds.
@@ -121,6 +159,19 @@ void add_metrics_flags(CLI::App& cmd, DemoArgs& a) {
       ->capture_default_str();
 }
 
+// A flag's check: the parse's ConfigError message, or "" when it parses.
+template <typename Result>
+std::function<std::string(const std::string&)> parsed_by(Result (*parse)(const std::string&)) {
+  return [parse](const std::string& text) {
+    try {
+      parse(text);
+      return std::string();
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+  };
+}
+
 // How updates go up and anchors come down.
 void add_sync_flags(CLI::App& cmd, DemoArgs& a) {
   cmd.add_option("--codec", a.codec, "delta codec: fp32, fp16, bf16, int8")->capture_default_str();
@@ -135,14 +186,13 @@ void add_sync_flags(CLI::App& cmd, DemoArgs& a) {
                  "replay_window, norm_bound.mode (adaptive|absolute|off), norm_bound.factor, "
                  "norm_bound.window, norm_bound.bound, norm_bound.action (refuse|clip); e.g. "
                  "norm_bound.mode=off (docs/topology.md, \"Aggregation\")")
-      ->check([](const std::string& text) {
-        try {
-          aggregation_settings(text);
-          return std::string();
-        } catch (const ConfigError& e) {
-          return std::string(e.what());
-        }
-      });
+      ->check(parsed_by(aggregation_settings));
+  cmd.add_option("--privacy", a.privacy,
+                 "site-level differential privacy: KEY=VALUE,... with keys mode (central|local), "
+                 "clip, noise_multiplier or target_epsilon, delta (default 1e-5), epsilon_budget; "
+                 "e.g. mode=central,clip=1,target_epsilon=3 (docs/security.md, \"Differential "
+                 "privacy\")")
+      ->check(parsed_by(privacy_settings));
 }
 
 // The processes of a site and where they train.
@@ -187,23 +237,27 @@ void add_link_flags(CLI::App& cmd, DemoArgs& a) {
 
 AggregationSpec aggregation_settings(const std::string& text) {
   AggregationSpec a;
-  size_t start = 0;
-  while (start < text.size()) {
-    size_t end = text.find(',', start);
-    if (end == std::string::npos) end = text.size();
-    const std::string item = text.substr(start, end - start);
-    const size_t eq = item.find('=');
-    if (eq == std::string::npos || eq == 0) {
-      throw ConfigError("--aggregation '" + item + "': use KEY=VALUE");
-    }
-    set_aggregation(a, item.substr(0, eq), item.substr(eq + 1));
-    start = end + 1;
-  }
+  key_values(text, "--aggregation",
+             [&](const std::string& k, const std::string& v) { set_aggregation(a, k, v); });
   if (!aggregation::has_rule(a.rule)) {
     throw ConfigError("--aggregation: unknown rule '" + a.rule + "'");
   }
   if (auto why = topology::aggregation_problem(a)) throw ConfigError("--aggregation: " + *why);
   return a;
+}
+
+PrivacySpec privacy_settings(const std::string& text) {
+  PrivacySpec p;
+  key_values(text, "--privacy",
+             [&](const std::string& k, const std::string& v) { set_privacy(p, k, v); });
+  // The checks that need no tree (the tree's are the topology's).
+  FederationSpec f;
+  f.privacy = p;
+  f.codec = "fp32";
+  if (auto why = topology::privacy_problem(f, /*regions=*/false)) {
+    throw ConfigError("--privacy: " + *why);
+  }
+  return p;
 }
 
 void add_demo_flags(CLI::App& cmd, DemoArgs& a) {

@@ -15,6 +15,10 @@ namespace fedwan::cli {
 // ConfigError naming the bad key or value; the result passes the
 // topology's own checks.
 AggregationSpec aggregation_settings(const std::string& text);
+// --privacy: KEY=VALUE pairs over the defaults of federation.privacy (mode,
+// clip, noise_multiplier, target_epsilon, delta, epsilon_budget); checked
+// as the topology checks them, but for the tree's own rules.
+PrivacySpec privacy_settings(const std::string& text);
 
 // Every flag of the demo, the workload's included, each bound to its field
 // of `a` (which must outlive `cmd`'s parsing and callback).

@@ -43,6 +43,7 @@ Topology demo_topology(const DemoArgs& a, const std::vector<double>& weights,
   fed.chunk_bytes = a.chunk_bytes;
   fed.outer.name = a.outer;
   fed.aggregation = aggregation_settings(a.aggregation);
+  fed.privacy = privacy_settings(a.privacy);
   auto endpoint = [&](int k) {
     const int port = a.base_port > 0 ? a.base_port + k : free_port();
     return "tcp://127.0.0.1:" + std::to_string(port);

@@ -63,6 +63,12 @@ class FieldReader {
     if (v->is_array()) return v;
     return wrong(key, *v, "an array"), nullptr;
   }
+  const json* object(const char* key) {
+    const json* v = find(key);
+    if (!v) return nullptr;
+    if (v->is_object()) return v;
+    return wrong(key, *v, "an object"), nullptr;
+  }
 
  private:
   const json* find(const char* key) const {
@@ -123,6 +129,13 @@ StatusReading read_node_status(const std::string& body, const std::string& node_
   s.bytes_sent = f.count("bytes_sent");
   s.bytes_received = f.count("bytes_received");
   s.paused = f.flag("paused").value_or(false);
+  if (const json* privacy = f.object("privacy")) {
+    FieldReader pf(*privacy, "privacy's ", &problem);
+    s.privacy_epsilon = pf.number("epsilon");
+    s.privacy_delta = pf.number("delta");
+    s.privacy_budget = pf.number("epsilon_budget");
+    s.privacy_mode = pf.text("mode");
+  }
   if (const json* children = f.list("children")) {
     for (const json& c : *children) {
       if (!problem.empty()) break;

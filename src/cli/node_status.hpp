@@ -35,6 +35,12 @@ struct NodeStatus {
   std::optional<uint64_t> bytes_received;
   bool paused = false;
   std::vector<ChildSeen> children;
+  // Differential privacy (an aggregator's "privacy" object): the epsilon
+  // its rounds spent, at `privacy_delta`, and the budget (0: none).
+  std::optional<double> privacy_epsilon;
+  std::optional<double> privacy_delta;
+  std::optional<double> privacy_budget;
+  std::optional<std::string> privacy_mode;
 };
 
 struct StatusReading {

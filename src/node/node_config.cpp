@@ -5,6 +5,7 @@
 
 #include "fedwan/error.hpp"
 #include "topology/aggregation_settings.hpp"
+#include "topology/privacy_settings.hpp"
 
 namespace fedwan::node {
 namespace {
@@ -47,7 +48,17 @@ NodeConfig::NodeConfig(const Topology& topology, const NodeSpec& self,
   const FederationSpec& fed = topology.federation();
   codec = &codec_by_name(fed.codec);
   chunk_bytes = fed.chunk_bytes;
-  rounds = fed.rounds;
+  rounds = topology::rounds_run(fed);
+  privacy.mode = fed.privacy.mode == "central" ? Privacy::Mode::kCentral
+                 : fed.privacy.mode == "local" ? Privacy::Mode::kLocal
+                                               : Privacy::Mode::kOff;
+  if (privacy.on()) {
+    privacy.clip = fed.privacy.clip;
+    privacy.noise_multiplier = topology::privacy_noise_multiplier(fed);
+    privacy.delta = fed.privacy.delta;
+    privacy.epsilon_budget = fed.privacy.epsilon_budget;
+  }
+  privacy.topology_rounds = fed.rounds;
   inner_steps = fed.inner_steps;
   quorum = fed.quorum;
   replica_every = fed.replica_every;

@@ -52,6 +52,17 @@ struct NodeConfig {
   // How an aggregator combines its children's chunks; never null.
   std::shared_ptr<const aggregation::AggregationRule> rule;
   aggregation::ScreenConfig screen;  // what every copy is checked for first
+  // Differential privacy (federation.privacy, topology/privacy_settings.hpp):
+  // the same on every node. `rounds` above is already what the budget allows.
+  struct Privacy {
+    enum class Mode : uint8_t { kOff, kCentral, kLocal } mode = Mode::kOff;
+    double clip = 0;              // L2 bound on a site's whole update per round
+    double noise_multiplier = 0;  // z of every round
+    double delta = 0;
+    double epsilon_budget = 0;     // 0: none
+    uint64_t topology_rounds = 0;  // federation.rounds (the budget may end it sooner)
+    bool on() const { return mode != Mode::kOff; }
+  } privacy;
 
   // Before the model's size is known; see limits_for_model.
   wire::FrameLimits limits;

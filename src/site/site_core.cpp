@@ -61,6 +61,14 @@ SiteCore::Impl::Impl(SiteOptions options, float* p, size_t n)
                       ", not a site; run it with `fedwan aggregator`");
   }
   if (params == nullptr) throw ConfigError("site '" + self.id + "': no parameter buffer");
+  if (cfg.privacy.mode == node::NodeConfig::Privacy::Mode::kLocal) {
+    if (opt.update_encoder) {
+      throw ConfigError("site '" + self.id +
+                        "': local differential privacy noises the update on the host; it "
+                        "cannot use an UpdateEncoder (fedwan::Site installs none then)");
+    }
+    local_privacy = std::make_unique<site::LocalPrivacy>(cfg.privacy, n);
+  }
   initial_digest = sha256(params, n * sizeof(float));
   security = std::make_unique<node::NodeSecurity>(opt.security, topo, self);
   transport = transport::make_transport(topo.node(self.parent_index).endpoint);

@@ -28,6 +28,7 @@
 #include "security/sealing_pipeline.hpp"
 #include "session/uplink.hpp"
 #include "site/anchor_assembly.hpp"
+#include "site/local_privacy.hpp"
 #include "tensor/chunk_plan.hpp"
 #include "topology/participation_window.hpp"
 #include "transport/links.hpp"
@@ -70,6 +71,7 @@ class SiteCore::Impl {
   std::array<uint8_t, 32> initial_digest{};
   std::vector<float> anchor;    // the model the federation agreed on for `round`
   std::vector<float> residual;  // error feedback of the deltas sent (lossy codecs)
+  std::unique_ptr<site::LocalPrivacy> local_privacy;  // federation.privacy mode local
   uint64_t round = 0;
   bool joined = false;
   bool finished = false;
@@ -199,6 +201,7 @@ class SiteCore::Impl {
   // The steps of sync().
   void begin_update();
   void send_update(uint64_t start_round, SyncResult* res);
+  void begin_private_update();
   // Sends what the pipeline has sealed until at most `keep` frames are left in it.
   void send_sealed(security::SealingPipeline& sealing, size_t keep, SyncResult* res);
   void update_sent();  // the whole update went out: audited

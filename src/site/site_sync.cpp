@@ -72,6 +72,7 @@ void SiteCore::Impl::send_update(uint64_t start_round, SyncResult* res) {
     bool& active;
     ~SealingFlag() { active = false; }
   } sealing_flag{sealing_active};
+  if (local_privacy) begin_private_update();
   for (uint32_t i = 0; i < plan.count() && round == start_round && !res->resynced; ++i) {
     const uint64_t off = plan.offset(i);
     const uint32_t n = plan.size(i);
@@ -80,6 +81,7 @@ void SiteCore::Impl::send_update(uint64_t start_round, SyncResult* res) {
       opt.update_encoder->encode(*cfg.codec, off, n, lossy, payload.data());
     } else {
       for (uint32_t k = 0; k < n; ++k) delta[k] = anchor[off + k] - work[off + k];
+      if (local_privacy) local_privacy->apply(delta.data(), n);
       cfg.codec->encode(delta.data(), n, lossy ? residual.data() + off : nullptr, payload.data());
     }
     outgoing.encoded_upto = i + 1;
@@ -101,6 +103,19 @@ void SiteCore::Impl::send_update(uint64_t start_round, SyncResult* res) {
   }
   if (sealing) send_sealed(*sealing, 0, res);
   incoming.progressed(Clock::now());
+}
+
+// Local differential privacy: the round's update is clipped and noised once,
+// chunk by chunk as it is encoded; the audit log holds one release a round
+// (a site restarted mid-round releases that round again: docs/security.md).
+void SiteCore::Impl::begin_private_update() {
+  local_privacy->begin(anchor.data(), work, plan.total());
+  security->audit("privacy_release", {{"round", round},
+                                      {"mode", "local"},
+                                      {"clipped", local_privacy->scale() < 1},
+                                      {"clip", cfg.privacy.clip},
+                                      {"noise_multiplier", cfg.privacy.noise_multiplier},
+                                      {"noise_std", local_privacy->noise_std()}});
 }
 
 void SiteCore::Impl::send_sealed(security::SealingPipeline& sealing, size_t keep, SyncResult* res) {

@@ -65,6 +65,7 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <utility>
 
 #include "common/atomic_file.hpp"
 #include "common/errno_text.hpp"
@@ -72,6 +73,7 @@
 #include "common/sha256.hpp"
 #include "fedwan/codec.hpp"
 #include "fedwan/error.hpp"
+#include "topology/privacy_settings.hpp"
 #include "topology/topology_internal.hpp"
 
 namespace fedwan {
@@ -98,7 +100,7 @@ const std::vector<std::string> kFederationKeys = {
     "rounds",         "inner_steps",     "codec",         "chunk_bytes",         "round_timeout_s",
     "quorum",         "deadline_s",      "heartbeat_s",   "heartbeat_timeout_s", "replica_every",
     "tcp_congestion", "outer_optimizer", "overlap_steps", "socket_buffer_bytes", "streams",
-    "aggregation"};
+    "aggregation",    "privacy"};
 // "name" and every hyper-parameter some optimizer takes (which one takes
 // which is the optimizer's rule, checked in validate_federation).
 std::vector<std::string> outer_keys() {
@@ -130,6 +132,24 @@ std::string read_tcp_congestion(const YamlReader& r, const YAML::Node& v, const 
   const std::string why = topology_detail::tcp_congestion_problem(name);
   if (!why.empty()) r.fail(v, ctx, why);
   return name;
+}
+
+PrivacySpec read_privacy(const YamlReader& r, const YAML::Node& n) {
+  const std::string ctx = "federation.privacy";
+  PrivacySpec p;
+  r.expect_map(n, ctx);
+  r.check_keys(n, {"mode", "clip", "noise_multiplier", "target_epsilon", "delta", "epsilon_budget"},
+               ctx);
+  if (auto v = n["mode"]) p.mode = r.str(v, ctx, "mode");
+  const std::pair<const char*, double*> numbers[] = {{"clip", &p.clip},
+                                                     {"noise_multiplier", &p.noise_multiplier},
+                                                     {"target_epsilon", &p.target_epsilon},
+                                                     {"delta", &p.delta},
+                                                     {"epsilon_budget", &p.epsilon_budget}};
+  for (const auto& [key, field] : numbers) {
+    if (auto v = n[key]) *field = r.f64(v, ctx, key);
+  }
+  return p;
 }
 
 FederationSpec read_federation(const YamlReader& r, const YAML::Node& n) {
@@ -185,6 +205,7 @@ FederationSpec read_federation(const YamlReader& r, const YAML::Node& n) {
       if (auto v = b["action"]) nb.action = r.str(v, bctx, "action");
     }
   }
+  if (auto p = n["privacy"]) f.privacy = read_privacy(r, p);
   if (auto o = n["outer_optimizer"]) {
     const std::string ctx = "federation.outer_optimizer";
     r.expect_map(o, ctx);
@@ -328,6 +349,12 @@ void Topology::finalize(const std::string& source) {
   topology_detail::attach_children(nodes_, fail);
   // Residency across the tree, now that parents and children are known.
   if (auto why = topology_detail::residency_tree_problem(*this)) fail(*why);
+  const bool regions = std::any_of(nodes_.begin(), nodes_.end(), [](const NodeSpec& s) {
+    return s.role == Role::kRegion && !s.removed;
+  });
+  if (auto why = topology::privacy_problem(federation_, regions)) {
+    fail("federation.privacy: " + *why);
+  }
   job_id_ = topology_detail::job_id_of(job_);
   if (history_.size() + 1 != version_) {
     fail("version " + std::to_string(version_) + " lists " + std::to_string(history_.size()) +
@@ -376,6 +403,8 @@ double Topology::weight_under(uint32_t index) const {
   for (uint32_t i : sites_under(index)) sum += nodes_[i].weight;
   return sum;
 }
+
+uint64_t Topology::rounds_to_run() const { return topology::rounds_run(federation_); }
 
 std::string Topology::digest_hex() const { return to_hex(digest_.data(), digest_.size()); }
 

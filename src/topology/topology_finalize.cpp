@@ -323,6 +323,26 @@ std::string aggregation_lines(const AggregationSpec& a) {
   return c;
 }
 
+// Differential privacy, each field only where not the default.
+std::string privacy_lines(const PrivacySpec& p) {
+  const PrivacySpec d;
+  const std::string k = "federation.privacy.";
+  std::string c;
+  if (p.mode != d.mode) c += k + "mode=" + p.mode + "\n";
+  if (p.clip != d.clip) c += k + "clip=" + format_double(p.clip) + "\n";
+  if (p.noise_multiplier != d.noise_multiplier) {
+    c += k + "noise_multiplier=" + format_double(p.noise_multiplier) + "\n";
+  }
+  if (p.target_epsilon != d.target_epsilon) {
+    c += k + "target_epsilon=" + format_double(p.target_epsilon) + "\n";
+  }
+  if (p.delta != d.delta) c += k + "delta=" + format_double(p.delta) + "\n";
+  if (p.epsilon_budget != d.epsilon_budget) {
+    c += k + "epsilon_budget=" + format_double(p.epsilon_budget) + "\n";
+  }
+  return c;
+}
+
 std::string later_federation_lines(const FederationSpec& f) {
   const FederationSpec defaults;
   std::string c;
@@ -354,7 +374,7 @@ std::string later_federation_lines(const FederationSpec& f) {
   if (f.aggregation.rule != defaults.aggregation.rule) {
     c += "federation.aggregation.rule=" + f.aggregation.rule + "\n";
   }
-  return c + aggregation_lines(f.aggregation);
+  return c + aggregation_lines(f.aggregation) + privacy_lines(f.privacy);
 }
 
 // Residency, standby, tcp_congestion, socket buffer, streams, membership

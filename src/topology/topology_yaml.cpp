@@ -67,6 +67,27 @@ std::string aggregation_yaml(const AggregationSpec& a) {
   return "  aggregation: {" + joined + "}\n";
 }
 
+std::string privacy_yaml(const PrivacySpec& p) {
+  const PrivacySpec d;
+  std::vector<std::string> items;
+  if (p.mode != d.mode) items.push_back("mode: " + quoted(p.mode));
+  if (p.clip != d.clip) items.push_back("clip: " + format_double(p.clip));
+  if (p.noise_multiplier != d.noise_multiplier) {
+    items.push_back("noise_multiplier: " + format_double(p.noise_multiplier));
+  }
+  if (p.target_epsilon != d.target_epsilon) {
+    items.push_back("target_epsilon: " + format_double(p.target_epsilon));
+  }
+  if (p.delta != d.delta) items.push_back("delta: " + format_double(p.delta));
+  if (p.epsilon_budget != d.epsilon_budget) {
+    items.push_back("epsilon_budget: " + format_double(p.epsilon_budget));
+  }
+  if (items.empty()) return "";
+  std::string joined;
+  for (const std::string& item : items) joined += (joined.empty() ? "" : ", ") + item;
+  return "  privacy: {" + joined + "}\n";
+}
+
 std::string federation_yaml(const FederationSpec& f) {
   std::string y = "federation:\n";
   y += "  rounds: " + std::to_string(f.rounds) + "\n";
@@ -86,6 +107,7 @@ std::string federation_yaml(const FederationSpec& f) {
   }
   if (f.streams != 1) y += "  streams: " + std::to_string(f.streams) + "\n";
   y += aggregation_yaml(f.aggregation);
+  y += privacy_yaml(f.privacy);
   y += "  outer_optimizer: {name: " + quoted(f.outer.name);
   for (const auto& [key, value] : f.outer.params) y += ", " + key + ": " + format_double(value);
   return y + "}\n";

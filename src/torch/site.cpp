@@ -121,7 +121,7 @@ Site::Site(SiteOptions options, torch::nn::Module& module, torch::optim::Optimiz
   round_timeout_ = round_timeout_of(options);
   inner_steps_ = options.topology.federation().inner_steps;
   overlap_steps_ = options.topology.federation().overlap_steps;
-  rounds_ = options.topology.federation().rounds;
+  rounds_ = options.topology.rounds_to_run();
   if (flat_.device().is_cuda()) {
     // Pinned: the copies each round go at full bus speed.
     host_ = torch::empty({static_cast<int64_t>(flat_.numel())},
@@ -134,8 +134,10 @@ Site::Site(SiteOptions options, torch::nn::Module& module, torch::optim::Optimiz
   // Only the leader talks to the federation.
   if (ranks_ == nullptr || ranks_->rank() == 0) {
 #if defined(FEDWAN_TORCH_WITH_CUDA)
-    // Overlapped syncs encode a host copy on a worker thread instead.
-    if (host_.defined() && !options.update_encoder && overlap_steps_ == 0) {
+    // Overlapped syncs encode a host copy on a worker thread instead, and
+    // local differential privacy noises the update on the host.
+    if (host_.defined() && !options.update_encoder && overlap_steps_ == 0 &&
+        options.topology.federation().privacy.mode != "local") {
       // The update is computed and encoded on the GPU; only its encoded
       // bytes come to the host (the host copy then serves the federation's
       // anchors, checkpoints and joins).

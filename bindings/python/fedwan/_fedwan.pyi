@@ -10,7 +10,7 @@
 
 import builtins
 import os
-from typing import Callable, Literal, TypedDict
+from typing import Callable, Literal, TypedDict, overload
 
 import numpy
 import numpy.typing as npt
@@ -64,6 +64,19 @@ class _AggregationSettings(TypedDict):
     replay_window: int
     norm_bound: _NormBound
 
+class _PrivacyLoss(TypedDict):
+    epsilon: float
+    delta: float
+    order: float
+
+class _PrivacySettings(TypedDict):
+    mode: Literal["off", "central", "local"]
+    clip: float
+    noise_multiplier: float
+    target_epsilon: float
+    delta: float
+    epsilon_budget: float
+
 class _AggregatorSummary(TypedDict):
     """Aggregator.run()."""
 
@@ -82,6 +95,8 @@ class _AggregatorSummary(TypedDict):
     stale_updates: int
     refused_copies: int
     clipped_copies: int
+    privacy_epsilon: float
+    privacy_clipped: int
     checkpoints_written: int
     replicas_stored: int
     replica_bytes: int
@@ -203,6 +218,8 @@ class FederationSpec(metaclass=_pybind11_type):
     def aggregation_rule(self) -> str: ...
     @property
     def aggregation(self) -> _AggregationSettings: ...
+    @property
+    def privacy(self) -> _PrivacySettings: ...
 
 class Topology(metaclass=_pybind11_type):
     @staticmethod
@@ -217,6 +234,8 @@ class Topology(metaclass=_pybind11_type):
     def federation(self) -> FederationSpec: ...
     @property
     def rounds(self) -> int: ...
+    @property
+    def rounds_to_run(self) -> int: ...
     @property
     def inner_steps(self) -> int: ...
     @property
@@ -354,3 +373,22 @@ def synthetic_local_steps(
     params: _Float32Array, site_index: int, steps: int, seed: int, lr: float = 0.05
 ) -> None: ...
 def synthetic_targets(site_index: int, n: int, seed: int) -> _Float32Array: ...
+
+# -- differential privacy's accountant ------------------------------------------
+
+class PrivacyAccountant(metaclass=_pybind11_type):
+    @overload
+    def __init__(self) -> None: ...
+    @overload
+    def __init__(self, orders: list[float]) -> None: ...
+    def compose_gaussian(self, noise_multiplier: float, count: int = 1) -> None: ...
+    def epsilon(self, delta: float) -> float: ...
+    def loss(self, delta: float) -> _PrivacyLoss: ...
+    @property
+    def rounds(self) -> int: ...
+    @property
+    def orders(self) -> list[float]: ...
+
+def privacy_epsilon(noise_multiplier: float, rounds: int, delta: float) -> float: ...
+def noise_multiplier_for(epsilon: float, delta: float, rounds: int) -> float: ...
+def privacy_rounds_within(epsilon: float, delta: float, noise_multiplier: float) -> int: ...

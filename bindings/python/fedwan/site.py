@@ -262,7 +262,7 @@ class Site:
         self._core = None
         self._inner_steps = 0
         self._overlap_steps = topology.federation.overlap_steps
-        self._rounds = topology.federation.rounds
+        self._rounds = topology.rounds_to_run
         if self._leader:
             self._core = SiteCore(topology, node_id, self._array,
                                   join_timeout_s=join_timeout_s,

@@ -194,6 +194,8 @@ class PyAggregator {
     d["stale_updates"] = s.stale_updates;
     d["refused_copies"] = s.refused_copies;
     d["clipped_copies"] = s.clipped_copies;
+    d["privacy_epsilon"] = s.privacy_epsilon;
+    d["privacy_clipped"] = s.privacy_clipped;
     d["checkpoints_written"] = s.checkpoints_written;
     d["replicas_stored"] = s.replicas_stored;
     d["replica_bytes"] = s.replica_bytes;
@@ -235,6 +237,28 @@ class PyAggregator {
 };
 
 }  // namespace
+
+// Aggregator.run()'s docstring: what the summary holds.
+constexpr const char* kRunDoc =
+    R"(Serves until the last round is done (blocking, GIL released). Ctrl-C stops it
+within a second and raises KeyboardInterrupt (the last round boundary stays
+checkpointed). Returns
+{rounds, reports: [ {round, seconds, wan_bytes, fp32_bytes, frames, weight} ],
+ wan_bytes_total, fp32_bytes_total, rejected_frames, resent_chunks and resent_bytes
+ (a region: aggregate chunks its parent lacked once its progress stalled, sent again),
+ security_mode ("mtls/<cipher>"
+ or "plaintext"), handshake_ms (list: this node's TLS handshake times, in ms, as each
+ link came up), global_model (root: float32 array; region: None), and the fault
+ tolerance counters resumed_from_round, children_lost, rejoins, stale_updates,
+ refused_copies and clipped_copies (children's chunk copies this node refused, a NaN or a
+ value, norm or replay over its bounds, or clipped to the norm bound), privacy_epsilon
+ (the epsilon the rounds run spent, 0 without federation.privacy), privacy_clipped (sites'
+ copies clipped to the privacy bound), checkpoints_written, replicas_stored,
+ replica_bytes (children's checkpoints kept, not in the reports' traffic), took_over
+ (standby=True: it became the root) and alarms (conditions an operator must act on
+ that the node rode out, 'kind: message')}. Raises
+fedwan.TimeoutError when children do not join or a round does not complete in time,
+fedwan.StoppedError (a fedwan.Error) when stopped.)";
 
 void bind_aggregator(py::module_& m) {
   using namespace pybind11::literals;
@@ -280,24 +304,7 @@ streams to it, and take over as root when the root falls silent.
 Raises fedwan.ConfigError (bad options, a node that is not an aggregator, missing
 or mismatched credentials), fedwan.CryptoError (an unusable certificate or CRL)
 or fedwan.TransportError (the endpoint cannot be bound).)")
-      .def("run", &PyAggregator::run,
-           R"(Serves until the last round is done (blocking, GIL released). Ctrl-C stops it
-within a second and raises KeyboardInterrupt (the last round boundary stays
-checkpointed). Returns
-{rounds, reports: [ {round, seconds, wan_bytes, fp32_bytes, frames, weight} ],
- wan_bytes_total, fp32_bytes_total, rejected_frames, resent_chunks and resent_bytes
- (a region: aggregate chunks its parent lacked once its progress stalled, sent again),
- security_mode ("mtls/<cipher>"
- or "plaintext"), handshake_ms (list: this node's TLS handshake times, in ms, as each
- link came up), global_model (root: float32 array; region: None), and the fault
- tolerance counters resumed_from_round, children_lost, rejoins, stale_updates,
- refused_copies and clipped_copies (children's chunk copies this node refused, a NaN or a
- value, norm or replay over its bounds, or clipped to the norm bound),
- checkpoints_written, replicas_stored, replica_bytes (children's checkpoints kept,
- not in the reports' traffic), took_over (standby=True: it became the root) and alarms
- (conditions an operator must act on that the node rode out, 'kind: message')}. Raises
-fedwan.TimeoutError when children do not join or a round does not complete in time,
-fedwan.StoppedError (a fedwan.Error) when stopped.)")
+      .def("run", &PyAggregator::run, kRunDoc)
       .def("stop", &PyAggregator::stop,
            "Makes run() raise fedwan.StoppedError within ~100 ms, also while it is still "
            "fetching its replica on a restart; any thread.")

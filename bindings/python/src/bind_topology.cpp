@@ -35,11 +35,20 @@ std::vector<std::string> ids_of(const Topology& t, const std::vector<uint32_t>& 
   return out;
 }
 
-}  // namespace
+py::dict privacy_dict(const FederationSpec& f) {
+  const PrivacySpec& p = f.privacy;
+  py::dict d;
+  d["mode"] = p.mode;
+  d["clip"] = p.clip;
+  d["noise_multiplier"] = p.noise_multiplier;
+  d["target_epsilon"] = p.target_epsilon;
+  d["delta"] = p.delta;
+  d["epsilon_budget"] = p.epsilon_budget;
+  return d;
+}
 
-void bind_topology(py::module_& m) {
+void bind_node_spec(py::module_& m) {
   using namespace pybind11::literals;
-
   py::class_<NodeSpec>(m, "NodeSpec", "One node of a topology (read-only).")
       .def_readonly("id", &NodeSpec::id,
                     "Unique id of the node ([A-Za-z0-9._-], at most 64 characters); the "
@@ -91,7 +100,10 @@ void bind_topology(py::module_& m) {
                     "Sites: the most devices it may train on and bill per round (None: as it "
                     "declares).")
       .def("__repr__", &node_repr);
+}
 
+void bind_outer_optimizer_spec(py::module_& m) {
+  using namespace pybind11::literals;
   py::class_<OuterOptimizerSpec>(m, "OuterOptimizerSpec",
                                  "The root's outer optimizer; unset values mean its defaults.")
       .def_readonly("name", &OuterOptimizerSpec::name,
@@ -118,7 +130,10 @@ void bind_topology(py::module_& m) {
           "fedadam only: the denominator's epsilon, > 0; None: 1e-3.")
       .def("__repr__",
            [](const OuterOptimizerSpec& o) { return "OuterOptimizerSpec(name='" + o.name + "')"; });
+}
 
+void bind_federation_spec(py::module_& m) {
+  using namespace pybind11::literals;
   py::class_<FederationSpec>(m, "FederationSpec", "Round settings of a topology (read-only).")
       .def_readonly("rounds", &FederationSpec::rounds,
                     "Number of rounds the federation runs (outer steps of the root).")
@@ -179,6 +194,11 @@ void bind_topology(py::module_& m) {
           "combines them (federation.aggregation, docs/security.md 'Robust aggregation'): a "
           "dict {rule, params, finite_check, max_abs, replay_window, norm_bound: {mode, factor, "
           "window, bound, action}}.")
+      .def_property_readonly(
+          "privacy", &privacy_dict,
+          "Differential privacy at the site level (federation.privacy, docs/security.md "
+          "'Differential privacy'): a dict {mode, clip, noise_multiplier, target_epsilon, delta, "
+          "epsilon_budget}; mode 'off', 'central' or 'local'.")
       .def("__repr__", [](const FederationSpec& f) {
         return "FederationSpec(rounds=" + std::to_string(f.rounds) +
                ", inner_steps=" + std::to_string(f.inner_steps) +
@@ -186,58 +206,11 @@ void bind_topology(py::module_& m) {
                "', chunk_bytes=" + std::to_string(f.chunk_bytes) + ", outer_optimizer='" +
                f.outer.name + "')";
       });
+}
 
-  py::class_<Topology>(m, "Topology", R"(The federation tree and its round settings.
-
-Build one with Topology.load(path) or Topology.parse(text); both validate the
-whole file and raise fedwan.ConfigError naming the file, the node and the
-problem. Every node of a federation must load the same topology (same digest).)")
-      .def_static(
-          "load", [](const PathArg& path) { return Topology::load(path_from(path.obj, "path")); },
-          "path"_a,
-          R"(Loads and validates a topology YAML file (a str or os.PathLike path).
-Raises fedwan.ConfigError naming the file, the node and the problem, also when
-the file cannot be read.)")
-      .def_static("parse", &Topology::parse, "text"_a, "source"_a = "<string>",
-                  R"(Parses and validates topology YAML text; `source` names it in errors.
-Raises fedwan.ConfigError naming the source, the node and the problem.)")
-      .def_property_readonly("job", &Topology::job,
-                             "Name of the federation's job; every frame carries its hash "
-                             "(job_id), and frames of another job are rejected.")
-      .def_property_readonly("job_id", &Topology::job_id,
-                             "First 8 bytes of SHA-256(job), little-endian (the wire job id).")
-      .def_property_readonly(
-          "federation", [](const Topology& t) { return t.federation(); },
-          "The round settings (a copy).")
-      .def_property_readonly(
-          "rounds", [](const Topology& t) { return t.federation().rounds; },
-          "federation.rounds: the number of rounds.")
-      .def_property_readonly(
-          "inner_steps", [](const Topology& t) { return t.federation().inner_steps; },
-          "federation.inner_steps: H, local steps per round.")
-      .def_property_readonly(
-          "overlap_steps", [](const Topology& t) { return t.federation().overlap_steps; },
-          "federation.overlap_steps: tau, inner steps a site trains on while its sync is in "
-          "flight; 0 = blocking rounds.")
-      .def_property_readonly(
-          "codec", [](const Topology& t) { return t.federation().codec; },
-          "federation.codec: the codec on the wire.")
-      .def_property_readonly(
-          "chunk_bytes", [](const Topology& t) { return t.federation().chunk_bytes; },
-          "federation.chunk_bytes: fp32 bytes per chunk.")
-      .def_property_readonly(
-          "round_timeout_s", [](const Topology& t) { return t.federation().round_timeout_s; },
-          "federation.round_timeout_s: how long a node waits for one round, in seconds.")
-      .def_property_readonly(
-          "outer_optimizer", [](const Topology& t) { return t.federation().outer.name; },
-          "Name of the root's outer optimizer (fedavg, diloco, fedadam).")
-      .def_property_readonly(
-          "nodes", [](const Topology& t) { return t.nodes(); },
-          "Every node, in file order (copies).")
-      .def_property_readonly(
-          "root", [](const Topology& t) { return t.root(); }, "The root node (a copy).")
-      .def_property_readonly("has_standby", &Topology::has_standby,
-                             "Whether the root has a standby (root.standby_endpoint is set).")
+void bind_topology_methods(py::class_<Topology>& topology) {
+  using namespace pybind11::literals;
+  topology
       .def(
           "node", [](const Topology& t, const std::string& id) { return t.node(id); }, "id"_a,
           "The node with this id; raises fedwan.ConfigError when absent.")
@@ -314,6 +287,73 @@ Raises fedwan.ConfigError naming the source, the node and the problem.)")
                ", rounds=" + std::to_string(t.federation().rounds) + ", codec='" +
                t.federation().codec + "', digest=" + t.digest_hex().substr(0, 12) + ")";
       });
+}
+
+}  // namespace
+
+void bind_topology(py::module_& m) {
+  using namespace pybind11::literals;
+
+  bind_node_spec(m);
+  bind_outer_optimizer_spec(m);
+  bind_federation_spec(m);
+
+  py::class_<Topology> topology(m, "Topology", R"(The federation tree and its round settings.
+
+Build one with Topology.load(path) or Topology.parse(text); both validate the
+whole file and raise fedwan.ConfigError naming the file, the node and the
+problem. Every node of a federation must load the same topology (same digest).)");
+  topology
+      .def_static(
+          "load", [](const PathArg& path) { return Topology::load(path_from(path.obj, "path")); },
+          "path"_a,
+          R"(Loads and validates a topology YAML file (a str or os.PathLike path).
+Raises fedwan.ConfigError naming the file, the node and the problem, also when
+the file cannot be read.)")
+      .def_static("parse", &Topology::parse, "text"_a, "source"_a = "<string>",
+                  R"(Parses and validates topology YAML text; `source` names it in errors.
+Raises fedwan.ConfigError naming the source, the node and the problem.)")
+      .def_property_readonly("job", &Topology::job,
+                             "Name of the federation's job; every frame carries its hash "
+                             "(job_id), and frames of another job are rejected.")
+      .def_property_readonly("job_id", &Topology::job_id,
+                             "First 8 bytes of SHA-256(job), little-endian (the wire job id).")
+      .def_property_readonly(
+          "federation", [](const Topology& t) { return t.federation(); },
+          "The round settings (a copy).")
+      .def_property_readonly(
+          "rounds", [](const Topology& t) { return t.federation().rounds; },
+          "federation.rounds: the number of rounds asked for.")
+      .def_property_readonly("rounds_to_run", &Topology::rounds_to_run,
+                             "The rounds the federation runs: federation.rounds, or fewer when "
+                             "federation.privacy's epsilon_budget ends it sooner.")
+      .def_property_readonly(
+          "inner_steps", [](const Topology& t) { return t.federation().inner_steps; },
+          "federation.inner_steps: H, local steps per round.")
+      .def_property_readonly(
+          "overlap_steps", [](const Topology& t) { return t.federation().overlap_steps; },
+          "federation.overlap_steps: tau, inner steps a site trains on while its sync is in "
+          "flight; 0 = blocking rounds.")
+      .def_property_readonly(
+          "codec", [](const Topology& t) { return t.federation().codec; },
+          "federation.codec: the codec on the wire.")
+      .def_property_readonly(
+          "chunk_bytes", [](const Topology& t) { return t.federation().chunk_bytes; },
+          "federation.chunk_bytes: fp32 bytes per chunk.")
+      .def_property_readonly(
+          "round_timeout_s", [](const Topology& t) { return t.federation().round_timeout_s; },
+          "federation.round_timeout_s: how long a node waits for one round, in seconds.")
+      .def_property_readonly(
+          "outer_optimizer", [](const Topology& t) { return t.federation().outer.name; },
+          "Name of the root's outer optimizer (fedavg, diloco, fedadam).")
+      .def_property_readonly(
+          "nodes", [](const Topology& t) { return t.nodes(); },
+          "Every node, in file order (copies).")
+      .def_property_readonly(
+          "root", [](const Topology& t) { return t.root(); }, "The root node (a copy).")
+      .def_property_readonly("has_standby", &Topology::has_standby,
+                             "Whether the root has a standby (root.standby_endpoint is set).");
+  bind_topology_methods(topology);
 }
 
 }  // namespace fedwan::python

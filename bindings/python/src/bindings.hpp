@@ -29,6 +29,7 @@ void bind_topology(py::module_& m);
 void bind_site_core(py::module_& m);
 void bind_aggregator(py::module_& m);
 void bind_synthetic(py::module_& m);
+void bind_privacy(py::module_& m);
 void bind_security(py::module_& m);
 
 // The float32 NumPy array behind `obj`, used in place (no copy). Throws

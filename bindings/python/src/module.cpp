@@ -130,7 +130,9 @@ Codecs (encode, decode, validate, encoded_size, codec_names), the federation
 topology (Topology, NodeSpec, FederationSpec, OuterOptimizerSpec), credential
 provisioning (provision_credentials, credentials_path), the two node runtimes
 (SiteCore over a float32 NumPy array, Aggregator for the root and regions), the
-deterministic synthetic workload of the tests and benchmarks, and the error
+deterministic synthetic workload of the tests and benchmarks, the privacy
+accountant (PrivacyAccountant, privacy_epsilon, noise_multiplier_for,
+privacy_rounds_within), and the error
 classes, which map the C++ fedwan::Error hierarchy one to one (same names, same
 messages). Arrays cross the boundary as NumPy views; blocking calls release the
 GIL. Import `fedwan` rather than this module.)";
@@ -142,4 +144,5 @@ GIL. Import `fedwan` rather than this module.)";
   fp::bind_site_core(m);
   fp::bind_aggregator(m);
   fp::bind_synthetic(m);
+  fp::bind_privacy(m);
 }

@@ -248,6 +248,8 @@ def assert_matches(typed_dict, fields, value, nested=None):
         v = value[key]
         if annotation in ("int", "bool", "float", "str"):
             ok = type(v) is getattr(builtins, annotation)
+        elif annotation.startswith("Literal["):
+            ok = v in ast.literal_eval("(" + annotation[len("Literal["):-1] + ",)")
         elif annotation.startswith("list["):
             ok = isinstance(v, list)
         elif annotation.startswith("dict["):
@@ -265,7 +267,7 @@ def assert_matches(typed_dict, fields, value, nested=None):
 def test_returned_dicts_match_the_stubs_typed_dicts(sock_dir):
     fields = typed_dicts(stub_tree())
     assert set(fields) == {"_SyncResult", "_RoundReport", "_AggregatorSummary", "_NormBound",
-                           "_AggregationSettings"}
+                           "_AggregationSettings", "_PrivacySettings", "_PrivacyLoss"}
     topo = two_site_topology(sock_dir, job="py-api-dicts", rounds=1, inner_steps=1)
     initial = fedwan.synthetic_initial_model(16, 1)
     reports = []
@@ -296,6 +298,10 @@ def test_returned_dicts_match_the_stubs_typed_dicts(sock_dir):
             assert_matches("_SyncResult", fields["_SyncResult"], result)
     assert_matches("_AggregationSettings", fields["_AggregationSettings"],
                    topo.federation.aggregation, {"_NormBound": fields["_NormBound"]})
+    assert_matches("_PrivacySettings", fields["_PrivacySettings"], topo.federation.privacy)
+    accountant = fedwan.PrivacyAccountant()
+    accountant.compose_gaussian(1.0, 3)
+    assert_matches("_PrivacyLoss", fields["_PrivacyLoss"], accountant.loss(1e-5))
 
 
 def test_typed_usage_example_runs():

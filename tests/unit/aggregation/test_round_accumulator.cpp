@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "aggregation/round_accumulator.hpp"
 #include "fedwan/codec.hpp"
@@ -134,6 +136,76 @@ TEST_F(RoundAccumulatorTest, ArrivalOrderOfTwoChildrenDoesNotChangeBits) {
   };
   const auto x = run(true), y = run(false);
   EXPECT_EQ(0, std::memcmp(x.data(), y.data(), 16));
+}
+
+double norm_of(const std::vector<float>& v) {
+  double sq = 0;
+  for (float x : v) sq += static_cast<double>(x) * x;
+  return std::sqrt(sq);
+}
+
+// Central privacy: the copies of the senders named are clipped to their
+// chunk's share of the whole bound; the others are summed as they came.
+TEST(RoundAccumulatorPrivacy, ClipsTheNamedSendersToTheirChunksShare) {
+  const Codec& fp32 = codec_by_name("fp32");
+  const tensor::ChunkPlan plan{16, 4};  // four chunks of 4
+  aggregation::RoundAccumulator acc{plan, {1, 2}};
+  acc.clip_copies_of(1, 2.0);  // whole update: 2; each chunk of 4 of 16: 1
+  acc.open(0);
+  std::vector<float> big(4, 3.0f);    // norm 6: clipped to 1
+  std::vector<float> small(4, 0.1f);  // norm 0.2: as it is
+  for (uint32_t chunk = 0; chunk < plan.count(); ++chunk) {
+    const auto b = encode_fp32(chunk == 0 ? big : small);
+    EXPECT_EQ(acc.add(0, 1, chunk, 4, 1.0, fp32, b.data(), b.size()).outcome,
+              aggregation::AddOutcome::kAccepted);
+    const auto other = encode_fp32(big);  // sender 2 is not clipped
+    acc.add(0, 2, chunk, 4, 1.0, fp32, other.data(), other.size());
+  }
+  EXPECT_EQ(acc.privacy_clipped(), 1u);
+  aggregation::ChunkSum s0 = acc.take(0);
+  // (clipped(big) + big) / 2, coordinate by coordinate.
+  for (float x : s0.mean) EXPECT_NEAR(x, (0.5f + 3.0f) / 2, 1e-5);
+  aggregation::ChunkSum s1 = acc.take(1);
+  for (float x : s1.mean) EXPECT_NEAR(x, (0.1f + 3.0f) / 2, 1e-6);
+}
+
+TEST(RoundAccumulatorPrivacy, AWholeUpdateStaysWithinTheBound) {
+  const Codec& fp32 = codec_by_name("fp32");
+  const tensor::ChunkPlan plan{10, 4};  // chunks of 4, 4 and 2
+  aggregation::RoundAccumulator acc{plan, {5}};
+  acc.clip_copies_of(5, 0.7);
+  acc.open(0);
+  std::vector<float> whole;
+  for (uint32_t chunk = 0; chunk < plan.count(); ++chunk) {
+    std::vector<float> v(plan.size(chunk));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(1.0 + i + chunk);
+    const auto b = encode_fp32(v);
+    acc.add(0, 5, chunk, plan.size(chunk), 1.0, fp32, b.data(), b.size());
+    aggregation::ChunkSum s = acc.take(chunk);
+    whole.insert(whole.end(), s.mean.begin(), s.mean.end());
+  }
+  EXPECT_LE(norm_of(whole), 0.7);
+  EXPECT_GT(norm_of(whole), 0.7 * 0.99);
+  EXPECT_EQ(acc.privacy_clipped(), 3u);
+  EXPECT_THROW(acc.clip_copies_of(5, 0), ConfigError);
+  EXPECT_THROW(acc.clip_copies_of(5, INFINITY), ConfigError);
+}
+
+// A NaN is still refused by the screen, never clipped into a number.
+TEST(RoundAccumulatorPrivacy, TheScreenJudgesBeforeTheClip) {
+  const Codec& fp32 = codec_by_name("fp32");
+  const tensor::ChunkPlan plan{4, 4};
+  aggregation::RoundAccumulator acc{plan, {1, 2}, nullptr, aggregation::ScreenConfig{}};
+  acc.clip_copies_of(1, 1.0);
+  acc.open(0);
+  // fp32's payload is the values as they are: written by hand, as a
+  // dishonest sender would (the encoder refuses a NaN).
+  const std::vector<float> bad = {1, std::nanf(""), 1, 1};
+  std::vector<uint8_t> b(bad.size() * sizeof(float));
+  std::memcpy(b.data(), bad.data(), b.size());
+  const auto r = acc.add(0, 1, 0, 4, 1.0, fp32, b.data(), b.size());
+  EXPECT_EQ(r.outcome, aggregation::AddOutcome::kRefused);
+  EXPECT_EQ(acc.privacy_clipped(), 0u);
 }
 
 }  // namespace
