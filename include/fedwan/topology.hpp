@@ -18,6 +18,46 @@ namespace fedwan {
 enum class Role : uint8_t { kRoot = 0, kRegion = 1, kSite = 2 };
 FEDWAN_API const char* role_name(Role role);
 
+// The bound every aggregator puts on the L2 norm of each child's copy of a
+// chunk (docs/security.md, "Robust aggregation"). A chunk is a fixed slice of
+// the flat model, so a bound per chunk bounds the whole update.
+struct FEDWAN_API NormBoundSpec {
+  // "adaptive": `factor` x the median of the chunk's accepted norms over the
+  // last `window` rounds (in the first round, the median of the round's own
+  // copies); "absolute": `bound` on a whole update, shared out over the
+  // chunks by their size; "off".
+  std::string mode = "adaptive";
+  double factor = 4;    // adaptive: > 1
+  uint64_t window = 3;  // adaptive: rounds of history, 1..64
+  double bound = 0;     // absolute: > 0
+  // "refuse" a copy over the bound (its weight delivered, not counted), or
+  // "clip" it to the bound.
+  std::string action = "refuse";
+};
+
+// How an aggregator judges and combines its children's copies of a chunk
+// (docs/topology.md, "Aggregation"): value checks and a norm bound on every
+// copy, then a rule registered by name; the default rule is the weighted
+// mean, streamed. In the digest where not the default.
+struct FEDWAN_API AggregationSpec {
+  std::string rule = "weighted_mean";
+  // The rule's parameters by name (median: none; trimmed_mean: trim;
+  // multi_krum: byzantine, select); a rule refuses others.
+  std::map<std::string, double> params;
+  // Refuse a copy with a NaN or an infinity.
+  bool finite_check = true;
+  // Refuse a copy with a value beyond +-max_abs (0: no such bound).
+  double max_abs = 1e6;
+  // Refuse a copy byte for byte identical to one the same child sent for
+  // the same chunk in the last `replay_window` rounds (an all-zero copy
+  // excepted): a replayed update. 0: no such check; at most 1024.
+  uint64_t replay_window = 16;
+  NormBoundSpec norm_bound;
+};
+
+// Every setting equal (params as maps).
+FEDWAN_API bool same_aggregation(const AggregationSpec& a, const AggregationSpec& b);
+
 struct FEDWAN_API NodeSpec {
   std::string id;  // unique, [A-Za-z0-9._-], at most 64 characters
   Role role = Role::kSite;
@@ -72,43 +112,13 @@ struct FEDWAN_API NodeSpec {
   // (`fedwan costs --topology`), and a site started with more refuses to
   // start. Unset: the site's own count, billed as declared.
   std::optional<uint64_t> devices;
-};
-
-// The bound every aggregator puts on the L2 norm of each child's copy of a
-// chunk (docs/security.md, "Robust aggregation"). A chunk is a fixed slice of
-// the flat model, so a bound per chunk bounds the whole update.
-struct FEDWAN_API NormBoundSpec {
-  // "adaptive": `factor` x the median of the chunk's accepted norms over the
-  // last `window` rounds (in the first round, the median of the round's own
-  // copies); "absolute": `bound` on a whole update, shared out over the
-  // chunks by their size; "off".
-  std::string mode = "adaptive";
-  double factor = 4;    // adaptive: > 1
-  uint64_t window = 3;  // adaptive: rounds of history, 1..64
-  double bound = 0;     // absolute: > 0
-  // "refuse" a copy over the bound (its weight delivered, not counted), or
-  // "clip" it to the bound.
-  std::string action = "refuse";
-};
-
-// How an aggregator judges and combines its children's copies of a chunk
-// (docs/topology.md, "Aggregation"): value checks and a norm bound on every
-// copy, then a rule registered by name; the default rule is the weighted
-// mean, streamed. In the digest where not the default.
-struct FEDWAN_API AggregationSpec {
-  std::string rule = "weighted_mean";
-  // The rule's parameters by name (median: none; trimmed_mean: trim;
-  // multi_krum: byzantine, select); a rule refuses others.
-  std::map<std::string, double> params;
-  // Refuse a copy with a NaN or an infinity.
-  bool finite_check = true;
-  // Refuse a copy with a value beyond +-max_abs (0: no such bound).
-  double max_abs = 1e6;
-  // Refuse a copy byte for byte identical to one the same child sent for
-  // the same chunk in the last `replay_window` rounds (an all-zero copy
-  // excepted): a replayed update. 0: no such check; at most 1024.
-  uint64_t replay_window = 16;
-  NormBoundSpec norm_bound;
+  // Aggregators only: how this aggregator judges and combines its
+  // children's copies, in place of federation.aggregation (per aggregator,
+  // or per tier by setting it on each aggregator of the tier). In YAML the
+  // keys given apply over federation.aggregation (a new `rule` starts with
+  // no params); here it holds the whole result. Unset: the federation's.
+  // Topology::aggregation(node) says which applies.
+  std::optional<AggregationSpec> aggregation;
 };
 
 // Differential privacy at the site level: a site's whole data is the unit
@@ -212,6 +222,11 @@ class FEDWAN_API Topology {
   // The rounds the federation runs: federation.rounds, or fewer when
   // federation.privacy's epsilon_budget ends it sooner.
   uint64_t rounds_to_run() const;
+  // What aggregator `node` applies to its children's copies: its own
+  // `aggregation`, else federation.aggregation.
+  const AggregationSpec& aggregation(const NodeSpec& node) const {
+    return node.aggregation ? *node.aggregation : federation_.aggregation;
+  }
   const std::vector<NodeSpec>& nodes() const { return nodes_; }
   const NodeSpec& node(const std::string& id) const;  // throws ConfigError: not in topology
   const NodeSpec* find(const std::string& id) const;  // nullptr when absent

@@ -277,9 +277,16 @@ void RoundAccumulator::combined_into(const Inflight& acc, Combined& c, uint32_t 
   }
   for (float x : c.values) {
     if (!std::isfinite(x)) {
-      FEDWAN_THROW(Error, "aggregation rule '" + rule_->name() +
-                              "' made a non-finite value in chunk " + std::to_string(chunk) +
-                              " from finite copies");
+      // Finite copies whose combination overflows fp32: possible only with
+      // max_abs off (docs/security.md, "Robust aggregation").
+      const std::string where = "chunk " + std::to_string(chunk) + " of round " +
+                                std::to_string(round_) + ": the '" + rule_->name() + "' rule";
+      if (screen_.config().max_abs > 0) {
+        throw Error(where + " made a non-finite value from finite copies within max_abs");
+      }
+      throw Error(where + "'s result is not finite although every copy was: a child sent values "
+                          "so large their combination overflows fp32 (federation.aggregation."
+                          "max_abs bounds them; it is off in this topology)");
     }
   }
   for (LeftOut& l : c.left_out) {

@@ -63,8 +63,10 @@ NodeConfig::NodeConfig(const Topology& topology, const NodeSpec& self,
   quorum = fed.quorum;
   replica_every = fed.replica_every;
   outer = fed.outer;
-  rule = aggregation::make_rule(fed.aggregation.rule, fed.aggregation.params);
-  screen = screen_config(fed.aggregation);
+  // An aggregator's own settings where it has them (sites screen nothing).
+  const AggregationSpec& judged = topology.aggregation(self);
+  rule = aggregation::make_rule(judged.rule, judged.params);
+  screen = screen_config(judged);
   limits.max_chunk_elements = static_cast<uint32_t>(chunk_bytes / sizeof(float));
   limits.max_piece_bytes = piece_bytes();
   link.window = overrides.window;

@@ -112,12 +112,12 @@ std::vector<std::string> outer_keys() {
   }
   return keys;
 }
-const std::vector<std::string> kNodeKeys = {"id", "role", "parent", "endpoint", "bind", "weight",
-                                            "standby_endpoint", "standby_bind", "tcp_congestion",
-                                            "socket_buffer_bytes", "streams", "late_join",
-                                            "windows", "metrics", "removed", "devices",
-                                            // residency, read in topology_policy.cpp
-                                            "jurisdiction", "allowed_jurisdictions", "k_min"};
+const std::vector<std::string> kNodeKeys = {
+    "id", "role", "parent", "endpoint", "bind", "weight", "standby_endpoint", "standby_bind",
+    "tcp_congestion", "socket_buffer_bytes", "streams", "late_join", "windows", "metrics",
+    "removed", "devices", "aggregation",
+    // residency, read in topology_policy.cpp
+    "jurisdiction", "allowed_jurisdictions", "k_min"};
 
 using topology_detail::kMaxTopologyBytes;
 using topology_detail::kMaxYamlNesting;
@@ -152,6 +152,43 @@ PrivacySpec read_privacy(const YamlReader& r, const YAML::Node& n) {
   return p;
 }
 
+// The aggregation keys given in `a`, applied over *out (a new rule starts
+// with no params of the old one).
+void read_aggregation(const YamlReader& r, const YAML::Node& a, const std::string& ctx,
+                      AggregationSpec* out) {
+  AggregationSpec& g = *out;
+  r.expect_map(a, ctx);
+  r.check_keys(a, {"rule", "params", "finite_check", "max_abs", "replay_window", "norm_bound"},
+               ctx);
+  if (auto v = a["rule"]) {
+    g.rule = r.str(v, ctx, "rule");
+    g.params.clear();
+  }
+  if (auto p = a["params"]) {
+    const std::string pctx = ctx + ".params";
+    r.expect_map(p, pctx);
+    g.params.clear();
+    for (const auto& entry : p) {
+      const std::string key = entry.first.as<std::string>();
+      g.params[key] = r.f64(entry.second, pctx, key);
+    }
+  }
+  if (auto v = a["finite_check"]) g.finite_check = r.boolean(v, ctx, "finite_check");
+  if (auto v = a["max_abs"]) g.max_abs = r.f64(v, ctx, "max_abs");
+  if (auto v = a["replay_window"]) g.replay_window = r.u64(v, ctx, "replay_window");
+  if (auto b = a["norm_bound"]) {
+    const std::string bctx = ctx + ".norm_bound";
+    NormBoundSpec& nb = g.norm_bound;
+    r.expect_map(b, bctx);
+    r.check_keys(b, {"mode", "factor", "window", "bound", "action"}, bctx);
+    if (auto v = b["mode"]) nb.mode = r.str(v, bctx, "mode");
+    if (auto v = b["factor"]) nb.factor = r.f64(v, bctx, "factor");
+    if (auto v = b["window"]) nb.window = r.u64(v, bctx, "window");
+    if (auto v = b["bound"]) nb.bound = r.f64(v, bctx, "bound");
+    if (auto v = b["action"]) nb.action = r.str(v, bctx, "action");
+  }
+}
+
 FederationSpec read_federation(const YamlReader& r, const YAML::Node& n) {
   FederationSpec f;
   r.expect_map(n, "federation");
@@ -174,37 +211,7 @@ FederationSpec read_federation(const YamlReader& r, const YAML::Node& n) {
     f.socket_buffer_bytes = r.u64(v, "federation", "socket_buffer_bytes");
   }
   if (auto v = n["streams"]) f.streams = r.u64(v, "federation", "streams");
-  if (auto a = n["aggregation"]) {
-    const std::string ctx = "federation.aggregation";
-    r.expect_map(a, ctx);
-    r.check_keys(a, {"rule", "params", "finite_check", "max_abs", "replay_window", "norm_bound"},
-                 ctx);
-    if (auto v = a["rule"]) f.aggregation.rule = r.str(v, ctx, "rule");
-    if (auto p = a["params"]) {
-      const std::string pctx = ctx + ".params";
-      r.expect_map(p, pctx);
-      for (const auto& entry : p) {
-        const std::string key = entry.first.as<std::string>();
-        f.aggregation.params[key] = r.f64(entry.second, pctx, key);
-      }
-    }
-    if (auto v = a["finite_check"]) f.aggregation.finite_check = r.boolean(v, ctx, "finite_check");
-    if (auto v = a["max_abs"]) f.aggregation.max_abs = r.f64(v, ctx, "max_abs");
-    if (auto v = a["replay_window"]) {
-      f.aggregation.replay_window = r.u64(v, ctx, "replay_window");
-    }
-    if (auto b = a["norm_bound"]) {
-      const std::string bctx = ctx + ".norm_bound";
-      NormBoundSpec& nb = f.aggregation.norm_bound;
-      r.expect_map(b, bctx);
-      r.check_keys(b, {"mode", "factor", "window", "bound", "action"}, bctx);
-      if (auto v = b["mode"]) nb.mode = r.str(v, bctx, "mode");
-      if (auto v = b["factor"]) nb.factor = r.f64(v, bctx, "factor");
-      if (auto v = b["window"]) nb.window = r.u64(v, bctx, "window");
-      if (auto v = b["bound"]) nb.bound = r.f64(v, bctx, "bound");
-      if (auto v = b["action"]) nb.action = r.str(v, bctx, "action");
-    }
-  }
+  if (auto a = n["aggregation"]) read_aggregation(r, a, "federation.aggregation", &f.aggregation);
   if (auto p = n["privacy"]) f.privacy = read_privacy(r, p);
   if (auto o = n["outer_optimizer"]) {
     const std::string ctx = "federation.outer_optimizer";
@@ -222,7 +229,8 @@ FederationSpec read_federation(const YamlReader& r, const YAML::Node& n) {
   return f;
 }
 
-NodeSpec read_node(const YamlReader& r, const YAML::Node& n, size_t pos) {
+NodeSpec read_node(const YamlReader& r, const YAML::Node& n, size_t pos,
+                   const AggregationSpec& federation_aggregation) {
   std::string ctx = "nodes[" + std::to_string(pos) + "]";
   r.expect_map(n, ctx);
   NodeSpec s;
@@ -265,11 +273,28 @@ NodeSpec read_node(const YamlReader& r, const YAML::Node& n, size_t pos) {
   if (auto v = n["metrics"]) s.metrics = r.str(v, ctx, "metrics");
   if (auto v = n["removed"]) s.removed = r.boolean(v, ctx, "removed");
   if (auto v = n["devices"]) s.devices = r.u64(v, ctx, "devices");
+  if (auto a = n["aggregation"]) {
+    if (s.role == Role::kSite) {
+      r.fail(a, ctx,
+             "'aggregation' applies to aggregators only (root, region): a site's update "
+             "is judged by the aggregator it goes to");
+    }
+    s.aggregation = federation_aggregation;
+    read_aggregation(r, a, ctx + ": aggregation", &*s.aggregation);
+  }
   topology_detail::read_residency(r, n, ctx, s);
   return s;
 }
 
 }  // namespace
+
+bool same_aggregation(const AggregationSpec& a, const AggregationSpec& b) {
+  const NormBoundSpec& x = a.norm_bound;
+  const NormBoundSpec& y = b.norm_bound;
+  return a.rule == b.rule && a.params == b.params && a.finite_check == b.finite_check &&
+         a.max_abs == b.max_abs && a.replay_window == b.replay_window && x.mode == y.mode &&
+         x.factor == y.factor && x.window == y.window && x.bound == y.bound && x.action == y.action;
+}
 
 const char* role_name(Role role) {
   switch (role) {
@@ -301,7 +326,8 @@ Topology Topology::parse(const std::string& yaml_text, const std::string& source
     if (!nodes || !nodes.IsSequence() || nodes.size() == 0) {
       r.fail(nodes ? nodes : doc, "topology", "'nodes' must be a non-empty list of nodes");
     }
-    for (size_t i = 0; i < nodes.size(); ++i) t.nodes_.push_back(read_node(r, nodes[i], i));
+    for (size_t i = 0; i < nodes.size(); ++i)
+      t.nodes_.push_back(read_node(r, nodes[i], i, t.federation_.aggregation));
     topology_detail::read_version(r, doc, &t.version_, &t.history_, &t.signature_);
   } catch (const YAML::Exception& e) {
     std::string where = source;
@@ -354,6 +380,20 @@ void Topology::finalize(const std::string& source) {
   });
   if (auto why = topology::privacy_problem(federation_, regions)) {
     fail("federation.privacy: " + *why);
+  }
+  for (NodeSpec& s : nodes_) {
+    // The same settings as the federation's are no setting of its own (one
+    // digest for one meaning).
+    if (s.aggregation && same_aggregation(*s.aggregation, federation_.aggregation)) {
+      s.aggregation.reset();
+    }
+    if (s.aggregation && federation_.privacy.mode == "central" &&
+        s.aggregation->rule != "weighted_mean") {
+      fail("node '" + s.id + "': aggregation rule '" + s.aggregation->rule +
+           "' under federation.privacy mode central: central mode needs the weighted_mean rule "
+           "at every aggregator (another rule changes the sum's sensitivity the noise is "
+           "calibrated to)");
+    }
   }
   job_id_ = topology_detail::job_id_of(job_);
   if (history_.size() + 1 != version_) {

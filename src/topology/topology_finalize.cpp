@@ -100,6 +100,13 @@ void check_node_settings(NodeSpec& s, const std::string& who, const Fail& fail) 
   if (!standby.empty()) fail(who + standby);
   check_link_settings(s, who, fail);
   check_site_only_settings(s, who, fail);
+  if (s.aggregation) {
+    if (s.role == Role::kSite) {
+      fail(who + "aggregation applies to aggregators only (root, region): a site's update is "
+                 "judged by the aggregator it goes to");
+    }
+    if (auto why = aggregation_spec_problem(*s.aggregation)) fail(who + "aggregation: " + *why);
+  }
   if (!s.metrics.empty() && !valid_metrics_address(s.metrics)) {
     fail(who + "metrics '" + s.metrics +
          "' is not host:port (e.g. \"127.0.0.1:9400\", port 0 = any free port)");
@@ -380,10 +387,25 @@ std::string later_federation_lines(const FederationSpec& f) {
 // Residency, standby, tcp_congestion, socket buffer, streams, membership
 // and metrics fields appear only when set, so a topology without them keeps
 // the digest it had before they existed. The allowed list is a set: sorted.
+// A node's own aggregation settings, every field (it is set only where it
+// differs from the federation's).
+std::string node_aggregation_text(const AggregationSpec& a) {
+  const NormBoundSpec& b = a.norm_bound;
+  std::string t = "rule=" + a.rule;
+  for (const auto& [key, value] : a.params) t += ";params." + key + "=" + format_double(value);
+  t += std::string(";finite_check=") + (a.finite_check ? "true" : "false");
+  t += ";max_abs=" + format_double(a.max_abs) + ";replay_window=" + std::to_string(a.replay_window);
+  t += ";norm_bound.mode=" + b.mode + ";norm_bound.factor=" + format_double(b.factor) +
+       ";norm_bound.window=" + std::to_string(b.window) +
+       ";norm_bound.bound=" + format_double(b.bound) + ";norm_bound.action=" + b.action;
+  return t;
+}
+
 std::string node_line(const NodeSpec& s) {
   std::vector<std::string> allowed = s.allowed_jurisdictions;
   std::sort(allowed.begin(), allowed.end());
   std::string line = "node." + std::to_string(s.index);
+  if (s.aggregation) line += " aggregation=" + node_aggregation_text(*s.aggregation);
   if (!allowed.empty()) line += " allowed_jurisdictions=" + join(allowed);
   line += " bind=" + s.bind + " endpoint=" + s.endpoint + " id=" + s.id;
   if (!s.jurisdiction.empty()) line += " jurisdiction=" + s.jurisdiction;

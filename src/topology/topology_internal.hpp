@@ -155,6 +155,9 @@ std::string socket_buffer_problem(uint64_t bytes);
 std::string streams_problem(uint64_t streams);
 // Throws ConfigError naming `src` for a federation value out of range.
 void validate_federation(const FederationSpec& f, const std::string& src);
+// Why aggregation settings cannot work (an unknown rule, params the rule
+// refuses, a bad check setting), or nullopt.
+std::optional<std::string> aggregation_spec_problem(const AggregationSpec& a);
 
 // ---- Topology::finalize's steps (topology_finalize.cpp) ----------------------
 

@@ -240,18 +240,19 @@ void validate_federation(const FederationSpec& f, const std::string& src) {
     fail("unknown outer_optimizer '" + o.name + "'; use " + join(names));
   }
   if (auto why = outer_optimizer_problem(o)) fail("outer_optimizer '" + o.name + "': " + *why);
-  if (!aggregation::has_rule(f.aggregation.rule)) {
-    fail("unknown aggregation rule '" + f.aggregation.rule + "'; use " +
-         join(aggregation::rule_names()));
+  if (auto why = aggregation_spec_problem(f.aggregation)) fail("federation.aggregation: " + *why);
+}
+
+std::optional<std::string> aggregation_spec_problem(const AggregationSpec& a) {
+  if (!aggregation::has_rule(a.rule)) {
+    return "unknown aggregation rule '" + a.rule + "'; use " + join(aggregation::rule_names());
   }
   try {
-    aggregation::make_rule(f.aggregation.rule, f.aggregation.params);
+    aggregation::make_rule(a.rule, a.params);
   } catch (const ConfigError& e) {
-    fail(std::string("federation.aggregation: ") + e.what());
+    return std::string(e.what());
   }
-  if (auto why = topology::aggregation_problem(f.aggregation)) {
-    fail("federation.aggregation: " + *why);
-  }
+  return topology::aggregation_problem(a);
 }
 
 }  // namespace fedwan::topology_detail

@@ -1,5 +1,6 @@
 // Topology::to_yaml: the topology written back out as YAML that parses to
 // the same digest (fedwan demo writes its topology with it).
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -32,39 +33,47 @@ std::string quoted_list(const std::vector<std::string>& items) {
   return list;
 }
 
-// Only what differs from the defaults, as the digest has it.
-std::string aggregation_yaml(const AggregationSpec& a) {
-  const AggregationSpec d;
+// "{...}" with what differs from `base` ("" when nothing does), reading
+// back to `a` when applied over `base`: a node's keys apply over the
+// federation's, the federation's over the defaults.
+std::string aggregation_flow(const AggregationSpec& a, const AggregationSpec& base) {
   std::vector<std::string> items;
-  if (a.rule != d.rule) items.push_back("rule: " + quoted(a.rule));
-  if (!a.params.empty()) {
+  if (a.rule != base.rule) items.push_back("rule: " + quoted(a.rule));
+  // A new rule starts with no params; otherwise params differ as a whole.
+  if (a.params != (a.rule != base.rule ? std::map<std::string, double>() : base.params)) {
     std::string params;
     for (const auto& [key, value] : a.params) {
       params += (params.empty() ? "" : ", ") + key + ": " + format_double(value);
     }
     items.push_back("params: {" + params + "}");
   }
-  if (a.finite_check != d.finite_check) {
+  if (a.finite_check != base.finite_check) {
     items.push_back(std::string("finite_check: ") + (a.finite_check ? "true" : "false"));
   }
-  if (a.max_abs != d.max_abs) items.push_back("max_abs: " + format_double(a.max_abs));
-  if (a.replay_window != d.replay_window) {
+  if (a.max_abs != base.max_abs) items.push_back("max_abs: " + format_double(a.max_abs));
+  if (a.replay_window != base.replay_window) {
     items.push_back("replay_window: " + std::to_string(a.replay_window));
   }
   const NormBoundSpec& b = a.norm_bound;
+  const NormBoundSpec& d = base.norm_bound;
   std::vector<std::string> bound;
-  if (b.mode != d.norm_bound.mode) bound.push_back("mode: " + quoted(b.mode));
-  if (b.factor != d.norm_bound.factor) bound.push_back("factor: " + format_double(b.factor));
-  if (b.window != d.norm_bound.window) bound.push_back("window: " + std::to_string(b.window));
-  if (b.bound != d.norm_bound.bound) bound.push_back("bound: " + format_double(b.bound));
-  if (b.action != d.norm_bound.action) bound.push_back("action: " + quoted(b.action));
+  if (b.mode != d.mode) bound.push_back("mode: " + quoted(b.mode));
+  if (b.factor != d.factor) bound.push_back("factor: " + format_double(b.factor));
+  if (b.window != d.window) bound.push_back("window: " + std::to_string(b.window));
+  if (b.bound != d.bound) bound.push_back("bound: " + format_double(b.bound));
+  if (b.action != d.action) bound.push_back("action: " + quoted(b.action));
   std::string joined;
   for (const std::string& item : bound) joined += (joined.empty() ? "" : ", ") + item;
   if (!bound.empty()) items.push_back("norm_bound: {" + joined + "}");
   if (items.empty()) return "";
   joined.clear();
   for (const std::string& item : items) joined += (joined.empty() ? "" : ", ") + item;
-  return "  aggregation: {" + joined + "}\n";
+  return "{" + joined + "}";
+}
+
+std::string aggregation_yaml(const AggregationSpec& a) {
+  const std::string flow = aggregation_flow(a, AggregationSpec{});
+  return flow.empty() ? "" : "  aggregation: " + flow + "\n";
 }
 
 std::string privacy_yaml(const PrivacySpec& p) {
@@ -114,7 +123,7 @@ std::string federation_yaml(const FederationSpec& f) {
 }
 
 // One node as an item of the `nodes:` sequence, on one line.
-std::string node_yaml(const NodeSpec& s) {
+std::string node_yaml(const NodeSpec& s, const AggregationSpec& federation_aggregation) {
   std::string y = "  - {id: " + quoted(s.id) + ", role: " + role_name(s.role);
   if (!s.parent.empty()) y += ", parent: " + quoted(s.parent);
   if (s.role == Role::kSite) {
@@ -140,6 +149,10 @@ std::string node_yaml(const NodeSpec& s) {
   if (!s.allowed_jurisdictions.empty()) {
     y += ", allowed_jurisdictions: [" + quoted_list(s.allowed_jurisdictions) + "]";
   }
+  if (s.aggregation) {
+    // Set only where it differs from the federation's (Topology::finalize).
+    y += ", aggregation: " + aggregation_flow(*s.aggregation, federation_aggregation);
+  }
   return y + "}\n";
 }
 
@@ -158,7 +171,7 @@ std::string Topology::to_yaml() const {
     y += "policy:\n  k_min: " + std::to_string(policy_.k_min) + "\n";
   }
   y += "nodes:\n";
-  for (const NodeSpec& s : nodes_) y += node_yaml(s);
+  for (const NodeSpec& s : nodes_) y += node_yaml(s, federation_.aggregation);
   if (signature_) {
     y += "signature:\n  cert: " + quoted(signature_->cert) +
          "\n  value: " + quoted(signature_->value) + "\n";

@@ -121,12 +121,13 @@ FederationSpec federation(bool checks, const std::string& rule = "weighted_mean"
 }
 
 // The same topology without the attacker (the last site: no index moves),
-// its copies combined by `rule` (empty: the topology's).
+// its copies combined by `rule` at every aggregator (empty: the topology's).
 Topology without_attacker(const Topology& topo, const std::string& rule = "") {
   std::vector<NodeSpec> nodes;
   for (NodeSpec n : topo.nodes()) {
     if (n.id == kAttacker) continue;
     n.children.clear();
+    if (!rule.empty()) n.aggregation.reset();
     nodes.push_back(n);
   }
   FederationSpec fed = topo.federation();
@@ -275,6 +276,32 @@ TEST(ByzantineRobustRule, MultiKrumLeavesOutWhatTheNormBoundCannotSee) {
   ASSERT_TRUE(mean.run.errors.empty()) << mean.run.error_text();
   EXPECT_LE(refusals_audited(mean.audit), 3u);
   EXPECT_GT(max_relative_difference(mean.run.root.global_model, ref.global), 1e-3);
+}
+
+// The rule set on the root alone (its own `aggregation`), the federation's
+// left at the weighted mean: the same as Multi-Krum for every aggregator.
+TEST(ByzantineRobustRule, TheRootsOwnRuleLeavesOutTheFlippedCopy) {
+  TempDir dir;
+  const Topology base = make_tree(dir.path(), 0, 4, federation(true), true);
+  std::vector<NodeSpec> nodes = base.nodes();
+  for (NodeSpec& n : nodes) {
+    n.children.clear();
+    if (n.role == Role::kRoot) {
+      n.aggregation = base.federation().aggregation;
+      n.aggregation->rule = "multi_krum";
+    }
+  }
+  const Topology topo = Topology::build(base.job(), base.federation(), nodes);
+  ASSERT_EQ(topo.federation().aggregation.rule, "weighted_mean");
+  const Outcome out = run_attacked(dir, topo, Attack::kSignFlip3);
+  ASSERT_TRUE(out.run.errors.empty()) << out.run.error_text();
+  EXPECT_EQ(out.run.root.refused_copies, kRounds * 3);
+  const ReferenceResult ref = run_reference(
+      without_attacker(topo, "weighted_mean"), synthetic::initial_model(kElements, kSeed),
+      [](uint32_t site, uint64_t, std::vector<float>& p) {
+        synthetic::local_steps(p.data(), p.size(), site, 3, kSeed);
+      });
+  EXPECT_LT(max_relative_difference(out.run.root.global_model, ref.global), 1e-5);
 }
 
 // The same attacks with every check off: what the defaults prevent. The

@@ -35,6 +35,23 @@ std::vector<std::string> ids_of(const Topology& t, const std::vector<uint32_t>& 
   return out;
 }
 
+py::dict aggregation_dict(const AggregationSpec& a) {
+  py::dict bound;
+  bound["mode"] = a.norm_bound.mode;
+  bound["factor"] = a.norm_bound.factor;
+  bound["window"] = a.norm_bound.window;
+  bound["bound"] = a.norm_bound.bound;
+  bound["action"] = a.norm_bound.action;
+  py::dict d;
+  d["rule"] = a.rule;
+  d["params"] = a.params;
+  d["finite_check"] = a.finite_check;
+  d["max_abs"] = a.max_abs;
+  d["replay_window"] = a.replay_window;
+  d["norm_bound"] = bound;
+  return d;
+}
+
 py::dict privacy_dict(const FederationSpec& f) {
   const PrivacySpec& p = f.privacy;
   py::dict d;
@@ -99,6 +116,15 @@ void bind_node_spec(py::module_& m) {
       .def_readonly("devices", &NodeSpec::devices,
                     "Sites: the most devices it may train on and bill per round (None: as it "
                     "declares).")
+      .def_property_readonly(
+          "aggregation",
+          [](const NodeSpec& n) -> std::optional<py::dict> {
+            if (!n.aggregation) return std::nullopt;
+            return aggregation_dict(*n.aggregation);
+          },
+          "Aggregators: their own aggregation settings in place of the federation's (a dict "
+          "like FederationSpec.aggregation, the whole result); None: the federation's. "
+          "Topology.aggregation(id) gives what applies.")
       .def("__repr__", &node_repr);
 }
 
@@ -172,24 +198,7 @@ void bind_federation_spec(py::module_& m) {
           "How every aggregator combines its children's chunks (federation.aggregation.rule; "
           "default 'weighted_mean').")
       .def_property_readonly(
-          "aggregation",
-          [](const FederationSpec& f) {
-            const AggregationSpec& a = f.aggregation;
-            py::dict bound;
-            bound["mode"] = a.norm_bound.mode;
-            bound["factor"] = a.norm_bound.factor;
-            bound["window"] = a.norm_bound.window;
-            bound["bound"] = a.norm_bound.bound;
-            bound["action"] = a.norm_bound.action;
-            py::dict d;
-            d["rule"] = a.rule;
-            d["params"] = a.params;
-            d["finite_check"] = a.finite_check;
-            d["max_abs"] = a.max_abs;
-            d["replay_window"] = a.replay_window;
-            d["norm_bound"] = bound;
-            return d;
-          },
+          "aggregation", [](const FederationSpec& f) { return aggregation_dict(f.aggregation); },
           "What every aggregator checks on each child's copy of a chunk before its rule "
           "combines them (federation.aggregation, docs/security.md 'Robust aggregation'): a "
           "dict {rule, params, finite_check, max_abs, replay_window, norm_bound: {mode, factor, "
@@ -214,6 +223,15 @@ void bind_topology_methods(py::class_<Topology>& topology) {
       .def(
           "node", [](const Topology& t, const std::string& id) { return t.node(id); }, "id"_a,
           "The node with this id; raises fedwan.ConfigError when absent.")
+      .def(
+          "aggregation",
+          [](const Topology& t, const std::string& id) {
+            return aggregation_dict(t.aggregation(t.node(id)));
+          },
+          "id"_a,
+          "What aggregator `id` applies to its children's copies (its own aggregation settings, "
+          "else the federation's): a dict like FederationSpec.aggregation. Raises ConfigError "
+          "for an id not in the topology.")
       .def(
           "find",
           [](const Topology& t, const std::string& id) -> std::optional<NodeSpec> {

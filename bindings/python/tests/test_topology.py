@@ -148,3 +148,25 @@ def test_versions_expose_their_history_and_removed_sites():
     # A version lists exactly the digests of the versions before it.
     with pytest.raises(fedwan.ConfigError, match="history"):
         fedwan.Topology.parse(v2_text.replace("version: 2", "version: 3"))
+
+
+def test_an_aggregator_may_carry_its_own_aggregation_settings():
+    text = TEXT.replace(
+        'bind: "tcp://*:7001"}',
+        'bind: "tcp://*:7001", aggregation: {rule: median, norm_bound: {action: clip}}}')
+    t = fedwan.Topology.parse(text)
+    eu = t.node("eu")
+    assert eu.aggregation is not None
+    assert eu.aggregation["rule"] == "median"
+    assert eu.aggregation["norm_bound"]["action"] == "clip"
+    # The rest is the federation's.
+    assert eu.aggregation["max_abs"] == t.federation.aggregation["max_abs"]
+    assert t.node("root").aggregation is None
+    assert t.aggregation("eu")["rule"] == "median"
+    assert t.aggregation("root")["rule"] == "weighted_mean"
+    assert t.digest != fedwan.Topology.parse(TEXT).digest
+    assert fedwan.Topology.parse(t.to_yaml()).digest == t.digest
+    with pytest.raises(fedwan.ConfigError, match="nobody"):
+        t.aggregation("nobody")
+    with pytest.raises(fedwan.ConfigError, match="aggregators only"):
+        fedwan.Topology.parse(TEXT.replace("weight: 3}", "weight: 3, aggregation: {rule: median}}"))
