@@ -70,6 +70,10 @@ struct Config {
   int window = 8;
   int peer_window = 0;  // root and sites; 0: the same as `window`
   std::string codec = "fp16";
+  // --rule: the region's own aggregation rule (its `aggregation` key); a
+  // buffered rule holds every child's decoded copy of a chunk until it
+  // closes. "": the default, streamed weighted mean.
+  std::string rule;
   int repeat = 3;    // runs per site count
   std::string json;  // --json: where to write the rows; empty: nowhere
 };
@@ -91,7 +95,7 @@ long status_kib(const char* field) {
   std::cerr << "fedwan_aggregator_memory: " << why << "\n"
             << "usage: fedwan_aggregator_memory [--params N] [--sites 2,8] [--rounds R]\n"
             << "         [--chunk-bytes B] [--window W] [--peer-window W] [--repeat N]\n"
-            << "         [--codec fp16|bf16|int8|fp32] [--json FILE]\n";
+            << "         [--codec fp16|bf16|int8|fp32] [--rule NAME] [--json FILE]\n";
   std::exit(2);
 }
 
@@ -186,6 +190,10 @@ fedwan::Topology make_topology(const std::filesystem::path& dir, int sites, cons
   region.role = Role::kRegion;
   region.parent = root.id;
   region.endpoint = endpoint(region.id);
+  if (!cfg.rule.empty()) {
+    region.aggregation = fedwan::AggregationSpec{};
+    region.aggregation->rule = cfg.rule;
+  }
   nodes.push_back(region);
   for (int s = 0; s < sites; ++s) {
     fedwan::NodeSpec n;
@@ -361,6 +369,7 @@ void write_json(const std::string& path, const Config& cfg, uint64_t chunks, dou
                                     {"config",
                                      {{"params", cfg.params},
                                       {"codec", cfg.codec},
+                                      {"rule", cfg.rule.empty() ? "weighted_mean" : cfg.rule},
                                       {"chunk_bytes", cfg.chunk_bytes},
                                       {"chunks", chunks},
                                       {"rounds", cfg.rounds},
@@ -384,12 +393,17 @@ int drive(Config cfg) {
   if (cfg.peer_window <= 0) cfg.peer_window = cfg.window;
   const double model_mib = double(cfg.params) * sizeof(float) / kMiB;
   const double chunk_mib = double(cfg.chunk_bytes) / kMiB;
+  const std::string rule = cfg.rule.empty() ? "weighted_mean" : cfg.rule;
+  // Every rule but the weighted mean buffers (median, trimmed_mean,
+  // multi_krum); an unknown one stops the first run (the topology's check).
+  const bool buffered = rule != "weighted_mean";
   std::printf("region aggregator memory: %llu parameters (%.1f MiB fp32), codec %s, %llu chunks "
               "of %.2f MiB, region window %d (root and sites %d), %llu rounds, %d runs per "
-              "site count\n",
+              "site count, rule %s (%s)\n",
               static_cast<unsigned long long>(cfg.params), model_mib, cfg.codec.c_str(),
               static_cast<unsigned long long>(chunks), chunk_mib, cfg.window, cfg.peer_window,
-              static_cast<unsigned long long>(cfg.rounds), cfg.repeat);
+              static_cast<unsigned long long>(cfg.rounds), cfg.repeat, rule.c_str(),
+              buffered ? "buffered" : "streaming");
   std::fflush(stdout);
   const std::vector<float> init = fedwan::synthetic::initial_model(cfg.params, kSeed);
 
@@ -420,11 +434,16 @@ int drive(Config cfg) {
     r.growth_models = r.growth / model_mib;
     r.every_delta = r.sites * model_mib;
     // Each extra child may hold `window` frames of at most one chunk queued
-    // in each direction; that is all that may grow with the site count.
+    // in each direction; that is all that may grow with the site count
+    // under a streaming rule. A buffered rule also holds each extra child's
+    // decoded copy of every chunk in flight: at most a model's worth each
+    // (docs/architecture.md states fan-in x chunk x chunks in flight).
     r.window_bound = extra * cfg.window * chunk_mib * 2 + kSlackMiB;
     r.extra_deltas = extra * model_mib;
     r.growth_share = extra > 0 ? r.growth / r.extra_deltas : 0;
-    r.ok = extra == 0 || (r.growth <= r.window_bound && r.growth <= 0.5 * r.extra_deltas);
+    r.ok =
+        extra == 0 || (buffered ? r.growth <= r.window_bound + r.extra_deltas
+                                : r.growth <= r.window_bound && r.growth <= 0.5 * r.extra_deltas);
   }
   std::printf("\n%5s %9s %9s %15s %11s %10s %10s %13s\n", "sites", "model MiB", "idle MiB",
               "peak MiB", "growth MiB", "in chunks", "in models", "K x model MiB");
@@ -448,10 +467,12 @@ int drive(Config cfg) {
     const SiteCountResult& r = rows[i];
     const int extra = r.sites - base.sites;
     pass = pass && r.ok;
-    std::printf("%d -> %d sites: peak grew %.1f MiB (%.2f MiB per extra site); window bound "
-                "%.1f MiB; %d more full deltas would be %.1f MiB, growth is %.1f%% of that: %s\n",
-                base.sites, r.sites, r.growth, r.growth / extra, r.window_bound, extra,
-                r.extra_deltas, 100.0 * r.growth_share, r.ok ? "ok" : "too much");
+    std::printf("%d -> %d sites: peak grew %.1f MiB (%.2f MiB per extra site, %.1f chunks); "
+                "window bound %.1f MiB%s; %d more full deltas would be %.1f MiB, growth is "
+                "%.1f%% of that: %s\n",
+                base.sites, r.sites, r.growth, r.growth / extra, r.growth / extra / chunk_mib,
+                r.window_bound, buffered ? " + one fp32 copy per extra child of every chunk" : "",
+                extra, r.extra_deltas, 100.0 * r.growth_share, r.ok ? "ok" : "too much");
   }
   std::printf("%s\n", pass ? "PASS" : "FAIL");
   if (!cfg.json.empty()) write_json(cfg.json, cfg, chunks, model_mib, rows, pass);
@@ -477,6 +498,8 @@ int main(int argc, char** argv) {
       cfg.rounds = std::strtoull(value().c_str(), nullptr, 10);
     } else if (a == "--chunk-bytes") {
       cfg.chunk_bytes = std::strtoull(value().c_str(), nullptr, 10);
+    } else if (a == "--rule") {
+      cfg.rule = value();
     } else if (a == "--window") {
       cfg.window = std::atoi(value().c_str());
     } else if (a == "--peer-window") {

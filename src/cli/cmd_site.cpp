@@ -168,7 +168,7 @@ std::optional<int> train_rounds(const NodeArgs& a, Site& site, workload::Fashion
     site.join();
     report.joined(join_started);
     while (!site.finished()) {
-      if (a.leave_at_round > 0 && site.round() >= a.leave_at_round) {
+      if (a.leave_at_round && site.round() >= *a.leave_at_round) {
         site.leave();
         report.write(/*stopped=*/false);
         log_always("info", "fedwan: site '" + a.node + "' rank " + std::to_string(a.rank) +
@@ -294,8 +294,8 @@ void add_site_command(CLI::App& app, NodeArgs& args, int* exit_code) {
                   "federation (a launcher's go signal, e.g. for a late_join site)");
   cmd->add_option("--leave-at-round", args.leave_at_round,
                   "leave the federation gracefully when this round begins (the parent stops "
-                  "waiting for the site at once and counts it out of the quorum); 0: never")
-      ->capture_default_str();
+                  "waiting for the site at once and counts it out of the quorum); rounds count "
+                  "from 0, so 0 leaves right after joining, before training; unset: never");
   cmd->add_option("--step-time-ms", args.step_time_ms,
                   "with --trainer synthetic: each inner step takes this many milliseconds of "
                   "wall time without using the CPU (a GPU's step on a machine without one); "

@@ -2,7 +2,9 @@
 // subcommand and returns the process exit code when run.
 #pragma once
 
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "cli/workload.hpp"
 
@@ -45,8 +47,9 @@ struct NodeArgs {
   // Sites, synthetic trainer: wall-clock milliseconds each inner step takes
   // (a GPU's step stood in for by a sleep); 0: as fast as the CPU goes.
   double step_time_ms = 0;
-  // Sites: leave the federation gracefully once at this round (0: never).
-  uint64_t leave_at_round = 0;
+  // Sites: leave the federation gracefully once this round (counted from 0)
+  // begins; unset: never. 0: right after joining, before training at all.
+  std::optional<uint64_t> leave_at_round;
   // Sites: wait until this file exists before joining (a launcher's go).
   std::string join_after_file;
   SecurityArgs security;
@@ -74,8 +77,10 @@ struct DemoArgs {
   double metrics_linger_s = 0;
   std::string codec = "fp16";
   std::string outer = "diloco";
-  std::string aggregation;  // --aggregation KEY=VALUE,... (cli/demo_flags.hpp)
-  std::string privacy;      // --privacy KEY=VALUE,... (cli/demo_flags.hpp)
+  std::string aggregation;         // --aggregation KEY=VALUE,... (cli/demo_flags.hpp)
+  std::string root_aggregation;    // the root's own, over --aggregation
+  std::string region_aggregation;  // every region's own, over --aggregation
+  std::string privacy;             // --privacy KEY=VALUE,... (cli/demo_flags.hpp)
   uint64_t chunk_bytes = 1 << 20;
   bool no_baseline = false;
   std::string report;
@@ -86,6 +91,8 @@ struct DemoArgs {
   std::string cipher = "aes-256-gcm";
   int ranks_per_site = 1;       // processes per site, gradients averaged every step
   std::string device = "auto";  // the sites' ranks: auto | cpu | cuda
+  // NODE=PATH: that node runs PATH (same arguments) instead of this binary.
+  std::vector<std::string> node_binaries;
   WorkloadSettings workload;
 };
 
@@ -110,5 +117,9 @@ void write_model(const std::string& path, const float* data, size_t n);
 // a file that is missing, empty, not a whole number of floats, or over
 // 2^30 values.
 std::vector<float> read_model(const std::string& path);
+
+// The whole tool: parses argv, runs the subcommand, returns the exit code
+// (2 for a configuration error, 1 for any other error).
+int run(int argc, char** argv);
 
 }  // namespace fedwan::cli

@@ -28,42 +28,46 @@ double number_value(const std::string& key, const std::string& v,
   return d;
 }
 
-uint64_t count_value(const std::string& key, const std::string& v) {
-  const double d = number_value(key, v);
+uint64_t count_value(const std::string& key, const std::string& v, const char* flag) {
+  const double d = number_value(key, v, flag);
   if (d < 0 || d > 1e9 || d != std::floor(d)) {
-    throw ConfigError("--aggregation " + key + "=" + v + ": not a whole number");
+    throw ConfigError(std::string(flag) + " " + key + "=" + v + ": not a whole number");
   }
   return static_cast<uint64_t>(d);
 }
 
-bool flag_value(const std::string& key, const std::string& v) {
+bool flag_value(const std::string& key, const std::string& v, const char* flag) {
   if (v == "true" || v == "on") return true;
   if (v == "false" || v == "off") return false;
-  throw ConfigError("--aggregation " + key + "=" + v + ": use true or false");
+  throw ConfigError(std::string(flag) + " " + key + "=" + v + ": use true or false");
 }
 
-void set_aggregation(AggregationSpec& a, const std::string& key, const std::string& v) {
+// One KEY=VALUE of an --aggregation flag; params.NAME sets a rule parameter.
+void set_aggregation(AggregationSpec& a, const std::string& key, const std::string& v,
+                     const char* flag) {
   NormBoundSpec& b = a.norm_bound;
   if (key == "rule")
     a.rule = v;
+  else if (key.rfind("params.", 0) == 0 && key.size() > 7)
+    a.params[key.substr(7)] = number_value(key, v, flag);
   else if (key == "finite_check")
-    a.finite_check = flag_value(key, v);
+    a.finite_check = flag_value(key, v, flag);
   else if (key == "max_abs")
-    a.max_abs = number_value(key, v);
+    a.max_abs = number_value(key, v, flag);
   else if (key == "replay_window")
-    a.replay_window = count_value(key, v);
+    a.replay_window = count_value(key, v, flag);
   else if (key == "norm_bound.mode")
     b.mode = v;
   else if (key == "norm_bound.factor")
-    b.factor = number_value(key, v);
+    b.factor = number_value(key, v, flag);
   else if (key == "norm_bound.window")
-    b.window = count_value(key, v);
+    b.window = count_value(key, v, flag);
   else if (key == "norm_bound.bound")
-    b.bound = number_value(key, v);
+    b.bound = number_value(key, v, flag);
   else if (key == "norm_bound.action")
     b.action = v;
   else
-    throw ConfigError("--aggregation: unknown key '" + key + "'");
+    throw ConfigError(std::string(flag) + ": unknown key '" + key + "'");
 }
 
 void set_privacy(PrivacySpec& p, const std::string& key, const std::string& v) {
@@ -184,9 +188,15 @@ void add_sync_flags(CLI::App& cmd, DemoArgs& a) {
                  "what every aggregator checks on each child's chunk and how it combines them, "
                  "over the defaults: KEY=VALUE,... with keys rule, finite_check, max_abs, "
                  "replay_window, norm_bound.mode (adaptive|absolute|off), norm_bound.factor, "
-                 "norm_bound.window, norm_bound.bound, norm_bound.action (refuse|clip); e.g. "
-                 "norm_bound.mode=off (docs/topology.md, \"Aggregation\")")
-      ->check(parsed_by(aggregation_settings));
+                 "norm_bound.window, norm_bound.bound, norm_bound.action (refuse|clip), and "
+                 "params.NAME for the rule's parameters; e.g. norm_bound.mode=off, or "
+                 "rule=trimmed_mean,params.trim=1 (docs/topology.md, \"Aggregation\")")
+      ->check(parsed_by(+[](const std::string& t) { return aggregation_settings(t); }));
+  cmd.add_option("--root-aggregation", a.root_aggregation,
+                 "the root's own aggregation settings, KEY=VALUE,... over --aggregation (its "
+                 "children are the regions, or the sites without regions)");
+  cmd.add_option("--region-aggregation", a.region_aggregation,
+                 "every region's own aggregation settings, KEY=VALUE,... over --aggregation");
   cmd.add_option("--privacy", a.privacy,
                  "site-level differential privacy: KEY=VALUE,... with keys mode (central|local), "
                  "clip, noise_multiplier or target_epsilon, delta (default 1e-5), epsilon_budget; "
@@ -223,6 +233,10 @@ void add_workspace_flags(CLI::App& cmd, DemoArgs& a) {
   cmd.add_option("--base-port", a.base_port,
                  "first loopback port; the nodes take the ports after it (default: free ports)")
       ->check(number_in(1, 65000));
+  cmd.add_option("--node-binary", a.node_binaries,
+                 "NODE=PATH: start that node with the program at PATH instead of this fedwan "
+                 "(it gets the same arguments): a modified build, or a site that misbehaves on "
+                 "purpose for a robustness experiment; repeatable");
 }
 
 void add_link_flags(CLI::App& cmd, DemoArgs& a) {
@@ -235,14 +249,30 @@ void add_link_flags(CLI::App& cmd, DemoArgs& a) {
 
 }  // namespace
 
-AggregationSpec aggregation_settings(const std::string& text) {
-  AggregationSpec a;
-  key_values(text, "--aggregation",
-             [&](const std::string& k, const std::string& v) { set_aggregation(a, k, v); });
-  if (!aggregation::has_rule(a.rule)) {
-    throw ConfigError("--aggregation: unknown rule '" + a.rule + "'");
+AggregationSpec aggregation_settings(const std::string& text, const AggregationSpec& base,
+                                     const char* flag) {
+  AggregationSpec a = base;
+  a.params.clear();
+  bool new_rule = false;
+  key_values(text, flag, [&](const std::string& k, const std::string& v) {
+    set_aggregation(a, k, v, flag);
+    new_rule = new_rule || k == "rule";
+  });
+  // A new rule starts without the base rule's params.
+  if (!new_rule) {
+    for (const auto& [name, value] : base.params) a.params.emplace(name, value);
   }
-  if (auto why = topology::aggregation_problem(a)) throw ConfigError("--aggregation: " + *why);
+  if (!aggregation::has_rule(a.rule)) {
+    throw ConfigError(std::string(flag) + ": unknown rule '" + a.rule + "'");
+  }
+  try {
+    aggregation::make_rule(a.rule, a.params);
+  } catch (const ConfigError& e) {
+    throw ConfigError(std::string(flag) + ": " + e.what());
+  }
+  if (auto why = topology::aggregation_problem(a)) {
+    throw ConfigError(std::string(flag) + ": " + *why);
+  }
   return a;
 }
 

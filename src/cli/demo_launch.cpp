@@ -37,6 +37,7 @@ NodeLaunch demo_node_launch(const DemoArgs& a, const DemoPlan& plan, const NodeS
   const bool site = n.role == Role::kSite;
   NodeLaunch l;
   l.node = n.id;
+  if (auto b = plan.binaries.find(n.id); b != plan.binaries.end()) l.exe = b->second;
   for (int rank = 0; rank < (site ? a.ranks_per_site : 1); ++rank) {
     std::vector<std::string> args = {site ? "site" : "aggregator", "--topology", topology_file,
                                      "--node", n.id};

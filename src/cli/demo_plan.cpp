@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include <unistd.h>
+
 #include "cli/demo_flags.hpp"
 #include "common/loopback_port.hpp"
 #include "fedwan/error.hpp"
@@ -43,6 +45,10 @@ Topology demo_topology(const DemoArgs& a, const std::vector<double>& weights,
   fed.chunk_bytes = a.chunk_bytes;
   fed.outer.name = a.outer;
   fed.aggregation = aggregation_settings(a.aggregation);
+  if (!a.region_aggregation.empty() && a.regions == 0) {
+    throw ConfigError("--region-aggregation needs regions (--regions 0 puts the sites under the "
+                      "root: use --root-aggregation)");
+  }
   fed.privacy = privacy_settings(a.privacy);
   auto endpoint = [&](int k) {
     const int port = a.base_port > 0 ? a.base_port + k : free_port();
@@ -53,6 +59,10 @@ Topology demo_topology(const DemoArgs& a, const std::vector<double>& weights,
   root.id = "root";
   root.role = Role::kRoot;
   root.endpoint = endpoint(0);
+  if (!a.root_aggregation.empty()) {
+    root.aggregation =
+        aggregation_settings(a.root_aggregation, fed.aggregation, "--root-aggregation");
+  }
   nodes.push_back(root);
   for (int r = 0; r < a.regions; ++r) {
     NodeSpec n;
@@ -60,6 +70,10 @@ Topology demo_topology(const DemoArgs& a, const std::vector<double>& weights,
     n.role = Role::kRegion;
     n.parent = "root";
     n.endpoint = endpoint(1 + r);
+    if (!a.region_aggregation.empty()) {
+      n.aggregation =
+          aggregation_settings(a.region_aggregation, fed.aggregation, "--region-aggregation");
+    }
     nodes.push_back(n);
   }
   for (int s = 0; s < a.sites; ++s) {
@@ -117,6 +131,32 @@ void prepare_credentials(const Topology& topo, const fs::path& pki, bool force) 
   std::cout << "fedwan demo: reusing the federation CA in " << pki.string() << "\n";
 }
 
+// --node-binary NODE=PATH, each naming a node of the demo and a program
+// this user may run.
+std::map<std::string, std::string> parse_node_binaries(const std::vector<std::string>& flags,
+                                                       const Topology& topo) {
+  std::map<std::string, std::string> out;
+  for (const std::string& f : flags) {
+    const size_t eq = f.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == f.size()) {
+      throw ConfigError("--node-binary " + f + ": expected NODE=PATH, e.g. site-3=./my-fedwan");
+    }
+    const std::string node = f.substr(0, eq);
+    const std::string path = f.substr(eq + 1);
+    if (topo.find(node) == nullptr) {
+      throw ConfigError("--node-binary " + f + ": the demo has no node '" + node + "'");
+    }
+    std::error_code ec;
+    if (!fs::is_regular_file(path, ec) || ::access(path.c_str(), X_OK) != 0) {
+      throw ConfigError("--node-binary " + f + ": " + path + " is not a program this user may run");
+    }
+    if (!out.emplace(node, fs::absolute(path).string()).second) {
+      throw ConfigError("--node-binary " + f + ": '" + node + "' is given twice");
+    }
+  }
+  return out;
+}
+
 std::optional<AddedSite> plan_added_site(const DemoArgs& a, const DemoPlan& plan) {
   if (a.add_site == 0) return std::nullopt;
   if (a.insecure_plaintext) {
@@ -149,6 +189,7 @@ DemoPlan plan_demo(const DemoArgs& a, fs::path dir) {
   }
   plan.topology = demo_topology(a, weights, plan.late ? plan.late->site : std::string());
   plan.chaos = parse_chaos(a.chaos, plan.topology, a.rounds);
+  plan.binaries = parse_node_binaries(a.node_binaries, plan.topology);
   plan.dir = std::move(dir);
   plan.topology_file = (plan.dir / "topology.yaml").string();
   std::ofstream(plan.topology_file) << plan.topology.to_yaml();

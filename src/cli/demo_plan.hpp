@@ -4,6 +4,7 @@
 #pragma once
 
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -23,6 +24,8 @@ struct DemoPlan {
   std::optional<SiteRound> late, leave;
   std::optional<ChaosPlan> chaos;
   std::optional<AddedSite> added;  // --add-site: version 2's site
+  // --node-binary: node id -> the program it runs instead of this one.
+  std::map<std::string, std::string> binaries;
 };
 
 // Builds the demo's topology and writes it into `dir`, provisions (or

@@ -126,7 +126,9 @@ nlohmann::json demo_configuration(const DemoArgs& a, const Topology& topo, bool 
           {"device", cuda ? "cuda" : "cpu"},
           {"topology_digest", topo.digest_hex()},
           {"security", a.insecure_plaintext ? std::string("plaintext") : "mtls/" + a.cipher},
-          {"audit_dir", (dir / "audit").string()}};
+          {"audit_dir", (dir / "audit").string()},
+          // --node-binary: a run with a node another program played.
+          {"node_binaries", a.node_binaries}};
 }
 
 void print_federation_summary(nlohmann::json& report, double federation_s, double wall_s) {

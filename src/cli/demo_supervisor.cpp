@@ -170,7 +170,8 @@ void DemoSupervisor::spawn_node(size_t index, bool first) {
     Process p;
     p.node = index;
     p.rank = r;
-    p.pid = spawn(exe_, n.rank_args[r], n.rank_logs[r], first ? n.first_env : kNone, !first);
+    p.pid = spawn(n.exe.empty() ? exe_ : n.exe, n.rank_args[r], n.rank_logs[r],
+                  first ? n.first_env : kNone, !first);
     procs_.push_back(p);
   }
 }

@@ -51,6 +51,7 @@ std::optional<SiteRound> parse_site_round(const std::string& flag, const std::st
 // says where it resumed.
 struct NodeLaunch {
   std::string node;
+  std::string exe;  // the program its ranks run; "": the supervisor's own
   std::vector<std::vector<std::string>> rank_args;
   std::vector<std::string> rank_logs;
   // Environment of the first start only (a chaos crash point).

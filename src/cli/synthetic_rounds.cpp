@@ -33,7 +33,7 @@ class Rounds {
                         ? std::min<uint64_t>(site_.data_position(), steps_)
                         : 0;
     while (!r.finished) {
-      if (t_.leave_at_round > 0 && site_.round() >= t_.leave_at_round) {
+      if (t_.leave_at_round && site_.round() >= *t_.leave_at_round) {
         site_.leave();
         if (t_.left) *t_.left = true;
         return true;

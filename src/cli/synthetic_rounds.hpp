@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "cli/site_report.hpp"
@@ -22,9 +23,9 @@ struct SyntheticTraining {
   // model moves one synthetic step per round (dense updates, cheap steps).
   double step_time_ms = 0;
   std::function<bool()> stop_requested;  // polled between steps
-  // > 0: the site leaves the federation (SiteCore::leave) once it reaches
+  // Set: the site leaves the federation (SiteCore::leave) once it reaches
   // this round, and the loop ends (true, *left set).
-  uint64_t leave_at_round = 0;
+  std::optional<uint64_t> leave_at_round;
   bool* left = nullptr;
 };
 

@@ -32,7 +32,18 @@ security::NoiseFilter::Options alarm_repeats() {
   return o;
 }
 
+// Set by a program before its nodes start (see set_parent_channel_wrapper);
+// read when a node opens a parent link.
+ParentChannelWrapper& parent_channel_wrapper() {
+  static ParentChannelWrapper w;
+  return w;
+}
+
 }  // namespace
+
+void set_parent_channel_wrapper(ParentChannelWrapper wrapper) {
+  parent_channel_wrapper() = std::move(wrapper);
+}
 
 NodeSecurity::NodeSecurity(const SecurityOptions& options, const Topology& topology,
                            const NodeSpec& self)
@@ -354,15 +365,21 @@ transport::SecurityFactory NodeSecurity::parent_factory() {
   transport::LinkEventSink sink = [this](const transport::LinkEvent& e) {
     on_link_event(e, false);
   };
-  if (plaintext())
-    return transport::plaintext_security_factory(topology_.job_id(), self_.index, sink);
-  transport::SecureChannelConfig c = channel_config(sink);
-  c.authorize = [this](const security::NodeIdentity& cert, const std::string&) {
-    return security::authorize_parent(topology_, self_, cert);
-  };
-  return [c](const std::string& peer) {
-    return std::make_unique<transport::SecureChannel>(c, /*is_client=*/true, peer);
-  };
+  transport::SecurityFactory make;
+  if (plaintext()) {
+    make = transport::plaintext_security_factory(topology_.job_id(), self_.index, sink);
+  } else {
+    transport::SecureChannelConfig c = channel_config(sink);
+    c.authorize = [this](const security::NodeIdentity& cert, const std::string&) {
+      return security::authorize_parent(topology_, self_, cert);
+    };
+    make = [c](const std::string& peer) {
+      return std::make_unique<transport::SecureChannel>(c, /*is_client=*/true, peer);
+    };
+  }
+  const ParentChannelWrapper& wrap = parent_channel_wrapper();
+  if (!wrap) return make;
+  return [make, wrap](const std::string& peer) { return wrap(make(peer)); };
 }
 
 }  // namespace fedwan::node

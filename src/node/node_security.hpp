@@ -17,6 +17,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -133,5 +134,15 @@ class NodeSecurity {
   uint64_t log_failures_seen_ = 0;
   Clock::time_point next_crl_check_{};
 };
+
+// Wraps each channel a node of this process opens toward its parent, after
+// the mechanism is built (mutual TLS or plaintext) and before any frame
+// passes. For programs built on the library that must act as a node which
+// changes its own frames before they are sealed: the dishonest site of the
+// robustness tests (tests/tools/dishonest_site.cpp). The product never sets
+// one. Set it before any node starts; null (the default): no wrapper.
+using ParentChannelWrapper = std::function<std::unique_ptr<transport::ChannelSecurity>(
+    std::unique_ptr<transport::ChannelSecurity>)>;
+void set_parent_channel_wrapper(ParentChannelWrapper wrapper);
 
 }  // namespace fedwan::node
