@@ -62,7 +62,9 @@ def run_one(a: argparse.Namespace, label: str, privacy: Optional[str], scratch: 
 def table(rows: List[Dict], a: argparse.Namespace) -> str:
     out = [f"Fashion-MNIST, {a.sites} sites, {a.regions} regions, {a.rounds} rounds x "
            f"{a.inner_steps} steps, alpha {a.alpha}, codec {a.codec}, outer {a.outer}, "
-           f"seed {a.seed}; mode {a.mode}, clip {a.clip}, delta {a.delta}", "",
+           f"seed {a.seed}; mode {a.mode}, clip {a.clip}"
+           f"{f' (adaptive, target quantile {a.target_quantile})' if a.target_quantile else ''}, "
+           f"delta {a.delta}", "",
            "| run | epsilon (target) | noise multiplier | epsilon spent | final accuracy |",
            "|---|---|---|---|---|"]
     for r in rows:
@@ -100,7 +102,10 @@ def main() -> int:
     p.add_argument("--cli", default="fedwan", help="the fedwan binary")
     p.add_argument("--epsilons", default="1,3,8", help="target epsilons, comma separated")
     p.add_argument("--mode", default="central", choices=["central", "local"])
-    p.add_argument("--clip", type=float, default=1.0)
+    p.add_argument("--clip", type=float, default=1.0,
+                   help="the clip (with --target-quantile: where the adaptive clip starts)")
+    p.add_argument("--target-quantile", type=float, default=0.0,
+                   help="adaptive clipping toward this quantile of the update norms (0: fixed)")
     p.add_argument("--delta", type=float, default=1e-5)
     p.add_argument("--sites", type=int, default=4)
     p.add_argument("--regions", type=int, default=0)
@@ -125,6 +130,8 @@ def main() -> int:
             rows.append(run_one(a, "no-dp", None, scratch))
             for e in [float(x) for x in a.epsilons.split(",") if x]:
                 privacy = f"mode={a.mode},clip={a.clip},target_epsilon={e},delta={a.delta}"
+                if a.target_quantile > 0:
+                    privacy += f",target_quantile={a.target_quantile}"
                 row = run_one(a, f"eps-{e:g}", privacy, scratch)
                 row["target"] = e
                 if row["privacy_epsilon"] is None or row["privacy_epsilon"] > e * 1.0001:

@@ -140,6 +140,17 @@ struct FEDWAN_API PrivacySpec {
   // 0: none. Else the federation ends after the last round whose
   // cumulated epsilon stays within it (fewer than `rounds` if need be).
   double epsilon_budget = 0;
+  // Adaptive clipping (central mode, every site under the root): 0, `clip`
+  // is fixed. In (0, 1): `clip` is where the clip starts; after each round
+  // the root moves it toward this quantile of the sites' update norms,
+  // clip x exp(-clip_learning_rate x (unclipped share - target_quantile)),
+  // from a noised count of the sites that were not clipped. The count
+  // spends `clip_count_budget` of each round's privacy (the update's noise
+  // grows to leave it room), so epsilon is what it would be with a fixed
+  // clip.
+  double target_quantile = 0;
+  double clip_learning_rate = 0.2;  // (0, 10]
+  double clip_count_budget = 0.1;   // (0, 1)
 };
 
 struct FEDWAN_API FederationSpec {

@@ -42,6 +42,14 @@ void RoundAccumulator::open(uint64_t round, double min_weight) {
   inflight_.clear();
   taken_.assign(plan_.count(), false);
   chunks_done_ = 0;
+  clip_valued_.clear();
+  clip_hit_.clear();
+}
+
+uint64_t RoundAccumulator::privacy_unclipped_senders() const {
+  uint64_t n = 0;
+  for (uint32_t s : clip_valued_) n += clip_hit_.count(s) == 0 ? 1 : 0;
+  return n;
 }
 
 void RoundAccumulator::add_child(uint32_t sender) {
@@ -109,8 +117,10 @@ RoundAccumulator::Result RoundAccumulator::add(uint64_t round, uint32_t sender, 
   double norm = v.norm;  // of the values the rule gets
   if (auto it = clip_.find(sender); it != clip_.end()) {
     const double share = privacy::chunk_share(it->second, element_count, plan_.total());
+    clip_valued_.insert(sender);
     if (privacy::clip_l2(scratch_.data(), element_count, share) < 1) {
       privacy_clipped_ += 1;
+      clip_hit_.insert(sender);
       norm = std::min(norm, share);
     }
   }

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <memory>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -108,6 +109,9 @@ class RoundAccumulator {
   void clip_copies_of(uint32_t sender, double whole_bound);
   // Copies scaled down by the privacy clip since this accumulator was made.
   uint64_t privacy_clipped() const { return privacy_clipped_; }
+  // This round: the clipped senders (see clip_copies_of) that had a copy of
+  // any chunk valued, and none of them clipped (adaptive clipping's count).
+  uint64_t privacy_unclipped_senders() const;
 
   // A child added while the federation runs (a new topology version): not
   // expected in the open round; every round it is opened with after.
@@ -183,6 +187,9 @@ class RoundAccumulator {
   uint32_t chunks_done_ = 0;
   std::unordered_map<uint32_t, double> clip_;  // sender -> whole-update L2 bound
   uint64_t privacy_clipped_ = 0;
+  // This round's senders under a clip with a valued copy, and with a copy
+  // clipped (by sender).
+  std::unordered_set<uint32_t> clip_valued_, clip_hit_;
 };
 
 // out[i] = sum[i] / weight, rounded the same way everywhere.

@@ -254,6 +254,9 @@ class Aggregator::Impl {
   const Topology& topo_;
   NodeSpec self_;  // its children grow when a topology version adds sites
   const node::NodeConfig cfg_;
+  // Central privacy: the clip this round's site copies get (the topology's,
+  // or where adaptive clipping moved it: RootRole).
+  double privacy_clip_ = cfg_.privacy.clip;
 
   // Declared before the links: their security layers report to it.
   std::unique_ptr<node::NodeSecurity> security_;

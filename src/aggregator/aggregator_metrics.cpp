@@ -109,7 +109,7 @@ void Aggregator::Impl::update_metrics() {
 // every aggregator (the root's report and audit have them per round).
 nlohmann::json Aggregator::Impl::privacy_metrics(metrics::MetricsRegistry& m) {
   const std::string& me = self_.id;
-  nlohmann::json p = aggregator::privacy_spent(cfg_, round_);
+  nlohmann::json p = aggregator::privacy_spent(cfg_, round_, privacy_clip_);
   p["clipped_copies"] = acc_ ? acc_->privacy_clipped() : 0;
   m.gauge("fedwan_privacy_epsilon",
           "Epsilon spent by the rounds so far (at fedwan_privacy_delta; site-level DP).", {"node"})
@@ -125,6 +125,11 @@ nlohmann::json Aggregator::Impl::privacy_metrics(metrics::MetricsRegistry& m) {
           {"node"})
       .with({me})
       .set(cfg_.privacy.noise_multiplier);
+  m.gauge("fedwan_privacy_clip",
+          "The L2 bound this round's site updates are clipped to (adaptive clipping moves it).",
+          {"node"})
+      .with({me})
+      .set(privacy_clip_);
   raise_to(m.counter("fedwan_privacy_clipped_copies_total",
                      "Sites' copies of a chunk this node clipped to the privacy bound.", {"node"})
                .with({me}),

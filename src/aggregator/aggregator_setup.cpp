@@ -141,7 +141,7 @@ void Aggregator::Impl::init_model_state(uint64_t total_elements) {
 void Aggregator::Impl::clip_children_copies(uint32_t idx) {
   if (cfg_.privacy.mode != node::NodeConfig::Privacy::Mode::kCentral || !acc_) return;
   const bool site = topo_.node(idx).role == fedwan::Role::kSite;
-  acc_->clip_copies_of(idx, cfg_.privacy.clip * (site ? 1.0 : 1.0 + 1e-6));
+  acc_->clip_copies_of(idx, privacy_clip_ * (site ? 1.0 : 1.0 + 1e-6));
 }
 
 }  // namespace fedwan

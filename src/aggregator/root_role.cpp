@@ -34,6 +34,10 @@ Aggregator::Impl::RootRole::RootRole(Impl& node) : Role(node) {
   if (n_.cfg_.privacy.mode == node::NodeConfig::Privacy::Mode::kCentral) {
     noise_ = std::make_unique<aggregator::CentralNoise>(n_.cfg_.privacy, global_.size());
   }
+  const node::NodeConfig::Privacy& p = n_.cfg_.privacy;
+  if (p.target_quantile > 0) {
+    quantile_.emplace(p.clip, p.target_quantile, p.clip_learning_rate, p.count_noise_multiplier);
+  }
 }
 
 // ---- the round protocol ----------------------------------------------------------
@@ -65,7 +69,10 @@ void Aggregator::Impl::RootRole::chunk_complete(uint32_t chunk) {
   // optimizer state) this round. Central privacy: the noise goes on the sum
   // before anything else sees it.
   if (!cs.mean.empty()) {
-    if (noise_) noise_->apply(cs.mean.data(), n, cs.weight, aggregator::max_site_weight(n_.topo_));
+    if (noise_) {
+      noise_->apply(cs.mean.data(), n, cs.weight, aggregator::max_site_weight(n_.topo_),
+                    n_.privacy_clip_);
+    }
     outer_->step(global_.data() + off, cs.mean.data(), off, n);
   }
   cs.mean.resize(n);
@@ -103,6 +110,7 @@ void Aggregator::Impl::RootRole::round_closed(Clock::time_point now, double secs
   // acknowledgement releases the chunk, see on_standby_frame), so a
   // takeover never finds children ahead of it.
   n_.round_ += 1;
+  adapt_clip(finished);  // before the checkpoint, which keeps the next round's clip
   n_.save_checkpoint();
   n_.start_upload();
   committed_ = true;
@@ -132,10 +140,30 @@ void Aggregator::Impl::RootRole::round_closed(Clock::time_point now, double secs
   report(finished);
 }
 
+// Adaptive clipping: the share of sites whose update was not clipped this
+// round, noised, moves the clip the next round's copies get.
+void Aggregator::Impl::RootRole::adapt_clip(uint64_t finished) {
+  if (!quantile_) return;
+  uint64_t members = 0;
+  for (const NodeSpec& s : n_.topo_.nodes()) {
+    if (s.role == fedwan::Role::kSite && !s.removed) members += 1;
+  }
+  const double used = quantile_->clip();
+  const uint64_t unclipped = std::min(n_.acc_->privacy_unclipped_senders(), members);
+  const privacy::QuantileClip::Step s = quantile_->step(unclipped, members, count_rng_);
+  n_.privacy_clip_ = s.next_clip;
+  for (uint32_t idx : n_.self_.children) n_.clip_children_copies(idx);
+  n_.security_->audit("privacy_clip", {{"round", finished},
+                                       {"clip", used},
+                                       {"next_clip", s.next_clip},
+                                       {"noised_unclipped_share", s.noised_share},
+                                       {"target_quantile", n_.cfg_.privacy.target_quantile}});
+}
+
 // What the round spent, in the audit log; and the budget's end, said once.
 void Aggregator::Impl::RootRole::audit_privacy(uint64_t finished) {
   if (!n_.cfg_.privacy.on()) return;
-  nlohmann::json fields = aggregator::privacy_spent(n_.cfg_, n_.round_);
+  nlohmann::json fields = aggregator::privacy_spent(n_.cfg_, n_.round_, n_.privacy_clip_);
   fields["round"] = finished;
   if (noise_) fields["noise_std"] = noise_->sum_std();
   n_.security_->audit("privacy", fields);
@@ -192,6 +220,8 @@ void Aggregator::Impl::RootRole::save(Checkpoint& c, nlohmann::json& meta) const
         checkpoint::float_section("outer." + b.name, b.data->data(), b.data->size()));
   }
   meta["outer"] = std::string(outer_->name());
+  // Adaptive clipping: the clip the next round's copies get.
+  if (quantile_) meta["privacy_clip"] = quantile_->clip();
 }
 
 void Aggregator::Impl::RootRole::no_checkpoint() {
@@ -220,6 +250,17 @@ void Aggregator::Impl::RootRole::restore(const Checkpoint& c, const std::string&
     *b.data = checkpoint::floats_of(c, "outer." + b.name, b.data->size());
   }
   model_digest_ = sha256(held_.data(), held_.size() * sizeof(float));
+  if (!quantile_) return;
+  // Adaptive clipping resumes where the clip was (a checkpoint without it:
+  // from the topology's clip).
+  if (const CheckpointSection* meta = c.find("meta")) {
+    const auto j = nlohmann::json::parse(meta->bytes.begin(), meta->bytes.end(), nullptr, false);
+    if (j.is_object() && j.contains("privacy_clip") && j["privacy_clip"].is_number()) {
+      quantile_->restore(j["privacy_clip"].get<double>());
+    }
+  }
+  n_.privacy_clip_ = quantile_->clip();
+  for (uint32_t idx : n_.self_.children) n_.clip_children_copies(idx);
 }
 
 bool Aggregator::Impl::RootRole::recover(bool resumed) {

@@ -16,6 +16,8 @@
 
 #include "aggregator/privacy_noise.hpp"
 #include "aggregator/role.hpp"
+#include "privacy/quantile_clip.hpp"
+#include "privacy/random_source.hpp"
 
 namespace fedwan {
 
@@ -59,6 +61,7 @@ class Aggregator::Impl::RootRole : public Aggregator::Impl::Role {
   bool standby_awaited() const;
   void release_held_back();  // the round's last anchor chunk, once committed
   void audit_privacy(uint64_t finished);
+  void adapt_clip(uint64_t finished);
 
   // The global model, and the model every child holds (global minus what
   // the down-path encoding has not delivered yet).
@@ -74,6 +77,8 @@ class Aggregator::Impl::RootRole : public Aggregator::Impl::Role {
   bool committed_ = false;  // the held chunks' round is committed: they may go
   Clock::time_point held_since_;
   std::unique_ptr<aggregator::CentralNoise> noise_;  // central differential privacy
+  std::optional<privacy::QuantileClip> quantile_;    // adaptive clipping
+  privacy::CryptoRandom count_rng_;                  // its count's noise
   bool done_pending_ = false;                        // kDone waits for the held-back chunk
   bool corrupt_ = false;                             // only corrupt checkpoints; ask the standby
 

@@ -196,6 +196,10 @@ void print_tree(const Topology& topo, const std::map<std::string, NodeView>& vie
       out += p;
     }
     if (s->privacy_mode) out += ", " + shown(*s->privacy_mode);
+    if (s->privacy_clip) {
+      std::snprintf(p, sizeof p, ", clip %.4g", *s->privacy_clip);
+      out += p;
+    }
   }
   if (n.role == Role::kSite && s) {
     out += "  sent " + bytes_text(s->bytes_sent.value_or(0)) + ", received " +

@@ -83,6 +83,12 @@ void set_privacy(PrivacySpec& p, const std::string& key, const std::string& v) {
     p.delta = number_value(key, v, "--privacy");
   else if (key == "epsilon_budget")
     p.epsilon_budget = number_value(key, v, "--privacy");
+  else if (key == "target_quantile")
+    p.target_quantile = number_value(key, v, "--privacy");
+  else if (key == "clip_learning_rate")
+    p.clip_learning_rate = number_value(key, v, "--privacy");
+  else if (key == "clip_count_budget")
+    p.clip_count_budget = number_value(key, v, "--privacy");
   else
     throw ConfigError("--privacy: unknown key '" + key + "'");
 }
@@ -199,7 +205,9 @@ void add_sync_flags(CLI::App& cmd, DemoArgs& a) {
                  "every region's own aggregation settings, KEY=VALUE,... over --aggregation");
   cmd.add_option("--privacy", a.privacy,
                  "site-level differential privacy: KEY=VALUE,... with keys mode (central|local), "
-                 "clip, noise_multiplier or target_epsilon, delta (default 1e-5), epsilon_budget; "
+                 "clip, noise_multiplier or target_epsilon, delta (default 1e-5), epsilon_budget, "
+                 "and for adaptive clipping target_quantile, clip_learning_rate, "
+                 "clip_count_budget; "
                  "e.g. mode=central,clip=1,target_epsilon=3 (docs/security.md, \"Differential "
                  "privacy\")")
       ->check(parsed_by(privacy_settings));

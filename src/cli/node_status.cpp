@@ -135,6 +135,7 @@ StatusReading read_node_status(const std::string& body, const std::string& node_
     s.privacy_delta = pf.number("delta");
     s.privacy_budget = pf.number("epsilon_budget");
     s.privacy_mode = pf.text("mode");
+    s.privacy_clip = pf.number("clip");
   }
   if (const json* children = f.list("children")) {
     for (const json& c : *children) {

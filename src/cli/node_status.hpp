@@ -41,6 +41,7 @@ struct NodeStatus {
   std::optional<double> privacy_delta;
   std::optional<double> privacy_budget;
   std::optional<std::string> privacy_mode;
+  std::optional<double> privacy_clip;  // this round's clip (adaptive clipping moves it)
 };
 
 struct StatusReading {

@@ -55,6 +55,10 @@ NodeConfig::NodeConfig(const Topology& topology, const NodeSpec& self,
   if (privacy.on()) {
     privacy.clip = fed.privacy.clip;
     privacy.noise_multiplier = topology::privacy_noise_multiplier(fed);
+    privacy.update_noise_multiplier = topology::update_noise_multiplier(fed);
+    privacy.count_noise_multiplier = topology::count_noise_multiplier(fed);
+    privacy.target_quantile = fed.privacy.target_quantile;
+    privacy.clip_learning_rate = fed.privacy.clip_learning_rate;
     privacy.delta = fed.privacy.delta;
     privacy.epsilon_budget = fed.privacy.epsilon_budget;
   }

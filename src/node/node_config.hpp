@@ -57,7 +57,14 @@ struct NodeConfig {
   struct Privacy {
     enum class Mode : uint8_t { kOff, kCentral, kLocal } mode = Mode::kOff;
     double clip = 0;              // L2 bound on a site's whole update per round
-    double noise_multiplier = 0;  // z of every round
+    double noise_multiplier = 0;  // z of every round, what the accountant composes
+    // Adaptive clipping (federation.privacy.target_quantile > 0): the
+    // update's share of z and the clipped count's (topology::
+    // update_noise_multiplier); with a fixed clip z and 0.
+    double update_noise_multiplier = 0;
+    double count_noise_multiplier = 0;
+    double target_quantile = 0;  // 0: the clip is fixed
+    double clip_learning_rate = 0;
     double delta = 0;
     double epsilon_budget = 0;     // 0: none
     uint64_t topology_rounds = 0;  // federation.rounds (the budget may end it sooner)

@@ -30,6 +30,32 @@ std::optional<std::string> mode_problem(const FederationSpec& f, bool regions) {
   return std::nullopt;
 }
 
+// Adaptive clipping's settings (docs/security.md, "Adaptive clipping").
+std::optional<std::string> adaptive_problem(const PrivacySpec& p, bool regions) {
+  if (!(std::isfinite(p.clip_learning_rate) && p.clip_learning_rate > 0 &&
+        p.clip_learning_rate <= 10)) {
+    return "clip_learning_rate " + number(p.clip_learning_rate) + " must be in (0, 10]";
+  }
+  if (!(p.clip_count_budget > 0 && p.clip_count_budget < 1)) {
+    return "clip_count_budget " + number(p.clip_count_budget) +
+           " must be in (0, 1): the share of each round's privacy the clipped count spends";
+  }
+  if (p.target_quantile == 0) return std::nullopt;
+  if (!(p.target_quantile > 0 && p.target_quantile < 1)) {
+    return "target_quantile " + number(p.target_quantile) + " must be in (0, 1) (0: a fixed clip)";
+  }
+  if (p.mode != "central") {
+    return "target_quantile (adaptive clipping) needs central mode: in local mode a site's clip "
+           "would follow its own data unnoised";
+  }
+  if (regions) {
+    return "target_quantile (adaptive clipping) needs every site directly under the root: the "
+           "root counts the clipped sites and moves the clip, and a region that clips its own "
+           "sites would not learn the new clip";
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::optional<std::string> privacy_problem(const FederationSpec& f, bool regions) {
@@ -53,6 +79,7 @@ std::optional<std::string> privacy_problem(const FederationSpec& f, bool regions
     return "epsilon_budget " + number(p.epsilon_budget) + " must be finite and >= 0 (0: none)";
   }
   if (auto why = mode_problem(f, regions)) return why;
+  if (auto why = adaptive_problem(p, regions)) return why;
   double zv = 0;
   try {
     zv = privacy_noise_multiplier(f);
@@ -65,6 +92,17 @@ std::optional<std::string> privacy_problem(const FederationSpec& f, bool regions
            number(gaussian_epsilon(zv, 1, p.delta));
   }
   return std::nullopt;
+}
+
+double update_noise_multiplier(const FederationSpec& f) {
+  const double z = privacy_noise_multiplier(f);
+  if (f.privacy.target_quantile == 0) return z;
+  return z / std::sqrt(1 - f.privacy.clip_count_budget);
+}
+
+double count_noise_multiplier(const FederationSpec& f) {
+  if (f.privacy.target_quantile == 0) return 0;
+  return privacy_noise_multiplier(f) / std::sqrt(f.privacy.clip_count_budget);
 }
 
 double privacy_noise_multiplier(const FederationSpec& f) {

@@ -18,6 +18,13 @@ std::optional<std::string> privacy_problem(const FederationSpec& f, bool regions
 // The noise multiplier of every round (z as given, or the smallest whose
 // `rounds` rounds spend target_epsilon); 0 when privacy is off.
 double privacy_noise_multiplier(const FederationSpec& f);
+// With adaptive clipping (target_quantile > 0) each round's privacy is
+// shared: 1/z^2 = 1/z_update^2 + 1/z_count^2, the count taking
+// clip_count_budget of it. The update's multiplier (z itself with a fixed
+// clip) and the clipped count's (its sensitivity is one site; 0 with a
+// fixed clip).
+double update_noise_multiplier(const FederationSpec& f);
+double count_noise_multiplier(const FederationSpec& f);
 
 // The rounds the federation runs: `rounds`, or fewer when the budget ends it
 // sooner.

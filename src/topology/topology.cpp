@@ -138,14 +138,19 @@ PrivacySpec read_privacy(const YamlReader& r, const YAML::Node& n) {
   const std::string ctx = "federation.privacy";
   PrivacySpec p;
   r.expect_map(n, ctx);
-  r.check_keys(n, {"mode", "clip", "noise_multiplier", "target_epsilon", "delta", "epsilon_budget"},
+  r.check_keys(n,
+               {"mode", "clip", "noise_multiplier", "target_epsilon", "delta", "epsilon_budget",
+                "target_quantile", "clip_learning_rate", "clip_count_budget"},
                ctx);
   if (auto v = n["mode"]) p.mode = r.str(v, ctx, "mode");
   const std::pair<const char*, double*> numbers[] = {{"clip", &p.clip},
                                                      {"noise_multiplier", &p.noise_multiplier},
                                                      {"target_epsilon", &p.target_epsilon},
                                                      {"delta", &p.delta},
-                                                     {"epsilon_budget", &p.epsilon_budget}};
+                                                     {"epsilon_budget", &p.epsilon_budget},
+                                                     {"target_quantile", &p.target_quantile},
+                                                     {"clip_learning_rate", &p.clip_learning_rate},
+                                                     {"clip_count_budget", &p.clip_count_budget}};
   for (const auto& [key, field] : numbers) {
     if (auto v = n[key]) *field = r.f64(v, ctx, key);
   }

@@ -347,6 +347,15 @@ std::string privacy_lines(const PrivacySpec& p) {
   if (p.epsilon_budget != d.epsilon_budget) {
     c += k + "epsilon_budget=" + format_double(p.epsilon_budget) + "\n";
   }
+  if (p.target_quantile != d.target_quantile) {
+    c += k + "target_quantile=" + format_double(p.target_quantile) + "\n";
+  }
+  if (p.clip_learning_rate != d.clip_learning_rate) {
+    c += k + "clip_learning_rate=" + format_double(p.clip_learning_rate) + "\n";
+  }
+  if (p.clip_count_budget != d.clip_count_budget) {
+    c += k + "clip_count_budget=" + format_double(p.clip_count_budget) + "\n";
+  }
   return c;
 }
 

@@ -91,6 +91,15 @@ std::string privacy_yaml(const PrivacySpec& p) {
   if (p.epsilon_budget != d.epsilon_budget) {
     items.push_back("epsilon_budget: " + format_double(p.epsilon_budget));
   }
+  if (p.target_quantile != d.target_quantile) {
+    items.push_back("target_quantile: " + format_double(p.target_quantile));
+  }
+  if (p.clip_learning_rate != d.clip_learning_rate) {
+    items.push_back("clip_learning_rate: " + format_double(p.clip_learning_rate));
+  }
+  if (p.clip_count_budget != d.clip_count_budget) {
+    items.push_back("clip_count_budget: " + format_double(p.clip_count_budget));
+  }
   if (items.empty()) return "";
   std::string joined;
   for (const std::string& item : items) joined += (joined.empty() ? "" : ", ") + item;

@@ -20,6 +20,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -60,8 +61,11 @@ class ChaosFederation {
   // root -> `regions` regions -> `sites` sites each, fp16, DiLoCo, 5 chunks;
   // `overlap_steps` > 0: overlapped rounds; `streams` TCP connections per
   // link.
+  // `adjust` may change the federation's settings before the topology is
+  // built (differential privacy, say).
   ChaosFederation(int regions, int sites, uint64_t rounds = 6, uint64_t overlap_steps = 0,
-                  uint64_t streams = 1) {
+                  uint64_t streams = 1,
+                  const std::function<void(FederationSpec&)>& adjust = nullptr) {
     FederationSpec fed;
     fed.rounds = rounds;
     fed.inner_steps = 3;
@@ -73,6 +77,7 @@ class ChaosFederation {
     fed.round_timeout_s = 90;
     fed.heartbeat_s = 0.3;
     fed.heartbeat_timeout_s = 2;
+    if (adjust) adjust(fed);
     Topology tree = make_tree(dir_.path(), regions, sites, fed);
     std::vector<NodeSpec> nodes = tree.nodes();
     for (NodeSpec& n : nodes) {

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <optional>
 #include <ostream>
@@ -123,6 +124,39 @@ TEST_P(RootCheckpointCrash, RestartsAtItsLastCommittedRound) {
 
 INSTANTIATE_TEST_SUITE_P(Steps, RootCheckpointCrash,
                          ::testing::Values("written", "synced", "renamed"));
+
+// 3b. Adaptive clipping (central privacy): the root is SIGKILLed after its
+// round-3 checkpoint is durable; restarted, the clip its next round uses is
+// the one it had moved to before the crash, not the topology's again.
+TEST(Chaos, RootResumesItsAdaptiveClip) {
+  ChaosFederation fed(0, 4, 6, 0, 1, [](FederationSpec& f) {
+    f.privacy.mode = "central";
+    f.privacy.clip = 1e-6;  // far below the updates' norms: it grows every round
+    f.privacy.noise_multiplier = 0.05;
+    f.privacy.target_quantile = 0.5;
+    f.privacy.clip_learning_rate = 1.0;
+    f.privacy.clip_count_budget = 0.5;
+    f.codec = "fp32";
+  });
+  fed.start_all({{"root", {{"FEDWAN_CRASH_POINT", "checkpoint.renamed@3"}}}});
+  fed.wait_crash("root", std::chrono::seconds(60));
+  fed.forget("root");
+  fed.start("root");
+  fed.wait_all(std::chrono::seconds(150));
+  ASSERT_EQ(fed.resumed_round("root"), std::optional<uint64_t>(3)) << fed.log("root");
+  std::map<uint64_t, std::pair<double, double>> moves;  // round -> (clip, next_clip)
+  for (const AuditEntry& e : read_audit(fed.audit("root"))) {
+    if (e.event != "privacy_clip") continue;
+    moves[e.fields.value("round", uint64_t{0})] = {e.fields.value("clip", 0.0),
+                                                   e.fields.value("next_clip", 0.0)};
+  }
+  ASSERT_EQ(moves.size(), 6u) << fed.log("root");
+  EXPECT_EQ(moves[0].first, 1e-6);
+  for (uint64_t r = 1; r < 6; ++r) {
+    EXPECT_DOUBLE_EQ(moves[r].first, moves[r - 1].second) << "round " << r;
+    EXPECT_GT(moves[r].first, moves[r - 1].first) << "round " << r;
+  }
+}
 
 // 4. While a site is down, one byte of its latest checkpoint is flipped and
 // its previous checkpoint is lost too: the reader detects the flip (the file

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "fedwan/error.hpp"
 #include "fedwan/privacy.hpp"
 #include "fedwan/synthetic.hpp"
 #include "harness/audit_replay.hpp"
@@ -214,6 +215,82 @@ TEST(Privacy, TheBudgetStopsTheFederationAtTheRightRound) {
   EXPECT_EQ(end[0].fields.value("round", 0u), allowed - 1);
   EXPECT_EQ(end[0].fields.value("rounds_asked", 0u), 10u);
   for (const auto& m : r.run.site_models) EXPECT_LT(distance(m, r.run.root.global_model), 1e-5);
+}
+
+}  // namespace
+}  // namespace fedwan::testing
+
+namespace fedwan::testing {
+namespace {
+
+// Adaptive clipping (federation.privacy.target_quantile): the root moves the
+// clip each round toward the quantile of the sites' update norms, from a
+// noised count of the sites it did not clip; the audit log has each move.
+std::vector<double> clips_of(const std::vector<AuditEntry>& audit) {
+  std::vector<double> out;
+  for (const AuditEntry& e : events(audit, "privacy_clip")) {
+    if (out.empty()) out.push_back(e.fields.value("clip", 0.0));
+    out.push_back(e.fields.value("next_clip", 0.0));
+  }
+  return out;
+}
+
+FederationSpec adaptive(double clip, uint64_t rounds) {
+  FederationSpec f = federation("central", clip, 0.05, rounds);
+  f.privacy.target_quantile = 0.5;
+  f.privacy.clip_learning_rate = 1.0;
+  f.privacy.clip_count_budget = 0.5;  // the count's multiplier: 0.05 / sqrt(0.5), a tenth of a site
+  return f;
+}
+
+TEST(PrivacyAdaptiveClip, AClipFarBelowTheNormsGrowsEveryRound) {
+  TempDir dir;
+  const uint64_t rounds = 6;
+  const Topology topo = make_tree(dir.path(), 0, 8, adaptive(1e-6, rounds), true);
+  const PrivateRun r = run_private(dir, topo);
+  ASSERT_TRUE(r.run.errors.empty()) << r.run.error_text();
+  const std::vector<double> clips = clips_of(r.root_audit);
+  ASSERT_EQ(clips.size(), rounds + 1);
+  EXPECT_EQ(clips.front(), 1e-6);
+  // Every site clipped: each round multiplies the clip by about exp(0.5).
+  for (size_t i = 1; i < clips.size(); ++i) {
+    EXPECT_GT(clips[i], clips[i - 1] * std::exp(0.3)) << "round " << i;
+    EXPECT_LT(clips[i], clips[i - 1] * std::exp(0.7)) << "round " << i;
+  }
+  // The root's audit, status and report say where it is.
+  const std::vector<AuditEntry> spent = events(r.root_audit, "privacy");
+  ASSERT_FALSE(spent.empty());
+  EXPECT_DOUBLE_EQ(spent.back().fields.value("clip", 0.0), clips.back());
+  ASSERT_TRUE(spent.back().fields.contains("adaptive_clip"));
+  EXPECT_EQ(spent.back().fields["adaptive_clip"].value("target_quantile", 0.0), 0.5);
+  // Epsilon is what the fixed clip would have spent: the count took its
+  // share of every round.
+  EXPECT_NEAR(r.run.root.privacy_epsilon, gaussian_epsilon(0.05, rounds, 1e-5),
+              1e-9 * r.run.root.privacy_epsilon);
+}
+
+TEST(PrivacyAdaptiveClip, AClipFarAboveTheNormsShrinksEveryRound) {
+  TempDir dir;
+  const uint64_t rounds = 4;
+  const Topology topo = make_tree(dir.path(), 0, 8, adaptive(1e6, rounds), true);
+  const PrivateRun r = run_private(dir, topo);
+  ASSERT_TRUE(r.run.errors.empty()) << r.run.error_text();
+  const std::vector<double> clips = clips_of(r.root_audit);
+  ASSERT_EQ(clips.size(), rounds + 1);
+  // No site clipped: about exp(-0.5) a round.
+  for (size_t i = 1; i < clips.size(); ++i) {
+    EXPECT_LT(clips[i], clips[i - 1] * std::exp(-0.3)) << "round " << i;
+    EXPECT_GT(clips[i], clips[i - 1] * std::exp(-0.7)) << "round " << i;
+  }
+}
+
+TEST(PrivacyAdaptiveClip, TheTopologyRefusesWhatCannotWork) {
+  TempDir dir;
+  FederationSpec f = adaptive(1, 3);
+  // A region would clip its own sites without learning the new clip.
+  EXPECT_THROW(make_tree(dir.path(), 2, 2, f, true), ConfigError);
+  f.privacy.mode = "local";
+  EXPECT_THROW(make_tree(dir.path(), 0, 4, f, true), ConfigError);
 }
 
 }  // namespace

@@ -76,6 +76,9 @@ class _PrivacySettings(TypedDict):
     target_epsilon: float
     delta: float
     epsilon_budget: float
+    target_quantile: float
+    clip_learning_rate: float
+    clip_count_budget: float
 
 class _AggregatorSummary(TypedDict):
     """Aggregator.run()."""

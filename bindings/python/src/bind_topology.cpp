@@ -61,6 +61,9 @@ py::dict privacy_dict(const FederationSpec& f) {
   d["target_epsilon"] = p.target_epsilon;
   d["delta"] = p.delta;
   d["epsilon_budget"] = p.epsilon_budget;
+  d["target_quantile"] = p.target_quantile;
+  d["clip_learning_rate"] = p.clip_learning_rate;
+  d["clip_count_budget"] = p.clip_count_budget;
   return d;
 }
 

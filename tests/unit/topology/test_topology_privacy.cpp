@@ -5,6 +5,7 @@
 #include "fedwan/error.hpp"
 #include "fedwan/privacy.hpp"
 #include "fedwan/topology.hpp"
+#include "node/node_config.hpp"
 
 namespace fedwan {
 namespace {
@@ -119,6 +120,59 @@ TEST(TopologyPrivacy, CentralModeNeedsTheMeanAndLosslessSumsOverRegions) {
   // Local mode: any codec, any tree.
   EXPECT_NO_THROW(
       Topology::parse(topology_text("{mode: local, clip: 1, noise_multiplier: 1}", true, "int8")));
+}
+
+}  // namespace
+}  // namespace fedwan
+
+namespace fedwan {
+namespace {
+
+TEST(TopologyPrivacyAdaptive, ReadsTheKeysWritesThemBackAndSharesTheMultiplier) {
+  const std::string keys = "{mode: central, clip: 1, noise_multiplier: 2, target_quantile: 0.6, "
+                           "clip_learning_rate: 0.5, clip_count_budget: 0.2}";
+  const Topology t = Topology::parse(topology_text(keys, false, "fp32"));
+  const PrivacySpec& p = t.federation().privacy;
+  EXPECT_EQ(p.target_quantile, 0.6);
+  EXPECT_EQ(p.clip_learning_rate, 0.5);
+  EXPECT_EQ(p.clip_count_budget, 0.2);
+  const Topology again = Topology::parse(t.to_yaml());
+  EXPECT_EQ(again.digest_hex(), t.digest_hex());
+  EXPECT_EQ(again.federation().privacy.clip_count_budget, 0.2);
+  EXPECT_NE(
+      t.digest_hex(),
+      Topology::parse(topology_text("{mode: central, clip: 1, noise_multiplier: 2}", false, "fp32"))
+          .digest_hex());
+  // The round's privacy is shared: 1/z^2 = 1/z_update^2 + 1/z_count^2.
+  const node::NodeConfig cfg(t, t.node("root"), {});
+  EXPECT_EQ(cfg.privacy.noise_multiplier, 2);
+  const double zu = cfg.privacy.update_noise_multiplier;
+  const double zc = cfg.privacy.count_noise_multiplier;
+  EXPECT_NEAR(1 / (zu * zu) + 1 / (zc * zc), 1.0 / 4, 1e-12);
+  EXPECT_NEAR(1 / (zc * zc), 0.2 / 4, 1e-12);
+  // A fixed clip keeps all of it for the update.
+  const Topology fixed = Topology::parse(
+      topology_text("{mode: central, clip: 1, noise_multiplier: 2}", false, "fp32"));
+  const node::NodeConfig fixed_cfg(fixed, fixed.node("root"), {});
+  EXPECT_EQ(fixed_cfg.privacy.update_noise_multiplier, 2);
+  EXPECT_EQ(fixed_cfg.privacy.count_noise_multiplier, 0);
+}
+
+TEST(TopologyPrivacyAdaptive, RefusesWhatCannotWork) {
+  const std::string z = "mode: central, clip: 1, noise_multiplier: 2, ";
+  expect_refused(topology_text("{" + z + "target_quantile: 1}", false, "fp32"), "target_quantile");
+  expect_refused(topology_text("{" + z + "target_quantile: -0.1}", false, "fp32"), "(0, 1)");
+  expect_refused(
+      topology_text("{" + z + "target_quantile: 0.5, clip_count_budget: 1}", false, "fp32"),
+      "clip_count_budget");
+  expect_refused(
+      topology_text("{" + z + "target_quantile: 0.5, clip_learning_rate: 0}", false, "fp32"),
+      "clip_learning_rate");
+  expect_refused(topology_text("{" + z + "target_quantile: 0.5}", true, "fp32"),
+                 "every site directly under the root");
+  expect_refused(
+      topology_text("{mode: local, clip: 1, noise_multiplier: 2, target_quantile: 0.5}", false),
+      "needs central mode");
 }
 
 }  // namespace
