@@ -135,6 +135,16 @@ Topology without_attacker(const Topology& topo, const std::string& rule = "") {
   return Topology::build(topo.job(), fed, nodes);
 }
 
+// What the three honest sites make with the weighted mean at every
+// aggregator: what a rule that leaves the attacker out must give.
+ReferenceResult honest_mean(const Topology& topo) {
+  return run_reference(without_attacker(topo, "weighted_mean"),
+                       synthetic::initial_model(kElements, kSeed),
+                       [](uint32_t site, uint64_t, std::vector<float>& p) {
+                         synthetic::local_steps(p.data(), p.size(), site, 3, kSeed);
+                       });
+}
+
 struct Shape {
   int regions;
   int sites_per_region;
@@ -262,11 +272,7 @@ TEST(ByzantineRobustRule, MultiKrumLeavesOutWhatTheNormBoundCannotSee) {
   EXPECT_EQ(left_out, kRounds * 3);
   EXPECT_EQ(out.run.root.refused_copies, kRounds * 3);
   // The three honest copies Multi-Krum kept, their weighted mean.
-  const ReferenceResult ref = run_reference(
-      without_attacker(topo, "weighted_mean"), synthetic::initial_model(kElements, kSeed),
-      [](uint32_t site, uint64_t, std::vector<float>& p) {
-        synthetic::local_steps(p.data(), p.size(), site, 3, kSeed);
-      });
+  const ReferenceResult ref = honest_mean(topo);
   EXPECT_LT(max_relative_difference(out.run.root.global_model, ref.global), 1e-5);
   // With the default rule the flipped copy goes through, in most rounds (in
   // the first it may be over 4 x the lower median of the round's copies).
@@ -296,11 +302,7 @@ TEST(ByzantineRobustRule, TheRootsOwnRuleLeavesOutTheFlippedCopy) {
   const Outcome out = run_attacked(dir, topo, Attack::kSignFlip3);
   ASSERT_TRUE(out.run.errors.empty()) << out.run.error_text();
   EXPECT_EQ(out.run.root.refused_copies, kRounds * 3);
-  const ReferenceResult ref = run_reference(
-      without_attacker(topo, "weighted_mean"), synthetic::initial_model(kElements, kSeed),
-      [](uint32_t site, uint64_t, std::vector<float>& p) {
-        synthetic::local_steps(p.data(), p.size(), site, 3, kSeed);
-      });
+  const ReferenceResult ref = honest_mean(topo);
   EXPECT_LT(max_relative_difference(out.run.root.global_model, ref.global), 1e-5);
 }
 
