@@ -60,10 +60,12 @@ def run_one(a: argparse.Namespace, label: str, privacy: Optional[str], scratch: 
 
 
 def table(rows: List[Dict], a: argparse.Namespace) -> str:
+    adaptive = (f" (adaptive, target quantile {a.target_quantile}, rate {a.clip_learning_rate})"
+                if a.target_quantile else "")
     out = [f"Fashion-MNIST, {a.sites} sites, {a.regions} regions, {a.rounds} rounds x "
            f"{a.inner_steps} steps, alpha {a.alpha}, codec {a.codec}, outer {a.outer}, "
            f"seed {a.seed}; mode {a.mode}, clip {a.clip}"
-           f"{f' (adaptive, target quantile {a.target_quantile})' if a.target_quantile else ''}, "
+           f"{adaptive}, "
            f"delta {a.delta}", "",
            "| run | epsilon (target) | noise multiplier | epsilon spent | final accuracy |",
            "|---|---|---|---|---|"]
@@ -106,6 +108,8 @@ def main() -> int:
                    help="the clip (with --target-quantile: where the adaptive clip starts)")
     p.add_argument("--target-quantile", type=float, default=0.0,
                    help="adaptive clipping toward this quantile of the update norms (0: fixed)")
+    p.add_argument("--clip-learning-rate", type=float, default=0.2,
+                   help="with --target-quantile: how fast the clip moves each round")
     p.add_argument("--delta", type=float, default=1e-5)
     p.add_argument("--sites", type=int, default=4)
     p.add_argument("--regions", type=int, default=0)
@@ -131,7 +135,8 @@ def main() -> int:
             for e in [float(x) for x in a.epsilons.split(",") if x]:
                 privacy = f"mode={a.mode},clip={a.clip},target_epsilon={e},delta={a.delta}"
                 if a.target_quantile > 0:
-                    privacy += f",target_quantile={a.target_quantile}"
+                    privacy += (f",target_quantile={a.target_quantile}"
+                                f",clip_learning_rate={a.clip_learning_rate}")
                 row = run_one(a, f"eps-{e:g}", privacy, scratch)
                 row["target"] = e
                 if row["privacy_epsilon"] is None or row["privacy_epsilon"] > e * 1.0001:
