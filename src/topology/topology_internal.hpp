@@ -189,6 +189,14 @@ void read_version(const YamlReader& r, const YAML::Node& doc, uint64_t* version,
 
 // The top-level `policy:` mapping.
 PolicySpec read_policy(const YamlReader& r, const YAML::Node& n);
+// The `federation:` map (topology_read_federation.cpp).
+FederationSpec read_federation(const YamlReader& r, const YAML::Node& n);
+// The aggregation keys given in `a`, applied over *out (a new rule starts
+// with no params of the old one): federation.aggregation and a node's own.
+void read_aggregation(const YamlReader& r, const YAML::Node& a, const std::string& ctx,
+                      AggregationSpec* out);
+// A tcp_congestion value, checked where it stands so the message has its line.
+std::string read_tcp_congestion(const YamlReader& r, const YAML::Node& v, const std::string& ctx);
 
 // Reads node `n`'s residency keys (jurisdiction, allowed_jurisdictions,
 // k_min) into `s`, whose role is already read; `ctx` names the node.

@@ -220,6 +220,8 @@ void bind_federation_spec(py::module_& m) {
       });
 }
 
+// Finding nodes and what applies to them: the subtree, its weight, an
+// aggregator's aggregation settings.
 void bind_topology_methods(py::class_<Topology>& topology) {
   using namespace pybind11::literals;
   topology
@@ -256,7 +258,14 @@ void bind_topology_methods(py::class_<Topology>& topology) {
           [](const Topology& t, const std::string& id) { return t.weight_under(t.node(id).index); },
           "id"_a,
           "Total weight of the sites under node `id` (its own weight if a site); raises "
-          "fedwan.ConfigError for an unknown id.")
+          "fedwan.ConfigError for an unknown id.");
+}
+
+// A topology's identity (digest, version, history, signature), its
+// residency policy and its YAML.
+void bind_topology_identity(py::class_<Topology>& topology) {
+  using namespace pybind11::literals;
+  topology
       .def_property_readonly(
           "digest",
           [](const Topology& t) {
@@ -375,6 +384,7 @@ Raises fedwan.ConfigError naming the source, the node and the problem.)")
       .def_property_readonly("has_standby", &Topology::has_standby,
                              "Whether the root has a standby (root.standby_endpoint is set).");
   bind_topology_methods(topology);
+  bind_topology_identity(topology);
 }
 
 }  // namespace fedwan::python
