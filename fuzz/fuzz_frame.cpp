@@ -3,8 +3,9 @@
 //
 // Beyond "no crash, no sanitizer report", it checks what parse_frame
 // promises: an accepted frame re-encodes to the same header bytes, its
-// payload is exactly the bytes after the header (less a delta's
-// excused-weight trailer, read as finite and > 0), anything the tight
+// payload is exactly the bytes after the header (less its trailers: a
+// delta's excused weight, finite and > 0, and unclipped-site count, below
+// 2^32; an anchor update's or welcome's clip, finite and > 0), anything the tight
 // limits accept the default limits accept too, and a decoded
 // kHello/kTelemetry payload re-encodes to the bytes it came from.
 #include <cmath>
@@ -37,14 +38,30 @@ FrameLimits tight_limits() {
 }
 
 void check_accepted(const ParsedFrame& f, const uint8_t* data, size_t size) {
-  const bool excused = f.header.type == MsgType::kDelta && (f.header.flags & kFlagExcused);
-  const size_t trailer = excused ? kExcusedTrailerSize : 0;
-  if (f.payload != data + kHeaderSize || f.payload_size + trailer != size - kHeaderSize) {
-    fail("accepted frame's payload is not the bytes after the header");
+  const FrameHeader& h = f.header;
+  const bool delta = h.type == MsgType::kDelta;
+  const bool excused = delta && (h.flags & kFlagExcused);
+  const bool unclipped = delta && (h.flags & kFlagUnclipped);
+  const bool clip =
+      (h.type == MsgType::kAnchor || h.type == MsgType::kWelcome) && (h.flags & kFlagClip);
+  const size_t trailers = kTrailerSize * (size_t{excused} + size_t{unclipped} + size_t{clip});
+  if (trailer_size(h) != trailers) fail("trailer_size disagrees with the frame's flags");
+  if (f.payload != data + kHeaderSize || f.payload_size + trailers != size - kHeaderSize) {
+    fail("accepted frame's payload is not the bytes after the header, less its trailers");
   }
   if (excused != (f.excused_weight != 0) ||
       (excused && !(std::isfinite(f.excused_weight) && f.excused_weight > 0))) {
     fail("accepted frame's excused weight disagrees with its flag, or is not finite and > 0");
+  }
+  if (unclipped != f.unclipped_sites.has_value() ||
+      (unclipped && *f.unclipped_sites >= (uint64_t{1} << 32))) {
+    fail("accepted frame's unclipped count disagrees with its flag, or is 2^32 or more");
+  }
+  if (clip != (f.clip != 0) || (clip && !(std::isfinite(f.clip) && f.clip > 0))) {
+    fail("accepted frame's clip disagrees with its flag, or is not finite and > 0");
+  }
+  if (h.type == MsgType::kAnchor && (h.flags & kFlagClip) && (h.flags & kFlagFullAnchor)) {
+    fail("accepted a clip on the model in full");
   }
   uint8_t header[kHeaderSize];
   encode_header(f.header, header);

@@ -143,6 +143,16 @@ std::vector<std::pair<std::string, Bytes>> frames() {
       {"delta_int8", data_frame(wire::MsgType::kDelta, int8, 1, 3, 900, ramp(300, 0.01f), 2.0, 0)},
       {"delta_fp16_excused", excused_delta(fp16, 1, 2, 40, ramp(20, 0.5f), 3.0, 1.5)},
       {"delta_fp32_no_values", no_values_delta(fp32, 0, 2, 12, 6, 4.0)},
+      {"delta_fp32_unclipped",
+       wire::encode_delta_frame(delta_header(fp32, 1, 2, 6, 12, 2.0),
+                                encode_values(fp32, ramp(6, 0.25f)).data(),
+                                encode_values(fp32, ramp(6, 0.25f)).size(), 1.0, 3)},
+      {"anchor_fp32_clip",
+       wire::with_clip(data_frame(wire::MsgType::kAnchor, fp32, 1, 2, 12, ramp(6, 0.1f), 0.0, 0),
+                       0.75)},
+      {"welcome_clip", wire::with_clip(control_frame(wire::MsgType::kWelcome, Bytes(32, 0x5a), 1000,
+                                                     wire::kFlagKeepsReplicas),
+                                       1.25)},
   };
 }
 

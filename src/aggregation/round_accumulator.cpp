@@ -44,12 +44,20 @@ void RoundAccumulator::open(uint64_t round, double min_weight) {
   chunks_done_ = 0;
   clip_valued_.clear();
   clip_hit_.clear();
+  unclipped_reports_.clear();
 }
 
 uint64_t RoundAccumulator::privacy_unclipped_senders() const {
   uint64_t n = 0;
-  for (uint32_t s : clip_valued_) n += clip_hit_.count(s) == 0 ? 1 : 0;
+  for (uint32_t s : clip_valued_) {
+    n += clip_hit_.count(s) == 0 && clip_reporters_.count(s) == 0 ? 1 : 0;
+  }
+  for (const auto& [sender, sites] : unclipped_reports_) n += sites;
   return n;
+}
+
+void RoundAccumulator::report_unclipped(uint32_t sender, uint64_t sites) {
+  unclipped_reports_[sender] = sites;
 }
 
 void RoundAccumulator::add_child(uint32_t sender) {
@@ -61,11 +69,16 @@ void RoundAccumulator::add_child(uint32_t sender) {
   delivered_.push_back(0);
 }
 
-void RoundAccumulator::clip_copies_of(uint32_t sender, double whole_bound) {
+void RoundAccumulator::clip_copies_of(uint32_t sender, double whole_bound, bool counts_itself) {
   if (!(whole_bound > 0) || !std::isfinite(whole_bound)) {
     throw ConfigError("a privacy clip must be finite and > 0");
   }
   clip_[sender] = whole_bound;
+  if (counts_itself) {
+    clip_reporters_.erase(sender);
+  } else {
+    clip_reporters_.insert(sender);
+  }
 }
 
 int RoundAccumulator::child_slot(uint32_t sender) const {

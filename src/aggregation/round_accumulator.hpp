@@ -105,12 +105,19 @@ class RoundAccumulator {
   // privacy"): every copy `sender` (a site) sends is clipped, after the
   // screen, to its chunk's share of `whole_bound` (privacy::chunk_share), so
   // the site's whole update has at most that L2 norm. Not a verdict: counted
-  // in privacy_clipped().
-  void clip_copies_of(uint32_t sender, double whole_bound);
+  // in privacy_clipped(). A region's copies (counts_itself false) are bounded
+  // the same way, but the sites it stands for are counted by its
+  // report_unclipped(), not by its copies.
+  void clip_copies_of(uint32_t sender, double whole_bound, bool counts_itself = true);
   // Copies scaled down by the privacy clip since this accumulator was made.
   uint64_t privacy_clipped() const { return privacy_clipped_; }
-  // This round: the clipped senders (see clip_copies_of) that had a copy of
-  // any chunk valued, and none of them clipped (adaptive clipping's count).
+  // Adaptive clipping over regions: `sender` (a region) counted `sites`
+  // below it whose update for the open round was not clipped (the last
+  // report of the round stands).
+  void report_unclipped(uint32_t sender, uint64_t sites);
+  // This round: the senders that count themselves (see clip_copies_of) that
+  // had a copy of any chunk valued and none of them clipped, plus the sites
+  // the others reported (adaptive clipping's count).
   uint64_t privacy_unclipped_senders() const;
 
   // A child added while the federation runs (a new topology version): not
@@ -190,6 +197,8 @@ class RoundAccumulator {
   // This round's senders under a clip with a valued copy, and with a copy
   // clipped (by sender).
   std::unordered_set<uint32_t> clip_valued_, clip_hit_;
+  std::unordered_set<uint32_t> clip_reporters_;               // senders counted by their reports
+  std::unordered_map<uint32_t, uint64_t> unclipped_reports_;  // this round's, by sender
 };
 
 // out[i] = sum[i] / weight, rounded the same way everywhere.

@@ -109,6 +109,8 @@ class Aggregator::Impl {
   static void verdict_fields(const aggregation::CopyVerdict& v, nlohmann::json& fields);
   void on_delta_added(Child& c, const wire::FrameHeader& h,
                       const aggregation::RoundAccumulator::Result& r);
+  void take_unclipped_report(const Child& c, uint64_t round, uint64_t sites,
+                             aggregation::AddOutcome outcome);
   void judged_bad(Child& c, uint64_t round, uint32_t chunk, const aggregation::CopyVerdict& v);
   // The roles take a complete chunk through this (audits late verdicts).
   aggregation::ChunkSum take_chunk(uint32_t chunk);
@@ -249,13 +251,24 @@ class Aggregator::Impl {
   void send_done(uint64_t rounds);
   void init_model_state(uint64_t total_elements);
   void clip_children_copies(uint32_t idx);
+  // Adaptive clipping (central privacy with a target quantile): the root
+  // moves the clip; it travels down with welcomes and anchor updates, and
+  // regions count their unclipped sites up (docs/protocol.md).
+  bool adaptive_clip() const {
+    return cfg_.privacy.mode == node::NodeConfig::Privacy::Mode::kCentral &&
+           cfg_.privacy.target_quantile > 0;
+  }
+  // A welcome or an anchor update with the round's clip, under adaptive
+  // clipping (else as it is).
+  Frame with_round_clip(Frame frame, wire::FrameHeader& h) const;
 
   AggregatorOptions opt_;
   const Topology& topo_;
   NodeSpec self_;  // its children grow when a topology version adds sites
   const node::NodeConfig cfg_;
   // Central privacy: the clip this round's site copies get (the topology's,
-  // or where adaptive clipping moved it: RootRole).
+  // or where adaptive clipping moved it: RootRole; a region's parent sends
+  // it down).
   double privacy_clip_ = cfg_.privacy.clip;
 
   // Declared before the links: their security layers report to it.

@@ -84,7 +84,8 @@ void Aggregator::Impl::welcome_one(Child& c, uint64_t round, bool full) {
   wire::FrameHeader h = node::node_header(topo_, self_.index, wire::MsgType::kWelcome, round);
   h.total_elements = model_.elements;
   h.flags = (full ? 0 : wire::kFlagNoChange) | welcome_flags();
-  send_child(c, node::make_frame(h, payload), h);
+  Frame frame = std::make_shared<const std::vector<uint8_t>>(node::make_frame(h, payload));
+  send_child(c, with_round_clip(std::move(frame), h), h);
   if (full) send_full_anchor(c);
   // Mid-round, the next anchor may be partly on its way already: what went
   // to the child before it came back may be lost, so it goes again (a child

@@ -179,10 +179,16 @@ void Aggregator::Impl::on_delta(Child& c, const wire::ParsedFrame& f) {
               std::string(cfg_.codec->name());
     decision = "bad_codec";
   }
+  if (!refusal && f.unclipped_sites && (c.is_site || !adaptive_clip())) {
+    refusal = c.is_site ? "a site has no sites below it to count unclipped"
+                        : "an unclipped-site count, and this federation's clip is fixed";
+    decision = "bad_weight";
+  }
   aggregation::RoundAccumulator::Result r{aggregation::AddOutcome::kBadChunk, false, {}};
   if (!refusal && h.total_elements == model_.elements && h.chunk_count == model_.plan->count()) {
     r = acc_->add(h.round, c.index, h.chunk_index, h.element_count, w.weight, *codec,
                   f.payload_size > 0 ? f.payload : nullptr, f.payload_size, f.excused_weight);
+    if (f.unclipped_sites) take_unclipped_report(c, h.round, *f.unclipped_sites, r.outcome);
   }
   if (decision == nullptr) decision = delta_decision(r, f);
   audit_delta(c, f, w, *codec, decision, r);
@@ -198,6 +204,29 @@ void Aggregator::Impl::on_delta(Child& c, const wire::ParsedFrame& f) {
     return;
   }
   on_delta_added(c, h, r);
+}
+
+// Adaptive clipping over regions: a region's count of its sites whose
+// update was not clipped this round, at most the sites under it.
+void Aggregator::Impl::take_unclipped_report(const Child& c, uint64_t round, uint64_t sites,
+                                             aggregation::AddOutcome outcome) {
+  using aggregation::AddOutcome;
+  if (outcome != AddOutcome::kAccepted && outcome != AddOutcome::kRefused &&
+      outcome != AddOutcome::kDuplicate) {
+    return;
+  }
+  if (!acc_->is_open() || round != acc_->round()) return;
+  const uint64_t under = topo_.sites_under(c.index).size();
+  if (sites > under) {
+    security_->log_noise("unclipped-count:" + c.id,
+                         "[agg:" + self_.id + "] '" + c.id + "' counted " + std::to_string(sites) +
+                             " unclipped sites in round " + std::to_string(round) + "; it has " +
+                             std::to_string(under) + ", so " + std::to_string(under) + " is used");
+    security_->audit("privacy_count_capped",
+                     {{"sender", c.id}, {"round", round}, {"claimed", sites}, {"sites", under}});
+    sites = under;
+  }
+  acc_->report_unclipped(c.index, sites);
 }
 
 // The audit log's word for what became of a delta chunk.

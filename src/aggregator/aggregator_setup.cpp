@@ -141,7 +141,13 @@ void Aggregator::Impl::init_model_state(uint64_t total_elements) {
 void Aggregator::Impl::clip_children_copies(uint32_t idx) {
   if (cfg_.privacy.mode != node::NodeConfig::Privacy::Mode::kCentral || !acc_) return;
   const bool site = topo_.node(idx).role == fedwan::Role::kSite;
-  acc_->clip_copies_of(idx, privacy_clip_ * (site ? 1.0 : 1.0 + 1e-6));
+  acc_->clip_copies_of(idx, privacy_clip_ * (site ? 1.0 : 1.0 + 1e-6), site);
+}
+
+Aggregator::Impl::Frame Aggregator::Impl::with_round_clip(Frame frame, wire::FrameHeader& h) const {
+  if (!adaptive_clip()) return frame;
+  h.flags |= wire::kFlagClip;
+  return std::make_shared<const std::vector<uint8_t>>(wire::with_clip(*frame, privacy_clip_));
 }
 
 }  // namespace fedwan

@@ -29,6 +29,7 @@ class Aggregator::Impl::RegionLink {
     uint64_t round = 0;         // the round it was welcomed at
     bool full_pending = false;  // the model in full from the parent is arriving
     uint32_t full_chunks = 0;
+    double clip = 0;  // adaptive clipping: the welcome round's clip
   } welcome;
 
   // ---- towards the parent

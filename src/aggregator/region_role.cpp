@@ -4,7 +4,9 @@
 // Aggregator::Impl's.
 #include "aggregator/region_role.hpp"
 
+#include <cmath>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -57,6 +59,7 @@ void Aggregator::Impl::RegionRole::round_opened(uint64_t round) {
   relay_.round = round + 1;
   relay_.done.assign(n_.model_.plan ? n_.model_.plan->count() : 0, false);
   relay_.chunks = 0;
+  relay_.clip = 0;
   // It names the anchor it holds when it rejoins its parent.
   if (anchor_.size() == n_.model_.elements) round_anchor_digest_ = n_.anchor_digest();
 }
@@ -104,14 +107,21 @@ void Aggregator::Impl::RegionRole::chunk_complete(uint32_t chunk) {
   check_residency(cs);
   const uint64_t off = n_.model_.plan->offset(chunk);
   const uint32_t n = n_.model_.plan->size(chunk);
+  // Adaptive clipping: with its round's last chunk, the count of its sites
+  // whose update no aggregator clipped (every copy is in by then).
+  std::optional<uint64_t> unclipped;
+  if (n_.adaptive_clip() && n_.acc_->round_complete()) {
+    unclipped = n_.acc_->privacy_unclipped_senders();
+  }
   if (cs.mean.empty()) {
     // Every copy was refused here: the parent is told the weight that
     // delivered, with no values (wire::kFlagNoValues).
     const wire::FrameHeader h =
         node::chunk_header(n_.topo_, n_.self_.index, wire::MsgType::kDelta, n_.round_,
                            *n_.model_.plan, chunk, n_.cfg_.codec->id(), 0.0);
-    link_.send_aggregate(chunk, std::make_shared<const std::vector<uint8_t>>(
-                                    wire::encode_delta_frame(h, nullptr, 0, cs.excused)));
+    link_.send_aggregate(chunk,
+                         std::make_shared<const std::vector<uint8_t>>(
+                             wire::encode_delta_frame(h, nullptr, 0, cs.excused, unclipped)));
     return;
   }
   std::vector<uint8_t> payload(n_.cfg_.codec->encoded_size(n));
@@ -125,14 +135,17 @@ void Aggregator::Impl::RegionRole::chunk_complete(uint32_t chunk) {
       node::chunk_header(n_.topo_, n_.self_.index, wire::MsgType::kDelta, n_.round_,
                          *n_.model_.plan, chunk, n_.cfg_.codec->id(), cs.weight);
   link_.send_aggregate(chunk, std::make_shared<const std::vector<uint8_t>>(wire::encode_delta_frame(
-                                  h, payload.data(), payload.size(), cs.excused)));
+                                  h, payload.data(), payload.size(), cs.excused, unclipped)));
 }
 
 // ---- checkpoints and recovery -------------------------------------------------------
 
-void Aggregator::Impl::RegionRole::save(Checkpoint& c, nlohmann::json& /*meta*/) const {
+void Aggregator::Impl::RegionRole::save(Checkpoint& c, nlohmann::json& meta) const {
   c.sections.push_back(checkpoint::float_section("anchor", anchor_.data(), anchor_.size()));
   c.sections.push_back(checkpoint::float_section("residual", residual_.data(), residual_.size()));
+  // Adaptive clipping: the clip of its round, which it opens again on
+  // resuming, before its parent's welcome says it.
+  if (n_.adaptive_clip()) meta["privacy_clip"] = n_.privacy_clip_;
 }
 
 void Aggregator::Impl::RegionRole::restore(const Checkpoint& c, const std::string& path) {
@@ -143,6 +156,14 @@ void Aggregator::Impl::RegionRole::restore(const Checkpoint& c, const std::strin
     throw CryptoError("checkpoint " + path + ": residual size mismatch");
   }
   link_.uplink().resumed();
+  if (!n_.adaptive_clip()) return;
+  if (const CheckpointSection* meta = c.find("meta")) {
+    const auto j = nlohmann::json::parse(meta->bytes.begin(), meta->bytes.end(), nullptr, false);
+    if (j.is_object() && j.contains("privacy_clip") && j["privacy_clip"].is_number()) {
+      const double clip = j["privacy_clip"].get<double>();
+      if (std::isfinite(clip) && clip > 0) use_clip(clip, n_.round_);
+    }
+  }
 }
 
 bool Aggregator::Impl::RegionRole::recover(bool resumed) {
@@ -188,11 +209,19 @@ void Aggregator::Impl::RegionRole::on_parent_welcome(const wire::ParsedFrame& f)
   // Draining, it holds the final model: a welcome after a reconnect asks
   // for nothing (the model in full that may follow is ignored).
   if (n_.phase_ == Phase::kDraining || n_.phase_ == Phase::kDone) return;
+  link_.welcome.clip = parent_clip(f.clip, "welcome", f.header.round);
   const bool no_change = (f.header.flags & wire::kFlagNoChange) != 0;
   if (n_.phase_ != Phase::kAwaitWelcome && no_change && f.header.round == n_.round_) {
     // Rejoined the parent (it or the link restarted) in the same round: send
     // again what it may have lost; duplicates count once.
     log().info("[agg:{}] parent welcomed it back at round {}", n_.self_.id, n_.round_);
+    if (n_.adaptive_clip() && link_.welcome.clip != n_.privacy_clip_) {
+      // Its copies so far got the clip it resumed with: it says so, and the
+      // rest get the parent's.
+      log().warn("[agg:{}] its parent's clip for round {} is {}, not the {} it resumed with",
+                 n_.self_.id, n_.round_, link_.welcome.clip, n_.privacy_clip_);
+      use_clip(link_.welcome.clip, n_.round_);
+    }
     link_.send_aggregates_again();
     return;
   }
@@ -227,6 +256,7 @@ void Aggregator::Impl::RegionRole::finish_parent_welcome() {
   for (Child& c : n_.down_.children) {
     if (!first && c.live) c.rejoin_pending = true;  // they hold an older anchor
   }
+  if (n_.adaptive_clip()) use_clip(link_.welcome.clip, round);
   if (round >= n_.cfg_.rounds) {
     // The federation's final model (it rejoined after the last round): no
     // round opens; children are welcomed with it, and the parent's kDone
@@ -283,7 +313,15 @@ void Aggregator::Impl::RegionRole::on_parent_anchor(const wire::ParsedFrame& f, 
     relay_.round = h.round;
     relay_.done.assign(n_.model_.plan->count(), false);
     relay_.chunks = 0;
+    relay_.clip = 0;
   }
+  const double clip = parent_clip(f.clip, "anchor chunk", h.round);
+  if (clip > 0 && relay_.clip > 0 && clip != relay_.clip) {
+    throw ProtocolError("parent sent the anchor of round " + std::to_string(h.round) +
+                        " with two clips, " + std::to_string(relay_.clip) + " and " +
+                        std::to_string(clip));
+  }
+  relay_.clip = clip;
   if (relay_.done[h.chunk_index]) {
     // Sent again by a parent that welcomed this region back mid-round: the
     // chunk is in the anchor and went down already.
@@ -310,6 +348,7 @@ void Aggregator::Impl::RegionRole::on_parent_anchor(const wire::ParsedFrame& f, 
   relay_.chunks = 0;
   n_.book_.relayed_through(h.round);
   if (h.round < n_.cfg_.rounds) {
+    if (n_.adaptive_clip()) use_clip(relay_.clip, h.round);
     n_.round_ = h.round;
     n_.save_checkpoint();
     n_.start_upload();
@@ -317,6 +356,29 @@ void Aggregator::Impl::RegionRole::on_parent_anchor(const wire::ParsedFrame& f, 
     n_.welcome_pending();
   }
   report(h.round - 1);
+}
+
+double Aggregator::Impl::RegionRole::parent_clip(double clip, const char* what,
+                                                 uint64_t round) const {
+  if (!n_.adaptive_clip()) return 0;  // nothing sends it: parse_frame let it through, unused
+  if (clip > 0) return clip;
+  throw ProtocolError("parent sent a " + std::string(what) + " of round " + std::to_string(round) +
+                      " without the privacy clip; under adaptive clipping (target_quantile) "
+                      "every welcome and anchor update carries it (is the parent on another "
+                      "topology?)");
+}
+
+void Aggregator::Impl::RegionRole::use_clip(double clip, uint64_t round) {
+  if (clip != n_.privacy_clip_) {
+    // Which clip its sites' copies got, round by round, beside the root's
+    // record of why it moved.
+    n_.security_->audit("privacy_clip", {{"round", round},
+                                         {"clip", clip},
+                                         {"previous_clip", n_.privacy_clip_},
+                                         {"from", n_.self_.parent}});
+  }
+  n_.privacy_clip_ = clip;
+  for (uint32_t idx : n_.self_.children) n_.clip_children_copies(idx);
 }
 
 void Aggregator::Impl::RegionRole::on_parent_done(uint64_t final_round) {

@@ -68,6 +68,12 @@ class Aggregator::Impl::RegionRole final : public Aggregator::Impl::Role {
   // Withholds the values of a chunk too few sites stand behind.
   void check_residency(aggregation::ChunkSum& cs) const;
   void finish_parent_welcome();  // the welcome's model is in
+  // Adaptive clipping: the clip the parent sent in `what` (0: none), which
+  // under adaptive clipping it must; throws ProtocolError otherwise.
+  double parent_clip(double clip, const char* what, uint64_t round) const;
+  // The copies of `round` (the one it opens next, or the open one) get
+  // `clip`; a change is audited.
+  void use_clip(double clip, uint64_t round);
 
   RegionLink link_;
   std::vector<float> anchor_;                      // the anchor its children hold
@@ -85,6 +91,7 @@ class Aggregator::Impl::RegionRole final : public Aggregator::Impl::Role {
     uint64_t round = 0;
     std::vector<bool> done;
     uint32_t chunks = 0;
+    double clip = 0;  // adaptive clipping: the clip the chunks carry
   } relay_;
   Clock::time_point anchor_progress_at_;  // the round's anchor last advanced
 };

@@ -50,7 +50,8 @@ void Aggregator::Impl::RootRole::children_joined() {
     wire::FrameHeader h = node::node_header(n_.topo_, n_.self_.index, wire::MsgType::kWelcome, 0);
     h.total_elements = n_.model_.elements;
     h.flags = (same ? wire::kFlagNoChange : 0) | n_.welcome_flags();
-    n_.send_child(c, node::make_frame(h, payload), h);
+    Frame frame = std::make_shared<const std::vector<uint8_t>>(node::make_frame(h, payload));
+    n_.send_child(c, n_.with_round_clip(std::move(frame), h), h);
     c.welcomed = true;
     if (!same) n_.send_full_anchor(c);
     n_.became_member(c);
@@ -180,7 +181,10 @@ void Aggregator::Impl::RootRole::release_held_back() {
   if (!committed_) return;
   committed_ = false;
   if (held_back_.empty()) return;
-  for (const auto& [frame, h] : held_back_) {
+  for (auto& [held, h] : held_back_) {
+    // Adaptive clipping: the round committed has moved the clip the anchor's
+    // round gets; its regions learn it from the anchor.
+    const Frame frame = n_.with_round_clip(held, h);
     for (const Child& c : n_.down_.children) {
       if (c.live && !c.rejoin_pending) n_.send_child(c, frame, h);
     }

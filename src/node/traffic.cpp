@@ -1,5 +1,7 @@
 #include "node/traffic.hpp"
 
+#include <algorithm>
+
 namespace fedwan::node {
 
 uint64_t charged_round(const wire::FrameHeader& h, uint64_t current) {
@@ -19,10 +21,9 @@ uint64_t charged_round(const wire::FrameHeader& h, uint64_t current) {
 uint64_t fp32_equivalent(const wire::FrameHeader& h, uint64_t wire_bytes) {
   if (h.type != wire::MsgType::kAnchor && h.type != wire::MsgType::kDelta) return wire_bytes;
   if (h.type == wire::MsgType::kDelta && (h.flags & wire::kFlagNoValues)) return wire_bytes;
-  // An excused delta's trailer travels with or without compression.
-  const uint64_t values = h.type == wire::MsgType::kDelta && (h.flags & wire::kFlagExcused)
-                              ? h.payload_length - wire::kExcusedTrailerSize
-                              : h.payload_length;
+  // Trailers travel with or without compression.
+  const uint64_t trailers = std::min<uint64_t>(wire::trailer_size(h), h.payload_length);
+  const uint64_t values = h.payload_length - trailers;
   return wire_bytes - values + uint64_t{h.element_count} * sizeof(float);
 }
 

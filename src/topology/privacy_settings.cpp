@@ -31,7 +31,7 @@ std::optional<std::string> mode_problem(const FederationSpec& f, bool regions) {
 }
 
 // Adaptive clipping's settings (docs/security.md, "Adaptive clipping").
-std::optional<std::string> adaptive_problem(const PrivacySpec& p, bool regions) {
+std::optional<std::string> adaptive_problem(const PrivacySpec& p) {
   if (!(std::isfinite(p.clip_learning_rate) && p.clip_learning_rate > 0 &&
         p.clip_learning_rate <= 10)) {
     return "clip_learning_rate " + number(p.clip_learning_rate) + " must be in (0, 10]";
@@ -47,11 +47,6 @@ std::optional<std::string> adaptive_problem(const PrivacySpec& p, bool regions) 
   if (p.mode != "central") {
     return "target_quantile (adaptive clipping) needs central mode: in local mode a site's clip "
            "would follow its own data unnoised";
-  }
-  if (regions) {
-    return "target_quantile (adaptive clipping) needs every site directly under the root: the "
-           "root counts the clipped sites and moves the clip, and a region that clips its own "
-           "sites would not learn the new clip";
   }
   return std::nullopt;
 }
@@ -79,7 +74,7 @@ std::optional<std::string> privacy_problem(const FederationSpec& f, bool regions
     return "epsilon_budget " + number(p.epsilon_budget) + " must be finite and >= 0 (0: none)";
   }
   if (auto why = mode_problem(f, regions)) return why;
-  if (auto why = adaptive_problem(p, regions)) return why;
+  if (auto why = adaptive_problem(p)) return why;
   double zv = 0;
   try {
     zv = privacy_noise_multiplier(f);

@@ -2,25 +2,27 @@
 
 #include <cinttypes>
 #include <cmath>
-#include <cstdarg>
-#include <cstdio>
 #include <cstring>
 #include <string>
 
 #include "fedwan/codec.hpp"
 #include "fedwan/error.hpp"
 #include "wire/byte_order.hpp"
+#include "wire/frame_trailers.hpp"
 
 namespace fedwan::wire {
+
+using detail::reject;
+
 namespace {
 
 bool is_data_type(MsgType t) { return t == MsgType::kAnchor || t == MsgType::kDelta; }
 
 uint8_t allowed_flags(MsgType t) {
   switch (t) {
-    case MsgType::kAnchor: return kFlagFullAnchor;
-    case MsgType::kDelta: return kFlagNoValues | kFlagExcused;
-    case MsgType::kWelcome: return kFlagNoChange | kFlagKeepsReplicas;
+    case MsgType::kAnchor: return kFlagFullAnchor | kFlagClip;
+    case MsgType::kDelta: return kFlagNoValues | kFlagExcused | kFlagUnclipped;
+    case MsgType::kWelcome: return kFlagNoChange | kFlagKeepsReplicas | kFlagClip;
     case MsgType::kHello: return kFlagSent | kFlagNeedReplica;
     case MsgType::kHeartbeat:
       return kFlagNeedUpdate | kFlagLeaving | kFlagPausing | kFlagMembership;
@@ -29,24 +31,6 @@ uint8_t allowed_flags(MsgType t) {
   }
 }
 
-__attribute__((format(printf, 3, 4))) ParsedFrame& reject(ParsedFrame& f, RejectReason r,
-                                                          const char* fmt, ...) {
-  char buf[256];
-  va_list args;
-  va_start(args, fmt);
-  std::vsnprintf(buf, sizeof(buf), fmt, args);
-  va_end(args);
-  f.reject = r;
-  f.detail = buf;
-  f.payload = nullptr;
-  f.payload_size = 0;
-  f.excused_weight = 0;
-  return f;
-}
-
-bool has_trailer(const FrameHeader& h) {
-  return h.type == MsgType::kDelta && (h.flags & kFlagExcused) != 0;
-}
 bool has_no_values(const FrameHeader& h) {
   return h.type == MsgType::kDelta && (h.flags & kFlagNoValues) != 0;
 }
@@ -54,20 +38,7 @@ bool has_no_values(const FrameHeader& h) {
 // The payload size a data frame's codec, element count and flags call for.
 size_t data_payload_size(const FrameHeader& h, const Codec& codec) {
   const size_t values = has_no_values(h) ? 0 : codec.encoded_size(h.element_count);
-  return values + (has_trailer(h) ? kExcusedTrailerSize : 0);
-}
-
-// A kDelta's excused weight: weight that delivered the chunk below the
-// sender, refused there. Read from the trailer, the last 8 payload bytes.
-ParsedFrame& check_excused(ParsedFrame& f, const uint8_t* payload) {
-  const FrameHeader& h = f.header;
-  const double excused = bits_double(get_u64(payload + h.payload_length - kExcusedTrailerSize));
-  if (!(std::isfinite(excused) && excused > 0.0)) {
-    return reject(f, RejectReason::kBadWeight, "delta excused weight %g is not finite and > 0",
-                  excused);
-  }
-  f.excused_weight = excused;
-  return f;
+  return values + trailer_size(h);
 }
 
 // Checks the fields of kAnchor/kDelta; the payload length already equals the
@@ -117,16 +88,16 @@ ParsedFrame& check_data(ParsedFrame& f, const Codec& codec, const uint8_t* paylo
   size_t need = data_payload_size(h, codec);
   if (h.payload_length != need && has_no_values(h)) {
     return reject(f, RejectReason::kBadPayloadSize,
-                  "payload %" PRIu32 " bytes, a delta without values carries the %zu-byte"
-                  " excused-weight trailer alone",
-                  h.payload_length, kExcusedTrailerSize);
+                  "payload %" PRIu32 " bytes, a delta without values carries its %zu bytes"
+                  " of trailers alone",
+                  h.payload_length, need);
   }
   if (h.payload_length != need) {
     std::string name(codec.name());
     return reject(f, RejectReason::kBadPayloadSize,
                   "payload %" PRIu32 " bytes, %s of %" PRIu32 " elements needs %zu%s",
                   h.payload_length, name.c_str(), h.element_count, need,
-                  has_trailer(h) ? " with its excused-weight trailer" : "");
+                  trailer_size(h) > 0 ? " with its trailers" : "");
   }
   uint64_t wbits = double_bits(h.weight);
   if (has_no_values(h)) {
@@ -140,15 +111,14 @@ ParsedFrame& check_data(ParsedFrame& f, const Codec& codec, const uint8_t* paylo
   if (h.type == MsgType::kAnchor && wbits != 0) {
     return reject(f, RejectReason::kBadWeight, "anchor weight %g must be 0", h.weight);
   }
-  if (has_trailer(h)) return check_excused(f, payload);
-  return f;
+  return detail::read_trailers(f, payload);
 }
 
 // Control messages carry no tensor: chunk, element and weight fields must be
 // zero so a sender bug (or a forged header) cannot pass for data. kHello and
 // kWelcome alone use total_elements, for the model's element count, so both
 // ends can refuse a peer that trains a model of another shape.
-ParsedFrame& check_control(ParsedFrame& f, const FrameLimits& lim) {
+ParsedFrame& check_control(ParsedFrame& f, const uint8_t* payload, const FrameLimits& lim) {
   const FrameHeader& h = f.header;
   const char* tn = msg_type_name(h.type);
   if (h.chunk_index != 0 || h.chunk_count != 0) {
@@ -178,7 +148,12 @@ ParsedFrame& check_control(ParsedFrame& f, const FrameLimits& lim) {
                   "%s payload %" PRIu32 " bytes over the control limit %" PRIu32, tn,
                   h.payload_length, lim.max_control_payload);
   }
-  return f;
+  if (h.payload_length < trailer_size(h)) {
+    return reject(f, RejectReason::kBadPayloadSize,
+                  "%s payload %" PRIu32 " bytes is shorter than its %zu-byte clip trailer", tn,
+                  h.payload_length, trailer_size(h));
+  }
+  return detail::read_trailers(f, payload);
 }
 
 // kCheckpoint: a piece of a checkpoint file, or a signal without one.
@@ -356,35 +331,6 @@ std::vector<uint8_t> encode_frame(const FrameHeader& h, const uint8_t* payload, 
   return out;
 }
 
-std::vector<uint8_t> encode_delta_frame(FrameHeader h, const uint8_t* values, size_t size,
-                                        double excused) {
-  if (h.type != MsgType::kDelta) {
-    FEDWAN_THROW(ProtocolError, std::string("encode_delta_frame given a ") + msg_type_name(h.type) +
-                                    " header; it writes kDelta frames");
-  }
-  h.flags &= static_cast<uint8_t>(~(kFlagNoValues | kFlagExcused));
-  if (excused == 0.0) return encode_frame(h, values, size);
-  if (!(std::isfinite(excused) && excused > 0.0)) {
-    FEDWAN_THROW(ProtocolError, "delta excused weight " + std::to_string(excused) +
-                                    " is not finite and > 0; pass 0 when nothing was refused");
-  }
-  h.flags |= kFlagExcused;
-  if (size == 0) {
-    h.flags |= kFlagNoValues;
-    h.weight = 0.0;  // +0.0: no values, nothing stands behind them
-  }
-  if (size > UINT32_MAX - kExcusedTrailerSize) {
-    FEDWAN_THROW(ProtocolError, "delta payload of " + std::to_string(size) +
-                                    " bytes and its trailer do not fit the 32-bit length field");
-  }
-  h.payload_length = static_cast<uint32_t>(size + kExcusedTrailerSize);
-  std::vector<uint8_t> out(kHeaderSize + h.payload_length);
-  encode_header(h, out.data());
-  if (size != 0) std::memcpy(out.data() + kHeaderSize, values, size);
-  put_u64(out.data() + kHeaderSize + size, double_bits(excused));
-  return out;
-}
-
 ParsedFrame parse_frame(const uint8_t* data, size_t size, const FrameLimits& limits) {
   ParsedFrame f;
   if (data == nullptr) size = 0;
@@ -418,7 +364,13 @@ ParsedFrame parse_frame(const uint8_t* data, size_t size, const FrameLimits& lim
     return reject(f, RejectReason::kBadReserved, "%s with flags 0x%02x; bits 0x%02x are reserved",
                   msg_type_name(h.type), unsigned{h.flags}, unsigned{bad_flags});
   }
-  if (has_no_values(h) && !has_trailer(h)) {
+  if (h.type == MsgType::kAnchor && (h.flags & kFlagFullAnchor) && (h.flags & kFlagClip)) {
+    return reject(f, RejectReason::kBadReserved,
+                  "anchor with flags 0x%02x: a clip (0x%02x) rides on an update, not on the "
+                  "model in full (0x%02x)",
+                  unsigned{h.flags}, unsigned{kFlagClip}, unsigned{kFlagFullAnchor});
+  }
+  if (has_no_values(h) && (h.flags & kFlagExcused) == 0) {
     return reject(f, RejectReason::kBadReserved,
                   "delta with flags 0x%02x: no values (0x%02x) without excused weight (0x%02x)",
                   unsigned{h.flags}, unsigned{kFlagNoValues}, unsigned{kFlagExcused});
@@ -434,11 +386,11 @@ ParsedFrame parse_frame(const uint8_t* data, size_t size, const FrameLimits& lim
   } else if (h.type == MsgType::kCheckpoint) {
     check_checkpoint(f, limits);
   } else {
-    check_control(f, limits);
+    check_control(f, data + kHeaderSize, limits);
   }
   if (f.ok()) {
     f.payload = data + kHeaderSize;
-    f.payload_size = has_trailer(h) ? carried - kExcusedTrailerSize : carried;
+    f.payload_size = carried - trailer_size(h);
   }
   return f;
 }

@@ -15,10 +15,10 @@
 //   newer peer is told apart from garbage); type 1..10; codec: a registered codec id on
 //   kAnchor/kDelta, an AEAD id (0..kMaxAeadId) on kHandshake, 0 on every
 //   other type (kBadCodec); reserved == 0 and no
-//   flag bits except kFlagFullAnchor on kAnchor, kFlagNoValues and
-//   kFlagExcused on kDelta (kFlagNoValues only with kFlagExcused), kFlagNoChange and
-//   kFlagKeepsReplicas on kWelcome, kFlagSent and kFlagNeedReplica on kHello,
-//   kFlagNeedUpdate, kFlagLeaving, kFlagPausing and kFlagMembership on
+//   flag bits except kFlagFullAnchor or kFlagClip on kAnchor, kFlagNoValues,
+//   kFlagExcused and kFlagUnclipped on kDelta (kFlagNoValues only with
+//   kFlagExcused), kFlagNoChange, kFlagKeepsReplicas and kFlagClip on kWelcome, kFlagSent and
+//   kFlagNeedReplica on kHello, kFlagNeedUpdate, kFlagLeaving, kFlagPausing and kFlagMembership on
 //   kHeartbeat, kFlagReplicaStored or kFlagNoReplica on
 //   kCheckpoint (kBadReserved); payload_length == bytes after the header, so
 //   trailing bytes and truncation are kLengthMismatch.
@@ -27,11 +27,11 @@
 //   <= max_chunk_elements, total_elements <= max_total_elements, and the chunk
 //   fits its stream: the other chunk_count-1 chunks get >= 1 element each, a
 //   single chunk carries exactly total_elements (kBadElements); payload_length
-//   == codec.encoded_size(element_count), plus kExcusedTrailerSize on a kDelta
-//   with kFlagExcused, or kExcusedTrailerSize alone with kFlagNoValues
-//   (kBadPayloadSize); kDelta weight finite and > 0 (+0.0 with kFlagNoValues),
-//   kAnchor weight +0.0, a kDelta's excused-weight trailer finite and > 0
-//   (kBadWeight).
+//   == codec.encoded_size(element_count) (none with kFlagNoValues) plus
+//   trailer_size(header) (kBadPayloadSize); kDelta weight finite and > 0
+//   (+0.0 with kFlagNoValues), kAnchor weight +0.0, a kDelta's excused-weight
+//   trailer finite and > 0, its unclipped-site count below 2^32, a clip
+//   finite and > 0 (kBadWeight).
 //   Control types (kHello, kWelcome, kTelemetry, kReject, kDone, kHandshake,
 //   kHeartbeat) carry no
 //   tensor: chunk_index, chunk_count (kBadChunk), element_count (kBadElements)
@@ -40,7 +40,9 @@
 //   except on kHello/kWelcome, where it is the model's element count
 //   (<= max_total_elements) so both ends can check they train one shape
 //   (kBadElements).
-//   Their payload's own structure is checked by decode_hello/decode_telemetry.
+//   Their payload's own structure is checked by decode_hello/decode_telemetry;
+//   a kWelcome with kFlagClip carries at least its clip trailer
+//   (kBadPayloadSize), finite and > 0 (kBadWeight).
 //   kCheckpoint (codec 0, weight +0.0) is either a piece of a checkpoint file
 //   (flags 0): 1 <= chunk_count <= max_chunk_count, chunk_index <
 //   chunk_count (kBadChunk), 1 <= element_count (the piece's bytes) <=
@@ -54,6 +56,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -64,8 +67,9 @@ inline constexpr uint32_t kMagic = 0x4E415746;  // "FWAN" read as little-endian 
 // 5: the frame cipher bound into the key exporter, signed checkpoints, a
 // site's delta weight taken from the topology; 6: elastic membership (a
 // child's leave or pause, a region's member weight, on heartbeats); 7: a
-// delta's excused weight (kFlagExcused, kFlagNoValues)
-inline constexpr uint8_t kVersion = 7;
+// delta's excused weight (kFlagExcused, kFlagNoValues); 8: adaptive clipping
+// over regions (kFlagUnclipped up, kFlagClip down)
+inline constexpr uint8_t kVersion = 8;
 inline constexpr size_t kHeaderSize = 64;
 
 enum class MsgType : uint8_t {
@@ -113,6 +117,16 @@ inline constexpr uint8_t kFlagNoChange = 0x02;    // kWelcome: child's model dig
 inline constexpr uint8_t kFlagExcused = 0x02;
 inline constexpr uint8_t kFlagNoValues = 0x01;
 inline constexpr size_t kExcusedTrailerSize = 8;
+// Adaptive clipping over regions (docs/protocol.md, "Adaptive clipping").
+// kDelta from a region, on the last chunk it sends of a round: an 8-byte
+// u64 trailer (after the excused-weight one when both) counting the sites
+// below the sender whose update for the round no aggregator clipped.
+inline constexpr uint8_t kFlagUnclipped = 0x04;
+// kAnchor (an update, never with kFlagFullAnchor) and kWelcome, from a
+// parent: the payload ends with an 8-byte f64 trailer, the privacy clip
+// every site update of the anchor's (the welcome's) round gets.
+inline constexpr uint8_t kFlagClip = 0x08;
+inline constexpr size_t kTrailerSize = 8;  // each trailer, whichever flag
 // kHello: the child has sent its whole update for `round` and waits for the
 // anchor (a child rejoining after a reconnect or a parent's restart).
 inline constexpr uint8_t kFlagSent = 0x04;
@@ -178,6 +192,10 @@ const char* reject_reason_name(RejectReason r);
 // Writes the 64-byte header.
 void encode_header(const FrameHeader& h, uint8_t* out);
 
+// The bytes of trailers the header's type and flags call for at the end
+// of its payload (kFlagExcused, kFlagUnclipped, kFlagClip; 8 each).
+size_t trailer_size(const FrameHeader& h);
+
 // Header + payload in one buffer. payload_length is taken from `size`, not
 // from h; throws ProtocolError if size does not fit 32 bits.
 std::vector<uint8_t> encode_frame(const FrameHeader& h, const uint8_t* payload, size_t size);
@@ -187,8 +205,16 @@ std::vector<uint8_t> encode_frame(const FrameHeader& h, const uint8_t* payload, 
 // delta flag. excused > 0: sets kFlagExcused and appends the trailer; with
 // size == 0 also sets kFlagNoValues and sends weight +0.0. Throws
 // ProtocolError if h is not a kDelta, or excused is negative or not finite.
+// `unclipped`, when given, sets kFlagUnclipped and appends its trailer last.
 std::vector<uint8_t> encode_delta_frame(FrameHeader h, const uint8_t* values, size_t size,
-                                        double excused);
+                                        double excused,
+                                        std::optional<uint64_t> unclipped = std::nullopt);
+
+// `frame` (an encoded kAnchor update or kWelcome, not sealed) with
+// kFlagClip set and `clip` appended as its trailer. Throws ProtocolError on
+// another type, a full anchor, a frame that has the flag already, or a clip
+// that is not finite and > 0.
+std::vector<uint8_t> with_clip(const std::vector<uint8_t>& frame, double clip);
 
 // On a reject, `header` still holds the raw decoded fields (when at least 64
 // bytes came) for logging; none of them may be trusted.
@@ -196,11 +222,14 @@ struct ParsedFrame {
   RejectReason reject = RejectReason::kNone;
   std::string detail;  // human-readable, for logs and the audit trail
   FrameHeader header;
-  // Points into the parsed buffer. On a kDelta with kFlagExcused it covers
-  // the codec bytes only, not the trailer (0 bytes with kFlagNoValues).
+  // Points into the parsed buffer. It covers the payload less its trailers
+  // (trailer_size), so on a kDelta the codec bytes only (0 bytes with
+  // kFlagNoValues).
   const uint8_t* payload = nullptr;
   size_t payload_size = 0;
-  double excused_weight = 0;  // a kDelta's trailer, else 0
+  double excused_weight = 0;                // a kDelta's kFlagExcused trailer, else 0
+  std::optional<uint64_t> unclipped_sites;  // a kDelta's kFlagUnclipped trailer
+  double clip = 0;                          // a kAnchor's or kWelcome's kFlagClip trailer, else 0
   bool ok() const { return reject == RejectReason::kNone; }
 };
 

@@ -158,6 +158,48 @@ TEST(Chaos, RootResumesItsAdaptiveClip) {
   }
 }
 
+// 3c. Adaptive clipping over regions: a region is SIGKILLed after its
+// round-3 checkpoint is durable. Restarted, it clips the round it resumes
+// with the clip of that round (kept in its checkpoint) before its parent's
+// welcome says it again, and every later round with the root's next clip.
+TEST(Chaos, RegionResumesTheClipOfItsRound) {
+  ChaosFederation fed(2, 2, 6, 0, 1, [](FederationSpec& f) {
+    f.privacy.mode = "central";
+    f.privacy.clip = 1e-6;  // far below the updates' norms: it grows every round
+    f.privacy.noise_multiplier = 0.05;
+    f.privacy.target_quantile = 0.5;
+    f.privacy.clip_learning_rate = 1.0;
+    f.privacy.clip_count_budget = 0.5;
+    f.codec = "fp32";
+  });
+  fed.start_all({{"region-0", {{"FEDWAN_CRASH_POINT", "checkpoint.renamed@3"}}}});
+  fed.wait_crash("region-0", std::chrono::seconds(60));
+  fed.forget("region-0");
+  fed.start("region-0");
+  fed.wait_all(std::chrono::seconds(150));
+  ASSERT_EQ(fed.resumed_round("region-0"), std::optional<uint64_t>(3)) << fed.log("region-0");
+  std::map<uint64_t, double> root_clip;  // round -> the clip the root chose for it
+  for (const AuditEntry& e : read_audit(fed.audit("root"))) {
+    if (e.event != "privacy_clip") continue;
+    const uint64_t round = e.fields.value("round", uint64_t{0});
+    if (round == 0) root_clip[0] = e.fields.value("clip", 0.0);
+    root_clip[round + 1] = e.fields.value("next_clip", 0.0);
+  }
+  ASSERT_EQ(root_clip.size(), 7u) << fed.log("root");
+  for (uint64_t r = 1; r < 6; ++r) EXPECT_GT(root_clip[r], root_clip[r - 1]) << "round " << r;
+  // The region's record: rounds 1..5 as they opened, and round 3 again as
+  // it resumed, each the root's.
+  std::map<uint64_t, int> taken;
+  for (const AuditEntry& e : read_audit(fed.audit("region-0"))) {
+    if (e.event != "privacy_clip") continue;
+    const uint64_t round = e.fields.value("round", uint64_t{0});
+    taken[round] += 1;
+    EXPECT_EQ(e.fields.value("clip", 0.0), root_clip[round]) << "round " << round;
+  }
+  for (uint64_t r = 1; r < 6; ++r) EXPECT_EQ(taken[r], r == 3 ? 2 : 1) << "round " << r;
+  EXPECT_EQ(fed.log("region-0").find("it resumed with"), std::string::npos) << fed.log("region-0");
+}
+
 // 4. While a site is down, one byte of its latest checkpoint is flipped and
 // its previous checkpoint is lost too: the reader detects the flip (the file
 // is kept aside as *.corrupt), finds nothing intact locally, and restores the

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fedwan/error.hpp"
@@ -287,10 +288,62 @@ TEST(PrivacyAdaptiveClip, AClipFarAboveTheNormsShrinksEveryRound) {
 TEST(PrivacyAdaptiveClip, TheTopologyRefusesWhatCannotWork) {
   TempDir dir;
   FederationSpec f = adaptive(1, 3);
-  // A region would clip its own sites without learning the new clip.
-  EXPECT_THROW(make_tree(dir.path(), 2, 2, f, true), ConfigError);
   f.privacy.mode = "local";
   EXPECT_THROW(make_tree(dir.path(), 0, 4, f, true), ConfigError);
+  f = adaptive(1, 3);
+  f.codec = "fp16";  // a region would re-encode its clipped sum
+  EXPECT_THROW(make_tree(dir.path(), 2, 2, f, true), ConfigError);
+}
+
+// The clips a region audited taking from its parent, by round.
+std::vector<std::pair<uint64_t, double>> region_clips(const TempDir& dir, const std::string& id) {
+  std::vector<std::pair<uint64_t, double>> out;
+  for (const AuditEntry& e :
+       events(read_audit(dir.path() / (id + ".audit.jsonl")), "privacy_clip")) {
+    EXPECT_EQ(e.fields.value("from", ""), "root");
+    out.emplace_back(e.fields.value("round", uint64_t{0}), e.fields.value("clip", 0.0));
+  }
+  return out;
+}
+
+// Over regions: each region counts its own unclipped sites up with its
+// last chunk, the root moves the clip on the sum, and every region clips
+// the next round with exactly the clip the root chose.
+TEST(PrivacyAdaptiveClip, RegionsCountTheirSitesUpAndTakeTheClipDown) {
+  for (const double start : {1e6, 1e-6}) {
+    SCOPED_TRACE("clip " + std::to_string(start));
+    TempDir dir;
+    const uint64_t rounds = 4;
+    const Topology topo = make_tree(dir.path(), 2, 3, adaptive(start, rounds), true);
+    const PrivateRun r = run_private(dir, topo);
+    ASSERT_TRUE(r.run.errors.empty()) << r.run.error_text();
+    const std::vector<double> clips = clips_of(r.root_audit);
+    ASSERT_EQ(clips.size(), rounds + 1);
+    // All six sites unclipped (far above), or none (far below): if the
+    // regions' counts did not reach the root it would see none unclipped
+    // either way, and the clip would grow both times.
+    const std::vector<AuditEntry> steps = events(r.root_audit, "privacy_clip");
+    for (size_t i = 1; i < clips.size(); ++i) {
+      const double share = steps[i - 1].fields.value("noised_unclipped_share", -1.0);
+      if (start > 1) {
+        EXPECT_NEAR(share, 1.0, 0.35) << "round " << i - 1;
+        EXPECT_LT(clips[i], clips[i - 1] * std::exp(-0.2)) << "round " << i;
+      } else {
+        EXPECT_NEAR(share, 0.0, 0.35) << "round " << i - 1;
+        EXPECT_GT(clips[i], clips[i - 1] * std::exp(0.2)) << "round " << i;
+      }
+    }
+    // Each region took rounds 1..3's clips, bit for bit, before opening
+    // them (round 0's is the topology's; the last clip has no round).
+    for (const std::string id : {"region-0", "region-1"}) {
+      const auto taken = region_clips(dir, id);
+      ASSERT_EQ(taken.size(), rounds - 1) << id;
+      for (size_t i = 0; i < taken.size(); ++i) {
+        EXPECT_EQ(taken[i].first, i + 1) << id;
+        EXPECT_EQ(taken[i].second, clips[i + 1]) << id << " round " << i + 1;
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -208,5 +208,39 @@ TEST(RoundAccumulatorPrivacy, TheScreenJudgesBeforeTheClip) {
   EXPECT_EQ(acc.privacy_clipped(), 0u);
 }
 
+// Adaptive clipping's count: a site counts itself (a valued copy, none
+// clipped); a region's copies do not, its report of the sites below it
+// does, the last report of the round standing; a new round starts over.
+TEST(RoundAccumulatorPrivacy, CountsUnclippedSitesAndRegionsReports) {
+  const Codec& fp32 = codec_by_name("fp32");
+  const tensor::ChunkPlan plan{8, 4};  // two chunks of 4
+  aggregation::RoundAccumulator acc{plan, {1, 2, 3, 9}};
+  acc.clip_copies_of(1, 2.0);                           // a site, unclipped below
+  acc.clip_copies_of(2, 2.0);                           // a site, clipped in its second chunk
+  acc.clip_copies_of(3, 2.0);                           // a site that sends nothing
+  acc.clip_copies_of(9, 2.0, /*counts_itself=*/false);  // a region
+  acc.open(0);
+  const auto small = encode_fp32(std::vector<float>(4, 0.1f));
+  const auto big = encode_fp32(std::vector<float>(4, 5.0f));
+  for (uint32_t chunk = 0; chunk < plan.count(); ++chunk) {
+    acc.add(0, 1, chunk, 4, 1.0, fp32, small.data(), small.size());
+    const auto& two = chunk == 1 ? big : small;
+    acc.add(0, 2, chunk, 4, 1.0, fp32, two.data(), two.size());
+    acc.add(0, 9, chunk, 4, 3.0, fp32, small.data(), small.size());
+  }
+  EXPECT_EQ(acc.privacy_unclipped_senders(), 1u);  // site 1; the region has not reported
+  acc.report_unclipped(9, 5);
+  acc.report_unclipped(9, 2);  // sent again: the last stands
+  EXPECT_EQ(acc.privacy_unclipped_senders(), 3u);
+  acc.take(0);
+  acc.take(1);
+  acc.open(1);
+  EXPECT_EQ(acc.privacy_unclipped_senders(), 0u);
+  // A region named a site again counts itself.
+  acc.clip_copies_of(9, 2.0, true);
+  acc.add(1, 9, 0, 4, 3.0, fp32, small.data(), small.size());
+  EXPECT_EQ(acc.privacy_unclipped_senders(), 1u);
+}
+
 }  // namespace
 }  // namespace fedwan

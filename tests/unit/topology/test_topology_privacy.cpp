@@ -168,8 +168,12 @@ TEST(TopologyPrivacyAdaptive, RefusesWhatCannotWork) {
   expect_refused(
       topology_text("{" + z + "target_quantile: 0.5, clip_learning_rate: 0}", false, "fp32"),
       "clip_learning_rate");
-  expect_refused(topology_text("{" + z + "target_quantile: 0.5}", true, "fp32"),
-                 "every site directly under the root");
+  // Over regions: they clip with the clip the root sends down.
+  const Topology regions =
+      Topology::parse(topology_text("{" + z + "target_quantile: 0.5}", true, "fp32"));
+  EXPECT_EQ(regions.federation().privacy.target_quantile, 0.5);
+  // Still central mode's fp32 over regions.
+  expect_refused(topology_text("{" + z + "target_quantile: 0.5}", true, "fp16"), "codec fp32");
   expect_refused(
       topology_text("{mode: local, clip: 1, noise_multiplier: 2, target_quantile: 0.5}", false),
       "needs central mode");

@@ -202,7 +202,7 @@ TEST(Frame, ReplicaFlagsOnlyOnTheirTypes) {
   Bytes welcome = control_frame(MsgType::kWelcome);
   welcome[kOffFlags] = kFlagKeepsReplicas | kFlagNoChange;
   EXPECT_EQ(reason(welcome), RejectReason::kNone);
-  welcome[kOffFlags] = kFlagNeedReplica;
+  welcome[kOffFlags] = kFlagLeaving;
   EXPECT_EQ(reason(welcome), RejectReason::kBadReserved);
   Bytes heartbeat = control_frame(MsgType::kHeartbeat, {});
   heartbeat[kOffFlags] = kFlagNeedReplica;
