@@ -160,4 +160,13 @@ class RawSite {
   transport::ParentLink link_;
 };
 
+// The next frame of `type` from the parent (others are skipped), or the
+// first refused one (a timeout among them).
+inline wire::ParsedFrame await_type(RawSite& s, std::vector<uint8_t>* buf, wire::MsgType type) {
+  for (;;) {
+    wire::ParsedFrame f = s.recv(buf);
+    if (!f.ok() || f.header.type == type) return f;
+  }
+}
+
 }  // namespace fedwan::testing

@@ -125,19 +125,23 @@ TEST_P(RootCheckpointCrash, RestartsAtItsLastCommittedRound) {
 INSTANTIATE_TEST_SUITE_P(Steps, RootCheckpointCrash,
                          ::testing::Values("written", "synced", "renamed"));
 
+// Central privacy with a clip far below the updates' norms, moved toward
+// their median after every round: it grows every round.
+void growing_adaptive_clip(FederationSpec& f) {
+  f.privacy.mode = "central";
+  f.privacy.clip = 1e-6;
+  f.privacy.noise_multiplier = 0.05;
+  f.privacy.target_quantile = 0.5;
+  f.privacy.clip_learning_rate = 1.0;
+  f.privacy.clip_count_budget = 0.5;
+  f.codec = "fp32";
+}
+
 // 3b. Adaptive clipping (central privacy): the root is SIGKILLed after its
 // round-3 checkpoint is durable; restarted, the clip its next round uses is
 // the one it had moved to before the crash, not the topology's again.
 TEST(Chaos, RootResumesItsAdaptiveClip) {
-  ChaosFederation fed(0, 4, 6, 0, 1, [](FederationSpec& f) {
-    f.privacy.mode = "central";
-    f.privacy.clip = 1e-6;  // far below the updates' norms: it grows every round
-    f.privacy.noise_multiplier = 0.05;
-    f.privacy.target_quantile = 0.5;
-    f.privacy.clip_learning_rate = 1.0;
-    f.privacy.clip_count_budget = 0.5;
-    f.codec = "fp32";
-  });
+  ChaosFederation fed(0, 4, 6, 0, 1, growing_adaptive_clip);
   fed.start_all({{"root", {{"FEDWAN_CRASH_POINT", "checkpoint.renamed@3"}}}});
   fed.wait_crash("root", std::chrono::seconds(60));
   fed.forget("root");
@@ -163,15 +167,7 @@ TEST(Chaos, RootResumesItsAdaptiveClip) {
 // with the clip of that round (kept in its checkpoint) before its parent's
 // welcome says it again, and every later round with the root's next clip.
 TEST(Chaos, RegionResumesTheClipOfItsRound) {
-  ChaosFederation fed(2, 2, 6, 0, 1, [](FederationSpec& f) {
-    f.privacy.mode = "central";
-    f.privacy.clip = 1e-6;  // far below the updates' norms: it grows every round
-    f.privacy.noise_multiplier = 0.05;
-    f.privacy.target_quantile = 0.5;
-    f.privacy.clip_learning_rate = 1.0;
-    f.privacy.clip_count_budget = 0.5;
-    f.codec = "fp32";
-  });
+  ChaosFederation fed(2, 2, 6, 0, 1, growing_adaptive_clip);
   fed.start_all({{"region-0", {{"FEDWAN_CRASH_POINT", "checkpoint.renamed@3"}}}});
   fed.wait_crash("region-0", std::chrono::seconds(60));
   fed.forget("region-0");

@@ -84,14 +84,6 @@ TEST(DishonestChild, HeaderWeightOfASiteChangesNothing) {
   EXPECT_EQ(count_audit(region_audit, "update", "\"claimed_weight\""), 9u);
 }
 
-// A frame of `type` from the rogue, or a failure after `timeout`.
-wire::ParsedFrame await_type(RawSite& s, std::vector<uint8_t>* buf, wire::MsgType type) {
-  for (;;) {
-    wire::ParsedFrame f = s.recv(buf);
-    if (!f.ok() || f.header.type == type) return f;
-  }
-}
-
 std::vector<uint8_t> telemetry(const RawSite& s, const Topology& topo, uint64_t round, uint64_t wan,
                                uint64_t frames) {
   wire::TelemetryPayload t{wan, wan, frames};

@@ -36,13 +36,6 @@ FederationSpec adaptive_federation(uint64_t rounds) {
   return f;
 }
 
-wire::ParsedFrame await_type(RawSite& s, std::vector<uint8_t>* buf, wire::MsgType type) {
-  for (;;) {
-    wire::ParsedFrame f = s.recv(buf);
-    if (!f.ok() || f.header.type == type) return f;
-  }
-}
-
 // A zero fp32 delta chunk from `s`, with `unclipped` as its count when given.
 std::vector<uint8_t> zero_delta(const RawSite& s, const Topology& topo, uint64_t round,
                                 uint32_t chunk, double weight, std::optional<uint64_t> unclipped) {
