@@ -105,8 +105,8 @@ std::vector<uint8_t> encode_header(const Checkpoint& c, const security::NodeKey*
   for (const CheckpointSection& s : c.sections) {
     put_u16(h, static_cast<uint16_t>(s.name.size()));
     h.insert(h.end(), s.name.begin(), s.name.end());
-    put_u64(h, s.bytes.size());
-    const Sha256Digest d = sha256(s.bytes.data(), s.bytes.size());
+    put_u64(h, s.size());
+    const Sha256Digest d = sha256(s.data(), s.size());
     h.insert(h.end(), d.begin(), d.end());
   }
   return h;
@@ -382,8 +382,8 @@ void write_checkpoint(const fs::path& path, const Checkpoint& c, const security:
   manifest.update(header.data(), header.size());
   out.write(header.data(), header.size());
   for (const CheckpointSection& s : c.sections) {
-    manifest.update(s.bytes.data(), s.bytes.size());
-    out.write(s.bytes.data(), s.bytes.size());
+    manifest.update(s.data(), s.size());
+    out.write(s.data(), s.size());
   }
   const Sha256Digest digest = manifest.finish();
   out.write(digest.data(), digest.size());

@@ -62,8 +62,15 @@ inline constexpr size_t kMaxCheckpointSections = 256;
 inline constexpr size_t kMaxCheckpointSectionNameLength = 64;
 
 struct CheckpointSection {
-  std::string name;  // 1..64 characters of [a-z0-9_.-]
-  std::vector<uint8_t> bytes;
+  std::string name;            // 1..64 characters of [a-z0-9_.-]
+  std::vector<uint8_t> bytes;  // its bytes (what read_checkpoint returns)
+  // Or, written without a copy: bytes held elsewhere that stay valid and
+  // unchanged until write_checkpoint returns (`bytes` is then ignored).
+  const uint8_t* view = nullptr;
+  size_t view_size = 0;
+
+  const uint8_t* data() const { return view != nullptr ? view : bytes.data(); }
+  size_t size() const { return view != nullptr ? view_size : bytes.size(); }
 };
 
 struct Checkpoint {
@@ -90,7 +97,7 @@ struct CheckpointSignerCheck {
 // Replaces `path` with `c` so that a reader, or a restart after a crash or
 // power cut, sees the old checkpoint or the new, never part of either: writes
 // a temporary ".<name>.XXXXXX" in the same directory, streaming each section
-// from its vector (no second copy of the data), sets mode 0600, fsyncs it,
+// from its bytes or its view (no second copy of the data), sets mode 0600, fsyncs it,
 // renames it over `path` and fsyncs the directory. Blocks on the disk. On any
 // error the temporary file is removed and `path` is left as it was, except
 // when only the final directory fsync fails: the new file is then in place

@@ -99,10 +99,13 @@ void check_recorded_audit_head(const Checkpoint& c, NodeSecurity& security) {
 }
 
 CheckpointSection float_section(std::string name, const float* data, size_t n) {
+  static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+                "checkpoint sections hold fp32 values little-endian, as in memory");
   CheckpointSection s;
   s.name = std::move(name);
-  s.bytes.resize(n * sizeof(float));
-  if (n > 0) std::memcpy(s.bytes.data(), data, n * sizeof(float));
+  static const uint8_t kNone = 0;  // an empty section still views something
+  s.view = n > 0 ? reinterpret_cast<const uint8_t*>(data) : &kNone;
+  s.view_size = n * sizeof(float);
   return s;
 }
 

@@ -60,7 +60,10 @@ std::optional<LoadedCheckpoint> load_node_checkpoint(const std::filesystem::path
 // or the node raises the audit_truncated alarm (NodeSecurity).
 void check_recorded_audit_head(const Checkpoint& c, NodeSecurity& security);
 
-// Sections holding fp32 vectors (little-endian, as in memory).
+// A section of n fp32 values (little-endian, as in memory) that views
+// `data` rather than copying it: the values must stay valid and unchanged
+// until the checkpoint is written, so a checkpoint of the model costs no
+// second copy of it in memory.
 CheckpointSection float_section(std::string name, const float* data, size_t n);
 // The section's floats; throws CryptoError naming the section when it is
 // missing or does not hold exactly `n` floats (n = 0: any length).

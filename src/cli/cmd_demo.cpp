@@ -208,11 +208,14 @@ void report_demo(const DemoArgs& a, const DemoPlan& plan, const Placement& place
   // The topology as it ended (a version may have added a site).
   report["costs"] = demo_costs(plan.dir, Topology::load(plan.topology_file), a.insecure_plaintext);
   print_restarts(supervisor.restarts());
+  report["memory"] =
+      memory_json(supervisor.peak_rss_kib(), plan.topology, model_parameters(a.workload));
   report["wall_seconds"] = wall;
   report["federation_seconds"] = fed_seconds;
   report["configuration"] = demo_configuration(a, plan.topology, place.cuda(), plan.dir);
   add_privacy(report, plan.topology);
   print_federation_summary(report, fed_seconds, wall);
+  print_memory(report["memory"]);
   print_privacy(report);
   if (!a.report.empty()) {
     std::ofstream(a.report) << report.dump(2) << "\n";

@@ -143,4 +143,41 @@ void print_federation_summary(nlohmann::json& report, double federation_s, doubl
               report["wan_bytes_total"].get<double>() / 1e6, ratio, federation_s, wall_s);
 }
 
+nlohmann::json memory_json(const std::map<std::string, uint64_t>& peak_rss_kib,
+                           const Topology& topo, uint64_t parameters) {
+  const double model_mib = static_cast<double>(parameters) * sizeof(float) / (1024.0 * 1024.0);
+  nlohmann::json nodes = nlohmann::json::object();
+  for (const auto& [id, kib] : peak_rss_kib) {
+    const double mib = static_cast<double>(kib) / 1024.0;
+    const NodeSpec* n = topo.find(id);  // a site a later version added: not in `topo`
+    const std::string role = n != nullptr ? role_name(n->role) : "site";
+    nodes[id] = {{"role", role},
+                 {"peak_rss_mib", mib},
+                 {"over_model", model_mib > 0 ? mib / model_mib : 0.0}};
+  }
+  return {{"parameters", parameters}, {"model_fp32_mib", model_mib}, {"nodes", nodes}};
+}
+
+void print_memory(const nlohmann::json& memory) {
+  const nlohmann::json& nodes = memory["nodes"];
+  if (nodes.empty()) return;
+  std::map<std::string, double> peak;  // role -> the largest peak
+  for (const auto& [id, n] : nodes.items()) {
+    double& p = peak[n["role"].get<std::string>()];
+    p = std::max(p, n["peak_rss_mib"].get<double>());
+  }
+  const double model = memory["model_fp32_mib"].get<double>();
+  std::printf("memory: peak RSS");
+  const char* sep = " ";
+  for (const char* role : {"root", "region", "site"}) {
+    const auto it = peak.find(role);
+    if (it == peak.end()) continue;
+    std::printf("%s%s%s %.0f MiB", sep, std::string(role) == "root" ? "" : "largest ", role,
+                it->second);
+    if (model > 0) std::printf(" (%.1fx)", it->second / model);
+    sep = ", ";
+  }
+  std::printf(" against the fp32 model's %.1f MiB\n", model);
+}
+
 }  // namespace fedwan::cli

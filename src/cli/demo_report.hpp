@@ -32,6 +32,14 @@ void print_restarts(const std::vector<Restart>& restarts);
 nlohmann::json demo_configuration(const DemoArgs& a, const Topology& topo, bool cuda,
                                   const std::filesystem::path& dir);
 
+// Each node's peak resident memory (`peak_rss_kib`, from the supervisor)
+// in MiB, and against the fp32 model of `parameters`: the report's
+// "memory" object.
+nlohmann::json memory_json(const std::map<std::string, uint64_t>& peak_rss_kib,
+                           const Topology& topo, uint64_t parameters);
+// One line on stdout: the root's peak, the largest region's and site's.
+void print_memory(const nlohmann::json& memory);
+
 // The closing line on stdout: the federation's accuracy and WAN bytes from
 // the root's `report`, and the run's times in seconds. Not const: a total
 // missing from the report reads as null (nlohmann's operator[] adds it) and

@@ -2,6 +2,7 @@
 
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -145,7 +146,7 @@ std::string tail_of(const std::string& path, size_t max_bytes) {
 DemoSupervisor::~DemoSupervisor() {
   stop_all(SIGTERM);
   for (Process& p : procs_) {
-    if (p.pid > 0) (void)::waitpid(p.pid, nullptr, 0);
+    if (p.pid > 0) (void)reap(p.pid, nullptr, 0);
   }
 }
 
@@ -218,7 +219,7 @@ void DemoSupervisor::kill_node(size_t index) {
   for (Process& p : procs_) {
     if (p.node != index || p.pid <= 0) continue;
     ::kill(p.pid, SIGKILL);
-    (void)::waitpid(p.pid, nullptr, 0);
+    (void)reap(p.pid, nullptr, 0);
     p.pid = -1;
   }
 }
@@ -235,7 +236,7 @@ bool DemoSupervisor::run(const std::atomic<bool>& stop) {
     // Polled, so a signal that lands between the check above and the wait
     // is still seen within 50 ms.
     if (!stopping) release_due();
-    const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    const pid_t pid = reap(-1, &status, WNOHANG);
     if (pid == 0) {
       ::usleep(50 * 1000);
       continue;
@@ -279,6 +280,18 @@ bool DemoSupervisor::run(const std::atomic<bool>& stop) {
               << tail_of(log) << "\n";
     stop_all(SIGTERM);
   }
+}
+
+pid_t DemoSupervisor::reap(pid_t pid, int* status, int options) {
+  struct rusage usage {};
+  const pid_t got = ::wait4(pid, status, options, &usage);
+  if (got <= 0) return got;
+  for (const Process& p : procs_) {
+    if (p.pid != got) continue;
+    uint64_t& peak = peak_rss_kib_[nodes_[p.node].launch.node];
+    peak = std::max<uint64_t>(peak, static_cast<uint64_t>(usage.ru_maxrss));  // KiB on Linux
+  }
+  return got;
 }
 
 void DemoSupervisor::account() {

@@ -104,6 +104,9 @@ class DemoSupervisor {
   // the audit logs.
   void account();
   const std::vector<Restart>& restarts() const { return restarts_; }
+  // Each node's peak resident memory in KiB, the largest of its processes'
+  // (every rank, every life) as the kernel counted them when they exited.
+  const std::map<std::string, uint64_t>& peak_rss_kib() const { return peak_rss_kib_; }
 
  private:
   struct Process {
@@ -125,12 +128,16 @@ class DemoSupervisor {
   void stop_all(int sig);
   // The node's processes still running: SIGKILLed and reaped.
   void kill_node(size_t index);
+  // Waits for `pid` (-1: any child) like waitpid, and records the peak RSS
+  // of the process it reaps.
+  pid_t reap(pid_t pid, int* status, int options);
 
   std::string exe_;
   int max_restarts_;
   std::vector<Node> nodes_;
   std::vector<Process> procs_;
   std::vector<Restart> restarts_;
+  std::map<std::string, uint64_t> peak_rss_kib_;
   std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
 };
 

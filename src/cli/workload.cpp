@@ -73,6 +73,14 @@ std::vector<float> initial_model(const WorkloadSettings& s) {
   return std::vector<float>(p, p + flat.numel());
 }
 
+uint64_t model_parameters(const WorkloadSettings& s) {
+  if (s.trainer == "synthetic") return s.synthetic_size;
+  FashionCnn model = make_fashion_cnn(s.seed);
+  uint64_t n = 0;
+  for (const torch::Tensor& t : model->parameters()) n += static_cast<uint64_t>(t.numel());
+  return n;
+}
+
 std::unique_ptr<torch::optim::Optimizer> make_inner_optimizer(torch::nn::Module& module,
                                                               const WorkloadSettings& s) {
   if (s.inner_optimizer == "adam") {

@@ -37,6 +37,8 @@ std::vector<std::string> workload_args(const WorkloadSettings& s);
 
 // The initial model, flat (every node derives the same from the settings).
 std::vector<float> initial_model(const WorkloadSettings& s);
+// The model's parameter count, without building the model's values.
+uint64_t model_parameters(const WorkloadSettings& s);
 
 // The site (and baseline) optimizer the settings name, over `module`.
 std::unique_ptr<torch::optim::Optimizer> make_inner_optimizer(torch::nn::Module& module,

@@ -87,6 +87,16 @@ def main() -> int:
         failures.append(f"wan/fp32 bytes {ratio:.4f} > {a.max_ratio}")
     if a.require_improvement and len(rounds) >= 2 and not rounds[-1]["accuracy"] > rounds[0]["accuracy"]:
         failures.append("accuracy did not improve over the rounds")
+    # Every node's peak resident memory, from the kernel's count when it exited.
+    memory = r.get("memory") or {}
+    nodes = memory.get("nodes") or {}
+    if not memory.get("model_fp32_mib", 0) > 0:
+        failures.append(f"report's memory lacks the model size: {memory}")
+    if "root" not in nodes:
+        failures.append(f"report's memory lacks the root: {sorted(nodes)}")
+    for node, m in nodes.items():
+        if not m.get("peak_rss_mib", 0) > 0 or m.get("role") not in ("root", "region", "site"):
+            failures.append(f"memory of {node} is not a peak RSS with a role: {m}")
     restarts = r.get("restarts")
     if restarts is None:
         failures.append("report lacks 'restarts'")

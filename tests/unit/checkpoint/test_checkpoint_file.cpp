@@ -97,6 +97,31 @@ TEST(CheckpointFile, RoundTripsSectionsIncludingEmptyAndLarge) {
   EXPECT_EQ(st.st_mode & 07777, 0600u);
 }
 
+// A section that views bytes held elsewhere writes the same file as one
+// holding a copy of them, and reads back as bytes.
+TEST(CheckpointFile, AViewedSectionWritesWhatACopyWould) {
+  TempDir d;
+  std::vector<uint8_t> model(size_t{3} << 20);
+  std::mt19937 rng(11);
+  for (auto& b : model) b = static_cast<uint8_t>(rng());
+  Checkpoint copied = small_checkpoint();
+  copied.sections.push_back({"model", model});
+  Checkpoint viewed = small_checkpoint();
+  CheckpointSection view;
+  view.name = "model";
+  view.view = model.data();
+  view.view_size = model.size();
+  viewed.sections.push_back(view);
+  EXPECT_EQ(viewed.sections.back().data(), model.data());  // no copy was made
+  write_checkpoint(d / "copied", copied);
+  write_checkpoint(d / "viewed", viewed);
+  EXPECT_EQ(slurp(d / "copied"), slurp(d / "viewed"));
+  const Checkpoint back = read_checkpoint(d / "viewed");
+  ASSERT_NE(back.find("model"), nullptr);
+  EXPECT_EQ(back.find("model")->bytes, model);
+  EXPECT_EQ(back.find("model")->view, nullptr);
+}
+
 TEST(CheckpointFile, RoundTripsACheckpointWithNoSections) {
   TempDir d;
   Checkpoint c;
