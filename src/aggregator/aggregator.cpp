@@ -141,8 +141,12 @@ AggregatorSummary Aggregator::Impl::run() {
                                                 std::min(round_, cfg_.rounds), cfg_.privacy.delta);
   }
   if (acc_) summary_.privacy_clipped = acc_->privacy_clipped();
+  // The per-round buffers go before the final model is handed over, which
+  // moves: the summary never holds a second copy of it.
+  acc_.reset();
+  anchors_ = {};
   role_->summarize(summary_);  // the root's final model
-  return summary_;
+  return std::move(summary_);
 }
 
 void Aggregator::Impl::deliver_the_rest() {

@@ -88,7 +88,9 @@ class Aggregator::Impl::Role {
   virtual void resumed() {}
   // After trying its own checkpoint: the copy kept above, when it has none.
   virtual bool recover(bool resumed) = 0;
-  virtual void summarize(AggregatorSummary& /*s*/) const {}
+  // Once the run is over: what the summary takes from the role (the root's
+  // final model, moved out), the role's own buffers released.
+  virtual void summarize(AggregatorSummary& /*s*/) {}
 
   // ---- a standby's
   // Passive: not serving the federation (no deadlines apply).

@@ -214,6 +214,15 @@ void Aggregator::Impl::RootRole::finished() {
   }
 }
 
+void Aggregator::Impl::RootRole::summarize(AggregatorSummary& s) {
+  // The run is over: the final model moves to the summary, and what only
+  // the rounds needed goes before anything else is allocated.
+  s.global_model = std::move(global_);
+  std::vector<float>().swap(held_);
+  outer_.reset();
+  held_back_.clear();
+}
+
 // ---- checkpoints -------------------------------------------------------------------
 
 void Aggregator::Impl::RootRole::save(Checkpoint& c, nlohmann::json& meta) const {

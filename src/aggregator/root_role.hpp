@@ -45,7 +45,7 @@ class Aggregator::Impl::RootRole : public Aggregator::Impl::Role {
   void no_checkpoint() override;
   void restore(const Checkpoint& c, const std::string& path) override;
   bool recover(bool resumed) override;
-  void summarize(AggregatorSummary& s) const override { s.global_model = global_; }
+  void summarize(AggregatorSummary& s) override;
 
  private:
   void on_standby_frame(transport::Incoming& in);

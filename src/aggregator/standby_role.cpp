@@ -31,7 +31,7 @@ bool Aggregator::Impl::StandbyRole::recover(bool resumed) {
   return resumed;
 }
 
-void Aggregator::Impl::StandbyRole::summarize(AggregatorSummary& s) const {
+void Aggregator::Impl::StandbyRole::summarize(AggregatorSummary& s) {
   // A standby that never took over has no model of the federation.
   if (!passive_) RootRole::summarize(s);
 }

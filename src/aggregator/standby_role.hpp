@@ -19,7 +19,7 @@ class Aggregator::Impl::StandbyRole final : public Aggregator::Impl::RootRole {
 
   void heartbeat(Clock::time_point now) override;
   bool recover(bool resumed) override;
-  void summarize(AggregatorSummary& s) const override;
+  void summarize(AggregatorSummary& s) override;
   bool passive() const override { return passive_; }
   bool own_frame(transport::Incoming& in) override;
   bool may_serve(const std::string& peer) override;
