@@ -219,15 +219,10 @@ class Aggregator::Impl {
     return repl_.store && cfg_.replica_every > 0 ? wire::kFlagKeepsReplicas : 0;
   }
   uint32_t live_region_children() const { return down_.children.live_regions(); }
-  const std::vector<float>& anchor_values() const;  // the model the children hold (role_)
+  // The model the children hold (role_): the open round's anchor until
+  // the next anchor is whole (its chunks wait as frames until then).
+  const std::vector<float>& anchor_values() const;
   std::array<uint8_t, 32> anchor_digest() const;
-  // Called before chunk `chunk` of anchor_values() changes mid-round.
-  void keep_round_anchor(uint32_t chunk);
-  // Whether the open round's anchor differs from anchor_values() now.
-  bool anchor_replaced() const;
-  // The open round's anchor (anchor_values() with the replaced chunks put
-  // back).
-  std::vector<float> round_anchor() const;
   // Ends run() once the last round is reported and every child confirmed it
   // holds the final model (or the wait for that ran out): closing a socket
   // earlier could lose the last frames still on their way.
@@ -305,12 +300,6 @@ class Aggregator::Impl {
   node::EventTimers timers_;
   // The anchors a child welcomed mid-round may need.
   struct Anchors {
-    // The open round's anchor values of the chunks the next anchor already
-    // replaced in anchor_values() (it is computed or arrives chunk by
-    // chunk), so that a child rejoining mid-round is welcomed with the
-    // round's own anchor, not a mix of two rounds. At most one model;
-    // cleared when a round opens.
-    std::map<uint32_t, std::vector<float>> replaced;
     // The next round's anchor chunks sent down so far (shared with the
     // outboxes).
     std::vector<std::pair<Frame, wire::FrameHeader>> next;

@@ -27,45 +27,17 @@ namespace fedwan {
 const std::vector<float>& Aggregator::Impl::anchor_values() const { return role_->anchor(); }
 
 std::array<uint8_t, 32> Aggregator::Impl::anchor_digest() const {
-  if (anchor_replaced()) {
-    const std::vector<float> a = round_anchor();
-    return sha256(a.data(), a.size() * sizeof(float));
-  }
   const std::vector<float>& a = anchor_values();
   return sha256(a.data(), a.size() * sizeof(float));
-}
-
-void Aggregator::Impl::keep_round_anchor(uint32_t chunk) {
-  if (anchors_.replaced.count(chunk) != 0) return;  // the first change holds the round's values
-  const float* p = anchor_values().data() + model_.plan->offset(chunk);
-  anchors_.replaced.emplace(chunk, std::vector<float>(p, p + model_.plan->size(chunk)));
-}
-
-bool Aggregator::Impl::anchor_replaced() const {
-  return !anchors_.replaced.empty() &&
-         (phase_ == Phase::kTraining || phase_ == Phase::kAwaitAnchor);
-}
-
-std::vector<float> Aggregator::Impl::round_anchor() const {
-  std::vector<float> a = anchor_values();
-  if (!anchor_replaced()) return a;
-  for (const auto& [chunk, values] : anchors_.replaced) {
-    const auto at = a.begin() + static_cast<std::ptrdiff_t>(model_.plan->offset(chunk));
-    std::copy(values.begin(), values.end(), at);
-  }
-  return a;
 }
 
 // ---- rejoining children -------------------------------------------------------
 
 void Aggregator::Impl::send_full_anchor(const Child& c) {
   const Codec& fp32 = *codec_by_id(CodecId::kFp32);
-  // The round's own anchor: chunks the next anchor already replaced go out
-  // as they were when the round opened (the child gets those next-anchor
-  // chunks after, from welcome_one).
-  std::vector<float> restored;
-  if (anchor_replaced()) restored = round_anchor();
-  const float* anchor = restored.empty() ? anchor_values().data() : restored.data();
+  // The round's own anchor (the next anchor's chunks follow from
+  // welcome_one, and are added to it only once it is whole).
+  const float* anchor = anchor_values().data();
   for (uint32_t i = 0; i < model_.plan->count(); ++i) {
     const uint32_t n = model_.plan->size(i);
     std::vector<uint8_t> payload(fp32.encoded_size(n));
@@ -164,9 +136,9 @@ void Aggregator::Impl::on_rejoin(Child& c, const wire::ParsedFrame& f) {
     return;
   }
   if (in_round) {
-    // Mid-round, even once the next anchor has replaced some chunks: the
-    // child gets the round's own anchor (round_anchor()) and then the next
-    // anchor's chunks so far, and is expected for the chunks still open.
+    // Mid-round, even once some chunks of the next anchor went down: the
+    // child gets the round's own anchor and then the next anchor's chunks
+    // so far, and is expected for the chunks still open.
     // Deferring it to the next boundary could wait for ever when the round
     // needs its weight for quorum.
     welcome_one(c, round_, c.hello.model_digest != anchor_digest());

@@ -147,7 +147,6 @@ void Aggregator::Impl::open_round(uint64_t round) {
     }
   }
   refresh_quorum();  // a share of the members' weight
-  anchors_.replaced.clear();
   anchors_.next.clear();
   role_->round_opened(round);
   phase_ = Phase::kTraining;

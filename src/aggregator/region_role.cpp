@@ -60,6 +60,7 @@ void Aggregator::Impl::RegionRole::round_opened(uint64_t round) {
   relay_.done.assign(n_.model_.plan ? n_.model_.plan->count() : 0, false);
   relay_.chunks = 0;
   relay_.clip = 0;
+  relay_.pending.clear();
   // It names the anchor it holds when it rejoins its parent.
   if (anchor_.size() == n_.model_.elements) round_anchor_digest_ = n_.anchor_digest();
 }
@@ -235,6 +236,9 @@ void Aggregator::Impl::RegionRole::on_parent_welcome(const wire::ParsedFrame& f)
   }
   holds_initial_ = false;
   // The model follows in full; finish_parent_welcome() runs when it is in.
+  // What was relayed of a next anchor is in neither that model nor the
+  // round it opens.
+  relay_.pending.clear();
   link_.welcome.full_pending = true;
   link_.welcome.full_chunks = 0;
   if (anchor_.size() != n_.model_.elements) anchor_.assign(n_.model_.elements, 0.0f);
@@ -262,8 +266,8 @@ void Aggregator::Impl::RegionRole::finish_parent_welcome() {
     // round opens; children are welcomed with it, and the parent's kDone
     // follows.
     n_.round_ = round;
-    n_.anchors_.replaced.clear();
     n_.anchors_.next.clear();
+    relay_.pending.clear();  // the welcome's model is the final one
     n_.phase_ = Phase::kAwaitAnchor;
   } else {
     n_.open_round(round);
@@ -314,6 +318,7 @@ void Aggregator::Impl::RegionRole::on_parent_anchor(const wire::ParsedFrame& f, 
     relay_.done.assign(n_.model_.plan->count(), false);
     relay_.chunks = 0;
     relay_.clip = 0;
+    relay_.pending.clear();
   }
   const double clip = parent_clip(f.clip, "anchor chunk", h.round);
   if (clip > 0 && relay_.clip > 0 && clip != relay_.clip) {
@@ -330,8 +335,6 @@ void Aggregator::Impl::RegionRole::on_parent_anchor(const wire::ParsedFrame& f, 
     return;
   }
   relay_.done[h.chunk_index] = true;
-  n_.keep_round_anchor(h.chunk_index);
-  codec->decode_accumulate(f.payload, h.element_count, 1.0f, dst);
   anchor_progress_at_ = Clock::now();
   // Relay the chunk as it is, re-addressed from this node: no decode.
   wire::FrameHeader out = h;
@@ -340,6 +343,7 @@ void Aggregator::Impl::RegionRole::on_parent_anchor(const wire::ParsedFrame& f, 
   wire::encode_header(out, bytes->data());
   const Frame frame = std::move(bytes);
   n_.anchors_.next.emplace_back(frame, out);
+  relay_.pending.push_back({h.chunk_index, codec, frame});
   for (const Child& c : n_.down_.children) {
     if (c.live && !c.rejoin_pending) n_.send_child(c, frame, out);
   }
@@ -348,6 +352,7 @@ void Aggregator::Impl::RegionRole::on_parent_anchor(const wire::ParsedFrame& f, 
   relay_.chunks = 0;
   n_.book_.relayed_through(h.round);
   if (h.round < n_.cfg_.rounds) {
+    apply_relayed();  // anchor_ becomes the round's it opens
     if (n_.adaptive_clip()) use_clip(relay_.clip, h.round);
     n_.round_ = h.round;
     n_.save_checkpoint();
@@ -381,6 +386,14 @@ void Aggregator::Impl::RegionRole::use_clip(double clip, uint64_t round) {
   for (uint32_t idx : n_.self_.children) n_.clip_children_copies(idx);
 }
 
+void Aggregator::Impl::RegionRole::apply_relayed() {
+  for (const Relay::Pending& p : relay_.pending) {
+    p.codec->decode_accumulate(p.frame->data() + wire::kHeaderSize, n_.model_.plan->size(p.chunk),
+                               1.0f, anchor_.data() + n_.model_.plan->offset(p.chunk));
+  }
+  relay_.pending.clear();
+}
+
 void Aggregator::Impl::RegionRole::on_parent_done(uint64_t final_round) {
   // Said again by a parent waiting for this region's confirmation.
   if (n_.phase_ == Phase::kDraining || n_.phase_ == Phase::kDone) return;
@@ -396,6 +409,9 @@ void Aggregator::Impl::RegionRole::on_parent_done(uint64_t final_round) {
     link_.hello();
     return;
   }
+  // The final anchor, whole since its last chunk (until now a child that
+  // rejoined was sent the last round's anchor and the final chunks).
+  apply_relayed();
   // The round of the model it holds, so rejoining children are welcomed at
   // the final round and its heartbeats say it.
   n_.round_ = final_round;

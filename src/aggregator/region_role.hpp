@@ -71,6 +71,8 @@ class Aggregator::Impl::RegionRole final : public Aggregator::Impl::Role {
   // Adaptive clipping: the clip the parent sent in `what` (0: none), which
   // under adaptive clipping it must; throws ProtocolError otherwise.
   double parent_clip(double clip, const char* what, uint64_t round) const;
+  // Adds the relayed chunks of the next anchor to anchor_ (it is whole).
+  void apply_relayed();
   // The copies of `round` (the one it opens next, or the open one) get
   // `clip`; a change is audited.
   void use_clip(double clip, uint64_t round);
@@ -92,6 +94,15 @@ class Aggregator::Impl::RegionRole final : public Aggregator::Impl::Role {
     std::vector<bool> done;
     uint32_t chunks = 0;
     double clip = 0;  // adaptive clipping: the clip the chunks carry
+    // The chunks relayed, as they came: added to anchor_ once the anchor is
+    // whole, so anchor_ stays the open round's anchor until then (a child
+    // that rejoins meanwhile is sent it as it is, no copy beside it).
+    struct Pending {
+      uint32_t chunk;
+      const Codec* codec;
+      Frame frame;
+    };
+    std::vector<Pending> pending;
   } relay_;
   Clock::time_point anchor_progress_at_;  // the round's anchor last advanced
 };

@@ -82,12 +82,11 @@ void Aggregator::Impl::RootRole::chunk_complete(uint32_t chunk) {
   // the encoding lost is carried into the next round's update.
   for (uint32_t k = 0; k < n; ++k) cs.mean[k] = global_[off + k] - held_[off + k];
   n_.cfg_.codec->encode(cs.mean.data(), n, nullptr, payload.data());
-  n_.keep_round_anchor(chunk);
-  n_.cfg_.codec->decode_accumulate(payload.data(), n, 1.0f, held_.data() + off);
   const wire::FrameHeader h =
       node::chunk_header(n_.topo_, n_.self_.index, wire::MsgType::kAnchor, n_.round_ + 1,
                          *n_.model_.plan, chunk, n_.cfg_.codec->id());
   const Frame frame = std::make_shared<const std::vector<uint8_t>>(node::make_frame(h, payload));
+  pending_.emplace_back(chunk, frame);  // added to held_ when the round commits
   n_.book_.report(n_.round_).weight = cs.weight;
   if (n_.acc_->round_complete() || noise_) {
     held_back_.emplace_back(frame, h);  // sent once the round's checkpoint is durable
@@ -111,6 +110,7 @@ void Aggregator::Impl::RootRole::round_closed(Clock::time_point now, double secs
   // acknowledgement releases the chunk, see on_standby_frame), so a
   // takeover never finds children ahead of it.
   n_.round_ += 1;
+  apply_pending();       // held_ becomes the next round's anchor
   adapt_clip(finished);  // before the checkpoint, which keeps the next round's clip
   n_.save_checkpoint();
   n_.start_upload();
@@ -139,6 +139,15 @@ void Aggregator::Impl::RootRole::round_closed(Clock::time_point now, double secs
     n_.welcome_pending();
   }
   report(finished);
+}
+
+// Adds the round's anchor update, as its children decode it, to held_.
+void Aggregator::Impl::RootRole::apply_pending() {
+  for (const auto& [chunk, frame] : pending_) {
+    n_.cfg_.codec->decode_accumulate(frame->data() + wire::kHeaderSize, n_.model_.plan->size(chunk),
+                                     1.0f, held_.data() + n_.model_.plan->offset(chunk));
+  }
+  pending_.clear();
 }
 
 // Adaptive clipping: the share of sites whose update was not clipped this
@@ -195,8 +204,8 @@ void Aggregator::Impl::RootRole::release_held_back() {
     n_.send_done(n_.round_);
   }
   // Once the next round is open: inside round_closed (no standby to wait
-  // for) the round's replaced anchor chunks are still kept, and a child
-  // welcomed then would be sent the round that just ended.
+  // for) the anchor chunks just added to held_ are still kept to go down,
+  // and a child welcomed then would be sent them twice.
   if (n_.acc_ && n_.acc_->is_open() && n_.acc_->round() == n_.round_) n_.welcome_pending();
 }
 
@@ -221,6 +230,7 @@ void Aggregator::Impl::RootRole::summarize(AggregatorSummary& s) {
   std::vector<float>().swap(held_);
   outer_.reset();
   held_back_.clear();
+  pending_.clear();
 }
 
 // ---- checkpoints -------------------------------------------------------------------

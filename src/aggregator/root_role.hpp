@@ -64,8 +64,14 @@ class Aggregator::Impl::RootRole : public Aggregator::Impl::Role {
   void adapt_clip(uint64_t finished);
 
   // The global model, and the model every child holds (global minus what
-  // the down-path encoding has not delivered yet).
+  // the down-path encoding has not delivered yet). held_ stays the open
+  // round's anchor until the round commits: the next anchor's chunks wait
+  // in their encoded frames (pending_) and are added then, so a child that
+  // rejoins mid-round is sent held_ as it is, with no copy of the replaced
+  // values beside it.
   std::vector<float> global_, held_;
+  std::vector<std::pair<uint32_t, Frame>> pending_;  // chunk, its anchor frame
+  void apply_pending();
   std::array<uint8_t, 32> model_digest_{};
   std::unique_ptr<OuterOptimizer> outer_;
   // The last anchor chunk of a round waits until the round's checkpoint is
