@@ -21,6 +21,7 @@ launch.py starts a whole federation of these on this machine.
 """
 import argparse
 import datetime
+import gc
 import gzip
 import os
 import struct
@@ -157,6 +158,11 @@ def main():
         print(f"{args.site}: final accuracy {evaluate(model, test_x[:n], test_y[:n]):.4f} "
               f"on {n} test images", flush=True)
     if distributed:
+        # The DDP wrapper goes before the group it holds: torn down after
+        # destroy_process_group (at exit), it aborted a rank now and then
+        # under Gloo ("terminate called without an active exception").
+        del net
+        gc.collect()
         dist.barrier()  # leave the group together, then tear it down
         dist.destroy_process_group()
 
