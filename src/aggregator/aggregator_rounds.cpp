@@ -205,29 +205,6 @@ void Aggregator::Impl::on_delta(Child& c, const wire::ParsedFrame& f) {
   on_delta_added(c, h, r);
 }
 
-// Adaptive clipping over regions: a region's count of its sites whose
-// update was not clipped this round, at most the sites under it.
-void Aggregator::Impl::take_unclipped_report(const Child& c, uint64_t round, uint64_t sites,
-                                             aggregation::AddOutcome outcome) {
-  using aggregation::AddOutcome;
-  if (outcome != AddOutcome::kAccepted && outcome != AddOutcome::kRefused &&
-      outcome != AddOutcome::kDuplicate) {
-    return;
-  }
-  if (!acc_->is_open() || round != acc_->round()) return;
-  const uint64_t under = topo_.sites_under(c.index).size();
-  if (sites > under) {
-    security_->log_noise("unclipped-count:" + c.id,
-                         "[agg:" + self_.id + "] '" + c.id + "' counted " + std::to_string(sites) +
-                             " unclipped sites in round " + std::to_string(round) + "; it has " +
-                             std::to_string(under) + ", so " + std::to_string(under) + " is used");
-    security_->audit("privacy_count_capped",
-                     {{"sender", c.id}, {"round", round}, {"claimed", sites}, {"sites", under}});
-    sites = under;
-  }
-  acc_->report_unclipped(c.index, sites);
-}
-
 // The audit log's word for what became of a delta chunk.
 const char* Aggregator::Impl::delta_decision(const aggregation::RoundAccumulator::Result& r,
                                              const wire::ParsedFrame& f) {

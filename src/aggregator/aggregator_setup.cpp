@@ -134,20 +134,4 @@ void Aggregator::Impl::init_model_state(uint64_t total_elements) {
   for (uint32_t idx : ids) clip_children_copies(idx);
 }
 
-// Central differential privacy: the aggregator a site sends to clips it. A
-// region's copy, a weighted mean of clipped updates, is within the clip
-// already: bounded there too (with room for float rounding), so not even a
-// dishonest region can put a sum beyond the noise's lattice.
-void Aggregator::Impl::clip_children_copies(uint32_t idx) {
-  if (cfg_.privacy.mode != node::NodeConfig::Privacy::Mode::kCentral || !acc_) return;
-  const bool site = topo_.node(idx).role == fedwan::Role::kSite;
-  acc_->clip_copies_of(idx, privacy_clip_ * (site ? 1.0 : 1.0 + 1e-6), site);
-}
-
-Aggregator::Impl::Frame Aggregator::Impl::with_round_clip(Frame frame, wire::FrameHeader& h) const {
-  if (!adaptive_clip()) return frame;
-  h.flags |= wire::kFlagClip;
-  return std::make_shared<const std::vector<uint8_t>>(wire::with_clip(*frame, privacy_clip_));
-}
-
 }  // namespace fedwan
