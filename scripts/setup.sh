@@ -8,7 +8,7 @@ PACKAGES=(
   clang libclang-rt-14-dev            # libFuzzer for scripts/fuzz.sh
   clang-format clang-tidy             # scripts/lint.sh (.clang-format, .clang-tidy)
   libtorch-dev python3-torch
-  libzmq3-dev cppzmq-dev libssl-dev zlib1g-dev
+  libzmq3-dev cppzmq-dev libssl-dev zlib1g-dev libzstd-dev
   libboost-dev libboost-system-dev libgloo-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev

@@ -210,8 +210,9 @@ class Aggregator::Impl {
   // Checkpoint replication (aggregator_replicas.cpp).
   void on_child_checkpoint(Child& c, const wire::ParsedFrame& f);
   void serve_replica(Child& c, const wire::ParsedFrame& f);
-  void pump_serving();  // next pieces of replicas going back to children
-  void start_upload();  // after save_checkpoint: send it up / to the standby
+  void pump_serving();    // next pieces of replicas going back to children
+  void start_upload();    // after save_checkpoint: send it up / to the standby
+  void restart_upload();  // a new session: from the first piece
   void pump_upload();
   bool uploading() const { return repl_.upload && repl_.upload->active(); }
   std::vector<uint8_t> checkpoint_signal(uint64_t round, uint8_t flag) const;

@@ -85,7 +85,7 @@ void Aggregator::Impl::RegionLink::reconnect(const std::string& why, bool grow_b
   uplink_->session().reconnect(why, n_.round_, grow_backoff);
   welcome.welcomed = false;
   welcome.full_pending = false;
-  if (n_.uploading()) n_.start_upload();  // from its first piece, on the new session
+  n_.restart_upload();  // from its first piece, on the new session
   if (n_.phase_ != Phase::kJoining) hello();
 }
 

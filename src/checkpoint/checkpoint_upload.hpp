@@ -2,8 +2,10 @@
 // site's or region's parent, the root's standby): read from disk a piece at
 // a time, each piece a kCheckpoint frame, sent only when the link's window
 // has room. The caller decides when nothing of the round protocol waits
-// (pieces never delay a round) and starts the upload again, from the latest
-// checkpoint's first piece, on a new session. Not thread safe.
+// (pieces never delay a round) and restarts the upload from its first piece
+// on a new session. A file replaced on disk while it is being sent is sent
+// as it was when the upload began (the upload holds it open). Not thread
+// safe.
 #pragma once
 
 #include <cstdint>
@@ -34,12 +36,24 @@ class CheckpointUpload {
   // `piece_bytes` (replacing an upload in progress). Throws Error when the
   // file cannot be read; nothing is then in progress.
   void start(const std::filesystem::path& path, uint64_t round, uint32_t piece_bytes);
-  // Sends up to four pieces while `link`'s session is up and its window has
-  // room; ends the upload after the last.
+  // Like start, but an upload in progress finishes first: the newest file
+  // offered meanwhile follows it (read when it begins), so a checkpoint
+  // larger than a round's time still reaches the parent whole, rather than
+  // being cut short by every newer one. Throws like start when it begins at
+  // once.
+  void offer(const std::filesystem::path& path, uint64_t round, uint32_t piece_bytes);
+  // From the first piece again (a new session: the parent dropped what it
+  // had of it); a queued offer, when there is one, goes instead.
+  void restart();
+  // Sends pieces while `link`'s session is up and its window has room, up
+  // to kPiecesPerPump; ends the upload after the last and begins a queued
+  // offer.
   void pump(transport::ParentLink& link);
-  bool active() const { return reader_ != nullptr; }
+  bool active() const { return reader_ != nullptr || next_.has_value(); }
   uint64_t round() const { return round_; }
   void cancel();
+
+  static constexpr int kPiecesPerPump = 16;
 
  private:
   const Topology& topo_;
@@ -47,6 +61,13 @@ class CheckpointUpload {
   std::unique_ptr<PieceReader> reader_;
   uint64_t round_ = 0;
   std::optional<std::vector<uint8_t>> piece_;  // built, not yet taken by the window
+  struct Offer {
+    std::filesystem::path path;
+    uint64_t round;
+    uint32_t piece_bytes;
+  };
+  std::optional<Offer> next_;  // offered while another was on its way
+  bool begin_next();           // false (and nothing queued) when it cannot be read
 };
 
 }  // namespace fedwan::checkpoint

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "checkpoint/checkpoint_file.hpp"
+#include "checkpoint/replica_image.hpp"
 #include "fedwan/topology.hpp"
 
 namespace fedwan::node {
@@ -35,11 +36,20 @@ CheckpointTrust checkpoint_trust(const NodeSecurity& security, const Topology& t
                                  const NodeSpec& self);
 
 std::filesystem::path checkpoint_path(const std::filesystem::path& dir, const std::string& node);
+// <dir>/<node>.replica.fwck: the replica image (replica_image.hpp) of the
+// latest checkpoint, what goes to the parent.
+std::filesystem::path replica_image_path(const std::filesystem::path& dir, const std::string& node);
 
 // Writes `c` as the node's latest checkpoint (creating `dir`, mode 0700),
 // signed with trust.key when there is one.
 void save_node_checkpoint(const std::filesystem::path& dir, const Checkpoint& c,
                           const CheckpointTrust& trust = {});
+
+// Writes the replica image of `c` (replica_image.hpp, with `plan`) to
+// replica_image_path, signed like the node's checkpoints, and returns its
+// size in bytes.
+uint64_t save_replica_image(const std::filesystem::path& dir, const Checkpoint& c,
+                            const ReplicaPlan& plan, const CheckpointTrust& trust = {});
 
 struct LoadedCheckpoint {
   Checkpoint checkpoint;

@@ -160,6 +160,7 @@ class PieceReader {
   uint32_t count() const { return count_; }  // ceil(size / piece_bytes) >= 1
   uint32_t next_index() const { return next_; }
   bool done() const { return next_ >= count_; }
+  void rewind() { next_ = 0; }  // the file as it was opened, from its first piece
   // The next piece (piece_bytes long but the last). TransportError on a read
   // failure, a file truncated in place, or when done().
   std::vector<uint8_t> next();

@@ -2,6 +2,11 @@
 // SIGTERM), read back by join() so a restarted site resumes where it was:
 // the parameters it trained, the anchor of its round, the error-feedback
 // residual, the data position and the caller's own blobs (inner optimizer).
+// What goes to a parent that keeps replicas is the checkpoint's replica
+// image (checkpoint/replica_image.hpp): the parent rebuilds the anchor, so
+// the image holds the parameters against it, the residual to bf16 and the
+// rest compressed. A site restored from the image takes the parent's model
+// of its round in full and rebuilds its checkpoint from both.
 #include <cstring>
 #include <string>
 #include <vector>
@@ -20,9 +25,11 @@ bool reserved_section(const std::string& name) {
   return name == "params" || name == "anchor" || name == "residual" || name == "meta";
 }
 
+const checkpoint::ReplicaPlan kReplicaPlan{"anchor", {"params"}, {"residual"}};
+
 }  // namespace
 
-void SiteCore::Impl::save_checkpoint() {
+void SiteCore::Impl::save_checkpoint(bool with_replica) {
   if (opt.checkpoint_dir.empty() || !joined) return;
   Checkpoint c;
   c.round = round;
@@ -50,9 +57,21 @@ void SiteCore::Impl::save_checkpoint() {
       c.sections.push_back({b.name, std::move(b.bytes)});
     }
   }
-  checkpoint::save_node_checkpoint(opt.checkpoint_dir, c,
-                                   checkpoint::checkpoint_trust(*security, topo, self));
+  const checkpoint::CheckpointTrust trust = checkpoint::checkpoint_trust(*security, topo, self);
+  checkpoint::save_node_checkpoint(opt.checkpoint_dir, c, trust);
   security->audit("checkpoint", {{"round", round}});
+  if (with_replica) {
+    try {
+      const auto t0 = Clock::now();
+      const uint64_t bytes =
+          checkpoint::save_replica_image(opt.checkpoint_dir, c, kReplicaPlan, trust);
+      log().info("[site:{}] replica image of round {}: {} bytes in {:.1f} ms", self.id, round,
+                 bytes, std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    } catch (const Error& e) {
+      log().warn("[site:{}] cannot write the replica image of round {}: {}", self.id, round,
+                 e.what());
+    }
+  }
   site_metrics.last_checkpoint = Clock::now();
   site_metrics.checkpoints += 1;
 }
@@ -62,6 +81,8 @@ bool SiteCore::Impl::resume() {
   auto loaded = checkpoint::load_node_checkpoint(
       opt.checkpoint_dir, topo, self.id, checkpoint::checkpoint_trust(*security, topo, self));
   if (!loaded) return false;
+  if (checkpoint::is_replica_image(loaded->checkpoint))
+    return resume_from_image(std::move(*loaded));
   const Checkpoint& c = loaded->checkpoint;
   const std::vector<float> p = checkpoint::floats_of(c, "params", plan.total());
   anchor = checkpoint::floats_of(c, "anchor", plan.total());
@@ -69,18 +90,7 @@ bool SiteCore::Impl::resume() {
   if (!residual.empty() && residual.size() != plan.total()) {
     throw CryptoError("checkpoint " + loaded->path.string() + ": residual size mismatch");
   }
-  const CheckpointSection* meta = c.find("meta");
-  if (meta != nullptr) {
-    const auto j = nlohmann::json::parse(meta->bytes.begin(), meta->bytes.end(), nullptr, false);
-    if (j.is_object() && j.contains("data_position") && j["data_position"].is_number_unsigned()) {
-      data_position = j["data_position"].get<uint64_t>();
-    }
-  }
-  std::vector<StateBlob> blobs;
-  for (const CheckpointSection& s : c.sections) {
-    if (!reserved_section(s.name)) blobs.push_back({s.name, s.bytes});
-  }
-  if (opt.load_state) opt.load_state(blobs);
+  restore_progress(c);
   std::memcpy(params, p.data(), p.size() * sizeof(float));
   if (opt.update_encoder && cfg.codec->id() != CodecId::kFp32) {
     if (residual.empty()) residual.assign(plan.total(), 0.0f);
@@ -97,6 +107,77 @@ bool SiteCore::Impl::resume() {
   return true;
 }
 
+// The site's own progress in a checkpoint: the data position and the
+// caller's blobs.
+void SiteCore::Impl::restore_progress(const Checkpoint& c) {
+  const CheckpointSection* meta = c.find("meta");
+  if (meta != nullptr) {
+    const auto j = nlohmann::json::parse(meta->bytes.begin(), meta->bytes.end(), nullptr, false);
+    if (j.is_object() && j.contains("data_position") && j["data_position"].is_number_unsigned()) {
+      data_position = j["data_position"].get<uint64_t>();
+    }
+  }
+  std::vector<StateBlob> blobs;
+  for (const CheckpointSection& s : c.sections) {
+    if (!reserved_section(s.name)) blobs.push_back({s.name, s.bytes});
+  }
+  if (opt.load_state) opt.load_state(blobs);
+}
+
+// The parent's replica image, fetched when the site's own checkpoints were
+// lost: its progress now; its parameters and residual once the parent's
+// model of its round is in (take_replica_image). Until then its hello
+// offers no anchor, so the parent sends its model in full.
+bool SiteCore::Impl::resume_from_image(checkpoint::LoadedCheckpoint loaded) {
+  restore_progress(checkpoint::expand_replica_image(loaded.checkpoint, nullptr, 0));
+  round = loaded.checkpoint.round;
+  welcome.joined_once = true;
+  resumed = true;
+  uplink->resumed();
+  if (round >= cfg.rounds) finished = true;
+  log().info("[site:{}] resumed from its parent's replica image at round {}", self.id, round);
+  security->audit("resumed", {{"round", round}, {"path", loaded.path.string()}, {"image", true}});
+  checkpoint::check_recorded_audit_head(loaded.checkpoint, *security);
+  replica_image = std::move(loaded.checkpoint);
+  return true;
+}
+
+// The model of `full_round` came in full after a restore from a replica
+// image: the image's parameters and residual when it was made against that
+// model, else (the federation moved on) the new model as any resync.
+void SiteCore::Impl::take_replica_image(uint64_t full_round) {
+  const Checkpoint image = std::move(*replica_image);
+  replica_image.reset();
+  const bool same_base = full_round == image.round && checkpoint::replica_base_sha256(image) ==
+                                                          sha256(anchor.data(), anchor.size() * 4);
+  if (!same_base) {
+    log().info("[site:{}] its replica image of round {} is behind the federation's round {}: "
+               "it trains on from the new model",
+               self.id, image.round, full_round);
+    security->audit("replica_behind", {{"round", image.round}, {"to_round", full_round}});
+    return;
+  }
+  try {
+    const Checkpoint whole = checkpoint::expand_replica_image(image, anchor.data(), anchor.size());
+    const std::vector<float> p = checkpoint::floats_of(whole, "params", plan.total());
+    std::vector<float> r = checkpoint::floats_of(whole, "residual", 0);
+    if (!r.empty() && r.size() != plan.total()) {
+      throw CryptoError("replica image: residual size mismatch");
+    }
+    if (!overlapping()) std::memcpy(params, p.data(), p.size() * sizeof(float));
+    if (!r.empty()) residual = std::move(r);
+    security->audit("replica_rebuilt",
+                    {{"round", image.round},
+                     {"params_sha256", to_hex(sha256(params, plan.total() * 4).data(), 32)}});
+  } catch (const CryptoError& e) {
+    // Signed by this site, so not expected; never a wrong model: the
+    // parent's model as it came.
+    log().error("[site:{}] its replica image of round {} does not decode: {}", self.id, image.round,
+                e.what());
+    security->audit("replica_refused", {{"round", image.round}, {"reason", e.what()}});
+  }
+}
+
 void SiteCore::Impl::round_checkpoint(bool upload) {
   if (overlapping()) {
     // params belong to the caller until finish_sync, which saves then.
@@ -104,18 +185,21 @@ void SiteCore::Impl::round_checkpoint(bool upload) {
     overlap.upload_due = overlap.upload_due || upload;
     return;
   }
-  save_checkpoint();
+  save_checkpoint(upload && replica_due());
   if (upload) start_upload();
 }
 
-void SiteCore::Impl::start_upload() {
+bool SiteCore::Impl::replica_due() const {
   const uint64_t every = cfg.replica_every;
-  if (opt.checkpoint_dir.empty() || !uplink->parent_keeps_replicas() || every == 0 ||
-      round % every != 0) {
-    return;
-  }
+  return !opt.checkpoint_dir.empty() && uplink->parent_keeps_replicas() && every != 0 &&
+         round % every == 0;
+}
+
+void SiteCore::Impl::start_upload() {
+  if (!replica_due()) return;
   try {
-    uplink->upload().start(checkpoint::checkpoint_path(opt.checkpoint_dir, self.id), round,
+    // Behind an image still on its way, which finishes first.
+    uplink->upload().offer(checkpoint::replica_image_path(opt.checkpoint_dir, self.id), round,
                            cfg.piece_bytes());
   } catch (const Error& e) {
     log().warn("[site:{}] cannot send its checkpoint to the parent: {}", self.id, e.what());

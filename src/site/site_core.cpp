@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/replica_fetch.hpp"
+#include "common/crash_point.hpp"
 #include "common/log.hpp"
 #include "common/sha256.hpp"
 #include "fedwan/codec.hpp"
@@ -97,7 +98,7 @@ SiteCore::Impl::Impl(SiteOptions options, float* p, size_t n)
 }
 
 void SiteCore::Impl::reset_link_state() {
-  if (uplink->upload().active()) start_upload();  // from its first piece, on the new session
+  uplink->upload().restart();  // from its first piece, on the new session
   welcome.link_ok = true;
 }
 
@@ -141,6 +142,7 @@ void SiteCore::Impl::on_frame(const wire::ParsedFrame& f, SyncResult* res) {
     case wire::MsgType::kCheckpoint:
       if (h.flags == wire::kFlagReplicaStored) {
         log().debug("[site:{}] the parent keeps its checkpoint of round {}", self.id, h.round);
+        crash_point("site.replica_stored");
       }
       return;
     case wire::MsgType::kDone: on_done(h); return;
@@ -256,6 +258,7 @@ void SiteCore::Impl::model_in_full(SyncResult* res) {
   outgoing.sent = false;
   outgoing.frames.clear();
   std::fill(residual.begin(), residual.end(), 0.0f);
+  if (replica_image) take_replica_image(full_round);
   if (opt.update_encoder && !residual.empty()) {
     opt.update_encoder->write_residual(residual.data(), residual.size());
   }

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "checkpoint/node_checkpoint.hpp"
 #include "checkpoint/replica_store.hpp"
 #include "common/sha256.hpp"
 #include "costs/cost_recorder.hpp"
@@ -48,7 +49,8 @@ class SiteCore::Impl {
   SyncResult join();
   SyncResult sync();
   SyncResult service();
-  void save_checkpoint();
+  // With a replica image (replica_due) for the parent beside it.
+  void save_checkpoint(bool with_replica = false);
   // Membership (site_membership.cpp): a graceful leave, and the pause
   // outside the participation windows at a round boundary.
   bool leave(Millis timeout);
@@ -71,6 +73,9 @@ class SiteCore::Impl {
   std::array<uint8_t, 32> initial_digest{};
   std::vector<float> anchor;    // the model the federation agreed on for `round`
   std::vector<float> residual;  // error feedback of the deltas sent (lossy codecs)
+  // Restored from the parent's replica image: the image until the parent's
+  // model of its round is in (site_checkpoint.cpp).
+  std::optional<Checkpoint> replica_image;
   std::unique_ptr<site::LocalPrivacy> local_privacy;  // federation.privacy mode local
   uint64_t round = 0;
   bool joined = false;
@@ -174,7 +179,11 @@ class SiteCore::Impl {
  private:
   void reset_link_state();  // a new link: nothing sent on it failed yet
   bool resume();            // true when a local checkpoint was loaded
-  void start_upload();      // after a checkpoint: send it to the parent
+  bool resume_from_image(checkpoint::LoadedCheckpoint loaded);
+  void restore_progress(const Checkpoint& c);  // data position, the caller's blobs
+  void take_replica_image(uint64_t full_round);
+  bool replica_due() const;  // this round's checkpoint goes to the parent
+  void start_upload();       // after a checkpoint: send its image to the parent
   void pump_upload();
   std::optional<wire::ParsedFrame> poll_frame(transport::Incoming* in, Millis timeout);
   void pump(Millis wait, SyncResult* res);

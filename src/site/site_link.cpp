@@ -123,8 +123,9 @@ std::vector<uint8_t> SiteCore::Impl::hello_frame() const {
   hello.topology_digest = topo.digest();
   // A site that has never joined offers its initial model; one that has
   // offers the anchor of its round (the parent skips the full model when it
-  // matches). An anchor being replaced in full is offered as nothing.
-  if (!incoming.full_pending())
+  // matches). An anchor being replaced in full, or not yet in after a
+  // restore from a replica image, is offered as nothing.
+  if (!incoming.full_pending() && !replica_image)
     hello.model_digest =
         welcome.joined_once ? sha256(anchor.data(), anchor.size() * 4) : initial_digest;
   wire::FrameHeader h = node::node_header(topo, self.index, wire::MsgType::kHello, round);

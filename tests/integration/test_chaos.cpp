@@ -229,6 +229,11 @@ TEST(Chaos, FlippedCheckpointByteRestoresTheParentsReplica) {
     }
   }
   ASSERT_GT(newest, 0u) << "the region kept no replica of " << victim;
+  // The region keeps the image: parameters on the anchor, residual to bf16,
+  // under the 2 bytes a parameter of an fp16 update.
+  EXPECT_LT(std::filesystem::file_size(fed.checkpoint_dir(region) / "replicas" / victim /
+                                       ("round-" + std::to_string(newest) + ".fwck")),
+            2 * kParams);
   fed.start(victim);
   fed.wait_all(std::chrono::seconds(120));
   fed.check_against_audit();
@@ -238,6 +243,9 @@ TEST(Chaos, FlippedCheckpointByteRestoresTheParentsReplica) {
   const std::optional<uint64_t> resumed = fed.resumed_round(victim);
   ASSERT_TRUE(resumed.has_value()) << fed.log(victim);
   EXPECT_EQ(*resumed, newest);
+  EXPECT_TRUE(fed.last_field(victim, "replica_rebuilt", "round") == newest ||
+              fed.last_field(victim, "replica_behind", "round") == newest)
+      << fed.log(victim);
   report("4 flipped checkpoint byte, previous one lost",
          "byte flip at offset 200 of the latest checkpoint; previous checkpoint deleted",
          3 - *resumed, seconds_between(crashed, fed.first_after("root", "round_closed", crashed)),

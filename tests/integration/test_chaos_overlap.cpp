@@ -7,11 +7,18 @@
 // the accepted updates, and no (round, sender, chunk) is counted twice.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "checkpoint/node_checkpoint.hpp"
+#include "common/sha256.hpp"
 #include "harness/chaos_federation.hpp"
 
 #ifdef FEDWAN_CLI_PATH
@@ -56,6 +63,75 @@ TEST(ChaosOverlap, SigtermDuringAnOverlappedSyncExitsZeroAndResumes) {
   fed.wait_all(std::chrono::seconds(180));
   fed.check_against_audit();
   EXPECT_TRUE(fed.resumed_round(victim).has_value()) << fed.log(victim);
+}
+
+// A site loses its whole disk while it is down. Its region kept the replica
+// image of its latest checkpoint (the parameters against the anchor of that
+// round, the residual to bf16): the site fetches it, takes the region's
+// model of the image's round in full and rebuilds its parameters bit for
+// bit, losing nothing. Overlapped, so the parameters it checkpoints hold
+// tau steps past the anchor; paced steps (300 ms), so the image is stored
+// and acknowledged while the site trains, and the kill comes before its
+// update of that round: the region is still in that round.
+TEST(ChaosOverlap, SiteWithoutItsDiskRebuildsFromTheRegionsImage) {
+  ChaosFederation fed(1, 2, 8, kTau);
+  const std::string victim = fed.topo().nodes().back().id;
+  const std::string region = fed.topo().node(fed.topo().node(victim).parent_index).id;
+  for (const NodeSpec& n : fed.topo().nodes()) {
+    const bool site = n.role == Role::kSite;
+    fed.start(
+        n.id, n.id == victim ? Env{{"FEDWAN_CRASH_POINT", "site.replica_stored@3"}} : Env{}, {}, {},
+        site ? std::vector<std::string>{"--step-time-ms", "300"} : std::vector<std::string>{});
+  }
+  const auto crashed = fed.wait_crash(victim, std::chrono::seconds(90));
+  fed.forget(victim);
+  // Its own checkpoints, read before the disk goes: what it had.
+  std::map<uint64_t, std::string> params_sha;  // round -> SHA-256 of its parameters
+  uint64_t latest = 0;
+  for (const char* name : {".fwck", ".prev.fwck"}) {
+    const auto p = fed.checkpoint_dir(victim) / (victim + name);
+    if (!std::filesystem::exists(p)) continue;
+    const Checkpoint c = read_checkpoint(p);
+    const std::vector<float> params = checkpoint::floats_of(c, "params", 0);
+    params_sha[c.round] = to_hex(sha256(params.data(), params.size() * 4).data(), 32);
+    latest = std::max(latest, c.round);
+  }
+  ASSERT_GT(latest, 0u) << fed.log(victim);
+  std::filesystem::remove_all(fed.checkpoint_dir(victim));
+  uint64_t newest = 0;
+  for (const auto& e :
+       std::filesystem::directory_iterator(fed.checkpoint_dir(region) / "replicas" / victim)) {
+    unsigned long long r = 0;
+    if (std::sscanf(e.path().filename().c_str(), "round-%llu.fwck", &r) == 1) {
+      newest = std::max<uint64_t>(newest, r);
+    }
+  }
+  ASSERT_EQ(newest, latest) << "the region acknowledged the image of round " << latest;
+  // Under half the checkpoint it stands for (12 bytes a parameter), though
+  // the parameters' progress past the anchor is kept bit for bit.
+  const uintmax_t image_bytes =
+      std::filesystem::file_size(fed.checkpoint_dir(region) / "replicas" / victim /
+                                 ("round-" + std::to_string(newest) + ".fwck"));
+  EXPECT_LT(image_bytes, kParams * 6);
+  fed.start(victim, {}, {}, {}, {"--step-time-ms", "300"});
+  fed.wait_all(std::chrono::seconds(180));
+  fed.check_against_audit();
+  EXPECT_EQ(fed.last_field(victim, "replica_restored", "round"), newest) << fed.log(victim);
+  EXPECT_EQ(fed.resumed_round(victim), std::optional<uint64_t>(newest)) << fed.log(victim);
+  EXPECT_EQ(fed.last_field(victim, "replica_rebuilt", "round"), newest) << fed.log(victim);
+  std::string rebuilt_sha;
+  for (const AuditEntry& e : read_audit(fed.audit(victim))) {
+    if (e.event == "replica_rebuilt") rebuilt_sha = e.fields.value("params_sha256", std::string());
+  }
+  EXPECT_EQ(rebuilt_sha, params_sha[newest])
+      << "rebuilt parameters differ from its checkpoint of round " << newest;
+  report("4c site's disk lost, overlapped",
+         "crash point site.replica_stored@3, then the site's checkpoint directory deleted",
+         latest - newest,
+         seconds_between(crashed, fed.first_after("root", "round_closed", crashed)),
+         "rebuilt its parameters bit for bit from the region's image of round " +
+             std::to_string(newest) + " (" + std::to_string(image_bytes) + " bytes for " +
+             std::to_string(kParams) + " parameters)");
 }
 
 }  // namespace

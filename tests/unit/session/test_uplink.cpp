@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <fstream>
+#include <string>
 #include <memory>
 
 #include "harness/federation_fixture.hpp"
@@ -107,6 +109,29 @@ TEST_F(UplinkTest, NoCheckpointGoesUpUntilOneIsStarted) {
   EXPECT_FALSE(uplink_->upload().active());
   EXPECT_ANY_THROW(uplink_->upload().start(dir_.path() / "missing.ckpt", 0, 4096));
   EXPECT_FALSE(uplink_->upload().active());
+}
+
+TEST_F(UplinkTest, ACheckpointOfferedMeanwhileWaitsForTheOneOnItsWay) {
+  const auto a = dir_.path() / "a.fwck";
+  const auto b = dir_.path() / "b.fwck";
+  for (const auto& p : {a, b}) std::ofstream(p) << std::string(10000, 'x');
+  checkpoint::CheckpointUpload& up = uplink_->upload();
+  up.offer(a, 1, 4096);  // nothing on its way: begins at once
+  EXPECT_TRUE(up.active());
+  EXPECT_EQ(up.round(), 1u);
+  up.offer(b, 2, 4096);  // queued behind round 1, not replacing it
+  EXPECT_EQ(up.round(), 1u);
+  up.restart();  // a new session: the newest offer goes instead
+  EXPECT_EQ(up.round(), 2u);
+  up.restart();  // and again from its first piece
+  EXPECT_EQ(up.round(), 2u);
+  EXPECT_TRUE(up.active());
+  up.start(a, 3, 4096);  // start replaces whatever was on its way
+  EXPECT_EQ(up.round(), 3u);
+  up.cancel();
+  EXPECT_FALSE(up.active());
+  EXPECT_ANY_THROW(up.offer(dir_.path() / "missing.fwck", 4, 4096));
+  EXPECT_FALSE(up.active());
 }
 
 }  // namespace

@@ -1,0 +1,304 @@
+#include "checkpoint/replica_image.hpp"
+
+#include <zstd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "codec/half.hpp"
+#include "common/sha256.hpp"
+#include "fedwan/error.hpp"
+
+namespace fedwan::checkpoint {
+namespace {
+
+constexpr const char* kMeta = "meta";
+constexpr const char* kXor = "xor-fp32-zstd";
+constexpr const char* kBf16 = "bf16-zstd";
+constexpr const char* kZstd = "zstd";
+constexpr int kLevel = 1;                      // fast; the model's bits barely compress further
+constexpr size_t kBlockFloats = 1u << 16;      // working buffer: 256 KiB of fp32
+constexpr uint64_t kMaxRawBytes = 1ull << 40;  // a section no node could hold
+
+struct CCtxFree {
+  void operator()(ZSTD_CCtx* c) const { ZSTD_freeCCtx(c); }
+};
+struct DCtxFree {
+  void operator()(ZSTD_DCtx* c) const { ZSTD_freeDCtx(c); }
+};
+
+// One zstd frame of `total` bytes fed in pieces, appended to `out`.
+class Compressor {
+ public:
+  Compressor(size_t total, std::vector<uint8_t>* out) : ctx_(ZSTD_createCCtx()), out_(out) {
+    if (!ctx_) throw Error("replica image: zstd cannot allocate a compression context");
+    check(ZSTD_CCtx_setParameter(ctx_.get(), ZSTD_c_compressionLevel, kLevel));
+    check(ZSTD_CCtx_setParameter(ctx_.get(), ZSTD_c_checksumFlag, 1));  // damage is an error
+    check(ZSTD_CCtx_setPledgedSrcSize(ctx_.get(), total));
+  }
+  void feed(const void* data, size_t n, bool last) {
+    ZSTD_inBuffer in{data, n, 0};
+    const ZSTD_EndDirective mode = last ? ZSTD_e_end : ZSTD_e_continue;
+    for (;;) {
+      const size_t at = out_->size();
+      out_->resize(at + ZSTD_CStreamOutSize());
+      ZSTD_outBuffer o{out_->data() + at, ZSTD_CStreamOutSize(), 0};
+      const size_t left = check(ZSTD_compressStream2(ctx_.get(), &o, &in, mode));
+      out_->resize(at + o.pos);
+      if (last ? left == 0 : in.pos == in.size) return;
+    }
+  }
+
+ private:
+  static size_t check(size_t r) {
+    if (ZSTD_isError(r)) throw Error(std::string("replica image: zstd: ") + ZSTD_getErrorName(r));
+    return r;
+  }
+  std::unique_ptr<ZSTD_CCtx, CCtxFree> ctx_;
+  std::vector<uint8_t>* out_;
+};
+
+// Decompresses `section` (one zstd frame) into exactly n bytes at `out`.
+void decompress(const CheckpointSection& section, uint8_t* out, size_t n) {
+  const std::string what = "replica image section '" + section.name + "': ";
+  const unsigned long long declared = ZSTD_getFrameContentSize(section.data(), section.size());
+  if (declared != n) throw CryptoError(what + "its compressed size does not match the meta");
+  std::unique_ptr<ZSTD_DCtx, DCtxFree> ctx(ZSTD_createDCtx());
+  if (!ctx) throw Error("replica image: zstd cannot allocate a decompression context");
+  ZSTD_inBuffer in{section.data(), section.size(), 0};
+  ZSTD_outBuffer o{out, n, 0};
+  for (;;) {
+    const size_t in_before = in.pos, out_before = o.pos;
+    const size_t r = ZSTD_decompressStream(ctx.get(), &o, &in);
+    if (ZSTD_isError(r)) throw CryptoError(what + "zstd: " + ZSTD_getErrorName(r));
+    if (r == 0) break;  // frame complete
+    if (in.pos == in_before && o.pos == out_before) {
+      throw CryptoError(what +
+                        (o.pos == o.size ? "it holds more than the meta says" : "it is cut short"));
+    }
+  }
+  if (o.pos != n || in.pos != in.size) {
+    throw CryptoError(what + "it does not hold exactly the bytes the meta says");
+  }
+}
+
+const float* floats_view(const CheckpointSection& s, size_t n, const std::string& base) {
+  if (s.size() != n * sizeof(float)) {
+    throw ConfigError("replica image: section '" + s.name + "' is not the size of '" + base + "'");
+  }
+  return reinterpret_cast<const float*>(s.data());
+}
+
+std::vector<uint8_t> xor_compressed(const float* values, const float* base, size_t n) {
+  std::vector<uint8_t> out;
+  Compressor z(n * sizeof(float), &out);
+  std::vector<uint32_t> block(std::min(n, kBlockFloats));
+  for (size_t at = 0; at < n || n == 0; at += kBlockFloats) {
+    const size_t k = std::min(kBlockFloats, n - at);
+    for (size_t i = 0; i < k; ++i) {
+      uint32_t a = 0, b = 0;
+      std::memcpy(&a, values + at + i, 4);
+      std::memcpy(&b, base + at + i, 4);
+      block[i] = a ^ b;
+    }
+    z.feed(block.data(), k * sizeof(uint32_t), at + k >= n);
+    if (n == 0) break;
+  }
+  return out;
+}
+
+std::vector<uint8_t> bf16_compressed(const float* values, size_t n) {
+  std::vector<uint8_t> out;
+  Compressor z(n * sizeof(uint16_t), &out);
+  std::vector<uint8_t> block(std::min(n, kBlockFloats) * sizeof(uint16_t));
+  for (size_t at = 0; at < n || n == 0; at += kBlockFloats) {
+    const size_t k = std::min(kBlockFloats, n - at);
+    for (size_t i = 0; i < k; ++i) {
+      const uint16_t h = kernels::fp32_to_bf16(values[at + i]);
+      block[2 * i] = static_cast<uint8_t>(h & 0xFF);
+      block[2 * i + 1] = static_cast<uint8_t>(h >> 8);
+    }
+    z.feed(block.data(), k * sizeof(uint16_t), at + k >= n);
+    if (n == 0) break;
+  }
+  return out;
+}
+
+std::vector<uint8_t> compressed(const CheckpointSection& s) {
+  std::vector<uint8_t> out;
+  Compressor z(s.size(), &out);
+  z.feed(s.data(), s.size(), true);
+  return out;
+}
+
+bool listed(const std::vector<std::string>& names, const std::string& name) {
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+nlohmann::json meta_of(const Checkpoint& c) {
+  const CheckpointSection* m = c.find(kMeta);
+  if (m == nullptr) return nlohmann::json::object();
+  const auto* p = reinterpret_cast<const char*>(m->data());
+  nlohmann::json j = nlohmann::json::parse(p, p + m->size(), nullptr, false);
+  return j.is_object() ? j : nlohmann::json::object();
+}
+
+const nlohmann::json& replica_meta(const nlohmann::json& meta) {
+  if (!meta.contains("replica") || !meta["replica"].is_object()) {
+    throw CryptoError("replica image: its meta has no replica entry");
+  }
+  const nlohmann::json& r = meta["replica"];
+  if (!r.contains("base") || !r["base"].is_string() || !r.contains("base_sha256") ||
+      !r["base_sha256"].is_string() || !r.contains("sections") || !r["sections"].is_array()) {
+    throw CryptoError("replica image: its replica entry lacks base, base_sha256 or sections");
+  }
+  return r;
+}
+
+CheckpointSection meta_section(const nlohmann::json& meta) {
+  const std::string m = meta.dump();
+  return {kMeta, std::vector<uint8_t>(m.begin(), m.end())};
+}
+
+}  // namespace
+
+Checkpoint make_replica_image(const Checkpoint& c, const ReplicaPlan& plan) {
+  const CheckpointSection* base = c.find(plan.base);
+  if (base == nullptr || base->size() % sizeof(float) != 0) {
+    throw ConfigError("replica image: the checkpoint has no fp32 section '" + plan.base + "'");
+  }
+  const size_t n = base->size() / sizeof(float);
+  const auto* base_f = reinterpret_cast<const float*>(base->data());
+  Checkpoint image;
+  image.round = c.round;
+  image.topology_digest = c.topology_digest;
+  image.node_id = c.node_id;
+  nlohmann::json sections = nlohmann::json::array();
+  for (const CheckpointSection& s : c.sections) {
+    if (s.name == plan.base || s.name == kMeta) continue;
+    CheckpointSection out{s.name, {}};
+    const char* encoding = kZstd;
+    if (listed(plan.xor_sections, s.name)) {
+      out.bytes = xor_compressed(floats_view(s, n, plan.base), base_f, n);
+      encoding = kXor;
+    } else if (listed(plan.bf16_sections, s.name)) {
+      if (s.size() % sizeof(float) != 0) {
+        throw ConfigError("replica image: section '" + s.name + "' is not fp32");
+      }
+      out.bytes = bf16_compressed(reinterpret_cast<const float*>(s.data()), s.size() / 4);
+      encoding = kBf16;
+    } else {
+      out.bytes = compressed(s);
+    }
+    sections.push_back({{"name", s.name}, {"encoding", encoding}, {"bytes", s.size()}});
+    image.sections.push_back(std::move(out));
+  }
+  nlohmann::json meta = meta_of(c);
+  const Sha256Digest digest = sha256(base->data(), base->size());
+  meta["replica"] = {{"base", plan.base},
+                     {"base_sha256", to_hex(digest.data(), digest.size())},
+                     {"sections", std::move(sections)}};
+  image.sections.push_back(meta_section(meta));
+  return image;
+}
+
+bool is_replica_image(const Checkpoint& c) {
+  const nlohmann::json meta = meta_of(c);
+  return meta.contains("replica");
+}
+
+std::array<uint8_t, 32> replica_base_sha256(const Checkpoint& image) {
+  const nlohmann::json meta = meta_of(image);
+  const std::string hex = replica_meta(meta)["base_sha256"].get<std::string>();
+  std::array<uint8_t, 32> d{};
+  if (hex.size() != 64) throw CryptoError("replica image: base_sha256 is not 64 hex digits");
+  for (size_t i = 0; i < d.size(); ++i) {
+    unsigned v = 0;
+    for (size_t k = 0; k < 2; ++k) {
+      const char ch = hex[2 * i + k];
+      const int x = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
+      if (x < 0) throw CryptoError("replica image: base_sha256 is not lower-case hex");
+      v = v * 16 + static_cast<unsigned>(x);
+    }
+    d[i] = static_cast<uint8_t>(v);
+  }
+  return d;
+}
+
+Checkpoint expand_replica_image(const Checkpoint& image, const float* base, size_t n) {
+  nlohmann::json meta = meta_of(image);
+  const nlohmann::json r = replica_meta(meta);
+  const std::string base_name = r["base"].get<std::string>();
+  if (base != nullptr && sha256(base, n * sizeof(float)) != replica_base_sha256(image)) {
+    throw CryptoError("replica image: the model given is not the one it was made against");
+  }
+  Checkpoint c;
+  c.round = image.round;
+  c.topology_digest = image.topology_digest;
+  c.node_id = image.node_id;
+  if (base != nullptr) {
+    c.sections.push_back(
+        {base_name, std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(base),
+                                         reinterpret_cast<const uint8_t*>(base) + n * 4)});
+  }
+  for (const nlohmann::json& e : r["sections"]) {
+    if (!e.is_object() || !e.contains("name") || !e["name"].is_string() ||
+        !e.contains("encoding") || !e["encoding"].is_string() || !e.contains("bytes") ||
+        !e["bytes"].is_number_unsigned()) {
+      throw CryptoError("replica image: a section entry lacks name, encoding or bytes");
+    }
+    const std::string name = e["name"].get<std::string>();
+    const std::string encoding = e["encoding"].get<std::string>();
+    const uint64_t bytes = e["bytes"].get<uint64_t>();
+    const CheckpointSection* s = image.find(name);
+    if (s == nullptr || name == kMeta || name == base_name) {
+      throw CryptoError("replica image: section '" + name + "' is missing or misplaced");
+    }
+    if (bytes > kMaxRawBytes) throw CryptoError("replica image: section '" + name + "' too big");
+    CheckpointSection out{name, {}};
+    if (encoding == kXor) {
+      if (base == nullptr) continue;
+      if (bytes != n * sizeof(float)) {
+        throw CryptoError("replica image: section '" + name + "' is not the size of the model");
+      }
+      out.bytes.resize(bytes);
+      decompress(*s, out.bytes.data(), out.bytes.size());
+      for (size_t i = 0; i < n; ++i) {
+        uint32_t a = 0, b = 0;
+        std::memcpy(&a, out.bytes.data() + 4 * i, 4);
+        std::memcpy(&b, base + i, 4);
+        a ^= b;
+        std::memcpy(out.bytes.data() + 4 * i, &a, 4);
+      }
+    } else if (encoding == kBf16) {
+      if (bytes % sizeof(float) != 0) {
+        throw CryptoError("replica image: section '" + name + "' is not fp32");
+      }
+      const size_t k = bytes / sizeof(float);
+      std::vector<uint8_t> halves(k * sizeof(uint16_t));
+      decompress(*s, halves.data(), halves.size());
+      out.bytes.resize(bytes);
+      for (size_t i = 0; i < k; ++i) {
+        const auto h = static_cast<uint16_t>(halves[2 * i] | (halves[2 * i + 1] << 8));
+        const float f = kernels::bf16_to_fp32(h);
+        std::memcpy(out.bytes.data() + 4 * i, &f, 4);
+      }
+    } else if (encoding == kZstd) {
+      out.bytes.resize(bytes);
+      decompress(*s, out.bytes.data(), out.bytes.size());
+    } else {
+      throw CryptoError("replica image: section '" + name + "' has unknown encoding '" + encoding +
+                        "'");
+    }
+    c.sections.push_back(std::move(out));
+  }
+  meta.erase("replica");
+  c.sections.push_back(meta_section(meta));
+  return c;
+}
+
+}  // namespace fedwan::checkpoint

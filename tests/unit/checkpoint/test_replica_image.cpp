@@ -1,0 +1,210 @@
+// Replica images (checkpoint/replica_image.hpp): an image carries what the
+// parent cannot rebuild, comes back bit for bit (the residual to bf16), is
+// far smaller than the checkpoint when the parameters sit on the anchor, and
+// any damage or a wrong anchor is a CryptoError, never a wrong model.
+#include "checkpoint/replica_image.hpp"
+#include "harness/temp_dir.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "checkpoint/node_checkpoint.hpp"
+#include "common/sha256.hpp"
+#include "fedwan/error.hpp"
+
+namespace fedwan {
+namespace {
+
+using checkpoint::ReplicaPlan;
+
+const ReplicaPlan kSitePlan{"anchor", {"params"}, {"residual"}};
+
+struct SiteState {
+  std::vector<float> params, anchor, residual;
+  std::vector<uint8_t> blob;
+};
+
+SiteState site_state(size_t n, size_t moved) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  SiteState s;
+  s.anchor.resize(n);
+  for (float& v : s.anchor) v = g(rng);
+  s.params = s.anchor;
+  for (size_t i = 0; i < moved; ++i) s.params[(i * 7919) % n] += 1e-3f * g(rng);
+  s.residual.resize(n);
+  for (float& v : s.residual) v = 1e-7f * g(rng);
+  s.blob.resize(5000);
+  for (size_t i = 0; i < s.blob.size(); ++i) s.blob[i] = static_cast<uint8_t>(i % 13);
+  return s;
+}
+
+Checkpoint checkpoint_of(const SiteState& s) {
+  Checkpoint c;
+  c.round = 12;
+  c.topology_digest.fill(3);
+  c.node_id = "site-a";
+  c.sections.push_back(checkpoint::float_section("params", s.params.data(), s.params.size()));
+  c.sections.push_back(checkpoint::float_section("anchor", s.anchor.data(), s.anchor.size()));
+  c.sections.push_back(checkpoint::float_section("residual", s.residual.data(), s.residual.size()));
+  const std::string meta = R"({"role":"site","data_position":77})";
+  c.sections.push_back({"meta", std::vector<uint8_t>(meta.begin(), meta.end())});
+  c.sections.push_back({"optimizer", s.blob});
+  return c;
+}
+
+size_t image_bytes(const Checkpoint& c) {
+  size_t n = 0;
+  for (const CheckpointSection& s : c.sections) n += s.size();
+  return n;
+}
+
+std::vector<float> floats(const Checkpoint& c, const std::string& name) {
+  return checkpoint::floats_of(c, name, 0);
+}
+
+TEST(ReplicaImage, ComesBackWholeWithTheAnchor) {
+  const SiteState s = site_state(300000, 2000);
+  const Checkpoint image = checkpoint::make_replica_image(checkpoint_of(s), kSitePlan);
+  EXPECT_TRUE(checkpoint::is_replica_image(image));
+  EXPECT_FALSE(checkpoint::is_replica_image(checkpoint_of(s)));
+  EXPECT_EQ(image.find("anchor"), nullptr);  // the parent has it
+  const Checkpoint back = checkpoint::expand_replica_image(image, s.anchor.data(), s.anchor.size());
+  EXPECT_FALSE(checkpoint::is_replica_image(back));
+  EXPECT_EQ(back.round, 12u);
+  EXPECT_EQ(back.node_id, "site-a");
+  const std::vector<float> params = floats(back, "params");
+  ASSERT_EQ(params.size(), s.params.size());
+  EXPECT_EQ(std::memcmp(params.data(), s.params.data(), params.size() * 4), 0);
+  EXPECT_EQ(floats(back, "anchor"), s.anchor);
+  EXPECT_EQ(back.find("optimizer")->bytes, s.blob);
+  const auto meta = nlohmann::json::parse(back.find("meta")->bytes);
+  EXPECT_EQ(meta["data_position"], 77);
+  EXPECT_FALSE(meta.contains("replica"));
+  // The residual to nearest bf16: within 2^-8 of each value.
+  const std::vector<float> residual = floats(back, "residual");
+  ASSERT_EQ(residual.size(), s.residual.size());
+  for (size_t i = 0; i < residual.size(); ++i) {
+    ASSERT_LE(std::fabs(residual[i] - s.residual[i]), std::ldexp(std::fabs(s.residual[i]), -8))
+        << i;
+  }
+}
+
+TEST(ReplicaImage, IsAFractionOfTheCheckpoint) {
+  const size_t n = 1000000;
+  const SiteState s = site_state(n, 0);
+  const Checkpoint image = checkpoint::make_replica_image(checkpoint_of(s), kSitePlan);
+  // Parameters on the anchor: the image is about the bf16 residual, under
+  // the 2 bytes per parameter of an fp16 update.
+  EXPECT_LT(image_bytes(image), 2 * n);
+  EXPECT_LT(image.find("params")->size(), n / 100);
+  EXPECT_GT(image_bytes(checkpoint_of(s)), 12 * n);
+}
+
+TEST(ReplicaImage, WithoutTheAnchorGivesTheRestAndLeavesThePlanOut) {
+  const SiteState s = site_state(4096, 100);
+  const Checkpoint image = checkpoint::make_replica_image(checkpoint_of(s), kSitePlan);
+  const Checkpoint part = checkpoint::expand_replica_image(image, nullptr, 0);
+  EXPECT_EQ(part.find("params"), nullptr);
+  EXPECT_EQ(part.find("anchor"), nullptr);
+  EXPECT_EQ(part.find("optimizer")->bytes, s.blob);
+  EXPECT_EQ(floats(part, "residual").size(), s.residual.size());
+}
+
+TEST(ReplicaImage, AnotherAnchorIsRefused) {
+  const SiteState s = site_state(4096, 100);
+  const Checkpoint image = checkpoint::make_replica_image(checkpoint_of(s), kSitePlan);
+  std::vector<float> other = s.anchor;
+  other[5] += 1.0f;
+  EXPECT_THROW(checkpoint::expand_replica_image(image, other.data(), other.size()), CryptoError);
+  EXPECT_EQ(checkpoint::replica_base_sha256(image),
+            sha256(s.anchor.data(), s.anchor.size() * sizeof(float)));
+}
+
+TEST(ReplicaImage, DamagedSectionsAreRefused) {
+  const SiteState s = site_state(4096, 100);
+  for (const char* name : {"params", "residual", "optimizer"}) {
+    for (const bool cut : {true, false}) {
+      Checkpoint image = checkpoint::make_replica_image(checkpoint_of(s), kSitePlan);
+      for (CheckpointSection& sec : image.sections) {
+        if (sec.name != name) continue;
+        if (cut) {
+          sec.bytes.resize(sec.bytes.size() / 2);
+        } else {
+          sec.bytes.back() ^= 0x55;
+          sec.bytes[sec.bytes.size() / 2] ^= 0x55;
+        }
+      }
+      // Each frame carries its checksum: damage never decodes.
+      EXPECT_THROW(checkpoint::expand_replica_image(image, s.anchor.data(), s.anchor.size()),
+                   CryptoError)
+          << name << (cut ? " cut" : " flipped");
+    }
+  }
+}
+
+TEST(ReplicaImage, BadMetaIsRefused) {
+  const SiteState s = site_state(256, 10);
+  const Checkpoint image = checkpoint::make_replica_image(checkpoint_of(s), kSitePlan);
+  auto with_meta = [&](const std::string& m) {
+    Checkpoint c = image;
+    for (CheckpointSection& sec : c.sections) {
+      if (sec.name == "meta") sec.bytes.assign(m.begin(), m.end());
+    }
+    return c;
+  };
+  const auto meta = nlohmann::json::parse(image.find("meta")->bytes);
+  for (const std::string& m :
+       {std::string(R"({"replica":{}})"),
+        std::string(R"({"replica":{"base":"anchor","base_sha256":"zz","sections":[]}})"),
+        [&] {
+          auto j = meta;
+          j["replica"]["sections"][0]["encoding"] = "lz4";
+          return j.dump();
+        }(),
+        [&] {
+          auto j = meta;
+          j["replica"]["sections"][0]["bytes"] = 12;
+          return j.dump();
+        }(),
+        [&] {
+          auto j = meta;
+          j["replica"]["sections"][0]["name"] = "missing";
+          return j.dump();
+        }()}) {
+    EXPECT_THROW(checkpoint::expand_replica_image(with_meta(m), s.anchor.data(), s.anchor.size()),
+                 CryptoError)
+        << m;
+  }
+}
+
+TEST(ReplicaImage, AnImageIsAnOrdinarySignedCheckpointFile) {
+  testing::TempDir dir;
+  const SiteState s = site_state(20000, 100);
+  const Checkpoint image = checkpoint::make_replica_image(checkpoint_of(s), kSitePlan);
+  const auto path = dir.path() / "site-a.fwck";
+  write_checkpoint(path, image);
+  const Checkpoint read = read_checkpoint(path);
+  EXPECT_TRUE(checkpoint::is_replica_image(read));
+  const Checkpoint back = checkpoint::expand_replica_image(read, s.anchor.data(), s.anchor.size());
+  EXPECT_EQ(floats(back, "params"), s.params);
+}
+
+TEST(ReplicaImage, AMissingBaseOrMismatchedSectionIsAConfigError) {
+  SiteState s = site_state(64, 1);
+  Checkpoint c = checkpoint_of(s);
+  EXPECT_THROW(checkpoint::make_replica_image(c, {"nothing", {}, {}}), ConfigError);
+  s.params.resize(63);
+  c = checkpoint_of(s);
+  EXPECT_THROW(checkpoint::make_replica_image(c, kSitePlan), ConfigError);
+}
+
+}  // namespace
+}  // namespace fedwan
