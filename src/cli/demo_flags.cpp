@@ -145,7 +145,8 @@ void add_node_event_flags(CLI::App& cmd, DemoArgs& a) {
       ->capture_default_str();
   cmd.add_option("--chaos", a.chaos,
                  "NODE@ROUND: that site or region is killed (SIGKILL) in that round, to watch "
-                 "it restart and recover, e.g. site-0@3");
+                 "it restart and recover, e.g. site-0@3; NODE@ROUND:disk also deletes its "
+                 "checkpoint directory, so it recovers from its parent's replica");
   cmd.add_option("--late", a.late,
                  "SITE@ROUND: that site is not there at the start (late_join) and is started "
                  "in that round; it counts from the next round boundary, e.g. site-3@5");

@@ -72,6 +72,7 @@ NodeLaunch demo_node_launch(const DemoArgs& a, const DemoPlan& plan, const NodeS
   }
   if (plan.chaos && plan.chaos->node == n.id) {
     l.first_env = {{"FEDWAN_CRASH_POINT", plan.chaos->crash_point}};
+    if (plan.chaos->disk) l.lose_before_restart = (dir / "checkpoints" / n.id).string();
   }
   join_when_due(l, a, plan, n);
   return l;

@@ -76,12 +76,19 @@ std::vector<nlohmann::json> audit_entries(const std::string& path) {
 std::optional<ChaosPlan> parse_chaos(const std::string& spec, const Topology& topo,
                                      uint64_t rounds) {
   if (spec.empty()) return std::nullopt;
-  const size_t at = spec.rfind('@');
-  const std::string form = "--chaos " + spec + ": expected NODE@ROUND, e.g. site-0@3";
-  if (at == std::string::npos || at == 0 || at + 1 == spec.size()) throw ConfigError(form);
+  const std::string form =
+      "--chaos " + spec + ": expected NODE@ROUND or NODE@ROUND:disk, e.g. site-0@3";
   ChaosPlan plan;
-  plan.node = spec.substr(0, at);
-  const std::string round = spec.substr(at + 1);
+  std::string body = spec;
+  if (const size_t colon = body.rfind(':'); colon != std::string::npos) {
+    if (body.substr(colon + 1) != "disk") throw ConfigError(form);
+    plan.disk = true;
+    body.resize(colon);
+  }
+  const size_t at = body.rfind('@');
+  if (at == std::string::npos || at == 0 || at + 1 == body.size()) throw ConfigError(form);
+  plan.node = body.substr(0, at);
+  const std::string round = body.substr(at + 1);
   if (round.find_first_not_of("0123456789") != std::string::npos || round.size() > 9) {
     throw ConfigError(form);
   }
@@ -165,6 +172,13 @@ void DemoSupervisor::spawn_node(size_t index, bool first) {
     // for live ranks.
     std::error_code ec;
     fs::remove_all(n.rendezvous_dir, ec);
+  }
+  if (!first && !n.lose_before_restart.empty() && nodes_[index].restarts == 1) {
+    std::error_code ec;
+    fs::remove_all(n.lose_before_restart, ec);
+    std::cerr << "fedwan demo: deleted '" << n.node << "''s checkpoint directory "
+              << n.lose_before_restart << " (its disk lost): it recovers from its parent's replica"
+              << std::endl;
   }
   static const std::map<std::string, std::string> kNone;
   for (size_t r = 0; r < n.rank_args.size(); ++r) {

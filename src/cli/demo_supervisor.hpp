@@ -27,10 +27,13 @@ namespace fedwan::cli {
 // with SIGKILL in round ROUND (1-based, as the demo prints rounds) of its
 // first life, through a crash point: a site after the first chunk of its
 // update of that round went up, a region as it closes that round.
+// NODE@ROUND:disk also deletes its checkpoint directory before it is started
+// again (its disk lost): it recovers from its parent's replica.
 struct ChaosPlan {
   std::string node;
   uint64_t round = 0;
   std::string crash_point;  // FEDWAN_CRASH_POINT's value
+  bool disk = false;        // its checkpoint directory goes too
 };
 // nullopt for ""; throws ConfigError naming what is wrong.
 std::optional<ChaosPlan> parse_chaos(const std::string& spec, const Topology& topo,
@@ -56,8 +59,9 @@ struct NodeLaunch {
   std::vector<std::string> rank_logs;
   // Environment of the first start only (a chaos crash point).
   std::map<std::string, std::string> first_env;
-  std::string rendezvous_dir;  // removed before a restart ("" for none)
-  std::string audit_log;       // rank 0's
+  std::string rendezvous_dir;       // removed before a restart ("" for none)
+  std::string lose_before_restart;  // removed before its first restart (--chaos ...:disk)
+  std::string audit_log;            // rank 0's
   // > 0: the node's processes start at once but join only once
   // `watch_audit` (the root's audit log) records this many closed rounds:
   // the supervisor then creates `go_file`, which they wait for

@@ -15,6 +15,29 @@ import subprocess
 import sys
 
 
+def disk_recovery(report: dict, node: str) -> list:
+    """A node whose disk was lost (--chaos NODE@ROUND:disk): it restored its
+    parent's replica; a site rebuilt from its image or took a newer model."""
+    audit = os.path.join(report.get("configuration", {}).get("audit_dir", ""), node + ".jsonl")
+    events = []
+    with open(audit, encoding="utf-8") as f:
+        for line in f:
+            e = json.loads(line)
+            events.append((e.get("event"), e.get("fields", {})))
+    names = [n for n, _ in events]
+    out = []
+    if "replica_restored" not in names:
+        out.append(f"{node} lost its disk but restored no replica ({audit})")
+    if node.startswith("site-") and "replica_rebuilt" not in names and "replica_behind" not in names:
+        out.append(f"{node} restored a replica but neither rebuilt from it nor took a newer model")
+    restored = [f for n, f in events if n == "replica_restored"]
+    if restored:
+        print(f"disk lost: {node} restored its parent's replica of round {restored[-1].get('round')} "
+              f"({restored[-1].get('bytes')} bytes); "
+              + ("rebuilt" if "replica_rebuilt" in names else "took a newer model"))
+    return out
+
+
 def main() -> int:
     argv = sys.argv[1:]
     demo_flags = []
@@ -111,6 +134,9 @@ def main() -> int:
             x = mine[0]
             chaos = cfg_round = None
             spec = r.get("configuration", {}).get("chaos") or ""
+            disk = spec.endswith(":disk")
+            if disk:
+                spec = spec[:-len(":disk")]
             if "@" in spec:
                 cfg_round = int(spec.rsplit("@", 1)[1])
             if x.get("cause") != "signal 9":
@@ -122,6 +148,8 @@ def main() -> int:
                 failures.append(f"the restart does not say where it resumed: {x}")
             elif x["rounds_lost"] > 1:
                 failures.append(f"the restart cost {x['rounds_lost']} rounds (at most 1: RPO)")
+            if disk:
+                failures += disk_recovery(r, a.expect_restart)
             print(f"restart: {x}")
     # Encrypted by default: every link mutual TLS, every node's audit log an
     # intact chain that records the handshakes and the accepted updates.
