@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <set>
 #include <utility>
 
@@ -138,7 +139,7 @@ class CheckpointReader {
       done += static_cast<size_t>(r);
     }
     offset_ += n;
-    manifest_.update(p, n);
+    if (hashing_) manifest_.update(p, n);
   }
 
   uint64_t read_le(int n, const char* what) {
@@ -148,7 +149,10 @@ class CheckpointReader {
   }
 
   // The digest of everything read so far; later reads are not hashed.
-  Sha256Digest finish_manifest() { return manifest_.finish(); }
+  Sha256Digest finish_manifest() {
+    hashing_ = false;
+    return manifest_.finish();
+  }
 
   [[noreturn]] void truncated(const char* what) const {
     throw_corrupt(path_, "truncated after " + std::to_string(size_) + " bytes (reading " + what +
@@ -161,6 +165,7 @@ class CheckpointReader {
   uint64_t size_;
   uint64_t offset_ = 0;
   Sha256 manifest_;
+  bool hashing_ = true;
 };
 
 struct ManifestEntry {
@@ -180,8 +185,13 @@ std::string read_string(CheckpointReader& r, size_t n, const char* what) {
   return s;
 }
 
-// Magic, version and flags; returns whether the file is signed.
-bool read_format(CheckpointReader& r, const fs::path& path) {
+struct Format {
+  uint16_t version = 0;
+  bool is_signed = false;
+};
+
+// Magic, version and flags.
+Format read_format(CheckpointReader& r, const fs::path& path) {
   uint8_t magic[4];
   r.read(magic, sizeof magic, "the magic");
   if (std::memcmp(magic, kMagic, sizeof magic) != 0) {
@@ -193,16 +203,16 @@ bool read_format(CheckpointReader& r, const fs::path& path) {
                             std::to_string(kCheckpointVersion) +
                             ", the newest this build reads: upgrade fedwan to load it");
   }
-  if (version != kCheckpointVersion && version != 1) {
-    throw_corrupt(path, "unknown format version " + std::to_string(version) +
-                            " (this build reads 1 and " + std::to_string(kCheckpointVersion) + ")");
+  if (version == 0) {
+    throw_corrupt(path, "unknown format version 0 (this build reads 1 to " +
+                            std::to_string(kCheckpointVersion) + ")");
   }
   const uint64_t flags = r.read_le(2, "the flags");
   const uint64_t known_flags = version == 1 ? 0 : kCheckpointFlagSigned;
   if ((flags & ~known_flags) != 0) {
     throw_corrupt(path, "unknown flags " + std::to_string(flags) + ": the checkpoint is corrupt");
   }
-  return (flags & kCheckpointFlagSigned) != 0;
+  return {version, (flags & kCheckpointFlagSigned) != 0};
 }
 
 // Round, topology digest and node id, into `c`.
@@ -313,11 +323,11 @@ void read_sections(CheckpointReader& r, const fs::path& path,
   }
 }
 
-// The manifest digest, then a signed file's signature block over it.
+// The manifest digest (`computed`), then a signed file's signature block
+// over it.
 void check_trailer(CheckpointReader& r, const fs::path& path, const Checkpoint& c,
                    const CheckpointSignerCheck& check, const std::vector<uint8_t>& cert,
-                   bool is_signed) {
-  const Sha256Digest computed = r.finish_manifest();
+                   bool is_signed, const Sha256Digest& computed) {
   Sha256Digest stored{};
   r.read(stored.data(), stored.size(), "the manifest digest");
   if (computed != stored) {
@@ -378,14 +388,11 @@ void write_checkpoint(const fs::path& path, const Checkpoint& c, const security:
     }
     throw_io(action, path, err);
   });
-  Sha256 manifest;
-  manifest.update(header.data(), header.size());
+  // The manifest digest covers the header, which holds every section's
+  // digest: each byte is hashed once.
+  const Sha256Digest digest = sha256(header.data(), header.size());
   out.write(header.data(), header.size());
-  for (const CheckpointSection& s : c.sections) {
-    manifest.update(s.data(), s.size());
-    out.write(s.data(), s.size());
-  }
-  const Sha256Digest digest = manifest.finish();
+  for (const CheckpointSection& s : c.sections) out.write(s.data(), s.size());
   out.write(digest.data(), digest.size());
   if (key != nullptr) {
     const std::vector<uint8_t> sig = key->sign(kCheckpointDomain, digest.data(), digest.size());
@@ -410,7 +417,8 @@ Checkpoint read_checkpoint(const fs::path& path, const CheckpointSignerCheck& ch
   }
   CheckpointReader r(f.fd, path, static_cast<uint64_t>(st.st_size));
 
-  const bool is_signed = read_format(r, path);
+  const Format format = read_format(r, path);
+  const bool is_signed = format.is_signed;
   Checkpoint c;
   read_identity(r, path, &c);
   if (check.verifier && !is_signed && c.node_id == check.signer.node_id) {
@@ -424,9 +432,14 @@ Checkpoint read_checkpoint(const fs::path& path, const CheckpointSignerCheck& ch
   const size_t trailer = kDigestSize + (is_signed ? 2 + kCheckpointSignatureSlot : 0);
 
   const Manifest manifest = read_manifest(r, path, &c);
+  // Version 3: the manifest digest ends with the manifest (it covers the
+  // section digests); before, it covered the section bytes too.
+  std::optional<Sha256Digest> header_digest;
+  if (format.version >= 3) header_digest = r.finish_manifest();
   check_exact_size(r, path, manifest.claimed, trailer, is_signed);
   read_sections(r, path, manifest.entries, &c);
-  check_trailer(r, path, c, check, cert, is_signed);
+  const Sha256Digest computed = header_digest ? *header_digest : r.finish_manifest();
+  check_trailer(r, path, c, check, cert, is_signed, computed);
   return c;
 }
 

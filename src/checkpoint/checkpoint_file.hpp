@@ -6,7 +6,8 @@
 // Layout, all integers little-endian:
 //   offset  size  field
 //        0     4  magic "FWCK" (the bytes 'F' 'W' 'C' 'K')
-//        4     2  version, 2 (version 1, the same without signatures, is read)
+//        4     2  version, 3 (versions 1, without signatures, and 2, with the
+//                 digest below over the section bytes too, are read)
 //        6     2  flags: bit 0 = signed; a reader refuses any other bit
 //        8     8  round
 //       16    32  topology digest
@@ -22,7 +23,9 @@
 //              8  byte length of the section
 //             32  SHA-256 of the section bytes
 //   then the bytes of each section, in order, with nothing between them;
-//   then 32 bytes: SHA-256 of every byte before it (the manifest digest);
+//   then 32 bytes: SHA-256 of every byte before the section bytes (the
+//   manifest digest; it covers each section's digest, so every byte is
+//   hashed once; version 2: of every byte before it);
 //   signed only: 2 bytes signature length G (1..128) and 128 bytes holding
 //   the signature (security/node_key.hpp, domain kCheckpointDomain) over
 //   the manifest digest, zero-padded.
@@ -54,7 +57,7 @@
 
 namespace fedwan {
 
-inline constexpr uint16_t kCheckpointVersion = 2;
+inline constexpr uint16_t kCheckpointVersion = 3;
 inline constexpr uint16_t kCheckpointFlagSigned = 1;
 inline constexpr const char* kCheckpointDomain = "fedwan-checkpoint-v2";
 inline constexpr size_t kCheckpointSignatureSlot = 128;  // signature bytes, zero-padded

@@ -32,6 +32,9 @@ constexpr size_t kSignatureBlock = 2 + kCheckpointSignatureSlot;
 // The most bytes after the manifest: its digest and a signature block.
 constexpr size_t kMaxTrailer = kDigestSize + kSignatureBlock;
 constexpr size_t kReadPiece = size_t{1} << 20;
+// Version 3: the head with the longest manifest.
+constexpr size_t kManifestEntryMax = 2 + kMaxCheckpointSectionNameLength + 8 + kDigestSize;
+constexpr size_t kHeadWithManifest = kHeadSize + 4 + kMaxCheckpointSections * kManifestEntryMax;
 
 struct Fd {
   int fd = -1;
@@ -51,7 +54,8 @@ std::string digest_prefix(const uint8_t* d) { return to_hex(d, kDigestSize).subs
 // What a file's head says, once its format, lengths and node id passed.
 struct StreamHead {
   bool is_signed = false;
-  size_t trailer = 0;  // the manifest digest, and a signed file's signature block
+  size_t head_end = 0;  // where the manifest begins
+  size_t trailer = 0;   // the manifest digest, and a signed file's signature block
   CheckpointIdentity id;
   std::vector<uint8_t> cert;  // a signed file's signer, DER
 };
@@ -70,7 +74,7 @@ std::optional<std::string> parse_head(const std::vector<uint8_t>& head, uint64_t
     return at + "bad magic: not a fedwan checkpoint file";
   }
   const uint64_t version = get_le(h + 4, 2);
-  if (version != kCheckpointVersion && version != 1) {
+  if (version == 0 || version > kCheckpointVersion) {
     return at + "format version " + std::to_string(version) + " is not one this build reads";
   }
   const uint64_t flags = get_le(h + 6, 2);
@@ -103,6 +107,7 @@ std::optional<std::string> parse_head(const std::vector<uint8_t>& head, uint64_t
     out->cert.assign(h + head_end - cert_len, h + head_end);
   }
   if (total < head_end + 4 + trailer) return too_short();
+  out->head_end = head_end;
   id.node_id.assign(reinterpret_cast<const char*>(h + kFixedHeaderSize), id_len);
   if (!is_valid_node_id(id.node_id)) {
     return at + "node id is not [A-Za-z0-9._-]: the checkpoint is corrupt";
@@ -129,13 +134,157 @@ std::optional<std::string> check_signature(const uint8_t* stored, const std::vec
   return std::nullopt;
 }
 
+enum class Parse { kMore, kBad, kOk };
+
+// Version 3: the manifest at `at` in `b`, once `b` holds all of it. kOk
+// with *end where the section bytes begin; kBad with *why.
+Parse parse_manifest(const std::vector<uint8_t>& b, size_t at, uint64_t total,
+                     std::vector<StreamCheck::Section>* out, size_t* end, std::string* why) {
+  const auto have = [&](size_t n) { return at + n <= b.size(); };
+  if (!have(4)) return Parse::kMore;
+  const uint64_t count = get_le(b.data() + at, 4);
+  at += 4;
+  if (count > kMaxCheckpointSections) {
+    *why = "section count " + std::to_string(count) + " over the limit: the checkpoint is corrupt";
+    return Parse::kBad;
+  }
+  out->clear();
+  std::vector<std::string> names;
+  uint64_t claimed = 0;
+  for (uint64_t i = 0; i < count; ++i) {
+    if (!have(2)) return Parse::kMore;
+    const uint64_t len = get_le(b.data() + at, 2);
+    at += 2;
+    if (len == 0 || len > kMaxCheckpointSectionNameLength) {
+      *why =
+          "section " + std::to_string(i) + " name length out of range: the checkpoint is corrupt";
+      return Parse::kBad;
+    }
+    if (!have(len + 8 + kDigestSize)) return Parse::kMore;
+    std::string name(reinterpret_cast<const char*>(b.data() + at), len);
+    at += len;
+    if (!is_valid_checkpoint_section_name(name) ||
+        std::find(names.begin(), names.end(), name) != names.end()) {
+      *why = "section " + std::to_string(i) +
+             " name is invalid or repeated: the checkpoint is corrupt";
+      return Parse::kBad;
+    }
+    names.push_back(std::move(name));
+    StreamCheck::Section sec;
+    sec.length = get_le(b.data() + at, 8);
+    at += 8;
+    std::memcpy(sec.digest.data(), b.data() + at, kDigestSize);
+    at += kDigestSize;
+    if (sec.length > total - claimed) {
+      *why = "truncated: section " + std::to_string(i) + " claims more bytes than the file holds";
+      return Parse::kBad;
+    }
+    claimed += sec.length;
+    out->push_back(sec);
+  }
+  *end = at;
+  return Parse::kOk;
+}
+
 }  // namespace
 
 void StreamCheck::feed(const uint8_t* p, size_t n) {
+  offset_ += n;
+  if (mode_ == Mode::kUnknown) {
+    // The version decides how the file is hashed.
+    first_.insert(first_.end(), p, p + n);
+    if (first_.size() < 6 && offset_ < total_) return;
+    mode_ =
+        first_.size() >= 6 && get_le(first_.data() + 4, 2) >= 3 ? Mode::kSections : Mode::kWhole;
+    const std::vector<uint8_t> b = std::move(first_);
+    first_.clear();
+    if (mode_ == Mode::kWhole) consume_whole(b.data(), b.size());
+    if (mode_ == Mode::kSections) consume_sections(b.data(), b.size());
+    return;
+  }
+  if (mode_ == Mode::kWhole) consume_whole(p, n);
+  if (mode_ == Mode::kSections) consume_sections(p, n);
+}
+
+void StreamCheck::consume_sections(const uint8_t* p, size_t n) {
+  while (n > 0 && !bad_) {
+    if (parsed_) {
+      section_bytes(p, n);
+      return;
+    }
+    const size_t take = std::min(n, kHeadWithManifest - head_.size());
+    if (take == 0) {  // no manifest is this long
+      bad_ = "its manifest does not end where it must: the checkpoint is corrupt";
+      return;
+    }
+    head_.insert(head_.end(), p, p + take);
+    p += take;
+    n -= take;
+    if (head_.size() < std::min<uint64_t>(total_, kHeadSize)) continue;
+    StreamHead head;
+    if (std::optional<std::string> bad = parse_head(head_, total_, "", &head)) {
+      bad_ = std::move(bad);
+      return;
+    }
+    size_t end = 0;
+    std::string why;
+    switch (parse_manifest(head_, head.head_end, total_, &sections_, &end, &why)) {
+      case Parse::kMore: continue;  // the stream's end, if it comes first, is reported by finish()
+      case Parse::kBad: bad_ = why; return;
+      case Parse::kOk: break;
+    }
+    parsed_ = true;
+    header_digest_ = sha256(head_.data(), end);
+    const std::vector<uint8_t> surplus(head_.begin() + static_cast<std::ptrdiff_t>(end),
+                                       head_.end());
+    head_.resize(end);
+    section_ = 0;
+    next_section();
+    if (!surplus.empty()) section_bytes(surplus.data(), surplus.size());
+  }
+}
+
+// Skips to the next section with bytes (an empty one is checked as it is
+// passed).
+void StreamCheck::next_section() {
+  static const uint8_t kNothing = 0;
+  static const Sha256Digest kEmpty = sha256(&kNothing, 0);
+  while (section_ < sections_.size() && sections_[section_].length == 0) {
+    if (sections_[section_].digest != kEmpty) {
+      bad_ = "section " + std::to_string(section_) + " digest mismatch: the file is corrupt";
+      return;
+    }
+    section_ += 1;
+  }
+  left_ = section_ < sections_.size() ? sections_[section_].length : 0;
+}
+
+void StreamCheck::section_bytes(const uint8_t* p, size_t n) {
+  while (n > 0 && !bad_) {
+    if (section_ >= sections_.size()) {
+      trailer_.insert(trailer_.end(), p, p + n);
+      if (trailer_.size() > kMaxTrailer) bad_ = "bytes after the trailer: the file is corrupt";
+      return;
+    }
+    const size_t take = static_cast<size_t>(std::min<uint64_t>(n, left_));
+    hash_.update(p, take);
+    p += take;
+    n -= take;
+    left_ -= take;
+    if (left_ > 0) continue;
+    if (hash_.finish() != sections_[section_].digest) {
+      bad_ = "section " + std::to_string(section_) + " digest mismatch: the file is corrupt";
+      return;
+    }
+    section_ += 1;
+    next_section();
+  }
+}
+
+void StreamCheck::consume_whole(const uint8_t* p, size_t n) {
   if (head_.size() < kHeadSize) {
     head_.insert(head_.end(), p, p + std::min(n, kHeadSize - head_.size()));
   }
-  offset_ += n;
   if (n >= kMaxTrailer) {
     hash_.update(tail_.data(), tail_.size());
     hash_.update(p, n - kMaxTrailer);
@@ -158,16 +307,31 @@ std::optional<std::string> StreamCheck::finish(const fs::path& path, const std::
     return at + "truncated: read " + std::to_string(offset_) + " of " + std::to_string(total_) +
            " bytes";
   }
+  if (mode_ == Mode::kSections && bad_) return at + *bad_;
+  if (mode_ == Mode::kUnknown) return at + "too short to be a checkpoint";
   StreamHead head;
   if (std::optional<std::string> bad = parse_head(head_, total_, at, &head)) return bad;
-  // The kept tail: the body's last bytes (hashed now), then the trailer.
-  const size_t body_in_tail = tail_.size() - head.trailer;
-  hash_.update(tail_.data(), body_in_tail);
-  const uint8_t* stored = tail_.data() + body_in_tail;
+  const uint8_t* stored = nullptr;
+  Sha256Digest computed{};
+  if (mode_ == Mode::kSections) {
+    if (parsed_ && section_ >= sections_.size() && trailer_.size() > head.trailer) {
+      return at + "bytes after the trailer: the file is corrupt";
+    }
+    if (!parsed_ || section_ < sections_.size() || trailer_.size() != head.trailer) {
+      return at + "truncated: its sections and trailer do not fill the file";
+    }
+    stored = trailer_.data();
+    computed = header_digest_;
+  } else {
+    // The kept tail: the body's last bytes (hashed now), then the trailer.
+    const size_t body_in_tail = tail_.size() - head.trailer;
+    hash_.update(tail_.data(), body_in_tail);
+    stored = tail_.data() + body_in_tail;
+    computed = hash_.finish();
+  }
   // Integrity before identity, so a damaged id reads as damage, not as a
   // foreign file.
-  const Sha256Digest body = hash_.finish();
-  if (!std::equal(body.begin(), body.end(), stored, stored + kDigestSize)) {
+  if (!std::equal(computed.begin(), computed.end(), stored, stored + kDigestSize)) {
     return at + "digest mismatch: the file is corrupt or incomplete";
   }
   const CheckpointIdentity& id = head.id;

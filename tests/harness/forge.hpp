@@ -28,7 +28,9 @@ inline void write_bytes(const std::filesystem::path& p, const std::vector<uint8_
 
 // Rewrites the signed checkpoint at `path` with `c`'s content re-hashed,
 // keeping the signer's certificate and signature block of the original.
-inline void forge_signed_checkpoint(const std::filesystem::path& path, const Checkpoint& c) {
+// `version` 2 hashes the section bytes into the manifest digest too.
+inline void forge_signed_checkpoint(const std::filesystem::path& path, const Checkpoint& c,
+                                    uint16_t version = kCheckpointVersion) {
   const std::vector<uint8_t> orig = read_bytes(path);
   const size_t id_len = orig.at(48) | (orig.at(49) << 8);
   const size_t cert_at = 50 + id_len;
@@ -41,7 +43,7 @@ inline void forge_signed_checkpoint(const std::filesystem::path& path, const Che
     for (int i = 0; i < n; ++i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));
   };
   out.insert(out.end(), {'F', 'W', 'C', 'K'});
-  put(kCheckpointVersion, 2);
+  put(version, 2);
   put(kCheckpointFlagSigned, 2);
   put(c.round, 8);
   out.insert(out.end(), c.topology_digest.begin(), c.topology_digest.end());
@@ -56,9 +58,10 @@ inline void forge_signed_checkpoint(const std::filesystem::path& path, const Che
     const Sha256Digest d = sha256(s.bytes.data(), s.bytes.size());
     out.insert(out.end(), d.begin(), d.end());
   }
+  const size_t header = out.size();
   for (const CheckpointSection& s : c.sections)
     out.insert(out.end(), s.bytes.begin(), s.bytes.end());
-  const Sha256Digest manifest = sha256(out.data(), out.size());
+  const Sha256Digest manifest = sha256(out.data(), version >= 3 ? header : out.size());
   out.insert(out.end(), manifest.begin(), manifest.end());
   out.insert(out.end(), sig_block.begin(), sig_block.end());
   write_bytes(path, out);

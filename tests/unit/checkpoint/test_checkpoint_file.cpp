@@ -136,7 +136,7 @@ TEST(CheckpointFile, LayoutStartsWithTheDocumentedHeader) {
   const std::vector<uint8_t> f = slurp(d / "ckpt");
   ASSERT_GT(f.size(), 50u);
   EXPECT_EQ(std::string(f.begin(), f.begin() + 4), "FWCK");
-  EXPECT_EQ(f[4], 2);  // version 2, little-endian
+  EXPECT_EQ(f[4], 3);  // version 3, little-endian
   EXPECT_EQ(f[5], 0);
   EXPECT_EQ(f[6], 0);  // flags: not signed (no key given)
   EXPECT_EQ(f[7], 0);
@@ -256,11 +256,11 @@ TEST(CheckpointFile, AFutureVersionIsRefusedNamingBothVersions) {
   TempDir d;
   write_checkpoint(d / "ckpt", small_checkpoint());
   std::vector<uint8_t> f = slurp(d / "ckpt");
-  f[4] = 3;
+  f[4] = 4;
   spit(d / "ckpt", f, f.size());
   EXPECT_EQ(error_of<CryptoError>([&] { read_checkpoint(d / "ckpt"); }),
             "checkpoint " + (d / "ckpt").string() +
-                ": format version 3 is newer than version 2, the newest this build reads: "
+                ": format version 4 is newer than version 3, the newest this build reads: "
                 "upgrade fedwan to load it");
 }
 
@@ -472,6 +472,24 @@ TEST(SignedCheckpoint, AssemblyAndReplicaStoreKeepOnlySignedFiles) {
   forged.sections[0].bytes.assign(4000, 1);
   fedwan::testing::forge_signed_checkpoint(*latest, forged);
   EXPECT_FALSE(store.latest("site-a").has_value());
+}
+
+// Version 2 hashed the section bytes into the manifest digest too: such a
+// file (a checkpoint from the release before) still reads and streams,
+// and an edit of its bytes is still seen.
+TEST(SignedCheckpoint, AVersion2FileStillReadsAndStreams) {
+  TempDir d;
+  write_checkpoint(d / "ckpt", site_a_checkpoint(5), TestPki::get().key("site-a").get());
+  const Checkpoint c = site_a_checkpoint(5);
+  fedwan::testing::forge_signed_checkpoint(d / "ckpt", c, 2);
+  EXPECT_EQ(slurp(d / "ckpt")[4], 2);
+  expect_same(c, read_checkpoint(d / "ckpt"));
+  EXPECT_FALSE(check_checkpoint_stream(d / "ckpt", "site-a", c.topology_digest).has_value());
+  std::vector<uint8_t> f = slurp(d / "ckpt");
+  f[f.size() - 200] ^= 1;  // a byte of the last section
+  spit(d / "ckpt", f, f.size());
+  EXPECT_THROW(read_checkpoint(d / "ckpt"), CryptoError);
+  EXPECT_TRUE(check_checkpoint_stream(d / "ckpt", "site-a", c.topology_digest).has_value());
 }
 
 }  // namespace

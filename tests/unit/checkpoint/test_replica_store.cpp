@@ -456,12 +456,20 @@ TEST(ReplicaStreamCheck, ReportsTruncatedGarbageAndForeignFiles) {
   }
   for (size_t len : {size_t{100}, file.size() - 1}) {
     spit(p, std::vector<uint8_t>(file.begin(), file.begin() + len));
-    EXPECT_TRUE(contains(reason(), "digest mismatch")) << len;
+    EXPECT_TRUE(contains(reason(), "truncated")) << len;
   }
   std::vector<uint8_t> longer = file;
   longer.push_back(0);
   spit(p, longer);
+  EXPECT_TRUE(contains(reason(), "after the trailer"));
+  std::vector<uint8_t> flipped = file;
+  flipped[file.size() - 40] ^= 1;  // the last section's bytes
+  spit(p, flipped);
   EXPECT_TRUE(contains(reason(), "digest mismatch"));
+  flipped = file;
+  flipped[60] ^= 1;  // the manifest
+  spit(p, flipped);
+  EXPECT_FALSE(reason().empty());
 
   std::vector<uint8_t> garbage(500);
   std::mt19937 rng(3);
@@ -469,10 +477,10 @@ TEST(ReplicaStreamCheck, ReportsTruncatedGarbageAndForeignFiles) {
   spit(p, garbage);
   EXPECT_TRUE(contains(reason(), "bad magic"));
 
-  std::vector<uint8_t> v3 = file;
-  v3[4] = 3;
-  spit(p, v3);
-  EXPECT_TRUE(contains(reason(), "version 3"));
+  std::vector<uint8_t> v4 = file;
+  v4[4] = 4;
+  spit(p, v4);
+  EXPECT_TRUE(contains(reason(), "version 4"));
 
   spit(p, file);
   EXPECT_TRUE(contains(reason("site-b"), "not 'site-b'"));
