@@ -27,6 +27,14 @@ bool reserved_section(const std::string& name) {
 
 const checkpoint::ReplicaPlan kReplicaPlan{"anchor", {"params"}, {"residual"}};
 
+bool params_on_anchor(const Checkpoint& c) {
+  const CheckpointSection* meta = c.find("meta");
+  if (meta == nullptr) return false;
+  const auto j = nlohmann::json::parse(meta->bytes.begin(), meta->bytes.end(), nullptr, false);
+  return j.is_object() && j.contains("params_on_anchor") && j["params_on_anchor"].is_boolean() &&
+         j["params_on_anchor"].get<bool>();
+}
+
 }  // namespace
 
 void SiteCore::Impl::save_checkpoint(bool with_replica) {
@@ -38,10 +46,15 @@ void SiteCore::Impl::save_checkpoint(bool with_replica) {
   if (opt.update_encoder && !residual.empty()) {
     opt.update_encoder->read_residual(residual.data(), residual.size());
   }
-  c.sections.push_back(checkpoint::float_section("params", params, plan.total()));
+  // At a round boundary the parameters are the anchor (unless overlapped):
+  // said in the meta rather than written twice.
+  const bool on_anchor = anchor.size() == plan.total() &&
+                         std::memcmp(params, anchor.data(), plan.total() * sizeof(float)) == 0;
+  if (!on_anchor) c.sections.push_back(checkpoint::float_section("params", params, plan.total()));
   c.sections.push_back(checkpoint::float_section("anchor", anchor.data(), anchor.size()));
   c.sections.push_back(checkpoint::float_section("residual", residual.data(), residual.size()));
   nlohmann::json meta_json = {{"role", "site"}, {"data_position", data_position}};
+  if (on_anchor) meta_json["params_on_anchor"] = true;
   if (const auto head = security->audit_head()) {
     meta_json["audit_seq"] = head->seq;
     meta_json["audit_hash"] = head->hash;
@@ -84,14 +97,17 @@ bool SiteCore::Impl::resume() {
   if (checkpoint::is_replica_image(loaded->checkpoint))
     return resume_from_image(std::move(*loaded));
   const Checkpoint& c = loaded->checkpoint;
-  const std::vector<float> p = checkpoint::floats_of(c, "params", plan.total());
   anchor = checkpoint::floats_of(c, "anchor", plan.total());
+  // No "params" section: the parameters were the anchor (the meta says so).
+  const std::vector<float> p = c.find("params") != nullptr || !params_on_anchor(c)
+                                   ? checkpoint::floats_of(c, "params", plan.total())
+                                   : std::vector<float>();
   residual = checkpoint::floats_of(c, "residual", 0);
   if (!residual.empty() && residual.size() != plan.total()) {
     throw CryptoError("checkpoint " + loaded->path.string() + ": residual size mismatch");
   }
   restore_progress(c);
-  std::memcpy(params, p.data(), p.size() * sizeof(float));
+  std::memcpy(params, p.empty() ? anchor.data() : p.data(), plan.total() * sizeof(float));
   if (opt.update_encoder && cfg.codec->id() != CodecId::kFp32) {
     if (residual.empty()) residual.assign(plan.total(), 0.0f);
     opt.update_encoder->write_residual(residual.data(), residual.size());
@@ -159,12 +175,15 @@ void SiteCore::Impl::take_replica_image(uint64_t full_round) {
   }
   try {
     const Checkpoint whole = checkpoint::expand_replica_image(image, anchor.data(), anchor.size());
-    const std::vector<float> p = checkpoint::floats_of(whole, "params", plan.total());
+    // No "params": they were the anchor, already in place.
+    const std::vector<float> p = whole.find("params") != nullptr || !params_on_anchor(whole)
+                                     ? checkpoint::floats_of(whole, "params", plan.total())
+                                     : std::vector<float>();
     std::vector<float> r = checkpoint::floats_of(whole, "residual", 0);
     if (!r.empty() && r.size() != plan.total()) {
       throw CryptoError("replica image: residual size mismatch");
     }
-    if (!overlapping()) std::memcpy(params, p.data(), p.size() * sizeof(float));
+    if (!overlapping() && !p.empty()) std::memcpy(params, p.data(), p.size() * sizeof(float));
     if (!r.empty()) residual = std::move(r);
     security->audit("replica_rebuilt",
                     {{"round", image.round},

@@ -191,7 +191,7 @@ TEST(CheckpointAnchors, AnEditedAndRehashedCheckpointIsNotResumed) {
   Checkpoint c = read_checkpoint(ckpt);
   ASSERT_EQ(c.round, 3u);
   for (CheckpointSection& s : c.sections) {
-    if (s.name == "params") std::fill(s.bytes.begin(), s.bytes.end(), 0x41);
+    if (s.name == "params" || s.name == "anchor") std::fill(s.bytes.begin(), s.bytes.end(), 0x41);
   }
   c.round = 2;  // and pretend it is a round behind, to be played again
   forge_signed_checkpoint(ckpt, c);
@@ -226,7 +226,7 @@ TEST(CheckpointAnchors, AReplicaForgedByTheParentIsRefused) {
   const fs::path genuine = dir.path() / "site-0" / "site-0.fwck";
   Checkpoint c = read_checkpoint(genuine);
   for (CheckpointSection& s : c.sections) {
-    if (s.name == "params") std::fill(s.bytes.begin(), s.bytes.end(), 0x42);
+    if (s.name == "params" || s.name == "anchor") std::fill(s.bytes.begin(), s.bytes.end(), 0x42);
   }
   const fs::path forged = dir.path() / "forged.fwck";
   fs::copy_file(genuine, forged);
