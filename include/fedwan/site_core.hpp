@@ -62,6 +62,13 @@ struct FEDWAN_API SiteOptions : NodeOptions {
   // back on resume.
   std::function<std::vector<StateBlob>()> save_state;             // called at each checkpoint
   std::function<void(const std::vector<StateBlob>&)> load_state;  // called on resume
+  // The share of the site's time its whole checkpoints may take. A whole
+  // checkpoint (parameters, anchor, residual, state) of more than 64 MiB is
+  // written at a round boundary once the time since the last one is its
+  // cost over this; at the boundaries between, the site writes its replica
+  // image instead (a fraction of the size; resume() takes the newer). At
+  // 1 every boundary is whole; smaller checkpoints always are.
+  double checkpoint_budget = 0.05;
   // Null: the update is encoded on the host from the params buffer.
   std::shared_ptr<UpdateEncoder> update_encoder;
   // What the cost records (costs_path) count the training time in: this

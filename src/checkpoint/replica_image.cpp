@@ -18,7 +18,7 @@ namespace {
 
 constexpr const char* kMeta = "meta";
 constexpr const char* kXor = "xor-fp32-zstd";
-constexpr const char* kBf16 = "bf16-zstd";
+constexpr const char* kBf16 = "bf16-planes";  // zstd(high bytes), then the low bytes
 constexpr const char* kZstd = "zstd";
 constexpr int kLevel = 1;                      // fast; the model's bits barely compress further
 constexpr size_t kBlockFloats = 1u << 16;      // working buffer: 256 KiB of fp32
@@ -62,14 +62,16 @@ class Compressor {
   std::vector<uint8_t>* out_;
 };
 
-// Decompresses `section` (one zstd frame) into exactly n bytes at `out`.
-void decompress(const CheckpointSection& section, uint8_t* out, size_t n) {
-  const std::string what = "replica image section '" + section.name + "': ";
-  const unsigned long long declared = ZSTD_getFrameContentSize(section.data(), section.size());
+// Decompresses one zstd frame (`data`, `size` bytes, of section `name`)
+// into exactly n bytes at `out`.
+void decompress(const std::string& name, const uint8_t* data, size_t size, uint8_t* out,
+                size_t n) {
+  const std::string what = "replica image section '" + name + "': ";
+  const unsigned long long declared = ZSTD_getFrameContentSize(data, size);
   if (declared != n) throw CryptoError(what + "its compressed size does not match the meta");
   std::unique_ptr<ZSTD_DCtx, DCtxFree> ctx(ZSTD_createDCtx());
   if (!ctx) throw Error("replica image: zstd cannot allocate a decompression context");
-  ZSTD_inBuffer in{section.data(), section.size(), 0};
+  ZSTD_inBuffer in{data, size, 0};
   ZSTD_outBuffer o{out, n, 0};
   for (;;) {
     const size_t in_before = in.pos, out_before = o.pos;
@@ -84,6 +86,10 @@ void decompress(const CheckpointSection& section, uint8_t* out, size_t n) {
   if (o.pos != n || in.pos != in.size) {
     throw CryptoError(what + "it does not hold exactly the bytes the meta says");
   }
+}
+
+void decompress(const CheckpointSection& section, uint8_t* out, size_t n) {
+  decompress(section.name, section.data(), section.size(), out, n);
 }
 
 const float* floats_view(const CheckpointSection& s, size_t n, const std::string& base) {
@@ -111,20 +117,25 @@ std::vector<uint8_t> xor_compressed(const float* values, const float* base, size
   return out;
 }
 
+// Each value to bf16, split into byte planes: the high bytes (sign,
+// exponent, a mantissa bit), whose few values zstd's entropy coding
+// shrinks, compressed; the low bytes, near random, stored as they are.
 std::vector<uint8_t> bf16_compressed(const float* values, size_t n) {
   std::vector<uint8_t> out;
-  Compressor z(n * sizeof(uint16_t), &out);
-  std::vector<uint8_t> block(std::min(n, kBlockFloats) * sizeof(uint16_t));
+  std::vector<uint8_t> low(n);
+  Compressor z(n, &out);
+  std::vector<uint8_t> high(std::min(n, kBlockFloats));
   for (size_t at = 0; at < n || n == 0; at += kBlockFloats) {
     const size_t k = std::min(kBlockFloats, n - at);
     for (size_t i = 0; i < k; ++i) {
       const uint16_t h = kernels::fp32_to_bf16(values[at + i]);
-      block[2 * i] = static_cast<uint8_t>(h & 0xFF);
-      block[2 * i + 1] = static_cast<uint8_t>(h >> 8);
+      high[i] = static_cast<uint8_t>(h >> 8);
+      low[at + i] = static_cast<uint8_t>(h & 0xFF);
     }
-    z.feed(block.data(), k * sizeof(uint16_t), at + k >= n);
+    z.feed(high.data(), k, at + k >= n);
     if (n == 0) break;
   }
+  out.insert(out.end(), low.begin(), low.end());
   return out;
 }
 
@@ -279,11 +290,16 @@ Checkpoint expand_replica_image(const Checkpoint& image, const float* base, size
         throw CryptoError("replica image: section '" + name + "' is not fp32");
       }
       const size_t k = bytes / sizeof(float);
-      std::vector<uint8_t> halves(k * sizeof(uint16_t));
-      decompress(*s, halves.data(), halves.size());
+      const size_t frame = ZSTD_findFrameCompressedSize(s->data(), s->size());
+      if (ZSTD_isError(frame) || s->size() - frame != k) {
+        throw CryptoError("replica image: section '" + name + "' does not hold its two planes");
+      }
+      std::vector<uint8_t> high(k);
+      decompress(name, s->data(), frame, high.data(), k);
+      const uint8_t* low = s->data() + frame;
       out.bytes.resize(bytes);
       for (size_t i = 0; i < k; ++i) {
-        const auto h = static_cast<uint16_t>(halves[2 * i] | (halves[2 * i + 1] << 8));
+        const auto h = static_cast<uint16_t>((high[i] << 8) | low[i]);
         const float f = kernels::bf16_to_fp32(h);
         std::memcpy(out.bytes.data() + 4 * i, &f, 4);
       }

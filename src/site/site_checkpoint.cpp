@@ -8,6 +8,8 @@
 // rest compressed. A site restored from the image takes the parent's model
 // of its round in full and rebuilds its checkpoint from both.
 #include <cstring>
+#include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,8 +39,9 @@ bool params_on_anchor(const Checkpoint& c) {
 
 }  // namespace
 
-void SiteCore::Impl::save_checkpoint(bool with_replica) {
-  if (opt.checkpoint_dir.empty() || !joined) return;
+// The site's state now, as a checkpoint whose sections view what they
+// save (valid until the state changes).
+Checkpoint SiteCore::Impl::state_checkpoint() {
   Checkpoint c;
   c.round = round;
   c.topology_digest = topo.lineage_digest();
@@ -70,32 +73,62 @@ void SiteCore::Impl::save_checkpoint(bool with_replica) {
       c.sections.push_back({b.name, std::move(b.bytes)});
     }
   }
+  return c;
+}
+
+void SiteCore::Impl::save_checkpoint(bool with_replica) {
+  if (opt.checkpoint_dir.empty() || !joined) return;
+  const Checkpoint c = state_checkpoint();
   const checkpoint::CheckpointTrust trust = checkpoint::checkpoint_trust(*security, topo, self);
+  const auto t0 = Clock::now();
   checkpoint::save_node_checkpoint(opt.checkpoint_dir, c, trust);
+  cadence.whole_at = Clock::now();
+  cadence.whole_seconds = std::chrono::duration<double>(*cadence.whole_at - t0).count();
   security->audit("checkpoint", {{"round", round}});
-  if (with_replica) {
-    try {
-      const auto t0 = Clock::now();
-      const uint64_t bytes =
-          checkpoint::save_replica_image(opt.checkpoint_dir, c, kReplicaPlan, trust);
-      log().info("[site:{}] replica image of round {}: {} bytes in {:.1f} ms", self.id, round,
-                 bytes, std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-    } catch (const Error& e) {
-      log().warn("[site:{}] cannot write the replica image of round {}: {}", self.id, round,
-                 e.what());
-    }
-  }
+  if (with_replica) save_image(c, trust);
   site_metrics.last_checkpoint = Clock::now();
   site_metrics.checkpoints += 1;
+}
+
+// The replica image of `c` (site-<id>.replica.fwck): what goes to the
+// parent, and this site's recovery point between whole checkpoints.
+void SiteCore::Impl::save_image(const Checkpoint& c, const checkpoint::CheckpointTrust& trust) {
+  try {
+    const auto t0 = Clock::now();
+    const uint64_t bytes =
+        checkpoint::save_replica_image(opt.checkpoint_dir, c, kReplicaPlan, trust);
+    log().info("[site:{}] replica image of round {}: {} bytes in {:.1f} ms", self.id, c.round,
+               bytes, std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  } catch (const Error& e) {
+    log().warn("[site:{}] cannot write the replica image of round {}: {}", self.id, c.round,
+               e.what());
+  }
+}
+
+// A whole checkpoint at a round boundary while it is small (kWholeAlways),
+// or once the time since the last is its cost over the checkpoint budget: a
+// large model's checkpoint takes at most that share of the site's time.
+bool SiteCore::Impl::whole_checkpoint_due() const {
+  const uint64_t bytes = uint64_t{plan.total()} * sizeof(float) * 3;
+  if (bytes <= kWholeAlways || !cadence.whole_at || opt.checkpoint_budget >= 1) return true;
+  const double since = std::chrono::duration<double>(Clock::now() - *cadence.whole_at).count();
+  return since * opt.checkpoint_budget >= cadence.whole_seconds;
 }
 
 bool SiteCore::Impl::resume() {
   if (opt.checkpoint_dir.empty()) return false;
   auto loaded = checkpoint::load_node_checkpoint(
       opt.checkpoint_dir, topo, self.id, checkpoint::checkpoint_trust(*security, topo, self));
+  // The image of a later round boundary than the whole checkpoint (written
+  // between whole ones) is the newer recovery point.
+  if (auto image = local_image();
+      image && (!loaded || image->checkpoint.round > loaded->checkpoint.round)) {
+    return resume_from_image(std::move(*image));
+  }
   if (!loaded) return false;
-  if (checkpoint::is_replica_image(loaded->checkpoint))
+  if (checkpoint::is_replica_image(loaded->checkpoint)) {
     return resume_from_image(std::move(*loaded));
+  }
   const Checkpoint& c = loaded->checkpoint;
   anchor = checkpoint::floats_of(c, "anchor", plan.total());
   // No "params" section: the parameters were the anchor (the meta says so).
@@ -121,6 +154,30 @@ bool SiteCore::Impl::resume() {
   security->audit("resumed", {{"round", round}, {"path", loaded->path.string()}});
   checkpoint::check_recorded_audit_head(c, *security);
   return true;
+}
+
+// This site's own replica image (replica_image_path), when intact, its own
+// and of this topology; nullopt otherwise (a damaged one is logged).
+std::optional<checkpoint::LoadedCheckpoint> SiteCore::Impl::local_image() {
+  const auto path = checkpoint::replica_image_path(opt.checkpoint_dir, self.id);
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return std::nullopt;
+  try {
+    checkpoint::LoadedCheckpoint out;
+    out.checkpoint =
+        read_checkpoint(path, checkpoint::checkpoint_trust(*security, topo, self).check);
+    out.path = path;
+    const Checkpoint& c = out.checkpoint;
+    if (c.node_id == self.id && c.topology_digest == topo.lineage_digest() &&
+        checkpoint::is_replica_image(c)) {
+      return out;
+    }
+    log().warn("[site:{}] {} is not this site's replica image under this topology; not used",
+               self.id, path.string());
+  } catch (const Error& e) {
+    log().warn("[site:{}] its replica image {} is not used: {}", self.id, path.string(), e.what());
+  }
+  return std::nullopt;
 }
 
 // The site's own progress in a checkpoint: the data position and the
@@ -204,8 +261,22 @@ void SiteCore::Impl::round_checkpoint(bool upload) {
     overlap.upload_due = overlap.upload_due || upload;
     return;
   }
-  save_checkpoint(upload && replica_due());
+  boundary_checkpoint(upload);
   if (upload) start_upload();
+}
+
+// At a round boundary: a whole checkpoint when due, else only the image
+// (the recovery point until the next whole one; resume() takes the newer).
+void SiteCore::Impl::boundary_checkpoint(bool upload) {
+  if (opt.checkpoint_dir.empty() || !joined) return;
+  if (whole_checkpoint_due()) {
+    save_checkpoint(upload && replica_due());
+    return;
+  }
+  save_image(state_checkpoint(), checkpoint::checkpoint_trust(*security, topo, self));
+  security->audit("checkpoint", {{"round", round}, {"image", true}});
+  site_metrics.last_checkpoint = Clock::now();
+  site_metrics.checkpoints += 1;
 }
 
 bool SiteCore::Impl::replica_due() const {

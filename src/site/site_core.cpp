@@ -9,7 +9,7 @@
 // silent parent is reconnected with backoff and jitter, and the hello that
 // follows tells it the site's round and state so it can resync the site.
 // Link upkeep (heartbeats, reconnects, hellos) is in site_link.cpp, the
-// steps of sync() in site_sync.cpp.
+// steps of sync() in site_sync.cpp, join() in site_membership.cpp.
 // Checkpoints at each round boundary (site_checkpoint.cpp) let a restarted
 // site resume. The anchor of the round is never touched until the next one
 // is complete: new anchor chunks go into `params`, which they replace anyway.
@@ -17,13 +17,11 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <cstring>
 #include <optional>
 
 #include <nlohmann/json.hpp>
 
-#include "checkpoint/replica_fetch.hpp"
 #include "common/crash_point.hpp"
 #include "common/log.hpp"
 #include "common/sha256.hpp"
@@ -34,18 +32,6 @@
 #include "site/site_impl.hpp"
 
 namespace fedwan {
-namespace {
-
-// "0.5 s", "300 s": a timeout as its user gave it (a sub-second join
-// timeout must not read "within 0 s").
-std::string seconds_text(std::chrono::milliseconds d) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.3g s", static_cast<double>(d.count()) / 1000.0);
-  return text;
-}
-
-}  // namespace
-
 SiteCore::Impl::Impl(SiteOptions options, float* p, size_t n)
     : opt(std::move(options)),
       topo(opt.topology),
@@ -62,6 +48,11 @@ SiteCore::Impl::Impl(SiteOptions options, float* p, size_t n)
                       ", not a site; run it with `fedwan aggregator`");
   }
   if (params == nullptr) throw ConfigError("site '" + self.id + "': no parameter buffer");
+  if (!(opt.checkpoint_budget > 0 && opt.checkpoint_budget <= 1)) {
+    throw ConfigError("site '" + self.id + "': checkpoint_budget " +
+                      std::to_string(opt.checkpoint_budget) +
+                      " is not a share of its time in (0, 1]");
+  }
   if (cfg.privacy.mode == node::NodeConfig::Privacy::Mode::kLocal) {
     if (opt.update_encoder) {
       throw ConfigError("site '" + self.id +
@@ -326,59 +317,6 @@ void SiteCore::Impl::resend_chunks(const std::vector<uint32_t>& chunks, SyncResu
 }
 
 // ---- join and sync ------------------------------------------------------------------
-
-SyncResult SiteCore::Impl::join() {
-  if (joined) throw Error("site '" + self.id + "' already joined");
-  if (left) throw Error("site '" + self.id + "' has left the federation");
-  SyncResult res;
-  // From a checkpoint, when there is one; with none intact, from the copy
-  // the parent keeps (then resumed like a local one).
-  if (!resume() && !opt.checkpoint_dir.empty() &&
-      checkpoint::fetch_replica(
-          link(),
-          [this](const std::string& why) -> transport::ParentLink& {
-            // The fetch paces its new sessions itself; a backoff grown here
-            // would only hold back the join's first reconnect afterwards.
-            reconnect(why, /*grow_backoff=*/false);
-            return link();
-          },
-          topo, self, cfg, opt.checkpoint_dir, plan.total(), opt.join_timeout, *security,
-          &stop_requested)) {
-    resume();
-  }
-  // Sent once the secure session is up (upkeep); asked again when lost.
-  welcome.hello_pending = true;
-  welcome.awaiting = true;
-  welcome.hello_sent_at = Clock::now();
-  uplink->progressed(welcome.hello_sent_at);
-  parent().heard(Clock::now(), /*reset_backoff=*/false);
-  const auto deadline = Clock::now() + opt.join_timeout;
-  while (welcome.awaiting || incoming.full_pending()) {
-    if (Clock::now() >= deadline) {
-      if (!link().established()) {
-        throw TimeoutError(
-            "TLS handshake with parent " + link().endpoint() + " did not complete within " +
-            std::to_string(opt.join_timeout.count()) +
-            " ms: is the parent running, with its credentials?" +
-            (welcome.last_link_error.empty() ? "" : " Last error: " + welcome.last_link_error));
-      }
-      throw TimeoutError("site '" + self.id + "': no welcome from parent '" +
-                         topo.node(self.parent_index).id + "' at " + link().endpoint() +
-                         " within " + seconds_text(opt.join_timeout) + " (is it running?)");
-    }
-    throw_if_stopped("while joining");
-    pump(Millis(100), &res);
-  }
-  joined = true;
-  log().info("[site:{}] joined at round {}", self.id, round);
-  pause_outside_window(&res);
-  res.round = round;
-  res.finished = finished;
-  cost_link_bytes();
-  trained_since = Clock::now();
-  update_metrics(true);
-  return res;
-}
 
 SyncResult SiteCore::Impl::service() {
   SyncResult res;

@@ -76,6 +76,13 @@ class SiteCore::Impl {
   // Restored from the parent's replica image: the image until the parent's
   // model of its round is in (site_checkpoint.cpp).
   std::optional<Checkpoint> replica_image;
+  // Whole checkpoints' cadence (site_checkpoint.cpp): the last one's time
+  // and cost. Between them each round boundary writes the replica image.
+  static constexpr uint64_t kWholeAlways = uint64_t{64} << 20;  // bytes: every round below this
+  struct {
+    std::optional<Clock::time_point> whole_at;
+    double whole_seconds = 0;
+  } cadence;
   std::unique_ptr<site::LocalPrivacy> local_privacy;  // federation.privacy mode local
   uint64_t round = 0;
   bool joined = false;
@@ -180,6 +187,11 @@ class SiteCore::Impl {
   void reset_link_state();  // a new link: nothing sent on it failed yet
   bool resume();            // true when a local checkpoint was loaded
   bool resume_from_image(checkpoint::LoadedCheckpoint loaded);
+  std::optional<checkpoint::LoadedCheckpoint> local_image();  // newer than `round`, intact
+  Checkpoint state_checkpoint();
+  void save_image(const Checkpoint& c, const checkpoint::CheckpointTrust& trust);
+  bool whole_checkpoint_due() const;
+  void boundary_checkpoint(bool upload);
   void restore_progress(const Checkpoint& c);  // data position, the caller's blobs
   void take_replica_image(uint64_t full_round);
   bool replica_due() const;  // this round's checkpoint goes to the parent

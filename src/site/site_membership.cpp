@@ -1,16 +1,19 @@
-// SiteCore, membership: a graceful leave, and the pause outside the site's
+// SiteCore, membership: joining (from its checkpoint, or its parent's
+// replica when it has none), a graceful leave, and the pause outside the site's
 // participation windows (NodeSpec::windows). Both are announced to the
 // parent on a heartbeat (wire::kFlagLeaving, kFlagPausing), so it stops
 // waiting for the site at once instead of after its heartbeat timeout; a
 // paused site comes back with a hello and is welcomed, with a resync, at
 // the parent's next round boundary (docs/protocol.md, "Membership").
 #include <chrono>
+#include <cstdio>
 #include <ctime>
 #include <string>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/replica_fetch.hpp"
 #include "common/log.hpp"
 #include "common/utc_time.hpp"
 #include "fedwan/error.hpp"
@@ -23,6 +26,14 @@ int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
+}
+
+// "0.5 s", "300 s": a timeout as its user gave it (a sub-second join
+// timeout must not read "within 0 s").
+std::string seconds_text(std::chrono::milliseconds d) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.3g s", static_cast<double>(d.count()) / 1000.0);
+  return text;
 }
 
 }  // namespace
@@ -105,6 +116,61 @@ void SiteCore::Impl::pause_outside_window(SyncResult* res) {
   security->audit("resumed", {{"round", round}, {"paused_seconds", res->paused_seconds}});
   log().info("[site:{}] back in its participation window at round {} after {:.1f} s", self.id,
              round, res->paused_seconds);
+}
+
+// ---- joining ---------------------------------------------------------------------
+
+SyncResult SiteCore::Impl::join() {
+  if (joined) throw Error("site '" + self.id + "' already joined");
+  if (left) throw Error("site '" + self.id + "' has left the federation");
+  SyncResult res;
+  // From a checkpoint, when there is one; with none intact, from the copy
+  // the parent keeps (then resumed like a local one).
+  if (!resume() && !opt.checkpoint_dir.empty() &&
+      checkpoint::fetch_replica(
+          link(),
+          [this](const std::string& why) -> transport::ParentLink& {
+            // The fetch paces its new sessions itself; a backoff grown here
+            // would only hold back the join's first reconnect afterwards.
+            reconnect(why, /*grow_backoff=*/false);
+            return link();
+          },
+          topo, self, cfg, opt.checkpoint_dir, plan.total(), opt.join_timeout, *security,
+          &stop_requested)) {
+    resume();
+  }
+  // Sent once the secure session is up (upkeep); asked again when lost.
+  welcome.hello_pending = true;
+  welcome.awaiting = true;
+  welcome.hello_sent_at = Clock::now();
+  uplink->progressed(welcome.hello_sent_at);
+  parent().heard(Clock::now(), /*reset_backoff=*/false);
+  const auto deadline = Clock::now() + opt.join_timeout;
+  while (welcome.awaiting || incoming.full_pending()) {
+    if (Clock::now() >= deadline) {
+      if (!link().established()) {
+        throw TimeoutError(
+            "TLS handshake with parent " + link().endpoint() + " did not complete within " +
+            std::to_string(opt.join_timeout.count()) +
+            " ms: is the parent running, with its credentials?" +
+            (welcome.last_link_error.empty() ? "" : " Last error: " + welcome.last_link_error));
+      }
+      throw TimeoutError("site '" + self.id + "': no welcome from parent '" +
+                         topo.node(self.parent_index).id + "' at " + link().endpoint() +
+                         " within " + seconds_text(opt.join_timeout) + " (is it running?)");
+    }
+    throw_if_stopped("while joining");
+    pump(Millis(100), &res);
+  }
+  joined = true;
+  log().info("[site:{}] joined at round {}", self.id, round);
+  pause_outside_window(&res);
+  res.round = round;
+  res.finished = finished;
+  cost_link_bytes();
+  trained_since = Clock::now();
+  update_metrics(true);
+  return res;
 }
 
 }  // namespace fedwan

@@ -106,7 +106,7 @@ SyncResult SiteCore::Impl::finish_sync() {
   }
   sync_unfinished = false;
   if (overlap.checkpoint_due) {
-    save_checkpoint(overlap.upload_due && replica_due());
+    boundary_checkpoint(overlap.upload_due);
     if (overlap.upload_due) start_upload();
   }
   cost_training_ends();

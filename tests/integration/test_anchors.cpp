@@ -16,6 +16,7 @@
 #include "checkpoint/checkpoint_file.hpp"
 #include "common/sha256.hpp"
 #include "fedwan/error.hpp"
+#include "harness/audit_replay.hpp"
 #include "harness/federation_fixture.hpp"
 #include "harness/forge.hpp"
 #include "harness/node_spawner.hpp"
@@ -209,6 +210,45 @@ TEST(CheckpointAnchors, AnEditedAndRehashedCheckpointIsNotResumed) {
   std::memcpy(&forged_value, &pattern, sizeof forged_value);
   EXPECT_NE(params[0], forged_value);
   EXPECT_TRUE(fs::exists(ckpt.string() + ".corrupt"));
+}
+
+// A site whose checkpoint is over 64 MiB writes a whole one at its first
+// round boundary and then, its budget spent (checkpoint_budget), its replica
+// image at each boundary: a fraction of the bytes. Restarted, it resumes from
+// the image, the newer of the two, and waits for its parent's model.
+TEST(CheckpointAnchors, ALargeSiteWritesImagesBetweenWholeCheckpoints) {
+  TempDir dir;
+  constexpr size_t kLarge = 6'000'000;  // a 72 MB checkpoint
+  const Topology topo = make_tree(dir.path(), 0, 1, small_federation(4));
+  const std::vector<float> init = synthetic::initial_model(kLarge, kSeed);
+  SiteSetup setup;
+  setup.options = [&](SiteOptions& o, size_t, std::vector<float>&) {
+    o.checkpoint_dir = (dir.path() / o.node_id).string();
+    o.security.audit_log = (dir.path() / (o.node_id + ".audit")).string();
+    o.checkpoint_budget = 1e-9;
+  };
+  const FederationRun run = run_threads(topo, init, kSeed, 8, setup);
+  ASSERT_TRUE(run.errors.empty()) << run.error_text();
+  std::vector<bool> images;  // each checkpoint entry: an image rather than whole
+  for (const AuditEntry& e : read_audit(dir.path() / "site-0.audit")) {
+    if (e.event == "checkpoint") images.push_back(e.fields.value("image", false));
+  }
+  ASSERT_GE(images.size(), 3u);
+  EXPECT_FALSE(images[0]);
+  for (size_t i = 1; i < images.size(); ++i) EXPECT_TRUE(images[i]) << i;
+  const fs::path whole_path = dir.path() / "site-0" / "site-0.fwck";
+  const fs::path image_path = dir.path() / "site-0" / "site-0.replica.fwck";
+  const uint64_t image_round = read_checkpoint(image_path).round;
+  EXPECT_LT(read_checkpoint(whole_path).round, image_round);
+  EXPECT_LT(fs::file_size(image_path), fs::file_size(whole_path) / 4);
+
+  std::vector<float> params(kLarge, 0.0f);
+  SiteOptions o = site_options(topo, "site-0", std::chrono::milliseconds(500));
+  o.checkpoint_dir = (dir.path() / "site-0").string();
+  SiteCore site(std::move(o), params.data(), params.size());
+  EXPECT_THROW(site.join(), TimeoutError);
+  EXPECT_TRUE(site.resumed());
+  EXPECT_EQ(site.round(), image_round);
 }
 
 // A parent that keeps a child's replica could hand it a forged one. The

@@ -197,7 +197,7 @@ TEST(Chaos, RegionResumesTheClipOfItsRound) {
 }
 
 // 4. While a site is down, one byte of its latest checkpoint is flipped and
-// its previous checkpoint is lost too: the reader detects the flip (the file
+// its previous checkpoint and replica image are lost too: the reader detects the flip (the file
 // is kept aside as *.corrupt), finds nothing intact locally, and restores the
 // replica its region keeps (sent in the background after each checkpoint).
 TEST(Chaos, FlippedCheckpointByteRestoresTheParentsReplica) {
@@ -219,6 +219,8 @@ TEST(Chaos, FlippedCheckpointByteRestoresTheParentsReplica) {
     f.write(&b, 1);
   }
   std::filesystem::remove(fed.checkpoint_dir(victim) / (victim + ".prev.fwck"));
+  // and its replica image (a recovery point of its own, when newer).
+  std::filesystem::remove(fed.checkpoint_dir(victim) / (victim + ".replica.fwck"));
   // What the region holds for the site now (the newest is what comes back).
   uint64_t newest = 0;
   for (const auto& e :
