@@ -62,6 +62,7 @@ SiteOptions site_options(const NodeArgs& a) {
   o.join_timeout = std::chrono::milliseconds(static_cast<int64_t>(a.join_timeout_s * 1000));
   o.security = security_options(a.security);
   o.checkpoint_dir = a.checkpoint_dir;
+  o.checkpoint_budget = a.checkpoint_budget;
   o.costs_path = costs_path(a);
   o.metrics_bind = a.rank == 0 ? a.metrics : std::string();
   o.metrics_token_file = a.metrics_token_file;
@@ -301,6 +302,12 @@ void add_site_command(CLI::App& app, NodeArgs& args, int* exit_code) {
                   "wall time without using the CPU (a GPU's step on a machine without one); "
                   "the model moves one synthetic step per round. 0: off")
       ->check(number_in(0, 600000, /*integer=*/false))
+      ->capture_default_str();
+  cmd->add_option("--checkpoint-budget", args.checkpoint_budget,
+                  "the share of the site's time whole checkpoints may take: over 64 MiB, one "
+                  "is written once the time since the last is its cost over this, and the "
+                  "replica image at the round boundaries between; 1: every boundary")
+      ->check(number_in(1e-6, 1, /*integer=*/false))
       ->capture_default_str();
   cmd->callback([&args, exit_code] { *exit_code = run_site(args); });
 }

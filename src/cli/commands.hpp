@@ -47,6 +47,7 @@ struct NodeArgs {
   // Sites, synthetic trainer: wall-clock milliseconds each inner step takes
   // (a GPU's step stood in for by a sleep); 0: as fast as the CPU goes.
   double step_time_ms = 0;
+  double checkpoint_budget = 0.05;  // site: SiteOptions::checkpoint_budget
   // Sites: leave the federation gracefully once this round (counted from 0)
   // begins; unset: never. 0: right after joining, before training at all.
   std::optional<uint64_t> leave_at_round;

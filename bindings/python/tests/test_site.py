@@ -92,6 +92,10 @@ def test_site_core_checks_its_array(topo, creds):
         fedwan.SiteCore(topo, "site-0", np.zeros(8, np.float32), join_timeout_s=0, credentials=c)
     with pytest.raises(fedwan.ConfigError, match="fedwan.Topology or the path"):
         fedwan.SiteCore(42, "site-0", np.zeros(8, np.float32), credentials=c)
+    for budget in (0.0, -1.0, 1.5, float("nan")):
+        with pytest.raises(fedwan.ConfigError, match="checkpoint_budget .* not a share"):
+            fedwan.SiteCore(topo, "site-0", np.zeros(8, np.float32), credentials=c,
+                            checkpoint_budget=budget)
 
 
 def test_site_core_keeps_its_array_alive_and_uses_it_in_place(topo, creds):
