@@ -64,8 +64,8 @@ class Compressor {
 
 // Decompresses one zstd frame (`data`, `size` bytes, of section `name`)
 // into exactly n bytes at `out`.
-void decompress(const std::string& name, const uint8_t* data, size_t size, uint8_t* out,
-                size_t n) {
+// NOLINTNEXTLINE(readability-non-const-parameter): zstd writes through `out`
+void decompress(const std::string& name, const uint8_t* data, size_t size, uint8_t* out, size_t n) {
   const std::string what = "replica image section '" + name + "': ";
   const unsigned long long declared = ZSTD_getFrameContentSize(data, size);
   if (declared != n) throw CryptoError(what + "its compressed size does not match the meta");
@@ -307,8 +307,10 @@ Checkpoint expand_replica_image(const Checkpoint& image, const float* base, size
       out.bytes.resize(bytes);
       decompress(*s, out.bytes.data(), out.bytes.size());
     } else {
-      throw CryptoError("replica image: section '" + name + "' has unknown encoding '" + encoding +
-                        "'");
+      std::string why = "replica image: section '" + name + "' has unknown encoding '";
+      why += encoding;
+      why += "'";
+      throw CryptoError(why);
     }
     c.sections.push_back(std::move(out));
   }

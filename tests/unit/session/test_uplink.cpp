@@ -8,8 +8,8 @@
 
 #include <chrono>
 #include <fstream>
-#include <string>
 #include <memory>
+#include <string>
 
 #include "harness/federation_fixture.hpp"
 #include "harness/temp_dir.hpp"
