@@ -14,6 +14,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -137,6 +138,19 @@ class ChaosFederation {
     return dir_.path() / (node + ".audit");
   }
   std::string log(const std::string& node) const { return read_text(log_path(node)); }
+  // The newest round of which `parent` keeps a replica of `child` (0: none).
+  uint64_t newest_replica(const std::string& parent, const std::string& child) const {
+    uint64_t newest = 0;
+    std::error_code ec;
+    for (const auto& e :
+         std::filesystem::directory_iterator(checkpoint_dir(parent) / "replicas" / child, ec)) {
+      unsigned long long r = 0;
+      if (std::sscanf(e.path().filename().c_str(), "round-%llu.fwck", &r) == 1) {
+        newest = std::max<uint64_t>(newest, r);
+      }
+    }
+    return newest;
+  }
 
   // Gives the root a standby at a port of its own (topology
   // standby_endpoint); start it with start_standby().

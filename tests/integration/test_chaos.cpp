@@ -222,14 +222,7 @@ TEST(Chaos, FlippedCheckpointByteRestoresTheParentsReplica) {
   // and its replica image (a recovery point of its own, when newer).
   std::filesystem::remove(fed.checkpoint_dir(victim) / (victim + ".replica.fwck"));
   // What the region holds for the site now (the newest is what comes back).
-  uint64_t newest = 0;
-  for (const auto& e :
-       std::filesystem::directory_iterator(fed.checkpoint_dir(region) / "replicas" / victim)) {
-    unsigned long long r = 0;
-    if (std::sscanf(e.path().filename().c_str(), "round-%llu.fwck", &r) == 1) {
-      newest = std::max<uint64_t>(newest, r);
-    }
-  }
+  const uint64_t newest = fed.newest_replica(region, victim);
   ASSERT_GT(newest, 0u) << "the region kept no replica of " << victim;
   // The region keeps the image: parameters on the anchor, residual to bf16,
   // under the 2 bytes a parameter of an fp16 update.
@@ -266,14 +259,7 @@ TEST(Chaos, RegionWithoutItsDiskRestoresTheRootsReplica) {
   const auto crashed = fed.wait_crash(region, std::chrono::seconds(60));
   fed.forget(region);
   std::filesystem::remove_all(fed.checkpoint_dir(region));
-  uint64_t newest = 0;
-  for (const auto& e :
-       std::filesystem::directory_iterator(fed.checkpoint_dir("root") / "replicas" / region)) {
-    unsigned long long r = 0;
-    if (std::sscanf(e.path().filename().c_str(), "round-%llu.fwck", &r) == 1) {
-      newest = std::max<uint64_t>(newest, r);
-    }
-  }
+  const uint64_t newest = fed.newest_replica("root", region);
   ASSERT_GT(newest, 0u) << "the root kept no replica of " << region;
   fed.start(region);
   fed.wait_all(std::chrono::seconds(150));

@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -100,14 +99,7 @@ TEST(ChaosOverlap, SiteWithoutItsDiskRebuildsFromTheRegionsImage) {
   }
   ASSERT_GT(latest, 0u) << fed.log(victim);
   std::filesystem::remove_all(fed.checkpoint_dir(victim));
-  uint64_t newest = 0;
-  for (const auto& e :
-       std::filesystem::directory_iterator(fed.checkpoint_dir(region) / "replicas" / victim)) {
-    unsigned long long r = 0;
-    if (std::sscanf(e.path().filename().c_str(), "round-%llu.fwck", &r) == 1) {
-      newest = std::max<uint64_t>(newest, r);
-    }
-  }
+  const uint64_t newest = fed.newest_replica(region, victim);
   ASSERT_EQ(newest, latest) << "the region acknowledged the image of round " << latest;
   // Under half the checkpoint it stands for (12 bytes a parameter), though
   // the parameters' progress past the anchor is kept bit for bit.
