@@ -42,8 +42,18 @@ void Aggregator::Impl::save_checkpoint() {
   const std::string m = meta.dump();
   c.sections.push_back({"meta", std::vector<uint8_t>(m.begin(), m.end())});
   const auto t0 = Clock::now();
-  checkpoint::save_node_checkpoint(opt_.checkpoint_dir, c,
-                                   checkpoint::checkpoint_trust(*security_, topo_, self_));
+  const checkpoint::CheckpointTrust trust = checkpoint::checkpoint_trust(*security_, topo_, self_);
+  checkpoint::save_node_checkpoint(opt_.checkpoint_dir, c, trust);
+  // A region's parent keeps its replica image: the anchor it sent is left
+  // out, the residual goes to bf16 (checkpoint/replica_image.hpp).
+  if (self_.role == fedwan::Role::kRegion && role_->replicates(round_)) {
+    try {
+      checkpoint::save_replica_image(opt_.checkpoint_dir, c, {"anchor", {}, {"residual"}}, trust);
+    } catch (const Error& e) {
+      log().warn("[agg:{}] cannot write its replica image of round {}: {}", self_.id, round_,
+                 e.what());
+    }
+  }
   summary_.checkpoints_written += 1;
   metrics_.last_checkpoint = Clock::now();
   const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();

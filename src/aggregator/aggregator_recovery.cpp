@@ -34,6 +34,12 @@ std::array<uint8_t, 32> Aggregator::Impl::anchor_digest() const {
 // ---- rejoining children -------------------------------------------------------
 
 void Aggregator::Impl::send_full_anchor(const Child& c) {
+  if (anchor_values().size() != model_.elements) {
+    // A region restored from its replica image has no anchor until its
+    // parent's model is in; children wait for it (Role::resyncing).
+    log().error("[agg:{}] no anchor to send '{}' yet", self_.id, c.id);
+    return;
+  }
   const Codec& fp32 = *codec_by_id(CodecId::kFp32);
   // The round's own anchor (the next anchor's chunks follow from
   // welcome_one, and are added to it only once it is whole).

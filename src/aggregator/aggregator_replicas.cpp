@@ -138,15 +138,17 @@ void Aggregator::Impl::start_upload() {
   if (!role_->replicates(round_)) return;
   if (!repl_.upload)
     repl_.upload = std::make_unique<checkpoint::CheckpointUpload>(topo_, self_.index);
-  const fs::path path = checkpoint::checkpoint_path(opt_.checkpoint_dir, self_.id);
   try {
     if (self_.role == fedwan::Role::kRoot) {
       // The root's round commits once its standby holds this checkpoint
       // (root_role.cpp): the newest replaces one still on its way.
-      repl_.upload->start(path, round_, cfg_.piece_bytes());
+      repl_.upload->start(checkpoint::checkpoint_path(opt_.checkpoint_dir, self_.id), round_,
+                          cfg_.piece_bytes());
     } else {
-      // A region's finishes first, so one longer than a round still lands.
-      repl_.upload->offer(path, round_, cfg_.piece_bytes());
+      // A region's image (save_checkpoint); one on its way finishes first,
+      // so one longer than a round still lands.
+      repl_.upload->offer(checkpoint::replica_image_path(opt_.checkpoint_dir, self_.id), round_,
+                          cfg_.piece_bytes());
     }
   } catch (const Error& e) {
     log().warn("[agg:{}] cannot send its checkpoint: {}", self_.id, e.what());

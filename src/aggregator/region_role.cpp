@@ -150,10 +150,28 @@ void Aggregator::Impl::RegionRole::save(Checkpoint& c, nlohmann::json& meta) con
 }
 
 void Aggregator::Impl::RegionRole::restore(const Checkpoint& c, const std::string& path) {
-  anchor_ = checkpoint::floats_of(c, "anchor", 0);
-  n_.init_model_state(anchor_.size());
-  residual_ = checkpoint::floats_of(c, "residual", 0);
-  if (!residual_.empty() && residual_.size() != anchor_.size()) {
+  if (checkpoint::is_replica_image(c)) {
+    // Its parent's copy, without the anchor: the parent sends the model in
+    // full when it says hello offering none (held_digest), and children
+    // wait until it is in (resyncing).
+    const Checkpoint part = checkpoint::expand_replica_image(c, nullptr, 0);
+    uint64_t elements = 0;
+    if (const CheckpointSection* meta = part.find("meta")) {
+      const auto j = nlohmann::json::parse(meta->bytes.begin(), meta->bytes.end(), nullptr, false);
+      if (j.is_object() && j.contains("elements") && j["elements"].is_number_unsigned()) {
+        elements = j["elements"].get<uint64_t>();
+      }
+    }
+    if (elements == 0) throw CryptoError("replica image " + path + ": no model size in its meta");
+    anchor_.clear();
+    n_.init_model_state(elements);
+    residual_ = checkpoint::floats_of(part, "residual", 0);
+  } else {
+    anchor_ = checkpoint::floats_of(c, "anchor", 0);
+    n_.init_model_state(anchor_.size());
+    residual_ = checkpoint::floats_of(c, "residual", 0);
+  }
+  if (!residual_.empty() && residual_.size() != n_.model_.elements) {
     throw CryptoError("checkpoint " + path + ": residual size mismatch");
   }
   link_.uplink().resumed();
@@ -307,8 +325,10 @@ void Aggregator::Impl::RegionRole::on_parent_anchor(const wire::ParsedFrame& f, 
     }
     return;
   }
-  // An update opens the next round.
-  if (h.round != n_.round_ + 1 || link_.welcome.full_pending) {
+  // An update opens the next round (applied to an anchor it holds: not
+  // while restored from its image without one).
+  if (h.round != n_.round_ + 1 || link_.welcome.full_pending ||
+      anchor_.size() != n_.model_.elements) {
     log().info("[agg:{}] ignored an anchor chunk of round {} (training round {})", n_.self_.id,
                h.round, n_.round_);
     return;

@@ -30,8 +30,11 @@ class Aggregator::Impl::RegionRole final : public Aggregator::Impl::Role {
   void report(uint64_t round) override;
   void report_membership() override { link_.report_membership(); }
   bool sits_out_empty_rounds() const override { return true; }
+  // Also while it holds no anchor (restored from its replica image, until
+  // the parent's model is in): children wait for it.
   bool resyncing() const override {
-    return n_.phase_ == Phase::kAwaitWelcome || link_.welcome.full_pending;
+    return n_.phase_ == Phase::kAwaitWelcome || link_.welcome.full_pending ||
+           anchor_.size() != n_.model_.elements;
   }
   void finished() override { link_.done(); }
 

@@ -370,7 +370,8 @@ const CheckpointSection* Checkpoint::find(std::string_view name) const {
   return nullptr;
 }
 
-void write_checkpoint(const fs::path& path, const Checkpoint& c, const security::NodeKey* key) {
+void write_checkpoint(const fs::path& path, const Checkpoint& c, const security::NodeKey* key,
+                      std::string_view crash_points) {
   check_encodable(c);
   if (key != nullptr && key->identity().node_id != c.node_id) {
     throw ConfigError("checkpoint of '" + c.node_id + "' cannot be signed with the key of '" +
@@ -402,8 +403,8 @@ void write_checkpoint(const fs::path& path, const Checkpoint& c, const security:
     block.resize(2 + kCheckpointSignatureSlot, 0);
     out.write(block.data(), block.size());
   }
-  out.commit(/*require_durable_rename=*/true, [](std::string_view step) {
-    crash_point(std::string("checkpoint.") + std::string(step));
+  out.commit(/*require_durable_rename=*/true, [crash_points](std::string_view step) {
+    crash_point(std::string(crash_points) + "." + std::string(step));
   });
 }
 

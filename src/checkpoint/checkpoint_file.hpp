@@ -105,9 +105,12 @@ struct CheckpointSignerCheck {
 // error the temporary file is removed and `path` is left as it was, except
 // when only the final directory fsync fails: the new file is then in place
 // but may not survive a power cut, and a TransportError says so.
-// With `key` the checkpoint is signed by it.
+// With `key` the checkpoint is signed by it. The steps of the commit are
+// crash points (common/crash_point.hpp) named `<crash_points>.written`,
+// `.synced` and `.renamed`.
 void write_checkpoint(const std::filesystem::path& path, const Checkpoint& c,
-                      const security::NodeKey* key = nullptr);
+                      const security::NodeKey* key = nullptr,
+                      std::string_view crash_points = "checkpoint");
 
 // Reads `path` and verifies all of it (magic, version, flags, every length
 // against the limits and the file size before anything is allocated, names,

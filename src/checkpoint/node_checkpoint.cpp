@@ -44,7 +44,7 @@ fs::path replica_image_path(const fs::path& dir, const std::string& node) {
 uint64_t save_replica_image(const fs::path& dir, const Checkpoint& c, const ReplicaPlan& plan,
                             const CheckpointTrust& trust) {
   const fs::path path = replica_image_path(dir, c.node_id);
-  write_checkpoint(path, make_replica_image(c, plan), trust.key.get());
+  write_checkpoint(path, make_replica_image(c, plan), trust.key.get(), "replica_image");
   std::error_code ec;
   const uintmax_t size = fs::file_size(path, ec);
   return ec ? 0 : static_cast<uint64_t>(size);

@@ -4,7 +4,9 @@
 // reaches crash_point("<name>"). Production runs leave the variable unset and
 // pay one cached getenv per call. Names in use (docs/operations.md):
 //   checkpoint.written  checkpoint.synced  checkpoint.renamed
-//   site.mid_upload     aggregator.update_accepted  aggregator.round_closed
+//   replica_image.written  replica_image.synced  replica_image.renamed
+//   site.mid_upload     site.replica_stored
+//   aggregator.update_accepted  aggregator.round_closed
 // Thread safety: safe to call from any thread.
 #pragma once
 

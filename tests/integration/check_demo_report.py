@@ -32,9 +32,11 @@ def disk_recovery(report: dict, node: str) -> list:
         out.append(f"{node} restored a replica but neither rebuilt from it nor took a newer model")
     restored = [f for n, f in events if n == "replica_restored"]
     if restored:
-        print(f"disk lost: {node} restored its parent's replica of round {restored[-1].get('round')} "
-              f"({restored[-1].get('bytes')} bytes); "
-              + ("rebuilt" if "replica_rebuilt" in names else "took a newer model"))
+        outcome = ""
+        if node.startswith("site-"):
+            outcome = "; " + ("rebuilt" if "replica_rebuilt" in names else "took a newer model")
+        print(f"disk lost: {node} restored its parent's replica of round "
+              f"{restored[-1].get('round')} ({restored[-1].get('bytes')} bytes){outcome}")
     return out
 
 

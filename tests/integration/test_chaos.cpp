@@ -260,6 +260,11 @@ TEST(Chaos, RegionWithoutItsDiskRestoresTheRootsReplica) {
   std::filesystem::remove_all(fed.checkpoint_dir(region));
   const uint64_t newest = fed.newest_replica("root", region);
   ASSERT_GT(newest, 0u) << "the root kept no replica of " << region;
+  // Its replica image: the residual to bf16, without the anchor the root
+  // holds (its whole checkpoint is 8 bytes a parameter).
+  EXPECT_LT(std::filesystem::file_size(fed.checkpoint_dir("root") / "replicas" / region /
+                                       ("round-" + std::to_string(newest) + ".fwck")),
+            2 * kParams);
   fed.start(region);
   fed.wait_all(std::chrono::seconds(150));
   fed.check_against_audit();
