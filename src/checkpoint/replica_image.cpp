@@ -124,13 +124,15 @@ std::vector<uint8_t> bf16_compressed(const float* values, size_t n) {
   std::vector<uint8_t> out;
   std::vector<uint8_t> low(n);
   Compressor z(n, &out);
+  const kernels::HalfKernels& k16 = kernels::half_kernels();  // AVX2 where the CPU has it
+  std::vector<uint8_t> halves(std::min(n, kBlockFloats) * sizeof(uint16_t));
   std::vector<uint8_t> high(std::min(n, kBlockFloats));
   for (size_t at = 0; at < n || n == 0; at += kBlockFloats) {
     const size_t k = std::min(kBlockFloats, n - at);
+    k16.bf16_encode(values + at, nullptr, k, halves.data());  // little-endian halves
     for (size_t i = 0; i < k; ++i) {
-      const uint16_t h = kernels::fp32_to_bf16(values[at + i]);
-      high[i] = static_cast<uint8_t>(h >> 8);
-      low[at + i] = static_cast<uint8_t>(h & 0xFF);
+      low[at + i] = halves[2 * i];
+      high[i] = halves[2 * i + 1];
     }
     z.feed(high.data(), k, at + k >= n);
     if (n == 0) break;
