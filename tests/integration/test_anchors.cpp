@@ -65,6 +65,25 @@ FederationRun run_with_checkpoints(const Topology& topo, const fs::path& dir,
   return run_threads(topo, init, kSeed, 8, setup);
 }
 
+// site-0 started again from its checkpoint directory with no parent
+// running: where it resumed (its join times out waiting for a welcome).
+struct Restarted {
+  bool resumed = false;
+  uint64_t round = 0;
+  std::vector<float> params;
+};
+Restarted restart_without_parent(const Topology& topo, const fs::path& dir, size_t n) {
+  Restarted out;
+  out.params.assign(n, 0.0f);
+  SiteOptions o = site_options(topo, "site-0", std::chrono::milliseconds(500));
+  o.checkpoint_dir = (dir / "site-0").string();
+  SiteCore site(std::move(o), out.params.data(), out.params.size());
+  EXPECT_THROW(site.join(), TimeoutError);
+  out.resumed = site.resumed();
+  out.round = site.round();
+  return out;
+}
+
 #ifdef FEDWAN_CLI_PATH
 
 struct Cli {
@@ -198,17 +217,13 @@ TEST(CheckpointAnchors, AnEditedAndRehashedCheckpointIsNotResumed) {
   forge_signed_checkpoint(ckpt, c);
   ASSERT_EQ(read_checkpoint(ckpt).round, 2u);  // intact as far as digests go
 
-  std::vector<float> params(kParams, 0.0f);
-  SiteOptions o = site_options(topo, "site-0", std::chrono::milliseconds(500));
-  o.checkpoint_dir = (dir.path() / "site-0").string();
-  SiteCore site(std::move(o), params.data(), params.size());
-  EXPECT_THROW(site.join(), TimeoutError);
-  EXPECT_TRUE(site.resumed());
-  EXPECT_EQ(site.round(), 2u);  // from site-0.prev.fwck, the genuine round-2 checkpoint
+  const Restarted site = restart_without_parent(topo, dir.path(), kParams);
+  EXPECT_TRUE(site.resumed);
+  EXPECT_EQ(site.round, 2u);  // from site-0.prev.fwck, the genuine round-2 checkpoint
   float forged_value;
   const uint32_t pattern = 0x41414141u;
   std::memcpy(&forged_value, &pattern, sizeof forged_value);
-  EXPECT_NE(params[0], forged_value);
+  EXPECT_NE(site.params[0], forged_value);
   EXPECT_TRUE(fs::exists(ckpt.string() + ".corrupt"));
 }
 
@@ -242,13 +257,9 @@ TEST(CheckpointAnchors, ALargeSiteWritesImagesBetweenWholeCheckpoints) {
   EXPECT_LT(read_checkpoint(whole_path).round, image_round);
   EXPECT_LT(fs::file_size(image_path), fs::file_size(whole_path) / 4);
 
-  std::vector<float> params(kLarge, 0.0f);
-  SiteOptions o = site_options(topo, "site-0", std::chrono::milliseconds(500));
-  o.checkpoint_dir = (dir.path() / "site-0").string();
-  SiteCore site(std::move(o), params.data(), params.size());
-  EXPECT_THROW(site.join(), TimeoutError);
-  EXPECT_TRUE(site.resumed());
-  EXPECT_EQ(site.round(), image_round);
+  const Restarted site = restart_without_parent(topo, dir.path(), kLarge);
+  EXPECT_TRUE(site.resumed);
+  EXPECT_EQ(site.round, image_round);
 }
 
 // A parent that keeps a child's replica could hand it a forged one. The
