@@ -9,6 +9,7 @@
 
 #include "fedwan/error.hpp"
 #include "wire/frame.hpp"
+#include "wire/frame_order.hpp"
 
 namespace fedwan::security {
 namespace {
@@ -111,6 +112,9 @@ void FrameSealer::seal(std::vector<uint8_t>& frame) {
   const bool too_old = std::chrono::steady_clock::now() - epoch_start_ > policy_.max_age;
   if (frames_full || bytes_full || too_old) advance_epoch();
 
+  // Its place in the order of a striped link, counted in sealing order.
+  const wire::OrderTag tag = order_.next(wire::order_class(frame[5], frame[kOffFlags]));
+  store_u32(frame.data() + wire::kOrderOffset, wire::pack_order(tag));
   frame[kOffFlags] |= kFlagSealed;
   frame.resize(kHeader + payload + kSealTrailer);  // no copy when the caller reserved room
   uint8_t* d = frame.data();

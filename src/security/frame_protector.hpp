@@ -29,6 +29,7 @@
 
 #include "security/aead.hpp"
 #include "security/replay_window.hpp"
+#include "wire/frame_order.hpp"
 
 namespace fedwan::security {
 
@@ -59,7 +60,8 @@ class FrameSealer {
   // ProtocolError when the bytes are not a frame (too short, length field
   // disagrees, already sealed), CryptoError on an OpenSSL failure (the
   // frame's bytes are then unspecified). Reserve kSealTrailer bytes of spare
-  // capacity to keep the growth from copying the frame.
+  // capacity to keep the growth from copying the frame. Fills the header's
+  // `order` field (wire/frame_order.hpp) from the frames sealed before.
   void seal(std::vector<uint8_t>& frame);
 
   uint32_t epoch() const { return epoch_; }
@@ -76,6 +78,7 @@ class FrameSealer {
   uint64_t seq_ = 0;
   uint64_t epoch_bytes_ = 0, epoch_frames_ = 0;
   std::chrono::steady_clock::time_point epoch_start_;
+  wire::OrderCounter order_;
 };
 
 class FrameOpener {

@@ -14,6 +14,8 @@
 #include <string_view>
 #include <vector>
 
+#include "wire/frame_order.hpp"
+
 namespace fedwan::security {
 class FrameSealer;
 }  // namespace fedwan::security
@@ -82,9 +84,13 @@ class ChannelSecurity {
   // and sealed kConsumed); nullopt for the rest, and for mechanisms without
   // sequence numbers. Links striped over several connections put frames
   // back in order by it (transport/resequencer.hpp).
+  // `klass` and `tag` say what the frame may overtake and what it must not
+  // (wire/frame_order.hpp), from its authenticated header.
   struct Order {
     uint64_t session = 0;
     uint64_t seq = 0;
+    wire::OrderClass klass = wire::OrderClass::kBarrier;
+    wire::OrderTag tag{};
   };
   virtual std::optional<Order> last_order() const { return std::nullopt; }
 

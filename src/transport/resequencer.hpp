@@ -1,16 +1,23 @@
-// Puts the frames of a link striped over several connections back in the
-// order their sender sealed them. Each connection delivers in order, but a
-// frame on a slow connection is overtaken by later ones on the others; the
-// receiver holds those until the gap fills. The order is the secure
-// channel's authenticated sequence number (ChannelSecurity::Order), so a
-// network attacker cannot reorder what the protocol above sees any more
-// than it could on one connection.
+// Delivers the frames of a link striped over several connections in an
+// order the protocol above can rely on, without making every frame wait for
+// every earlier one. Each connection delivers in order, but a frame on a
+// slow connection (one in loss recovery) is overtaken by later ones on the
+// others. Chunks are independent units and go on at once; only what must
+// not be overtaken waits (wire/frame_order.hpp): a barrier or a heartbeat
+// waits for every frame sealed before it, a chunk for the barriers before
+// it, a checkpoint piece for the barriers and pieces before it. Order is the
+// secure channel's authenticated sequence number and the header's
+// authenticated order tag (ChannelSecurity::Order), so a network attacker
+// cannot reorder what the protocol above sees beyond what the sender allowed.
 //
-// A gap that does not fill (its frame was lost when a connection broke) is
-// given up after `max_wait`, or at once when `max_frames` are held: the held
-// frames go on, and the missing one, should it still come, is delivered late
-// (the replay window has already refused duplicates). The protocol above
-// recovers a lost frame as it does after any reconnect. A new session (new
+// A frame that does not come (lost when a connection broke) is given up
+// after `max_wait`, at once when `max_frames` are held waiting, or when
+// frames 1024 sequence numbers past it have come (the replay window would
+// refuse it): what waited goes on, the missing one, should it still come, is
+// delivered late, and stats().gaps_skipped counts it; the owner takes that as
+// the link having failed and the protocol above recovers as after any
+// reconnect. Frames whose order tags can never be satisfied (a dishonest
+// sender) count the same way once `max_frames` are held. A new session (new
 // keys) starts the count again and drops what the old one still held.
 //
 // Not thread safe: owned by the link's thread.
@@ -22,6 +29,7 @@
 #include <deque>
 #include <map>
 #include <optional>
+#include <set>
 
 #include "transport/channel_security.hpp"
 #include "transport/transport.hpp"
@@ -31,9 +39,11 @@ namespace fedwan::transport {
 class Resequencer {
  public:
   using Clock = std::chrono::steady_clock;
+  // Sequence numbers tracked past a missing one: the replay window's span.
+  static constexpr uint64_t kSpan = 1024;
 
   struct Options {
-    size_t max_frames = 64;                    // held out of order, at most
+    size_t max_frames = 64;                    // held waiting, at most
     std::chrono::milliseconds max_wait{5000};  // for a missing frame
   };
   struct Frame {
@@ -42,7 +52,8 @@ class Resequencer {
   };
   struct Stats {
     uint64_t held = 0;          // frames that waited for an earlier one
-    uint64_t gaps_skipped = 0;  // missing frames given up on
+    uint64_t overtook = 0;      // frames delivered while an earlier one was missing
+    uint64_t gaps_skipped = 0;  // missing frames given up on (or unsatisfiable tags)
     uint64_t late = 0;          // frames that came after their gap was given up
     uint64_t dropped = 0;       // held frames of a session that ended
   };
@@ -50,33 +61,46 @@ class Resequencer {
   explicit Resequencer(Options options) : options_(options) {}
 
   // A sealed message opened at `order`: `frame` is what the link returns for
-  // it, or nullopt when the security layer consumed or refused it (its
-  // sequence number is used up all the same).
-  void push(ChannelSecurity::Order order, std::optional<Frame> frame, Clock::time_point now);
-  // The next frame in order, if one is ready (giving up a gap whose wait ran
-  // out by `now`).
+  // it, or nullopt when the security layer consumed it (its sequence number
+  // and its place in the order count all the same).
+  void push(const ChannelSecurity::Order& order, std::optional<Frame> frame,
+            Clock::time_point now);
+  // The next frame ready, if any (giving up a gap whose wait ran out by `now`).
   bool pop(Frame* out, Clock::time_point now);
   // Drops every frame held, ready or not (counted as dropped).
   void clear();
-  // When pop() may have a frame without another push(): the end of the
-  // current gap's wait; Clock::time_point::max() when none is running.
+  // When pop() may have a frame without another push(): now when one is
+  // ready, the end of the current gap's wait, or Clock::time_point::max().
   Clock::time_point wake_at() const;
-  // Frames held, ready or waiting for a gap.
+  // Frames held, ready or waiting.
   size_t holding() const { return ready_.size() + held_.size(); }
   const Stats& stats() const { return stats_; }
   const Options& options() const { return options_; }
   uint64_t session() const { return session_; }
 
  private:
-  void drain(Clock::time_point now);
+  struct Held {
+    std::optional<Frame> frame;
+    wire::OrderClass klass = wire::OrderClass::kBarrier;
+    wire::OrderTag tag{};
+  };
+  void arrive(uint64_t seq, Clock::time_point now);
+  bool deliverable(uint64_t seq, const Held& h, bool first) const;
+  void deliver(uint64_t seq, Held& h);
+  // Delivers every held frame whose turn has come.
+  void settle();
   void skip_gap(Clock::time_point now);
+  // Too many held with nothing missing: tags that cannot be satisfied.
+  void flush_unsatisfiable();
 
   Options options_;
   bool started_ = false;
   uint64_t session_ = 0;
-  uint64_t next_ = 0;  // the sequence number the link returns next
-  std::map<uint64_t, std::optional<Frame>> held_;
+  uint64_t next_ = 0;          // every number below has come (or was given up)
+  std::set<uint64_t> ahead_;   // numbers above next_ that have come
+  std::map<uint64_t, Held> held_;  // come, not yet deliverable
   std::deque<Frame> ready_;
+  uint16_t barriers_ = 0, pieces_ = 0;  // delivered, modulo 2^16
   Clock::time_point gap_since_{};
   Stats stats_;
 };

@@ -5,6 +5,7 @@
 #include "common/log.hpp"
 #include "fedwan/error.hpp"
 #include "wire/frame.hpp"
+#include "wire/frame_order.hpp"
 
 namespace fedwan::transport {
 namespace {
@@ -25,6 +26,11 @@ bool looks_like_frame(const uint8_t* data, size_t size) {
 bool is_sealed(const uint8_t* data) { return (data[kFlagsOffset] & kFlagSealed) != 0; }
 
 wire::MsgType type_of(const uint8_t* data) { return static_cast<wire::MsgType>(data[kTypeOffset]); }
+
+uint32_t load_order(const uint8_t* data) {
+  const uint8_t* p = data + wire::kOrderOffset;
+  return uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 | uint32_t{p[3]} << 24;
+}
 
 }  // namespace
 
@@ -261,7 +267,8 @@ ChannelSecurity::Inbound SecureChannel::on_sealed(uint8_t* data, size_t size, si
   if (r != FrameOpener::Result::kOk) {
     return reject(std::string("sealed frame refused: ") + FrameOpener::result_name(r), size, why);
   }
-  last_order_ = Order{session_, opener_->last_seq()};
+  last_order_ = Order{session_, opener_->last_seq(), wire::order_class(data[kTypeOffset], data[kFlagsOffset]),
+                      wire::unpack_order(load_order(data))};
   if (type_of(data) == wire::MsgType::kHandshake) {
     if (is_client_ && state_ == State::kAwaitConfirm) {
       state_ = State::kEstablished;

@@ -213,7 +213,6 @@ ParsedFrame& check_checkpoint(ParsedFrame& f, const FrameLimits& lim) {
 struct RawEnvelope {
   uint32_t magic = 0;
   uint8_t version = 0;
-  uint32_t reserved = 0;
 };
 
 // Decoding the raw fields is harmless; nothing trusts them until the check
@@ -235,7 +234,6 @@ RawEnvelope decode_fields(const uint8_t* data, FrameHeader& h) {
   h.total_elements = get_u64(data + 40);
   h.weight = bits_double(get_u64(data + 48));
   h.payload_length = get_u32(data + 56);
-  raw.reserved = get_u32(data + 60);
   return raw;
 }
 
@@ -355,10 +353,6 @@ ParsedFrame parse_frame(const uint8_t* data, size_t size, const FrameLimits& lim
   }
   const Codec* codec = nullptr;
   if (!check_codec(f, &codec).ok()) return f;
-  if (raw.reserved != 0) {
-    return reject(f, RejectReason::kBadReserved, "reserved field 0x%08" PRIx32 ", must be 0",
-                  raw.reserved);
-  }
   uint8_t bad_flags = h.flags & static_cast<uint8_t>(~allowed_flags(h.type));
   if (bad_flags != 0) {
     return reject(f, RejectReason::kBadReserved, "%s with flags 0x%02x; bits 0x%02x are reserved",

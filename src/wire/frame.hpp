@@ -7,15 +7,16 @@
 //   0 u32 magic 'FWAN'     4 u8 version   5 u8 type   6 u8 codec   7 u8 flags
 //   8 u64 job_id          16 u64 round   24 u32 sender
 //  28 u32 chunk_index     32 u32 chunk_count          36 u32 element_count
-//  40 u64 total_elements  48 f64 weight  56 u32 payload_length   60 u32 reserved (0)
+//  40 u64 total_elements  48 f64 weight  56 u32 payload_length   60 u32 order
 // The encoded header is also the AEAD associated data of the secure channel.
+// `order` is 0 as encoded; a sealer fills it (wire/frame_order.hpp) and
+// parse_frame does not judge it.
 //
 // Rules parse_frame enforces, in this order (first failure wins):
 //   size >= 64 (kTooShort); magic; version == kVersion (kBadVersion, so a
 //   newer peer is told apart from garbage); type 1..10; codec: a registered codec id on
 //   kAnchor/kDelta, an AEAD id (0..kMaxAeadId) on kHandshake, 0 on every
-//   other type (kBadCodec); reserved == 0 and no
-//   flag bits except kFlagFullAnchor or kFlagClip on kAnchor, kFlagNoValues,
+//   other type (kBadCodec); no flag bits except kFlagFullAnchor or kFlagClip on kAnchor, kFlagNoValues,
 //   kFlagExcused and kFlagUnclipped on kDelta (kFlagNoValues only with
 //   kFlagExcused), kFlagNoChange, kFlagKeepsReplicas and kFlagClip on kWelcome, kFlagSent and
 //   kFlagNeedReplica on kHello, kFlagNeedUpdate, kFlagLeaving, kFlagPausing and kFlagMembership on
@@ -68,8 +69,10 @@ inline constexpr uint32_t kMagic = 0x4E415746;  // "FWAN" read as little-endian 
 // site's delta weight taken from the topology; 6: elastic membership (a
 // child's leave or pause, a region's member weight, on heartbeats); 7: a
 // delta's excused weight (kFlagExcused, kFlagNoValues); 8: adaptive clipping
-// over regions (kFlagUnclipped up, kFlagClip down)
-inline constexpr uint8_t kVersion = 8;
+// over regions (kFlagUnclipped up, kFlagClip down); 9: the header's last
+// field (reserved before) is `order`, which lets chunks on a striped link
+// overtake one another (wire/frame_order.hpp)
+inline constexpr uint8_t kVersion = 9;
 inline constexpr size_t kHeaderSize = 64;
 
 enum class MsgType : uint8_t {

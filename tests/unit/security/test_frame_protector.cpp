@@ -12,6 +12,7 @@
 #include "fedwan/error.hpp"
 #include "security/frame_protector.hpp"
 #include "wire/frame.hpp"
+#include "wire/frame_order.hpp"
 
 namespace fedwan::security {
 namespace {
@@ -113,6 +114,46 @@ TEST_P(FrameProtector, RoundTripOfRealFrames) {
   }
   EXPECT_EQ(sealer.next_seq(), 20u);
   EXPECT_EQ(sealer.epoch(), 0u);
+}
+
+// A frame of `type` with `flags` and no payload (the sealer reads only the
+// header's type and flags for its order tag).
+Bytes bare_frame(wire::MsgType type, uint8_t flags = 0) {
+  wire::FrameHeader h;
+  h.type = type;
+  h.flags = flags;
+  return wire::encode_frame(h, nullptr, 0);
+}
+
+TEST_P(FrameProtector, TheOrderFieldCountsTheBarriersAndPiecesSealedBefore) {
+  FrameSealer sealer(alg(), test_key(1), test_iv(2));
+  FrameOpener opener(alg(), test_key(1), test_iv(2));
+  struct Step {
+    Bytes frame;
+    uint16_t barriers, pieces;
+  };
+  const std::vector<Step> steps = {
+      {bare_frame(wire::MsgType::kWelcome), 0, 0},
+      {delta_frame(0), 1, 0},
+      {bare_frame(wire::MsgType::kCheckpoint), 1, 0},  // a piece
+      {bare_frame(wire::MsgType::kHeartbeat), 1, 1},   // follows, counts nothing
+      {delta_frame(1), 1, 1},
+      {bare_frame(wire::MsgType::kCheckpoint, wire::kFlagReplicaStored), 1, 1},  // a signal
+      {bare_frame(wire::MsgType::kHeartbeat, wire::kFlagMembership), 2, 1},
+      {bare_frame(wire::MsgType::kCheckpoint), 3, 1},
+      {delta_frame(2), 3, 2},
+  };
+  for (size_t i = 0; i < steps.size(); ++i) {
+    Bytes b = sealed_copy(sealer, steps[i].frame);
+    const wire::OrderTag tag = wire::unpack_order(load_u32(b.data() + wire::kOrderOffset));
+    EXPECT_EQ(tag.barriers, steps[i].barriers) << i;
+    EXPECT_EQ(tag.pieces, steps[i].pieces) << i;
+    // The field is authenticated with the header.
+    Bytes forged = b;
+    forged[wire::kOrderOffset] ^= 1;
+    EXPECT_EQ(open_copy(opener, forged), Result::kBadTag) << i;
+    EXPECT_EQ(open_copy(opener, b), Result::kOk) << i;
+  }
 }
 
 TEST_P(FrameProtector, HeaderStaysReadableAndPayloadIsEncrypted) {

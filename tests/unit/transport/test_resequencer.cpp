@@ -1,7 +1,9 @@
 // Resequencer: frames of a link striped over several connections come back
-// in the order they were sealed; gaps that never fill are given up after the
-// wait or at the hold limit, late frames still go on, a new session starts
-// over.
+// in an order the protocol can rely on (barriers after everything before
+// them, chunks as they come once the barriers before them are in, pieces in
+// their own order); gaps that never fill are given up after the wait, at the
+// hold limit or past the replay window, late frames still go on, a new
+// session starts over.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -41,6 +43,14 @@ std::vector<uint64_t> pop_all(Resequencer& r, Clock::time_point now) {
 
 void push(Resequencer& r, uint64_t seq, Clock::time_point now, uint64_t session = 1) {
   r.push({session, seq}, frame(seq), now);
+}
+
+using wire::OrderClass;
+
+// A frame of class `c` sealed after `barriers` barriers and `pieces` pieces.
+void push_as(Resequencer& r, uint64_t seq, OrderClass c, uint16_t barriers, uint16_t pieces,
+             Clock::time_point now) {
+  r.push({1, seq, c, wire::OrderTag{barriers, pieces}}, frame(seq), now);
 }
 
 TEST(Resequencer, InOrderFramesPassStraightThrough) {
@@ -145,6 +155,111 @@ TEST(Resequencer, ReadyFramesAreDueAtOnce) {
   const auto t = Clock::now();
   push(r, 0, t);
   EXPECT_EQ(r.wake_at(), Clock::time_point::min());
+}
+
+TEST(Resequencer, ChunksOvertakeAMissingChunk) {
+  Resequencer r({64, 1000ms});
+  const auto t = Clock::now();
+  push_as(r, 0, OrderClass::kBarrier, 0, 0, t);  // a welcome
+  push_as(r, 2, OrderClass::kChunk, 1, 0, t);    // chunk 1 is on a slow connection
+  push_as(r, 3, OrderClass::kChunk, 1, 0, t);
+  EXPECT_EQ(pop_all(r, t), (std::vector<uint64_t>{0, 2, 3}));
+  EXPECT_EQ(r.stats().overtook, 2u);
+  EXPECT_EQ(r.stats().held, 0u);
+  // A heartbeat waits for the chunk before it; the chunks after it do not.
+  push_as(r, 4, OrderClass::kFollow, 1, 0, t);
+  push_as(r, 5, OrderClass::kChunk, 1, 0, t);
+  // A barrier waits for everything, and what follows it waits for it.
+  push_as(r, 6, OrderClass::kBarrier, 1, 0, t);
+  push_as(r, 7, OrderClass::kChunk, 2, 0, t);
+  EXPECT_EQ(pop_all(r, t), (std::vector<uint64_t>{5}));
+  EXPECT_EQ(r.holding(), 3u);
+  push_as(r, 1, OrderClass::kChunk, 1, 0, t + 5ms);
+  EXPECT_EQ(pop_all(r, t + 5ms), (std::vector<uint64_t>{1, 4, 6, 7}));
+  EXPECT_EQ(r.stats().gaps_skipped, 0u);
+  EXPECT_EQ(r.wake_at(), Clock::time_point::max());
+}
+
+TEST(Resequencer, AChunkWaitsForTheBarriersSealedBeforeIt) {
+  Resequencer r({64, 1000ms});
+  const auto t = Clock::now();
+  push_as(r, 0, OrderClass::kBarrier, 0, 0, t);
+  push_as(r, 2, OrderClass::kChunk, 2, 0, t);  // sealed after barrier 1, still missing
+  EXPECT_EQ(pop_all(r, t), (std::vector<uint64_t>{0}));
+  push_as(r, 1, OrderClass::kBarrier, 1, 0, t);
+  EXPECT_EQ(pop_all(r, t), (std::vector<uint64_t>{1, 2}));
+}
+
+TEST(Resequencer, PiecesKeepTheirOwnOrderButPassChunks) {
+  Resequencer r({64, 1000ms});
+  const auto t = Clock::now();
+  push_as(r, 1, OrderClass::kPiece, 0, 0, t);  // chunk 0 is missing
+  push_as(r, 4, OrderClass::kPiece, 0, 2, t);  // piece 2 before piece 1 (seq 3)
+  EXPECT_EQ(pop_all(r, t), (std::vector<uint64_t>{1}));
+  push_as(r, 3, OrderClass::kPiece, 0, 1, t);
+  EXPECT_EQ(pop_all(r, t), (std::vector<uint64_t>{3, 4}));
+  push_as(r, 2, OrderClass::kChunk, 0, 1, t);
+  push_as(r, 0, OrderClass::kChunk, 0, 0, t);
+  EXPECT_EQ(pop_all(r, t), (std::vector<uint64_t>{2, 0}));
+  EXPECT_EQ(r.stats().gaps_skipped, 0u);
+}
+
+TEST(Resequencer, AMissingChunkIsStillGivenUpAfterTheWait) {
+  // Nothing waits for it, but a frame that never comes means a connection
+  // broke: the owner must hear of it.
+  Resequencer r({64, 500ms});
+  const auto t = Clock::now();
+  push_as(r, 0, OrderClass::kChunk, 0, 0, t);
+  push_as(r, 2, OrderClass::kChunk, 0, 0, t);
+  EXPECT_EQ(pop_all(r, t), (std::vector<uint64_t>{0, 2}));
+  EXPECT_EQ(r.wake_at(), t + 500ms);
+  EXPECT_TRUE(pop_all(r, t + 499ms).empty());
+  EXPECT_EQ(r.stats().gaps_skipped, 0u);
+  EXPECT_TRUE(pop_all(r, t + 500ms).empty());
+  EXPECT_EQ(r.stats().gaps_skipped, 1u);
+  EXPECT_EQ(r.wake_at(), Clock::time_point::max());
+}
+
+TEST(Resequencer, AFrameFarPastAMissingOneGivesItUp) {
+  // The replay window refuses a frame that far behind: it can never come.
+  Resequencer r({64, 60s});
+  const auto t = Clock::now();
+  push_as(r, 0, OrderClass::kChunk, 0, 0, t);
+  push_as(r, 2, OrderClass::kChunk, 0, 0, t);
+  push_as(r, Resequencer::kSpan, OrderClass::kChunk, 0, 0, t);
+  EXPECT_EQ(r.stats().gaps_skipped, 0u);
+  push_as(r, 1 + Resequencer::kSpan, OrderClass::kChunk, 0, 0, t);
+  EXPECT_GE(r.stats().gaps_skipped, 1u);
+  EXPECT_EQ(pop_all(r, t).size(), 4u);
+}
+
+TEST(Resequencer, TagsThatCanNeverBeMetEndTheLinkAtTheHoldLimit) {
+  // A dishonest sender's chunks claim barriers it never sent.
+  Resequencer r({4, 60s});
+  const auto t = Clock::now();
+  for (uint64_t s = 0; s < 4; ++s) push_as(r, s, OrderClass::kChunk, 9, 0, t);
+  EXPECT_TRUE(pop_all(r, t).empty());
+  EXPECT_EQ(r.stats().gaps_skipped, 0u);
+  push_as(r, 4, OrderClass::kChunk, 9, 0, t);
+  EXPECT_EQ(r.stats().gaps_skipped, 1u);
+  EXPECT_EQ(r.holding(), 5u);  // ready: the owner fails the link
+}
+
+TEST(Resequencer, CountsWrapAround) {
+  Resequencer r({64, 1000ms});
+  const auto t = Clock::now();
+  // 65536 barriers, then a chunk tagged 0 again (modulo 2^16) and one
+  // tagged 1 that must wait for the next barrier.
+  uint64_t seq = 0;
+  for (uint32_t b = 0; b < 65536; ++b, ++seq) {
+    push_as(r, seq, OrderClass::kBarrier, static_cast<uint16_t>(b), 0, t);
+  }
+  EXPECT_EQ(pop_all(r, t).size(), 65536u);
+  push_as(r, seq + 1, OrderClass::kChunk, 1, 0, t);
+  push_as(r, seq + 2, OrderClass::kChunk, 0, 0, t);
+  EXPECT_EQ(pop_all(r, t), (std::vector<uint64_t>{seq + 2}));
+  push_as(r, seq, OrderClass::kBarrier, 0, 0, t);
+  EXPECT_EQ(pop_all(r, t), (std::vector<uint64_t>{seq, seq + 1}));
 }
 
 }  // namespace

@@ -18,7 +18,7 @@ using Bytes = std::vector<uint8_t>;
 // Header offsets, as documented in frame.hpp.
 constexpr size_t kOffVersion = 4, kOffType = 5, kOffCodec = 6, kOffFlags = 7;
 constexpr size_t kOffChunkIndex = 28, kOffChunkCount = 32, kOffElements = 36;
-constexpr size_t kOffTotal = 40, kOffWeight = 48, kOffPayloadLen = 56, kOffReserved = 60;
+constexpr size_t kOffTotal = 40, kOffWeight = 48, kOffPayloadLen = 56, kOffOrder = 60;
 
 inline const MsgType kAllTypes[] = {MsgType::kHello, MsgType::kWelcome,   MsgType::kAnchor,
                                     MsgType::kDelta, MsgType::kTelemetry, MsgType::kReject,
@@ -28,6 +28,11 @@ inline const MsgType kControlTypes[] = {MsgType::kHello, MsgType::kWelcome, MsgT
 
 inline void set_u32(Bytes& b, size_t off, uint32_t v) {
   for (int i = 0; i < 4; ++i) b[off + i] = static_cast<uint8_t>(v >> (8 * i));
+}
+inline uint32_t get_u32(const Bytes& b, size_t off) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) v |= uint32_t{b[off + i]} << (8 * i);
+  return v;
 }
 inline void set_u64(Bytes& b, size_t off, uint64_t v) {
   for (int i = 0; i < 8; ++i) b[off + i] = static_cast<uint8_t>(v >> (8 * i));
