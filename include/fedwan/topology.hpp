@@ -15,6 +15,9 @@
 
 namespace fedwan {
 
+// `streams: auto`: a child's uplink uses as many TCP connections as pay.
+inline constexpr uint64_t kStreamsAuto = 0;
+
 enum class Role : uint8_t { kRoot = 0, kRegion = 1, kSite = 2 };
 FEDWAN_API const char* role_name(Role role);
 
@@ -89,6 +92,9 @@ struct FEDWAN_API NodeSpec {
   // FederationSpec::streams for this node's uplink; unset = the federation's.
   // Refused on the root, which has no parent link.
   std::optional<uint64_t> streams;
+  // FederationSpec::max_streams for this node's uplink; unset = the
+  // federation's. Refused on the root.
+  std::optional<uint64_t> max_streams;
   // Elastic membership (docs/operations.md, "Membership"), sites only: the
   // federation starts without waiting for a late_join site; it joins
   // whenever it comes and counts from the next round.
@@ -185,11 +191,13 @@ struct FEDWAN_API FederationSpec {
   // fixed (autotuning off; the kernel caps it at net.core.wmem_max /
   // rmem_max). See docs/topology.md, "Socket buffers".
   uint64_t socket_buffer_bytes = 0;
-  // TCP connections per tree link: a child opens this many to its parent and
-  // stripes frames across them (1..16, default 1); a node's own `streams`
-  // overrides it for its uplink. See docs/topology.md, "Several TCP
-  // connections per link".
-  uint64_t streams = 1;
+  // TCP connections per tree link: kStreamsAuto (`auto`, the default): a
+  // child uses as many as pay, measured as it sends, up to max_streams; or a
+  // fixed 1..16, frames striped across them. A node's own `streams` and
+  // `max_streams` override these for its uplink. See docs/topology.md,
+  // "Several TCP connections per link".
+  uint64_t streams = kStreamsAuto;
+  uint64_t max_streams = 8;  // 1..16
   // Every aggregator's rule (in the digest when not the default).
   AggregationSpec aggregation;
   PrivacySpec privacy;
@@ -243,6 +251,13 @@ class FEDWAN_API Topology {
   const NodeSpec* find(const std::string& id) const;  // nullptr when absent
   const NodeSpec& node(uint32_t index) const { return nodes_.at(index); }
   const NodeSpec& root() const { return nodes_.at(root_index_); }
+  // The TCP connections `child`'s uplink may open, and whether how many it
+  // uses adapts to what pays (`streams: auto`). The root: one, fixed.
+  struct UplinkStreams {
+    uint64_t connections = 1;
+    bool adaptive = false;
+  };
+  UplinkStreams uplink_streams(const NodeSpec& child) const;
   // Whether the root has a standby (root().standby_endpoint is set).
   bool has_standby() const { return !root().standby_endpoint.empty(); }
   // Sites in the subtree under `index` (the node itself if it is a site).

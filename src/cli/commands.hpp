@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cli/workload.hpp"
+#include "fedwan/topology.hpp"
 
 namespace CLI {
 class App;
@@ -68,7 +69,8 @@ struct DemoArgs {
   uint64_t rounds = 30;
   uint64_t inner_steps = 25;
   uint64_t overlap_steps = 0;  // tau; 0: blocking rounds
-  uint64_t streams = 1;        // TCP connections per tree link
+  // TCP connections per tree link: kStreamsAuto (as many as pay), or 1..16.
+  uint64_t streams = kStreamsAuto;
   int max_restarts = 3;        // per node, like torchrun --max-restarts
   std::string chaos;           // NODE@ROUND: that node is killed in that round
   std::string late;            // SITE@ROUND: that site (late_join) is started in that round

@@ -129,10 +129,17 @@ void add_federation_flags(CLI::App& cmd, DemoArgs& a) {
                  "next anchor this many steps later (1..inner steps); 0: blocking rounds")
       ->check(number_in(0, 1e9))
       ->capture_default_str();
-  cmd.add_option("--streams", a.streams,
-                 "TCP connections per tree link, frames striped across them (1..16)")
-      ->check(number_in(1, 16))
-      ->capture_default_str();
+  cmd.add_option_function<std::string>(
+         "--streams",
+         [&a](const std::string& v) { a.streams = v == "auto" ? kStreamsAuto : std::stoull(v); },
+         "TCP connections per tree link, frames striped across them: auto (as many as pay, "
+         "the default) or 1..16")
+      ->check([](const std::string& v) -> std::string {
+        if (v == "auto") return "";
+        const std::string why = number_in(1, 16)(v);
+        return why.empty() ? "" : "--streams: auto, or 1 to 16";
+      })
+      ->default_str("auto");
 }
 
 // What happens to nodes while the federation runs: deaths and restarts,

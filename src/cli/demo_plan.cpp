@@ -175,7 +175,7 @@ std::optional<AddedSite> plan_added_site(const DemoArgs& a, const DemoPlan& plan
 
 DemoPlan plan_demo(const DemoArgs& a, fs::path dir) {
   const std::vector<double> weights = site_weights(a);
-  if (a.insecure_plaintext && a.streams > 1) {
+  if (a.insecure_plaintext && a.streams != kStreamsAuto && a.streams > 1) {
     throw ConfigError("--streams " + std::to_string(a.streams) +
                       " needs the secure channel (plaintext frames carry no sequence numbers "
                       "to restore their order): drop --insecure-plaintext, or use --streams 1");

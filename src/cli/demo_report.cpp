@@ -113,7 +113,7 @@ nlohmann::json demo_configuration(const DemoArgs& a, const Topology& topo, bool 
           {"rounds", a.rounds},
           {"inner_steps", a.inner_steps},
           {"overlap_steps", a.overlap_steps},
-          {"streams", a.streams},
+          {"streams", a.streams == kStreamsAuto ? nlohmann::json("auto") : nlohmann::json(a.streams)},
           {"codec", a.codec},
           {"outer_optimizer", a.outer},
           {"chunk_bytes", a.chunk_bytes},

@@ -83,8 +83,9 @@ NodeConfig::NodeConfig(const Topology& topology, const NodeSpec& self,
       static_cast<int>(self.socket_buffer_bytes.value_or(fed.socket_buffer_bytes));
   // The connections this node opens to its parent (the root has none: its
   // link to a standby is one connection).
-  link.streams =
-      self.role == Role::kRoot ? 1 : static_cast<int>(self.streams.value_or(fed.streams));
+  const Topology::UplinkStreams up = topology.uplink_streams(self);
+  link.streams = static_cast<int>(up.connections);
+  link.adaptive_streams = up.adaptive;
   link.reorder_wait_ms = static_cast<int>(std::max(1000.0, fed.heartbeat_timeout_s * 500));
   round_timeout = overrides.round_timeout.value_or(millis(fed.round_timeout_s));
   heartbeat = millis(fed.heartbeat_s);

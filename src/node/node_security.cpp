@@ -317,7 +317,11 @@ transport::LinkAdmission NodeSecurity::children_admission() {
   a.streams = [this](const std::string& child) -> size_t {
     const NodeSpec* n = topology_.find(child);
     if (n == nullptr || n->role == Role::kRoot) return 1;
-    return n->streams.value_or(topology_.federation().streams);
+    return topology_.uplink_streams(*n).connections;
+  };
+  a.adaptive_streams = [this](const std::string& child) {
+    const NodeSpec* n = topology_.find(child);
+    return n != nullptr && topology_.uplink_streams(*n).adaptive;
   };
   a.reorder_wait = std::chrono::milliseconds(
       static_cast<int64_t>(std::max(1000.0, topology_.federation().heartbeat_timeout_s * 500)));

@@ -98,7 +98,7 @@ const std::vector<std::string> kTopKeys = {"job",     "federation", "policy",   
                                            "version", "history",    "signature"};
 const std::vector<std::string> kNodeKeys = {
     "id", "role", "parent", "endpoint", "bind", "weight", "standby_endpoint", "standby_bind",
-    "tcp_congestion", "socket_buffer_bytes", "streams", "late_join", "windows", "metrics",
+    "tcp_congestion", "socket_buffer_bytes", "streams", "max_streams", "late_join", "windows", "metrics",
     "removed", "devices", "aggregation",
     // residency, read in topology_policy.cpp
     "jurisdiction", "allowed_jurisdictions", "k_min"};
@@ -151,7 +151,8 @@ NodeSpec read_node(const YamlReader& r, const YAML::Node& n, size_t pos,
   if (auto v = n["tcp_congestion"]) s.tcp_congestion = read_tcp_congestion(r, v, ctx);
   if (auto v = n["socket_buffer_bytes"])
     s.socket_buffer_bytes = r.u64(v, ctx, "socket_buffer_bytes");
-  if (auto v = n["streams"]) s.streams = r.u64(v, ctx, "streams");
+  if (auto v = n["streams"]) s.streams = topology_detail::read_streams(r, v, ctx);
+  if (auto v = n["max_streams"]) s.max_streams = r.u64(v, ctx, "max_streams");
   if (auto v = n["late_join"]) s.late_join = r.boolean(v, ctx, "late_join");
   if (auto v = n["windows"]) s.windows = r.str_list(v, ctx, "windows");
   if (auto v = n["metrics"]) s.metrics = r.str(v, ctx, "metrics");
@@ -291,6 +292,13 @@ void Topology::finalize(const std::string& source) {
     for (const auto& d : history_) canonical += "history=" + to_hex(d.data(), d.size()) + "\n";
   }
   digest_ = sha256(canonical.data(), canonical.size());
+}
+
+Topology::UplinkStreams Topology::uplink_streams(const NodeSpec& child) const {
+  if (child.role == Role::kRoot) return {};
+  const uint64_t streams = child.streams.value_or(federation_.streams);
+  if (streams != kStreamsAuto) return {streams, false};
+  return {child.max_streams.value_or(federation_.max_streams), true};
 }
 
 const NodeSpec& Topology::node(const std::string& id) const {

@@ -125,7 +125,10 @@ std::string later_federation_lines(const FederationSpec& f) {
     c += "federation.socket_buffer_bytes=" + std::to_string(f.socket_buffer_bytes) + "\n";
   }
   if (f.streams != defaults.streams) {
-    c += "federation.streams=" + std::to_string(f.streams) + "\n";
+    c += "federation.streams=" + streams_text(f.streams) + "\n";
+  }
+  if (f.max_streams != defaults.max_streams) {
+    c += "federation.max_streams=" + std::to_string(f.max_streams) + "\n";
   }
   if (f.overlap_steps != defaults.overlap_steps) {
     c += "federation.overlap_steps=" + std::to_string(f.overlap_steps) + "\n";
@@ -169,7 +172,8 @@ std::string node_line(const NodeSpec& s) {
   if (!s.standby_endpoint.empty()) {
     line += " standby_bind=" + s.standby_bind + " standby_endpoint=" + s.standby_endpoint;
   }
-  if (s.streams) line += " streams=" + std::to_string(*s.streams);
+  if (s.streams) line += " streams=" + streams_text(*s.streams);
+  if (s.max_streams) line += " max_streams=" + std::to_string(*s.max_streams);
   if (!s.tcp_congestion.empty()) line += " tcp_congestion=" + s.tcp_congestion;
   if (s.late_join) line += " late_join=1";
   if (!s.metrics.empty()) line += " metrics=" + s.metrics;

@@ -62,12 +62,21 @@ void check_link_settings(const NodeSpec& s, const std::string& who, const Fail& 
   }
   if (s.streams) {
     if (s.role == Role::kRoot) {
-      fail(who + "streams " + std::to_string(*s.streams) +
+      fail(who + "streams " + streams_text(*s.streams) +
            " is set on the root; the root has no parent link to stripe (set streams on its "
            "children, or federation.streams)");
     }
     const std::string streams = streams_problem(*s.streams);
     if (!streams.empty()) fail(who + streams);
+  }
+  if (s.max_streams) {
+    if (s.role == Role::kRoot) {
+      fail(who + "max_streams " + std::to_string(*s.max_streams) +
+           " is set on the root; the root has no parent link (set it on its children, or "
+           "federation.max_streams)");
+    }
+    const std::string max_streams = max_streams_problem(*s.max_streams);
+    if (!max_streams.empty()) fail(who + max_streams);
   }
 }
 

@@ -151,8 +151,12 @@ std::string standby_problem(NodeSpec& s);
 std::string tcp_congestion_problem(const std::string& name);
 // "" when `bytes` may be a socket_buffer_bytes value, else why not.
 std::string socket_buffer_problem(uint64_t bytes);
-// "" when `streams` may be a streams value (1 to 16), else why not.
+// "" when `streams` may be a streams value (auto, or 1 to 16), else why not.
 std::string streams_problem(uint64_t streams);
+// "" when `max` may be a max_streams value (1 to 16), else why not.
+std::string max_streams_problem(uint64_t max);
+// `auto` or the count.
+std::string streams_text(uint64_t streams);
 // Throws ConfigError naming `src` for a federation value out of range.
 void validate_federation(const FederationSpec& f, const std::string& src);
 // Why aggregation settings cannot work (an unknown rule, params the rule
@@ -197,6 +201,8 @@ void read_aggregation(const YamlReader& r, const YAML::Node& a, const std::strin
                       AggregationSpec* out);
 // A tcp_congestion value, checked where it stands so the message has its line.
 std::string read_tcp_congestion(const YamlReader& r, const YAML::Node& v, const std::string& ctx);
+// A streams value: `auto` (kStreamsAuto) or a count (0 refused here).
+uint64_t read_streams(const YamlReader& r, const YAML::Node& v, const std::string& ctx);
 
 // Reads node `n`'s residency keys (jurisdiction, allowed_jurisdictions,
 // k_min) into `s`, whose role is already read; `ctx` names the node.

@@ -16,6 +16,7 @@ const std::vector<std::string> kFederationKeys = {
     "rounds",         "inner_steps",     "codec",         "chunk_bytes",         "round_timeout_s",
     "quorum",         "deadline_s",      "heartbeat_s",   "heartbeat_timeout_s", "replica_every",
     "tcp_congestion", "outer_optimizer", "overlap_steps", "socket_buffer_bytes", "streams",
+    "max_streams",
     "aggregation",    "privacy"};
 // "name" and every hyper-parameter some optimizer takes (which one takes
 // which is the optimizer's rule, checked in validate_federation).
@@ -60,6 +61,17 @@ std::string read_tcp_congestion(const YamlReader& r, const YAML::Node& v, const 
   const std::string why = topology_detail::tcp_congestion_problem(name);
   if (!why.empty()) r.fail(v, ctx, why);
   return name;
+}
+
+uint64_t read_streams(const YamlReader& r, const YAML::Node& v, const std::string& ctx) {
+  if (v.IsScalar() && v.Scalar() == "auto") return kStreamsAuto;
+  const uint64_t n = r.u64(v, ctx, "streams");
+  if (n == kStreamsAuto) {
+    r.fail(v, ctx,
+           "streams 0 is out of range: a child opens 1 to 16 TCP connections to its parent, "
+           "or `auto` to use as many as pay");
+  }
+  return n;
 }
 
 // The aggregation keys given in `a`, applied over *out (a new rule starts
@@ -120,7 +132,8 @@ FederationSpec read_federation(const YamlReader& r, const YAML::Node& n) {
   if (auto v = n["socket_buffer_bytes"]) {
     f.socket_buffer_bytes = r.u64(v, "federation", "socket_buffer_bytes");
   }
-  if (auto v = n["streams"]) f.streams = r.u64(v, "federation", "streams");
+  if (auto v = n["streams"]) f.streams = read_streams(r, v, "federation");
+  if (auto v = n["max_streams"]) f.max_streams = r.u64(v, "federation", "max_streams");
   if (auto a = n["aggregation"]) read_aggregation(r, a, "federation.aggregation", &f.aggregation);
   if (auto p = n["privacy"]) f.privacy = read_privacy(r, p);
   if (auto o = n["outer_optimizer"]) {

@@ -148,10 +148,20 @@ std::string standby_problem(NodeSpec& s) {
 // else why not. Whether the root may carry one is check_nodes' business.
 std::string streams_problem(uint64_t streams) {
   constexpr uint64_t kMin = 1, kMax = 16;
-  if (streams >= kMin && streams <= kMax) return "";
+  if (streams == kStreamsAuto || (streams >= kMin && streams <= kMax)) return "";
   return "streams " + std::to_string(streams) +
-         " is out of range: a child opens 1 to 16 TCP connections to its parent (1, the "
-         "default, is one connection per link)";
+         " is out of range: a child opens 1 to 16 TCP connections to its parent, or `auto` "
+         "(the default) to use as many as pay";
+}
+
+std::string max_streams_problem(uint64_t max) {
+  if (max >= 1 && max <= 16) return "";
+  return "max_streams " + std::to_string(max) +
+         " is out of range: `streams: auto` opens 1 to 16 TCP connections per link";
+}
+
+std::string streams_text(uint64_t streams) {
+  return streams == kStreamsAuto ? std::string("auto") : std::to_string(streams);
 }
 
 std::string socket_buffer_problem(uint64_t bytes) {
@@ -223,6 +233,8 @@ void validate_federation(const FederationSpec& f, const std::string& src) {
   if (!buffers.empty()) fail(buffers);
   const std::string streams = streams_problem(f.streams);
   if (!streams.empty()) fail(streams);
+  const std::string max_streams = max_streams_problem(f.max_streams);
+  if (!max_streams.empty()) fail(max_streams);
   if (f.overlap_steps > f.inner_steps) {
     fail("overlap_steps " + std::to_string(f.overlap_steps) + " is more than inner_steps " +
          std::to_string(f.inner_steps) +

@@ -123,7 +123,10 @@ std::string federation_yaml(const FederationSpec& f) {
   if (f.socket_buffer_bytes != 0) {
     y += "  socket_buffer_bytes: " + std::to_string(f.socket_buffer_bytes) + "\n";
   }
-  if (f.streams != 1) y += "  streams: " + std::to_string(f.streams) + "\n";
+  if (f.streams != kStreamsAuto) y += "  streams: " + std::to_string(f.streams) + "\n";
+  if (f.max_streams != FederationSpec{}.max_streams) {
+    y += "  max_streams: " + std::to_string(f.max_streams) + "\n";
+  }
   y += aggregation_yaml(f.aggregation);
   y += privacy_yaml(f.privacy);
   y += "  outer_optimizer: {name: " + quoted(f.outer.name);
@@ -149,7 +152,8 @@ std::string node_yaml(const NodeSpec& s, const AggregationSpec& federation_aggre
   if (s.socket_buffer_bytes) {
     y += ", socket_buffer_bytes: " + std::to_string(*s.socket_buffer_bytes);
   }
-  if (s.streams) y += ", streams: " + std::to_string(*s.streams);
+  if (s.streams) y += ", streams: " + topology_detail::streams_text(*s.streams);
+  if (s.max_streams) y += ", max_streams: " + std::to_string(*s.max_streams);
   if (s.late_join) y += ", late_join: true";
   if (s.removed) y += ", removed: true";
   if (s.devices) y += ", devices: " + std::to_string(*s.devices);

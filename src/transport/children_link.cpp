@@ -49,7 +49,14 @@ size_t ChildrenLink::frames_reordering() const {
 template <typename SendOn>
 SendResult ChildrenLink::send_striped(const std::string& peer, SendOn send_on) {
   if (suspended_.count(peer)) return SendResult::kFull;
-  const size_t n = streams_of(peer);
+  size_t n = streams_of(peer);
+  if (n > 1 && admission_.adaptive_streams && admission_.adaptive_streams(peer)) {
+    auto g = governors_.find(peer);
+    if (g == governors_.end()) {
+      g = governors_.emplace(peer, StreamGovernor(StreamGovernor::Options{n})).first;
+    }
+    n = std::min(n, g->second.active());
+  }
   if (n == 1) return send_on(peer);
   size_t& next = next_send_[peer];
   bool any_full = false;
@@ -75,6 +82,9 @@ size_t ChildrenLink::send(const std::string& peer, std::vector<uint8_t> frame, M
   for (;;) {
     r = send_striped(peer,
                      [&](const std::string& id) { return socket_->try_send(id, frame.data(), n); });
+    if (r != SendResult::kNoPeer) {
+      govern(peer, r == SendResult::kSent ? std::optional<size_t>(n) : std::nullopt);
+    }
     if (r != SendResult::kFull) break;
     const auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());
     if (left.count() <= 0) break;
@@ -109,9 +119,28 @@ std::optional<size_t> ChildrenLink::try_send(const std::string& peer,
     });
   });
   if (r == SendResult::kNoPeer) throw TransportError("child '" + peer + "' is not connected");
+  govern(peer, r == SendResult::kSent ? std::optional<size_t>(n) : std::nullopt);
   if (r != SendResult::kSent) return std::nullopt;
   count_sent(peer, n);
   return n;
+}
+
+void ChildrenLink::govern(const std::string& peer, std::optional<size_t> sent) {
+  const auto g = governors_.find(peer);
+  if (g == governors_.end()) return;
+  const auto now = Clock::now();
+  if (sent) {
+    g->second.sent(*sent, now);
+  } else {
+    g->second.blocked(now);
+  }
+  // The child opens connections only over a lossy link (its own governor):
+  // whatever it opened, this one may try.
+  StreamGovernor::Change c;
+  if (g->second.tick(now, /*lossy=*/true, &c)) {
+    log().info("link to child '{}': {} -> {} TCP connections ({}; {:.1f} MB/s at {})", peer,
+               c.from, c.to, c.why, c.rate / 1e6, c.from);
+  }
 }
 
 void ChildrenLink::count_sent(const std::string& peer, size_t n) {
@@ -183,6 +212,7 @@ void ChildrenLink::expire_handshakes() {
       security_.erase(it);
       reseq_.erase(peer);
       next_send_.erase(peer);
+      governors_.erase(peer);
       suspended_.erase(peer);
       gaps_seen_.erase(peer);
     }

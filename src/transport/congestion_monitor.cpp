@@ -79,7 +79,8 @@ CongestionMonitor::CongestionMonitor(zmq::context_t& ctx, zmq::socket_t& socket,
     : socket_(socket), algorithm_(std::move(algorithm)), name_(std::move(name)) {
   const std::string address = monitor_address();
   if (zmq_socket_monitor(socket_.handle(), address.c_str(),
-                         ZMQ_EVENT_CONNECTED | ZMQ_EVENT_ACCEPTED) != 0) {
+                         ZMQ_EVENT_CONNECTED | ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED |
+                             ZMQ_EVENT_CLOSED) != 0) {
     log().warn("[transport] {}: cannot watch its connections ({}); TCP congestion control "
                "'{}' is not set, the host's default is used",
                name_, zmq_strerror(zmq_errno()), algorithm_);
@@ -130,6 +131,8 @@ void CongestionMonitor::poll() {
       std::memcpy(&value, static_cast<const uint8_t*>(event.data()) + sizeof id, sizeof value);
       if (id == ZMQ_EVENT_CONNECTED || id == ZMQ_EVENT_ACCEPTED) {
         apply(static_cast<int>(value), address.to_string(), id == ZMQ_EVENT_ACCEPTED);
+      } else if (id == ZMQ_EVENT_DISCONNECTED || id == ZMQ_EVENT_CLOSED) {
+        forget(static_cast<int>(value));
       }
     }
   } catch (const zmq::error_t& e) {
@@ -151,6 +154,9 @@ void CongestionMonitor::apply(int fd, const std::string& address, bool accepted)
                 name_, fd);
     return;
   }
+  forget(fd);
+  connections_.push_back({fd, socket_port(fd, accepted), accepted});
+  if (algorithm_.empty()) return;
   if (::setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, algorithm_.data(),
                    static_cast<socklen_t>(algorithm_.size())) != 0) {
     const int err = errno;
@@ -168,6 +174,34 @@ void CongestionMonitor::apply(int fd, const std::string& address, bool accepted)
   if (!in_effect.empty()) applied_ = in_effect;
   log().debug("[transport] {}: connection {} (fd {}) uses TCP congestion control '{}'", name_,
               address, fd, in_effect);
+}
+
+void CongestionMonitor::forget(int fd) {
+  for (size_t i = 0; i < connections_.size(); ++i) {
+    if (connections_[i].fd == fd) {
+      connections_.erase(connections_.begin() + static_cast<std::ptrdiff_t>(i));
+      return;
+    }
+  }
+}
+
+uint64_t CongestionMonitor::retransmits() {
+  poll();
+  uint64_t total = 0;
+  for (size_t i = 0; i < connections_.size();) {
+    const Connection& c = connections_[i];
+    tcp_info info{};
+    socklen_t len = sizeof info;
+    // A descriptor closed and reused behind the monitor's back is dropped.
+    if (socket_port(c.fd, c.accepted) != c.port ||
+        ::getsockopt(c.fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0) {
+      connections_.erase(connections_.begin() + static_cast<std::ptrdiff_t>(i));
+      continue;
+    }
+    total += info.tcpi_total_retrans;
+    ++i;
+  }
+  return total;
 }
 
 void CongestionMonitor::warn(int err, const std::string& in_effect, bool accepted) {
@@ -208,7 +242,8 @@ void CongestionMonitor::warn(int err, const std::string& in_effect, bool accepte
              "connections use the host's default{} instead. To use {}, {}; or set "
              "tcp_congestion: system in the topology to keep the host's default without this "
              "warning. Over a long, lossy link under CUBIC, several connections per link "
-             "(streams: 8 in the topology) recover much of what one loses (docs/topology.md)",
+             "recover much of what one loses: `streams: auto` (the default) opens them as they "
+             "pay (docs/topology.md)",
              name_, algorithm_, why, in_effect.empty() ? std::string() : " '" + in_effect + "'",
              algorithm_, fix);
 }

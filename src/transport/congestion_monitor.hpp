@@ -1,5 +1,7 @@
 // Sets a TCP congestion control (federation.tcp_congestion, docs/topology.md)
-// on every TCP connection of one ZeroMQ socket. ZeroMQ opens and reopens
+// on every TCP connection of one ZeroMQ socket, and keeps track of those
+// connections to read their retransmissions (TCP_INFO) for the link's
+// stream governor. ZeroMQ opens and reopens
 // its connections in its I/O thread and never hands out their descriptors,
 // so a socket monitor reports each one (ZMQ_EVENT_CONNECTED, _ACCEPTED:
 // the value is the connection's fd) and the owner applies the algorithm
@@ -14,7 +16,9 @@
 // Thread safety: none; it belongs to the thread that owns the socket.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include <zmq.hpp>
 
@@ -24,7 +28,8 @@ class CongestionMonitor {
  public:
   // Starts monitoring `socket` of `ctx`; call it before the socket connects
   // or binds, so that no connection is missed. `algorithm` is a congestion
-  // control name; `name` says which link it is in log lines. Never throws:
+  // control name, "" to leave the host's; `name` says which link it is in
+  // log lines. Never throws:
   // a monitor that cannot start is logged and the socket runs without it.
   // `socket` must outlive this object.
   CongestionMonitor(zmq::context_t& ctx, zmq::socket_t& socket, std::string algorithm,
@@ -44,9 +49,13 @@ class CongestionMonitor {
   // The congestion control read back from the newest connection; "" before
   // the first one.
   const std::string& applied() const { return applied_; }
+  // Segments retransmitted so far on the connections open now (their
+  // tcpi_total_retrans summed).
+  uint64_t retransmits();
 
  private:
   void apply(int fd, const std::string& address, bool accepted);
+  void forget(int fd);
   // Once per socket: why `algorithm_` was refused, what is used instead
   // (`in_effect`, "" when unknown) and how to allow it.
   // Once per link (name and end) and cause in the process.
@@ -59,6 +68,14 @@ class CongestionMonitor {
   std::string name_;
   std::string applied_;
   bool warned_ = false;
+  // The connections open now: descriptor, the port checked against it
+  // (descriptors are reused once closed), and which end it is.
+  struct Connection {
+    int fd;
+    unsigned port;
+    bool accepted;
+  };
+  std::vector<Connection> connections_;
 };
 
 }  // namespace fedwan::transport

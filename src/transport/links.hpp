@@ -8,8 +8,12 @@
 // the routing ids "<id>~1", "<id>~2", ...; the first carries the TLS
 // handshake and all of them carry sealed frames of the one secure session.
 // Each frame goes out on the next connection with room, and the receiver
-// puts frames back in the order they were sealed (resequencer.hpp), so the
-// protocol above sees one ordered link. Plaintext links cannot be striped.
+// delivers chunks as they come and everything else in the order it was
+// sealed (resequencer.hpp). Plaintext links cannot be striped. With
+// LinkOptions::adaptive_streams (`streams: auto`) each sender uses as many
+// of the connections as pay (stream_governor.hpp): the child opens them as
+// its governor asks, the parent sends on as many of those as its own
+// governor for that child asks.
 //
 // Back-pressure: each direction keeps at most `window` frames queued per peer;
 // a send beyond that blocks the caller up to its timeout. Sockets cap the
@@ -30,6 +34,7 @@
 #include "transport/channel_security.hpp"
 #include "transport/handshake_guard.hpp"
 #include "transport/resequencer.hpp"
+#include "transport/stream_governor.hpp"
 #include "transport/transport.hpp"
 
 namespace fedwan::transport {
@@ -95,8 +100,10 @@ class ParentLink {
   // For the owner's Transport::wait over all its links: adds every
   // connection of this link (readable, and writable when asked).
   void watch(std::vector<Transport::Interest>* out, bool writable = false);
-  // The connections (1 + extra stripes) and the reordering they caused.
+  // The connections open (1 + extra stripes), those that carry frames now,
+  // and the reordering they caused.
   size_t streams() const { return stripes_.size(); }
+  size_t active_streams() const;
   const Resequencer::Stats& reordering() const { return reseq_.stats(); }
   const LinkCounters& counters() const { return counters_; }
   const std::string& endpoint() const { return endpoint_; }
@@ -109,8 +116,16 @@ class ParentLink {
   template <typename SendOn>
   SendResult send_striped(SendOn send_on);
   bool wait_any(Millis timeout, bool for_send);
+  // Tells the governor how a send went, opens the connections it asks for.
+  void govern(std::optional<size_t> sent);
+  void open_stripe();
 
   Transport& transport_;
+  std::string self_id_;
+  LinkOptions options_;
+  size_t max_streams_ = 1;
+  std::optional<StreamGovernor> governor_;        // `streams: auto`
+  uint64_t retransmits_ = 0;                      // on its connections, when last looked
   std::vector<std::unique_ptr<Socket>> stripes_;  // [0]: the handshake's
   size_t next_send_ = 0, next_recv_ = 0;
   std::string endpoint_;
@@ -142,6 +157,9 @@ struct LinkAdmission {
   std::function<size_t(const std::string& child)> streams;
   // How long a striped child's link waits for an overtaken frame.
   Millis reorder_wait{5000};
+  // Whether `child`'s link runs `streams: auto` (the parent then uses as
+  // many of its connections as pay). Null: none does.
+  std::function<bool(const std::string& child)> adaptive_streams;
 };
 
 // Parent end: ROUTER bound for all children.
@@ -187,6 +205,8 @@ class ChildrenLink {
   size_t streams_of(const std::string& child) const;
   template <typename SendOn>
   SendResult send_striped(const std::string& peer, SendOn send_on);
+  // Tells `peer`'s governor (`streams: auto`) how a send went.
+  void govern(const std::string& peer, std::optional<size_t> sent);
   // Pops a frame some striped child's resequencer has ready.
   bool pop_reordered(Incoming* out, Clock::time_point now);
   // Waits until the socket is readable or a striped child's gap is due;
@@ -221,6 +241,7 @@ class ChildrenLink {
   // connection their next frame goes out on.
   std::unordered_map<std::string, Resequencer> reseq_;
   std::unordered_map<std::string, size_t> next_send_;
+  std::unordered_map<std::string, StreamGovernor> governors_;
   // Striped children that lost a frame, and the session that did: nothing
   // goes to them or comes from them until a new session (see recv).
   std::unordered_map<std::string, uint64_t> suspended_;

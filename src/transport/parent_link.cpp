@@ -17,21 +17,27 @@ ParentLink::ParentLink(Transport& transport, const std::string& endpoint,
                        const std::string& self_id, const LinkOptions& options,
                        const SecurityFactory& security)
     : transport_(transport),
+      self_id_(self_id),
+      options_(options),
       endpoint_(endpoint),
       security_(security(endpoint)),
       reseq_(Resequencer::Options{64, Millis(options.reorder_wait_ms)}) {
-  const int streams = std::max(1, options.streams);
-  if (streams > 1 && security_->name() == "plaintext") {
+  const bool plaintext = security_->name() == "plaintext";
+  // `auto` on a plaintext link is one connection: nothing to put in order.
+  const bool adaptive = options.adaptive_streams && !plaintext && options.streams > 1;
+  const int streams = options.adaptive_streams && !adaptive ? 1 : std::max(1, options.streams);
+  if (streams > 1 && plaintext) {
     throw ConfigError("streams " + std::to_string(streams) +
                       " needs the secure channel: plaintext frames carry no sequence numbers "
                       "to put frames striped over several connections back in order (set "
                       "streams: 1, or run with credentials)");
   }
+  max_streams_ = static_cast<size_t>(streams);
+  if (adaptive) governor_.emplace(StreamGovernor::Options{max_streams_});
   try {
-    for (int k = 0; k < streams; ++k) {
-      const std::string id = k == 0 ? self_id : self_id + "~" + std::to_string(k);
-      stripes_.push_back(transport_.connect(endpoint, id, options));
-    }
+    // Adaptive: one now, more as the governor asks for them.
+    const size_t first = adaptive ? 1 : max_streams_;
+    while (stripes_.size() < first) open_stripe();
   } catch (const TransportError& e) {
     throw TransportError("cannot connect to parent at " + endpoint + ": " + e.what());
   }
@@ -48,6 +54,43 @@ void ParentLink::abandon() {
   for (auto& s : stripes_) s->set_linger(Millis(0));
 }
 
+void ParentLink::open_stripe() {
+  const size_t k = stripes_.size();
+  const std::string id = k == 0 ? self_id_ : self_id_ + "~" + std::to_string(k);
+  stripes_.push_back(transport_.connect(endpoint_, id, options_));
+}
+
+size_t ParentLink::active_streams() const {
+  return governor_ ? std::min(governor_->active(), stripes_.size()) : stripes_.size();
+}
+
+void ParentLink::govern(std::optional<size_t> sent) {
+  if (!governor_) return;
+  const auto now = Clock::now();
+  if (sent) {
+    governor_->sent(*sent, now);
+  } else {
+    governor_->blocked(now);
+  }
+  if (!governor_->due(now)) return;
+  // Loss on the link's connections since the last epoch (a reconnect resets
+  // the sum: only growth counts).
+  uint64_t retransmits = 0;
+  for (auto& s : stripes_) retransmits += s->tcp_retransmits().value_or(0);
+  const bool lossy = retransmits > retransmits_;
+  retransmits_ = retransmits;
+  StreamGovernor::Change c;
+  if (!governor_->tick(now, lossy, &c)) return;
+  try {
+    while (stripes_.size() < governor_->active()) open_stripe();
+  } catch (const TransportError& e) {
+    log().warn("link to parent {}: cannot open connection {}: {}", endpoint_, stripes_.size() + 1,
+               e.what());
+  }
+  log().info("link to parent {}: {} -> {} TCP connections ({}; {:.1f} MB/s at {})", endpoint_,
+             c.from, c.to, c.why, c.rate / 1e6, c.from);
+}
+
 void ParentLink::watch(std::vector<Transport::Interest>* out, bool writable) {
   for (auto& s : stripes_) out->push_back({s.get(), true, writable});
 }
@@ -55,7 +98,7 @@ void ParentLink::watch(std::vector<Transport::Interest>* out, bool writable) {
 template <typename SendOn>
 SendResult ParentLink::send_striped(SendOn send_on) {
   // Until the session is up only the handshake's connection is used.
-  const size_t n = security_->established() ? stripes_.size() : 1;
+  const size_t n = security_->established() ? active_streams() : 1;
   SendResult last = SendResult::kFull;
   for (size_t i = 0; i < n; ++i) {
     const size_t k = (next_send_ + i) % n;
@@ -126,6 +169,7 @@ size_t ParentLink::send_sealed(std::vector<uint8_t> frame, Millis timeout) {
   const auto deadline = Clock::now() + timeout;
   for (;;) {
     const SendResult r = send_striped([&](Socket& s) { return s.try_send("", frame.data(), n); });
+    govern(r == SendResult::kSent ? std::optional<size_t>(n) : std::nullopt);
     if (r == SendResult::kSent) break;
     const auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());
     if (left.count() <= 0) {
@@ -157,6 +201,7 @@ std::optional<size_t> ParentLink::try_send(const std::vector<uint8_t>& frame) {
       return bytes;
     });
   });
+  govern(r == SendResult::kSent ? std::optional<size_t>(n) : std::nullopt);
   if (r != SendResult::kSent) return std::nullopt;
   counters_.frames_sent += 1;
   counters_.bytes_sent += n;

@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,9 +48,11 @@ struct SocketOptions {
   // kernel's autotuning on (federation.socket_buffer_bytes).
   int socket_buffer_bytes = 0;
   // For the link layer above (links.hpp), not the transport: the connections
-  // a child opens to its parent (federation.streams), and how long a link
+  // a child opens to its parent (federation.streams; with adaptive_streams,
+  // `streams: auto`, the most it opens as they pay), and how long a link
   // striped over several waits for a frame that later ones overtook.
   int streams = 1;
+  bool adaptive_streams = false;
   int reorder_wait_ms = 5000;
 };
 
@@ -113,6 +116,9 @@ class Socket {
   // default when it could not be); "" when none was asked for, no
   // connection has been seen yet, or the socket has no TCP connections.
   virtual std::string congestion_control() const { return ""; }
+  // Segments retransmitted so far on its TCP connections open now; nullopt
+  // for a transport without TCP connections (mem://, ipc://, inproc://).
+  virtual std::optional<uint64_t> tcp_retransmits() { return std::nullopt; }
 };
 
 class Transport {

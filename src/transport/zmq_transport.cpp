@@ -71,6 +71,11 @@ class ZmqSocket : public Socket {
     return congestion_ ? congestion_->applied() : std::string();
   }
 
+  std::optional<uint64_t> tcp_retransmits() override {
+    if (!congestion_) return std::nullopt;
+    return congestion_->retransmits();
+  }
+
  protected:
   // Receives and drops the parts after `first` of its message; true when
   // there were any (a message of ours has one part).
@@ -85,9 +90,10 @@ class ZmqSocket : public Socket {
     return any;
   }
   // Call before connecting or binding: sets `o.tcp_congestion` on every TCP
-  // connection the socket opens from then on.
+  // connection the socket opens from then on (none when empty), and keeps
+  // track of them (tcp_retransmits).
   void watch_congestion(const std::string& endpoint, const SocketOptions& o) {
-    if (o.tcp_congestion.empty() || endpoint.rfind("tcp://", 0) != 0) return;
+    if (endpoint.rfind("tcp://", 0) != 0) return;
     congestion_ = std::make_unique<CongestionMonitor>(*ctx_, socket_, o.tcp_congestion, name_);
   }
   // Sets the congestion control of connections opened since the last use.

@@ -146,6 +146,16 @@ bool FaultInjector::partitioned_locked(const Hop& hop) const {
          partitions_.count({hop.endpoint, hop.client}) > 0;
 }
 
+void FaultInjector::report_loss(bool on) {
+  std::lock_guard<std::mutex> lock(mu_);
+  report_loss_ = on;
+}
+
+bool FaultInjector::reporting_loss() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return report_loss_;
+}
+
 FaultStats FaultInjector::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   return stats_;
@@ -220,6 +230,12 @@ class FaultySocket final : public Socket {
   bool writable() override { return inner_->writable(); }
   void set_linger(Millis linger) override { inner_->set_linger(linger); }
   std::string congestion_control() const override { return inner_->congestion_control(); }
+  std::optional<uint64_t> tcp_retransmits() override {
+    const std::optional<uint64_t> real = inner_->tcp_retransmits();
+    if (client_id_ && faults_->reporting_loss()) injected_ += 1;
+    if (!real && injected_ == 0) return std::nullopt;
+    return real.value_or(0) + injected_;
+  }
 
   bool try_recv(Received* out) override {
     for (;;) {
@@ -286,6 +302,7 @@ class FaultySocket final : public Socket {
   std::shared_ptr<FaultInjector> faults_;
   std::string endpoint_;
   std::optional<std::string> client_id_;
+  uint64_t injected_ = 0;  // retransmissions reported while the injector says lossy
   std::deque<Held> held_;
 };
 

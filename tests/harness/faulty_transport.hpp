@@ -142,6 +142,11 @@ class FaultInjector {
 
   FaultStats stats() const;
 
+  // While on, client sockets report TCP retransmissions growing at every
+  // look (a lossy path, as the kernel's TCP_INFO would show it).
+  void report_loss(bool on);
+  bool reporting_loss() const;
+
   // What became of one received message.
   struct Verdict {
     bool drop = false;
@@ -164,6 +169,7 @@ class FaultInjector {
   std::vector<Entry> rules_;
   std::set<std::pair<std::string, std::string>> partitions_;
   FaultStats stats_;
+  bool report_loss_ = false;
 };
 
 // Wraps `inner`: its sockets, made through this object, pass every message

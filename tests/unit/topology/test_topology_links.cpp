@@ -64,8 +64,13 @@ TEST(Topology, SocketBufferBytesInTheDigestOnlyWhenSet) {
 
 TEST(Topology, StreamsFromTheFederationAndANode) {
   const Topology plain = Topology::parse(kExample);
-  EXPECT_EQ(plain.federation().streams, 1u);  // one TCP connection per link
+  EXPECT_EQ(plain.federation().streams, kStreamsAuto);  // as many as pay
+  EXPECT_EQ(plain.federation().max_streams, 8u);
   for (const NodeSpec& n : plain.nodes()) EXPECT_FALSE(n.streams) << n.id;
+  EXPECT_EQ(plain.uplink_streams(plain.node("site-a")).connections, 8u);
+  EXPECT_TRUE(plain.uplink_streams(plain.node("site-a")).adaptive);
+  EXPECT_EQ(plain.uplink_streams(plain.root()).connections, 1u);
+  EXPECT_FALSE(plain.uplink_streams(plain.root()).adaptive);
 
   const Topology t = Topology::parse(
       example_with(1, R"({id: eu, role: region, parent: root, endpoint: "tcp://127.0.0.1:7001", )"
@@ -75,10 +80,25 @@ TEST(Topology, StreamsFromTheFederationAndANode) {
   EXPECT_EQ(t.node("eu").streams, 2u);  // eu's uplink to the root
   EXPECT_FALSE(t.node("site-a").streams);
   EXPECT_FALSE(t.root().streams);
+  EXPECT_EQ(t.uplink_streams(t.node("eu")).connections, 2u);
+  EXPECT_FALSE(t.uplink_streams(t.node("eu")).adaptive);
+  EXPECT_EQ(t.uplink_streams(t.node("site-a")).connections, 4u);
+
+  // auto with a cap, the federation's and a node's own.
+  const Topology capped = Topology::parse(
+      example_with(2, "{id: site-a, role: site, parent: eu, weight: 6000, streams: auto, "
+                      "max_streams: 3}") +
+      "federation: {streams: 2, max_streams: 12}\n");
+  EXPECT_EQ(capped.uplink_streams(capped.node("site-a")).connections, 3u);
+  EXPECT_TRUE(capped.uplink_streams(capped.node("site-a")).adaptive);
+  EXPECT_EQ(capped.uplink_streams(capped.node("eu")).connections, 2u);
+  EXPECT_FALSE(capped.uplink_streams(capped.node("eu")).adaptive);
+  const Topology fed_auto = Topology::parse(example_with(-1, "federation: {max_streams: 12}\n"));
+  EXPECT_EQ(fed_auto.uplink_streams(fed_auto.node("eu")).connections, 12u);
 
   const Topology site = Topology::parse(
       example_with(2, "{id: site-a, role: site, parent: eu, weight: 6000, streams: 16}"));
-  EXPECT_EQ(site.federation().streams, 1u);
+  EXPECT_EQ(site.federation().streams, kStreamsAuto);
   EXPECT_EQ(site.node("site-a").streams, 16u);
 }
 
@@ -93,8 +113,15 @@ TEST(Topology, RefusesStreamsOutOfRange) {
          "1 to 16 TCP connections"});
   }
   expect_error(example_with(-1, "federation: {streams: -1}\n"), {"streams"});
+  for (const char* bad : {"0", "17"}) {
+    expect_error(example_with(-1, std::string("federation: {max_streams: ") + bad + "}\n"),
+                 {"max_streams " + std::string(bad) + " is out of range"});
+  }
+  expect_error(example_with(0, R"({id: root, role: root, endpoint: "tcp://127.0.0.1:7000", )"
+                               R"(max_streams: 4})"),
+               {"node 'root': max_streams 4 is set on the root"});
   expect_error(example_with(-1, "federation: {streams: two}\n"), {"streams"});
-  for (const char* good : {"1", "2", "16"}) {
+  for (const char* good : {"1", "2", "16", "auto"}) {
     EXPECT_EQ(error_of(example_with(-1, std::string("federation: {streams: ") + good + "}\n")), "")
         << good;
   }
@@ -124,13 +151,18 @@ TEST(Topology, RefusesStreamsOnTheRoot) {
 TEST(Topology, StreamsInTheDigestOnlyWhenSet) {
   const Topology absent = Topology::parse(example_with(-1, ""));
   // The default stated explicitly is the default: the same digest.
-  EXPECT_EQ(Topology::parse(example_with(-1, "federation: {streams: 1}\n")).digest(),
+  EXPECT_EQ(Topology::parse(example_with(-1, "federation: {streams: auto, max_streams: 8}\n"))
+                .digest(),
             absent.digest());
-  EXPECT_EQ(Topology::parse(example_with(-1, "federation: {streams: 1}\n")).to_yaml(),
+  EXPECT_EQ(Topology::parse(example_with(-1, "federation: {streams: auto}\n")).to_yaml(),
             absent.to_yaml());
   std::set<std::string> digests = {absent.digest_hex()};
   for (const std::string& text :
        {example_with(-1, "federation: {streams: 4}\n"),
+        example_with(-1, "federation: {streams: 1}\n"),
+        example_with(-1, "federation: {max_streams: 4}\n"),
+        example_with(2, "{id: site-a, role: site, parent: eu, weight: 6000, max_streams: 2}"),
+        example_with(2, "{id: site-a, role: site, parent: eu, weight: 6000, streams: auto}"),
         example_with(2, "{id: site-a, role: site, parent: eu, weight: 6000, streams: 1}"),
         example_with(2, "{id: site-a, role: site, parent: eu, weight: 6000, streams: 4}"),
         example_with(1, R"({id: eu, role: region, parent: root, endpoint: "tcp://127.0.0.1:7001", )"
@@ -140,7 +172,11 @@ TEST(Topology, StreamsInTheDigestOnlyWhenSet) {
     const Topology back = Topology::parse(t.to_yaml());
     EXPECT_EQ(back.digest(), t.digest()) << t.to_yaml();
     EXPECT_EQ(back.federation().streams, t.federation().streams);
-    for (const NodeSpec& n : t.nodes()) EXPECT_EQ(back.node(n.id).streams, n.streams) << n.id;
+    EXPECT_EQ(back.federation().max_streams, t.federation().max_streams);
+    for (const NodeSpec& n : t.nodes()) {
+      EXPECT_EQ(back.node(n.id).streams, n.streams) << n.id;
+      EXPECT_EQ(back.node(n.id).max_streams, n.max_streams) << n.id;
+    }
   }
 }
 

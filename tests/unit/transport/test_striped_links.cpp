@@ -43,7 +43,8 @@ std::string topology_yaml(int port) {
          std::to_string(port) +
          "\"}\n"
          "  - {id: a, role: site, parent: root}\n"
-         "  - {id: b, role: site, parent: root, streams: 1}\n";
+         "  - {id: b, role: site, parent: root, streams: 1}\n"
+         "  - {id: c, role: site, parent: root, streams: auto, max_streams: 4}\n";
 }
 
 // A frame whose chunk index tells its place in the sequence sent: a delta
@@ -69,9 +70,9 @@ std::vector<uint8_t> numbered(const Topology& topo, uint32_t sender, uint32_t n,
   h.round = 1;
   h.sender = sender;
   h.chunk_index = n;
-  h.chunk_count = 1000;
+  h.chunk_count = 1u << 20;  // numbers up to a million
   h.element_count = static_cast<uint32_t>(payload / 4);
-  h.total_elements = 1000 * h.element_count;
+  h.total_elements = uint64_t{h.chunk_count} * h.element_count;
   h.weight = 1.0;
   std::vector<uint8_t> body(payload, static_cast<uint8_t>(n));
   return wire::encode_frame(h, body.data(), body.size());
@@ -137,11 +138,12 @@ class StripedLinks : public ::testing::Test {
   }
 
   std::unique_ptr<ParentLink> connect(const std::string& id, int streams, SecurityOptions so = {},
-                                      Millis reorder_wait = 5000ms) {
+                                      Millis reorder_wait = 5000ms, bool adaptive = false) {
     if (so.credentials_dir.empty() && !so.insecure_plaintext) so = options_for(id);
     child_sec_.push_back(std::make_unique<node::NodeSecurity>(so, *topo_, topo_->node(id)));
     LinkOptions o;
     o.streams = streams;
+    o.adaptive_streams = adaptive;
     o.reorder_wait_ms = static_cast<int>(reorder_wait.count());
     return std::make_unique<ParentLink>(*transport_, endpoint(), id, o,
                                         child_sec_.back()->parent_factory());
@@ -342,6 +344,42 @@ TEST_F(StripedLinks, ALostFrameOnTheWayDownFailsTheChildsLink) {
     EXPECT_NE(std::string(e.what()).find("never arrived"), std::string::npos) << e.what();
   }
   EXPECT_EQ(child->reordering().gaps_skipped, 1u);
+}
+
+TEST_F(StripedLinks, AutoOpensMoreConnectionsOnlyOverALossyLinkThatHoldsTheSenderBack) {
+  // The parent takes c's frames slowly, so c always has more to send than
+  // the link takes. Without loss one connection's window is not what holds
+  // it back: it keeps one. Once its connections retransmit it tries more
+  // (whether it keeps them is the governor's measurement: test_stream_governor).
+  start_parent();
+  auto child = connect("c", 4, {}, 5000ms, /*adaptive=*/true);
+  EXPECT_EQ(child->streams(), 1u) << "auto starts with one connection";
+  const uint32_t sender = topo_->node("c").index;
+  uint32_t sent = 0;
+  const auto run = [&](Millis how_long) {
+    const auto end = Clock::now() + how_long;
+    while (Clock::now() < end) {
+      while (child->try_send(numbered(*topo_, sender, sent))) ++sent;
+      Incoming in;
+      for (int i = 0; i < 2 && children_->recv(&in, 0ms); ++i) up_.push_back(number_of(in));
+      while (child->recv(&in, 0ms)) {
+      }
+      std::this_thread::sleep_for(1ms);
+    }
+  };
+  run(3000ms);
+  EXPECT_EQ(child->streams(), 1u) << "no loss, no more connections";
+  faults_->report_loss(true);
+  const auto start = Clock::now();
+  while (child->streams() < 2 && Clock::now() - start < 10s) run(100ms);
+  EXPECT_EQ(child->streams(), 2u) << "a lossy link gets a second connection to try";
+  faults_->report_loss(false);
+  run(500ms);
+  // Everything sent arrived, over both connections, none twice.
+  ASSERT_TRUE(pump(*child, [&] { return up_.size() >= sent; }));
+  EXPECT_EQ(sorted(up_), iota(sent));
+  EXPECT_EQ(child->reordering().gaps_skipped, 0u);
+  EXPECT_EQ(children_->counters().rejected, 0u);
 }
 
 TEST_F(StripedLinks, APlaintextLinkCannotBeStriped) {

@@ -1,0 +1,120 @@
+#include "transport/stream_governor.hpp"
+
+#include <algorithm>
+
+namespace fedwan::transport {
+
+StreamGovernor::StreamGovernor(Options options) : options_(options) {
+  options_.max = std::max<size_t>(1, options_.max);
+  options_.epoch = std::max(options_.epoch, std::chrono::milliseconds(1));
+  options_.gain = std::max(1.0, options_.gain);
+  if (options_.max == 1) phase_ = Phase::kSettled;
+}
+
+void StreamGovernor::start_epoch(Clock::time_point now) {
+  running_ = true;
+  start_ = now;
+  bytes_ = 0;
+  blocked_ = false;
+}
+
+void StreamGovernor::sent(size_t bytes, Clock::time_point now) {
+  // After an idle spell a new epoch starts: idle time says nothing of the link.
+  if (!running_ || now - last_activity_ > options_.epoch) start_epoch(now);
+  bytes_ += bytes;
+  last_activity_ = now;
+}
+
+void StreamGovernor::blocked(Clock::time_point now) {
+  if (!running_ || now - last_activity_ > options_.epoch) start_epoch(now);
+  if (!blocked_) first_blocked_ = now;
+  blocked_ = true;
+  last_blocked_ = now;
+  last_activity_ = now;
+}
+
+bool StreamGovernor::tick(Clock::time_point now, bool lossy, Change* change) {
+  if (!due(now)) return false;
+  const auto len = now - start_;
+  // The link was the limit throughout: the sender found it full near the
+  // epoch's start and near its end.
+  const bool backlogged =
+      blocked_ && first_blocked_ - start_ <= len / 4 && now - last_blocked_ <= len / 4;
+  const double rate =
+      static_cast<double>(bytes_) / std::chrono::duration<double>(len).count();
+  const bool moved_bytes = bytes_ > 0;
+  start_epoch(now);
+  // Nothing went through at all: the peer stalled, the link was not measured.
+  if (!backlogged || !moved_bytes) return false;
+  if (warming_) {  // a new connection is still in slow start
+    warming_ = false;
+    return false;
+  }
+  measured_ += 1;
+  return decide(rate, lossy, change);
+}
+
+bool StreamGovernor::move_to(size_t k, double rate, const char* why, Change* change) {
+  k = std::clamp<size_t>(k, 1, options_.max);
+  if (k == active_) return false;
+  if (change != nullptr) *change = Change{active_, k, rate, why};
+  active_ = k;
+  peak_ = std::max(peak_, k);
+  warming_ = true;
+  return true;
+}
+
+bool StreamGovernor::decide(double rate, bool lossy, Change* change) {
+  switch (phase_) {
+    case Phase::kRamp:
+      if (base_rate_ <= 0) {  // the first measurement, at one connection
+        base_ = active_;
+        base_rate_ = rate;
+        if (!lossy) {  // one connection is not held back by loss: measure again
+          base_rate_ = 0;
+          return false;
+        }
+        return move_to(active_ * 2, rate, "lossy link, first measurement", change);
+      }
+      [[fallthrough]];
+    case Phase::kProbeUp:
+      if (rate >= options_.gain * base_rate_) {
+        base_ = active_;
+        base_rate_ = rate;
+        if (phase_ == Phase::kRamp && active_ < options_.max && lossy) {
+          return move_to(active_ * 2, rate, "more connections paid", change);
+        }
+        phase_ = Phase::kSettled;
+        return false;
+      }
+      phase_ = Phase::kSettled;
+      return move_to(base_, rate, "more connections did not pay", change);
+    case Phase::kProbeDown:
+      phase_ = Phase::kSettled;
+      if (rate * options_.gain >= base_rate_) {
+        base_ = active_;
+        base_rate_ = rate;
+        return false;
+      }
+      return move_to(base_, rate, "fewer connections cost goodput", change);
+    case Phase::kSettled:
+      base_ = active_;
+      base_rate_ = rate;
+      if (++settled_epochs_ < options_.settle_epochs) return false;
+      settled_epochs_ = 0;
+      const bool up = next_probe_up_;
+      next_probe_up_ = !next_probe_up_;
+      if (up && active_ < options_.max && lossy) {
+        phase_ = Phase::kProbeUp;
+        return move_to(active_ * 2, rate, "probing for more", change);
+      }
+      if (active_ > 1) {
+        phase_ = Phase::kProbeDown;
+        return move_to(active_ / 2, rate, "probing for fewer", change);
+      }
+      return false;
+  }
+  return false;
+}
+
+}  // namespace fedwan::transport

@@ -1,0 +1,91 @@
+// How many of a link's TCP connections carry frames, for `streams: auto`
+// (docs/topology.md, "Several TCP connections per link"). A loss halves one
+// CUBIC connection's window, so on a long lossy link one connection keeps
+// the link far from full; several share the loss. How many pay depends on
+// the link, the congestion control and who else uses it, so the sender
+// measures: while it has more to send than the link takes (some frame found
+// every active connection's window full), its goodput over an epoch is the
+// link's rate at that count. It doubles the count while that pays (goodput
+// up by `gain`), goes back when it does not, and once settled probes every
+// `settle_epochs` measured epochs: one step up, then one step down, keeping
+// the smaller count whenever the larger did not win by `gain`. It only adds
+// connections over an epoch in which the link lost packets (its connections
+// retransmitted): without loss one connection's window is not what limits
+// it, so a loopback or clean LAN link stays at one. Under BBR, which keeps
+// one connection's link full despite loss, the probes find nothing to win
+// and it stays at one.
+//
+// Pure arithmetic on the caller's clock: no sockets, no threads.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace fedwan::transport {
+
+class StreamGovernor {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  struct Options {
+    size_t max = 8;                               // connections at most
+    std::chrono::milliseconds epoch{1000};        // one measurement
+    double gain = 1.15;                           // what a larger count must win by
+    size_t settle_epochs = 8;                     // measured epochs between probes
+  };
+  // A change of the count: the goodput (bytes per second) measured at
+  // `from` in the epoch that decided it, and why.
+  struct Change {
+    size_t from = 1, to = 1;
+    double rate = 0;
+    std::string why;
+  };
+
+  explicit StreamGovernor(Options options);
+
+  // The connections that carry frames now, 1..max.
+  size_t active() const { return active_; }
+  // The most this governor has used at once (connections opened).
+  size_t peak() const { return peak_; }
+  // The sender put `bytes` on the link.
+  void sent(size_t bytes, Clock::time_point now);
+  // The sender had a frame for the link and every active connection was full.
+  void blocked(Clock::time_point now);
+  // Whether tick() would close an epoch now.
+  bool due(Clock::time_point now) const {
+    return running_ && now - start_ >= options_.epoch;
+  }
+  // Closes the epoch when it is due; `lossy`: the link's connections
+  // retransmitted during it. True (and *change filled) when the count
+  // changed.
+  bool tick(Clock::time_point now, bool lossy, Change* change = nullptr);
+  // Epochs measured so far (the sender backlogged through them).
+  uint64_t measured() const { return measured_; }
+  const Options& options() const { return options_; }
+
+ private:
+  enum class Phase { kRamp, kProbeUp, kProbeDown, kSettled };
+  void start_epoch(Clock::time_point now);
+  bool decide(double rate, bool lossy, Change* change);
+  bool move_to(size_t k, double rate, const char* why, Change* change);
+
+  Options options_;
+  size_t active_ = 1, peak_ = 1;
+  Phase phase_ = Phase::kRamp;
+  bool warming_ = true;  // the first epoch at a new count is not measured
+  // The count and its goodput before the probe now running.
+  size_t base_ = 1;
+  double base_rate_ = 0;
+  size_t settled_epochs_ = 0;
+  bool next_probe_up_ = true;
+  uint64_t measured_ = 0;
+  // The epoch now running.
+  bool running_ = false;
+  Clock::time_point start_{}, first_blocked_{}, last_blocked_{}, last_activity_{};
+  bool blocked_ = false;
+  uint64_t bytes_ = 0;
+};
+
+}  // namespace fedwan::transport

@@ -1,0 +1,133 @@
+// StreamGovernor: on a modelled link whose goodput depends on the number of
+// connections, the count climbs while it pays, settles where more stops
+// paying, stays at one where one already fills the link (BBR), respects its
+// cap, adds none on a link without loss, and learns nothing while the
+// sender is not held back by the link.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <vector>
+
+#include "transport/stream_governor.hpp"
+
+namespace fedwan::transport {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = StreamGovernor::Clock;
+
+// Drives `g` for `seconds` against a link of goodput `rate(k)` bytes per
+// second at k connections, the sender always having more to send (or, with
+// `backlogged` false, never). Returns the count at each 10 ms step.
+std::vector<size_t> drive(StreamGovernor& g, const std::function<double(size_t)>& rate,
+                          double seconds, Clock::time_point* now, bool backlogged = true,
+                          bool lossy = true) {
+  std::vector<size_t> counts;
+  const auto step = 10ms;
+  const int steps = static_cast<int>(seconds * 100);
+  for (int i = 0; i < steps; ++i) {
+    *now += step;
+    g.sent(static_cast<size_t>(rate(g.active()) * 0.01), *now);
+    if (backlogged) g.blocked(*now);
+    (void)g.tick(*now, lossy);
+    counts.push_back(g.active());
+  }
+  return counts;
+}
+
+// The share of the last `tail` steps spent at `k` connections.
+double share_at(const std::vector<size_t>& counts, size_t k, size_t tail) {
+  const size_t from = counts.size() - std::min(tail, counts.size());
+  return static_cast<double>(std::count(counts.begin() + from, counts.end(), k)) /
+         static_cast<double>(counts.size() - from);
+}
+
+TEST(StreamGovernor, ClimbsWhileMoreConnectionsPay) {
+  // A lossy link under CUBIC: each connection gets 3 MB/s, the link 25 MB/s.
+  StreamGovernor g({8, 1000ms, 1.15, 8});
+  auto now = Clock::now();
+  const auto rate = [](size_t k) { return std::min(3e6 * k, 25e6); };
+  const auto counts = drive(g, rate, 60, &now);
+  EXPECT_EQ(g.peak(), 8u);
+  EXPECT_GT(share_at(counts, 8, 4000), 0.75) << "settled at 8, probing now and then";
+  // It got there within its ramp: three doublings, two epochs each.
+  EXPECT_EQ(counts[8 * 100 - 1], 8u);
+}
+
+TEST(StreamGovernor, SettlesWhereMoreStopsPaying) {
+  StreamGovernor g({8, 1000ms, 1.15, 8});
+  auto now = Clock::now();
+  const auto rate = [](size_t k) { return std::min(8e6 * k, 25e6); };
+  const auto counts = drive(g, rate, 60, &now);
+  EXPECT_GT(share_at(counts, 4, 4000), 0.75);
+  EXPECT_LE(*std::max_element(counts.begin() + 2000, counts.end()), 8u);
+}
+
+TEST(StreamGovernor, StaysAtOneWhereOneFillsTheLink) {
+  // BBR: one connection already carries the link; more only compete.
+  StreamGovernor g({8, 1000ms, 1.15, 8});
+  auto now = Clock::now();
+  const auto rate = [](size_t k) { return 25e6 / (1.0 + 0.02 * (k - 1)); };
+  const auto counts = drive(g, rate, 60, &now);
+  EXPECT_EQ(g.peak(), 2u) << "one probe of two, never more";
+  EXPECT_GT(share_at(counts, 1, 6000), 0.8);
+}
+
+TEST(StreamGovernor, GivesConnectionsBackWhenTheyStopPaying) {
+  // The link's loss clears: what eight connections bought, two now carry.
+  StreamGovernor g({8, 1000ms, 1.15, 4});
+  auto now = Clock::now();
+  (void)drive(g, [](size_t k) { return std::min(3e6 * k, 25e6); }, 20, &now);
+  EXPECT_EQ(g.peak(), 8u);
+  const auto counts = drive(g, [](size_t k) { return std::min(12.5e6 * k, 25e6); }, 60, &now);
+  EXPECT_GT(share_at(counts, 2, 3000), 0.6);
+}
+
+TEST(StreamGovernor, AddsNoneOnALinkWithoutLoss) {
+  // Loopback, a clean LAN: more connections might look faster for a moment,
+  // but one connection's window is not what holds the link back.
+  StreamGovernor g({8, 1000ms, 1.15, 4});
+  auto now = Clock::now();
+  const auto counts = drive(g, [](size_t k) { return 3e6 * k; }, 30, &now, true,
+                            /*lossy=*/false);
+  EXPECT_EQ(*std::max_element(counts.begin(), counts.end()), 1u);
+  EXPECT_GT(g.measured(), 10u);
+}
+
+TEST(StreamGovernor, AStalledPeerIsNoMeasurement) {
+  // Nothing goes through: the parent stopped reading. No count pays then.
+  StreamGovernor g({8, 1000ms, 1.15, 4});
+  auto now = Clock::now();
+  (void)drive(g, [](size_t) { return 0.0; }, 20, &now);
+  EXPECT_EQ(g.active(), 1u);
+  EXPECT_EQ(g.measured(), 0u);
+}
+
+TEST(StreamGovernor, KeepsToItsCap) {
+  StreamGovernor g({2, 1000ms, 1.15, 8});
+  auto now = Clock::now();
+  const auto counts = drive(g, [](size_t k) { return 3e6 * k; }, 30, &now);
+  EXPECT_EQ(*std::max_element(counts.begin(), counts.end()), 2u);
+  EXPECT_EQ(g.active(), 2u);
+}
+
+TEST(StreamGovernor, LearnsNothingWhileTheLinkIsNotTheLimit) {
+  StreamGovernor g({8, 1000ms, 1.15, 8});
+  auto now = Clock::now();
+  (void)drive(g, [](size_t k) { return 3e6 * k; }, 20, &now, /*backlogged=*/false);
+  EXPECT_EQ(g.active(), 1u);
+  EXPECT_EQ(g.measured(), 0u);
+  // Idle spells between bursts do not count either.
+  for (int burst = 0; burst < 10; ++burst) {
+    now += 5s;
+    g.sent(1000, now);
+    g.blocked(now);
+    EXPECT_FALSE(g.tick(now + 1ms, true));
+  }
+  EXPECT_EQ(g.measured(), 0u);
+}
+
+}  // namespace
+}  // namespace fedwan::transport
