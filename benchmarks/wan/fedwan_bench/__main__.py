@@ -64,10 +64,16 @@ def add_run_flags(p: argparse.ArgumentParser) -> None:
                         "links, side by side (blocking is named fedwan, overlap fedwan-overlap "
                         "and needs --overlap-steps N >= 1); default: one run, fedwan, in the "
                         "mode --overlap-steps sets")
-    p.add_argument("--streams", type=int, default=1, metavar="N",
-                   help="TCP connections per tree link (topology federation.streams): a child "
-                        "stripes its frames over N connections to its parent; 1 = one "
-                        "connection per link")
+    p.add_argument("--streams", type=federation.parse_streams, default=federation.AUTO_STREAMS,
+                   metavar="N|auto",
+                   help="TCP connections per tree link (topology federation.streams): auto "
+                        "(the default: as many as pay, up to max_streams) or N, a child "
+                        "striping its frames over N connections to its parent")
+    p.add_argument("--unprivileged-cc", default="", metavar="CC",
+                   help="emulate a host where fedwan may not set its congestion control: "
+                        "only reno and CC allowed (host-wide for the run, put back after), CC "
+                        "the namespaces' default, nodes without CAP_NET_ADMIN (setting BBR "
+                        "fails with EPERM), e.g. cubic")
     p.add_argument("--step-time-ms", type=float, default=50.0,
                    help="synthetic: wall time of one training step (a GPU step's stand-in)")
     p.add_argument("--chunk-bytes", type=int, default=1 << 20)
@@ -142,6 +148,8 @@ def check_streams(args: argparse.Namespace) -> int:
     """--streams, checked: 1 to 16, and above 1 only over the secure channel
     (plaintext frames have no sequence numbers to reorder)."""
     n = args.streams
+    if n == federation.AUTO_STREAMS:
+        return n
     if not 1 <= n <= federation.MAX_STREAMS:
         raise SystemExit(f"fedwan bench: --streams {n}: 1 to {federation.MAX_STREAMS} TCP "
                          f"connections per tree link")
@@ -170,7 +178,7 @@ def specs_from(args: argparse.Namespace) -> list[federation.BenchFederation]:
         secure=not args.plaintext, round_timeout_s=args.timeout,
         outer_optimizer=args.outer_optimizer,
         sysctls=tuple(tuple(kv.split("=", 1)) for kv in args.sysctl),
-        tcp_congestion=args.tcp_congestion)
+        tcp_congestion=args.tcp_congestion, unprivileged_cc=args.unprivileged_cc)
     n_streams = check_streams(args)
     specs = [replace(ours, name=name, overlap_steps=tau, streams=n_streams)
              for name, tau in fedwan_runs(args)]
@@ -206,7 +214,8 @@ def profile_from(args: argparse.Namespace) -> profiles.Profile:
 SWEEP_KEYS = {"rate-mbit": ("rate_mbit", float), "delay-ms": ("delay_ms", float),
               "tcp-congestion": ("tcp_congestion", str),
               "codec": ("codec", str), "inner-steps": ("inner_steps", int),
-              "overlap-steps": ("overlap_steps", int), "streams": ("streams", int),
+              "overlap-steps": ("overlap_steps", int),
+              "streams": ("streams", federation.parse_streams),
               "params": ("params", parse_count), "sites-per-region": ("sites_per_region", int)}
 
 

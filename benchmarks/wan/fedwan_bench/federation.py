@@ -39,13 +39,22 @@ def mode_label(overlap_steps: int) -> str:
     return "blocking" if not overlap_steps else f"overlap tau={overlap_steps}"
 
 
-# federation.streams: TCP connections per tree link, 1 to this.
+# federation.streams: TCP connections per tree link, 1 to this, or AUTO.
 MAX_STREAMS = 16
+AUTO_STREAMS = 0  # `streams: auto`, fedwan's default: as many as pay
+
+
+def parse_streams(text: str) -> int:
+    """`auto` (AUTO_STREAMS) or a count, for --streams and --sweep streams=."""
+    return AUTO_STREAMS if str(text).strip() == "auto" else int(text)
 
 
 def streams_suffix(streams: int) -> str:
     """How a run's links are named after its mode: "" for one TCP connection
-    per link (the default), else ", N streams"."""
+    per link, ", auto streams" for `streams: auto` (fedwan's default), else
+    ", N streams"."""
+    if streams == AUTO_STREAMS:
+        return ", auto streams"
     return "" if streams == 1 else f", {streams} streams"
 
 
@@ -95,8 +104,15 @@ class BenchFederation:
     overlap_steps: int = 0
     # The topology's federation.streams: TCP connections each child opens to
     # its parent, its frames striped over them (1 to MAX_STREAMS; above 1
-    # needs the secure channel).
+    # needs the secure channel), or AUTO_STREAMS (as many as pay, fedwan's
+    # default). Baselines keep one.
     streams: int = 1
+    # Emulates a host where fedwan may not pick its congestion control
+    # (a pod without CAP_NET_ADMIN): the host allows only reno and this one
+    # (net.ipv4.tcp_allowed_congestion_control, set for the run and put
+    # back after), every namespace defaults to it, and the nodes run
+    # without CAP_NET_ADMIN, so setting BBR fails with EPERM. "" = off.
+    unprivileged_cc: str = ""
     # Flat trees: the regions whose links the sites sit behind, as in the
     # tree with regions they are measured against (sites_per_region each):
     # a site's connection to the root crosses its site-tier link to its
@@ -191,7 +207,7 @@ def topology_yaml(spec: BenchFederation, nodes: list[Node]) -> str:
         lines.append(f"  tcp_congestion: {spec.tcp_congestion}")
     if spec.overlap_steps:
         lines.append(f"  overlap_steps: {spec.overlap_steps}")
-    if spec.streams != 1:
+    if spec.streams != AUTO_STREAMS:
         lines.append(f"  streams: {spec.streams}")
     lines += [
         "nodes:",
@@ -246,11 +262,37 @@ def _flower_argv(spec: BenchFederation, node: Node, work: str) -> list[str]:
                    "--report", os.path.join(work, f"{node.id}-report.json")]
 
 
+ALLOWED_CC = "/proc/sys/net/ipv4/tcp_allowed_congestion_control"
+
+
+def _write_allowed_congestion(value: str) -> None:
+    with open(ALLOWED_CC, "w") as f:
+        f.write(value + "\n")
+
+
+def _restrict_congestion(cc: str) -> str | None:
+    """With `cc`, allows only reno and `cc` host-wide (a namespace may only
+    default to an allowed algorithm, and that list is the host's) and
+    returns what was allowed before, for the caller to put back."""
+    if not cc:
+        return None
+    with open("/proc/sys/net/ipv4/tcp_available_congestion_control") as f:
+        if cc not in f.read().split():
+            raise RuntimeError(f"unprivileged_cc {cc}: the kernel does not have it")
+    with open(ALLOWED_CC) as f:
+        before = f.read().strip()
+    _write_allowed_congestion(f"reno {cc}")
+    return before
+
+
 def _node_argv(spec: BenchFederation, node: Node, fedwan: str, work: str) -> list[str]:
     if spec.system == "flower":
         return _flower_argv(spec, node, work)
     command = "site" if node.role == "site" else "aggregator"
-    argv = [fedwan, command, "--topology", os.path.join(work, "topology.yaml"),
+    # Without CAP_NET_ADMIN a process may only pick an allowed algorithm.
+    argv = (["setpriv", "--inh-caps=-net_admin", "--bounding-set=-net_admin"]
+            if spec.unprivileged_cc else [])
+    argv += [fedwan, command, "--topology", os.path.join(work, "topology.yaml"),
             "--node", node.id, "--trainer", spec.trainer, "--seed", str(spec.seed),
             "--join-timeout", "120"]
     if spec.trainer == "synthetic":
@@ -384,10 +426,14 @@ def run(spec: BenchFederation, profile: Profile, fedwan: str, linkemu: str, work
     namespaces: dict[str, netns.Namespace] = {}
     procs: dict[str, subprocess.Popen] = {}
     logs: dict[str, str] = {}
+    allowed = _restrict_congestion(spec.unprivileged_cc)
     try:
         for k, n in enumerate(nodes):
             namespaces[n.id] = netns.Namespace(f"{tag}-{k}")
-            for key, value in spec.sysctls:
+            sysctls = list(spec.sysctls)
+            if spec.unprivileged_cc:
+                sysctls.insert(0, ("net.ipv4.tcp_congestion_control", spec.unprivileged_cc))
+            for key, value in sysctls:
                 r = namespaces[n.id].run(["sysctl", "-q", "-w", f"{key}={value}"],
                                          capture_output=True, text=True)
                 if r.returncode != 0:
@@ -433,6 +479,8 @@ def run(spec: BenchFederation, profile: Profile, fedwan: str, linkemu: str, work
                 p.wait()
         for ns in namespaces.values():
             ns.close()
+        if allowed is not None:
+            _write_allowed_congestion(allowed)
     failed = [n for n in nodes if n.runs and usage[n.id]["exit"] != 0]
     if failed:
         n = failed[0]

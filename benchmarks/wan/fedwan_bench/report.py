@@ -31,7 +31,9 @@ def mode(r: dict) -> str:
 
 def streams(r: dict) -> int:
     """A run's TCP connections per tree link (runs without the figure: 1)."""
-    return r.get("streams") or (r.get("spec") or {}).get("streams", 1)
+    if "streams" in r:
+        return r["streams"]
+    return (r.get("spec") or {}).get("streams", 1)
 
 
 def mode_column(r: dict) -> str:

@@ -24,19 +24,22 @@ def federation_section(spec: federation.BenchFederation) -> str:
     return text[text.index("federation:"):text.index("nodes:")]
 
 
-def test_one_connection_per_link_is_the_default():
+def test_fedwan_runs_auto_and_the_baselines_one_connection_by_default():
     assert federation.BenchFederation(name="fedwan").streams == 1
+    auto = federation.AUTO_STREAMS
     specs = specs_from(parse("--baselines", "flat-fp32"))
-    assert [(s.name, s.streams) for s in specs] == [("fedwan", 1), ("flat-fp32", 1)]
-    modes = specs_from(parse("--modes", "blocking,overlap", "--overlap-steps", "2"))
-    assert {s.streams for s in modes} == {1}
+    assert [(s.name, s.streams) for s in specs] == [("fedwan", auto), ("flat-fp32", 1)]
+    modes = specs_from(parse("--modes", "blocking,overlap", "--overlap-steps", "2",
+                             "--baselines", "none"))
+    assert {s.streams for s in modes} == {auto}
+    assert specs_from(parse("--streams", "auto"))[0].streams == auto
 
 
 def test_streams_sets_the_fedwan_runs_and_not_the_baselines():
     specs = specs_from(parse("--streams", "4"))
     assert [(s.name, s.streams) for s in specs] == [("fedwan", 4), ("flat-fp32", 1)]
     # The same federation otherwise.
-    assert replace(specs[0], streams=1) == specs_from(parse())[0]
+    assert replace(specs[0], streams=federation.AUTO_STREAMS) == specs_from(parse())[0]
     both = specs_from(parse("--streams", "16", "--modes", "blocking,overlap",
                             "--overlap-steps", "3"))
     assert [(s.name, s.overlap_steps, s.streams) for s in both] == [
@@ -45,7 +48,7 @@ def test_streams_sets_the_fedwan_runs_and_not_the_baselines():
 
 
 def test_streams_are_checked_before_anything_runs():
-    fails(r"--streams 0: 1 to 16 TCP connections per tree link", "--streams", "0")
+    assert specs_from(parse("--streams", "auto", "--plaintext"))[0].streams == 0
     fails(r"--streams 17: 1 to 16 TCP connections per tree link", "--streams", "17")
     fails(r"--streams -1: 1 to 16", "--streams", "-1")
     # Plaintext frames have no sequence numbers to put back in order.
@@ -63,13 +66,16 @@ def test_the_topology_carries_streams_in_its_federation_section():
     assert "\n  rounds: 4\n" in section
     text = federation.topology_yaml(spec, federation.plan_nodes(spec))
     assert text.count("streams") == 1  # the federation's only, not per node
+    # One connection is written out: fedwan's own default is auto.
     one = federation.BenchFederation(name="fedwan")
-    assert "streams" not in federation.topology_yaml(one, federation.plan_nodes(one))
+    assert "\n  streams: 1\n" in federation_section(one)
+    auto = federation.BenchFederation(name="fedwan", streams=federation.AUTO_STREAMS)
+    assert "streams" not in federation.topology_yaml(auto, federation.plan_nodes(auto))
     # From the command line: the fedwan run's topology has it, the
-    # baseline's does not.
+    # baseline keeps one connection.
     ours, flat = specs_from(parse("--streams", "4"))
     assert "\n  streams: 4\n" in federation_section(ours)
-    assert "streams" not in federation.topology_yaml(flat, federation.plan_nodes(flat))
+    assert "\n  streams: 1\n" in federation_section(flat)
 
 
 def test_the_streams_sweep_is_one_fedwan_run_per_value():
@@ -88,9 +94,10 @@ def test_the_help_names_the_flag():
     p = argparse.ArgumentParser()
     add_run_flags(p)
     text = " ".join(p.format_help().split())
-    assert "--streams N" in text
+    assert "--streams N|auto" in text
     assert "TCP connections per tree link (topology federation.streams)" in text
-    assert "1 = one connection per link" in text
+    assert "auto (the default: as many as pay" in text
+    assert "--unprivileged-cc CC" in text
     assert "overlap-steps (0 = blocking; not with --modes), streams, params" in text
 
 
@@ -180,3 +187,14 @@ def test_a_streams_sweep_plots_round_time_against_the_connections(tmp_path, monk
     assert xlabel == "TCP connections per link (streams)"
     assert legend == ["fedwan: round time", "flat-fp32: round time", "fedwan: ideal bound"]
     assert "fedwan, 4 streams (4): round" in drawn["rounds.png"][1]
+
+
+def test_an_unprivileged_host_runs_the_nodes_without_cap_net_admin():
+    spec = specs_from(parse("--unprivileged-cc", "cubic", "--baselines", "none"))[0]
+    assert spec.unprivileged_cc == "cubic"
+    node = federation.plan_nodes(spec)[0]
+    argv = federation._node_argv(spec, node, "fedwan", "/w")
+    assert argv[:3] == ["setpriv", "--inh-caps=-net_admin", "--bounding-set=-net_admin"]
+    assert argv[3] == "fedwan"
+    plain = specs_from(parse("--baselines", "none"))[0]
+    assert federation._node_argv(plain, node, "fedwan", "/w")[0] == "fedwan"
