@@ -213,6 +213,7 @@ void ChildrenLink::expire_handshakes() {
       reseq_.erase(peer);
       next_send_.erase(peer);
       governors_.erase(peer);
+      striped_session_.erase(peer);
       suspended_.erase(peer);
       gaps_seen_.erase(peer);
     }
@@ -267,8 +268,9 @@ bool ChildrenLink::recv(Incoming* out, Millis timeout) {
     counters_.frames_received += 1;
     counters_.bytes_received += in.message.size();
     std::string peer;
-    if (!admit(in, &peer)) continue;
-    if (take_frame(std::move(peer), in, out)) return true;
+    size_t stripe = 0;
+    if (!admit(in, &peer, &stripe)) continue;
+    if (take_frame(std::move(peer), stripe, in, out)) return true;
   }
 }
 
@@ -287,7 +289,7 @@ bool ChildrenLink::wait_readable(Clock::time_point deadline) {
   return transport_.wait({socket_.get()}, left) || gap_due;
 }
 
-bool ChildrenLink::admit(Received& in, std::string* child) {
+bool ChildrenLink::admit(Received& in, std::string* child, size_t* stripe_out) {
   std::string peer = std::move(in.peer);
   if (in.malformed) {
     counters_.rejected += 1;
@@ -336,6 +338,7 @@ bool ChildrenLink::admit(Received& in, std::string* child) {
     }
   }
   *child = std::move(peer);
+  *stripe_out = stripe;
   return true;
 }
 
@@ -361,7 +364,7 @@ bool ChildrenLink::admit_stripe(const std::string& peer, size_t stripe, const Re
   return true;
 }
 
-bool ChildrenLink::take_frame(std::string peer, Received& in, Incoming* out) {
+bool ChildrenLink::take_frame(std::string peer, size_t stripe, Received& in, Incoming* out) {
   std::string why;
   size_t frame_size = 0;
   SecurityReplies replies;
@@ -395,6 +398,13 @@ bool ChildrenLink::take_frame(std::string peer, Received& in, Incoming* out) {
       // A new session (the child reconnected) lifts the suspension.
       if (q->second == order->session) return false;
       suspended_.erase(q);
+    }
+    // An adaptive child is on one connection until a frame of its session
+    // comes over a further one.
+    if (admission_.adaptive_streams && admission_.adaptive_streams(peer)) {
+      if (stripe > 0) striped_session_[peer] = order->session;
+      const auto s = striped_session_.find(peer);
+      it->second.set_striped(s != striped_session_.end() && s->second == order->session);
     }
     it->second.push(*order, std::move(f), Clock::now());
     return false;

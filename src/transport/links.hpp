@@ -215,12 +215,12 @@ class ChildrenLink {
   // Whether a message may go on to the channel security (its routing id,
   // the admission, further connections, the handshake budget); sets
   // `child` to the child's id. Drops and counts it otherwise.
-  bool admit(Received& in, std::string* child);
+  bool admit(Received& in, std::string* child, size_t* stripe);
   bool admit_stripe(const std::string& peer, size_t stripe, const Received& in);
   // Passes an admitted message through the child's channel security: true
   // with a frame in *out; false when it was a handshake message, refused,
   // or is held for a striped child's order.
-  bool take_frame(std::string peer, Received& in, Incoming* out);
+  bool take_frame(std::string peer, size_t stripe, Received& in, Incoming* out);
   ChannelSecurity& security_for(const std::string& peer);
   // Drops handshakes that outlived their timeout, with their state.
   void expire_handshakes();
@@ -242,6 +242,10 @@ class ChildrenLink {
   std::unordered_map<std::string, Resequencer> reseq_;
   std::unordered_map<std::string, size_t> next_send_;
   std::unordered_map<std::string, StreamGovernor> governors_;
+  // Adaptive children (`streams: auto`) and the session in which a frame
+  // came over a further connection: their resequencer is single (one
+  // connection) until then.
+  std::unordered_map<std::string, uint64_t> striped_session_;
   // Striped children that lost a frame, and the session that did: nothing
   // goes to them or comes from them until a new session (see recv).
   std::unordered_map<std::string, uint64_t> suspended_;

@@ -210,7 +210,11 @@ std::optional<size_t> ParentLink::try_send(const std::vector<uint8_t>& frame) {
 
 bool ParentLink::recv(Incoming* out, Millis timeout) {
   const auto deadline = Clock::now() + timeout;
-  const bool striped = stripes_.size() > 1;
+  // An adaptive link runs its frames through the resequencer from the
+  // start, single while it has one connection, so that the count is in
+  // step when it opens a second.
+  const bool striped = stripes_.size() > 1 || governor_.has_value();
+  reseq_.set_striped(stripes_.size() > 1);
   for (;;) {
     Resequencer::Frame ready;
     const bool popped = striped && reseq_.pop(&ready, Clock::now());

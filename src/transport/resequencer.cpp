@@ -26,6 +26,20 @@ void Resequencer::push(const ChannelSecurity::Order& order, std::optional<Frame>
     next_ = 0;
     barriers_ = pieces_ = 0;
   }
+  if (!striped_ && held_.empty()) {
+    // One connection delivers in order: what is missing was lost or refused
+    // on the way, and nothing will overtake it.
+    if (order.seq >= next_) {
+      next_ = order.seq + 1;
+      ahead_.clear();
+      barriers_ = order.tag.barriers;
+      pieces_ = order.tag.pieces;
+      if (order.klass == wire::OrderClass::kBarrier) barriers_ = static_cast<uint16_t>(barriers_ + 1);
+      if (order.klass == wire::OrderClass::kPiece) pieces_ = static_cast<uint16_t>(pieces_ + 1);
+    }
+    if (frame) ready_.push_back(std::move(*frame));
+    return;
+  }
   if (order.seq < next_) {
     // Its gap was given up: late, but not lost.
     if (frame) {

@@ -20,6 +20,13 @@
 // sender) count the same way once `max_frames` are held. A new session (new
 // keys) starts the count again and drops what the old one still held.
 //
+// A link that may become striped (`streams: auto`) runs through its
+// resequencer from the start, marked single (set_striped(false)) while it
+// has one connection: frames go on as they come, as on any one connection,
+// and a missing one (dropped or refused on the way) is passed over without
+// ending the link, while the counts stay in step for when a second
+// connection opens.
+//
 // Not thread safe: owned by the link's thread.
 #pragma once
 
@@ -65,6 +72,11 @@ class Resequencer {
   // and its place in the order count all the same).
   void push(const ChannelSecurity::Order& order, std::optional<Frame> frame,
             Clock::time_point now);
+  // Whether frames may come over several connections (the default), or
+  // over one (see the class comment). A link only goes from one to
+  // several within a session.
+  void set_striped(bool striped) { striped_ = striped; }
+  bool striped() const { return striped_; }
   // The next frame ready, if any (giving up a gap whose wait ran out by `now`).
   bool pop(Frame* out, Clock::time_point now);
   // Drops every frame held, ready or not (counted as dropped).
@@ -95,6 +107,7 @@ class Resequencer {
 
   Options options_;
   bool started_ = false;
+  bool striped_ = true;
   uint64_t session_ = 0;
   uint64_t next_ = 0;          // every number below has come (or was given up)
   std::set<uint64_t> ahead_;   // numbers above next_ that have come

@@ -103,7 +103,11 @@ void bind_node_spec(py::module_& m) {
       .def_readonly("socket_buffer_bytes", &NodeSpec::socket_buffer_bytes,
                     "Socket buffers of this node's TCP links (None = the federation's).")
       .def_readonly("streams", &NodeSpec::streams,
-                    "TCP connections of this node's uplink (None = the federation's).")
+                    "TCP connections of this node's uplink: 0 = auto, else 1..16 (None = the "
+                    "federation's).")
+      .def_readonly("max_streams", &NodeSpec::max_streams,
+                    "The most connections auto opens on this node's uplink (None = the "
+                    "federation's).")
       .def_readonly("late_join", &NodeSpec::late_join,
                     "Sites: the federation does not wait for it at the start; it counts from "
                     "the round boundary after it comes.")
@@ -193,9 +197,11 @@ void bind_federation_spec(py::module_& m) {
                     "Send and receive buffer of every TCP link's sockets in bytes; 0 = the "
                     "kernel's autotuning; a node's own socket_buffer_bytes overrides it.")
       .def_readonly("streams", &FederationSpec::streams,
-                    "TCP connections per tree link: a child opens this many to its parent and "
-                    "stripes frames across them (1..16, default 1); a node's own streams "
-                    "overrides it for its uplink.")
+                    "TCP connections per tree link: 0 = auto (the default: each link uses as "
+                    "many as pay, up to max_streams), else 1..16, frames striped across them; "
+                    "a node's own streams overrides it for its uplink.")
+      .def_readonly("max_streams", &FederationSpec::max_streams,
+                    "The most connections auto opens per link (1..16, default 8).")
       .def_property_readonly(
           "aggregation_rule", [](const FederationSpec& f) { return f.aggregation.rule; },
           "How every aggregator combines its children's chunks (federation.aggregation.rule; "

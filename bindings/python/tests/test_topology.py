@@ -95,8 +95,13 @@ def test_overlap_steps_and_tcp_congestion_settings():
     assert blocking.overlap_steps == 0 and blocking.federation.overlap_steps == 0
     assert blocking.federation.tcp_congestion == "bbr"
     assert blocking.federation.socket_buffer_bytes == 0  # the kernel's autotuning
-    assert blocking.federation.streams == 1  # one TCP connection per link
+    assert blocking.federation.streams == 0  # auto: as many TCP connections as pay
+    assert blocking.federation.max_streams == 8
     assert "streams" not in blocking.to_yaml()
+    fixed = fedwan.Topology.parse(
+        TEXT.replace("chunk_bytes: 4096,", "chunk_bytes: 4096, streams: 1, max_streams: 4,"))
+    assert (fixed.federation.streams, fixed.federation.max_streams) == (1, 4)
+    assert "streams: 1" in fixed.to_yaml() and fixed.digest_hex() != blocking.digest_hex()
     assert "overlap_steps" not in blocking.to_yaml()
 
     text = TEXT.replace("chunk_bytes: 4096,",
