@@ -51,11 +51,9 @@ SendResult ChildrenLink::send_striped(const std::string& peer, SendOn send_on) {
   if (suspended_.count(peer)) return SendResult::kFull;
   size_t n = streams_of(peer);
   if (n > 1 && admission_.adaptive_streams && admission_.adaptive_streams(peer)) {
-    auto g = governors_.find(peer);
-    if (g == governors_.end()) {
-      g = governors_.emplace(peer, StreamGovernor(StreamGovernor::Options{n})).first;
-    }
-    n = std::min(n, g->second.active());
+    // As many as the child sends on now (it measures; the link is the same).
+    const auto w = widths_.find(peer);
+    n = std::min(n, w == widths_.end() ? size_t{1} : w->second.width);
   }
   if (n == 1) return send_on(peer);
   size_t& next = next_send_[peer];
@@ -82,9 +80,6 @@ size_t ChildrenLink::send(const std::string& peer, std::vector<uint8_t> frame, M
   for (;;) {
     r = send_striped(peer,
                      [&](const std::string& id) { return socket_->try_send(id, frame.data(), n); });
-    if (r != SendResult::kNoPeer) {
-      govern(peer, r == SendResult::kSent ? std::optional<size_t>(n) : std::nullopt);
-    }
     if (r != SendResult::kFull) break;
     const auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());
     if (left.count() <= 0) break;
@@ -119,29 +114,12 @@ std::optional<size_t> ChildrenLink::try_send(const std::string& peer,
     });
   });
   if (r == SendResult::kNoPeer) throw TransportError("child '" + peer + "' is not connected");
-  govern(peer, r == SendResult::kSent ? std::optional<size_t>(n) : std::nullopt);
   if (r != SendResult::kSent) return std::nullopt;
   count_sent(peer, n);
   return n;
 }
 
-void ChildrenLink::govern(const std::string& peer, std::optional<size_t> sent) {
-  const auto g = governors_.find(peer);
-  if (g == governors_.end()) return;
-  const auto now = Clock::now();
-  if (sent) {
-    g->second.sent(*sent, now);
-  } else {
-    g->second.blocked(now);
-  }
-  // The child opens connections only over a lossy link (its own governor):
-  // whatever it opened, this one may try.
-  StreamGovernor::Change c;
-  if (g->second.tick(now, /*lossy=*/true, &c)) {
-    log().info("link to child '{}': {} -> {} TCP connections ({}; {:.1f} MB/s at {})", peer,
-               c.from, c.to, c.why, c.rate / 1e6, c.from);
-  }
-}
+
 
 void ChildrenLink::count_sent(const std::string& peer, size_t n) {
   counters_.frames_sent += 1;
@@ -212,7 +190,7 @@ void ChildrenLink::expire_handshakes() {
       security_.erase(it);
       reseq_.erase(peer);
       next_send_.erase(peer);
-      governors_.erase(peer);
+      widths_.erase(peer);
       striped_session_.erase(peer);
       suspended_.erase(peer);
       gaps_seen_.erase(peer);
@@ -403,6 +381,10 @@ bool ChildrenLink::take_frame(std::string peer, size_t stripe, Received& in, Inc
     // comes over a further one.
     if (admission_.adaptive_streams && admission_.adaptive_streams(peer)) {
       if (stripe > 0) striped_session_[peer] = order->session;
+      Width& w = widths_[peer];
+      w.recent[w.seen++ % w.recent.size()] = static_cast<uint8_t>(stripe);
+      const size_t n = std::min(w.seen, w.recent.size());
+      w.width = 1 + *std::max_element(w.recent.begin(), w.recent.begin() + n);
       const auto s = striped_session_.find(peer);
       it->second.set_striped(s != striped_session_.end() && s->second == order->session);
     }

@@ -1,7 +1,7 @@
 #include "transport/congestion_monitor.hpp"
 
 #include <netinet/in.h>
-#include <netinet/tcp.h>
+#include <linux/tcp.h>  // struct tcp_info with tcpi_bytes_acked (glibc's lacks it)
 #include <sys/socket.h>
 
 #include <atomic>
@@ -185,9 +185,9 @@ void CongestionMonitor::forget(int fd) {
   }
 }
 
-uint64_t CongestionMonitor::retransmits() {
+TcpCounters CongestionMonitor::counters() {
   poll();
-  uint64_t total = 0;
+  TcpCounters total;
   for (size_t i = 0; i < connections_.size();) {
     const Connection& c = connections_[i];
     tcp_info info{};
@@ -198,7 +198,8 @@ uint64_t CongestionMonitor::retransmits() {
       connections_.erase(connections_.begin() + static_cast<std::ptrdiff_t>(i));
       continue;
     }
-    total += info.tcpi_total_retrans;
+    total.acked += info.tcpi_bytes_acked;
+    total.retransmits += info.tcpi_total_retrans;
     ++i;
   }
   return total;

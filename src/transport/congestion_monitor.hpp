@@ -22,6 +22,8 @@
 
 #include <zmq.hpp>
 
+#include "transport/transport.hpp"
+
 namespace fedwan::transport {
 
 class CongestionMonitor {
@@ -49,9 +51,9 @@ class CongestionMonitor {
   // The congestion control read back from the newest connection; "" before
   // the first one.
   const std::string& applied() const { return applied_; }
-  // Segments retransmitted so far on the connections open now (their
-  // tcpi_total_retrans summed).
-  uint64_t retransmits();
+  // The connections open now, their tcpi_bytes_acked and
+  // tcpi_total_retrans summed.
+  TcpCounters counters();
 
  private:
   void apply(int fd, const std::string& address, bool accepted);

@@ -10,10 +10,9 @@
 // Each frame goes out on the next connection with room, and the receiver
 // delivers chunks as they come and everything else in the order it was
 // sealed (resequencer.hpp). Plaintext links cannot be striped. With
-// LinkOptions::adaptive_streams (`streams: auto`) each sender uses as many
-// of the connections as pay (stream_governor.hpp): the child opens them as
-// its governor asks, the parent sends on as many of those as its own
-// governor for that child asks.
+// LinkOptions::adaptive_streams (`streams: auto`) the child uses as many
+// connections as pay (stream_governor.hpp), opening them as its governor
+// asks; the parent sends to it over as many as it now sends on.
 //
 // Back-pressure: each direction keeps at most `window` frames queued per peer;
 // a send beyond that blocks the caller up to its timeout. Sockets cap the
@@ -22,6 +21,7 @@
 // Thread safety: a link is owned by one thread; the transport may be shared.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -125,7 +125,6 @@ class ParentLink {
   LinkOptions options_;
   size_t max_streams_ = 1;
   std::optional<StreamGovernor> governor_;        // `streams: auto`
-  uint64_t retransmits_ = 0;                      // on its connections, when last looked
   std::vector<std::unique_ptr<Socket>> stripes_;  // [0]: the handshake's
   size_t next_send_ = 0, next_recv_ = 0;
   std::string endpoint_;
@@ -205,8 +204,6 @@ class ChildrenLink {
   size_t streams_of(const std::string& child) const;
   template <typename SendOn>
   SendResult send_striped(const std::string& peer, SendOn send_on);
-  // Tells `peer`'s governor (`streams: auto`) how a send went.
-  void govern(const std::string& peer, std::optional<size_t> sent);
   // Pops a frame some striped child's resequencer has ready.
   bool pop_reordered(Incoming* out, Clock::time_point now);
   // Waits until the socket is readable or a striped child's gap is due;
@@ -241,7 +238,14 @@ class ChildrenLink {
   // connection their next frame goes out on.
   std::unordered_map<std::string, Resequencer> reseq_;
   std::unordered_map<std::string, size_t> next_send_;
-  std::unordered_map<std::string, StreamGovernor> governors_;
+  // Adaptive children: the connections each sent its last frames on (32),
+  // and so how many it uses now, which the parent mirrors.
+  struct Width {
+    std::array<uint8_t, 32> recent{};
+    size_t seen = 0;
+    size_t width = 1;
+  };
+  std::unordered_map<std::string, Width> widths_;
   // Adaptive children (`streams: auto`) and the session in which a frame
   // came over a further connection: their resequencer is single (one
   // connection) until then.

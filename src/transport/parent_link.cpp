@@ -73,14 +73,17 @@ void ParentLink::govern(std::optional<size_t> sent) {
     governor_->blocked(now);
   }
   if (!governor_->due(now)) return;
-  // Loss on the link's connections since the last epoch (a reconnect resets
-  // the sum: only growth counts).
-  uint64_t retransmits = 0;
-  for (auto& s : stripes_) retransmits += s->tcp_retransmits().value_or(0);
-  const bool lossy = retransmits > retransmits_;
-  retransmits_ = retransmits;
+  // What the kernel counts on the link's connections.
+  std::optional<TcpCounters> tcp;
+  for (auto& s : stripes_) {
+    if (const auto c = s->tcp_counters()) {
+      if (!tcp) tcp.emplace();
+      tcp->acked += c->acked;
+      tcp->retransmits += c->retransmits;
+    }
+  }
   StreamGovernor::Change c;
-  if (!governor_->tick(now, lossy, &c)) return;
+  if (!governor_->tick(now, tcp, &c)) return;
   try {
     while (stripes_.size() < governor_->active()) open_stripe();
   } catch (const TransportError& e) {

@@ -19,31 +19,51 @@ void StreamGovernor::start_epoch(Clock::time_point now) {
 }
 
 void StreamGovernor::sent(size_t bytes, Clock::time_point now) {
-  // After an idle spell a new epoch starts: idle time says nothing of the link.
-  if (!running_ || now - last_activity_ > options_.epoch) start_epoch(now);
+  // After an idle spell a new epoch starts: idle time says nothing of the
+  // link, and the counters from before it are stale.
+  if (!running_ || now - last_activity_ > options_.epoch) {
+    start_epoch(now);
+    tcp_start_.reset();
+  }
   bytes_ += bytes;
   last_activity_ = now;
 }
 
 void StreamGovernor::blocked(Clock::time_point now) {
-  if (!running_ || now - last_activity_ > options_.epoch) start_epoch(now);
+  if (!running_ || now - last_activity_ > options_.epoch) {
+    start_epoch(now);
+    tcp_start_.reset();
+  }
   if (!blocked_) first_blocked_ = now;
   blocked_ = true;
   last_blocked_ = now;
   last_activity_ = now;
 }
 
-bool StreamGovernor::tick(Clock::time_point now, bool lossy, Change* change) {
+bool StreamGovernor::tick(Clock::time_point now, std::optional<TcpCounters> tcp,
+                          Change* change) {
   if (!due(now)) return false;
   const auto len = now - start_;
   // The link was the limit throughout: the sender found it full near the
   // epoch's start and near its end.
   const bool backlogged =
       blocked_ && first_blocked_ - start_ <= len / 4 && now - last_blocked_ <= len / 4;
-  const double rate =
-      static_cast<double>(bytes_) / std::chrono::duration<double>(len).count();
-  const bool moved_bytes = bytes_ > 0;
+  const std::optional<TcpCounters> from = tcp_start_;
+  tcp_start_ = tcp;
+  uint64_t moved = bytes_;
+  bool lossy = false;
+  if (tcp) {
+    // A connection that closed takes its counts with it: no measurement.
+    if (!from || tcp->acked < from->acked || tcp->retransmits < from->retransmits) {
+      start_epoch(now);
+      return false;
+    }
+    moved = tcp->acked - from->acked;
+    lossy = tcp->retransmits > from->retransmits;
+  }
+  const double rate = static_cast<double>(moved) / std::chrono::duration<double>(len).count();
   start_epoch(now);
+  const bool moved_bytes = moved > 0;
   // Nothing went through at all: the peer stalled, the link was not measured.
   if (!backlogged || !moved_bytes) return false;
   if (warming_) {  // a new connection is still in slow start

@@ -4,8 +4,10 @@
 // the link far from full; several share the loss. How many pay depends on
 // the link, the congestion control and who else uses it, so the sender
 // measures: while it has more to send than the link takes (some frame found
-// every active connection's window full), its goodput over an epoch is the
-// link's rate at that count. It doubles the count while that pays (goodput
+// every active connection's window full), its goodput over an epoch (the
+// bytes its connections' peers acknowledged, from the kernel's TCP_INFO; the
+// bytes the sender queued where there is no TCP) is the link's rate at that
+// count. It doubles the count while that pays (goodput
 // up by `gain`), goes back when it does not, and once settled probes every
 // `settle_epochs` measured epochs: one step up, then one step down, keeping
 // the smaller count whenever the larger did not win by `gain`. It only adds
@@ -21,7 +23,10 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
+
+#include "transport/transport.hpp"
 
 namespace fedwan::transport {
 
@@ -57,10 +62,10 @@ class StreamGovernor {
   bool due(Clock::time_point now) const {
     return running_ && now - start_ >= options_.epoch;
   }
-  // Closes the epoch when it is due; `lossy`: the link's connections
-  // retransmitted during it. True (and *change filled) when the count
-  // changed.
-  bool tick(Clock::time_point now, bool lossy, Change* change = nullptr);
+  // Closes the epoch when it is due, with the link's TCP counters now
+  // (nullopt without TCP: goodput is then the bytes sent, and the link is
+  // taken as lossless). True (and *change filled) when the count changed.
+  bool tick(Clock::time_point now, std::optional<TcpCounters> tcp, Change* change = nullptr);
   // Epochs measured so far (the sender backlogged through them).
   uint64_t measured() const { return measured_; }
   const Options& options() const { return options_; }
@@ -86,6 +91,9 @@ class StreamGovernor {
   Clock::time_point start_{}, first_blocked_{}, last_blocked_{}, last_activity_{};
   bool blocked_ = false;
   uint64_t bytes_ = 0;
+  // The TCP counters where the running epoch began (nullopt: it began after
+  // an idle spell, or the transport has none).
+  std::optional<TcpCounters> tcp_start_;
 };
 
 }  // namespace fedwan::transport

@@ -56,6 +56,13 @@ struct SocketOptions {
   int reorder_wait_ms = 5000;
 };
 
+// A TCP connection's counts from the kernel (TCP_INFO), or their sum over
+// several: bytes the peer acknowledged, segments retransmitted.
+struct TcpCounters {
+  uint64_t acked = 0;
+  uint64_t retransmits = 0;
+};
+
 // A received message. The bytes stay where the transport put them (no copy)
 // and may be changed in place (the security layer decrypts there).
 class Message {
@@ -116,9 +123,9 @@ class Socket {
   // default when it could not be); "" when none was asked for, no
   // connection has been seen yet, or the socket has no TCP connections.
   virtual std::string congestion_control() const { return ""; }
-  // Segments retransmitted so far on its TCP connections open now; nullopt
+  // What the kernel counts on its TCP connections open now, summed; nullopt
   // for a transport without TCP connections (mem://, ipc://, inproc://).
-  virtual std::optional<uint64_t> tcp_retransmits() { return std::nullopt; }
+  virtual std::optional<TcpCounters> tcp_counters() { return std::nullopt; }
 };
 
 class Transport {

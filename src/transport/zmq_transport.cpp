@@ -71,9 +71,9 @@ class ZmqSocket : public Socket {
     return congestion_ ? congestion_->applied() : std::string();
   }
 
-  std::optional<uint64_t> tcp_retransmits() override {
+  std::optional<TcpCounters> tcp_counters() override {
     if (!congestion_) return std::nullopt;
-    return congestion_->retransmits();
+    return congestion_->counters();
   }
 
  protected:
@@ -91,7 +91,7 @@ class ZmqSocket : public Socket {
   }
   // Call before connecting or binding: sets `o.tcp_congestion` on every TCP
   // connection the socket opens from then on (none when empty), and keeps
-  // track of them (tcp_retransmits).
+  // track of them (tcp_counters).
   void watch_congestion(const std::string& endpoint, const SocketOptions& o) {
     if (endpoint.rfind("tcp://", 0) != 0) return;
     congestion_ = std::make_unique<CongestionMonitor>(*ctx_, socket_, o.tcp_congestion, name_);

@@ -230,11 +230,12 @@ class FaultySocket final : public Socket {
   bool writable() override { return inner_->writable(); }
   void set_linger(Millis linger) override { inner_->set_linger(linger); }
   std::string congestion_control() const override { return inner_->congestion_control(); }
-  std::optional<uint64_t> tcp_retransmits() override {
-    const std::optional<uint64_t> real = inner_->tcp_retransmits();
+  std::optional<transport::TcpCounters> tcp_counters() override {
+    std::optional<transport::TcpCounters> real = inner_->tcp_counters();
     if (client_id_ && faults_->reporting_loss()) injected_ += 1;
-    if (!real && injected_ == 0) return std::nullopt;
-    return real.value_or(0) + injected_;
+    if (!real) return real;
+    real->retransmits += injected_;
+    return real;
   }
 
   bool try_recv(Received* out) override {

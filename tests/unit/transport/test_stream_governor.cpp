@@ -18,20 +18,35 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = StreamGovernor::Clock;
 
+// The kernel's counts on the modelled link's connections.
+struct Link {
+  TcpCounters tcp;
+  bool has_tcp = true;
+  // What the sender queues per step beyond what the link delivers (socket
+  // queues filling): never goodput.
+  double queued = 0;
+};
+
 // Drives `g` for `seconds` against a link of goodput `rate(k)` bytes per
 // second at k connections, the sender always having more to send (or, with
-// `backlogged` false, never). Returns the count at each 10 ms step.
+// `backlogged` false, never), the link losing packets or not. Returns the
+// count at each 10 ms step.
 std::vector<size_t> drive(StreamGovernor& g, const std::function<double(size_t)>& rate,
                           double seconds, Clock::time_point* now, bool backlogged = true,
-                          bool lossy = true) {
+                          bool lossy = true, Link* link = nullptr) {
+  Link own;
+  Link& l = link != nullptr ? *link : own;
   std::vector<size_t> counts;
   const auto step = 10ms;
   const int steps = static_cast<int>(seconds * 100);
   for (int i = 0; i < steps; ++i) {
     *now += step;
-    g.sent(static_cast<size_t>(rate(g.active()) * 0.01), *now);
+    const double delivered = rate(g.active()) * 0.01;
+    l.tcp.acked += static_cast<uint64_t>(delivered);
+    if (lossy) l.tcp.retransmits += 1;
+    g.sent(static_cast<size_t>(delivered + l.queued), *now);
     if (backlogged) g.blocked(*now);
-    (void)g.tick(*now, lossy);
+    (void)g.tick(*now, l.has_tcp ? std::optional<TcpCounters>(l.tcp) : std::nullopt);
     counts.push_back(g.active());
   }
   return counts;
@@ -105,6 +120,29 @@ TEST(StreamGovernor, AStalledPeerIsNoMeasurement) {
   EXPECT_EQ(g.measured(), 0u);
 }
 
+TEST(StreamGovernor, GoodputIsWhatThePeerAcknowledgedNotWhatWasQueued) {
+  // Each new connection brings a socket queue that fills at once: counted
+  // as sent, it would look like goodput. The kernel's acknowledged bytes
+  // say the link is no faster.
+  StreamGovernor g({8, 1000ms, 1.15, 4});
+  auto now = Clock::now();
+  Link link;
+  link.queued = 1e6;
+  const auto counts = drive(g, [](size_t) { return 2e6; }, 40, &now, true, true, &link);
+  EXPECT_GT(share_at(counts, 1, 3000), 0.6);
+  EXPECT_LE(g.peak(), 2u);
+}
+
+TEST(StreamGovernor, WithoutTcpCountersItCountsWhatWasSentAndAddsNone) {
+  StreamGovernor g({8, 1000ms, 1.15, 4});
+  auto now = Clock::now();
+  Link link;
+  link.has_tcp = false;
+  (void)drive(g, [](size_t k) { return 3e6 * k; }, 20, &now, true, true, &link);
+  EXPECT_EQ(g.peak(), 1u) << "no TCP, no loss seen: nothing to win";
+  EXPECT_GT(g.measured(), 5u);
+}
+
 TEST(StreamGovernor, KeepsToItsCap) {
   StreamGovernor g({2, 1000ms, 1.15, 8});
   auto now = Clock::now();
@@ -124,7 +162,7 @@ TEST(StreamGovernor, LearnsNothingWhileTheLinkIsNotTheLimit) {
     now += 5s;
     g.sent(1000, now);
     g.blocked(now);
-    EXPECT_FALSE(g.tick(now + 1ms, true));
+    EXPECT_FALSE(g.tick(now + 1ms, TcpCounters{}));
   }
   EXPECT_EQ(g.measured(), 0u);
 }
