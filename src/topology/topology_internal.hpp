@@ -153,7 +153,7 @@ std::string tcp_congestion_problem(const std::string& name);
 std::string socket_buffer_problem(uint64_t bytes);
 // "" when `streams` may be a streams value (auto, or 1 to 16), else why not.
 std::string streams_problem(uint64_t streams);
-// "" when `max` may be a max_streams value (1 to 16), else why not.
+// "" when `max` may be a max_streams value (1 to 64), else why not.
 std::string max_streams_problem(uint64_t max);
 // `auto` or the count.
 std::string streams_text(uint64_t streams);

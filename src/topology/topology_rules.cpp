@@ -155,9 +155,9 @@ std::string streams_problem(uint64_t streams) {
 }
 
 std::string max_streams_problem(uint64_t max) {
-  if (max >= 1 && max <= 16) return "";
+  if (max >= 1 && max <= 64) return "";
   return "max_streams " + std::to_string(max) +
-         " is out of range: `streams: auto` opens 1 to 16 TCP connections per link";
+         " is out of range: `streams: auto` opens 1 to 64 TCP connections per link";
 }
 
 std::string streams_text(uint64_t streams) {

@@ -57,7 +57,11 @@ void ParentLink::abandon() {
 void ParentLink::open_stripe() {
   const size_t k = stripes_.size();
   const std::string id = k == 0 ? self_id_ : self_id_ + "~" + std::to_string(k);
-  stripes_.push_back(transport_.connect(endpoint_, id, options_));
+  LinkOptions o = options_;
+  // An adaptive link may open dozens: each further connection queues half
+  // the window (frames waiting for its TCP connection), not all of it.
+  if (governor_ && k > 0) o.window = std::max(2, options_.window / 2);
+  stripes_.push_back(transport_.connect(endpoint_, id, o));
 }
 
 size_t ParentLink::active_streams() const {

@@ -201,7 +201,7 @@ void bind_federation_spec(py::module_& m) {
                     "many as pay, up to max_streams), else 1..16, frames striped across them; "
                     "a node's own streams overrides it for its uplink.")
       .def_readonly("max_streams", &FederationSpec::max_streams,
-                    "The most connections auto opens per link (1..16, default 8).")
+                    "The most connections auto opens per link (1..64, default 32).")
       .def_property_readonly(
           "aggregation_rule", [](const FederationSpec& f) { return f.aggregation.rule; },
           "How every aggregator combines its children's chunks (federation.aggregation.rule; "

@@ -96,7 +96,7 @@ def test_overlap_steps_and_tcp_congestion_settings():
     assert blocking.federation.tcp_congestion == "bbr"
     assert blocking.federation.socket_buffer_bytes == 0  # the kernel's autotuning
     assert blocking.federation.streams == 0  # auto: as many TCP connections as pay
-    assert blocking.federation.max_streams == 8
+    assert blocking.federation.max_streams == 32
     assert "streams" not in blocking.to_yaml()
     fixed = fedwan.Topology.parse(
         TEXT.replace("chunk_bytes: 4096,", "chunk_bytes: 4096, streams: 1, max_streams: 4,"))

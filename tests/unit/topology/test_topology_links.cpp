@@ -65,9 +65,9 @@ TEST(Topology, SocketBufferBytesInTheDigestOnlyWhenSet) {
 TEST(Topology, StreamsFromTheFederationAndANode) {
   const Topology plain = Topology::parse(kExample);
   EXPECT_EQ(plain.federation().streams, kStreamsAuto);  // as many as pay
-  EXPECT_EQ(plain.federation().max_streams, 8u);
+  EXPECT_EQ(plain.federation().max_streams, 32u);
   for (const NodeSpec& n : plain.nodes()) EXPECT_FALSE(n.streams) << n.id;
-  EXPECT_EQ(plain.uplink_streams(plain.node("site-a")).connections, 8u);
+  EXPECT_EQ(plain.uplink_streams(plain.node("site-a")).connections, 32u);
   EXPECT_TRUE(plain.uplink_streams(plain.node("site-a")).adaptive);
   EXPECT_EQ(plain.uplink_streams(plain.root()).connections, 1u);
   EXPECT_FALSE(plain.uplink_streams(plain.root()).adaptive);
@@ -113,7 +113,7 @@ TEST(Topology, RefusesStreamsOutOfRange) {
          "1 to 16 TCP connections"});
   }
   expect_error(example_with(-1, "federation: {streams: -1}\n"), {"streams"});
-  for (const char* bad : {"0", "17"}) {
+  for (const char* bad : {"0", "65"}) {
     expect_error(example_with(-1, std::string("federation: {max_streams: ") + bad + "}\n"),
                  {"max_streams " + std::string(bad) + " is out of range"});
   }
@@ -151,7 +151,7 @@ TEST(Topology, RefusesStreamsOnTheRoot) {
 TEST(Topology, StreamsInTheDigestOnlyWhenSet) {
   const Topology absent = Topology::parse(example_with(-1, ""));
   // The default stated explicitly is the default: the same digest.
-  EXPECT_EQ(Topology::parse(example_with(-1, "federation: {streams: auto, max_streams: 8}\n"))
+  EXPECT_EQ(Topology::parse(example_with(-1, "federation: {streams: auto, max_streams: 32}\n"))
                 .digest(),
             absent.digest());
   EXPECT_EQ(Topology::parse(example_with(-1, "federation: {streams: auto}\n")).to_yaml(),
