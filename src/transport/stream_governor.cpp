@@ -26,6 +26,7 @@ void StreamGovernor::sent(size_t bytes, Clock::time_point now) {
     tcp_start_.reset();
   }
   bytes_ += bytes;
+  sent_total_ += bytes;
   last_activity_ = now;
 }
 
@@ -45,14 +46,21 @@ bool StreamGovernor::tick(Clock::time_point now, std::optional<TcpCounters> tcp,
   if (!due(now)) return false;
   const auto len = now - start_;
   // The link was the limit throughout: the sender found it full near the
-  // epoch's start and near its end.
-  const bool backlogged =
+  // epoch's start and near its end...
+  bool backlogged =
       blocked_ && first_blocked_ - start_ <= len / 4 && now - last_blocked_ <= len / 4;
   const std::optional<TcpCounters> from = tcp_start_;
+  const uint64_t backlog_from = backlog_start_;
   tcp_start_ = tcp;
   uint64_t moved = bytes_;
   bool lossy = false;
   if (tcp) {
+    // ... or, with TCP, what it handed over and its peer has not yet
+    // acknowledged (waiting in queues and socket buffers, or in flight) was
+    // at least kMinBacklog at both ends of the epoch: with many connections
+    // the queues can hold a whole update, and the sender is never refused.
+    backlog_start_ = sent_total_ > tcp->acked ? sent_total_ - tcp->acked : 0;
+    backlogged = backlogged || (backlog_from >= kMinBacklog && backlog_start_ >= kMinBacklog);
     // A connection that closed takes its counts with it: no measurement.
     if (!from || tcp->acked < from->acked || tcp->retransmits < from->retransmits) {
       start_epoch(now);

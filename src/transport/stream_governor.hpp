@@ -91,6 +91,11 @@ class StreamGovernor {
   Clock::time_point start_{}, first_blocked_{}, last_blocked_{}, last_activity_{};
   bool blocked_ = false;
   uint64_t bytes_ = 0;
+  // Everything the sender handed over, and how much of it its peer had not
+  // acknowledged when the running epoch began.
+  uint64_t sent_total_ = 0;
+  uint64_t backlog_start_ = 0;
+  static constexpr uint64_t kMinBacklog = 256 << 10;
   // The TCP counters where the running epoch began (nullopt: it began after
   // an idle spell, or the transport has none).
   std::optional<TcpCounters> tcp_start_;

@@ -143,6 +143,25 @@ TEST(StreamGovernor, WithoutTcpCountersItCountsWhatWasSentAndAddsNone) {
   EXPECT_GT(g.measured(), 5u);
 }
 
+TEST(StreamGovernor, QueuesThatHoldTheWholeUpdateStillCountAsTheLinkHoldingItBack) {
+  // Many connections' queues take a whole 100 MB at once, so the sender is
+  // never refused; what it handed over and its peer has not acknowledged
+  // says the link is the limit.
+  StreamGovernor g({8, 1000ms, 1.15, 8});
+  auto now = Clock::now();
+  TcpCounters tcp;
+  g.sent(100u << 20, now);
+  for (int i = 0; i < 1500 && g.active() < 4; ++i) {
+    now += 10ms;
+    tcp.acked += static_cast<uint64_t>(std::min(3e6 * g.active(), 25e6) * 0.01);
+    tcp.retransmits += 1;
+    g.sent(0, now);  // still at it: nothing new fits yet
+    (void)g.tick(now, tcp);
+  }
+  EXPECT_GE(g.active(), 4u);
+  EXPECT_GT(g.measured(), 1u);
+}
+
 TEST(StreamGovernor, KeepsToItsCap) {
   StreamGovernor g({2, 1000ms, 1.15, 8});
   auto now = Clock::now();
