@@ -118,6 +118,7 @@ class ParentLink {
   bool wait_any(Millis timeout, bool for_send);
   // Tells the governor how a send went, opens the connections it asks for.
   void govern(std::optional<size_t> sent);
+  void govern_tick(std::chrono::steady_clock::time_point now);
   void open_stripe();
 
   Transport& transport_;

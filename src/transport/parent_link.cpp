@@ -76,7 +76,11 @@ void ParentLink::govern(std::optional<size_t> sent) {
   } else {
     governor_->blocked(now);
   }
-  if (!governor_->due(now)) return;
+  govern_tick(now);
+}
+
+void ParentLink::govern_tick(Clock::time_point now) {
+  if (!governor_ || !governor_->due(now)) return;
   // What the kernel counts on the link's connections.
   std::optional<TcpCounters> tcp;
   for (auto& s : stripes_) {
@@ -222,6 +226,9 @@ bool ParentLink::recv(Incoming* out, Millis timeout) {
   // step when it opens a second.
   const bool striped = stripes_.size() > 1 || governor_.has_value();
   reseq_.set_striped(stripes_.size() > 1);
+  // What the sender handed over drains while it waits for frames: the
+  // epochs go on being measured.
+  govern_tick(Clock::now());
   for (;;) {
     Resequencer::Frame ready;
     const bool popped = striped && reseq_.pop(&ready, Clock::now());

@@ -61,6 +61,8 @@ bool StreamGovernor::tick(Clock::time_point now, std::optional<TcpCounters> tcp,
     // the queues can hold a whole update, and the sender is never refused.
     backlog_start_ = sent_total_ > tcp->acked ? sent_total_ - tcp->acked : 0;
     backlogged = backlogged || (backlog_from >= kMinBacklog && backlog_start_ >= kMinBacklog);
+    // Draining a backlog is activity: the next send does not start over.
+    if (backlog_start_ >= kMinBacklog) last_activity_ = now;
     // A connection that closed takes its counts with it: no measurement.
     if (!from || tcp->acked < from->acked || tcp->retransmits < from->retransmits) {
       start_epoch(now);
