@@ -55,14 +55,9 @@ bool StreamGovernor::tick(Clock::time_point now, std::optional<TcpCounters> tcp,
   uint64_t moved = bytes_;
   bool lossy = false;
   if (tcp) {
-    // ... or, with TCP, what it handed over and its peer has not yet
-    // acknowledged (waiting in queues and socket buffers, or in flight) was
-    // at least kMinBacklog at both ends of the epoch: with many connections
-    // the queues can hold a whole update, and the sender is never refused.
     backlog_start_ = sent_total_ > tcp->acked ? sent_total_ - tcp->acked : 0;
-    backlogged = backlogged || (backlog_from >= kMinBacklog && backlog_start_ >= kMinBacklog);
     // Draining a backlog is activity: the next send does not start over.
-    if (backlog_start_ >= kMinBacklog) last_activity_ = now;
+    if (backlog_start_ >= kPerConnection) last_activity_ = now;
     // A connection that closed takes its counts with it: no measurement.
     if (!from || tcp->acked < from->acked || tcp->retransmits < from->retransmits) {
       start_epoch(now);
@@ -70,6 +65,12 @@ bool StreamGovernor::tick(Clock::time_point now, std::optional<TcpCounters> tcp,
     }
     moved = tcp->acked - from->acked;
     lossy = tcp->retransmits > from->retransmits;
+    // ... or, with TCP, what it had handed over and its peer had not yet
+    // acknowledged when the epoch began (waiting in queues and socket
+    // buffers, or in flight) was more than the epoch moved, by kPerConnection
+    // for each connection in use: none ran dry. (With many connections the
+    // queues can hold a whole update, and the sender is never refused.)
+    backlogged = backlogged || backlog_from >= moved + kPerConnection * active_;
   }
   const double rate = static_cast<double>(moved) / std::chrono::duration<double>(len).count();
   start_epoch(now);

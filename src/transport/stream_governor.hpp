@@ -95,7 +95,7 @@ class StreamGovernor {
   // acknowledged when the running epoch began.
   uint64_t sent_total_ = 0;
   uint64_t backlog_start_ = 0;
-  static constexpr uint64_t kMinBacklog = 256 << 10;
+  static constexpr uint64_t kPerConnection = 1 << 20;
   // The TCP counters where the running epoch began (nullopt: it began after
   // an idle spell, or the transport has none).
   std::optional<TcpCounters> tcp_start_;
