@@ -81,6 +81,9 @@ void ParentLink::govern(std::optional<size_t> sent) {
 
 void ParentLink::govern_tick(Clock::time_point now) {
   if (!governor_ || !governor_->due(now)) return;
+  // BBR keeps one connection's link full despite loss: the first choice,
+  // one connection, stays.
+  if (stripes_.front()->congestion_control() == "bbr") return;
   // What the kernel counts on the link's connections.
   std::optional<TcpCounters> tcp;
   for (auto& s : stripes_) {

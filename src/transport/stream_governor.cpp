@@ -7,8 +7,7 @@ namespace fedwan::transport {
 StreamGovernor::StreamGovernor(Options options) : options_(options) {
   options_.max = std::max<size_t>(1, options_.max);
   options_.epoch = std::max(options_.epoch, std::chrono::milliseconds(1));
-  options_.gain = std::max(1.0, options_.gain);
-  if (options_.max == 1) phase_ = Phase::kSettled;
+  options_.keep = std::clamp(options_.keep, 0.0, 1.0);
 }
 
 void StreamGovernor::start_epoch(Clock::time_point now) {
@@ -96,54 +95,31 @@ bool StreamGovernor::move_to(size_t k, double rate, const char* why, Change* cha
 }
 
 bool StreamGovernor::decide(double rate, bool lossy, Change* change) {
-  switch (phase_) {
-    case Phase::kRamp:
-      if (base_rate_ <= 0) {  // the first measurement, at one connection
-        base_ = active_;
-        base_rate_ = rate;
-        if (!lossy) {  // one connection is not held back by loss: measure again
-          base_rate_ = 0;
-          return false;
-        }
-        return move_to(active_ * 2, rate, "lossy link, first measurement", change);
-      }
-      [[fallthrough]];
-    case Phase::kProbeUp:
-      if (rate >= options_.gain * base_rate_) {
-        base_ = active_;
-        base_rate_ = rate;
-        if (phase_ == Phase::kRamp && active_ < options_.max && lossy) {
-          return move_to(active_ * 2, rate, "more connections paid", change);
-        }
-        phase_ = Phase::kSettled;
-        return false;
-      }
-      phase_ = Phase::kSettled;
-      return move_to(base_, rate, "more connections did not pay", change);
-    case Phase::kProbeDown:
-      phase_ = Phase::kSettled;
-      if (rate * options_.gain >= base_rate_) {
-        base_ = active_;
-        base_rate_ = rate;
-        return false;
-      }
-      return move_to(base_, rate, "fewer connections cost goodput", change);
-    case Phase::kSettled:
-      base_ = active_;
-      base_rate_ = rate;
-      if (++settled_epochs_ < options_.settle_epochs) return false;
+  clean_epochs_ = lossy ? 0 : clean_epochs_ + 1;
+  if (probing_) {
+    // The count was just doubled: kept unless the goodput fell.
+    probing_ = false;
+    if (rate < options_.keep * base_rate_) {
+      settled_ = true;
       settled_epochs_ = 0;
-      const bool up = next_probe_up_;
-      next_probe_up_ = !next_probe_up_;
-      if (up && active_ < options_.max && lossy) {
-        phase_ = Phase::kProbeUp;
-        return move_to(active_ * 2, rate, "probing for more", change);
-      }
-      if (active_ > 1) {
-        phase_ = Phase::kProbeDown;
-        return move_to(active_ / 2, rate, "probing for fewer", change);
-      }
-      return false;
+      return move_to(base_, rate, "more connections cost goodput", change);
+    }
+  }
+  base_ = active_;
+  base_rate_ = rate;
+  // Losses hold each connection's window down: more of them carry more,
+  // while the link has more to carry than it takes.
+  if (lossy && active_ < options_.max &&
+      (!settled_ || ++settled_epochs_ >= options_.settle_epochs)) {
+    probing_ = true;
+    settled_epochs_ = 0;
+    return move_to(active_ * 2, rate, "lossy link held the sender back", change);
+  }
+  if (lossy && active_ < options_.max) return false;
+  // No loss for a while: a connection's window is not what limits it.
+  if (active_ > 1 && clean_epochs_ >= options_.settle_epochs) {
+    clean_epochs_ = 0;
+    return move_to(active_ / 2, rate, "no loss: fewer connections suffice", change);
   }
   return false;
 }

@@ -1,21 +1,20 @@
 // How many of a link's TCP connections carry frames, for `streams: auto`
 // (docs/topology.md, "Several TCP connections per link"). A loss halves one
 // CUBIC connection's window, so on a long lossy link one connection keeps
-// the link far from full; several share the loss. How many pay depends on
-// the link, the congestion control and who else uses it, so the sender
-// measures: while it has more to send than the link takes (some frame found
-// every active connection's window full), its goodput over an epoch (the
-// bytes its connections' peers acknowledged, from the kernel's TCP_INFO; the
-// bytes the sender queued where there is no TCP) is the link's rate at that
-// count. It doubles the count while that pays (goodput
-// up by `gain`), goes back when it does not, and once settled probes every
-// `settle_epochs` measured epochs: one step up, then one step down, keeping
-// the smaller count whenever the larger did not win by `gain`. It only adds
-// connections over an epoch in which the link lost packets (its connections
-// retransmitted): without loss one connection's window is not what limits
-// it, so a loopback or clean LAN link stays at one. Under BBR, which keeps
-// one connection's link full despite loss, the probes find nothing to win
-// and it stays at one.
+// the link far from full; several share the loss. The sender measures:
+// while it has more to send than the link takes, its goodput over an epoch
+// (the bytes its connections' peers acknowledged, from the kernel's
+// TCP_INFO; the bytes it queued where there is no TCP) is the link's rate at
+// that count. Over an epoch in which the link lost packets (its connections
+// retransmitted) while it held the sender back, losses are what keep each
+// connection's window small, and more connections carry more: it doubles
+// the count, and keeps the doubling unless the goodput fell below `keep`
+// times what it was. It goes on doubling while that holds, up to `max`;
+// once a doubling was undone it tries again every `settle_epochs` measured
+// epochs. After `settle_epochs` measured epochs without loss it halves the
+// count: a connection's window is not what limits the link. So a loopback or
+// clean LAN link stays at one. BBR is not loss-based: its owner keeps such
+// a link at one connection (ParentLink).
 //
 // Pure arithmetic on the caller's clock: no sockets, no threads.
 #pragma once
@@ -35,10 +34,10 @@ class StreamGovernor {
   using Clock = std::chrono::steady_clock;
 
   struct Options {
-    size_t max = 8;                               // connections at most
-    std::chrono::milliseconds epoch{1000};        // one measurement
-    double gain = 1.15;                           // what a larger count must win by
-    size_t settle_epochs = 8;                     // measured epochs between probes
+    size_t max = 8;                         // connections at most
+    std::chrono::milliseconds epoch{1000};  // one measurement
+    double keep = 0.8;                      // a doubling stays unless goodput fell below this
+    size_t settle_epochs = 8;               // measured epochs between tries, and without loss
   };
   // A change of the count: the goodput (bytes per second) measured at
   // `from` in the epoch that decided it, and why.
@@ -71,20 +70,20 @@ class StreamGovernor {
   const Options& options() const { return options_; }
 
  private:
-  enum class Phase { kRamp, kProbeUp, kProbeDown, kSettled };
   void start_epoch(Clock::time_point now);
   bool decide(double rate, bool lossy, Change* change);
   bool move_to(size_t k, double rate, const char* why, Change* change);
 
   Options options_;
   size_t active_ = 1, peak_ = 1;
-  Phase phase_ = Phase::kRamp;
   bool warming_ = true;  // the first epoch at a new count is not measured
   // The count and its goodput before the probe now running.
   size_t base_ = 1;
   double base_rate_ = 0;
   size_t settled_epochs_ = 0;
-  bool next_probe_up_ = true;
+  size_t clean_epochs_ = 0;  // measured in a row without loss
+  bool probing_ = false;     // the count was just doubled
+  bool settled_ = false;     // a doubling was undone
   uint64_t measured_ = 0;
   // The epoch now running.
   bool running_ = false;
