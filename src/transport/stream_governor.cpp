@@ -65,11 +65,12 @@ bool StreamGovernor::tick(Clock::time_point now, std::optional<TcpCounters> tcp,
     moved = tcp->acked - from->acked;
     lossy = tcp->retransmits > from->retransmits;
     // ... or, with TCP, what it had handed over and its peer had not yet
-    // acknowledged when the epoch began (waiting in queues and socket
-    // buffers, or in flight) was more than the epoch moved, by kPerConnection
-    // for each connection in use: none ran dry. (With many connections the
-    // queues can hold a whole update, and the sender is never refused.)
-    backlogged = backlogged || backlog_from >= moved + kPerConnection * active_;
+    // acknowledged (waiting in queues and socket buffers, or in flight) was
+    // kPerConnection for each connection in use when the epoch began, and
+    // still some at its end. (With many connections the queues can hold a
+    // whole update, and the sender is never refused.)
+    backlogged = backlogged ||
+                 (backlog_from >= kPerConnection * active_ && backlog_start_ >= kPerConnection);
   }
   const double rate = static_cast<double>(moved) / std::chrono::duration<double>(len).count();
   start_epoch(now);

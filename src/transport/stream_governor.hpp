@@ -35,8 +35,8 @@ class StreamGovernor {
 
   struct Options {
     size_t max = 8;                         // connections at most
-    std::chrono::milliseconds epoch{1000};  // one measurement
-    double keep = 0.8;                      // a doubling stays unless goodput fell below this
+    std::chrono::milliseconds epoch{500};   // one measurement
+    double keep = 0.5;                      // a doubling stays unless goodput fell below this
     size_t settle_epochs = 8;               // measured epochs between tries, and without loss
   };
   // A change of the count: the goodput (bytes per second) measured at
