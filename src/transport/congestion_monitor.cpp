@@ -4,6 +4,7 @@
 #include <linux/tcp.h>  // struct tcp_info with tcpi_bytes_acked (glibc's lacks it)
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
@@ -200,6 +201,7 @@ TcpCounters CongestionMonitor::counters() {
     }
     total.acked += info.tcpi_bytes_acked;
     total.retransmits += info.tcpi_total_retrans;
+    total.rtt_us = std::max(total.rtt_us, info.tcpi_rtt);
     ++i;
   }
   return total;

@@ -91,6 +91,7 @@ void ParentLink::govern_tick(Clock::time_point now) {
       if (!tcp) tcp.emplace();
       tcp->acked += c->acked;
       tcp->retransmits += c->retransmits;
+      tcp->rtt_us = std::max(tcp->rtt_us, c->rtt_us);
     }
   }
   StreamGovernor::Change c;

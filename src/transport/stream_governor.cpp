@@ -63,7 +63,10 @@ bool StreamGovernor::tick(Clock::time_point now, std::optional<TcpCounters> tcp,
       return false;
     }
     moved = tcp->acked - from->acked;
-    lossy = tcp->retransmits > from->retransmits;
+    // Only a long link's losses hold a connection's window down for long:
+    // on a loopback or LAN one recovers within a millisecond (and a slow
+    // reader can make loopback TCP drop and resend).
+    lossy = tcp->retransmits > from->retransmits && tcp->rtt_us >= kLongRttUs;
     // ... or, with TCP, what it had handed over and its peer had not yet
     // acknowledged (waiting in queues and socket buffers, or in flight) was
     // kPerConnection for each connection in use when the epoch began, and

@@ -5,8 +5,8 @@
 // while it has more to send than the link takes, its goodput over an epoch
 // (the bytes its connections' peers acknowledged, from the kernel's
 // TCP_INFO; the bytes it queued where there is no TCP) is the link's rate at
-// that count. Over an epoch in which the link lost packets (its connections
-// retransmitted) while it held the sender back, losses are what keep each
+// that count. Over an epoch in which a long link (5 ms round trip or more)
+// lost packets (its connections retransmitted) while it held the sender back, losses are what keep each
 // connection's window small, and more connections carry more: it doubles
 // the count, and keeps the doubling unless the goodput fell below `keep`
 // times what it was. It goes on doubling while that holds, up to `max`;
@@ -36,7 +36,7 @@ class StreamGovernor {
   struct Options {
     size_t max = 8;                         // connections at most
     std::chrono::milliseconds epoch{500};   // one measurement
-    double keep = 0.5;                      // a doubling stays unless goodput fell below this
+    double keep = 0.33;                     // a doubling stays unless goodput fell below this
     size_t settle_epochs = 8;               // measured epochs between tries, and without loss
   };
   // A change of the count: the goodput (bytes per second) measured at
@@ -95,6 +95,7 @@ class StreamGovernor {
   uint64_t sent_total_ = 0;
   uint64_t backlog_start_ = 0;
   static constexpr uint64_t kPerConnection = 1 << 20;
+  static constexpr uint32_t kLongRttUs = 5000;
   // The TCP counters where the running epoch began (nullopt: it began after
   // an idle spell, or the transport has none).
   std::optional<TcpCounters> tcp_start_;

@@ -57,10 +57,12 @@ struct SocketOptions {
 };
 
 // A TCP connection's counts from the kernel (TCP_INFO), or their sum over
-// several: bytes the peer acknowledged, segments retransmitted.
+// several: bytes the peer acknowledged, segments retransmitted, and the
+// longest smoothed round-trip time among them.
 struct TcpCounters {
   uint64_t acked = 0;
   uint64_t retransmits = 0;
+  uint32_t rtt_us = 0;
 };
 
 // A received message. The bytes stay where the transport put them (no copy)

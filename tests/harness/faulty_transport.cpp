@@ -235,6 +235,8 @@ class FaultySocket final : public Socket {
     if (client_id_ && faults_->reporting_loss()) injected_ += 1;
     if (!real) return real;
     real->retransmits += injected_;
+    // A lossy path is a long one.
+    if (faults_->reporting_loss()) real->rtt_us = std::max<uint32_t>(real->rtt_us, 50000);
     return real;
   }
 

@@ -143,7 +143,8 @@ class FaultInjector {
   FaultStats stats() const;
 
   // While on, client sockets report TCP retransmissions growing at every
-  // look (a lossy path, as the kernel's TCP_INFO would show it).
+  // look and a 50 ms round trip (a long lossy path, as the kernel's TCP_INFO
+  // would show it).
   void report_loss(bool on);
   bool reporting_loss() const;
 

@@ -44,6 +44,7 @@ std::vector<size_t> drive(StreamGovernor& g, const std::function<double(size_t)>
     const double delivered = rate(g.active()) * 0.01;
     l.tcp.acked += static_cast<uint64_t>(delivered);
     if (lossy) l.tcp.retransmits += 1;
+    l.tcp.rtt_us = 80000;  // a long link
     g.sent(static_cast<size_t>(delivered + l.queued), *now);
     if (backlogged) g.blocked(*now);
     (void)g.tick(*now, l.has_tcp ? std::optional<TcpCounters>(l.tcp) : std::nullopt);
@@ -103,6 +104,25 @@ TEST(StreamGovernor, AddsNoneOnALinkWithoutLoss) {
   EXPECT_GT(g.measured(), 10u);
 }
 
+TEST(StreamGovernor, LossOnAShortLinkAddsNone) {
+  // Loopback TCP behind a slow reader drops and resends too: one connection
+  // recovers from that within its millisecond round trip.
+  StreamGovernor g({8, 1000ms, 0.33, 4});
+  auto now = Clock::now();
+  TcpCounters tcp;
+  for (int i = 0; i < 3000; ++i) {
+    now += 10ms;
+    tcp.acked += 30000;
+    tcp.retransmits += 1;
+    tcp.rtt_us = 200;
+    g.sent(30000, now);
+    g.blocked(now);
+    (void)g.tick(now, tcp);
+  }
+  EXPECT_EQ(g.peak(), 1u);
+  EXPECT_GT(g.measured(), 10u);
+}
+
 TEST(StreamGovernor, AStalledPeerIsNoMeasurement) {
   // Nothing goes through: the parent stopped reading.
   StreamGovernor g({8, 1000ms, 0.8, 4});
@@ -124,6 +144,7 @@ TEST(StreamGovernor, QueuesThatHoldTheWholeUpdateStillCountAsTheLinkHoldingItBac
     now += 10ms;
     tcp.acked += static_cast<uint64_t>(std::min(3e6 * g.active(), 25e6) * 0.01);
     tcp.retransmits += 1;
+    tcp.rtt_us = 80000;
     g.sent(0, now);  // still at it: nothing new fits yet
     (void)g.tick(now, tcp);
   }

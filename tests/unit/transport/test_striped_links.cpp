@@ -359,7 +359,9 @@ TEST_F(StripedLinks, AutoOpensMoreConnectionsOnlyOverALossyLinkThatHoldsTheSende
   const auto run = [&](Millis how_long) {
     const auto end = Clock::now() + how_long;
     while (Clock::now() < end) {
-      while (child->try_send(numbered(*topo_, sender, sent))) ++sent;
+      // Frames of 64 KiB: what the kernel buffers stays well inside the
+      // replay window (1024 frames) on every connection.
+      while (child->try_send(numbered(*topo_, sender, sent, 65536))) ++sent;
       Incoming in;
       for (int i = 0; i < 2 && children_->recv(&in, 0ms); ++i) up_.push_back(number_of(in));
       while (child->recv(&in, 0ms)) {
