@@ -71,12 +71,12 @@ struct DemoArgs {
   uint64_t overlap_steps = 0;  // tau; 0: blocking rounds
   // TCP connections per tree link: kStreamsAuto (as many as pay), or 1..16.
   uint64_t streams = kStreamsAuto;
-  int max_restarts = 3;        // per node, like torchrun --max-restarts
-  std::string chaos;           // NODE@ROUND: that node is killed in that round
-  std::string late;            // SITE@ROUND: that site (late_join) is started in that round
-  std::string leave;           // SITE@ROUND: that site leaves gracefully as that round begins
-  uint64_t add_site = 0;       // > 0: a new site is added by topology version 2 in that round
-  bool metrics = false;        // every node serves metrics on a free 127.0.0.1 port
+  int max_restarts = 3;   // per node, like torchrun --max-restarts
+  std::string chaos;      // NODE@ROUND: that node is killed in that round
+  std::string late;       // SITE@ROUND: that site (late_join) is started in that round
+  std::string leave;      // SITE@ROUND: that site leaves gracefully as that round begins
+  uint64_t add_site = 0;  // > 0: a new site is added by topology version 2 in that round
+  bool metrics = false;   // every node serves metrics on a free 127.0.0.1 port
   double metrics_linger_s = 0;
   std::string codec = "fp16";
   std::string outer = "diloco";

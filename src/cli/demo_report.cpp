@@ -106,29 +106,30 @@ void print_restarts(const std::vector<Restart>& restarts) {
 
 nlohmann::json demo_configuration(const DemoArgs& a, const Topology& topo, bool cuda,
                                   const fs::path& dir) {
-  return {{"max_restarts", a.max_restarts},
-          {"chaos", a.chaos.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.chaos)},
-          {"sites", a.sites},
-          {"regions", a.regions},
-          {"rounds", a.rounds},
-          {"inner_steps", a.inner_steps},
-          {"overlap_steps", a.overlap_steps},
-          {"streams", a.streams == kStreamsAuto ? nlohmann::json("auto") : nlohmann::json(a.streams)},
-          {"codec", a.codec},
-          {"outer_optimizer", a.outer},
-          {"chunk_bytes", a.chunk_bytes},
-          {"trainer", a.workload.trainer},
-          {"seed", a.workload.seed},
-          {"alpha", a.workload.alpha},
-          {"batch_size", a.workload.batch_size},
-          {"inner_optimizer", a.workload.inner_optimizer},
-          {"lr", a.workload.lr},
-          {"device", cuda ? "cuda" : "cpu"},
-          {"topology_digest", topo.digest_hex()},
-          {"security", a.insecure_plaintext ? std::string("plaintext") : "mtls/" + a.cipher},
-          {"audit_dir", (dir / "audit").string()},
-          // --node-binary: a run with a node another program played.
-          {"node_binaries", a.node_binaries}};
+  return {
+      {"max_restarts", a.max_restarts},
+      {"chaos", a.chaos.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.chaos)},
+      {"sites", a.sites},
+      {"regions", a.regions},
+      {"rounds", a.rounds},
+      {"inner_steps", a.inner_steps},
+      {"overlap_steps", a.overlap_steps},
+      {"streams", a.streams == kStreamsAuto ? nlohmann::json("auto") : nlohmann::json(a.streams)},
+      {"codec", a.codec},
+      {"outer_optimizer", a.outer},
+      {"chunk_bytes", a.chunk_bytes},
+      {"trainer", a.workload.trainer},
+      {"seed", a.workload.seed},
+      {"alpha", a.workload.alpha},
+      {"batch_size", a.workload.batch_size},
+      {"inner_optimizer", a.workload.inner_optimizer},
+      {"lr", a.workload.lr},
+      {"device", cuda ? "cuda" : "cpu"},
+      {"topology_digest", topo.digest_hex()},
+      {"security", a.insecure_plaintext ? std::string("plaintext") : "mtls/" + a.cipher},
+      {"audit_dir", (dir / "audit").string()},
+      // --node-binary: a run with a node another program played.
+      {"node_binaries", a.node_binaries}};
 }
 
 void print_federation_summary(nlohmann::json& report, double federation_s, double wall_s) {

@@ -98,8 +98,8 @@ const std::vector<std::string> kTopKeys = {"job",     "federation", "policy",   
                                            "version", "history",    "signature"};
 const std::vector<std::string> kNodeKeys = {
     "id", "role", "parent", "endpoint", "bind", "weight", "standby_endpoint", "standby_bind",
-    "tcp_congestion", "socket_buffer_bytes", "streams", "max_streams", "late_join", "windows", "metrics",
-    "removed", "devices", "aggregation",
+    "tcp_congestion", "socket_buffer_bytes", "streams", "max_streams", "late_join", "windows",
+    "metrics", "removed", "devices", "aggregation",
     // residency, read in topology_policy.cpp
     "jurisdiction", "allowed_jurisdictions", "k_min"};
 

@@ -16,8 +16,7 @@ const std::vector<std::string> kFederationKeys = {
     "rounds",         "inner_steps",     "codec",         "chunk_bytes",         "round_timeout_s",
     "quorum",         "deadline_s",      "heartbeat_s",   "heartbeat_timeout_s", "replica_every",
     "tcp_congestion", "outer_optimizer", "overlap_steps", "socket_buffer_bytes", "streams",
-    "max_streams",
-    "aggregation",    "privacy"};
+    "max_streams",    "aggregation",     "privacy"};
 // "name" and every hyper-parameter some optimizer takes (which one takes
 // which is the optimizer's rule, checked in validate_federation).
 std::vector<std::string> outer_keys() {

@@ -119,8 +119,6 @@ std::optional<size_t> ChildrenLink::try_send(const std::string& peer,
   return n;
 }
 
-
-
 void ChildrenLink::count_sent(const std::string& peer, size_t n) {
   counters_.frames_sent += 1;
   counters_.bytes_sent += n;

@@ -1,7 +1,7 @@
 #include "transport/congestion_monitor.hpp"
 
-#include <netinet/in.h>
 #include <linux/tcp.h>  // struct tcp_info with tcpi_bytes_acked (glibc's lacks it)
+#include <netinet/in.h>
 #include <sys/socket.h>
 
 #include <algorithm>

@@ -34,7 +34,8 @@ void Resequencer::push(const ChannelSecurity::Order& order, std::optional<Frame>
       ahead_.clear();
       barriers_ = order.tag.barriers;
       pieces_ = order.tag.pieces;
-      if (order.klass == wire::OrderClass::kBarrier) barriers_ = static_cast<uint16_t>(barriers_ + 1);
+      if (order.klass == wire::OrderClass::kBarrier)
+        barriers_ = static_cast<uint16_t>(barriers_ + 1);
       if (order.klass == wire::OrderClass::kPiece) pieces_ = static_cast<uint16_t>(pieces_ + 1);
     }
     if (frame) ready_.push_back(std::move(*frame));

@@ -70,8 +70,7 @@ class Resequencer {
   // A sealed message opened at `order`: `frame` is what the link returns for
   // it, or nullopt when the security layer consumed it (its sequence number
   // and its place in the order count all the same).
-  void push(const ChannelSecurity::Order& order, std::optional<Frame> frame,
-            Clock::time_point now);
+  void push(const ChannelSecurity::Order& order, std::optional<Frame> frame, Clock::time_point now);
   // Whether frames may come over several connections (the default), or
   // over one (see the class comment). A link only goes from one to
   // several within a session.
@@ -109,8 +108,8 @@ class Resequencer {
   bool started_ = false;
   bool striped_ = true;
   uint64_t session_ = 0;
-  uint64_t next_ = 0;          // every number below has come (or was given up)
-  std::set<uint64_t> ahead_;   // numbers above next_ that have come
+  uint64_t next_ = 0;              // every number below has come (or was given up)
+  std::set<uint64_t> ahead_;       // numbers above next_ that have come
   std::map<uint64_t, Held> held_;  // come, not yet deliverable
   std::deque<Frame> ready_;
   uint16_t barriers_ = 0, pieces_ = 0;  // delivered, modulo 2^16

@@ -267,8 +267,9 @@ ChannelSecurity::Inbound SecureChannel::on_sealed(uint8_t* data, size_t size, si
   if (r != FrameOpener::Result::kOk) {
     return reject(std::string("sealed frame refused: ") + FrameOpener::result_name(r), size, why);
   }
-  last_order_ = Order{session_, opener_->last_seq(), wire::order_class(data[kTypeOffset], data[kFlagsOffset]),
-                      wire::unpack_order(load_order(data))};
+  last_order_ =
+      Order{session_, opener_->last_seq(), wire::order_class(data[kTypeOffset], data[kFlagsOffset]),
+            wire::unpack_order(load_order(data))};
   if (type_of(data) == wire::MsgType::kHandshake) {
     if (is_client_ && state_ == State::kAwaitConfirm) {
       state_ = State::kEstablished;

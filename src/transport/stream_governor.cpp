@@ -40,8 +40,7 @@ void StreamGovernor::blocked(Clock::time_point now) {
   last_activity_ = now;
 }
 
-bool StreamGovernor::tick(Clock::time_point now, std::optional<TcpCounters> tcp,
-                          Change* change) {
+bool StreamGovernor::tick(Clock::time_point now, std::optional<TcpCounters> tcp, Change* change) {
   if (!due(now)) return false;
   const auto len = now - start_;
   // The link was the limit throughout: the sender found it full near the

@@ -6,11 +6,10 @@
 // (the bytes its connections' peers acknowledged, from the kernel's
 // TCP_INFO; the bytes it queued where there is no TCP) is the link's rate at
 // that count. Over an epoch in which a long link (5 ms round trip or more)
-// lost packets (its connections retransmitted) while it held the sender back, losses are what keep each
-// connection's window small, and more connections carry more: it doubles
-// the count, and keeps the doubling unless the goodput fell below `keep`
-// times what it was. It goes on doubling while that holds, up to `max`;
-// once a doubling was undone it tries again every `settle_epochs` measured
+// lost packets (its connections retransmitted) while it held the sender back, losses are what keep
+// each connection's window small, and more connections carry more: it doubles the count, and keeps
+// the doubling unless the goodput fell below `keep` times what it was. It goes on doubling while
+// that holds, up to `max`; once a doubling was undone it tries again every `settle_epochs` measured
 // epochs. After `settle_epochs` measured epochs without loss it halves the
 // count: a connection's window is not what limits the link. So a loopback or
 // clean LAN link stays at one. BBR is not loss-based: its owner keeps such
@@ -34,10 +33,10 @@ class StreamGovernor {
   using Clock = std::chrono::steady_clock;
 
   struct Options {
-    size_t max = 8;                         // connections at most
-    std::chrono::milliseconds epoch{500};   // one measurement
-    double keep = 0.33;                     // a doubling stays unless goodput fell below this
-    size_t settle_epochs = 8;               // measured epochs between tries, and without loss
+    size_t max = 8;                        // connections at most
+    std::chrono::milliseconds epoch{500};  // one measurement
+    double keep = 0.33;                    // a doubling stays unless goodput fell below this
+    size_t settle_epochs = 8;              // measured epochs between tries, and without loss
   };
   // A change of the count: the goodput (bytes per second) measured at
   // `from` in the epoch that decided it, and why.
@@ -58,9 +57,7 @@ class StreamGovernor {
   // The sender had a frame for the link and every active connection was full.
   void blocked(Clock::time_point now);
   // Whether tick() would close an epoch now.
-  bool due(Clock::time_point now) const {
-    return running_ && now - start_ >= options_.epoch;
-  }
+  bool due(Clock::time_point now) const { return running_ && now - start_ >= options_.epoch; }
   // Closes the epoch when it is due, with the link's TCP counters now
   // (nullopt without TCP: goodput is then the bytes sent, and the link is
   // taken as lossless). True (and *change filled) when the count changed.

@@ -16,8 +16,8 @@
 //   size >= 64 (kTooShort); magic; version == kVersion (kBadVersion, so a
 //   newer peer is told apart from garbage); type 1..10; codec: a registered codec id on
 //   kAnchor/kDelta, an AEAD id (0..kMaxAeadId) on kHandshake, 0 on every
-//   other type (kBadCodec); no flag bits except kFlagFullAnchor or kFlagClip on kAnchor, kFlagNoValues,
-//   kFlagExcused and kFlagUnclipped on kDelta (kFlagNoValues only with
+//   other type (kBadCodec); no flag bits except kFlagFullAnchor or kFlagClip on kAnchor,
+//   kFlagNoValues, kFlagExcused and kFlagUnclipped on kDelta (kFlagNoValues only with
 //   kFlagExcused), kFlagNoChange, kFlagKeepsReplicas and kFlagClip on kWelcome, kFlagSent and
 //   kFlagNeedReplica on kHello, kFlagNeedUpdate, kFlagLeaving, kFlagPausing and kFlagMembership on
 //   kHeartbeat, kFlagReplicaStored or kFlagNoReplica on

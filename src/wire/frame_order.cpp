@@ -12,7 +12,7 @@ OrderClass order_class(uint8_t type, uint8_t flags) {
     case MsgType::kTelemetry: return OrderClass::kChunk;
     case MsgType::kHeartbeat:
       return (flags & (kFlagLeaving | kFlagPausing | kFlagMembership)) != 0 ? OrderClass::kBarrier
-                                                                             : OrderClass::kFollow;
+                                                                            : OrderClass::kFollow;
     case MsgType::kCheckpoint: return flags == 0 ? OrderClass::kPiece : OrderClass::kBarrier;
     default: return OrderClass::kBarrier;
   }

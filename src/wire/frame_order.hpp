@@ -40,9 +40,7 @@ struct OrderTag {
   uint16_t barriers = 0;
   uint16_t pieces = 0;
 };
-inline uint32_t pack_order(OrderTag t) {
-  return uint32_t{t.barriers} | (uint32_t{t.pieces} << 16);
-}
+inline uint32_t pack_order(OrderTag t) { return uint32_t{t.barriers} | (uint32_t{t.pieces} << 16); }
 inline OrderTag unpack_order(uint32_t v) {
   return OrderTag{static_cast<uint16_t>(v & 0xFFFF), static_cast<uint16_t>(v >> 16)};
 }

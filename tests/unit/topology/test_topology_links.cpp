@@ -151,9 +151,9 @@ TEST(Topology, RefusesStreamsOnTheRoot) {
 TEST(Topology, StreamsInTheDigestOnlyWhenSet) {
   const Topology absent = Topology::parse(example_with(-1, ""));
   // The default stated explicitly is the default: the same digest.
-  EXPECT_EQ(Topology::parse(example_with(-1, "federation: {streams: auto, max_streams: 32}\n"))
-                .digest(),
-            absent.digest());
+  EXPECT_EQ(
+      Topology::parse(example_with(-1, "federation: {streams: auto, max_streams: 32}\n")).digest(),
+      absent.digest());
   EXPECT_EQ(Topology::parse(example_with(-1, "federation: {streams: auto}\n")).to_yaml(),
             absent.to_yaml());
   std::set<std::string> digests = {absent.digest_hex()};

@@ -86,9 +86,11 @@ TEST(StreamGovernor, GoesBackWhenMoreConnectionsCostGoodput) {
 TEST(StreamGovernor, GivesConnectionsBackWhenTheLossStops) {
   StreamGovernor g({8, 1000ms, 0.8, 4});
   auto now = Clock::now();
-  (void)drive(g, [](size_t k) { return std::min(3e6 * k, 25e6); }, 20, &now);
+  (void)drive(
+      g, [](size_t k) { return std::min(3e6 * k, 25e6); }, 20, &now);
   EXPECT_EQ(g.active(), 8u);
-  const auto counts = drive(g, [](size_t) { return 25e6; }, 60, &now, true, /*lossy=*/false);
+  const auto counts = drive(
+      g, [](size_t) { return 25e6; }, 60, &now, true, /*lossy=*/false);
   EXPECT_EQ(g.active(), 1u);
   EXPECT_GT(share_at(counts, 1, 2000), 0.9);
 }
@@ -98,8 +100,9 @@ TEST(StreamGovernor, AddsNoneOnALinkWithoutLoss) {
   // link back.
   StreamGovernor g({8, 1000ms, 0.8, 4});
   auto now = Clock::now();
-  const auto counts = drive(g, [](size_t k) { return 3e6 * k; }, 30, &now, true,
-                            /*lossy=*/false);
+  const auto counts = drive(
+      g, [](size_t k) { return 3e6 * k; }, 30, &now, true,
+      /*lossy=*/false);
   EXPECT_EQ(*std::max_element(counts.begin(), counts.end()), 1u);
   EXPECT_GT(g.measured(), 10u);
 }
@@ -127,7 +130,8 @@ TEST(StreamGovernor, AStalledPeerIsNoMeasurement) {
   // Nothing goes through: the parent stopped reading.
   StreamGovernor g({8, 1000ms, 0.8, 4});
   auto now = Clock::now();
-  (void)drive(g, [](size_t) { return 0.0; }, 20, &now);
+  (void)drive(
+      g, [](size_t) { return 0.0; }, 20, &now);
   EXPECT_EQ(g.active(), 1u);
   EXPECT_EQ(g.measured(), 0u);
 }
@@ -157,7 +161,8 @@ TEST(StreamGovernor, WithoutTcpCountersItCountsWhatWasSentAndAddsNone) {
   auto now = Clock::now();
   Link link;
   link.has_tcp = false;
-  (void)drive(g, [](size_t k) { return 3e6 * k; }, 20, &now, true, true, &link);
+  (void)drive(
+      g, [](size_t k) { return 3e6 * k; }, 20, &now, true, true, &link);
   EXPECT_EQ(g.peak(), 1u) << "no TCP, no loss seen: nothing to win";
   EXPECT_GT(g.measured(), 5u);
 }
@@ -165,7 +170,8 @@ TEST(StreamGovernor, WithoutTcpCountersItCountsWhatWasSentAndAddsNone) {
 TEST(StreamGovernor, KeepsToItsCap) {
   StreamGovernor g({2, 1000ms, 0.8, 8});
   auto now = Clock::now();
-  const auto counts = drive(g, [](size_t k) { return 3e6 * k; }, 30, &now);
+  const auto counts = drive(
+      g, [](size_t k) { return 3e6 * k; }, 30, &now);
   EXPECT_EQ(*std::max_element(counts.begin(), counts.end()), 2u);
   EXPECT_EQ(g.active(), 2u);
 }
@@ -173,7 +179,8 @@ TEST(StreamGovernor, KeepsToItsCap) {
 TEST(StreamGovernor, LearnsNothingWhileTheLinkIsNotTheLimit) {
   StreamGovernor g({8, 1000ms, 0.8, 8});
   auto now = Clock::now();
-  (void)drive(g, [](size_t k) { return 3e6 * k; }, 20, &now, /*backlogged=*/false);
+  (void)drive(
+      g, [](size_t k) { return 3e6 * k; }, 20, &now, /*backlogged=*/false);
   EXPECT_EQ(g.active(), 1u);
   EXPECT_EQ(g.measured(), 0u);
   // Idle spells between bursts do not count either.

@@ -167,19 +167,19 @@ class StripedLinks : public ::testing::Test {
   void exchange(ParentLink& child, const std::string& id, uint32_t n, bool pieces = false) {
     const uint32_t sender = topo_->node(id).index;
     uint32_t sent_up = 0, sent_down = 0;
-    ASSERT_TRUE(
-        pump(child,
-             [&] {
-               if (sent_up < n && child.try_send(numbered(*topo_, sender, sent_up, 3000, pieces))) {
-                 ++sent_up;
-               }
-               if (sent_down < n && children_->established(id) &&
-                   children_->try_send(
-                       id, numbered(*topo_, topo_->root().index, sent_down, 3000, pieces))) {
-                 ++sent_down;
-               }
-               return up_.size() >= n && down_.size() >= n;
-             }))
+    ASSERT_TRUE(pump(child,
+                     [&] {
+                       if (sent_up < n &&
+                           child.try_send(numbered(*topo_, sender, sent_up, 3000, pieces))) {
+                         ++sent_up;
+                       }
+                       if (sent_down < n && children_->established(id) &&
+                           children_->try_send(id, numbered(*topo_, topo_->root().index, sent_down,
+                                                            3000, pieces))) {
+                         ++sent_down;
+                       }
+                       return up_.size() >= n && down_.size() >= n;
+                     }))
         << "up " << up_.size() << " down " << down_.size();
   }
 
