@@ -117,6 +117,12 @@ class ParentLink {
   SendResult send_striped(SendOn send_on);
   bool wait_any(Millis timeout, bool for_send);
   // Tells the governor how a send went, opens the connections it asks for.
+  // recv()'s steps: a frame the resequencer has ready (failing the link
+  // once one was given up); a message from any connection, in turn; a
+  // message through the security layer (true: a frame for the caller).
+  bool pop_ready(Incoming* out);
+  bool try_recv_any(Received* in);
+  bool take(Received& in, bool striped, Incoming* out);
   void govern(std::optional<size_t> sent);
   void govern_tick(std::chrono::steady_clock::time_point now);
   void open_stripe();

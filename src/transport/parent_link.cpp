@@ -223,6 +223,71 @@ std::optional<size_t> ParentLink::try_send(const std::vector<uint8_t>& frame) {
   return n;
 }
 
+bool ParentLink::pop_ready(Incoming* out) {
+  Resequencer::Frame ready;
+  const bool popped = reseq_.pop(&ready, Clock::now());
+  if (reseq_.stats().gaps_skipped > 0 && broken_.empty()) {
+    // A frame that never came was lost with a connection that broke or
+    // was taken over (its routing id reused): the connections are no
+    // longer one ordered link. The owner's session reconnects them all
+    // and the protocol catches up as after any reconnect.
+    broken_ = "a frame sent over one of its " + std::to_string(stripes_.size()) +
+              " connections never arrived (given up after " +
+              std::to_string(reseq_.options().max_wait.count()) +
+              " ms, or with too many frames held behind it)";
+  }
+  check_failure();
+  if (!popped) return false;
+  out->peer = endpoint_;
+  out->message = std::move(ready.message);
+  out->frame_size = ready.frame_size;
+  return true;
+}
+
+bool ParentLink::try_recv_any(Received* in) {
+  for (size_t i = 0; i < stripes_.size(); ++i) {
+    const size_t k = (next_recv_ + i) % stripes_.size();
+    if (stripes_[k]->try_recv(in)) {
+      next_recv_ = (k + 1) % stripes_.size();
+      return true;
+    }
+  }
+  return false;
+}
+
+bool ParentLink::take(Received& in, bool striped, Incoming* out) {
+  counters_.frames_received += 1;
+  counters_.bytes_received += in.message.size();
+  if (in.malformed) {  // several parts: no frame of ours
+    counters_.rejected += 1;
+    log().debug("dropped a message of several parts from the parent {}", endpoint_);
+    return false;
+  }
+  std::string why;
+  size_t frame_size = 0;
+  SecurityReplies replies;
+  const auto r =
+      security_->receive(in.message.data(), in.message.size(), &frame_size, &why, &replies);
+  send_replies(replies);
+  if (r == ChannelSecurity::Inbound::kRejected) counters_.rejected += 1;
+  const std::optional<ChannelSecurity::Order> order = security_->last_order();
+  if (striped && order) {
+    std::optional<Resequencer::Frame> f;
+    if (r == ChannelSecurity::Inbound::kFrame) {
+      f = Resequencer::Frame{std::move(in.message), frame_size};
+    }
+    reseq_.push(*order, std::move(f), Clock::now());
+    check_failure();
+    return false;
+  }
+  check_failure();
+  if (r != ChannelSecurity::Inbound::kFrame) return false;
+  out->peer = endpoint_;
+  out->message = std::move(in.message);
+  out->frame_size = frame_size;
+  return true;
+}
+
 bool ParentLink::recv(Incoming* out, Millis timeout) {
   const auto deadline = Clock::now() + timeout;
   // An adaptive link runs its frames through the resequencer from the
@@ -234,80 +299,27 @@ bool ParentLink::recv(Incoming* out, Millis timeout) {
   // epochs go on being measured.
   govern_tick(Clock::now());
   for (;;) {
-    Resequencer::Frame ready;
-    const bool popped = striped && reseq_.pop(&ready, Clock::now());
-    if (striped && reseq_.stats().gaps_skipped > 0 && broken_.empty()) {
-      // A frame that never came was lost with a connection that broke or
-      // was taken over (its routing id reused): the connections are no
-      // longer one ordered link. The owner's session reconnects them all
-      // and the protocol catches up as after any reconnect.
-      broken_ = "a frame sent over one of its " + std::to_string(stripes_.size()) +
-                " connections never arrived (given up after " +
-                std::to_string(reseq_.options().max_wait.count()) +
-                " ms, or with too many frames held behind it)";
-    }
-    check_failure();
-    if (popped) {
-      out->peer = endpoint_;
-      out->message = std::move(ready.message);
-      out->frame_size = ready.frame_size;
-      return true;
+    if (striped) {
+      if (pop_ready(out)) return true;
+    } else {
+      check_failure();
     }
     Received in;
-    bool got = false;
-    for (size_t i = 0; i < stripes_.size() && !got; ++i) {
-      const size_t k = (next_recv_ + i) % stripes_.size();
-      if (stripes_[k]->try_recv(&in)) {
-        got = true;
-        next_recv_ = (k + 1) % stripes_.size();
-      }
-    }
-    if (!got) {
-      const auto now = Clock::now();
-      if (now >= deadline) return false;
-      auto left = std::chrono::duration_cast<Millis>(deadline - now);
-      // A gap given up on releases the frames behind it without a message.
-      bool gap_due = false;
-      if (striped && reseq_.wake_at() < deadline) {
-        left = std::max(Millis(0),
-                        std::chrono::duration_cast<Millis>(reseq_.wake_at() - now) + Millis(1));
-        gap_due = true;
-      }
-      if (!wait_any(left, /*for_send=*/false) && !gap_due) return false;
+    if (try_recv_any(&in)) {
+      if (take(in, striped, out)) return true;
       continue;
     }
-    counters_.frames_received += 1;
-    counters_.bytes_received += in.message.size();
-    if (in.malformed) {  // several parts: no frame of ours
-      counters_.rejected += 1;
-      log().debug("dropped a message of several parts from the parent {}", endpoint_);
-      continue;
+    const auto now = Clock::now();
+    if (now >= deadline) return false;
+    auto left = std::chrono::duration_cast<Millis>(deadline - now);
+    // A gap given up on releases the frames behind it without a message.
+    bool gap_due = false;
+    if (striped && reseq_.wake_at() < deadline) {
+      left = std::max(Millis(0),
+                      std::chrono::duration_cast<Millis>(reseq_.wake_at() - now) + Millis(1));
+      gap_due = true;
     }
-    std::string why;
-    size_t frame_size = 0;
-    SecurityReplies replies;
-    const auto r =
-        security_->receive(in.message.data(), in.message.size(), &frame_size, &why, &replies);
-    send_replies(replies);
-    if (r == ChannelSecurity::Inbound::kRejected) counters_.rejected += 1;
-    const std::optional<ChannelSecurity::Order> order = security_->last_order();
-    if (striped && order) {
-      std::optional<Resequencer::Frame> f;
-      if (r == ChannelSecurity::Inbound::kFrame) {
-        f = Resequencer::Frame{std::move(in.message), frame_size};
-      }
-      reseq_.push(*order, std::move(f), Clock::now());
-      check_failure();
-      continue;
-    }
-    if (r != ChannelSecurity::Inbound::kFrame) {
-      check_failure();
-      continue;
-    }
-    out->peer = endpoint_;
-    out->message = std::move(in.message);
-    out->frame_size = frame_size;
-    return true;
+    if (!wait_any(left, /*for_send=*/false) && !gap_due) return false;
   }
 }
 
