@@ -26,13 +26,12 @@ namespace fedwan {
 namespace fs = std::filesystem;
 
 Aggregator::Impl::RootRole::RootRole(Impl& node) : Role(node) {
-  global_ = std::move(n_.opt_.initial_model);
-  n_.init_model_state(global_.size());
-  held_ = global_;
-  model_digest_ = sha256(global_.data(), global_.size() * sizeof(float));
-  outer_ = make_outer_optimizer(n_.cfg_.outer, global_.size());
+  model_ = aggregator::RootModel(std::move(n_.opt_.initial_model));
+  n_.init_model_state(model_.size());
+  model_digest_ = sha256(model_.held().data(), model_.size() * sizeof(float));
+  outer_ = make_outer_optimizer(n_.cfg_.outer, model_.size());
   if (n_.cfg_.privacy.mode == node::NodeConfig::Privacy::Mode::kCentral) {
-    noise_ = std::make_unique<aggregator::CentralNoise>(n_.cfg_.privacy, global_.size());
+    noise_ = std::make_unique<aggregator::CentralNoise>(n_.cfg_.privacy, model_.size());
   }
   const node::NodeConfig::Privacy& p = n_.cfg_.privacy;
   if (p.target_quantile > 0) {
@@ -66,6 +65,8 @@ void Aggregator::Impl::RootRole::chunk_complete(uint32_t chunk) {
   const uint64_t off = n_.model_.plan->offset(chunk);
   const uint32_t n = n_.model_.plan->size(chunk);
   std::vector<uint8_t> payload(n_.cfg_.codec->encoded_size(n));
+  std::vector<float> global(n);
+  model_.global_chunk(off, n, global.data());
   // A chunk whose every copy was refused keeps its values (and its
   // optimizer state) this round. Central privacy: the noise goes on the sum
   // before anything else sees it.
@@ -74,19 +75,22 @@ void Aggregator::Impl::RootRole::chunk_complete(uint32_t chunk) {
       noise_->apply(cs.mean.data(), n, cs.weight, aggregator::max_site_weight(n_.topo_),
                     n_.privacy_clip_);
     }
-    outer_->step(global_.data() + off, cs.mean.data(), off, n);
+    outer_->step(global.data(), cs.mean.data(), off, n);
   }
   cs.mean.resize(n);
-  // Send what the children need to move from `held` to the new global
-  // model; `held` then advances by exactly what they decode, so whatever
-  // the encoding lost is carried into the next round's update.
-  for (uint32_t k = 0; k < n; ++k) cs.mean[k] = global_[off + k] - held_[off + k];
+  // Send what the children need to move from the anchor to the new global
+  // model; the anchor then advances by exactly what they decode, so
+  // whatever the encoding lost stays in the residual and goes with the
+  // next round's update.
+  const float* held = model_.held().data() + off;
+  for (uint32_t k = 0; k < n; ++k) cs.mean[k] = global[k] - held[k];
   n_.cfg_.codec->encode(cs.mean.data(), n, nullptr, payload.data());
+  model_.settle_chunk(off, n, global.data(), *n_.cfg_.codec, payload.data());
   const wire::FrameHeader h =
       node::chunk_header(n_.topo_, n_.self_.index, wire::MsgType::kAnchor, n_.round_ + 1,
                          *n_.model_.plan, chunk, n_.cfg_.codec->id());
   const Frame frame = std::make_shared<const std::vector<uint8_t>>(node::make_frame(h, payload));
-  pending_.emplace_back(chunk, frame);  // added to held_ when the round commits
+  pending_.emplace_back(chunk, frame);  // added to the anchor when the round commits
   n_.book_.report(n_.round_).weight = cs.weight;
   if (n_.acc_->round_complete() || noise_) {
     held_back_.emplace_back(frame, h);  // sent once the round's checkpoint is durable
@@ -110,7 +114,7 @@ void Aggregator::Impl::RootRole::round_closed(Clock::time_point now, double secs
   // acknowledgement releases the chunk, see on_standby_frame), so a
   // takeover never finds children ahead of it.
   n_.round_ += 1;
-  apply_pending();       // held_ becomes the next round's anchor
+  apply_pending();       // the anchor becomes the next round's
   adapt_clip(finished);  // before the checkpoint, which keeps the next round's clip
   n_.save_checkpoint();
   n_.start_upload();
@@ -122,7 +126,7 @@ void Aggregator::Impl::RootRole::round_closed(Clock::time_point now, double secs
     if (standby_.link) standby_missing("it is not connected");
     release_held_back();
   }
-  if (n_.opt_.on_model) n_.opt_.on_model(finished, global_);
+  if (n_.opt_.on_model) n_.opt_.on_model(finished, model_.global());
   audit_privacy(finished);
   if (n_.round_ == n_.cfg_.rounds) {
     if (!held_back_.empty()) {
@@ -141,11 +145,11 @@ void Aggregator::Impl::RootRole::round_closed(Clock::time_point now, double secs
   report(finished);
 }
 
-// Adds the round's anchor update, as its children decode it, to held_.
+// Adds the round's anchor update, as its children decode it, to the anchor.
 void Aggregator::Impl::RootRole::apply_pending() {
   for (const auto& [chunk, frame] : pending_) {
-    n_.cfg_.codec->decode_accumulate(frame->data() + wire::kHeaderSize, n_.model_.plan->size(chunk),
-                                     1.0f, held_.data() + n_.model_.plan->offset(chunk));
+    model_.apply(n_.model_.plan->offset(chunk), n_.model_.plan->size(chunk), *n_.cfg_.codec,
+                 frame->data() + wire::kHeaderSize);
   }
   pending_.clear();
 }
@@ -204,7 +208,7 @@ void Aggregator::Impl::RootRole::release_held_back() {
     n_.send_done(n_.round_);
   }
   // Once the next round is open: inside round_closed (no standby to wait
-  // for) the anchor chunks just added to held_ are still kept to go down,
+  // for) the anchor chunks just added to the anchor are still kept to go down,
   // and a child welcomed then would be sent them twice.
   if (n_.acc_ && n_.acc_->is_open() && n_.acc_->round() == n_.round_) n_.welcome_pending();
 }
@@ -226,8 +230,7 @@ void Aggregator::Impl::RootRole::finished() {
 void Aggregator::Impl::RootRole::summarize(AggregatorSummary& s) {
   // The run is over: the final model moves to the summary, and what only
   // the rounds needed goes before anything else is allocated.
-  s.global_model = std::move(global_);
-  std::vector<float>().swap(held_);
+  s.global_model = model_.take_global();
   outer_.reset();
   held_back_.clear();
   pending_.clear();
@@ -236,8 +239,7 @@ void Aggregator::Impl::RootRole::summarize(AggregatorSummary& s) {
 // ---- checkpoints -------------------------------------------------------------------
 
 void Aggregator::Impl::RootRole::save(Checkpoint& c, nlohmann::json& meta) const {
-  c.sections.push_back(checkpoint::float_section("global", global_.data(), global_.size()));
-  c.sections.push_back(checkpoint::float_section("held", held_.data(), held_.size()));
+  model_.save(c);
   for (const OuterOptimizer::StateBuffer& b : outer_->state()) {
     c.sections.push_back(
         checkpoint::float_section("outer." + b.name, b.data->data(), b.data->size()));
@@ -265,14 +267,13 @@ void Aggregator::Impl::RootRole::no_checkpoint() {
 }
 
 void Aggregator::Impl::RootRole::restore(const Checkpoint& c, const std::string& /*path*/) {
-  global_ = checkpoint::floats_of(c, "global", 0);
-  held_ = checkpoint::floats_of(c, "held", global_.size());
-  n_.init_model_state(global_.size());
-  outer_ = make_outer_optimizer(n_.cfg_.outer, global_.size());
+  model_ = aggregator::RootModel::restore(c);
+  n_.init_model_state(model_.size());
+  outer_ = make_outer_optimizer(n_.cfg_.outer, model_.size());
   for (const OuterOptimizer::StateBuffer& b : outer_->state()) {
     *b.data = checkpoint::floats_of(c, "outer." + b.name, b.data->size());
   }
-  model_digest_ = sha256(held_.data(), held_.size() * sizeof(float));
+  model_digest_ = sha256(model_.held().data(), model_.size() * sizeof(float));
   if (!quantile_) return;
   // Adaptive clipping resumes where the clip was (a checkpoint without it:
   // from the topology's clip).

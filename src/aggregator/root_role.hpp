@@ -16,6 +16,7 @@
 
 #include "aggregator/privacy_noise.hpp"
 #include "aggregator/role.hpp"
+#include "aggregator/root_model.hpp"
 #include "privacy/quantile_clip.hpp"
 #include "privacy/random_source.hpp"
 
@@ -25,7 +26,7 @@ class Aggregator::Impl::RootRole : public Aggregator::Impl::Role {
  public:
   explicit RootRole(Impl& node);
 
-  const std::vector<float>& anchor() const override { return held_; }
+  const std::vector<float>& anchor() const override { return model_.held(); }
   void children_joined() override;
   void round_opened(uint64_t round) override;
   void chunk_complete(uint32_t chunk) override;
@@ -63,13 +64,13 @@ class Aggregator::Impl::RootRole : public Aggregator::Impl::Role {
   void audit_privacy(uint64_t finished);
   void adapt_clip(uint64_t finished);
 
-  // The global model, and the model every child holds (global minus what
-  // the down-path encoding has not delivered yet). held_ stays the open
-  // round's anchor until the round commits: the next anchor's chunks wait
-  // in their encoded frames (pending_) and are added then, so a child that
-  // rejoins mid-round is sent held_ as it is, with no copy of the replaced
+  // The model every child holds (exact), and the global model as that plus
+  // a bf16 residual (aggregator/root_model.hpp). The anchor stays the open
+  // round's until the round commits: the next anchor's chunks wait in their
+  // encoded frames (pending_) and are added then, so a child that rejoins
+  // mid-round is sent the anchor as it is, with no copy of the replaced
   // values beside it.
-  std::vector<float> global_, held_;
+  aggregator::RootModel model_;
   std::vector<std::pair<uint32_t, Frame>> pending_;  // chunk, its anchor frame
   void apply_pending();
   std::array<uint8_t, 32> model_digest_{};

@@ -9,6 +9,7 @@
 #include "common/sha256.hpp"
 #include "fedwan/codec.hpp"
 #include "fedwan/outer_optimizer.hpp"
+#include "aggregator/root_model.hpp"
 #include "security/audit_log.hpp"
 #include "tensor/chunk_plan.hpp"
 
@@ -236,7 +237,11 @@ ReplayResult replay_root_audits(const Topology& topo, std::vector<float> initial
   std::unique_ptr<OuterOptimizer> outer = make_outer_optimizer(topo.federation().outer, n);
   const auto rule = aggregation::make_rule(topo.federation().aggregation.rule,
                                            topo.federation().aggregation.params);
-  res.global = std::move(initial_model);
+  // The root's model: the anchor its children hold plus a bf16 residual
+  // (aggregator/root_model.hpp); each chunk's anchor update goes down in
+  // the topology's codec and moves the anchor when the round commits.
+  aggregator::RootModel model(std::move(initial_model));
+  const Codec& down = codec_by_name(topo.federation().codec);
 
   // The usable updates, per (round, chunk), in audit order.
   struct Usable {
@@ -313,33 +318,47 @@ ReplayResult replay_root_audits(const Topology& topo, std::vector<float> initial
                           "replayed (the root steps a chunk as soon as it completes)");
     }
     outer->begin_round(round);
+    std::vector<std::pair<uint32_t, std::vector<uint8_t>>> anchor;  // chunk, its update
     for (uint32_t c = 0; c < plan.count(); ++c) {
+      const uint32_t elements = plan.size(c);
+      const uint64_t off = plan.offset(c);
+      std::vector<float> global(elements);
+      model.global_chunk(off, elements, global.data());
       auto it = by_chunk.find({round, c});
       if (it == by_chunk.end()) {
-        if (closed) {
-          res.problems.push_back("round " + std::to_string(round) + " closed, but chunk " +
-                                 std::to_string(c) + " has no usable accepted update");
+        if (!closed) continue;  // the root steps a chunk only once it completes
+        // The root keeps a chunk with no accepted copy as it is, and still
+        // sends its residual down.
+        res.problems.push_back("round " + std::to_string(round) + " closed, but chunk " +
+                               std::to_string(c) + " has no usable accepted update");
+      } else {
+        // The topology's rule, fed the updates in the order they were accepted.
+        auto combiner = rule->begin_chunk(elements, it->second.size());
+        uint32_t slot = 0;
+        std::vector<float> values(elements);
+        for (const Usable& u : it->second) {
+          u.codec->decode(u.payload.data(), elements, values.data());
+          if (u.scale != 1) {
+            const float s = static_cast<float>(u.scale);
+            for (float& x : values) x *= s;
+          }
+          combiner->add(slot++, values.data(), u.weight);
         }
-        continue;
+        const std::vector<float> sum = combiner->finish().values;
+        outer->step(global.data(), sum.data(), off, elements);
       }
-      const uint32_t elements = plan.size(c);
-      // The topology's rule, fed the updates in the order they were accepted.
-      auto combiner = rule->begin_chunk(elements, it->second.size());
-      uint32_t slot = 0;
-      std::vector<float> values(elements);
-      for (const Usable& u : it->second) {
-        u.codec->decode(u.payload.data(), elements, values.data());
-        if (u.scale != 1) {
-          const float s = static_cast<float>(u.scale);
-          for (float& x : values) x *= s;
-        }
-        combiner->add(slot++, values.data(), u.weight);
-      }
-      const std::vector<float> sum = combiner->finish().values;
-      const uint64_t off = plan.offset(c);
-      outer->step(res.global.data() + off, sum.data(), off, elements);
+      std::vector<float> update(elements);
+      for (uint32_t k = 0; k < elements; ++k) update[k] = global[k] - model.held()[off + k];
+      std::vector<uint8_t> payload(down.encoded_size(elements));
+      down.encode(update.data(), elements, nullptr, payload.data());
+      model.settle_chunk(off, elements, global.data(), down, payload.data());
+      anchor.emplace_back(c, std::move(payload));
+    }
+    for (const auto& [c, payload] : anchor) {
+      model.apply(plan.offset(c), plan.size(c), down, payload.data());
     }
   }
+  res.global = model.take_global();
   return res;
 }
 

@@ -10,6 +10,7 @@
 
 #include "aggregation/aggregation_rule.hpp"
 #include "aggregation/round_accumulator.hpp"
+#include "aggregator/root_model.hpp"
 #include "fedwan/codec.hpp"
 #include "fedwan/outer_optimizer.hpp"
 #include "fedwan/synthetic.hpp"
@@ -46,7 +47,9 @@ inline ReferenceResult run_reference_rounds(
   const tensor::ChunkPlan plan = tensor::ChunkPlan::from_bytes(n, topo.federation().chunk_bytes);
   const Codec& codec = codec_by_name(topo.federation().codec);
   const bool lossy = codec.id() != CodecId::kFp32;
-  std::vector<float> global = init, held = init;
+  // The root's model: the anchor plus a bf16 residual (aggregator/root_model.hpp).
+  aggregator::RootModel model(init);
+  std::vector<float> held = init;
   auto outer = make_outer_optimizer(topo.federation().outer, n);
   const auto rule = aggregation::make_rule(topo.federation().aggregation.rule,
                                            topo.federation().aggregation.params);
@@ -94,13 +97,18 @@ inline ReferenceResult run_reference_rounds(
     if (node.role == Role::kRoot) {
       up.chunks.clear();
       // Root: step the outer optimizer and encode the update for the children.
-      std::vector<float> update(n);
       for (uint32_t i = 0; i < plan.count(); ++i) {
         const size_t off = plan.offset(i);
-        outer->step(global.data() + off, mean.data() + off, off, plan.size(i));
+        const uint32_t size = plan.size(i);
+        std::vector<float> global(size), update(size);
+        model.global_chunk(off, size, global.data());
+        outer->step(global.data(), mean.data() + off, off, size);
+        for (uint32_t k = 0; k < size; ++k) update[k] = global[k] - model.held()[off + k];
+        std::vector<uint8_t> payload(codec.encoded_size(size));
+        codec.encode(update.data(), size, nullptr, payload.data());
+        model.settle_chunk(off, size, global.data(), codec, payload.data());
+        up.chunks.push_back(std::move(payload));
       }
-      for (size_t k = 0; k < n; ++k) update[k] = global[k] - held[k];
-      for (const auto& chunk : encode(update, idx, false)) up.chunks.push_back(chunk);
       return up;
     }
     up.chunks = encode(mean, idx, true);
@@ -114,10 +122,11 @@ inline ReferenceResult run_reference_rounds(
     for (uint32_t i = 0; i < plan.count(); ++i) {
       codec.decode_accumulate(down.chunks[i].data(), plan.size(i), 1.0f,
                               held.data() + plan.offset(i));
+      model.apply(plan.offset(i), plan.size(i), codec, down.chunks[i].data());
     }
     after_round(r, held);
   }
-  return {global, held};
+  return {model.global(), held};
 }
 
 // Blocking rounds: every site trains a round from the anchor.

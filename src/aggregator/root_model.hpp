@@ -1,0 +1,66 @@
+// The root's model in one fp32 copy. The anchor every child holds (`held`)
+// is kept exactly, in fp32: it is what the children decoded, bit for bit,
+// and what a rejoining child is sent. The global model the outer optimizer
+// steps is that anchor plus a residual: what the down-path encoding has not
+// delivered yet (fp16 rounding, int8 steps, the last bits of an fp32 sum).
+// The residual is kept in bf16: it is a few units in the last place of the
+// anchor's encoding, so bf16's 8 bits of it are far below the global
+// model's own fp32 resolution, and bf16 keeps fp32's range (fp16 would
+// flush residuals under 6e-8 to zero). So the root holds 1.5 copies of the
+// model, not two. Not thread safe: the aggregator's event loop owns it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "checkpoint/checkpoint_file.hpp"
+#include "fedwan/codec.hpp"
+
+namespace fedwan::aggregator {
+
+class RootModel {
+ public:
+  RootModel() = default;
+  // Starts with the global model equal to the anchor (residual 0).
+  explicit RootModel(std::vector<float> initial);
+  // From a checkpoint: the anchor, and the residual's bf16 bits.
+  RootModel(std::vector<float> held, std::vector<uint16_t> residual);
+
+  size_t size() const { return held_.size(); }
+  const std::vector<float>& held() const { return held_; }
+
+  // out[0..n) = the global model's values at [off, off + n).
+  void global_chunk(uint64_t off, uint32_t n, float* out) const;
+  // The chunk at `off` stepped to `theta` (its new global values), and
+  // `payload` (the anchor update as `codec` encoded it) on its way down:
+  // keeps theta minus what the children will hold as the residual. The
+  // anchor itself moves only in apply(), when the round commits; `theta`
+  // is overwritten.
+  void settle_chunk(uint64_t off, uint32_t n, float* theta, const Codec& codec,
+                    const uint8_t* payload);
+  // The anchor moves by the update the children decode (the same
+  // arithmetic settle_chunk assumed, so held + residual is the global model
+  // again).
+  void apply(uint64_t off, uint32_t n, const Codec& codec, const uint8_t* payload);
+
+  // The whole global model, as a new vector.
+  std::vector<float> global() const;
+  // The whole global model, made in place of the anchor; the model is empty
+  // after.
+  std::vector<float> take_global();
+
+  // Checkpoint sections viewing this model ("held", "residual"): valid
+  // until it changes.
+  void save(Checkpoint& c) const;
+  // From a checkpoint's sections: "held" and "residual", or a checkpoint
+  // written before the residual ("held" and "global"). Throws CryptoError
+  // when they are missing or their sizes disagree.
+  static RootModel restore(const Checkpoint& c);
+
+ private:
+  std::vector<float> held_;
+  std::vector<uint16_t> residual_;  // bf16 bits, little-endian in checkpoints
+};
+
+}  // namespace fedwan::aggregator

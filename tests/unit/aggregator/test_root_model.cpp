@@ -1,0 +1,155 @@
+#include "aggregator/root_model.hpp"
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "checkpoint/node_checkpoint.hpp"
+#include "fedwan/codec.hpp"
+#include "fedwan/error.hpp"
+
+namespace fedwan::aggregator {
+namespace {
+
+std::vector<float> ramp(size_t n, float base, float step) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = base + step * static_cast<float>(i % 97);
+  return v;
+}
+
+// One chunk of a round at the root: step to `target`, encode the update,
+// settle, and later apply.
+std::vector<uint8_t> step_to(RootModel& m, uint64_t off, const std::vector<float>& target,
+                             const Codec& codec) {
+  const uint32_t n = static_cast<uint32_t>(target.size());
+  std::vector<float> theta = target, update(n);
+  for (uint32_t k = 0; k < n; ++k) update[k] = theta[k] - m.held()[off + k];
+  std::vector<uint8_t> payload(codec.encoded_size(n));
+  codec.encode(update.data(), n, nullptr, payload.data());
+  m.settle_chunk(off, n, theta.data(), codec, payload.data());
+  return payload;
+}
+
+TEST(RootModel, StartsWithTheGlobalModelOnItsAnchor) {
+  const std::vector<float> init = ramp(1000, -1.0f, 0.01f);
+  RootModel m(init);
+  EXPECT_EQ(m.held(), init);
+  EXPECT_EQ(m.global(), init);
+}
+
+TEST(RootModel, TheAnchorMovesByWhatChildrenDecodeAndTheResidualKeepsTheRest) {
+  const Codec& fp16 = codec_by_name("fp16");
+  const std::vector<float> init = ramp(4096, 0.5f, 0.003f);
+  RootModel m(init);
+  // A step fp16 cannot carry exactly.
+  std::vector<float> target = init;
+  for (size_t i = 0; i < target.size(); ++i) target[i] += 1e-3f * std::sin(static_cast<float>(i));
+  const std::vector<uint8_t> payload = step_to(m, 0, target, fp16);
+  EXPECT_EQ(m.held(), init) << "the anchor moves only when the round commits";
+  m.apply(0, static_cast<uint32_t>(target.size()), fp16, payload.data());
+  // The children's arithmetic: the same decode onto the same anchor.
+  std::vector<float> child = init;
+  fp16.decode_accumulate(payload.data(), child.size(), 1.0f, child.data());
+  EXPECT_EQ(m.held(), child);
+  // held + residual is the stepped model, to far below fp32's resolution of it.
+  const std::vector<float> g = m.global();
+  double worst = 0;
+  size_t differ = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    worst = std::max(worst, std::abs(double(g[i]) - target[i]) / std::abs(double(target[i])));
+    differ += child[i] != target[i];
+  }
+  EXPECT_GT(differ, 0u) << "fp16 must have lost something for this test to mean anything";
+  EXPECT_LE(worst, 1.2e-7);  // one fp32 ulp
+}
+
+TEST(RootModel, KeepsResidualsBelowFp16sRange) {
+  // An fp32 anchor update from 1 to ~1e-8: the difference rounds to -1, so
+  // the children land on 0 and the residual is the whole ~1e-8, which fp16
+  // would flush to zero.
+  const Codec& fp32 = codec_by_name("fp32");
+  const std::vector<float> init(256, 1.0f);
+  RootModel m(init);
+  std::vector<float> target(256);
+  for (size_t i = 0; i < target.size(); ++i) target[i] = 1e-8f * float(i + 1);
+  const std::vector<uint8_t> payload = step_to(m, 0, target, fp32);
+  m.apply(0, 256, fp32, payload.data());
+  EXPECT_EQ(m.held()[0], 0.0f);
+  const std::vector<float> g = m.global();
+  for (size_t i = 0; i < g.size(); ++i) EXPECT_NEAR(g[i], target[i], target[i] / 256) << i;
+}
+
+TEST(RootModel, ChunksSettleIndependently) {
+  const Codec& int8 = codec_by_name("int8");
+  const std::vector<float> init = ramp(2000, -0.2f, 0.004f);
+  RootModel m(init);
+  std::vector<float> second(init.begin() + 1000, init.end());
+  for (float& x : second) x *= 1.01f;
+  const std::vector<uint8_t> payload = step_to(m, 1000, second, int8);
+  m.apply(1000, 1000, int8, payload.data());
+  const std::vector<float> g = m.global();
+  for (size_t i = 0; i < 1000; ++i) ASSERT_EQ(g[i], init[i]);
+  for (size_t i = 0; i < 1000; ++i) EXPECT_NEAR(g[1000 + i], second[i], 1e-6f * 2);
+}
+
+TEST(RootModel, ACheckpointRestoresItBitForBit) {
+  const Codec& fp16 = codec_by_name("fp16");
+  RootModel m(ramp(3000, 1.0f, -0.002f));
+  std::vector<float> target = m.held();
+  for (float& x : target) x += 7e-4f;
+  const std::vector<uint8_t> payload = step_to(m, 0, target, fp16);
+  m.apply(0, 3000, fp16, payload.data());
+
+  Checkpoint c;
+  m.save(c);
+  // What a read returns: the bytes, not views.
+  for (CheckpointSection& s : c.sections) {
+    s.bytes.assign(s.data(), s.data() + s.size());
+    s.view = nullptr;
+  }
+  const RootModel back = RootModel::restore(c);
+  EXPECT_EQ(back.held(), m.held());
+  EXPECT_EQ(back.global(), m.global());
+}
+
+TEST(RootModel, ACheckpointWithTheGlobalModelBesideTheAnchorStillRestores) {
+  const std::vector<float> held = ramp(500, 2.0f, 0.01f);
+  std::vector<float> global = held;
+  for (float& x : global) x += 3e-5f;
+  Checkpoint c;
+  c.sections.push_back(checkpoint::float_section("global", global.data(), global.size()));
+  c.sections.push_back(checkpoint::float_section("held", held.data(), held.size()));
+  for (CheckpointSection& s : c.sections) {
+    s.bytes.assign(s.data(), s.data() + s.size());
+    s.view = nullptr;
+  }
+  const RootModel m = RootModel::restore(c);
+  EXPECT_EQ(m.held(), held);
+  const std::vector<float> g = m.global();
+  for (size_t i = 0; i < g.size(); ++i) EXPECT_NEAR(g[i], global[i], 3e-5f / 256) << i;
+}
+
+TEST(RootModel, AResidualOfTheWrongSizeIsRefused) {
+  const std::vector<float> held(10, 1.0f);
+  Checkpoint c;
+  c.sections.push_back(checkpoint::float_section("held", held.data(), held.size()));
+  CheckpointSection r;
+  r.name = "residual";
+  r.bytes.assign(18, 0);
+  c.sections.push_back(r);
+  EXPECT_THROW(RootModel::restore(c), CryptoError);
+  c.sections.pop_back();
+  EXPECT_THROW(RootModel::restore(c), CryptoError);  // neither residual nor global
+}
+
+TEST(RootModel, TakeGlobalLeavesItEmpty) {
+  RootModel m(std::vector<float>(100, 3.0f));
+  const std::vector<float> g = m.take_global();
+  EXPECT_EQ(g, std::vector<float>(100, 3.0f));
+  EXPECT_EQ(m.size(), 0u);
+}
+
+}  // namespace
+}  // namespace fedwan::aggregator
