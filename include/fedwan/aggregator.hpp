@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -47,6 +48,15 @@ struct FEDWAN_API AggregatorOptions : NodeOptions {
   // log records it, so that the aggregation can be replayed from the audit
   // log (forensics, recovery tests). Empty: not kept.
   std::string record_updates_dir;
+  // A model of at least this many fp32 bytes keeps what the aggregator
+  // holds only for a round in unnamed files (in checkpoint_dir, else the
+  // temporary directory) rather than in memory: the anchor frames it sends
+  // down (read back as each child's window takes them, and by a child that
+  // rejoins mid-round), and, beyond 16 MiB of them, the chunks of the
+  // children's mean waiting for their last copies (read back when they
+  // come). 0: always (and every such chunk waits on disk); SIZE_MAX: never. A node that cannot make or write
+  // the file keeps them in memory that round (logged).
+  size_t spill_from_bytes = size_t{64} << 20;
   // The file `topology` was loaded from. The node checks it every heartbeat
   // and adopts a later version signed by the federation's admin identity:
   // sites it adds join (counted from the round boundary after they come),

@@ -23,6 +23,7 @@ class WeightedMeanCombiner final : public ChunkCombiner {
     return {std::move(sum_), weight_, {}};
   }
   size_t bytes_held() const override { return sum_.size() * sizeof(float); }
+  std::vector<float>* parkable() override { return &sum_; }
 
  private:
   std::vector<float> sum_;

@@ -60,6 +60,11 @@ class ChunkCombiner {
   // rest (at least one copy).
   virtual Combined finish() = 0;
   virtual size_t bytes_held() const = 0;
+  // A combiner whose whole state is one fp32 vector may hand it out to be
+  // set aside while its chunk waits (aggregation/chunk_parking.hpp): the
+  // caller writes it elsewhere and empties it, and refills it exactly
+  // before the next add() or finish(). nullptr: not parkable.
+  virtual std::vector<float>* parkable() { return nullptr; }
 };
 
 class AggregationRule {

@@ -40,6 +40,7 @@ void RoundAccumulator::open(uint64_t round, double min_weight) {
   seen_.assign(children_.size(), std::vector<bool>(plan_.count(), false));
   delivered_.assign(children_.size(), 0);
   inflight_.clear();
+  parking_.rotate();
   taken_.assign(plan_.count(), false);
   chunks_done_ = 0;
   clip_valued_.clear();
@@ -142,12 +143,15 @@ RoundAccumulator::Result RoundAccumulator::add(uint64_t round, uint32_t sender, 
     acc.held.push_back({static_cast<uint32_t>(slot), weight, norm, scratch_, v.bound});
   } else {
     if (!acc.combiner) acc.combiner = rule_->begin_chunk(element_count, children_.size());
+    unpark(acc);
     acc.combiner->add(static_cast<uint32_t>(slot), scratch_.data(), weight);
     acc.added.emplace_back(static_cast<uint32_t>(slot), weight);
     screen_.remember(round, chunk, v.verdict == Verdict::kClipped ? std::min(v.bound, norm) : norm);
   }
   acc.weight += weight;
-  return deliver(slot, chunk, {AddOutcome::kAccepted, false, v});
+  Result r = deliver(slot, chunk, {AddOutcome::kAccepted, false, v});
+  if (!r.chunk_complete) park_if_over(acc);  // it waits for more copies
+  return r;
 }
 
 RoundAccumulator::Result RoundAccumulator::refuse(Inflight& acc, int slot, uint32_t chunk,
@@ -250,8 +254,10 @@ ChunkSum RoundAccumulator::take(uint32_t chunk) {
   ChunkSum out;
   out.index = chunk;
   out.excused = acc.excused;
+  unpark_held(acc);
   judge_held(acc, chunk, out);
   if (acc.combiner) {
+    unpark(acc);
     Combined c = acc.combiner->finish();
     combined_into(acc, c, chunk, out);
   }
@@ -277,6 +283,7 @@ void RoundAccumulator::judge_held(Inflight& acc, uint32_t chunk, ChunkSum& out) 
     CopyVerdict& v = verdicts[i];
     if (v.verdict != Verdict::kRefused) {
       if (!acc.combiner) acc.combiner = rule_->begin_chunk(plan_.size(chunk), children_.size());
+      unpark(acc);
       acc.combiner->add(h.slot, h.values.data(), h.weight);
       acc.added.emplace_back(h.slot, h.weight);
       screen_.remember(round_, chunk, v.verdict == Verdict::kClipped ? v.bound : v.norm);
@@ -331,6 +338,28 @@ void RoundAccumulator::combined_into(const Inflight& acc, Combined& c, uint32_t 
   std::sort(out.behind.begin(), out.behind.end());
   out.mean = std::move(c.values);
   out.weight = c.weight;
+}
+
+void RoundAccumulator::unpark(Inflight& acc) {
+  if (acc.parked.file) ChunkParking::unpark(acc.combiner->parkable(), &acc.parked);
+}
+
+void RoundAccumulator::unpark_held(Inflight& acc) {
+  for (size_t i = 0; i < acc.held_parked.size(); ++i) {
+    if (acc.held_parked[i].file) ChunkParking::unpark(&acc.held[i].values, &acc.held_parked[i]);
+  }
+  acc.held_parked.clear();
+}
+
+void RoundAccumulator::park_if_over(Inflight& acc) {
+  if (!parking_.on() || bytes_in_flight() <= parking_.budget()) return;
+  if (acc.combiner && !acc.parked.file) {
+    if (std::vector<float>* state = acc.combiner->parkable()) (void)parking_.park(state, &acc.parked);
+  }
+  acc.held_parked.resize(acc.held.size());
+  for (size_t i = 0; i < acc.held.size(); ++i) {
+    if (!acc.held_parked[i].file) (void)parking_.park(&acc.held[i].values, &acc.held_parked[i]);
+  }
 }
 
 size_t RoundAccumulator::bytes_in_flight() const {

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "aggregation/aggregation_rule.hpp"
+#include "aggregation/chunk_parking.hpp"
 #include "aggregation/update_screen.hpp"
 #include "fedwan/codec.hpp"
 #include "tensor/chunk_plan.hpp"
@@ -157,6 +158,13 @@ class RoundAccumulator {
   // Combiners alive right now, and the bytes they hold (memory accounting).
   size_t chunks_in_flight() const { return inflight_.size(); }
   size_t bytes_in_flight() const;
+  // Beyond `budget` bytes of combiners in memory, a parkable one (the
+  // streamed mean's sum) waits for its next copy in a file in `dir`
+  // (aggregation/chunk_parking.hpp); the arithmetic is unchanged.
+  void park_beyond(size_t budget, const std::string& dir, const std::string& log_name) {
+    parking_.enable(budget, dir, log_name);
+  }
+  uint64_t chunks_parked() const { return parking_.parked(); }
   const AggregationRule& rule() const { return *rule_; }
   const UpdateScreen& screen() const { return screen_; }
   const tensor::ChunkPlan& plan() const { return plan_; }
@@ -169,7 +177,15 @@ class RoundAccumulator {
     std::vector<std::pair<uint32_t, double>> added;  // (slot, weight) given the combiner
     std::vector<HeldCopy> held;                      // judged at take(): suspects, or no bound yet
     uint32_t valued = 0;  // copies with values past the value checks (streamed or held)
+    ChunkParking::Ticket parked;  // the combiner's state, set aside (file set) or not
+    std::vector<ChunkParking::Ticket> held_parked;  // by held copy, alike
   };
+  // The combiner's state back in memory, if it was set aside; and the held
+  // copies' values.
+  static void unpark(Inflight& acc);
+  static void unpark_held(Inflight& acc);
+  // Over the budget: acc's combiner's state and held copies set aside.
+  void park_if_over(Inflight& acc);
   Result refuse(Inflight& acc, int slot, uint32_t chunk, double weight, CopyVerdict v);
   Result deliver(int slot, uint32_t chunk, Result r);
   void judge_held(Inflight& acc, uint32_t chunk, ChunkSum& out);
@@ -182,6 +198,7 @@ class RoundAccumulator {
   std::shared_ptr<const AggregationRule> rule_;
   UpdateScreen screen_;
   std::vector<float> scratch_;  // one decoded copy
+  ChunkParking parking_;
   std::vector<bool> expected_;  // by child slot
   double min_weight_ = 0;
   uint64_t round_ = 0;

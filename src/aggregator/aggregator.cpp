@@ -40,7 +40,8 @@ constexpr std::chrono::milliseconds kPoll{100};
 
 // ---- sending ------------------------------------------------------------------
 
-void Aggregator::Impl::send_child(const Child& c, Frame frame, const wire::FrameHeader& h) {
+void Aggregator::Impl::send_child(const Child& c, aggregator::StoredFrame frame,
+                                  const wire::FrameHeader& h) {
   down_.link.queue(down_.link.slot(c.id), std::move(frame), h);
   flush();
 }

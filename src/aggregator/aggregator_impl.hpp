@@ -233,7 +233,7 @@ class Aggregator::Impl {
   // (aggregator/downlink.hpp) and go as its window opens (flush()).
   using Frame = aggregator::Frame;
   using Outbox = aggregator::Outbox;
-  void send_child(const Child& c, Frame frame, const wire::FrameHeader& h);
+  void send_child(const Child& c, aggregator::StoredFrame frame, const wire::FrameHeader& h);
   void send_child(const Child& c, std::vector<uint8_t> frame, const wire::FrameHeader& h) {
     send_child(c, std::make_shared<const std::vector<uint8_t>>(std::move(frame)), h);
   }
@@ -302,8 +302,9 @@ class Aggregator::Impl {
   // The anchors a child welcomed mid-round may need.
   struct Anchors {
     // The next round's anchor chunks sent down so far (shared with the
-    // outboxes).
-    std::vector<std::pair<Frame, wire::FrameHeader>> next;
+    // outboxes; on disk for a large model, see frame_store.hpp).
+    std::vector<std::pair<aggregator::StoredFrame, wire::FrameHeader>> next;
+    aggregator::FrameStore store;
   } anchors_;
 
   // Checkpoint replication. Pieces are chunk_bytes each and go out only

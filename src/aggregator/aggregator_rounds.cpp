@@ -148,6 +148,7 @@ void Aggregator::Impl::open_round(uint64_t round) {
   }
   refresh_quorum();  // a share of the members' weight
   anchors_.next.clear();
+  anchors_.store.rotate();  // the frames still queued keep the old file
   role_->round_opened(round);
   phase_ = Phase::kTraining;
   clock_.round_started = Clock::now();

@@ -124,13 +124,25 @@ void Aggregator::Impl::recover() {
   }
 }
 
+// The chunks of the children's mean an aggregator of a large model keeps in
+// memory while they wait for their last copies; beyond, they wait on disk.
+constexpr size_t kInflightBudget = size_t{16} << 20;
+
 void Aggregator::Impl::init_model_state(uint64_t total_elements) {
   model_.elements = total_elements;
   model_.limits = cfg_.limits_for_model(total_elements);
   model_.plan = cfg_.plan(total_elements);
+  const bool spill = opt_.spill_from_bytes == 0 ||
+                     total_elements >= opt_.spill_from_bytes / sizeof(float);
+  anchors_.store = aggregator::FrameStore(spill, opt_.checkpoint_dir, "agg:" + self_.id);
   std::vector<uint32_t> ids;
   for (uint32_t idx : self_.children) ids.push_back(idx);
   acc_.emplace(*model_.plan, ids, cfg_.rule, cfg_.screen);
+  if (anchors_.store.on()) {
+    // 0 ("always"): every chunk waiting for copies waits on disk.
+    const size_t budget = opt_.spill_from_bytes == 0 ? 0 : kInflightBudget;
+    acc_->park_beyond(budget, opt_.checkpoint_dir, "agg:" + self_.id);
+  }
   for (uint32_t idx : ids) clip_children_copies(idx);
 }
 

@@ -30,20 +30,23 @@ std::optional<size_t> Downlink::find(const std::string& id) const {
   return it->second;
 }
 
-void Downlink::queue(size_t slot, Frame frame, const wire::FrameHeader& h) {
+void Downlink::queue(size_t slot, StoredFrame frame, const wire::FrameHeader& h) {
   wire::FrameHeader sent = h;
-  sent.payload_length = static_cast<uint32_t>(frame->size() - wire::kHeaderSize);
-  out_[slot].push({std::move(frame), sent}, Clock::now());
+  sent.payload_length = static_cast<uint32_t>(frame.size() - wire::kHeaderSize);
+  out_[slot].push({std::move(frame), sent, nullptr}, Clock::now());
 }
 
 bool Downlink::flush(const OnSent& on_sent) {
   for (size_t i = 0; i < out_.size(); ++i) {
     Outbox& box = out_[i];
     while (!box.empty()) {
-      const Outgoing& head = box.front();
+      Outgoing& head = box.front();
+      // A stored frame is read once, when it reaches the head (a read
+      // error is the node's own disk failing: it ends the node).
+      if (!head.loaded) head.loaded = head.frame.load();
       std::optional<size_t> sent;
       try {
-        sent = link_->try_send(ids_[i], *head.frame);
+        sent = link_->try_send(ids_[i], *head.loaded);
       } catch (const TransportError&) {
         // Not connected: a site that holds the final anchor may have left,
         // others are gone or reconnecting. What they missed reaches them as

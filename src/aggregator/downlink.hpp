@@ -18,16 +18,16 @@
 #include <unordered_map>
 #include <vector>
 
+#include "aggregator/frame_store.hpp"
 #include "transport/links.hpp"
 #include "wire/frame.hpp"
 
 namespace fedwan::aggregator {
 
-using Frame = std::shared_ptr<const std::vector<uint8_t>>;
-
 struct Outgoing {
-  Frame frame;
+  StoredFrame frame;         // in memory, or read back when its turn comes (frame_store.hpp)
   wire::FrameHeader header;  // with its payload length: the traffic ledger needs it
+  Frame loaded;              // a stored frame's bytes, once read for the window
 };
 
 // The frames waiting for one peer, oldest first.
@@ -40,6 +40,7 @@ class Outbox {
   bool empty() const { return frames_.empty(); }
   size_t size() const { return frames_.size(); }
   const Outgoing& front() const { return frames_.front(); }
+  Outgoing& front() { return frames_.front(); }
   // The head went: the next one starts waiting now.
   void pop(Clock::time_point now);
   void clear() { frames_.clear(); }
@@ -81,7 +82,7 @@ class Downlink {
   // Queues `frame` for the child in `slot`; `h` is the header it carries
   // (its payload length is taken from the frame: make_frame() sets it in
   // the bytes only).
-  void queue(size_t slot, Frame frame, const wire::FrameHeader& h);
+  void queue(size_t slot, StoredFrame frame, const wire::FrameHeader& h);
   // Sends what the children's windows take, `on_sent` told of each frame.
   // A child that is not connected loses what waited for it: it reaches it
   // as a resync when it says hello again. True when every outbox is empty.

@@ -38,7 +38,7 @@ void Aggregator::Impl::RegionLink::send(std::vector<uint8_t> frame) {
 
 bool Aggregator::Impl::RegionLink::flush() {
   while (!out_.empty()) {
-    if (!uplink_->link().established() || !uplink_->link().try_send(*out_.front().frame)) break;
+    if (!uplink_->link().established() || !uplink_->link().try_send(*out_.front().frame.load())) break;
     out_.pop(Clock::now());
   }
   return out_.empty();

@@ -361,7 +361,7 @@ void Aggregator::Impl::RegionRole::on_parent_anchor(const wire::ParsedFrame& f, 
   out.sender = n_.self_.index;
   auto bytes = std::make_shared<std::vector<uint8_t>>(raw, raw + raw_size);
   wire::encode_header(out, bytes->data());
-  const Frame frame = std::move(bytes);
+  const aggregator::StoredFrame frame = n_.anchors_.store.keep(std::move(bytes));
   n_.anchors_.next.emplace_back(frame, out);
   relay_.pending.push_back({h.chunk_index, codec, frame});
   for (const Child& c : n_.down_.children) {
@@ -408,7 +408,8 @@ void Aggregator::Impl::RegionRole::use_clip(double clip, uint64_t round) {
 
 void Aggregator::Impl::RegionRole::apply_relayed() {
   for (const Relay::Pending& p : relay_.pending) {
-    p.codec->decode_accumulate(p.frame->data() + wire::kHeaderSize, n_.model_.plan->size(p.chunk),
+    const aggregator::Frame frame = p.frame.load();
+    p.codec->decode_accumulate(frame->data() + wire::kHeaderSize, n_.model_.plan->size(p.chunk),
                                1.0f, anchor_.data() + n_.model_.plan->offset(p.chunk));
   }
   relay_.pending.clear();

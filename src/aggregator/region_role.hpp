@@ -103,7 +103,7 @@ class Aggregator::Impl::RegionRole final : public Aggregator::Impl::Role {
     struct Pending {
       uint32_t chunk;
       const Codec* codec;
-      Frame frame;
+      aggregator::StoredFrame frame;  // on disk for a large model
     };
     std::vector<Pending> pending;
   } relay_;

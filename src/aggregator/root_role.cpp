@@ -90,15 +90,18 @@ void Aggregator::Impl::RootRole::chunk_complete(uint32_t chunk) {
       node::chunk_header(n_.topo_, n_.self_.index, wire::MsgType::kAnchor, n_.round_ + 1,
                          *n_.model_.plan, chunk, n_.cfg_.codec->id());
   const Frame frame = std::make_shared<const std::vector<uint8_t>>(node::make_frame(h, payload));
-  pending_.emplace_back(chunk, frame);  // added to the anchor when the round commits
   n_.book_.report(n_.round_).weight = cs.weight;
   if (n_.acc_->round_complete() || noise_) {
-    held_back_.emplace_back(frame, h);  // sent once the round's checkpoint is durable
+    pending_.emplace_back(chunk, frame);  // added to the anchor when the round commits
+    held_back_.emplace_back(frame, h);    // sent once the round's checkpoint is durable
     return;
   }
-  n_.anchors_.next.emplace_back(frame, h);
+  // On disk for a large model: read back as each child's window takes it.
+  const aggregator::StoredFrame stored = n_.anchors_.store.keep(frame);
+  pending_.emplace_back(chunk, stored);
+  n_.anchors_.next.emplace_back(stored, h);
   for (const Child& c : n_.down_.children) {
-    if (c.live && !c.rejoin_pending) n_.send_child(c, frame, h);
+    if (c.live && !c.rejoin_pending) n_.send_child(c, stored, h);
   }
 }
 
@@ -147,7 +150,8 @@ void Aggregator::Impl::RootRole::round_closed(Clock::time_point now, double secs
 
 // Adds the round's anchor update, as its children decode it, to the anchor.
 void Aggregator::Impl::RootRole::apply_pending() {
-  for (const auto& [chunk, frame] : pending_) {
+  for (const auto& [chunk, stored] : pending_) {
+    const aggregator::Frame frame = stored.load();
     model_.apply(n_.model_.plan->offset(chunk), n_.model_.plan->size(chunk), *n_.cfg_.codec,
                  frame->data() + wire::kHeaderSize);
   }

@@ -27,7 +27,7 @@ int run(int argc, char** argv) {
   int exit_code = 0;
   NodeArgs agg_args, site_args;
   DemoArgs demo_args;
-  add_aggregator_command(app, agg_args, &exit_code);
+  add_aggregator_command(app, agg_args, &exit_code, aggregator_torch());
   add_site_command(app, site_args, &exit_code);
   add_demo_command(app, demo_args, &exit_code);
   add_certs_command(app, &exit_code);

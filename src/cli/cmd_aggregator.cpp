@@ -1,5 +1,7 @@
-// `fedwan aggregator`: a root or region aggregator of a real deployment
-// (the root also evaluates the global model and writes the rounds' report).
+// `fedwan aggregator` and `fedwan-aggregator`: a root or region aggregator
+// of a real deployment (the root also evaluates the global model and writes
+// the rounds' report). Free of LibTorch: what needs it comes in
+// AggregatorTorch (cli/commands.hpp).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -8,7 +10,6 @@
 #include <map>
 #include <optional>
 
-#include <torch/utils.h>
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -18,18 +19,12 @@
 #include "common/log_level.hpp"
 #include "fedwan/aggregator.hpp"
 #include "fedwan/error.hpp"
-#include "fedwan/flat_parameters.hpp"
-#include "workload/fashion_mnist.hpp"
-#include "workload/fashion_model.hpp"
+#include "fedwan/synthetic.hpp"
 
 namespace fedwan::cli {
 namespace {
 
-using workload::Evaluation;
-using workload::FashionCnn;
-using workload::FashionMnistData;
-
-AggregatorOptions aggregator_options(const NodeArgs& a) {
+AggregatorOptions aggregator_options(const NodeArgs& a, const AggregatorTorch& torch) {
   AggregatorOptions o;
   o.topology = Topology::load(a.topology);
   o.topology_file = a.topology;
@@ -48,8 +43,17 @@ AggregatorOptions aggregator_options(const NodeArgs& a) {
   }
   // A region given the same starting model as the root joins without being
   // sent it in full (a different one is harmless: it is sent).
-  o.initial_model =
-      a.initial_model.empty() ? initial_model(a.workload) : read_model(a.initial_model);
+  if (!a.initial_model.empty()) {
+    o.initial_model = read_model(a.initial_model);
+  } else if (torch.initial_model) {
+    o.initial_model = torch.initial_model(a.workload);
+  } else if (a.workload.trainer == "synthetic") {
+    o.initial_model = synthetic::initial_model(a.workload.synthetic_size, a.workload.seed);
+  } else {
+    throw ConfigError("this program has no LibTorch to build the " + a.workload.trainer +
+                      " model: give --initial-model (the model's raw fp32), or run `fedwan "
+                      "aggregator`");
+  }
   return o;
 }
 
@@ -57,19 +61,20 @@ AggregatorOptions aggregator_options(const NodeArgs& a) {
 // (--eval, fashion-cnn), a line per round on stdout, and the JSON report.
 class RootRecord {
  public:
-  RootRecord(const NodeArgs& a, uint64_t rounds) : rounds_(rounds) {
+  RootRecord(const NodeArgs& a, uint64_t rounds, const AggregatorTorch& torch) : rounds_(rounds) {
     if (a.eval && a.workload.trainer == "fashion-cnn") {
-      test_ = workload::load_fashion_mnist(workload::FashionMnistSet::kTest, a.workload.data_dir);
-      model_ = workload::make_fashion_cnn(a.workload.seed);
-      flat_.emplace(*model_);
+      if (!torch.evaluator) {
+        throw ConfigError("--eval evaluates the fashion-cnn model with LibTorch, which this "
+                          "program has not: run `fedwan aggregator`");
+      }
+      evaluate_ = torch.evaluator(a.workload);
     }
   }
 
   void attach(AggregatorOptions& o) {
-    if (flat_) {
+    if (evaluate_) {
       o.on_model = [this](uint64_t round, const std::vector<float>& global) {
-        std::memcpy(flat_->data(), global.data(), global.size() * sizeof(float));
-        evals_[round] = workload::evaluate(model_, test_->images, test_->labels);
+        evals_[round] = evaluate_(global);
       };
     }
     o.on_round = [this](const RoundReport& r) { on_round(r); };
@@ -110,11 +115,11 @@ class RootRecord {
     const auto rounds = static_cast<unsigned long long>(rounds_);
     auto it = evals_.find(r.round);
     if (it != evals_.end()) {
-      row["accuracy"] = it->second.accuracy;
-      row["loss"] = it->second.loss;
+      row["accuracy"] = it->second.first;
+      row["loss"] = it->second.second;
       std::snprintf(line, sizeof line,
                     "round %3llu/%llu  accuracy %.4f  loss %.4f  wan %s (fp32 %s)  %.2f s", round,
-                    rounds, it->second.accuracy, it->second.loss, human_bytes(r.wan_bytes).c_str(),
+                    rounds, it->second.first, it->second.second, human_bytes(r.wan_bytes).c_str(),
                     human_bytes(r.fp32_bytes).c_str(), r.seconds);
     } else {
       std::snprintf(line, sizeof line, "round %3llu/%llu  wan %s (fp32 %s)  %.2f s", round, rounds,
@@ -125,24 +130,22 @@ class RootRecord {
   }
 
   uint64_t rounds_;
-  std::optional<FashionMnistData> test_;
-  FashionCnn model_{nullptr};
-  std::optional<FlatParameters> flat_;
-  std::map<uint64_t, Evaluation> evals_;
+  AggregatorTorch::Evaluate evaluate_;
+  std::map<uint64_t, std::pair<double, double>> evals_;  // accuracy, loss
   nlohmann::json rows_ = nlohmann::json::array();
 };
 
 // A standby that stood by to the end and never took over: no model, no report.
 bool stood_by_only(const AggregatorSummary& s) { return s.global_model.empty(); }
 
-int run_aggregator(const NodeArgs& a) {
+int run_aggregator(const NodeArgs& a, const AggregatorTorch& torch) {
   set_log_node(a.node);
-  torch::set_num_threads(1);
-  AggregatorOptions o = aggregator_options(a);
+  if (torch.single_thread) torch.single_thread();
+  AggregatorOptions o = aggregator_options(a, torch);
   const bool root = o.topology.node(a.node).role == Role::kRoot;
   std::optional<RootRecord> record;
   if (root) {
-    record.emplace(a, o.topology.rounds_to_run());
+    record.emplace(a, o.topology.rounds_to_run(), torch);
     record->attach(o);
   }
   Aggregator agg(std::move(o));
@@ -173,8 +176,15 @@ int run_aggregator(const NodeArgs& a) {
 
 }  // namespace
 
-void add_aggregator_command(CLI::App& app, NodeArgs& args, int* exit_code) {
-  CLI::App* cmd = app.add_subcommand("aggregator", "run a root or region aggregator");
+void add_aggregator_command(CLI::App& app, NodeArgs& args, int* exit_code,
+                            const AggregatorTorch& torch) {
+  configure_aggregator(*app.add_subcommand("aggregator", "run a root or region aggregator"), args,
+                       exit_code, torch);
+}
+
+void configure_aggregator(CLI::App& app, NodeArgs& args, int* exit_code,
+                          const AggregatorTorch& torch) {
+  CLI::App* cmd = &app;
   add_node_flags(*cmd, args);
   cmd->add_flag("--eval", args.eval, "root: evaluate the global model on the test set each round");
   cmd->add_option("--report", args.report, "root: write a JSON report of the rounds here");
@@ -188,7 +198,7 @@ void add_aggregator_command(CLI::App& app, NodeArgs& args, int* exit_code) {
   cmd->add_flag("--standby", args.standby,
                 "root: run as its standby (topology standby_endpoint, the root's credentials, "
                 "--checkpoint-dir): keep the root's checkpoints, take over when it dies");
-  cmd->callback([&args, exit_code] { *exit_code = run_aggregator(args); });
+  cmd->callback([&args, exit_code, torch] { *exit_code = run_aggregator(args, torch); });
 }
 
 }  // namespace fedwan::cli

@@ -29,6 +29,7 @@
 #include "cli/demo_report.hpp"
 #include "cli/demo_supervisor.hpp"
 #include "cli/placement.hpp"
+#include "cli/workload.hpp"
 #include "fedwan/codec.hpp"
 #include "fedwan/error.hpp"
 #include "fedwan/outer_optimizer.hpp"

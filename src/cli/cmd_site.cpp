@@ -15,6 +15,7 @@
 #include "cli/site_report.hpp"
 #include "cli/synthetic_rounds.hpp"
 #include "cli/validators.hpp"
+#include "cli/workload.hpp"
 #include "common/log_level.hpp"
 #include "fedwan/data_parallel.hpp"
 #include "fedwan/error.hpp"

@@ -2,11 +2,13 @@
 // subcommand and returns the process exit code when run.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
-#include "cli/workload.hpp"
+#include "cli/workload_settings.hpp"
 #include "fedwan/topology.hpp"
 
 namespace CLI {
@@ -58,7 +60,27 @@ struct NodeArgs {
   WorkloadSettings workload;
 };
 
-void add_aggregator_command(CLI::App& app, NodeArgs& args, int* exit_code);
+// What the aggregator command uses LibTorch for where the program has it:
+// the fashion-cnn trainer's initial model, and the root's --eval. The
+// torch-free fedwan-aggregator (aggregator_main.cpp) has neither: it runs
+// from --initial-model or the synthetic trainer, and says so otherwise.
+struct AggregatorTorch {
+  // The --trainer's initial model (any trainer).
+  std::function<std::vector<float>(const WorkloadSettings&)> initial_model;
+  // For --eval: a function from the global model to its test accuracy and
+  // loss (fashion-cnn), or none.
+  using Evaluate = std::function<std::pair<double, double>(const std::vector<float>&)>;
+  std::function<Evaluate(const WorkloadSettings&)> evaluator;
+  std::function<void()> single_thread;  // LibTorch's own threads: one
+};
+AggregatorTorch aggregator_torch();  // the fedwan tool's (cmd_aggregator_torch.cpp)
+
+// `fedwan aggregator`, or (configure_aggregator) the same flags and run on
+// a program's own command line (fedwan-aggregator).
+void add_aggregator_command(CLI::App& app, NodeArgs& args, int* exit_code,
+                            const AggregatorTorch& torch);
+void configure_aggregator(CLI::App& cmd, NodeArgs& args, int* exit_code,
+                          const AggregatorTorch& torch);
 void add_site_command(CLI::App& app, NodeArgs& args, int* exit_code);
 
 struct DemoArgs {

@@ -2,6 +2,8 @@
 #include "cli/demo_launch.hpp"
 
 #include <filesystem>
+#include <string>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -28,6 +30,17 @@ void join_when_due(NodeLaunch& l, const DemoArgs& a, const DemoPlan& plan, const
   }
 }
 
+// fedwan-aggregator beside this program ("" when it is not there): a
+// synthetic run's aggregators need no LibTorch, and without it their memory
+// is their model's and their buffers'.
+std::string torch_free_aggregator() {
+  std::error_code ec;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return "";
+  const std::filesystem::path p = self.parent_path() / "fedwan-aggregator";
+  return std::filesystem::exists(p, ec) ? p.string() : "";
+}
+
 }  // namespace
 
 NodeLaunch demo_node_launch(const DemoArgs& a, const DemoPlan& plan, const NodeSpec& n,
@@ -38,6 +51,7 @@ NodeLaunch demo_node_launch(const DemoArgs& a, const DemoPlan& plan, const NodeS
   NodeLaunch l;
   l.node = n.id;
   if (auto b = plan.binaries.find(n.id); b != plan.binaries.end()) l.exe = b->second;
+  if (l.exe.empty() && !site && a.workload.trainer == "synthetic") l.exe = torch_free_aggregator();
   for (int rank = 0; rank < (site ? a.ranks_per_site : 1); ++rank) {
     std::vector<std::string> args = {site ? "site" : "aggregator", "--topology", topology_file,
                                      "--node", n.id};

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "cli/demo_flags.hpp"
+#include "cli/workload.hpp"
 #include "common/loopback_port.hpp"
 #include "fedwan/error.hpp"
 #include "fedwan/security.hpp"

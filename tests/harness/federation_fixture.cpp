@@ -31,6 +31,7 @@ FederationRun run_threads(const Topology& topo, const std::vector<float>& init, 
       o.window = window;
       o.security = security_for(topo, id);
       o.initial_model = is_root ? init : setup.region_initial_model;
+      o.spill_from_bytes = 0;  // the anchor frames go through their file, as for a large model
       if (setup.aggregator) setup.aggregator(o);
       Aggregator agg(std::move(o));
       const auto bound = stopper.bind([&agg] { agg.stop(); });

@@ -20,6 +20,7 @@ void spawn_aggregator(NodeSpawner& nodes, const Topology& topo, const std::strin
     if (topo.node(id).role == Role::kRoot) o.initial_model = init;
     o.join_timeout = std::chrono::seconds(60);
     o.security = security_for(topo, id);
+    o.spill_from_bytes = 0;  // the anchor frames go through their file, as for a large model
     if (adjust) adjust(o);
     Aggregator aggregator(std::move(o));
     const auto bound = stopper.bind([&aggregator] { aggregator.stop(); });

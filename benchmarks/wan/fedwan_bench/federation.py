@@ -285,6 +285,15 @@ def _restrict_congestion(cc: str) -> str | None:
     return before
 
 
+def _program(fedwan: str, node: Node, spec: BenchFederation) -> str:
+    """fedwan-aggregator (no LibTorch) beside `fedwan` for a synthetic run's
+    aggregators: their memory is then their model's, not LibTorch's too."""
+    if node.role == "site" or spec.trainer != "synthetic":
+        return fedwan
+    torch_free = os.path.join(os.path.dirname(fedwan), "fedwan-aggregator")
+    return torch_free if os.access(torch_free, os.X_OK) else fedwan
+
+
 def _node_argv(spec: BenchFederation, node: Node, fedwan: str, work: str) -> list[str]:
     if spec.system == "flower":
         return _flower_argv(spec, node, work)
@@ -292,7 +301,7 @@ def _node_argv(spec: BenchFederation, node: Node, fedwan: str, work: str) -> lis
     # Without CAP_NET_ADMIN a process may only pick an allowed algorithm.
     argv = (["setpriv", "--inh-caps=-net_admin", "--bounding-set=-net_admin"]
             if spec.unprivileged_cc else [])
-    argv += [fedwan, command, "--topology", os.path.join(work, "topology.yaml"),
+    argv += [_program(fedwan, node, spec), command, "--topology", os.path.join(work, "topology.yaml"),
             "--node", node.id, "--trainer", spec.trainer, "--seed", str(spec.seed),
             "--join-timeout", "120"]
     if spec.trainer == "synthetic":

@@ -30,7 +30,7 @@ TEST(Outbox, TheHeadsWaitStartsWhenItReachesTheHead) {
   EXPECT_TRUE(box.stuck(t0 + milliseconds(1001), milliseconds(1000)));
   box.pop(t0 + milliseconds(1001));  // the head went: the next waits from now
   EXPECT_EQ(box.size(), 1u);
-  EXPECT_EQ(box.front().frame->size(), 20u);
+  EXPECT_EQ(box.front().frame.size(), 20u);
   EXPECT_FALSE(box.stuck(t0 + milliseconds(2000), milliseconds(1000)));
   EXPECT_TRUE(box.stuck(t0 + milliseconds(2002), milliseconds(1000)));
   EXPECT_EQ(box.sent(), 1u);

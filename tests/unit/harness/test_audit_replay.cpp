@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "aggregation/round_accumulator.hpp"
+#include "aggregator/root_model.hpp"
 #include "common/sha256.hpp"
 #include "fedwan/codec.hpp"
 #include "fedwan/outer_optimizer.hpp"
@@ -127,9 +128,12 @@ class AuditReplay : public ::testing::Test {
     return out;
   }
 
-  // The root's own arithmetic over `deliveries` (grouped by round, in order).
+  // The root's own arithmetic over `deliveries` (grouped by round, in order):
+  // its model is the anchor plus a residual, and each chunk's anchor update
+  // (the topology's codec) moves the anchor when the round closes.
   std::vector<float> direct(const std::vector<Delivery>& deliveries) const {
-    std::vector<float> global = initial_;
+    aggregator::RootModel model(initial_);
+    const Codec& down = codec_by_name(topo_.federation().codec);
     aggregation::RoundAccumulator acc(plan_, {topo_.node("eu").index, topo_.node("us").index});
     auto outer = make_outer_optimizer(topo_.federation().outer, kElements);
     for (uint64_t round = 0;; ++round) {
@@ -138,6 +142,7 @@ class AuditReplay : public ::testing::Test {
       if (!any) break;
       acc.open(round);
       outer->begin_round(round);
+      std::vector<std::pair<uint32_t, std::vector<uint8_t>>> anchor;
       for (const Delivery& d : deliveries) {
         if (d.round != round) continue;
         const auto r =
@@ -146,11 +151,22 @@ class AuditReplay : public ::testing::Test {
         EXPECT_EQ(r.outcome, aggregation::AddOutcome::kAccepted);
         if (!r.chunk_complete) continue;
         aggregation::ChunkSum cs = acc.take(d.chunk);
-        outer->step(global.data() + plan_.offset(d.chunk), cs.mean.data(), plan_.offset(d.chunk),
-                    cs.mean.size());
+        const uint64_t off = plan_.offset(d.chunk);
+        const uint32_t n = plan_.size(d.chunk);
+        std::vector<float> global(n), update(n);
+        model.global_chunk(off, n, global.data());
+        outer->step(global.data(), cs.mean.data(), off, n);
+        for (uint32_t k = 0; k < n; ++k) update[k] = global[k] - model.held()[off + k];
+        std::vector<uint8_t> payload(down.encoded_size(n));
+        down.encode(update.data(), n, nullptr, payload.data());
+        model.settle_chunk(off, n, global.data(), down, payload.data());
+        anchor.emplace_back(d.chunk, std::move(payload));
+      }
+      for (const auto& [c, payload] : anchor) {
+        model.apply(plan_.offset(c), plan_.size(c), down, payload.data());
       }
     }
-    return global;
+    return model.take_global();
   }
 
   ReplayResult replay() {

@@ -1,0 +1,52 @@
+#include "aggregation/chunk_parking.hpp"
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "common/log.hpp"
+
+namespace fedwan::aggregation {
+
+void ChunkParking::enable(size_t budget, std::filesystem::path dir, std::string log_name) {
+  on_ = true;
+  budget_ = budget;
+  dir_ = std::move(dir);
+  log_name_ = std::move(log_name);
+}
+
+bool ChunkParking::park(std::vector<float>* state, Ticket* ticket) {
+  if (!on_ || failed_ || state->empty()) return false;
+  std::string why;
+  if (!file_) file_ = SpillFile::make(dir_, &why);
+  uint64_t offset = 0;
+  if (file_ && file_->append(state->data(), state->size() * sizeof(float), &offset)) {
+    *ticket = {file_, offset, state->size()};
+    std::vector<float>().swap(*state);
+    parked_ += 1;
+    return true;
+  }
+  if (file_) why = std::strerror(errno);
+  failed_ = true;
+  file_.reset();
+  if (!warned_) {
+    log().warn("[{}] cannot set chunks in flight aside on disk ({}); they stay in memory this "
+               "round",
+               log_name_, why);
+  }
+  warned_ = true;
+  return false;
+}
+
+void ChunkParking::unpark(std::vector<float>* state, Ticket* ticket) {
+  state->resize(ticket->floats);
+  ticket->file->read(ticket->offset, state->data(), ticket->floats * sizeof(float));
+  *ticket = {};
+}
+
+void ChunkParking::rotate() {
+  file_.reset();
+  failed_ = false;
+}
+
+}  // namespace fedwan::aggregation

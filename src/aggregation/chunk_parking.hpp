@@ -1,0 +1,60 @@
+// Where a RoundAccumulator sets aside the state of chunks waiting for more
+// copies. A chunk's combiner lives from its first copy to its last: when
+// one child runs a whole update ahead of another, that is every chunk of
+// the model in fp32. Over a budget, a combiner whose state is one fp32
+// vector (the streamed mean: ChunkCombiner::parkable) has it written to an
+// unnamed file (common/spill_file.hpp) and released, and read back, bit
+// for bit, when its next copy comes or the chunk is taken. Off by default;
+// a file that cannot be made or written leaves the state in memory (logged
+// once a round). Not thread safe: the accumulator's owner's.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/spill_file.hpp"
+
+namespace fedwan::aggregation {
+
+class ChunkParking {
+ public:
+  // Where one state went.
+  struct Ticket {
+    std::shared_ptr<const SpillFile> file;
+    uint64_t offset = 0;
+    size_t floats = 0;
+  };
+
+  // Parks states while more than `budget` bytes are held in memory; files
+  // in `dir` (the temporary directory when empty).
+  void enable(size_t budget, std::filesystem::path dir, std::string log_name);
+  bool on() const { return on_; }
+  size_t budget() const { return budget_; }
+
+  // Writes `state` to the file and releases it; false (state untouched)
+  // when the write fails.
+  bool park(std::vector<float>* state, Ticket* ticket);
+  // Reads a parked state back into `state`; the ticket is spent.
+  static void unpark(std::vector<float>* state, Ticket* ticket);
+  // A new round: a new file (the old one goes with its last ticket), and a
+  // store that failed tries again.
+  void rotate();
+
+  uint64_t parked() const { return parked_; }  // states written, all rounds
+
+ private:
+  bool on_ = false;
+  size_t budget_ = 0;
+  std::filesystem::path dir_;
+  std::string log_name_;
+  std::shared_ptr<SpillFile> file_;
+  bool failed_ = false;
+  bool warned_ = false;
+  uint64_t parked_ = 0;
+};
+
+}  // namespace fedwan::aggregation

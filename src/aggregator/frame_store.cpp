@@ -1,0 +1,45 @@
+#include "aggregator/frame_store.hpp"
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/log.hpp"
+#include "fedwan/error.hpp"
+
+namespace fedwan::aggregator {
+
+Frame StoredFrame::load() const {
+  if (frame_ || !file_) return frame_;
+  auto bytes = std::make_shared<std::vector<uint8_t>>(size_);
+  file_->read(offset_, bytes->data(), size_);
+  return bytes;
+}
+
+size_t StoredFrame::size() const { return frame_ ? frame_->size() : size_; }
+
+FrameStore::FrameStore(bool on, std::filesystem::path dir, std::string log_name)
+    : on_(on), dir_(std::move(dir)), log_name_(std::move(log_name)) {}
+
+StoredFrame FrameStore::keep(Frame frame) {
+  if (!on_ || failed_) return StoredFrame(std::move(frame));
+  std::string why;
+  if (!file_) file_ = SpillFile::make(dir_, &why);
+  uint64_t offset = 0;
+  if (file_ && file_->append(frame->data(), frame->size(), &offset)) {
+    return StoredFrame(file_, offset, static_cast<uint32_t>(frame->size()));
+  }
+  if (file_) why = std::strerror(errno);
+  failed_ = true;
+  file_.reset();
+  if (!warned_) {
+    log().warn("[{}] cannot keep the anchor frames on disk ({}); they stay in memory this round",
+               log_name_, why);
+  }
+  warned_ = true;
+  return StoredFrame(std::move(frame));
+}
+
+}  // namespace fedwan::aggregator

@@ -1,0 +1,75 @@
+// Where an aggregator keeps the anchor frames it sends down in a round.
+// Every child's outbox, a child that rejoins mid-round and the round's
+// commit need them, so they live for the round: half a model in fp16, a
+// whole one in fp32. A FrameStore over a large model writes them to an
+// unnamed file (common/spill_file.hpp) and
+// hands out StoredFrames that read them back when they are needed, one
+// frame at a time. A store that cannot make or write its file keeps that
+// round's frames in memory (logged once). Not thread safe: the event loop owns it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/spill_file.hpp"
+
+namespace fedwan::aggregator {
+
+using Frame = std::shared_ptr<const std::vector<uint8_t>>;
+
+
+// A frame in memory, or where it lies in a store's file (the file lives as
+// long as a StoredFrame refers to it).
+class StoredFrame {
+ public:
+  StoredFrame() = default;
+  StoredFrame(Frame frame) : frame_(std::move(frame)) {}  // NOLINT: a Frame is one
+  StoredFrame(std::shared_ptr<const SpillFile> file, uint64_t offset, uint32_t size)
+      : file_(std::move(file)), offset_(offset), size_(size) {}
+
+  // Its bytes: the frame, or a copy read from the file (TransportError
+  // when the read fails).
+  Frame load() const;
+  size_t size() const;
+  bool in_memory() const { return frame_ != nullptr; }
+  explicit operator bool() const { return frame_ != nullptr || file_ != nullptr; }
+
+ private:
+  Frame frame_;
+  std::shared_ptr<const SpillFile> file_;
+  uint64_t offset_ = 0;
+  uint32_t size_ = 0;
+};
+
+class FrameStore {
+ public:
+  FrameStore() = default;
+  // Spills when on(); frames go to an unnamed file in `dir` (the temporary
+  // directory when empty). `log_name` tags its log line.
+  FrameStore(bool on, std::filesystem::path dir, std::string log_name);
+
+  bool on() const { return on_; }
+  // Keeps `frame`: on disk when spilling (and the write succeeds), in
+  // memory otherwise.
+  StoredFrame keep(Frame frame);
+  // The next frames go to a new file (a store that failed tries again);
+  // the old one stays until no StoredFrame refers to it.
+  void rotate() {
+    file_.reset();
+    failed_ = false;
+  }
+
+ private:
+  bool on_ = false;
+  bool failed_ = false;  // the file could not be made or written: memory this round
+  bool warned_ = false;  // logged once
+  std::filesystem::path dir_;
+  std::string log_name_;
+  std::shared_ptr<SpillFile> file_;
+};
+
+}  // namespace fedwan::aggregator

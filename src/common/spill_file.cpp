@@ -1,0 +1,72 @@
+#include "common/spill_file.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <system_error>
+
+#include "fedwan/error.hpp"
+
+namespace fedwan {
+
+std::shared_ptr<SpillFile> SpillFile::make(const std::filesystem::path& dir, std::string* why) {
+  std::filesystem::path d = dir;
+  std::error_code ec;
+  if (d.empty()) {
+    d = std::filesystem::temp_directory_path(ec);
+    if (ec) d = "/tmp";
+  } else {
+    std::filesystem::create_directories(d, ec);  // a checkpoint directory before its first
+  }
+  int fd = ::open(d.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    std::string name = (d / ".fedwan-spill.XXXXXX").string();
+    fd = ::mkostemp(name.data(), O_CLOEXEC);
+    if (fd >= 0) ::unlink(name.c_str());
+  }
+  if (fd < 0) {
+    *why = d.string() + ": " + std::strerror(errno);
+    return nullptr;
+  }
+  return std::shared_ptr<SpillFile>(new SpillFile(fd));
+}
+
+SpillFile::~SpillFile() { ::close(fd_); }
+
+bool SpillFile::append(const void* data, size_t size, uint64_t* offset) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  size_t done = 0;
+  while (done < size) {
+    const ssize_t w = ::pwrite(fd_, p + done, size - done, static_cast<off_t>(end_ + done));
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      if (w == 0) errno = ENOSPC;
+      return false;
+    }
+    done += static_cast<size_t>(w);
+  }
+  *offset = end_;
+  end_ += size;
+  return true;
+}
+
+void SpillFile::read(uint64_t offset, void* out, size_t size) const {
+  auto* p = static_cast<uint8_t*>(out);
+  size_t done = 0;
+  while (done < size) {
+    const ssize_t r = ::pread(fd_, p + done, size - done, static_cast<off_t>(offset + done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      throw TransportError("spill file: reading back " + std::to_string(size) + " bytes at " +
+                           std::to_string(offset) + " failed: " +
+                           (r == 0 ? std::string("short file") : std::strerror(errno)));
+    }
+    done += static_cast<size_t>(r);
+  }
+}
+
+}  // namespace fedwan

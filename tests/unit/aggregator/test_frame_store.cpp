@@ -1,0 +1,83 @@
+#include "aggregator/frame_store.hpp"
+
+#include <fstream>
+#include <memory>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "harness/temp_dir.hpp"
+
+namespace fedwan::aggregator {
+namespace {
+
+Frame bytes(size_t n, uint8_t seed) {
+  auto v = std::make_shared<std::vector<uint8_t>>(n);
+  for (size_t i = 0; i < n; ++i) (*v)[i] = static_cast<uint8_t>(seed + i * 7);
+  return v;
+}
+
+TEST(FrameStore, OffKeepsFramesInMemory) {
+  FrameStore store(false, "", "test");
+  const Frame f = bytes(100, 1);
+  const StoredFrame s = store.keep(f);
+  EXPECT_TRUE(s.in_memory());
+  EXPECT_EQ(s.load(), f);  // the same frame, not a copy
+  EXPECT_EQ(s.size(), 100u);
+}
+
+TEST(FrameStore, OnReadsBackEveryFrameAsWritten) {
+  testing::TempDir dir;
+  FrameStore store(true, dir.path(), "test");
+  std::vector<Frame> frames;
+  std::vector<StoredFrame> stored;
+  for (uint8_t i = 0; i < 20; ++i) {
+    frames.push_back(bytes(1000 + i * 333, i));
+    stored.push_back(store.keep(frames.back()));
+  }
+  for (size_t i = 0; i < frames.size(); ++i) {
+    EXPECT_FALSE(stored[i].in_memory());
+    EXPECT_EQ(stored[i].size(), frames[i]->size());
+    EXPECT_EQ(*stored[i].load(), *frames[i]) << i;
+  }
+  // The file is unnamed: nothing is left in the directory.
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
+}
+
+TEST(FrameStore, AFrameOutlivesTheRotationAndTheStore) {
+  testing::TempDir dir;
+  StoredFrame old_round;
+  {
+    FrameStore store(true, dir.path(), "test");
+    old_round = store.keep(bytes(4096, 9));
+    store.rotate();
+    const StoredFrame next = store.keep(bytes(10, 3));
+    EXPECT_EQ(*next.load(), *bytes(10, 3));
+  }
+  EXPECT_EQ(*old_round.load(), *bytes(4096, 9));
+}
+
+TEST(FrameStore, ADirectoryItCannotWriteLeavesFramesInMemory) {
+  // Under a file: no directory can be made there, even by root.
+  testing::TempDir dir;
+  std::ofstream(dir.path() / "file") << "x";
+  FrameStore store(true, dir.path() / "file" / "frames", "test");
+  const Frame f = bytes(64, 5);
+  const StoredFrame s = store.keep(f);
+  EXPECT_TRUE(s.in_memory());
+  EXPECT_EQ(*s.load(), *f);
+  EXPECT_TRUE(store.keep(bytes(8, 1)).in_memory());  // and stays so for the round
+  store.rotate();
+  EXPECT_TRUE(store.keep(bytes(8, 1)).in_memory());  // tried again, failed again
+}
+
+TEST(FrameStore, MakesItsDirectory) {
+  testing::TempDir dir;
+  FrameStore store(true, dir.path() / "checkpoints" / "root", "test");
+  const StoredFrame s = store.keep(bytes(64, 5));
+  EXPECT_FALSE(s.in_memory());
+  EXPECT_EQ(*s.load(), *bytes(64, 5));
+}
+
+}  // namespace
+}  // namespace fedwan::aggregator
