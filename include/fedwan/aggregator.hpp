@@ -6,8 +6,8 @@
 #include "fedwan/export.hpp"
 
 #include <chrono>
-#include <cstdint>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -54,8 +54,8 @@ struct FEDWAN_API AggregatorOptions : NodeOptions {
   // down (read back as each child's window takes them, and by a child that
   // rejoins mid-round), and, beyond 16 MiB of them, the chunks of the
   // children's mean waiting for their last copies (read back when they
-  // come). 0: always (and every such chunk waits on disk); SIZE_MAX: never. A node that cannot make or write
-  // the file keeps them in memory that round (logged).
+  // come). 0: always (and every such chunk waits on disk); SIZE_MAX: never. A node that cannot make
+  // or write the file keeps them in memory that round (logged).
   size_t spill_from_bytes = size_t{64} << 20;
   // The file `topology` was loaded from. The node checks it every heartbeat
   // and adopts a later version signed by the federation's admin identity:

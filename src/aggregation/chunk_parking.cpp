@@ -1,9 +1,9 @@
 #include "aggregation/chunk_parking.hpp"
 
 #include <cerrno>
-#include <cstring>
 #include <utility>
 
+#include "common/errno_text.hpp"
 #include "common/log.hpp"
 
 namespace fedwan::aggregation {
@@ -26,7 +26,7 @@ bool ChunkParking::park(std::vector<float>* state, Ticket* ticket) {
     parked_ += 1;
     return true;
   }
-  if (file_) why = std::strerror(errno);
+  if (file_) why = errno_text(errno);
   failed_ = true;
   file_.reset();
   if (!warned_) {

@@ -354,7 +354,8 @@ void RoundAccumulator::unpark_held(Inflight& acc) {
 void RoundAccumulator::park_if_over(Inflight& acc) {
   if (!parking_.on() || bytes_in_flight() <= parking_.budget()) return;
   if (acc.combiner && !acc.parked.file) {
-    if (std::vector<float>* state = acc.combiner->parkable()) (void)parking_.park(state, &acc.parked);
+    if (std::vector<float>* state = acc.combiner->parkable())
+      (void)parking_.park(state, &acc.parked);
   }
   acc.held_parked.resize(acc.held.size());
   for (size_t i = 0; i < acc.held.size(); ++i) {

@@ -176,7 +176,7 @@ class RoundAccumulator {
     double excused = 0;                              // refused here or below, as known on arrival
     std::vector<std::pair<uint32_t, double>> added;  // (slot, weight) given the combiner
     std::vector<HeldCopy> held;                      // judged at take(): suspects, or no bound yet
-    uint32_t valued = 0;  // copies with values past the value checks (streamed or held)
+    uint32_t valued = 0;          // copies with values past the value checks (streamed or held)
     ChunkParking::Ticket parked;  // the combiner's state, set aside (file set) or not
     std::vector<ChunkParking::Ticket> held_parked;  // by held copy, alike
   };

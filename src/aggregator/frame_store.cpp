@@ -1,11 +1,11 @@
 #include "aggregator/frame_store.hpp"
 
 #include <cerrno>
-#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "common/errno_text.hpp"
 #include "common/log.hpp"
 #include "fedwan/error.hpp"
 
@@ -31,7 +31,7 @@ StoredFrame FrameStore::keep(Frame frame) {
   if (file_ && file_->append(frame->data(), frame->size(), &offset)) {
     return StoredFrame(file_, offset, static_cast<uint32_t>(frame->size()));
   }
-  if (file_) why = std::strerror(errno);
+  if (file_) why = errno_text(errno);
   failed_ = true;
   file_.reset();
   if (!warned_) {

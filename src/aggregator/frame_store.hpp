@@ -21,7 +21,6 @@ namespace fedwan::aggregator {
 
 using Frame = std::shared_ptr<const std::vector<uint8_t>>;
 
-
 // A frame in memory, or where it lies in a store's file (the file lives as
 // long as a StoredFrame refers to it).
 class StoredFrame {

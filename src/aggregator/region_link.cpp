@@ -31,14 +31,16 @@ Aggregator::Impl::RegionLink::RegionLink(Impl& node, RegionRole& region)
 // ---- towards the parent ----------------------------------------------------------
 
 void Aggregator::Impl::RegionLink::send(std::vector<uint8_t> frame) {
-  out_.push({std::make_shared<const std::vector<uint8_t>>(std::move(frame)), wire::FrameHeader{}},
+  out_.push({std::make_shared<const std::vector<uint8_t>>(std::move(frame)), wire::FrameHeader{},
+             nullptr},
             Clock::now());
   n_.flush();
 }
 
 bool Aggregator::Impl::RegionLink::flush() {
   while (!out_.empty()) {
-    if (!uplink_->link().established() || !uplink_->link().try_send(*out_.front().frame.load())) break;
+    if (!uplink_->link().established() || !uplink_->link().try_send(*out_.front().frame.load()))
+      break;
     out_.pop(Clock::now());
   }
   return out_.empty();

@@ -101,8 +101,8 @@ class Aggregator::Impl::RegionRole final : public Aggregator::Impl::Role {
     // whole, so anchor_ stays the open round's anchor until then (a child
     // that rejoins meanwhile is sent it as it is, no copy beside it).
     struct Pending {
-      uint32_t chunk;
-      const Codec* codec;
+      uint32_t chunk = 0;
+      const Codec* codec = nullptr;
       aggregator::StoredFrame frame;  // on disk for a large model
     };
     std::vector<Pending> pending;

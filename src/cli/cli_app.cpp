@@ -1,13 +1,12 @@
 // The `fedwan` tool's command line: every subcommand, the global flags, and
 // what an error becomes (a message on stderr and the exit code).
-#include <iostream>
 
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.hpp"
+#include "cli/node_common.hpp"
 #include "common/log_level.hpp"  // not log.hpp: no spdlog beside torch headers
 #include "fedwan/config.h"
-#include "fedwan/error.hpp"
 
 namespace fedwan::cli {
 
@@ -41,21 +40,7 @@ int run(int argc, char** argv) {
     if (!log_format.empty()) set_log_format(log_format);
   });
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  } catch (const ConfigError& e) {
-    std::cerr << "fedwan: configuration error: " << e.what() << "\n";
-    return 2;
-  } catch (const Error& e) {
-    std::cerr << "fedwan: " << e.what() << "\n";
-    return 1;
-  } catch (const std::exception& e) {
-    std::cerr << "fedwan: unexpected error: " << e.what() << "\n";
-    return 1;
-  }
-  return exit_code;
+  return parse_and_run(app, argc, argv, "fedwan", exit_code);
 }
 
 }  // namespace fedwan::cli

@@ -5,14 +5,14 @@
 // needs no LibTorch installed. The model comes from --initial-model or the
 // synthetic trainer; the fashion-cnn trainer and --eval need `fedwan
 // aggregator`.
-#include <iostream>
+#include <string>
 
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.hpp"
+#include "cli/node_common.hpp"
 #include "common/log_level.hpp"
 #include "fedwan/config.h"
-#include "fedwan/error.hpp"
 
 int main(int argc, char** argv) {
   using namespace fedwan;
@@ -32,25 +32,9 @@ int main(int argc, char** argv) {
   cli::NodeArgs args;
   cli::configure_aggregator(app, args, &exit_code, cli::AggregatorTorch{});
   // `fedwan-aggregator aggregator ...` reads as `fedwan aggregator ...`.
-  app.allow_extras(false);
-  try {
-    if (argc > 1 && std::string(argv[1]) == "aggregator") {
-      argv[1] = argv[0];
-      app.parse(argc - 1, argv + 1);
-    } else {
-      app.parse(argc, argv);
-    }
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  } catch (const ConfigError& e) {
-    std::cerr << "fedwan-aggregator: configuration error: " << e.what() << "\n";
-    return 2;
-  } catch (const Error& e) {
-    std::cerr << "fedwan-aggregator: " << e.what() << "\n";
-    return 1;
-  } catch (const std::exception& e) {
-    std::cerr << "fedwan-aggregator: unexpected error: " << e.what() << "\n";
-    return 1;
+  if (argc > 1 && std::string(argv[1]) == "aggregator") {
+    argv[1] = argv[0];
+    return cli::parse_and_run(app, argc - 1, argv + 1, "fedwan-aggregator", exit_code);
   }
-  return exit_code;
+  return cli::parse_and_run(app, argc, argv, "fedwan-aggregator", exit_code);
 }

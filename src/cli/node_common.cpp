@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <iostream>
 #include <thread>
 
 #include <CLI/CLI.hpp>
@@ -193,6 +194,25 @@ std::vector<float> read_model(const std::string& path) {
     }
   }
   return model;
+}
+
+int parse_and_run(CLI::App& app, int argc, const char* const* argv, const std::string& program,
+                  const int& exit_code) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const ConfigError& e) {
+    std::cerr << program << ": configuration error: " << e.what() << "\n";
+    return 2;
+  } catch (const Error& e) {
+    std::cerr << program << ": " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << program << ": unexpected error: " << e.what() << "\n";
+    return 1;
+  }
+  return exit_code;
 }
 
 }  // namespace fedwan::cli

@@ -61,4 +61,11 @@ std::string human_bytes(uint64_t b);
 // What the node rode out that an operator must act on (docs/operations.md).
 void print_alarms(const std::string& who, const std::vector<std::string>& alarms);
 
+// Parses argv with `app`, whose callbacks run the command, and turns what
+// goes wrong into a line on stderr led by `program` and the exit code: 2
+// for a configuration error, 1 for any other; else `exit_code`, as the
+// command left it.
+int parse_and_run(CLI::App& app, int argc, const char* const* argv, const std::string& program,
+                  const int& exit_code);
+
 }  // namespace fedwan::cli

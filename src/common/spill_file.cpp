@@ -5,10 +5,10 @@
 
 #include <cerrno>
 #include <cstdlib>
-#include <cstring>
 #include <string>
 #include <system_error>
 
+#include "common/errno_text.hpp"
 #include "fedwan/error.hpp"
 
 namespace fedwan {
@@ -29,7 +29,7 @@ std::shared_ptr<SpillFile> SpillFile::make(const std::filesystem::path& dir, std
     if (fd >= 0) ::unlink(name.c_str());
   }
   if (fd < 0) {
-    *why = d.string() + ": " + std::strerror(errno);
+    *why = d.string() + ": " + errno_text(errno);
     return nullptr;
   }
   return std::shared_ptr<SpillFile>(new SpillFile(fd));
@@ -62,8 +62,8 @@ void SpillFile::read(uint64_t offset, void* out, size_t size) const {
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) {
       throw TransportError("spill file: reading back " + std::to_string(size) + " bytes at " +
-                           std::to_string(offset) + " failed: " +
-                           (r == 0 ? std::string("short file") : std::strerror(errno)));
+                           std::to_string(offset) +
+                           " failed: " + (r == 0 ? std::string("short file") : errno_text(errno)));
     }
     done += static_cast<size_t>(r);
   }

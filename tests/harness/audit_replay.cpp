@@ -6,10 +6,10 @@
 #include <stdexcept>
 
 #include "aggregation/aggregation_rule.hpp"
+#include "aggregator/root_model.hpp"
 #include "common/sha256.hpp"
 #include "fedwan/codec.hpp"
 #include "fedwan/outer_optimizer.hpp"
-#include "aggregator/root_model.hpp"
 #include "security/audit_log.hpp"
 #include "tensor/chunk_plan.hpp"
 

@@ -25,8 +25,8 @@ std::vector<std::vector<float>> run_round(RoundAccumulator& acc, const tensor::C
       for (size_t i = 0; i < v.size(); ++i) v[i] = 0.001f * float((i * 7 + c * 13 + s * 29) % 101);
       std::vector<uint8_t> bytes(fp16.encoded_size(v.size()));
       fp16.encode(v.data(), v.size(), nullptr, bytes.data());
-      const auto r = acc.add(5, senders[s], c, plan.size(c), 1.0 + s, fp16, bytes.data(),
-                             bytes.size());
+      const auto r =
+          acc.add(5, senders[s], c, plan.size(c), 1.0 + s, fp16, bytes.data(), bytes.size());
       EXPECT_EQ(r.outcome, AddOutcome::kAccepted);
       if (r.chunk_complete) means[c] = acc.take(c).mean;
     }
