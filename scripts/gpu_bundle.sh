@@ -62,12 +62,13 @@ cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$PREF
   -DPython3_EXECUTABLE="$PYTHON" >"$BUILD_DIR/configure.log" 2>&1 ||
   { cat "$BUILD_DIR/configure.log"; exit 1; }
 grep "^-- fedwan:" "$BUILD_DIR/configure.log" || true
-TARGETS=(fedwan_cli fedwan_cuda_tests fedwan_torch_tests fedwan_gpu_bench_device_codec
+TARGETS=(fedwan_cli fedwan_aggregator_cli fedwan_cuda_tests fedwan_torch_tests fedwan_gpu_bench_device_codec
   fedwan_gpu_bench_allreduce)
 cmake --build "$BUILD_DIR" -j "$JOBS" --target "${TARGETS[@]}"
 
 PROGRAMS=(
   "$BUILD_DIR/bin/fedwan"
+  "$BUILD_DIR/bin/fedwan-aggregator"
   "$BUILD_DIR/tests/fedwan_cuda_tests"
   "$BUILD_DIR/tests/fedwan_torch_tests"
   "$BUILD_DIR/benchmarks/fedwan_gpu_bench_device_codec"

@@ -31,7 +31,7 @@ configure() {
 case "$mode" in
   demo)
     configure -DFEDWAN_BUILD_TESTS=OFF -DFEDWAN_BUILD_BENCHMARKS=OFF
-    cmake --build "$BUILD_DIR" -j "$JOBS" --target fedwan_cli
+    cmake --build "$BUILD_DIR" -j "$JOBS" --target fedwan_cli fedwan_aggregator_cli
     exec "$BUILD_DIR/bin/fedwan" demo "$@"
     ;;
   test)

@@ -52,8 +52,8 @@ cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$PREF
   -DPython3_EXECUTABLE="$PYTHON" >"$BUILD_DIR/configure.log" 2>&1 ||
   { cat "$BUILD_DIR/configure.log"; exit 1; }
 grep "^-- fedwan:" "$BUILD_DIR/configure.log" || true
-cmake --build "$BUILD_DIR" -j "$JOBS" --target fedwan_cli fedwan_torch_tests fedwan_unit_tests \
-  fedwan_libraries
+cmake --build "$BUILD_DIR" -j "$JOBS" --target fedwan_cli fedwan_aggregator_cli fedwan_torch_tests \
+  fedwan_unit_tests fedwan_libraries
 
 say "what the shared libraries export (against this LibTorch's Gloo too)"
 exported=()
