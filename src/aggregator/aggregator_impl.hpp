@@ -246,6 +246,9 @@ class Aggregator::Impl {
   void clear_outbox(const Child& c);
   void send_done(uint64_t rounds);
   void init_model_state(uint64_t total_elements);
+  // The model is large enough (AggregatorOptions::spill_from_bytes) that
+  // the round's frames kept for sending again wait on disk.
+  bool spills() const;
   void clip_children_copies(uint32_t idx);
   // Adaptive clipping (central privacy with a target quantile): the root
   // moves the clip; it travels down with welcomes and anchor updates, and

@@ -128,13 +128,15 @@ void Aggregator::Impl::recover() {
 // memory while they wait for their last copies; beyond, they wait on disk.
 constexpr size_t kInflightBudget = size_t{16} << 20;
 
+bool Aggregator::Impl::spills() const {
+  return opt_.spill_from_bytes == 0 || model_.elements >= opt_.spill_from_bytes / sizeof(float);
+}
+
 void Aggregator::Impl::init_model_state(uint64_t total_elements) {
   model_.elements = total_elements;
   model_.limits = cfg_.limits_for_model(total_elements);
   model_.plan = cfg_.plan(total_elements);
-  const bool spill =
-      opt_.spill_from_bytes == 0 || total_elements >= opt_.spill_from_bytes / sizeof(float);
-  anchors_.store = aggregator::FrameStore(spill, opt_.checkpoint_dir, "agg:" + self_.id);
+  anchors_.store = aggregator::FrameStore(spills(), opt_.checkpoint_dir, "agg:" + self_.id);
   std::vector<uint32_t> ids;
   for (uint32_t idx : self_.children) ids.push_back(idx);
   acc_.emplace(*model_.plan, ids, cfg_.rule, cfg_.screen);

@@ -20,8 +20,8 @@ Frame StoredFrame::load() const {
 
 size_t StoredFrame::size() const { return frame_ ? frame_->size() : size_; }
 
-FrameStore::FrameStore(bool on, std::filesystem::path dir, std::string log_name)
-    : on_(on), dir_(std::move(dir)), log_name_(std::move(log_name)) {}
+FrameStore::FrameStore(bool on, std::filesystem::path dir, std::string log_name, std::string what)
+    : on_(on), dir_(std::move(dir)), log_name_(std::move(log_name)), what_(std::move(what)) {}
 
 StoredFrame FrameStore::keep(Frame frame) {
   if (!on_ || failed_) return StoredFrame(std::move(frame));
@@ -35,8 +35,8 @@ StoredFrame FrameStore::keep(Frame frame) {
   failed_ = true;
   file_.reset();
   if (!warned_) {
-    log().warn("[{}] cannot keep the anchor frames on disk ({}); they stay in memory this round",
-               log_name_, why);
+    log().warn("[{}] cannot keep the {} frames on disk ({}); they stay in memory this round",
+               log_name_, what_, why);
   }
   warned_ = true;
   return StoredFrame(std::move(frame));

@@ -1,10 +1,10 @@
-// Where an aggregator keeps the anchor frames it sends down in a round.
-// Every child's outbox, a child that rejoins mid-round and the round's
-// commit need them, so they live for the round: half a model in fp16, a
-// whole one in fp32. A FrameStore over a large model writes them to an
-// unnamed file (common/spill_file.hpp) and
-// hands out StoredFrames that read them back when they are needed, one
-// frame at a time. A store that cannot make or write its file keeps that
+// Where an aggregator keeps the frames of a round it may send again: the
+// anchor frames it sends down (every child's outbox, a child that rejoins
+// mid-round and the round's commit need them) and a region's aggregate
+// frames sent up (its parent may lack some and ask again). They live for
+// the round: half a model in fp16, a whole one in fp32. A FrameStore over a large model writes them
+// to an unnamed file (common/spill_file.hpp) and hands out StoredFrames that read them back when
+// they are needed, one frame at a time. A store that cannot make or write its file keeps that
 // round's frames in memory (logged once). Not thread safe: the event loop owns it.
 #pragma once
 
@@ -48,8 +48,9 @@ class FrameStore {
  public:
   FrameStore() = default;
   // Spills when on(); frames go to an unnamed file in `dir` (the temporary
-  // directory when empty). `log_name` tags its log line.
-  FrameStore(bool on, std::filesystem::path dir, std::string log_name);
+  // directory when empty). `log_name` tags its log line, `what` names the
+  // frames in it ("anchor").
+  FrameStore(bool on, std::filesystem::path dir, std::string log_name, std::string what = "anchor");
 
   bool on() const { return on_; }
   // Keeps `frame`: on disk when spilling (and the write succeeds), in
@@ -61,6 +62,11 @@ class FrameStore {
     file_.reset();
     failed_ = false;
   }
+  // The same, spilling from now on when `on` (the model's size is known).
+  void rotate(bool on) {
+    on_ = on;
+    rotate();
+  }
 
  private:
   bool on_ = false;
@@ -68,6 +74,7 @@ class FrameStore {
   bool warned_ = false;  // logged once
   std::filesystem::path dir_;
   std::string log_name_;
+  std::string what_;
   std::shared_ptr<SpillFile> file_;
 };
 

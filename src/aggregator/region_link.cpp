@@ -15,7 +15,9 @@
 namespace fedwan {
 
 Aggregator::Impl::RegionLink::RegionLink(Impl& node, RegionRole& region)
-    : n_(node), region_(region) {
+    : n_(node),
+      region_(region),
+      store_(false, n_.opt_.checkpoint_dir, "agg:" + n_.self_.id, "aggregate") {
   session::ParentSession::Options so;
   so.link = n_.cfg_.link;
   so.heartbeat = n_.cfg_.heartbeat;
@@ -31,16 +33,20 @@ Aggregator::Impl::RegionLink::RegionLink(Impl& node, RegionRole& region)
 // ---- towards the parent ----------------------------------------------------------
 
 void Aggregator::Impl::RegionLink::send(std::vector<uint8_t> frame) {
-  out_.push({std::make_shared<const std::vector<uint8_t>>(std::move(frame)), wire::FrameHeader{},
-             nullptr},
-            Clock::now());
+  send(aggregator::StoredFrame(std::make_shared<const std::vector<uint8_t>>(std::move(frame))));
+}
+
+void Aggregator::Impl::RegionLink::send(aggregator::StoredFrame frame) {
+  out_.push({std::move(frame), wire::FrameHeader{}, nullptr}, Clock::now());
   n_.flush();
 }
 
 bool Aggregator::Impl::RegionLink::flush() {
   while (!out_.empty()) {
-    if (!uplink_->link().established() || !uplink_->link().try_send(*out_.front().frame.load()))
-      break;
+    if (!uplink_->link().established()) break;
+    aggregator::Outgoing& head = out_.front();
+    if (!head.loaded) head.loaded = head.frame.load();  // read once, however long it waits
+    if (!uplink_->link().try_send(*head.loaded)) break;
     out_.pop(Clock::now());
   }
   return out_.empty();
@@ -176,18 +182,18 @@ transport::ParentLink* Aggregator::Impl::RegionLink::replica_link() {
 
 void Aggregator::Impl::RegionLink::round_opened(uint64_t round) {
   sent_up_.clear();
+  store_.rotate(n_.spills());  // the frames still queued keep the old file
   uplink_->resend().begin(round, Clock::now());
 }
 
 void Aggregator::Impl::RegionLink::send_aggregate(uint32_t chunk, Frame frame) {
-  sent_up_[chunk] = std::move(frame);
-  const Frame& kept = sent_up_[chunk];
+  const aggregator::StoredFrame& kept = sent_up_[chunk] = store_.keep(std::move(frame));
   uplink_->resend().handed_over(Clock::now());
-  send(std::vector<uint8_t>(*kept));
+  send(kept);
 }
 
 void Aggregator::Impl::RegionLink::send_aggregates_again() {
-  for (const auto& [chunk, frame] : sent_up_) send(std::vector<uint8_t>(*frame));
+  for (const auto& [chunk, frame] : sent_up_) send(frame);
 }
 
 void Aggregator::Impl::RegionLink::resend(const wire::ParsedFrame& f) {
@@ -203,8 +209,8 @@ void Aggregator::Impl::RegionLink::resend(const wire::ParsedFrame& f) {
   for (uint32_t chunk : uplink_->resend().on_need(n_.round_, need, Clock::now())) {
     auto it = sent_up_.find(chunk);
     if (it == sent_up_.end()) continue;  // not complete here yet
-    n_.summary_.resent_bytes += it->second->size();
-    send(std::vector<uint8_t>(*it->second));
+    n_.summary_.resent_bytes += it->second.size();
+    send(it->second);
     chunks += 1;
   }
   if (chunks > 0) {

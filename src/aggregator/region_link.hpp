@@ -34,7 +34,8 @@ class Aggregator::Impl::RegionLink {
 
   // ---- towards the parent
   void send(std::vector<uint8_t> frame);  // queued, then sent as the window opens
-  bool flush();                           // whether nothing waits
+  void send(aggregator::StoredFrame frame);
+  bool flush();  // whether nothing waits
   size_t waiting() const { return out_.size(); }
   void watch(std::vector<transport::Transport::Interest>* interests);
   void check_stuck(Clock::time_point now) const;  // throws when the parent does not read
@@ -55,7 +56,8 @@ class Aggregator::Impl::RegionLink {
 
   // ---- its aggregate chunks of the open round, kept until the next anchor
   // completes so they can be sent again: those the parent lacks once its
-  // progress stalls, or all after it welcomed this region back.
+  // progress stalls, or all after it welcomed this region back. On disk for
+  // a large model (aggregator/frame_store.hpp).
   void round_opened(uint64_t round);
   void send_aggregate(uint32_t chunk, Frame frame);
   void send_aggregates_again();
@@ -75,7 +77,8 @@ class Aggregator::Impl::RegionLink {
   RegionRole& region_;
   std::unique_ptr<session::Uplink> uplink_;
   Outbox out_;
-  std::map<uint32_t, Frame> sent_up_;  // by chunk
+  std::map<uint32_t, aggregator::StoredFrame> sent_up_;  // by chunk
+  aggregator::FrameStore store_;                         // where sent_up_ lies
 };
 
 }  // namespace fedwan

@@ -11,8 +11,7 @@
 #include <set>
 #include <utility>
 
-#include "common/atomic_file.hpp"
-#include "common/crash_point.hpp"
+#include "checkpoint/checkpoint_format.hpp"
 #include "common/errno_text.hpp"
 #include "common/node_id.hpp"
 #include "common/sha256.hpp"
@@ -23,9 +22,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr uint8_t kMagic[4] = {'F', 'W', 'C', 'K'};
-constexpr mode_t kCheckpointMode = 0600;
-constexpr size_t kDigestSize = 32;
+using checkpoint_format::kDigestSize;
+using checkpoint_format::kMagic;
+using checkpoint_format::throw_io;
 // magic + version + flags + round + topology digest + node id length.
 constexpr size_t kFixedHeaderSize = 4 + 2 + 2 + 8 + kDigestSize + 2;
 // Sections are read and hashed in pieces of this size, so hashing starts
@@ -39,78 +38,14 @@ struct Fd {
   }
 };
 
-void put_u16(std::vector<uint8_t>& out, uint16_t v) {
-  for (int i = 0; i < 2; ++i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));
-}
-void put_u32(std::vector<uint8_t>& out, uint32_t v) {
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));
-}
-void put_u64(std::vector<uint8_t>& out, uint64_t v) {
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));
-}
 uint64_t get_le(const uint8_t* p, int n) {
   uint64_t v = 0;
   for (int i = n - 1; i >= 0; --i) v = (v << 8) | p[i];
   return v;
 }
 
-[[noreturn]] void throw_io(std::string_view action, const fs::path& path, int err) {
-  throw TransportError("cannot " + std::string(action) + " checkpoint " + path.string() + ": " +
-                       errno_text(err));
-}
-
 [[noreturn]] void throw_corrupt(const fs::path& path, const std::string& what) {
   throw CryptoError("checkpoint " + path.string() + ": " + what);
-}
-
-void check_encodable(const Checkpoint& c) {
-  if (!is_valid_node_id(c.node_id)) {
-    throw ConfigError("checkpoint node id '" + c.node_id +
-                      "' is invalid: use 1..64 characters of [A-Za-z0-9._-]");
-  }
-  if (c.sections.size() > kMaxCheckpointSections) {
-    throw ConfigError("checkpoint has " + std::to_string(c.sections.size()) +
-                      " sections; at most " + std::to_string(kMaxCheckpointSections) +
-                      " fit: merge small sections");
-  }
-  std::set<std::string_view> seen;
-  for (const CheckpointSection& s : c.sections) {
-    if (!is_valid_checkpoint_section_name(s.name)) {
-      throw ConfigError("checkpoint section name '" + s.name +
-                        "' is invalid: use 1..64 characters of [a-z0-9_.-]");
-    }
-    if (!seen.insert(s.name).second) {
-      throw ConfigError("checkpoint section name '" + s.name +
-                        "' appears twice: section names must be unique");
-    }
-  }
-}
-
-// Everything before the section bytes: fixed header, node id, the signer's
-// certificate (signed files), manifest.
-std::vector<uint8_t> encode_header(const Checkpoint& c, const security::NodeKey* key) {
-  std::vector<uint8_t> h;
-  h.insert(h.end(), std::begin(kMagic), std::end(kMagic));
-  put_u16(h, kCheckpointVersion);
-  put_u16(h, key != nullptr ? kCheckpointFlagSigned : 0);
-  put_u64(h, c.round);
-  h.insert(h.end(), c.topology_digest.begin(), c.topology_digest.end());
-  put_u16(h, static_cast<uint16_t>(c.node_id.size()));
-  h.insert(h.end(), c.node_id.begin(), c.node_id.end());
-  if (key != nullptr) {
-    const std::vector<uint8_t>& cert = key->cert_der();
-    put_u16(h, static_cast<uint16_t>(cert.size()));
-    h.insert(h.end(), cert.begin(), cert.end());
-  }
-  put_u32(h, static_cast<uint32_t>(c.sections.size()));
-  for (const CheckpointSection& s : c.sections) {
-    put_u16(h, static_cast<uint16_t>(s.name.size()));
-    h.insert(h.end(), s.name.begin(), s.name.end());
-    put_u64(h, s.size());
-    const Sha256Digest d = sha256(s.data(), s.size());
-    h.insert(h.end(), d.begin(), d.end());
-  }
-  return h;
 }
 
 // Sequential reads of a checkpoint whose size is known up front, so a
@@ -356,6 +291,11 @@ void check_trailer(CheckpointReader& r, const fs::path& path, const Checkpoint& 
 
 }  // namespace
 
+void checkpoint_format::throw_io(std::string_view action, const fs::path& path, int err) {
+  throw TransportError("cannot " + std::string(action) + " checkpoint " + path.string() + ": " +
+                       errno_text(err));
+}
+
 bool is_valid_checkpoint_section_name(std::string_view name) {
   if (name.empty() || name.size() > kMaxCheckpointSectionNameLength) return false;
   return std::all_of(name.begin(), name.end(), [](char c) {
@@ -368,44 +308,6 @@ const CheckpointSection* Checkpoint::find(std::string_view name) const {
     if (s.name == name) return &s;
   }
   return nullptr;
-}
-
-void write_checkpoint(const fs::path& path, const Checkpoint& c, const security::NodeKey* key,
-                      std::string_view crash_points) {
-  check_encodable(c);
-  if (key != nullptr && key->identity().node_id != c.node_id) {
-    throw ConfigError("checkpoint of '" + c.node_id + "' cannot be signed with the key of '" +
-                      key->identity().node_id + "'");
-  }
-  const std::vector<uint8_t> header = encode_header(c, key);
-
-  // Recovery trusts a checkpoint reported written, so unlike credentials a
-  // failure to make the rename durable is reported too.
-  AtomicFileWriter out(path, kCheckpointMode, [&path](std::string_view action, int err) {
-    if (action == "sync directory of") {
-      throw TransportError("checkpoint " + path.string() +
-                           " was written but its directory could not be synced: " +
-                           errno_text(err) + "; it may not survive a power cut, write it again");
-    }
-    throw_io(action, path, err);
-  });
-  // The manifest digest covers the header, which holds every section's
-  // digest: each byte is hashed once.
-  const Sha256Digest digest = sha256(header.data(), header.size());
-  out.write(header.data(), header.size());
-  for (const CheckpointSection& s : c.sections) out.write(s.data(), s.size());
-  out.write(digest.data(), digest.size());
-  if (key != nullptr) {
-    const std::vector<uint8_t> sig = key->sign(kCheckpointDomain, digest.data(), digest.size());
-    std::vector<uint8_t> block;
-    put_u16(block, static_cast<uint16_t>(sig.size()));
-    block.insert(block.end(), sig.begin(), sig.end());
-    block.resize(2 + kCheckpointSignatureSlot, 0);
-    out.write(block.data(), block.size());
-  }
-  out.commit(/*require_durable_rename=*/true, [crash_points](std::string_view step) {
-    crash_point(std::string(crash_points) + "." + std::string(step));
-  });
 }
 
 Checkpoint read_checkpoint(const fs::path& path, const CheckpointSignerCheck& check) {

@@ -48,6 +48,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -71,6 +72,13 @@ struct CheckpointSection {
   // unchanged until write_checkpoint returns (`bytes` is then ignored).
   const uint8_t* view = nullptr;
   size_t view_size = 0;
+  // Or made while write_checkpoint writes it: called once with a sink that
+  // takes the section's bytes in order, so no whole copy of them is ever
+  // in memory (a compressed image of the model). Whatever it reads must
+  // stay valid until write_checkpoint returns. data() and size() are
+  // empty until materialize() runs it.
+  using Sink = std::function<void(const uint8_t* data, size_t n)>;
+  std::function<void(const Sink&)> produce;
 
   const uint8_t* data() const { return view != nullptr ? view : bytes.data(); }
   size_t size() const { return view != nullptr ? view_size : bytes.size(); }
@@ -108,9 +116,15 @@ struct CheckpointSignerCheck {
 // With `key` the checkpoint is signed by it. The steps of the commit are
 // crash points (common/crash_point.hpp) named `<crash_points>.written`,
 // `.synced` and `.renamed`.
+// Sections with `produce` are written as they are made: their lengths and
+// digests go into the manifest once they are written.
 void write_checkpoint(const std::filesystem::path& path, const Checkpoint& c,
                       const security::NodeKey* key = nullptr,
                       std::string_view crash_points = "checkpoint");
+
+// Runs every section's `produce` into its bytes (the checkpoint in memory,
+// as read_checkpoint would return it).
+void materialize(Checkpoint& c);
 
 // Reads `path` and verifies all of it (magic, version, flags, every length
 // against the limits and the file size before anything is allocated, names,

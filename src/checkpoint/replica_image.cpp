@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string_view>
 
@@ -18,7 +19,8 @@ namespace {
 
 constexpr const char* kMeta = "meta";
 constexpr const char* kXor = "xor-fp32-zstd";
-constexpr const char* kBf16 = "bf16-planes";  // zstd(high bytes), then the low bytes
+constexpr const char* kBf16 = "bf16-planes";           // zstd(high bytes), then the low bytes
+constexpr const char* kBf16Held = "bf16-held-planes";  // the same of bf16 values, kept as bf16
 constexpr const char* kZstd = "zstd";
 constexpr int kLevel = 1;                      // fast; the model's bits barely compress further
 constexpr size_t kBlockFloats = 1u << 16;      // working buffer: 256 KiB of fp32
@@ -31,10 +33,14 @@ struct DCtxFree {
   void operator()(ZSTD_DCtx* c) const { ZSTD_freeDCtx(c); }
 };
 
-// One zstd frame of `total` bytes fed in pieces, appended to `out`.
+using Sink = CheckpointSection::Sink;
+
+// One zstd frame of `total` bytes fed in pieces, handed to `sink` as it is
+// made.
 class Compressor {
  public:
-  Compressor(size_t total, std::vector<uint8_t>* out) : ctx_(ZSTD_createCCtx()), out_(out) {
+  Compressor(size_t total, const Sink& sink)
+      : ctx_(ZSTD_createCCtx()), sink_(sink), out_(ZSTD_CStreamOutSize()) {
     if (!ctx_) throw Error("replica image: zstd cannot allocate a compression context");
     check(ZSTD_CCtx_setParameter(ctx_.get(), ZSTD_c_compressionLevel, kLevel));
     check(ZSTD_CCtx_setParameter(ctx_.get(), ZSTD_c_checksumFlag, 1));  // damage is an error
@@ -44,11 +50,9 @@ class Compressor {
     ZSTD_inBuffer in{data, n, 0};
     const ZSTD_EndDirective mode = last ? ZSTD_e_end : ZSTD_e_continue;
     for (;;) {
-      const size_t at = out_->size();
-      out_->resize(at + ZSTD_CStreamOutSize());
-      ZSTD_outBuffer o{out_->data() + at, ZSTD_CStreamOutSize(), 0};
+      ZSTD_outBuffer o{out_.data(), out_.size(), 0};
       const size_t left = check(ZSTD_compressStream2(ctx_.get(), &o, &in, mode));
-      out_->resize(at + o.pos);
+      if (o.pos > 0) sink_(out_.data(), o.pos);
       if (last ? left == 0 : in.pos == in.size) return;
     }
   }
@@ -59,7 +63,8 @@ class Compressor {
     return r;
   }
   std::unique_ptr<ZSTD_CCtx, CCtxFree> ctx_;
-  std::vector<uint8_t>* out_;
+  const Sink& sink_;
+  std::vector<uint8_t> out_;
 };
 
 // Decompresses one zstd frame (`data`, `size` bytes, of section `name`)
@@ -99,9 +104,8 @@ const float* floats_view(const CheckpointSection& s, size_t n, const std::string
   return reinterpret_cast<const float*>(s.data());
 }
 
-std::vector<uint8_t> xor_compressed(const float* values, const float* base, size_t n) {
-  std::vector<uint8_t> out;
-  Compressor z(n * sizeof(float), &out);
+void xor_compressed(const float* values, const float* base, size_t n, const Sink& sink) {
+  Compressor z(n * sizeof(float), sink);
   std::vector<uint32_t> block(std::min(n, kBlockFloats));
   for (size_t at = 0; at < n || n == 0; at += kBlockFloats) {
     const size_t k = std::min(kBlockFloats, n - at);
@@ -114,38 +118,37 @@ std::vector<uint8_t> xor_compressed(const float* values, const float* base, size
     z.feed(block.data(), k * sizeof(uint32_t), at + k >= n);
     if (n == 0) break;
   }
-  return out;
 }
 
-// Each value to bf16, split into byte planes: the high bytes (sign,
-// exponent, a mantissa bit), whose few values zstd's entropy coding
-// shrinks, compressed; the low bytes, near random, stored as they are.
-std::vector<uint8_t> bf16_compressed(const float* values, size_t n) {
-  std::vector<uint8_t> out;
-  std::vector<uint8_t> low(n);
-  Compressor z(n, &out);
-  const kernels::HalfKernels& k16 = kernels::half_kernels();  // AVX2 where the CPU has it
-  std::vector<uint8_t> halves(std::min(n, kBlockFloats) * sizeof(uint16_t));
-  std::vector<uint8_t> high(std::min(n, kBlockFloats));
-  for (size_t at = 0; at < n || n == 0; at += kBlockFloats) {
-    const size_t k = std::min(kBlockFloats, n - at);
-    k16.bf16_encode(values + at, nullptr, k, halves.data());  // little-endian halves
-    for (size_t i = 0; i < k; ++i) {
-      low[at + i] = halves[2 * i];
-      high[i] = halves[2 * i + 1];
+// n bf16 values, split into byte planes: the high bytes (sign, exponent, a
+// mantissa bit), whose few values zstd's entropy coding shrinks,
+// compressed; then the low bytes, near random, as they are. `halves`
+// writes values [at, at + k) as little-endian bf16 to its `out`; it is
+// called twice per block (once per plane), so nothing of the planes is
+// held beyond a block.
+void bf16_planes(size_t n, const std::function<void(size_t at, size_t k, uint8_t* out)>& halves,
+                 const Sink& sink) {
+  std::vector<uint8_t> block(std::min(n, kBlockFloats) * sizeof(uint16_t));
+  std::vector<uint8_t> plane(std::min(n, kBlockFloats));
+  Compressor z(n, sink);
+  for (int pass = 0; pass < 2; ++pass) {
+    for (size_t at = 0; at < n || n == 0; at += kBlockFloats) {
+      const size_t k = std::min(kBlockFloats, n - at);
+      halves(at, k, block.data());
+      for (size_t i = 0; i < k; ++i) plane[i] = block[2 * i + (pass == 0 ? 1 : 0)];
+      if (pass == 0) {
+        z.feed(plane.data(), k, at + k >= n);
+      } else if (k > 0) {
+        sink(plane.data(), k);
+      }
+      if (n == 0) break;
     }
-    z.feed(high.data(), k, at + k >= n);
-    if (n == 0) break;
   }
-  out.insert(out.end(), low.begin(), low.end());
-  return out;
 }
 
-std::vector<uint8_t> compressed(const CheckpointSection& s) {
-  std::vector<uint8_t> out;
-  Compressor z(s.size(), &out);
-  z.feed(s.data(), s.size(), true);
-  return out;
+void compressed(const uint8_t* data, size_t n, const Sink& sink) {
+  Compressor z(n, sink);
+  z.feed(data, n, true);
 }
 
 bool listed(const std::vector<std::string>& names, const std::string& name) {
@@ -195,19 +198,43 @@ Checkpoint make_replica_image(const Checkpoint& c, const ReplicaPlan& plan) {
     if (s.name == plan.base || s.name == kMeta) continue;
     CheckpointSection out{s.name, {}};
     const char* encoding = kZstd;
+    // The producers read the section's bytes (a view of the node's model,
+    // or c's own) while write_checkpoint writes the image.
+    const uint8_t* data = s.data();
+    const size_t size = s.size();
     if (listed(plan.xor_sections, s.name)) {
-      out.bytes = xor_compressed(floats_view(s, n, plan.base), base_f, n);
+      const float* values = floats_view(s, n, plan.base);
+      out.produce = [values, base_f, n](const Sink& sink) {
+        xor_compressed(values, base_f, n, sink);
+      };
       encoding = kXor;
     } else if (listed(plan.bf16_sections, s.name)) {
-      if (s.size() % sizeof(float) != 0) {
+      if (size % sizeof(float) != 0) {
         throw ConfigError("replica image: section '" + s.name + "' is not fp32");
       }
-      out.bytes = bf16_compressed(reinterpret_cast<const float*>(s.data()), s.size() / 4);
+      const auto* values = reinterpret_cast<const float*>(data);
+      out.produce = [values, k = size / sizeof(float)](const Sink& sink) {
+        const kernels::HalfKernels& k16 = kernels::half_kernels();  // AVX2 where the CPU has it
+        bf16_planes(
+            k,
+            [&](size_t at, size_t m, uint8_t* o) { k16.bf16_encode(values + at, nullptr, m, o); },
+            sink);
+      };
       encoding = kBf16;
+    } else if (listed(plan.bf16_held_sections, s.name)) {
+      if (size % sizeof(uint16_t) != 0) {
+        throw ConfigError("replica image: section '" + s.name + "' is not bf16");
+      }
+      out.produce = [data, k = size / sizeof(uint16_t)](const Sink& sink) {
+        bf16_planes(
+            k, [&](size_t at, size_t m, uint8_t* o) { std::memcpy(o, data + 2 * at, 2 * m); },
+            sink);
+      };
+      encoding = kBf16Held;
     } else {
-      out.bytes = compressed(s);
+      out.produce = [data, size](const Sink& sink) { compressed(data, size, sink); };
     }
-    sections.push_back({{"name", s.name}, {"encoding", encoding}, {"bytes", s.size()}});
+    sections.push_back({{"name", s.name}, {"encoding", encoding}, {"bytes", size}});
     image.sections.push_back(std::move(out));
   }
   nlohmann::json meta = meta_of(c);
@@ -287,11 +314,14 @@ Checkpoint expand_replica_image(const Checkpoint& image, const float* base, size
         a ^= b;
         std::memcpy(out.bytes.data() + 4 * i, &a, 4);
       }
-    } else if (encoding == kBf16) {
-      if (bytes % sizeof(float) != 0) {
-        throw CryptoError("replica image: section '" + name + "' is not fp32");
+    } else if (encoding == kBf16 || encoding == kBf16Held) {
+      const bool held = encoding == kBf16Held;
+      const size_t width = held ? sizeof(uint16_t) : sizeof(float);
+      if (bytes % width != 0) {
+        throw CryptoError("replica image: section '" + name + "' is not " +
+                          (held ? "bf16" : "fp32"));
       }
-      const size_t k = bytes / sizeof(float);
+      const size_t k = bytes / width;
       const size_t frame = ZSTD_findFrameCompressedSize(s->data(), s->size());
       if (ZSTD_isError(frame) || s->size() - frame != k) {
         throw CryptoError("replica image: section '" + name + "' does not hold its two planes");
@@ -302,8 +332,12 @@ Checkpoint expand_replica_image(const Checkpoint& image, const float* base, size
       out.bytes.resize(bytes);
       for (size_t i = 0; i < k; ++i) {
         const auto h = static_cast<uint16_t>((high[i] << 8) | low[i]);
-        const float f = kernels::bf16_to_fp32(h);
-        std::memcpy(out.bytes.data() + 4 * i, &f, 4);
+        if (held) {
+          std::memcpy(out.bytes.data() + 2 * i, &h, 2);
+        } else {
+          const float f = kernels::bf16_to_fp32(h);
+          std::memcpy(out.bytes.data() + 4 * i, &f, 4);
+        }
       }
     } else if (encoding == kZstd) {
       out.bytes.resize(bytes);

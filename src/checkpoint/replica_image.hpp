@@ -39,11 +39,18 @@ struct ReplicaPlan {
   std::string base;                        // the fp32 section the parent rebuilds ("anchor")
   std::vector<std::string> xor_sections;   // fp32 sections stored as XOR of the base
   std::vector<std::string> bf16_sections;  // fp32 sections kept to bf16
+  // Sections that hold bf16 values already (a residual kept in bf16),
+  // stored in the same two byte planes.
+  std::vector<std::string> bf16_held_sections;
 };
 
-// The image of `c` (its sections may be views). Memory: the compressed
-// image plus a small working buffer; no copy of the model.
+// The image of `c` (its sections may be views). Its sections are made
+// while write_checkpoint writes them (CheckpointSection::produce): they
+// read c's sections' bytes, which must stay valid and unchanged until then
+// (materialize() makes them bytes). Memory: a working buffer of a few
+// hundred KiB; neither the image nor any copy of the model.
 Checkpoint make_replica_image(const Checkpoint& c, const ReplicaPlan& plan);
+Checkpoint make_replica_image(Checkpoint&& c, const ReplicaPlan& plan) = delete;  // would dangle
 
 // True when `c` is an image rather than a whole checkpoint.
 bool is_replica_image(const Checkpoint& c);

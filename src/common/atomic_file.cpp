@@ -107,6 +107,19 @@ void AtomicFileWriter::write(const void* data, size_t n) {
   }
 }
 
+void AtomicFileWriter::write_at(uint64_t offset, const void* data, size_t n) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  while (n > 0) {
+    const ssize_t w =
+        ::pwrite(fd_, p, std::min<size_t>(n, size_t{4} << 20), static_cast<off_t>(offset));
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) failed("write", errno);
+    p += w;
+    n -= static_cast<size_t>(w);
+    offset += static_cast<uint64_t>(w);
+  }
+}
+
 void AtomicFileWriter::commit(bool require_durable_rename,
                               const std::function<void(std::string_view)>& on_step) {
   if (on_step) on_step("written");

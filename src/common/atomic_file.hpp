@@ -69,6 +69,9 @@ class AtomicFileWriter {
   AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
 
   void write(const void* data, size_t n);
+  // Overwrites bytes already written at `offset` (a header whose fields are
+  // known only once what follows is written).
+  void write_at(uint64_t offset, const void* data, size_t n);
   // Sets the mode, fsyncs, renames over `path`, then fsyncs the directory.
   // With require_durable_rename a failure of that last fsync is reported
   // (as action "sync directory of"); otherwise it is best effort.

@@ -122,6 +122,57 @@ TEST(CheckpointFile, AViewedSectionWritesWhatACopyWould) {
   EXPECT_EQ(back.find("model")->view, nullptr);
 }
 
+// A section made while the file is written (a compressed image) writes the
+// same file as one holding its bytes, in several sinks of any size, beside
+// ordinary sections before and after it; materialize() gives the bytes.
+TEST(CheckpointFile, AProducedSectionWritesWhatItsBytesWould) {
+  TempDir d;
+  std::vector<uint8_t> made(size_t{5} << 20);
+  std::mt19937 rng(13);
+  for (auto& b : made) b = static_cast<uint8_t>(rng());
+  Checkpoint copied = small_checkpoint();
+  copied.sections.insert(copied.sections.begin() + 1, CheckpointSection{"made", made});
+  Checkpoint produced = small_checkpoint();
+  CheckpointSection p;
+  p.name = "made";
+  int calls = 0;
+  p.produce = [&made, &calls](const CheckpointSection::Sink& sink) {
+    calls += 1;
+    for (size_t at = 0, k = 1; at < made.size(); at += k, k = k * 3 + 1) {
+      sink(made.data() + at, std::min(k, made.size() - at));
+    }
+  };
+  produced.sections.insert(produced.sections.begin() + 1, p);
+  write_checkpoint(d / "copied", copied);
+  write_checkpoint(d / "produced", produced);
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(slurp(d / "copied"), slurp(d / "produced"));
+  expect_same(copied, read_checkpoint(d / "produced"));
+  materialize(produced);
+  EXPECT_EQ(calls, 2);
+  expect_same(copied, produced);
+  EXPECT_FALSE(produced.sections[1].produce);
+}
+
+// A producer that fails leaves the checkpoint that was there, and no
+// temporary file.
+TEST(CheckpointFile, AProducerThatThrowsKeepsTheOldCheckpoint) {
+  TempDir d;
+  write_checkpoint(d / "ckpt", small_checkpoint());
+  Checkpoint bad = small_checkpoint();
+  CheckpointSection p;
+  p.name = "made";
+  p.produce = [](const CheckpointSection::Sink& sink) {
+    const std::vector<uint8_t> part(1000, 1);
+    sink(part.data(), part.size());
+    throw Error("out of luck");
+  };
+  bad.sections.push_back(p);
+  EXPECT_THROW(write_checkpoint(d / "ckpt", bad), Error);
+  expect_same(small_checkpoint(), read_checkpoint(d / "ckpt"));
+  EXPECT_EQ(entries(d.path()), std::vector<std::string>{"ckpt"});
+}
+
 TEST(CheckpointFile, RoundTripsACheckpointWithNoSections) {
   TempDir d;
   Checkpoint c;

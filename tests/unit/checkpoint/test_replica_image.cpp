@@ -60,6 +60,13 @@ Checkpoint checkpoint_of(const SiteState& s) {
   return c;
 }
 
+// The image in memory, as its file holds it.
+Checkpoint image_of(const Checkpoint& c, const checkpoint::ReplicaPlan& plan) {
+  Checkpoint image = checkpoint::make_replica_image(c, plan);
+  materialize(image);
+  return image;
+}
+
 size_t image_bytes(const Checkpoint& c) {
   size_t n = 0;
   for (const CheckpointSection& s : c.sections) n += s.size();
@@ -72,7 +79,7 @@ std::vector<float> floats(const Checkpoint& c, const std::string& name) {
 
 TEST(ReplicaImage, ComesBackWholeWithTheAnchor) {
   const SiteState s = site_state(300000, 2000);
-  const Checkpoint image = checkpoint::make_replica_image(checkpoint_of(s), kSitePlan);
+  const Checkpoint image = image_of(checkpoint_of(s), kSitePlan);
   EXPECT_TRUE(checkpoint::is_replica_image(image));
   EXPECT_FALSE(checkpoint::is_replica_image(checkpoint_of(s)));
   EXPECT_EQ(image.find("anchor"), nullptr);  // the parent has it
@@ -100,7 +107,7 @@ TEST(ReplicaImage, ComesBackWholeWithTheAnchor) {
 TEST(ReplicaImage, IsAFractionOfTheCheckpoint) {
   const size_t n = 1000000;
   const SiteState s = site_state(n, 0);
-  const Checkpoint image = checkpoint::make_replica_image(checkpoint_of(s), kSitePlan);
+  const Checkpoint image = image_of(checkpoint_of(s), kSitePlan);
   // Parameters on the anchor: the image is about the bf16 residual, under
   // the 2 bytes per parameter of an fp16 update.
   EXPECT_LT(image_bytes(image), 2 * n);
@@ -110,7 +117,7 @@ TEST(ReplicaImage, IsAFractionOfTheCheckpoint) {
 
 TEST(ReplicaImage, WithoutTheAnchorGivesTheRestAndLeavesThePlanOut) {
   const SiteState s = site_state(4096, 100);
-  const Checkpoint image = checkpoint::make_replica_image(checkpoint_of(s), kSitePlan);
+  const Checkpoint image = image_of(checkpoint_of(s), kSitePlan);
   const Checkpoint part = checkpoint::expand_replica_image(image, nullptr, 0);
   EXPECT_EQ(part.find("params"), nullptr);
   EXPECT_EQ(part.find("anchor"), nullptr);
@@ -120,7 +127,7 @@ TEST(ReplicaImage, WithoutTheAnchorGivesTheRestAndLeavesThePlanOut) {
 
 TEST(ReplicaImage, AnotherAnchorIsRefused) {
   const SiteState s = site_state(4096, 100);
-  const Checkpoint image = checkpoint::make_replica_image(checkpoint_of(s), kSitePlan);
+  const Checkpoint image = image_of(checkpoint_of(s), kSitePlan);
   std::vector<float> other = s.anchor;
   other[5] += 1.0f;
   EXPECT_THROW(checkpoint::expand_replica_image(image, other.data(), other.size()), CryptoError);
@@ -132,7 +139,7 @@ TEST(ReplicaImage, DamagedSectionsAreRefused) {
   const SiteState s = site_state(4096, 100);
   for (const char* name : {"params", "residual", "optimizer"}) {
     for (const bool cut : {true, false}) {
-      Checkpoint image = checkpoint::make_replica_image(checkpoint_of(s), kSitePlan);
+      Checkpoint image = image_of(checkpoint_of(s), kSitePlan);
       for (CheckpointSection& sec : image.sections) {
         if (sec.name != name) continue;
         if (cut) {
@@ -152,7 +159,7 @@ TEST(ReplicaImage, DamagedSectionsAreRefused) {
 
 TEST(ReplicaImage, BadMetaIsRefused) {
   const SiteState s = site_state(256, 10);
-  const Checkpoint image = checkpoint::make_replica_image(checkpoint_of(s), kSitePlan);
+  const Checkpoint image = image_of(checkpoint_of(s), kSitePlan);
   auto with_meta = [&](const std::string& m) {
     Checkpoint c = image;
     for (CheckpointSection& sec : c.sections) {
@@ -188,13 +195,58 @@ TEST(ReplicaImage, BadMetaIsRefused) {
 TEST(ReplicaImage, AnImageIsAnOrdinarySignedCheckpointFile) {
   testing::TempDir dir;
   const SiteState s = site_state(20000, 100);
-  const Checkpoint image = checkpoint::make_replica_image(checkpoint_of(s), kSitePlan);
+  const Checkpoint image = image_of(checkpoint_of(s), kSitePlan);
   const auto path = dir.path() / "site-a.fwck";
   write_checkpoint(path, image);
   const Checkpoint read = read_checkpoint(path);
   EXPECT_TRUE(checkpoint::is_replica_image(read));
   const Checkpoint back = checkpoint::expand_replica_image(read, s.anchor.data(), s.anchor.size());
   EXPECT_EQ(floats(back, "params"), s.params);
+}
+
+// Written straight from the checkpoint (each section compressed as the file
+// is written), the file holds what the image in memory does.
+TEST(ReplicaImage, StreamedToItsFileItHoldsTheImage) {
+  testing::TempDir dir;
+  const SiteState s = site_state(300000, 500);
+  const Checkpoint c = checkpoint_of(s);
+  write_checkpoint(dir.path() / "streamed.fwck", checkpoint::make_replica_image(c, kSitePlan));
+  write_checkpoint(dir.path() / "whole.fwck", image_of(c, kSitePlan));
+  const Checkpoint streamed = read_checkpoint(dir.path() / "streamed.fwck");
+  const Checkpoint whole = read_checkpoint(dir.path() / "whole.fwck");
+  ASSERT_EQ(streamed.sections.size(), whole.sections.size());
+  for (size_t i = 0; i < whole.sections.size(); ++i) {
+    EXPECT_EQ(streamed.sections[i].name, whole.sections[i].name);
+    EXPECT_EQ(streamed.sections[i].bytes, whole.sections[i].bytes) << whole.sections[i].name;
+  }
+}
+
+// A section already in bf16 (a residual kept so) comes back bit for bit,
+// in the two planes an fp32 section kept to bf16 uses.
+TEST(ReplicaImage, ABf16SectionComesBackBitForBit) {
+  const SiteState s = site_state(70000, 10);
+  std::vector<uint16_t> held(s.residual.size());
+  for (size_t i = 0; i < held.size(); ++i) held[i] = static_cast<uint16_t>(i * 2654435761u >> 7);
+  Checkpoint c = checkpoint_of(s);
+  CheckpointSection r;
+  r.name = "residual.bf16";
+  r.view = reinterpret_cast<const uint8_t*>(held.data());
+  r.view_size = held.size() * sizeof(uint16_t);
+  c.sections.push_back(r);
+  ReplicaPlan plan = kSitePlan;
+  plan.bf16_held_sections = {"residual.bf16"};
+  const Checkpoint image = image_of(c, plan);
+  EXPECT_LT(image.find("residual.bf16")->size(), r.view_size);  // the high bytes compress
+  const Checkpoint back = checkpoint::expand_replica_image(image, nullptr, 0);
+  const CheckpointSection* got = back.find("residual.bf16");
+  ASSERT_NE(got, nullptr);
+  ASSERT_EQ(got->size(), r.view_size);
+  EXPECT_EQ(std::memcmp(got->data(), held.data(), r.view_size), 0);
+  plan.bf16_held_sections.clear();
+  plan.bf16_sections = {"residual.bf16"};  // an odd number of bf16 values is not fp32
+  held.pop_back();
+  c.sections.back().view_size -= 2;
+  EXPECT_THROW(image_of(c, plan), ConfigError);
 }
 
 TEST(ReplicaImage, AMissingBaseOrMismatchedSectionIsAConfigError) {
