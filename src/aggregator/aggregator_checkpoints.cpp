@@ -45,10 +45,12 @@ void Aggregator::Impl::save_checkpoint() {
   const checkpoint::CheckpointTrust trust = checkpoint::checkpoint_trust(*security_, topo_, self_);
   checkpoint::save_node_checkpoint(opt_.checkpoint_dir, c, trust);
   // A region's parent keeps its replica image: the anchor it sent is left
-  // out, the residual goes to bf16 (checkpoint/replica_image.hpp).
+  // out, the bf16 residual goes in byte planes (checkpoint/replica_image.hpp),
+  // compressed as the file is written.
   if (self_.role == fedwan::Role::kRegion && role_->replicates(round_)) {
     try {
-      checkpoint::save_replica_image(opt_.checkpoint_dir, c, {"anchor", {}, {"residual"}}, trust);
+      checkpoint::save_replica_image(opt_.checkpoint_dir, c,
+                                     {"anchor", {}, {"residual"}, {"residual.bf16"}}, trust);
     } catch (const Error& e) {
       log().warn("[agg:{}] cannot write its replica image of round {}: {}", self_.id, round_,
                  e.what());

@@ -11,10 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
-#include "checkpoint/node_checkpoint.hpp"
-#include "checkpoint/replica_fetch.hpp"
+#include "codec/compact_feedback.hpp"
 #include "common/log.hpp"
 #include "common/sha256.hpp"
 #include "fedwan/codec.hpp"
@@ -22,7 +19,6 @@
 #include "node/node_frames.hpp"
 
 namespace fedwan {
-
 Aggregator::Impl::RegionRole::RegionRole(Impl& node) : Role(node), link_(node, *this) {}
 
 // ---- the round protocol ----------------------------------------------------------
@@ -126,80 +122,18 @@ void Aggregator::Impl::RegionRole::chunk_complete(uint32_t chunk) {
     return;
   }
   std::vector<uint8_t> payload(n_.cfg_.codec->encoded_size(n));
-  float* residual = nullptr;
   if (n_.cfg_.codec->id() != CodecId::kFp32) {
-    if (residual_.empty()) residual_.assign(n_.model_.elements, 0.0f);
-    residual = residual_.data() + off;
+    if (residual_.empty()) residual_.assign(n_.model_.elements, 0);  // bf16 zeros
+    codec::encode_with_bf16_residual(*n_.cfg_.codec, cs.mean.data(), n, residual_.data() + off,
+                                     residual_scratch_, payload.data());
+  } else {
+    n_.cfg_.codec->encode(cs.mean.data(), n, nullptr, payload.data());
   }
-  n_.cfg_.codec->encode(cs.mean.data(), n, residual, payload.data());
   const wire::FrameHeader h =
       node::chunk_header(n_.topo_, n_.self_.index, wire::MsgType::kDelta, n_.round_,
                          *n_.model_.plan, chunk, n_.cfg_.codec->id(), cs.weight);
   link_.send_aggregate(chunk, std::make_shared<const std::vector<uint8_t>>(wire::encode_delta_frame(
                                   h, payload.data(), payload.size(), cs.excused, unclipped)));
-}
-
-// ---- checkpoints and recovery -------------------------------------------------------
-
-void Aggregator::Impl::RegionRole::save(Checkpoint& c, nlohmann::json& meta) const {
-  c.sections.push_back(checkpoint::float_section("anchor", anchor_.data(), anchor_.size()));
-  c.sections.push_back(checkpoint::float_section("residual", residual_.data(), residual_.size()));
-  // Adaptive clipping: the clip of its round, which it opens again on
-  // resuming, before its parent's welcome says it.
-  if (n_.adaptive_clip()) meta["privacy_clip"] = n_.privacy_clip_;
-}
-
-void Aggregator::Impl::RegionRole::restore(const Checkpoint& c, const std::string& path) {
-  if (checkpoint::is_replica_image(c)) {
-    // Its parent's copy, without the anchor: the parent sends the model in
-    // full when it says hello offering none (held_digest), and children
-    // wait until it is in (resyncing).
-    const Checkpoint part = checkpoint::expand_replica_image(c, nullptr, 0);
-    uint64_t elements = 0;
-    if (const CheckpointSection* meta = part.find("meta")) {
-      const auto j = nlohmann::json::parse(meta->bytes.begin(), meta->bytes.end(), nullptr, false);
-      if (j.is_object() && j.contains("elements") && j["elements"].is_number_unsigned()) {
-        elements = j["elements"].get<uint64_t>();
-      }
-    }
-    if (elements == 0) throw CryptoError("replica image " + path + ": no model size in its meta");
-    anchor_.clear();
-    n_.init_model_state(elements);
-    residual_ = checkpoint::floats_of(part, "residual", 0);
-  } else {
-    anchor_ = checkpoint::floats_of(c, "anchor", 0);
-    n_.init_model_state(anchor_.size());
-    residual_ = checkpoint::floats_of(c, "residual", 0);
-  }
-  if (!residual_.empty() && residual_.size() != n_.model_.elements) {
-    throw CryptoError("checkpoint " + path + ": residual size mismatch");
-  }
-  link_.uplink().resumed();
-  if (!n_.adaptive_clip()) return;
-  if (const CheckpointSection* meta = c.find("meta")) {
-    const auto j = nlohmann::json::parse(meta->bytes.begin(), meta->bytes.end(), nullptr, false);
-    if (j.is_object() && j.contains("privacy_clip") && j["privacy_clip"].is_number()) {
-      const double clip = j["privacy_clip"].get<double>();
-      if (std::isfinite(clip) && clip > 0) use_clip(clip, n_.round_);
-    }
-  }
-}
-
-bool Aggregator::Impl::RegionRole::recover(bool resumed) {
-  if (!resumed && !n_.opt_.checkpoint_dir.empty() &&
-      checkpoint::fetch_replica(
-          link_.uplink().link(),
-          [this](const std::string& why) -> transport::ParentLink& {
-            // The fetch paces its new sessions itself.
-            link_.reconnect(why, /*grow_backoff=*/false);
-            return link_.uplink().link();
-          },
-          n_.topo_, n_.self_, n_.cfg_, n_.opt_.checkpoint_dir, 0, n_.opt_.join_timeout,
-          *n_.security_, &n_.stop_requested)) {
-    // Its own checkpoints were gone or corrupt; the parent kept a copy.
-    resumed = n_.resume_from_checkpoint();
-  }
-  return resumed;
 }
 
 // ---- the parent's model, coming down -------------------------------------------------

@@ -71,6 +71,9 @@ class Aggregator::Impl::RegionRole final : public Aggregator::Impl::Role {
   // Withholds the values of a chunk too few sites stand behind.
   void check_residency(aggregation::ChunkSum& cs) const;
   void finish_parent_welcome();  // the welcome's model is in
+  // Its residual from a checkpoint or replica image (in fp32 from an
+  // earlier fedwan, to bf16); throws CryptoError for a wrong size.
+  void restore_residual(const Checkpoint& c, const std::string& path);
   // Adaptive clipping: the clip the parent sent in `what` (0: none), which
   // under adaptive clipping it must; throws ProtocolError otherwise.
   double parent_clip(double clip, const char* what, uint64_t round) const;
@@ -86,8 +89,10 @@ class Aggregator::Impl::RegionRole final : public Aggregator::Impl::Role {
   // Joining with the model the federation starts from (options'
   // initial_model): its digest goes up in the first hello.
   bool holds_initial_ = false;
-  // Error-feedback residual of the forwarded means (lossy codecs).
-  std::vector<float> residual_;
+  // Error-feedback residual of the forwarded means (lossy codecs), kept in
+  // bf16 (codec/compact_feedback.hpp), and a chunk's fp32 working copy.
+  std::vector<uint16_t> residual_;
+  std::vector<float> residual_scratch_;
   // Anchor relay progress: which chunks of the next anchor (round
   // relay_round) are applied and relayed. A chunk the parent sends again
   // (after welcoming this region back) is neither applied twice nor counted

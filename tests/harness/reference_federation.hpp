@@ -11,6 +11,7 @@
 #include "aggregation/aggregation_rule.hpp"
 #include "aggregation/round_accumulator.hpp"
 #include "aggregator/root_model.hpp"
+#include "codec/compact_feedback.hpp"
 #include "fedwan/codec.hpp"
 #include "fedwan/outer_optimizer.hpp"
 #include "fedwan/synthetic.hpp"
@@ -53,13 +54,26 @@ inline ReferenceResult run_reference_rounds(
   auto outer = make_outer_optimizer(topo.federation().outer, n);
   const auto rule = aggregation::make_rule(topo.federation().aggregation.rule,
                                            topo.federation().aggregation.params);
+  // A site's residual in fp32, a region's in bf16 (codec/compact_feedback.hpp).
   std::vector<std::vector<float>> residual(topo.nodes().size());
+  std::vector<std::vector<uint16_t>> region_residual(topo.nodes().size());
+  std::vector<float> scratch;
 
   auto encode = [&](const std::vector<float>& values, uint32_t node, bool with_feedback) {
     std::vector<std::vector<uint8_t>> out(plan.count());
-    if (with_feedback && lossy && residual[node].empty()) residual[node].assign(n, 0.0f);
+    const bool region = topo.node(node).role == Role::kRegion;
+    if (with_feedback && lossy && !region && residual[node].empty()) residual[node].assign(n, 0.0f);
+    if (with_feedback && lossy && region && region_residual[node].empty()) {
+      region_residual[node].assign(n, 0);
+    }
     for (uint32_t i = 0; i < plan.count(); ++i) {
       out[i].resize(codec.encoded_size(plan.size(i)));
+      if (with_feedback && lossy && region) {
+        fedwan::codec::encode_with_bf16_residual(
+            codec, values.data() + plan.offset(i), plan.size(i),
+            region_residual[node].data() + plan.offset(i), scratch, out[i].data());
+        continue;
+      }
       codec.encode(values.data() + plan.offset(i), plan.size(i),
                    with_feedback && lossy ? residual[node].data() + plan.offset(i) : nullptr,
                    out[i].data());

@@ -1,0 +1,107 @@
+// A region's checkpoints and recovery (aggregator/region_role.hpp): its
+// anchor and bf16 residual saved and restored, from its own checkpoint or
+// its parent's replica image; a region whose disk lost them fetches the
+// image from its parent.
+#include "aggregator/region_role.hpp"
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "checkpoint/node_checkpoint.hpp"
+#include "checkpoint/replica_fetch.hpp"
+#include "codec/half.hpp"
+#include "fedwan/error.hpp"
+
+namespace fedwan {
+namespace {
+
+// Its checkpoint's residual, in bf16 ("residual", in fp32, before).
+constexpr const char* kResidualSection = "residual.bf16";
+
+}  // namespace
+
+void Aggregator::Impl::RegionRole::save(Checkpoint& c, nlohmann::json& meta) const {
+  c.sections.push_back(checkpoint::float_section("anchor", anchor_.data(), anchor_.size()));
+  CheckpointSection r{kResidualSection, {}};
+  r.view = reinterpret_cast<const uint8_t*>(residual_.data());
+  r.view_size = residual_.size() * sizeof(uint16_t);
+  c.sections.push_back(std::move(r));
+  // Adaptive clipping: the clip of its round, which it opens again on
+  // resuming, before its parent's welcome says it.
+  if (n_.adaptive_clip()) meta["privacy_clip"] = n_.privacy_clip_;
+}
+
+void Aggregator::Impl::RegionRole::restore(const Checkpoint& c, const std::string& path) {
+  if (checkpoint::is_replica_image(c)) {
+    // Its parent's copy, without the anchor: the parent sends the model in
+    // full when it says hello offering none (held_digest), and children
+    // wait until it is in (resyncing).
+    const Checkpoint part = checkpoint::expand_replica_image(c, nullptr, 0);
+    uint64_t elements = 0;
+    if (const CheckpointSection* meta = part.find("meta")) {
+      const auto j = nlohmann::json::parse(meta->bytes.begin(), meta->bytes.end(), nullptr, false);
+      if (j.is_object() && j.contains("elements") && j["elements"].is_number_unsigned()) {
+        elements = j["elements"].get<uint64_t>();
+      }
+    }
+    if (elements == 0) throw CryptoError("replica image " + path + ": no model size in its meta");
+    anchor_.clear();
+    n_.init_model_state(elements);
+    restore_residual(part, path);
+  } else {
+    anchor_ = checkpoint::floats_of(c, "anchor", 0);
+    n_.init_model_state(anchor_.size());
+    restore_residual(c, path);
+  }
+  link_.uplink().resumed();
+  if (!n_.adaptive_clip()) return;
+  if (const CheckpointSection* meta = c.find("meta")) {
+    const auto j = nlohmann::json::parse(meta->bytes.begin(), meta->bytes.end(), nullptr, false);
+    if (j.is_object() && j.contains("privacy_clip") && j["privacy_clip"].is_number()) {
+      const double clip = j["privacy_clip"].get<double>();
+      if (std::isfinite(clip) && clip > 0) use_clip(clip, n_.round_);
+    }
+  }
+}
+
+void Aggregator::Impl::RegionRole::restore_residual(const Checkpoint& c, const std::string& path) {
+  residual_.clear();
+  if (const CheckpointSection* r = c.find(kResidualSection)) {
+    if (r->size() % sizeof(uint16_t) != 0) {
+      throw CryptoError("checkpoint " + path + ": its residual is not bf16");
+    }
+    residual_.resize(r->size() / sizeof(uint16_t));
+    std::memcpy(residual_.data(), r->data(), r->size());
+  } else if (c.find("residual") != nullptr) {
+    // Written by an earlier fedwan: the residual in fp32.
+    const std::vector<float> fp32 = checkpoint::floats_of(c, "residual", 0);
+    residual_.resize(fp32.size());
+    kernels::half_kernels().bf16_encode(fp32.data(), nullptr, fp32.size(),
+                                        reinterpret_cast<uint8_t*>(residual_.data()));
+  }
+  if (!residual_.empty() && residual_.size() != n_.model_.elements) {
+    throw CryptoError("checkpoint " + path + ": residual size mismatch");
+  }
+}
+
+bool Aggregator::Impl::RegionRole::recover(bool resumed) {
+  if (!resumed && !n_.opt_.checkpoint_dir.empty() &&
+      checkpoint::fetch_replica(
+          link_.uplink().link(),
+          [this](const std::string& why) -> transport::ParentLink& {
+            // The fetch paces its new sessions itself.
+            link_.reconnect(why, /*grow_backoff=*/false);
+            return link_.uplink().link();
+          },
+          n_.topo_, n_.self_, n_.cfg_, n_.opt_.checkpoint_dir, 0, n_.opt_.join_timeout,
+          *n_.security_, &n_.stop_requested)) {
+    // Its own checkpoints were gone or corrupt; the parent kept a copy.
+    resumed = n_.resume_from_checkpoint();
+  }
+  return resumed;
+}
+
+}  // namespace fedwan
