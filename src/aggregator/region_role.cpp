@@ -4,6 +4,7 @@
 // Aggregator::Impl's.
 #include "aggregator/region_role.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <optional>
@@ -315,6 +316,7 @@ void Aggregator::Impl::RegionRole::on_parent_anchor(const wire::ParsedFrame& f, 
     n_.welcome_pending();
   }
   report(h.round - 1);
+  if (done_.round == h.round) on_parent_done(h.round);  // the end came first
 }
 
 double Aggregator::Impl::RegionRole::parent_clip(double clip, const char* what,
@@ -353,9 +355,16 @@ void Aggregator::Impl::RegionRole::on_parent_done(uint64_t final_round) {
   // Said again by a parent waiting for this region's confirmation.
   if (n_.phase_ == Phase::kDraining || n_.phase_ == Phase::kDone) return;
   if (n_.book_.relayed_through() < final_round) {
-    // Chunks of the final anchor were lost on the way: passing the end on
-    // would finish the children on a model a chunk short. Rejoin; the
-    // draining parent hands the final model over in full (children are
+    // The end can overtake the final anchor's last chunks (a striped link
+    // keeps each connection's order, not their order among one another):
+    // it waits for them while they come, and the parent says the end
+    // again. Passing the end on now would finish the children on a model a
+    // chunk short.
+    const Clock::time_point now = Clock::now();
+    if (done_.round != final_round) done_ = {final_round, now};
+    if (now - std::max(anchor_progress_at_, done_.since) <= n_.cfg_.heartbeat_timeout) return;
+    // Nothing of it came for a heartbeat timeout: chunks were lost. Rejoin;
+    // the draining parent hands the final model over in full (children are
     // welcomed with it) and says the end again.
     if (!link_.welcome.welcomed || link_.welcome.full_pending) return;  // asked already
     log().warn("[agg:{}] the parent ended the federation at round {} before this node had its "

@@ -113,6 +113,11 @@ class Aggregator::Impl::RegionRole final : public Aggregator::Impl::Role {
     std::vector<Pending> pending;
   } relay_;
   Clock::time_point anchor_progress_at_;  // the round's anchor last advanced
+  // The end, come before the final anchor was whole: its round and when.
+  struct EndWaiting {
+    uint64_t round = 0;
+    Clock::time_point since;
+  } done_;
 };
 
 }  // namespace fedwan

@@ -153,7 +153,13 @@ void SiteCore::Impl::on_done(const wire::FrameHeader& h) {
   // The final anchor is whole: its sync takes it, and is finished.
   if (incoming.next_complete() && incoming.next_round() >= h.round) return;
   // The federation ended at round h.round and this site holds an older
-  // model: chunks of the final anchor were lost on the way. It must not
+  // model. The end can overtake the final anchor's last chunks (a striped
+  // link keeps each connection's order, not their order among one
+  // another): it waits while they come, and the parent says the end again.
+  const auto now = Clock::now();
+  if (end_waiting.round != h.round) end_waiting = {h.round, now};
+  if (now - std::max(incoming.progress_at(), end_waiting.since) <= cfg.heartbeat_timeout) return;
+  // Nothing came for a heartbeat timeout: chunks were lost. It must not
   // finish on a model one chunk short: it rejoins, and its draining parent
   // hands it the final model in full and says the end again.
   if (welcome.awaiting) return;  // asked already

@@ -246,6 +246,11 @@ class SiteCore::Impl {
   // a model in full after a welcome (into anchor), chunks that came before
   // their delta chunk was computed. After `plan` (its chunk count).
   site::AnchorAssembly incoming{plan.count()};
+  // The end, come before the final anchor was whole: its round and when.
+  struct EndWaiting {
+    uint64_t round = 0;
+    Clock::time_point since;
+  } end_waiting;
   // Where the hello/welcome exchange with the parent stands, on this
   // session (the session itself: `parent`).
   struct Welcome {

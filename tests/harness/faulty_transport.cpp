@@ -32,6 +32,12 @@ FaultRule FaultRule::delay_by(Millis d) {
   return r;
 }
 
+FaultRule FaultRule::delay_overtaken(Millis d) {
+  FaultRule r = delay_by(d);
+  r.keep_order = false;
+  return r;
+}
+
 FaultRule FaultRule::corrupt(size_t offset, uint8_t mask) {
   FaultRule r;
   r.action = Action::kCorrupt;
@@ -183,7 +189,10 @@ FaultInjector::Verdict FaultInjector::judge(const Hop& hop, uint8_t* data, size_
         stats_.dropped += 1;
         v.drop = true;
         return v;
-      case FaultRule::Action::kDelay: v.delay = std::max(v.delay, r.delay); break;
+      case FaultRule::Action::kDelay:
+        v.delay = std::max(v.delay, r.delay);
+        v.keep_order = v.keep_order && r.keep_order;
+        break;
       case FaultRule::Action::kCorrupt:
         data[std::min(r.offset, size - 1)] ^= r.mask;
         corrupted = true;
@@ -262,6 +271,7 @@ class FaultySocket final : public Socket {
   struct Held {
     Received received;
     Clock::time_point due;
+    bool keep_order = true;
   };
 
   void admit(Received in) {
@@ -272,9 +282,10 @@ class FaultySocket final : public Socket {
     const FaultInjector::Verdict v = faults_->judge(hop, in.message.data(), in.message.size());
     if (v.drop) return;
     Clock::time_point due = Clock::now() + v.delay;
-    // Never before what the same peer sent earlier.
+    // Never before what the same peer sent earlier (unless that may be
+    // overtaken).
     for (const Held& h : held_) {
-      if (h.received.peer == in.peer) due = std::max(due, h.due);
+      if (h.received.peer == in.peer && h.keep_order) due = std::max(due, h.due);
     }
     std::optional<Received> copy;
     if (v.duplicate) {
@@ -284,8 +295,8 @@ class FaultySocket final : public Socket {
       const uint8_t* d = in.message.data();
       copy->message = transport::Message(std::vector<uint8_t>(d, d + in.message.size()));
     }
-    held_.push_back({std::move(in), due});
-    if (copy) held_.push_back({std::move(*copy), due});
+    held_.push_back({std::move(in), due, v.keep_order});
+    if (copy) held_.push_back({std::move(*copy), due, v.keep_order});
   }
 
   // The first held message that is due, in arrival order.

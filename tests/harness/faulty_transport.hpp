@@ -24,8 +24,9 @@
 // (fault_proxy.hpp, tcp_relay.hpp).
 //
 // Delays keep each peer's order: a message is never delivered before one the
-// same peer sent earlier. Held messages no longer count against the sender's
-// window (they are on the wire, not in a queue).
+// same peer sent earlier, except one delayed by delay_overtaken(), which
+// later messages pass (one connection of a striped link in loss recovery). Held messages no longer
+// count against the sender's window (they are on the wire, not in a queue).
 //
 // Thread safety: a FaultInjector may be used from any thread (the test's
 // and the nodes'); its predicates run under its lock, on the receiving
@@ -82,12 +83,14 @@ struct FaultRule {
   Predicate match;                                        // empty: every message
   uint64_t limit = std::numeric_limits<uint64_t>::max();  // messages it applies to, at most
   Millis delay{0};                                        // kDelay
+  bool keep_order = true;     // kDelay: later messages of the peer wait behind it
   size_t offset = kLastByte;  // kCorrupt: the byte flipped (past the end: the last one)
   uint8_t mask = 0x01;        // kCorrupt: the bits flipped
   Rewrite rewrite;            // kRewrite; runs under the injector's lock
 
   static FaultRule drop() { return FaultRule{}; }
   static FaultRule delay_by(Millis d);
+  static FaultRule delay_overtaken(Millis d);  // later messages pass it
   static FaultRule corrupt(size_t offset = kLastByte, uint8_t mask = 0x01);
   static FaultRule duplicate();
   static FaultRule observe();
@@ -152,6 +155,7 @@ class FaultInjector {
   struct Verdict {
     bool drop = false;
     Millis delay{0};
+    bool keep_order = true;
     bool duplicate = false;
   };
   // Applies partitions and rules to a message received over `hop`,

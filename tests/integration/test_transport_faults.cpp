@@ -386,6 +386,38 @@ TEST_F(TransportFaults, TheFinalAnchorsLastChunkLostToARegionIsHandedOverInFull)
   EXPECT_GE(run.root.rejoins, 1u) << "region-0 should have rejoined for the final model";
 }
 
+// The last chunk of the final anchor reaches region-0 after the root's
+// kDone (on a striped link the end can overtake it while one connection
+// recovers a loss): region-0 waits for it, then passes the end on. It used
+// to rejoin at once and be sent the whole model again.
+TEST_F(TransportFaults, TheEndOvertakingTheFinalAnchorsLastChunkIsWaitedFor) {
+  use_codec("fp32");
+  const auto late = faults_->add(FaultRule::delay_overtaken(300ms)
+                                     .of_type(MsgType::kAnchor)
+                                     .on(endpoint("root"), "region-0")
+                                     .down()
+                                     .where(chunk_of(kRounds, 4))
+                                     .first(1));
+  const FederationRun run = run_and_compare();
+  EXPECT_EQ(faults_->hits(late), 1u);
+  EXPECT_EQ(run.root.rejoins, 0u) << "region-0 gets the chunk: no rejoin";
+}
+
+// The same between region-0 and site-0: the site waits for the chunk and
+// finishes on the final model, with no rejoin.
+TEST_F(TransportFaults, TheEndOvertakingTheFinalAnchorsLastChunkToASiteIsWaitedFor) {
+  use_codec("fp32");
+  const auto late = faults_->add(FaultRule::delay_overtaken(300ms)
+                                     .of_type(MsgType::kAnchor)
+                                     .on(endpoint("region-0"), "site-0")
+                                     .down()
+                                     .where(chunk_of(kRounds, 4))
+                                     .first(1));
+  const FederationRun run = run_and_compare();
+  EXPECT_EQ(faults_->hits(late), 1u);
+  EXPECT_EQ(region_rejoins(run), 0u) << "site-0 gets the chunk: no rejoin";
+}
+
 // The root's first kDones to region-0 are lost, after the whole final
 // anchor went through: the root says the end again while it waits for
 // region-0's confirmation, and region-0, which holds the final model, needs
