@@ -51,7 +51,12 @@ void Aggregator::Impl::send_full_anchor(const Child& c) {
     wire::FrameHeader h = node::chunk_header(topo_, self_.index, wire::MsgType::kAnchor, round_,
                                              *model_.plan, i, CodecId::kFp32);
     h.flags = wire::kFlagFullAnchor;
-    send_child(c, node::make_frame(h, payload), h);
+    // In the round's file for a large model: a whole model of frames
+    // waits in the child's outbox, read back as its window takes them.
+    send_child(c,
+               anchors_.store.keep(
+                   std::make_shared<const std::vector<uint8_t>>(node::make_frame(h, payload))),
+               h);
   }
 }
 
