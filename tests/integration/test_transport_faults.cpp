@@ -343,6 +343,17 @@ FaultRule final_anchors_last_chunk(const std::string& parent_endpoint, const std
       .first(1);
 }
 
+// The same chunk 300 ms late, passed by what its parent sends next (the
+// kDone): the order of a striped link whose one connection recovers a loss.
+FaultRule final_anchors_last_chunk_late(const std::string& parent_endpoint,
+                                        const std::string& child) {
+  FaultRule r = final_anchors_last_chunk(parent_endpoint, child);
+  r.action = FaultRule::Action::kDelay;
+  r.delay = 300ms;
+  r.keep_order = false;
+  return r;
+}
+
 // The end of the federation over a lossy link. The last chunk of the final
 // anchor (round 5) is lost on its way to site-0, and the parent's kDone
 // comes right behind it: the site used to take the kDone as "the federation
@@ -392,12 +403,7 @@ TEST_F(TransportFaults, TheFinalAnchorsLastChunkLostToARegionIsHandedOverInFull)
 // to rejoin at once and be sent the whole model again.
 TEST_F(TransportFaults, TheEndOvertakingTheFinalAnchorsLastChunkIsWaitedFor) {
   use_codec("fp32");
-  const auto late = faults_->add(FaultRule::delay_overtaken(300ms)
-                                     .of_type(MsgType::kAnchor)
-                                     .on(endpoint("root"), "region-0")
-                                     .down()
-                                     .where(chunk_of(kRounds, 4))
-                                     .first(1));
+  const auto late = faults_->add(final_anchors_last_chunk_late(endpoint("root"), "region-0"));
   const FederationRun run = run_and_compare();
   EXPECT_EQ(faults_->hits(late), 1u);
   EXPECT_EQ(run.root.rejoins, 0u) << "region-0 gets the chunk: no rejoin";
@@ -407,12 +413,7 @@ TEST_F(TransportFaults, TheEndOvertakingTheFinalAnchorsLastChunkIsWaitedFor) {
 // finishes on the final model, with no rejoin.
 TEST_F(TransportFaults, TheEndOvertakingTheFinalAnchorsLastChunkToASiteIsWaitedFor) {
   use_codec("fp32");
-  const auto late = faults_->add(FaultRule::delay_overtaken(300ms)
-                                     .of_type(MsgType::kAnchor)
-                                     .on(endpoint("region-0"), "site-0")
-                                     .down()
-                                     .where(chunk_of(kRounds, 4))
-                                     .first(1));
+  const auto late = faults_->add(final_anchors_last_chunk_late(endpoint("region-0"), "site-0"));
   const FederationRun run = run_and_compare();
   EXPECT_EQ(faults_->hits(late), 1u);
   EXPECT_EQ(region_rejoins(run), 0u) << "site-0 gets the chunk: no rejoin";
