@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -27,6 +28,10 @@ struct FEDWAN_API RoundReport {
   uint64_t fp32_bytes = 0;  // the same frames had they carried fp32
   uint64_t frames = 0;
   double weight = 0;  // total site weight aggregated
+  // Checkpoint replica bytes this aggregator received from each child (by
+  // id) since its previous report. Not in wan_bytes: replicas go when
+  // nothing of a round waits, but they share the links.
+  std::map<std::string, uint64_t> replica_bytes;
 };
 
 // Topology, node id (a root or region of the topology), join timeout,

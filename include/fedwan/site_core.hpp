@@ -86,6 +86,10 @@ struct FEDWAN_API SyncResult {
   // them after its progress stalled.
   uint64_t bytes_resent = 0;
   uint64_t bytes_received = 0;
+  // Bytes of this site's checkpoint replica sent to its parent since the
+  // previous sync returned (not in bytes_sent: replicas go when nothing of
+  // the round waits, but they share the link).
+  uint64_t replica_bytes = 0;
   // Seconds this call spent paused outside the site's participation windows
   // (NodeSpec::windows); after a pause the site resyncs (resynced is true).
   double paused_seconds = 0;

@@ -321,6 +321,7 @@ class Aggregator::Impl {
     std::unique_ptr<checkpoint::ReplicaStore> store;       // with checkpoint_dir
     std::vector<Serving> serving;                          // by child slot
     std::unique_ptr<checkpoint::CheckpointUpload> upload;  // this node's checkpoint going out
+    std::map<std::string, uint64_t> reported;  // bytes received by child, for the next report
   } repl_;
 
   node::TrafficLedger ledger_;

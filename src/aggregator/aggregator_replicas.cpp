@@ -43,6 +43,7 @@ void Aggregator::Impl::on_child_checkpoint(Child& c, const wire::ParsedFrame& f)
     return;
   }
   summary_.replica_bytes += f.payload_size;
+  repl_.reported[c.id] += f.payload_size;
   if (h.round > round_ + aggregator::kReplicaRoundSlack) {
     // A child checkpoints rounds it reached through this node.
     repl_.store->abandon(c.id);

@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -419,6 +420,7 @@ void Aggregator::Impl::publish_report(RoundReport r, const node::Traffic& t) {
   r.wan_bytes = t.wan_bytes;
   r.fp32_bytes = t.fp32_bytes;
   r.frames = t.frames;
+  r.replica_bytes = std::exchange(repl_.reported, {});
   summary_.reports.push_back(r);
   // A round's report can come after a later one's (a region that died
   // took its telemetry with it, and the report waited for the finish).

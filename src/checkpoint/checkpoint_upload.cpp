@@ -73,6 +73,7 @@ void CheckpointUpload::pump(transport::ParentLink& link) {
       piece_ = piece_frame(topo_, self_, round_, *reader_).first;
     }
     if (!link.try_send(*piece_)) return;
+    bytes_sent_ += piece_->size();
     piece_.reset();
   }
 }

@@ -50,6 +50,9 @@ class CheckpointUpload {
   // offer.
   void pump(transport::ParentLink& link);
   bool active() const { return reader_ != nullptr || next_.has_value(); }
+  // Bytes of the pieces the link took, over the upload's life (frames, with
+  // their headers; pieces sent again after a restart count again).
+  uint64_t bytes_sent() const { return bytes_sent_; }
   uint64_t round() const { return round_; }
   void cancel();
 
@@ -67,7 +70,8 @@ class CheckpointUpload {
     uint32_t piece_bytes;
   };
   std::optional<Offer> next_;  // offered while another was on its way
-  bool begin_next();           // false (and nothing queued) when it cannot be read
+  uint64_t bytes_sent_ = 0;
+  bool begin_next();  // false (and nothing queued) when it cannot be read
 };
 
 }  // namespace fedwan::checkpoint

@@ -110,6 +110,7 @@ class RootRecord {
     nlohmann::json row = {{"round", r.round},           {"wan_bytes", r.wan_bytes},
                           {"fp32_bytes", r.fp32_bytes}, {"seconds", r.seconds},
                           {"frames", r.frames},         {"weight", r.weight}};
+    if (!r.replica_bytes.empty()) row["replica_bytes"] = r.replica_bytes;
     char line[256];
     const auto round = static_cast<unsigned long long>(r.round + 1);
     const auto rounds = static_cast<unsigned long long>(rounds_);

@@ -33,7 +33,8 @@ void SiteReport::synced(uint64_t round, Clock::time_point sync_started, const Sy
                      {"sync_s", sync_s},
                      {"bytes_sent", r.bytes_sent},
                      {"bytes_resent", r.bytes_resent},
-                     {"bytes_received", r.bytes_received}});
+                     {"bytes_received", r.bytes_received},
+                     {"replica_bytes", r.replica_bytes}});
   if (waited_s) rounds_.back()["overlap_s"] = span_s;
   train_s_total_ += pending_train_s_;
   sync_s_total_ += sync_s;

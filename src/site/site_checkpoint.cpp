@@ -298,6 +298,13 @@ void SiteCore::Impl::start_upload() {
 
 // Called from upkeep (never while the sealing pipeline owns the sealer):
 // pieces go out only when the window has room, behind the update.
+uint64_t SiteCore::Impl::replica_bytes_since_last() {
+  const uint64_t now = uplink->upload().bytes_sent();
+  const uint64_t since = now - replica_bytes_reported;
+  replica_bytes_reported = now;
+  return since;
+}
+
 void SiteCore::Impl::pump_upload() {
   if (welcome.awaiting || incoming.full_pending() || !welcome.link_ok) return;
   uplink->upload().pump(link());

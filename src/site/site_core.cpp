@@ -374,6 +374,7 @@ SyncResult SiteCore::Impl::sync() {
   cost_link_bytes();
   res.round = round;
   res.finished = finished;
+  res.replica_bytes = replica_bytes_since_last();
   trained_since = Clock::now();
   update_metrics(true, std::chrono::duration<double>(Clock::now() - sync_started).count());
   return res;

@@ -192,6 +192,9 @@ class SiteCore::Impl {
   void save_image(const Checkpoint& c, const checkpoint::CheckpointTrust& trust);
   bool whole_checkpoint_due() const;
   void boundary_checkpoint(bool upload);
+  // Replica bytes sent since it was last asked (SyncResult::replica_bytes).
+  uint64_t replica_bytes_since_last();
+  uint64_t replica_bytes_reported = 0;
   void restore_progress(const Checkpoint& c);  // data position, the caller's blobs
   void take_replica_image(uint64_t full_round);
   bool replica_due() const;  // this round's checkpoint goes to the parent

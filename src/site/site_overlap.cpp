@@ -116,6 +116,7 @@ SyncResult SiteCore::Impl::finish_sync() {
   cost_link_bytes();
   trained_since = Clock::now();
   res.round = round;
+  res.replica_bytes = replica_bytes_since_last();
   update_metrics(true, overlap.seconds());
   res.finished = finished;
   return res;

@@ -20,6 +20,7 @@ FederationRun run_threads(const Topology& topo, const std::vector<float>& init, 
   out.site_models.resize(sites.size());
   out.site_bytes_sent.assign(sites.size(), 0);
   out.site_bytes_resent.assign(sites.size(), 0);
+  out.site_replica_bytes.assign(sites.size(), 0);
   NodeSpawner nodes;
   for (const NodeSpec& n : topo.nodes()) {
     if (n.role == Role::kSite) continue;
@@ -62,6 +63,7 @@ FederationRun run_threads(const Topology& topo, const std::vector<float>& init, 
       SyncResult r = site.join();
       uint64_t sent = r.bytes_sent;
       uint64_t resent = r.bytes_resent;
+      uint64_t replicas = r.replica_bytes;
       const uint64_t h = topo.federation().inner_steps;
       const uint64_t tau = topo.federation().overlap_steps;
       uint64_t done = 0;  // steps of the round taken while its anchor came
@@ -89,10 +91,12 @@ FederationRun run_threads(const Topology& topo, const std::vector<float>& init, 
         }
         sent += r.bytes_sent;
         resent += r.bytes_resent;
+        replicas += r.replica_bytes;
       }
       out.site_models[i] = params;
       out.site_bytes_sent[i] = sent;
       out.site_bytes_resent[i] = resent;
+      out.site_replica_bytes[i] = replicas;
     });
   }
   nodes.join();

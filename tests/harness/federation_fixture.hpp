@@ -102,6 +102,7 @@ struct FederationRun {
   std::vector<std::vector<float>> site_models;  // final params per site, by site order
   // Per site, over its join and syncs: bytes sent, and of them sent again.
   std::vector<uint64_t> site_bytes_sent, site_bytes_resent;
+  std::vector<uint64_t> site_replica_bytes;  // per site: its replica's bytes sent
   std::vector<std::string> errors;
   std::string error_text() const {
     std::string out;

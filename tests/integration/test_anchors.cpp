@@ -262,6 +262,45 @@ TEST(CheckpointAnchors, ALargeSiteWritesImagesBetweenWholeCheckpoints) {
   EXPECT_EQ(site.round, image_round);
 }
 
+// Replica bytes are reported round by round where they cross a link: a
+// site's SyncResult::replica_bytes (what it sent of its replica since its
+// last sync), an aggregator's RoundReport::replica_bytes (what it received
+// from each child since its last report). The bench harness adds them to
+// the links' bytes in the ideal bound.
+TEST(CheckpointAnchors, ReplicaBytesAreReportedWhereTheyCrossALink) {
+  TempDir dir;
+  const Topology topo = make_tree(dir.path(), 1, 2, small_federation(4));
+  const std::vector<float> init = synthetic::initial_model(kParams, kSeed);
+  SiteSetup setup;
+  setup.options = [&](SiteOptions& o, size_t, std::vector<float>&) {
+    o.checkpoint_dir = (dir.path() / o.node_id).string();
+  };
+  setup.aggregator = [&](AggregatorOptions& o) {
+    o.checkpoint_dir = (dir.path() / o.node_id).string();
+  };
+  const FederationRun run = run_threads(topo, init, kSeed, 8, setup);
+  ASSERT_TRUE(run.errors.empty()) << run.error_text();
+  uint64_t sites = 0;
+  for (const uint64_t b : run.site_replica_bytes) {
+    EXPECT_GT(b, 0u);
+    sites += b;
+  }
+  // The region received them: their payloads, without the frame headers.
+  ASSERT_EQ(run.regions.size(), 1u);
+  EXPECT_GT(run.regions[0].replica_bytes, 0u);
+  EXPECT_LE(run.regions[0].replica_bytes, sites);
+  // The root's reports name the region's replica, and no more than came.
+  uint64_t reported = 0;
+  for (const RoundReport& r : run.root.reports) {
+    for (const auto& [child, b] : r.replica_bytes) {
+      EXPECT_EQ(child, "region-0");
+      reported += b;
+    }
+  }
+  EXPECT_GT(reported, 0u);
+  EXPECT_LE(reported, run.root.replica_bytes);
+}
+
 // A parent that keeps a child's replica could hand it a forged one. The
 // child checks its own signature: the forgery is refused (audited, alarmed)
 // and the child starts from the federation's model instead.

@@ -11,7 +11,10 @@ frames: the encoded update or anchor, frame headers, seals), following the
 link each byte crosses: a site's link carries its update up and its anchor
 down; a region's link one aggregate and one anchor of the same size; a
 relay's link (a flat tree over a tree's regions) every update and anchor of
-the sites behind it. 1500/1448 is the TCP/IP headers of a full-size
+the sites behind it. Checkpoint replicas sent up in the round count on the
+links they cross too (a site's reported by the site, an aggregator's by
+the root that received it): they go when nothing of the round waits, but
+a link carries them all the same. 1500/1448 is the TCP/IP headers of a full-size
 segment, R_d the direction's shaped rate. The first term is the
 bottleneck's serialisation time: chunks stream through every hop (an
 aggregator forwards chunk i before chunk i+1 arrives, and the root sends
@@ -89,25 +92,33 @@ def _path_tiers(raw: dict) -> list[str]:
     return tiers
 
 
-def tier_bytes(raw: dict, site_rows: dict[str, dict]) -> dict[str, int]:
+def tier_bytes(raw: dict, site_rows: dict[str, dict],
+               replicas: Optional[dict[str, int]] = None) -> dict[str, int]:
     """The most bytes one direction of a link of each tier carried in a
     round (`site_rows`: each site's row of it), following the links: a
     site's link carries its update up and its anchor down; an aggregator's
     link one aggregate up and one anchor down, of its sites' size (the same
-    codec); a relay's link every update and anchor of the sites behind it."""
+    codec); a relay's link every update and anchor of the sites behind it.
+    Replicas: a site's row's `replica_bytes` go up its link (not on to the
+    root: its parent keeps them); `replicas` (the root's row: bytes it
+    received from each child) go up those children's links."""
     nodes = {n["id"]: n for n in raw["nodes"]}
     carried: dict[str, list[int]] = {}  # a link's child end -> [up, down]
     for site, row in site_rows.items():
         sent, received = row["bytes_sent"], row["bytes_received"]
-        carried[site] = [sent, received]
+        replica = row.get("replica_bytes", 0)  # up to its parent, through any relay
+        carried[site] = [sent + replica, received]
         n = nodes[hop(nodes[site])]
         while n["parent"]:
             up, down = carried.setdefault(n["id"], [0, 0])
             if n["role"] == "relay":
-                carried[n["id"]] = [up + sent, down + received]
+                carried[n["id"]] = [up + sent + replica, down + received]
             else:
                 carried[n["id"]] = [max(up, sent), max(down, received)]
             n = nodes[hop(n)]
+    for child, b in (replicas or {}).items():
+        if child in nodes and nodes[child]["role"] != "site":
+            carried.setdefault(child, [0, 0])[0] += b
     out: dict[str, int] = {}
     for child, directions in carried.items():
         tier = nodes[child]["tier"]
@@ -132,7 +143,7 @@ def per_round(raw: dict) -> list[dict]:
         overlap = [r["overlap_s"] for r in site_rows if r.get("overlap_s") is not None]
         b = max([max(r["bytes_sent"], r["bytes_received"]) for r in site_rows] or [0])
         # What one direction of each tier's busiest link carries.
-        by_tier = tier_bytes(raw, by_site)
+        by_tier = tier_bytes(raw, by_site, root_row.get("replica_bytes"))
         ideal = ideal_round_seconds(by_tier, links, tiers)
         comm = statistics.mean(sync) if sync else None
         rows.append({

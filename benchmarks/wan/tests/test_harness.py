@@ -153,6 +153,29 @@ def test_per_round_figures_come_from_the_sites_and_the_root():
     assert rows[1]["wait_over_ideal"] == pytest.approx(1.0 / rows[1]["ideal_s"])
 
 
+def test_replicas_count_on_the_links_they_cross():
+    raw = raw_record()
+    site_rows = {s: dict(rep["rounds"][1]) for s, rep in raw["site_reports"].items()}
+    before = metrics.tier_bytes(raw, site_rows)
+    assert before == {"site": 1200, "root": 1200}
+    # A site's replica goes up its own link, to its region, no further.
+    site_rows["site-0"]["replica_bytes"] = 900
+    assert metrics.tier_bytes(raw, site_rows) == {"site": 1900, "root": 1200}
+    # The region's replica, as the root reported receiving it, goes up the
+    # region's link; a site named there (a flat tree) is counted by the
+    # site already.
+    both = metrics.tier_bytes(raw, site_rows, {"region-0": 800, "site-0": 900})
+    assert both == {"site": 1900, "root": 1800}
+    # And the bound of the round follows.
+    raw["root_report"]["rounds"][1]["replica_bytes"] = {"region-0": 800}
+    raw["site_reports"] = {s: dict(rep, rounds=[dict(r) for r in rep["rounds"]])
+                           for s, rep in raw["site_reports"].items()}
+    raw["site_reports"]["site-0"]["rounds"][1]["replica_bytes"] = 900
+    rows = metrics.per_round(raw)
+    assert rows[1]["tier_bytes_per_direction"] == {"site": 1900, "root": 1800}
+    assert rows[1]["ideal_s"] > metrics.per_round(raw_record())[1]["ideal_s"]
+
+
 def test_the_summary_adds_up():
     s = metrics.summarise(raw_record())
     assert s["resent_bytes"] == 200  # 100 per site, round 1

@@ -31,6 +31,9 @@ py::dict report_dict(const RoundReport& r) {
   d["fp32_bytes"] = r.fp32_bytes;
   d["frames"] = r.frames;
   d["weight"] = r.weight;
+  py::dict replicas;
+  for (const auto& [child, bytes] : r.replica_bytes) replicas[py::str(child)] = bytes;
+  d["replica_bytes"] = replicas;
   return d;
 }
 
@@ -243,7 +246,7 @@ constexpr const char* kRunDoc =
     R"(Serves until the last round is done (blocking, GIL released). Ctrl-C stops it
 within a second and raises KeyboardInterrupt (the last round boundary stays
 checkpointed). Returns
-{rounds, reports: [ {round, seconds, wan_bytes, fp32_bytes, frames, weight} ],
+{rounds, reports: [ {round, seconds, wan_bytes, fp32_bytes, frames, weight, replica_bytes} ],
  wan_bytes_total, fp32_bytes_total, rejected_frames, resent_chunks and resent_bytes
  (a region: aggregate chunks its parent lacked once its progress stalled, sent again),
  security_mode ("mtls/<cipher>"

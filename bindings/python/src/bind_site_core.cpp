@@ -23,6 +23,7 @@ py::dict sync_dict(const SyncResult& r) {
   d["bytes_sent"] = r.bytes_sent;
   d["bytes_received"] = r.bytes_received;
   d["bytes_resent"] = r.bytes_resent;
+  d["replica_bytes"] = r.replica_bytes;
   d["resynced"] = r.resynced;
   d["paused_seconds"] = r.paused_seconds;
   return d;
@@ -392,7 +393,8 @@ void bind_site_core(py::module_& m) {
            "Ends the round: sends the pseudo-gradient, waits for the next model and loads it "
            "into params; Ctrl-C stops the site and raises KeyboardInterrupt within a second "
            "(checkpoint() then keeps the round's start). Returns {round, finished, "
-           "bytes_sent, bytes_received, bytes_resent, resynced}. Raises "
+           "bytes_sent, bytes_received, bytes_resent, replica_bytes (its checkpoint replica "
+           "sent to the parent since the last sync), resynced}. Raises "
            "fedwan.TimeoutError, fedwan.ProtocolError, fedwan.TransportError, or "
            "fedwan.StoppedError after stop(); fedwan.Error while a begin_sync() is pending.")
       .def("service", &PySiteCore::service,
