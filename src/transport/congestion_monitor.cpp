@@ -202,6 +202,7 @@ TcpCounters CongestionMonitor::counters() {
     total.acked += info.tcpi_bytes_acked;
     total.retransmits += info.tcpi_total_retrans;
     total.rtt_us = std::max(total.rtt_us, info.tcpi_rtt);
+    total.window += static_cast<uint64_t>(info.tcpi_snd_cwnd) * info.tcpi_snd_mss;
     ++i;
   }
   return total;

@@ -92,6 +92,7 @@ void ParentLink::govern_tick(Clock::time_point now) {
       tcp->acked += c->acked;
       tcp->retransmits += c->retransmits;
       tcp->rtt_us = std::max(tcp->rtt_us, c->rtt_us);
+      tcp->window += c->window;
     }
   }
   StreamGovernor::Change c;

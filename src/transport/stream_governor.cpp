@@ -55,7 +55,7 @@ bool StreamGovernor::tick(Clock::time_point now, std::optional<TcpCounters> tcp,
   if (tcp) {
     backlog_start_ = sent_total_ > tcp->acked ? sent_total_ - tcp->acked : 0;
     // Draining a backlog is activity: the next send does not start over.
-    if (backlog_start_ >= kPerConnection) last_activity_ = now;
+    if (backlog_start_ >= kQueued) last_activity_ = now;
     // A connection that closed takes its counts with it: no measurement.
     if (!from || tcp->acked < from->acked || tcp->retransmits < from->retransmits) {
       start_epoch(now);
@@ -67,12 +67,17 @@ bool StreamGovernor::tick(Clock::time_point now, std::optional<TcpCounters> tcp,
     // reader can make loopback TCP drop and resend).
     lossy = tcp->retransmits > from->retransmits && tcp->rtt_us >= kLongRttUs;
     // ... or, with TCP, what it had handed over and its peer had not yet
-    // acknowledged (waiting in queues and socket buffers, or in flight) was
-    // kPerConnection for each connection in use when the epoch began, and
-    // still some at its end. (With many connections the queues can hold a
-    // whole update, and the sender is never refused.)
-    backlogged = backlogged ||
-                 (backlog_from >= kPerConnection * active_ && backlog_start_ >= kPerConnection);
+    // acknowledged was more than its connections' windows let be in flight,
+    // by kQueued for each connection in use, when the epoch began and when
+    // it ended: the rest waited in queues and socket buffers throughout.
+    // With many connections the queues can hold a whole update, and the
+    // sender is never refused; a bar of the windows' size, not a fixed one
+    // per connection, lets a link whose 16 small CUBIC windows carry 20 MB/s
+    // see that they hold it back, and an epoch at an update's tail, when
+    // the queues ran dry, is no measurement.
+    const uint64_t queued = kQueued * active_;
+    backlogged = backlogged || (backlog_from >= from->window + queued &&
+                                backlog_start_ >= tcp->window + queued);
   }
   const double rate = static_cast<double>(moved) / std::chrono::duration<double>(len).count();
   start_epoch(now);
@@ -94,27 +99,43 @@ bool StreamGovernor::move_to(size_t k, double rate, const char* why, Change* cha
   active_ = k;
   peak_ = std::max(peak_, k);
   warming_ = true;
+  at_count_ = 0;
   return true;
 }
 
 bool StreamGovernor::decide(double rate, bool lossy, Change* change) {
   clean_epochs_ = lossy ? 0 : clean_epochs_ + 1;
   if (probing_) {
-    // The count was just doubled: kept unless the goodput fell.
-    probing_ = false;
-    if (rate < options_.keep * base_rate_) {
+    // The count was just doubled: kept unless the goodput fell, in both of
+    // its first two measured epochs (one alone is noise on a lossy link: a
+    // loss on the new connections, or the old ones' windows collapsing).
+    probe_best_ = std::max(probe_best_, rate);
+    if (probe_best_ >= options_.keep * base_rate_) {
+      probing_ = false;
+    } else if (++probe_epochs_ >= 2) {
+      probing_ = false;
       settled_ = true;
       settled_epochs_ = 0;
       return move_to(base_, rate, "more connections cost goodput", change);
+    } else {
+      return false;
     }
   }
+  // The base of the next doubling is the least goodput seen at this count:
+  // a new connection's first epochs, before its first loss, read far above
+  // what it keeps (12 MB/s on one CUBIC connection that then carries 0.75),
+  // and against such a base every doubling would look like a loss.
+  base_rate_ = at_count_ == 0 || base_ != active_ ? rate : std::min(base_rate_, rate);
   base_ = active_;
-  base_rate_ = rate;
+  at_count_ += 1;
   // Losses hold each connection's window down: more of them carry more,
-  // while the link has more to carry than it takes.
-  if (lossy && active_ < options_.max &&
+  // while the link has more to carry than it takes. Two measured epochs at
+  // a count come first.
+  if (lossy && active_ < options_.max && at_count_ >= 2 &&
       (!settled_ || ++settled_epochs_ >= options_.settle_epochs)) {
     probing_ = true;
+    probe_best_ = 0;
+    probe_epochs_ = 0;
     settled_epochs_ = 0;
     return move_to(active_ * 2, rate, "lossy link held the sender back", change);
   }

@@ -5,12 +5,14 @@
 // while it has more to send than the link takes, its goodput over an epoch
 // (the bytes its connections' peers acknowledged, from the kernel's
 // TCP_INFO; the bytes it queued where there is no TCP) is the link's rate at
-// that count. Over an epoch in which a long link (5 ms round trip or more)
-// lost packets (its connections retransmitted) while it held the sender back, losses are what keep
-// each connection's window small, and more connections carry more: it doubles the count, and keeps
-// the doubling unless the goodput fell below `keep` times what it was. It goes on doubling while
-// that holds, up to `max`; once a doubling was undone it tries again every `settle_epochs` measured
-// epochs. After `settle_epochs` measured epochs without loss it halves the
+// that count. "More to send" is the sender finding every connection full,
+// or, with TCP, more handed over and not yet acknowledged than the
+// connections' congestion windows let be in flight. Over an epoch in which a long link (5 ms round
+// trip or more) lost packets (its connections retransmitted) while it held the sender back, losses
+// are what keep each connection's window small, and more connections carry more: it doubles the
+// count, and keeps the doubling unless the goodput fell below `keep` times what it was. It goes on
+// doubling while that holds, up to `max`; once a doubling was undone it tries again every
+// `settle_epochs` measured epochs. After `settle_epochs` measured epochs without loss it halves the
 // count: a connection's window is not what limits the link. So a loopback or
 // clean LAN link stays at one. BBR is not loss-based: its owner keeps such
 // a link at one connection (ParentLink).
@@ -78,8 +80,11 @@ class StreamGovernor {
   size_t base_ = 1;
   double base_rate_ = 0;
   size_t settled_epochs_ = 0;
+  size_t at_count_ = 0;  // epochs measured at the count now in use
   size_t clean_epochs_ = 0;  // measured in a row without loss
   bool probing_ = false;     // the count was just doubled
+  double probe_best_ = 0;    // the best goodput measured since
+  size_t probe_epochs_ = 0;  // epochs measured since
   bool settled_ = false;     // a doubling was undone
   uint64_t measured_ = 0;
   // The epoch now running.
@@ -91,7 +96,7 @@ class StreamGovernor {
   // acknowledged when the running epoch began.
   uint64_t sent_total_ = 0;
   uint64_t backlog_start_ = 0;
-  static constexpr uint64_t kPerConnection = 1 << 20;
+  static constexpr uint64_t kQueued = 128 << 10;  // per connection, beyond its window
   static constexpr uint32_t kLongRttUs = 5000;
   // The TCP counters where the running epoch began (nullopt: it began after
   // an idle spell, or the transport has none).

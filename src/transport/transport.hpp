@@ -63,6 +63,9 @@ struct TcpCounters {
   uint64_t acked = 0;
   uint64_t retransmits = 0;
   uint32_t rtt_us = 0;
+  // What the congestion windows let be in flight now (cwnd x MSS, summed
+  // over the connections): what the kernel sends, not what waits in queues.
+  uint64_t window = 0;
 };
 
 // A received message. The bytes stay where the transport put them (no copy)
