@@ -76,8 +76,8 @@ bool StreamGovernor::tick(Clock::time_point now, std::optional<TcpCounters> tcp,
     // see that they hold it back, and an epoch at an update's tail, when
     // the queues ran dry, is no measurement.
     const uint64_t queued = kQueued * active_;
-    backlogged = backlogged || (backlog_from >= from->window + queued &&
-                                backlog_start_ >= tcp->window + queued);
+    backlogged = backlogged ||
+                 (backlog_from >= from->window + queued && backlog_start_ >= tcp->window + queued);
   }
   const double rate = static_cast<double>(moved) / std::chrono::duration<double>(len).count();
   start_epoch(now);

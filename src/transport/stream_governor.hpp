@@ -80,7 +80,7 @@ class StreamGovernor {
   size_t base_ = 1;
   double base_rate_ = 0;
   size_t settled_epochs_ = 0;
-  size_t at_count_ = 0;  // epochs measured at the count now in use
+  size_t at_count_ = 0;      // epochs measured at the count now in use
   size_t clean_epochs_ = 0;  // measured in a row without loss
   bool probing_ = false;     // the count was just doubled
   double probe_best_ = 0;    // the best goodput measured since
