@@ -32,6 +32,7 @@ class _SyncResult(TypedDict):
     bytes_sent: int
     bytes_received: int
     bytes_resent: int
+    replica_bytes: int
     resynced: bool
     paused_seconds: float
 
@@ -44,6 +45,7 @@ class _RoundReport(TypedDict):
     fp32_bytes: int
     frames: int
     weight: float
+    replica_bytes: dict[str, int]
 
 class _NormBound(TypedDict):
     """FederationSpec.aggregation["norm_bound"]."""
@@ -368,6 +370,7 @@ class Aggregator(metaclass=_pybind11_type):
         audit_log: _StrPath | None = None,
         checkpoint_dir: _StrPath | None = None,
         standby: bool = False,
+        spill_from_bytes: int | None = None,
     ) -> None: ...
     def run(self) -> _AggregatorSummary: ...
     def stop(self) -> None: ...

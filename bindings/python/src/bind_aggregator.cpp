@@ -5,6 +5,7 @@
 #include <pybind11/stl.h>
 
 #include <condition_variable>
+#include <cstdint>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -51,7 +52,8 @@ class PyAggregator {
                std::optional<double> round_timeout_s, int window,
                const OptionalPathArg& credentials, bool insecure_plaintext,
                const std::string& cipher, const OptionalPathArg& audit_log,
-               const OptionalPathArg& checkpoint_dir, bool standby)
+               const OptionalPathArg& checkpoint_dir, bool standby,
+               std::optional<int64_t> spill_from_bytes)
       : on_round_(on_round.obj), on_model_(on_model.obj) {
     require_callable(on_round_, "on_round");
     require_callable(on_model_, "on_model");
@@ -76,6 +78,13 @@ class PyAggregator {
       opt.checkpoint_dir = path_from(checkpoint_dir.obj, "checkpoint_dir");
     }
     opt.standby = standby;
+    if (spill_from_bytes) {
+      if (*spill_from_bytes < 0) {
+        throw ConfigError("spill_from_bytes must be >= 0 (0: always), got " +
+                          std::to_string(*spill_from_bytes));
+      }
+      opt.spill_from_bytes = static_cast<size_t>(*spill_from_bytes);
+    }
     // The lambdas hold `this`, never a Python object: the core may copy or
     // destroy them without the GIL.
     if (!on_round_.is_none()) {
@@ -286,12 +295,12 @@ refusals.)")
       .def(py::init<const TopologyArg&, const std::string&, const OptionalFloat32ArrayArg&,
                     const RoundCallbackArg&, const ModelCallbackArg&, double, std::optional<double>,
                     int, const OptionalPathArg&, bool, const std::string&, const OptionalPathArg&,
-                    const OptionalPathArg&, bool>(),
+                    const OptionalPathArg&, bool, std::optional<int64_t>>(),
            "topology"_a, "node_id"_a, "initial_model"_a = py::none(), "on_round"_a = py::none(),
            "on_model"_a = py::none(), "join_timeout_s"_a = 300.0, py::kw_only(),
            "round_timeout_s"_a = py::none(), "window"_a = 8, "credentials"_a = py::none(),
            "insecure_plaintext"_a = false, "cipher"_a = "aes-256-gcm", "audit_log"_a = py::none(),
-           "checkpoint_dir"_a = py::none(), "standby"_a = false,
+           "checkpoint_dir"_a = py::none(), "standby"_a = false, "spill_from_bytes"_a = py::none(),
            R"(Builds node `node_id` (a root or region) of `topology` (a Topology or the
 path of a topology file) and binds its endpoint.
 
@@ -304,6 +313,10 @@ every round boundary and resume from the one found there at start.
 `standby=True` (node_id and credentials the root's; needs checkpoint_dir): run as
 the root's standby at root.standby_endpoint, keeping the checkpoints the root
 streams to it, and take over as root when the root falls silent.
+`spill_from_bytes`: for a model of at least this many fp32 bytes the round's
+frames kept for sending again, and chunks in flight beyond 8 MiB, wait in an
+unnamed file in checkpoint_dir (0: always; None: 64 MiB; docs/operations.md,
+"An aggregator's memory").
 Raises fedwan.ConfigError (bad options, a node that is not an aggregator, missing
 or mismatched credentials), fedwan.CryptoError (an unusable certificate or CRL)
 or fedwan.TransportError (the endpoint cannot be bound).)")

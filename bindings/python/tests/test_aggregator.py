@@ -46,6 +46,33 @@ def test_options_are_checked(sock_dir, credentials):
         fedwan.Aggregator(topo, "root", np.zeros(4), credentials=creds)
     with pytest.raises(fedwan.ConfigError, match="on_round must be callable"):
         fedwan.Aggregator(topo, "root", np.zeros(4, np.float32), on_round=3, credentials=creds)
+    with pytest.raises(fedwan.ConfigError, match="spill_from_bytes must be >= 0"):
+        fedwan.Aggregator(topo, "root", np.zeros(4, np.float32), spill_from_bytes=-1,
+                          credentials=creds)
+
+
+def test_a_root_that_keeps_its_round_on_disk_gives_the_same_model(sock_dir, credentials,
+                                                                   tmp_path):
+    # spill_from_bytes=0: every anchor frame and every chunk waiting for
+    # copies goes through the unnamed file in checkpoint_dir, and back.
+    models = []
+    for spill in (None, 0):
+        topo = two_site_topology(sock_dir, rounds=3)
+        initial = fedwan.synthetic_initial_model(300, 5)
+        root = fedwan.Aggregator(topo, "root", initial, join_timeout_s=JOIN_TIMEOUT_S,
+                                 credentials=credentials(topo, "root"),
+                                 checkpoint_dir=tmp_path / f"spill-{spill}",
+                                 spill_from_bytes=spill)
+        sites = [Worker(n, lambda n=n: synthetic_site(topo, n, initial, credentials(topo, n)))
+                 for n in ("site-0", "site-1")]
+        for w in sites:
+            w.start()
+        summary = root.run()
+        root.close()
+        join_all(sites)
+        assert [w.result for w in sites] == [None, None]
+        models.append(summary["global_model"])
+    assert np.array_equal(models[0], models[1])
 
 
 def test_join_timeout_names_the_missing_children(sock_dir, credentials):
