@@ -58,12 +58,21 @@ void Aggregator::Impl::save_checkpoint() {
   }
   summary_.checkpoints_written += 1;
   metrics_.last_checkpoint = Clock::now();
+  not_listening(Clock::now() - t0);
   const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   log().info("[agg:{}] checkpoint of round {} written in {:.1f} ms", self_.id, round_, ms);
   security_->audit("checkpoint",
                    {{"round", round_},
                     {"path", checkpoint::checkpoint_path(opt_.checkpoint_dir, self_.id)},
                     {"ms", ms}});
+}
+
+void Aggregator::Impl::not_listening(Clock::duration d) {
+  // The silence of its peers while this node wrote (seconds, for a large
+  // model on a busy disk) is its own: it would otherwise lose children that
+  // kept talking, and they their parent, at every slow checkpoint.
+  for (Child& c : down_.children) c.last_heard += d;
+  if (session::Uplink* up = role_->uplink()) up->session().not_listening(d);
 }
 
 bool Aggregator::Impl::resume_from_checkpoint() {

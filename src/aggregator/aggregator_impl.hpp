@@ -249,6 +249,9 @@ class Aggregator::Impl {
   // The model is large enough (AggregatorOptions::spill_from_bytes) that
   // the round's frames kept for sending again wait on disk.
   bool spills() const;
+  // It did not read its sockets for `d` (a checkpoint written): its
+  // children's and its parent's silence meanwhile does not count.
+  void not_listening(Clock::duration d);
   void clip_children_copies(uint32_t idx);
   // Adaptive clipping (central privacy with a target quantile): the root
   // moves the clip; it travels down with welcomes and anchor updates, and

@@ -62,6 +62,11 @@ class ParentSession {
   void heard(Clock::time_point now, bool reset_backoff = true);
   // Judge the parent as silent from now on (its session failed).
   void forget_heard() { heard_ = Clock::time_point{}; }
+  // This node did not listen for `d` (it wrote a checkpoint): the parent's
+  // silence does not count meanwhile.
+  void not_listening(Clock::duration d) {
+    if (heard_ != Clock::time_point{}) heard_ += d;
+  }
   Clock::time_point last_heard() const { return heard_; }
   // Bytes on the wire to and from the parent since the session began, over
   // every link it opened (checkpoint pieces, heartbeats, handshakes

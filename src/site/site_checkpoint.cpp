@@ -88,6 +88,8 @@ void SiteCore::Impl::save_checkpoint(bool with_replica) {
   if (with_replica) save_image(c, trust);
   site_metrics.last_checkpoint = Clock::now();
   site_metrics.checkpoints += 1;
+  // Its parent's silence while it wrote (it did not listen) does not count.
+  parent().not_listening(Clock::now() - t0);
 }
 
 // The replica image of `c` (site-<id>.replica.fwck): what goes to the
@@ -273,10 +275,12 @@ void SiteCore::Impl::boundary_checkpoint(bool upload) {
     save_checkpoint(upload && replica_due());
     return;
   }
+  const auto t0 = Clock::now();
   save_image(state_checkpoint(), checkpoint::checkpoint_trust(*security, topo, self));
   security->audit("checkpoint", {{"round", round}, {"image", true}});
   site_metrics.last_checkpoint = Clock::now();
   site_metrics.checkpoints += 1;
+  parent().not_listening(Clock::now() - t0);
 }
 
 bool SiteCore::Impl::replica_due() const {

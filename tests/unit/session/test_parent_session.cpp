@@ -86,5 +86,22 @@ TEST_F(ParentSessionTest, WithoutAStandbyAnUpSessionIsNeverMute) {
   EXPECT_FALSE(s->up_but_mute(s->opened_at() + 60s));
 }
 
+// While this node wrote a checkpoint it did not listen: the parent's
+// silence over that time does not count against it.
+TEST_F(ParentSessionTest, SilenceWhileThisNodeDidNotListenDoesNotCount) {
+  std::unique_ptr<ParentSession> s = session(/*standby=*/false);
+  const auto t = std::chrono::steady_clock::now();
+  s->heard(t);
+  EXPECT_TRUE(s->silent(t + 1001ms));
+  s->not_listening(800ms);  // a checkpoint written meanwhile
+  EXPECT_FALSE(s->silent(t + 1001ms));
+  EXPECT_FALSE(s->silent(t + 1800ms));
+  EXPECT_TRUE(s->silent(t + 1801ms));
+  // A parent never heard from stays unheard.
+  s->forget_heard();
+  s->not_listening(800ms);
+  EXPECT_EQ(s->last_heard(), std::chrono::steady_clock::time_point{});
+}
+
 }  // namespace
 }  // namespace fedwan::session
