@@ -146,6 +146,34 @@ void bf16_planes(size_t n, const std::function<void(size_t at, size_t k, uint8_t
   }
 }
 
+// The bytes of a section stored as bf16 byte planes (bf16_planes):
+// `bytes` of fp32, or of bf16 when `held`.
+std::vector<uint8_t> from_bf16_planes(const CheckpointSection& s, uint64_t bytes, bool held) {
+  const size_t width = held ? sizeof(uint16_t) : sizeof(float);
+  if (bytes % width != 0) {
+    throw CryptoError("replica image: section '" + s.name + "' is not " + (held ? "bf16" : "fp32"));
+  }
+  const size_t k = bytes / width;
+  const size_t frame = ZSTD_findFrameCompressedSize(s.data(), s.size());
+  if (ZSTD_isError(frame) || s.size() - frame != k) {
+    throw CryptoError("replica image: section '" + s.name + "' does not hold its two planes");
+  }
+  std::vector<uint8_t> high(k);
+  decompress(s.name, s.data(), frame, high.data(), k);
+  const uint8_t* low = s.data() + frame;
+  std::vector<uint8_t> out(bytes);
+  for (size_t i = 0; i < k; ++i) {
+    const auto h = static_cast<uint16_t>((high[i] << 8) | low[i]);
+    if (held) {
+      std::memcpy(out.data() + 2 * i, &h, 2);
+    } else {
+      const float f = kernels::bf16_to_fp32(h);
+      std::memcpy(out.data() + 4 * i, &f, 4);
+    }
+  }
+  return out;
+}
+
 void compressed(const uint8_t* data, size_t n, const Sink& sink) {
   Compressor z(n, sink);
   z.feed(data, n, true);
@@ -315,30 +343,7 @@ Checkpoint expand_replica_image(const Checkpoint& image, const float* base, size
         std::memcpy(out.bytes.data() + 4 * i, &a, 4);
       }
     } else if (encoding == kBf16 || encoding == kBf16Held) {
-      const bool held = encoding == kBf16Held;
-      const size_t width = held ? sizeof(uint16_t) : sizeof(float);
-      if (bytes % width != 0) {
-        throw CryptoError("replica image: section '" + name + "' is not " +
-                          (held ? "bf16" : "fp32"));
-      }
-      const size_t k = bytes / width;
-      const size_t frame = ZSTD_findFrameCompressedSize(s->data(), s->size());
-      if (ZSTD_isError(frame) || s->size() - frame != k) {
-        throw CryptoError("replica image: section '" + name + "' does not hold its two planes");
-      }
-      std::vector<uint8_t> high(k);
-      decompress(name, s->data(), frame, high.data(), k);
-      const uint8_t* low = s->data() + frame;
-      out.bytes.resize(bytes);
-      for (size_t i = 0; i < k; ++i) {
-        const auto h = static_cast<uint16_t>((high[i] << 8) | low[i]);
-        if (held) {
-          std::memcpy(out.bytes.data() + 2 * i, &h, 2);
-        } else {
-          const float f = kernels::bf16_to_fp32(h);
-          std::memcpy(out.bytes.data() + 4 * i, &f, 4);
-        }
-      }
+      out.bytes = from_bf16_planes(*s, bytes, encoding == kBf16Held);
     } else if (encoding == kZstd) {
       out.bytes.resize(bytes);
       decompress(*s, out.bytes.data(), out.bytes.size());
