@@ -110,14 +110,18 @@ void write_checkpoint(const fs::path& path, const Checkpoint& c, const security:
 
   // Recovery trusts a checkpoint reported written, so unlike credentials a
   // failure to make the rename durable is reported too.
-  AtomicFileWriter out(path, kCheckpointMode, [&path](std::string_view action, int err) {
-    if (action == "sync directory of") {
-      throw TransportError("checkpoint " + path.string() +
-                           " was written but its directory could not be synced: " +
-                           errno_text(err) + "; it may not survive a power cut, write it again");
-    }
-    throw_io(action, path, err);
-  });
+  AtomicFileWriter out(
+      path, kCheckpointMode,
+      [&path](std::string_view action, int err) {
+        if (action == "sync directory of") {
+          throw TransportError(
+              "checkpoint " + path.string() +
+              " was written but its directory could not be synced: " + errno_text(err) +
+              "; it may not survive a power cut, write it again");
+        }
+        throw_io(action, path, err);
+      },
+      PageCache::kBypass);
   out.write(header.data(), header.size());
   bool produced = false;
   for (size_t i = 0; i < c.sections.size(); ++i) {

@@ -107,7 +107,9 @@ CheckpointAssembly::Status CheckpointAssembly::add(uint32_t index, uint32_t coun
                 " bytes, the file was announced as " + num(s.total));
   }
   try {
-    if (!s.out) s.out = std::make_unique<AtomicFileWriter>(s.target, kReplicaMode);
+    if (!s.out)
+      s.out = std::make_unique<AtomicFileWriter>(s.target, kReplicaMode, AtomicFileWriter::FailFn{},
+                                                 PageCache::kBypass);
     s.out->write(data, n);
     s.check.feed(data, n);
     s.whole.update(data, n);

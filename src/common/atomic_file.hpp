@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -55,6 +56,16 @@ std::optional<std::string> read_file_if_exists(const std::filesystem::path& path
 // written, so it is not reported). Blocks on the disk.
 void write_file_atomic(const std::filesystem::path& path, std::string_view bytes, mode_t mode);
 
+// Whether a streamed file's bytes go through the kernel's page cache.
+// kBypass (checkpoints, replicas: written once, large, read again only on a
+// restart) writes them with O_DIRECT from an aligned staging buffer: the
+// kernel's copy into the cache and its dirty-page accounting, which cost
+// more CPU than the rest of a checkpoint together, are skipped, and a
+// checkpoint does not push the training's memory out of the cache. Where
+// the file system refuses O_DIRECT (or its alignment is unusual), the
+// writer falls back to kKeep without a word: the bytes are the same.
+enum class PageCache { kKeep, kBypass };
+
 // The streaming form of write_file_atomic, for files too large to build in
 // memory first (checkpoints): write() pieces, then commit(). Destroying an
 // uncommitted writer removes the temporary file and leaves `path` alone.
@@ -63,15 +74,20 @@ void write_file_atomic(const std::filesystem::path& path, std::string_view bytes
 class AtomicFileWriter {
  public:
   using FailFn = std::function<void(std::string_view action, int err)>;
-  AtomicFileWriter(std::filesystem::path path, mode_t mode, FailFn fail = {});
+  AtomicFileWriter(std::filesystem::path path, mode_t mode, FailFn fail = {},
+                   PageCache cache = PageCache::kKeep);
   ~AtomicFileWriter();
   AtomicFileWriter(const AtomicFileWriter&) = delete;
   AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
 
   void write(const void* data, size_t n);
   // Overwrites bytes already written at `offset` (a header whose fields are
-  // known only once what follows is written).
+  // known only once what follows is written). Bytes not yet written: the
+  // failure "write" with EINVAL.
   void write_at(uint64_t offset, const void* data, size_t n);
+  // Whether the bytes are going around the page cache (PageCache::kBypass
+  // asked for and the file system took it).
+  bool bypassing_cache() const { return direct_ != nullptr; }
   // Sets the mode, fsyncs, renames over `path`, then fsyncs the directory.
   // With require_durable_rename a failure of that last fsync is reported
   // (as action "sync directory of"); otherwise it is best effort.
@@ -81,13 +97,20 @@ class AtomicFileWriter {
               const std::function<void(std::string_view step)>& on_step = {});
 
  private:
+  struct Direct;
   [[noreturn]] void failed(std::string_view action, int err) const;
+  void open_direct();
+  void write_buffered(const uint8_t* p, size_t n, uint64_t offset);
+  void flush_stage(bool last);
+  void patch_flushed(uint64_t offset, const uint8_t* p, size_t n);
 
   std::filesystem::path path_;
   mode_t mode_;
   FailFn fail_;
   std::string temp_;
   int fd_ = -1;
+  uint64_t size_ = 0;               // bytes written so far
+  std::unique_ptr<Direct> direct_;  // set while bypassing the page cache
   bool created_ = false;
   bool committed_ = false;
 };

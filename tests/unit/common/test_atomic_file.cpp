@@ -2,6 +2,7 @@
 // credential and checkpoint writers rely on.
 #include "common/atomic_file.hpp"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -12,6 +13,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fedwan/error.hpp"
@@ -170,6 +172,82 @@ TEST(AtomicFile, FsyncDirectory) {
   EXPECT_NO_THROW(fsync_directory(d.path()));
   const std::string msg = config_error([&] { fsync_directory(d / "missing"); });
   EXPECT_EQ(msg.rfind("cannot sync directory " + (d / "missing").string() + ": ", 0), 0u) << msg;
+}
+
+// Random bytes, the same for a given seed.
+std::string random_bytes(size_t n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::string out(n, '\0');
+  for (char& c : out) c = static_cast<char>(gen() & 0xff);
+  return out;
+}
+
+// Streams `body` in uneven pieces, patches `patches` (offset, bytes) with
+// write_at, commits; returns what reached the disk.
+std::string stream_and_patch(const fs::path& path, const std::string& body,
+                             const std::vector<std::pair<uint64_t, std::string>>& patches,
+                             PageCache cache, bool* bypassed) {
+  AtomicFileWriter w(path, 0600, {}, cache);
+  *bypassed = w.bypassing_cache();
+  size_t at = 0;
+  for (size_t piece = 1; at < body.size(); piece = piece * 3 + 7) {
+    const size_t n = std::min(piece % (size_t{3} << 20), body.size() - at);
+    w.write(body.data() + at, n);
+    at += n;
+  }
+  for (const auto& [offset, bytes] : patches) w.write_at(offset, bytes.data(), bytes.size());
+  w.commit();
+  return read_file(path);
+}
+
+TEST(AtomicFile, StreamedBytesAreTheSameThroughTheCacheAndAroundIt) {
+  TempDir d;
+  constexpr size_t kMiB = size_t{1} << 20;
+  // Around the alignment, the 4 MiB staging buffer and several of it.
+  for (const size_t size : {size_t{0}, size_t{1}, size_t{4095}, size_t{4096}, size_t{4097},
+                            4 * kMiB - 1, 4 * kMiB, 4 * kMiB + 1, 9 * kMiB + 123}) {
+    const std::string body = random_bytes(size, static_cast<uint32_t>(size));
+    std::vector<std::pair<uint64_t, std::string>> patches;
+    if (size >= 100) patches.emplace_back(0, random_bytes(100, 1));  // a header
+    if (size > 4 * kMiB + 60) patches.emplace_back(4 * kMiB - 60, random_bytes(120, 2));  // across
+    if (size > 9 * kMiB) patches.emplace_back(9 * kMiB + 3, random_bytes(120, 3));        // staged
+    if (size > 0) patches.emplace_back(size - 1, "z");  // the last byte
+    std::string want = body;
+    for (const auto& [offset, bytes] : patches) want.replace(offset, bytes.size(), bytes);
+    bool bypassed = true;
+    EXPECT_EQ(stream_and_patch(d / "kept", body, patches, PageCache::kKeep, &bypassed), want)
+        << size;
+    EXPECT_FALSE(bypassed);
+    EXPECT_EQ(stream_and_patch(d / "direct", body, patches, PageCache::kBypass, &bypassed), want)
+        << size;
+    EXPECT_EQ(fs::file_size(d / "direct"), size);
+    EXPECT_EQ(mode_of(d / "direct"), 0600u);
+  }
+  EXPECT_EQ(entries(d.path()), (std::vector<std::string>{"direct", "kept"}));
+}
+
+TEST(AtomicFile, AroundTheCacheWhereTheFileSystemAllowsIt) {
+  TempDir d;
+  const int probe = ::open((d / "probe").c_str(), O_CREAT | O_WRONLY | O_DIRECT | O_CLOEXEC, 0600);
+  const bool direct_io = probe >= 0;
+  if (probe >= 0) ::close(probe);
+  AtomicFileWriter w(d / "f", 0600, {}, PageCache::kBypass);
+  EXPECT_EQ(w.bypassing_cache(), direct_io);
+}
+
+TEST(AtomicFile, PatchingBytesNotYetWrittenFailsInBothModes) {
+  TempDir d;
+  for (const PageCache cache : {PageCache::kKeep, PageCache::kBypass}) {
+    {
+      AtomicFileWriter w(d / "f", 0600, {}, cache);
+      w.write("abcdef", 6);
+      const std::string msg = config_error([&] { w.write_at(4, "xyz", 3); });
+      EXPECT_NE(msg.find("cannot write " + (d / "f").string()), std::string::npos) << msg;
+      EXPECT_NO_THROW(w.write_at(3, "xyz", 3));
+    }  // destroyed uncommitted: nothing left behind
+    EXPECT_FALSE(fs::exists(d / "f"));
+    EXPECT_EQ(entries(d.path()), std::vector<std::string>{});
+  }
 }
 
 }  // namespace
