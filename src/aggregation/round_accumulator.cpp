@@ -92,7 +92,8 @@ int RoundAccumulator::child_slot(uint32_t sender) const {
 RoundAccumulator::Result RoundAccumulator::add(uint64_t round, uint32_t sender, uint32_t chunk,
                                                uint32_t element_count, double weight,
                                                const Codec& codec, const uint8_t* payload,
-                                               size_t bytes, double excused) {
+                                               size_t bytes, double excused,
+                                               const Sha256Digest* payload_sha) {
   const int slot = child_slot(sender);
   if (slot < 0) return {AddOutcome::kUnknownSender, false, {}};
   if (!open_ || round > round_) return {AddOutcome::kFuture, false, {}};
@@ -124,7 +125,10 @@ RoundAccumulator::Result RoundAccumulator::add(uint64_t round, uint32_t sender, 
   }
   scratch_.resize(element_count);
   codec.decode(payload, element_count, scratch_.data());
-  const uint64_t digest = screen_.checks_replays() ? payload_digest(payload, bytes) : 0;
+  uint64_t digest = 0;
+  if (screen_.checks_replays()) {
+    digest = payload_sha != nullptr ? payload_digest(*payload_sha) : payload_digest(payload, bytes);
+  }
   CopyVerdict v = screen_.judge(round, chunk, static_cast<uint32_t>(slot), digest, scratch_.data(),
                                 element_count);
   if (v.verdict == Verdict::kRefused) return refuse(acc, slot, chunk, weight, v);

@@ -94,8 +94,11 @@ class RoundAccumulator {
   // that delivered this chunk and was refused there (a region's); with no
   // values (`payload` null, `bytes` 0, `weight` 0) the copy is that alone.
   // A payload the codec finds malformed is refused like a screened copy.
+  // `payload_sha`: the payload's SHA-256 where the caller has computed it
+  // (for its audit log): the replay check uses it rather than hashing again.
   Result add(uint64_t round, uint32_t sender, uint32_t chunk, uint32_t element_count, double weight,
-             const Codec& codec, const uint8_t* payload, size_t bytes, double excused = 0);
+             const Codec& codec, const uint8_t* payload, size_t bytes, double excused = 0,
+             const Sha256Digest* payload_sha = nullptr);
 
   // Releases a chunk's combiner with what the rule made of its copies (held
   // copies judged first); the chunk must have at least one arrival and not

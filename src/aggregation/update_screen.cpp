@@ -68,7 +68,10 @@ UpdateScreen::UpdateScreen(ScreenConfig cfg, tensor::ChunkPlan plan)
       sent_(cfg.replay_window > 0 ? plan.count() : 0) {}
 
 uint64_t payload_digest(const uint8_t* payload, size_t bytes) {
-  const Sha256Digest d = sha256(payload, bytes);
+  return payload_digest(sha256(payload, bytes));
+}
+
+uint64_t payload_digest(const Sha256Digest& d) {
   uint64_t out = 0;
   for (int i = 0; i < 8; ++i) out = (out << 8) | d[static_cast<size_t>(i)];
   return out;

@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "common/sha256.hpp"
 #include "tensor/chunk_plan.hpp"
 
 namespace fedwan::aggregation {
@@ -125,6 +126,8 @@ class UpdateScreen {
 
 // The first 8 bytes of the payload's SHA-256: what replays are told by.
 uint64_t payload_digest(const uint8_t* payload, size_t bytes);
+// The same from the payload's SHA-256, where the caller has it already.
+uint64_t payload_digest(const Sha256Digest& sha);
 
 // The L2 norm, summed in double.
 double l2_norm(const float* v, size_t n);

@@ -105,7 +105,7 @@ class Aggregator::Impl {
                                     const wire::ParsedFrame& f);
   void audit_delta(const Child& c, const wire::ParsedFrame& f, const aggregator::DeltaWeight& w,
                    const Codec& codec, const char* decision,
-                   const aggregation::RoundAccumulator::Result& r);
+                   const aggregation::RoundAccumulator::Result& r, const Sha256Digest* sha);
   static void verdict_fields(const aggregation::CopyVerdict& v, nlohmann::json& fields);
   void on_delta_added(Child& c, const wire::FrameHeader& h,
                       const aggregation::RoundAccumulator::Result& r);

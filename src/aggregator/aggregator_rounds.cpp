@@ -185,14 +185,20 @@ void Aggregator::Impl::on_delta(Child& c, const wire::ParsedFrame& f) {
                         : "an unclipped-site count, and this federation's clip is fixed";
     decision = "bad_weight";
   }
+  // Hashed once: the audit entry and the replay check both use it.
+  std::optional<Sha256Digest> sha;
+  if (security_->auditing() || !opt_.record_updates_dir.empty()) {
+    sha = sha256(f.payload, f.payload_size);
+  }
   aggregation::RoundAccumulator::Result r{aggregation::AddOutcome::kBadChunk, false, {}};
   if (!refusal && h.total_elements == model_.elements && h.chunk_count == model_.plan->count()) {
     r = acc_->add(h.round, c.index, h.chunk_index, h.element_count, w.weight, *codec,
-                  f.payload_size > 0 ? f.payload : nullptr, f.payload_size, f.excused_weight);
+                  f.payload_size > 0 ? f.payload : nullptr, f.payload_size, f.excused_weight,
+                  sha ? &*sha : nullptr);
     if (f.unclipped_sites) take_unclipped_report(c, h.round, *f.unclipped_sites, r.outcome);
   }
   if (decision == nullptr) decision = delta_decision(r, f);
-  audit_delta(c, f, w, *codec, decision, r);
+  audit_delta(c, f, w, *codec, decision, r, sha ? &*sha : nullptr);
   if (w.claim_differs) {
     security_->log_noise("claimed-weight:" + c.id,
                          "[agg:" + self_.id + "] '" + c.id + "' claimed weight " +
@@ -224,10 +230,11 @@ const char* Aggregator::Impl::delta_decision(const aggregation::RoundAccumulator
 void Aggregator::Impl::audit_delta(const Child& c, const wire::ParsedFrame& f,
                                    const aggregator::DeltaWeight& w, const Codec& codec,
                                    const char* decision,
-                                   const aggregation::RoundAccumulator::Result& r) {
+                                   const aggregation::RoundAccumulator::Result& r,
+                                   const Sha256Digest* sha) {
   if (!security_->auditing() && opt_.record_updates_dir.empty()) return;
   const wire::FrameHeader& h = f.header;
-  const Sha256Digest d = sha256(f.payload, f.payload_size);
+  const Sha256Digest d = sha != nullptr ? *sha : sha256(f.payload, f.payload_size);
   const std::string hex = to_hex(d.data(), d.size());
   // What may yet stand behind the model is kept for a replay.
   const std::string kept(decision);

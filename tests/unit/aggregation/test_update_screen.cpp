@@ -8,6 +8,7 @@
 
 #include "aggregation/round_accumulator.hpp"
 #include "aggregation/update_screen.hpp"
+#include "common/sha256.hpp"
 #include "fedwan/codec.hpp"
 #include "fedwan/error.hpp"
 #include "node/node_config.hpp"
@@ -140,6 +141,9 @@ TEST(UpdateScreen, ACopyTheChildSentBeforeIsAReplay) {
             aggregation::payload_digest(a.data(), a.size()));
   EXPECT_NE(aggregation::payload_digest(a.data(), a.size()),
             aggregation::payload_digest(b.data(), b.size()));
+  // The caller's SHA-256 of the payload (its audit log's) gives the same.
+  EXPECT_EQ(aggregation::payload_digest(sha256(a.data(), a.size())),
+            aggregation::payload_digest(a.data(), a.size()));
 }
 
 TEST(UpdateScreen, AnAbsoluteBoundIsSharedOutOverTheChunksBySize) {
