@@ -233,7 +233,8 @@ int run_demo(const DemoArgs& a) {
     throw ConfigError("--ranks-per-site > 1 needs --trainer fashion-cnn");
   }
   print_demo_banner(a, place, plan.dir);
-  DemoSupervisor supervisor(self_exe(), a.max_restarts);
+  // Without a checkpoint a restarted node would begin again from nothing.
+  DemoSupervisor supervisor(self_exe(), a.no_checkpoints ? 0 : a.max_restarts);
   if (!run_nodes(a, plan, supervisor)) return 1;
   if (g_demo_stop.load()) {
     std::cerr << "fedwan demo: stopped by signal; every node was stopped (logs in "

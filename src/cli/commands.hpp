@@ -108,6 +108,7 @@ struct DemoArgs {
   std::string privacy;             // --privacy KEY=VALUE,... (cli/demo_flags.hpp)
   uint64_t chunk_bytes = 1 << 20;
   bool no_baseline = false;
+  bool no_checkpoints = false;  // nodes keep no checkpoints (nor replicas); no restarts
   std::string report;
   std::string work_dir;             // default: a fresh temporary directory
   bool force = false;               // replace a federation CA already in work_dir/pki

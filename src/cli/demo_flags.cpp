@@ -240,6 +240,9 @@ void add_site_rank_flags(CLI::App& cmd, DemoArgs& a) {
 // its ports.
 void add_workspace_flags(CLI::App& cmd, DemoArgs& a) {
   cmd.add_flag("--no-baseline", a.no_baseline, "skip the central-training baseline");
+  cmd.add_flag("--no-checkpoints", a.no_checkpoints,
+               "the nodes keep no checkpoints and send no replicas (a node that dies is not "
+               "restarted): to measure what durability costs");
   cmd.add_option("--report", a.report, "write the JSON report here");
   cmd.add_option("--dir", a.work_dir,
                  "working directory (default: a new temporary one); a federation CA an earlier "

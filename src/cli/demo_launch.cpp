@@ -71,8 +71,10 @@ NodeLaunch demo_node_launch(const DemoArgs& a, const DemoPlan& plan, const NodeS
     const std::string audit = (dir / "audit" / (name + ".jsonl")).string();
     if (rank == 0) l.audit_log = audit;
     // A node that dies is started again from here (the supervisor).
-    args.insert(args.end(),
-                {"--audit-log", audit, "--checkpoint-dir", (dir / "checkpoints" / name).string()});
+    args.insert(args.end(), {"--audit-log", audit});
+    if (!a.no_checkpoints) {
+      args.insert(args.end(), {"--checkpoint-dir", (dir / "checkpoints" / name).string()});
+    }
     if (n.role == Role::kRoot) args.insert(args.end(), {"--eval", "--report", plan.root_report});
     if (leave && leave->site == n.id) {
       args.insert(args.end(), {"--leave-at-round", std::to_string(leave->round - 1)});

@@ -190,6 +190,10 @@ DemoPlan plan_demo(const DemoArgs& a, fs::path dir) {
   }
   plan.topology = demo_topology(a, weights, plan.late ? plan.late->site : std::string());
   plan.chaos = parse_chaos(a.chaos, plan.topology, a.rounds);
+  if (plan.chaos && a.no_checkpoints) {
+    throw ConfigError("--chaos " + a.chaos +
+                      " needs checkpoints to recover from: drop --no-checkpoints");
+  }
   plan.binaries = parse_node_binaries(a.node_binaries, plan.topology);
   plan.dir = std::move(dir);
   plan.topology_file = (plan.dir / "topology.yaml").string();

@@ -1,11 +1,14 @@
 // What `fedwan aggregator` and `fedwan site` share (node_common.hpp).
 #include "cli/node_common.hpp"
 
+#include <malloc.h>
+
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
@@ -196,8 +199,18 @@ std::vector<float> read_model(const std::string& path) {
   return model;
 }
 
+void keep_freed_memory_for_reuse() {
+  // An operator's own GLIBC_TUNABLES win (mallopt would override them).
+  if (std::getenv("GLIBC_TUNABLES") != nullptr) return;
+  constexpr int kMmapThreshold = 32 << 20;  // glibc's own ceiling for its adaptive threshold
+  constexpr int kTrimThreshold = 256 << 20;
+  ::mallopt(M_MMAP_THRESHOLD, kMmapThreshold);
+  ::mallopt(M_TRIM_THRESHOLD, kTrimThreshold);
+}
+
 int parse_and_run(CLI::App& app, int argc, const char* const* argv, const std::string& program,
                   const int& exit_code) {
+  keep_freed_memory_for_reuse();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -61,10 +61,21 @@ std::string human_bytes(uint64_t b);
 // What the node rode out that an operator must act on (docs/operations.md).
 void print_alarms(const std::string& who, const std::vector<std::string>& alarms);
 
+// A node frees and allocates chunk-sized buffers (received frames, the
+// rule's sums) all round; glibc by default hands the top of its heap back
+// to the kernel whenever over 128 KiB of it is free, so the next round's
+// buffers fault their pages in again, zeroed and charged to the cgroup: at
+// 100M parameters half the root's system time. The node programs keep up
+// to 256 MiB of freed heap for reuse instead (allocations of 32 MiB and
+// more, a model's, still go back at once). What is kept is memory the
+// peak had touched already: peak RSS stayed the same in the runs of
+// docs/benchmarks.md. When GLIBC_TUNABLES is set, it decides instead.
+void keep_freed_memory_for_reuse();
+
 // Parses argv with `app`, whose callbacks run the command, and turns what
 // goes wrong into a line on stderr led by `program` and the exit code: 2
 // for a configuration error, 1 for any other; else `exit_code`, as the
-// command left it.
+// command left it. Calls keep_freed_memory_for_reuse first.
 int parse_and_run(CLI::App& app, int argc, const char* const* argv, const std::string& program,
                   const int& exit_code);
 
