@@ -1,10 +1,14 @@
 #include "aggregation/update_screen.hpp"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <utility>
 
+#include "codec/half.hpp"
 #include "common/sha256.hpp"
 #include "fedwan/error.hpp"
 
@@ -15,6 +19,51 @@ std::string number(double d) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%.6g", d);
   return buf;
+}
+
+// The sum of squares is kept in kLanes partial sums, element i in lane
+// i % kLanes, added up in one fixed order at the end: the vector and the
+// scalar paths give the same bits on every machine (a float's square is
+// exact in double, so the order of the additions is all that matters).
+constexpr size_t kLanes = 16;
+constexpr uint32_t kF32Infinity = 0x7f800000u;  // |x| bits at or above: inf or NaN
+
+double add_lanes(const double* a) {
+  double quads[4];
+  for (size_t q = 0; q < 4; ++q) {
+    quads[q] = (a[4 * q] + a[4 * q + 1]) + (a[4 * q + 2] + a[4 * q + 3]);
+  }
+  return (quads[0] + quads[1]) + (quads[2] + quads[3]);
+}
+
+double sum_of_squares_scalar(const float* v, size_t n, size_t from, double* lanes) {
+  for (size_t i = from; i < n; ++i) {
+    const double x = v[i];
+    lanes[i % kLanes] += x * x;
+  }
+  return add_lanes(lanes);
+}
+
+__attribute__((target("avx2"))) double sum_of_squares_avx2(const float* v, size_t n) {
+  __m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(),
+                    _mm256_setzero_pd()};
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (size_t q = 0; q < 4; ++q) {
+      const __m256d x = _mm256_cvtps_pd(_mm_loadu_ps(v + i + 4 * q));
+      acc[q] = _mm256_add_pd(acc[q], _mm256_mul_pd(x, x));
+    }
+  }
+  double lanes[kLanes];
+  for (size_t q = 0; q < 4; ++q) _mm256_storeu_pd(lanes + 4 * q, acc[q]);
+  return sum_of_squares_scalar(v, n, i, lanes);
+}
+
+double sum_of_squares(const float* v, size_t n) {
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  if (avx2) return sum_of_squares_avx2(v, n);
+  double lanes[kLanes] = {};
+  return sum_of_squares_scalar(v, n, 0, lanes);
 }
 
 }  // namespace
@@ -38,10 +87,11 @@ const char* verdict_name(Verdict v) {
   return "?";
 }
 
-double l2_norm(const float* v, size_t n) {
-  double sum = 0;
-  for (size_t i = 0; i < n; ++i) sum += static_cast<double>(v[i]) * v[i];
-  return std::sqrt(sum);
+double l2_norm(const float* v, size_t n) { return std::sqrt(sum_of_squares(v, n)); }
+
+double l2_norm_scalar(const float* v, size_t n) {
+  double lanes[kLanes] = {};
+  return std::sqrt(sum_of_squares_scalar(v, n, 0, lanes));
 }
 
 double median_of(std::vector<double>& v) {
@@ -95,7 +145,14 @@ std::optional<uint64_t> UpdateScreen::replayed(uint64_t round, uint32_t chunk, u
 }
 
 std::optional<std::string> UpdateScreen::value_problem(const float* v, uint32_t n) const {
+  if (!cfg_.finite_check && cfg_.max_abs <= 0) return std::nullopt;
   const float max_abs = static_cast<float>(cfg_.max_abs);
+  // One vector pass finds the largest magnitude; only a chunk with a
+  // value to report is walked element by element to name it.
+  const uint32_t top = kernels::half_kernels().max_abs_bits(v, nullptr, n);
+  float top_value = 0;
+  std::memcpy(&top_value, &top, sizeof top_value);
+  if (top < kF32Infinity && (cfg_.max_abs <= 0 || top_value <= max_abs)) return std::nullopt;
   for (uint32_t i = 0; i < n; ++i) {
     const float x = v[i];
     if (cfg_.finite_check && !std::isfinite(x)) {

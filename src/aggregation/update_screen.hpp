@@ -129,8 +129,11 @@ uint64_t payload_digest(const uint8_t* payload, size_t bytes);
 // The same from the payload's SHA-256, where the caller has it already.
 uint64_t payload_digest(const Sha256Digest& sha);
 
-// The L2 norm, summed in double.
+// The L2 norm, summed in double in 16 interleaved partial sums (AVX2 where
+// the CPU has it; the same bits either way).
 double l2_norm(const float* v, size_t n);
+// The same on the scalar path alone (tests compare the two).
+double l2_norm_scalar(const float* v, size_t n);
 // The median (the mean of the two middle values for an even count); 0 for
 // none. Reorders `v`.
 double median_of(std::vector<double>& v);

@@ -146,6 +146,43 @@ TEST(UpdateScreen, ACopyTheChildSentBeforeIsAReplay) {
             aggregation::payload_digest(a.data(), a.size()));
 }
 
+TEST(UpdateScreen, TheNormIsTheSameBitsOnTheVectorAndScalarPaths) {
+  std::vector<float> v(1000);
+  for (size_t i = 0; i < v.size(); ++i) {
+    v[i] = static_cast<float>(std::sin(static_cast<double>(i) * 0.37) *
+                              std::pow(10.0, static_cast<int>(i % 7) - 3));
+  }
+  for (const size_t n : {size_t{0}, size_t{1}, size_t{15}, size_t{16}, size_t{17}, size_t{999}}) {
+    const double fast = aggregation::l2_norm(v.data(), n);
+    const double plain = aggregation::l2_norm_scalar(v.data(), n);
+    EXPECT_EQ(std::memcmp(&fast, &plain, sizeof fast), 0) << n << ": " << fast << " " << plain;
+    double seq = 0;
+    for (size_t i = 0; i < n; ++i) seq += static_cast<double>(v[i]) * v[i];
+    EXPECT_NEAR(fast, std::sqrt(seq), 1e-12 * std::sqrt(seq) + 1e-300) << n;
+  }
+}
+
+TEST(UpdateScreen, AValueProblemIsNamedWhereverItIsInTheChunk) {
+  const tensor::ChunkPlan plan{64, 64};
+  ScreenConfig c = ScreenConfig::none();
+  c.finite_check = true;
+  c.max_abs = 100;
+  for (const size_t at : {size_t{0}, size_t{7}, size_t{33}, size_t{63}}) {
+    for (const float bad : {std::numeric_limits<float>::quiet_NaN(),
+                            -std::numeric_limits<float>::infinity(), 100.5f, -1e30f}) {
+      UpdateScreen screen(c, plan);
+      std::vector<float> v(64, 99.0f);
+      v[at] = bad;
+      const auto r = screen.judge(0, 0, 0, 1, v.data(), 64);
+      EXPECT_EQ(r.verdict, Verdict::kRefused) << at << " " << bad;
+      EXPECT_NE(r.reason.find("at element " + std::to_string(at)), std::string::npos) << r.reason;
+    }
+  }
+  UpdateScreen screen(c, plan);
+  std::vector<float> fine(64, -100.0f);  // at the bound is within it
+  EXPECT_EQ(screen.judge(0, 0, 0, 1, fine.data(), 64).verdict, Verdict::kAccepted);
+}
+
 TEST(UpdateScreen, AnAbsoluteBoundIsSharedOutOverTheChunksBySize) {
   const tensor::ChunkPlan plan{16, 12};  // chunks of 12 and 4
   ScreenConfig c = ScreenConfig::none();
