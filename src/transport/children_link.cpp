@@ -79,7 +79,7 @@ size_t ChildrenLink::send(const std::string& peer, std::vector<uint8_t> frame, M
   SendResult r = SendResult::kFull;
   for (;;) {
     r = send_striped(peer,
-                     [&](const std::string& id) { return socket_->try_send(id, frame.data(), n); });
+                     [&](const std::string& id) { return socket_->try_send_owned(id, frame); });
     if (r != SendResult::kFull) break;
     const auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());
     if (left.count() <= 0) break;

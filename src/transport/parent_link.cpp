@@ -184,7 +184,7 @@ size_t ParentLink::send_sealed(std::vector<uint8_t> frame, Millis timeout) {
   const size_t n = frame.size();
   const auto deadline = Clock::now() + timeout;
   for (;;) {
-    const SendResult r = send_striped([&](Socket& s) { return s.try_send("", frame.data(), n); });
+    const SendResult r = send_striped([&](Socket& s) { return s.try_send_owned("", frame); });
     govern(r == SendResult::kSent ? std::optional<size_t>(n) : std::nullopt);
     if (r == SendResult::kSent) break;
     const auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());

@@ -117,6 +117,15 @@ class Socket {
   // number) only when it goes out.
   [[nodiscard]] virtual SendResult try_send_with(const std::string& peer,
                                                  const Producer& produce) = 0;
+  // try_send of `bytes` that may take them: on kSent they are the socket's
+  // (left empty), otherwise untouched for a retry. A socket that can hand
+  // the buffer to the wire without copying it does (zmq's).
+  [[nodiscard]] virtual SendResult try_send_owned(const std::string& peer,
+                                                  std::vector<uint8_t>& bytes) {
+    const SendResult r = try_send(peer, bytes.data(), bytes.size());
+    if (r == SendResult::kSent) bytes.clear();
+    return r;
+  }
   // Never blocks: false when nothing is waiting.
   [[nodiscard]] virtual bool try_recv(Received* out) = 0;
   // Whether a try_send could succeed now (for a server: to some peer).

@@ -31,6 +31,21 @@ std::string source_of(zmq::message_t& msg) {
   return a != nullptr && *a != '\0' ? std::string(a) : std::string("local");
 }
 
+// A message that owns `bytes` without copying them: zmq frees the vector
+// (from its I/O thread) once the bytes are on the wire.
+zmq::message_t owning(std::vector<uint8_t>&& bytes) {
+  if (bytes.empty()) return zmq::message_t();
+  auto* held = new std::vector<uint8_t>(std::move(bytes));
+  try {
+    return zmq::message_t(
+        held->data(), held->size(),
+        [](void* /*data*/, void* hint) { delete static_cast<std::vector<uint8_t>*>(hint); }, held);
+  } catch (...) {
+    delete held;
+    throw;
+  }
+}
+
 Message keep(zmq::message_t msg) {
   auto owner = std::make_shared<zmq::message_t>(std::move(msg));
   auto* data = static_cast<uint8_t*>(owner->data());
@@ -134,11 +149,30 @@ class ClientSocket final : public ZmqSocket {
     }
   }
 
+  SendResult try_send_owned(const std::string& /*peer*/, std::vector<uint8_t>& bytes) override {
+    if (!writable()) return SendResult::kFull;
+    zmq::message_t msg = owning(std::move(bytes));
+    try {
+      if (socket_.send(msg, zmq::send_flags::dontwait)) return SendResult::kSent;
+    } catch (const zmq::error_t& e) {
+      throw TransportError("send to " + name_ + " failed: " + e.what());
+    }
+    // POLLOUT promised room; should zmq refuse all the same, the bytes
+    // come back for the retry.
+    const auto* data = static_cast<const uint8_t*>(msg.data());
+    bytes.assign(data, data + msg.size());
+    return SendResult::kFull;
+  }
+
   SendResult try_send_with(const std::string& peer, const Producer& produce) override {
     // POLLOUT guarantees room for one message.
     if (!writable()) return SendResult::kFull;
-    const std::vector<uint8_t> bytes = produce();
-    return try_send(peer, bytes.data(), bytes.size());
+    zmq::message_t msg = owning(produce());
+    try {
+      return socket_.send(msg, zmq::send_flags::dontwait) ? SendResult::kSent : SendResult::kFull;
+    } catch (const zmq::error_t& e) {
+      throw TransportError("send to " + name_ + " failed: " + e.what());
+    }
   }
 
   bool try_recv(Received* out) override {
@@ -176,6 +210,12 @@ class ServerSocket final : public ZmqSocket {
     return try_send_with(peer, [&] { return std::vector<uint8_t>(data, data + size); });
   }
 
+  // The body is produced only once the routing frame is taken, and then
+  // always goes: `bytes` are moved only when they are sent.
+  SendResult try_send_owned(const std::string& peer, std::vector<uint8_t>& bytes) override {
+    return try_send_with(peer, [&] { return std::move(bytes); });
+  }
+
   SendResult try_send_with(const std::string& peer, const Producer& produce) override {
     watch_connections();
     try {
@@ -197,7 +237,7 @@ class ServerSocket final : public ZmqSocket {
         socket_.send(empty, zmq::send_flags::none);
         throw;
       }
-      zmq::message_t body(bytes.data(), bytes.size());
+      zmq::message_t body = owning(std::move(bytes));
       socket_.send(body, zmq::send_flags::none);
       return SendResult::kSent;
     } catch (const zmq::error_t& e) {
