@@ -202,8 +202,8 @@ std::vector<float> read_model(const std::string& path) {
 void keep_freed_memory_for_reuse() {
   // An operator's own GLIBC_TUNABLES win (mallopt would override them).
   if (std::getenv("GLIBC_TUNABLES") != nullptr) return;
-  constexpr int kMmapThreshold = 32 << 20;  // glibc's own ceiling for its adaptive threshold
-  constexpr int kTrimThreshold = 256 << 20;
+  constexpr int kMmapThreshold = 2 << 20;  // above a chunk's buffers (1 MiB of fp32)
+  constexpr int kTrimThreshold = 16 << 20;
   ::mallopt(M_MMAP_THRESHOLD, kMmapThreshold);
   ::mallopt(M_TRIM_THRESHOLD, kTrimThreshold);
 }

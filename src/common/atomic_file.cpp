@@ -84,7 +84,7 @@ std::string read_file(const fs::path& path, const ReadFileOptions& options) {
 // the temporary file. `base` (a multiple of `align`) is the file offset of
 // buf[0]; the bytes before it are on the disk.
 struct AtomicFileWriter::Direct {
-  static constexpr size_t kStage = size_t{4} << 20;
+  static constexpr size_t kStage = size_t{1} << 20;
   int fd = -1;
   size_t align = 0;
   uint8_t* buf = nullptr;

@@ -203,7 +203,7 @@ std::string stream_and_patch(const fs::path& path, const std::string& body,
 TEST(AtomicFile, StreamedBytesAreTheSameThroughTheCacheAndAroundIt) {
   TempDir d;
   constexpr size_t kMiB = size_t{1} << 20;
-  // Around the alignment, the 4 MiB staging buffer and several of it.
+  // Around the alignment, and around several lengths of the (1 MiB) staging buffer.
   for (const size_t size : {size_t{0}, size_t{1}, size_t{4095}, size_t{4096}, size_t{4097},
                             4 * kMiB - 1, 4 * kMiB, 4 * kMiB + 1, 9 * kMiB + 123}) {
     const std::string body = random_bytes(size, static_cast<uint32_t>(size));
