@@ -203,7 +203,7 @@ void keep_freed_memory_for_reuse() {
   // An operator's own GLIBC_TUNABLES win (mallopt would override them).
   if (std::getenv("GLIBC_TUNABLES") != nullptr) return;
   constexpr int kMmapThreshold = 2 << 20;  // above a chunk's buffers (1 MiB of fp32)
-  constexpr int kTrimThreshold = 16 << 20;
+  constexpr int kTrimThreshold = 4 << 20;
   ::mallopt(M_MMAP_THRESHOLD, kMmapThreshold);
   ::mallopt(M_TRIM_THRESHOLD, kTrimThreshold);
 }

@@ -65,10 +65,10 @@ void print_alarms(const std::string& who, const std::vector<std::string>& alarms
 // rule's sums) all round; glibc by default hands the top of its heap back
 // to the kernel whenever over 128 KiB of it is free, so the next round's
 // buffers fault their pages in again, zeroed and charged to the cgroup: at
-// 100M parameters a third of the root's system time. The node programs
-// keep up to 16 MiB of freed heap for reuse instead, and take anything of
-// 2 MiB or more (a model's arrays) straight from the kernel, which gets it
-// back at once. That costs a few MiB of peak RSS (docs/benchmarks.md).
+// 100M parameters 40% of the root's system time. The node programs keep
+// up to 4 MiB of freed heap for reuse instead (more saves a little more
+// time and costs peak RSS), and take anything of 2 MiB or more (a model's
+// arrays) straight from the kernel, which gets it back at once.
 // When GLIBC_TUNABLES is set, it decides instead.
 void keep_freed_memory_for_reuse();
 
