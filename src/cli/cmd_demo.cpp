@@ -211,12 +211,14 @@ void report_demo(const DemoArgs& a, const DemoPlan& plan, const Placement& place
   print_restarts(supervisor.restarts());
   report["memory"] =
       memory_json(supervisor.peak_rss_kib(), plan.topology, model_parameters(a.workload));
+  report["cpu"] = cpu_json(supervisor.cpu_seconds());
   report["wall_seconds"] = wall;
   report["federation_seconds"] = fed_seconds;
   report["configuration"] = demo_configuration(a, plan.topology, place.cuda(), plan.dir);
   add_privacy(report, plan.topology);
   print_federation_summary(report, fed_seconds, wall);
   print_memory(report["memory"]);
+  print_cpu(report["cpu"], report["fp32_bytes_total"].get<double>());
   print_privacy(report);
   if (!a.report.empty()) {
     std::ofstream(a.report) << report.dump(2) << "\n";

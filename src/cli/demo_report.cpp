@@ -144,6 +144,27 @@ void print_federation_summary(nlohmann::json& report, double federation_s, doubl
               report["wan_bytes_total"].get<double>() / 1e6, ratio, federation_s, wall_s);
 }
 
+nlohmann::json cpu_json(const std::map<std::string, std::pair<double, double>>& cpu_seconds) {
+  nlohmann::json nodes = nlohmann::json::object();
+  double user = 0;
+  double system = 0;
+  for (const auto& [id, t] : cpu_seconds) {
+    nodes[id] = {{"user_s", t.first}, {"system_s", t.second}};
+    user += t.first;
+    system += t.second;
+  }
+  return {{"nodes", nodes}, {"user_s", user}, {"system_s", system}};
+}
+
+void print_cpu(const nlohmann::json& cpu, double fp32_bytes) {
+  const double user = cpu["user_s"].get<double>();
+  const double system = cpu["system_s"].get<double>();
+  if (user + system <= 0) return;
+  std::printf(
+      "cpu: nodes %.1f s user + %.1f s system; %.3f GB of fp32 model moved per CPU-second\n", user,
+      system, fp32_bytes / 1e9 / (user + system));
+}
+
 nlohmann::json memory_json(const std::map<std::string, uint64_t>& peak_rss_kib,
                            const Topology& topo, uint64_t parameters) {
   const double model_mib = static_cast<double>(parameters) * sizeof(float) / (1024.0 * 1024.0);

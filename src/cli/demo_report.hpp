@@ -35,6 +35,11 @@ nlohmann::json demo_configuration(const DemoArgs& a, const Topology& topo, bool 
 // Each node's peak resident memory (`peak_rss_kib`, from the supervisor)
 // in MiB, and against the fp32 model of `parameters`: the report's
 // "memory" object.
+// {"nodes": {id: {"user_s", "system_s"}}, "user_s", "system_s"}: the CPU
+// time of every node (not the demo's own), and their sum.
+nlohmann::json cpu_json(const std::map<std::string, std::pair<double, double>>& cpu_seconds);
+void print_cpu(const nlohmann::json& cpu, double fp32_bytes);
+
 nlohmann::json memory_json(const std::map<std::string, uint64_t>& peak_rss_kib,
                            const Topology& topo, uint64_t parameters);
 // One line on stdout: the root's peak, the largest region's and site's.

@@ -302,8 +302,15 @@ pid_t DemoSupervisor::reap(pid_t pid, int* status, int options) {
   if (got <= 0) return got;
   for (const Process& p : procs_) {
     if (p.pid != got) continue;
-    uint64_t& peak = peak_rss_kib_[nodes_[p.node].launch.node];
+    const std::string& node = nodes_[p.node].launch.node;
+    uint64_t& peak = peak_rss_kib_[node];
     peak = std::max<uint64_t>(peak, static_cast<uint64_t>(usage.ru_maxrss));  // KiB on Linux
+    const auto seconds = [](const timeval& t) {
+      return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) / 1e6;
+    };
+    auto& [user, system] = cpu_seconds_[node];
+    user += seconds(usage.ru_utime);
+    system += seconds(usage.ru_stime);
   }
   return got;
 }

@@ -111,6 +111,11 @@ class DemoSupervisor {
   // Each node's peak resident memory in KiB, the largest of its processes'
   // (every rank, every life) as the kernel counted them when they exited.
   const std::map<std::string, uint64_t>& peak_rss_kib() const { return peak_rss_kib_; }
+  // Each node's CPU time in seconds (user, system), all its processes and
+  // lives together, as the kernel counted them when they exited.
+  const std::map<std::string, std::pair<double, double>>& cpu_seconds() const {
+    return cpu_seconds_;
+  }
 
  private:
   struct Process {
@@ -133,7 +138,7 @@ class DemoSupervisor {
   // The node's processes still running: SIGKILLed and reaped.
   void kill_node(size_t index);
   // Waits for `pid` (-1: any child) like waitpid, and records the peak RSS
-  // of the process it reaps.
+  // and the CPU time of the process it reaps.
   pid_t reap(pid_t pid, int* status, int options);
 
   std::string exe_;
@@ -142,6 +147,7 @@ class DemoSupervisor {
   std::vector<Process> procs_;
   std::vector<Restart> restarts_;
   std::map<std::string, uint64_t> peak_rss_kib_;
+  std::map<std::string, std::pair<double, double>> cpu_seconds_;
   std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
 };
 

@@ -1,0 +1,237 @@
+#!/usr/bin/env python3
+"""CPU per byte of a whole federation, beside memcpy and AES-256-GCM.
+
+A loopback federation (``fedwan demo``: real node processes, mutual TLS,
+sealed frames, checkpoints and replicas as configured by default) is run
+twice with the same settings, once for ``--short`` rounds and once for
+``--long``; the difference of the two runs' CPU time (user + system of
+every node process, as the demo's report gives it) over the difference of
+their rounds is the CPU a steady round costs, with process start, key
+provisioning, the initial model and the first checkpoint left out. The
+fp32-equivalent bytes a round moves (every site's update up and every
+anchor down, as the demo's report counts them) over that CPU time is the
+figure: GB of model moved per CPU-second, all nodes together.
+
+Two configurations are measured: the demo's defaults (checkpoints at every
+round boundary, replicas to the parent, the audit log) and the same without
+checkpoints and replicas (``--no-checkpoints``): the data path alone, with
+its audit log. The gate applies to the second; the first says what
+durability costs on top.
+
+In the same invocation it measures, on one core, ``memcpy`` (256 MiB
+buffers) and raw AES-256-GCM (``fedwan_micro_bench``, 4 MiB
+buffers): what the machine allows for the two operations every byte needs
+at least once.
+
+Each site takes ``-H`` synthetic training steps a round. What they cost is
+measured too (the longer run again with four more steps a round: the
+difference over those steps) and taken out of the pipeline's figure: the
+steps stand in for training, which is not what is measured. Both figures
+are printed.
+
+Exit status: 0 (PASS, or FAIL without ``--gate``), 1 (FAIL with ``--gate``),
+2 (something could not run). Run ``--help`` for the options.
+"""
+
+import argparse
+import ctypes
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Dict, List
+
+GATE_GB_PER_CPU_S = 1.0
+EXTRA_STEPS = 4  # more training steps a round in the run that prices them
+
+
+class CouldNotRun(Exception):
+    """Something the measurement needs is missing or failed (exit 2)."""
+
+
+def memcpy_rate(size: int = 256 << 20, repeats: int = 5) -> float:
+    """memcpy bytes per second on one core, over buffers larger than the
+    caches (as a model's are); the best of a few copies (libc's memmove,
+    through ctypes)."""
+    src = (ctypes.c_char * size).from_buffer(bytearray(b"\x01") * size)
+    dst = (ctypes.c_char * size).from_buffer(bytearray(size))
+    ctypes.memmove(dst, src, size)  # the pages are touched before the timing
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        ctypes.memmove(dst, src, size)
+        best = min(best, time.perf_counter() - t)
+    return size / best
+
+
+def aes_gcm_rate(micro: Path) -> float:
+    """AES-256-GCM bytes per second on one core (OpenSSL, 4 MiB buffers)."""
+    if not micro.exists():
+        raise CouldNotRun(f"{micro} is missing; build the target fedwan_micro_bench")
+    name = "BM_Seal_RawAes256Gcm/4194304/real_time"
+    out = subprocess.run(
+        [str(micro), "--benchmark_filter=^BM_Seal_RawAes256Gcm/4194304",
+         "--benchmark_format=json", "--benchmark_min_time=0.3"],
+        capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        raise CouldNotRun(f"{micro} failed: {out.stderr.strip()[-400:]}")
+    for b in json.loads(out.stdout)["benchmarks"]:
+        if b["name"] == name:
+            return float(b["bytes_per_second"])
+    raise CouldNotRun(f"{micro} did not report {name}")
+
+
+def machine_rates(micro: Path) -> Dict[str, float]:
+    """What one core of this machine does for the two operations every
+    byte needs at least once."""
+    return {"memcpy": memcpy_rate(), "aes_256_gcm": aes_gcm_rate(micro)}
+
+
+CONFIGS = (("defaults", []),                         # checkpoints, replicas, audit
+           ("no checkpoints", ["--no-checkpoints"]))  # the data path and its audit
+
+
+def run_demo(args, rounds: int, workdir: Path, inner_steps: int,
+             extra: List[str]) -> Dict[str, float]:
+    """One federation: its CPU seconds, fp32 bytes and wall seconds."""
+    tag = f"{rounds}-{inner_steps}-{len(extra)}"
+    report = workdir / f"report-{tag}.json"
+    run_dir = workdir / f"run-{tag}"
+    log_path = workdir / f"demo-{tag}.log"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    cmd = [str(args.fedwan), "demo", "--trainer", "synthetic",
+           "--synthetic-size", str(args.params), "--regions", str(args.regions),
+           "--sites", str(args.sites), "--rounds", str(rounds), "-H", str(inner_steps),
+           "--codec", args.codec, "--outer", args.outer, "--no-baseline",
+           "--report", str(report), "--dir", str(run_dir)] + extra + args.demo_arg
+    start = time.monotonic()
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.monotonic() - start
+    code = os.waitstatus_to_exitcode(status)
+    shutil.rmtree(run_dir, ignore_errors=True)  # checkpoints: gigabytes
+    if code != 0:
+        raise CouldNotRun(f"{' '.join(cmd)} exited {code}:\n{log_path.read_text()[-1500:]}")
+    r = json.loads(report.read_text())
+    # The nodes' CPU time (the demo's report, from wait4 on each node
+    # process), not the demo's own supervising.
+    user, system = float(r["cpu"]["user_s"]), float(r["cpu"]["system_s"])
+    return {"cpu": user + system, "user": user, "system": system,
+            "demo_cpu": usage.ru_utime + usage.ru_stime,
+            "fp32_bytes": float(r["fp32_bytes_total"]),
+            "wall": wall, "round_seconds": [float(x["seconds"]) for x in r["rounds"]]}
+
+
+def steady(args, workdir: Path, extra: List[str]) -> Dict[str, float]:
+    """The per-round figures of one configuration: two runs, differenced."""
+    short = run_demo(args, args.short, workdir, args.inner_steps, extra)
+    long = run_demo(args, args.long, workdir, args.inner_steps, extra)
+    rounds = args.long - args.short
+    cpu = (long["cpu"] - short["cpu"]) / rounds
+    return {"cpu_per_round": cpu,
+            "user_per_round": (long["user"] - short["user"]) / rounds,
+            "system_per_round": (long["system"] - short["system"]) / rounds,
+            "fp32_bytes_per_round": (long["fp32_bytes"] - short["fp32_bytes"]) / rounds,
+            "whole_run_gb_per_cpu_s": long["fp32_bytes"] / 1e9 / long["cpu"],
+            "round_seconds": statistics.median(long["round_seconds"][1:] or
+                                               long["round_seconds"]),
+            "long_cpu": long["cpu"]}
+
+
+def measure(args) -> Dict[str, object]:
+    rates = machine_rates(args.micro_bench)
+    workdir = Path(tempfile.mkdtemp(prefix="fedwan-pipeline-cpu-", dir=args.workdir))
+    runs: Dict[str, List[Dict[str, float]]] = {name: [] for name, _ in CONFIGS}
+    try:
+        for _ in range(args.repeats):
+            for name, extra in CONFIGS:
+                runs[name].append(steady(args, workdir, extra))
+            # The training steps' own cost: the longer run of the leaner
+            # configuration again with EXTRA_STEPS more on every site, every round.
+            lean = CONFIGS[-1]
+            stepped = run_demo(args, args.long, workdir, args.inner_steps + EXTRA_STEPS, lean[1])
+            step = max(0.0, (stepped["cpu"] - runs[lean[0]][-1]["long_cpu"]) /
+                       (args.long * EXTRA_STEPS))
+            for name, _ in CONFIGS:
+                r = runs[name][-1]
+                r["training_cpu_per_round"] = step * args.inner_steps
+                r["pipeline_cpu_per_round"] = r["cpu_per_round"] - r["training_cpu_per_round"]
+                r["gb_per_cpu_s"] = r["fp32_bytes_per_round"] / 1e9 / r["pipeline_cpu_per_round"]
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    medians = {name: {k: statistics.median(r[k] for r in rs) for k in rs[0]}
+               for name, rs in runs.items()}
+    return {"rates": rates, "runs": runs, "median": medians}
+
+
+def print_result(args, result) -> bool:
+    rates, med = result["rates"], result["median"]
+    print(f"CPU per byte: {args.params} parameters, {args.sites} sites under "
+          f"{args.regions or 'no'} regions, mutual TLS, codec {args.codec}, outer {args.outer}, "
+          f"H = {args.inner_steps}; steady rounds from runs of {args.long} and {args.short} "
+          f"rounds; {args.repeats} repeat(s), medians")
+    print(f"  memcpy, one core: {rates['memcpy'] / 1e9:.2f} GB/s; "
+          f"AES-256-GCM, one core: {rates['aes_256_gcm'] / 1e9:.2f} GB/s")
+    print("| run | fp32 GB a round | CPU s a round (user + sys) | training steps s | "
+          "round s | GB per CPU-s | x memcpy | x AES-GCM | whole run GB per CPU-s |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name, _ in CONFIGS:
+        m = med[name]
+        g = m["gb_per_cpu_s"]
+        print(f"| {name} | {m['fp32_bytes_per_round'] / 1e9:.3f} | "
+              f"{m['cpu_per_round']:.2f} ({m['user_per_round']:.2f} + "
+              f"{m['system_per_round']:.2f}) | {m['training_cpu_per_round']:.2f} | "
+              f"{m['round_seconds']:.2f} | {g:.3f} | {g * 1e9 / rates['memcpy']:.3f} | "
+              f"{g * 1e9 / rates['aes_256_gcm']:.3f} | {m['whole_run_gb_per_cpu_s']:.3f} |")
+    figure = med[CONFIGS[-1][0]]["gb_per_cpu_s"]
+    ok = figure >= GATE_GB_PER_CPU_S
+    print(f"{'PASS' if ok else 'FAIL'}: the data path moves {figure:.3f} GB per CPU-second "
+          f"({'>=' if ok else '<'} {GATE_GB_PER_CPU_S}); with checkpoints "
+          f"{med[CONFIGS[0][0]]['gb_per_cpu_s']:.3f}")
+    return ok
+
+
+def main(argv=None) -> int:
+    here = Path(__file__).resolve().parents[2]
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--fedwan", type=Path, default=here / "build/bin/fedwan")
+    p.add_argument("--micro-bench", type=Path,
+                   default=here / "build/benchmarks/fedwan_micro_bench")
+    p.add_argument("--params", type=int, default=100_000_000)
+    p.add_argument("--sites", type=int, default=2)
+    p.add_argument("--regions", type=int, default=0)
+    p.add_argument("--codec", default="fp16")
+    p.add_argument("--outer", default="diloco")
+    p.add_argument("-H", "--inner-steps", type=int, default=1)
+    p.add_argument("--short", type=int, default=2, help="rounds of the shorter run")
+    p.add_argument("--long", type=int, default=6, help="rounds of the longer run")
+    p.add_argument("--repeats", type=int, default=1, help="pairs of runs (the median is kept)")
+    p.add_argument("--workdir", default=None, help="where the runs write (default: the temp dir)")
+    p.add_argument("--json", type=Path, help="write every figure here")
+    p.add_argument("--gate", action="store_true", help="exit 1 below 1 GB per CPU-second")
+    p.add_argument("--demo-arg", action="append", default=[],
+                   help="one more argument for fedwan demo (repeatable)")
+    args = p.parse_args(argv)
+    if args.long <= args.short or args.short < 1:
+        p.error("--long must be greater than --short, and --short at least 1")
+    try:
+        if not args.fedwan.exists():
+            raise CouldNotRun(f"{args.fedwan} is missing; build fedwan first")
+        result = measure(args)
+    except CouldNotRun as e:
+        print(f"pipeline_cpu: {e}", file=sys.stderr)
+        return 2
+    ok = print_result(args, result)
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2))
+    return 0 if ok or not args.gate else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
