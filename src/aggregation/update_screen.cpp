@@ -121,9 +121,9 @@ uint64_t payload_digest(const uint8_t* payload, size_t bytes) {
   return payload_digest(sha256(payload, bytes));
 }
 
-uint64_t payload_digest(const Sha256Digest& d) {
+uint64_t payload_digest(const Sha256Digest& sha) {
   uint64_t out = 0;
-  for (int i = 0; i < 8; ++i) out = (out << 8) | d[static_cast<size_t>(i)];
+  for (int i = 0; i < 8; ++i) out = (out << 8) | sha[static_cast<size_t>(i)];
   return out;
 }
 

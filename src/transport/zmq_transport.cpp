@@ -164,7 +164,7 @@ class ClientSocket final : public ZmqSocket {
     return SendResult::kFull;
   }
 
-  SendResult try_send_with(const std::string& peer, const Producer& produce) override {
+  SendResult try_send_with(const std::string& /*peer*/, const Producer& produce) override {
     // POLLOUT guarantees room for one message.
     if (!writable()) return SendResult::kFull;
     zmq::message_t msg = owning(produce());
