@@ -104,6 +104,33 @@ namespace {
 
 size_t round_up(size_t n, size_t align) { return (n + align - 1) / align * align; }
 
+// Runs `io(at, k, offset + at)` (a pread or pwrite of k bytes at byte `at`
+// of the caller's buffer) until all `n` bytes are moved, in pieces of at
+// most 4 MiB; 0, or the errno of the failure (EIO for a call that moved
+// nothing).
+template <typename Io>
+int move_all(size_t n, uint64_t offset, const Io& io) {
+  for (size_t at = 0; at < n;) {
+    const ssize_t k = io(at, std::min<size_t>(n - at, size_t{4} << 20), offset + at);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return k < 0 ? errno : EIO;
+    at += static_cast<size_t>(k);
+  }
+  return 0;
+}
+
+int write_all(int fd, const uint8_t* p, size_t n, uint64_t offset) {
+  return move_all(n, offset, [&](size_t at, size_t k, uint64_t o) {
+    return ::pwrite(fd, p + at, k, static_cast<off_t>(o));
+  });
+}
+
+int read_all(int fd, uint8_t* p, size_t n, uint64_t offset) {
+  return move_all(n, offset, [&](size_t at, size_t k, uint64_t o) {
+    return ::pread(fd, p + at, k, static_cast<off_t>(o));
+  });
+}
+
 // The offset and memory alignment O_DIRECT needs on the file behind `fd`; 0
 // where the file system does not do direct I/O.
 size_t direct_io_alignment(int fd) {
@@ -154,16 +181,8 @@ void AtomicFileWriter::failed(std::string_view action, int err) const {
 }
 
 void AtomicFileWriter::write_buffered(const uint8_t* p, size_t n, uint64_t offset) {
-  while (n > 0) {
-    // Modest pieces keep each write(2) bounded for very large files.
-    const ssize_t w =
-        ::pwrite(fd_, p, std::min<size_t>(n, size_t{4} << 20), static_cast<off_t>(offset));
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) failed("write", errno);
-    if (w == 0) failed("write", EIO);
-    p += w;
-    n -= static_cast<size_t>(w);
-    offset += static_cast<uint64_t>(w);
+  if (const int err = write_all(fd_, p, n, offset)) {
+    failed("write", err);
   }
 }
 
@@ -174,19 +193,14 @@ void AtomicFileWriter::flush_stage(bool last) {
   Direct& d = *direct_;
   const size_t n = last ? round_up(d.used, d.align) : d.used;
   std::memset(d.buf + d.used, 0, n - d.used);
-  size_t done = 0;
-  while (done < n) {
-    const ssize_t w = ::pwrite(d.fd, d.buf + done, n - done, static_cast<off_t>(d.base + done));
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0 && errno == EINVAL && !d.flushed_any && done == 0) {
-      const std::unique_ptr<Direct> refused = std::move(direct_);
-      write_buffered(refused->buf, refused->used, refused->base);
-      return;
-    }
-    if (w < 0) failed("write", errno);
-    if (w == 0) failed("write", EIO);
-    done += static_cast<size_t>(w);
+  const int err = write_all(d.fd, d.buf, n, d.base);
+  if (err == EINVAL && !d.flushed_any) {
+    // Every staged byte goes again, through the cache, from the start.
+    const std::unique_ptr<Direct> refused = std::move(direct_);
+    write_buffered(refused->buf, refused->used, refused->base);
+    return;
   }
+  if (err != 0) failed("write", err);
   d.flushed_any = true;
   d.base += n;
   d.used = 0;
@@ -219,21 +233,9 @@ void AtomicFileWriter::patch_flushed(uint64_t offset, const uint8_t* p, size_t n
   if (::posix_memalign(&mem, std::max<size_t>(d.align, 4096), len) != 0) failed("write", ENOMEM);
   const std::unique_ptr<uint8_t, decltype(&std::free)> block(static_cast<uint8_t*>(mem),
                                                              &std::free);
-  for (size_t done = 0; done < len;) {
-    const ssize_t r =
-        ::pread(d.fd, block.get() + done, len - done, static_cast<off_t>(from + done));
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) failed("read back", r < 0 ? errno : EIO);
-    done += static_cast<size_t>(r);
-  }
+  if (const int err = read_all(d.fd, block.get(), len, from)) failed("read back", err);
   std::memcpy(block.get() + (offset - from), p, n);
-  for (size_t done = 0; done < len;) {
-    const ssize_t w =
-        ::pwrite(d.fd, block.get() + done, len - done, static_cast<off_t>(from + done));
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) failed("write", w < 0 ? errno : EIO);
-    done += static_cast<size_t>(w);
-  }
+  if (const int err = write_all(d.fd, block.get(), len, from)) failed("write", err);
 }
 
 void AtomicFileWriter::write_at(uint64_t offset, const void* data, size_t n) {
