@@ -18,6 +18,15 @@
 # is), FEDWAN_TORCH_HAS_OWN_GLOO (that LibTorch carries its own copy of Gloo,
 # instead of linking the system's libgloo) and FEDWAN_TORCH_NCCL_DIR (the
 # NCCL that LibTorch's CUDA library loads, when it ships beside it).
+#
+# Some LibTorch wheels (2.11's) export their own static copy of parts of
+# libstdc++ (`std::filesystem::remove_all` and others) whose code calls
+# symbols that an older libstdc++ (Debian 12's GCC 12) lacks: a program that
+# names libtorch before libstdc++ binds every `std::filesystem` call to that
+# copy and crashes on a null call. Against such a LibTorch, every program
+# and library that links the `torch` target names libstdc++ first, so the
+# system's libstdc++ answers those symbols for the whole process
+# (FEDWAN_TORCH_EXPORTS_LIBSTDCXX).
 macro(fedwan_find_torch)
   set(_fedwan_cuda_flags "${CMAKE_CUDA_FLAGS}")
   if(DEFINED CMAKE_CUDA_ARCHITECTURES)
@@ -70,6 +79,27 @@ macro(fedwan_find_torch)
   # The wheel's CUDA library loads the NCCL of the `nvidia-nccl` wheel
   # (site-packages/nvidia/nccl), newer than a toolkit's: fedwan links the
   # same one, so one NCCL is in the process.
+  set(FEDWAN_TORCH_EXPORTS_LIBSTDCXX FALSE)
+  foreach(_fedwan_lib torch torch_cpu)
+    if(TARGET ${_fedwan_lib} AND CMAKE_NM)
+      get_filename_component(_fedwan_so "${FEDWAN_TORCH_LIB_DIR}/lib${_fedwan_lib}.so" ABSOLUTE)
+      if(EXISTS "${_fedwan_so}")
+        execute_process(COMMAND ${CMAKE_NM} -D --defined-only "${_fedwan_so}"
+                        OUTPUT_VARIABLE _fedwan_syms ERROR_QUIET)
+        string(FIND "${_fedwan_syms}" " T _ZNSt10filesystem" _fedwan_at)
+        if(NOT _fedwan_at EQUAL -1)
+          set(FEDWAN_TORCH_EXPORTS_LIBSTDCXX TRUE)
+        endif()
+        unset(_fedwan_syms)
+      endif()
+    endif()
+  endforeach()
+  if(FEDWAN_TORCH_EXPORTS_LIBSTDCXX)
+    set_property(TARGET torch APPEND PROPERTY INTERFACE_LINK_OPTIONS
+                 "LINKER:--push-state,--no-as-needed,-lstdc++,--pop-state")
+    message(STATUS "fedwan: that LibTorch exports libstdc++ symbols: programs name libstdc++ first")
+  endif()
+
   unset(FEDWAN_TORCH_NCCL_DIR)
   get_filename_component(_fedwan_site "${FEDWAN_TORCH_LIB_DIR}/../.." ABSOLUTE)
   if(EXISTS "${_fedwan_site}/nvidia/nccl/include/nccl.h")

@@ -74,6 +74,16 @@ PROGRAMS=(
   "$BUILD_DIR/benchmarks/fedwan_gpu_bench_device_codec"
   "$BUILD_DIR/benchmarks/fedwan_gpu_bench_allreduce"
 )
+# The programs must load and run here before they travel: the test cases
+# that need no GPU run (the others skip), so a program that cannot start
+# against this LibTorch (a missing library, a symbol bound to the wrong copy)
+# fails here, not on the GPU machine.
+say "running the GPU programs' host-side cases here"
+"$BUILD_DIR/tests/fedwan_cuda_tests" --gtest_brief=1 >"$BUILD_DIR/smoke.log" 2>&1 &&
+  "$BUILD_DIR/tests/fedwan_torch_tests" --gtest_brief=1 \
+    --gtest_filter='CudaTraining.*:*GpuSiteCodec*' >>"$BUILD_DIR/smoke.log" 2>&1 ||
+  { tail -30 "$BUILD_DIR/smoke.log"; say "the GPU programs fail here (log: $BUILD_DIR/smoke.log)"; exit 1; }
+
 rm -rf "$BUNDLE"
 mkdir -p "$BUNDLE/bin" "$BUNDLE/lib"
 for p in "${PROGRAMS[@]}"; do
