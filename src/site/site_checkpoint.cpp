@@ -132,7 +132,7 @@ bool SiteCore::Impl::resume() {
     return resume_from_image(std::move(*loaded));
   }
   const Checkpoint& c = loaded->checkpoint;
-  anchor = checkpoint::floats_of(c, "anchor", plan.total());
+  set_anchor(checkpoint::floats_of(c, "anchor", plan.total()).data());
   // No "params" section: the parameters were the anchor (the meta says so).
   const std::vector<float> p = c.find("params") != nullptr || !params_on_anchor(c)
                                    ? checkpoint::floats_of(c, "params", plan.total())

@@ -62,6 +62,7 @@ SiteCore::Impl::Impl(SiteOptions options, float* p, size_t n)
     local_privacy = std::make_unique<site::LocalPrivacy>(cfg.privacy, n);
   }
   initial_digest = sha256(params, n * sizeof(float));
+  anchor.place(opt.checkpoint_dir, opt.anchor_file_from_bytes);
   security = std::make_unique<node::NodeSecurity>(opt.security, topo, self);
   transport = transport::make_transport(topo.node(self.parent_index).endpoint);
   session::ParentSession::Options so;
@@ -186,7 +187,7 @@ void SiteCore::Impl::on_welcome(const wire::ParsedFrame& f, SyncResult* res) {
   if (no_change && (h.round == round || !welcome.joined_once)) {
     if (!welcome.joined_once) {
       round = h.round;
-      anchor.assign(params, params + plan.total());
+      set_anchor(params);
       welcome.joined_once = true;
     }
     if (outgoing.sent && !outgoing.frames.empty()) {
@@ -196,9 +197,18 @@ void SiteCore::Impl::on_welcome(const wire::ParsedFrame& f, SyncResult* res) {
     return;
   }
   // Resync: the model of round h.round follows in full.
-  if (anchor.size() != plan.total()) anchor.assign(params, params + plan.total());
+  if (anchor.size() != plan.total()) set_anchor(params);
   incoming.expect_full(h.round);
   (void)res;
+}
+
+void SiteCore::Impl::set_anchor(const float* from) {
+  anchor.assign(from, from + plan.total());
+  if (!anchor.why().empty() && !anchor_file_warned) {
+    anchor_file_warned = true;
+    log().warn("[site:{}] the anchor ({} MiB) stays in memory: no file for it in {}", self.id,
+               plan.total() * sizeof(float) >> 20, anchor.why());
+  }
 }
 
 void SiteCore::Impl::on_anchor(const wire::ParsedFrame& f, SyncResult* res) {

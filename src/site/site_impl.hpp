@@ -19,6 +19,7 @@
 
 #include "checkpoint/node_checkpoint.hpp"
 #include "checkpoint/replica_store.hpp"
+#include "common/mapped_floats.hpp"
 #include "common/sha256.hpp"
 #include "costs/cost_recorder.hpp"
 #include "fedwan/codec.hpp"
@@ -71,7 +72,13 @@ class SiteCore::Impl {
   tensor::ChunkPlan plan;
   wire::FrameLimits limits;  // what frames from the parent may be
   std::array<uint8_t, 32> initial_digest{};
-  std::vector<float> anchor;    // the model the federation agreed on for `round`
+  // The model the federation agreed on for `round`: in memory, or for a
+  // large model in a file the kernel may page (SiteOptions::anchor_file_from_bytes).
+  MappedFloats anchor;
+  // Sizes the anchor to the model and copies `from` into it; logs once
+  // when it should have gone to a file and could not.
+  void set_anchor(const float* from);
+  bool anchor_file_warned = false;
   std::vector<float> residual;  // error feedback of the deltas sent (lossy codecs)
   // Restored from the parent's replica image: the image until the parent's
   // model of its round is in (site_checkpoint.cpp).

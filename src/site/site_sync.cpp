@@ -176,6 +176,7 @@ void SiteCore::Impl::take_anchor() {
   outgoing.frames.clear();
   if (round >= cfg.rounds) finished = true;
   round_checkpoint(/*upload=*/!finished);
+  anchor.cool();  // next read by the next update
 }
 
 }  // namespace fedwan
