@@ -69,15 +69,17 @@ struct FEDWAN_API SiteOptions : NodeOptions {
   // image instead (a fraction of the size; resume() takes the newer). At
   // 1 every boundary is whole; smaller checkpoints always are.
   double checkpoint_budget = 0.05;
-  // The anchor (the federation's model of the round, one fp32 copy beside
-  // the parameters, read once a round for the update and written once by
-  // the next anchor) of a model of at least this many bytes lives in a
-  // shared mapping of an unnamed file in checkpoint_dir (else the temporary
-  // directory), its blocks allocated up front: the kernel keeps its pages
-  // while memory is plentiful and writes them out and drops them when it is
-  // short, so it is not in the site's anonymous memory. 0: always; SIZE_MAX:
-  // never. Where the file cannot be made, memory (logged).
-  size_t anchor_file_from_bytes = size_t{1} << 30;
+  // A model of at least this many bytes (fp32) keeps two things out of the
+  // site's anonymous memory, in files in checkpoint_dir (else the temporary
+  // directory) that have no name: the anchor (the federation's model of the
+  // round, an fp32 copy beside the parameters, read once a round for the
+  // update and written once by the next anchor) in a shared mapping whose
+  // blocks are allocated up front, which the kernel keeps in memory while
+  // memory is plentiful and writes out and drops when it is short; and the
+  // update's encoded frames, kept until the next anchor in case the parent
+  // asks for them again. 0: always; SIZE_MAX: never. Where a file cannot be
+  // made, memory (logged).
+  size_t page_out_from_bytes = size_t{1} << 30;
   // Null: the update is encoded on the host from the params buffer.
   std::shared_ptr<UpdateEncoder> update_encoder;
   // What the cost records (costs_path) count the training time in: this

@@ -308,7 +308,7 @@ class Aggregator::Impl {
   // The anchors a child welcomed mid-round may need.
   struct Anchors {
     // The next round's anchor chunks sent down so far (shared with the
-    // outboxes; on disk for a large model, see frame_store.hpp).
+    // outboxes; on disk for a large model, see node/frame_store.hpp).
     std::vector<std::pair<aggregator::StoredFrame, wire::FrameHeader>> next;
     aggregator::FrameStore store;
   } anchors_;

@@ -18,14 +18,18 @@
 #include <unordered_map>
 #include <vector>
 
-#include "aggregator/frame_store.hpp"
+#include "node/frame_store.hpp"
 #include "transport/links.hpp"
 #include "wire/frame.hpp"
 
 namespace fedwan::aggregator {
 
+using node::Frame;
+using node::FrameStore;
+using node::StoredFrame;
+
 struct Outgoing {
-  StoredFrame frame;         // in memory, or read back when its turn comes (frame_store.hpp)
+  StoredFrame frame;         // in memory, or read back when its turn comes (node/frame_store.hpp)
   wire::FrameHeader header;  // with its payload length: the traffic ledger needs it
   Frame loaded;              // a stored frame's bytes, once read for the window
 };

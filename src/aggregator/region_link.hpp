@@ -57,7 +57,7 @@ class Aggregator::Impl::RegionLink {
   // ---- its aggregate chunks of the open round, kept until the next anchor
   // completes so they can be sent again: those the parent lacks once its
   // progress stalls, or all after it welcomed this region back. On disk for
-  // a large model (aggregator/frame_store.hpp).
+  // a large model (node/frame_store.hpp).
   void round_opened(uint64_t round);
   void send_aggregate(uint32_t chunk, Frame frame);
   void send_aggregates_again();

@@ -64,8 +64,8 @@ SiteOptions site_options(const NodeArgs& a) {
   o.security = security_options(a.security);
   o.checkpoint_dir = a.checkpoint_dir;
   o.checkpoint_budget = a.checkpoint_budget;
-  o.anchor_file_from_bytes =
-      a.anchor_file_from_mib < 0 ? SIZE_MAX : static_cast<size_t>(a.anchor_file_from_mib) << 20;
+  o.page_out_from_bytes =
+      a.page_out_from_mib < 0 ? SIZE_MAX : static_cast<size_t>(a.page_out_from_mib) << 20;
   o.costs_path = costs_path(a);
   o.metrics_bind = a.rank == 0 ? a.metrics : std::string();
   o.metrics_token_file = a.metrics_token_file;
@@ -312,11 +312,11 @@ void add_site_command(CLI::App& app, NodeArgs& args, int* exit_code) {
                   "replica image at the round boundaries between; 1: every boundary")
       ->check(number_in(1e-6, 1, /*integer=*/false))
       ->capture_default_str();
-  cmd->add_option("--anchor-file-from-mib", args.anchor_file_from_mib,
-                  "keep the anchor (one fp32 copy of the model beside the parameters) of a "
-                  "model of at least this many MiB in a file the kernel pages in and out "
-                  "(in --checkpoint-dir, else the temporary directory), not in the site's "
-                  "memory; 0: always; -1: never")
+  cmd->add_option("--page-out-from-mib", args.page_out_from_mib,
+                  "for a model of at least this many MiB (fp32), keep the anchor (one fp32 "
+                  "copy beside the parameters) in a file the kernel pages in and out and the "
+                  "update's frames on disk (in --checkpoint-dir, else the temporary "
+                  "directory), not in the site's memory; 0: always; -1: never")
       ->check(number_in(-1, 1 << 30))
       ->capture_default_str();
   cmd->callback([&args, exit_code] { *exit_code = run_site(args); });

@@ -51,8 +51,8 @@ struct NodeArgs {
   // (a GPU's step stood in for by a sleep); 0: as fast as the CPU goes.
   double step_time_ms = 0;
   double checkpoint_budget = 0.05;  // site: SiteOptions::checkpoint_budget
-  // Site: SiteOptions::anchor_file_from_bytes, in MiB; negative: never.
-  int64_t anchor_file_from_mib = 1024;
+  // Site: SiteOptions::page_out_from_bytes, in MiB; negative: never.
+  int64_t page_out_from_mib = 1024;
   // Sites: leave the federation gracefully once this round (counted from 0)
   // begins; unset: never. 0: right after joining, before training at all.
   std::optional<uint64_t> leave_at_round;

@@ -62,7 +62,9 @@ SiteCore::Impl::Impl(SiteOptions options, float* p, size_t n)
     local_privacy = std::make_unique<site::LocalPrivacy>(cfg.privacy, n);
   }
   initial_digest = sha256(params, n * sizeof(float));
-  anchor.place(opt.checkpoint_dir, opt.anchor_file_from_bytes);
+  anchor.place(opt.checkpoint_dir, opt.page_out_from_bytes);
+  outgoing.store = node::FrameStore(n * sizeof(float) >= opt.page_out_from_bytes,
+                                    opt.checkpoint_dir, "site:" + self.id, "update");
   security = std::make_unique<node::NodeSecurity>(opt.security, topo, self);
   transport = transport::make_transport(topo.node(self.parent_index).endpoint);
   session::ParentSession::Options so;
@@ -317,8 +319,8 @@ bool SiteCore::Impl::send_now(std::vector<uint8_t> frame, SyncResult* res) {
 void SiteCore::Impl::resend_update() {
   if (sealing_active) return;  // mid-upload: the update is going out anyway
   SyncResult ignored;
-  for (const std::vector<uint8_t>& fr : outgoing.frames) {
-    if (!send_now(fr, &ignored)) return;
+  for (const node::StoredFrame& fr : outgoing.frames) {
+    if (!send_now(*fr.load(), &ignored)) return;
   }
 }
 
@@ -327,7 +329,7 @@ void SiteCore::Impl::resend_chunks(const std::vector<uint32_t>& chunks, SyncResu
   for (uint32_t c : chunks) {
     if (c >= outgoing.frames.size()) continue;
     const uint64_t before = res->bytes_sent;
-    if (!send_now(outgoing.frames[c], res)) return;
+    if (!send_now(*outgoing.frames[c].load(), res)) return;
     res->bytes_resent += res->bytes_sent - before;
   }
 }

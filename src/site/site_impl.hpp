@@ -24,6 +24,7 @@
 #include "costs/cost_recorder.hpp"
 #include "fedwan/codec.hpp"
 #include "fedwan/site_core.hpp"
+#include "node/frame_store.hpp"
 #include "node/node_config.hpp"
 #include "node/node_metrics.hpp"
 #include "node/node_security.hpp"
@@ -73,7 +74,7 @@ class SiteCore::Impl {
   wire::FrameLimits limits;  // what frames from the parent may be
   std::array<uint8_t, 32> initial_digest{};
   // The model the federation agreed on for `round`: in memory, or for a
-  // large model in a file the kernel may page (SiteOptions::anchor_file_from_bytes).
+  // large model in a file the kernel may page (SiteOptions::page_out_from_bytes).
   MappedFloats anchor;
   // Sizes the anchor to the model and copies `from` into it; logs once
   // when it should have gone to a file and could not.
@@ -245,7 +246,9 @@ class SiteCore::Impl {
   // The round's update going up: unsealed, kept until the next anchor is
   // in, so it can be sent again after a reconnect.
   struct Update {
-    std::vector<std::vector<uint8_t>> frames;
+    // In memory, or for a large model on disk (SiteOptions::page_out_from_bytes).
+    std::vector<node::StoredFrame> frames;
+    node::FrameStore store;
     bool sent = false;  // the whole update of `round` is in frames
     uint32_t encoded_upto = 0;
     Sha256 digest;  // of the encoded chunks, for the audit entry

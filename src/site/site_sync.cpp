@@ -42,6 +42,7 @@ void SiteCore::Impl::begin_update() {
   incoming.expect_next(round + 1);
   outgoing.encoded_upto = 0;
   outgoing.frames.clear();
+  outgoing.store.rotate();  // last round's file goes with its frames
   outgoing.sent = false;
   outgoing.digest = Sha256();
   outgoing.bytes = 0;
@@ -89,12 +90,13 @@ void SiteCore::Impl::send_update(uint64_t start_round, SyncResult* res) {
                                                    plan, i, cfg.codec->id(), self.weight);
     outgoing.digest.update(payload.data(), payload.size());
     outgoing.bytes += payload.size();
-    outgoing.frames.push_back(node::make_frame(h, payload));
+    std::vector<uint8_t> frame = node::make_frame(h, payload);
+    outgoing.frames.push_back(outgoing.store.keep(frame));
     if (sealing && welcome.link_ok) {
-      sealing->submit(outgoing.frames.back());
+      sealing->submit(std::move(frame));
       send_sealed(*sealing, 1, res);
     } else {
-      send_now(outgoing.frames.back(), res);
+      send_now(std::move(frame), res);
     }
     if (i == 0) crash_point("site.mid_upload");
     apply_early();

@@ -1,4 +1,4 @@
-// A site whose anchor lives in a mapped file (SiteOptions::anchor_file_from_bytes)
+// A site whose anchor lives in a mapped file (SiteOptions::page_out_from_bytes)
 // must end exactly where one holding it in memory does: blocking rounds and
 // overlapped ones (which update the anchor in place), lossy codecs, and a
 // checkpoint directory that holds the file without a name left behind.
@@ -48,7 +48,7 @@ TEST_P(AnchorInFile, EndsWhereTheReferenceEnds) {
   const std::vector<float> init = synthetic::initial_model(6000, kSeed);  // 6 chunks
   SiteSetup setup;
   setup.options = [&dir](SiteOptions& o, size_t site, std::vector<float>&) {
-    o.anchor_file_from_bytes = 0;
+    o.page_out_from_bytes = 0;
     o.checkpoint_dir = (dir / ("site-ckpt-" + std::to_string(site))).string();
   };
   FederationRun run = run_threads(topo, init, kSeed, 8, setup);

@@ -70,7 +70,7 @@ class TransportFaults : public ::testing::Test {
 
   // Runs the federation: every round, every site ending with the same model.
   FederationRun run() {
-    FederationRun run = run_threads(topo_, init_, kSeed);
+    FederationRun run = run_threads(topo_, init_, kSeed, 8, setup_);
     EXPECT_TRUE(run.errors.empty()) << run.error_text();
     EXPECT_EQ(run.root.reports.size(), kRounds);
     EXPECT_FALSE(bit_equal(run.root.global_model, init_));
@@ -101,6 +101,7 @@ class TransportFaults : public ::testing::Test {
   TempDir dir_;
   Topology topo_ = make_tree(dir_.path(), 2, 2, spec("fp16"), /*in_process=*/true);
   std::vector<float> init_ = synthetic::initial_model(5000, kSeed);
+  SiteSetup setup_;
   ScopedTransportFaults faults_;
 };
 
@@ -190,6 +191,24 @@ TEST_F(TransportFaults, ALostDeltaChunkIsSentAgain) {
   EXPECT_EQ(faults_->hits(rule), 1u);
   EXPECT_EQ(region_rejoins(run), 0u) << "a resend needs no rejoin";
   // One fp16 chunk of 1024 values, sealed: 2 KiB and a header, not five.
+  EXPECT_GE(run.site_bytes_resent[3], 2048u);
+  EXPECT_LT(run.site_bytes_resent[3], 2 * 2048u);
+  for (size_t s = 0; s < 3; ++s) EXPECT_EQ(run.site_bytes_resent[s], 0u) << "site " << s;
+}
+
+// The same with the update's frames kept on disk and the anchor in a
+// mapped file (SiteOptions::page_out_from_bytes), as a large model's are:
+// the chunk sent again is read back from the file, and only it goes.
+TEST_F(TransportFaults, ALostDeltaChunkIsSentAgainFromDisk) {
+  setup_.options = [](SiteOptions& o, size_t, std::vector<float>&) { o.page_out_from_bytes = 0; };
+  const auto rule = faults_->add(FaultRule::drop()
+                                     .of_type(MsgType::kDelta)
+                                     .on(endpoint("region-1"), "site-3")
+                                     .where(chunk_of(2, 3))
+                                     .first(1));
+  const FederationRun run = run_and_compare();
+  EXPECT_EQ(faults_->hits(rule), 1u);
+  EXPECT_EQ(region_rejoins(run), 0u) << "a resend needs no rejoin";
   EXPECT_GE(run.site_bytes_resent[3], 2048u);
   EXPECT_LT(run.site_bytes_resent[3], 2 * 2048u);
   for (size_t s = 0; s < 3; ++s) EXPECT_EQ(run.site_bytes_resent[s], 0u) << "site " << s;

@@ -17,7 +17,7 @@
 
 #include "common/spill_file.hpp"
 
-namespace fedwan::aggregator {
+namespace fedwan::node {
 
 using Frame = std::shared_ptr<const std::vector<uint8_t>>;
 
@@ -56,6 +56,9 @@ class FrameStore {
   // Keeps `frame`: on disk when spilling (and the write succeeds), in
   // memory otherwise.
   StoredFrame keep(Frame frame);
+  // The same for bytes the caller goes on using (a frame it sends next):
+  // copied only when they stay in memory.
+  StoredFrame keep(const std::vector<uint8_t>& frame);
   // The next frames go to a new file (a store that failed tries again);
   // the old one stays until no StoredFrame refers to it.
   void rotate() {
@@ -69,6 +72,9 @@ class FrameStore {
   }
 
  private:
+  // On disk when spilling and the write succeeds; empty otherwise.
+  StoredFrame append(const std::vector<uint8_t>& frame);
+
   bool on_ = false;
   bool failed_ = false;  // the file could not be made or written: memory this round
   bool warned_ = false;  // logged once
@@ -78,4 +84,4 @@ class FrameStore {
   std::shared_ptr<SpillFile> file_;
 };
 
-}  // namespace fedwan::aggregator
+}  // namespace fedwan::node

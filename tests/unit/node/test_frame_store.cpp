@@ -1,4 +1,4 @@
-#include "aggregator/frame_store.hpp"
+#include "node/frame_store.hpp"
 
 #include <fstream>
 #include <memory>
@@ -8,7 +8,7 @@
 
 #include "harness/temp_dir.hpp"
 
-namespace fedwan::aggregator {
+namespace fedwan::node {
 namespace {
 
 Frame bytes(size_t n, uint8_t seed) {
@@ -42,6 +42,22 @@ TEST(FrameStore, OnReadsBackEveryFrameAsWritten) {
   }
   // The file is unnamed: nothing is left in the directory.
   EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
+}
+
+// Bytes the caller goes on using: on disk without a copy kept, in memory as
+// a copy of their own.
+TEST(FrameStore, KeepsBytesTheCallerStillUses) {
+  testing::TempDir dir;
+  FrameStore on(true, dir.path(), "test");
+  std::vector<uint8_t> frame = *bytes(5000, 4);
+  const StoredFrame on_disk = on.keep(frame);
+  EXPECT_FALSE(on_disk.in_memory());
+  FrameStore off(false, "", "test");
+  const StoredFrame in_memory = off.keep(frame);
+  EXPECT_TRUE(in_memory.in_memory());
+  frame.assign(frame.size(), 0);  // the caller's bytes change (sealed, sent)
+  EXPECT_EQ(*on_disk.load(), *bytes(5000, 4));
+  EXPECT_EQ(*in_memory.load(), *bytes(5000, 4));
 }
 
 TEST(FrameStore, AFrameOutlivesTheRotationAndTheStore) {
@@ -80,4 +96,4 @@ TEST(FrameStore, MakesItsDirectory) {
 }
 
 }  // namespace
-}  // namespace fedwan::aggregator
+}  // namespace fedwan::node

@@ -1,4 +1,4 @@
-#include "aggregator/frame_store.hpp"
+#include "node/frame_store.hpp"
 
 #include <cerrno>
 #include <string>
@@ -9,7 +9,7 @@
 #include "common/log.hpp"
 #include "fedwan/error.hpp"
 
-namespace fedwan::aggregator {
+namespace fedwan::node {
 
 Frame StoredFrame::load() const {
   if (frame_ || !file_) return frame_;
@@ -24,12 +24,22 @@ FrameStore::FrameStore(bool on, std::filesystem::path dir, std::string log_name,
     : on_(on), dir_(std::move(dir)), log_name_(std::move(log_name)), what_(std::move(what)) {}
 
 StoredFrame FrameStore::keep(Frame frame) {
-  if (!on_ || failed_) return StoredFrame(std::move(frame));
+  StoredFrame on_disk = append(*frame);
+  return on_disk ? on_disk : StoredFrame(std::move(frame));
+}
+
+StoredFrame FrameStore::keep(const std::vector<uint8_t>& frame) {
+  StoredFrame on_disk = append(frame);
+  return on_disk ? on_disk : StoredFrame(std::make_shared<const std::vector<uint8_t>>(frame));
+}
+
+StoredFrame FrameStore::append(const std::vector<uint8_t>& frame) {
+  if (!on_ || failed_) return {};
   std::string why;
   if (!file_) file_ = SpillFile::make(dir_, &why);
   uint64_t offset = 0;
-  if (file_ && file_->append(frame->data(), frame->size(), &offset)) {
-    return StoredFrame(file_, offset, static_cast<uint32_t>(frame->size()));
+  if (file_ && file_->append(frame.data(), frame.size(), &offset)) {
+    return StoredFrame(file_, offset, static_cast<uint32_t>(frame.size()));
   }
   if (file_) why = errno_text(errno);
   failed_ = true;
@@ -39,7 +49,7 @@ StoredFrame FrameStore::keep(Frame frame) {
                log_name_, what_, why);
   }
   warned_ = true;
-  return StoredFrame(std::move(frame));
+  return {};
 }
 
-}  // namespace fedwan::aggregator
+}  // namespace fedwan::node
