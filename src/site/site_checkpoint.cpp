@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/node_checkpoint.hpp"
+#include "codec/half.hpp"
 #include "common/log.hpp"
 #include "fedwan/error.hpp"
 #include "site/site_impl.hpp"
@@ -23,11 +24,16 @@
 namespace fedwan {
 namespace {
 
+// The residual as a host-encoding site keeps it (bf16 bits); "residual" is
+// fp32 (earlier checkpoints, and a site with an UpdateEncoder).
+constexpr const char* kResidualBf16 = "residual.bf16";
+
 bool reserved_section(const std::string& name) {
-  return name == "params" || name == "anchor" || name == "residual" || name == "meta";
+  return name == "params" || name == "anchor" || name == "residual" || name == kResidualBf16 ||
+         name == "meta";
 }
 
-const checkpoint::ReplicaPlan kReplicaPlan{"anchor", {"params"}, {"residual"}};
+const checkpoint::ReplicaPlan kReplicaPlan{"anchor", {"params"}, {"residual"}, {kResidualBf16}};
 
 bool params_on_anchor(const Checkpoint& c) {
   const CheckpointSection* meta = c.find("meta");
@@ -46,16 +52,25 @@ Checkpoint SiteCore::Impl::state_checkpoint() {
   c.round = round;
   c.topology_digest = topo.lineage_digest();
   c.node_id = self.id;
-  if (opt.update_encoder && !residual.empty()) {
-    opt.update_encoder->read_residual(residual.data(), residual.size());
-  }
   // At a round boundary the parameters are the anchor (unless overlapped):
   // said in the meta rather than written twice.
   const bool on_anchor = anchor.size() == plan.total() &&
                          std::memcmp(params, anchor.data(), plan.total() * sizeof(float)) == 0;
   if (!on_anchor) c.sections.push_back(checkpoint::float_section("params", params, plan.total()));
   c.sections.push_back(checkpoint::float_section("anchor", anchor.data(), anchor.size()));
-  c.sections.push_back(checkpoint::float_section("residual", residual.data(), residual.size()));
+  if (opt.update_encoder && cfg.codec->id() != CodecId::kFp32) {
+    // The encoder's own residual, in fp32 (read now, owned by the section).
+    std::vector<uint8_t> r(plan.total() * sizeof(float));
+    opt.update_encoder->read_residual(reinterpret_cast<float*>(r.data()), plan.total());
+    c.sections.push_back({"residual", std::move(r)});
+  } else if (!residual.empty()) {
+    CheckpointSection r{kResidualBf16, {}};
+    r.view = reinterpret_cast<const uint8_t*>(residual.data());
+    r.view_size = residual.size() * sizeof(uint16_t);
+    c.sections.push_back(std::move(r));
+  } else {
+    c.sections.push_back(checkpoint::float_section("residual", nullptr, 0));  // fp32: none
+  }
   nlohmann::json meta_json = {{"role", "site"}, {"data_position", data_position}};
   if (on_anchor) meta_json["params_on_anchor"] = true;
   if (const auto head = security->audit_head()) {
@@ -137,16 +152,9 @@ bool SiteCore::Impl::resume() {
   const std::vector<float> p = c.find("params") != nullptr || !params_on_anchor(c)
                                    ? checkpoint::floats_of(c, "params", plan.total())
                                    : std::vector<float>();
-  residual = checkpoint::floats_of(c, "residual", 0);
-  if (!residual.empty() && residual.size() != plan.total()) {
-    throw CryptoError("checkpoint " + loaded->path.string() + ": residual size mismatch");
-  }
+  if (!restore_residual(c, "checkpoint " + loaded->path.string())) clear_residual();
   restore_progress(c);
   std::memcpy(params, p.empty() ? anchor.data() : p.data(), plan.total() * sizeof(float));
-  if (opt.update_encoder && cfg.codec->id() != CodecId::kFp32) {
-    if (residual.empty()) residual.assign(plan.total(), 0.0f);
-    opt.update_encoder->write_residual(residual.data(), residual.size());
-  }
   round = c.round;
   welcome.joined_once = true;
   resumed = true;
@@ -238,12 +246,8 @@ void SiteCore::Impl::take_replica_image(uint64_t full_round) {
     const std::vector<float> p = whole.find("params") != nullptr || !params_on_anchor(whole)
                                      ? checkpoint::floats_of(whole, "params", plan.total())
                                      : std::vector<float>();
-    std::vector<float> r = checkpoint::floats_of(whole, "residual", 0);
-    if (!r.empty() && r.size() != plan.total()) {
-      throw CryptoError("replica image: residual size mismatch");
-    }
     if (!overlapping() && !p.empty()) std::memcpy(params, p.data(), p.size() * sizeof(float));
-    if (!r.empty()) residual = std::move(r);
+    restore_residual(whole, "replica image");
     security->audit("replica_rebuilt",
                     {{"round", image.round},
                      {"params_sha256", to_hex(sha256(params, plan.total() * 4).data(), 32)}});
@@ -254,6 +258,49 @@ void SiteCore::Impl::take_replica_image(uint64_t full_round) {
                 e.what());
     security->audit("replica_refused", {{"round", image.round}, {"reason", e.what()}});
   }
+}
+
+void SiteCore::Impl::clear_residual() {
+  if (cfg.codec->id() == CodecId::kFp32) return;
+  if (opt.update_encoder) {
+    const std::vector<float> zeros(plan.total(), 0.0f);
+    opt.update_encoder->write_residual(zeros.data(), zeros.size());
+  } else if (!residual.empty()) {
+    std::fill(residual.begin(), residual.end(), uint16_t{0});
+  }
+}
+
+bool SiteCore::Impl::restore_residual(const Checkpoint& c, const std::string& what) {
+  std::vector<float> fp32;
+  std::vector<uint16_t> bf16;
+  if (const CheckpointSection* r = c.find(kResidualBf16)) {
+    if (r->size() != plan.total() * sizeof(uint16_t)) {
+      throw CryptoError(what + ": residual size mismatch");
+    }
+    bf16.resize(plan.total());
+    std::memcpy(bf16.data(), r->data(), r->size());
+  } else {
+    fp32 = checkpoint::floats_of(c, "residual", 0);
+    if (fp32.empty()) return false;
+    if (fp32.size() != plan.total()) throw CryptoError(what + ": residual size mismatch");
+  }
+  if (cfg.codec->id() == CodecId::kFp32) return true;  // the codec needs none
+  const kernels::HalfKernels& k = kernels::half_kernels();
+  if (opt.update_encoder) {
+    if (fp32.empty()) {
+      fp32.resize(plan.total());
+      k.bf16_decode(reinterpret_cast<const uint8_t*>(bf16.data()), plan.total(), fp32.data());
+    }
+    opt.update_encoder->write_residual(fp32.data(), fp32.size());
+    residual.clear();
+    return true;
+  }
+  if (bf16.empty()) {
+    bf16.resize(plan.total());
+    k.bf16_encode(fp32.data(), nullptr, plan.total(), reinterpret_cast<uint8_t*>(bf16.data()));
+  }
+  residual = std::move(bf16);
+  return true;
 }
 
 void SiteCore::Impl::round_checkpoint(bool upload) {

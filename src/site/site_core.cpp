@@ -266,11 +266,8 @@ void SiteCore::Impl::model_in_full(SyncResult* res) {
   incoming.forget_next();
   outgoing.sent = false;
   outgoing.frames.clear();
-  std::fill(residual.begin(), residual.end(), 0.0f);
+  clear_residual();
   if (replica_image) take_replica_image(full_round);
-  if (opt.update_encoder && !residual.empty()) {
-    opt.update_encoder->write_residual(residual.data(), residual.size());
-  }
   welcome.joined_once = true;
   res->resynced = true;
   if (round >= cfg.rounds) finished = true;

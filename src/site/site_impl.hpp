@@ -80,7 +80,17 @@ class SiteCore::Impl {
   // when it should have gone to a file and could not.
   void set_anchor(const float* from);
   bool anchor_file_warned = false;
-  std::vector<float> residual;  // error feedback of the deltas sent (lossy codecs)
+  // Error feedback of the deltas sent (lossy codecs), in bf16 as a
+  // region's (codec/compact_feedback.hpp): the bits of each value. Empty
+  // with an UpdateEncoder, which keeps its own (read at checkpoints).
+  std::vector<uint16_t> residual;
+  std::vector<float> residual_scratch;  // a chunk, for encoding with it
+  // The residual set to zeros (a new round's model came in full).
+  void clear_residual();
+  // The residual of `c` (a checkpoint, or a replica image expanded): bf16
+  // ("residual.bf16") or fp32 ("residual", as written before, and by a site
+  // with an UpdateEncoder). Whether it had one.
+  bool restore_residual(const Checkpoint& c, const std::string& what);
   // Restored from the parent's replica image: the image until the parent's
   // model of its round is in (site_checkpoint.cpp).
   std::optional<Checkpoint> replica_image;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "codec/compact_feedback.hpp"
 #include "common/crash_point.hpp"
 #include "common/log.hpp"
 #include "common/sha256.hpp"
@@ -36,7 +37,9 @@ void SiteCore::Impl::run_sync(SyncResult* res) {
 }
 
 void SiteCore::Impl::begin_update() {
-  if (cfg.codec->id() != CodecId::kFp32 && residual.empty()) residual.assign(plan.total(), 0.0f);
+  if (cfg.codec->id() != CodecId::kFp32 && !opt.update_encoder && residual.empty()) {
+    residual.assign(plan.total(), 0);  // bf16 zeros
+  }
   // Anchor chunk i may arrive while later deltas still go out; it goes into
   // params once delta chunk i is computed (apply_early).
   incoming.expect_next(round + 1);
@@ -83,7 +86,12 @@ void SiteCore::Impl::send_update(uint64_t start_round, SyncResult* res) {
     } else {
       for (uint32_t k = 0; k < n; ++k) delta[k] = anchor[off + k] - work[off + k];
       if (local_privacy) local_privacy->apply(delta.data(), n);
-      cfg.codec->encode(delta.data(), n, lossy ? residual.data() + off : nullptr, payload.data());
+      if (lossy) {
+        codec::encode_with_bf16_residual(*cfg.codec, delta.data(), n, residual.data() + off,
+                                         residual_scratch, payload.data());
+      } else {
+        cfg.codec->encode(delta.data(), n, nullptr, payload.data());
+      }
     }
     outgoing.encoded_upto = i + 1;
     const wire::FrameHeader h = node::chunk_header(topo, self.index, wire::MsgType::kDelta, round,

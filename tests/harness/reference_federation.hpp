@@ -36,6 +36,10 @@ using LocalTraining = std::function<void(uint32_t, uint64_t, std::vector<float>&
 // Local training in steps: (site index, steps, params in/out).
 using LocalSteps = std::function<void(uint32_t, uint64_t, std::vector<float>&)>;
 
+// How the sites keep their error feedback: in bf16 as a site encoding on
+// the host does, or in fp32 as one with an UpdateEncoder (a GPU's) does.
+enum class SiteResidual { kBf16, kFp32 };
+
 // The federation around its sites: `site_params(site, round, anchor)` gives
 // the params a site sends its update from (the update is anchor - them);
 // `after_round(round, new anchor)` runs once the anchor of round+1 is known.
@@ -43,7 +47,8 @@ inline ReferenceResult run_reference_rounds(
     const Topology& topo, const std::vector<float>& init,
     const std::function<std::vector<float>(uint32_t, uint64_t, const std::vector<float>&)>&
         site_params,
-    const std::function<void(uint64_t, const std::vector<float>&)>& after_round) {
+    const std::function<void(uint64_t, const std::vector<float>&)>& after_round,
+    SiteResidual site_residual = SiteResidual::kBf16) {
   const size_t n = init.size();
   const tensor::ChunkPlan plan = tensor::ChunkPlan::from_bytes(n, topo.federation().chunk_bytes);
   const Codec& codec = codec_by_name(topo.federation().codec);
@@ -54,29 +59,31 @@ inline ReferenceResult run_reference_rounds(
   auto outer = make_outer_optimizer(topo.federation().outer, n);
   const auto rule = aggregation::make_rule(topo.federation().aggregation.rule,
                                            topo.federation().aggregation.params);
-  // A site's residual in fp32, a region's in bf16 (codec/compact_feedback.hpp).
-  std::vector<std::vector<float>> residual(topo.nodes().size());
-  std::vector<std::vector<uint16_t>> region_residual(topo.nodes().size());
+  // Regions' residuals in bf16 (codec/compact_feedback.hpp), sites' as
+  // `site_residual` says.
+  std::vector<std::vector<uint16_t>> residual(topo.nodes().size());
+  std::vector<std::vector<float>> fp32_residual(topo.nodes().size());
   std::vector<float> scratch;
 
   auto encode = [&](const std::vector<float>& values, uint32_t node, bool with_feedback) {
     std::vector<std::vector<uint8_t>> out(plan.count());
-    const bool region = topo.node(node).role == Role::kRegion;
-    if (with_feedback && lossy && !region && residual[node].empty()) residual[node].assign(n, 0.0f);
-    if (with_feedback && lossy && region && region_residual[node].empty()) {
-      region_residual[node].assign(n, 0);
-    }
+    const bool feedback = with_feedback && lossy;
+    const bool fp32 =
+        feedback && site_residual == SiteResidual::kFp32 && topo.node(node).role == Role::kSite;
+    if (feedback && !fp32 && residual[node].empty()) residual[node].assign(n, 0);  // bf16 zeros
+    if (fp32 && fp32_residual[node].empty()) fp32_residual[node].assign(n, 0.0f);
     for (uint32_t i = 0; i < plan.count(); ++i) {
       out[i].resize(codec.encoded_size(plan.size(i)));
-      if (with_feedback && lossy && region) {
+      if (fp32) {
+        codec.encode(values.data() + plan.offset(i), plan.size(i),
+                     fp32_residual[node].data() + plan.offset(i), out[i].data());
+      } else if (feedback) {
         fedwan::codec::encode_with_bf16_residual(
             codec, values.data() + plan.offset(i), plan.size(i),
-            region_residual[node].data() + plan.offset(i), scratch, out[i].data());
-        continue;
+            residual[node].data() + plan.offset(i), scratch, out[i].data());
+      } else {
+        codec.encode(values.data() + plan.offset(i), plan.size(i), nullptr, out[i].data());
       }
-      codec.encode(values.data() + plan.offset(i), plan.size(i),
-                   with_feedback && lossy ? residual[node].data() + plan.offset(i) : nullptr,
-                   out[i].data());
     }
     return out;
   };
@@ -145,7 +152,8 @@ inline ReferenceResult run_reference_rounds(
 
 // Blocking rounds: every site trains a round from the anchor.
 inline ReferenceResult run_reference(const Topology& topo, const std::vector<float>& init,
-                                     const LocalTraining& train) {
+                                     const LocalTraining& train,
+                                     SiteResidual site_residual = SiteResidual::kBf16) {
   return run_reference_rounds(
       topo, init,
       [&](uint32_t site, uint64_t round, const std::vector<float>& anchor) {
@@ -153,7 +161,7 @@ inline ReferenceResult run_reference(const Topology& topo, const std::vector<flo
         train(site, round, local);
         return local;
       },
-      [](uint64_t, const std::vector<float>&) {});
+      [](uint64_t, const std::vector<float>&) {}, site_residual);
 }
 
 // Overlapped rounds (federation.overlap_steps = tau): a site sends its

@@ -97,10 +97,14 @@ TEST_P(UpdateEncoderMatchesHostPath, TwoRegionsFourSites) {
   std::mutex mu;
   FederationRun run = run_threads(topo, init, kSeed, 8, with_encoders(encoders, mu));
   ASSERT_TRUE(run.errors.empty()) << run.error_text();
-  const ReferenceResult ref =
-      run_reference(topo, init, [&topo](uint32_t site, uint64_t, std::vector<float>& p) {
+  // Such an encoder keeps its residual in fp32 (a GPU's device memory), where
+  // a site encoding on the host keeps it in bf16.
+  const ReferenceResult ref = run_reference(
+      topo, init,
+      [&topo](uint32_t site, uint64_t, std::vector<float>& p) {
         synthetic::local_steps(p.data(), p.size(), site, topo.federation().inner_steps, kSeed);
-      });
+      },
+      SiteResidual::kFp32);
   EXPECT_TRUE(bit_equal(run.root.global_model, ref.global));
   for (const auto& site : run.site_models) EXPECT_TRUE(bit_equal(site, ref.held));
   ASSERT_EQ(encoders.size(), 4u);
