@@ -226,6 +226,31 @@ void report_demo(const DemoArgs& a, const DemoPlan& plan, const Placement& place
   }
 }
 
+// A finished demo in a temporary directory of its own drops its checkpoint
+// files (the model several times over: gigabytes at 100M parameters, which
+// runs one after another would pile up); the topology, credentials, logs,
+// audit logs, cost records and reports stay for reading. Under --dir
+// everything stays.
+void drop_checkpoints(const DemoArgs& a, const DemoPlan& plan) {
+  if (!a.work_dir.empty()) return;
+  std::error_code ec;
+  uint64_t bytes = 0;
+  std::vector<fs::path> files;
+  for (auto it = fs::recursive_directory_iterator(plan.dir / "checkpoints", ec);
+       !ec && it != fs::end(it); it.increment(ec)) {
+    if (it->path().extension() == ".fwck" && it->is_regular_file(ec)) {
+      bytes += it->file_size(ec);
+      files.push_back(it->path());
+    }
+  }
+  for (const fs::path& f : files) fs::remove(f, ec);
+  if (bytes > 0) {
+    std::printf("fedwan demo: removed the nodes' checkpoint files (%.1f MB); logs, audit logs "
+                "and cost records stay in %s\n",
+                static_cast<double>(bytes) / 1e6, plan.dir.string().c_str());
+  }
+}
+
 int run_demo(const DemoArgs& a) {
   torch::set_num_threads(1);
   const Placement place = check_demo_args(a);
@@ -244,6 +269,7 @@ int run_demo(const DemoArgs& a) {
     return 0;
   }
   report_demo(a, plan, place, supervisor, t0);
+  drop_checkpoints(a, plan);
   return 0;
 }
 
