@@ -46,7 +46,7 @@ class PySiteCore {
              const OptionalPathArg& audit_log, const OptionalPathArg& checkpoint_dir,
              const OptionalPathArg& costs_path, int devices, const std::string& device_kind,
              const std::string& metrics, const OptionalPathArg& metrics_token_file,
-             double checkpoint_budget)
+             double checkpoint_budget, std::optional<int64_t> page_out_from_bytes)
       : params_(float32_buffer(params.obj, "params", /*writable=*/true, /*non_empty=*/true)) {
     SiteOptions opt;
     opt.topology = topology_from(topology.obj);
@@ -61,6 +61,10 @@ class PySiteCore {
     }
     if (!costs_path.obj.is_none()) opt.costs_path = path_from(costs_path.obj, "costs_path");
     opt.checkpoint_budget = checkpoint_budget;
+    if (page_out_from_bytes) {
+      opt.page_out_from_bytes =
+          *page_out_from_bytes < 0 ? SIZE_MAX : static_cast<size_t>(*page_out_from_bytes);
+    }
     if (devices < 1) throw ConfigError("devices must be >= 1, got " + std::to_string(devices));
     opt.devices = static_cast<uint32_t>(devices);
     opt.device_kind = device_kind;
@@ -362,19 +366,22 @@ void bind_site_core(py::module_& m) {
   cls.def(py::init<const TopologyArg&, const std::string&, const Float32ArrayArg&, double,
                    std::optional<double>, int, const OptionalPathArg&, bool, const std::string&,
                    const OptionalPathArg&, const OptionalPathArg&, const OptionalPathArg&, int,
-                   const std::string&, const std::string&, const OptionalPathArg&, double>(),
+                   const std::string&, const std::string&, const OptionalPathArg&, double,
+                   std::optional<int64_t>>(),
           "topology"_a, "node_id"_a, "params"_a, "join_timeout_s"_a = 300.0, py::kw_only(),
           "round_timeout_s"_a = py::none(), "window"_a = 8, "credentials"_a = py::none(),
           "insecure_plaintext"_a = false, "cipher"_a = "aes-256-gcm", "audit_log"_a = py::none(),
           "checkpoint_dir"_a = py::none(), "costs_path"_a = py::none(), "devices"_a = 1,
           "device_kind"_a = "cpu", "metrics"_a = "", "metrics_token_file"_a = py::none(),
-          "checkpoint_budget"_a = 0.05,
+          "checkpoint_budget"_a = 0.05, "page_out_from_bytes"_a = py::none(),
           "params: the C-contiguous float32 array the site trains (used in place). "
           "join_timeout_s bounds join(); round_timeout_s bounds each sync() (None: the "
           "topology's federation.round_timeout_s); window: frames in flight to the parent. "
           "checkpoint_dir: a checkpoint at every round boundary, resumed from by join(); "
           "checkpoint_budget: over 64 MiB, whole ones take at most this share of the time, "
           "replica images between them. "
+          "page_out_from_bytes: from this model size (fp32 bytes; None: 1 GiB, -1: never) "
+          "the anchor lives in a file the kernel pages and the update's frames on disk. "
           "costs_path: one JSON line of costs per round (training seconds x devices of "
           "device_kind 'cpu' or 'gpu', bytes), billed by `fedwan costs`. metrics: 'host:port' "
           "to serve Prometheus metrics and the status at ('' = the topology's); "

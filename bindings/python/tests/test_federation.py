@@ -141,9 +141,12 @@ def test_fedavg_two_sites_matches_numpy_reference_bit_for_bit(sock_dir, credenti
     assert np.array_equal(seen_models[-1][1], got_global)
 
 
-def test_region_tree_over_numpy_site_cores_with_fp16(sock_dir, credentials):
+@pytest.mark.parametrize("page_out_from_bytes", [None, 0])
+def test_region_tree_over_numpy_site_cores_with_fp16(sock_dir, credentials, page_out_from_bytes):
     """root -> region -> 2 sites, the sites as SiteCore over NumPy arrays
-    trained with the synthetic workload; fp16 on the wire."""
+    trained with the synthetic workload; fp16 on the wire. With
+    page_out_from_bytes=0 the sites keep their anchor and update frames in
+    files, as a large model's are, and end the same way."""
     rounds, inner_steps, n, seed = 4, 3, 3000, 11
     topo = fedwan.Topology.parse(topology_yaml(
         "py-region", sock_dir, [("a", "eu", 2), ("b", "eu", 1)], regions=["eu"],
@@ -155,7 +158,8 @@ def test_region_tree_over_numpy_site_cores_with_fp16(sock_dir, credentials):
         params = initial.copy()
         core = fedwan.SiteCore(topo, node_id, params, join_timeout_s=JOIN_TIMEOUT_S,
                                round_timeout_s=ROUND_TIMEOUT_S,
-                               credentials=credentials(topo, node_id))
+                               credentials=credentials(topo, node_id),
+                               page_out_from_bytes=page_out_from_bytes)
         core.join()
         while not core.finished:
             fedwan.synthetic_local_steps(params, index, inner_steps, seed)
