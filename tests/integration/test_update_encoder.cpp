@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "checkpoint/node_checkpoint.hpp"
+#include "codec/half.hpp"
 #include "fedwan/error.hpp"
 #include "harness/federation_fixture.hpp"
 #include "harness/model_compare.hpp"
@@ -163,6 +164,74 @@ TEST(UpdateEncoder, CheckpointsCarryTheEncodersResidualBothWays) {
     EXPECT_EQ(fresh->writes, 1);
     EXPECT_TRUE(bit_equal(fresh->residual, saved));
   }
+}
+
+// A host site's checkpoint holds its residual in bf16 ("residual.bf16");
+// an encoder's site resumed from it gets those values widened to fp32. An
+// encoder's checkpoint (fp32 "residual", as every site's were before host
+// sites kept theirs in bf16) resumes a host site.
+TEST(UpdateEncoder, Fp32AndBf16ResidualsResumeEitherKindOfSite) {
+  TempDir dir;
+  const Topology topo = make_tree(dir.path(), 0, 2, spec("int8", 3));
+  const std::vector<float> init = synthetic::initial_model(5000, kSeed);
+  const std::string id = "site-0";
+
+  auto resume = [&](const std::filesystem::path& from, std::shared_ptr<HostUpdateEncoder> encoder,
+                    std::vector<float>& params) {
+    SiteOptions o;
+    o.topology = topo;
+    o.node_id = id;
+    o.join_timeout = std::chrono::milliseconds(300);
+    o.security = security_for(topo, id);
+    o.checkpoint_dir = from.string();
+    o.update_encoder = encoder;
+    SiteCore core(std::move(o), params.data(), params.size());
+    if (encoder) encoder->attach(core);
+    try {
+      core.join();
+    } catch (const fedwan::Error&) {
+      // No parent any more; the resume already happened.
+    }
+    EXPECT_TRUE(core.resumed());
+  };
+
+  // Host sites: bf16 in their checkpoints.
+  const std::filesystem::path host_dir = dir.path() / "host";
+  SiteSetup host;
+  host.options = [&](SiteOptions& o, size_t, std::vector<float>&) {
+    o.checkpoint_dir = (host_dir / o.node_id).string();
+  };
+  FederationRun run = run_threads(topo, init, kSeed, 8, host);
+  ASSERT_TRUE(run.errors.empty()) << run.error_text();
+  const auto written = checkpoint::load_node_checkpoint(host_dir / id, topo, id);
+  ASSERT_TRUE(written.has_value());
+  ASSERT_EQ(written->checkpoint.find("residual"), nullptr);
+  const CheckpointSection* bf16 = written->checkpoint.find("residual.bf16");
+  ASSERT_NE(bf16, nullptr);
+  ASSERT_EQ(bf16->size(), init.size() * sizeof(uint16_t));
+  std::vector<float> widened(init.size());
+  kernels::half_kernels().bf16_decode(bf16->data(), init.size(), widened.data());
+  bool nonzero = false;
+  for (float r : widened) nonzero = nonzero || r != 0.0f;
+  EXPECT_TRUE(nonzero) << "int8 leaves a residual";
+
+  std::vector<float> params = init;
+  auto encoder = std::make_shared<HostUpdateEncoder>(params);
+  resume(host_dir / id, encoder, params);
+  EXPECT_EQ(encoder->writes, 1);
+  EXPECT_TRUE(bit_equal(encoder->residual, widened));
+
+  // An encoder's site: fp32, which a host site takes.
+  std::vector<std::shared_ptr<HostUpdateEncoder>> encoders;
+  std::mutex mu;
+  const std::filesystem::path encoder_dir = dir.path() / "encoder";
+  run = run_threads(topo, init, kSeed, 8, with_encoders(encoders, mu, encoder_dir));
+  ASSERT_TRUE(run.errors.empty()) << run.error_text();
+  const auto fp32 = checkpoint::load_node_checkpoint(encoder_dir / id, topo, id);
+  ASSERT_TRUE(fp32.has_value());
+  ASSERT_NE(fp32->checkpoint.find("residual"), nullptr);
+  std::vector<float> host_params = init;
+  resume(encoder_dir / id, nullptr, host_params);
 }
 
 }  // namespace
