@@ -27,6 +27,22 @@
 # and library that links the `torch` target names libstdc++ first, so the
 # system's libstdc++ answers those symbols for the whole process
 # (FEDWAN_TORCH_EXPORTS_LIBSTDCXX).
+# Whether the shared library `so` defines a dynamic symbol whose `nm -D`
+# line contains `needle` (TRUE or FALSE in out_var; FALSE without nm or the
+# file).
+function(fedwan_library_defines so needle out_var)
+  set(_found FALSE)
+  if(CMAKE_NM AND EXISTS "${so}")
+    execute_process(COMMAND ${CMAKE_NM} -D --defined-only "${so}"
+                    OUTPUT_VARIABLE _syms ERROR_QUIET)
+    string(FIND "${_syms}" "${needle}" _at)
+    if(NOT _at EQUAL -1)
+      set(_found TRUE)
+    endif()
+  endif()
+  set(${out_var} ${_found} PARENT_SCOPE)
+endfunction()
+
 macro(fedwan_find_torch)
   set(_fedwan_cuda_flags "${CMAKE_CUDA_FLAGS}")
   if(DEFINED CMAKE_CUDA_ARCHITECTURES)
@@ -65,33 +81,13 @@ macro(fedwan_find_torch)
   # A LibTorch that defines Gloo's symbols itself (the wheel does) would
   # take fedwan's calls into a Gloo other than the one fedwan was compiled
   # against: fedwan then uses that LibTorch's Gloo through c10d instead.
-  set(FEDWAN_TORCH_HAS_OWN_GLOO FALSE)
-  if(_fedwan_torch_cpu AND CMAKE_NM)
-    execute_process(COMMAND ${CMAKE_NM} -D --defined-only "${_fedwan_torch_cpu}"
-                    OUTPUT_VARIABLE _fedwan_syms ERROR_QUIET)
-    string(FIND "${_fedwan_syms}" "_ZN4gloo" _fedwan_at)
-    if(NOT _fedwan_at EQUAL -1)
-      set(FEDWAN_TORCH_HAS_OWN_GLOO TRUE)
-    endif()
-    unset(_fedwan_syms)
-  endif()
+  fedwan_library_defines("${_fedwan_torch_cpu}" "_ZN4gloo" FEDWAN_TORCH_HAS_OWN_GLOO)
 
-  # The wheel's CUDA library loads the NCCL of the `nvidia-nccl` wheel
-  # (site-packages/nvidia/nccl), newer than a toolkit's: fedwan links the
-  # same one, so one NCCL is in the process.
   set(FEDWAN_TORCH_EXPORTS_LIBSTDCXX FALSE)
-  foreach(_fedwan_lib torch torch_cpu)
-    if(TARGET ${_fedwan_lib} AND CMAKE_NM)
-      get_filename_component(_fedwan_so "${FEDWAN_TORCH_LIB_DIR}/lib${_fedwan_lib}.so" ABSOLUTE)
-      if(EXISTS "${_fedwan_so}")
-        execute_process(COMMAND ${CMAKE_NM} -D --defined-only "${_fedwan_so}"
-                        OUTPUT_VARIABLE _fedwan_syms ERROR_QUIET)
-        string(FIND "${_fedwan_syms}" " T _ZNSt10filesystem" _fedwan_at)
-        if(NOT _fedwan_at EQUAL -1)
-          set(FEDWAN_TORCH_EXPORTS_LIBSTDCXX TRUE)
-        endif()
-        unset(_fedwan_syms)
-      endif()
+  foreach(_fedwan_lib libtorch.so libtorch_cpu.so)
+    fedwan_library_defines("${FEDWAN_TORCH_LIB_DIR}/${_fedwan_lib}" " T _ZNSt10filesystem" _fedwan_has)
+    if(_fedwan_has)
+      set(FEDWAN_TORCH_EXPORTS_LIBSTDCXX TRUE)
     endif()
   endforeach()
   if(FEDWAN_TORCH_EXPORTS_LIBSTDCXX)
@@ -100,6 +96,9 @@ macro(fedwan_find_torch)
     message(STATUS "fedwan: that LibTorch exports libstdc++ symbols: programs name libstdc++ first")
   endif()
 
+  # The wheel's CUDA library loads the NCCL of the `nvidia-nccl` wheel
+  # (site-packages/nvidia/nccl), newer than a toolkit's: fedwan links the
+  # same one, so one NCCL is in the process.
   unset(FEDWAN_TORCH_NCCL_DIR)
   get_filename_component(_fedwan_site "${FEDWAN_TORCH_LIB_DIR}/../.." ABSOLUTE)
   if(EXISTS "${_fedwan_site}/nvidia/nccl/include/nccl.h")

@@ -10,31 +10,9 @@
 #include <system_error>
 
 #include "common/errno_text.hpp"
+#include "common/unnamed_file.hpp"
 
 namespace fedwan {
-namespace {
-
-// An unnamed file in `dir`, or -1 with errno set.
-int unnamed_file(const std::filesystem::path& dir) {
-  std::filesystem::path d = dir;
-  std::error_code ec;
-  if (d.empty()) {
-    d = std::filesystem::temp_directory_path(ec);
-    if (ec) d = "/tmp";
-  } else {
-    std::filesystem::create_directories(d, ec);
-  }
-  int fd = ::open(d.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    std::string name = (d / ".fedwan-mapped.XXXXXX").string();
-    fd = ::mkostemp(name.data(), O_CLOEXEC);
-    if (fd >= 0) ::unlink(name.c_str());
-  }
-  return fd;
-}
-
-}  // namespace
-
 MappedFloats::~MappedFloats() { unmap(); }
 
 void MappedFloats::place(std::filesystem::path dir, size_t from_bytes) {
@@ -49,8 +27,8 @@ void MappedFloats::unmap() {
 }
 
 bool MappedFloats::map_file(size_t bytes) {
-  const std::string where = dir_.empty() ? std::string("the temporary directory") : dir_.string();
-  const int fd = unnamed_file(dir_);
+  std::string where;
+  const int fd = open_unnamed_file(dir_, &where);
   if (fd < 0) {
     why_ = where + ": " + errno_text(errno);
     return false;

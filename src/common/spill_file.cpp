@@ -9,27 +9,16 @@
 #include <system_error>
 
 #include "common/errno_text.hpp"
+#include "common/unnamed_file.hpp"
 #include "fedwan/error.hpp"
 
 namespace fedwan {
 
 std::shared_ptr<SpillFile> SpillFile::make(const std::filesystem::path& dir, std::string* why) {
-  std::filesystem::path d = dir;
-  std::error_code ec;
-  if (d.empty()) {
-    d = std::filesystem::temp_directory_path(ec);
-    if (ec) d = "/tmp";
-  } else {
-    std::filesystem::create_directories(d, ec);  // a checkpoint directory before its first
-  }
-  int fd = ::open(d.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  std::string where;
+  const int fd = open_unnamed_file(dir, &where);
   if (fd < 0) {
-    std::string name = (d / ".fedwan-spill.XXXXXX").string();
-    fd = ::mkostemp(name.data(), O_CLOEXEC);
-    if (fd >= 0) ::unlink(name.c_str());
-  }
-  if (fd < 0) {
-    *why = d.string() + ": " + errno_text(errno);
+    *why = where + ": " + errno_text(errno);
     return nullptr;
   }
   return std::shared_ptr<SpillFile>(new SpillFile(fd));
