@@ -70,7 +70,8 @@ TEST_P(AnchorInFile, EndsWhereTheReferenceEnds) {
     const std::filesystem::path d = dir / ("site-ckpt-" + std::to_string(s));
     ASSERT_TRUE(std::filesystem::is_directory(d));
     for (const auto& e : std::filesystem::directory_iterator(d)) {
-      EXPECT_EQ(e.path().filename().string().find(".fedwan-unnamed"), std::string::npos) << e.path();
+      EXPECT_EQ(e.path().filename().string().find(".fedwan-unnamed"), std::string::npos)
+          << e.path();
     }
   }
 }
