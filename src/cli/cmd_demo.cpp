@@ -209,8 +209,8 @@ void report_demo(const DemoArgs& a, const DemoPlan& plan, const Placement& place
   // The topology as it ended (a version may have added a site).
   report["costs"] = demo_costs(plan.dir, Topology::load(plan.topology_file), a.insecure_plaintext);
   print_restarts(supervisor.restarts());
-  report["memory"] =
-      memory_json(supervisor.peak_rss_kib(), plan.topology, model_parameters(a.workload));
+  report["memory"] = memory_json(supervisor.peak_rss_kib(), supervisor.peak_anon_kib(),
+                                 plan.topology, model_parameters(a.workload));
   report["cpu"] = cpu_json(supervisor.cpu_seconds());
   report["wall_seconds"] = wall;
   report["federation_seconds"] = fed_seconds;

@@ -41,6 +41,7 @@ nlohmann::json cpu_json(const std::map<std::string, std::pair<double, double>>& 
 void print_cpu(const nlohmann::json& cpu, double fp32_bytes);
 
 nlohmann::json memory_json(const std::map<std::string, uint64_t>& peak_rss_kib,
+                           const std::map<std::string, uint64_t>& peak_anon_kib,
                            const Topology& topo, uint64_t parameters);
 // One line on stdout: the root's peak, the largest region's and site's.
 void print_memory(const nlohmann::json& memory);

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -252,6 +253,7 @@ bool DemoSupervisor::run(const std::atomic<bool>& stop) {
     if (!stopping) release_due();
     const pid_t pid = reap(-1, &status, WNOHANG);
     if (pid == 0) {
+      sample_memory();
       ::usleep(50 * 1000);
       continue;
     }
@@ -313,6 +315,26 @@ pid_t DemoSupervisor::reap(pid_t pid, int* status, int options) {
     system += seconds(usage.ru_stime);
   }
   return got;
+}
+
+void DemoSupervisor::sample_memory() {
+  const auto now = std::chrono::steady_clock::now();
+  if (now - sampled_at_ < std::chrono::milliseconds(250)) return;
+  sampled_at_ = now;
+  for (const Process& p : procs_) {
+    if (p.pid <= 0) continue;
+    std::ifstream status("/proc/" + std::to_string(p.pid) + "/status");
+    std::string key;
+    uint64_t kib = 0;
+    while (status >> key) {
+      if (key == "RssAnon:" && status >> kib) {
+        uint64_t& peak = peak_anon_kib_[nodes_[p.node].launch.node];
+        peak = std::max(peak, kib);
+        break;
+      }
+      status.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+    }
+  }
 }
 
 void DemoSupervisor::account() {

@@ -111,6 +111,11 @@ class DemoSupervisor {
   // Each node's peak resident memory in KiB, the largest of its processes'
   // (every rank, every life) as the kernel counted them when they exited.
   const std::map<std::string, uint64_t>& peak_rss_kib() const { return peak_rss_kib_; }
+  // Each node's peak anonymous memory in KiB (RssAnon, sampled every
+  // 250 ms while it runs): its RSS less the file pages it maps, such as a
+  // large model's anchor in a file the kernel pages (SiteOptions::
+  // page_out_from_bytes), which ru_maxrss counts while they are resident.
+  const std::map<std::string, uint64_t>& peak_anon_kib() const { return peak_anon_kib_; }
   // Each node's CPU time in seconds (user, system), all its processes and
   // lives together, as the kernel counted them when they exited.
   const std::map<std::string, std::pair<double, double>>& cpu_seconds() const {
@@ -140,6 +145,8 @@ class DemoSupervisor {
   // Waits for `pid` (-1: any child) like waitpid, and records the peak RSS
   // and the CPU time of the process it reaps.
   pid_t reap(pid_t pid, int* status, int options);
+  // Reads every running process's RssAnon, at most every 250 ms.
+  void sample_memory();
 
   std::string exe_;
   int max_restarts_;
@@ -147,6 +154,8 @@ class DemoSupervisor {
   std::vector<Process> procs_;
   std::vector<Restart> restarts_;
   std::map<std::string, uint64_t> peak_rss_kib_;
+  std::map<std::string, uint64_t> peak_anon_kib_;
+  std::chrono::steady_clock::time_point sampled_at_{};
   std::map<std::string, std::pair<double, double>> cpu_seconds_;
   std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
 };

@@ -122,6 +122,10 @@ def main() -> int:
     for node, m in nodes.items():
         if not m.get("peak_rss_mib", 0) > 0 or m.get("role") not in ("root", "region", "site"):
             failures.append(f"memory of {node} is not a peak RSS with a role: {m}")
+        # Sampled while it ran: anonymous memory is part of the resident set.
+        anon = m.get("peak_anon_mib")
+        if anon is not None and not 0 < anon <= m.get("peak_rss_mib", 0):
+            failures.append(f"anonymous memory of {node} is not within its peak RSS: {m}")
     restarts = r.get("restarts")
     if restarts is None:
         failures.append("report lacks 'restarts'")
