@@ -185,47 +185,50 @@ nlohmann::json memory_json(const std::map<std::string, uint64_t>& peak_rss_kib,
   return {{"parameters", parameters}, {"model_fp32_mib", model_mib}, {"nodes", nodes}};
 }
 
+namespace {
+
+// Role -> the largest `key` of the nodes in that role that have it.
+std::map<std::string, double> largest_by_role(const nlohmann::json& nodes, const char* key) {
+  std::map<std::string, double> out;
+  for (const auto& [id, n] : nodes.items()) {
+    if (!n.contains(key)) continue;
+    double& v = out[n["role"].get<std::string>()];
+    v = std::max(v, n[key].get<double>());
+  }
+  return out;
+}
+
+// " root X MiB (Yx), largest region ..., largest site ...".
+void print_roles(const std::map<std::string, double>& by_role, double model) {
+  const char* sep = " ";
+  for (const char* role : {"root", "region", "site"}) {
+    const auto it = by_role.find(role);
+    if (it == by_role.end()) continue;
+    std::printf("%s%s%s %.0f MiB", sep, std::string(role) == "root" ? "" : "largest ", role,
+                it->second);
+    if (model > 0) std::printf(" (%.1fx)", it->second / model);
+    sep = ", ";
+  }
+}
+
+}  // namespace
+
 void print_memory(const nlohmann::json& memory) {
   const nlohmann::json& nodes = memory["nodes"];
   if (nodes.empty()) return;
-  std::map<std::string, double> peak;  // role -> the largest peak
-  for (const auto& [id, n] : nodes.items()) {
-    double& p = peak[n["role"].get<std::string>()];
-    p = std::max(p, n["peak_rss_mib"].get<double>());
-  }
   const double model = memory["model_fp32_mib"].get<double>();
+  const std::map<std::string, double> peak = largest_by_role(nodes, "peak_rss_mib");
   std::printf("memory: peak RSS");
-  const char* sep = " ";
-  for (const char* role : {"root", "region", "site"}) {
-    const auto it = peak.find(role);
-    if (it == peak.end()) continue;
-    std::printf("%s%s%s %.0f MiB", sep, std::string(role) == "root" ? "" : "largest ", role,
-                it->second);
-    if (model > 0) std::printf(" (%.1fx)", it->second / model);
-    sep = ", ";
-  }
+  print_roles(peak, model);
   std::printf(" against the fp32 model's %.1f MiB\n", model);
   // Anonymous memory (sampled), where it differs: a node that maps a large
   // anchor from a file counts its resident pages in RSS.
-  std::map<std::string, double> anon;  // role -> the largest
-  for (const auto& [id, n] : nodes.items()) {
-    if (!n.contains("peak_anon_mib")) continue;
-    double& a = anon[n["role"].get<std::string>()];
-    a = std::max(a, n["peak_anon_mib"].get<double>());
-  }
+  const std::map<std::string, double> anon = largest_by_role(nodes, "peak_anon_mib");
   bool differs = false;
-  for (const auto& [role, a] : anon) differs = differs || peak[role] - a > 256.0;
+  for (const auto& [role, a] : anon) differs = differs || peak.at(role) - a > 256.0;
   if (!differs) return;
   std::printf("memory: anonymous (sampled)");
-  sep = " ";
-  for (const char* role : {"root", "region", "site"}) {
-    const auto it = anon.find(role);
-    if (it == anon.end()) continue;
-    std::printf("%s%s%s %.0f MiB", sep, std::string(role) == "root" ? "" : "largest ", role,
-                it->second);
-    if (model > 0) std::printf(" (%.1fx)", it->second / model);
-    sep = ", ";
-  }
+  print_roles(anon, model);
   std::printf("; the rest of RSS is file pages the kernel may drop\n");
 }
 

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <future>
 #include <memory>
 #include <optional>
@@ -73,6 +74,49 @@ TEST_P(OverlapMatchesReference, TwoRegionsFourSites) {
 INSTANTIATE_TEST_SUITE_P(Codecs, OverlapMatchesReference,
                          ::testing::Values(Case{"fp32", "fedavg", 1}, Case{"fp16", "diloco", 2},
                                            Case{"int8", "fedavg", 3}, Case{"bf16", "fedadam", 1}),
+                         [](const auto& info) {
+                           return info.param.codec + "_" + info.param.outer + "_tau" +
+                                  std::to_string(info.param.tau);
+                         });
+
+// Sites whose anchor lives in a mapped file and whose update frames wait on
+// disk (SiteOptions::page_out_from_bytes, as a large model's do) end exactly
+// where the reference ends, blocking (tau 0) and overlapped (the anchor is
+// updated in place), and leave no named file in their checkpoint directory.
+class PagedOutMatchesReference : public ::testing::TestWithParam<Case> {};
+
+TEST_P(PagedOutMatchesReference, OneRegionTwoSites) {
+  TempDir dir;
+  const Case& c = GetParam();
+  const Topology topo = make_tree(dir.path(), 1, 2, overlap_spec(c.codec, c.outer, c.tau));
+  const std::vector<float> init = synthetic::initial_model(6000, kSeed);  // 6 chunks
+  SiteSetup setup;
+  setup.options = [&dir](SiteOptions& o, size_t site, std::vector<float>&) {
+    o.page_out_from_bytes = 0;
+    o.checkpoint_dir = (dir / ("site-ckpt-" + std::to_string(site))).string();
+  };
+  FederationRun run = run_threads(topo, init, kSeed, 8, setup);
+  ASSERT_TRUE(run.errors.empty()) << run.error_text();
+  const ReferenceResult ref =
+      c.tau > 0 ? run_reference_overlap(topo, init, synthetic_steps())
+                : run_reference(topo, init, [](uint32_t site, uint64_t, std::vector<float>& p) {
+                    synthetic::local_steps(p.data(), p.size(), site, 3, kSeed);
+                  });
+  EXPECT_TRUE(bit_equal(run.root.global_model, ref.global));
+  for (const auto& site : run.site_models) EXPECT_TRUE(bit_equal(site, ref.held));
+  for (size_t s = 0; s < 2; ++s) {
+    const std::filesystem::path d = dir / ("site-ckpt-" + std::to_string(s));
+    ASSERT_TRUE(std::filesystem::is_directory(d));
+    for (const auto& e : std::filesystem::directory_iterator(d)) {
+      EXPECT_EQ(e.path().filename().string().find(".fedwan-unnamed"), std::string::npos)
+          << e.path();
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Codecs, PagedOutMatchesReference,
+                         ::testing::Values(Case{"fp16", "diloco", 0}, Case{"int8", "fedavg", 0},
+                                           Case{"fp16", "diloco", 1}),
                          [](const auto& info) {
                            return info.param.codec + "_" + info.param.outer + "_tau" +
                                   std::to_string(info.param.tau);
