@@ -8,6 +8,9 @@ StreamGovernor::StreamGovernor(Options options) : options_(options) {
   options_.max = std::max<size_t>(1, options_.max);
   options_.epoch = std::max(options_.epoch, std::chrono::milliseconds(1));
   options_.keep = std::clamp(options_.keep, 0.0, 1.0);
+  options_.settle_epochs = std::max<size_t>(1, options_.settle_epochs);
+  options_.first_lossy_count = std::clamp<size_t>(options_.first_lossy_count, 1, options_.max);
+  retry_after_ = std::min(kFirstRetry, options_.settle_epochs);
 }
 
 void StreamGovernor::start_epoch(Clock::time_point now) {
@@ -89,7 +92,7 @@ bool StreamGovernor::tick(Clock::time_point now, std::optional<TcpCounters> tcp,
     return false;
   }
   measured_ += 1;
-  return decide(rate, lossy, change);
+  return decide(rate, lossy, moved, change);
 }
 
 bool StreamGovernor::move_to(size_t k, double rate, const char* why, Change* change) {
@@ -103,22 +106,49 @@ bool StreamGovernor::move_to(size_t k, double rate, const char* why, Change* cha
   return true;
 }
 
-bool StreamGovernor::decide(double rate, bool lossy, Change* change) {
-  clean_epochs_ = lossy ? 0 : clean_epochs_ + 1;
+bool StreamGovernor::decide(double rate, bool lossy, uint64_t moved, Change* change) {
+  // An epoch without a retransmission says the link is clean only when it
+  // carried enough packets to have lost one at the loss rates that keep
+  // CUBIC's windows small (a slow tail of an update at 0.1% loss often
+  // has none): fewer neither count nor break a clean run.
+  if (lossy) {
+    clean_epochs_ = 0;
+  } else if (moved >= kCleanEpochBytes) {
+    clean_epochs_ += 1;
+  }
   if (probing_) {
     // The count was just doubled: kept unless the goodput fell, in both of
     // its first two measured epochs (one alone is noise on a lossy link: a
     // loss on the new connections, or the old ones' windows collapsing).
     probe_best_ = std::max(probe_best_, rate);
     if (probe_best_ >= options_.keep * base_rate_) {
+      // The doubling paid: the next one needs no wait, whatever was undone
+      // before (an early undo is often a first connection's slow start
+      // ending in losses, not the count).
       probing_ = false;
+      settled_ = false;
+      retry_after_ = kFirstRetry;
     } else if (++probe_epochs_ >= 2) {
       probing_ = false;
       settled_ = true;
       settled_epochs_ = 0;
+      // Tried again after 2 measured epochs, then 4, ... up to
+      // settle_epochs while doublings keep being undone.
+      settle_for_ = retry_after_;
+      retry_after_ = std::min(retry_after_ * 2, options_.settle_epochs);
       return move_to(base_, rate, "more connections cost goodput", change);
     } else {
       return false;
+    }
+  }
+  // The first loss on a long link: one CUBIC connection's share of it is
+  // small (about 6 Mbit/s at 0.1% loss and 80 ms), and climbing from one
+  // by doublings would take rounds. It starts from first_lossy_count, and
+  // goes on from there as below.
+  if (lossy && !started_) {
+    started_ = true;
+    if (active_ < options_.first_lossy_count) {
+      return move_to(options_.first_lossy_count, rate, "a long link lost packets", change);
     }
   }
   // The base of the next doubling is the least goodput seen at this count:
@@ -129,10 +159,12 @@ bool StreamGovernor::decide(double rate, bool lossy, Change* change) {
   base_ = active_;
   at_count_ += 1;
   // Losses hold each connection's window down: more of them carry more,
-  // while the link has more to carry than it takes. Two measured epochs at
-  // a count come first.
-  if (lossy && active_ < options_.max && at_count_ >= 2 &&
-      (!settled_ || ++settled_epochs_ >= options_.settle_epochs)) {
+  // while the link has more to carry than it takes. One measured epoch at
+  // a count comes first (that of the doubling that led to it, when it was
+  // kept); four at one connection, whose first seconds (slow start, then
+  // the losses that end it) are no base for a doubling.
+  if (lossy && active_ < options_.max && at_count_ >= measured_before_doubling() &&
+      (!settled_ || ++settled_epochs_ >= settle_for_)) {
     probing_ = true;
     probe_best_ = 0;
     probe_epochs_ = 0;

@@ -9,13 +9,15 @@
 // or, with TCP, more handed over and not yet acknowledged than the
 // connections' congestion windows let be in flight. Over an epoch in which a long link (5 ms round
 // trip or more) lost packets (its connections retransmitted) while it held the sender back, losses
-// are what keep each connection's window small, and more connections carry more: it doubles the
-// count, and keeps the doubling unless the goodput fell below `keep` times what it was. It goes on
-// doubling while that holds, up to `max`; once a doubling was undone it tries again every
-// `settle_epochs` measured epochs. After `settle_epochs` measured epochs without loss it halves the
-// count: a connection's window is not what limits the link. So a loopback or
-// clean LAN link stays at one. BBR is not loss-based: its owner keeps such
-// a link at one connection (ParentLink).
+// are what keep each connection's window small, and more connections carry more: the first such
+// epoch takes it from one connection to `first_lossy_count`, later ones double the count (at one
+// connection after four of them), and it keeps the doubling unless the goodput fell below `keep`
+// times what it was. It goes on doubling while that holds, up to `max`; once a doubling was undone
+// it tries again after 2 measured epochs, then 4, ... up to `settle_epochs` while doublings keep
+// being undone (and without a wait once one is kept). After `settle_epochs` measured epochs without
+// loss, each carrying enough packets (4 MiB) to have lost one, it halves the count: a connection's
+// window is not what limits the link. So a loopback or clean LAN link stays at one. BBR is not
+// loss-based: its owner keeps such a link at one connection (ParentLink).
 //
 // Pure arithmetic on the caller's clock: no sockets, no threads.
 #pragma once
@@ -38,7 +40,8 @@ class StreamGovernor {
     size_t max = 8;                        // connections at most
     std::chrono::milliseconds epoch{500};  // one measurement
     double keep = 0.33;                    // a doubling stays unless goodput fell below this
-    size_t settle_epochs = 8;              // measured epochs between tries, and without loss
+    size_t settle_epochs = 8;              // the longest wait between tries, and without loss
+    size_t first_lossy_count = 8;          // the count at the first loss on a long link
   };
   // A change of the count: the goodput (bytes per second) measured at
   // `from` in the epoch that decided it, and why.
@@ -70,7 +73,8 @@ class StreamGovernor {
 
  private:
   void start_epoch(Clock::time_point now);
-  bool decide(double rate, bool lossy, Change* change);
+  bool decide(double rate, bool lossy, uint64_t moved, Change* change);
+  size_t measured_before_doubling() const { return active_ == 1 ? 4 : 1; }
   bool move_to(size_t k, double rate, const char* why, Change* change);
 
   Options options_;
@@ -85,7 +89,13 @@ class StreamGovernor {
   bool probing_ = false;     // the count was just doubled
   double probe_best_ = 0;    // the best goodput measured since
   size_t probe_epochs_ = 0;  // epochs measured since
-  bool settled_ = false;     // a doubling was undone
+  bool started_ = false;     // the first loss on a long link was seen
+  bool settled_ = false;     // the last doubling was undone
+  // Measured epochs before trying again after an undo: kFirstRetry, doubled
+  // by each undo in a row up to settle_epochs; a doubling kept resets it.
+  static constexpr size_t kFirstRetry = 2;
+  size_t retry_after_ = kFirstRetry;
+  size_t settle_for_ = kFirstRetry;
   uint64_t measured_ = 0;
   // The epoch now running.
   bool running_ = false;
@@ -98,6 +108,8 @@ class StreamGovernor {
   uint64_t backlog_start_ = 0;
   static constexpr uint64_t kQueued = 128 << 10;  // per connection, beyond its window
   static constexpr uint32_t kLongRttUs = 5000;
+  // About 2,900 full segments: at 0.1% loss, one epoch in 18 carries none.
+  static constexpr uint64_t kCleanEpochBytes = 4 << 20;
   // The TCP counters where the running epoch began (nullopt: it began after
   // an idle spell, or the transport has none).
   std::optional<TcpCounters> tcp_start_;
