@@ -127,7 +127,7 @@ bool StreamGovernor::decide(double rate, bool lossy, uint64_t moved, Change* cha
       // ending in losses, not the count).
       probing_ = false;
       settled_ = false;
-      retry_after_ = kFirstRetry;
+      retry_after_ = std::min(kFirstRetry, options_.settle_epochs);
     } else if (++probe_epochs_ >= 2) {
       probing_ = false;
       settled_ = true;
