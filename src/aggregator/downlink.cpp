@@ -37,6 +37,8 @@ void Downlink::queue(size_t slot, StoredFrame frame, const wire::FrameHeader& h)
 }
 
 bool Downlink::flush(const OnSent& on_sent) {
+  // What is left of frames going out in pieces first.
+  if (link_) (void)link_->flush();
   for (size_t i = 0; i < out_.size(); ++i) {
     Outbox& box = out_[i];
     while (!box.empty()) {
@@ -68,13 +70,14 @@ bool Downlink::empty() const {
   for (const Outbox& box : out_) {
     if (!box.empty()) return false;
   }
-  return true;
+  return !link_ || !link_->sending();
 }
 
 size_t Downlink::waiting() const {
   size_t n = 0;
   for (const Outbox& box : out_) n += box.size();
-  return n;
+  // A frame still going out in pieces waits too.
+  return n + (link_ && link_->sending() ? 1 : 0);
 }
 
 }  // namespace fedwan::aggregator

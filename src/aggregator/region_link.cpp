@@ -42,6 +42,8 @@ void Aggregator::Impl::RegionLink::send(aggregator::StoredFrame frame) {
 }
 
 bool Aggregator::Impl::RegionLink::flush() {
+  // What is left of a frame going out in pieces first.
+  (void)uplink_->link().flush();
   while (!out_.empty()) {
     if (!uplink_->link().established()) break;
     aggregator::Outgoing& head = out_.front();

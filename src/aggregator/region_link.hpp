@@ -36,7 +36,8 @@ class Aggregator::Impl::RegionLink {
   void send(std::vector<uint8_t> frame);  // queued, then sent as the window opens
   void send(aggregator::StoredFrame frame);
   bool flush();  // whether nothing waits
-  size_t waiting() const { return out_.size(); }
+  // Frames queued, and one still going out in pieces.
+  size_t waiting() const { return out_.size() + (uplink_->session().link().sending() ? 1 : 0); }
   void watch(std::vector<transport::Transport::Interest>* interests);
   void check_stuck(Clock::time_point now) const;  // throws when the parent does not read
   std::string awaited() const;                    // the parent, for a timeout's message

@@ -20,6 +20,7 @@ ChildrenLink::ChildrenLink(Transport& transport, const std::string& bind_endpoin
                            LinkAdmission admission)
     : transport_(transport),
       socket_(transport.bind(bind_endpoint, options)),
+      max_message_bytes_(options.max_message_bytes),
       factory_(std::move(security)),
       admission_(std::move(admission)),
       guard_(admission_.handshakes) {}
@@ -46,15 +47,20 @@ size_t ChildrenLink::frames_reordering() const {
   return n;
 }
 
+size_t ChildrenLink::width_of(const std::string& child) const {
+  size_t n = streams_of(child);
+  if (n > 1 && admission_.adaptive_streams && admission_.adaptive_streams(child)) {
+    // As many as the child sends on now (it measures; the link is the same).
+    const auto w = widths_.find(child);
+    n = std::min(n, w == widths_.end() ? size_t{1} : w->second.width);
+  }
+  return n;
+}
+
 template <typename SendOn>
 SendResult ChildrenLink::send_striped(const std::string& peer, SendOn send_on) {
   if (suspended_.count(peer)) return SendResult::kFull;
-  size_t n = streams_of(peer);
-  if (n > 1 && admission_.adaptive_streams && admission_.adaptive_streams(peer)) {
-    // As many as the child sends on now (it measures; the link is the same).
-    const auto w = widths_.find(peer);
-    n = std::min(n, w == widths_.end() ? size_t{1} : w->second.width);
-  }
+  const size_t n = width_of(peer);
   if (n == 1) return send_on(peer);
   size_t& next = next_send_[peer];
   bool any_full = false;
@@ -72,10 +78,65 @@ SendResult ChildrenLink::send_striped(const std::string& peer, SendOn send_on) {
   return any_full ? SendResult::kFull : SendResult::kNoPeer;
 }
 
+bool ChildrenLink::flush(const std::string& child) {
+  auto it = out_.find(child);
+  while (it != out_.end()) {
+    Fragmenter& f = it->second;
+    std::vector<uint8_t> piece = f.next();
+    const SendResult r = send_striped(
+        child, [&](const std::string& id) { return socket_->try_send_owned(id, piece); });
+    if (r == SendResult::kFull && !suspended_.count(child)) return false;
+    if (r != SendResult::kSent) {
+      // Gone, or its session suspended: what it missed reaches it as after
+      // any reconnect.
+      log().debug("child '{}' left with {} bytes of a frame still to send", child, f.size());
+      out_.erase(it);
+      return true;
+    }
+    f.advance();
+    if (f.done()) out_.erase(it);
+    it = out_.find(child);
+  }
+  return true;
+}
+
+bool ChildrenLink::fragmenting_to(const std::string& child, size_t size) const {
+  if (size < 2 * kFragmentBytes || suspended_.count(child) || width_of(child) < 2) return false;
+  const auto p = pieced_session_.find(child);
+  const auto r = reseq_.find(child);
+  return p != pieced_session_.end() && r != reseq_.end() && r->second.session() == p->second;
+}
+
+bool ChildrenLink::flush() {
+  bool all = true;
+  for (auto it = out_.begin(); it != out_.end();) {
+    const std::string child = (it++)->first;
+    // flush(child) may erase its own entry, never another.
+    all = flush(child) && all;
+  }
+  return all;
+}
+
 size_t ChildrenLink::send(const std::string& peer, std::vector<uint8_t> frame, Millis timeout) {
+  const auto deadline = Clock::now() + timeout;
+  const auto wait_for_room = [&] {
+    const auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());
+    if (left.count() <= 0) {
+      throw TimeoutError("send to child '" + peer + "' blocked for " +
+                         std::to_string(timeout.count()) + " ms: the child is not reading");
+    }
+    (void)transport_.wait({socket_.get()}, std::min(left, Millis(10)), /*for_send=*/true);
+  };
+  // One frame in pieces at a time.
+  while (!flush(peer)) wait_for_room();
   security_for(peer).seal(frame);
   const size_t n = frame.size();
-  const auto deadline = Clock::now() + timeout;
+  if (fragmenting_to(peer, n)) {
+    out_.emplace(peer, Fragmenter(std::move(frame), next_fragment_id_++));
+    count_sent(peer, n);
+    while (!flush(peer)) wait_for_room();
+    return n;
+  }
   SendResult r = SendResult::kFull;
   for (;;) {
     r = send_striped(peer,
@@ -102,6 +163,37 @@ std::optional<size_t> ChildrenLink::try_send(const std::string& peer,
   // is not touched, as sealing would fail (with this error) mid-send.
   if (!security_for(peer).established()) {
     throw TransportError("no secure session with child '" + peer + "' yet");
+  }
+  // One frame in pieces at a time: the next waits until the last went.
+  if (!flush(peer)) return std::nullopt;
+  if (fragmenting_to(peer, frame.size())) {
+    // Sealed only when its first piece goes, and once.
+    bool sealed = false;
+    const SendResult r = send_striped(peer, [&](const std::string& id) {
+      return socket_->try_send_with(id, [&] {
+        if (!sealed) {
+          std::vector<uint8_t> bytes(frame);
+          security_for(peer).seal(bytes);
+          n = bytes.size();
+          sealed = true;
+          out_.insert_or_assign(peer, Fragmenter(std::move(bytes), next_fragment_id_++));
+        }
+        return out_.at(peer).next();
+      });
+    });
+    if (r == SendResult::kNoPeer && !sealed) {
+      throw TransportError("child '" + peer + "' is not connected");
+    }
+    if (!sealed) return std::nullopt;
+    // Sealed: the frame is the link's now, whatever became of its first piece.
+    auto f = out_.find(peer);
+    if (r == SendResult::kSent && f != out_.end()) {
+      f->second.advance();
+      if (f->second.done()) out_.erase(f);
+    }
+    count_sent(peer, n);
+    (void)flush(peer);
+    return n;
   }
   // Sealed only once a window has room: a refused frame takes no sequence
   // number.
@@ -187,6 +279,9 @@ void ChildrenLink::expire_handshakes() {
     if (!it->second->established()) {
       security_.erase(it);
       reseq_.erase(peer);
+      out_.erase(peer);
+      reassembly_.erase(peer);
+      pieced_session_.erase(peer);
       next_send_.erase(peer);
       widths_.erase(peer);
       striped_session_.erase(peer);
@@ -234,6 +329,14 @@ bool ChildrenLink::pop_reordered(Incoming* out, Clock::time_point now) {
 bool ChildrenLink::recv(Incoming* out, Millis timeout) {
   const auto deadline = Clock::now() + timeout;
   for (;;) {
+    if (!out_.empty()) {
+      try {
+        (void)flush();
+      } catch (const TransportError& e) {
+        // The send that meets it again reports it.
+        log().debug("children link: {}", e.what());
+      }
+    }
     expire_handshakes();
     if (!reseq_.empty() && pop_reordered(out, Clock::now())) return true;
     Received in;
@@ -246,6 +349,8 @@ bool ChildrenLink::recv(Incoming* out, Millis timeout) {
     std::string peer;
     size_t stripe = 0;
     if (!admit(in, &peer, &stripe)) continue;
+    taking_pieced_ = is_fragment(in.message.data(), in.message.size());
+    if (taking_pieced_ && !reassemble(peer, in)) continue;
     if (take_frame(std::move(peer), stripe, in, out)) return true;
   }
 }
@@ -262,7 +367,50 @@ bool ChildrenLink::wait_readable(Clock::time_point deadline) {
       gap_due = true;
     }
   }
+  // Pieces still to go: back soon to put them out (a server socket cannot
+  // signal room for one child).
+  if (!out_.empty() && left > Millis(2)) {
+    left = Millis(2);
+    gap_due = true;
+  }
   return transport_.wait({socket_.get()}, left) || gap_due;
+}
+
+bool ChildrenLink::reassemble(const std::string& child, Received& in) {
+  // Only a striped child with a session sends pieces: nobody else gets
+  // memory held for them.
+  if (!established(child) || streams_of(child) < 2) {
+    drop(child, in.source, "fragments come only from a child striped over several connections",
+         in.message.size(), false);
+    return false;
+  }
+  auto it = reassembly_.find(child);
+  if (it == reassembly_.end()) {
+    Reassembler::Options o;
+    // The replay window's span: frames further apart cannot be opened.
+    o.max_frames = Resequencer::kSpan;
+    o.max_bytes = 128 << 20;
+    o.max_frame_bytes = fragment_frame_limit(max_message_bytes_);
+    o.max_wait = std::max(Millis(1000), admission_.reorder_wait) * 2;
+    it = reassembly_.emplace(child, Reassembler(o)).first;
+  }
+  std::vector<uint8_t> whole;
+  std::string why;
+  const uint64_t dropped = it->second.stats().dropped;
+  const Reassembler::Result r =
+      it->second.add(in.message.data(), in.message.size(), Clock::now(), &whole, &why);
+  if (it->second.stats().dropped > dropped) {
+    log().warn("child '{}': gave up {} frame(s) sent in pieces (pieces missing too long, or too "
+               "many frames in pieces at once); the link recovers as after a lost frame",
+               child, it->second.stats().dropped - dropped);
+  }
+  if (r == Reassembler::Result::kRefused) {
+    drop(child, in.source, why, in.message.size(), false);
+    return false;
+  }
+  if (r == Reassembler::Result::kPending) return false;
+  in.message = Message(std::move(whole));
+  return true;
 }
 
 bool ChildrenLink::admit(Received& in, std::string* child, size_t* stripe_out) {
@@ -330,7 +478,8 @@ bool ChildrenLink::admit_stripe(const std::string& peer, size_t stripe, const Re
   }
   // Only sealed frames of an established session travel on the further
   // connections; the handshake runs on the first.
-  const bool sealed = in.message.size() >= wire::kHeaderSize && (in.message.data()[7] & 0x80);
+  const bool sealed = (in.message.size() >= wire::kHeaderSize && (in.message.data()[7] & 0x80)) ||
+                      is_fragment(in.message.data(), in.message.size());
   if (!sealed || !established(peer)) {
     drop(id, in.source,
          "only sealed frames of an established session may come on a further connection",
@@ -375,10 +524,15 @@ bool ChildrenLink::take_frame(std::string peer, size_t stripe, Received& in, Inc
       if (q->second == order->session) return false;
       suspended_.erase(q);
     }
+    // A child that sends in pieces measured its link as long: the parent
+    // sends its own in pieces too, this session.
+    if (taking_pieced_ && r == ChannelSecurity::Inbound::kFrame) {
+      pieced_session_[peer] = order->session;
+    }
     // An adaptive child is on one connection until a frame of its session
-    // comes over a further one.
+    // comes over a further one (a frame in pieces came over several).
     if (admission_.adaptive_streams && admission_.adaptive_streams(peer)) {
-      if (stripe > 0) striped_session_[peer] = order->session;
+      if (stripe > 0 || taking_pieced_) striped_session_[peer] = order->session;
       Width& w = widths_[peer];
       w.recent[w.seen++ % w.recent.size()] = static_cast<uint8_t>(stripe);
       const size_t n = std::min(w.seen, w.recent.size());

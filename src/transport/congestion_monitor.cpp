@@ -21,6 +21,8 @@
 namespace fedwan::transport {
 namespace {
 
+constexpr uint32_t kLongRttUs = 5000;  // a long link, as the stream governor's
+
 // The kernel's TCP_CA_NAME_MAX, its terminating NUL included.
 constexpr size_t kNameBytes = 16;
 
@@ -76,8 +78,12 @@ std::string monitor_address() {
 }  // namespace
 
 CongestionMonitor::CongestionMonitor(zmq::context_t& ctx, zmq::socket_t& socket,
-                                     std::string algorithm, std::string name)
-    : socket_(socket), algorithm_(std::move(algorithm)), name_(std::move(name)) {
+                                     std::string algorithm, std::string name,
+                                     int long_notsent_lowat)
+    : socket_(socket),
+      algorithm_(std::move(algorithm)),
+      long_notsent_lowat_(long_notsent_lowat),
+      name_(std::move(name)) {
   const std::string address = monitor_address();
   if (zmq_socket_monitor(socket_.handle(), address.c_str(),
                          ZMQ_EVENT_CONNECTED | ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED |
@@ -157,6 +163,18 @@ void CongestionMonitor::apply(int fd, const std::string& address, bool accepted)
   }
   forget(fd);
   connections_.push_back({fd, socket_port(fd, accepted), accepted});
+  if (long_notsent_lowat_ > 0) {
+    tcp_info info{};
+    socklen_t len = sizeof info;
+    // The handshake's round trip is the first sample.
+    if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) == 0 && info.tcpi_rtt >= kLongRttUs &&
+        ::setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &long_notsent_lowat_,
+                     sizeof long_notsent_lowat_) == 0) {
+      log().debug("[transport] {}: connection {} (fd {}, {} us round trip) keeps at most {} "
+                  "bytes unsent in the kernel",
+                  name_, address, fd, info.tcpi_rtt, long_notsent_lowat_);
+    }
+  }
   if (algorithm_.empty()) return;
   if (::setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, algorithm_.data(),
                    static_cast<socklen_t>(algorithm_.size())) != 0) {

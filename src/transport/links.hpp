@@ -9,7 +9,11 @@
 // handshake and all of them carry sealed frames of the one secure session.
 // Each frame goes out on the next connection with room, and the receiver
 // delivers chunks as they come and everything else in the order it was
-// sealed (resequencer.hpp). Plaintext links cannot be striped. With
+// sealed (resequencer.hpp). A frame of 64 KiB or more going over more
+// than one connection is cut into pieces of 32 KiB that go out over
+// whichever connection has room as each goes, and are put back together
+// before it is opened (fragments.hpp): a connection that a loss slowed
+// holds a piece, not a frame. Plaintext links cannot be striped. With
 // LinkOptions::adaptive_streams (`streams: auto`) the child uses as many
 // connections as pay (stream_governor.hpp), opening them as its governor
 // asks; the parent sends to it over as many as it now sends on.
@@ -32,6 +36,7 @@
 #include <vector>
 
 #include "transport/channel_security.hpp"
+#include "transport/fragments.hpp"
 #include "transport/handshake_guard.hpp"
 #include "transport/resequencer.hpp"
 #include "transport/stream_governor.hpp"
@@ -92,6 +97,11 @@ class ParentLink {
   // Like send() for bytes already sealed by this link's own sealer (see
   // SecureChannel::sealer and security::SealingPipeline).
   size_t send_sealed(std::vector<uint8_t> frame, Millis timeout);
+  // Puts out what is left of a frame sent in pieces, as far as the
+  // connections take it: true when nothing is left. recv() does it too, and
+  // watch() asks for room while something is left.
+  bool flush();
+  bool sending() const { return out_.has_value(); }
   // Waits at most `timeout` for one frame that passes the security layer.
   // Throws CryptoError once the handshake failed, and on a striped link once
   // a frame was lost on one of its connections (the owner reconnects).
@@ -126,6 +136,9 @@ class ParentLink {
   void govern(std::optional<size_t> sent);
   void govern_tick(std::chrono::steady_clock::time_point now);
   void open_stripe();
+  // Whether a frame of `size` goes in pieces: over several connections.
+  bool fragmenting(size_t size);
+  void note_sent(size_t n);  // counts a frame of n bytes put on the link
 
   Transport& transport_;
   std::string self_id_;
@@ -139,6 +152,13 @@ class ParentLink {
   Resequencer reseq_;
   std::string broken_;  // why the striped link stopped being one ordered link
   LinkCounters counters_;
+  // The frame going out in pieces (at most one), and the pieces coming in.
+  std::optional<Fragmenter> out_;
+  uint64_t next_fragment_id_ = fragment_id_base();
+  Reassembler reassembler_;
+  bool long_link_ = false;  // 5 ms or more there and back, checked now and then
+  std::chrono::steady_clock::time_point long_checked_{};
+  static constexpr uint32_t kLongRttUs = 5000;
 };
 
 // Who may reach a parent at all. Anyone can connect and pick a routing id,
@@ -186,6 +206,11 @@ class ChildrenLink {
   // Waits at most `timeout`; false when nothing (valid) arrived. Handshake
   // messages are answered here and never returned.
   bool recv(Incoming* out, Millis timeout);
+  // Puts out what is left of frames sent in pieces (one per child at most),
+  // as far as the connections take it: true when nothing is left. recv()
+  // does it too; the owner polls while something is left.
+  bool flush();
+  bool sending() const { return !out_.empty(); }
   Socket& socket() { return *socket_; }
   const LinkCounters& counters() const { return counters_; }
   // Bytes put on the wire to one child (send and try_send) since the link
@@ -209,6 +234,16 @@ class ChildrenLink {
 
  private:
   size_t streams_of(const std::string& child) const;
+  // The connections a frame to `child` may go out on now.
+  size_t width_of(const std::string& child) const;
+  bool flush(const std::string& child);
+  // Whether a frame of `size` to `child` goes in pieces: it goes out over
+  // several connections and the child sends its own in pieces this session
+  // (it measured the link as long).
+  bool fragmenting_to(const std::string& child, size_t size) const;
+  // A fragment from `child`: true (the whole frame in `in`) once its last
+  // piece came.
+  bool reassemble(const std::string& child, Received& in);
   template <typename SendOn>
   SendResult send_striped(const std::string& peer, SendOn send_on);
   // Pops a frame some striped child's resequencer has ready.
@@ -237,6 +272,7 @@ class ChildrenLink {
 
   Transport& transport_;
   std::unique_ptr<Socket> socket_;
+  int64_t max_message_bytes_;
   SecurityFactory factory_;
   LinkAdmission admission_;
   HandshakeGuard guard_;
@@ -262,6 +298,12 @@ class ChildrenLink {
   std::unordered_map<std::string, uint64_t> suspended_;
   std::unordered_map<std::string, uint64_t> gaps_seen_;
   LinkCounters counters_;
+  // Frames going out in pieces, and pieces coming in, per child.
+  std::unordered_map<std::string, Fragmenter> out_;
+  std::unordered_map<std::string, Reassembler> reassembly_;
+  std::unordered_map<std::string, uint64_t> pieced_session_;  // sends in pieces, in this session
+  bool taking_pieced_ = false;  // the frame take_frame() has now came in pieces
+  uint64_t next_fragment_id_ = fragment_id_base();
   // Only children this node chose to send to: bounded by the topology.
   std::unordered_map<std::string, uint64_t> peer_sent_;
   std::chrono::steady_clock::time_point next_expiry_{};

@@ -21,7 +21,10 @@ ParentLink::ParentLink(Transport& transport, const std::string& endpoint,
       options_(options),
       endpoint_(endpoint),
       security_(security(endpoint)),
-      reseq_(Resequencer::Options{64, Millis(options.reorder_wait_ms)}) {
+      reseq_(Resequencer::Options{64, Millis(options.reorder_wait_ms)}),
+      reassembler_(Reassembler::Options{1024, 128 << 20,
+                                        fragment_frame_limit(options.max_message_bytes),
+                                        Millis(std::max(1000, options.reorder_wait_ms) * 2)}) {
   const bool plaintext = security_->name() == "plaintext";
   // `auto` on a plaintext link is one connection: nothing to put in order.
   const bool adaptive = options.adaptive_streams && !plaintext && options.streams > 1;
@@ -108,7 +111,44 @@ void ParentLink::govern_tick(Clock::time_point now) {
 }
 
 void ParentLink::watch(std::vector<Transport::Interest>* out, bool writable) {
-  for (auto& s : stripes_) out->push_back({s.get(), true, writable});
+  // What is left of a frame in pieces waits for room too.
+  for (auto& s : stripes_) out->push_back({s.get(), true, writable || out_.has_value()});
+}
+
+bool ParentLink::fragmenting(size_t size) {
+  if (size < 2 * kFragmentBytes || !security_->established() || active_streams() < 2) return false;
+  // Only over a long link: there the kernel keeps each connection's queue
+  // short (long_link_notsent_lowat), so pieces go where they drain; on a
+  // short one its buffers would take them all at once, and the pieces would
+  // only cost copies.
+  const auto now = Clock::now();
+  if (now >= long_checked_) {
+    long_checked_ = now + Millis(500);
+    long_link_ = false;
+    for (auto& s : stripes_) {
+      const auto c = s->tcp_counters();
+      long_link_ = long_link_ || (c && c->rtt_us >= kLongRttUs);
+    }
+  }
+  return long_link_;
+}
+
+bool ParentLink::flush() {
+  while (out_) {
+    std::vector<uint8_t> piece = out_->next();
+    const size_t n = piece.size();
+    const SendResult r = send_striped([&](Socket& s) { return s.try_send_owned("", piece); });
+    govern(r == SendResult::kSent ? std::optional<size_t>(n) : std::nullopt);
+    if (r != SendResult::kSent) return false;
+    out_->advance();
+    if (out_->done()) out_.reset();
+  }
+  return true;
+}
+
+void ParentLink::note_sent(size_t n) {
+  counters_.frames_sent += 1;
+  counters_.bytes_sent += n;
 }
 
 template <typename SendOn>
@@ -183,19 +223,29 @@ size_t ParentLink::send(std::vector<uint8_t> frame, Millis timeout) {
 size_t ParentLink::send_sealed(std::vector<uint8_t> frame, Millis timeout) {
   const size_t n = frame.size();
   const auto deadline = Clock::now() + timeout;
-  for (;;) {
-    const SendResult r = send_striped([&](Socket& s) { return s.try_send_owned("", frame); });
-    govern(r == SendResult::kSent ? std::optional<size_t>(n) : std::nullopt);
-    if (r == SendResult::kSent) break;
+  const auto wait_for_room = [&] {
     const auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());
     if (left.count() <= 0) {
       throw TimeoutError("send to parent " + endpoint_ + " blocked for " +
                          std::to_string(timeout.count()) + " ms: the parent is not reading");
     }
     (void)wait_any(std::min(left, Millis(10)), /*for_send=*/true);
+  };
+  // One frame in pieces at a time.
+  while (!flush()) wait_for_room();
+  if (fragmenting(n)) {
+    out_.emplace(std::move(frame), next_fragment_id_++);
+    note_sent(n);
+    while (!flush()) wait_for_room();
+    return n;
   }
-  counters_.frames_sent += 1;
-  counters_.bytes_sent += n;
+  for (;;) {
+    const SendResult r = send_striped([&](Socket& s) { return s.try_send_owned("", frame); });
+    govern(r == SendResult::kSent ? std::optional<size_t>(n) : std::nullopt);
+    if (r == SendResult::kSent) break;
+    wait_for_room();
+  }
+  note_sent(n);
   return n;
 }
 
@@ -206,7 +256,37 @@ std::optional<size_t> ParentLink::try_send(const std::vector<uint8_t>& frame) {
   if (!broken_.empty()) return std::nullopt;
   check_failure();
   if (!security_->established()) return std::nullopt;
+  // One frame in pieces at a time: the next waits until the last went.
+  if (!flush()) return std::nullopt;
   size_t n = 0;
+  if (fragmenting(frame.size())) {
+    // Sealed only when its first piece goes, and once: a connection that
+    // refused the piece after all leaves it to the next.
+    const SendResult r = send_striped([&](Socket& s) {
+      return s.try_send_with("", [&] {
+        if (!out_) {
+          std::vector<uint8_t> bytes(frame);
+          security_->seal(bytes);
+          n = bytes.size();
+          out_.emplace(std::move(bytes), next_fragment_id_++);
+        }
+        return out_->next();
+      });
+    });
+    if (!out_) {
+      govern(std::nullopt);
+      return std::nullopt;
+    }
+    // Sealed: the frame is the link's now, whatever became of its first piece.
+    if (r == SendResult::kSent) {
+      govern(out_->next_size());
+      out_->advance();
+      if (out_->done()) out_.reset();
+    }
+    note_sent(n);
+    (void)flush();
+    return n;
+  }
   // Sealed only by the connection that takes it: a refused frame takes no
   // sequence number.
   const SendResult r = send_striped([&](Socket& s) {
@@ -219,8 +299,7 @@ std::optional<size_t> ParentLink::try_send(const std::vector<uint8_t>& frame) {
   });
   govern(r == SendResult::kSent ? std::optional<size_t>(n) : std::nullopt);
   if (r != SendResult::kSent) return std::nullopt;
-  counters_.frames_sent += 1;
-  counters_.bytes_sent += n;
+  note_sent(n);
   return n;
 }
 
@@ -264,6 +343,25 @@ bool ParentLink::take(Received& in, bool striped, Incoming* out) {
     log().debug("dropped a message of several parts from the parent {}", endpoint_);
     return false;
   }
+  if (is_fragment(in.message.data(), in.message.size())) {
+    std::vector<uint8_t> whole;
+    std::string why;
+    const uint64_t dropped = reassembler_.stats().dropped;
+    const Reassembler::Result r =
+        reassembler_.add(in.message.data(), in.message.size(), Clock::now(), &whole, &why);
+    if (reassembler_.stats().dropped > dropped) {
+      log().warn("link to parent {}: gave up {} frame(s) sent in pieces (pieces missing too long, "
+                 "or too many frames in pieces at once); the link recovers as after a lost frame",
+                 endpoint_, reassembler_.stats().dropped - dropped);
+    }
+    if (r == Reassembler::Result::kRefused) {
+      counters_.rejected += 1;
+      log().warn("dropped a message from the parent {}: {}", endpoint_, why);
+      return false;
+    }
+    if (r == Reassembler::Result::kPending) return false;
+    in.message = Message(std::move(whole));
+  }
   std::string why;
   size_t frame_size = 0;
   SecurityReplies replies;
@@ -299,6 +397,15 @@ bool ParentLink::recv(Incoming* out, Millis timeout) {
   // What the sender handed over drains while it waits for frames: the
   // epochs go on being measured.
   govern_tick(Clock::now());
+  const auto put_out_pieces = [&] {
+    try {
+      (void)flush();
+    } catch (const TransportError& e) {
+      // The send that meets it again reports it.
+      log().debug("link to parent {}: {}", endpoint_, e.what());
+    }
+  };
+  put_out_pieces();
   for (;;) {
     if (striped) {
       if (pop_ready(out)) return true;
@@ -319,6 +426,14 @@ bool ParentLink::recv(Incoming* out, Millis timeout) {
       left = std::max(Millis(0),
                       std::chrono::duration_cast<Millis>(reseq_.wake_at() - now) + Millis(1));
       gap_due = true;
+    }
+    // Pieces still to go: back soon to put them out.
+    if (out_) {
+      put_out_pieces();
+      if (out_ && left > Millis(2)) {
+        left = Millis(2);
+        gap_due = true;
+      }
     }
     if (!wait_any(left, /*for_send=*/false) && !gap_due) return false;
   }

@@ -47,6 +47,11 @@ struct SocketOptions {
   // SO_SNDBUF and SO_RCVBUF of every TCP connection, in bytes; 0 leaves the
   // kernel's autotuning on (federation.socket_buffer_bytes).
   int socket_buffer_bytes = 0;
+  // TCP_NOTSENT_LOWAT of every TCP connection whose handshake took 5 ms or
+  // more there and back (0: none): what the kernel holds beyond what the
+  // window lets go, so that a striped link's pieces go to the connections
+  // that drain (links.hpp).
+  int long_link_notsent_lowat = 32 << 10;
   // For the link layer above (links.hpp), not the transport: the connections
   // a child opens to its parent (federation.streams; with adaptive_streams,
   // `streams: auto`, the most it opens as they pay), and how long a link

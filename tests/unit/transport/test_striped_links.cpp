@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <random>
@@ -164,18 +165,19 @@ class StripedLinks : public ::testing::Test {
 
   // Sends `n` numbered frames each way, at most one per direction and
   // millisecond, and waits for them.
-  void exchange(ParentLink& child, const std::string& id, uint32_t n, bool pieces = false) {
+  void exchange(ParentLink& child, const std::string& id, uint32_t n, bool pieces = false,
+                size_t payload = 3000) {
     const uint32_t sender = topo_->node(id).index;
     uint32_t sent_up = 0, sent_down = 0;
     ASSERT_TRUE(pump(child,
                      [&] {
                        if (sent_up < n &&
-                           child.try_send(numbered(*topo_, sender, sent_up, 3000, pieces))) {
+                           child.try_send(numbered(*topo_, sender, sent_up, payload, pieces))) {
                          ++sent_up;
                        }
                        if (sent_down < n && children_->established(id) &&
                            children_->try_send(id, numbered(*topo_, topo_->root().index, sent_down,
-                                                            3000, pieces))) {
+                                                            payload, pieces))) {
                          ++sent_down;
                        }
                        return up_.size() >= n && down_.size() >= n;
@@ -225,6 +227,65 @@ TEST_F(StripedLinks, ChunksOvertakeASlowConnectionWhilePiecesKeepTheirOrderBothW
   EXPECT_EQ(children_->frames_reordering(), 0u);
   EXPECT_EQ(children_->counters().rejected, 0u);
   EXPECT_EQ(child->counters().rejected, 0u);
+}
+
+TEST_F(StripedLinks, BigFramesGoInPiecesOverEveryConnectionAndArriveWholeBothWays) {
+  // Frames of 200 KB: seven pieces each, spread over a's three connections
+  // (one of them slow both ways), put back together, opened, and delivered
+  // as any frame: chunks as they come, pieces of a checkpoint in order.
+  const auto slow = faults_->add(FaultRule::delay_by(20ms).on(endpoint(), "a~1"));
+  const auto second_up = faults_->add(FaultRule::observe().on(endpoint(), "a~2").up());
+  const auto second_down = faults_->add(FaultRule::observe().on(endpoint(), "a~2").down());
+  start_parent();
+  // Pieces only over a long link: the transport says this one is (50 ms).
+  faults_->report_loss(true);
+  SecurityOptions so = options_for("a");
+  so.rekey_after_frames = 7;
+  auto child = connect("a", 3, so);
+  exchange(*child, "a", 40, /*pieces=*/true, 200'000);
+  EXPECT_EQ(sorted(up_), iota(40));
+  EXPECT_EQ(sorted(down_), iota(40));
+  EXPECT_EQ(pieces_of(up_), pieces_of(iota(40))) << "pieces in the order they were sent";
+  EXPECT_EQ(pieces_of(down_), pieces_of(iota(40)));
+  // 40 frames each way, about 7 pieces each, over three connections.
+  EXPECT_GT(faults_->hits(second_up), 40u) << "pieces, not frames, went over it";
+  EXPECT_GT(faults_->hits(second_down), 40u);
+  EXPECT_GT(faults_->hits(slow), 0u);
+  EXPECT_FALSE(child->sending());
+  EXPECT_FALSE(children_->sending());
+  EXPECT_EQ(child->reordering().gaps_skipped, 0u);
+  EXPECT_EQ(children_->counters().rejected, 0u);
+  EXPECT_EQ(child->counters().rejected, 0u);
+}
+
+TEST_F(StripedLinks, PiecesThatDoNotFitOrComeFromAnUnstripedChildAreRefused) {
+  start_parent();
+  auto child = connect("a", 2);
+  exchange(*child, "a", 4);
+  // A piece that names an impossible frame, on a's further connection and
+  // on its first: refused with the reason, nothing held for it.
+  std::vector<uint8_t> bad(kFragmentHeaderBytes + 100, 0);
+  std::memcpy(bad.data(), "FWFG", 4);
+  bad[4] = 1;
+  bad[16] = 0xff;  // a frame of 255 bytes in pieces of 0
+  for (const char* id : {"a~1", "b"}) {
+    auto intruder = transport_->connect(endpoint(), id, {});
+    const auto end = Clock::now() + 2s;
+    while (intruder->try_send("", bad.data(), bad.size()) != SendResult::kSent &&
+           Clock::now() < end) {
+      std::this_thread::sleep_for(5ms);
+    }
+    const size_t drops = drops_.size();
+    ASSERT_TRUE(pump(*child, [&] { return drops_.size() > drops; })) << id;
+    if (std::string(id) == "a~1") {
+      EXPECT_NE(drops_.back().find("fragment refused"), std::string::npos) << drops_.back();
+    } else {
+      // b has no session and one connection: its pieces are no frames.
+      EXPECT_NE(drops_.back().find("fragments come only from a child striped"), std::string::npos)
+          << drops_.back();
+    }
+  }
+  EXPECT_EQ(up_.size(), 4u);
 }
 
 TEST_F(StripedLinks, ALostFrameOnTheWayUpSuspendsTheChildsSessionUntilItReconnects) {
@@ -379,7 +440,11 @@ TEST_F(StripedLinks, AutoOpensMoreConnectionsOnlyOverALossyLinkThatHoldsTheSende
   faults_->report_loss(false);
   run(500ms);
   // Everything sent arrived, over all its connections, none twice.
-  ASSERT_TRUE(pump(*child, [&] { return up_.size() >= sent; }));
+  ASSERT_TRUE(pump(*child, [&] { return up_.size() >= sent; }))
+      << up_.size() << " of " << sent << " rejected " << children_->counters().rejected
+      << " sending " << child->sending() << " reordering " << children_->frames_reordering()
+      << " suspended " << children_->suspended("c") << " drops " << drops_.size()
+      << (drops_.empty() ? "" : drops_.back());
   EXPECT_EQ(sorted(up_), iota(sent));
   EXPECT_EQ(child->reordering().gaps_skipped, 0u);
   EXPECT_EQ(children_->counters().rejected, 0u);
