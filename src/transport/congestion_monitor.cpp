@@ -21,8 +21,6 @@
 namespace fedwan::transport {
 namespace {
 
-constexpr uint32_t kLongRttUs = 5000;  // a long link, as the stream governor's
-
 // The kernel's TCP_CA_NAME_MAX, its terminating NUL included.
 constexpr size_t kNameBytes = 16;
 
@@ -79,10 +77,11 @@ std::string monitor_address() {
 
 CongestionMonitor::CongestionMonitor(zmq::context_t& ctx, zmq::socket_t& socket,
                                      std::string algorithm, std::string name,
-                                     int long_notsent_lowat)
+                                     int long_notsent_lowat, uint32_t long_rtt_us)
     : socket_(socket),
       algorithm_(std::move(algorithm)),
       long_notsent_lowat_(long_notsent_lowat),
+      long_rtt_us_(long_rtt_us),
       name_(std::move(name)) {
   const std::string address = monitor_address();
   if (zmq_socket_monitor(socket_.handle(), address.c_str(),
@@ -167,7 +166,8 @@ void CongestionMonitor::apply(int fd, const std::string& address, bool accepted)
     tcp_info info{};
     socklen_t len = sizeof info;
     // The handshake's round trip is the first sample.
-    if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) == 0 && info.tcpi_rtt >= kLongRttUs &&
+    if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) == 0 &&
+        info.tcpi_rtt >= long_rtt_us_ &&
         ::setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &long_notsent_lowat_,
                      sizeof long_notsent_lowat_) == 0) {
       log().debug("[transport] {}: connection {} (fd {}, {} us round trip) keeps at most {} "

@@ -35,11 +35,12 @@ class CongestionMonitor {
   // a monitor that cannot start is logged and the socket runs without it.
   // `socket` must outlive this object.
   // `long_notsent_lowat` (bytes, 0: none): TCP_NOTSENT_LOWAT on each
-  // connection whose handshake took 5 ms or more there and back, so that
-  // the kernel holds little more than the window can send and the sender
-  // chooses late which connection takes what (links.hpp, fragments.hpp).
+  // connection whose handshake took `long_rtt_us` or more there and back,
+  // so that the kernel holds little more than the window can send and the
+  // sender chooses late which connection takes what (links.hpp,
+  // fragments.hpp).
   CongestionMonitor(zmq::context_t& ctx, zmq::socket_t& socket, std::string algorithm,
-                    std::string name, int long_notsent_lowat = 0);
+                    std::string name, int long_notsent_lowat = 0, uint32_t long_rtt_us = 5000);
   // Stops the monitor, then closes its socket (linger 0), so that the
   // monitored socket may close and the context end without waiting on it.
   ~CongestionMonitor();
@@ -72,6 +73,7 @@ class CongestionMonitor {
   bool monitoring_ = false;
   std::string algorithm_;
   int long_notsent_lowat_ = 0;
+  uint32_t long_rtt_us_ = 5000;
   std::string name_;
   std::string applied_;
   bool warned_ = false;

@@ -52,6 +52,8 @@ struct SocketOptions {
   // window lets go, so that a striped link's pieces go to the connections
   // that drain (links.hpp).
   int long_link_notsent_lowat = 32 << 10;
+  // The round trip (at the handshake) from which a connection is long.
+  uint32_t long_link_rtt_us = 5000;
   // For the link layer above (links.hpp), not the transport: the connections
   // a child opens to its parent (federation.streams; with adaptive_streams,
   // `streams: auto`, the most it opens as they pay), and how long a link

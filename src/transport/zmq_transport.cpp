@@ -109,8 +109,8 @@ class ZmqSocket : public Socket {
   // track of them (tcp_counters).
   void watch_congestion(const std::string& endpoint, const SocketOptions& o) {
     if (endpoint.rfind("tcp://", 0) != 0) return;
-    congestion_ = std::make_unique<CongestionMonitor>(*ctx_, socket_, o.tcp_congestion, name_,
-                                                      o.long_link_notsent_lowat);
+    congestion_ = std::make_unique<CongestionMonitor>(
+        *ctx_, socket_, o.tcp_congestion, name_, o.long_link_notsent_lowat, o.long_link_rtt_us);
   }
   // Sets the congestion control of connections opened since the last use.
   void watch_connections() {

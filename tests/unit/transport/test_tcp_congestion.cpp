@@ -81,8 +81,9 @@ bool receive(Transport& t, Socket& s, Received* out) {
 
 // A client and a server on one loopback port, both with `congestion`.
 struct Link {
-  explicit Link(const std::string& congestion) {
+  explicit Link(const std::string& congestion, uint32_t long_rtt_us = 5000) {
     options.tcp_congestion = congestion;
+    options.long_link_rtt_us = long_rtt_us;
     server = transport->bind(endpoint, options);
     client = transport->connect(endpoint, "site-a", options);
   }
@@ -129,6 +130,35 @@ TEST(TcpCongestion, BothEndsOfALinkUseTheOneAskedFor) {
   // What the sockets report is what the kernel has for the connection.
   EXPECT_EQ(kernel_view(link.port, false), std::vector<std::string>{"reno"});
   EXPECT_EQ(kernel_view(link.port, true), std::vector<std::string>{"reno"});
+}
+
+// TCP_NOTSENT_LOWAT of this process's loopback connections on `port`.
+std::vector<int> unsent_caps(int port, bool server_end) {
+  std::vector<int> out;
+  fedwan::testing::for_each_loopback_socket(port, server_end, [&](int fd) {
+    int cap = -1;
+    socklen_t len = sizeof cap;
+    if (::getsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &cap, &len) == 0) out.push_back(cap);
+  });
+  return out;
+}
+
+TEST(TcpCongestion, OnlyLongConnectionsKeepTheirUnsentBytesCapped) {
+  // Loopback is short (tens of microseconds there and back): no cap.
+  Link short_link("reno");
+  short_link.exchange("short");
+  EXPECT_EQ(short_link.settle(*short_link.client, "reno"), "reno");
+  EXPECT_EQ(short_link.settle(*short_link.server, "reno"), "reno");
+  EXPECT_EQ(unsent_caps(short_link.port, false), std::vector<int>{0});
+  EXPECT_EQ(unsent_caps(short_link.port, true), std::vector<int>{0});
+  // Taken as long (from 0 us there and back): both ends keep at most 32 KiB
+  // unsent.
+  Link long_link("reno", 0);
+  long_link.exchange("long");
+  EXPECT_EQ(long_link.settle(*long_link.client, "reno"), "reno");
+  EXPECT_EQ(long_link.settle(*long_link.server, "reno"), "reno");
+  EXPECT_EQ(unsent_caps(long_link.port, false), std::vector<int>{32 << 10});
+  EXPECT_EQ(unsent_caps(long_link.port, true), std::vector<int>{32 << 10});
 }
 
 TEST(TcpCongestion, AReconnectedLinkUsesItToo) {
