@@ -64,7 +64,13 @@ void Aggregator::Impl::RootRole::chunk_complete(uint32_t chunk) {
   aggregation::ChunkSum cs = n_.take_chunk(chunk);
   const uint64_t off = n_.model_.plan->offset(chunk);
   const uint32_t n = n_.model_.plan->size(chunk);
-  std::vector<uint8_t> payload(n_.cfg_.codec->encoded_size(n));
+  // The anchor chunk is encoded into its frame.
+  const wire::FrameHeader h =
+      node::chunk_header(n_.topo_, n_.self_.index, wire::MsgType::kAnchor, n_.round_ + 1,
+                         *n_.model_.plan, chunk, n_.cfg_.codec->id());
+  auto bytes = std::make_shared<std::vector<uint8_t>>(
+      wire::frame_to_fill(h, n_.cfg_.codec->encoded_size(n)));
+  uint8_t* payload = bytes->data() + wire::kHeaderSize;
   std::vector<float> global(n);
   model_.global_chunk(off, n, global.data());
   // A chunk whose every copy was refused keeps its values (and its
@@ -84,12 +90,9 @@ void Aggregator::Impl::RootRole::chunk_complete(uint32_t chunk) {
   // next round's update.
   const float* held = model_.held().data() + off;
   for (uint32_t k = 0; k < n; ++k) cs.mean[k] = global[k] - held[k];
-  n_.cfg_.codec->encode(cs.mean.data(), n, nullptr, payload.data());
-  model_.settle_chunk(off, n, global.data(), *n_.cfg_.codec, payload.data());
-  const wire::FrameHeader h =
-      node::chunk_header(n_.topo_, n_.self_.index, wire::MsgType::kAnchor, n_.round_ + 1,
-                         *n_.model_.plan, chunk, n_.cfg_.codec->id());
-  const Frame frame = std::make_shared<const std::vector<uint8_t>>(node::make_frame(h, payload));
+  n_.cfg_.codec->encode(cs.mean.data(), n, nullptr, payload);
+  model_.settle_chunk(off, n, global.data(), *n_.cfg_.codec, payload);
+  const Frame frame = std::move(bytes);
   n_.book_.report(n_.round_).weight = cs.weight;
   if (n_.acc_->round_complete() || noise_) {
     pending_.emplace_back(chunk, frame);  // added to the anchor when the round commits
@@ -150,10 +153,11 @@ void Aggregator::Impl::RootRole::round_closed(Clock::time_point now, double secs
 
 // Adds the round's anchor update, as its children decode it, to the anchor.
 void Aggregator::Impl::RootRole::apply_pending() {
+  std::vector<uint8_t> scratch;  // one frame read back at a time
   for (const auto& [chunk, stored] : pending_) {
-    const aggregator::Frame frame = stored.load();
+    const uint8_t* frame = stored.bytes(scratch);
     model_.apply(n_.model_.plan->offset(chunk), n_.model_.plan->size(chunk), *n_.cfg_.codec,
-                 frame->data() + wire::kHeaderSize);
+                 frame + wire::kHeaderSize);
   }
   pending_.clear();
 }

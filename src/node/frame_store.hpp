@@ -4,12 +4,15 @@
 // frames sent up (its parent may lack some and ask again). They live for
 // the round: half a model in fp16, a whole one in fp32. A FrameStore over a large model writes them
 // to an unnamed file (common/spill_file.hpp) and hands out StoredFrames that read them back when
-// they are needed, one frame at a time. A store that cannot make or write its file keeps that
-// round's frames in memory (logged once). Not thread safe: the event loop owns it.
+// they are needed, one frame at a time. The newest frames stay in memory too, within a small
+// budget (kHotBytes): a frame sent while it is young (the common case: a child's window takes
+// the anchor as it is produced) is never read back. A store that cannot make or write its file
+// keeps that round's frames in memory (logged once). Not thread safe: the event loop owns it.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -27,18 +30,24 @@ class StoredFrame {
  public:
   StoredFrame() = default;
   StoredFrame(Frame frame) : frame_(std::move(frame)) {}  // NOLINT: a Frame is one
-  StoredFrame(std::shared_ptr<const SpillFile> file, uint64_t offset, uint32_t size)
-      : file_(std::move(file)), offset_(offset), size_(size) {}
+  // In a file, and while the store keeps it young, in memory as `hot`.
+  StoredFrame(std::shared_ptr<const SpillFile> file, uint64_t offset, uint32_t size,
+              const Frame& hot = nullptr)
+      : hot_(hot), file_(std::move(file)), offset_(offset), size_(size) {}
 
   // Its bytes: the frame, or a copy read from the file (TransportError
   // when the read fails).
   Frame load() const;
+  // The same into `scratch` when it has to be read (no allocation once
+  // scratch is large enough): the bytes, valid while scratch and this are.
+  const uint8_t* bytes(std::vector<uint8_t>& scratch) const;
   size_t size() const;
   bool in_memory() const { return frame_ != nullptr; }
   explicit operator bool() const { return frame_ != nullptr || file_ != nullptr; }
 
  private:
   Frame frame_;
+  std::weak_ptr<const std::vector<uint8_t>> hot_;  // a stored frame while it is young
   std::shared_ptr<const SpillFile> file_;
   uint64_t offset_ = 0;
   uint32_t size_ = 0;
@@ -46,6 +55,10 @@ class StoredFrame {
 
 class FrameStore {
  public:
+  // What the newest stored frames may hold in memory besides their copy on
+  // disk (16 frames of a 1 MiB fp32 chunk in fp16).
+  static constexpr size_t kHotBytes = size_t{8} << 20;
+
   FrameStore() = default;
   // Spills when on(); frames go to an unnamed file in `dir` (the temporary
   // directory when empty). `log_name` tags its log line, `what` names the
@@ -64,6 +77,8 @@ class FrameStore {
   void rotate() {
     file_.reset();
     failed_ = false;
+    hot_.clear();
+    hot_bytes_ = 0;
   }
   // The same, spilling from now on when `on` (the model's size is known).
   void rotate(bool on) {
@@ -72,8 +87,9 @@ class FrameStore {
   }
 
  private:
-  // On disk when spilling and the write succeeds; empty otherwise.
-  StoredFrame append(const std::vector<uint8_t>& frame);
+  // On disk when spilling and the write succeeds; empty otherwise. `hot`
+  // (the frame itself when the caller shares it) stays young in memory.
+  StoredFrame append(const std::vector<uint8_t>& frame, const Frame& hot);
 
   bool on_ = false;
   bool failed_ = false;  // the file could not be made or written: memory this round
@@ -82,6 +98,8 @@ class FrameStore {
   std::string log_name_;
   std::string what_;
   std::shared_ptr<SpillFile> file_;
+  std::deque<Frame> hot_;  // the newest stored frames, within kHotBytes
+  size_t hot_bytes_ = 0;
 };
 
 }  // namespace fedwan::node

@@ -84,15 +84,15 @@ void FrameSealer::advance_epoch() {
   epoch_start_ = std::chrono::steady_clock::now();
 }
 
-void FrameSealer::seal(std::vector<uint8_t>& frame) {
-  if (frame.size() < kHeader) {
-    throw ProtocolError("FrameSealer::seal: " + std::to_string(frame.size()) +
+uint32_t FrameSealer::check(const uint8_t* frame, size_t size) const {
+  if (size < kHeader) {
+    throw ProtocolError("FrameSealer::seal: " + std::to_string(size) +
                         " bytes cannot be a wire frame (the header alone is 64)");
   }
-  const uint32_t payload = load_u32(frame.data() + kOffPayloadLength);
-  if (size_t(payload) != frame.size() - kHeader) {
+  const uint32_t payload = load_u32(frame + kOffPayloadLength);
+  if (size_t(payload) != size - kHeader) {
     throw ProtocolError("FrameSealer::seal: the header states a " + std::to_string(payload) +
-                        "-byte payload but " + std::to_string(frame.size() - kHeader) +
+                        "-byte payload but " + std::to_string(size - kHeader) +
                         " bytes follow it; seal exactly one encoded frame");
   }
   if (frame[kOffFlags] & kFlagSealed) {
@@ -101,7 +101,10 @@ void FrameSealer::seal(std::vector<uint8_t>& frame) {
   if (seq_ == std::numeric_limits<uint64_t>::max()) {
     throw CryptoError("FrameSealer: sequence numbers of this link are used up; reconnect");
   }
+  return payload;
+}
 
+void FrameSealer::seal_to(const uint8_t* payload_in, uint32_t payload, uint8_t* d) {
   // Rekey before this frame would take the key past a limit. The byte limit
   // only counts once the key has sealed something: a frame larger than
   // max_bytes goes out alone under its key, since a fresh key would be no
@@ -113,21 +116,33 @@ void FrameSealer::seal(std::vector<uint8_t>& frame) {
   if (frames_full || bytes_full || too_old) advance_epoch();
 
   // Its place in the order of a striped link, counted in sealing order.
-  const wire::OrderTag tag = order_.next(wire::order_class(frame[5], frame[kOffFlags]));
-  store_u32(frame.data() + wire::kOrderOffset, wire::pack_order(tag));
-  frame[kOffFlags] |= kFlagSealed;
-  frame.resize(kHeader + payload + kSealTrailer);  // no copy when the caller reserved room
-  uint8_t* d = frame.data();
+  const wire::OrderTag tag = order_.next(wire::order_class(d[5], d[kOffFlags]));
+  store_u32(d + wire::kOrderOffset, wire::pack_order(tag));
+  d[kOffFlags] |= kFlagSealed;
   uint8_t* trailer = d + kHeader + payload;
   store_u32(trailer, epoch_);
   store_u64(trailer + 4, seq_);
   uint8_t aad[kAadSize];
   gather_aad(d, trailer, aad);
-  cipher_.seal(nonce_for(iv_, seq_), aad, kAadSize, d + kHeader, payload, d + kHeader,
-               trailer + 12);
+  cipher_.seal(nonce_for(iv_, seq_), aad, kAadSize, payload_in, payload, d + kHeader, trailer + 12);
   ++seq_;
   ++epoch_frames_;
   epoch_bytes_ += payload;
+}
+
+void FrameSealer::seal(std::vector<uint8_t>& frame) {
+  const uint32_t payload = check(frame.data(), frame.size());
+  frame.resize(kHeader + payload + kSealTrailer);  // no copy when the caller reserved room
+  seal_to(frame.data() + kHeader, payload, frame.data());
+}
+
+std::vector<uint8_t> FrameSealer::sealed(const uint8_t* frame, size_t size) {
+  const uint32_t payload = check(frame, size);
+  // The cipher writes the payload across: the only pass over it.
+  std::vector<uint8_t> out(kHeader + size_t{payload} + kSealTrailer);
+  std::memcpy(out.data(), frame, kHeader);
+  seal_to(frame + kHeader, payload, out.data());
+  return out;
 }
 
 const char* FrameOpener::result_name(Result r) {

@@ -63,12 +63,24 @@ class FrameSealer {
   // capacity to keep the growth from copying the frame. Fills the header's
   // `order` field (wire/frame_order.hpp) from the frames sealed before.
   void seal(std::vector<uint8_t>& frame);
+  // The same, leaving `frame` as it is: the sealed frame is new bytes, the
+  // payload encrypted across into them (no copy besides the header's).
+  std::vector<uint8_t> sealed(const uint8_t* frame, size_t size);
+  std::vector<uint8_t> sealed(const std::vector<uint8_t>& frame) {
+    return sealed(frame.data(), frame.size());
+  }
 
   uint32_t epoch() const { return epoch_; }
   uint64_t next_seq() const { return seq_; }
 
  private:
   void advance_epoch();
+  // The payload length of a frame that may be sealed; throws otherwise.
+  uint32_t check(const uint8_t* frame, size_t size) const;
+  // Seals the frame whose header is at `d` (room for its payload and the
+  // trailer after it), its payload read from `payload_in` (`d`'s own or
+  // another's).
+  void seal_to(const uint8_t* payload_in, uint32_t payload, uint8_t* d);
 
   AeadCipher cipher_;
   AeadKey key_;

@@ -22,10 +22,19 @@ SealingPipeline::~SealingPipeline() {
 }
 
 void SealingPipeline::submit(std::vector<uint8_t> frame) {
+  push(Item{std::move(frame), nullptr, false});
+}
+
+void SealingPipeline::submit(std::shared_ptr<const std::vector<uint8_t>> frame) {
+  if (!frame) throw ProtocolError("SealingPipeline::submit: no frame");
+  push(Item{{}, std::move(frame), false});
+}
+
+void SealingPipeline::push(Item item) {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [&] { return items_.size() < depth_ || error_ != nullptr; });
   if (error_) std::rethrow_exception(error_);
-  items_.push_back(Item{std::move(frame), false});
+  items_.push_back(std::move(item));
   lock.unlock();
   cv_.notify_all();
 }
@@ -62,10 +71,15 @@ void SealingPipeline::work() {
     cv_.wait(lock, [&] { return stop_ || next_to_seal_ < items_.size(); });
     if (stop_) return;
     std::vector<uint8_t> frame = std::move(items_[next_to_seal_].bytes);
+    std::shared_ptr<const std::vector<uint8_t>> kept = std::move(items_[next_to_seal_].kept);
     lock.unlock();
     std::exception_ptr error;
     try {
-      sealer_.seal(frame);
+      if (kept) {
+        frame = sealer_.sealed(*kept);
+      } else {
+        sealer_.seal(frame);
+      }
     } catch (...) {
       error = std::current_exception();
     }

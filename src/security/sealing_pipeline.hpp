@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <deque>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -40,6 +41,10 @@ class SealingPipeline {
   // pipeline (the caller should take finished ones with next()). Rethrows
   // an earlier sealing failure instead of queueing.
   void submit(std::vector<uint8_t> frame);
+  // The same for a frame the caller keeps (for resends): it is sealed across
+  // into new bytes and left as it is; the pipeline holds a reference until
+  // then.
+  void submit(std::shared_ptr<const std::vector<uint8_t>> frame);
   // Takes the oldest frame once sealed; blocks at most `timeout`. Returns
   // false on timeout or when nothing is in the pipeline. Rethrows the
   // worker's exception (a sealing failure) here.
@@ -55,9 +60,11 @@ class SealingPipeline {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   struct Item {
-    std::vector<uint8_t> bytes;
+    std::vector<uint8_t> bytes;  // the frame, sealed in place; or the sealed copy of `kept`
+    std::shared_ptr<const std::vector<uint8_t>> kept;
     bool sealed = false;
   };
+  void push(Item item);
   std::deque<Item> items_;
   size_t next_to_seal_ = 0;  // index into items_ of the first unsealed frame
   bool stop_ = false;

@@ -55,7 +55,6 @@ void SiteCore::Impl::begin_update() {
 void SiteCore::Impl::send_update(uint64_t start_round, SyncResult* res) {
   const bool lossy = cfg.codec->id() != CodecId::kFp32;
   std::vector<float> delta(plan.chunk_elements());
-  std::vector<uint8_t> payload;
   // On a secure link, chunk i is encrypted on a worker while chunk i+1 is
   // encoded here, so sealing costs no extra time while the encoder is busy.
   if (welcome.link_ok && !welcome.awaiting) {
@@ -80,31 +79,34 @@ void SiteCore::Impl::send_update(uint64_t start_round, SyncResult* res) {
   for (uint32_t i = 0; i < plan.count() && round == start_round && !res->resynced; ++i) {
     const uint64_t off = plan.offset(i);
     const uint32_t n = plan.size(i);
-    payload.resize(cfg.codec->encoded_size(n));
+    // Encoded into the frame itself, which is kept for resends as it is and
+    // sealed across into the bytes that go.
+    const wire::FrameHeader h = node::chunk_header(topo, self.index, wire::MsgType::kDelta, round,
+                                                   plan, i, cfg.codec->id(), self.weight);
+    const size_t bytes = cfg.codec->encoded_size(n);
+    auto frame = std::make_shared<std::vector<uint8_t>>(wire::frame_to_fill(h, bytes));
+    uint8_t* payload = frame->data() + wire::kHeaderSize;
     if (opt.update_encoder) {
-      opt.update_encoder->encode(*cfg.codec, off, n, lossy, payload.data());
+      opt.update_encoder->encode(*cfg.codec, off, n, lossy, payload);
     } else {
       for (uint32_t k = 0; k < n; ++k) delta[k] = anchor[off + k] - work[off + k];
       if (local_privacy) local_privacy->apply(delta.data(), n);
       if (lossy) {
         codec::encode_with_bf16_residual(*cfg.codec, delta.data(), n, residual.data() + off,
-                                         residual_scratch, payload.data());
+                                         residual_scratch, payload);
       } else {
-        cfg.codec->encode(delta.data(), n, nullptr, payload.data());
+        cfg.codec->encode(delta.data(), n, nullptr, payload);
       }
     }
     outgoing.encoded_upto = i + 1;
-    const wire::FrameHeader h = node::chunk_header(topo, self.index, wire::MsgType::kDelta, round,
-                                                   plan, i, cfg.codec->id(), self.weight);
-    outgoing.digest.update(payload.data(), payload.size());
-    outgoing.bytes += payload.size();
-    std::vector<uint8_t> frame = node::make_frame(h, payload);
-    outgoing.frames.push_back(outgoing.store.keep(frame));
+    outgoing.digest.update(payload, bytes);
+    outgoing.bytes += bytes;
+    outgoing.frames.push_back(outgoing.store.keep(node::Frame(frame)));
     if (sealing && welcome.link_ok) {
-      sealing->submit(std::move(frame));
+      sealing->submit(node::Frame(std::move(frame)));
       send_sealed(*sealing, 1, res);
     } else {
-      send_now(std::move(frame), res);
+      send_now(*frame, res);
     }
     if (i == 0) crash_point("site.mid_upload");
     apply_early();

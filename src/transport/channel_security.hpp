@@ -69,6 +69,17 @@ class ChannelSecurity {
   // header stays readable and authenticated. Grows the buffer. Precondition:
   // established().
   virtual void seal(std::vector<uint8_t>& bytes) = 0;
+  // The same for a frame the caller keeps: the bytes to send are new (a
+  // mechanism that seals across, as SecureChannel does, copies nothing
+  // besides).
+  static constexpr size_t kSealGrowth = 64;  // room for any mechanism's trailer
+  virtual std::vector<uint8_t> sealed(const std::vector<uint8_t>& frame) {
+    std::vector<uint8_t> bytes;
+    bytes.reserve(frame.size() + kSealGrowth);
+    bytes.assign(frame.begin(), frame.end());
+    seal(bytes);
+    return bytes;
+  }
   // What seals this channel's outgoing frames, for sealing them off the
   // owner's thread (security::SealingPipeline); null for a mechanism that
   // does not seal, or before established().

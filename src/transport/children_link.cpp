@@ -172,8 +172,7 @@ std::optional<size_t> ChildrenLink::try_send(const std::string& peer,
     const SendResult r = send_striped(peer, [&](const std::string& id) {
       return socket_->try_send_with(id, [&] {
         if (!sealed) {
-          std::vector<uint8_t> bytes(frame);
-          security_for(peer).seal(bytes);
+          std::vector<uint8_t> bytes = security_for(peer).sealed(frame);
           n = bytes.size();
           sealed = true;
           out_.insert_or_assign(peer, Fragmenter(std::move(bytes), next_fragment_id_++));
@@ -199,8 +198,7 @@ std::optional<size_t> ChildrenLink::try_send(const std::string& peer,
   // number.
   const SendResult r = send_striped(peer, [&](const std::string& id) {
     return socket_->try_send_with(id, [&] {
-      std::vector<uint8_t> bytes(frame);
-      security_for(peer).seal(bytes);
+      std::vector<uint8_t> bytes = security_for(peer).sealed(frame);
       n = bytes.size();
       return bytes;
     });

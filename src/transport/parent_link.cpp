@@ -265,8 +265,7 @@ std::optional<size_t> ParentLink::try_send(const std::vector<uint8_t>& frame) {
     const SendResult r = send_striped([&](Socket& s) {
       return s.try_send_with("", [&] {
         if (!out_) {
-          std::vector<uint8_t> bytes(frame);
-          security_->seal(bytes);
+          std::vector<uint8_t> bytes = security_->sealed(frame);
           n = bytes.size();
           out_.emplace(std::move(bytes), next_fragment_id_++);
         }
@@ -291,8 +290,7 @@ std::optional<size_t> ParentLink::try_send(const std::vector<uint8_t>& frame) {
   // sequence number.
   const SendResult r = send_striped([&](Socket& s) {
     return s.try_send_with("", [&] {
-      std::vector<uint8_t> bytes(frame);
-      security_->seal(bytes);
+      std::vector<uint8_t> bytes = security_->sealed(frame);
       n = bytes.size();
       return bytes;
     });

@@ -156,6 +156,14 @@ void SecureChannel::seal(std::vector<uint8_t>& bytes) {
   sealer_->seal(bytes);
 }
 
+std::vector<uint8_t> SecureChannel::sealed(const std::vector<uint8_t>& frame) {
+  if (!established()) {
+    throw TransportError("no secure session with '" + peer_ + "' yet: " +
+                         (failure_.empty() ? std::string("handshake not complete") : failure_));
+  }
+  return sealer_->sealed(frame);
+}
+
 ChannelSecurity::Inbound SecureChannel::reject(std::string reason, uint64_t bytes,
                                                std::string* why) {
   *why = reason;

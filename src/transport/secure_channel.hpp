@@ -56,6 +56,7 @@ class SecureChannel final : public ChannelSecurity {
   bool failure_is_final() const override { return failure_final_; }
   void start(SecurityReplies* out) override;
   void seal(std::vector<uint8_t>& bytes) override;
+  std::vector<uint8_t> sealed(const std::vector<uint8_t>& frame) override;
   Inbound receive(uint8_t* data, size_t size, size_t* frame_size, std::string* why,
                   SecurityReplies* out) override;
 

@@ -325,8 +325,12 @@ std::vector<uint8_t> encode_frame(const FrameHeader& h, const uint8_t* payload, 
   hh.payload_length = static_cast<uint32_t>(size);
   std::vector<uint8_t> out(kHeaderSize + size);
   encode_header(hh, out.data());
-  if (size != 0) std::memcpy(out.data() + kHeaderSize, payload, size);
+  if (size != 0 && payload != nullptr) std::memcpy(out.data() + kHeaderSize, payload, size);
   return out;
+}
+
+std::vector<uint8_t> frame_to_fill(const FrameHeader& h, size_t size) {
+  return encode_frame(h, nullptr, size);
 }
 
 ParsedFrame parse_frame(const uint8_t* data, size_t size, const FrameLimits& limits) {

@@ -202,6 +202,9 @@ size_t trailer_size(const FrameHeader& h);
 // Header + payload in one buffer. payload_length is taken from `size`, not
 // from h; throws ProtocolError if size does not fit 32 bits.
 std::vector<uint8_t> encode_frame(const FrameHeader& h, const uint8_t* payload, size_t size);
+// The same with the payload left for the caller to write (zeroed) at
+// data() + kHeaderSize: an encoder writes its chunk into the frame itself.
+std::vector<uint8_t> frame_to_fill(const FrameHeader& h, size_t size);
 
 // A kDelta of `size` codec bytes that also reports `excused` weight refused
 // below the sender. excused == 0: exactly encode_frame(h, values, size), no

@@ -95,5 +95,40 @@ TEST(FrameStore, MakesItsDirectory) {
   EXPECT_EQ(*s.load(), *bytes(64, 5));
 }
 
+// The newest frames stay in memory besides their copy on disk: a frame sent
+// while young is not read back; an older one is, bit for bit.
+TEST(FrameStore, YoungFramesAreNotReadBack) {
+  testing::TempDir dir;
+  FrameStore store(true, dir.path(), "test");
+  const size_t size = 512 << 10;
+  Frame original = bytes(size, 1);
+  const std::weak_ptr<const std::vector<uint8_t>> watch = original;
+  const std::vector<uint8_t>* where = original.get();
+  const StoredFrame first = store.keep(original);
+  original.reset();  // only the store holds it now
+  EXPECT_FALSE(first.in_memory());
+  EXPECT_EQ(first.load().get(), where);  // young: the same bytes, not a read
+  std::vector<uint8_t> scratch;
+  const uint8_t* p = first.bytes(scratch);
+  EXPECT_EQ(std::vector<uint8_t>(p, p + size), *bytes(size, 1));
+  // kHotBytes of newer frames: the first is old now, let go and read back.
+  std::vector<StoredFrame> later;
+  for (size_t kept = 0; kept <= FrameStore::kHotBytes; kept += size) {
+    later.push_back(store.keep(bytes(size, uint8_t(2 + later.size()))));
+  }
+  EXPECT_TRUE(watch.expired());
+  EXPECT_EQ(*first.load(), *bytes(size, 1));
+  scratch.clear();
+  p = first.bytes(scratch);
+  EXPECT_EQ(p, scratch.data());
+  EXPECT_EQ(std::vector<uint8_t>(p, p + size), *bytes(size, 1));
+  // The newest is young until the store rotates.
+  const std::weak_ptr<const std::vector<uint8_t>> newest = later.back().load();
+  EXPECT_FALSE(newest.expired());
+  store.rotate();
+  EXPECT_TRUE(newest.expired());
+  EXPECT_EQ(*later.back().load(), *bytes(size, uint8_t(2 + later.size() - 1)));
+}
+
 }  // namespace
 }  // namespace fedwan::node
