@@ -24,6 +24,7 @@ bool ChunkParking::park(std::vector<float>* state, Ticket* ticket) {
     *ticket = {file_, offset, state->size()};
     std::vector<float>().swap(*state);
     parked_ += 1;
+    round_parked_ += 1;
     return true;
   }
   if (file_) why = errno_text(errno);
@@ -45,6 +46,11 @@ void ChunkParking::unpark(std::vector<float>* state, Ticket* ticket) {
 }
 
 void ChunkParking::rotate() {
+  if (round_parked_ > 0) {
+    log().debug("[{}] {} chunk states waited on disk for their last copies last round", log_name_,
+                round_parked_);
+  }
+  round_parked_ = 0;
   file_.reset();
   failed_ = false;
 }

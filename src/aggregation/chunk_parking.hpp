@@ -55,6 +55,7 @@ class ChunkParking {
   bool failed_ = false;
   bool warned_ = false;
   uint64_t parked_ = 0;
+  uint64_t round_parked_ = 0;  // since the last rotate()
 };
 
 }  // namespace fedwan::aggregation

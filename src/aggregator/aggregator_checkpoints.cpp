@@ -40,7 +40,7 @@ void Aggregator::Impl::save_checkpoint() {
     meta["audit_hash"] = head->hash;
   }
   const std::string m = meta.dump();
-  c.sections.push_back({"meta", std::vector<uint8_t>(m.begin(), m.end())});
+  c.sections.push_back(checkpoint::bytes_section("meta", std::vector<uint8_t>(m.begin(), m.end())));
   const auto t0 = Clock::now();
   const checkpoint::CheckpointTrust trust = checkpoint::checkpoint_trust(*security_, topo_, self_);
   checkpoint::save_node_checkpoint(opt_.checkpoint_dir, c, trust);

@@ -39,31 +39,43 @@ void Downlink::queue(size_t slot, StoredFrame frame, const wire::FrameHeader& h)
 bool Downlink::flush(const OnSent& on_sent) {
   // What is left of frames going out in pieces first.
   if (link_) (void)link_->flush();
-  for (size_t i = 0; i < out_.size(); ++i) {
-    Outbox& box = out_[i];
-    while (!box.empty()) {
-      Outgoing& head = box.front();
-      // A stored frame is read once, when it reaches the head (a read
-      // error is the node's own disk failing: it ends the node).
-      if (!head.loaded) head.loaded = head.frame.load();
-      std::optional<size_t> sent;
-      try {
-        sent = link_->try_send(ids_[i], *head.loaded);
-      } catch (const TransportError&) {
-        // Not connected: a site that holds the final anchor may have left,
-        // others are gone or reconnecting. What they missed reaches them as
-        // a resync when they say hello again (aggregator_recovery.cpp).
-        log().debug("[{}] '{}' is not connected; dropped {} queued frames", log_name_, ids_[i],
-                    box.size());
-        box.clear();
-        break;
-      }
-      if (!sent) break;
-      on_sent(head.header, *sent);
-      box.pop(Clock::now());
+  // One frame per child in turn, as long as any window takes one: children
+  // get the same frames (an anchor) at the same pace, rather than the first
+  // child all of them before the next gets any; a child that gets its
+  // anchor first would send its whole update ahead of the others', whose
+  // chunks the aggregator would then hold for their last copies.
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (size_t i = 0; i < out_.size(); ++i) {
+      if (out_[i].empty()) continue;
+      if (send_head(i, on_sent)) progress = true;
     }
   }
   return empty();
+}
+
+bool Downlink::send_head(size_t i, const OnSent& on_sent) {
+  Outbox& box = out_[i];
+  Outgoing& head = box.front();
+  // A stored frame is read once, when it reaches the head (a read error is
+  // the node's own disk failing: it ends the node).
+  if (!head.loaded) head.loaded = head.frame.load();
+  std::optional<size_t> sent;
+  try {
+    sent = link_->try_send(ids_[i], *head.loaded);
+  } catch (const TransportError&) {
+    // Not connected: a site that holds the final anchor may have left,
+    // others are gone or reconnecting. What they missed reaches them as a
+    // resync when they say hello again (aggregator_recovery.cpp).
+    log().debug("[{}] '{}' is not connected; dropped {} queued frames", log_name_, ids_[i],
+                box.size());
+    box.clear();
+    return false;
+  }
+  if (!sent) return false;
+  on_sent(head.header, *sent);
+  box.pop(Clock::now());
+  return true;
 }
 
 bool Downlink::empty() const {

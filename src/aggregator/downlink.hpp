@@ -87,7 +87,8 @@ class Downlink {
   // (its payload length is taken from the frame: make_frame() sets it in
   // the bytes only).
   void queue(size_t slot, StoredFrame frame, const wire::FrameHeader& h);
-  // Sends what the children's windows take, `on_sent` told of each frame.
+  // Sends what the children's windows take, a frame per child in turn,
+  // `on_sent` told of each frame.
   // A child that is not connected loses what waited for it: it reaches it
   // as a resync when it says hello again. True when every outbox is empty.
   bool flush(const OnSent& on_sent);
@@ -95,6 +96,9 @@ class Downlink {
   size_t waiting() const;  // frames, over every outbox
 
  private:
+  // Sends the head of child i's outbox if its window takes it.
+  bool send_head(size_t i, const OnSent& on_sent);
+
   std::string log_name_;
   std::unique_ptr<transport::ChildrenLink> link_;
   std::vector<std::string> ids_;  // by slot

@@ -25,7 +25,8 @@ constexpr const char* kResidualSection = "residual.bf16";
 
 void Aggregator::Impl::RegionRole::save(Checkpoint& c, nlohmann::json& meta) const {
   c.sections.push_back(checkpoint::float_section("anchor", anchor_.data(), anchor_.size()));
-  CheckpointSection r{kResidualSection, {}};
+  CheckpointSection r;
+  r.name = kResidualSection;
   r.view = reinterpret_cast<const uint8_t*>(residual_.data());
   r.view_size = residual_.size() * sizeof(uint16_t);
   c.sections.push_back(std::move(r));

@@ -35,11 +35,14 @@ void RootModel::global_chunk(uint64_t off, uint32_t n, float* out) const {
 
 void RootModel::settle_chunk(uint64_t off, uint32_t n, float* theta, const Codec& codec,
                              const uint8_t* payload) {
-  // What the children will hold, by the arithmetic apply() uses.
-  std::vector<float> next(held_.begin() + static_cast<std::ptrdiff_t>(off),
-                          held_.begin() + static_cast<std::ptrdiff_t>(off + n));
-  codec.decode_accumulate(payload, n, 1.0f, next.data());
-  for (uint32_t k = 0; k < n; ++k) theta[k] -= next[k];
+  // What the children will hold, by the arithmetic apply() uses
+  // (decode_accumulate with weight 1: held + the decoded value, the product
+  // exact), without a copy of the held chunk.
+  if (scratch_.size() < n) scratch_.resize(n);
+  codec.decode(payload, n, scratch_.data());
+  const float* held = held_.data() + off;
+  const float* step = scratch_.data();
+  for (uint32_t k = 0; k < n; ++k) theta[k] -= held[k] + step[k];
   kernels::half_kernels().bf16_encode(theta, nullptr, n, bytes_of(residual_.data() + off));
 }
 

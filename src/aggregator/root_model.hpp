@@ -61,6 +61,7 @@ class RootModel {
  private:
   std::vector<float> held_;
   std::vector<uint16_t> residual_;  // bf16 bits, little-endian in checkpoints
+  std::vector<float> scratch_;      // one chunk's decoded anchor step (settle_chunk)
 };
 
 }  // namespace fedwan::aggregator

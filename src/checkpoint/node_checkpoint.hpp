@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "checkpoint/checkpoint_file.hpp"
@@ -75,6 +76,13 @@ void check_recorded_audit_head(const Checkpoint& c, NodeSecurity& security);
 // until the checkpoint is written, so a checkpoint of the model costs no
 // second copy of it in memory.
 CheckpointSection float_section(std::string name, const float* data, size_t n);
+// A section that owns its bytes.
+inline CheckpointSection bytes_section(std::string name, std::vector<uint8_t> bytes) {
+  CheckpointSection s;
+  s.name = std::move(name);
+  s.bytes = std::move(bytes);
+  return s;
+}
 // The section's floats; throws CryptoError naming the section when it is
 // missing or does not hold exactly `n` floats (n = 0: any length).
 std::vector<float> floats_of(const Checkpoint& c, const std::string& name, size_t n = 0);

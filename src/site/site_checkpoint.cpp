@@ -62,9 +62,10 @@ Checkpoint SiteCore::Impl::state_checkpoint() {
     // The encoder's own residual, in fp32 (read now, owned by the section).
     std::vector<uint8_t> r(plan.total() * sizeof(float));
     opt.update_encoder->read_residual(reinterpret_cast<float*>(r.data()), plan.total());
-    c.sections.push_back({"residual", std::move(r)});
+    c.sections.push_back(checkpoint::bytes_section("residual", std::move(r)));
   } else if (!residual.empty()) {
-    CheckpointSection r{kResidualBf16, {}};
+    CheckpointSection r;
+    r.name = kResidualBf16;
     r.view = reinterpret_cast<const uint8_t*>(residual.data());
     r.view_size = residual.size() * sizeof(uint16_t);
     c.sections.push_back(std::move(r));
@@ -78,14 +79,15 @@ Checkpoint SiteCore::Impl::state_checkpoint() {
     meta_json["audit_hash"] = head->hash;
   }
   const std::string meta = meta_json.dump();
-  c.sections.push_back({"meta", std::vector<uint8_t>(meta.begin(), meta.end())});
+  c.sections.push_back(
+      checkpoint::bytes_section("meta", std::vector<uint8_t>(meta.begin(), meta.end())));
   if (opt.save_state) {
     for (StateBlob& b : opt.save_state()) {
       if (reserved_section(b.name) || !is_valid_checkpoint_section_name(b.name)) {
         throw ConfigError("site '" + self.id + "': state blob name '" + b.name +
                           "' is reserved or invalid; use 1..64 of [a-z0-9_.-]");
       }
-      c.sections.push_back({b.name, std::move(b.bytes)});
+      c.sections.push_back(checkpoint::bytes_section(b.name, std::move(b.bytes)));
     }
   }
   return c;
