@@ -281,6 +281,7 @@ bool ChildrenLink::recv(Incoming* out, Millis timeout) {
     size_t stripe = 0;
     if (!admit(in, &peer, &stripe)) continue;
     taking_pieced_ = is_fragment(in.message.data(), in.message.size());
+    taking_long_ = in.long_link;
     if (taking_pieced_ && !reassemble(peer, in)) continue;
     if (take_frame(std::move(peer), stripe, in, out)) return true;
   }
@@ -342,10 +343,16 @@ bool ChildrenLink::take_frame(std::string peer, size_t stripe, Received& in, Inc
       if (q->second == order->session) return false;
       suspended_.erase(q);
     }
-    // A child that sends in pieces measured its link as long: the parent
+    // A child that sends in pieces measured its link as long, or its
+    // frames came over a connection this end measured as long: the parent
     // sends its own in pieces too, this session.
-    if (taking_pieced_ && r == ChannelSecurity::Inbound::kFrame) {
-      pieced_session_[peer] = order->session;
+    if ((taking_pieced_ || taking_long_) && r == ChannelSecurity::Inbound::kFrame) {
+      auto [p, fresh] = pieced_session_.try_emplace(peer, order->session);
+      if (fresh || p->second != order->session) {
+        p->second = order->session;
+        log().debug("child '{}' is over a long link ({}): big frames go to it in pieces", peer,
+                    taking_pieced_ ? "it sends in pieces" : "measured here");
+      }
     }
     // An adaptive child is on one connection until a frame of its session
     // comes over a further one (a frame in pieces came over several).

@@ -1,6 +1,7 @@
 #include "transport/congestion_monitor.hpp"
 
 #include <linux/tcp.h>  // struct tcp_info with tcpi_bytes_acked (glibc's lacks it)
+#include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 
@@ -65,6 +66,20 @@ unsigned socket_port(int fd, bool local) {
   if (a.ss_family == AF_INET) return ntohs(reinterpret_cast<sockaddr_in*>(&a)->sin_port);
   if (a.ss_family == AF_INET6) return ntohs(reinterpret_cast<sockaddr_in6*>(&a)->sin6_port);
   return 0;
+}
+
+// The peer's address as zmq's Peer-Address property gives it (numeric, by
+// getnameinfo); "" when unknown.
+std::string peer_ip(int fd) {
+  sockaddr_storage a{};
+  socklen_t len = sizeof a;
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) return "";
+  char host[NI_MAXHOST] = {};
+  if (::getnameinfo(reinterpret_cast<sockaddr*>(&a), len, host, sizeof host, nullptr, 0,
+                    NI_NUMERICHOST) != 0) {
+    return "";
+  }
+  return host;
 }
 
 // inproc:// names are per context; one counter keeps them apart in any.
@@ -161,15 +176,16 @@ void CongestionMonitor::apply(int fd, const std::string& address, bool accepted)
     return;
   }
   forget(fd);
-  connections_.push_back({fd, socket_port(fd, accepted), accepted});
+  connections_.push_back({fd, socket_port(fd, accepted), accepted, {}});
+  tcp_info info{};
+  socklen_t len = sizeof info;
+  // The handshake's round trip is the first sample.
+  const bool long_path =
+      ::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) == 0 && info.tcpi_rtt >= long_rtt_us_;
+  if (long_path && accepted) connections_.back().long_peer = peer_ip(fd);
   if (long_notsent_lowat_ > 0) {
-    tcp_info info{};
-    socklen_t len = sizeof info;
-    // The handshake's round trip is the first sample.
-    if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) == 0 &&
-        info.tcpi_rtt >= long_rtt_us_ &&
-        ::setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &long_notsent_lowat_,
-                     sizeof long_notsent_lowat_) == 0) {
+    if (long_path && ::setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &long_notsent_lowat_,
+                                  sizeof long_notsent_lowat_) == 0) {
       log().debug("[transport] {}: connection {} (fd {}, {} us round trip) keeps at most {} "
                   "bytes unsent in the kernel",
                   name_, address, fd, info.tcpi_rtt, long_notsent_lowat_);
@@ -202,6 +218,14 @@ void CongestionMonitor::forget(int fd) {
       return;
     }
   }
+}
+
+bool CongestionMonitor::long_peer(const std::string& ip) const {
+  if (ip.empty()) return false;
+  for (const Connection& c : connections_) {
+    if (c.long_peer == ip) return true;
+  }
+  return false;
 }
 
 TcpCounters CongestionMonitor::counters() {

@@ -59,6 +59,9 @@ class CongestionMonitor {
   // The connections open now, their tcpi_bytes_acked and
   // tcpi_total_retrans summed.
   TcpCounters counters();
+  // An accepted connection from host `ip` (as zmq's Peer-Address names it)
+  // is open whose handshake took `long_rtt_us` or more there and back.
+  bool long_peer(const std::string& ip) const;
 
  private:
   void apply(int fd, const std::string& address, bool accepted);
@@ -83,6 +86,7 @@ class CongestionMonitor {
     int fd;
     unsigned port;
     bool accepted;
+    std::string long_peer;  // accepted over a long path: the peer's address, else ""
   };
   std::vector<Connection> connections_;
 };

@@ -303,6 +303,7 @@ class ChildrenLink {
   std::unordered_map<std::string, Reassembler> reassembly_;
   std::unordered_map<std::string, uint64_t> pieced_session_;  // sends in pieces, in this session
   bool taking_pieced_ = false;  // the frame take_frame() has now came in pieces
+  bool taking_long_ = false;    // ... from a host with a long connection here (Received::long_link)
   uint64_t next_fragment_id_ = fragment_id_base();
   // Only children this node chose to send to: bounded by the topology.
   std::unordered_map<std::string, uint64_t> peer_sent_;

@@ -41,7 +41,7 @@ class StreamGovernor {
     std::chrono::milliseconds epoch{500};  // one measurement
     double keep = 0.33;                    // a doubling stays unless goodput fell below this
     size_t settle_epochs = 8;              // the longest wait between tries, and without loss
-    size_t first_lossy_count = 8;          // the count at the first loss on a long link
+    size_t first_lossy_count = 16;         // the count at the first loss on a long link
   };
   // A change of the count: the goodput (bytes per second) measured at
   // `from` in the epoch that decided it, and why.

@@ -107,6 +107,10 @@ struct Received {
   // Not one message as the protocol sends them (several parts): counted
   // and dropped by the link, never parsed.
   bool malformed = false;
+  // Servers: the sender's host has a connection here whose handshake took
+  // SocketOptions::long_link_rtt_us or more there and back (where the
+  // transport knows: TCP).
+  bool long_link = false;
 };
 
 class Socket {

@@ -257,6 +257,7 @@ class ServerSocket final : public ZmqSocket {
     out->malformed = drain_further_parts(msg);
     out->peer = id.to_string();
     out->source = source_of(msg);
+    out->long_link = congestion_ && congestion_->long_peer(out->source);
     out->message = keep(std::move(msg));
     return true;
   }

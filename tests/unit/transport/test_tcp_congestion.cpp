@@ -143,6 +143,19 @@ std::vector<int> unsent_caps(int port, bool server_end) {
   return out;
 }
 
+// A server tells which messages came from a host with a long connection
+// there (its handshake's round trip at or over long_link_rtt_us): a child's
+// parent sends in pieces to it then (links.hpp).
+TEST(TcpCongestion, AServerSaysWhichMessagesCameOverALongConnection) {
+  for (const uint32_t long_rtt_us : {0u, 5000u}) {
+    Link link("", long_rtt_us);
+    ASSERT_EQ(send(*link.client, "", "hello"), SendResult::kSent);
+    Received in;
+    ASSERT_TRUE(receive(*link.transport, *link.server, &in));
+    EXPECT_EQ(in.long_link, long_rtt_us == 0) << "loopback is short, unless 0 us is long";
+  }
+}
+
 TEST(TcpCongestion, OnlyLongConnectionsKeepTheirUnsentBytesCapped) {
   // Loopback is short (tens of microseconds there and back): no cap.
   Link short_link("reno");
