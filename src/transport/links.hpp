@@ -238,8 +238,9 @@ class ChildrenLink {
   size_t width_of(const std::string& child) const;
   bool flush(const std::string& child);
   // Whether a frame of `size` to `child` goes in pieces: it goes out over
-  // several connections and the child sends its own in pieces this session
-  // (it measured the link as long).
+  // several connections and, this session, the child sent its own in
+  // pieces (it measured the link as long) or a frame over a connection this
+  // end measured as long (Received::long_link).
   bool fragmenting_to(const std::string& child, size_t size) const;
   // A fragment from `child`: true (the whole frame in `in`) once its last
   // piece came.
