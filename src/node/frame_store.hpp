@@ -56,9 +56,9 @@ class StoredFrame {
 class FrameStore {
  public:
   // What the newest stored frames may hold in memory besides their copy on
-  // disk: 8 frames of a 1 MiB fp32 chunk in fp16, enough for children whose
+  // disk: 4 frames of a 1 MiB fp32 chunk in fp16, enough for children whose
   // windows take frames as they come, little beside a large model.
-  static constexpr size_t kHotBytes = size_t{4} << 20;
+  static constexpr size_t kHotBytes = size_t{2} << 20;
 
   FrameStore() = default;
   // Spills when on(); frames go to an unnamed file in `dir` (the temporary
