@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "common/byte_pool.hpp"
 #include "fedwan/error.hpp"
 #include "wire/frame.hpp"
 #include "wire/frame_order.hpp"
@@ -139,7 +140,8 @@ void FrameSealer::seal(std::vector<uint8_t>& frame) {
 std::vector<uint8_t> FrameSealer::sealed(const uint8_t* frame, size_t size) {
   const uint32_t payload = check(frame, size);
   // The cipher writes the payload across: the only pass over it.
-  std::vector<uint8_t> out(kHeader + size_t{payload} + kSealTrailer);
+  // A buffer used before: every byte of it is written below.
+  std::vector<uint8_t> out = BytePool::shared().take(kHeader + size_t{payload} + kSealTrailer);
   std::memcpy(out.data(), frame, kHeader);
   seal_to(frame + kHeader, payload, out.data());
   return out;

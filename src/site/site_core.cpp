@@ -22,6 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/byte_pool.hpp"
 #include "common/crash_point.hpp"
 #include "common/log.hpp"
 #include "common/sha256.hpp"
@@ -62,6 +63,10 @@ SiteCore::Impl::Impl(SiteOptions options, float* p, size_t n)
     local_privacy = std::make_unique<site::LocalPrivacy>(cfg.privacy, n);
   }
   initial_digest = sha256(params, n * sizeof(float));
+  // The frames of an update are written into buffers used before: a site
+  // makes one frame and one sealed copy a chunk, and a round starts with
+  // a window's worth of them in flight at once.
+  BytePool::shared().allow(16, size_t{8} << 20);
   anchor.place(opt.checkpoint_dir, opt.page_out_from_bytes);
   outgoing.store = node::FrameStore(n * sizeof(float) >= opt.page_out_from_bytes,
                                     opt.checkpoint_dir, "site:" + self.id, "update");

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "codec/compact_feedback.hpp"
+#include "common/byte_pool.hpp"
 #include "common/crash_point.hpp"
 #include "common/log.hpp"
 #include "common/sha256.hpp"
@@ -84,7 +85,8 @@ void SiteCore::Impl::send_update(uint64_t start_round, SyncResult* res) {
     const wire::FrameHeader h = node::chunk_header(topo, self.index, wire::MsgType::kDelta, round,
                                                    plan, i, cfg.codec->id(), self.weight);
     const size_t bytes = cfg.codec->encoded_size(n);
-    auto frame = std::make_shared<std::vector<uint8_t>>(wire::frame_to_fill(h, bytes));
+    auto frame = BytePool::shared().take_shared(wire::kHeaderSize + bytes);
+    wire::frame_to_fill(h, bytes, *frame);
     uint8_t* payload = frame->data() + wire::kHeaderSize;
     if (opt.update_encoder) {
       opt.update_encoder->encode(*cfg.codec, off, n, lossy, payload);

@@ -4,6 +4,7 @@
 
 #include <zmq.hpp>
 
+#include "common/byte_pool.hpp"
 #include "fedwan/error.hpp"
 #include "transport/congestion_monitor.hpp"
 #include "transport/socket_buffers.hpp"
@@ -32,14 +33,20 @@ std::string source_of(zmq::message_t& msg) {
 }
 
 // A message that owns `bytes` without copying them: zmq frees the vector
-// (from its I/O thread) once the bytes are on the wire.
+// (from its I/O thread) once the bytes are on the wire, into the pool the
+// next sealed frame is taken from.
 zmq::message_t owning(std::vector<uint8_t>&& bytes) {
   if (bytes.empty()) return zmq::message_t();
   auto* held = new std::vector<uint8_t>(std::move(bytes));
   try {
     return zmq::message_t(
         held->data(), held->size(),
-        [](void* /*data*/, void* hint) { delete static_cast<std::vector<uint8_t>*>(hint); }, held);
+        [](void* /*data*/, void* hint) {
+          auto* sent = static_cast<std::vector<uint8_t>*>(hint);
+          BytePool::shared().give(std::move(*sent));  // the next frame is sealed into it
+          delete sent;
+        },
+        held);
   } catch (...) {
     delete held;
     throw;

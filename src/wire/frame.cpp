@@ -316,15 +316,20 @@ void encode_header(const FrameHeader& h, uint8_t* out) {
   put_u32(out + 60, 0);
 }
 
-std::vector<uint8_t> encode_frame(const FrameHeader& h, const uint8_t* payload, size_t size) {
+void frame_to_fill(const FrameHeader& h, size_t size, std::vector<uint8_t>& frame) {
   if (size > UINT32_MAX) {
     FEDWAN_THROW(ProtocolError, "frame payload of " + std::to_string(size) +
                                     " bytes does not fit the 32-bit length field");
   }
   FrameHeader hh = h;
   hh.payload_length = static_cast<uint32_t>(size);
-  std::vector<uint8_t> out(kHeaderSize + size);
-  encode_header(hh, out.data());
+  frame.resize(kHeaderSize + size);
+  encode_header(hh, frame.data());
+}
+
+std::vector<uint8_t> encode_frame(const FrameHeader& h, const uint8_t* payload, size_t size) {
+  std::vector<uint8_t> out;
+  frame_to_fill(h, size, out);
   if (size != 0 && payload != nullptr) std::memcpy(out.data() + kHeaderSize, payload, size);
   return out;
 }

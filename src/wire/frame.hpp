@@ -205,6 +205,10 @@ std::vector<uint8_t> encode_frame(const FrameHeader& h, const uint8_t* payload, 
 // The same with the payload left for the caller to write (zeroed) at
 // data() + kHeaderSize: an encoder writes its chunk into the frame itself.
 std::vector<uint8_t> frame_to_fill(const FrameHeader& h, size_t size);
+// The same into `frame` (a buffer used before: resized to header + payload,
+// the header written, the payload's bytes left as they were for the caller
+// to overwrite every one of).
+void frame_to_fill(const FrameHeader& h, size_t size, std::vector<uint8_t>& frame);
 
 // A kDelta of `size` codec bytes that also reports `excused` weight refused
 // below the sender. excused == 0: exactly encode_frame(h, values, size), no

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "codec/compact_feedback.hpp"
 #include "codec/fp16_codec.hpp"
 #include "codec/int8_codec.hpp"
 #include "codec_test_util.hpp"
@@ -171,6 +172,32 @@ TEST_P(CodecRoundTrip, DecodeAccumulateEqualsDecodeThenAccumulateBitForBit) {
     const Floats x = decode(c, b, n);
     accumulate_weighted(reference.data(), x.data(), n, w);
     ASSERT_TRUE(same_bits(fused, reference)) << "weight " << w;
+  }
+}
+
+// Frames are encoded into buffers used before (common/byte_pool.hpp): an
+// encoder must write every byte of its encoded_size, with error feedback in
+// fp32 and in bf16, or a byte of an earlier frame would go out with it.
+TEST_P(CodecRoundTrip, EncodeWritesEveryByteOfItsPayload) {
+  const Codec& c = codec_by_name(std::get<0>(GetParam()));
+  const size_t n = std::get<1>(GetParam());
+  const Floats in = random_floats(n, 13, 2.0f);
+  std::vector<float> scratch;
+  for (int mode = 0; mode < 3; ++mode) {
+    Bytes seen[2];
+    for (int fill = 0; fill < 2; ++fill) {
+      Bytes out(c.encoded_size(n), fill == 0 ? 0x00 : 0xff);
+      Floats residual(n, 0.25f);
+      std::vector<uint16_t> bf16_residual(n, 0x3e80);  // 0.25
+      if (mode == 0) c.encode(in.data(), n, nullptr, out.data());
+      if (mode == 1) c.encode(in.data(), n, residual.data(), out.data());
+      if (mode == 2) {
+        codec::encode_with_bf16_residual(c, in.data(), n, bf16_residual.data(), scratch,
+                                         out.data());
+      }
+      seen[fill] = std::move(out);
+    }
+    ASSERT_EQ(seen[0], seen[1]) << "error feedback mode " << mode;
   }
 }
 

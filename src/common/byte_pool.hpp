@@ -1,0 +1,69 @@
+// Large byte buffers used again instead of allocated afresh: a frame of a
+// chunk (hundreds of KiB) made new for every chunk is zero-filled by the
+// allocator and, since glibc hands freed blocks of that size back to the
+// kernel, faulted in page by page again (the kernel zeroing each page once
+// more). The buffers a node frees (a frame once it is sealed and sent) are
+// kept here, a few at a time, and the next frame of a round is written
+// into one of them. Thread safe: zmq's I/O thread gives back what the node's
+// thread took.
+//
+// The process's pool keeps nothing until something allows it: a site does
+// (SiteCore), where the frames of its update are made; an aggregator does
+// not, since what the pool holds would count against the memory bound its
+// role keeps (docs/architecture.md), and buffers it keeps at the top of the
+// heap keep the allocator from handing back the freed memory below them.
+//
+// A buffer taken holds whatever it held before: the caller writes every
+// byte of it (a frame's header, then its payload: every codec writes all
+// of its encoded_size bytes), so nothing of an earlier frame goes out.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+namespace fedwan {
+
+class BytePool {
+ public:
+  struct Options {
+    size_t max_buffers = 8;              // kept at most...
+    size_t max_bytes = size_t{4} << 20;  // ...holding at most this many bytes
+    size_t min_size = size_t{64} << 10;  // smaller ones are not worth keeping
+  };
+
+  BytePool() : BytePool(Options{}) {}
+  explicit BytePool(Options o);
+  BytePool(const BytePool&) = delete;
+  BytePool& operator=(const BytePool&) = delete;
+
+  // The process's pool: keeps nothing until allow() is called.
+  static BytePool& shared();
+
+  // Lets the pool keep up to this many buffers and bytes (it never keeps
+  // less than it was allowed before).
+  void allow(size_t max_buffers, size_t max_bytes);
+
+  // `size` bytes, their contents unspecified: a kept buffer when one is
+  // large enough (the smallest such), otherwise a new one.
+  std::vector<uint8_t> take(size_t size);
+  // The same, owned by a shared pointer that gives the buffer back when
+  // its last holder lets go (a frame kept for resends and sealed).
+  std::shared_ptr<std::vector<uint8_t>> take_shared(size_t size);
+  // Keeps `bytes` for a later take if it is large enough and there is room;
+  // otherwise it is freed.
+  void give(std::vector<uint8_t>&& bytes) noexcept;
+
+  size_t kept_buffers() const;
+  size_t kept_bytes() const;
+
+ private:
+  mutable std::mutex mu_;
+  Options opt_;  // max_buffers and max_bytes grow with allow()
+  std::vector<std::vector<uint8_t>> kept_;
+  size_t kept_bytes_ = 0;  // their capacities
+};
+
+}  // namespace fedwan
