@@ -126,7 +126,7 @@ void Aggregator::Impl::recover() {
 
 // The chunks of the children's mean an aggregator of a large model keeps in
 // memory while they wait for their last copies; beyond, they wait on disk.
-constexpr size_t kInflightBudget = size_t{8} << 20;
+constexpr size_t kInflightBudget = size_t{4} << 20;
 
 bool Aggregator::Impl::spills() const {
   return opt_.spill_from_bytes == 0 || model_.elements >= opt_.spill_from_bytes / sizeof(float);

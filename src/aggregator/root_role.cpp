@@ -73,8 +73,9 @@ void Aggregator::Impl::RootRole::chunk_complete(uint32_t chunk) {
   auto bytes = BytePool::shared().take_shared(wire::kHeaderSize + encoded);
   wire::frame_to_fill(h, encoded, *bytes);
   uint8_t* payload = bytes->data() + wire::kHeaderSize;
-  std::vector<float> global(n);
-  model_.global_chunk(off, n, global.data());
+  global_.resize(n);  // every value written next
+  float* global = global_.data();
+  model_.global_chunk(off, n, global);
   // A chunk whose every copy was refused keeps its values (and its
   // optimizer state) this round. Central privacy: the noise goes on the sum
   // before anything else sees it.
@@ -83,7 +84,7 @@ void Aggregator::Impl::RootRole::chunk_complete(uint32_t chunk) {
       noise_->apply(cs.mean.data(), n, cs.weight, aggregator::max_site_weight(n_.topo_),
                     n_.privacy_clip_);
     }
-    outer_->step(global.data(), cs.mean.data(), off, n);
+    outer_->step(global, cs.mean.data(), off, n);
   }
   cs.mean.resize(n);
   // Send what the children need to move from the anchor to the new global
@@ -93,7 +94,7 @@ void Aggregator::Impl::RootRole::chunk_complete(uint32_t chunk) {
   const float* held = model_.held().data() + off;
   for (uint32_t k = 0; k < n; ++k) cs.mean[k] = global[k] - held[k];
   n_.cfg_.codec->encode(cs.mean.data(), n, nullptr, payload);
-  model_.settle_chunk(off, n, global.data(), *n_.cfg_.codec, payload);
+  model_.settle_chunk(off, n, global, *n_.cfg_.codec, payload);
   const Frame frame = std::move(bytes);
   n_.book_.report(n_.round_).weight = cs.weight;
   if (n_.acc_->round_complete() || noise_) {

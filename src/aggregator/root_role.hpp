@@ -71,6 +71,7 @@ class Aggregator::Impl::RootRole : public Aggregator::Impl::Role {
   // mid-round is sent the anchor as it is, with no copy of the replaced
   // values beside it.
   aggregator::RootModel model_;
+  std::vector<float> global_;  // one chunk's global values (chunk_complete)
   std::vector<std::pair<uint32_t, aggregator::StoredFrame>> pending_;  // chunk, its anchor frame
   void apply_pending();
   std::array<uint8_t, 32> model_digest_{};

@@ -64,9 +64,9 @@ SiteCore::Impl::Impl(SiteOptions options, float* p, size_t n)
   }
   initial_digest = sha256(params, n * sizeof(float));
   // The frames of an update are written into buffers used before: a site
-  // makes one frame and one sealed copy a chunk, and a round starts with
-  // a window's worth of them in flight at once.
-  BytePool::shared().allow(16, size_t{8} << 20);
+  // makes one frame and one sealed copy a chunk. Eight (4 MiB) cover what
+  // goes back between two chunks; more only added to the site's peak.
+  BytePool::shared().allow(8, size_t{4} << 20);
   anchor.place(opt.checkpoint_dir, opt.page_out_from_bytes);
   outgoing.store = node::FrameStore(n * sizeof(float) >= opt.page_out_from_bytes,
                                     opt.checkpoint_dir, "site:" + self.id, "update");
