@@ -51,6 +51,15 @@ bool Aggregator::Impl::RegionLink::flush() {
     if (!uplink_->link().try_send(*head.loaded)) break;
     out_.pop(Clock::now());
   }
+  // More connections and nothing left to send on them: a heartbeat shows
+  // the parent the newest now, before the next anchor goes down.
+  if (out_.empty() && uplink_->link().announcing()) {
+    if (membership_settled()) {
+      report_membership();
+    } else {
+      (void)uplink_->session().heartbeat(n_.round_);
+    }
+  }
   return out_.empty();
 }
 

@@ -71,8 +71,9 @@ void SiteCore::Impl::upkeep() {
     incoming.forget_full();
   }
   if (uplink->welcomed_once()) pump_upload();
+  // Due, or the link just opened connections (transport/links.hpp).
   if (uplink->welcomed_once() && link().established() &&
-      now - welcome.last_heartbeat >= cfg.heartbeat) {
+      (now - welcome.last_heartbeat >= cfg.heartbeat || link().announcing())) {
     parent().heartbeat(round);
     welcome.last_heartbeat = now;
   }

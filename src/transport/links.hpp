@@ -113,6 +113,10 @@ class ParentLink {
   // The connections open (1 + extra stripes), those that carry frames now,
   // and the reordering they caused.
   size_t streams() const { return stripes_.size(); }
+  // It just opened connections and its next frame goes on the newest, so
+  // that the parent sends on all of them: an owner with nothing to send
+  // sends a heartbeat now rather than when one is due.
+  bool announcing() const { return announce_; }
   size_t active_streams() const;
   const Resequencer::Stats& reordering() const { return reseq_.stats(); }
   const LinkCounters& counters() const { return counters_; }
@@ -147,6 +151,10 @@ class ParentLink {
   std::optional<StreamGovernor> governor_;        // `streams: auto`
   std::vector<std::unique_ptr<Socket>> stripes_;  // [0]: the handshake's
   size_t next_send_ = 0, next_recv_ = 0;
+  // The governor opened connections: the next frame goes on the newest, so
+  // that the parent, which sends on as many of them as it has seen frames
+  // come over, widens its frames down at once (parent_link.cpp).
+  bool announce_ = false;
   std::string endpoint_;
   std::unique_ptr<ChannelSecurity> security_;
   Resequencer reseq_;
@@ -231,11 +239,12 @@ class ChildrenLink {
   // sends and delivers nothing more (try_send reports a full window), so
   // that the child hears nothing, reconnects, and a new session lifts it.
   bool suspended(const std::string& child) const { return suspended_.count(child) != 0; }
+  // The connections a frame to `child` may go out on now: with `streams:
+  // auto`, one more than the highest a frame of it came over lately.
+  size_t width_of(const std::string& child) const;
 
  private:
   size_t streams_of(const std::string& child) const;
-  // The connections a frame to `child` may go out on now.
-  size_t width_of(const std::string& child) const;
   bool flush(const std::string& child);
   // Whether a frame of `size` to `child` goes in pieces: it goes out over
   // several connections and, this session, the child sent its own in

@@ -1,5 +1,6 @@
 // ParentLink: a child's link to its parent over the transport (one client
 // socket, or several for a striped link), with the channel security on top.
+// How many connections it opens and uses: parent_link_streams.cpp.
 #include "transport/links.hpp"
 
 #include <algorithm>
@@ -57,80 +58,9 @@ void ParentLink::abandon() {
   for (auto& s : stripes_) s->set_linger(Millis(0));
 }
 
-void ParentLink::open_stripe() {
-  const size_t k = stripes_.size();
-  const std::string id = k == 0 ? self_id_ : self_id_ + "~" + std::to_string(k);
-  LinkOptions o = options_;
-  // An adaptive link may open dozens: each further connection queues half
-  // the window (frames waiting for its TCP connection), not all of it.
-  if (governor_ && k > 0) o.window = std::max(2, options_.window / 2);
-  stripes_.push_back(transport_.connect(endpoint_, id, o));
-}
-
-size_t ParentLink::active_streams() const {
-  return governor_ ? std::min(governor_->active(), stripes_.size()) : stripes_.size();
-}
-
-void ParentLink::govern(std::optional<size_t> sent) {
-  if (!governor_) return;
-  const auto now = Clock::now();
-  if (sent) {
-    governor_->sent(*sent, now);
-  } else {
-    governor_->blocked(now);
-  }
-  govern_tick(now);
-}
-
-void ParentLink::govern_tick(Clock::time_point now) {
-  if (!governor_ || !governor_->due(now)) return;
-  // BBR keeps one connection's link full despite loss: the first choice,
-  // one connection, stays.
-  if (stripes_.front()->congestion_control() == "bbr") return;
-  // What the kernel counts on the link's connections.
-  std::optional<TcpCounters> tcp;
-  for (auto& s : stripes_) {
-    if (const auto c = s->tcp_counters()) {
-      if (!tcp) tcp.emplace();
-      tcp->acked += c->acked;
-      tcp->retransmits += c->retransmits;
-      tcp->rtt_us = std::max(tcp->rtt_us, c->rtt_us);
-      tcp->window += c->window;
-    }
-  }
-  StreamGovernor::Change c;
-  if (!governor_->tick(now, tcp, &c)) return;
-  try {
-    while (stripes_.size() < governor_->active()) open_stripe();
-  } catch (const TransportError& e) {
-    log().warn("link to parent {}: cannot open connection {}: {}", endpoint_, stripes_.size() + 1,
-               e.what());
-  }
-  log().info("link to parent {}: {} -> {} TCP connections ({}; {:.1f} MB/s at {})", endpoint_,
-             c.from, c.to, c.why, c.rate / 1e6, c.from);
-}
-
 void ParentLink::watch(std::vector<Transport::Interest>* out, bool writable) {
   // What is left of a frame in pieces waits for room too.
   for (auto& s : stripes_) out->push_back({s.get(), true, writable || out_.has_value()});
-}
-
-bool ParentLink::fragmenting(size_t size) {
-  if (size < 2 * kFragmentBytes || !security_->established() || active_streams() < 2) return false;
-  // Only over a long link: there the kernel keeps each connection's queue
-  // short (long_link_notsent_lowat), so pieces go where they drain; on a
-  // short one its buffers would take them all at once, and the pieces would
-  // only cost copies.
-  const auto now = Clock::now();
-  if (now >= long_checked_) {
-    long_checked_ = now + Millis(500);
-    long_link_ = false;
-    for (auto& s : stripes_) {
-      const auto c = s->tcp_counters();
-      long_link_ = long_link_ || (c && c->rtt_us >= kLongRttUs);
-    }
-  }
-  return long_link_;
 }
 
 bool ParentLink::flush() {
@@ -155,6 +85,20 @@ template <typename SendOn>
 SendResult ParentLink::send_striped(SendOn send_on) {
   // Until the session is up only the handshake's connection is used.
   const size_t n = security_->established() ? active_streams() : 1;
+  if (announce_ && n > 1) {
+    // Opened while the update's last frames were already queued, the new
+    // connections would carry nothing until the next round's update, and
+    // the parent's anchor would go down on the one connection it saw: the
+    // next frame (one of the update, else the heartbeat the owner sends at
+    // once, see announcing()) goes on the newest. Tried once: a frame it
+    // does not take goes as any other.
+    announce_ = false;
+    const SendResult r = send_on(*stripes_[n - 1]);
+    if (r == SendResult::kSent) {
+      next_send_ = 0;
+      return r;
+    }
+  }
   SendResult last = SendResult::kFull;
   for (size_t i = 0; i < n; ++i) {
     const size_t k = (next_send_ + i) % n;

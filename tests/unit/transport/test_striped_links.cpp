@@ -208,6 +208,54 @@ TEST_F(StripedLinks, AutoOpensMoreConnectionsOnlyOverALossyLinkThatHoldsTheSende
   EXPECT_EQ(children_->counters().rejected, 0u);
 }
 
+TEST_F(StripedLinks, AChildSendsItsNextFrameOnTheConnectionItJustOpenedSoItsParentWidens) {
+  // c opens more connections after the last frame it had to send was
+  // queued on its first (an update's tail): its parent, which sends on as
+  // many connections as it saw frames come over, would send the next
+  // anchor down on one. The next frame c sends goes on the newest.
+  start_parent();
+  auto child = connect("c", 4, {}, 5000ms, /*adaptive=*/true);
+  const uint32_t sender = topo_->node("c").index;
+  uint32_t sent = 0;
+  // As in the test above, but no frame is sent once it has more.
+  const auto run = [&](Millis how_long) {
+    const auto end = Clock::now() + how_long;
+    while (Clock::now() < end && child->streams() == 1) {
+      while (child->streams() == 1 && child->try_send(numbered(*topo_, sender, sent, 65536))) {
+        ++sent;
+      }
+      Incoming in;
+      for (int i = 0; i < 2 && children_->recv(&in, 0ms); ++i) up_.push_back(number_of(in));
+      while (child->streams() == 1 && child->recv(&in, 0ms)) {
+      }
+      std::this_thread::sleep_for(1ms);
+    }
+  };
+  run(1000ms);
+  faults_->report_loss(true);
+  run(10000ms);
+  faults_->report_loss(false);
+  ASSERT_EQ(child->streams(), 4u);
+  ASSERT_TRUE(pump(*child, [&] { return up_.size() >= sent; }));
+  ASSERT_EQ(children_->width_of("c"), 1u) << "every frame so far came over the first";
+  // One more frame, as a heartbeat would be: over the newest connection.
+  ASSERT_TRUE(pump(
+      *child, [&] { return child->try_send(numbered(*topo_, sender, sent, 3000)).has_value(); }));
+  ++sent;
+  ASSERT_TRUE(pump(*child, [&] { return up_.size() >= sent; }));
+  EXPECT_EQ(children_->width_of("c"), 4u);
+  EXPECT_EQ(sorted(up_), iota(sent));
+  // And the parent's frames go down over them, all of them arriving.
+  for (uint32_t i = 0; i < 12; ++i) {
+    ASSERT_TRUE(pump(*child, [&] {
+      return children_->try_send("c", numbered(*topo_, topo_->root().index, i, 3000)).has_value();
+    }));
+  }
+  ASSERT_TRUE(pump(*child, [&] { return down_.size() >= 12; }));
+  EXPECT_EQ(sorted(down_), iota(12));
+  EXPECT_EQ(child->reordering().gaps_skipped, 0u);
+}
+
 TEST_F(StripedLinks, APlaintextLinkCannotBeStriped) {
   start_parent();
   SecurityOptions so;
