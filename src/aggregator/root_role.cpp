@@ -15,7 +15,6 @@
 
 #include "checkpoint/node_checkpoint.hpp"
 #include "checkpoint/replica_fetch.hpp"
-#include "common/byte_pool.hpp"
 #include "common/log.hpp"
 #include "common/sha256.hpp"
 #include "fedwan/codec.hpp"
@@ -69,9 +68,8 @@ void Aggregator::Impl::RootRole::chunk_complete(uint32_t chunk) {
   const wire::FrameHeader h =
       node::chunk_header(n_.topo_, n_.self_.index, wire::MsgType::kAnchor, n_.round_ + 1,
                          *n_.model_.plan, chunk, n_.cfg_.codec->id());
-  const size_t encoded = n_.cfg_.codec->encoded_size(n);
-  auto bytes = BytePool::shared().take_shared(wire::kHeaderSize + encoded);
-  wire::frame_to_fill(h, encoded, *bytes);
+  auto bytes = std::make_shared<std::vector<uint8_t>>(
+      wire::frame_to_fill(h, n_.cfg_.codec->encoded_size(n)));
   uint8_t* payload = bytes->data() + wire::kHeaderSize;
   global_.resize(n);  // every value written next
   float* global = global_.data();
