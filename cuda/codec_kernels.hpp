@@ -1,10 +1,15 @@
-// Launchers for the codec kernels (codec_kernels.cu). Each encoding is two
-// kernels on the caller's stream:
-//   1. block maxima: the largest |in + residual| of every codec block, and
-//      the index of the first non-finite value, if any (atomicMin);
-//   2. quantise: when no value was non-finite, the payload (scales, then the
-//      values) and the new residual; otherwise nothing at all, so a failed
-//      encoding leaves the residual untouched, as the CPU codecs do.
+// Launchers for the codec kernels (codec_kernels.cu). Each thread holds
+// eight elements in registers; a codec block is one CUDA block (fp16's and
+// the check blocks of fp32 and bf16, 2048 elements) or one warp (int8's 256).
+//   * Without a residual, one kernel reads the chunk once: the values, the
+//     block's largest |value| and the index of the first non-finite value
+//     (atomicMin), then the payload (scales, then the values) from
+//     registers. A chunk with a non-finite value gets a payload that the
+//     caller throws away on seeing first_bad.
+//   * With a residual, two kernels on the caller's stream: block maxima and
+//     the first non-finite index, then (only when every value was finite)
+//     the payload and the new residual, so a failed encoding leaves the
+//     residual untouched, as the CPU codecs do.
 // With `minus`, the value encoded is (in - minus), rounded once before the
 // residual is added, exactly as the host computes a delta and then encodes it.
 // Payload bytes equal the CPU codec's bit for bit: both sides use
@@ -42,7 +47,11 @@ struct EncodeArgs {
   unsigned long long* first_bad = nullptr;  // device; the caller sets it to ~0 first
 };
 
-// Queues both kernels on `stream`. Returns CUDA's launch status,
+// Times the kernels read the input (and the subtrahend): 1 without a
+// residual, 2 with one.
+inline int input_reads(bool residual) { return residual ? 2 : 1; }
+
+// Queues the kernels on `stream`. Returns CUDA's launch status,
 // cudaErrorInvalidValue for a codec without kernels.
 cudaError_t launch_encode(CodecId codec, const EncodeArgs& args, cudaStream_t stream);
 

@@ -155,10 +155,11 @@ int main(int argc, char** argv) {
           check(cudaMemsetAsync(first_bad, 0xFF, 8, stream), "cudaMemsetAsync");
           check(fedwan::cuda::kernels::launch_encode(codec.id(), a, stream), "encode");
         });
-        // Bytes the two kernels move: the first reads the input (and
-        // residual), the second reads them again, writes the payload (and
-        // the residual).
-        const double moved = double(n) * 4 * (ef ? 5 : 2) + double(encoded);
+        // Bytes the kernels move: the input (and the residual) read once
+        // without a residual and twice with one, the payload (and the
+        // residual) written.
+        const int reads = fedwan::cuda::kernels::input_reads(ef);
+        const double moved = double(n) * 4 * (ef ? 2 * reads + 1 : reads) + double(encoded);
         fedwan::cuda::DeviceEncoderOptions o;
         o.device = device;
         o.codec = name;

@@ -10,6 +10,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fedwan/codec.hpp"
@@ -168,34 +169,48 @@ TEST(DeviceEncoder, SlotsOverlapAndEachKeepsItsOwnChunk) {
 
 TEST(DeviceEncoder, NonFiniteInputThrowsAndLeavesTheResidualAlone) {
   SKIP_WITHOUT_GPU();
+  // The first bad index is the smallest whichever thread, warp or block
+  // meets it: {bad indices, the one the error names}.
+  const std::pair<std::vector<size_t>, size_t> cases[] = {
+      {{8500, 8700}, 8500}, {{2303, 2049}, 2049}, {{8999, 0}, 0}, {{8999}, 8999}};
   for (const char* name : kCodecs) {
-    SCOPED_TRACE(name);
     DeviceEncoderOptions o;
     o.codec = name;
     o.max_elements = 10000;
     DeviceEncoder gpu(o);
-    std::vector<float> x = awkward_chunk(9000, 5);
-    std::vector<float> residual = awkward_chunk(9000, 6);
-    for (float& r : residual) r *= 1e-3f;
-    x[8500] = std::numeric_limits<float>::quiet_NaN();
-    x[8700] = std::numeric_limits<float>::infinity();
-    DeviceFloats in(x), res(residual);
-    try {
-      gpu.encode(in.get(), res.get(), x.size());
-      FAIL() << "a NaN was encoded";
-    } catch (const ConfigError&) {
-      FAIL() << "a bad value is not a configuration error";
-    } catch (const Error& e) {
-      const std::string what = e.what();
-      EXPECT_NE(what.find(std::string("codec ") + name), std::string::npos) << what;
-      EXPECT_NE(what.find("element 8500 of 9000"), std::string::npos) << what;
+    for (const auto& [bad, first] : cases) {
+      for (bool feedback : {true, false}) {
+        SCOPED_TRACE(std::string(name) + " first bad " + std::to_string(first) +
+                     (feedback ? " with residual" : " without residual"));
+        std::vector<float> x = awkward_chunk(9000, 5);
+        std::vector<float> residual = awkward_chunk(9000, 6);
+        for (float& r : residual) r *= 1e-3f;
+        for (size_t k = 0; k < bad.size(); ++k) {
+          x[bad[k]] = k % 2 == 0 ? std::numeric_limits<float>::quiet_NaN()
+                                 : std::numeric_limits<float>::infinity();
+        }
+        DeviceFloats in(x), res(residual);
+        try {
+          gpu.encode(in.get(), feedback ? res.get() : nullptr, x.size());
+          FAIL() << "a NaN was encoded";
+        } catch (const ConfigError&) {
+          FAIL() << "a bad value is not a configuration error";
+        } catch (const Error& e) {
+          const std::string what = e.what();
+          EXPECT_NE(what.find(std::string("codec ") + name), std::string::npos) << what;
+          EXPECT_NE(what.find("element " + std::to_string(first) + " of 9000"), std::string::npos)
+              << what;
+        }
+        EXPECT_EQ(bits(res.download()), bits(residual));
+        // The encoder is still usable afterwards.
+        for (size_t i : bad) x[i] = 1.0f;
+        in.upload(x);
+        const Codec& cpu = codec_by_name(name);
+        std::vector<uint8_t> want(cpu.encoded_size(x.size()));
+        cpu.encode(x.data(), x.size(), nullptr, want.data());
+        EXPECT_EQ(gpu.encode(in.get(), nullptr, x.size()), want);
+      }
     }
-    EXPECT_EQ(bits(res.download()), bits(residual));
-    // The encoder is still usable afterwards.
-    x[8500] = 1.0f;
-    x[8700] = 2.0f;
-    in.upload(x);
-    EXPECT_EQ(gpu.encode(in.get(), nullptr, x.size()).size(), gpu.encoded_size(x.size()));
   }
 }
 
@@ -209,17 +224,24 @@ TEST(DeviceEncoder, DifferencesMatchTheHostDeltaThenEncode) {
     o.max_elements = 70000;
     DeviceEncoder gpu(o);
     const std::vector<float> a = awkward_chunk(70000, 21), b = awkward_chunk(70000, 22);
-    std::vector<float> delta(a.size()), cpu_residual(a.size(), 0.0f);
+    std::vector<float> delta(a.size());
     for (size_t i = 0; i < a.size(); ++i) delta[i] = a[i] - b[i];
-    DeviceFloats da(a), db(b), gpu_residual(cpu_residual);
-    for (int round = 0; round < 2; ++round) {
-      std::vector<uint8_t> want(cpu.encoded_size(a.size()));
-      cpu.encode(delta.data(), delta.size(), cpu_residual.data(), want.data());
-      gpu.encode_difference_async(0, da.get(), db.get(), gpu_residual.get(), a.size());
-      const DeviceEncoder::Encoded got = gpu.wait(0);
-      ASSERT_EQ(got.size, want.size());
-      EXPECT_EQ(std::memcmp(got.data, want.data(), want.size()), 0) << "round " << round;
-      EXPECT_EQ(bits(gpu_residual.download()), bits(cpu_residual));
+    DeviceFloats da(a), db(b);
+    for (bool feedback : {true, false}) {
+      SCOPED_TRACE(feedback ? "with residual" : "without residual");
+      std::vector<float> cpu_residual(a.size(), 0.0f);
+      DeviceFloats gpu_residual(cpu_residual);
+      for (int round = 0; round < 2; ++round) {
+        std::vector<uint8_t> want(cpu.encoded_size(a.size()));
+        cpu.encode(delta.data(), delta.size(), feedback ? cpu_residual.data() : nullptr,
+                   want.data());
+        gpu.encode_difference_async(0, da.get(), db.get(), feedback ? gpu_residual.get() : nullptr,
+                                    a.size());
+        const DeviceEncoder::Encoded got = gpu.wait(0);
+        ASSERT_EQ(got.size, want.size());
+        EXPECT_EQ(std::memcmp(got.data, want.data(), want.size()), 0) << "round " << round;
+        EXPECT_EQ(bits(gpu_residual.download()), bits(cpu_residual));
+      }
     }
   }
 }
