@@ -15,15 +15,15 @@ void ChunkParking::enable(size_t budget, std::filesystem::path dir, std::string 
   log_name_ = std::move(log_name);
 }
 
-bool ChunkParking::park(std::vector<float>* state, Ticket* ticket) {
-  if (!on_ || failed_ || state->empty()) return false;
+bool ChunkParking::write(const void* data, size_t size, Ticket* ticket) {
+  if (!on_ || failed_ || size == 0) return false;
   std::string why;
   if (!file_) file_ = SpillFile::make(dir_, &why);
   uint64_t offset = 0;
-  if (file_ && file_->append(state->data(), state->size() * sizeof(float), &offset)) {
-    *ticket = {file_, offset, state->size()};
-    std::vector<float>().swap(*state);
+  if (file_ && file_->append(data, size, &offset)) {
+    *ticket = {file_, offset, size};
     parked_ += 1;
+    bytes_parked_ += size;
     round_parked_ += 1;
     return true;
   }
@@ -39,9 +39,25 @@ bool ChunkParking::park(std::vector<float>* state, Ticket* ticket) {
   return false;
 }
 
+bool ChunkParking::park(std::vector<float>* state, Ticket* ticket) {
+  if (!write(state->data(), state->size() * sizeof(float), ticket)) return false;
+  std::vector<float>().swap(*state);
+  return true;
+}
+
 void ChunkParking::unpark(std::vector<float>* state, Ticket* ticket) {
-  state->resize(ticket->floats);
-  ticket->file->read(ticket->offset, state->data(), ticket->floats * sizeof(float));
+  state->resize(ticket->bytes / sizeof(float));
+  ticket->file->read(ticket->offset, state->data(), ticket->bytes);
+  *ticket = {};
+}
+
+bool ChunkParking::park_bytes(const void* data, size_t size, Ticket* ticket) {
+  return write(data, size, ticket);
+}
+
+void ChunkParking::unpark_bytes(std::vector<uint8_t>* out, Ticket* ticket) {
+  out->resize(ticket->bytes);
+  ticket->file->read(ticket->offset, out->data(), ticket->bytes);
   *ticket = {};
 }
 

@@ -123,6 +123,9 @@ RoundAccumulator::Result RoundAccumulator::add(uint64_t round, uint32_t sender, 
     v.reason = "malformed payload (the " + std::string(codec.name()) + " codec's check failed)";
     return refuse(acc, slot, chunk, weight, v);
   }
+  // A copy's payload parked in place of the state is rebuilt first: the
+  // rebuild decodes into scratch_.
+  if (acc.replay.file) combiner_of(acc, chunk);
   scratch_.resize(element_count);
   codec.decode(payload, element_count, scratch_.data());
   uint64_t digest = 0;
@@ -133,6 +136,8 @@ RoundAccumulator::Result RoundAccumulator::add(uint64_t round, uint32_t sender, 
                                 element_count);
   if (v.verdict == Verdict::kRefused) return refuse(acc, slot, chunk, weight, v);
   double norm = v.norm;  // of the values the rule gets
+  // Whether those values are the payload's decoding, as they were made.
+  bool as_decoded = v.verdict == Verdict::kAccepted;
   if (auto it = clip_.find(sender); it != clip_.end()) {
     const double share = privacy::chunk_share(it->second, element_count, plan_.total());
     clip_valued_.insert(sender);
@@ -140,21 +145,22 @@ RoundAccumulator::Result RoundAccumulator::add(uint64_t round, uint32_t sender, 
       privacy_clipped_ += 1;
       clip_hit_.insert(sender);
       norm = std::min(norm, share);
+      as_decoded = false;
     }
   }
   acc.valued += 1;
   if (v.verdict == Verdict::kDeferred) {
     acc.held.push_back({static_cast<uint32_t>(slot), weight, norm, scratch_, v.bound});
   } else {
-    if (!acc.combiner) acc.combiner = rule_->begin_chunk(element_count, children_.size());
-    unpark(acc);
-    acc.combiner->add(static_cast<uint32_t>(slot), scratch_.data(), weight);
+    combiner_of(acc, chunk).add(static_cast<uint32_t>(slot), scratch_.data(), weight);
     acc.added.emplace_back(static_cast<uint32_t>(slot), weight);
     screen_.remember(round, chunk, v.verdict == Verdict::kClipped ? std::min(v.bound, norm) : norm);
   }
   acc.weight += weight;
   Result r = deliver(slot, chunk, {AddOutcome::kAccepted, false, v});
-  if (!r.chunk_complete) park_if_over(acc);  // it waits for more copies
+  if (!r.chunk_complete) {  // it waits for more copies
+    park_if_over(acc, as_decoded ? Payload{&codec, payload, bytes} : Payload{});
+  }
   return r;
 }
 
@@ -260,9 +266,8 @@ ChunkSum RoundAccumulator::take(uint32_t chunk) {
   out.excused = acc.excused;
   unpark_held(acc);
   judge_held(acc, chunk, out);
-  if (acc.combiner) {
-    unpark(acc);
-    Combined c = acc.combiner->finish();
+  if (acc.combiner || acc.replay.file) {
+    Combined c = combiner_of(acc, chunk).finish();
     combined_into(acc, c, chunk, out);
   }
   inflight_.erase(it);
@@ -286,9 +291,7 @@ void RoundAccumulator::judge_held(Inflight& acc, uint32_t chunk, ChunkSum& out) 
     HeldCopy& h = acc.held[i];
     CopyVerdict& v = verdicts[i];
     if (v.verdict != Verdict::kRefused) {
-      if (!acc.combiner) acc.combiner = rule_->begin_chunk(plan_.size(chunk), children_.size());
-      unpark(acc);
-      acc.combiner->add(h.slot, h.values.data(), h.weight);
+      combiner_of(acc, chunk).add(h.slot, h.values.data(), h.weight);
       acc.added.emplace_back(h.slot, h.weight);
       screen_.remember(round_, chunk, v.verdict == Verdict::kClipped ? v.bound : v.norm);
     }
@@ -355,11 +358,38 @@ void RoundAccumulator::unpark_held(Inflight& acc) {
   acc.held_parked.clear();
 }
 
-void RoundAccumulator::park_if_over(Inflight& acc) {
+ChunkCombiner& RoundAccumulator::combiner_of(Inflight& acc, uint32_t chunk) {
+  const uint32_t n = plan_.size(chunk);
+  if (acc.replay.file) {
+    // The same calls as when the copy came: the same state, bit for bit.
+    const Codec* codec = codec_by_id(acc.replay_codec);
+    ChunkParking::unpark_bytes(&replay_payload_, &acc.replay);
+    scratch_.resize(n);
+    codec->decode(replay_payload_.data(), n, scratch_.data());
+    acc.combiner = rule_->begin_chunk(n, acc.fan_in);
+    acc.combiner->add(acc.added.front().first, scratch_.data(), acc.added.front().second);
+  } else if (!acc.combiner) {
+    acc.fan_in = children_.size();
+    acc.combiner = rule_->begin_chunk(n, acc.fan_in);
+  }
+  unpark(acc);
+  return *acc.combiner;
+}
+
+void RoundAccumulator::park_if_over(Inflight& acc, const Payload& last) {
   if (!parking_.on() || bytes_in_flight() <= parking_.budget()) return;
   if (acc.combiner && !acc.parked.file) {
-    if (std::vector<float>* state = acc.combiner->parkable())
-      (void)parking_.park(state, &acc.parked);
+    if (std::vector<float>* state = acc.combiner->parkable()) {
+      // The payload of the one copy behind the state, where it is smaller.
+      const bool replay = last.codec != nullptr && acc.added.size() == 1 && acc.held.empty() &&
+                          last.bytes < state->size() * sizeof(float);
+      if (replay && parking_.park_bytes(last.data, last.bytes, &acc.replay)) {
+        acc.replay_codec = last.codec->id();
+        acc.combiner.reset();
+      } else {
+        (void)parking_.park(state, &acc.parked);
+      }
+    }
   }
   acc.held_parked.resize(acc.held.size());
   for (size_t i = 0; i < acc.held.size(); ++i) {

@@ -163,11 +163,13 @@ class RoundAccumulator {
   size_t bytes_in_flight() const;
   // Beyond `budget` bytes of combiners in memory, a parkable one (the
   // streamed mean's sum) waits for its next copy in a file in `dir`
-  // (aggregation/chunk_parking.hpp); the arithmetic is unchanged.
+  // (aggregation/chunk_parking.hpp), or the payload of its one copy; the
+  // arithmetic is unchanged.
   void park_beyond(size_t budget, const std::string& dir, const std::string& log_name) {
     parking_.enable(budget, dir, log_name);
   }
   uint64_t chunks_parked() const { return parking_.parked(); }
+  uint64_t bytes_parked() const { return parking_.bytes_parked(); }
   const AggregationRule& rule() const { return *rule_; }
   const UpdateScreen& screen() const { return screen_; }
   const tensor::ChunkPlan& plan() const { return plan_; }
@@ -182,13 +184,29 @@ class RoundAccumulator {
     uint32_t valued = 0;          // copies with values past the value checks (streamed or held)
     ChunkParking::Ticket parked;  // the combiner's state, set aside (file set) or not
     std::vector<ChunkParking::Ticket> held_parked;  // by held copy, alike
+    // Instead of the state, the payload of the one copy the combiner had
+    // (added[0], given to it as decoded); the combiner is then gone until
+    // rebuilt from it (rebuild()).
+    ChunkParking::Ticket replay;
+    CodecId replay_codec = CodecId::kFp32;
+    size_t fan_in = 0;  // what begin_chunk was given
+  };
+  // A copy's payload as add() got it, for parking it instead of the state.
+  struct Payload {
+    const Codec* codec = nullptr;  // null: the values given were not its decoding
+    const uint8_t* data = nullptr;
+    size_t bytes = 0;
   };
   // The combiner's state back in memory, if it was set aside; and the held
   // copies' values.
   static void unpark(Inflight& acc);
   static void unpark_held(Inflight& acc);
-  // Over the budget: acc's combiner's state and held copies set aside.
-  void park_if_over(Inflight& acc);
+  // Over the budget: acc's combiner's state (or the payload of its one
+  // copy) and held copies set aside.
+  void park_if_over(Inflight& acc, const Payload& last);
+  // acc's combiner, begun if it was not, rebuilt if its one copy waits as a
+  // payload, its state back in memory. Uses scratch_.
+  ChunkCombiner& combiner_of(Inflight& acc, uint32_t chunk);
   Result refuse(Inflight& acc, int slot, uint32_t chunk, double weight, CopyVerdict v);
   Result deliver(int slot, uint32_t chunk, Result r);
   void judge_held(Inflight& acc, uint32_t chunk, ChunkSum& out);
@@ -200,7 +218,8 @@ class RoundAccumulator {
   std::vector<uint32_t> children_;
   std::shared_ptr<const AggregationRule> rule_;
   UpdateScreen screen_;
-  std::vector<float> scratch_;  // one decoded copy
+  std::vector<float> scratch_;           // one decoded copy
+  std::vector<uint8_t> replay_payload_;  // one parked payload read back
   ChunkParking parking_;
   std::vector<bool> expected_;  // by child slot
   double min_weight_ = 0;

@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <string>
 #include <vector>
 
 #include "aggregation/chunk_parking.hpp"
@@ -52,6 +53,77 @@ TEST(ChunkParking, ChunksWaitingOnDiskMakeTheSameMeanBitForBit) {
     EXPECT_EQ(std::memcmp(got[c].data(), want[c].data(), got[c].size() * sizeof(float)), 0) << c;
   }
   EXPECT_EQ(parked.bytes_in_flight(), 0u);
+}
+
+// Two children, the first a whole update ahead: with parking, each chunk's
+// state waits as the first copy's payload and is rebuilt from it.
+std::vector<std::vector<float>> two_children(RoundAccumulator& acc, const tensor::ChunkPlan& plan,
+                                             const Codec& codec) {
+  acc.open(2);
+  std::vector<std::vector<float>> means(plan.count());
+  for (uint32_t s = 0; s < 2; ++s) {
+    for (uint32_t c = 0; c < plan.count(); ++c) {
+      std::vector<float> v(plan.size(c));
+      for (size_t i = 0; i < v.size(); ++i) {
+        v[i] = 0.37f * float(int((i * 11 + c * 5 + s * 3) % 23) - 11) / float(1 + s + c % 3);
+      }
+      std::vector<uint8_t> bytes(codec.encoded_size(v.size()));
+      codec.encode(v.data(), v.size(), nullptr, bytes.data());
+      const auto r = acc.add(2, 10 + s, c, plan.size(c), s == 0 ? 3.0 : 0.7, codec, bytes.data(),
+                             bytes.size());
+      EXPECT_EQ(r.outcome, AddOutcome::kAccepted);
+      if (r.chunk_complete) means[c] = acc.take(c).mean;
+    }
+  }
+  return means;
+}
+
+TEST(ChunkParking, AChunkWithOneCopyWaitsAsThatCopysPayloadAndMakesTheSameMean) {
+  const tensor::ChunkPlan plan(50000, 4096);
+  for (const char* name : {"fp16", "bf16", "int8", "fp32"}) {
+    SCOPED_TRACE(name);
+    const Codec& codec = codec_by_name(name);
+    RoundAccumulator in_memory(plan, {10, 11});
+    const auto want = two_children(in_memory, plan, codec);
+    testing::TempDir dir;
+    RoundAccumulator parked(plan, {10, 11});
+    parked.park_beyond(0, dir.path().string(), "test");
+    const auto got = two_children(parked, plan, codec);
+    EXPECT_EQ(parked.chunks_parked(), plan.count());
+    uint64_t payloads = 0;
+    for (uint32_t c = 0; c < plan.count(); ++c) payloads += codec.encoded_size(plan.size(c));
+    // fp32's payload is no smaller than the state: the state waits.
+    EXPECT_EQ(parked.bytes_parked(),
+              std::string(name) == "fp32" ? plan.total() * sizeof(float) : payloads);
+    for (size_t c = 0; c < got.size(); ++c) {
+      ASSERT_EQ(got[c].size(), want[c].size());
+      EXPECT_EQ(std::memcmp(got[c].data(), want[c].data(), got[c].size() * sizeof(float)), 0) << c;
+    }
+    EXPECT_EQ(parked.bytes_in_flight(), 0u);
+  }
+}
+
+TEST(ChunkParking, ACopyClippedForPrivacyWaitsAsItsValuesNotItsPayload) {
+  const tensor::ChunkPlan plan(50000, 4096);
+  const Codec& fp16 = codec_by_name("fp16");
+  RoundAccumulator in_memory(plan, {10, 11});
+  in_memory.clip_copies_of(10, 1.0);
+  const auto want = two_children(in_memory, plan, fp16);
+  testing::TempDir dir;
+  RoundAccumulator parked(plan, {10, 11});
+  parked.clip_copies_of(10, 1.0);
+  parked.park_beyond(0, dir.path().string(), "test");
+  const auto got = two_children(parked, plan, fp16);
+  EXPECT_GT(parked.privacy_clipped(), 0u);
+  EXPECT_EQ(parked.chunks_parked(), plan.count());
+  // Every chunk's first copy was clipped (its values are not the payload's
+  // decoding): their fp32 states waited.
+  EXPECT_EQ(parked.privacy_clipped(), plan.count());
+  EXPECT_EQ(parked.bytes_parked(), plan.total() * sizeof(float));
+  for (size_t c = 0; c < got.size(); ++c) {
+    ASSERT_EQ(got[c].size(), want[c].size());
+    EXPECT_EQ(std::memcmp(got[c].data(), want[c].data(), got[c].size() * sizeof(float)), 0) << c;
+  }
 }
 
 TEST(ChunkParking, CopiesHeldForTheScreenWaitOnDiskTooAndAreJudgedAlike) {
