@@ -25,6 +25,7 @@ bool ChunkParking::write(const void* data, size_t size, Ticket* ticket) {
     parked_ += 1;
     bytes_parked_ += size;
     round_parked_ += 1;
+    round_bytes_ += size;
     return true;
   }
   if (file_) why = errno_text(errno);
@@ -63,10 +64,12 @@ void ChunkParking::unpark_bytes(std::vector<uint8_t>* out, Ticket* ticket) {
 
 void ChunkParking::rotate() {
   if (round_parked_ > 0) {
-    log().debug("[{}] {} chunk states waited on disk for their last copies last round", log_name_,
-                round_parked_);
+    log().debug("[{}] {} chunk states waited on disk for their last copies last round ({:.1f} "
+                "MiB)",
+                log_name_, round_parked_, double(round_bytes_) / (1 << 20));
   }
   round_parked_ = 0;
+  round_bytes_ = 0;
   file_.reset();
   failed_ = false;
 }

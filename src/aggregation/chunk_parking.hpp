@@ -66,6 +66,7 @@ class ChunkParking {
   uint64_t parked_ = 0;
   uint64_t bytes_parked_ = 0;
   uint64_t round_parked_ = 0;  // since the last rotate()
+  uint64_t round_bytes_ = 0;
 
   bool write(const void* data, size_t size, Ticket* ticket);
 };
