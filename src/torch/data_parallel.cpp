@@ -101,15 +101,20 @@ class DataParallel::Impl {
     }
     cv_.notify_all();
     wait_idle();
+    // The mean straight into each gradient: one pass over the bucket, no
+    // temporary (a gradient backward did not make gets its own tensor).
     const float scale = 1.0f / static_cast<float>(comm_.size());
+    const torch::Tensor factor = torch::scalar_tensor(scale);  // a CPU scalar, any device
     for (Param& p : params_) {
-      if (used_[&p - params_.data()] > 0) {
-        torch::Tensor mean =
-            slice(static_cast<size_t>(&p - params_.data())).view(p.tensor.sizes()).mul(scale);
-        if (p.tensor.grad().defined()) {
-          p.tensor.mutable_grad().copy_(mean);
+      const size_t i = static_cast<size_t>(&p - params_.data());
+      if (used_[i] > 0) {
+        const torch::Tensor sum = slice(i).view(p.tensor.sizes());
+        if (!p.tensor.grad().defined()) {
+          p.tensor.mutable_grad() = sum.mul(scale);
+        } else if (comm_.size() == 1) {
+          p.tensor.mutable_grad().copy_(sum);
         } else {
-          p.tensor.mutable_grad() = mean;
+          torch::mul_out(p.tensor.mutable_grad(), sum, factor);
         }
       }
     }
