@@ -123,9 +123,6 @@ RoundAccumulator::Result RoundAccumulator::add(uint64_t round, uint32_t sender, 
     v.reason = "malformed payload (the " + std::string(codec.name()) + " codec's check failed)";
     return refuse(acc, slot, chunk, weight, v);
   }
-  // A copy's payload parked in place of the state is rebuilt first: the
-  // rebuild decodes into scratch_.
-  if (acc.replay.file) combiner_of(acc, chunk);
   scratch_.resize(element_count);
   codec.decode(payload, element_count, scratch_.data());
   uint64_t digest = 0;
@@ -364,10 +361,10 @@ ChunkCombiner& RoundAccumulator::combiner_of(Inflight& acc, uint32_t chunk) {
     // The same calls as when the copy came: the same state, bit for bit.
     const Codec* codec = codec_by_id(acc.replay_codec);
     ChunkParking::unpark_bytes(&replay_payload_, &acc.replay);
-    scratch_.resize(n);
-    codec->decode(replay_payload_.data(), n, scratch_.data());
+    replay_values_.resize(n);
+    codec->decode(replay_payload_.data(), n, replay_values_.data());
     acc.combiner = rule_->begin_chunk(n, acc.fan_in);
-    acc.combiner->add(acc.added.front().first, scratch_.data(), acc.added.front().second);
+    acc.combiner->add(acc.added.front().first, replay_values_.data(), acc.added.front().second);
   } else if (!acc.combiner) {
     acc.fan_in = children_.size();
     acc.combiner = rule_->begin_chunk(n, acc.fan_in);

@@ -205,7 +205,8 @@ class RoundAccumulator {
   // copy) and held copies set aside.
   void park_if_over(Inflight& acc, const Payload& last);
   // acc's combiner, begun if it was not, rebuilt if its one copy waits as a
-  // payload, its state back in memory. Uses scratch_.
+  // payload, its state back in memory. Called only for a copy that goes
+  // into it (or to take the chunk): a refused copy leaves the chunk parked.
   ChunkCombiner& combiner_of(Inflight& acc, uint32_t chunk);
   Result refuse(Inflight& acc, int slot, uint32_t chunk, double weight, CopyVerdict v);
   Result deliver(int slot, uint32_t chunk, Result r);
@@ -220,6 +221,7 @@ class RoundAccumulator {
   UpdateScreen screen_;
   std::vector<float> scratch_;           // one decoded copy
   std::vector<uint8_t> replay_payload_;  // one parked payload read back
+  std::vector<float> replay_values_;     // and decoded
   ChunkParking parking_;
   std::vector<bool> expected_;  // by child slot
   double min_weight_ = 0;

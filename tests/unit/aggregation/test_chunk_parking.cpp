@@ -126,6 +126,40 @@ TEST(ChunkParking, ACopyClippedForPrivacyWaitsAsItsValuesNotItsPayload) {
   }
 }
 
+TEST(ChunkParking, ARefusedCopyLeavesAChunkThatWaitsAsAPayloadOnDisk) {
+  // One child's copies all wait on disk; another's are all refused (beyond
+  // max_abs): memory must not fill with rebuilt states for them.
+  const tensor::ChunkPlan plan(50000, 4096);
+  const Codec& fp16 = codec_by_name("fp16");
+  ScreenConfig screen = ScreenConfig::none();
+  screen.max_abs = 100;
+  testing::TempDir dir;
+  RoundAccumulator acc(plan, {10, 11, 12}, nullptr, screen);
+  acc.park_beyond(0, dir.path().string(), "test");
+  acc.open(0);
+  auto send = [&](uint32_t sender, float value) {
+    for (uint32_t c = 0; c < plan.count(); ++c) {
+      std::vector<float> v(plan.size(c), value);
+      std::vector<uint8_t> bytes(fp16.encoded_size(v.size()));
+      fp16.encode(v.data(), v.size(), nullptr, bytes.data());
+      const auto r = acc.add(0, sender, c, plan.size(c), 1.0, fp16, bytes.data(), bytes.size());
+      EXPECT_EQ(r.outcome, value > 100 ? AddOutcome::kRefused : AddOutcome::kAccepted);
+      if (r.chunk_complete) {
+        const ChunkSum sum = acc.take(c);
+        ASSERT_EQ(sum.mean.size(), plan.size(c));
+        EXPECT_EQ(sum.mean[0], 2.0f);  // (1.5 + 2.5) / 2: the refused copy is not in it
+      }
+    }
+  };
+  send(10, 1.5f);
+  EXPECT_EQ(acc.bytes_in_flight(), 0u);
+  send(11, 1000.0f);
+  EXPECT_EQ(acc.bytes_in_flight(), 0u);
+  send(12, 2.5f);
+  EXPECT_TRUE(acc.round_complete());
+  EXPECT_EQ(acc.bytes_in_flight(), 0u);
+}
+
 TEST(ChunkParking, CopiesHeldForTheScreenWaitOnDiskTooAndAreJudgedAlike) {
   // The default screen holds every copy of a round with no norm history
   // until its chunk closes.
