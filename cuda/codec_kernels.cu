@@ -94,6 +94,17 @@ __device__ __forceinline__ uint32_t load(const Slice<K>& s, const float* in, con
   return m;
 }
 
+// Calls put(i, k) for each of the thread's elements in the chunk: element
+// i, the thread's k-th value.
+template <CodecId K, typename Put>
+__device__ __forceinline__ void each(const Slice<K>& s, size_t n, Put put) {
+#pragma unroll
+  for (unsigned k = 0; k < kPerThread; ++k) {
+    const size_t i = s.at(k);
+    if (i < n) put(i, k);
+  }
+}
+
 // Writes the payload of the thread's values (the scale by the group's first
 // thread) and, with a residual, what the payload leaves out of each value.
 template <CodecId K>
@@ -102,51 +113,35 @@ __device__ __forceinline__ void store(const Slice<K>& s, const float (&v)[kPerTh
   const size_t blocks = n / kBlock<K> + (n % kBlock<K> != 0);
   if constexpr (K == CodecId::kFp32) {
     float* values = reinterpret_cast<float*>(out);
-#pragma unroll
-    for (unsigned k = 0; k < kPerThread; ++k) {
-      const size_t i = s.at(k);
-      if (i < n) {
-        values[i] = v[k];
-        if (res) res[i] = 0.0f;
-      }
-    }
+    each(s, n, [&](size_t i, unsigned k) {
+      values[i] = v[k];
+      if (res) res[i] = 0.0f;
+    });
   } else if constexpr (K == CodecId::kBf16) {
     uint16_t* values = reinterpret_cast<uint16_t*>(out);
-#pragma unroll
-    for (unsigned k = 0; k < kPerThread; ++k) {
-      const size_t i = s.at(k);
-      if (i < n) {
-        const uint16_t h = cm::fp32_to_bf16(v[k]);
-        values[i] = h;
-        if (res) res[i] = cm::sub_rn(v[k], cm::bf16_to_fp32(h));
-      }
-    }
+    each(s, n, [&](size_t i, unsigned k) {
+      const uint16_t h = cm::fp32_to_bf16(v[k]);
+      values[i] = h;
+      if (res) res[i] = cm::sub_rn(v[k], cm::bf16_to_fp32(h));
+    });
   } else if constexpr (K == CodecId::kFp16) {
     const cm::Fp16Scale sc = cm::fp16_scale_for(max_bits);
     if (s.lead()) reinterpret_cast<float*>(out)[s.block] = sc.scale;
     uint16_t* values = reinterpret_cast<uint16_t*>(out + Fp16Codec::kScaleBytes * blocks);
-#pragma unroll
-    for (unsigned k = 0; k < kPerThread; ++k) {
-      const size_t i = s.at(k);
-      if (i < n) {
-        const uint16_t h = cm::fp16_quantise(v[k], sc);
-        values[i] = h;
-        if (res) res[i] = cm::sub_rn(v[k], cm::fp16_dequantise(h, sc.scale));
-      }
-    }
+    each(s, n, [&](size_t i, unsigned k) {
+      const uint16_t h = cm::fp16_quantise(v[k], sc);
+      values[i] = h;
+      if (res) res[i] = cm::sub_rn(v[k], cm::fp16_dequantise(h, sc.scale));
+    });
   } else {
     const cm::Int8Scale sc = cm::int8_scale_for(max_bits);
     if (s.lead()) reinterpret_cast<float*>(out)[s.block] = sc.scale;
     int8_t* values = reinterpret_cast<int8_t*>(out + sizeof(float) * blocks);
-#pragma unroll
-    for (unsigned k = 0; k < kPerThread; ++k) {
-      const size_t i = s.at(k);
-      if (i < n) {
-        const int8_t q = cm::int8_quantise(v[k], sc);
-        values[i] = q;
-        if (res) res[i] = cm::sub_rn(v[k], cm::int8_dequantise(q, sc.scale));
-      }
-    }
+    each(s, n, [&](size_t i, unsigned k) {
+      const int8_t q = cm::int8_quantise(v[k], sc);
+      values[i] = q;
+      if (res) res[i] = cm::sub_rn(v[k], cm::int8_dequantise(q, sc.scale));
+    });
   }
 }
 
