@@ -186,7 +186,7 @@ class RoundAccumulator {
     std::vector<ChunkParking::Ticket> held_parked;  // by held copy, alike
     // Instead of the state, the payload of the one copy the combiner had
     // (added[0], given to it as decoded); the combiner is then gone until
-    // rebuilt from it (rebuild()).
+    // rebuilt from it (combiner_of()).
     ChunkParking::Ticket replay;
     CodecId replay_codec = CodecId::kFp32;
     size_t fan_in = 0;  // what begin_chunk was given
