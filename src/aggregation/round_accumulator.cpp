@@ -134,7 +134,7 @@ RoundAccumulator::Result RoundAccumulator::add(uint64_t round, uint32_t sender, 
   if (v.verdict == Verdict::kRefused) return refuse(acc, slot, chunk, weight, v);
   double norm = v.norm;  // of the values the rule gets
   // Whether those values are the payload's decoding, as they were made.
-  bool as_decoded = v.verdict == Verdict::kAccepted;
+  bool as_decoded = v.verdict == Verdict::kAccepted || v.verdict == Verdict::kDeferred;
   if (auto it = clip_.find(sender); it != clip_.end()) {
     const double share = privacy::chunk_share(it->second, element_count, plan_.total());
     clip_valued_.insert(sender);
@@ -156,7 +156,8 @@ RoundAccumulator::Result RoundAccumulator::add(uint64_t round, uint32_t sender, 
   acc.weight += weight;
   Result r = deliver(slot, chunk, {AddOutcome::kAccepted, false, v});
   if (!r.chunk_complete) {  // it waits for more copies
-    park_if_over(acc, as_decoded ? Payload{&codec, payload, bytes} : Payload{});
+    const bool held = v.verdict == Verdict::kDeferred;
+    park_if_over(acc, as_decoded ? Payload{&codec, payload, bytes, held} : Payload{});
   }
   return r;
 }
@@ -261,7 +262,7 @@ ChunkSum RoundAccumulator::take(uint32_t chunk) {
   ChunkSum out;
   out.index = chunk;
   out.excused = acc.excused;
-  unpark_held(acc);
+  unpark_held(acc, chunk);
   judge_held(acc, chunk, out);
   if (acc.combiner || acc.replay.file) {
     Combined c = combiner_of(acc, chunk).finish();
@@ -348,9 +349,18 @@ void RoundAccumulator::unpark(Inflight& acc) {
   if (acc.parked.file) ChunkParking::unpark(acc.combiner->parkable(), &acc.parked);
 }
 
-void RoundAccumulator::unpark_held(Inflight& acc) {
+void RoundAccumulator::unpark_held(Inflight& acc, uint32_t chunk) {
   for (size_t i = 0; i < acc.held_parked.size(); ++i) {
-    if (acc.held_parked[i].file) ChunkParking::unpark(&acc.held[i].values, &acc.held_parked[i]);
+    HeldParked& p = acc.held_parked[i];
+    if (!p.ticket.file) continue;
+    std::vector<float>& values = acc.held[i].values;
+    if (p.payload) {
+      ChunkParking::unpark_bytes(&replay_payload_, &p.ticket);
+      values.resize(plan_.size(chunk));
+      codec_by_id(p.codec)->decode(replay_payload_.data(), values.size(), values.data());
+    } else {
+      ChunkParking::unpark(&values, &p.ticket);
+    }
   }
   acc.held_parked.clear();
 }
@@ -378,8 +388,8 @@ void RoundAccumulator::park_if_over(Inflight& acc, const Payload& last) {
   if (acc.combiner && !acc.parked.file) {
     if (std::vector<float>* state = acc.combiner->parkable()) {
       // The payload of the one copy behind the state, where it is smaller.
-      const bool replay = last.codec != nullptr && acc.added.size() == 1 && acc.held.empty() &&
-                          last.bytes < state->size() * sizeof(float);
+      const bool replay = last.codec != nullptr && !last.held && acc.added.size() == 1 &&
+                          acc.held.empty() && last.bytes < state->size() * sizeof(float);
       if (replay && parking_.park_bytes(last.data, last.bytes, &acc.replay)) {
         acc.replay_codec = last.codec->id();
         acc.combiner.reset();
@@ -390,7 +400,19 @@ void RoundAccumulator::park_if_over(Inflight& acc, const Payload& last) {
   }
   acc.held_parked.resize(acc.held.size());
   for (size_t i = 0; i < acc.held.size(); ++i) {
-    if (!acc.held_parked[i].file) (void)parking_.park(&acc.held[i].values, &acc.held_parked[i]);
+    HeldParked& p = acc.held_parked[i];
+    if (p.ticket.file) continue;
+    std::vector<float>& values = acc.held[i].values;
+    // The copy just held, as its payload where that is smaller.
+    if (last.codec != nullptr && last.held && i + 1 == acc.held.size() &&
+        last.bytes < values.size() * sizeof(float) &&
+        parking_.park_bytes(last.data, last.bytes, &p.ticket)) {
+      p.payload = true;
+      p.codec = last.codec->id();
+      std::vector<float>().swap(values);
+    } else {
+      (void)parking_.park(&values, &p.ticket);
+    }
   }
 }
 

@@ -175,6 +175,12 @@ class RoundAccumulator {
   const tensor::ChunkPlan& plan() const { return plan_; }
 
  private:
+  // A held copy's values set aside, or the payload they were decoded from.
+  struct HeldParked {
+    ChunkParking::Ticket ticket;
+    bool payload = false;
+    CodecId codec = CodecId::kFp32;
+  };
   struct Inflight {
     std::unique_ptr<ChunkCombiner> combiner;
     double weight = 0;                               // delivered: what the quorum counts
@@ -183,7 +189,7 @@ class RoundAccumulator {
     std::vector<HeldCopy> held;                      // judged at take(): suspects, or no bound yet
     uint32_t valued = 0;          // copies with values past the value checks (streamed or held)
     ChunkParking::Ticket parked;  // the combiner's state, set aside (file set) or not
-    std::vector<ChunkParking::Ticket> held_parked;  // by held copy, alike
+    std::vector<HeldParked> held_parked;  // by held copy, alike
     // Instead of the state, the payload of the one copy the combiner had
     // (added[0], given to it as decoded); the combiner is then gone until
     // rebuilt from it (combiner_of()).
@@ -196,11 +202,12 @@ class RoundAccumulator {
     const Codec* codec = nullptr;  // null: the values given were not its decoding
     const uint8_t* data = nullptr;
     size_t bytes = 0;
+    bool held = false;  // the copy was held (the last of acc.held), not combined
   };
   // The combiner's state back in memory, if it was set aside; and the held
   // copies' values.
   static void unpark(Inflight& acc);
-  static void unpark_held(Inflight& acc);
+  void unpark_held(Inflight& acc, uint32_t chunk);
   // Over the budget: acc's combiner's state (or the payload of its one
   // copy) and held copies set aside.
   void park_if_over(Inflight& acc, const Payload& last);
@@ -221,7 +228,7 @@ class RoundAccumulator {
   UpdateScreen screen_;
   std::vector<float> scratch_;           // one decoded copy
   std::vector<uint8_t> replay_payload_;  // one parked payload read back
-  std::vector<float> replay_values_;     // and decoded
+  std::vector<float> replay_values_;     // and decoded (for a combiner)
   ChunkParking parking_;
   std::vector<bool> expected_;  // by child slot
   double min_weight_ = 0;

@@ -106,23 +106,26 @@ TEST(ChunkParking, AChunkWithOneCopyWaitsAsThatCopysPayloadAndMakesTheSameMean) 
 TEST(ChunkParking, ACopyClippedForPrivacyWaitsAsItsValuesNotItsPayload) {
   const tensor::ChunkPlan plan(50000, 4096);
   const Codec& fp16 = codec_by_name("fp16");
-  RoundAccumulator in_memory(plan, {10, 11});
-  in_memory.clip_copies_of(10, 1.0);
-  const auto want = two_children(in_memory, plan, fp16);
-  testing::TempDir dir;
-  RoundAccumulator parked(plan, {10, 11});
-  parked.clip_copies_of(10, 1.0);
-  parked.park_beyond(0, dir.path().string(), "test");
-  const auto got = two_children(parked, plan, fp16);
-  EXPECT_GT(parked.privacy_clipped(), 0u);
-  EXPECT_EQ(parked.chunks_parked(), plan.count());
-  // Every chunk's first copy was clipped (its values are not the payload's
-  // decoding): their fp32 states waited.
-  EXPECT_EQ(parked.privacy_clipped(), plan.count());
-  EXPECT_EQ(parked.bytes_parked(), plan.total() * sizeof(float));
-  for (size_t c = 0; c < got.size(); ++c) {
-    ASSERT_EQ(got[c].size(), want[c].size());
-    EXPECT_EQ(std::memcmp(got[c].data(), want[c].data(), got[c].size() * sizeof(float)), 0) << c;
+  // Combined at once (no screen), or held for want of norm history.
+  for (const ScreenConfig& screen : {ScreenConfig::none(), ScreenConfig{}}) {
+    SCOPED_TRACE(screen.norm == ScreenConfig::Norm::kOff ? "combined" : "held");
+    RoundAccumulator in_memory(plan, {10, 11}, nullptr, screen);
+    in_memory.clip_copies_of(10, 1.0);
+    const auto want = two_children(in_memory, plan, fp16);
+    testing::TempDir dir;
+    RoundAccumulator parked(plan, {10, 11}, nullptr, screen);
+    parked.clip_copies_of(10, 1.0);
+    parked.park_beyond(0, dir.path().string(), "test");
+    const auto got = two_children(parked, plan, fp16);
+    EXPECT_EQ(parked.chunks_parked(), plan.count());
+    // Every chunk's first copy was clipped (its values are not the
+    // payload's decoding): their fp32 values waited.
+    EXPECT_EQ(parked.privacy_clipped(), plan.count());
+    EXPECT_EQ(parked.bytes_parked(), plan.total() * sizeof(float));
+    for (size_t c = 0; c < got.size(); ++c) {
+      ASSERT_EQ(got[c].size(), want[c].size());
+      EXPECT_EQ(std::memcmp(got[c].data(), want[c].data(), got[c].size() * sizeof(float)), 0) << c;
+    }
   }
 }
 
@@ -171,6 +174,12 @@ TEST(ChunkParking, CopiesHeldForTheScreenWaitOnDiskTooAndAreJudgedAlike) {
   parked.park_beyond(0, dir.path().string(), "test");
   const auto got = run_round(parked, plan);
   EXPECT_EQ(parked.chunks_parked(), 2u * plan.count());  // the first two copies of each chunk
+  // Each as its fp16 payload, not its values.
+  uint64_t payloads = 0;
+  for (uint32_t c = 0; c < plan.count(); ++c) {
+    payloads += codec_by_name("fp16").encoded_size(plan.size(c));
+  }
+  EXPECT_EQ(parked.bytes_parked(), 2 * payloads);
   for (size_t c = 0; c < got.size(); ++c) {
     ASSERT_EQ(got[c].size(), want[c].size());
     EXPECT_EQ(std::memcmp(got[c].data(), want[c].data(), got[c].size() * sizeof(float)), 0) << c;
