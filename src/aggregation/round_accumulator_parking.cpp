@@ -1,0 +1,92 @@
+// RoundAccumulator's chunks in flight (round_accumulator.cpp has the
+// rest): where a chunk's combiner and held copies wait for more copies, in
+// memory within the budget (park_beyond), else on disk as the combiner's
+// state or the payload of the one copy behind it, and held copies as their
+// values or payloads (aggregation/chunk_parking.hpp).
+#include "aggregation/round_accumulator.hpp"
+
+#include <vector>
+
+namespace fedwan::aggregation {
+
+void RoundAccumulator::unpark(Inflight& acc) {
+  if (acc.parked.file) ChunkParking::unpark(acc.combiner->parkable(), &acc.parked);
+}
+
+void RoundAccumulator::unpark_held(Inflight& acc, uint32_t chunk) {
+  for (size_t i = 0; i < acc.held_parked.size(); ++i) {
+    HeldParked& p = acc.held_parked[i];
+    if (!p.ticket.file) continue;
+    std::vector<float>& values = acc.held[i].values;
+    if (p.payload) {
+      ChunkParking::unpark_bytes(&replay_payload_, &p.ticket);
+      values.resize(plan_.size(chunk));
+      codec_by_id(p.codec)->decode(replay_payload_.data(), values.size(), values.data());
+    } else {
+      ChunkParking::unpark(&values, &p.ticket);
+    }
+  }
+  acc.held_parked.clear();
+}
+
+ChunkCombiner& RoundAccumulator::combiner_of(Inflight& acc, uint32_t chunk) {
+  const uint32_t n = plan_.size(chunk);
+  if (acc.replay.file) {
+    // The same calls as when the copy came: the same state, bit for bit.
+    const Codec* codec = codec_by_id(acc.replay_codec);
+    ChunkParking::unpark_bytes(&replay_payload_, &acc.replay);
+    replay_values_.resize(n);
+    codec->decode(replay_payload_.data(), n, replay_values_.data());
+    acc.combiner = rule_->begin_chunk(n, acc.fan_in);
+    acc.combiner->add(acc.added.front().first, replay_values_.data(), acc.added.front().second);
+  } else if (!acc.combiner) {
+    acc.fan_in = children_.size();
+    acc.combiner = rule_->begin_chunk(n, acc.fan_in);
+  }
+  unpark(acc);
+  return *acc.combiner;
+}
+
+void RoundAccumulator::park_if_over(Inflight& acc, const Payload& last) {
+  if (!parking_.on() || bytes_in_flight() <= parking_.budget()) return;
+  if (acc.combiner && !acc.parked.file) {
+    if (std::vector<float>* state = acc.combiner->parkable()) {
+      // The payload of the one copy behind the state, where it is smaller.
+      const bool replay = last.codec != nullptr && !last.held && acc.added.size() == 1 &&
+                          acc.held.empty() && last.bytes < state->size() * sizeof(float);
+      if (replay && parking_.park_bytes(last.data, last.bytes, &acc.replay)) {
+        acc.replay_codec = last.codec->id();
+        acc.combiner.reset();
+      } else {
+        (void)parking_.park(state, &acc.parked);
+      }
+    }
+  }
+  acc.held_parked.resize(acc.held.size());
+  for (size_t i = 0; i < acc.held.size(); ++i) {
+    HeldParked& p = acc.held_parked[i];
+    if (p.ticket.file) continue;
+    std::vector<float>& values = acc.held[i].values;
+    // The copy just held, as its payload where that is smaller.
+    if (last.codec != nullptr && last.held && i + 1 == acc.held.size() &&
+        last.bytes < values.size() * sizeof(float) &&
+        parking_.park_bytes(last.data, last.bytes, &p.ticket)) {
+      p.payload = true;
+      p.codec = last.codec->id();
+      std::vector<float>().swap(values);
+    } else {
+      (void)parking_.park(&values, &p.ticket);
+    }
+  }
+}
+
+size_t RoundAccumulator::bytes_in_flight() const {
+  size_t total = 0;
+  for (const auto& entry : inflight_) {
+    if (entry.second.combiner) total += entry.second.combiner->bytes_held();
+    for (const HeldCopy& h : entry.second.held) total += h.values.size() * sizeof(float);
+  }
+  return total;
+}
+
+}  // namespace fedwan::aggregation
