@@ -157,7 +157,10 @@ RoundAccumulator::Result RoundAccumulator::add(uint64_t round, uint32_t sender, 
   Result r = deliver(slot, chunk, {AddOutcome::kAccepted, false, v});
   if (!r.chunk_complete) {  // it waits for more copies
     const bool held = v.verdict == Verdict::kDeferred;
-    park_if_over(acc, as_decoded ? Payload{&codec, payload, bytes, held} : Payload{});
+    // A payload waits only if its codec can be found again by its id (a
+    // registered codec, as every frame's is).
+    const bool findable = codec_by_id(codec.id()) == &codec;
+    park_if_over(acc, as_decoded && findable ? Payload{&codec, payload, bytes, held} : Payload{});
   }
   return r;
 }

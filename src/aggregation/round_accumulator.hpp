@@ -199,7 +199,9 @@ class RoundAccumulator {
   };
   // A copy's payload as add() got it, for parking it instead of the state.
   struct Payload {
-    const Codec* codec = nullptr;  // null: the values given were not its decoding
+    // null: the values given were not its decoding, or the codec is not
+    // codec_by_id(its id)
+    const Codec* codec = nullptr;
     const uint8_t* data = nullptr;
     size_t bytes = 0;
     bool held = false;  // the copy was held (the last of acc.held), not combined

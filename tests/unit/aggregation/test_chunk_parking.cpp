@@ -3,6 +3,7 @@
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "aggregation/chunk_parking.hpp"
@@ -126,6 +127,44 @@ TEST(ChunkParking, ACopyClippedForPrivacyWaitsAsItsValuesNotItsPayload) {
       ASSERT_EQ(got[c].size(), want[c].size());
       EXPECT_EQ(std::memcmp(got[c].data(), want[c].data(), got[c].size() * sizeof(float)), 0) << c;
     }
+  }
+}
+
+// fp16 under the same id, but not the registered instance: a payload in it
+// could not be decoded again by looking its codec up.
+class UnregisteredFp16 : public Codec {
+ public:
+  CodecId id() const override { return fp16_.id(); }
+  std::string_view name() const override { return "fp16"; }
+  size_t encoded_size(size_t n) const override { return fp16_.encoded_size(n); }
+  void encode(const float* in, size_t n, float* residual, uint8_t* out) const override {
+    fp16_.encode(in, n, residual, out);
+  }
+  bool validate(const uint8_t* in, size_t bytes, size_t n) const override {
+    return fp16_.validate(in, bytes, n);
+  }
+  void decode(const uint8_t* in, size_t n, float* out) const override { fp16_.decode(in, n, out); }
+  void decode_accumulate(const uint8_t* in, size_t n, float weight, float* acc) const override {
+    fp16_.decode_accumulate(in, n, weight, acc);
+  }
+
+ private:
+  const Codec& fp16_ = codec_by_name("fp16");
+};
+
+TEST(ChunkParking, ACodecThatCannotBeLookedUpLeavesTheStateToWait) {
+  const tensor::ChunkPlan plan(50000, 4096);
+  const UnregisteredFp16 codec;
+  RoundAccumulator in_memory(plan, {10, 11});
+  const auto want = two_children(in_memory, plan, codec);
+  testing::TempDir dir;
+  RoundAccumulator parked(plan, {10, 11});
+  parked.park_beyond(0, dir.path().string(), "test");
+  const auto got = two_children(parked, plan, codec);
+  EXPECT_EQ(parked.chunks_parked(), plan.count());
+  EXPECT_EQ(parked.bytes_parked(), plan.total() * sizeof(float));
+  for (size_t c = 0; c < got.size(); ++c) {
+    EXPECT_EQ(std::memcmp(got[c].data(), want[c].data(), got[c].size() * sizeof(float)), 0) << c;
   }
 }
 
