@@ -79,54 +79,60 @@ std::vector<std::vector<float>> two_children(RoundAccumulator& acc, const tensor
   return means;
 }
 
+// The same round of two children in memory and with every waiting chunk
+// on disk: the means must match bit for bit. The parked run's counts.
+struct ParkedCounts {
+  uint64_t chunks = 0, bytes = 0, clipped = 0;
+};
+ParkedCounts same_means_parked(const tensor::ChunkPlan& plan, const Codec& codec,
+                               const ScreenConfig& screen = ScreenConfig::none(),
+                               double clip_first = 0) {
+  RoundAccumulator in_memory(plan, {10, 11}, nullptr, screen);
+  testing::TempDir dir;
+  RoundAccumulator parked(plan, {10, 11}, nullptr, screen);
+  if (clip_first > 0) {
+    in_memory.clip_copies_of(10, clip_first);
+    parked.clip_copies_of(10, clip_first);
+  }
+  parked.park_beyond(0, dir.path().string(), "test");
+  const auto want = two_children(in_memory, plan, codec);
+  const auto got = two_children(parked, plan, codec);
+  EXPECT_EQ(got.size(), want.size());
+  for (size_t c = 0; c < got.size() && c < want.size(); ++c) {
+    EXPECT_EQ(got[c].size(), want[c].size());
+    EXPECT_TRUE(got[c].size() == want[c].size() &&
+                std::memcmp(got[c].data(), want[c].data(), got[c].size() * sizeof(float)) == 0)
+        << "chunk " << c;
+  }
+  EXPECT_EQ(parked.bytes_in_flight(), 0u);
+  return {parked.chunks_parked(), parked.bytes_parked(), parked.privacy_clipped()};
+}
+
 TEST(ChunkParking, AChunkWithOneCopyWaitsAsThatCopysPayloadAndMakesTheSameMean) {
   const tensor::ChunkPlan plan(50000, 4096);
   for (const char* name : {"fp16", "bf16", "int8", "fp32"}) {
     SCOPED_TRACE(name);
     const Codec& codec = codec_by_name(name);
-    RoundAccumulator in_memory(plan, {10, 11});
-    const auto want = two_children(in_memory, plan, codec);
-    testing::TempDir dir;
-    RoundAccumulator parked(plan, {10, 11});
-    parked.park_beyond(0, dir.path().string(), "test");
-    const auto got = two_children(parked, plan, codec);
-    EXPECT_EQ(parked.chunks_parked(), plan.count());
+    const ParkedCounts n = same_means_parked(plan, codec);
+    EXPECT_EQ(n.chunks, plan.count());
     uint64_t payloads = 0;
     for (uint32_t c = 0; c < plan.count(); ++c) payloads += codec.encoded_size(plan.size(c));
     // fp32's payload is no smaller than the state: the state waits.
-    EXPECT_EQ(parked.bytes_parked(),
-              std::string(name) == "fp32" ? plan.total() * sizeof(float) : payloads);
-    for (size_t c = 0; c < got.size(); ++c) {
-      ASSERT_EQ(got[c].size(), want[c].size());
-      EXPECT_EQ(std::memcmp(got[c].data(), want[c].data(), got[c].size() * sizeof(float)), 0) << c;
-    }
-    EXPECT_EQ(parked.bytes_in_flight(), 0u);
+    EXPECT_EQ(n.bytes, std::string(name) == "fp32" ? plan.total() * sizeof(float) : payloads);
   }
 }
 
 TEST(ChunkParking, ACopyClippedForPrivacyWaitsAsItsValuesNotItsPayload) {
   const tensor::ChunkPlan plan(50000, 4096);
-  const Codec& fp16 = codec_by_name("fp16");
   // Combined at once (no screen), or held for want of norm history.
   for (const ScreenConfig& screen : {ScreenConfig::none(), ScreenConfig{}}) {
     SCOPED_TRACE(screen.norm == ScreenConfig::Norm::kOff ? "combined" : "held");
-    RoundAccumulator in_memory(plan, {10, 11}, nullptr, screen);
-    in_memory.clip_copies_of(10, 1.0);
-    const auto want = two_children(in_memory, plan, fp16);
-    testing::TempDir dir;
-    RoundAccumulator parked(plan, {10, 11}, nullptr, screen);
-    parked.clip_copies_of(10, 1.0);
-    parked.park_beyond(0, dir.path().string(), "test");
-    const auto got = two_children(parked, plan, fp16);
-    EXPECT_EQ(parked.chunks_parked(), plan.count());
+    const ParkedCounts n = same_means_parked(plan, codec_by_name("fp16"), screen, 1.0);
+    EXPECT_EQ(n.chunks, plan.count());
     // Every chunk's first copy was clipped (its values are not the
     // payload's decoding): their fp32 values waited.
-    EXPECT_EQ(parked.privacy_clipped(), plan.count());
-    EXPECT_EQ(parked.bytes_parked(), plan.total() * sizeof(float));
-    for (size_t c = 0; c < got.size(); ++c) {
-      ASSERT_EQ(got[c].size(), want[c].size());
-      EXPECT_EQ(std::memcmp(got[c].data(), want[c].data(), got[c].size() * sizeof(float)), 0) << c;
-    }
+    EXPECT_EQ(n.clipped, plan.count());
+    EXPECT_EQ(n.bytes, plan.total() * sizeof(float));
   }
 }
 
@@ -154,18 +160,9 @@ class UnregisteredFp16 : public Codec {
 
 TEST(ChunkParking, ACodecThatCannotBeLookedUpLeavesTheStateToWait) {
   const tensor::ChunkPlan plan(50000, 4096);
-  const UnregisteredFp16 codec;
-  RoundAccumulator in_memory(plan, {10, 11});
-  const auto want = two_children(in_memory, plan, codec);
-  testing::TempDir dir;
-  RoundAccumulator parked(plan, {10, 11});
-  parked.park_beyond(0, dir.path().string(), "test");
-  const auto got = two_children(parked, plan, codec);
-  EXPECT_EQ(parked.chunks_parked(), plan.count());
-  EXPECT_EQ(parked.bytes_parked(), plan.total() * sizeof(float));
-  for (size_t c = 0; c < got.size(); ++c) {
-    EXPECT_EQ(std::memcmp(got[c].data(), want[c].data(), got[c].size() * sizeof(float)), 0) << c;
-  }
+  const ParkedCounts n = same_means_parked(plan, UnregisteredFp16());
+  EXPECT_EQ(n.chunks, plan.count());
+  EXPECT_EQ(n.bytes, plan.total() * sizeof(float));
 }
 
 TEST(ChunkParking, ARefusedCopyLeavesAChunkThatWaitsAsAPayloadOnDisk) {
