@@ -18,7 +18,7 @@ void ChunkParking::enable(size_t budget, std::filesystem::path dir, std::string 
 bool ChunkParking::write(const void* data, size_t size, Ticket* ticket) {
   if (!on_ || failed_ || size == 0) return false;
   std::string why;
-  if (!file_) file_ = SpillFile::make(dir_, &why);
+  if (!file_) file_ = files_.next(dir_, &why);
   uint64_t offset = 0;
   if (file_ && file_->append(data, size, &offset)) {
     *ticket = {file_, offset, size};
@@ -70,6 +70,7 @@ void ChunkParking::rotate() {
   }
   round_parked_ = 0;
   round_bytes_ = 0;
+  files_.retire(std::move(file_));
   file_.reset();
   failed_ = false;
 }

@@ -61,6 +61,7 @@ class ChunkParking {
   std::filesystem::path dir_;
   std::string log_name_;
   std::shared_ptr<SpillFile> file_;
+  SpillFiles files_;  // the last round's file, used again once it is free
   bool failed_ = false;
   bool warned_ = false;
   uint64_t parked_ = 0;

@@ -7,11 +7,14 @@
 // into one of them. Thread safe: zmq's I/O thread gives back what the node's
 // thread took.
 //
-// The process's pool keeps nothing until something allows it: a site does
-// (SiteCore), where the frames of its update are made; an aggregator does
-// not, since what the pool holds would count against the memory bound its
-// role keeps (docs/architecture.md), and buffers it keeps at the top of the
-// heap keep the allocator from handing back the freed memory below them.
+// The process's pool keeps nothing until something allows it. A site
+// does (SiteCore), where the frames of its update are made: where they
+// stay in memory for resends, as many buffers as its update has frames, so
+// each round writes into the pages the last one faulted in. An aggregator
+// allows eight (4 MiB), for the sealed copies of the frames it sends:
+// more would count against the memory bound its role keeps
+// (docs/architecture.md), and buffers kept at the top of the heap keep the
+// allocator from handing back the freed memory below them.
 //
 // A buffer taken holds whatever it held before: the caller writes every
 // byte of it (a frame's header, then its payload: every codec writes all

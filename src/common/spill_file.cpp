@@ -26,6 +26,21 @@ std::shared_ptr<SpillFile> SpillFile::make(const std::filesystem::path& dir, std
 
 SpillFile::~SpillFile() { ::close(fd_); }
 
+std::shared_ptr<SpillFile> SpillFiles::next(const std::filesystem::path& dir, std::string* why) {
+  // use_count() == 1: no other holder is left to copy it from, whatever
+  // thread held it last.
+  if (retired_ && retired_.use_count() == 1) {
+    std::shared_ptr<SpillFile> f = std::move(retired_);
+    f->rewind();
+    return f;
+  }
+  return SpillFile::make(dir, why);
+}
+
+void SpillFiles::retire(std::shared_ptr<SpillFile> file) {
+  if (file) retired_ = std::move(file);
+}
+
 bool SpillFile::append(const void* data, size_t size, uint64_t* offset) {
   const auto* p = static_cast<const uint8_t*>(data);
   size_t done = 0;

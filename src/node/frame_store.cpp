@@ -51,7 +51,7 @@ StoredFrame FrameStore::keep(const std::vector<uint8_t>& frame) {
 StoredFrame FrameStore::append(const std::vector<uint8_t>& frame, const Frame& hot) {
   if (!on_ || failed_) return {};
   std::string why;
-  if (!file_) file_ = SpillFile::make(dir_, &why);
+  if (!file_) file_ = files_.next(dir_, &why);
   uint64_t offset = 0;
   if (file_ && file_->append(frame.data(), frame.size(), &offset)) {
     if (hot) {

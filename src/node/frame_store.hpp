@@ -76,6 +76,7 @@ class FrameStore {
   // The next frames go to a new file (a store that failed tries again);
   // the old one stays until no StoredFrame refers to it.
   void rotate() {
+    files_.retire(std::move(file_));
     file_.reset();
     failed_ = false;
     hot_.clear();
@@ -99,6 +100,7 @@ class FrameStore {
   std::string log_name_;
   std::string what_;
   std::shared_ptr<SpillFile> file_;
+  SpillFiles files_;       // the last round's file, used again once it is free
   std::deque<Frame> hot_;  // the newest stored frames, within kHotBytes
   size_t hot_bytes_ = 0;
 };

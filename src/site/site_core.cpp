@@ -63,13 +63,22 @@ SiteCore::Impl::Impl(SiteOptions options, float* p, size_t n)
     local_privacy = std::make_unique<site::LocalPrivacy>(cfg.privacy, n);
   }
   initial_digest = sha256(params, n * sizeof(float));
-  // The frames of an update are written into buffers used before: a site
-  // makes one frame and one sealed copy a chunk. Eight (4 MiB) cover what
-  // goes back between two chunks; more only added to the site's peak.
-  BytePool::shared().allow(8, size_t{4} << 20);
   anchor.place(opt.checkpoint_dir, opt.page_out_from_bytes);
   outgoing.store = node::FrameStore(n * sizeof(float) >= opt.page_out_from_bytes,
                                     opt.checkpoint_dir, "site:" + self.id, "update");
+  // The frames of an update are written into buffers used before: a site
+  // makes one frame and one sealed copy a chunk. Eight (4 MiB) cover the
+  // sealed copies, which go back as they are sent. The frames themselves
+  // are kept for resends until the round ends; where they stay in memory
+  // the pool keeps them too, so the next round's update is written into
+  // pages this one faulted in (the site held them at its peak already).
+  size_t buffers = 8;
+  size_t bytes = size_t{4} << 20;
+  if (!outgoing.store.on()) {
+    buffers += plan.count();
+    bytes += plan.count() * wire::kHeaderSize + cfg.codec->encoded_size(n) + plan.count() * 64;
+  }
+  BytePool::shared().allow(buffers, bytes);
   security = std::make_unique<node::NodeSecurity>(opt.security, topo, self);
   transport = transport::make_transport(topo.node(self.parent_index).endpoint);
   session::ParentSession::Options so;

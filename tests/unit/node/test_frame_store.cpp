@@ -73,6 +73,28 @@ TEST(FrameStore, AFrameOutlivesTheRotationAndTheStore) {
   EXPECT_EQ(*old_round.load(), *bytes(4096, 9));
 }
 
+// Round after round: a round's file is written over once nothing refers to
+// it; frames an outbox still holds from earlier rounds keep their bytes.
+TEST(FrameStore, EveryRoundReadsBackAsWrittenWhileOlderFramesAreHeld) {
+  testing::TempDir dir;
+  FrameStore store(true, dir.path(), "test");
+  const size_t size = 300 << 10;  // beyond kHotBytes in a round: read from the file
+  std::vector<StoredFrame> held;  // one frame of every other round, held on
+  for (uint8_t round = 0; round < 6; ++round) {
+    std::vector<StoredFrame> frames;
+    for (uint8_t i = 0; i < 10; ++i) frames.push_back(store.keep(bytes(size, round * 16 + i)));
+    for (uint8_t i = 0; i < 10; ++i) {
+      ASSERT_EQ(*frames[i].load(), *bytes(size, round * 16 + i)) << int(round) << " " << int(i);
+    }
+    if (round % 2 == 0) held.push_back(frames[3]);
+    for (size_t k = 0; k < held.size(); ++k) {
+      ASSERT_EQ(*held[k].load(), *bytes(size, uint8_t(k * 2 * 16 + 3))) << int(round) << " " << k;
+    }
+    store.rotate();
+  }
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
+}
+
 TEST(FrameStore, ADirectoryItCannotWriteLeavesFramesInMemory) {
   // Under a file: no directory can be made there, even by root.
   testing::TempDir dir;
