@@ -15,7 +15,6 @@
 #include "aggregator/root_role.hpp"
 #include "aggregator/standby_role.hpp"
 #include "checkpoint/replica_fetch.hpp"
-#include "common/byte_pool.hpp"
 #include "common/log.hpp"
 #include "common/sha256.hpp"
 #include "fedwan/codec.hpp"
@@ -147,10 +146,6 @@ void Aggregator::Impl::init_model_state(uint64_t total_elements) {
     acc_->park_beyond(budget, opt_.checkpoint_dir, "agg:" + self_.id);
   }
   for (uint32_t idx : ids) clip_children_copies(idx);
-  // The sealed copies of the anchor frames go back to the pool as they are
-  // sent, and the next is sealed into one of them: eight (4 MiB) in all,
-  // within the bound the aggregator's memory keeps.
-  BytePool::shared().allow(8, size_t{4} << 20);
 }
 
 }  // namespace fedwan

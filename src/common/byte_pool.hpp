@@ -11,10 +11,11 @@
 // does (SiteCore), where the frames of its update are made: where they
 // stay in memory for resends, as many buffers as its update has frames, so
 // each round writes into the pages the last one faulted in. An aggregator
-// allows eight (4 MiB), for the sealed copies of the frames it sends:
-// more would count against the memory bound its role keeps
-// (docs/architecture.md), and buffers kept at the top of the heap keep the
-// allocator from handing back the freed memory below them.
+// does not: what the pool holds would count against the memory bound its
+// role keeps (docs/architecture.md), and buffers kept at the top of the
+// heap keep the allocator from handing back the freed memory below them
+// (with eight, 4 MiB, the demo's regions peaked at 644 MiB, over their
+// 636 MiB bound at 100M parameters: docs/benchmarks.md).
 //
 // A buffer taken holds whatever it held before: the caller writes every
 // byte of it (a frame's header, then its payload: every codec writes all
