@@ -75,8 +75,9 @@ SiteCore::Impl::Impl(SiteOptions options, float* p, size_t n)
   size_t buffers = 8;
   size_t bytes = size_t{4} << 20;
   if (!outgoing.store.on()) {
-    buffers += plan.count();
-    bytes += plan.count() * wire::kHeaderSize + cfg.codec->encoded_size(n) + plan.count() * 64;
+    const size_t frames = plan.count();
+    buffers += frames;
+    bytes += frames * (wire::kHeaderSize + 64) + cfg.codec->encoded_size(n);
   }
   BytePool::shared().allow(buffers, bytes);
   security = std::make_unique<node::NodeSecurity>(opt.security, topo, self);
