@@ -5,7 +5,7 @@
 
 namespace fedwan {
 
-BytePool::BytePool(Options o) : opt_(o) { kept_.reserve(opt_.max_buffers); }
+BytePool::BytePool(Options o) : opt_(o), base_(o) { kept_.reserve(opt_.max_buffers); }
 
 BytePool& BytePool::shared() {
   // Never destroyed: zmq's I/O threads may give a buffer back while the
@@ -21,9 +21,51 @@ BytePool& BytePool::shared() {
 
 void BytePool::allow(size_t max_buffers, size_t max_bytes) {
   std::lock_guard<std::mutex> lock(mu_);
+  base_.max_buffers = std::max(base_.max_buffers, max_buffers);
+  base_.max_bytes = std::max(base_.max_bytes, max_bytes);
   opt_.max_buffers = std::max(opt_.max_buffers, max_buffers);
   opt_.max_bytes = std::max(opt_.max_bytes, max_bytes);
   kept_.reserve(opt_.max_buffers);
+}
+
+BytePool::Lease BytePool::lease(size_t max_buffers, size_t max_bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const uint64_t id = next_lease_++;
+  leases_[id] = {max_buffers, max_bytes};
+  opt_.max_buffers = std::max(opt_.max_buffers, max_buffers);
+  opt_.max_bytes = std::max(opt_.max_bytes, max_bytes);
+  kept_.reserve(opt_.max_buffers);
+  return Lease(this, id);
+}
+
+BytePool::Lease& BytePool::Lease::operator=(Lease&& o) noexcept {
+  if (this != &o) {
+    end();
+    pool_ = o.pool_;
+    id_ = o.id_;
+    o.pool_ = nullptr;
+  }
+  return *this;
+}
+
+void BytePool::Lease::end() noexcept {
+  if (pool_ != nullptr) pool_->end_lease(id_);
+  pool_ = nullptr;
+}
+
+void BytePool::end_lease(uint64_t id) noexcept {
+  std::lock_guard<std::mutex> lock(mu_);
+  leases_.erase(id);
+  opt_.max_buffers = base_.max_buffers;
+  opt_.max_bytes = base_.max_bytes;
+  for (const auto& entry : leases_) {
+    opt_.max_buffers = std::max(opt_.max_buffers, entry.second.first);
+    opt_.max_bytes = std::max(opt_.max_bytes, entry.second.second);
+  }
+  while (!kept_.empty() && (kept_.size() > opt_.max_buffers || kept_bytes_ > opt_.max_bytes)) {
+    kept_bytes_ -= kept_.back().capacity();
+    kept_.pop_back();
+  }
 }
 
 std::vector<uint8_t> BytePool::take(size_t size) {

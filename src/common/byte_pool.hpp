@@ -10,7 +10,8 @@
 // The process's pool keeps nothing until something allows it. A site
 // does (SiteCore), where the frames of its update are made: where they
 // stay in memory for resends, as many buffers as its update has frames, so
-// each round writes into the pages the last one faulted in. An aggregator
+// each round writes into the pages the last one faulted in; those for as
+// long as the site lives (a Lease), eight (4 MiB) for the process. An aggregator
 // does not: what the pool holds would count against the memory bound its
 // role keeps (docs/architecture.md), and buffers kept at the top of the
 // heap keep the allocator from handing back the freed memory below them
@@ -24,6 +25,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -50,6 +52,28 @@ class BytePool {
   // less than it was allowed before).
   void allow(size_t max_buffers, size_t max_bytes);
 
+  // The same for as long as the returned lease lives: the pool keeps the
+  // most that allow() or any live lease lets it, and when a lease ends,
+  // frees what it keeps beyond what is still allowed (a site's frames do
+  // not outlive the site). Leases of one pool may end on any thread.
+  class Lease {
+   public:
+    Lease() = default;
+    Lease(Lease&& o) noexcept : pool_(o.pool_), id_(o.id_) { o.pool_ = nullptr; }
+    Lease& operator=(Lease&& o) noexcept;
+    Lease(const Lease&) = delete;
+    Lease& operator=(const Lease&) = delete;
+    ~Lease() { end(); }
+    void end() noexcept;
+
+   private:
+    friend class BytePool;
+    Lease(BytePool* pool, uint64_t id) : pool_(pool), id_(id) {}
+    BytePool* pool_ = nullptr;
+    uint64_t id_ = 0;
+  };
+  [[nodiscard]] Lease lease(size_t max_buffers, size_t max_bytes);
+
   // `size` bytes, their contents unspecified: a kept buffer when one is
   // large enough (the smallest such), otherwise a new one.
   std::vector<uint8_t> take(size_t size);
@@ -64,8 +88,13 @@ class BytePool {
   size_t kept_bytes() const;
 
  private:
+  void end_lease(uint64_t id) noexcept;
+
   mutable std::mutex mu_;
-  Options opt_;  // max_buffers and max_bytes grow with allow()
+  Options opt_;   // what is allowed now: the most of base_ and the leases
+  Options base_;  // max_buffers and max_bytes grow with allow()
+  std::map<uint64_t, std::pair<size_t, size_t>> leases_;  // buffers, bytes
+  uint64_t next_lease_ = 1;
   std::vector<std::vector<uint8_t>> kept_;
   size_t kept_bytes_ = 0;  // their capacities
 };

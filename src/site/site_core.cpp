@@ -72,14 +72,15 @@ SiteCore::Impl::Impl(SiteOptions options, float* p, size_t n)
   // are kept for resends until the round ends; where they stay in memory
   // the pool keeps them too, so the next round's update is written into
   // pages this one faulted in (the site held them at its peak already).
-  size_t buffers = 8;
-  size_t bytes = size_t{4} << 20;
+  // The frames' share lasts as long as this site.
+  const size_t buffers = 8;
+  const size_t bytes = size_t{4} << 20;
+  BytePool::shared().allow(buffers, bytes);
   if (!outgoing.store.on()) {
     const size_t frames = plan.count();
-    buffers += frames;
-    bytes += frames * (wire::kHeaderSize + 64) + cfg.codec->encoded_size(n);
+    frames_pool = BytePool::shared().lease(
+        buffers + frames, bytes + frames * (wire::kHeaderSize + 64) + cfg.codec->encoded_size(n));
   }
-  BytePool::shared().allow(buffers, bytes);
   security = std::make_unique<node::NodeSecurity>(opt.security, topo, self);
   transport = transport::make_transport(topo.node(self.parent_index).endpoint);
   session::ParentSession::Options so;

@@ -19,6 +19,7 @@
 
 #include "checkpoint/node_checkpoint.hpp"
 #include "checkpoint/replica_store.hpp"
+#include "common/byte_pool.hpp"
 #include "common/mapped_floats.hpp"
 #include "common/sha256.hpp"
 #include "costs/cost_recorder.hpp"
@@ -265,6 +266,9 @@ class SiteCore::Impl {
     uint64_t bytes = 0;
     Clock::time_point sent_at;
   } outgoing;
+  // Lets the process's pool keep this update's frames between rounds
+  // (SiteCore's constructor), for as long as this site lives.
+  BytePool::Lease frames_pool;
   // The anchors coming down, chunk by chunk: the next round's (into params),
   // a model in full after a welcome (into anchor), chunks that came before
   // their delta chunk was computed. After `plan` (its chunk count).

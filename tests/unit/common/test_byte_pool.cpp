@@ -95,6 +95,33 @@ TEST(BytePool, KeepsNothingUntilAllowedAndNeverLessAfter) {
   EXPECT_EQ(pool.kept_buffers(), 2u);
 }
 
+// A lease lets the pool keep more while it lives; when the last one ends
+// the pool frees what it keeps beyond allow()'s bounds, from any thread.
+TEST(BytePool, WhatALeaseLetsThePoolKeepIsFreedWhenItEnds) {
+  BytePool::Options o = small_pool();
+  o.max_buffers = 1;
+  o.max_bytes = 1 << 20;
+  BytePool pool(o);
+  BytePool::Lease big = pool.lease(4, 4 << 20);
+  BytePool::Lease small = pool.lease(2, 2 << 20);
+  for (int i = 0; i < 5; ++i) pool.give(std::vector<uint8_t>(100000));
+  EXPECT_EQ(pool.kept_buffers(), 4u);
+  std::thread([&] { big.end(); }).join();  // the largest ends: down to the next
+  EXPECT_EQ(pool.kept_buffers(), 2u);
+  BytePool::Lease moved = std::move(small);
+  small.end();  // moved from: nothing
+  EXPECT_EQ(pool.kept_buffers(), 2u);
+  { BytePool::Lease gone = std::move(moved); }
+  EXPECT_EQ(pool.kept_buffers(), 1u);  // allow()'s bound (the constructor's)
+  EXPECT_LE(pool.kept_bytes(), size_t{1} << 20);
+  // More buffers but no more bytes than allow()'s: the bytes bound.
+  BytePool::Lease wide = pool.lease(20, 0);
+  for (int i = 0; i < 15; ++i) pool.give(std::vector<uint8_t>(100000));
+  EXPECT_EQ(pool.kept_buffers(), 10u);  // 10 x 100000 within 1 MiB, not 11
+  wide.end();
+  EXPECT_EQ(pool.kept_buffers(), 1u);
+}
+
 TEST(BytePool, ASharedBufferGoesBackWhenItsLastHolderLetsGo) {
   BytePool pool(small_pool());
   auto frame = pool.take_shared(70000);
