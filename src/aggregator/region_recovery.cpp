@@ -50,10 +50,12 @@ void Aggregator::Impl::RegionRole::restore(const Checkpoint& c, const std::strin
     }
     if (elements == 0) throw CryptoError("replica image " + path + ": no model size in its meta");
     anchor_.clear();
+    anchor_changed();
     n_.init_model_state(elements);
     restore_residual(part, path);
   } else {
     anchor_ = checkpoint::floats_of(c, "anchor", 0);
+    anchor_changed();
     n_.init_model_state(anchor_.size());
     restore_residual(c, path);
   }

@@ -33,7 +33,7 @@ void Aggregator::Impl::RegionRole::children_joined() {
   // not hold it already.
   if (n_.opt_.initial_model.size() == n_.model_.elements) {
     anchor_ = std::move(n_.opt_.initial_model);
-    round_anchor_digest_ = sha256(anchor_.data(), anchor_.size() * sizeof(float));
+    anchor_changed();
     holds_initial_ = true;
   } else {
     if (!n_.opt_.initial_model.empty()) {
@@ -42,6 +42,7 @@ void Aggregator::Impl::RegionRole::children_joined() {
                  n_.self_.id, n_.opt_.initial_model.size(), n_.model_.elements);
     }
     anchor_.assign(n_.model_.elements, 0.0f);
+    anchor_changed();
   }
   n_.opt_.initial_model = {};
   link_.hello();
@@ -58,8 +59,8 @@ void Aggregator::Impl::RegionRole::round_opened(uint64_t round) {
   relay_.chunks = 0;
   relay_.clip = 0;
   relay_.pending.clear();
-  // It names the anchor it holds when it rejoins its parent.
-  if (anchor_.size() == n_.model_.elements) round_anchor_digest_ = n_.anchor_digest();
+  // It names the anchor it holds when it rejoins its parent (held_digest).
+  anchor_changed();
 }
 
 void Aggregator::Impl::RegionRole::round_closed(Clock::time_point now, double /*secs*/) {
@@ -140,13 +141,14 @@ void Aggregator::Impl::RegionRole::chunk_complete(uint32_t chunk) {
 // ---- the parent's model, coming down -------------------------------------------------
 
 std::optional<std::array<uint8_t, 32>> Aggregator::Impl::RegionRole::held_digest() const {
-  // It holds the anchor of its round (its digest was taken when the round
-  // opened, before the next anchor's chunks began to change it): the parent
-  // can skip the full model and take its update again.
+  // It holds the anchor of its round (the next anchor's chunks wait in
+  // their frames until it is whole): the parent can skip the full model and
+  // take its update again.
   const bool settled = n_.phase_ != Phase::kJoining && n_.phase_ != Phase::kAwaitWelcome;
   if (anchor_.size() == n_.model_.elements && (settled || holds_initial_) &&
       !link_.welcome.full_pending) {
-    return round_anchor_digest_;
+    if (!anchor_digest_) anchor_digest_ = sha256(anchor_.data(), anchor_.size() * sizeof(float));
+    return anchor_digest_;
   }
   return std::nullopt;
 }
@@ -195,6 +197,7 @@ void Aggregator::Impl::RegionRole::on_parent_welcome(const wire::ParsedFrame& f)
   link_.welcome.full_pending = true;
   link_.welcome.full_chunks = 0;
   if (anchor_.size() != n_.model_.elements) anchor_.assign(n_.model_.elements, 0.0f);
+  anchor_changed();
 }
 
 void Aggregator::Impl::RegionRole::finish_parent_welcome() {
@@ -253,6 +256,7 @@ void Aggregator::Impl::RegionRole::on_parent_anchor(const wire::ParsedFrame& f, 
       return;
     }
     codec->decode(f.payload, h.element_count, dst);
+    anchor_changed();
     link_.uplink().progressed(Clock::now());
     if (++link_.welcome.full_chunks == n_.model_.plan->count()) {
       link_.welcome.full_pending = false;
@@ -349,6 +353,7 @@ void Aggregator::Impl::RegionRole::apply_relayed() {
                                1.0f, anchor_.data() + n_.model_.plan->offset(p.chunk));
   }
   relay_.pending.clear();
+  anchor_changed();
 }
 
 void Aggregator::Impl::RegionRole::on_parent_done(uint64_t final_round) {
