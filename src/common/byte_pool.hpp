@@ -55,7 +55,8 @@ class BytePool {
   // The same for as long as the returned lease lives: the pool keeps the
   // most that allow() or any live lease lets it, and when a lease ends,
   // frees what it keeps beyond what is still allowed (a site's frames do
-  // not outlive the site). Leases of one pool may end on any thread.
+  // not outlive the site). Leases of one pool may end on any thread; none
+  // may outlive its pool (the process's never goes).
   class Lease {
    public:
     Lease() = default;
