@@ -44,6 +44,12 @@ class FEDWAN_API Codec {
   // the add (no fused multiply-add), so results equal decode() followed by
   // fedwan::accumulate_weighted bit for bit. Precondition: validate() true.
   virtual void decode_accumulate(const uint8_t* in, size_t n, float weight, float* acc) const = 0;
+
+  // out[i] = base[i] + decoded[i]: a copy of base, then decode_accumulate
+  // with weight 1, bit for bit (base may equal out; the two must not
+  // otherwise overlap). The built-in fp16 and bf16 codecs do it in one pass;
+  // this default copies first. Precondition: validate() returned true.
+  virtual void decode_add(const uint8_t* in, size_t n, const float* base, float* out) const;
 };
 
 // Registry, keyed by name ("fp32", "fp16", "bf16", "int8") and by wire id.

@@ -29,8 +29,8 @@ RootModel::RootModel(std::vector<float> held, std::vector<uint16_t> residual)
 }
 
 void RootModel::global_chunk(uint64_t off, uint32_t n, float* out) const {
-  std::copy_n(held_.data() + off, n, out);
-  kernels::half_kernels().bf16_decode_accumulate(bytes_of(residual_.data() + off), n, 1.0f, out);
+  kernels::half_kernels().bf16_decode_add(bytes_of(residual_.data() + off), n, held_.data() + off,
+                                          out);
 }
 
 void RootModel::settle_chunk(uint64_t off, uint32_t n, float* theta, const Codec& codec,

@@ -28,4 +28,8 @@ void Bf16Codec::decode_accumulate(const uint8_t* in, size_t n, float weight, flo
   kernels::half_kernels().bf16_decode_accumulate(in, n, weight, acc);
 }
 
+void Bf16Codec::decode_add(const uint8_t* in, size_t n, const float* base, float* out) const {
+  kernels::half_kernels().bf16_decode_add(in, n, base, out);
+}
+
 }  // namespace fedwan

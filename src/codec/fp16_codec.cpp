@@ -58,4 +58,13 @@ void Fp16Codec::decode_accumulate(const uint8_t* in, size_t n, float weight, flo
   });
 }
 
+void Fp16Codec::decode_add(const uint8_t* in, size_t n, const float* base, float* out) const {
+  const auto& k = kernels::half_kernels();
+  const uint8_t* const halves = in + kScaleBytes * blocks(n);
+  for_each_block<kBlock>(n, [&](size_t b, size_t begin, size_t len) {
+    k.fp16_decode_add(halves + 2 * begin, len, load_scale(in + kScaleBytes * b), base + begin,
+                      out + begin);
+  });
+}
+
 }  // namespace fedwan

@@ -88,6 +88,11 @@ void scalar_fp16_decode_accumulate(const uint8_t* in, size_t n, float scale, flo
   }
 }
 
+void scalar_fp16_decode_add(const uint8_t* in, size_t n, float scale, const float* base,
+                            float* out) {
+  for (size_t i = 0; i < n; ++i) out[i] = base[i] + fp16_to_fp32(load_u16(in + 2 * i)) * scale;
+}
+
 void scalar_bf16_encode(const float* in, float* res, size_t n, uint8_t* out) {
   if (!res) {
     for (size_t i = 0; i < n; ++i) store_u16(out + 2 * i, fp32_to_bf16(in[i]));
@@ -109,15 +114,27 @@ void scalar_bf16_decode_accumulate(const uint8_t* in, size_t n, float weight, fl
   for (size_t i = 0; i < n; ++i) acc[i] = acc[i] + weight * bf16_to_fp32(load_u16(in + 2 * i));
 }
 
+void scalar_bf16_decode_add(const uint8_t* in, size_t n, const float* base, float* out) {
+  for (size_t i = 0; i < n; ++i) out[i] = base[i] + bf16_to_fp32(load_u16(in + 2 * i));
+}
+
 uint16_t scalar_u16_max_abs(const uint8_t* in, size_t n) {
   uint16_t m = 0;
   for (size_t i = 0; i < n; ++i) m = std::max<uint16_t>(m, load_u16(in + 2 * i) & 0x7FFFu);
   return m;
 }
 
-const HalfKernels kScalar{"scalar",           scalar_max_abs_bits,           scalar_fp16_encode,
-                          scalar_fp16_decode, scalar_fp16_decode_accumulate, scalar_bf16_encode,
-                          scalar_bf16_decode, scalar_bf16_decode_accumulate, scalar_u16_max_abs};
+const HalfKernels kScalar{"scalar",
+                          scalar_max_abs_bits,
+                          scalar_fp16_encode,
+                          scalar_fp16_decode,
+                          scalar_fp16_decode_accumulate,
+                          scalar_fp16_decode_add,
+                          scalar_bf16_encode,
+                          scalar_bf16_decode,
+                          scalar_bf16_decode_accumulate,
+                          scalar_bf16_decode_add,
+                          scalar_u16_max_abs};
 
 // ---- AVX2 + F16C kernels --------------------------------------------------
 // No "fma" in the target list on purpose: without it the compiler cannot
@@ -225,6 +242,17 @@ FEDWAN_AVX2 void avx2_fp16_decode_accumulate(const uint8_t* in, size_t n, float 
   scalar_fp16_decode_accumulate(in + 2 * i, n - i, scale, weight, acc + i);
 }
 
+FEDWAN_AVX2 void avx2_fp16_decode_add(const uint8_t* in, size_t n, float scale, const float* base,
+                                      float* out) {
+  const __m256 sc = _mm256_set1_ps(scale);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x = _mm256_mul_ps(load_fp16x8(in + 2 * i), sc);
+    _mm256_storeu_ps(out + i, _mm256_add_ps(_mm256_loadu_ps(base + i), x));
+  }
+  scalar_fp16_decode_add(in + 2 * i, n - i, scale, base + i, out + i);
+}
+
 // Same integer rounding as fp32_to_bf16, eight lanes at a time; returns the
 // bf16 patterns zero-extended in 32-bit lanes.
 FEDWAN_AVX2 inline __m256i avx2_bf16_round(__m256 v) {
@@ -281,6 +309,14 @@ FEDWAN_AVX2 void avx2_bf16_decode_accumulate(const uint8_t* in, size_t n, float 
   scalar_bf16_decode_accumulate(in + 2 * i, n - i, weight, acc + i);
 }
 
+FEDWAN_AVX2 void avx2_bf16_decode_add(const uint8_t* in, size_t n, const float* base, float* out) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(out + i, _mm256_add_ps(_mm256_loadu_ps(base + i), load_bf16x8(in + 2 * i)));
+  }
+  scalar_bf16_decode_add(in + 2 * i, n - i, base + i, out + i);
+}
+
 FEDWAN_AVX2 uint16_t avx2_u16_max_abs(const uint8_t* in, size_t n) {
   const __m256i mask = _mm256_set1_epi16(0x7FFF);
   __m256i m0 = _mm256_setzero_si256(), m1 = m0;
@@ -298,9 +334,17 @@ FEDWAN_AVX2 uint16_t avx2_u16_max_abs(const uint8_t* in, size_t n) {
   return m;
 }
 
-const HalfKernels kAvx2{"avx2",           avx2_max_abs_bits,           avx2_fp16_encode,
-                        avx2_fp16_decode, avx2_fp16_decode_accumulate, avx2_bf16_encode,
-                        avx2_bf16_decode, avx2_bf16_decode_accumulate, avx2_u16_max_abs};
+const HalfKernels kAvx2{"avx2",
+                        avx2_max_abs_bits,
+                        avx2_fp16_encode,
+                        avx2_fp16_decode,
+                        avx2_fp16_decode_accumulate,
+                        avx2_fp16_decode_add,
+                        avx2_bf16_encode,
+                        avx2_bf16_decode,
+                        avx2_bf16_decode_accumulate,
+                        avx2_bf16_decode_add,
+                        avx2_u16_max_abs};
 #endif  // __x86_64__
 
 }  // namespace

@@ -75,10 +75,15 @@ struct HalfKernels {
   // acc[i] = acc[i] + weight * (half[i] * scale): two roundings, no FMA.
   void (*fp16_decode_accumulate)(const uint8_t* in, size_t n, float scale, float weight,
                                  float* acc);
+  // out[i] = base[i] + half[i] * scale: fp16_decode_accumulate with weight 1
+  // into a copy of base, bit for bit, in one pass (base may be out).
+  void (*fp16_decode_add)(const uint8_t* in, size_t n, float scale, const float* base, float* out);
 
   void (*bf16_encode)(const float* in, float* residual, size_t n, uint8_t* out);
   void (*bf16_decode)(const uint8_t* in, size_t n, float* out);
   void (*bf16_decode_accumulate)(const uint8_t* in, size_t n, float weight, float* acc);
+  // out[i] = base[i] + bf16[i], as fp16_decode_add.
+  void (*bf16_decode_add)(const uint8_t* in, size_t n, const float* base, float* out);
 
   // Largest (value & 0x7FFF) over n LE u16: the magnitude bits of fp16 and
   // bf16 alike, so receivers can check for Inf/NaN and overflow in one pass.

@@ -1,5 +1,6 @@
 #include <array>
 #include <atomic>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -102,5 +103,10 @@ const Codec* codec_by_wire_id(uint8_t id) { return registry().by_wire_id(id); }
 std::vector<std::string> codec_names() { return registry().names(); }
 
 void register_codec(std::unique_ptr<Codec> codec) { registry().add(std::move(codec)); }
+
+void Codec::decode_add(const uint8_t* in, size_t n, const float* base, float* out) const {
+  if (out != base && n > 0) std::memcpy(out, base, n * sizeof(float));
+  decode_accumulate(in, n, 1.0f, out);
+}
 
 }  // namespace fedwan

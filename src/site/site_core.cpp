@@ -294,8 +294,7 @@ void SiteCore::Impl::apply_update_chunk(uint32_t chunk, const Codec& c, const ui
   const uint64_t off = plan.offset(chunk);
   const uint32_t n = plan.size(chunk);
   if (!overlapping()) {
-    std::memcpy(params + off, anchor.data() + off, n * sizeof(float));
-    c.decode_accumulate(payload, n, 1.0f, params + off);
+    c.decode_add(payload, n, anchor.data() + off, params + off);
     return;
   }
   // Overlapped: the anchor is updated in place (its old chunk was only

@@ -175,6 +175,24 @@ TEST_P(CodecRoundTrip, DecodeAccumulateEqualsDecodeThenAccumulateBitForBit) {
   }
 }
 
+// What a site does with each chunk of the next anchor (its parameters
+// become the anchor plus the decoded update): one pass that equals a copy
+// and decode_accumulate with weight 1, into another array and in place.
+TEST_P(CodecRoundTrip, DecodeAddEqualsCopyThenDecodeAccumulateBitForBit) {
+  const Codec& c = codec_by_name(std::get<0>(GetParam()));
+  const size_t n = std::get<1>(GetParam());
+  const Bytes b = encode(c, random_floats(n, 21, 0.01f));
+  const Floats base = random_floats(n, 22, 5.0f);
+  Floats reference = base;
+  c.decode_accumulate(b.data(), n, 1.0f, reference.data());
+  Floats out(n, -7.0f);
+  c.decode_add(b.data(), n, base.data(), out.data());
+  ASSERT_TRUE(same_bits(out, reference));
+  Floats in_place = base;
+  c.decode_add(b.data(), n, in_place.data(), in_place.data());
+  ASSERT_TRUE(same_bits(in_place, reference));
+}
+
 // Frames are encoded into buffers used before (common/byte_pool.hpp): an
 // encoder must write every byte of its encoded_size, with error feedback in
 // fp32 and in bf16, or a byte of an earlier frame would go out with it.

@@ -272,6 +272,19 @@ TEST(Fp16Kernels, SimdMatchesScalarBitForBit) {
     simd->bf16_decode_accumulate(payload.data(), n, 1.3f, acc_a.data());
     ref.bf16_decode_accumulate(payload.data(), n, 1.3f, acc_b.data());
     ASSERT_TRUE(same_bits(acc_a, acc_b));
+    // decode_add: both sets alike, and equal to a copy plus weight 1.
+    Floats sum_a(n), sum_b(n), one = acc_a;
+    simd->fp16_decode_add(payload.data(), n, 0x1p-7f, acc_a.data(), sum_a.data());
+    ref.fp16_decode_add(payload.data(), n, 0x1p-7f, acc_a.data(), sum_b.data());
+    ASSERT_TRUE(same_bits(sum_a, sum_b));
+    ref.fp16_decode_accumulate(payload.data(), n, 0x1p-7f, 1.0f, one.data());
+    ASSERT_TRUE(same_bits(sum_a, one));
+    one = acc_a;
+    simd->bf16_decode_add(payload.data(), n, acc_a.data(), sum_a.data());
+    ref.bf16_decode_add(payload.data(), n, acc_a.data(), sum_b.data());
+    ASSERT_TRUE(same_bits(sum_a, sum_b));
+    ref.bf16_decode_accumulate(payload.data(), n, 1.0f, one.data());
+    ASSERT_TRUE(same_bits(sum_a, one));
   }
   Bytes every;  // every half but NaN (which never passes validate())
   for (uint32_t h = 0; h < 0x10000; ++h) {
