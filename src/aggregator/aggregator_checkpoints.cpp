@@ -43,14 +43,18 @@ void Aggregator::Impl::save_checkpoint() {
   c.sections.push_back(checkpoint::bytes_section("meta", std::vector<uint8_t>(m.begin(), m.end())));
   const auto t0 = Clock::now();
   const checkpoint::CheckpointTrust trust = checkpoint::checkpoint_trust(*security_, topo_, self_);
-  checkpoint::save_node_checkpoint(opt_.checkpoint_dir, c, trust);
+  const checkpoint::SectionDigests digests =
+      checkpoint::save_node_checkpoint(opt_.checkpoint_dir, c, trust);
+  role_->saved(c, digests);
   // A region's parent keeps its replica image: the anchor it sent is left
-  // out, the bf16 residual goes in byte planes (checkpoint/replica_image.hpp),
-  // compressed as the file is written.
+  // out (named by the digest the checkpoint just took), the bf16 residual
+  // goes in byte planes (checkpoint/replica_image.hpp), compressed as the
+  // file is written.
   if (self_.role == fedwan::Role::kRegion && role_->replicates(round_)) {
     try {
       checkpoint::save_replica_image(opt_.checkpoint_dir, c,
-                                     {"anchor", {}, {"residual"}, {"residual.bf16"}}, trust);
+                                     {"anchor", {}, {"residual"}, {"residual.bf16"}}, trust,
+                                     checkpoint::section_digest(c, digests, "anchor"));
     } catch (const Error& e) {
       log().warn("[agg:{}] cannot write its replica image of round {}: {}", self_.id, round_,
                  e.what());

@@ -35,6 +35,13 @@ void Aggregator::Impl::RegionRole::save(Checkpoint& c, nlohmann::json& meta) con
   if (n_.adaptive_clip()) meta["privacy_clip"] = n_.privacy_clip_;
 }
 
+// The checkpoint hashed the anchor: that is the digest a hello names.
+void Aggregator::Impl::RegionRole::saved(const Checkpoint& c,
+                                         const std::vector<std::array<uint8_t, 32>>& digests) {
+  const std::array<uint8_t, 32>* d = checkpoint::section_digest(c, digests, "anchor");
+  if (d != nullptr && anchor_.size() == n_.model_.elements) anchor_digest_ = *d;
+}
+
 void Aggregator::Impl::RegionRole::restore(const Checkpoint& c, const std::string& path) {
   if (checkpoint::is_replica_image(c)) {
     // Its parent's copy, without the anchor: the parent sends the model in

@@ -51,6 +51,7 @@ class Aggregator::Impl::RegionRole final : public Aggregator::Impl::Role {
   transport::ParentLink* replica_link() override { return link_.replica_link(); }
 
   void save(Checkpoint& c, nlohmann::json& meta) const override;
+  void saved(const Checkpoint& c, const std::vector<std::array<uint8_t, 32>>& digests) override;
   void restore(const Checkpoint& c, const std::string& path) override;
   void resumed() override { link_.hello(); }
   bool recover(bool resumed) override;

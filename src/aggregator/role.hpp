@@ -14,6 +14,7 @@
 // docs/architecture.md draws them. Not thread safe: run()'s thread only.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -80,6 +81,9 @@ class Aggregator::Impl::Role {
 
   // ---- checkpoints and recovery
   virtual void save(Checkpoint& c, nlohmann::json& meta) const = 0;
+  // `c` was written; `digests` are its sections' SHA-256 in their order.
+  virtual void saved(const Checkpoint& /*c*/,
+                     const std::vector<std::array<uint8_t, 32>>& /*digests*/) {}
   // No checkpoint of its own could be loaded (throws when starting over
   // would redo committed rounds).
   virtual void no_checkpoint() {}

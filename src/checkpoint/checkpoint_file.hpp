@@ -118,9 +118,13 @@ struct CheckpointSignerCheck {
 // `.synced` and `.renamed`.
 // Sections with `produce` are written as they are made: their lengths and
 // digests go into the manifest once they are written.
-void write_checkpoint(const std::filesystem::path& path, const Checkpoint& c,
-                      const security::NodeKey* key = nullptr,
-                      std::string_view crash_points = "checkpoint");
+// Returns each section's SHA-256, in c.sections' order: a caller that needs
+// the digest of a section it just wrote (a replica image's base) has it
+// without reading the section again.
+std::vector<std::array<uint8_t, 32>> write_checkpoint(const std::filesystem::path& path,
+                                                      const Checkpoint& c,
+                                                      const security::NodeKey* key = nullptr,
+                                                      std::string_view crash_points = "checkpoint");
 
 // Runs every section's `produce` into its bytes (the checkpoint in memory,
 // as read_checkpoint would return it).

@@ -92,8 +92,9 @@ std::vector<uint8_t> encode_header(const Checkpoint& c, const security::NodeKey*
 
 }  // namespace
 
-void write_checkpoint(const fs::path& path, const Checkpoint& c, const security::NodeKey* key,
-                      std::string_view crash_points) {
+std::vector<Sha256Digest> write_checkpoint(const fs::path& path, const Checkpoint& c,
+                                           const security::NodeKey* key,
+                                           std::string_view crash_points) {
   check_encodable(c);
   if (key != nullptr && key->identity().node_id != c.node_id) {
     throw ConfigError("checkpoint of '" + c.node_id + "' cannot be signed with the key of '" +
@@ -159,6 +160,10 @@ void write_checkpoint(const fs::path& path, const Checkpoint& c, const security:
   out.commit(/*require_durable_rename=*/true, [crash_points](std::string_view step) {
     crash_point(std::string(crash_points) + "." + std::string(step));
   });
+  std::vector<Sha256Digest> digests;
+  digests.reserve(entries.size());
+  for (const Entry& e : entries) digests.push_back(e.digest);
+  return digests;
 }
 
 void materialize(Checkpoint& c) {

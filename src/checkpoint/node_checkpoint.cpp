@@ -41,16 +41,27 @@ fs::path replica_image_path(const fs::path& dir, const std::string& node) {
   return dir / (node + ".replica.fwck");
 }
 
+const std::array<uint8_t, 32>* section_digest(const Checkpoint& c, const SectionDigests& digests,
+                                              std::string_view name) {
+  for (size_t i = 0; i < c.sections.size() && i < digests.size(); ++i) {
+    if (c.sections[i].name == name) return &digests[i];
+  }
+  return nullptr;
+}
+
 uint64_t save_replica_image(const fs::path& dir, const Checkpoint& c, const ReplicaPlan& plan,
-                            const CheckpointTrust& trust) {
+                            const CheckpointTrust& trust,
+                            const std::array<uint8_t, 32>* base_sha256) {
   const fs::path path = replica_image_path(dir, c.node_id);
-  write_checkpoint(path, make_replica_image(c, plan), trust.key.get(), "replica_image");
+  write_checkpoint(path, make_replica_image(c, plan, base_sha256), trust.key.get(),
+                   "replica_image");
   std::error_code ec;
   const uintmax_t size = fs::file_size(path, ec);
   return ec ? 0 : static_cast<uint64_t>(size);
 }
 
-void save_node_checkpoint(const fs::path& dir, const Checkpoint& c, const CheckpointTrust& trust) {
+SectionDigests save_node_checkpoint(const fs::path& dir, const Checkpoint& c,
+                                    const CheckpointTrust& trust) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw_file_error("create the checkpoint directory", dir, ec.value());
@@ -60,7 +71,7 @@ void save_node_checkpoint(const fs::path& dir, const Checkpoint& c, const Checkp
     fs::rename(latest, previous_path(dir, c.node_id), ec);
     if (ec) throw_file_error("keep the previous checkpoint", latest, ec.value());
   }
-  write_checkpoint(latest, c, trust.key.get());
+  return write_checkpoint(latest, c, trust.key.get());
 }
 
 std::optional<LoadedCheckpoint> load_node_checkpoint(const fs::path& dir, const Topology& topo,

@@ -6,11 +6,13 @@
 // operator) and reported, never used. Blocks on the disk; not thread safe.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -41,16 +43,24 @@ std::filesystem::path checkpoint_path(const std::filesystem::path& dir, const st
 // latest checkpoint, what goes to the parent.
 std::filesystem::path replica_image_path(const std::filesystem::path& dir, const std::string& node);
 
+// Each section's SHA-256 in the order of the checkpoint's sections
+// (write_checkpoint); section_digest finds one by name (nullptr: none).
+using SectionDigests = std::vector<std::array<uint8_t, 32>>;
+const std::array<uint8_t, 32>* section_digest(const Checkpoint& c, const SectionDigests& digests,
+                                              std::string_view name);
+
 // Writes `c` as the node's latest checkpoint (creating `dir`, mode 0700),
-// signed with trust.key when there is one.
-void save_node_checkpoint(const std::filesystem::path& dir, const Checkpoint& c,
-                          const CheckpointTrust& trust = {});
+// signed with trust.key when there is one; returns its sections' digests.
+SectionDigests save_node_checkpoint(const std::filesystem::path& dir, const Checkpoint& c,
+                                    const CheckpointTrust& trust = {});
 
 // Writes the replica image of `c` (replica_image.hpp, with `plan`) to
 // replica_image_path, signed like the node's checkpoints, and returns its
-// size in bytes.
+// size in bytes. `base_sha256`: the base section's digest when the caller
+// has it (from save_node_checkpoint of the same `c`), else it is computed.
 uint64_t save_replica_image(const std::filesystem::path& dir, const Checkpoint& c,
-                            const ReplicaPlan& plan, const CheckpointTrust& trust = {});
+                            const ReplicaPlan& plan, const CheckpointTrust& trust = {},
+                            const std::array<uint8_t, 32>* base_sha256 = nullptr);
 
 struct LoadedCheckpoint {
   Checkpoint checkpoint;

@@ -222,7 +222,8 @@ CheckpointSection meta_section(const nlohmann::json& meta) {
 
 }  // namespace
 
-Checkpoint make_replica_image(const Checkpoint& c, const ReplicaPlan& plan) {
+Checkpoint make_replica_image(const Checkpoint& c, const ReplicaPlan& plan,
+                              const std::array<uint8_t, 32>* base_sha256) {
   const CheckpointSection* base = c.find(plan.base);
   if (base == nullptr || base->size() % sizeof(float) != 0) {
     throw ConfigError("replica image: the checkpoint has no fp32 section '" + plan.base + "'");
@@ -278,7 +279,8 @@ Checkpoint make_replica_image(const Checkpoint& c, const ReplicaPlan& plan) {
     image.sections.push_back(std::move(out));
   }
   nlohmann::json meta = meta_of(c);
-  const Sha256Digest digest = sha256(base->data(), base->size());
+  const Sha256Digest digest =
+      base_sha256 != nullptr ? *base_sha256 : sha256(base->data(), base->size());
   meta["replica"] = {{"base", plan.base},
                      {"base_sha256", to_hex(digest.data(), digest.size())},
                      {"sections", std::move(sections)}};

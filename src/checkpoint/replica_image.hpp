@@ -48,9 +48,14 @@ struct ReplicaPlan {
 // while write_checkpoint writes them (CheckpointSection::produce): they
 // read c's sections' bytes, which must stay valid and unchanged until then
 // (materialize() makes them bytes). Memory: a working buffer of a few
-// hundred KiB; neither the image nor any copy of the model.
-Checkpoint make_replica_image(const Checkpoint& c, const ReplicaPlan& plan);
-Checkpoint make_replica_image(Checkpoint&& c, const ReplicaPlan& plan) = delete;  // would dangle
+// hundred KiB; neither the image nor any copy of the model. `base_sha256`:
+// the base section's SHA-256 when the caller has it (the checkpoint of `c`
+// just written hashed it), else the base is hashed here.
+Checkpoint make_replica_image(const Checkpoint& c, const ReplicaPlan& plan,
+                              const std::array<uint8_t, 32>* base_sha256 = nullptr);
+Checkpoint make_replica_image(Checkpoint&& c, const ReplicaPlan& plan,
+                              const std::array<uint8_t, 32>* base_sha256 = nullptr) =
+    delete;  // would dangle
 
 // True when `c` is an image rather than a whole checkpoint.
 bool is_replica_image(const Checkpoint& c);

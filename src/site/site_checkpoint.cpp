@@ -98,11 +98,13 @@ void SiteCore::Impl::save_checkpoint(bool with_replica) {
   const Checkpoint c = state_checkpoint();
   const checkpoint::CheckpointTrust trust = checkpoint::checkpoint_trust(*security, topo, self);
   const auto t0 = Clock::now();
-  checkpoint::save_node_checkpoint(opt.checkpoint_dir, c, trust);
+  const checkpoint::SectionDigests digests =
+      checkpoint::save_node_checkpoint(opt.checkpoint_dir, c, trust);
   cadence.whole_at = Clock::now();
   cadence.whole_seconds = std::chrono::duration<double>(*cadence.whole_at - t0).count();
   security->audit("checkpoint", {{"round", round}});
-  if (with_replica) save_image(c, trust);
+  // The image's base is the anchor the checkpoint just hashed.
+  if (with_replica) save_image(c, trust, checkpoint::section_digest(c, digests, "anchor"));
   site_metrics.last_checkpoint = Clock::now();
   site_metrics.checkpoints += 1;
   // Its parent's silence while it wrote (it did not listen) does not count.
@@ -111,11 +113,12 @@ void SiteCore::Impl::save_checkpoint(bool with_replica) {
 
 // The replica image of `c` (site-<id>.replica.fwck): what goes to the
 // parent, and this site's recovery point between whole checkpoints.
-void SiteCore::Impl::save_image(const Checkpoint& c, const checkpoint::CheckpointTrust& trust) {
+void SiteCore::Impl::save_image(const Checkpoint& c, const checkpoint::CheckpointTrust& trust,
+                                const std::array<uint8_t, 32>* anchor_sha256) {
   try {
     const auto t0 = Clock::now();
     const uint64_t bytes =
-        checkpoint::save_replica_image(opt.checkpoint_dir, c, kReplicaPlan, trust);
+        checkpoint::save_replica_image(opt.checkpoint_dir, c, kReplicaPlan, trust, anchor_sha256);
     log().info("[site:{}] replica image of round {}: {} bytes in {:.1f} ms", self.id, c.round,
                bytes, std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
   } catch (const Error& e) {

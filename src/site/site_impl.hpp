@@ -208,7 +208,10 @@ class SiteCore::Impl {
   bool resume_from_image(checkpoint::LoadedCheckpoint loaded);
   std::optional<checkpoint::LoadedCheckpoint> local_image();  // newer than `round`, intact
   Checkpoint state_checkpoint();
-  void save_image(const Checkpoint& c, const checkpoint::CheckpointTrust& trust);
+  // `anchor_sha256`: the anchor section's digest when the whole checkpoint of
+  // `c` was just written (it hashed the section), else null.
+  void save_image(const Checkpoint& c, const checkpoint::CheckpointTrust& trust,
+                  const std::array<uint8_t, 32>* anchor_sha256 = nullptr);
   bool whole_checkpoint_due() const;
   void boundary_checkpoint(bool upload);
   // Replica bytes sent since it was last asked (SyncResult::replica_bytes).

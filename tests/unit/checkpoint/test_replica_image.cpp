@@ -204,6 +204,42 @@ TEST(ReplicaImage, AnImageIsAnOrdinarySignedCheckpointFile) {
   EXPECT_EQ(floats(back, "params"), s.params);
 }
 
+// A node writes its checkpoint, then the image of the same state: the
+// digests the checkpoint took are each section's SHA-256 (a produced one's
+// too), and the image named by the anchor's digest from them is the image
+// that hashes the anchor itself.
+TEST(ReplicaImage, TheCheckpointsDigestOfTheAnchorNamesTheImagesBase) {
+  testing::TempDir dir;
+  const SiteState s = site_state(50000, 300);
+  const Checkpoint c = checkpoint_of(s);
+  const checkpoint::SectionDigests digests = checkpoint::save_node_checkpoint(dir.path(), c);
+  ASSERT_EQ(digests.size(), c.sections.size());
+  for (size_t i = 0; i < c.sections.size(); ++i) {
+    EXPECT_EQ(digests[i], sha256(c.sections[i].data(), c.sections[i].size())) << i;
+  }
+  const Checkpoint image = checkpoint::make_replica_image(c, kSitePlan);
+  const checkpoint::SectionDigests produced = write_checkpoint(dir.path() / "image.fwck", image);
+  Checkpoint materialized = checkpoint::make_replica_image(c, kSitePlan);
+  materialize(materialized);
+  for (size_t i = 0; i < materialized.sections.size(); ++i) {
+    const CheckpointSection& m = materialized.sections[i];
+    EXPECT_EQ(produced[i], sha256(m.data(), m.size())) << m.name;
+  }
+  const std::array<uint8_t, 32>* anchor = checkpoint::section_digest(c, digests, "anchor");
+  ASSERT_NE(anchor, nullptr);
+  EXPECT_EQ(checkpoint::section_digest(c, digests, "nothing"), nullptr);
+  checkpoint::save_replica_image(dir.path(), c, kSitePlan, {}, anchor);
+  const Checkpoint named = read_checkpoint(checkpoint::replica_image_path(dir.path(), "site-a"));
+  write_checkpoint(dir.path() / "hashed.fwck", checkpoint::make_replica_image(c, kSitePlan));
+  const Checkpoint hashed = read_checkpoint(dir.path() / "hashed.fwck");
+  ASSERT_EQ(named.sections.size(), hashed.sections.size());
+  for (size_t i = 0; i < named.sections.size(); ++i) {
+    EXPECT_EQ(named.sections[i].bytes, hashed.sections[i].bytes) << named.sections[i].name;
+  }
+  const Checkpoint back = checkpoint::expand_replica_image(named, s.anchor.data(), s.anchor.size());
+  EXPECT_EQ(floats(back, "params"), s.params);
+}
+
 // Written straight from the checkpoint (each section compressed as the file
 // is written), the file holds what the image in memory does.
 TEST(ReplicaImage, StreamedToItsFileItHoldsTheImage) {
