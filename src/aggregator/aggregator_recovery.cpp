@@ -26,10 +26,14 @@ namespace fedwan {
 
 const std::vector<float>& Aggregator::Impl::anchor_values() const { return role_->anchor(); }
 
-std::array<uint8_t, 32> Aggregator::Impl::anchor_digest() const {
-  const std::vector<float>& a = anchor_values();
+std::array<uint8_t, 32> Aggregator::Impl::Role::anchor_digest() const {
+  const std::vector<float>& a = anchor();
   return sha256(a.data(), a.size() * sizeof(float));
 }
+
+// Every welcome compares a child's digest with it: a role keeps it while
+// its anchor stands, so a burst of rejoins hashes the model once.
+std::array<uint8_t, 32> Aggregator::Impl::anchor_digest() const { return role_->anchor_digest(); }
 
 // ---- rejoining children -------------------------------------------------------
 

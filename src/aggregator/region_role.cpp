@@ -140,6 +140,11 @@ void Aggregator::Impl::RegionRole::chunk_complete(uint32_t chunk) {
 
 // ---- the parent's model, coming down -------------------------------------------------
 
+std::array<uint8_t, 32> Aggregator::Impl::RegionRole::anchor_digest() const {
+  if (!anchor_digest_) anchor_digest_ = sha256(anchor_.data(), anchor_.size() * sizeof(float));
+  return *anchor_digest_;
+}
+
 std::optional<std::array<uint8_t, 32>> Aggregator::Impl::RegionRole::held_digest() const {
   // It holds the anchor of its round (the next anchor's chunks wait in
   // their frames until it is whole): the parent can skip the full model and
@@ -147,8 +152,7 @@ std::optional<std::array<uint8_t, 32>> Aggregator::Impl::RegionRole::held_digest
   const bool settled = n_.phase_ != Phase::kJoining && n_.phase_ != Phase::kAwaitWelcome;
   if (anchor_.size() == n_.model_.elements && (settled || holds_initial_) &&
       !link_.welcome.full_pending) {
-    if (!anchor_digest_) anchor_digest_ = sha256(anchor_.data(), anchor_.size() * sizeof(float));
-    return anchor_digest_;
+    return anchor_digest();
   }
   return std::nullopt;
 }

@@ -22,6 +22,7 @@ class Aggregator::Impl::RegionRole final : public Aggregator::Impl::Role {
   explicit RegionRole(Impl& node);
 
   const std::vector<float>& anchor() const override { return anchor_; }
+  std::array<uint8_t, 32> anchor_digest() const override;
   session::Uplink* uplink() override { return &link_.uplink(); }
   void children_joined() override;
   void round_opened(uint64_t round) override;

@@ -35,6 +35,9 @@ class Aggregator::Impl::Role {
 
   // The model its children hold: the root's `held`, a region's anchor.
   virtual const std::vector<float>& anchor() const = 0;
+  // SHA-256 of anchor()'s fp32 bytes, as a child's hello names the model
+  // it holds. Roles that know it keep it while the anchor stands.
+  virtual std::array<uint8_t, 32> anchor_digest() const;
   // The child's end of the link to a parent (a region's), or null.
   virtual session::Uplink* uplink() { return nullptr; }
 

@@ -7,6 +7,7 @@
 
 #include "checkpoint/node_checkpoint.hpp"
 #include "codec/half.hpp"
+#include "common/sha256.hpp"
 #include "fedwan/error.hpp"
 
 namespace fedwan::aggregator {
@@ -46,7 +47,13 @@ void RootModel::settle_chunk(uint64_t off, uint32_t n, float* theta, const Codec
   kernels::half_kernels().bf16_encode(theta, nullptr, n, bytes_of(residual_.data() + off));
 }
 
+const std::array<uint8_t, 32>& RootModel::held_digest() const {
+  if (!held_digest_) held_digest_ = sha256(held_.data(), held_.size() * sizeof(float));
+  return *held_digest_;
+}
+
 void RootModel::apply(uint64_t off, uint32_t n, const Codec& codec, const uint8_t* payload) {
+  held_digest_.reset();
   codec.decode_accumulate(payload, n, 1.0f, held_.data() + off);
 }
 
@@ -58,6 +65,7 @@ std::vector<float> RootModel::global() const {
 }
 
 std::vector<float> RootModel::take_global() {
+  held_digest_.reset();
   kernels::half_kernels().bf16_decode_accumulate(bytes_of(residual_.data()), residual_.size(), 1.0f,
                                                  held_.data());
   std::vector<uint16_t>().swap(residual_);

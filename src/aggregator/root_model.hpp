@@ -10,8 +10,10 @@
 // model, not two. Not thread safe: the aggregator's event loop owns it.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "checkpoint/checkpoint_file.hpp"
@@ -29,6 +31,12 @@ class RootModel {
 
   size_t size() const { return held_.size(); }
   const std::vector<float>& held() const { return held_; }
+  // SHA-256 of the anchor's fp32 bytes (what a child's hello names): taken
+  // once for each anchor, when first asked, and kept until apply() moves it.
+  const std::array<uint8_t, 32>& held_digest() const;
+  // That digest as the checkpoint save() viewed took it (its "held"
+  // section's), for an anchor that has not moved since.
+  void adopt_held_digest(const std::array<uint8_t, 32>& digest) { held_digest_ = digest; }
 
   // out[0..n) = the global model's values at [off, off + n).
   void global_chunk(uint64_t off, uint32_t n, float* out) const;
@@ -62,6 +70,7 @@ class RootModel {
   std::vector<float> held_;
   std::vector<uint16_t> residual_;  // bf16 bits, little-endian in checkpoints
   std::vector<float> scratch_;      // one chunk's decoded anchor step (settle_chunk)
+  mutable std::optional<std::array<uint8_t, 32>> held_digest_;  // of held_, while it stands
 };
 
 }  // namespace fedwan::aggregator

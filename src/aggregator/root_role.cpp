@@ -28,7 +28,7 @@ namespace fs = std::filesystem;
 Aggregator::Impl::RootRole::RootRole(Impl& node) : Role(node) {
   model_ = aggregator::RootModel(std::move(n_.opt_.initial_model));
   n_.init_model_state(model_.size());
-  model_digest_ = sha256(model_.held().data(), model_.size() * sizeof(float));
+  model_digest_ = model_.held_digest();
   outer_ = make_outer_optimizer(n_.cfg_.outer, model_.size());
   if (n_.cfg_.privacy.mode == node::NodeConfig::Privacy::Mode::kCentral) {
     noise_ = std::make_unique<aggregator::CentralNoise>(n_.cfg_.privacy, model_.size());
@@ -258,6 +258,19 @@ void Aggregator::Impl::RootRole::save(Checkpoint& c, nlohmann::json& meta) const
   if (quantile_) meta["privacy_clip"] = quantile_->clip();
 }
 
+// The checkpoint viewed the anchor (model_.save): its "held" digest is the
+// anchor's while it stands, so welcomes need not hash it again.
+void Aggregator::Impl::RootRole::saved(const Checkpoint& c,
+                                       const std::vector<std::array<uint8_t, 32>>& digests) {
+  const std::array<uint8_t, 32>* d = checkpoint::section_digest(c, digests, "held");
+  const CheckpointSection* held = c.find("held");
+  if (d != nullptr && held != nullptr &&
+      held->data() == reinterpret_cast<const uint8_t*>(model_.held().data()) &&
+      held->size() == model_.size() * sizeof(float)) {
+    model_.adopt_held_digest(*d);
+  }
+}
+
 void Aggregator::Impl::RootRole::no_checkpoint() {
   // Starting over from round 0 beside a checkpoint that could not be
   // read would silently redo and double count committed rounds.
@@ -282,7 +295,7 @@ void Aggregator::Impl::RootRole::restore(const Checkpoint& c, const std::string&
   for (const OuterOptimizer::StateBuffer& b : outer_->state()) {
     *b.data = checkpoint::floats_of(c, "outer." + b.name, b.data->size());
   }
-  model_digest_ = sha256(model_.held().data(), model_.size() * sizeof(float));
+  model_digest_ = model_.held_digest();
   if (!quantile_) return;
   // Adaptive clipping resumes where the clip was (a checkpoint without it:
   // from the topology's clip).

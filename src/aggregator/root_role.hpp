@@ -27,6 +27,8 @@ class Aggregator::Impl::RootRole : public Aggregator::Impl::Role {
   explicit RootRole(Impl& node);
 
   const std::vector<float>& anchor() const override { return model_.held(); }
+  std::array<uint8_t, 32> anchor_digest() const override { return model_.held_digest(); }
+  void saved(const Checkpoint& c, const std::vector<std::array<uint8_t, 32>>& digests) override;
   void children_joined() override;
   void round_opened(uint64_t round) override;
   void chunk_complete(uint32_t chunk) override;

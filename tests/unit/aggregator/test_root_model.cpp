@@ -7,8 +7,10 @@
 #include <gtest/gtest.h>
 
 #include "checkpoint/node_checkpoint.hpp"
+#include "common/sha256.hpp"
 #include "fedwan/codec.hpp"
 #include "fedwan/error.hpp"
+#include "harness/temp_dir.hpp"
 
 namespace fedwan::aggregator {
 namespace {
@@ -63,6 +65,38 @@ TEST(RootModel, TheAnchorMovesByWhatChildrenDecodeAndTheResidualKeepsTheRest) {
   }
   EXPECT_GT(differ, 0u) << "fp16 must have lost something for this test to mean anything";
   EXPECT_LE(worst, 1.2e-7);  // one fp32 ulp
+}
+
+// Every welcome compares a child's digest with the anchor's: it is taken
+// once per anchor, follows every move of it, and the digest its checkpoint
+// took is that of the anchor the checkpoint viewed.
+TEST(RootModel, TheAnchorsDigestFollowsTheAnchor) {
+  const Codec& fp16 = codec_by_name("fp16");
+  const std::vector<float> init = ramp(4096, 0.5f, 0.003f);
+  RootModel m(init);
+  const auto digest_of = [&m] { return sha256(m.held().data(), m.size() * sizeof(float)); };
+  EXPECT_EQ(m.held_digest(), digest_of());
+  std::vector<float> target = init;
+  for (size_t i = 0; i < target.size(); ++i) target[i] += 1e-2f;
+  const std::vector<uint8_t> payload = step_to(m, 0, target, fp16);
+  EXPECT_EQ(m.held_digest(), sha256(init.data(), init.size() * sizeof(float)))
+      << "settling a chunk does not move the anchor";
+  m.apply(0, static_cast<uint32_t>(target.size()), fp16, payload.data());
+  EXPECT_NE(m.held(), init);
+  EXPECT_EQ(m.held_digest(), digest_of());
+  testing::TempDir dir;
+  Checkpoint c;
+  c.round = 3;
+  c.node_id = "root";
+  m.save(c);
+  const checkpoint::SectionDigests digests = checkpoint::save_node_checkpoint(dir.path(), c);
+  const std::array<uint8_t, 32>* held = checkpoint::section_digest(c, digests, "held");
+  ASSERT_NE(held, nullptr);
+  EXPECT_EQ(*held, digest_of());
+  const RootModel restored =
+      RootModel::restore(read_checkpoint(checkpoint::checkpoint_path(dir.path(), "root")));
+  EXPECT_EQ(restored.held(), m.held());
+  EXPECT_EQ(restored.held_digest(), digest_of());
 }
 
 TEST(RootModel, KeepsResidualsBelowFp16sRange) {
