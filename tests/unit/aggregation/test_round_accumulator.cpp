@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "aggregation/round_accumulator.hpp"
@@ -48,6 +49,44 @@ TEST_F(RoundAccumulatorTest, WeightedMeanOfTwoChildren) {
   // The chunk's accumulator is released as soon as it is taken.
   EXPECT_EQ(acc.chunks_in_flight(), 0u);
   EXPECT_FALSE(acc.round_complete());
+}
+
+// Finite copies whose weighted mean overflows fp32 (possible only without
+// max_abs): the chunk is an error naming the cause, never a model with an
+// Inf in it, wherever in the chunk the overflow lands.
+TEST_F(RoundAccumulatorTest, AMeanThatOverflowsIsAnErrorNotAModel) {
+  for (size_t at = 0; at < plan.size(0); ++at) {
+    acc.open(at);
+    std::vector<float> v(plan.size(0), 1.0f);
+    v[at] = 3e38f;
+    const auto bytes = encode_fp32(v);
+    ASSERT_EQ(acc.add(at, 7, 0, plan.size(0), 1.0, fp32, bytes.data(), bytes.size()).outcome,
+              aggregation::AddOutcome::kAccepted);
+    ASSERT_TRUE(
+        acc.add(at, 9, 0, plan.size(0), 1.0, fp32, bytes.data(), bytes.size()).chunk_complete);
+    try {
+      acc.take(0);
+      FAIL() << "an overflowed mean was taken (element " << at << ")";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("overflows fp32"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// The mean's division, eight values at a time where the CPU can: each
+// value divided as the scalar loop divides it, whatever the length.
+TEST(FinalizeMean, DividesEveryValueAsOneDivisionDoes) {
+  for (size_t n : {0, 1, 7, 8, 9, 15, 16, 17, 63, 1000, 100003}) {
+    for (double w : {1.0, 3.0, 0.7, 1e-3, 12345.678}) {
+      std::vector<float> sum(n), expect(n);
+      for (size_t i = 0; i < n; ++i) {
+        sum[i] = std::ldexp(std::sin(static_cast<float>(i) * 0.37f), static_cast<int>(i % 41) - 20);
+        expect[i] = sum[i] / static_cast<float>(w);
+      }
+      aggregation::finalize_mean(sum.data(), n, w);
+      ASSERT_EQ(std::memcmp(sum.data(), expect.data(), n * sizeof(float)), 0) << n << " " << w;
+    }
+  }
 }
 
 TEST_F(RoundAccumulatorTest, CountsEachSenderChunkOnce) {
