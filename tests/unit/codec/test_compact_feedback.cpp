@@ -8,11 +8,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
 #include "codec/half.hpp"
 #include "fedwan/codec.hpp"
+#include "fedwan/error.hpp"
 
 namespace fedwan {
 namespace {
@@ -43,6 +45,46 @@ TEST(CompactFeedback, FirstEncodingIsTheCodecsOwn) {
   for (size_t i = 0; i < n; ++i) {
     const float lost = x[i] - sent[i];
     ASSERT_LE(std::fabs(kept[i] - lost), std::ldexp(std::fabs(lost), -8)) << i;
+  }
+}
+
+// What the codec's own encode with an fp32 copy of the residual gives: the
+// residual decoded whole, encoded against, and kept to bf16 again.
+void whole_chunk(const Codec& c, const float* x, size_t n, std::vector<uint16_t>& residual,
+                 uint8_t* out) {
+  const kernels::HalfKernels& k = kernels::half_kernels();
+  auto* bits = reinterpret_cast<uint8_t*>(residual.data());
+  std::vector<float> r(n);
+  k.bf16_decode(bits, n, r.data());
+  c.encode(x, n, r.data(), out);
+  k.bf16_encode(r.data(), nullptr, n, bits);
+}
+
+// fp16 goes a block at a time with the residual in L1: the same payload and
+// the same residual bits as the whole chunk at once, over rounds and sizes
+// with short last blocks; a non-finite value still throws and leaves the
+// residual as it was.
+TEST(CompactFeedback, Fp16ABlockAtATimeIsTheWholeChunksEncoding) {
+  const Codec& fp16 = codec_by_name("fp16");
+  for (size_t n : {1, 7, 2047, 2048, 2049, 6000, 262144}) {
+    std::vector<uint16_t> fast(n, 0), slow(n, 0);
+    std::vector<float> scratch;
+    std::vector<uint8_t> a(fp16.encoded_size(n)), b(fp16.encoded_size(n));
+    for (unsigned round = 0; round < 3; ++round) {
+      std::vector<float> x = gaussian(n, round == 1 ? 1e3f : 1e-3f, 7 + round);
+      if (n > 100) x[n / 2] = 0.0f;
+      codec::encode_with_bf16_residual(fp16, x.data(), n, fast.data(), scratch, a.data());
+      whole_chunk(fp16, x.data(), n, slow, b.data());
+      ASSERT_EQ(a, b) << n << " round " << round;
+      ASSERT_EQ(fast, slow) << n << " round " << round;
+    }
+    std::vector<float> bad = gaussian(n, 1.0f, 99);
+    bad[n - 1] = std::numeric_limits<float>::infinity();
+    const std::vector<uint16_t> before = fast;
+    EXPECT_THROW(
+        codec::encode_with_bf16_residual(fp16, bad.data(), n, fast.data(), scratch, a.data()),
+        Error);
+    EXPECT_EQ(fast, before) << n;
   }
 }
 
