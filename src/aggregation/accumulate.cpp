@@ -4,6 +4,7 @@
 // bit and aggregates are reproducible across machines.
 #include <cstddef>
 
+#include "common/cpu_features.hpp"
 #include "fedwan/codec.hpp"
 
 #if defined(__x86_64__)
@@ -38,8 +39,7 @@ using AccumulateFn = void (*)(float*, const float*, size_t, float);
 
 AccumulateFn pick_accumulate() {
 #if defined(__x86_64__)
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2")) return accumulate_avx2;
+  if (cpu_has_avx2()) return accumulate_avx2;
 #endif
   return accumulate_scalar;
 }

@@ -3,6 +3,7 @@
 #include <memory>
 #include <string>
 
+#include "common/cpu_features.hpp"
 #include "fedwan/error.hpp"
 
 #if defined(__x86_64__)
@@ -43,8 +44,7 @@ using StepFn = void (*)(float*, const float*, float*, size_t, float, float);
 
 StepFn pick_step() {
 #if defined(__x86_64__)
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2")) return step_avx2;
+  if (cpu_has_avx2()) return step_avx2;
 #endif
   return step_scalar;
 }

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "codec/half.hpp"
+#include "common/cpu_features.hpp"
 #include "common/sha256.hpp"
 #include "fedwan/error.hpp"
 
@@ -60,8 +61,7 @@ __attribute__((target("avx2"))) double sum_of_squares_avx2(const float* v, size_
 }
 
 double sum_of_squares(const float* v, size_t n) {
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-  if (avx2) return sum_of_squares_avx2(v, n);
+  if (cpu_has_avx2()) return sum_of_squares_avx2(v, n);
   double lanes[kLanes] = {};
   return sum_of_squares_scalar(v, n, 0, lanes);
 }

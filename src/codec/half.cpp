@@ -5,10 +5,10 @@
 #include <limits>
 #include <string>
 
+#include "common/cpu_features.hpp"
 #include "fedwan/error.hpp"
 
 #if defined(__x86_64__)
-#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -353,15 +353,7 @@ const HalfKernels& scalar_half_kernels() { return kScalar; }
 
 const HalfKernels* avx2_half_kernels() {
 #if defined(__x86_64__)
-  static const bool supported = [] {
-    __builtin_cpu_init();
-    // F16C through CPUID: clang 14's __builtin_cpu_supports does not know
-    // "f16c". The AVX2 check also covers OS support for YMM registers.
-    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
-    return __builtin_cpu_supports("avx2") && f16c;
-  }();
-  return supported ? &kAvx2 : nullptr;
+  return cpu_has_avx2_f16c() ? &kAvx2 : nullptr;
 #else
   return nullptr;
 #endif

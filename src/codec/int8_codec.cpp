@@ -6,6 +6,7 @@
 
 #include "codec/block_scaled.hpp"
 #include "codec/half.hpp"
+#include "common/cpu_features.hpp"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -167,11 +168,7 @@ const Int8Kernels& scalar_int8_kernels() { return kScalar; }
 
 const Int8Kernels* avx2_int8_kernels() {
 #if defined(__x86_64__)
-  static const bool supported = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") != 0;
-  }();
-  return supported ? &kAvx2 : nullptr;
+  return cpu_has_avx2() ? &kAvx2 : nullptr;
 #else
   return nullptr;
 #endif
