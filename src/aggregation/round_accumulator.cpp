@@ -9,6 +9,7 @@
 #endif
 
 #include "codec/half.hpp"
+#include "common/cpu_features.hpp"
 #include "fedwan/error.hpp"
 #include "privacy/gaussian_mechanism.hpp"
 
@@ -163,10 +164,16 @@ RoundAccumulator::Result RoundAccumulator::add(uint64_t round, uint32_t sender, 
     }
   }
   acc.valued += 1;
+  // A codec found again by its id (a registered codec, as every frame's
+  // is) can have the payload wait in place of what it decodes to.
+  const bool findable = codec_by_id(codec.id()) == &codec;
   if (v.verdict == Verdict::kDeferred) {
     acc.held.push_back({static_cast<uint32_t>(slot), weight, norm, scratch_, v.bound});
   } else {
-    combiner_of(acc, chunk).add(static_cast<uint32_t>(slot), scratch_.data(), weight);
+    if (!(as_decoded && findable &&
+          park_first_copy(acc, chunk, slot, weight, Payload{&codec, payload, bytes, false}))) {
+      combiner_of(acc, chunk).add(static_cast<uint32_t>(slot), scratch_.data(), weight);
+    }
     acc.added.emplace_back(static_cast<uint32_t>(slot), weight);
     screen_.remember(round, chunk, v.verdict == Verdict::kClipped ? std::min(v.bound, norm) : norm);
   }
@@ -174,9 +181,6 @@ RoundAccumulator::Result RoundAccumulator::add(uint64_t round, uint32_t sender, 
   Result r = deliver(slot, chunk, {AddOutcome::kAccepted, false, v});
   if (!r.chunk_complete) {  // it waits for more copies
     const bool held = v.verdict == Verdict::kDeferred;
-    // A payload waits only if its codec can be found again by its id (a
-    // registered codec, as every frame's is).
-    const bool findable = codec_by_id(codec.id()) == &codec;
     park_if_over(acc, as_decoded && findable ? Payload{&codec, payload, bytes, held} : Payload{});
   }
   return r;
@@ -202,6 +206,14 @@ bool RoundAccumulator::chunk_ready(uint32_t chunk) const {
   if (it == inflight_.end() || it->second.weight < min_weight_) return false;  // none delivered
   for (size_t i = 0; i < children_.size(); ++i) {
     if (expected_[i] && !seen_[i][chunk]) return false;
+  }
+  return true;
+}
+
+bool RoundAccumulator::ready_with(uint32_t chunk, int slot, double weight) const {
+  if (taken_[chunk] || weight < min_weight_) return false;
+  for (size_t i = 0; i < children_.size(); ++i) {
+    if (expected_[i] && !seen_[i][chunk] && i != static_cast<size_t>(slot)) return false;
   }
   return true;
 }
@@ -407,11 +419,7 @@ void finalize_mean(float* sum, size_t n, double weight) {
 #if defined(__x86_64__)
   // Division is correctly rounded in every lane: the same values as the
   // scalar loop, eight at a time.
-  static const bool avx2 = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") != 0;
-  }();
-  if (avx2) i = divide_avx2(sum, n, w);
+  if (cpu_has_avx2()) i = divide_avx2(sum, n, w);
 #endif
   for (; i < n; ++i) sum[i] = sum[i] / w;
 }

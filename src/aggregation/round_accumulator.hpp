@@ -213,6 +213,10 @@ class RoundAccumulator {
   // Over the budget: acc's combiner's state (or the payload of its one
   // copy) and held copies set aside.
   void park_if_over(Inflight& acc, const Payload& last);
+  // The first copy of a chunk that waits for more, over the budget: its
+  // payload set aside at once, no combiner begun (true), as park_if_over
+  // would have left it; false when that does not apply (nothing done).
+  bool park_first_copy(Inflight& acc, uint32_t chunk, int slot, double weight, const Payload& copy);
   // acc's combiner, begun if it was not, rebuilt if its one copy waits as a
   // payload, its state back in memory. Called only for a copy that goes
   // into it (or to take the chunk): a refused copy leaves the chunk parked.
@@ -223,6 +227,9 @@ class RoundAccumulator {
   void combined_into(const Inflight& acc, Combined& c, uint32_t chunk, ChunkSum& out) const;
   int child_slot(uint32_t sender) const;
   bool chunk_ready(uint32_t chunk) const;
+  // Whether the chunk would be ready were `slot`'s copy delivered and its
+  // weight `weight`.
+  bool ready_with(uint32_t chunk, int slot, double weight) const;
 
   tensor::ChunkPlan plan_;
   std::vector<uint32_t> children_;
@@ -232,6 +239,7 @@ class RoundAccumulator {
   std::vector<uint8_t> replay_payload_;  // one parked payload read back
   std::vector<float> replay_values_;     // and decoded (for a combiner)
   ChunkParking parking_;
+  bool rule_parks_ = false;     // the rule's combiners are parkable (learned from the first)
   std::vector<bool> expected_;  // by child slot
   double min_weight_ = 0;
   uint64_t round_ = 0;

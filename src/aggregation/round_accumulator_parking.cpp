@@ -42,9 +42,30 @@ ChunkCombiner& RoundAccumulator::combiner_of(Inflight& acc, uint32_t chunk) {
   } else if (!acc.combiner) {
     acc.fan_in = children_.size();
     acc.combiner = rule_->begin_chunk(n, acc.fan_in);
+    rule_parks_ = acc.combiner->parkable() != nullptr;
   }
   unpark(acc);
   return *acc.combiner;
+}
+
+bool RoundAccumulator::park_first_copy(Inflight& acc, uint32_t chunk, int slot, double weight,
+                                       const Payload& copy) {
+  // Only where park_if_over would set this copy's payload aside as soon as
+  // it went into a new combiner: then no combiner is begun for it (its
+  // state zeroed, the copy added, all dropped at once). combiner_of()
+  // rebuilds it from the payload with the same calls when the chunk's next
+  // copy comes or the chunk is taken.
+  const uint32_t n = plan_.size(chunk);
+  if (!parking_.on() || !rule_parks_ || acc.combiner || acc.replay.file || acc.parked.file ||
+      !acc.added.empty() || !acc.held.empty() || copy.bytes >= size_t{n} * sizeof(float)) {
+    return false;
+  }
+  if (ready_with(chunk, slot, acc.weight + weight)) return false;  // taken at once
+  if (bytes_in_flight() + size_t{n} * sizeof(float) <= parking_.budget()) return false;
+  if (!parking_.park_bytes(copy.data, copy.bytes, &acc.replay)) return false;
+  acc.replay_codec = copy.codec->id();
+  acc.fan_in = children_.size();
+  return true;
 }
 
 void RoundAccumulator::park_if_over(Inflight& acc, const Payload& last) {

@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -219,6 +220,102 @@ TEST(ChunkParking, CopiesHeldForTheScreenWaitOnDiskTooAndAreJudgedAlike) {
   for (size_t c = 0; c < got.size(); ++c) {
     ASSERT_EQ(got[c].size(), want[c].size());
     EXPECT_EQ(std::memcmp(got[c].data(), want[c].data(), got[c].size() * sizeof(float)), 0) << c;
+  }
+}
+
+// A streamed sum that counts what is asked of it.
+struct Calls {
+  int begun = 0, added = 0;
+};
+class CountingSum final : public ChunkCombiner {
+ public:
+  CountingSum(uint32_t n, Calls* calls) : sum_(n, 0.0f), calls_(calls) { calls_->begun += 1; }
+  void add(uint32_t, const float* values, double weight) override {
+    calls_->added += 1;
+    accumulate_weighted(sum_.data(), values, sum_.size(), static_cast<float>(weight));
+    weight_ += weight;
+  }
+  Combined finish() override {
+    for (float& x : sum_) x = static_cast<float>(x / weight_);
+    return {std::move(sum_), weight_, {}};
+  }
+  size_t bytes_held() const override { return sum_.size() * sizeof(float); }
+  std::vector<float>* parkable() override { return &sum_; }
+
+ private:
+  std::vector<float> sum_;
+  double weight_ = 0;
+  Calls* calls_;
+};
+class CountingRule final : public AggregationRule {
+ public:
+  explicit CountingRule(Calls* calls) : calls_(calls) {}
+  std::string name() const override { return "counting"; }
+  RuleMemory memory() const override { return RuleMemory::kStreaming; }
+  std::unique_ptr<ChunkCombiner> begin_chunk(uint32_t n, size_t) const override {
+    return std::make_unique<CountingSum>(n, calls_);
+  }
+
+ private:
+  Calls* calls_;
+};
+
+TEST(ChunkParking, AFirstCopyThatWouldWaitOnDiskIsNotCombinedUntilItsChunkIsTaken) {
+  const tensor::ChunkPlan plan(50000, 4096);
+  const Codec& fp16 = codec_by_name("fp16");
+  Calls in_memory_calls, parked_calls;
+  RoundAccumulator in_memory(plan, {10, 11}, std::make_shared<CountingRule>(&in_memory_calls));
+  const auto want = two_children(in_memory, plan, fp16);
+  testing::TempDir dir;
+  RoundAccumulator parked(plan, {10, 11}, std::make_shared<CountingRule>(&parked_calls));
+  parked.park_beyond(0, dir.path().string(), "test");
+  const auto got = two_children(parked, plan, fp16);
+  const int n = static_cast<int>(plan.count());
+  EXPECT_EQ(in_memory_calls.begun, n);
+  EXPECT_EQ(in_memory_calls.added, 2 * n);
+  // Every chunk waited as its first copy's payload. Only the first chunk's
+  // combiner was begun for its first copy and dropped (the rule's
+  // combiners are not known to park before one is made); every other
+  // chunk's first copy was combined once, when its second came.
+  EXPECT_EQ(parked.chunks_parked(), plan.count());
+  EXPECT_EQ(parked_calls.begun, n + 1);
+  EXPECT_EQ(parked_calls.added, 2 * n + 1);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t c = 0; c < got.size(); ++c) {
+    ASSERT_EQ(got[c].size(), want[c].size());
+    EXPECT_EQ(std::memcmp(got[c].data(), want[c].data(), got[c].size() * sizeof(float)), 0) << c;
+  }
+  EXPECT_EQ(parked.bytes_in_flight(), 0u);
+}
+
+TEST(ChunkParking, AFirstCopyWithinTheBudgetOrThatClosesItsChunkIsCombinedAtOnce) {
+  const tensor::ChunkPlan plan(50000, 4096);
+  const Codec& fp16 = codec_by_name("fp16");
+  testing::TempDir dir;
+  {  // room for every chunk: nothing waits on disk
+    Calls calls;
+    RoundAccumulator acc(plan, {10, 11}, std::make_shared<CountingRule>(&calls));
+    acc.park_beyond(plan.total() * sizeof(float), dir.path().string(), "test");
+    two_children(acc, plan, fp16);
+    EXPECT_EQ(acc.chunks_parked(), 0u);
+    EXPECT_EQ(calls.begun, static_cast<int>(plan.count()));
+  }
+  {  // one child: each copy closes its chunk
+    Calls calls;
+    RoundAccumulator acc(plan, {10}, std::make_shared<CountingRule>(&calls));
+    acc.park_beyond(0, dir.path().string(), "test");
+    acc.open(1);
+    for (uint32_t c = 0; c < plan.count(); ++c) {
+      std::vector<float> v(plan.size(c), 0.5f);
+      std::vector<uint8_t> bytes(fp16.encoded_size(v.size()));
+      fp16.encode(v.data(), v.size(), nullptr, bytes.data());
+      const auto r = acc.add(1, 10, c, plan.size(c), 1.0, fp16, bytes.data(), bytes.size());
+      ASSERT_TRUE(r.chunk_complete);
+      EXPECT_EQ(acc.take(c).mean[0], 0.5f);
+    }
+    EXPECT_EQ(acc.chunks_parked(), 0u);
+    EXPECT_EQ(calls.begun, static_cast<int>(plan.count()));
+    EXPECT_EQ(calls.added, static_cast<int>(plan.count()));
   }
 }
 
