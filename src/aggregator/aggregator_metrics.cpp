@@ -86,6 +86,17 @@ void Aggregator::Impl::update_metrics() {
   raise_to(
       m.counter("fedwan_rejoins_total", "Children that said hello again.", {"node"}).with({me}),
       summary_.rejoins);
+  if (acc_) {
+    // Chunks of a round waiting on disk for their other copies (beyond the
+    // memory budget): a child far ahead of the others shows here.
+    raise_to(m.counter("fedwan_chunks_parked_total",
+                       "Chunk states and copies set aside on disk while their chunks wait.",
+                       {"node"})
+                 .with({me}),
+             acc_->chunks_parked());
+    raise_to(m.counter("fedwan_parked_bytes_total", "Bytes of them written.", {"node"}).with({me}),
+             acc_->bytes_parked());
+  }
   if (session::Uplink* up = role_->uplink())
     served.parent_last_seen(up->session().last_heard(), now);
   nlohmann::json status = {{"node", me},
