@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
@@ -151,10 +152,32 @@ std::optional<std::array<uint8_t, 32>> Aggregator::Impl::RegionRole::held_digest
   // take its update again.
   const bool settled = n_.phase_ != Phase::kJoining && n_.phase_ != Phase::kAwaitWelcome;
   if (anchor_.size() == n_.model_.elements && (settled || holds_initial_) &&
-      !link_.welcome.full_pending) {
+      !link_.welcome.full_pending && !offer_none_) {
     return anchor_digest();
   }
   return std::nullopt;
+}
+
+bool Aggregator::Impl::RegionRole::anchor_matches(const wire::ParsedFrame& f) {
+  // The parent took this region's word that it holds the round's anchor (a
+  // round number names one anchor) and names its own: where the two differ,
+  // the region and its children would build every later round on a model
+  // the federation does not hold. It asks for the model in full instead.
+  const std::optional<std::array<uint8_t, 32>> ours = held_digest();
+  if (!ours || f.payload_size != ours->size() ||
+      std::memcmp(f.payload, ours->data(), ours->size()) == 0) {
+    return true;
+  }
+  const std::string mine = to_hex(ours->data(), ours->size());
+  const std::string theirs = to_hex(f.payload, f.payload_size);
+  log().error("[agg:{}] its anchor of round {} is not its parent's (digest {} against the "
+              "parent's {}); asking for the model in full",
+              n_.self_.id, n_.round_, mine.substr(0, 16), theirs.substr(0, 16));
+  n_.security_->audit("anchor_mismatch",
+                      {{"round", n_.round_}, {"digest", mine}, {"parent_digest", theirs}});
+  offer_none_ = true;
+  link_.hello();
+  return false;
 }
 
 void Aggregator::Impl::RegionRole::on_parent_welcome(const wire::ParsedFrame& f) {
@@ -172,6 +195,7 @@ void Aggregator::Impl::RegionRole::on_parent_welcome(const wire::ParsedFrame& f)
   link_.welcome.clip = parent_clip(f.clip, "welcome", f.header.round);
   const bool no_change = (f.header.flags & wire::kFlagNoChange) != 0;
   if (n_.phase_ != Phase::kAwaitWelcome && no_change && f.header.round == n_.round_) {
+    if (!anchor_matches(f)) return;
     // Rejoined the parent (it or the link restarted) in the same round: send
     // again what it may have lost; duplicates count once.
     log().info("[agg:{}] parent welcomed it back at round {}", n_.self_.id, n_.round_);
@@ -206,6 +230,7 @@ void Aggregator::Impl::RegionRole::on_parent_welcome(const wire::ParsedFrame& f)
 
 void Aggregator::Impl::RegionRole::finish_parent_welcome() {
   const uint64_t round = link_.welcome.round;
+  offer_none_ = false;  // the parent's model is in
   const bool first = n_.phase_ == Phase::kAwaitWelcome;
   log().info("[agg:{}] {} at round {}", n_.self_.id, first ? "joined" : "resynced to the parent",
              round);

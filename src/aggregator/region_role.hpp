@@ -73,6 +73,9 @@ class Aggregator::Impl::RegionRole final : public Aggregator::Impl::Role {
   // Withholds the values of a chunk too few sites stand behind.
   void check_residency(aggregation::ChunkSum& cs) const;
   void finish_parent_welcome();  // the welcome's model is in
+  // A welcome "no change" at its round: false (and a hello offering no
+  // digest has gone) when the parent's anchor digest is not this region's.
+  bool anchor_matches(const wire::ParsedFrame& f);
   // Its residual from a checkpoint or replica image (in fp32 from an
   // earlier fedwan, to bf16); throws CryptoError for a wrong size.
   void restore_residual(const Checkpoint& c, const std::string& path);
@@ -97,6 +100,9 @@ class Aggregator::Impl::RegionRole final : public Aggregator::Impl::Role {
   // Joining with the model the federation starts from (options'
   // initial_model): its digest goes up in the first hello.
   bool holds_initial_ = false;
+  // Its anchor differed from the parent's: hellos offer no digest until the
+  // model comes in full.
+  bool offer_none_ = false;
   // Error-feedback residual of the forwarded means (lossy codecs), kept in
   // bf16 (codec/compact_feedback.hpp), and a chunk's fp32 working copy.
   std::vector<uint16_t> residual_;

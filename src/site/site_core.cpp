@@ -203,6 +203,7 @@ void SiteCore::Impl::on_welcome(const wire::ParsedFrame& f, SyncResult* res) {
   parent().heard(now, /*reset_backoff=*/false);
   const bool no_change = (h.flags & wire::kFlagNoChange) != 0;
   if (no_change && (h.round == round || !welcome.joined_once)) {
+    if (welcome.joined_once && !anchor_matches(f)) return;
     if (!welcome.joined_once) {
       round = h.round;
       set_anchor(params);
@@ -218,6 +219,31 @@ void SiteCore::Impl::on_welcome(const wire::ParsedFrame& f, SyncResult* res) {
   if (anchor.size() != plan.total()) set_anchor(params);
   incoming.expect_full(h.round);
   (void)res;
+}
+
+bool SiteCore::Impl::anchor_matches(const wire::ParsedFrame& f) {
+  // The parent took this site's word that it holds the round's anchor (a
+  // round number names one anchor). Where the site offered the digest of
+  // that anchor whole and the parent's differs, training on would build
+  // every later round on a model the federation does not hold: the site
+  // asks for the model in full instead.
+  if (!welcome.offered || welcome.offered_round != round || !anchor_whole() ||
+      f.payload_size != welcome.offered->size() ||
+      std::memcmp(f.payload, welcome.offered->data(), welcome.offered->size()) == 0) {
+    return true;
+  }
+  const std::string ours = to_hex(welcome.offered->data(), welcome.offered->size());
+  const std::string theirs = to_hex(f.payload, f.payload_size);
+  log().error("[site:{}] its anchor of round {} is not its parent's (digest {} against the "
+              "parent's {}); asking for the model in full",
+              self.id, round, ours.substr(0, 16), theirs.substr(0, 16));
+  security->audit("anchor_mismatch",
+                  {{"round", round}, {"digest", ours}, {"parent_digest", theirs}});
+  welcome.offer_none = true;
+  welcome.offered.reset();
+  welcome.hello_pending = true;
+  welcome.awaiting = true;
+  return false;
 }
 
 void SiteCore::Impl::set_anchor(const float* from) {
@@ -278,6 +304,8 @@ void SiteCore::Impl::model_in_full(SyncResult* res) {
     security->audit("resync", {{"from_round", round}, {"to_round", full_round}});
   }
   round = full_round;
+  welcome.offer_none = false;
+  welcome.offered.reset();
   incoming.forget_full();
   incoming.forget_next();
   outgoing.sent = false;

@@ -80,6 +80,10 @@ class SiteCore::Impl {
   // Sizes the anchor to the model and copies `from` into it; logs once
   // when it should have gone to a file and could not.
   void set_anchor(const float* from);
+  // A welcome "no change" at this round: false (and a hello offering no
+  // digest is due) when the parent's anchor digest is not the one this
+  // site offered for its whole anchor.
+  bool anchor_matches(const wire::ParsedFrame& f);
   bool anchor_file_warned = false;
   // Error feedback of the deltas sent (lossy codecs), in bf16 as a
   // region's (codec/compact_feedback.hpp): the bits of each value. Empty
@@ -231,7 +235,11 @@ class SiteCore::Impl {
   bool announce(uint8_t flag, Millis timeout, SyncResult* res);
   // Waits for the welcome (and the model in full) a hello asked for.
   void await_welcome(Millis timeout, const char* why, SyncResult* res);
-  std::vector<uint8_t> hello_frame() const;
+  // A hello; records the anchor digest it offers (welcome.offered).
+  std::vector<uint8_t> hello_frame();
+  // Whether the anchor is this round's whole: not an overlapped sync's
+  // anchor with chunks of the next one already added in place.
+  bool anchor_whole() const { return !(overlapping() && incoming.next_received() > 0); }
   void on_frame(const wire::ParsedFrame& f, SyncResult* res);
   void on_done(const wire::FrameHeader& h);
   void on_welcome(const wire::ParsedFrame& f, SyncResult* res);
@@ -288,6 +296,15 @@ class SiteCore::Impl {
     bool joined_once = false;  // holds a federation anchor
     bool awaiting = false;     // a hello went (or is due) and no welcome came yet
     bool hello_pending = false;
+    // The digest of the anchor the last hello offered, while it names that
+    // round's anchor whole (an overlapped sync's mixed anchor offers one the
+    // parent cannot check): a welcome "no change" names the parent's, and
+    // the two must agree.
+    std::optional<std::array<uint8_t, 32>> offered;
+    uint64_t offered_round = 0;
+    // The anchor differed from the parent's: hellos offer none until the
+    // model comes in full.
+    bool offer_none = false;
     std::string last_link_error;
     Clock::time_point last_heartbeat, hello_sent_at;
   } welcome;

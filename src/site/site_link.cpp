@@ -118,17 +118,24 @@ void SiteCore::Impl::reconnect(const std::string& why, bool grow_backoff) {
   welcome.awaiting = true;
 }
 
-std::vector<uint8_t> SiteCore::Impl::hello_frame() const {
+std::vector<uint8_t> SiteCore::Impl::hello_frame() {
   wire::HelloPayload hello;
   hello.node_id = self.id;
   hello.topology_digest = topo.digest();
   // A site that has never joined offers its initial model; one that has
   // offers the anchor of its round (the parent skips the full model when it
-  // matches). An anchor being replaced in full, or not yet in after a
-  // restore from a replica image, is offered as nothing.
-  if (!incoming.full_pending() && !replica_image)
+  // matches). An anchor being replaced in full, not yet in after a restore
+  // from a replica image, or found to differ from the parent's, is offered
+  // as nothing.
+  welcome.offered.reset();
+  if (!incoming.full_pending() && !replica_image && !welcome.offer_none) {
     hello.model_digest =
         welcome.joined_once ? sha256(anchor.data(), anchor.size() * 4) : initial_digest;
+    if (welcome.joined_once && anchor_whole()) {
+      welcome.offered = hello.model_digest;
+      welcome.offered_round = round;
+    }
+  }
   wire::FrameHeader h = node::node_header(topo, self.index, wire::MsgType::kHello, round);
   h.total_elements = plan.total();
   if (outgoing.sent && !outgoing.frames.empty()) h.flags = wire::kFlagSent;
