@@ -47,15 +47,17 @@ bool params_on_anchor(const Checkpoint& c) {
 
 // The site's state now, as a checkpoint whose sections view what they
 // save (valid until the state changes).
-Checkpoint SiteCore::Impl::state_checkpoint() {
+Checkpoint SiteCore::Impl::state_checkpoint(bool on_anchor_known) {
   Checkpoint c;
   c.round = round;
   c.topology_digest = topo.lineage_digest();
   c.node_id = self.id;
   // At a round boundary the parameters are the anchor (unless overlapped):
-  // said in the meta rather than written twice.
-  const bool on_anchor = anchor.size() == plan.total() &&
-                         std::memcmp(params, anchor.data(), plan.total() * sizeof(float)) == 0;
+  // said in the meta rather than written twice. Compared only where the
+  // caller does not know it (a 400 MB read at 100M parameters).
+  const bool on_anchor =
+      anchor.size() == plan.total() &&
+      (on_anchor_known || std::memcmp(params, anchor.data(), plan.total() * sizeof(float)) == 0);
   if (!on_anchor) c.sections.push_back(checkpoint::float_section("params", params, plan.total()));
   c.sections.push_back(checkpoint::float_section("anchor", anchor.data(), anchor.size()));
   if (opt.update_encoder && cfg.codec->id() != CodecId::kFp32) {
@@ -93,9 +95,9 @@ Checkpoint SiteCore::Impl::state_checkpoint() {
   return c;
 }
 
-void SiteCore::Impl::save_checkpoint(bool with_replica) {
+void SiteCore::Impl::save_checkpoint(bool with_replica, bool on_anchor) {
   if (opt.checkpoint_dir.empty() || !joined) return;
-  const Checkpoint c = state_checkpoint();
+  const Checkpoint c = state_checkpoint(on_anchor);
   const checkpoint::CheckpointTrust trust = checkpoint::checkpoint_trust(*security, topo, self);
   const auto t0 = Clock::now();
   const checkpoint::SectionDigests digests =
@@ -308,27 +310,27 @@ bool SiteCore::Impl::restore_residual(const Checkpoint& c, const std::string& wh
   return true;
 }
 
-void SiteCore::Impl::round_checkpoint(bool upload) {
+void SiteCore::Impl::round_checkpoint(bool upload, bool on_anchor) {
   if (overlapping()) {
     // params belong to the caller until finish_sync, which saves then.
     overlap.checkpoint_due = true;
     overlap.upload_due = overlap.upload_due || upload;
     return;
   }
-  boundary_checkpoint(upload);
+  boundary_checkpoint(upload, on_anchor);
   if (upload) start_upload();
 }
 
 // At a round boundary: a whole checkpoint when due, else only the image
 // (the recovery point until the next whole one; resume() takes the newer).
-void SiteCore::Impl::boundary_checkpoint(bool upload) {
+void SiteCore::Impl::boundary_checkpoint(bool upload, bool on_anchor) {
   if (opt.checkpoint_dir.empty() || !joined) return;
   if (whole_checkpoint_due()) {
-    save_checkpoint(upload && replica_due());
+    save_checkpoint(upload && replica_due(), on_anchor);
     return;
   }
   const auto t0 = Clock::now();
-  save_image(state_checkpoint(), checkpoint::checkpoint_trust(*security, topo, self));
+  save_image(state_checkpoint(on_anchor), checkpoint::checkpoint_trust(*security, topo, self));
   security->audit("checkpoint", {{"round", round}, {"image", true}});
   site_metrics.last_checkpoint = Clock::now();
   site_metrics.checkpoints += 1;

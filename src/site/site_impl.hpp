@@ -53,7 +53,9 @@ class SiteCore::Impl {
   SyncResult sync();
   SyncResult service();
   // With a replica image (replica_due) for the parent beside it.
-  void save_checkpoint(bool with_replica = false);
+  // `on_anchor`: the caller knows the parameters are the anchor (it just
+  // copied one to the other), else they are compared.
+  void save_checkpoint(bool with_replica = false, bool on_anchor = false);
   // Membership (site_membership.cpp): a graceful leave, and the pause
   // outside the participation windows at a round boundary.
   bool leave(Millis timeout);
@@ -211,13 +213,13 @@ class SiteCore::Impl {
   bool resume();            // true when a local checkpoint was loaded
   bool resume_from_image(checkpoint::LoadedCheckpoint loaded);
   std::optional<checkpoint::LoadedCheckpoint> local_image();  // newer than `round`, intact
-  Checkpoint state_checkpoint();
+  Checkpoint state_checkpoint(bool on_anchor = false);
   // `anchor_sha256`: the anchor section's digest when the whole checkpoint of
   // `c` was just written (it hashed the section), else null.
   void save_image(const Checkpoint& c, const checkpoint::CheckpointTrust& trust,
                   const std::array<uint8_t, 32>* anchor_sha256 = nullptr);
   bool whole_checkpoint_due() const;
-  void boundary_checkpoint(bool upload);
+  void boundary_checkpoint(bool upload, bool on_anchor = false);
   // Replica bytes sent since it was last asked (SyncResult::replica_bytes).
   uint64_t replica_bytes_since_last();
   uint64_t replica_bytes_reported = 0;
@@ -263,7 +265,9 @@ class SiteCore::Impl {
   void take_anchor();              // the next anchor is in: it becomes the new round
   void run_sync(SyncResult* res);  // sync()'s steps, on `work`
   // At the end of a round (take_anchor, a resync): now, or after the merge.
-  void round_checkpoint(bool upload);
+  // `on_anchor`: not overlapped, the caller just copied the parameters to
+  // the anchor (else they are compared).
+  void round_checkpoint(bool upload, bool on_anchor = false);
 
   // The round's update going up: unsealed, kept until the next anchor is
   // in, so it can be sent again after a reconnect.

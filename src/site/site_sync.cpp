@@ -189,7 +189,7 @@ void SiteCore::Impl::take_anchor() {
   outgoing.sent = false;
   outgoing.frames.clear();
   if (round >= cfg.rounds) finished = true;
-  round_checkpoint(/*upload=*/!finished);
+  round_checkpoint(/*upload=*/!finished, /*on_anchor=*/true);
   anchor.cool();  // next read by the next update
 }
 
