@@ -73,7 +73,7 @@ void Aggregator::Impl::on_child_checkpoint(Child& c, const wire::ParsedFrame& f)
              r.round, r.bytes);
   security_->audit(
       "replica_stored",
-      {{"peer", c.id}, {"round", r.round}, {"bytes", r.bytes}, {"sha256", r.sha256_hex}});
+      {{"peer", c.id}, {"round", r.round}, {"bytes", r.bytes}, {"digest", r.digest_hex}});
   wire::FrameHeader ack =
       node::node_header(topo_, self_.index, wire::MsgType::kCheckpoint, r.round);
   ack.flags = wire::kFlagReplicaStored;

@@ -101,7 +101,7 @@ void Aggregator::Impl::StandbyRole::on_root_frame(transport::Incoming& in) {
   log().info("[agg:{}] standby holds the root's checkpoint of round {}", n_.self_.id, r.round);
   n_.security_->audit(
       "replica_stored",
-      {{"peer", n_.self_.id}, {"round", r.round}, {"bytes", r.bytes}, {"sha256", r.sha256_hex}});
+      {{"peer", n_.self_.id}, {"round", r.round}, {"bytes", r.bytes}, {"digest", r.digest_hex}});
   try {
     (void)n_.down_.link.link().try_send(n_.self_.id,
                                         n_.checkpoint_signal(r.round, wire::kFlagReplicaStored));

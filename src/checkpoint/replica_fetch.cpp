@@ -211,7 +211,7 @@ class ReplicaFetch {
         security_.audit("replica_restored", {{"parent", parent_id_},
                                              {"round", h.round},
                                              {"bytes", h.total_elements},
-                                             {"sha256", assembly_->sha256_hex()}});
+                                             {"digest", assembly_->digest_hex()}});
         return true;
     }
     return std::nullopt;

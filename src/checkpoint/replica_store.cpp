@@ -59,8 +59,7 @@ struct CheckpointAssembly::State {
   uint64_t received = 0;
   bool over = false;                        // done or failed: no more pieces
   std::unique_ptr<AtomicFileWriter> out{};  // opened by piece 0
-  Sha256 whole{};
-  std::string sha_hex{};
+  std::string digest_hex{};
 };
 
 CheckpointAssembly::CheckpointAssembly(fs::path target, std::string expected_node,
@@ -74,7 +73,7 @@ CheckpointAssembly& CheckpointAssembly::operator=(CheckpointAssembly&&) noexcept
 
 uint64_t CheckpointAssembly::round() const { return s_->round; }
 uint64_t CheckpointAssembly::received() const { return s_->received; }
-const std::string& CheckpointAssembly::sha256_hex() const { return s_->sha_hex; }
+const std::string& CheckpointAssembly::digest_hex() const { return s_->digest_hex; }
 
 CheckpointAssembly::Status CheckpointAssembly::add(uint32_t index, uint32_t count, uint64_t round,
                                                    uint64_t total, const uint8_t* data, size_t n,
@@ -88,7 +87,7 @@ CheckpointAssembly::Status CheckpointAssembly::add(uint32_t index, uint32_t coun
   };
   const std::string at = "transfer of checkpoint " + s.target.string() + ": ";
   const auto num = [](uint64_t v) { return std::to_string(v); };
-  if (s.over) return fail(at + (s.sha_hex.empty() ? "already failed" : "already complete"));
+  if (s.over) return fail(at + (s.digest_hex.empty() ? "already failed" : "already complete"));
   if (count != s.count || round != s.round || total != s.total) {
     return fail(at + "piece " + num(index) + " announces round " + num(round) + ", " + num(count) +
                 " pieces, " + num(total) + " bytes; the transfer is round " + num(s.round) + ", " +
@@ -112,7 +111,6 @@ CheckpointAssembly::Status CheckpointAssembly::add(uint32_t index, uint32_t coun
                                                  PageCache::kBypass);
     s.out->write(data, n);
     s.check.feed(data, n);
-    s.whole.update(data, n);
     s.received += n;
     ++s.next;
     if (!last) return Status::kMore;
@@ -125,8 +123,7 @@ CheckpointAssembly::Status CheckpointAssembly::add(uint32_t index, uint32_t coun
     if (bad) return fail(*bad);
     s.out->commit(/*require_durable_rename=*/true);
     s.out.reset();
-    const Sha256Digest d = s.whole.finish();
-    s.sha_hex = to_hex(d.data(), d.size());
+    s.digest_hex = to_hex(id.digest.data(), id.digest.size());
     s.over = true;
     return Status::kDone;
   } catch (const std::exception& e) {
@@ -196,7 +193,7 @@ ReplicaStore::Result ReplicaStore::add_piece(const std::string& child, uint64_t 
     }
     r.kind = Result::Kind::kStored;
     r.bytes = total;
-    r.sha256_hex = it->second->sha256_hex();
+    r.digest_hex = it->second->digest_hex();
     r.path = replica_path(child, round);
     pending_.erase(it);
     prune(child);

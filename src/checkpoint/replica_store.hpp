@@ -39,6 +39,12 @@ struct CheckpointIdentity {
   uint64_t round = 0;
   std::array<uint8_t, 32> topology_digest{};
   std::string node_id;
+  // The checkpoint's own digest, as its trailer holds it and its signature
+  // covers: the SHA-256 of its header and manifest (which names every
+  // section's SHA-256) from version 3, of every byte before the trailer
+  // before. It names the file's contents as a SHA-256 of the whole file
+  // would, without hashing its sections a second time.
+  std::array<uint8_t, 32> digest{};
 };
 
 // Streaming check of the checkpoint at `path` without loading it: the fixed
@@ -53,6 +59,11 @@ std::optional<std::string> check_checkpoint_stream(const std::filesystem::path& 
                                                    const std::array<uint8_t, 32>& expected_digest,
                                                    CheckpointIdentity* out = nullptr,
                                                    const CheckpointSignerCheck& check = {});
+// The same check of the file's integrity whoever's it is (`fedwan
+// checkpoint digest`): nullopt and *out filled when intact. Its signature,
+// if any, is not checked.
+std::optional<std::string> check_checkpoint_integrity(const std::filesystem::path& path,
+                                                      CheckpointIdentity* out);
 
 // Receives one checkpoint file of `total` bytes in `count` pieces, in order
 // 0..count-1, into `target`. Pieces go straight to a temporary file beside
@@ -81,8 +92,9 @@ class CheckpointAssembly {
 
   uint64_t round() const;
   uint64_t received() const;  // bytes accepted so far
-  // Lower-case hex SHA-256 of the whole file; empty before kDone.
-  const std::string& sha256_hex() const;
+  // Lower-case hex of the file's digest (CheckpointIdentity::digest); empty
+  // before kDone.
+  const std::string& digest_hex() const;
 
  private:
   struct State;
@@ -107,7 +119,7 @@ class ReplicaStore {
     enum class Kind { kPartial, kStored, kRefused } kind = Kind::kPartial;
     uint64_t round = 0;
     uint64_t bytes = 0;      // received so far; the file size when stored
-    std::string sha256_hex;  // of the stored file
+    std::string digest_hex;  // of the stored file (CheckpointIdentity::digest)
     std::filesystem::path path;
     std::string detail;  // why refused
   };

@@ -334,6 +334,11 @@ std::optional<std::string> StreamCheck::finish(const fs::path& path, const std::
   if (!std::equal(computed.begin(), computed.end(), stored, stored + kDigestSize)) {
     return at + "digest mismatch: the file is corrupt or incomplete";
   }
+  head.id.digest = computed;
+  if (any_identity_) {
+    if (out) *out = std::move(head.id);
+    return std::nullopt;
+  }
   const CheckpointIdentity& id = head.id;
   if (id.node_id != node) {
     return at + "holds node '" + id.node_id + "''s checkpoint, not '" + node + "''s";
@@ -352,11 +357,13 @@ std::optional<std::string> StreamCheck::finish(const fs::path& path, const std::
   return std::nullopt;
 }
 
-std::optional<std::string> check_checkpoint_stream(const fs::path& path,
-                                                   const std::string& expected_node,
-                                                   const std::array<uint8_t, 32>& expected_digest,
-                                                   CheckpointIdentity* out,
-                                                   const CheckpointSignerCheck& check) {
+namespace {
+
+// Runs a StreamCheck over the file at `path`, in kReadPiece reads.
+std::optional<std::string> check_file(const fs::path& path, bool any_identity,
+                                      const std::string& expected_node,
+                                      const std::array<uint8_t, 32>& expected_digest,
+                                      CheckpointIdentity* out, const CheckpointSignerCheck& check) {
   Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
   if (f.fd < 0) return "cannot open checkpoint " + path.string() + ": " + errno_text(errno);
   struct stat st {};
@@ -366,6 +373,7 @@ std::optional<std::string> check_checkpoint_stream(const fs::path& path,
   if (!S_ISREG(st.st_mode)) return "checkpoint " + path.string() + " is not a regular file";
   const auto size = static_cast<uint64_t>(st.st_size);
   StreamCheck stream(size);
+  if (any_identity) stream.accept_any_identity();
   std::vector<uint8_t> buf(static_cast<size_t>(std::min<uint64_t>(size, kReadPiece)));
   for (uint64_t left = size; left > 0;) {
     const ssize_t r =
@@ -377,6 +385,21 @@ std::optional<std::string> check_checkpoint_stream(const fs::path& path,
     left -= static_cast<uint64_t>(r);
   }
   return stream.finish(path, expected_node, expected_digest, out, check);
+}
+
+}  // namespace
+
+std::optional<std::string> check_checkpoint_stream(const fs::path& path,
+                                                   const std::string& expected_node,
+                                                   const std::array<uint8_t, 32>& expected_digest,
+                                                   CheckpointIdentity* out,
+                                                   const CheckpointSignerCheck& check) {
+  return check_file(path, /*any_identity=*/false, expected_node, expected_digest, out, check);
+}
+
+std::optional<std::string> check_checkpoint_integrity(const fs::path& path,
+                                                      CheckpointIdentity* out) {
+  return check_file(path, /*any_identity=*/true, "", {}, out, {});
 }
 
 }  // namespace fedwan::checkpoint

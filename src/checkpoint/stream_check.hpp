@@ -32,6 +32,9 @@ class StreamCheck {
 
   // The caller never feeds more than `total` bytes in all.
   void feed(const uint8_t* p, size_t n);
+  // finish() then checks the file's integrity only: not whose it is, under
+  // which topology, or its signature.
+  void accept_any_identity() { any_identity_ = true; }
 
   // nullopt, or why the file at `path` is not `node`'s intact checkpoint
   // (signed by `node` when `check` has a verifier).
@@ -52,6 +55,7 @@ class StreamCheck {
   void next_section();
 
   uint64_t total_;
+  bool any_identity_ = false;
   uint64_t offset_ = 0;
   Mode mode_ = Mode::kUnknown;
   std::vector<uint8_t> first_;  // the first bytes, until the version is in

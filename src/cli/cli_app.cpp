@@ -31,6 +31,7 @@ int run(int argc, char** argv) {
   add_demo_command(app, demo_args, &exit_code);
   add_certs_command(app, &exit_code);
   add_audit_command(app, &exit_code);
+  add_checkpoint_command(app, &exit_code);
   add_bench_command(app, &exit_code);
   add_costs_command(app, &exit_code);
   add_status_command(app, &exit_code);

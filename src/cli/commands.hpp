@@ -130,6 +130,8 @@ void add_demo_command(CLI::App& app, DemoArgs& args, int* exit_code);
 void add_certs_command(CLI::App& app, int* exit_code);
 // `fedwan audit verify FILE`: check an audit log's hash chain.
 void add_audit_command(CLI::App& app, int* exit_code);
+// `fedwan checkpoint digest FILE...` (cmd_checkpoint.cpp).
+void add_checkpoint_command(CLI::App& app, int* exit_code);
 // `fedwan costs RECORDS...`: bill each node from its per-round cost records.
 void add_costs_command(CLI::App& app, int* exit_code);
 // `fedwan status --topology T`: the live tree, from the nodes' metrics addresses.

@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 
 def disk_recovery(report: dict, node: str) -> list:
@@ -37,6 +38,43 @@ def disk_recovery(report: dict, node: str) -> list:
             outcome = "; " + ("rebuilt" if "replica_rebuilt" in names else "took a newer model")
         print(f"disk lost: {node} restored its parent's replica of round "
               f"{restored[-1].get('round')} ({restored[-1].get('bytes')} bytes){outcome}")
+    return out
+
+
+def kept_replicas_match_audit(fedwan: str, rundir: str, since: float) -> list:
+    """Every replica an aggregator kept in this run (written since `since`)
+    is the one its audit log names: the digest `fedwan checkpoint digest`
+    prints for the file is that of the aggregator's last `replica_stored`
+    entry for its child and round."""
+    out = []
+    checked = 0
+    for path in sorted(glob.glob(os.path.join(rundir, "checkpoints", "*", "replicas", "*",
+                                              "round-*.fwck"))):
+        if os.path.getmtime(path) < since:
+            continue
+        parts = path.split(os.sep)
+        agg, peer = parts[-4], parts[-2]
+        rnd = int(os.path.basename(path)[len("round-"):-len(".fwck")])
+        digests = []
+        with open(os.path.join(rundir, "audit", agg + ".jsonl"), encoding="utf-8") as f:
+            for line in f:
+                e = json.loads(line)
+                fields = e.get("fields", {})
+                if (e.get("event") == "replica_stored" and fields.get("peer") == peer
+                        and fields.get("round") == rnd):
+                    digests.append(fields.get("digest"))
+        p = subprocess.run([fedwan, "checkpoint", "digest", path], capture_output=True, text=True)
+        if p.returncode != 0:
+            out.append(f"`fedwan checkpoint digest {path}` failed: {p.stderr.strip()}")
+            continue
+        printed = p.stdout.split()[0] if p.stdout.split() else ""
+        if not digests:
+            out.append(f"{agg} kept {path} but its audit log has no replica_stored for it")
+        elif printed != digests[-1]:
+            out.append(f"{path}: digest {printed}, {agg}'s audit log says {digests[-1]}")
+        checked += 1
+    if checked:
+        print(f"replicas: {checked} kept file(s), each the one its aggregator's audit names")
     return out
 
 
@@ -77,6 +115,7 @@ def main() -> int:
     cmd = [a.fedwan, "demo", "--dir", os.path.join(a.workdir, "run"), "--report", report_path]
     cmd += demo_flags
     print("running:", " ".join(cmd), flush=True)
+    started = time.time()
     subprocess.run(cmd, check=True)
     with open(report_path) as f:
         r = json.load(f)
@@ -253,6 +292,7 @@ def main() -> int:
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         import cost_attacks
         failures += cost_attacks.run(a.fedwan, os.path.join(a.workdir, "run"))
+    failures += kept_replicas_match_audit(a.fedwan, os.path.join(a.workdir, "run"), started)
     for f in failures:
         print("FAIL:", f)
     return 1 if failures else 0

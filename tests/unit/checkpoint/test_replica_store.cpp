@@ -133,8 +133,12 @@ TEST(ReplicaStore, RoundTripsThroughPieceReaderAndLatest) {
   ASSERT_EQ(r.kind, Kind::kStored) << r.detail;
   EXPECT_EQ(r.round, 7u);
   EXPECT_EQ(r.bytes, file.size());
-  const Sha256Digest digest = sha256(file.data(), file.size());
-  EXPECT_EQ(r.sha256_hex, to_hex(digest.data(), digest.size()));
+  // The checkpoint's digest: an unsigned file's trailer is that digest.
+  ASSERT_GE(file.size(), 32u);
+  EXPECT_EQ(r.digest_hex, to_hex(file.data() + file.size() - 32, 32));
+  CheckpointIdentity id;
+  ASSERT_EQ(check_checkpoint_integrity(r.path, &id), std::nullopt);
+  EXPECT_EQ(r.digest_hex, to_hex(id.digest.data(), id.digest.size()));
   EXPECT_EQ(r.path, d / "replicas" / "site-a" / "round-7.fwck");
   // No temporary file left beside it; private modes.
   EXPECT_EQ(entries(d / "replicas" / "site-a"), std::vector<std::string>{"round-7.fwck"});
@@ -403,8 +407,7 @@ TEST(ReplicaAssembly, InstallsAReplicaAsTheLocalCheckpoint) {
   ASSERT_EQ(st, CheckpointAssembly::Status::kDone) << why;
   EXPECT_EQ(a.round(), 11u);
   EXPECT_EQ(a.received(), file.size());
-  const Sha256Digest digest = sha256(file.data(), file.size());
-  EXPECT_EQ(a.sha256_hex(), to_hex(digest.data(), digest.size()));
+  EXPECT_EQ(a.digest_hex(), to_hex(file.data() + file.size() - 32, 32));
   expect_same(read_checkpoint(target), original);
   EXPECT_EQ(mode_of(target), 0600u);
   EXPECT_EQ(a.add(0, reader.count(), 11, reader.size(), file.data(), 1, &why),
@@ -419,7 +422,7 @@ TEST(ReplicaAssembly, InstallsAReplicaAsTheLocalCheckpoint) {
             CheckpointAssembly::Status::kFailed);
   EXPECT_TRUE(contains(why, "digest mismatch")) << why;
   EXPECT_TRUE(contains(why, target.string())) << why;
-  EXPECT_TRUE(b.sha256_hex().empty());
+  EXPECT_TRUE(b.digest_hex().empty());
   expect_same(read_checkpoint(target), original);
   EXPECT_EQ(entries(d.path()), (std::vector<std::string>{"replica.fwck", "site-a.fwck"}));
 
@@ -487,6 +490,43 @@ TEST(ReplicaStreamCheck, ReportsTruncatedGarbageAndForeignFiles) {
   EXPECT_TRUE(contains(reason("site-a", 0x11), "topology"));
   fs::remove(p);
   EXPECT_TRUE(contains(reason(), "cannot open"));
+}
+
+TEST(ReplicaStreamCheck, TheIntegrityCheckNamesAnyNodesCheckpointByItsDigest) {
+  TempDir d;
+  const Checkpoint c = make_checkpoint("site-b", 6, 3000, 0xb3);
+  const std::vector<uint8_t> file = checkpoint_bytes(d, c, "b.fwck");
+  CheckpointIdentity id;
+  ASSERT_EQ(check_checkpoint_integrity(d / "b.fwck", &id), std::nullopt);
+  EXPECT_EQ(id.node_id, "site-b");
+  EXPECT_EQ(id.round, 6u);
+  EXPECT_EQ(id.topology_digest, c.topology_digest);
+  // An unsigned file's trailer is its digest; not the whole file's SHA-256.
+  EXPECT_EQ(to_hex(id.digest.data(), 32), to_hex(file.data() + file.size() - 32, 32));
+  const Sha256Digest whole = sha256(file.data(), file.size());
+  EXPECT_NE(id.digest, whole);
+  // The checked identity agrees.
+  CheckpointIdentity checked;
+  ASSERT_EQ(check_checkpoint_stream(d / "b.fwck", "site-b", c.topology_digest, &checked),
+            std::nullopt);
+  EXPECT_EQ(checked.digest, id.digest);
+
+  // One value of a section otherwise: another digest.
+  Checkpoint other = c;
+  other.sections[0].bytes[17] ^= 1;
+  checkpoint_bytes(d, other, "other.fwck");
+  CheckpointIdentity other_id;
+  ASSERT_EQ(check_checkpoint_integrity(d / "other.fwck", &other_id), std::nullopt);
+  EXPECT_NE(other_id.digest, id.digest);
+
+  // A byte changed in the file is found, not named by a digest.
+  std::vector<uint8_t> flipped = file;
+  flipped[file.size() - 40] ^= 1;
+  spit(d / "flipped.fwck", flipped);
+  const std::optional<std::string> bad = check_checkpoint_integrity(d / "flipped.fwck", &id);
+  ASSERT_TRUE(bad.has_value());
+  EXPECT_TRUE(contains(*bad, "digest mismatch")) << *bad;
+  EXPECT_TRUE(check_checkpoint_integrity(d / "missing.fwck", &id).has_value());
 }
 
 }  // namespace
