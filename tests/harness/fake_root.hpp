@@ -6,15 +6,21 @@
 // `mute`, answers as a live root does before its first round: a replica
 // request with "none kept here", and a child that said hello with a
 // heartbeat every 100 ms. Mute, it completes TLS and answers nothing, as a
-// passive standby does while its root lives. Runs its own thread.
+// passive standby does while its root lives. A test may script the answer
+// to a hello (`on_hello`, set before `serving`) and silence the heartbeats
+// (`silent`). Runs its own thread.
 #pragma once
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "fedwan/error.hpp"
 #include "harness/federation_fixture.hpp"
@@ -46,9 +52,26 @@ class FakeRoot {
   FakeRoot& operator=(const FakeRoot&) = delete;
 
   std::atomic<bool> serving{false};
+  // While set, no heartbeats go (a child then judges this root silent).
+  std::atomic<bool> silent{false};
+  // Answers a hello that is not a replica request instead of the default
+  // (the child heartbeated from then on), on the loop's thread.
+  std::function<void(FakeRoot&, const std::string& child, const wire::ParsedFrame& hello)> on_hello;
   // Hellos received while serving, and of them replica requests.
   int hellos() const { return hellos_.load(); }
   int replica_requests() const { return replica_requests_.load(); }
+
+  // A frame from this root to `child` (on the loop's thread: from on_hello).
+  void send(const std::string& child, wire::FrameHeader h, const std::vector<uint8_t>& payload) {
+    try {
+      (void)link_.try_send(child, node::make_frame(h, payload));
+    } catch (const Error&) {
+      // Between sessions: the child says hello again on its next one.
+    }
+  }
+  wire::FrameHeader header(wire::MsgType type, uint64_t round = 0) const {
+    return node::node_header(topo_, topo_.root().index, type, round);
+  }
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -62,7 +85,7 @@ class FakeRoot {
       }
       transport::Incoming in;
       if (link_.recv(&in, std::chrono::milliseconds(20))) on_frame(in);
-      if (!mute_ && Clock::now() >= next_beat) {
+      if (!mute_ && !silent && Clock::now() >= next_beat) {
         next_beat = Clock::now() + std::chrono::milliseconds(100);
         for (const std::string& child : joined_) send(child, wire::MsgType::kHeartbeat, 0);
       }
@@ -80,17 +103,14 @@ class FakeRoot {
       send(in.peer, wire::MsgType::kCheckpoint, wire::kFlagNoReplica);
     } else {
       joined_.insert(in.peer);
+      if (on_hello) on_hello(*this, in.peer, f);
     }
   }
 
   void send(const std::string& child, wire::MsgType type, uint8_t flags) {
-    wire::FrameHeader h = node::node_header(topo_, topo_.root().index, type, 0);
+    wire::FrameHeader h = header(type);
     h.flags = flags;
-    try {
-      (void)link_.try_send(child, node::make_frame(h, {}));
-    } catch (const Error&) {
-      // Between sessions: the child says hello again on its next one.
-    }
+    send(child, h, {});
   }
 
   const Topology& topo_;
@@ -105,23 +125,48 @@ class FakeRoot {
   std::thread thread_;  // last: it runs over the members above
 };
 
-// root, with a standby, -> site-0 over ipc:// sockets in `dir`, with a
-// heartbeat timeout of 1 s.
-inline Topology root_with_standby(const std::filesystem::path& dir) {
+// A small tree over ipc:// sockets in `dir`: root (with a standby when
+// asked) -> site-0, or root -> region-0 -> site-0; heartbeats every 100 ms
+// and a timeout of 1 s.
+struct IpcTree {
+  std::string job = "ipc-tree";
+  uint64_t rounds = 1;
+  bool standby = false;
+  bool region = false;
+};
+inline Topology ipc_tree(const std::filesystem::path& dir, const IpcTree& t) {
   FederationSpec f;
-  f.rounds = 1;
+  f.rounds = t.rounds;
   f.heartbeat_s = 0.1;
   f.heartbeat_timeout_s = 1;
   NodeSpec root;
   root.id = "root";
   root.role = Role::kRoot;
   root.endpoint = "ipc://" + (dir / "root.sock").string();
-  root.standby_endpoint = "ipc://" + (dir / "standby.sock").string();
+  if (t.standby) root.standby_endpoint = "ipc://" + (dir / "standby.sock").string();
+  std::vector<NodeSpec> nodes = {root};
+  if (t.region) {
+    NodeSpec r;
+    r.id = "region-0";
+    r.role = Role::kRegion;
+    r.parent = "root";
+    r.endpoint = "ipc://" + (dir / "region.sock").string();
+    nodes.push_back(r);
+  }
   NodeSpec site;
   site.id = "site-0";
   site.role = Role::kSite;
-  site.parent = "root";
-  return Topology::build("standby-failover", f, {root, site});
+  site.parent = t.region ? "region-0" : "root";
+  nodes.push_back(site);
+  return Topology::build(t.job, f, nodes);
+}
+
+// root, with a standby, -> site-0.
+inline Topology root_with_standby(const std::filesystem::path& dir) {
+  IpcTree t;
+  t.job = "standby-failover";
+  t.standby = true;
+  return ipc_tree(dir, t);
 }
 
 }  // namespace fedwan::testing

@@ -5,8 +5,10 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
+#include "aggregation/aggregation_rule.hpp"
 #include "aggregation/chunk_parking.hpp"
 #include "aggregation/round_accumulator.hpp"
 #include "fedwan/codec.hpp"
@@ -223,40 +225,39 @@ TEST(ChunkParking, CopiesHeldForTheScreenWaitOnDiskTooAndAreJudgedAlike) {
   }
 }
 
-// A streamed sum that counts what is asked of it.
+// The weighted mean, counting the combiners begun and the copies added.
 struct Calls {
   int begun = 0, added = 0;
 };
-class CountingSum final : public ChunkCombiner {
+class CountingCombiner final : public ChunkCombiner {
  public:
-  CountingSum(uint32_t n, Calls* calls) : sum_(n, 0.0f), calls_(calls) { calls_->begun += 1; }
-  void add(uint32_t, const float* values, double weight) override {
+  CountingCombiner(std::unique_ptr<ChunkCombiner> inner, Calls* calls)
+      : inner_(std::move(inner)), calls_(calls) {
+    calls_->begun += 1;
+  }
+  void add(uint32_t slot, const float* values, double weight) override {
     calls_->added += 1;
-    accumulate_weighted(sum_.data(), values, sum_.size(), static_cast<float>(weight));
-    weight_ += weight;
+    inner_->add(slot, values, weight);
   }
-  Combined finish() override {
-    for (float& x : sum_) x = static_cast<float>(x / weight_);
-    return {std::move(sum_), weight_, {}};
-  }
-  size_t bytes_held() const override { return sum_.size() * sizeof(float); }
-  std::vector<float>* parkable() override { return &sum_; }
+  Combined finish() override { return inner_->finish(); }
+  size_t bytes_held() const override { return inner_->bytes_held(); }
+  std::vector<float>* parkable() override { return inner_->parkable(); }
 
  private:
-  std::vector<float> sum_;
-  double weight_ = 0;
+  std::unique_ptr<ChunkCombiner> inner_;
   Calls* calls_;
 };
 class CountingRule final : public AggregationRule {
  public:
   explicit CountingRule(Calls* calls) : calls_(calls) {}
   std::string name() const override { return "counting"; }
-  RuleMemory memory() const override { return RuleMemory::kStreaming; }
-  std::unique_ptr<ChunkCombiner> begin_chunk(uint32_t n, size_t) const override {
-    return std::make_unique<CountingSum>(n, calls_);
+  RuleMemory memory() const override { return mean_->memory(); }
+  std::unique_ptr<ChunkCombiner> begin_chunk(uint32_t n, size_t fan_in) const override {
+    return std::make_unique<CountingCombiner>(mean_->begin_chunk(n, fan_in), calls_);
   }
 
  private:
+  std::shared_ptr<const AggregationRule> mean_ = make_rule(kWeightedMean);
   Calls* calls_;
 };
 

@@ -20,13 +20,10 @@
 #include "fedwan/aggregator.hpp"
 #include "fedwan/error.hpp"
 #include "fedwan/site_core.hpp"
+#include "harness/fake_root.hpp"
 #include "harness/federation_fixture.hpp"
 #include "harness/temp_dir.hpp"
-#include "node/node_config.hpp"
-#include "node/node_frames.hpp"
-#include "node/node_security.hpp"
-#include "transport/links.hpp"
-#include "transport/transport.hpp"
+#include "harness/wait_for.hpp"
 #include "wire/frame.hpp"
 
 namespace fedwan {
@@ -34,142 +31,63 @@ namespace {
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
+using testing::wait_for;
 using Digest = std::array<uint8_t, 32>;
 
-template <typename Done>
-bool wait_for(Done done, Clock::duration limit) {
-  const auto until = Clock::now() + limit;
-  while (!done()) {
-    if (Clock::now() >= until) return false;
-    std::this_thread::sleep_for(10ms);
-  }
-  return true;
-}
-
-// root -> site-0, or root -> region-0 -> site-0, over ipc:// sockets in
-// `dir`, heartbeats every 100 ms and a timeout of 1 s.
+// root -> site-0, or root -> region-0 -> site-0 (heartbeats every 100 ms,
+// a timeout of 1 s).
 Topology make_topology(const std::filesystem::path& dir, bool region) {
-  FederationSpec f;
-  f.rounds = 3;
-  f.heartbeat_s = 0.1;
-  f.heartbeat_timeout_s = 1;
-  NodeSpec root;
-  root.id = "root";
-  root.role = Role::kRoot;
-  root.endpoint = "ipc://" + (dir / "root.sock").string();
-  std::vector<NodeSpec> nodes = {root};
-  if (region) {
-    NodeSpec r;
-    r.id = "region-0";
-    r.role = Role::kRegion;
-    r.parent = "root";
-    r.endpoint = "ipc://" + (dir / "region.sock").string();
-    nodes.push_back(r);
-  }
-  NodeSpec site;
-  site.id = "site-0";
-  site.role = Role::kSite;
-  site.parent = region ? "region-0" : "root";
-  nodes.push_back(site);
-  return Topology::build("anchor-digest", f, nodes);
+  testing::IpcTree t;
+  t.job = "anchor-digest";
+  t.rounds = 3;
+  t.region = region;
+  return testing::ipc_tree(dir, t);
 }
 
-// The root's end of the link. It welcomes the first hello "no change" at
-// round 0 with the digest the site offered, as a root given the same
-// initial model does, and heartbeats the site every 100 ms. While `silent`
-// it sends nothing (the site then reconnects); the next hello is welcomed
-// "no change" at round 0 with `rejoin_digest`, and the heartbeats resume.
-// Every hello's digest is kept.
+constexpr uint64_t kElements = 1000;
+
+// The root's end of the link: a FakeRoot (heartbeats every 100 ms) that
+// welcomes the first hello "no change" at round 0 with the digest the site
+// offered, as a root given the same initial model does, and the next with
+// `rejoin_digest`, lifting `silent` (set by the test: the site then
+// reconnects). Later hellos are only counted: a child that asks for the
+// model in full waits for it. Every hello's digest is kept.
 class ScriptedRoot {
  public:
   ScriptedRoot(const Topology& topo, const Digest& rejoin_digest)
-      : topo_(topo),
-        config_(topo, topo.root(), node::NodeOverrides{}),
-        security_(testing::security_for(topo, topo.root().id), topo, topo.root()),
-        transport_(transport::make_transport(topo.root().endpoint)),
-        link_(*transport_, topo.root().endpoint, config_.link, security_.children_factory(),
-              security_.children_admission()),
-        rejoin_digest_(rejoin_digest),
-        thread_([this] { loop(); }) {}
-  ~ScriptedRoot() {
-    stop_ = true;
-    thread_.join();
+      : rejoin_digest_(rejoin_digest), root_(topo, topo.root().endpoint, /*mute=*/false) {
+    root_.on_hello = [this](testing::FakeRoot& r, const std::string& child,
+                            const wire::ParsedFrame& f) {
+      wire::HelloPayload hello;
+      if (!wire::decode_hello(f.payload, f.payload_size, &hello)) return;
+      size_t n = 0;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        hellos_.push_back(hello.model_digest);
+        n = hellos_.size();
+      }
+      if (n > 2) return;
+      const Digest& digest = n == 1 ? hello.model_digest : rejoin_digest_;
+      wire::FrameHeader h = r.header(wire::MsgType::kWelcome);
+      h.flags = wire::kFlagNoChange;
+      h.total_elements = kElements;
+      r.send(child, h, std::vector<uint8_t>(digest.begin(), digest.end()));
+      if (n == 2) r.silent = false;
+    };
+    root_.serving = true;
   }
-  ScriptedRoot(const ScriptedRoot&) = delete;
-  ScriptedRoot& operator=(const ScriptedRoot&) = delete;
 
-  std::atomic<bool> silent{false};
+  std::atomic<bool>& silent() { return root_.silent; }
   std::vector<Digest> hellos() const {
     std::lock_guard<std::mutex> lock(mu_);
     return hellos_;
   }
 
  private:
-  void loop() {
-    auto next_beat = Clock::now();
-    while (!stop_) {
-      transport::Incoming in;
-      if (link_.recv(&in, 20ms)) on_frame(in);
-      if (!silent && !child_.empty() && Clock::now() >= next_beat) {
-        next_beat = Clock::now() + 100ms;
-        send(wire::MsgType::kHeartbeat, 0, {});
-      }
-    }
-  }
-
-  void on_frame(const transport::Incoming& in) {
-    const wire::ParsedFrame f = wire::parse_frame(in.data(), in.frame_size);
-    if (!f.ok() || f.header.type != wire::MsgType::kHello) return;
-    wire::HelloPayload hello;
-    if (!wire::decode_hello(f.payload, f.payload_size, &hello)) return;
-    size_t n = 0;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      hellos_.push_back(hello.model_digest);
-      n = hellos_.size();
-    }
-    child_ = in.peer;
-    if (n == 1) {
-      welcome(hello.model_digest);
-    } else if (n == 2) {
-      welcome(rejoin_digest_);
-      silent = false;
-    }
-    // Later hellos are only counted: a site that asks for the model in full
-    // waits for it.
-  }
-
-  void welcome(const Digest& digest) {
-    send(wire::MsgType::kWelcome, wire::kFlagNoChange,
-         std::vector<uint8_t>(digest.begin(), digest.end()));
-  }
-
-  void send(wire::MsgType type, uint8_t flags, const std::vector<uint8_t>& payload) {
-    wire::FrameHeader h = node::node_header(topo_, topo_.root().index, type, 0);
-    h.flags = flags;
-    if (type == wire::MsgType::kWelcome) h.total_elements = kElements;
-    try {
-      (void)link_.try_send(child_, node::make_frame(h, payload));
-    } catch (const Error&) {
-      // Between sessions: the site says hello again on its next one.
-    }
-  }
-
- public:
-  static constexpr uint64_t kElements = 1000;
-
- private:
-  const Topology& topo_;
-  node::NodeConfig config_;
-  node::NodeSecurity security_;
-  std::unique_ptr<transport::Transport> transport_;
-  transport::ChildrenLink link_;
   const Digest rejoin_digest_;
-  std::string child_;  // the loop thread's
   mutable std::mutex mu_;
   std::vector<Digest> hellos_;
-  std::atomic<bool> stop_{false};
-  std::thread thread_;  // last: it runs over the members above
+  testing::FakeRoot root_;  // last: its thread runs the handler over the members above
 };
 
 struct Rejoined {
@@ -185,7 +103,7 @@ struct Rejoined {
 Rejoined rejoin(bool wrong_digest, Clock::duration settle) {
   testing::TempDir dir;
   const Topology topo = make_topology(dir.path(), /*region=*/false);
-  std::vector<float> params(ScriptedRoot::kElements);
+  std::vector<float> params(kElements);
   for (size_t i = 0; i < params.size(); ++i) params[i] = 0.001f * static_cast<float>(i % 97);
   Rejoined out;
   out.anchor = sha256(params.data(), params.size() * sizeof(float));
@@ -199,7 +117,7 @@ Rejoined rejoin(bool wrong_digest, Clock::duration settle) {
   std::thread runner([&] {
     try {
       site.join();
-      root.silent = true;
+      root.silent() = true;
       for (float& p : params) p += 0.5f;  // trained
       site.sync();
     } catch (const std::exception& e) {
@@ -224,7 +142,7 @@ Rejoined rejoin(bool wrong_digest, Clock::duration settle) {
 Rejoined rejoin_region(bool wrong_digest, Clock::duration settle) {
   testing::TempDir dir;
   const Topology topo = make_topology(dir.path(), /*region=*/true);
-  std::vector<float> init(ScriptedRoot::kElements);
+  std::vector<float> init(kElements);
   for (size_t i = 0; i < init.size(); ++i) init[i] = 0.002f * static_cast<float>(i % 89);
   Rejoined out;
   out.anchor = sha256(init.data(), init.size() * sizeof(float));
@@ -252,7 +170,7 @@ Rejoined rejoin_region(bool wrong_digest, Clock::duration settle) {
   std::thread runner([&] {
     try {
       site.join();
-      root.silent = true;
+      root.silent() = true;
       for (float& p : params) p += 0.25f;  // trained
       site.sync();
     } catch (const std::exception&) {

@@ -15,22 +15,13 @@
 #include "harness/fake_root.hpp"
 #include "harness/federation_fixture.hpp"
 #include "harness/temp_dir.hpp"
+#include "harness/wait_for.hpp"
 
 namespace fedwan {
 namespace {
 
 using namespace std::chrono_literals;
-using Clock = std::chrono::steady_clock;
-
-template <typename Done>
-bool wait_for(Done done, Clock::duration limit) {
-  const auto until = Clock::now() + limit;
-  while (!done()) {
-    if (Clock::now() >= until) return false;
-    std::this_thread::sleep_for(10ms);
-  }
-  return true;
-}
+using testing::wait_for;
 
 TEST(SiteStandbyFailover, AJoiningSiteComesBackToTheRootPastItsMuteStandby) {
   testing::TempDir dir;
