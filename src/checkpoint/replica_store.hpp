@@ -45,6 +45,7 @@ struct CheckpointIdentity {
   // before. It names the file's contents as a SHA-256 of the whole file
   // would, without hashing its sections a second time.
   std::array<uint8_t, 32> digest{};
+  bool is_signed = false;  // it carries a signature (checked only when asked)
 };
 
 // Streaming check of the checkpoint at `path` without loading it: the fixed

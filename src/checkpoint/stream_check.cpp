@@ -335,6 +335,7 @@ std::optional<std::string> StreamCheck::finish(const fs::path& path, const std::
     return at + "digest mismatch: the file is corrupt or incomplete";
   }
   head.id.digest = computed;
+  head.id.is_signed = head.is_signed;
   if (any_identity_) {
     if (out) *out = std::move(head.id);
     return std::nullopt;

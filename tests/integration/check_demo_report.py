@@ -45,7 +45,7 @@ def kept_replicas_match_audit(fedwan: str, rundir: str, since: float) -> list:
     """Every replica an aggregator kept in this run (written since `since`)
     is the one its audit log names: the digest `fedwan checkpoint digest`
     prints for the file is that of the aggregator's last `replica_stored`
-    entry for its child and round."""
+    entry for its child and round; with the run's CA, the child signed it."""
     out = []
     checked = 0
     for path in sorted(glob.glob(os.path.join(rundir, "checkpoints", "*", "replicas", "*",
@@ -63,7 +63,11 @@ def kept_replicas_match_audit(fedwan: str, rundir: str, since: float) -> list:
                 if (e.get("event") == "replica_stored" and fields.get("peer") == peer
                         and fields.get("round") == rnd):
                     digests.append(fields.get("digest"))
-        p = subprocess.run([fedwan, "checkpoint", "digest", path], capture_output=True, text=True)
+        # Signed by the child itself under the demo's CA, when the run has one.
+        ca = os.path.join(rundir, "pki", "ca", "ca.pem")
+        p = subprocess.run([fedwan, "checkpoint", "digest", path] +
+                           (["--ca", ca] if os.path.exists(ca) else []),
+                           capture_output=True, text=True)
         if p.returncode != 0:
             out.append(f"`fedwan checkpoint digest {path}` failed: {p.stderr.strip()}")
             continue
@@ -75,6 +79,18 @@ def kept_replicas_match_audit(fedwan: str, rundir: str, since: float) -> list:
         checked += 1
     if checked:
         print(f"replicas: {checked} kept file(s), each the one its aggregator's audit names")
+        # A copy with one byte changed is no checkpoint of anyone's.
+        with open(path, "rb") as f:
+            damaged = bytearray(f.read())
+        damaged[len(damaged) // 2] ^= 0x01
+        copy = os.path.join(rundir, "damaged-replica.fwck")
+        with open(copy, "wb") as f:
+            f.write(damaged)
+        p = subprocess.run([fedwan, "checkpoint", "digest", copy], capture_output=True, text=True)
+        os.remove(copy)
+        if p.returncode != 1 or "corrupt" not in p.stderr:
+            out.append(f"`fedwan checkpoint digest` on a damaged replica: exit {p.returncode}, "
+                       f"{p.stderr.strip()!r}")
     return out
 
 
