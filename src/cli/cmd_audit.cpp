@@ -184,13 +184,10 @@ void add_audit_command(CLI::App& app, int* exit_code) {
         const bool hex = h.size() == 64 && h.find_first_not_of("0123456789abcdef") == h.npos;
         return hex ? std::string() : std::string("must be 64 lower-case hex digits");
       });
-  verify
-      ->add_option("--ca", args->ca,
-                   "the federation's ca.pem: check every signed head against it (and require "
-                   "at least one)")
-      ->check(CLI::ExistingFile);
-  verify->add_option("--crl", args->crl, "with --ca: a crl.pem; heads by revoked keys fail")
-      ->check(CLI::ExistingFile);
+  add_ca_flags(*verify, args->ca, args->crl,
+               "the federation's ca.pem: check every signed head against it (and require at "
+               "least one)",
+               "with --ca: a crl.pem; heads by revoked keys fail");
   verify->footer(kAnchorNote);
   verify->callback([args, exit_code] { *exit_code = run_verify(*args); });
 

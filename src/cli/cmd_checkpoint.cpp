@@ -71,13 +71,10 @@ void add_checkpoint_command(CLI::App& app, int* exit_code) {
       "digest", "check each file is an intact checkpoint and print its digest (as the audit log's "
                 "replica_stored and replica_restored entries give it), node, round and topology");
   digest->add_option("files", args->files, "checkpoint files (.fwck)")->required();
-  digest
-      ->add_option("--ca", args->ca,
-                   "the federation's ca.pem: each file must be signed by its own node with a "
-                   "certificate of this CA")
-      ->check(CLI::ExistingFile);
-  digest->add_option("--crl", args->crl, "with --ca: a crl.pem; files signed by revoked keys fail")
-      ->check(CLI::ExistingFile);
+  add_ca_flags(*digest, args->ca, args->crl,
+               "the federation's ca.pem: each file must be signed by its own node with a "
+               "certificate of this CA",
+               "with --ca: a crl.pem; files signed by revoked keys fail");
   digest->footer(
       "The digest is the SHA-256 of the checkpoint's header and manifest, which names every "
       "section's SHA-256; its signature covers it. It is not the SHA-256 of the whole file. "

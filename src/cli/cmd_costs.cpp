@@ -195,13 +195,9 @@ void add_costs_command(CLI::App& app, int* exit_code) {
                    "window holding its end)")
       ->check(CLI::IsMember({"none", "1h", "6h", "1d"}))
       ->capture_default_str();
-  costs
-      ->add_option("--ca", args->ca,
-                   "the federation CA (ca.pem): bill each record only to the node whose key "
-                   "signed it")
-      ->check(CLI::ExistingFile);
-  costs->add_option("--crl", args->crl, "the CA's revocation list (crl.pem), with --ca")
-      ->check(CLI::ExistingFile);
+  add_ca_flags(*costs, args->ca, args->crl,
+               "the federation CA (ca.pem): bill each record only to the node whose key signed it",
+               "the CA's revocation list (crl.pem), with --ca");
   costs->add_flag("--unverified", args->on_their_word,
                   "bill records on their word, signed or not (no --ca); the bill says so");
   costs

@@ -25,6 +25,10 @@ struct SecurityArgs {
   std::string audit_log;
 };
 void add_security_flags(CLI::App& cmd, SecurityArgs& s);
+// --ca and --crl (existing files) on a command that checks signatures
+// against the federation CA; the help says what each does there.
+void add_ca_flags(CLI::App& cmd, std::string& ca, std::string& crl, const std::string& ca_help,
+                  const std::string& crl_help);
 // SecurityOptions from the flags.
 
 struct NodeArgs {

@@ -156,6 +156,12 @@ void print_alarms(const std::string& who, const std::vector<std::string>& alarms
   for (const std::string& a : alarms) log_always("error", "fedwan: " + who + " alarm: " + a);
 }
 
+void add_ca_flags(CLI::App& cmd, std::string& ca, std::string& crl, const std::string& ca_help,
+                  const std::string& crl_help) {
+  cmd.add_option("--ca", ca, ca_help)->check(CLI::ExistingFile);
+  cmd.add_option("--crl", crl, crl_help)->check(CLI::ExistingFile);
+}
+
 void add_security_flags(CLI::App& cmd, SecurityArgs& s) {
   cmd.add_option("--credentials", s.credentials,
                  "this node's credentials bundle (DIR/<node-id> from `fedwan certs init`)")
