@@ -25,7 +25,7 @@ struct FEDWAN_API NodeOptions {
   // first waits up to this long for the replica its parent (the root: its
   // standby) keeps of it.
   std::chrono::milliseconds join_timeout{std::chrono::minutes(5)};
-  int window = 8;  // frames queued per peer and direction
+  int window = 4;  // frames queued per peer and direction
   // Mutual TLS credentials (or explicit plaintext) and the audit log.
   SecurityOptions security;
   // Fault tolerance (docs/operations.md). With a directory, the node writes

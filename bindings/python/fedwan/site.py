@@ -190,7 +190,7 @@ class Site:
     """
 
     def __init__(self, model, optimizer=None, parameters=None, join_timeout_s: float = 300.0,
-                 round_timeout_s: Optional[float] = None, window: int = 8, *,
+                 round_timeout_s: Optional[float] = None, window: int = 4, *,
                  topology=None, node_id: Optional[str] = None, credentials=None,
                  insecure_plaintext: bool = False, cipher: str = "aes-256-gcm",
                  audit_log=None, checkpoint_dir=None, process_group=None,

@@ -369,7 +369,7 @@ void bind_site_core(py::module_& m) {
                    const std::string&, const std::string&, const OptionalPathArg&, double,
                    std::optional<int64_t>>(),
           "topology"_a, "node_id"_a, "params"_a, "join_timeout_s"_a = 300.0, py::kw_only(),
-          "round_timeout_s"_a = py::none(), "window"_a = 8, "credentials"_a = py::none(),
+          "round_timeout_s"_a = py::none(), "window"_a = NodeOptions{}.window, "credentials"_a = py::none(),
           "insecure_plaintext"_a = false, "cipher"_a = "aes-256-gcm", "audit_log"_a = py::none(),
           "checkpoint_dir"_a = py::none(), "costs_path"_a = py::none(), "devices"_a = 1,
           "device_kind"_a = "cpu", "metrics"_a = "", "metrics_token_file"_a = py::none(),
