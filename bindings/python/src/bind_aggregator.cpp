@@ -298,9 +298,10 @@ refusals.)")
                     const OptionalPathArg&, bool, std::optional<int64_t>>(),
            "topology"_a, "node_id"_a, "initial_model"_a = py::none(), "on_round"_a = py::none(),
            "on_model"_a = py::none(), "join_timeout_s"_a = 300.0, py::kw_only(),
-           "round_timeout_s"_a = py::none(), "window"_a = NodeOptions{}.window, "credentials"_a = py::none(),
-           "insecure_plaintext"_a = false, "cipher"_a = "aes-256-gcm", "audit_log"_a = py::none(),
-           "checkpoint_dir"_a = py::none(), "standby"_a = false, "spill_from_bytes"_a = py::none(),
+           "round_timeout_s"_a = py::none(), "window"_a = NodeOptions{}.window,
+           "credentials"_a = py::none(), "insecure_plaintext"_a = false, "cipher"_a = "aes-256-gcm",
+           "audit_log"_a = py::none(), "checkpoint_dir"_a = py::none(), "standby"_a = false,
+           "spill_from_bytes"_a = py::none(),
            R"(Builds node `node_id` (a root or region) of `topology` (a Topology or the
 path of a topology file) and binds its endpoint.
 

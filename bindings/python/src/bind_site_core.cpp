@@ -369,11 +369,12 @@ void bind_site_core(py::module_& m) {
                    const std::string&, const std::string&, const OptionalPathArg&, double,
                    std::optional<int64_t>>(),
           "topology"_a, "node_id"_a, "params"_a, "join_timeout_s"_a = 300.0, py::kw_only(),
-          "round_timeout_s"_a = py::none(), "window"_a = NodeOptions{}.window, "credentials"_a = py::none(),
-          "insecure_plaintext"_a = false, "cipher"_a = "aes-256-gcm", "audit_log"_a = py::none(),
-          "checkpoint_dir"_a = py::none(), "costs_path"_a = py::none(), "devices"_a = 1,
-          "device_kind"_a = "cpu", "metrics"_a = "", "metrics_token_file"_a = py::none(),
-          "checkpoint_budget"_a = 0.05, "page_out_from_bytes"_a = py::none(),
+          "round_timeout_s"_a = py::none(), "window"_a = NodeOptions{}.window,
+          "credentials"_a = py::none(), "insecure_plaintext"_a = false, "cipher"_a = "aes-256-gcm",
+          "audit_log"_a = py::none(), "checkpoint_dir"_a = py::none(), "costs_path"_a = py::none(),
+          "devices"_a = 1, "device_kind"_a = "cpu", "metrics"_a = "",
+          "metrics_token_file"_a = py::none(), "checkpoint_budget"_a = 0.05,
+          "page_out_from_bytes"_a = py::none(),
           "params: the C-contiguous float32 array the site trains (used in place). "
           "join_timeout_s bounds join(); round_timeout_s bounds each sync() (None: the "
           "topology's federation.round_timeout_s); window: frames in flight to the parent. "
