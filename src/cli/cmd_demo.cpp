@@ -230,9 +230,8 @@ void report_demo(const DemoArgs& a, const DemoPlan& plan, const Placement& place
 // files (the model several times over: gigabytes at 100M parameters, which
 // runs one after another would pile up); the topology, credentials, logs,
 // audit logs, cost records and reports stay for reading. Under --dir
-// everything stays.
+// everything stays, and the last line says how much of it is checkpoints.
 void drop_checkpoints(const DemoArgs& a, const DemoPlan& plan) {
-  if (!a.work_dir.empty()) return;
   std::error_code ec;
   uint64_t bytes = 0;
   std::vector<fs::path> files;
@@ -242,6 +241,14 @@ void drop_checkpoints(const DemoArgs& a, const DemoPlan& plan) {
       bytes += it->file_size(ec);
       files.push_back(it->path());
     }
+  }
+  if (!a.work_dir.empty()) {
+    if (bytes > 0) {
+      std::printf("fedwan demo: the nodes' checkpoint files (%.1f MB) stay in %s; remove them "
+                  "when done\n",
+                  static_cast<double>(bytes) / 1e6, (plan.dir / "checkpoints").string().c_str());
+    }
+    return;
   }
   for (const fs::path& f : files) fs::remove(f, ec);
   if (bytes > 0) {
