@@ -10,6 +10,7 @@
 
 #include "codec/half.hpp"
 #include "common/cpu_features.hpp"
+#include "common/fingerprint.hpp"
 #include "common/sha256.hpp"
 #include "fedwan/error.hpp"
 
@@ -118,7 +119,7 @@ UpdateScreen::UpdateScreen(ScreenConfig cfg, tensor::ChunkPlan plan)
       sent_(cfg.replay_window > 0 ? plan.count() : 0) {}
 
 uint64_t payload_digest(const uint8_t* payload, size_t bytes) {
-  return payload_digest(sha256(payload, bytes));
+  return fingerprint64(payload, bytes);
 }
 
 uint64_t payload_digest(const Sha256Digest& sha) {

@@ -124,9 +124,12 @@ class UpdateScreen {
   std::vector<std::vector<std::vector<SentDigest>>> sent_;
 };
 
-// The first 8 bytes of the payload's SHA-256: what replays are told by.
+// What replays are told by: the payload's fingerprint64 (a keyed hash five
+// times faster than SHA-256, common/fingerprint.hpp), or, where the caller
+// has the payload's SHA-256 already (for its audit log), its first 8 bytes.
+// A process uses one of the two throughout: its screen compares only its
+// own digests (a node that hashes every payload for its audit log, or none).
 uint64_t payload_digest(const uint8_t* payload, size_t bytes);
-// The same from the payload's SHA-256, where the caller has it already.
 uint64_t payload_digest(const Sha256Digest& sha);
 
 // The L2 norm, summed in double in 16 interleaved partial sums (AVX2 where

@@ -115,6 +115,7 @@ struct DemoArgs {
   uint64_t chunk_bytes = 1 << 20;
   bool no_baseline = false;
   bool no_checkpoints = false;  // nodes keep no checkpoints (nor replicas); no restarts
+  bool no_audit_log = false;    // nodes keep no audit log
   std::string report;
   std::string work_dir;             // default: a fresh temporary directory
   bool force = false;               // replace a federation CA already in work_dir/pki

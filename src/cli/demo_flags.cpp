@@ -243,6 +243,10 @@ void add_workspace_flags(CLI::App& cmd, DemoArgs& a) {
   cmd.add_flag("--no-checkpoints", a.no_checkpoints,
                "the nodes keep no checkpoints and send no replicas (a node that dies is not "
                "restarted): to measure what durability costs");
+  cmd.add_flag("--no-audit-log", a.no_audit_log,
+               "the nodes keep no audit log (as nodes started without --audit-log): to measure "
+               "what it costs; not with --late, --add-site or --chaos, which the demo follows "
+               "through the audit logs");
   cmd.add_option("--report", a.report, "write the JSON report here");
   cmd.add_option("--dir", a.work_dir,
                  "working directory (default: a new temporary one); a federation CA an earlier "

@@ -68,10 +68,12 @@ NodeLaunch demo_node_launch(const DemoArgs& a, const DemoPlan& plan, const NodeS
     } else {
       args.insert(args.end(), {"--credentials", (plan.pki / n.id).string(), "--cipher", a.cipher});
     }
-    const std::string audit = (dir / "audit" / (name + ".jsonl")).string();
-    if (rank == 0) l.audit_log = audit;
-    // A node that dies is started again from here (the supervisor).
-    args.insert(args.end(), {"--audit-log", audit});
+    if (!a.no_audit_log) {
+      const std::string audit = (dir / "audit" / (name + ".jsonl")).string();
+      if (rank == 0) l.audit_log = audit;
+      // A node that dies is started again from here (the supervisor).
+      args.insert(args.end(), {"--audit-log", audit});
+    }
     if (!a.no_checkpoints) {
       args.insert(args.end(), {"--checkpoint-dir", (dir / "checkpoints" / name).string()});
     }

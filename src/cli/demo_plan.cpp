@@ -200,6 +200,13 @@ DemoPlan plan_demo(const DemoArgs& a, fs::path dir) {
     throw ConfigError("--chaos " + a.chaos +
                       " needs checkpoints to recover from: drop --no-checkpoints");
   }
+  if (a.no_audit_log && (plan.late || a.add_site > 0 || plan.chaos)) {
+    throw ConfigError(std::string("--no-audit-log: ") +
+                      (plan.late        ? "--late"
+                       : a.add_site > 0 ? "--add-site"
+                                        : "--chaos") +
+                      " needs the nodes' audit logs (the demo follows the run through them)");
+  }
   plan.binaries = parse_node_binaries(a.node_binaries, plan.topology);
   plan.dir = std::move(dir);
   plan.topology_file = (plan.dir / "topology.yaml").string();

