@@ -292,7 +292,8 @@ void add_site_command(CLI::App& app, NodeArgs& args, int* exit_code) {
   cmd->add_option("--report", args.report,
                   "write a JSON report here at the end (also when stopped by a signal): per "
                   "round the training and sync wall time and bytes sent and received, the "
-                  "totals and the utilisation (training time / wall time since joining)");
+                  "totals and the utilisation (training time / wall time since joining); with "
+                  "--trainer synthetic also the training's CPU time (train_cpu_s)");
   cmd->add_option("--join-after-file", args.join_after_file,
                   "load the data, then wait until this file exists before contacting the "
                   "federation (a launcher's go signal, e.g. for a late_join site)");

@@ -78,6 +78,10 @@ NodeLaunch demo_node_launch(const DemoArgs& a, const DemoPlan& plan, const NodeS
       args.insert(args.end(), {"--checkpoint-dir", (dir / "checkpoints" / name).string()});
     }
     if (n.role == Role::kRoot) args.insert(args.end(), {"--eval", "--report", plan.root_report});
+    // A site's report: what its training cost, apart from its sync (cpu.training_s).
+    if (site && rank == 0) {
+      args.insert(args.end(), {"--report", (dir / "reports" / (n.id + ".json")).string()});
+    }
     if (leave && leave->site == n.id) {
       args.insert(args.end(), {"--leave-at-round", std::to_string(leave->round - 1)});
     }

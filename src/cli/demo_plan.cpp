@@ -222,6 +222,8 @@ DemoPlan plan_demo(const DemoArgs& a, fs::path dir) {
   fs::remove_all(plan.dir / "rendezvous");
   // Nodes resume from these after a restart, never from an earlier run's.
   fs::remove_all(plan.dir / "checkpoints");
+  fs::remove_all(plan.dir / "reports");
+  fs::create_directories(plan.dir / "reports");
   plan.root_report = (plan.dir / "root.json").string();
   return plan;
 }

@@ -7,6 +7,7 @@
 #include <iomanip>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <system_error>
 
@@ -144,16 +145,27 @@ void print_federation_summary(nlohmann::json& report, double federation_s, doubl
               report["wan_bytes_total"].get<double>() / 1e6, ratio, federation_s, wall_s);
 }
 
-nlohmann::json cpu_json(const std::map<std::string, std::pair<double, double>>& cpu_seconds) {
+nlohmann::json cpu_json(const std::map<std::string, std::pair<double, double>>& cpu_seconds,
+                        const fs::path& reports_dir) {
   nlohmann::json nodes = nlohmann::json::object();
   double user = 0;
   double system = 0;
+  std::optional<double> training;
   for (const auto& [id, t] : cpu_seconds) {
     nodes[id] = {{"user_s", t.first}, {"system_s", t.second}};
     user += t.first;
     system += t.second;
+    std::ifstream f(reports_dir / (id + ".json"));
+    if (!f) continue;  // not a site, or one that wrote no report
+    const nlohmann::json r = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);
+    if (r.is_object() && r.contains("train_cpu_s_total") && r["train_cpu_s_total"].is_number()) {
+      nodes[id]["training_s"] = r["train_cpu_s_total"];
+      training = training.value_or(0) + r["train_cpu_s_total"].get<double>();
+    }
   }
-  return {{"nodes", nodes}, {"user_s", user}, {"system_s", system}};
+  nlohmann::json out = {{"nodes", nodes}, {"user_s", user}, {"system_s", system}};
+  if (training) out["training_s"] = *training;
+  return out;
 }
 
 void print_cpu(const nlohmann::json& cpu, double fp32_bytes) {
@@ -163,6 +175,14 @@ void print_cpu(const nlohmann::json& cpu, double fp32_bytes) {
   std::printf(
       "cpu: nodes %.1f s user + %.1f s system; %.3f GB of fp32 model moved per CPU-second\n", user,
       system, fp32_bytes / 1e9 / (user + system));
+  if (!cpu.contains("training_s")) return;
+  const double training = cpu["training_s"].get<double>();
+  const double federation = user + system - training;
+  if (federation > 0) {
+    std::printf("cpu: of which the sites' training %.1f s; the federation alone %.3f GB per "
+                "CPU-second\n",
+                training, fp32_bytes / 1e9 / federation);
+  }
 }
 
 nlohmann::json memory_json(const std::map<std::string, uint64_t>& peak_rss_kib,

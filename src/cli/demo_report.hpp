@@ -32,14 +32,18 @@ void print_restarts(const std::vector<Restart>& restarts);
 nlohmann::json demo_configuration(const DemoArgs& a, const Topology& topo, bool cuda,
                                   const std::filesystem::path& dir);
 
+// {"nodes": {id: {"user_s", "system_s"}}, "user_s", "system_s"}: the CPU
+// time of every node (not the demo's own), and their sum; with
+// "training_s" where the sites' reports in `reports_dir` (<site>.json)
+// give their training's CPU time (the synthetic trainer): the part of the
+// sum that was training, not federation.
+nlohmann::json cpu_json(const std::map<std::string, std::pair<double, double>>& cpu_seconds,
+                        const std::filesystem::path& reports_dir);
+void print_cpu(const nlohmann::json& cpu, double fp32_bytes);
+
 // Each node's peak resident memory (`peak_rss_kib`, from the supervisor)
 // in MiB, and against the fp32 model of `parameters`: the report's
 // "memory" object.
-// {"nodes": {id: {"user_s", "system_s"}}, "user_s", "system_s"}: the CPU
-// time of every node (not the demo's own), and their sum.
-nlohmann::json cpu_json(const std::map<std::string, std::pair<double, double>>& cpu_seconds);
-void print_cpu(const nlohmann::json& cpu, double fp32_bytes);
-
 nlohmann::json memory_json(const std::map<std::string, uint64_t>& peak_rss_kib,
                            const std::map<std::string, uint64_t>& peak_anon_kib,
                            const Topology& topo, uint64_t parameters);

@@ -16,7 +16,10 @@ void SiteReport::joined(SiteReport::Clock::time_point join_started) {
   join_s_ = std::chrono::duration<double>(*joined_at_ - join_started).count();
 }
 
-void SiteReport::trained(double seconds) { pending_train_s_ += seconds; }
+void SiteReport::trained(double seconds, std::optional<double> cpu_s) {
+  pending_train_s_ += seconds;
+  if (cpu_s) pending_train_cpu_s_ = pending_train_cpu_s_.value_or(0) + *cpu_s;
+}
 
 void SiteReport::synced(uint64_t round, Clock::time_point sync_started, const SyncResult& r,
                         std::optional<double> waited_s) {
@@ -36,6 +39,11 @@ void SiteReport::synced(uint64_t round, Clock::time_point sync_started, const Sy
                      {"bytes_received", r.bytes_received},
                      {"replica_bytes", r.replica_bytes}});
   if (waited_s) rounds_.back()["overlap_s"] = span_s;
+  if (pending_train_cpu_s_) {
+    rounds_.back()["train_cpu_s"] = *pending_train_cpu_s_;
+    train_cpu_s_total_ = train_cpu_s_total_.value_or(0) + *pending_train_cpu_s_;
+  }
+  pending_train_cpu_s_.reset();
   train_s_total_ += pending_train_s_;
   sync_s_total_ += sync_s;
   bytes_sent_total_ += r.bytes_sent;
@@ -48,19 +56,19 @@ void SiteReport::write(bool stopped) const {
   if (path_.empty()) return;
   const double wall_s =
       joined_at_ ? std::chrono::duration<double>(last_sync_end_ - *joined_at_).count() : 0.0;
-  const nlohmann::json j = {
-      {"node", node_},
-      {"rounds", rounds_},
-      {"train_s_total", train_s_total_},
-      {"sync_s_total", sync_s_total_},
-      {"wall_s", wall_s},
-      {"utilisation", wall_s > 0 ? train_s_total_ / wall_s : 0.0},
-      {"bytes_sent_total", bytes_sent_total_},
-      {"bytes_resent_total", bytes_resent_total_},
-      {"bytes_received_total", bytes_received_total_},
-      {"join_s", joined_at_ ? nlohmann::json(join_s_) : nlohmann::json(nullptr)},
-      {"step_time_ms", step_time_ms_},
-      {"stopped", stopped}};
+  nlohmann::json j = {{"node", node_},
+                      {"rounds", rounds_},
+                      {"train_s_total", train_s_total_},
+                      {"sync_s_total", sync_s_total_},
+                      {"wall_s", wall_s},
+                      {"utilisation", wall_s > 0 ? train_s_total_ / wall_s : 0.0},
+                      {"bytes_sent_total", bytes_sent_total_},
+                      {"bytes_resent_total", bytes_resent_total_},
+                      {"bytes_received_total", bytes_received_total_},
+                      {"join_s", joined_at_ ? nlohmann::json(join_s_) : nlohmann::json(nullptr)},
+                      {"step_time_ms", step_time_ms_},
+                      {"stopped", stopped}};
+  if (train_cpu_s_total_) j["train_cpu_s_total"] = *train_cpu_s_total_;
   write_file_atomic(path_, j.dump(2) + "\n", 0600);
 }
 

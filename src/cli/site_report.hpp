@@ -27,7 +27,9 @@ class SiteReport {
   void joined(Clock::time_point join_started);
   // Training counts towards the round the next sync ends: a resync restarts
   // the round, and the training before it still took the site's time.
-  void trained(double seconds);
+  // `cpu_s`: the CPU time of the thread that trained, where it did all of
+  // the training (the synthetic trainer); the report then has train_cpu_s.
+  void trained(double seconds, std::optional<double> cpu_s = std::nullopt);
   // The sync that ended `round` returned `r` (not a resync). An overlapped
   // sync gives `waited_s`, the time the site spent in begin_sync and
   // finish_sync (its sync_s); the transfer behind the steps between them
@@ -48,6 +50,8 @@ class SiteReport {
   Clock::time_point last_sync_end_;
   double join_s_ = 0;
   double pending_train_s_ = 0;
+  std::optional<double> pending_train_cpu_s_;
+  std::optional<double> train_cpu_s_total_;
   nlohmann::json rounds_ = nlohmann::json::array();
   double train_s_total_ = 0;
   double sync_s_total_ = 0;

@@ -1,5 +1,7 @@
 #include "cli/synthetic_rounds.hpp"
 
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <thread>
@@ -13,6 +15,14 @@ using Clock = SiteReport::Clock;
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// The CPU time of this thread, which takes every synthetic step: what the
+// steps cost, apart from the sync's work on other threads meanwhile.
+double thread_cpu_s() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
 class Rounds {
@@ -39,8 +49,9 @@ class Rounds {
         return true;
       }
       const Clock::time_point train_started = Clock::now();
+      const double cpu_started = thread_cpu_s();
       const Outcome trained = train(done, steps_);
-      report_.trained(seconds_since(train_started));
+      report_.trained(seconds_since(train_started), thread_cpu_s() - cpu_started);
       if (trained == Outcome::kStop) return false;
       if (trained == Outcome::kResynced) {
         done = 0;
@@ -59,15 +70,17 @@ class Rounds {
       // No steps after the last round's update: the final model replaces them.
       done = site_.round() + 1 < site_.rounds() ? tau_ : 0;
       const Clock::time_point overlap_started = Clock::now();
+      const double overlap_cpu_started = thread_cpu_s();
       const Outcome overlapped = train(0, done);
       const double overlap_train_s = seconds_since(overlap_started);
+      const double overlap_train_cpu_s = thread_cpu_s() - overlap_cpu_started;
       // Stopping: finish_sync still merges within the stop's grace (or
       // throws StoppedError, and the last merge's checkpoint stays).
       site_.set_data_position(done);
       const Clock::time_point merge_started = Clock::now();
       r = site_.finish_sync();
       report_.synced(ending, sync_started, r, begin_s + seconds_since(merge_started));
-      report_.trained(overlap_train_s);
+      report_.trained(overlap_train_s, overlap_train_cpu_s);
       if (r.resynced) done = 0;
       if (overlapped == Outcome::kStop) return false;
     }
