@@ -238,16 +238,21 @@ void BM_Seal_RawAes256GcmModel(benchmark::State& state) {
   state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(out.size()));
 }
 
+// One chunk's fp16 payload, as it goes on the wire: what 7 and 8 digest.
+Bytes encoded_chunk(size_t n) {
+  Bytes payload(fp16().encoded_size(n));
+  const std::vector<float> values = delta_values(n, 3);
+  fp16().encode(values.data(), n, nullptr, payload.data());
+  return payload;
+}
+
 // 7. What the audit log adds per byte: SHA-256 of one chunk's encoded
 // payload, as its sender and every aggregator that takes it hash it for
 // their audit entries (OpenSSL, with the CPU's SHA extensions where it has
 // them). Ratio to the raw cipher: what a digest of every byte costs beside
 // encrypting it.
 void BM_Seal_Sha256(benchmark::State& state) {
-  const size_t n = elements(state);
-  Bytes payload(fp16().encoded_size(n));
-  const std::vector<float> values = delta_values(n, 3);
-  fp16().encode(values.data(), n, nullptr, payload.data());
+  const Bytes payload = encoded_chunk(elements(state));
   for (auto _ : state) {
     fedwan::Sha256Digest d = fedwan::sha256(payload.data(), payload.size());
     benchmark::DoNotOptimize(d);
@@ -258,10 +263,7 @@ void BM_Seal_Sha256(benchmark::State& state) {
 // 8. The same payload's fingerprint64 (GMAC under a key of the process's):
 // what an aggregator without an audit log tells replayed copies by.
 void BM_Seal_Fingerprint(benchmark::State& state) {
-  const size_t n = elements(state);
-  Bytes payload(fp16().encoded_size(n));
-  const std::vector<float> values = delta_values(n, 3);
-  fp16().encode(values.data(), n, nullptr, payload.data());
+  const Bytes payload = encoded_chunk(elements(state));
   for (auto _ : state) {
     uint64_t f = fedwan::fingerprint64(payload.data(), payload.size());
     benchmark::DoNotOptimize(f);
