@@ -36,7 +36,8 @@ nlohmann::json demo_configuration(const DemoArgs& a, const Topology& topo, bool 
 // time of every node (not the demo's own), and their sum; with
 // "training_s" where the sites' reports in `reports_dir` (<site>.json)
 // give their training's CPU time (the synthetic trainer): the part of the
-// sum that was training, not federation.
+// sum that was training, not federation (of a site's last start: a
+// restarted site's report is its last process's).
 nlohmann::json cpu_json(const std::map<std::string, std::pair<double, double>>& cpu_seconds,
                         const std::filesystem::path& reports_dir);
 void print_cpu(const nlohmann::json& cpu, double fp32_bytes);
