@@ -151,7 +151,10 @@ def run_demo(args, rounds: int, workdir: Path, extra: List[str]) -> Dict[str, fl
     user, system = float(r["cpu"]["user_s"]), float(r["cpu"]["system_s"])
     if "training_s" not in r["cpu"]:
         raise CouldNotRun(f"{args.fedwan} reports no training CPU (cpu.training_s): too old")
-    return {"cpu": user + system, "user": user, "system": system,
+    # Each node's CPU time besides its training steps.
+    nodes = {node: float(t["user_s"]) + float(t["system_s"]) - float(t.get("training_s", 0.0))
+             for node, t in r["cpu"]["nodes"].items()}
+    return {"cpu": user + system, "user": user, "system": system, "nodes": nodes,
             "training": float(r["cpu"]["training_s"]),
             "demo_cpu": usage.ru_utime + usage.ru_stime,
             "fp32_bytes": float(r["fp32_bytes_total"]),
@@ -166,7 +169,10 @@ def steady(args, workdir: Path, extra: List[str]) -> Dict[str, float]:
     rounds = args.long - args.short
     cpu = (long["cpu"] - short["cpu"]) / rounds
     training = (long["training"] - short["training"]) / rounds
-    return {"cpu_per_round": cpu,
+    per_node = {f"node_{node}_per_round": (long["nodes"][node] - short["nodes"].get(node, 0.0)) /
+                rounds for node in long["nodes"]}
+    return {**per_node,
+            "cpu_per_round": cpu,
             "training_cpu_per_round": training,
             "pipeline_cpu_per_round": cpu - training,
             "user_per_round": (long["user"] - short["user"]) / rounds,
@@ -226,6 +232,11 @@ def print_result(args, result) -> bool:
               f"{m['round_seconds']:.2f} | {g:.3f} | {min(each):.3f}-{max(each):.3f} | "
               f"{g * 1e9 / rates['memcpy']:.3f} | "
               f"{g * 1e9 / rates['aes_256_gcm']:.3f} | {m['whole_run_gb_per_cpu_s']:.3f} |")
+    for name, _, _ in CONFIGS:
+        m = med[name]
+        nodes = sorted(k for k in m if k.startswith("node_"))
+        print(f"{name}, CPU-s a round by node besides training: " +
+              ", ".join(f"{k[len('node_'):-len('_per_round')]} {m[k]:.2f}" for k in nodes))
     for name, _, audit in CONFIGS[1:]:
         m = med[name]
         floor = m["crypto_floor_cpu_per_round"]
