@@ -359,10 +359,10 @@ void def_properties(py::class_<PySiteCore>& cls) {
                              "SHA-256 of params when the SiteCore was built.");
 }
 
-void bind_site_core(py::module_& m) {
+// The constructor: every SiteOptions a Python site sets, keyword-only after
+// the join timeout.
+void def_constructor(py::class_<PySiteCore>& cls) {
   using namespace pybind11::literals;
-  py::class_<PySiteCore> cls(m, "SiteCore", kSiteCoreDoc);
-  def_overlapped_rounds(cls);
   cls.def(py::init<const TopologyArg&, const std::string&, const Float32ArrayArg&, double,
                    std::optional<double>, int, const OptionalPathArg&, bool, const std::string&,
                    const OptionalPathArg&, const OptionalPathArg&, const OptionalPathArg&, int,
@@ -389,14 +389,19 @@ void bind_site_core(py::module_& m) {
           "metrics_token_file: a file (owner-only) holding the bearer token the endpoint then "
           "requires. Raises "
           "fedwan.ConfigError (bad options, no credentials, a bundle of another node) or "
-          "fedwan.CryptoError (the site's certificate is expired or revoked).")
-      .def("join", &PySiteCore::join,
-           "Connects and joins; afterwards params hold the federation's model. Ctrl-C while "
-           "it waits stops the site (as stop() does) and raises KeyboardInterrupt within a "
-           "second. Returns {round, finished, bytes_sent, bytes_received, bytes_resent, resynced}. "
-           "Raises "
-           "fedwan.TimeoutError or fedwan.ProtocolError (refused by the parent), "
-           "fedwan.StoppedError after stop().")
+          "fedwan.CryptoError (the site's certificate is expired or revoked).");
+}
+
+// join, the blocking rounds, checkpoints, leaving, stopping and closing.
+void def_lifecycle(py::class_<PySiteCore>& cls) {
+  using namespace pybind11::literals;
+  cls.def("join", &PySiteCore::join,
+          "Connects and joins; afterwards params hold the federation's model. Ctrl-C while "
+          "it waits stops the site (as stop() does) and raises KeyboardInterrupt within a "
+          "second. Returns {round, finished, bytes_sent, bytes_received, bytes_resent, resynced}. "
+          "Raises "
+          "fedwan.TimeoutError or fedwan.ProtocolError (refused by the parent), "
+          "fedwan.StoppedError after stop().")
       .def("sync", &PySiteCore::sync,
            "Ends the round: sends the pseudo-gradient, waits for the next model and loads it "
            "into params; Ctrl-C stops the site and raises KeyboardInterrupt within a second "
@@ -439,6 +444,13 @@ void bind_site_core(py::module_& m) {
             return false;
           },
           "Closes the SiteCore; the exception (if any) propagates.");
+}
+
+void bind_site_core(py::module_& m) {
+  py::class_<PySiteCore> cls(m, "SiteCore", kSiteCoreDoc);
+  def_overlapped_rounds(cls);
+  def_constructor(cls);
+  def_lifecycle(cls);
   def_properties(cls);
 }
 
