@@ -158,7 +158,10 @@ class FEDWAN_API SiteCore {
   // Ends the round: sends (anchor - params), compressed with error feedback,
   // waits for the next anchor and loads it into params. Throws TimeoutError,
   // ProtocolError (refused, or a malformed anchor), TransportError,
-  // StoppedError after stop().
+  // StoppedError after stop(). One that throws after part of the next
+  // anchor came in (each chunk goes into the anchor and params as it comes)
+  // leaves the core unusable: later calls throw Error; build a new one,
+  // whose join() resumes from the last checkpoint.
   SyncResult sync();
 
   // Overlap (federation.overlap_steps = tau > 0, docs/architecture.md):

@@ -298,6 +298,7 @@ void SiteCore::Impl::model_in_full(SyncResult* res) {
   // sync's caller copies it at finish_sync).
   const uint64_t full_round = incoming.full_round();
   if (!overlapping()) std::memcpy(params, anchor.data(), plan.total() * sizeof(float));
+  anchor_mixed = false;
   log().info("[site:{}] {} at round {}", self.id, welcome.joined_once ? "resynced" : "joined",
              full_round);
   if (welcome.joined_once) {
@@ -321,14 +322,17 @@ void SiteCore::Impl::model_in_full(SyncResult* res) {
 void SiteCore::Impl::apply_update_chunk(uint32_t chunk, const Codec& c, const uint8_t* payload) {
   const uint64_t off = plan.offset(chunk);
   const uint32_t n = plan.size(chunk);
+  // The anchor is updated in place: its old chunk was only needed for this
+  // chunk's delta, already encoded. The params take the new chunk while it
+  // is in cache (not as a whole-model copy at take_anchor); overlapped,
+  // `work`, the params sent, becomes what finish_sync adds to the caller's.
+  float* a = anchor.data() + off;
+  anchor_mixed = true;
   if (!overlapping()) {
-    c.decode_add(payload, n, anchor.data() + off, params + off);
+    c.decode_add(payload, n, a, a);
+    std::memcpy(params + off, a, size_t{n} * sizeof(float));
     return;
   }
-  // Overlapped: the anchor is updated in place (its old chunk was only
-  // needed for this chunk's delta, already encoded) and `work`, the params
-  // sent, becomes what finish_sync adds to the caller's params.
-  float* a = anchor.data() + off;
   float* w = work + off;
   c.decode_accumulate(payload, n, 1.0f, a);
   for (uint32_t k = 0; k < n; ++k) w[k] = a[k] - w[k];
@@ -394,12 +398,16 @@ SyncResult SiteCore::Impl::service() {
 // One round, in four steps: prepare the update's state, send the update
 // chunk by chunk (sealed on a worker), wait for the next anchor (or a
 // resync, or the end), and take the anchor as the new round.
+void SiteCore::Impl::throw_if_failed() const {
+  if (!overlap.failed && !sync_failed) return;
+  throw Error("site '" + self.id + "': " +
+              (sync_failed ? "a sync failed with part of the next anchor taken in"
+                           : "an overlapped sync failed") +
+              "; build a new SiteCore (its join() resumes from the last checkpoint)");
+}
+
 SyncResult SiteCore::Impl::sync() {
-  if (overlap.failed) {
-    throw Error("site '" + self.id +
-                "': an overlapped sync failed; build a new SiteCore (its "
-                "join() resumes from the last checkpoint)");
-  }
+  throw_if_failed();
   if (overlap.pending) {
     throw Error("site '" + self.id + "': a sync is pending; call finish_sync() first");
   }
@@ -417,7 +425,12 @@ SyncResult SiteCore::Impl::sync() {
     std::atomic<bool>& flag;
     ~LeaveSync() { flag.store(false); }
   } leave_sync{in_sync};
-  run_sync(&res);
+  try {
+    run_sync(&res);
+  } catch (...) {
+    sync_failed = anchor_mixed;
+    throw;
+  }
   sync_unfinished = false;
   // The round's record: its update counts when the round moved on from it.
   cost_link_bytes();

@@ -155,9 +155,17 @@ class SiteCore::Impl {
   // A sync() began and did not end: params and the residual may hold part
   // of the next round, so checkpoint() keeps the round boundary's instead.
   bool sync_unfinished = false;
+  // Chunks of the next anchor are in the anchor already (each added in
+  // place once its delta went): until take_anchor it is neither round's.
+  bool anchor_mixed = false;
+  // A sync() threw with the anchor mixed: the round it began from is gone,
+  // so the core cannot go on (its join() resumes from the last checkpoint).
+  bool sync_failed = false;
   // Throws StoppedError after stop(); inside a sync, only once its grace
   // has run out.
   void throw_if_stopped(const char* where) const;
+  // Throws Error once a sync failed in a way the core cannot go on from.
+  void throw_if_failed() const;
 
   // Declared before the link: its security layer reports to it.
   std::unique_ptr<node::NodeSecurity> security;
@@ -239,9 +247,11 @@ class SiteCore::Impl {
   void await_welcome(Millis timeout, const char* why, SyncResult* res);
   // A hello; records the anchor digest it offers (welcome.offered).
   std::vector<uint8_t> hello_frame();
-  // Whether the anchor is this round's whole: not an overlapped sync's
-  // anchor with chunks of the next one already added in place.
-  bool anchor_whole() const { return !(overlapping() && incoming.next_received() > 0); }
+  // Whether the anchor is this round's whole: not one with chunks of the
+  // next one already added in place.
+  bool anchor_whole() const {
+    return !anchor_mixed && !(overlapping() && incoming.next_received() > 0);
+  }
   void on_frame(const wire::ParsedFrame& f, SyncResult* res);
   void on_done(const wire::FrameHeader& h);
   void on_welcome(const wire::ParsedFrame& f, SyncResult* res);

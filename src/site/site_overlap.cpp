@@ -32,11 +32,7 @@ SiteCore::Impl::~Impl() {
 }
 
 void SiteCore::Impl::begin_sync() {
-  if (overlap.failed) {
-    throw Error("site '" + self.id +
-                "': an overlapped sync failed; build a new SiteCore (its "
-                "join() resumes from the last checkpoint)");
-  }
+  throw_if_failed();
   if (overlap.pending) {
     throw Error("site '" + self.id + "': a sync is already pending; call finish_sync() first");
   }

@@ -5,7 +5,6 @@
 // site_core.cpp, the link's upkeep in site_link.cpp.
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -184,9 +183,8 @@ void SiteCore::Impl::await_anchor(uint64_t start_round, SyncResult* res) {
 }
 
 void SiteCore::Impl::take_anchor() {
-  apply_early();
-  // Overlapped, the anchor was updated in place as its chunks came.
-  if (!overlapping()) std::memcpy(anchor.data(), params, plan.total() * sizeof(float));
+  apply_early();  // every chunk is now in the anchor (and, not overlapped, in params)
+  anchor_mixed = false;
   round += 1;
   outgoing.sent = false;
   outgoing.frames.clear();

@@ -57,6 +57,9 @@ class FakeRoot {
   // Answers a hello that is not a replica request instead of the default
   // (the child heartbeated from then on), on the loop's thread.
   std::function<void(FakeRoot&, const std::string& child, const wire::ParsedFrame& hello)> on_hello;
+  // Gets every other frame from a child (its update's chunks, ...), on the
+  // loop's thread; unset, they are dropped.
+  std::function<void(FakeRoot&, const std::string& child, const wire::ParsedFrame& f)> on_other;
   // Hellos received while serving, and of them replica requests.
   int hellos() const { return hellos_.load(); }
   int replica_requests() const { return replica_requests_.load(); }
@@ -94,7 +97,11 @@ class FakeRoot {
 
   void on_frame(const transport::Incoming& in) {
     const wire::ParsedFrame f = wire::parse_frame(in.data(), in.frame_size);
-    if (!f.ok() || f.header.type != wire::MsgType::kHello) return;
+    if (!f.ok()) return;
+    if (f.header.type != wire::MsgType::kHello) {
+      if (on_other && !mute_) on_other(*this, in.peer, f);
+      return;
+    }
     hellos_ += 1;
     const bool replica = (f.header.flags & wire::kFlagNeedReplica) != 0;
     if (replica) replica_requests_ += 1;
@@ -133,10 +140,12 @@ struct IpcTree {
   uint64_t rounds = 1;
   bool standby = false;
   bool region = false;
+  uint64_t chunk_bytes = 1 << 20;
 };
 inline Topology ipc_tree(const std::filesystem::path& dir, const IpcTree& t) {
   FederationSpec f;
   f.rounds = t.rounds;
+  f.chunk_bytes = t.chunk_bytes;
   f.heartbeat_s = 0.1;
   f.heartbeat_timeout_s = 1;
   NodeSpec root;
