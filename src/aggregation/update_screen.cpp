@@ -46,14 +46,27 @@ double sum_of_squares_scalar(const float* v, size_t n, size_t from, double* lane
   return add_lanes(lanes);
 }
 
-__attribute__((target("avx2"))) double sum_of_squares_avx2(const float* v, size_t n) {
+// With `top`, the largest |value|'s bits (HalfKernels::max_abs_bits) are
+// found in the same pass: a stretch of the values at a time, its maximum
+// taken while the stretch is in L1. The lanes run on across stretches, so
+// the sum is the same bits either way.
+constexpr size_t kStretch = 4096;  // floats, a multiple of kLanes
+static_assert(kStretch % kLanes == 0, "a stretch must end on a lane boundary");
+
+__attribute__((target("avx2"))) double sum_of_squares_avx2(const float* v, size_t n,
+                                                           uint32_t* top) {
   __m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(),
                     _mm256_setzero_pd()};
+  const kernels::HalfKernels& k = kernels::half_kernels();
   size_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    for (size_t q = 0; q < 4; ++q) {
-      const __m256d x = _mm256_cvtps_pd(_mm_loadu_ps(v + i + 4 * q));
-      acc[q] = _mm256_add_pd(acc[q], _mm256_mul_pd(x, x));
+  for (size_t s = 0; s < n; s += kStretch) {
+    const size_t end = std::min(n, s + kStretch);
+    if (top) *top = std::max(*top, k.max_abs_bits(v + s, nullptr, end - s));
+    for (; i + kLanes <= end; i += kLanes) {
+      for (size_t q = 0; q < 4; ++q) {
+        const __m256d x = _mm256_cvtps_pd(_mm_loadu_ps(v + i + 4 * q));
+        acc[q] = _mm256_add_pd(acc[q], _mm256_mul_pd(x, x));
+      }
     }
   }
   double lanes[kLanes];
@@ -61,8 +74,9 @@ __attribute__((target("avx2"))) double sum_of_squares_avx2(const float* v, size_
   return sum_of_squares_scalar(v, n, i, lanes);
 }
 
-double sum_of_squares(const float* v, size_t n) {
-  if (cpu_has_avx2()) return sum_of_squares_avx2(v, n);
+double sum_of_squares(const float* v, size_t n, uint32_t* top = nullptr) {
+  if (cpu_has_avx2()) return sum_of_squares_avx2(v, n, top);
+  if (top) *top = kernels::half_kernels().max_abs_bits(v, nullptr, n);
   double lanes[kLanes] = {};
   return sum_of_squares_scalar(v, n, 0, lanes);
 }
@@ -145,12 +159,11 @@ std::optional<uint64_t> UpdateScreen::replayed(uint64_t round, uint32_t chunk, u
   return std::nullopt;
 }
 
-std::optional<std::string> UpdateScreen::value_problem(const float* v, uint32_t n) const {
-  if (!cfg_.finite_check && cfg_.max_abs <= 0) return std::nullopt;
+std::optional<std::string> UpdateScreen::value_problem(const float* v, uint32_t n,
+                                                       uint32_t top) const {
   const float max_abs = static_cast<float>(cfg_.max_abs);
-  // One vector pass finds the largest magnitude; only a chunk with a
+  // The largest magnitude came with the sum of squares; only a chunk with a
   // value to report is walked element by element to name it.
-  const uint32_t top = kernels::half_kernels().max_abs_bits(v, nullptr, n);
   float top_value = 0;
   std::memcpy(&top_value, &top, sizeof top_value);
   if (top < kF32Infinity && (cfg_.max_abs <= 0 || top_value <= max_abs)) return std::nullopt;
@@ -212,13 +225,16 @@ CopyVerdict UpdateScreen::over_bound(CopyVerdict v, float* values, uint32_t n) c
 CopyVerdict UpdateScreen::judge(uint64_t round, uint32_t chunk, uint32_t slot, uint64_t digest,
                                 float* values, uint32_t n) {
   CopyVerdict v;
-  if (auto problem = value_problem(values, n)) {
+  const bool checked = cfg_.finite_check || cfg_.max_abs > 0;
+  uint32_t top = 0;
+  const double squares = sum_of_squares(values, n, checked ? &top : nullptr);
+  if (auto problem = checked ? value_problem(values, n, top) : std::nullopt) {
     v.verdict = Verdict::kRefused;
     v.reason = *problem;
     v.norm = std::nan("");
     return v;
   }
-  v.norm = l2_norm(values, n);
+  v.norm = std::sqrt(squares);  // l2_norm's bits
   if (cfg_.replay_window > 0 && v.norm > 0) {
     if (auto earlier = replayed(round, chunk, slot, digest)) {
       v.verdict = Verdict::kRefused;

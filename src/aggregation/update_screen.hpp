@@ -106,7 +106,8 @@ class UpdateScreen {
     uint64_t round = 0;
     std::vector<double> norms;
   };
-  std::optional<std::string> value_problem(const float* v, uint32_t n) const;
+  // `top`: the largest |v|'s bits (HalfKernels::max_abs_bits).
+  std::optional<std::string> value_problem(const float* v, uint32_t n, uint32_t top) const;
   // The earlier round in which the child sent this very copy, if any; then
   // remembers it for `round`.
   std::optional<uint64_t> replayed(uint64_t round, uint32_t chunk, uint32_t slot, uint64_t digest);

@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "checkpoint/node_checkpoint.hpp"
+#include "codec/block_scaled.hpp"
+#include "codec/fp16_codec.hpp"
 #include "codec/half.hpp"
 #include "common/sha256.hpp"
 #include "fedwan/error.hpp"
@@ -45,6 +47,50 @@ void RootModel::settle_chunk(uint64_t off, uint32_t n, float* theta, const Codec
   const float* step = scratch_.data();
   for (uint32_t k = 0; k < n; ++k) theta[k] -= held[k] + step[k];
   kernels::half_kernels().bf16_encode(theta, nullptr, n, bytes_of(residual_.data() + off));
+}
+
+void RootModel::encode_and_settle(uint64_t off, uint32_t n, float* theta, const Codec& codec,
+                                  uint8_t* payload, std::vector<float>& diff) {
+  if (codec.id() == CodecId::kFp16 && encode_fp16_and_settle(off, n, theta, payload)) return;
+  const float* held = held_.data() + off;
+  if (diff.size() < n) diff.resize(n);
+  for (uint32_t k = 0; k < n; ++k) diff[k] = theta[k] - held[k];
+  codec.encode(diff.data(), n, nullptr, payload);
+  settle_chunk(off, n, theta, codec, payload);
+}
+
+bool RootModel::encode_fp16_and_settle(uint64_t off, uint32_t n, float* theta, uint8_t* payload) {
+  constexpr size_t kBlock = Fp16Codec::kBlock;
+  const kernels::HalfKernels& k = kernels::half_kernels();
+  const float* held = held_.data() + off;
+  uint8_t* const halves = payload + Fp16Codec::kScaleBytes * Fp16Codec::blocks(n);
+  uint8_t* const residual = bytes_of(residual_.data() + off);
+  alignas(64) float d[kBlock];
+  alignas(64) float step[kBlock];
+  // Every block's largest |theta - held| first, parked in its scale slot:
+  // nothing of the residual is written before all are known finite (a
+  // value that is not makes the caller's path name it and throw).
+  uint32_t chunk_max = 0;
+  kernels::for_each_block<kBlock>(n, [&](size_t b, size_t begin, size_t len) {
+    for (size_t i = 0; i < len; ++i) d[i] = theta[begin + i] - held[begin + i];
+    const uint32_t max_bits = k.max_abs_bits(d, nullptr, len);
+    kernels::store_u32(payload + Fp16Codec::kScaleBytes * b, max_bits);
+    chunk_max = std::max(chunk_max, max_bits);
+  });
+  if (chunk_max >= kernels::kF32ExpMask) return false;
+  kernels::for_each_block<kBlock>(n, [&](size_t b, size_t begin, size_t len) {
+    uint8_t* const slot = payload + Fp16Codec::kScaleBytes * b;
+    for (size_t i = 0; i < len; ++i) d[i] = theta[begin + i] - held[begin + i];
+    const kernels::Fp16Scale s = kernels::fp16_scale_for(kernels::load_u32(slot));
+    kernels::store_scale(slot, s.scale);
+    k.fp16_encode(d, nullptr, len, s, halves + 2 * begin);
+    // What the children will hold, by apply()'s arithmetic (see settle_chunk).
+    k.fp16_decode(halves + 2 * begin, len, kernels::load_scale(slot), step);
+    float* t = theta + begin;
+    for (size_t i = 0; i < len; ++i) t[i] -= held[begin + i] + step[i];
+    k.bf16_encode(t, nullptr, len, residual + 2 * begin);
+  });
+  return true;
 }
 
 const std::array<uint8_t, 32>& RootModel::held_digest() const {

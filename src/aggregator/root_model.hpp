@@ -47,6 +47,16 @@ class RootModel {
   // is overwritten.
   void settle_chunk(uint64_t off, uint32_t n, float* theta, const Codec& codec,
                     const uint8_t* payload);
+  // Both steps of a chunk's round at once: encodes the anchor update
+  // (theta - held) with `codec` into `payload` (codec.encoded_size(n)
+  // bytes) and settles the chunk as settle_chunk does. The fp16 codec's
+  // blocks are encoded, decoded again and settled while each is in L1 (the
+  // same kernels in the same order per element as encode then
+  // settle_chunk, so the same bits); other codecs go through `diff`
+  // (grown to n floats). Throws as the codec's encode does, on a value it
+  // cannot encode, with the residual untouched.
+  void encode_and_settle(uint64_t off, uint32_t n, float* theta, const Codec& codec,
+                         uint8_t* payload, std::vector<float>& diff);
   // The anchor moves by the update the children decode (the same
   // arithmetic settle_chunk assumed, so held + residual is the global model
   // again).
@@ -67,6 +77,10 @@ class RootModel {
   static RootModel restore(const Checkpoint& c);
 
  private:
+  // encode_and_settle for the fp16 codec; false, with only the payload's
+  // scale slots written, when a value is not finite.
+  bool encode_fp16_and_settle(uint64_t off, uint32_t n, float* theta, uint8_t* payload);
+
   std::vector<float> held_;
   std::vector<uint16_t> residual_;  // bf16 bits, little-endian in checkpoints
   std::vector<float> scratch_;      // one chunk's decoded anchor step (settle_chunk)

@@ -84,15 +84,11 @@ void Aggregator::Impl::RootRole::chunk_complete(uint32_t chunk) {
     }
     outer_->step(global, cs.mean.data(), off, n);
   }
-  cs.mean.resize(n);
   // Send what the children need to move from the anchor to the new global
   // model; the anchor then advances by exactly what they decode, so
   // whatever the encoding lost stays in the residual and goes with the
   // next round's update.
-  const float* held = model_.held().data() + off;
-  for (uint32_t k = 0; k < n; ++k) cs.mean[k] = global[k] - held[k];
-  n_.cfg_.codec->encode(cs.mean.data(), n, nullptr, payload);
-  model_.settle_chunk(off, n, global, *n_.cfg_.codec, payload);
+  model_.encode_and_settle(off, n, global, *n_.cfg_.codec, payload, cs.mean);
   const Frame frame = std::move(bytes);
   n_.book_.report(n_.round_).weight = cs.weight;
   if (n_.acc_->round_complete() || noise_) {

@@ -150,12 +150,13 @@ TEST(UpdateScreen, ACopyTheChildSentBeforeIsAReplay) {
 }
 
 TEST(UpdateScreen, TheNormIsTheSameBitsOnTheVectorAndScalarPaths) {
-  std::vector<float> v(1000);
+  std::vector<float> v(10000);
   for (size_t i = 0; i < v.size(); ++i) {
     v[i] = static_cast<float>(std::sin(static_cast<double>(i) * 0.37) *
                               std::pow(10.0, static_cast<int>(i % 7) - 3));
   }
-  for (const size_t n : {size_t{0}, size_t{1}, size_t{15}, size_t{16}, size_t{17}, size_t{999}}) {
+  for (const size_t n : {size_t{0}, size_t{1}, size_t{15}, size_t{16}, size_t{17}, size_t{999},
+                         size_t{4095}, size_t{4096}, size_t{4097}, size_t{8207}, size_t{10000}}) {
     const double fast = aggregation::l2_norm(v.data(), n);
     const double plain = aggregation::l2_norm_scalar(v.data(), n);
     EXPECT_EQ(std::memcmp(&fast, &plain, sizeof fast), 0) << n << ": " << fast << " " << plain;
@@ -184,6 +185,24 @@ TEST(UpdateScreen, AValueProblemIsNamedWhereverItIsInTheChunk) {
   UpdateScreen screen(c, plan);
   std::vector<float> fine(64, -100.0f);  // at the bound is within it
   EXPECT_EQ(screen.judge(0, 0, 0, 1, fine.data(), 64).verdict, Verdict::kAccepted);
+  // A chunk of many stretches (the largest value is found with the norm,
+  // a few thousand values at a time): anywhere in it, the last included.
+  const uint32_t n = 9001;
+  const tensor::ChunkPlan large{n, n};
+  for (const size_t at : {size_t{4095}, size_t{4096}, size_t{8500}, size_t{9000}}) {
+    UpdateScreen s(c, large);
+    std::vector<float> v(n, 1.0f);
+    v[at] = std::numeric_limits<float>::infinity();
+    const auto r = s.judge(0, 0, 0, 1, v.data(), n);
+    EXPECT_EQ(r.verdict, Verdict::kRefused) << at;
+    EXPECT_NE(r.reason.find("at element " + std::to_string(at)), std::string::npos) << r.reason;
+  }
+  UpdateScreen s(c, large);
+  const std::vector<float> ones(n, 1.0f);
+  std::vector<float> copy = ones;
+  const auto ok = s.judge(0, 0, 0, 1, copy.data(), n);
+  EXPECT_EQ(ok.verdict, Verdict::kAccepted);
+  EXPECT_EQ(ok.norm, aggregation::l2_norm_scalar(ones.data(), n));
 }
 
 TEST(UpdateScreen, AnAbsoluteBoundIsSharedOutOverTheChunksBySize) {

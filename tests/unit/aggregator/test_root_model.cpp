@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -126,6 +128,70 @@ TEST(RootModel, ChunksSettleIndependently) {
   const std::vector<float> g = m.global();
   for (size_t i = 0; i < 1000; ++i) ASSERT_EQ(g[i], init[i]);
   for (size_t i = 0; i < 1000; ++i) EXPECT_NEAR(g[1000 + i], second[i], 1e-6f * 2);
+}
+
+// encode_and_settle against its two steps (encode, then settle_chunk):
+// the same payload and the same residual, bit for bit, for every codec,
+// over chunks that do not end on a block and steps of every size (zeros,
+// negative zeros, values fp16 flushes, values near its top).
+TEST(RootModel, EncodeAndSettleIsEncodeThenSettleBitForBit) {
+  const size_t n = 5000;  // two whole fp16 blocks of 2048 and a part
+  const std::vector<float> init = ramp(2 * n, -0.3f, 0.0071f);
+  std::vector<float> target(n);
+  for (size_t i = 0; i < n; ++i) {
+    const float x = init[n + i];
+    switch (i % 7) {
+      case 0: target[i] = x; break;                                    // no step
+      case 1: target[i] = x + 1e-9f * static_cast<float>(i); break;    // under fp16's range
+      case 2: target[i] = x - 3e-3f * std::sin(static_cast<float>(i)); break;
+      case 3: target[i] = -0.0f; break;
+      case 4: target[i] = x + (i < 2048 ? 6e4f : 2.5f); break;        // one block's scale large
+      default: target[i] = x * 1.0001f;
+    }
+  }
+  for (const char* name : {"fp16", "bf16", "int8", "fp32"}) {
+    SCOPED_TRACE(name);
+    const Codec& codec = codec_by_name(name);
+    RootModel two_steps(init), fused(init);
+    const std::vector<uint8_t> expected = step_to(two_steps, n, target, codec);
+    std::vector<float> theta = target, diff;
+    std::vector<uint8_t> payload(codec.encoded_size(n), 0xa5);
+    fused.encode_and_settle(n, static_cast<uint32_t>(n), theta.data(), codec, payload.data(),
+                            diff);
+    ASSERT_EQ(payload, expected);
+    const std::vector<float> a = two_steps.global(), b = fused.global();
+    ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+    fused.apply(n, static_cast<uint32_t>(n), codec, payload.data());
+    two_steps.apply(n, static_cast<uint32_t>(n), codec, expected.data());
+    ASSERT_EQ(std::memcmp(fused.held().data(), two_steps.held().data(), n * 2 * sizeof(float)), 0);
+  }
+}
+
+TEST(RootModel, EncodeAndSettleRefusesANonFiniteStepWithTheModelUntouched) {
+  const Codec& fp16 = codec_by_name("fp16");
+  const size_t n = 4500;
+  const std::vector<float> init = ramp(n, 0.1f, 0.002f);
+  RootModel m(init);
+  // A first settled round, so the residual is not all zeros.
+  std::vector<float> first = init;
+  for (float& x : first) x += 1.3e-4f;
+  const std::vector<uint8_t> p = step_to(m, 0, first, fp16);
+  m.apply(0, static_cast<uint32_t>(n), fp16, p.data());
+  const std::vector<float> before = m.global();
+  std::vector<float> theta = before;
+  theta[n - 3] = std::numeric_limits<float>::infinity();  // in the last block
+  std::vector<float> diff;
+  std::vector<uint8_t> payload(fp16.encoded_size(n));
+  try {
+    m.encode_and_settle(0, static_cast<uint32_t>(n), theta.data(), fp16, payload.data(), diff);
+    ADD_FAILURE() << "an infinite step was encoded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("non-finite value"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("element " + std::to_string(n - 3)), std::string::npos)
+        << e.what();
+  }
+  const std::vector<float> after = m.global();
+  EXPECT_EQ(std::memcmp(before.data(), after.data(), n * sizeof(float)), 0);
 }
 
 TEST(RootModel, ACheckpointRestoresItBitForBit) {
