@@ -395,9 +395,6 @@ SyncResult SiteCore::Impl::service() {
   return res;
 }
 
-// One round, in four steps: prepare the update's state, send the update
-// chunk by chunk (sealed on a worker), wait for the next anchor (or a
-// resync, or the end), and take the anchor as the new round.
 void SiteCore::Impl::throw_if_failed() const {
   if (!overlap.failed && !sync_failed) return;
   throw Error("site '" + self.id + "': " +
@@ -406,6 +403,9 @@ void SiteCore::Impl::throw_if_failed() const {
               "; build a new SiteCore (its join() resumes from the last checkpoint)");
 }
 
+// One round, in four steps: prepare the update's state, send the update
+// chunk by chunk (sealed on a worker), wait for the next anchor (or a
+// resync, or the end), and take the anchor as the new round.
 SyncResult SiteCore::Impl::sync() {
   throw_if_failed();
   if (overlap.pending) {

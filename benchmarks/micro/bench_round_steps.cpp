@@ -1,0 +1,107 @@
+// The steps a round takes over the whole model at the root and at a site
+// besides the link, each beside the way it was done before, over a model of
+// 32M elements (128 MiB of fp32, beyond the caches as a real model is) in
+// 1M-element chunks, fp16:
+//   BM_Root_EncodeThenSettle  the anchor update (theta - held) into a
+//                             buffer, encoded, decoded again, settled into
+//                             the residual: a pass over the chunk each
+//   BM_Root_EncodeAndSettle   RootModel::encode_and_settle: the same bits,
+//                             block by block while each is in L1
+//   BM_Site_AnchorThenCopy    each anchor chunk decoded onto the anchor into
+//                             params, then the whole params copied into the
+//                             anchor at the round's end
+//   BM_Site_AnchorInPlace     each chunk decoded into the anchor in place and
+//                             copied into params while in cache
+// Both Root benchmarks first make theta from the held anchor and the
+// residual (RootModel::global_chunk), as the root does. Bytes processed are
+// the model's fp32 bytes. Run them interleaved with repetitions
+// (--benchmark_enable_random_interleaving=true --benchmark_repetitions=6)
+// on a machine whose speed moves.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "aggregator/root_model.hpp"
+#include "fedwan/codec.hpp"
+
+namespace {
+
+using fedwan::Codec;
+using fedwan::codec_by_name;
+
+constexpr size_t kElements = size_t{32} << 20;
+constexpr uint32_t kChunk = uint32_t{1} << 20;
+
+std::vector<float> ramp(size_t n, float base, float step) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = base + step * static_cast<float>(i % 1009);
+  return v;
+}
+
+void finish(benchmark::State& state) {
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(kElements * sizeof(float)));
+}
+
+void root_round(benchmark::State& state, bool fused) {
+  const Codec& fp16 = codec_by_name("fp16");
+  fedwan::aggregator::RootModel m(ramp(kElements, -0.5f, 0.001f));
+  std::vector<float> theta(kChunk), diff(kChunk);
+  std::vector<uint8_t> payload(fp16.encoded_size(kChunk));
+  for (auto _ : state) {
+    for (size_t off = 0; off < kElements; off += kChunk) {
+      m.global_chunk(off, kChunk, theta.data());
+      for (uint32_t k = 0; k < kChunk; k += 7) theta[k] += 1e-4f;  // a step
+      if (fused) {
+        m.encode_and_settle(off, kChunk, theta.data(), fp16, payload.data(), diff);
+      } else {
+        const float* held = m.held().data() + off;
+        for (uint32_t k = 0; k < kChunk; ++k) diff[k] = theta[k] - held[k];
+        fp16.encode(diff.data(), kChunk, nullptr, payload.data());
+        m.settle_chunk(off, kChunk, theta.data(), fp16, payload.data());
+      }
+      benchmark::DoNotOptimize(payload.data());
+    }
+  }
+  finish(state);
+}
+
+void BM_Root_EncodeThenSettle(benchmark::State& state) { root_round(state, false); }
+void BM_Root_EncodeAndSettle(benchmark::State& state) { root_round(state, true); }
+
+void site_anchor(benchmark::State& state, bool in_place) {
+  const Codec& fp16 = codec_by_name("fp16");
+  std::vector<float> anchor = ramp(kElements, 0.25f, 0.0003f);
+  std::vector<float> params = anchor;
+  std::vector<float> step(kChunk);
+  for (uint32_t k = 0; k < kChunk; ++k) step[k] = 1e-6f * std::sin(static_cast<float>(k));
+  // One chunk's payload, as opened from the link: in cache when decoded.
+  std::vector<uint8_t> payload(fp16.encoded_size(kChunk));
+  fp16.encode(step.data(), kChunk, nullptr, payload.data());
+  for (auto _ : state) {
+    for (size_t off = 0; off < kElements; off += kChunk) {
+      float* a = anchor.data() + off;
+      if (in_place) {
+        fp16.decode_add(payload.data(), kChunk, a, a);
+        std::memcpy(params.data() + off, a, size_t{kChunk} * sizeof(float));
+      } else {
+        fp16.decode_add(payload.data(), kChunk, a, params.data() + off);
+      }
+    }
+    if (!in_place) std::memcpy(anchor.data(), params.data(), kElements * sizeof(float));
+    benchmark::DoNotOptimize(params.data());
+  }
+  finish(state);
+}
+
+void BM_Site_AnchorThenCopy(benchmark::State& state) { site_anchor(state, false); }
+void BM_Site_AnchorInPlace(benchmark::State& state) { site_anchor(state, true); }
+
+}  // namespace
+
+BENCHMARK(BM_Root_EncodeThenSettle)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Root_EncodeAndSettle)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Site_AnchorThenCopy)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Site_AnchorInPlace)->Unit(benchmark::kMillisecond);
