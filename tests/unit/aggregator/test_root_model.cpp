@@ -141,11 +141,11 @@ TEST(RootModel, EncodeAndSettleIsEncodeThenSettleBitForBit) {
   for (size_t i = 0; i < n; ++i) {
     const float x = init[n + i];
     switch (i % 7) {
-      case 0: target[i] = x; break;                                    // no step
-      case 1: target[i] = x + 1e-9f * static_cast<float>(i); break;    // under fp16's range
+      case 0: target[i] = x; break;                                  // no step
+      case 1: target[i] = x + 1e-9f * static_cast<float>(i); break;  // under fp16's range
       case 2: target[i] = x - 3e-3f * std::sin(static_cast<float>(i)); break;
       case 3: target[i] = -0.0f; break;
-      case 4: target[i] = x + (i < 2048 ? 6e4f : 2.5f); break;        // one block's scale large
+      case 4: target[i] = x + (i < 2048 ? 6e4f : 2.5f); break;  // one block's scale large
       default: target[i] = x * 1.0001f;
     }
   }
@@ -156,8 +156,7 @@ TEST(RootModel, EncodeAndSettleIsEncodeThenSettleBitForBit) {
     const std::vector<uint8_t> expected = step_to(two_steps, n, target, codec);
     std::vector<float> theta = target, diff;
     std::vector<uint8_t> payload(codec.encoded_size(n), 0xa5);
-    fused.encode_and_settle(n, static_cast<uint32_t>(n), theta.data(), codec, payload.data(),
-                            diff);
+    fused.encode_and_settle(n, static_cast<uint32_t>(n), theta.data(), codec, payload.data(), diff);
     ASSERT_EQ(payload, expected);
     const std::vector<float> a = two_steps.global(), b = fused.global();
     ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
