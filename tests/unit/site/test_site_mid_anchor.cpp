@@ -44,8 +44,8 @@ struct Outcome {
 // The site joins (the root welcomes it at round 0, no change), trains and
 // syncs; the root heartbeats but never closes the round. With
 // `anchor_chunk`, once delta chunk 0 is in it sends chunk 0 of round 1's
-// anchor (every value + kStep). The sync times out after 2 s; then sync()
-// is called once more.
+// anchor (every value + kStep). The sync times out after 4 s (time for the
+// root's answer on a loaded machine); then sync() is called once more.
 Outcome run(bool anchor_chunk) {
   testing::TempDir dir;
   testing::IpcTree t;
@@ -81,7 +81,7 @@ Outcome run(bool anchor_chunk) {
   root.serving = true;
   std::vector<float> params = out.initial;
   SiteOptions o = testing::site_options(topo, "site-0", 30s);
-  o.round_timeout = 2s;
+  o.round_timeout = 4s;
   SiteCore site(std::move(o), params.data(), params.size());
   site.join();
   for (float& p : params) p += 0.5f;  // trained
