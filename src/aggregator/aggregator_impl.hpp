@@ -48,6 +48,7 @@
 #include "aggregator/round_wait.hpp"
 #include "checkpoint/checkpoint_upload.hpp"
 #include "checkpoint/replica_store.hpp"
+#include "common/byte_pool.hpp"
 #include "costs/cost_recorder.hpp"
 #include "fedwan/aggregator.hpp"
 #include "fedwan/codec.hpp"
@@ -298,6 +299,10 @@ class Aggregator::Impl {
   Phase phase_ = Phase::kJoining;
   uint64_t round_ = 0;
   std::optional<aggregation::RoundAccumulator> acc_;
+  // Lets the process's byte pool keep the buffers this aggregator's frames
+  // go through (sealed copies, anchor frames, frames read back from disk),
+  // so each is written into memory the last one faulted in, not zeroed.
+  BytePool::Lease frames_pool_;
   struct Clocks {
     Clock::time_point phase_deadline;
     Clock::time_point round_started;

@@ -21,6 +21,7 @@
 #include "fedwan/error.hpp"
 #include "fedwan/outer_optimizer.hpp"
 #include "node/node_frames.hpp"
+#include "security/frame_protector.hpp"
 
 namespace fedwan {
 
@@ -140,6 +141,12 @@ void Aggregator::Impl::init_model_state(uint64_t total_elements) {
   std::vector<uint32_t> ids;
   for (uint32_t idx : self_.children) ids.push_back(idx);
   acc_.emplace(*model_.plan, ids, cfg_.rule, cfg_.screen);
+  // Eight buffers of the largest sealed chunk frame: the copies on their
+  // way to the children and the frames read back for them. Buffers the
+  // aggregator held at its peak anyway, kept between uses.
+  const size_t frame = wire::kHeaderSize + cfg_.codec->encoded_size(model_.plan->chunk_elements()) +
+                       security::kSealTrailer + 64;
+  frames_pool_ = BytePool::shared().lease(8, 8 * frame);
   if (anchors_.store.on()) {
     // 0 ("always"): every chunk waiting for copies waits on disk.
     const size_t budget = opt_.spill_from_bytes == 0 ? 0 : kInflightBudget;

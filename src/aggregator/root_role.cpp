@@ -15,6 +15,7 @@
 
 #include "checkpoint/node_checkpoint.hpp"
 #include "checkpoint/replica_fetch.hpp"
+#include "common/byte_pool.hpp"
 #include "common/log.hpp"
 #include "common/sha256.hpp"
 #include "fedwan/codec.hpp"
@@ -64,12 +65,14 @@ void Aggregator::Impl::RootRole::chunk_complete(uint32_t chunk) {
   aggregation::ChunkSum cs = n_.take_chunk(chunk);
   const uint64_t off = n_.model_.plan->offset(chunk);
   const uint32_t n = n_.model_.plan->size(chunk);
-  // The anchor chunk is encoded into its frame.
+  // The anchor chunk is encoded into its frame, a buffer used before
+  // (every byte of it is written below).
   const wire::FrameHeader h =
       node::chunk_header(n_.topo_, n_.self_.index, wire::MsgType::kAnchor, n_.round_ + 1,
                          *n_.model_.plan, chunk, n_.cfg_.codec->id());
-  auto bytes = std::make_shared<std::vector<uint8_t>>(
-      wire::frame_to_fill(h, n_.cfg_.codec->encoded_size(n)));
+  const size_t encoded = n_.cfg_.codec->encoded_size(n);
+  auto bytes = BytePool::shared().take_shared(wire::kHeaderSize + encoded);
+  wire::frame_to_fill(h, encoded, *bytes);
   uint8_t* payload = bytes->data() + wire::kHeaderSize;
   global_.resize(n);  // every value written next
   float* global = global_.data();

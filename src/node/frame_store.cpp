@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/byte_pool.hpp"
 #include "common/errno_text.hpp"
 #include "common/log.hpp"
 #include "fedwan/error.hpp"
@@ -14,7 +15,7 @@ namespace fedwan::node {
 Frame StoredFrame::load() const {
   if (frame_ || !file_) return frame_;
   if (Frame hot = hot_.lock()) return hot;
-  auto bytes = std::make_shared<std::vector<uint8_t>>(size_);
+  auto bytes = BytePool::shared().take_shared(size_);  // every byte read into
   file_->read(offset_, bytes->data(), size_);
   return bytes;
 }

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include "common/byte_pool.hpp"
 #include "harness/temp_dir.hpp"
 
 namespace fedwan::node {
@@ -150,6 +151,38 @@ TEST(FrameStore, YoungFramesAreNotReadBack) {
   store.rotate();
   EXPECT_TRUE(newest.expired());
   EXPECT_EQ(*later.back().load(), *bytes(size, uint8_t(2 + later.size() - 1)));
+}
+
+// A frame read back is read into a buffer the process's pool kept (its
+// old bytes overwritten, every one), and the buffer goes back when the
+// last holder lets go.
+TEST(FrameStore, ReadsBackIntoBuffersUsedBefore) {
+  testing::TempDir dir;
+  FrameStore store(true, dir.path(), "test");
+  const size_t size = 640 << 10;
+  std::vector<StoredFrame> stored;
+  for (size_t kept = 0; kept <= 2 * FrameStore::kHotBytes; kept += size) {
+    stored.push_back(store.keep(bytes(size, uint8_t(3 + stored.size()))));
+  }
+  store.rotate();  // none young: every load reads
+  BytePool& pool = BytePool::shared();
+  const BytePool::Lease lease = pool.lease(4, 4 * size);
+  std::vector<std::vector<uint8_t>> others;  // what earlier tests left there
+  while (pool.kept_buffers() > 0) others.push_back(pool.take(64 << 10));
+  std::vector<uint8_t> used(size + 100, 0xEE);  // a larger buffer, not zeroed
+  const uint8_t* where = used.data();
+  pool.give(std::move(used));
+  ASSERT_EQ(pool.kept_buffers(), 1u);
+  {
+    const Frame back = stored.front().load();
+    EXPECT_EQ(back->data(), where);     // the pool's buffer...
+    EXPECT_EQ(*back, *bytes(size, 3));  // ...holding exactly the frame
+    EXPECT_EQ(pool.kept_buffers(), 0u);
+  }
+  EXPECT_EQ(pool.kept_buffers(), 1u);  // given back
+  for (size_t i = 0; i < stored.size(); ++i) {
+    EXPECT_EQ(*stored[i].load(), *bytes(size, uint8_t(3 + i))) << i;
+  }
 }
 
 }  // namespace
