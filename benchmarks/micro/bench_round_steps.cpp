@@ -12,20 +12,35 @@
 //                             anchor at the round's end
 //   BM_Site_AnchorInPlace     each chunk decoded into the anchor in place and
 //                             copied into params while in cache
-// Both Root benchmarks first make theta from the held anchor and the
+//   BM_Root_CopiesIntoNewSums two children's copies of every chunk into the
+//                             round's accumulator, one after the other,
+//                             each chunk taken once both are in: each
+//                             chunk's sum a new zeroed vector
+//   BM_Root_CopiesIntoUsedSums the same, every taken chunk's values handed
+//                             back (RoundAccumulator::recycle) and the next
+//                             sum written into them
+//   (in 256K-element chunks, the topology's default, with the node
+//   programs' heap settings; /1: every first copy waits on disk as its payload, as at a root whose
+//   chunks in flight are over its budget, and is rebuilt when the second
+//   comes)
+// Both EncodeThen/EncodeAnd benchmarks first make theta from the held anchor and the
 // residual (RootModel::global_chunk), as the root does. Bytes processed are
 // the model's fp32 bytes. Run them interleaved with repetitions
 // (--benchmark_enable_random_interleaving=true --benchmark_repetitions=6)
 // on a machine whose speed moves.
 #include <benchmark/benchmark.h>
+#include <malloc.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <vector>
 
+#include "aggregation/round_accumulator.hpp"
 #include "aggregator/root_model.hpp"
 #include "fedwan/codec.hpp"
+#include "tensor/chunk_plan.hpp"
 
 namespace {
 
@@ -99,8 +114,49 @@ void site_anchor(benchmark::State& state, bool in_place) {
 void BM_Site_AnchorThenCopy(benchmark::State& state) { site_anchor(state, false); }
 void BM_Site_AnchorInPlace(benchmark::State& state) { site_anchor(state, true); }
 
+void root_copies(benchmark::State& state, bool recycle) {
+  // As the node programs keep freed heap (cli/node_common.cpp).
+  ::mallopt(M_MMAP_THRESHOLD, 2 << 20);
+  ::mallopt(M_TRIM_THRESHOLD, 4 << 20);
+  constexpr uint32_t kCopyChunk = uint32_t{1} << 18;
+  const Codec& fp16 = codec_by_name("fp16");
+  const fedwan::tensor::ChunkPlan plan(kElements, kCopyChunk);
+  fedwan::aggregation::RoundAccumulator acc(plan, {10, 11});
+  const bool parked = state.range(0) != 0;
+  const std::filesystem::path dir = std::filesystem::temp_directory_path();
+  if (parked) acc.park_beyond(0, dir.string(), "bench");
+  // Two children's copies of a chunk, as opened from the link.
+  std::vector<std::vector<uint8_t>> payloads(2,
+                                             std::vector<uint8_t>(fp16.encoded_size(kCopyChunk)));
+  for (size_t s = 0; s < 2; ++s) {
+    const std::vector<float> v = ramp(kCopyChunk, -0.01f * float(s + 1), 2e-5f);
+    fp16.encode(v.data(), kCopyChunk, nullptr, payloads[s].data());
+  }
+  uint64_t round = 1;
+  for (auto _ : state) {
+    acc.open(round);
+    for (uint32_t c = 0; c < plan.count(); ++c) {
+      for (uint32_t s = 0; s < 2; ++s) {
+        const auto r = acc.add(round, 10 + s, c, kCopyChunk, 1.0 + s, fp16, payloads[s].data(),
+                               payloads[s].size());
+        if (!r.chunk_complete) continue;
+        fedwan::aggregation::ChunkSum sum = acc.take(c);
+        benchmark::DoNotOptimize(sum.mean.data());
+        if (recycle) acc.recycle(std::move(sum.mean));
+      }
+    }
+    round += 1;
+  }
+  finish(state);
+}
+
+void BM_Root_CopiesIntoNewSums(benchmark::State& state) { root_copies(state, false); }
+void BM_Root_CopiesIntoUsedSums(benchmark::State& state) { root_copies(state, true); }
+
 }  // namespace
 
+BENCHMARK(BM_Root_CopiesIntoNewSums)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Root_CopiesIntoUsedSums)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Root_EncodeThenSettle)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Root_EncodeAndSettle)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Site_AnchorThenCopy)->Unit(benchmark::kMillisecond);

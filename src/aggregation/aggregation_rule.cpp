@@ -1,5 +1,6 @@
 #include "aggregation/aggregation_rule.hpp"
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <utility>
@@ -14,19 +15,33 @@ namespace {
 class WeightedMeanCombiner final : public ChunkCombiner {
  public:
   explicit WeightedMeanCombiner(uint32_t elements) : sum_(elements, 0.0f) {}
+  // In a buffer used before: its values stand for zeros until the first
+  // add() writes every one of them.
+  WeightedMeanCombiner(uint32_t elements, std::vector<float>&& buffer)
+      : sum_(std::move(buffer)), unwritten_(true) {
+    sum_.resize(elements);
+  }
   void add(uint32_t, const float* values, double weight) override {
-    accumulate_weighted(sum_.data(), values, sum_.size(), static_cast<float>(weight));
+    if (unwritten_) {
+      first_weighted(sum_.data(), values, sum_.size(), static_cast<float>(weight));
+      unwritten_ = false;
+    } else {
+      accumulate_weighted(sum_.data(), values, sum_.size(), static_cast<float>(weight));
+    }
     weight_ += weight;
   }
   Combined finish() override {
+    if (unwritten_) std::fill(sum_.begin(), sum_.end(), 0.0f);  // nothing added: no values
     finalize_mean(sum_.data(), sum_.size(), weight_);
     return {std::move(sum_), weight_, {}};
   }
   size_t bytes_held() const override { return sum_.size() * sizeof(float); }
+  // Set aside and refilled as it is, unwritten or not: the flag stays here.
   std::vector<float>* parkable() override { return &sum_; }
 
  private:
   std::vector<float> sum_;
+  bool unwritten_ = false;
   double weight_ = 0;
 };
 
@@ -36,6 +51,10 @@ class WeightedMeanRule final : public AggregationRule {
   RuleMemory memory() const override { return RuleMemory::kStreaming; }
   std::unique_ptr<ChunkCombiner> begin_chunk(uint32_t elements, size_t) const override {
     return std::make_unique<WeightedMeanCombiner>(elements);
+  }
+  std::unique_ptr<ChunkCombiner> begin_chunk_reusing(uint32_t elements, size_t,
+                                                     std::vector<float>&& buffer) const override {
+    return std::make_unique<WeightedMeanCombiner>(elements, std::move(buffer));
   }
 };
 

@@ -75,6 +75,16 @@ class AggregationRule {
   // A combiner for one chunk of `elements` values; `fan_in` is how many
   // children the aggregator has when the chunk begins (a sizing hint).
   virtual std::unique_ptr<ChunkCombiner> begin_chunk(uint32_t elements, size_t fan_in) const = 0;
+  // The same, offered `buffer` (at least `elements` floats once resized,
+  // its contents unspecified) for the combiner's state: a rule whose
+  // combiner keeps one fp32 vector may take it rather than allocate and
+  // zero a new one (the accumulator hands back the vectors finish() made).
+  // The default ignores it.
+  virtual std::unique_ptr<ChunkCombiner> begin_chunk_reusing(uint32_t elements, size_t fan_in,
+                                                             std::vector<float>&& buffer) const {
+    (void)buffer;
+    return begin_chunk(elements, fan_in);
+  }
 };
 
 // The default rule: the weighted mean, streamed. Each copy is accumulated
@@ -84,6 +94,11 @@ class AggregationRule {
 // arrival order, and a federation reproduces a fixed-order reference bit
 // for bit.
 inline constexpr const char* kWeightedMean = "weighted_mean";
+
+// out[i] = 0 + weight * x[i]: accumulate_weighted onto zeros, the same
+// operations and bits, without reading `out` (a first copy written into a
+// buffer used before).
+void first_weighted(float* out, const float* x, size_t n, float weight);
 
 // Rules by name, as the topology's `federation.aggregation.rule` names them,
 // with the topology's `federation.aggregation.params`. The library registers

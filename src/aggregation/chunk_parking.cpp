@@ -40,9 +40,15 @@ bool ChunkParking::write(const void* data, size_t size, Ticket* ticket) {
   return false;
 }
 
-bool ChunkParking::park(std::vector<float>* state, Ticket* ticket) {
+bool ChunkParking::park(std::vector<float>* state, Ticket* ticket, std::vector<float>* freed) {
   if (!write(state->data(), state->size() * sizeof(float), ticket)) return false;
-  std::vector<float>().swap(*state);
+  if (freed != nullptr) {
+    *freed = std::move(*state);
+    state->clear();
+    state->shrink_to_fit();
+  } else {
+    std::vector<float>().swap(*state);
+  }
   return true;
 }
 

@@ -39,10 +39,13 @@ class ChunkParking {
   bool on() const { return on_; }
   size_t budget() const { return budget_; }
 
-  // Writes `state` to the file and releases it; false (state untouched)
-  // when the write fails.
-  bool park(std::vector<float>* state, Ticket* ticket);
-  // Reads a parked state back into `state`; the ticket is spent.
+  // Writes `state` to the file and releases it (moved into `freed` where
+  // given, for the caller to use again; `state` is left empty); false
+  // (state untouched) when the write fails.
+  bool park(std::vector<float>* state, Ticket* ticket, std::vector<float>* freed = nullptr);
+  // Reads a parked state back into `state` (resized to it: an empty one is
+  // zero-filled first, one of that size already is only written over); the
+  // ticket is spent.
   static void unpark(std::vector<float>* state, Ticket* ticket);
   // The same for `size` bytes of anything else (a copy's payload); false
   // when the write fails. unpark_bytes resizes `out` to them.

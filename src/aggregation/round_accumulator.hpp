@@ -168,6 +168,13 @@ class RoundAccumulator {
   void park_beyond(size_t budget, const std::string& dir, const std::string& log_name) {
     parking_.enable(budget, dir, log_name);
   }
+  // Hands back a vector a taken chunk's values came in (ChunkSum::mean),
+  // once the caller is done with it: the next chunk's combiner state, or a
+  // parked state read back, is written into it instead of a new zeroed
+  // one. At most kSpares are kept, those large enough for any chunk.
+  void recycle(std::vector<float>&& values);
+  static constexpr size_t kSpares = 2;
+  size_t spares() const { return spares_.size(); }
   uint64_t chunks_parked() const { return parking_.parked(); }
   uint64_t bytes_parked() const { return parking_.bytes_parked(); }
   const AggregationRule& rule() const { return *rule_; }
@@ -208,7 +215,7 @@ class RoundAccumulator {
   };
   // The combiner's state back in memory, if it was set aside; and the held
   // copies' values.
-  static void unpark(Inflight& acc);
+  void unpark(Inflight& acc);
   void unpark_held(Inflight& acc, uint32_t chunk);
   // Over the budget: acc's combiner's state (or the payload of its one
   // copy) and held copies set aside.
@@ -221,6 +228,8 @@ class RoundAccumulator {
   // payload, its state back in memory. Called only for a copy that goes
   // into it (or to take the chunk): a refused copy leaves the chunk parked.
   ChunkCombiner& combiner_of(Inflight& acc, uint32_t chunk);
+  // A kept vector resized to `n` (contents unspecified), or an empty one.
+  std::vector<float> spare(uint32_t n);
   Result refuse(Inflight& acc, int slot, uint32_t chunk, double weight, CopyVerdict v);
   Result deliver(int slot, uint32_t chunk, Result r);
   void judge_held(Inflight& acc, uint32_t chunk, ChunkSum& out);
@@ -238,6 +247,7 @@ class RoundAccumulator {
   std::vector<float> scratch_;           // one decoded copy
   std::vector<uint8_t> replay_payload_;  // one parked payload read back
   std::vector<float> replay_values_;     // and decoded (for a combiner)
+  std::vector<std::vector<float>> spares_;  // see recycle()
   ChunkParking parking_;
   bool rule_parks_ = false;     // the rule's combiners are parkable (learned from the first)
   std::vector<bool> expected_;  // by child slot

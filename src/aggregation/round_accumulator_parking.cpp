@@ -9,8 +9,26 @@
 
 namespace fedwan::aggregation {
 
+void RoundAccumulator::recycle(std::vector<float>&& values) {
+  if (spares_.size() >= kSpares || values.capacity() < plan_.chunk_elements()) return;
+  spares_.push_back(std::move(values));
+}
+
+std::vector<float> RoundAccumulator::spare(uint32_t n) {
+  if (spares_.empty()) return {};
+  std::vector<float> v = std::move(spares_.back());
+  spares_.pop_back();
+  v.resize(n);  // within its capacity: nothing moves, nothing is zeroed below its old size
+  return v;
+}
+
 void RoundAccumulator::unpark(Inflight& acc) {
-  if (acc.parked.file) ChunkParking::unpark(acc.combiner->parkable(), &acc.parked);
+  if (!acc.parked.file) return;
+  std::vector<float>* state = acc.combiner->parkable();
+  // Read back into a kept vector (every byte is overwritten) rather than a
+  // new zeroed one.
+  if (state->empty()) *state = spare(static_cast<uint32_t>(acc.parked.bytes / sizeof(float)));
+  ChunkParking::unpark(state, &acc.parked);
 }
 
 void RoundAccumulator::unpark_held(Inflight& acc, uint32_t chunk) {
@@ -37,11 +55,11 @@ ChunkCombiner& RoundAccumulator::combiner_of(Inflight& acc, uint32_t chunk) {
     ChunkParking::unpark_bytes(&replay_payload_, &acc.replay);
     replay_values_.resize(n);
     codec->decode(replay_payload_.data(), n, replay_values_.data());
-    acc.combiner = rule_->begin_chunk(n, acc.fan_in);
+    acc.combiner = rule_->begin_chunk_reusing(n, acc.fan_in, spare(n));
     acc.combiner->add(acc.added.front().first, replay_values_.data(), acc.added.front().second);
   } else if (!acc.combiner) {
     acc.fan_in = children_.size();
-    acc.combiner = rule_->begin_chunk(n, acc.fan_in);
+    acc.combiner = rule_->begin_chunk_reusing(n, acc.fan_in, spare(n));
     rule_parks_ = acc.combiner->parkable() != nullptr;
   }
   unpark(acc);
@@ -77,9 +95,11 @@ void RoundAccumulator::park_if_over(Inflight& acc, const Payload& last) {
                           acc.held.empty() && last.bytes < state->size() * sizeof(float);
       if (replay && parking_.park_bytes(last.data, last.bytes, &acc.replay)) {
         acc.replay_codec = last.codec->id();
+        recycle(std::move(*state));
         acc.combiner.reset();
       } else {
-        (void)parking_.park(state, &acc.parked);
+        std::vector<float> kept;
+        if (parking_.park(state, &acc.parked, &kept)) recycle(std::move(kept));
       }
     }
   }

@@ -132,6 +132,7 @@ void Aggregator::Impl::RegionRole::chunk_complete(uint32_t chunk) {
   } else {
     n_.cfg_.codec->encode(cs.mean.data(), n, nullptr, payload.data());
   }
+  n_.acc_->recycle(std::move(cs.mean));  // the next chunk's sum is written into it
   const wire::FrameHeader h =
       node::chunk_header(n_.topo_, n_.self_.index, wire::MsgType::kDelta, n_.round_,
                          *n_.model_.plan, chunk, n_.cfg_.codec->id(), cs.weight);

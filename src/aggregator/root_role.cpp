@@ -92,6 +92,7 @@ void Aggregator::Impl::RootRole::chunk_complete(uint32_t chunk) {
   // whatever the encoding lost stays in the residual and goes with the
   // next round's update.
   model_.encode_and_settle(off, n, global, *n_.cfg_.codec, payload, cs.mean);
+  n_.acc_->recycle(std::move(cs.mean));  // the next chunk's sum is written into it
   const Frame frame = std::move(bytes);
   n_.book_.report(n_.round_).weight = cs.weight;
   if (n_.acc_->round_complete() || noise_) {

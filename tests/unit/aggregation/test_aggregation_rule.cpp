@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
@@ -78,6 +79,44 @@ TEST(AggregationRule, WeightedMeanIsTheAccumulationItReplaced) {
       EXPECT_EQ(c.weight, total);
       EXPECT_TRUE(c.left_out.empty());
     }
+  }
+}
+
+TEST(AggregationRule, AWeightedMeanInABufferUsedBeforeHasTheBitsOfOneBegunOnZeros) {
+  // Signed zeros, subnormals, huge and tiny values: 0 + w * x must be kept
+  // as the sum onto zeros makes it (-0 becomes +0), whatever the buffer held.
+  const uint32_t n = 1037;
+  std::vector<std::vector<float>> copies(3, std::vector<float>(n));
+  for (uint32_t k = 0; k < n; ++k) {
+    copies[0][k] = k % 5 == 0 ? -0.0f : (k % 7 == 0 ? 1e-41f : 0.013f * float(int(k % 31) - 15));
+    copies[1][k] = k % 3 == 0 ? -0.0f : -3.0e37f * float(k % 2) + 1e-3f * float(k);
+    copies[2][k] = k % 11 == 0 ? -1e-40f : 7.5f / float(k + 1);
+  }
+  const double weights[] = {0.3, 2.0, 1.7};
+  auto rule = make_rule(aggregation::kWeightedMean);
+  for (size_t count = 0; count <= copies.size(); ++count) {
+    SCOPED_TRACE(count);
+    auto fresh = rule->begin_chunk(n, copies.size());
+    // A dirty buffer, longer than the chunk, of NaNs and the last chunk's values.
+    std::vector<float> used(n + 100, std::numeric_limits<float>::quiet_NaN());
+    for (uint32_t k = 0; k < n; k += 3) used[k] = -1.0f;
+    auto reused = rule->begin_chunk_reusing(n, copies.size(), std::move(used));
+    EXPECT_EQ(reused->bytes_held(), n * sizeof(float));
+    for (size_t i = 0; i < count; ++i) {
+      fresh->add(static_cast<uint32_t>(i), copies[i].data(), weights[i]);
+      reused->add(static_cast<uint32_t>(i), copies[i].data(), weights[i]);
+    }
+    const aggregation::Combined a = fresh->finish();
+    const aggregation::Combined b = reused->finish();
+    EXPECT_TRUE(bit_equal(a.values, b.values));
+    EXPECT_EQ(a.weight, b.weight);
+  }
+  // The kernel alone, at every length about a vector's.
+  for (uint32_t len = 0; len < 40; ++len) {
+    std::vector<float> want(len, 0.0f), got(len, std::numeric_limits<float>::quiet_NaN());
+    accumulate_weighted(want.data(), copies[0].data(), len, 0.7f);
+    aggregation::first_weighted(got.data(), copies[0].data(), len, 0.7f);
+    EXPECT_TRUE(bit_equal(want, got)) << len;
   }
 }
 

@@ -1,7 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -109,6 +111,52 @@ ParkedCounts same_means_parked(const tensor::ChunkPlan& plan, const Codec& codec
   }
   EXPECT_EQ(parked.bytes_in_flight(), 0u);
   return {parked.chunks_parked(), parked.bytes_parked(), parked.privacy_clipped()};
+}
+
+TEST(ChunkParking, MeansHandedBackAreWrittenOverAndEveryRoundMakesTheSameMeans) {
+  // The means of three rounds in memory, each handed back spoiled (NaN) as
+  // an aggregator hands back what it has encoded; the same with every
+  // waiting chunk on disk. Every next chunk's sum, and states read back,
+  // go into those buffers and must not show it.
+  const tensor::ChunkPlan plan(50000, 4096);
+  const Codec& fp16 = codec_by_name("fp16");
+  testing::TempDir dir;
+  RoundAccumulator plain(plan, {10, 11});
+  RoundAccumulator in_memory(plan, {10, 11});
+  RoundAccumulator parked(plan, {10, 11});
+  parked.park_beyond(0, dir.path().string(), "test");
+  for (int round = 0; round < 3; ++round) {
+    SCOPED_TRACE(round);
+    const auto want = two_children(plain, plan, fp16);
+    for (RoundAccumulator* acc : {&in_memory, &parked}) {
+      acc->open(2);
+      for (uint32_t s = 0; s < 2; ++s) {
+        for (uint32_t c = 0; c < plan.count(); ++c) {
+          std::vector<float> v(plan.size(c));
+          for (size_t i = 0; i < v.size(); ++i) {
+            v[i] = 0.37f * float(int((i * 11 + c * 5 + s * 3) % 23) - 11) / float(1 + s + c % 3);
+          }
+          std::vector<uint8_t> bytes(fp16.encoded_size(v.size()));
+          fp16.encode(v.data(), v.size(), nullptr, bytes.data());
+          const auto r = acc->add(2, 10 + s, c, plan.size(c), s == 0 ? 3.0 : 0.7, fp16,
+                                  bytes.data(), bytes.size());
+          ASSERT_EQ(r.outcome, AddOutcome::kAccepted);
+          if (!r.chunk_complete) continue;
+          std::vector<float> mean = acc->take(c).mean;
+          ASSERT_EQ(mean.size(), want[c].size());
+          EXPECT_EQ(std::memcmp(mean.data(), want[c].data(), mean.size() * sizeof(float)), 0)
+              << "chunk " << c;
+          std::fill(mean.begin(), mean.end(), std::numeric_limits<float>::quiet_NaN());
+          acc->recycle(std::move(mean));
+          EXPECT_LE(acc->spares(), RoundAccumulator::kSpares);
+        }
+      }
+      EXPECT_EQ(acc->bytes_in_flight(), 0u);
+    }
+    // The last chunk is shorter than the rest: its mean is not kept.
+    EXPECT_GE(in_memory.spares(), 1u);
+  }
+  EXPECT_EQ(parked.chunks_parked(), 3 * plan.count());
 }
 
 TEST(ChunkParking, AChunkWithOneCopyWaitsAsThatCopysPayloadAndMakesTheSameMean) {
