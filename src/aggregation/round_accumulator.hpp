@@ -244,9 +244,9 @@ class RoundAccumulator {
   std::vector<uint32_t> children_;
   std::shared_ptr<const AggregationRule> rule_;
   UpdateScreen screen_;
-  std::vector<float> scratch_;           // one decoded copy
-  std::vector<uint8_t> replay_payload_;  // one parked payload read back
-  std::vector<float> replay_values_;     // and decoded (for a combiner)
+  std::vector<float> scratch_;              // one decoded copy
+  std::vector<uint8_t> replay_payload_;     // one parked payload read back
+  std::vector<float> replay_values_;        // and decoded (for a combiner)
   std::vector<std::vector<float>> spares_;  // see recycle()
   ChunkParking parking_;
   bool rule_parks_ = false;     // the rule's combiners are parkable (learned from the first)
