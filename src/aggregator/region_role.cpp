@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "codec/compact_feedback.hpp"
+#include "common/byte_pool.hpp"
 #include "common/log.hpp"
 #include "common/sha256.hpp"
 #include "fedwan/codec.hpp"
@@ -124,18 +125,37 @@ void Aggregator::Impl::RegionRole::chunk_complete(uint32_t chunk) {
                              wire::encode_delta_frame(h, nullptr, 0, cs.excused, unclipped)));
     return;
   }
-  std::vector<uint8_t> payload(n_.cfg_.codec->encoded_size(n));
-  if (n_.cfg_.codec->id() != CodecId::kFp32) {
-    if (residual_.empty()) residual_.assign(n_.model_.elements, 0);  // bf16 zeros
-    codec::encode_with_bf16_residual(*n_.cfg_.codec, cs.mean.data(), n, residual_.data() + off,
-                                     residual_scratch_, payload.data());
-  } else {
-    n_.cfg_.codec->encode(cs.mean.data(), n, nullptr, payload.data());
-  }
-  n_.acc_->recycle(std::move(cs.mean));  // the next chunk's sum is written into it
   const wire::FrameHeader h =
       node::chunk_header(n_.topo_, n_.self_.index, wire::MsgType::kDelta, n_.round_,
                          *n_.model_.plan, chunk, n_.cfg_.codec->id(), cs.weight);
+  const size_t bytes = n_.cfg_.codec->encoded_size(n);
+  // Nothing to report beside the values: the aggregate is encoded into its
+  // frame, a buffer used before (every byte of it is written); else into a
+  // payload the frame's trailers are written after.
+  const bool plain = cs.excused == 0.0 && !unclipped;
+  std::shared_ptr<std::vector<uint8_t>> frame;
+  std::vector<uint8_t> payload;
+  uint8_t* out = nullptr;
+  if (plain) {
+    frame = BytePool::shared().take_shared(wire::kHeaderSize + bytes);
+    wire::frame_to_fill(h, bytes, *frame);
+    out = frame->data() + wire::kHeaderSize;
+  } else {
+    payload.resize(bytes);
+    out = payload.data();
+  }
+  if (n_.cfg_.codec->id() != CodecId::kFp32) {
+    if (residual_.empty()) residual_.assign(n_.model_.elements, 0);  // bf16 zeros
+    codec::encode_with_bf16_residual(*n_.cfg_.codec, cs.mean.data(), n, residual_.data() + off,
+                                     residual_scratch_, out);
+  } else {
+    n_.cfg_.codec->encode(cs.mean.data(), n, nullptr, out);
+  }
+  n_.acc_->recycle(std::move(cs.mean));  // the next chunk's sum is written into it
+  if (plain) {
+    link_.send_aggregate(chunk, std::move(frame));
+    return;
+  }
   link_.send_aggregate(chunk, std::make_shared<const std::vector<uint8_t>>(wire::encode_delta_frame(
                                   h, payload.data(), payload.size(), cs.excused, unclipped)));
 }
