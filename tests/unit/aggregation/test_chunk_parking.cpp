@@ -62,9 +62,11 @@ TEST(ChunkParking, ChunksWaitingOnDiskMakeTheSameMeanBitForBit) {
 }
 
 // Two children, the first a whole update ahead: with parking, each chunk's
-// state waits as the first copy's payload and is rebuilt from it.
+// state waits as the first copy's payload and is rebuilt from it. With
+// `hand_back`, each taken mean is copied out, spoiled (NaN) and handed back
+// to the accumulator, as an aggregator hands back what it has encoded.
 std::vector<std::vector<float>> two_children(RoundAccumulator& acc, const tensor::ChunkPlan& plan,
-                                             const Codec& codec) {
+                                             const Codec& codec, bool hand_back = false) {
   acc.open(2);
   std::vector<std::vector<float>> means(plan.count());
   for (uint32_t s = 0; s < 2; ++s) {
@@ -78,7 +80,14 @@ std::vector<std::vector<float>> two_children(RoundAccumulator& acc, const tensor
       const auto r = acc.add(2, 10 + s, c, plan.size(c), s == 0 ? 3.0 : 0.7, codec, bytes.data(),
                              bytes.size());
       EXPECT_EQ(r.outcome, AddOutcome::kAccepted);
-      if (r.chunk_complete) means[c] = acc.take(c).mean;
+      if (!r.chunk_complete) continue;
+      means[c] = acc.take(c).mean;
+      if (hand_back) {
+        std::vector<float> used = means[c];
+        std::fill(used.begin(), used.end(), std::numeric_limits<float>::quiet_NaN());
+        acc.recycle(std::move(used));
+        EXPECT_LE(acc.spares(), RoundAccumulator::kSpares);
+      }
     }
   }
   return means;
@@ -114,9 +123,8 @@ ParkedCounts same_means_parked(const tensor::ChunkPlan& plan, const Codec& codec
 }
 
 TEST(ChunkParking, MeansHandedBackAreWrittenOverAndEveryRoundMakesTheSameMeans) {
-  // The means of three rounds in memory, each handed back spoiled (NaN) as
-  // an aggregator hands back what it has encoded; the same with every
-  // waiting chunk on disk. Every next chunk's sum, and states read back,
+  // Three rounds in memory and with every waiting chunk on disk, each taken
+  // mean handed back spoiled: every next chunk's sum, and states read back,
   // go into those buffers and must not show it.
   const tensor::ChunkPlan plan(50000, 4096);
   const Codec& fp16 = codec_by_name("fp16");
@@ -129,27 +137,12 @@ TEST(ChunkParking, MeansHandedBackAreWrittenOverAndEveryRoundMakesTheSameMeans) 
     SCOPED_TRACE(round);
     const auto want = two_children(plain, plan, fp16);
     for (RoundAccumulator* acc : {&in_memory, &parked}) {
-      acc->open(2);
-      for (uint32_t s = 0; s < 2; ++s) {
-        for (uint32_t c = 0; c < plan.count(); ++c) {
-          std::vector<float> v(plan.size(c));
-          for (size_t i = 0; i < v.size(); ++i) {
-            v[i] = 0.37f * float(int((i * 11 + c * 5 + s * 3) % 23) - 11) / float(1 + s + c % 3);
-          }
-          std::vector<uint8_t> bytes(fp16.encoded_size(v.size()));
-          fp16.encode(v.data(), v.size(), nullptr, bytes.data());
-          const auto r = acc->add(2, 10 + s, c, plan.size(c), s == 0 ? 3.0 : 0.7, fp16,
-                                  bytes.data(), bytes.size());
-          ASSERT_EQ(r.outcome, AddOutcome::kAccepted);
-          if (!r.chunk_complete) continue;
-          std::vector<float> mean = acc->take(c).mean;
-          ASSERT_EQ(mean.size(), want[c].size());
-          EXPECT_EQ(std::memcmp(mean.data(), want[c].data(), mean.size() * sizeof(float)), 0)
-              << "chunk " << c;
-          std::fill(mean.begin(), mean.end(), std::numeric_limits<float>::quiet_NaN());
-          acc->recycle(std::move(mean));
-          EXPECT_LE(acc->spares(), RoundAccumulator::kSpares);
-        }
+      const auto got = two_children(*acc, plan, fp16, /*hand_back=*/true);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t c = 0; c < got.size(); ++c) {
+        ASSERT_EQ(got[c].size(), want[c].size());
+        EXPECT_EQ(std::memcmp(got[c].data(), want[c].data(), got[c].size() * sizeof(float)), 0)
+            << "chunk " << c;
       }
       EXPECT_EQ(acc->bytes_in_flight(), 0u);
     }
