@@ -37,32 +37,45 @@ void RootModel::global_chunk(uint64_t off, uint32_t n, float* out) const {
 }
 
 void RootModel::settle_chunk(uint64_t off, uint32_t n, float* theta, const Codec& codec,
-                             const uint8_t* payload) {
+                             const uint8_t* payload, Anchor anchor) {
   // What the children will hold, by the arithmetic apply() uses
   // (decode_accumulate with weight 1: held + the decoded value, the product
   // exact), without a copy of the held chunk.
   if (scratch_.size() < n) scratch_.resize(n);
   codec.decode(payload, n, scratch_.data());
-  const float* held = held_.data() + off;
+  float* held = held_.data() + off;
   const float* step = scratch_.data();
-  for (uint32_t k = 0; k < n; ++k) theta[k] -= held[k] + step[k];
+  if (anchor == Anchor::kAdvances) {
+    held_digest_.reset();
+    for (uint32_t k = 0; k < n; ++k) {
+      const float next = held[k] + step[k];
+      theta[k] -= next;
+      held[k] = next;
+    }
+  } else {
+    for (uint32_t k = 0; k < n; ++k) theta[k] -= held[k] + step[k];
+  }
   kernels::half_kernels().bf16_encode(theta, nullptr, n, bytes_of(residual_.data() + off));
 }
 
 void RootModel::encode_and_settle(uint64_t off, uint32_t n, float* theta, const Codec& codec,
-                                  uint8_t* payload, std::vector<float>& diff) {
-  if (codec.id() == CodecId::kFp16 && encode_fp16_and_settle(off, n, theta, payload)) return;
+                                  uint8_t* payload, std::vector<float>& diff, Anchor anchor) {
+  if (codec.id() == CodecId::kFp16 && encode_fp16_and_settle(off, n, theta, payload, anchor)) {
+    return;
+  }
   const float* held = held_.data() + off;
   if (diff.size() < n) diff.resize(n);
   for (uint32_t k = 0; k < n; ++k) diff[k] = theta[k] - held[k];
   codec.encode(diff.data(), n, nullptr, payload);
-  settle_chunk(off, n, theta, codec, payload);
+  settle_chunk(off, n, theta, codec, payload, anchor);
 }
 
-bool RootModel::encode_fp16_and_settle(uint64_t off, uint32_t n, float* theta, uint8_t* payload) {
+bool RootModel::encode_fp16_and_settle(uint64_t off, uint32_t n, float* theta, uint8_t* payload,
+                                       Anchor anchor) {
   constexpr size_t kBlock = Fp16Codec::kBlock;
   const kernels::HalfKernels& k = kernels::half_kernels();
-  const float* held = held_.data() + off;
+  float* const held = held_.data() + off;
+  const bool advances = anchor == Anchor::kAdvances;
   uint8_t* const halves = payload + Fp16Codec::kScaleBytes * Fp16Codec::blocks(n);
   uint8_t* const residual = bytes_of(residual_.data() + off);
   alignas(64) float d[kBlock];
@@ -78,6 +91,7 @@ bool RootModel::encode_fp16_and_settle(uint64_t off, uint32_t n, float* theta, u
     chunk_max = std::max(chunk_max, max_bits);
   });
   if (chunk_max >= kernels::kF32ExpMask) return false;
+  if (advances) held_digest_.reset();
   kernels::for_each_block<kBlock>(n, [&](size_t b, size_t begin, size_t len) {
     uint8_t* const slot = payload + Fp16Codec::kScaleBytes * b;
     for (size_t i = 0; i < len; ++i) d[i] = theta[begin + i] - held[begin + i];
@@ -87,7 +101,16 @@ bool RootModel::encode_fp16_and_settle(uint64_t off, uint32_t n, float* theta, u
     // What the children will hold, by apply()'s arithmetic (see settle_chunk).
     k.fp16_decode(halves + 2 * begin, len, kernels::load_scale(slot), step);
     float* t = theta + begin;
-    for (size_t i = 0; i < len; ++i) t[i] -= held[begin + i] + step[i];
+    float* h = held + begin;
+    if (advances) {
+      for (size_t i = 0; i < len; ++i) {
+        const float next = h[i] + step[i];
+        t[i] -= next;
+        h[i] = next;
+      }
+    } else {
+      for (size_t i = 0; i < len; ++i) t[i] -= h[i] + step[i];
+    }
     k.bf16_encode(t, nullptr, len, residual + 2 * begin);
   });
   return true;

@@ -37,16 +37,25 @@ class RootModel {
   // That digest as the checkpoint save() viewed took it (its "held"
   // section's), for an anchor that has not moved since.
   void adopt_held_digest(const std::array<uint8_t, 32>& digest) { held_digest_ = digest; }
+  // The anchor's digest where it is known without hashing (taken since the
+  // anchor last moved, or adopted).
+  const std::optional<std::array<uint8_t, 32>>& known_held_digest() const { return held_digest_; }
+
+  // Whether settle_chunk and encode_and_settle move the anchor too.
+  enum class Anchor {
+    kStays,     // it moves later, in apply()
+    kAdvances,  // by what the children decode, in the same pass
+  };
 
   // out[0..n) = the global model's values at [off, off + n).
   void global_chunk(uint64_t off, uint32_t n, float* out) const;
   // The chunk at `off` stepped to `theta` (its new global values), and
   // `payload` (the anchor update as `codec` encoded it) on its way down:
   // keeps theta minus what the children will hold as the residual. The
-  // anchor itself moves only in apply(), when the round commits; `theta`
-  // is overwritten.
+  // anchor itself moves in apply(), or here with Anchor::kAdvances (the
+  // same values, bit for bit); `theta` is overwritten.
   void settle_chunk(uint64_t off, uint32_t n, float* theta, const Codec& codec,
-                    const uint8_t* payload);
+                    const uint8_t* payload, Anchor anchor = Anchor::kStays);
   // Both steps of a chunk's round at once: encodes the anchor update
   // (theta - held) with `codec` into `payload` (codec.encoded_size(n)
   // bytes) and settles the chunk as settle_chunk does. The fp16 codec's
@@ -56,7 +65,8 @@ class RootModel {
   // (grown to n floats). Throws as the codec's encode does, on a value it
   // cannot encode, with the residual untouched.
   void encode_and_settle(uint64_t off, uint32_t n, float* theta, const Codec& codec,
-                         uint8_t* payload, std::vector<float>& diff);
+                         uint8_t* payload, std::vector<float>& diff,
+                         Anchor anchor = Anchor::kStays);
   // The anchor moves by the update the children decode (the same
   // arithmetic settle_chunk assumed, so held + residual is the global model
   // again).
@@ -79,7 +89,8 @@ class RootModel {
  private:
   // encode_and_settle for the fp16 codec; false, with only the payload's
   // scale slots written, when a value is not finite.
-  bool encode_fp16_and_settle(uint64_t off, uint32_t n, float* theta, uint8_t* payload);
+  bool encode_fp16_and_settle(uint64_t off, uint32_t n, float* theta, uint8_t* payload,
+                              Anchor anchor);
 
   std::vector<float> held_;
   std::vector<uint16_t> residual_;  // bf16 bits, little-endian in checkpoints

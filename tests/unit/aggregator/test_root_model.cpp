@@ -1,5 +1,6 @@
 #include "aggregator/root_model.hpp"
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -163,6 +164,71 @@ TEST(RootModel, EncodeAndSettleIsEncodeThenSettleBitForBit) {
     fused.apply(n, static_cast<uint32_t>(n), codec, payload.data());
     two_steps.apply(n, static_cast<uint32_t>(n), codec, expected.data());
     ASSERT_EQ(std::memcmp(fused.held().data(), two_steps.held().data(), n * 2 * sizeof(float)), 0);
+  }
+}
+
+// The anchor moved in the encode-and-settle pass (Anchor::kAdvances) holds
+// what apply() would have made of the payload at the commit, bit for bit,
+// and so does the global model; the chunk beside it is untouched. Values
+// whose sum is a signed zero, subnormal steps and a large block included.
+TEST(RootModel, AnAnchorAdvancedAsItIsEncodedIsTheOneAppliedAtTheCommit) {
+  const size_t n = 5000;
+  std::vector<float> init = ramp(2 * n, -0.3f, 0.0071f);
+  init[n + 3] = -0.0f;
+  init[n + 10] = 0.0f;
+  std::vector<float> target(n);
+  for (size_t i = 0; i < n; ++i) {
+    const float x = init[n + i];
+    switch (i % 6) {
+      case 0: target[i] = x; break;
+      case 1: target[i] = x + 1e-40f; break;  // a subnormal step
+      case 2: target[i] = -x; break;
+      case 3: target[i] = -0.0f; break;
+      case 4: target[i] = x + (i < 2048 ? 6e4f : 2.5f); break;
+      default: target[i] = x * 0.9997f;
+    }
+  }
+  for (const char* name : {"fp16", "bf16", "int8", "fp32"}) {
+    SCOPED_TRACE(name);
+    const Codec& codec = codec_by_name(name);
+    RootModel later(init), now(init);
+    const std::array<uint8_t, 32> before = now.held_digest();
+    ASSERT_TRUE(now.known_held_digest().has_value());
+    std::vector<float> theta_later = target, theta_now = target, diff;
+    std::vector<uint8_t> p_later(codec.encoded_size(n)), p_now(codec.encoded_size(n), 0x5a);
+    later.encode_and_settle(n, static_cast<uint32_t>(n), theta_later.data(), codec, p_later.data(),
+                            diff);
+    now.encode_and_settle(n, static_cast<uint32_t>(n), theta_now.data(), codec, p_now.data(), diff,
+                          RootModel::Anchor::kAdvances);
+    ASSERT_EQ(p_now, p_later);
+    EXPECT_FALSE(now.known_held_digest().has_value()) << "the anchor moved: its digest goes";
+    later.apply(n, static_cast<uint32_t>(n), codec, p_later.data());
+    ASSERT_EQ(std::memcmp(now.held().data(), later.held().data(), 2 * n * sizeof(float)), 0);
+    const std::vector<float> a = later.global(), b = now.global();
+    ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+    EXPECT_EQ(std::memcmp(now.held().data(), init.data(), n * sizeof(float)), 0);
+    EXPECT_NE(now.held_digest(), before);
+  }
+}
+
+TEST(RootModel, AnAdvancingEncodeRefusesANonFiniteStepWithTheAnchorUntouched) {
+  for (const char* name : {"fp16", "bf16"}) {
+    SCOPED_TRACE(name);
+    const Codec& codec = codec_by_name(name);
+    const size_t n = 4500;
+    const std::vector<float> init = ramp(n, 0.1f, 0.002f);
+    RootModel m(init);
+    std::vector<float> theta = init;
+    for (float& x : theta) x += 1e-3f;
+    theta[n - 3] = std::numeric_limits<float>::quiet_NaN();
+    std::vector<float> diff;
+    std::vector<uint8_t> payload(codec.encoded_size(n));
+    EXPECT_THROW(m.encode_and_settle(0, static_cast<uint32_t>(n), theta.data(), codec,
+                                     payload.data(), diff, RootModel::Anchor::kAdvances),
+                 Error);
+    EXPECT_EQ(std::memcmp(m.held().data(), init.data(), n * sizeof(float)), 0);
+    const std::vector<float> g = m.global();
+    EXPECT_EQ(std::memcmp(g.data(), init.data(), n * sizeof(float)), 0);
   }
 }
 
