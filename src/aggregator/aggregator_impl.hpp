@@ -122,6 +122,9 @@ class Aggregator::Impl {
   bool settle_model_size();  // region: the model size, once every child said hello
   void welcome_children(uint64_t round);
   void send_full_anchor(const Child& c);
+  // Chunk `next.chunk_index` of the next anchor as an update that changes
+  // nothing (for a child sent an anchor that holds that chunk already).
+  void send_unchanged_chunk(const Child& c, const wire::FrameHeader& next);
   void open_round(uint64_t round);
   void complete_chunk(uint32_t chunk);
   void complete_round();

@@ -64,6 +64,20 @@ void Aggregator::Impl::send_full_anchor(const Child& c) {
   }
 }
 
+void Aggregator::Impl::send_unchanged_chunk(const Child& c, const wire::FrameHeader& next) {
+  // fp32 -0.0 everywhere: x + (-0.0) is x, bit for bit, for every x (+0.0
+  // and -0.0 included), so the chunk the child holds keeps its bits.
+  const uint32_t n = model_.plan->size(next.chunk_index);
+  const Codec& fp32 = *codec_by_id(CodecId::kFp32);
+  const std::vector<float> nothing(n, -0.0f);
+  std::vector<uint8_t> payload(fp32.encoded_size(n));
+  fp32.encode(nothing.data(), n, nullptr, payload.data());
+  const wire::FrameHeader h =
+      node::chunk_header(topo_, self_.index, wire::MsgType::kAnchor, next.round, *model_.plan,
+                         next.chunk_index, CodecId::kFp32);
+  send_child(c, std::make_shared<const std::vector<uint8_t>>(node::make_frame(h, payload)), h);
+}
+
 void Aggregator::Impl::welcome_one(Child& c, uint64_t round, bool full) {
   clear_outbox(c);
   const std::array<uint8_t, 32> digest = anchor_digest();
@@ -76,9 +90,16 @@ void Aggregator::Impl::welcome_one(Child& c, uint64_t round, bool full) {
   if (full) send_full_anchor(c);
   // Mid-round, the next anchor may be partly on its way already: what went
   // to the child before it came back may be lost, so it goes again (a child
-  // ignores chunks it has).
+  // ignores chunks it has). A chunk the anchor sent in full holds already
+  // goes as an update that changes nothing.
   if (round == round_ && (phase_ == Phase::kTraining || phase_ == Phase::kAwaitAnchor)) {
-    for (const auto& [frame, fh] : anchors_.next) send_child(c, frame, fh);
+    for (const auto& [frame, fh] : anchors_.next) {
+      if (full && role_->chunk_advanced(fh.chunk_index)) {
+        send_unchanged_chunk(c, fh);
+      } else {
+        send_child(c, frame, fh);
+      }
+    }
   }
   c.welcomed = true;
   c.live = true;
@@ -145,7 +166,17 @@ void Aggregator::Impl::on_rejoin(Child& c, const wire::ParsedFrame& f) {
   // at round 0 a newcomer's own initial model must be checked.)
   const bool holds_anchor =
       their_round == round_ && round_ > 0 && hello.model_digest != std::array<uint8_t, 32>{};
-  if (in_round && holds_anchor) {
+  if (in_round && !c.is_site && !role_->anchor_whole()) {
+    // Only a site can be sent a mixed anchor in full (RootRole): a region
+    // relays the round's frames to children that hold its anchor. It is
+    // welcomed at the next boundary (not reached while the root adds
+    // chunks under a region: it adds them only where every child is a site).
+    c.rejoin_pending = true;
+    if (acc_ && acc_->is_open()) acc_->set_expected(c.index, false);
+    close_ready_chunks();
+    return;
+  }
+  if (in_round && holds_anchor && role_->vouches_for_round_anchor()) {
     // Carry on; an update it already sent comes again and counts once.
     welcome_one(c, round_, false);
     return;

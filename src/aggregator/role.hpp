@@ -38,6 +38,18 @@ class Aggregator::Impl::Role {
   // SHA-256 of anchor()'s fp32 bytes, as a child's hello names the model
   // it holds. Roles that know it keep it while the anchor stands.
   virtual std::array<uint8_t, 32> anchor_digest() const;
+  // Mid-round, whether anchor() already holds chunk `chunk` of the next
+  // anchor (the root adds each chunk as it goes down when every child is a
+  // site): a child sent the anchor in full gets, for that chunk, an update
+  // that changes nothing instead of the round's frame.
+  virtual bool chunk_advanced(uint32_t /*chunk*/) const { return false; }
+  // Whether anchor_digest() names the round's own anchor, so a child that
+  // says it holds that anchor can be told "no change" (the root, mid-round,
+  // only where it knew that digest before the anchor began to move).
+  virtual bool vouches_for_round_anchor() const { return true; }
+  // Whether anchor() is the round's own anchor (not mixed with chunks of
+  // the next): children other than sites are welcomed mid-round only then.
+  virtual bool anchor_whole() const { return true; }
   // The child's end of the link to a parent (a region's), or null.
   virtual session::Uplink* uplink() { return nullptr; }
 

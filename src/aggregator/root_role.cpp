@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -90,19 +91,34 @@ void Aggregator::Impl::RootRole::chunk_complete(uint32_t chunk) {
   // Send what the children need to move from the anchor to the new global
   // model; the anchor then advances by exactly what they decode, so
   // whatever the encoding lost stays in the residual and goes with the
-  // next round's update.
-  model_.encode_and_settle(off, n, global, *n_.cfg_.codec, payload, cs.mean);
+  // next round's update. A chunk that goes down now moves the anchor in the
+  // same pass, where it may (advances_now); the others at the commit.
+  const bool held_back = n_.acc_->round_complete() || noise_;
+  const bool advances = !held_back && advances_now();
+  std::optional<std::array<uint8_t, 32>> whole_digest;
+  if (advances && !mixed_) whole_digest = model_.known_held_digest();  // before it moves
+  model_.encode_and_settle(off, n, global, *n_.cfg_.codec, payload, cs.mean,
+                           advances ? aggregator::RootModel::Anchor::kAdvances
+                                    : aggregator::RootModel::Anchor::kStays);
+  if (advances) {
+    if (!mixed_) {
+      mixed_ = true;
+      round_digest_ = whole_digest;
+      advanced_.assign(n_.model_.plan->count(), false);
+    }
+    advanced_[chunk] = true;
+  }
   n_.acc_->recycle(std::move(cs.mean));  // the next chunk's sum is written into it
   const Frame frame = std::move(bytes);
   n_.book_.report(n_.round_).weight = cs.weight;
-  if (n_.acc_->round_complete() || noise_) {
+  if (held_back) {
     pending_.emplace_back(chunk, frame);  // added to the anchor when the round commits
     held_back_.emplace_back(frame, h);    // sent once the round's checkpoint is durable
     return;
   }
   // On disk for a large model: read back as each child's window takes it.
   const aggregator::StoredFrame stored = n_.anchors_.store.keep(frame);
-  pending_.emplace_back(chunk, stored);
+  if (!advances) pending_.emplace_back(chunk, stored);
   n_.anchors_.next.emplace_back(stored, h);
   for (const Child& c : n_.down_.children) {
     if (c.live && !c.rejoin_pending) n_.send_child(c, stored, h);
@@ -152,7 +168,8 @@ void Aggregator::Impl::RootRole::round_closed(Clock::time_point now, double secs
   report(finished);
 }
 
-// Adds the round's anchor update, as its children decode it, to the anchor.
+// Adds what is left of the round's anchor update, as its children decode
+// it, to the anchor: it is the next round's, whole.
 void Aggregator::Impl::RootRole::apply_pending() {
   std::vector<uint8_t> scratch;  // one frame read back at a time
   for (const auto& [chunk, stored] : pending_) {
@@ -161,6 +178,27 @@ void Aggregator::Impl::RootRole::apply_pending() {
                  frame + wire::kHeaderSize);
   }
   pending_.clear();
+  mixed_ = false;
+  round_digest_.reset();
+  advanced_.clear();
+}
+
+// Every child is a site: each can be sent a mixed anchor in full. A region
+// relays the round's frames as they come to children that hold its anchor,
+// so under one the anchor moves only at the commit.
+bool Aggregator::Impl::RootRole::advances_now() const {
+  for (const Child& c : n_.down_.children) {
+    if (!c.is_site && !c.removed) return false;
+  }
+  return true;
+}
+
+std::array<uint8_t, 32> Aggregator::Impl::RootRole::anchor_digest() const {
+  // Mid-round, the round's own anchor is named only by a digest taken
+  // before it began to move; without one, the mixed anchor's (which no
+  // child's hello names: a site offers none while its anchor is mixed).
+  if (mixed_ && round_digest_) return *round_digest_;
+  return model_.held_digest();
 }
 
 // Adaptive clipping: the share of sites whose update was not clipped this
@@ -243,6 +281,8 @@ void Aggregator::Impl::RootRole::summarize(AggregatorSummary& s) {
   outer_.reset();
   held_back_.clear();
   pending_.clear();
+  advanced_.clear();
+  mixed_ = false;
 }
 
 // ---- checkpoints -------------------------------------------------------------------
@@ -290,6 +330,10 @@ void Aggregator::Impl::RootRole::no_checkpoint() {
 
 void Aggregator::Impl::RootRole::restore(const Checkpoint& c, const std::string& /*path*/) {
   model_ = aggregator::RootModel::restore(c);
+  pending_.clear();
+  advanced_.clear();
+  mixed_ = false;
+  round_digest_.reset();
   n_.init_model_state(model_.size());
   outer_ = make_outer_optimizer(n_.cfg_.outer, model_.size());
   for (const OuterOptimizer::StateBuffer& b : outer_->state()) {

@@ -27,7 +27,12 @@ class Aggregator::Impl::RootRole : public Aggregator::Impl::Role {
   explicit RootRole(Impl& node);
 
   const std::vector<float>& anchor() const override { return model_.held(); }
-  std::array<uint8_t, 32> anchor_digest() const override { return model_.held_digest(); }
+  std::array<uint8_t, 32> anchor_digest() const override;
+  bool chunk_advanced(uint32_t chunk) const override {
+    return chunk < advanced_.size() && advanced_[chunk];
+  }
+  bool vouches_for_round_anchor() const override { return !mixed_ || round_digest_.has_value(); }
+  bool anchor_whole() const override { return !mixed_; }
   void saved(const Checkpoint& c, const std::vector<std::array<uint8_t, 32>>& digests) override;
   void children_joined() override;
   void round_opened(uint64_t round) override;
@@ -67,15 +72,26 @@ class Aggregator::Impl::RootRole : public Aggregator::Impl::Role {
   void adapt_clip(uint64_t finished);
 
   // The model every child holds (exact), and the global model as that plus
-  // a bf16 residual (aggregator/root_model.hpp). The anchor stays the open
-  // round's until the round commits: the next anchor's chunks wait in their
-  // encoded frames (pending_) and are added then, so a child that rejoins
-  // mid-round is sent the anchor as it is, with no copy of the replaced
-  // values beside it.
+  // a bf16 residual (aggregator/root_model.hpp). Where every child is a
+  // site, each chunk of the next anchor is added to the anchor in the pass
+  // that encodes it, as it goes down (advanced_): the anchor is mixed until
+  // the round commits. A site welcomed in full mid-round is sent it as it
+  // is and, for the chunks already added, updates that change nothing
+  // (Impl::welcome_one); one that offers the round's anchor is told "no
+  // change" only where its digest was known before the first chunk moved
+  // (round_digest_), else it is sent the model in full. Chunks held back
+  // for the commit (the round's last; every chunk with central noise, which
+  // must not leave before the commit) and every chunk under a region (a
+  // region relays the round's frames to children that hold its anchor)
+  // wait in their encoded frames (pending_) and are added at the commit.
   aggregator::RootModel model_;
   std::vector<float> global_;  // one chunk's global values (chunk_complete)
   std::vector<std::pair<uint32_t, aggregator::StoredFrame>> pending_;  // chunk, its anchor frame
   void apply_pending();
+  bool advances_now() const;    // whether the next chunk of the anchor may be added as it goes
+  std::vector<bool> advanced_;  // the open round's chunks already in the anchor
+  bool mixed_ = false;          // any of them
+  std::optional<std::array<uint8_t, 32>> round_digest_;  // the round's own anchor's, if known
   std::array<uint8_t, 32> model_digest_{};
   std::unique_ptr<OuterOptimizer> outer_;
   // The last anchor chunk of a round waits until the round's checkpoint is

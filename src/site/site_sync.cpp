@@ -29,7 +29,11 @@ void SiteCore::Impl::run_sync(SyncResult* res) {
   if (current()) update_sent();
   await_anchor(start_round, res);
   if (current() && incoming.next_pending() && !finished) take_anchor();
-  incoming.forget_next();
+  // Resynced mid-round: the chunks of the next anchor the parent sent
+  // after the model in full (model_in_full forgot the older ones) are the
+  // new round's, kept for its sync (they wait for its deltas as early
+  // chunks); otherwise nothing of the next anchor outlives this sync.
+  if (!res->resynced) incoming.forget_next();
   if (finished) confirm_end(res);
   security->audit_sync();
   res->round = round;

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -456,6 +457,97 @@ TEST_F(TransportFaults, SlowAndDuplicatingLinksChangeNothingButTime) {
   EXPECT_EQ(st.duplicated, faults_->hits(dup));
   EXPECT_GE(st.duplicated, kRounds * 4 * 5) << "every site's and region's delta chunks";
 }
+
+// A root over sites adds each chunk of the next anchor to its anchor as it
+// goes down, so mid-round its anchor is mixed. site-0 loses its link just
+// as the first of those chunks comes (everything the root sends it is lost
+// for 1.2 s) while site-1's last chunk of round 2 is lost until site-0 is
+// welcomed back (site-1 sends it again then), so the root is still in
+// round 2 with four chunks added when site-0 rejoins. Without a
+// digest of the round's anchor taken before it moved (no checkpoints), the
+// root cannot vouch for the anchor site-0 offers: it sends the mixed anchor
+// in full and, for the chunks it holds already, updates that change
+// nothing (fp32 -0.0, told apart from the round's fp16 frames by their
+// codec), and site-0 ends with every other site's model bit for bit (its
+// residual is cleared by the resync, so not the reference's); with
+// checkpoints, it knows that digest and tells site-0 "no change" and sends
+// the round's frames again, and the result is the reference's bit for bit.
+class MidRoundRejoin : public TransportFaults, public ::testing::WithParamInterface<bool> {
+ protected:
+  void SetUp() override {
+    topo_ = make_tree(dir_.path(), 0, 2, spec("fp16"), /*in_process=*/true);
+    if (GetParam()) {
+      setup_.aggregator = [dir = dir_.path()](AggregatorOptions& o) {
+        o.checkpoint_dir = (dir / ("ckpt-" + o.node_id)).string();
+      };
+    }
+  }
+};
+
+TEST_P(MidRoundRejoin, ASiteWelcomedWhileTheAnchorIsMixedEndsWithTheReference) {
+  const bool checkpoints = GetParam();
+  // Everything the root sends site-0 for 1.2 s from the first chunk of
+  // round 3's anchor on (the predicate runs under the injector's lock).
+  auto since = std::make_shared<std::optional<std::chrono::steady_clock::time_point>>();
+  const auto cut =
+      faults_->add(FaultRule::drop()
+                       .on(endpoint("root"), "site-0")
+                       .down()
+                       .where([since](const uint8_t* d, size_t n) {
+                         const auto now = std::chrono::steady_clock::now();
+                         const std::optional<wire::FrameHeader> h = frame_header(d, n);
+                         if (!*since && h && h->type == MsgType::kAnchor && h->round == 3 &&
+                             (h->flags & wire::kFlagFullAnchor) == 0) {
+                           *since = now;
+                         }
+                         return *since && now - **since < 1200ms;
+                       }));
+  // site-0's welcome once the cut began; until it, every copy of site-1's
+  // last chunk of round 2 is lost.
+  auto welcomed = std::make_shared<bool>(false);
+  faults_->add(FaultRule::observe()
+                   .of_type(MsgType::kWelcome)
+                   .on(endpoint("root"), "site-0")
+                   .down()
+                   .where([since, welcomed](const uint8_t*, size_t) {
+                     if (*since) *welcomed = true;
+                     return true;
+                   }));
+  const auto late =
+      faults_->add(FaultRule::drop()
+                       .of_type(MsgType::kDelta)
+                       .on(endpoint("root"), "site-1")
+                       .up()
+                       .where(chunk_of(2, 4))
+                       .where([welcomed](const uint8_t*, size_t) { return !*welcomed; }));
+  // What reaches site-0 of round 3's anchor as updates that change nothing.
+  const auto unchanged =
+      faults_->add(FaultRule::observe()
+                       .of_type(MsgType::kAnchor)
+                       .on(endpoint("root"), "site-0")
+                       .down()
+                       .where([](const uint8_t* d, size_t n) {
+                         const std::optional<wire::FrameHeader> h = frame_header(d, n);
+                         return h && h->round == 3 && (h->flags & wire::kFlagFullAnchor) == 0 &&
+                                h->codec == static_cast<uint8_t>(CodecId::kFp32);
+                       }));
+  const FederationRun run = checkpoints ? run_and_compare() : this->run();
+  EXPECT_GT(faults_->hits(cut), 0u);
+  EXPECT_GE(faults_->hits(late), 1u);
+  EXPECT_GE(run.root.rejoins, 1u) << "site-0 should have rejoined mid-round";
+  if (checkpoints) {
+    EXPECT_EQ(faults_->hits(unchanged), 0u) << "the round's anchor was vouched for";
+  } else {
+    // Chunks 0-3 of the next anchor were in the anchor sent in full.
+    EXPECT_EQ(faults_->hits(unchanged), 4u);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Checkpoints, MidRoundRejoin, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& i) {
+                           return i.param ? std::string("WithCheckpoints")
+                                          : std::string("WithoutCheckpoints");
+                         });
 
 }  // namespace
 }  // namespace fedwan::testing
