@@ -19,6 +19,14 @@
 //   BM_Root_CopiesIntoUsedSums the same, every taken chunk's values handed
 //                             back (RoundAccumulator::recycle) and the next
 //                             sum written into them
+//   BM_Root_AnchorAtCommit    encode and settle each chunk (anchor staying),
+//                             its frame appended to a spill file; at the
+//                             commit each frame read back and added to the
+//                             anchor (RootModel::apply)
+//   BM_Root_AnchorAdvancing   the same with the anchor moved in the encode
+//                             and settle pass (Anchor::kAdvances): the frames
+//                             still go to the file (for children whose
+//                             windows lag), none is read back
 //   (in 256K-element chunks, the topology's default, with the node
 //   programs' heap settings; /1: every first copy waits on disk as its payload, as at a root whose
 //   chunks in flight are over its budget, and is rebuilt when the second
@@ -35,10 +43,13 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "aggregation/round_accumulator.hpp"
 #include "aggregator/root_model.hpp"
+#include "common/spill_file.hpp"
 #include "fedwan/codec.hpp"
 #include "tensor/chunk_plan.hpp"
 
@@ -82,6 +93,49 @@ void root_round(benchmark::State& state, bool fused) {
   }
   finish(state);
 }
+
+void root_commit(benchmark::State& state, bool advancing) {
+  using fedwan::aggregator::RootModel;
+  const Codec& fp16 = codec_by_name("fp16");
+  RootModel m(ramp(kElements, -0.5f, 0.001f));
+  std::vector<float> theta(kChunk), diff(kChunk);
+  std::vector<uint8_t> payload(fp16.encoded_size(kChunk));
+  std::vector<uint8_t> back(payload.size());
+  std::string why;
+  fedwan::SpillFiles files;
+  for (auto _ : state) {
+    std::shared_ptr<fedwan::SpillFile> file = files.next("", &why);
+    if (!file) {
+      state.SkipWithError(why.c_str());
+      return;
+    }
+    std::vector<uint64_t> at;
+    for (size_t off = 0; off < kElements; off += kChunk) {
+      m.global_chunk(off, kChunk, theta.data());
+      for (uint32_t k = 0; k < kChunk; k += 7) theta[k] += 1e-4f;  // a step
+      m.encode_and_settle(off, kChunk, theta.data(), fp16, payload.data(), diff,
+                          advancing ? RootModel::Anchor::kAdvances : RootModel::Anchor::kStays);
+      uint64_t where = 0;
+      if (!file->append(payload.data(), payload.size(), &where)) {
+        state.SkipWithError("spill file: write failed");
+        return;
+      }
+      at.push_back(where);
+    }
+    if (!advancing) {
+      for (size_t i = 0, off = 0; off < kElements; ++i, off += kChunk) {
+        file->read(at[i], back.data(), back.size());
+        m.apply(off, kChunk, fp16, back.data());
+      }
+    }
+    benchmark::DoNotOptimize(m.held().data());
+    files.retire(std::move(file));
+  }
+  finish(state);
+}
+
+void BM_Root_AnchorAtCommit(benchmark::State& state) { root_commit(state, false); }
+void BM_Root_AnchorAdvancing(benchmark::State& state) { root_commit(state, true); }
 
 void BM_Root_EncodeThenSettle(benchmark::State& state) { root_round(state, false); }
 void BM_Root_EncodeAndSettle(benchmark::State& state) { root_round(state, true); }
@@ -157,6 +211,8 @@ void BM_Root_CopiesIntoUsedSums(benchmark::State& state) { root_copies(state, tr
 
 BENCHMARK(BM_Root_CopiesIntoNewSums)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Root_CopiesIntoUsedSums)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Root_AnchorAtCommit)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Root_AnchorAdvancing)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Root_EncodeThenSettle)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Root_EncodeAndSettle)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Site_AnchorThenCopy)->Unit(benchmark::kMillisecond);
