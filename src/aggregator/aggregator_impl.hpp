@@ -136,6 +136,7 @@ class Aggregator::Impl {
 
   // Fault tolerance (aggregator_recovery.cpp).
   void on_rejoin(Child& c, const wire::ParsedFrame& f);
+  void welcome_member_back(Child& c, uint64_t their_round);
   void welcome_one(Child& c, uint64_t round, bool full);
   void welcome_pending();  // at a round boundary: deferred rejoins
   void on_heartbeat_timer();

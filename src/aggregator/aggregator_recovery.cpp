@@ -159,29 +159,30 @@ void Aggregator::Impl::on_rejoin(Child& c, const wire::ParsedFrame& f) {
     if (acc_ && acc_->is_open()) acc_->set_expected(c.index, false);
     return;
   }
+  welcome_member_back(c, their_round);
+}
+
+// A member that said hello again: welcomed now, in the round, or at the
+// next boundary.
+void Aggregator::Impl::welcome_member_back(Child& c, uint64_t their_round) {
   const bool in_round = phase_ == Phase::kTraining || phase_ == Phase::kAwaitAnchor;
   // A child that offers the anchor of this round holds it: the history of
   // committed rounds is linear, so after round 0 a round number names one
   // anchor. (It offers no digest while its anchor is being replaced, and
   // at round 0 a newcomer's own initial model must be checked.)
   const bool holds_anchor =
-      their_round == round_ && round_ > 0 && hello.model_digest != std::array<uint8_t, 32>{};
-  if (in_round && !c.is_site && !role_->anchor_whole()) {
-    // Only a site can be sent a mixed anchor in full (RootRole): a region
-    // relays the round's frames to children that hold its anchor. It is
-    // welcomed at the next boundary (not reached while the root adds
-    // chunks under a region: it adds them only where every child is a site).
-    c.rejoin_pending = true;
-    if (acc_ && acc_->is_open()) acc_->set_expected(c.index, false);
-    close_ready_chunks();
-    return;
-  }
-  if (in_round && holds_anchor && role_->vouches_for_round_anchor()) {
+      their_round == round_ && round_ > 0 && c.hello.model_digest != std::array<uint8_t, 32>{};
+  // Only a site can be sent a mixed anchor in full (RootRole): a region
+  // relays the round's frames to children that hold its anchor. It waits
+  // for the next boundary (not reached while the root adds chunks under a
+  // region: it adds them only where every child is a site).
+  const bool mixed_for_it = !c.is_site && !role_->anchor_whole();
+  if (in_round && !mixed_for_it && holds_anchor && role_->vouches_for_round_anchor()) {
     // Carry on; an update it already sent comes again and counts once.
     welcome_one(c, round_, false);
     return;
   }
-  if (in_round) {
+  if (in_round && !mixed_for_it) {
     // Mid-round, even once some chunks of the next anchor went down: the
     // child gets the round's own anchor and then the next anchor's chunks
     // so far, and is expected for the chunks still open.
@@ -190,7 +191,8 @@ void Aggregator::Impl::on_rejoin(Child& c, const wire::ParsedFrame& f) {
     welcome_one(c, round_, c.hello.model_digest != anchor_digest());
     return;
   }
-  // Not in a round: welcome it at the next boundary, with the new anchor.
+  // Not in a round (or a region while the root's anchor is mixed): welcome
+  // it at the next boundary, with the new anchor.
   c.rejoin_pending = true;
   if (acc_ && acc_->is_open()) acc_->set_expected(c.index, false);
   close_ready_chunks();

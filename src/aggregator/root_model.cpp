@@ -18,6 +18,21 @@ namespace {
 const uint8_t* bytes_of(const uint16_t* p) { return reinterpret_cast<const uint8_t*>(p); }
 uint8_t* bytes_of(uint16_t* p) { return reinterpret_cast<uint8_t*>(p); }
 
+// theta -= what the children will hold (held + step, by the arithmetic
+// apply() uses: decode_accumulate with weight 1, the product exact); with
+// `advances`, held becomes that value too.
+void settle_values(float* theta, float* held, const float* step, size_t n, bool advances) {
+  if (advances) {
+    for (size_t i = 0; i < n; ++i) {
+      const float next = held[i] + step[i];
+      theta[i] -= next;
+      held[i] = next;
+    }
+  } else {
+    for (size_t i = 0; i < n; ++i) theta[i] -= held[i] + step[i];
+  }
+}
+
 }  // namespace
 
 RootModel::RootModel(std::vector<float> initial)
@@ -38,23 +53,12 @@ void RootModel::global_chunk(uint64_t off, uint32_t n, float* out) const {
 
 void RootModel::settle_chunk(uint64_t off, uint32_t n, float* theta, const Codec& codec,
                              const uint8_t* payload, Anchor anchor) {
-  // What the children will hold, by the arithmetic apply() uses
-  // (decode_accumulate with weight 1: held + the decoded value, the product
-  // exact), without a copy of the held chunk.
+  // What the children will hold, without a copy of the held chunk.
   if (scratch_.size() < n) scratch_.resize(n);
   codec.decode(payload, n, scratch_.data());
-  float* held = held_.data() + off;
-  const float* step = scratch_.data();
-  if (anchor == Anchor::kAdvances) {
-    held_digest_.reset();
-    for (uint32_t k = 0; k < n; ++k) {
-      const float next = held[k] + step[k];
-      theta[k] -= next;
-      held[k] = next;
-    }
-  } else {
-    for (uint32_t k = 0; k < n; ++k) theta[k] -= held[k] + step[k];
-  }
+  const bool advances = anchor == Anchor::kAdvances;
+  if (advances) held_digest_.reset();
+  settle_values(theta, held_.data() + off, scratch_.data(), n, advances);
   kernels::half_kernels().bf16_encode(theta, nullptr, n, bytes_of(residual_.data() + off));
 }
 
@@ -100,18 +104,8 @@ bool RootModel::encode_fp16_and_settle(uint64_t off, uint32_t n, float* theta, u
     k.fp16_encode(d, nullptr, len, s, halves + 2 * begin);
     // What the children will hold, by apply()'s arithmetic (see settle_chunk).
     k.fp16_decode(halves + 2 * begin, len, kernels::load_scale(slot), step);
-    float* t = theta + begin;
-    float* h = held + begin;
-    if (advances) {
-      for (size_t i = 0; i < len; ++i) {
-        const float next = h[i] + step[i];
-        t[i] -= next;
-        h[i] = next;
-      }
-    } else {
-      for (size_t i = 0; i < len; ++i) t[i] -= h[i] + step[i];
-    }
-    k.bf16_encode(t, nullptr, len, residual + 2 * begin);
+    settle_values(theta + begin, held + begin, step, len, advances);
+    k.bf16_encode(theta + begin, nullptr, len, residual + 2 * begin);
   });
   return true;
 }
