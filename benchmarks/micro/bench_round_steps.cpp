@@ -12,6 +12,9 @@
 //                             anchor at the round's end
 //   BM_Site_AnchorInPlace     each chunk decoded into the anchor in place and
 //                             copied into params while in cache
+//   BM_Site_AnchorStreamed    Codec::decode_add_copy: each block decoded
+//                             into the anchor and copied into params while
+//                             in L1, the copy stored past the caches
 //   BM_Root_CopiesIntoNewSums two children's copies of every chunk into the
 //                             round's accumulator, one after the other,
 //                             each chunk taken once both are in: each
@@ -140,7 +143,9 @@ void BM_Root_AnchorAdvancing(benchmark::State& state) { root_commit(state, true)
 void BM_Root_EncodeThenSettle(benchmark::State& state) { root_round(state, false); }
 void BM_Root_EncodeAndSettle(benchmark::State& state) { root_round(state, true); }
 
-void site_anchor(benchmark::State& state, bool in_place) {
+enum class SiteAnchor { kThenCopy, kInPlace, kStreamed };
+
+void site_anchor(benchmark::State& state, SiteAnchor how) {
   const Codec& fp16 = codec_by_name("fp16");
   std::vector<float> anchor = ramp(kElements, 0.25f, 0.0003f);
   std::vector<float> params = anchor;
@@ -152,21 +157,26 @@ void site_anchor(benchmark::State& state, bool in_place) {
   for (auto _ : state) {
     for (size_t off = 0; off < kElements; off += kChunk) {
       float* a = anchor.data() + off;
-      if (in_place) {
+      if (how == SiteAnchor::kInPlace) {
         fp16.decode_add(payload.data(), kChunk, a, a);
         std::memcpy(params.data() + off, a, size_t{kChunk} * sizeof(float));
+      } else if (how == SiteAnchor::kStreamed) {
+        fp16.decode_add_copy(payload.data(), kChunk, a, params.data() + off);
       } else {
         fp16.decode_add(payload.data(), kChunk, a, params.data() + off);
       }
     }
-    if (!in_place) std::memcpy(anchor.data(), params.data(), kElements * sizeof(float));
+    if (how == SiteAnchor::kThenCopy) {
+      std::memcpy(anchor.data(), params.data(), kElements * sizeof(float));
+    }
     benchmark::DoNotOptimize(params.data());
   }
   finish(state);
 }
 
-void BM_Site_AnchorThenCopy(benchmark::State& state) { site_anchor(state, false); }
-void BM_Site_AnchorInPlace(benchmark::State& state) { site_anchor(state, true); }
+void BM_Site_AnchorThenCopy(benchmark::State& state) { site_anchor(state, SiteAnchor::kThenCopy); }
+void BM_Site_AnchorInPlace(benchmark::State& state) { site_anchor(state, SiteAnchor::kInPlace); }
+void BM_Site_AnchorStreamed(benchmark::State& state) { site_anchor(state, SiteAnchor::kStreamed); }
 
 void root_copies(benchmark::State& state, bool recycle) {
   // As the node programs keep freed heap (cli/node_common.cpp).
@@ -217,3 +227,4 @@ BENCHMARK(BM_Root_EncodeThenSettle)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Root_EncodeAndSettle)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Site_AnchorThenCopy)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Site_AnchorInPlace)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Site_AnchorStreamed)->Unit(benchmark::kMillisecond);

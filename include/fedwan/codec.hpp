@@ -50,6 +50,14 @@ class FEDWAN_API Codec {
   // otherwise overlap). The built-in fp16 and bf16 codecs do it in one pass;
   // this default copies first. Precondition: validate() returned true.
   virtual void decode_add(const uint8_t* in, size_t n, const float* base, float* out) const;
+
+  // acc[i] = acc[i] + decoded[i] (decode_add in place, bit for bit), and
+  // the same values into `copy`, stored past the caches: for a copy nobody
+  // reads soon (a site's parameters, next read by the next training step).
+  // acc and copy must not overlap. The built-in fp16 and bf16 codecs copy
+  // each block while it is in L1; this default decodes the whole of it
+  // first. Precondition: validate() returned true.
+  virtual void decode_add_copy(const uint8_t* in, size_t n, float* acc, float* copy) const;
 };
 
 // Registry, keyed by name ("fp32", "fp16", "bf16", "int8") and by wire id.

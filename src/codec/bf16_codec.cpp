@@ -1,8 +1,10 @@
 #include "codec/bf16_codec.hpp"
 
+#include <algorithm>
 #include <limits>
 
 #include "codec/half.hpp"
+#include "common/stream_copy.hpp"
 
 namespace fedwan {
 
@@ -30,6 +32,17 @@ void Bf16Codec::decode_accumulate(const uint8_t* in, size_t n, float weight, flo
 
 void Bf16Codec::decode_add(const uint8_t* in, size_t n, const float* base, float* out) const {
   kernels::half_kernels().bf16_decode_add(in, n, base, out);
+}
+
+void Bf16Codec::decode_add_copy(const uint8_t* in, size_t n, float* acc, float* copy) const {
+  // In blocks that stay in L1 while they are copied.
+  constexpr size_t kBlock = 2048;
+  const auto& k = kernels::half_kernels();
+  for (size_t begin = 0; begin < n; begin += kBlock) {
+    const size_t len = std::min(kBlock, n - begin);
+    k.bf16_decode_add(in + 2 * begin, len, acc + begin, acc + begin);
+    stream_copy(copy + begin, acc + begin, len);
+  }
 }
 
 }  // namespace fedwan

@@ -16,6 +16,7 @@ class Bf16Codec final : public Codec {
   void decode(const uint8_t* in, size_t n, float* out) const override;
   void decode_accumulate(const uint8_t* in, size_t n, float weight, float* acc) const override;
   void decode_add(const uint8_t* in, size_t n, const float* base, float* out) const override;
+  void decode_add_copy(const uint8_t* in, size_t n, float* acc, float* copy) const override;
 };
 
 }  // namespace fedwan

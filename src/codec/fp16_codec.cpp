@@ -6,6 +6,7 @@
 
 #include "codec/block_scaled.hpp"
 #include "codec/half.hpp"
+#include "common/stream_copy.hpp"
 
 namespace fedwan {
 
@@ -64,6 +65,16 @@ void Fp16Codec::decode_add(const uint8_t* in, size_t n, const float* base, float
   for_each_block<kBlock>(n, [&](size_t b, size_t begin, size_t len) {
     k.fp16_decode_add(halves + 2 * begin, len, load_scale(in + kScaleBytes * b), base + begin,
                       out + begin);
+  });
+}
+
+void Fp16Codec::decode_add_copy(const uint8_t* in, size_t n, float* acc, float* copy) const {
+  const auto& k = kernels::half_kernels();
+  const uint8_t* const halves = in + kScaleBytes * blocks(n);
+  for_each_block<kBlock>(n, [&](size_t b, size_t begin, size_t len) {
+    k.fp16_decode_add(halves + 2 * begin, len, load_scale(in + kScaleBytes * b), acc + begin,
+                      acc + begin);
+    stream_copy(copy + begin, acc + begin, len);  // the block still in L1
   });
 }
 

@@ -22,6 +22,7 @@ class Fp16Codec final : public Codec {
   void decode(const uint8_t* in, size_t n, float* out) const override;
   void decode_accumulate(const uint8_t* in, size_t n, float weight, float* acc) const override;
   void decode_add(const uint8_t* in, size_t n, const float* base, float* out) const override;
+  void decode_add_copy(const uint8_t* in, size_t n, float* acc, float* copy) const override;
 
   // 2048 elements: the scales cost 0.1% on top of the halves.
   static constexpr size_t kBlock = 2048;

@@ -10,6 +10,7 @@
 #include "codec/fp16_codec.hpp"
 #include "codec/fp32_codec.hpp"
 #include "codec/int8_codec.hpp"
+#include "common/stream_copy.hpp"
 #include "fedwan/codec.hpp"
 #include "fedwan/error.hpp"
 
@@ -107,6 +108,11 @@ void register_codec(std::unique_ptr<Codec> codec) { registry().add(std::move(cod
 void Codec::decode_add(const uint8_t* in, size_t n, const float* base, float* out) const {
   if (out != base && n > 0) std::memcpy(out, base, n * sizeof(float));
   decode_accumulate(in, n, 1.0f, out);
+}
+
+void Codec::decode_add_copy(const uint8_t* in, size_t n, float* acc, float* copy) const {
+  decode_add(in, n, acc, acc);
+  stream_copy(copy, acc, n);
 }
 
 }  // namespace fedwan

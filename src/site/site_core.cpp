@@ -329,8 +329,8 @@ void SiteCore::Impl::apply_update_chunk(uint32_t chunk, const Codec& c, const ui
   float* a = anchor.data() + off;
   anchor_mixed = true;
   if (!overlapping()) {
-    c.decode_add(payload, n, a, a);
-    std::memcpy(params + off, a, size_t{n} * sizeof(float));
+    // params is read next by the next training step: written past the caches.
+    c.decode_add_copy(payload, n, a, params + off);
     return;
   }
   float* w = work + off;

@@ -193,6 +193,31 @@ TEST_P(CodecRoundTrip, DecodeAddEqualsCopyThenDecodeAccumulateBitForBit) {
   ASSERT_TRUE(same_bits(in_place, reference));
 }
 
+// A site's parameters take each anchor chunk as it is added to the anchor
+// (Codec::decode_add_copy): the anchor as decode_add in place leaves it, the
+// copy the same bits, wherever the copy starts (streamed stores begin at a
+// 32-byte boundary), and nothing written beside it.
+TEST_P(CodecRoundTrip, DecodeAddCopyEqualsDecodeAddInPlaceAndACopy) {
+  const Codec& c = codec_by_name(std::get<0>(GetParam()));
+  const size_t n = std::get<1>(GetParam());
+  const Bytes b = encode(c, random_floats(n, 23, 0.01f));
+  const Floats base = random_floats(n, 24, 5.0f);
+  Floats reference = base;
+  c.decode_add(b.data(), n, reference.data(), reference.data());
+  for (size_t shift = 0; shift < 3; ++shift) {
+    Floats acc = base;
+    Floats copy(n + 4, -3.0f);
+    c.decode_add_copy(b.data(), n, acc.data(), copy.data() + shift);
+    ASSERT_TRUE(same_bits(acc, reference)) << "shift " << shift;
+    ASSERT_TRUE(same_bits(Floats(copy.begin() + static_cast<long>(shift),
+                                 copy.begin() + static_cast<long>(shift + n)),
+                          reference))
+        << "shift " << shift;
+    for (size_t i = 0; i < shift; ++i) ASSERT_EQ(copy[i], -3.0f);
+    for (size_t i = shift + n; i < copy.size(); ++i) ASSERT_EQ(copy[i], -3.0f);
+  }
+}
+
 // Frames are encoded into buffers used before (common/byte_pool.hpp): an
 // encoder must write every byte of its encoded_size, with error feedback in
 // fp32 and in bf16, or a byte of an earlier frame would go out with it.
