@@ -4,7 +4,10 @@
 // it stores past the caches (non-temporal stores), so the copy neither
 // reads every destination line from memory before writing it nor evicts
 // what the caller works on next; elsewhere it is memcpy. The same bits
-// either way.
+// either way. For small copies (a block of a chunk while it is in L1):
+// memcpy stores past the caches by itself beyond a few MiB, and does it
+// faster than this (BM_Site_Anchor* in benchmarks/micro/bench_round_steps.cpp
+// measures the block case).
 #pragma once
 
 #include <cstddef>
