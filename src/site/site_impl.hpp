@@ -1,6 +1,8 @@
-// SiteCore's state, private to site_core.cpp (the round protocol),
-// site_link.cpp (link upkeep) and site_checkpoint.cpp (saving and resuming). Thread safety: one
-// thread drives a SiteCore.
+// SiteCore's state, private to the site's sources: site_core.cpp (the round
+// protocol's receiving side), site_sync.cpp (the steps of sync(), sending),
+// site_link.cpp (link upkeep), site_checkpoint.cpp (saving and resuming),
+// site_membership.cpp, site_overlap.cpp and site_metrics.cpp. Thread
+// safety: one thread drives a SiteCore.
 #pragma once
 
 #include <array>

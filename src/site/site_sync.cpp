@@ -197,4 +197,38 @@ void SiteCore::Impl::take_anchor() {
   anchor.cool();  // next read by the next update
 }
 
+// Sending one frame, and the update's frames again.
+
+bool SiteCore::Impl::send_now(std::vector<uint8_t> frame, SyncResult* res) {
+  if (!welcome.link_ok) return false;
+  try {
+    res->bytes_sent += link().send(std::move(frame), cfg.heartbeat_timeout);
+    return true;
+  } catch (const TimeoutError& e) {
+    log().warn("[site:{}] send to the parent failed: {}", self.id, e.what());
+  } catch (const TransportError& e) {
+    log().warn("[site:{}] send to the parent failed: {}", self.id, e.what());
+  }
+  welcome.link_ok = false;
+  return false;
+}
+
+void SiteCore::Impl::resend_update() {
+  if (sealing_active) return;  // mid-upload: the update is going out anyway
+  SyncResult ignored;
+  for (const node::StoredFrame& fr : outgoing.frames) {
+    if (!send_now(*fr.load(), &ignored)) return;
+  }
+}
+
+void SiteCore::Impl::resend_chunks(const std::vector<uint32_t>& chunks, SyncResult* res) {
+  if (sealing_active) return;  // mid-upload: the update is going out anyway
+  for (uint32_t c : chunks) {
+    if (c >= outgoing.frames.size()) continue;
+    const uint64_t before = res->bytes_sent;
+    if (!send_now(*outgoing.frames[c].load(), res)) return;
+    res->bytes_resent += res->bytes_sent - before;
+  }
+}
+
 }  // namespace fedwan
