@@ -115,6 +115,19 @@ void decode_payload(const ParsedFrame& f) {
         fail("need-update does not survive re-encoding");
       }
     }
+    PacePayload pace;
+    if (decode_pace(f.payload, f.payload_size, &pace)) {
+      if (pace.allowed == 0 || pace.window == 0) fail("pace accepted with nothing allowed");
+      const std::vector<uint8_t> again = encode_pace(pace);
+      if (again.size() != f.payload_size ||
+          std::memcmp(again.data(), f.payload, again.size()) != 0) {
+        fail("decoded pace payload does not re-encode to its bytes");
+      }
+    }
+  }
+  if (f.header.type == MsgType::kHeartbeat && (f.header.flags & kFlagPace) &&
+      f.header.flags != kFlagPace) {
+    fail("accepted pace beside another flag");
   }
 }
 

@@ -153,6 +153,8 @@ std::vector<std::pair<std::string, Bytes>> frames() {
       {"welcome_clip", wire::with_clip(control_frame(wire::MsgType::kWelcome, Bytes(32, 0x5a), 1000,
                                                      wire::kFlagKeepsReplicas),
                                        1.25)},
+      {"heartbeat_pace",
+       control_frame(wire::MsgType::kHeartbeat, wire::encode_pace({12, 4}), 0, wire::kFlagPace)},
   };
 }
 

@@ -57,11 +57,16 @@ struct FEDWAN_API AggregatorOptions : NodeOptions {
   // holds only for a round in unnamed files (in checkpoint_dir, else the
   // temporary directory) rather than in memory: the anchor frames it sends
   // down (read back as each child's window takes them, and by a child that
-  // rejoins mid-round), and, beyond 16 MiB of them, the chunks of the
+  // rejoins mid-round), and, beyond 4 MiB of them, the chunks of the
   // children's mean waiting for their last copies (read back when they
   // come). 0: always (and every such chunk waits on disk); SIZE_MAX: never. A node that cannot make
   // or write the file keeps them in memory that round (logged).
   size_t spill_from_bytes = size_t{64} << 20;
+  // Where that holds, each site child is told how far its update may run
+  // ahead of the slowest child still owing chunks (docs/protocol.md,
+  // "Pacing"), so that few chunks wait on disk for their last copies.
+  // false: sites send as fast as their links take it.
+  bool pace_uploads = true;
   // The file `topology` was loaded from. The node checks it every heartbeat
   // and adopts a later version signed by the federation's admin identity:
   // sites it adds join (counted from the round boundary after they come),
@@ -98,6 +103,10 @@ struct FEDWAN_API AggregatorSummary {
   uint64_t rejoins = 0;              // children that said hello again mid-federation
   uint64_t membership_changes = 0;   // children that joined late, left, paused or came back
   uint64_t stale_updates = 0;        // delta chunks for a closed round or chunk
+  // Chunks of the children's mean that waited on disk for their last copies
+  // (AggregatorOptions::spill_from_bytes), and the bytes written for them.
+  uint64_t chunks_parked = 0;
+  uint64_t parked_bytes = 0;
   // Children's copies of a chunk this node refused (a NaN, a value or norm
   // over its bound, a malformed payload; docs/security.md, "Robust
   // aggregation") or clipped to the norm bound.

@@ -248,6 +248,12 @@ std::vector<uint32_t> RoundAccumulator::quorate_chunks() const {
   return out;
 }
 
+bool RoundAccumulator::chunk_quorate(uint32_t chunk) const {
+  if (!open_ || chunk >= taken_.size() || taken_[chunk]) return false;
+  auto it = inflight_.find(chunk);
+  return it != inflight_.end() && it->second.weight >= min_weight_;
+}
+
 double RoundAccumulator::chunk_weight(uint32_t chunk) const {
   auto it = inflight_.find(chunk);
   return it == inflight_.end() ? 0.0 : it->second.weight;

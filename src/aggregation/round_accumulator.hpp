@@ -137,6 +137,8 @@ class RoundAccumulator {
   // Chunks not taken with at least the minimum weight (deadline closing).
   std::vector<uint32_t> quorate_chunks() const;
   bool chunk_taken(uint32_t chunk) const { return taken_.at(chunk); }
+  // Not taken, with at least the minimum weight (one of quorate_chunks()).
+  bool chunk_quorate(uint32_t chunk) const;
   double chunk_weight(uint32_t chunk) const;  // delivered: accepted, held and excused
   // Children whose chunk `chunk` is in (wire ids), refused copies included.
   std::vector<uint32_t> contributors(uint32_t chunk) const;

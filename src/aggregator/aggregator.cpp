@@ -48,6 +48,7 @@ void Aggregator::Impl::send_child(const Child& c, aggregator::StoredFrame frame,
 
 bool Aggregator::Impl::flush() {
   pump_serving();
+  if (pace_waiting_) send_paces();
   down_.link.flush([this](const wire::FrameHeader& h, size_t bytes) {
     // Replicas are not round traffic (summary_.replica_bytes counts them).
     if (h.type != wire::MsgType::kCheckpoint) ledger_.charge_frame(h, bytes, round_);
@@ -141,7 +142,11 @@ AggregatorSummary Aggregator::Impl::run() {
     summary_.privacy_epsilon = gaussian_epsilon(cfg_.privacy.noise_multiplier,
                                                 std::min(round_, cfg_.rounds), cfg_.privacy.delta);
   }
-  if (acc_) summary_.privacy_clipped = acc_->privacy_clipped();
+  if (acc_) {
+    summary_.privacy_clipped = acc_->privacy_clipped();
+    summary_.chunks_parked = acc_->chunks_parked();
+    summary_.parked_bytes = acc_->bytes_parked();
+  }
   // The per-round buffers go before the final model is handed over, which
   // moves: the summary never holds a second copy of it.
   acc_.reset();

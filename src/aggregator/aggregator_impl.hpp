@@ -12,7 +12,8 @@
 //   aggregator_membership.cpp elastic membership: who counts in the quorum,
 //                           leaves, pauses, newcomers;
 //   aggregator_replicas.cpp checkpoint replication: children's replicas kept
-//                           and served back, this node's checkpoint sent up.
+//                           and served back, this node's checkpoint sent up;
+//   aggregator_pacing.cpp   how far each site's upload may run ahead.
 //   aggregator_topology.cpp, aggregator_metrics.cpp, aggregator_costs.cpp
 //                           topology versions, metrics and status, cost
 //                           records.
@@ -46,6 +47,7 @@
 #include "aggregator/downlink.hpp"
 #include "aggregator/round_book.hpp"
 #include "aggregator/round_wait.hpp"
+#include "aggregator/uplink_pacer.hpp"
 #include "checkpoint/checkpoint_upload.hpp"
 #include "checkpoint/replica_store.hpp"
 #include "common/byte_pool.hpp"
@@ -144,6 +146,18 @@ class Aggregator::Impl {
   void close_ready_chunks();
   void on_deadline(uint64_t round);
   void arm_deadline();
+
+  // Pacing the sites' uploads (aggregator_pacing.cpp).
+  bool pacing_on() const;
+  void pace_open();      // the round just opened: every site's first allowance
+  void pace_children();  // after a delivery or a child lost: allowances that moved
+  void pace_lift();      // the whole round to every site held back (a deadline)
+  void pace_again();     // each allowance told again (the heartbeat timer)
+  // A site about to be welcomed at `round`: its allowance (the window, or
+  // what it was told this round), queued ahead of the welcome.
+  void pace_welcomed(const Child& c, uint64_t round);
+  void queue_paces(const std::vector<aggregator::UplinkPacer::Grant>& grants);
+  void send_paces();  // what is pending, as far as the windows take it
   void save_checkpoint();
   bool resume_from_checkpoint();
   // At the start of run(): resumes from this node's checkpoint, or from the
@@ -303,6 +317,9 @@ class Aggregator::Impl {
   Phase phase_ = Phase::kJoining;
   uint64_t round_ = 0;
   std::optional<aggregation::RoundAccumulator> acc_;
+  aggregator::UplinkPacer pacer_;
+  std::vector<bool> pace_pending_;  // by child slot: its allowance waits to go
+  bool pace_waiting_ = false;       // any of them
   // Lets the process's byte pool keep the buffers this aggregator's frames
   // go through (sealed copies, anchor frames, frames read back from disk),
   // so each is written into memory the last one faulted in, not zeroed.
@@ -310,7 +327,10 @@ class Aggregator::Impl {
   struct Clocks {
     Clock::time_point phase_deadline;
     Clock::time_point round_started;
-    Clock::time_point finish_deadline;                         // the wait for children's kDone ends
+    Clock::time_point finish_deadline;  // the wait for children's kDone ends
+    // The open round passed its deadline: a chunk closes once it has the
+    // quorum, whoever else still owes it.
+    bool past_deadline = false;
     std::unique_ptr<node::EventTimers::Timer> deadline_timer;  // the round's deadline
   } clock_;
   node::EventTimers timers_;

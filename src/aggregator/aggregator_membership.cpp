@@ -39,6 +39,7 @@ void Aggregator::Impl::membership_changed() {
   refresh_quorum();
   role_->report_membership();  // a region's, to its parent
   close_ready_chunks();
+  pace_children();  // a child no longer owing holds nobody back
 }
 
 void Aggregator::Impl::on_membership(Child& c, const wire::ParsedFrame& f) {

@@ -86,6 +86,7 @@ void Aggregator::Impl::welcome_one(Child& c, uint64_t round, bool full) {
   h.total_elements = model_.elements;
   h.flags = (full ? 0 : wire::kFlagNoChange) | welcome_flags();
   Frame frame = std::make_shared<const std::vector<uint8_t>>(node::make_frame(h, payload));
+  pace_welcomed(c, round);  // before anything lets it start the round
   send_child(c, with_round_clip(std::move(frame), h), h);
   if (full) send_full_anchor(c);
   // Mid-round, the next anchor may be partly on its way already: what went
@@ -110,6 +111,7 @@ void Aggregator::Impl::welcome_one(Child& c, uint64_t round, bool full) {
   c.rejoin_pending = false;
   if (acc_ && acc_->is_open() && phase_ == Phase::kTraining) acc_->set_expected(c.index, true);
   became_member(c);
+  pace_children();
 }
 
 void Aggregator::Impl::on_rejoin(Child& c, const wire::ParsedFrame& f) {
@@ -256,6 +258,7 @@ void Aggregator::Impl::on_heartbeat_timer() {
       // Not connected right now; its silence is judged by the timeout.
     }
   }
+  pace_again();           // an allowance lost on the way costs a heartbeat at most
   role_->heartbeat(now);  // the parent's side, or the standby's
   update_metrics();
 }
@@ -271,6 +274,7 @@ void Aggregator::Impl::child_lost(Child& c) {
   if (acc_ && acc_->is_open() && phase_ == Phase::kTraining) {
     acc_->set_expected(c.index, false);
     close_ready_chunks();
+    pace_children();
   }
 }
 
@@ -293,6 +297,8 @@ void Aggregator::Impl::arm_deadline() {
 
 void Aggregator::Impl::on_deadline(uint64_t round) {
   if (phase_ != Phase::kTraining || round != round_ || !acc_) return;
+  clock_.past_deadline = true;
+  pace_lift();  // nobody waits for anyone past the deadline
   const std::vector<uint32_t> chunks = acc_->quorate_chunks();
   nlohmann::json missing = nlohmann::json::array();
   for (uint32_t idx : acc_->missing_children()) missing.push_back(topo_.node(idx).id);

@@ -152,6 +152,8 @@ void Aggregator::Impl::open_round(uint64_t round) {
   anchors_.store.rotate();  // the frames still queued keep the old file
   role_->round_opened(round);
   phase_ = Phase::kTraining;
+  pace_open();
+  clock_.past_deadline = false;
   clock_.round_started = Clock::now();
   clock_.phase_deadline = clock_.round_started + cfg_.round_timeout;
   log().info("[agg:{}] round {} open", self_.id, round);
@@ -274,11 +276,17 @@ void Aggregator::Impl::on_delta_added(Child& c, const wire::FrameHeader& h,
         judged_bad(c, h.round, h.chunk_index, r.verdict);
       }
       crash_point("aggregator.update_accepted");
-      if (r.chunk_complete) complete_chunk(h.chunk_index);
+      // Past the deadline a chunk closes with the quorum, as the deadline
+      // closed those that had it then.
+      if (r.chunk_complete || (clock_.past_deadline && acc_->chunk_quorate(h.chunk_index))) {
+        complete_chunk(h.chunk_index);
+      }
       if (acc_->round_complete()) {
         complete_round();
       } else if (acc_->owing_children().empty()) {
         check_round_wait();  // the last chunk owed came, and the round still lacks quorum
+      } else {
+        pace_children();
       }
       return;
     case aggregation::AddOutcome::kDuplicate:

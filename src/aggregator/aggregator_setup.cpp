@@ -151,6 +151,10 @@ void Aggregator::Impl::init_model_state(uint64_t total_elements) {
     // 0 ("always"): every chunk waiting for copies waits on disk.
     const size_t budget = opt_.spill_from_bytes == 0 ? 0 : kInflightBudget;
     acc_->park_beyond(budget, opt_.checkpoint_dir, "agg:" + self_.id);
+    // Sites run ahead of the slowest by the chunks whose sums the budget
+    // holds.
+    const size_t chunk_bytes = size_t{model_.plan->chunk_elements()} * sizeof(float);
+    pacer_ = aggregator::UplinkPacer(static_cast<uint32_t>(budget / chunk_bytes));
   }
   for (uint32_t idx : ids) clip_children_copies(idx);
 }

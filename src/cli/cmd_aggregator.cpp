@@ -37,6 +37,7 @@ AggregatorOptions aggregator_options(const NodeArgs& a, const AggregatorTorch& t
   o.metrics_token_file = a.metrics_token_file;
   o.record_updates_dir = a.record_updates;
   o.standby = a.standby;
+  o.pace_uploads = !a.no_pace;
   if (!a.initial_model.empty() && a.eval) {
     throw ConfigError("--eval evaluates the fashion-cnn model; a model from --initial-model "
                       "is evaluated by its own code (the root's --out file is the final model)");
@@ -91,6 +92,8 @@ class RootRecord {
                         {"wan_bytes_total", s.wan_bytes_total},
                         {"fp32_bytes_total", s.fp32_bytes_total},
                         {"rejected_frames", s.rejected_frames},
+                        {"chunks_parked", s.chunks_parked},
+                        {"parked_bytes", s.parked_bytes},
                         {"security", s.security_mode},
                         {"handshake_ms", s.handshake_ms},
                         {"alarms", s.alarms}};
@@ -199,6 +202,9 @@ void configure_aggregator(CLI::App& app, NodeArgs& args, int* exit_code,
   cmd->add_flag("--standby", args.standby,
                 "root: run as its standby (topology standby_endpoint, the root's credentials, "
                 "--checkpoint-dir): keep the root's checkpoints, take over when it dies");
+  cmd->add_flag("--no-pace", args.no_pace,
+                "do not pace the sites' uploads (each sends as fast as its link takes it; "
+                "chunks that run ahead wait on disk for their last copies)");
   cmd->callback([&args, exit_code, torch] { *exit_code = run_aggregator(args, torch); });
 }
 

@@ -46,6 +46,7 @@ struct NodeArgs {
   double metrics_linger_s = 0;     // keep serving metrics this long after the node finished
   std::string record_updates;      // aggregators: keep received update payloads here
   bool standby = false;            // root: run as its standby
+  bool no_pace = false;            // aggregator: do not pace the sites' uploads
   int rank = 0;                    // sites: this process's rank in the site
   int ranks = 1;                   // sites: ranks in the site
   std::string rendezvous;          // sites with ranks > 1: where the ranks meet
@@ -116,6 +117,7 @@ struct DemoArgs {
   bool no_baseline = false;
   bool no_checkpoints = false;  // nodes keep no checkpoints (nor replicas); no restarts
   bool no_audit_log = false;    // nodes keep no audit log
+  bool no_pace = false;         // aggregators do not pace their sites (aggregator --no-pace)
   std::string report;
   std::string work_dir;             // default: a fresh temporary directory
   bool force = false;               // replace a federation CA already in work_dir/pki

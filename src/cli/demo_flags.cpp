@@ -247,6 +247,9 @@ void add_workspace_flags(CLI::App& cmd, DemoArgs& a) {
                "the nodes keep no audit log (as nodes started without --audit-log): to measure "
                "what it costs; not with --late, --add-site or --chaos, which the demo follows "
                "through the audit logs");
+  cmd.add_flag("--no-pace", a.no_pace,
+               "aggregators do not pace their sites' uploads (aggregator --no-pace): to measure "
+               "what pacing saves");
   cmd.add_option("--report", a.report, "write the JSON report here");
   cmd.add_option("--dir", a.work_dir,
                  "working directory (default: a new temporary one); a federation CA an earlier "

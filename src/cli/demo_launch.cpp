@@ -77,6 +77,7 @@ NodeLaunch demo_node_launch(const DemoArgs& a, const DemoPlan& plan, const NodeS
     if (!a.no_checkpoints) {
       args.insert(args.end(), {"--checkpoint-dir", (dir / "checkpoints" / name).string()});
     }
+    if (!site && a.no_pace) args.push_back("--no-pace");
     if (n.role == Role::kRoot) args.insert(args.end(), {"--eval", "--report", plan.root_report});
     // A site's report: what its training cost, apart from its sync (cpu.training_s).
     if (site && rank == 0) {

@@ -272,6 +272,17 @@ class SiteCore::Impl {
   void begin_private_update();
   // Sends what the pipeline has sealed until at most `keep` frames are left in it.
   void send_sealed(security::SealingPipeline& sealing, size_t keep, SyncResult* res);
+  // The parent paces the update (docs/protocol.md, "Pacing"): chunk `chunk`
+  // waits until it is allowed, the pipeline drained and closed meanwhile (the
+  // link's upkeep seals heartbeats and may replace the link) and opened again.
+  void await_pace(uint64_t start_round, uint32_t chunk,
+                  std::optional<security::SealingPipeline>& sealing, SyncResult* res);
+  bool held_back(uint64_t start_round, uint32_t chunk) const {
+    if (pace.heard == 0 || pace.unpaced_round == start_round) return false;
+    if (pace.round == start_round) return chunk >= pace.allowed;
+    // A round not told yet, from a parent that paced: its window.
+    return pace.round < start_round && pace.window > 0 && chunk >= pace.window;
+  }
   void update_sent();  // the whole update went out: audited
   void await_anchor(uint64_t start_round, SyncResult* res);
   void take_anchor();              // the next anchor is in: it becomes the new round
@@ -324,6 +335,15 @@ class SiteCore::Impl {
     std::string last_link_error;
     Clock::time_point last_heartbeat, hello_sent_at;
   } welcome;
+  // The parent's allowance for an update (kHeartbeat with kFlagPace).
+  struct Pace {
+    uint64_t round = 0;    // the round it is for
+    uint32_t allowed = 0;  // chunks of that round's update that may have gone
+    uint32_t window = 0;   // a later round's until told (0: the parent never paced)
+    uint64_t heard = 0;    // allowances heard, repeats too
+    // A round sent unpaced: its parent said nothing for a heartbeat timeout.
+    uint64_t unpaced_round = UINT64_MAX;
+  } pace;
   Clock::time_point next_tick;  // the node security's upkeep (CRL, audit, noise)
   bool sealing_active = false;  // the sealing pipeline's worker owns the sealer
 };

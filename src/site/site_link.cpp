@@ -144,6 +144,24 @@ std::vector<uint8_t> SiteCore::Impl::hello_frame() {
 
 void SiteCore::Impl::on_heartbeat(const wire::ParsedFrame& f, SyncResult* res) {
   const wire::FrameHeader& h = f.header;
+  if (h.flags & wire::kFlagPace) {
+    wire::PacePayload p;
+    if (!wire::decode_pace(f.payload, f.payload_size, &p)) {
+      security->log_noise("pace:" + self.id,
+                          "[site:" + self.id + "] dropped a malformed pace heartbeat");
+      return;
+    }
+    // The newest round's allowance stands; within a round it only grows.
+    if (h.round > pace.round) {
+      pace.round = h.round;
+      pace.allowed = p.allowed;
+    } else if (h.round == pace.round) {
+      pace.allowed = std::max(pace.allowed, p.allowed);
+    }
+    pace.window = p.window;
+    pace.heard += 1;
+    return;
+  }
   if (!uplink->welcomed_once() || welcome.awaiting) return;
   const auto now = Clock::now();
   // The parent's round still lacks part of this update. Chunks on their way

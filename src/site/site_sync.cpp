@@ -81,6 +81,8 @@ void SiteCore::Impl::send_update(uint64_t start_round, SyncResult* res) {
   } sealing_flag{sealing_active};
   if (local_privacy) begin_private_update();
   for (uint32_t i = 0; i < plan.count() && round == start_round && !res->resynced; ++i) {
+    await_pace(start_round, i, sealing, res);
+    if (round != start_round || res->resynced) break;
     const uint64_t off = plan.offset(i);
     const uint32_t n = plan.size(i);
     // Encoded into the frame itself, which is kept for resends as it is and
@@ -149,6 +151,46 @@ void SiteCore::Impl::send_sealed(security::SealingPipeline& sealing, size_t keep
     } catch (const TransportError&) {
       welcome.link_ok = false;
     }
+  }
+}
+
+void SiteCore::Impl::await_pace(uint64_t start_round, uint32_t chunk,
+                                std::optional<security::SealingPipeline>& sealing,
+                                SyncResult* res) {
+  // Over a long link an idle link costs more than chunks the parent keeps
+  // on disk: it does not wait there.
+  if (!held_back(start_round, chunk) || !welcome.link_ok || link().long_link()) return;
+  if (sealing) {
+    send_sealed(*sealing, 0, res);  // what was encoded goes first
+    sealing.reset();
+    sealing_active = false;
+  }
+  auto heard_at = Clock::now();
+  uint64_t heard = pace.heard;
+  while (held_back(start_round, chunk) && round == start_round && !res->resynced && !finished) {
+    const auto now = Clock::now();
+    if (pace.heard != heard) {
+      heard = pace.heard;
+      heard_at = now;
+    }
+    // A parent that stopped telling (a lost frame, a parent gone) holds
+    // nothing back for longer than it takes to judge it silent.
+    if (now - heard_at > cfg.heartbeat_timeout) {
+      log().warn("[site:{}] the parent allowed no more than {} chunks of round {} and said "
+                 "nothing for {} ms; sending the rest of the update unpaced",
+                 self.id, pace.allowed, start_round, cfg.heartbeat_timeout.count());
+      pace.unpaced_round = start_round;
+      pace.window = 0;  // later rounds too, until it paces again
+      break;
+    }
+    throw_if_stopped("while its parent paces its update");
+    pump(Millis(10), res);
+  }
+  security::FrameSealer* sealer =
+      welcome.link_ok && link().established() ? link().security().sealer() : nullptr;
+  if (sealer != nullptr) {
+    sealing.emplace(*sealer, 2);
+    sealing_active = true;
   }
 }
 

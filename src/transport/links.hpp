@@ -121,6 +121,10 @@ class ParentLink {
   const Resequencer::Stats& reordering() const { return reseq_.stats(); }
   const LinkCounters& counters() const { return counters_; }
   const std::string& endpoint() const { return endpoint_; }
+  // 5 ms or more there and back on one of its connections, as the kernel
+  // measured it lately (checked at most every half second; false where
+  // the transport cannot tell).
+  bool long_link();
 
  private:
   void send_replies(SecurityReplies& replies);

@@ -73,6 +73,10 @@ bool ParentLink::fragmenting(size_t size) {
   // short (long_link_notsent_lowat), so pieces go where they drain; on a
   // short one its buffers would take them all at once, and the pieces would
   // only cost copies.
+  return long_link();
+}
+
+bool ParentLink::long_link() {
   const auto now = Clock::now();
   if (now >= long_checked_) {
     long_checked_ = now + Millis(500);

@@ -1,5 +1,5 @@
 // The payloads of control frames (declared in wire/frame.hpp): kHello,
-// kTelemetry, and kHeartbeat's need-update progress and membership.
+// kTelemetry, and kHeartbeat's need-update progress, pace and membership.
 // parse_frame bounds only their length; the decoders check their structure.
 // kHello:     u8 id_length (1..64) | id | 32 topology digest | 32 model digest
 // kTelemetry: u8 field_count (3) | u64 wan_bytes | u64 fp32_bytes | u64 frames
@@ -24,6 +24,8 @@ constexpr size_t kTelemetryFields = 3;
 constexpr size_t kTelemetrySize = 1 + 8 * kTelemetryFields;
 constexpr uint8_t kMembershipFields = 2;
 constexpr size_t kMembershipSize = 1 + 8 + 4;
+constexpr uint8_t kPaceFields = 2;
+constexpr size_t kPaceSize = 1 + 4 + 4;
 }  // namespace
 
 std::vector<uint8_t> encode_hello(const HelloPayload& p) {
@@ -85,6 +87,24 @@ bool decode_membership(const uint8_t* data, size_t size, MembershipPayload* out)
   if (!std::isfinite(w) || w < 0) return false;
   out->weight = w;
   out->sites = get_u32(data + 9);
+  return true;
+}
+
+std::vector<uint8_t> encode_pace(const PacePayload& p) {
+  std::vector<uint8_t> out(kPaceSize);
+  out[0] = kPaceFields;
+  put_u32(out.data() + 1, p.allowed);
+  put_u32(out.data() + 5, p.window);
+  return out;
+}
+
+bool decode_pace(const uint8_t* data, size_t size, PacePayload* out) {
+  if (data == nullptr || out == nullptr || size != kPaceSize || data[0] != kPaceFields) {
+    return false;
+  }
+  const PacePayload p{get_u32(data + 1), get_u32(data + 5)};
+  if (p.allowed == 0 || p.window == 0) return false;
+  *out = p;
   return true;
 }
 

@@ -25,7 +25,7 @@ uint8_t allowed_flags(MsgType t) {
     case MsgType::kWelcome: return kFlagNoChange | kFlagKeepsReplicas | kFlagClip;
     case MsgType::kHello: return kFlagSent | kFlagNeedReplica;
     case MsgType::kHeartbeat:
-      return kFlagNeedUpdate | kFlagLeaving | kFlagPausing | kFlagMembership;
+      return kFlagPace | kFlagNeedUpdate | kFlagLeaving | kFlagPausing | kFlagMembership;
     case MsgType::kCheckpoint: return kFlagReplicaStored | kFlagNoReplica;
     default: return 0;
   }
@@ -372,6 +372,11 @@ ParsedFrame parse_frame(const uint8_t* data, size_t size, const FrameLimits& lim
                   "anchor with flags 0x%02x: a clip (0x%02x) rides on an update, not on the "
                   "model in full (0x%02x)",
                   unsigned{h.flags}, unsigned{kFlagClip}, unsigned{kFlagFullAnchor});
+  }
+  if (h.type == MsgType::kHeartbeat && (h.flags & kFlagPace) && h.flags != kFlagPace) {
+    return reject(f, RejectReason::kBadReserved,
+                  "heartbeat with flags 0x%02x: pace (0x%02x) goes alone", unsigned{h.flags},
+                  unsigned{kFlagPace});
   }
   if (has_no_values(h) && (h.flags & kFlagExcused) == 0) {
     return reject(f, RejectReason::kBadReserved,

@@ -19,8 +19,8 @@
 //   other type (kBadCodec); no flag bits except kFlagFullAnchor or kFlagClip on kAnchor,
 //   kFlagNoValues, kFlagExcused and kFlagUnclipped on kDelta (kFlagNoValues only with
 //   kFlagExcused), kFlagNoChange, kFlagKeepsReplicas and kFlagClip on kWelcome, kFlagSent and
-//   kFlagNeedReplica on kHello, kFlagNeedUpdate, kFlagLeaving, kFlagPausing and kFlagMembership on
-//   kHeartbeat, kFlagReplicaStored or kFlagNoReplica on
+//   kFlagNeedReplica on kHello, kFlagPace, kFlagNeedUpdate, kFlagLeaving, kFlagPausing and
+//   kFlagMembership on kHeartbeat, kFlagReplicaStored or kFlagNoReplica on
 //   kCheckpoint (kBadReserved); payload_length == bytes after the header, so
 //   trailing bytes and truncation are kLengthMismatch.
 //   kAnchor/kDelta: 1 <= chunk_count <= max_chunk_count, chunk_index <
@@ -71,8 +71,9 @@ inline constexpr uint32_t kMagic = 0x4E415746;  // "FWAN" read as little-endian 
 // delta's excused weight (kFlagExcused, kFlagNoValues); 8: adaptive clipping
 // over regions (kFlagUnclipped up, kFlagClip down); 9: the header's last
 // field (reserved before) is `order`, which lets chunks on a striped link
-// overtake one another (wire/frame_order.hpp)
-inline constexpr uint8_t kVersion = 9;
+// overtake one another (wire/frame_order.hpp); 10: a parent paces its
+// sites' updates (kFlagPace on kHeartbeat)
+inline constexpr uint8_t kVersion = 10;
 inline constexpr size_t kHeaderSize = 64;
 
 enum class MsgType : uint8_t {
@@ -134,6 +135,10 @@ inline constexpr size_t kTrailerSize = 8;  // each trailer, whichever flag
 // anchor (a child rejoining after a reconnect or a parent's restart).
 inline constexpr uint8_t kFlagSent = 0x04;
 inline constexpr uint8_t kFlagNeedUpdate = 0x04;  // kHeartbeat from a parent, see kHeartbeat
+// kHeartbeat from a parent to a site, with a PacePayload: how many chunks of
+// the heartbeat's round's update the site may have sent (docs/protocol.md,
+// "Pacing"). Never with another flag.
+inline constexpr uint8_t kFlagPace = 0x01;
 // kHeartbeat from a child, membership (docs/protocol.md, "Membership"): it
 // leaves the federation (kFlagLeaving) or pauses until its participation
 // window opens (kFlagPausing), from the heartbeat's round on; it is no longer
@@ -287,6 +292,17 @@ struct TelemetryPayload {
 };
 std::vector<uint8_t> encode_telemetry(const TelemetryPayload& p);
 bool decode_telemetry(const uint8_t* data, size_t size, TelemetryPayload* out);
+
+// kHeartbeat with kFlagPace, from a parent: the site's allowance.
+//   u8 fields (= 2)   u32 allowed   u32 window   (both >= 1)
+// `allowed`: chunks of the heartbeat's round's update the site may have
+// sent; `window`: what it may send of a later round's before it is told.
+struct PacePayload {
+  uint32_t allowed = 0;
+  uint32_t window = 0;
+};
+std::vector<uint8_t> encode_pace(const PacePayload& p);
+bool decode_pace(const uint8_t* data, size_t size, PacePayload* out);  // false if malformed
 
 // kHeartbeat with kFlagMembership, from a region: its live membership.
 //   u8 fields (= 2)   f64 member weight (finite, >= 0)   u32 member sites

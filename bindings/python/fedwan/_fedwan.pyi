@@ -98,6 +98,8 @@ class _AggregatorSummary(TypedDict):
     children_lost: int
     rejoins: int
     stale_updates: int
+    chunks_parked: int
+    parked_bytes: int
     refused_copies: int
     clipped_copies: int
     privacy_epsilon: float
@@ -372,6 +374,7 @@ class Aggregator(metaclass=_pybind11_type):
         checkpoint_dir: _StrPath | None = None,
         standby: bool = False,
         spill_from_bytes: int | None = None,
+        pace_uploads: bool = True,
     ) -> None: ...
     def run(self) -> _AggregatorSummary: ...
     def stop(self) -> None: ...

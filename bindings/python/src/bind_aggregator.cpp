@@ -53,7 +53,7 @@ class PyAggregator {
                const OptionalPathArg& credentials, bool insecure_plaintext,
                const std::string& cipher, const OptionalPathArg& audit_log,
                const OptionalPathArg& checkpoint_dir, bool standby,
-               std::optional<int64_t> spill_from_bytes)
+               std::optional<int64_t> spill_from_bytes, bool pace_uploads)
       : on_round_(on_round.obj), on_model_(on_model.obj) {
     require_callable(on_round_, "on_round");
     require_callable(on_model_, "on_model");
@@ -85,6 +85,7 @@ class PyAggregator {
       }
       opt.spill_from_bytes = static_cast<size_t>(*spill_from_bytes);
     }
+    opt.pace_uploads = pace_uploads;
     // The lambdas hold `this`, never a Python object: the core may copy or
     // destroy them without the GIL.
     if (!on_round_.is_none()) {
@@ -204,6 +205,8 @@ class PyAggregator {
     d["children_lost"] = s.children_lost;
     d["rejoins"] = s.rejoins;
     d["stale_updates"] = s.stale_updates;
+    d["chunks_parked"] = s.chunks_parked;
+    d["parked_bytes"] = s.parked_bytes;
     d["refused_copies"] = s.refused_copies;
     d["clipped_copies"] = s.clipped_copies;
     d["privacy_epsilon"] = s.privacy_epsilon;
@@ -262,7 +265,8 @@ checkpointed). Returns
  or "plaintext"), handshake_ms (list: this node's TLS handshake times, in ms, as each
  link came up), global_model (root: float32 array; region: None), and the fault
  tolerance counters resumed_from_round, children_lost, rejoins, stale_updates,
- refused_copies and clipped_copies (children's chunk copies this node refused, a NaN or a
+ chunks_parked and parked_bytes (chunks of the mean that waited on disk for their last
+ copies, and the bytes written for them), refused_copies and clipped_copies (children's chunk copies this node refused, a NaN or a
  value, norm or replay over its bounds, or clipped to the norm bound), privacy_epsilon
  (the epsilon the rounds run spent, 0 without federation.privacy), privacy_clipped (sites'
  copies clipped to the privacy bound), checkpoints_written, replicas_stored,
@@ -295,13 +299,13 @@ refusals.)")
       .def(py::init<const TopologyArg&, const std::string&, const OptionalFloat32ArrayArg&,
                     const RoundCallbackArg&, const ModelCallbackArg&, double, std::optional<double>,
                     int, const OptionalPathArg&, bool, const std::string&, const OptionalPathArg&,
-                    const OptionalPathArg&, bool, std::optional<int64_t>>(),
+                    const OptionalPathArg&, bool, std::optional<int64_t>, bool>(),
            "topology"_a, "node_id"_a, "initial_model"_a = py::none(), "on_round"_a = py::none(),
            "on_model"_a = py::none(), "join_timeout_s"_a = 300.0, py::kw_only(),
            "round_timeout_s"_a = py::none(), "window"_a = NodeOptions{}.window,
            "credentials"_a = py::none(), "insecure_plaintext"_a = false, "cipher"_a = "aes-256-gcm",
            "audit_log"_a = py::none(), "checkpoint_dir"_a = py::none(), "standby"_a = false,
-           "spill_from_bytes"_a = py::none(),
+           "spill_from_bytes"_a = py::none(), "pace_uploads"_a = true,
            R"(Builds node `node_id` (a root or region) of `topology` (a Topology or the
 path of a topology file) and binds its endpoint.
 
@@ -315,9 +319,11 @@ every round boundary and resume from the one found there at start.
 the root's standby at root.standby_endpoint, keeping the checkpoints the root
 streams to it, and take over as root when the root falls silent.
 `spill_from_bytes`: for a model of at least this many fp32 bytes the round's
-frames kept for sending again, and chunks in flight beyond 8 MiB, wait in an
+frames kept for sending again, and chunks in flight beyond 4 MiB, wait in an
 unnamed file in checkpoint_dir (0: always; None: 64 MiB; docs/operations.md,
-"An aggregator's memory").
+"An aggregator's memory"). `pace_uploads`: where that holds, tell each site how far
+its update may run ahead of the slowest child's (docs/protocol.md, "Pacing");
+False: sites send as fast as their links take it.
 Raises fedwan.ConfigError (bad options, a node that is not an aggregator, missing
 or mismatched credentials), fedwan.CryptoError (an unusable certificate or CRL)
 or fedwan.TransportError (the endpoint cannot be bound).)")

@@ -55,14 +55,15 @@ def test_a_root_that_keeps_its_round_on_disk_gives_the_same_model(sock_dir, cred
                                                                    tmp_path):
     # spill_from_bytes=0: every anchor frame and every chunk waiting for
     # copies goes through the unnamed file in checkpoint_dir, and back.
+    # With and without pacing the sites (pace_uploads) alike.
     models = []
-    for spill in (None, 0):
+    for spill, paced in ((None, True), (0, True), (0, False)):
         topo = two_site_topology(sock_dir, rounds=3)
         initial = fedwan.synthetic_initial_model(300, 5)
         root = fedwan.Aggregator(topo, "root", initial, join_timeout_s=JOIN_TIMEOUT_S,
                                  credentials=credentials(topo, "root"),
-                                 checkpoint_dir=tmp_path / f"spill-{spill}",
-                                 spill_from_bytes=spill)
+                                 checkpoint_dir=tmp_path / f"spill-{spill}-{paced}",
+                                 spill_from_bytes=spill, pace_uploads=paced)
         sites = [Worker(n, lambda n=n: synthetic_site(topo, n, initial, credentials(topo, n)))
                  for n in ("site-0", "site-1")]
         for w in sites:
@@ -71,8 +72,12 @@ def test_a_root_that_keeps_its_round_on_disk_gives_the_same_model(sock_dir, cred
         root.close()
         join_all(sites)
         assert [w.result for w in sites] == [None, None]
+        assert summary["chunks_parked"] >= 0 and summary["parked_bytes"] >= 0
+        if spill is None:
+            assert summary["chunks_parked"] == 0  # a small model keeps its round in memory
         models.append(summary["global_model"])
     assert np.array_equal(models[0], models[1])
+    assert np.array_equal(models[0], models[2])
 
 
 def test_join_timeout_names_the_missing_children(sock_dir, credentials):

@@ -220,6 +220,38 @@ TEST(Frame, MembershipFlagsOnlyOnHeartbeats) {
   }
 }
 
+TEST(Frame, PaceGoesAloneOnHeartbeats) {
+  Bytes heartbeat = control_frame(MsgType::kHeartbeat, encode_pace({3, 4}));
+  heartbeat[kOffFlags] = kFlagPace;
+  EXPECT_EQ(reason(heartbeat), RejectReason::kNone);
+  for (uint8_t other : {kFlagNeedUpdate, kFlagLeaving, kFlagPausing, kFlagMembership}) {
+    heartbeat[kOffFlags] = static_cast<uint8_t>(kFlagPace | other);
+    EXPECT_EQ(reason(heartbeat), RejectReason::kBadReserved) << int{other};
+  }
+  Bytes welcome = control_frame(MsgType::kWelcome);
+  welcome[kOffFlags] = kFlagPace;  // 0x01 there is not pace
+  EXPECT_EQ(reason(welcome), RejectReason::kBadReserved);
+}
+
+TEST(Frame, PaceRoundTripAndRejects) {
+  const Bytes b = encode_pace({17, 4});
+  PacePayload q;
+  ASSERT_TRUE(decode_pace(b.data(), b.size(), &q));
+  EXPECT_EQ(q.allowed, 17u);
+  EXPECT_EQ(q.window, 4u);
+  for (size_t len = 0; len < b.size(); ++len) EXPECT_FALSE(decode_pace(b.data(), len, &q)) << len;
+  Bytes longer = b;
+  longer.push_back(0);
+  EXPECT_FALSE(decode_pace(longer.data(), longer.size(), &q));
+  Bytes wrong_count = b;
+  wrong_count[0] = 1;
+  EXPECT_FALSE(decode_pace(wrong_count.data(), wrong_count.size(), &q));
+  // Nothing allowed, or no window, is no allowance.
+  EXPECT_FALSE(decode_pace(encode_pace({0, 4}).data(), 9, &q));
+  EXPECT_FALSE(decode_pace(encode_pace({4, 0}).data(), 9, &q));
+  EXPECT_FALSE(decode_pace(nullptr, 9, &q));
+}
+
 TEST(Frame, MembershipRoundTripAndRejects) {
   const MembershipPayload p{1234.5, 7};
   const Bytes b = encode_membership(p);
