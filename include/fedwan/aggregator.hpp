@@ -57,7 +57,8 @@ struct FEDWAN_API AggregatorOptions : NodeOptions {
   // holds only for a round in unnamed files (in checkpoint_dir, else the
   // temporary directory) rather than in memory: the anchor frames it sends
   // down (read back as each child's window takes them, and by a child that
-  // rejoins mid-round), and, beyond 4 MiB of them, the chunks of the
+  // rejoins mid-round), and, beyond 12 MiB of them at the root (4 MiB at a
+  // region), the chunks of the
   // children's mean waiting for their last copies (read back when they
   // come). 0: always (and every such chunk waits on disk); SIZE_MAX: never. A node that cannot make
   // or write the file keeps them in memory that round (logged).

@@ -13,11 +13,16 @@
 
 namespace fedwan {
 
+// Under this many chunks of room, sites wait for allowances so often that
+// the aggregator's queue runs dry between them (docs/benchmarks.md, "Sites
+// paced by the root"): chunks are then left to wait on disk instead.
+constexpr uint32_t kMinPaceWindow = 8;
+
 bool Aggregator::Impl::pacing_on() const {
   // Only where chunks that wait for their other copies go to disk beyond a
   // budget (with none, every one does: spill_from_bytes 0).
   return opt_.pace_uploads && acc_.has_value() && anchors_.store.on() && model_.plan.has_value() &&
-         opt_.spill_from_bytes != 0;
+         opt_.spill_from_bytes != 0 && pacer_.window() >= kMinPaceWindow;
 }
 
 void Aggregator::Impl::pace_open() {

@@ -127,7 +127,11 @@ void Aggregator::Impl::recover() {
 
 // The chunks of the children's mean an aggregator of a large model keeps in
 // memory while they wait for their last copies; beyond, they wait on disk.
+// The root's is larger: its sites, paced to run at most the chunks it holds
+// ahead of the slowest (aggregator_pacing.cpp), then seldom wait for an
+// allowance. A region's memory bound has no room for more.
 constexpr size_t kInflightBudget = size_t{4} << 20;
+constexpr size_t kRootInflightBudget = size_t{12} << 20;
 
 bool Aggregator::Impl::spills() const {
   return opt_.spill_from_bytes == 0 || model_.elements >= opt_.spill_from_bytes / sizeof(float);
@@ -149,7 +153,9 @@ void Aggregator::Impl::init_model_state(uint64_t total_elements) {
   frames_pool_ = BytePool::shared().lease(8, 8 * frame);
   if (anchors_.store.on()) {
     // 0 ("always"): every chunk waiting for copies waits on disk.
-    const size_t budget = opt_.spill_from_bytes == 0 ? 0 : kInflightBudget;
+    const size_t budget = opt_.spill_from_bytes == 0          ? 0
+                          : self_.role == fedwan::Role::kRoot ? kRootInflightBudget
+                                                              : kInflightBudget;
     acc_->park_beyond(budget, opt_.checkpoint_dir, "agg:" + self_.id);
     // Sites run ahead of the slowest by the chunks whose sums the budget
     // holds.

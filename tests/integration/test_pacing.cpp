@@ -1,11 +1,11 @@
 // The root paces its sites' updates (docs/protocol.md, "Pacing"), every
 // node a thread over ipc:// sockets with mutual TLS: a root over two sites,
-// a 20-chunk fp16 model, the round's mean kept in memory for 4 chunks
+// a 48-chunk fp16 model, the round's mean kept in memory for 12 chunks
 // beyond which chunks waiting for their last copy go to disk.
 //
 //  * site-1 starts each update 1.5 s after site-0. Unpaced, site-0's update
 //    runs ahead and most of its chunks wait on disk; paced, it runs at
-//    most the window (4 chunks) ahead and none does. The global model is
+//    most the window (12 chunks) ahead and none does. The global model is
 //    the same bit for bit.
 //  * site-1 stops after the first round. site-0, held back by it, is let
 //    go once the root judges site-1 lost, and the federation ends with
@@ -34,7 +34,7 @@ namespace {
 
 constexpr uint64_t kSeed = 5;
 constexpr size_t kChunkElements = 1u << 18;  // 1 MiB of fp32
-constexpr size_t kParams = 20 * kChunkElements;
+constexpr size_t kParams = 48 * kChunkElements;
 constexpr uint64_t kSteps = 2;
 
 FederationSpec pacing_spec(uint64_t rounds) {
@@ -102,9 +102,9 @@ TEST(Pacing, ASiteRunningAheadWaitsForTheOtherInsteadOfTheRootsDisk) {
   ASSERT_EQ(unpaced.errors, "");
   const PacedRun paced = run(topo, true, lag);
   ASSERT_EQ(paced.errors, "");
-  // Unpaced, all but the 4 chunks the budget holds of site-0's update
+  // Unpaced, all but the 12 chunks the budget holds of site-0's update
   // waited on disk each round.
-  EXPECT_GE(unpaced.root.chunks_parked, 3u * 12);
+  EXPECT_GE(unpaced.root.chunks_parked, 3u * 24);
   EXPECT_EQ(paced.root.chunks_parked, 0u);
   EXPECT_EQ(paced.root.parked_bytes, 0u);
   EXPECT_TRUE(bit_equal(paced.root.global_model, unpaced.root.global_model));

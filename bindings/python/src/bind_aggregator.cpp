@@ -319,7 +319,7 @@ every round boundary and resume from the one found there at start.
 the root's standby at root.standby_endpoint, keeping the checkpoints the root
 streams to it, and take over as root when the root falls silent.
 `spill_from_bytes`: for a model of at least this many fp32 bytes the round's
-frames kept for sending again, and chunks in flight beyond 4 MiB, wait in an
+frames kept for sending again, and chunks in flight beyond 12 MiB (4 MiB at a region), wait in an
 unnamed file in checkpoint_dir (0: always; None: 64 MiB; docs/operations.md,
 "An aggregator's memory"). `pace_uploads`: where that holds, tell each site how far
 its update may run ahead of the slowest child's (docs/protocol.md, "Pacing");
