@@ -197,7 +197,8 @@ void Aggregator::Impl::check_deadlines() {
   const auto now = Clock::now();
   for (size_t i = 0; i < down_.children.size(); ++i) {
     const Outbox& box = down_.link.outbox(i);
-    if (box.stuck(now, cfg_.heartbeat_timeout) && down_.children[i].live) {
+    if (box.stuck(now, cfg_.heartbeat_timeout) && down_.children[i].live &&
+        !ended_with(down_.children[i])) {
       // A child that does not read is as good as gone: stop waiting for it.
       log().warn("[agg:{}] '{}' has not read for {} ms ({} frames waiting)", self_.id,
                  down_.children[i].id, cfg_.heartbeat_timeout.count(), box.size());

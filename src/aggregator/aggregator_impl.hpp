@@ -143,6 +143,9 @@ class Aggregator::Impl {
   void welcome_pending();  // at a round boundary: deferred rejoins
   void on_heartbeat_timer();
   void child_lost(Child& c);
+  // The federation is over for `c`: it confirmed the final model, and its
+  // silence from then on (it exits) is no loss while others are waited for.
+  bool ended_with(const Child& c) const { return phase_ == Phase::kDraining && c.confirmed_end; }
   void close_ready_chunks();
   void on_deadline(uint64_t round);
   void arm_deadline();

@@ -223,7 +223,7 @@ void Aggregator::Impl::on_heartbeat_timer() {
   // every child before its first round and that round could never close.
   if (phase_ != Phase::kJoining && phase_ != Phase::kAwaitWelcome) {
     for (Child& c : down_.children) {
-      if (c.live && now - c.last_heard > cfg_.heartbeat_timeout) child_lost(c);
+      if (c.live && !ended_with(c) && now - c.last_heard > cfg_.heartbeat_timeout) child_lost(c);
     }
   }
   // A region that opened a round with no member under it (they all left or
