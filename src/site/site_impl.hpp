@@ -302,6 +302,7 @@ class SiteCore::Impl {
     uint32_t encoded_upto = 0;
     Sha256 digest;  // of the encoded chunks, for the audit entry
     uint64_t bytes = 0;
+    Clock::time_point began;  // the update's first chunk was due
     Clock::time_point sent_at;
   } outgoing;
   // Lets the process's pool keep this update's frames between rounds

@@ -53,7 +53,8 @@ void SiteCore::Impl::begin_update() {
   outgoing.sent = false;
   outgoing.digest = Sha256();
   outgoing.bytes = 0;
-  uplink->resend().begin(round, Clock::now());
+  outgoing.began = Clock::now();
+  uplink->resend().begin(round, outgoing.began);
 }
 
 void SiteCore::Impl::send_update(uint64_t start_round, SyncResult* res) {
@@ -182,6 +183,16 @@ void SiteCore::Impl::await_pace(uint64_t start_round, uint32_t chunk,
       pace.unpaced_round = start_round;
       pace.window = 0;  // later rounds too, until it paces again
       break;
+    }
+    // A parent that goes on holding it back (another child never delivers)
+    // fails the sync as a round that never closes does, never hangs it.
+    if (now - outgoing.began > cfg.round_timeout) {
+      throw TimeoutError("site '" + self.id + "': its parent held back chunk " +
+                         std::to_string(chunk) + " of " + std::to_string(plan.count()) +
+                         " of the update for round " + std::to_string(start_round) + " (allowed " +
+                         std::to_string(pace.allowed) + ") for over " +
+                         std::to_string(cfg.round_timeout.count()) +
+                         " ms (round_timeout): it waits for another child's update");
     }
     throw_if_stopped("while its parent paces its update");
     pump(Millis(10), res);
