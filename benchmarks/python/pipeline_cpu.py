@@ -29,7 +29,12 @@ byte needs at least once. From these and the bytes a round puts on the
 links it prints each data path's cryptographic floor: the CPU time of
 sealing and opening every byte, and of the audit log's digest of every
 update at its sender and at the root (or, without the log, the root's
-fingerprint of every update).
+fingerprint of every update). It measures too what the links' transport
+costs a byte (``BM_Transport_Loopback``: one default chunk's fp16 frame
+after another from one ZeroMQ context to another over loopback TCP, the CPU
+time of both ends and of the kernel's work for them) and prints the data
+path's floor of transport and cryptography together: what is left above it
+is fedwan's own work on the bytes.
 
 Each site takes ``-H`` synthetic training steps a round. What they cost
 (the CPU time of the thread that takes them, from each site's report, as
@@ -77,14 +82,16 @@ def memcpy_rate(size: int = 256 << 20, repeats: int = 5) -> float:
     return size / best
 
 
-def micro_rate(micro: Path, what: str) -> float:
-    """Bytes per second on one core of the micro benchmark BM_Seal_<what>
-    over one 4 MiB fp32 chunk's fp16 payload (OpenSSL)."""
+def micro_rate(micro: Path, what: str, chunk: int = 4 << 20, timing: str = "real_time") -> float:
+    """Bytes per second of the micro benchmark BM_<what> over one fp32
+    chunk of `chunk` bytes (its fp16 payload): on one core for BM_Seal_*
+    (OpenSSL, wall-clock time of one thread), per CPU-second of every
+    thread for BM_Transport_* (process time)."""
     if not micro.exists():
         raise CouldNotRun(f"{micro} is missing; build the target fedwan_micro_bench")
-    name = f"BM_Seal_{what}/4194304/real_time"
+    name = f"BM_{what}/{chunk}/{timing}"
     out = subprocess.run(
-        [str(micro), f"--benchmark_filter=^BM_Seal_{what}/4194304",
+        [str(micro), f"--benchmark_filter=^BM_{what}/{chunk}/",
          "--benchmark_format=json", "--benchmark_min_time=0.3"],
         capture_output=True, text=True, check=False)
     if out.returncode != 0:
@@ -99,9 +106,12 @@ def machine_rates(micro: Path) -> Dict[str, float]:
     """What one core of this machine does for the operations every byte
     needs at least once: a copy, AES-256-GCM, SHA-256 (the audit log's
     digests) and the replay fingerprint (GMAC)."""
-    return {"memcpy": memcpy_rate(), "aes_256_gcm": micro_rate(micro, "RawAes256Gcm"),
-            "sha256": micro_rate(micro, "Sha256"),
-            "fingerprint": micro_rate(micro, "Fingerprint")}
+    return {"memcpy": memcpy_rate(), "aes_256_gcm": micro_rate(micro, "Seal_RawAes256Gcm"),
+            "sha256": micro_rate(micro, "Seal_Sha256"),
+            "fingerprint": micro_rate(micro, "Seal_Fingerprint"),
+            # The demo's chunks (1 MiB of fp32): the frame size sets how much
+            # each read and write moves, which the transport's cost follows.
+            "loopback": micro_rate(micro, "Transport_Loopback", 1 << 20, "process_time")}
 
 
 def crypto_floor(wire_bytes: float, rates: Dict[str, float], audit: bool) -> float:
@@ -115,6 +125,14 @@ def crypto_floor(wire_bytes: float, rates: Dict[str, float], audit: bool) -> flo
     hop, so there it is a lower bound."""
     digests = wire_bytes / rates["sha256"] if audit else wire_bytes / 2 / rates["fingerprint"]
     return 2 * wire_bytes / rates["aes_256_gcm"] + digests
+
+
+def transport_floor(wire_bytes: float, rates: Dict[str, float]) -> float:
+    """CPU seconds the links' transport alone costs for a round that puts
+    `wire_bytes` on them: each byte through ZeroMQ and loopback TCP from
+    its sender's process to its receiver's (BM_Transport_Loopback, both
+    ends and the kernel's work for them)."""
+    return wire_bytes / rates["loopback"]
 
 
 # name, demo flags, whether the nodes keep an audit log
@@ -200,6 +218,8 @@ def measure(args) -> Dict[str, object]:
                                      if r["pipeline_cpu_per_round"] > 0 else float("nan"))
                 r["crypto_floor_cpu_per_round"] = crypto_floor(r["wire_bytes_per_round"], rates,
                                                                audit)
+                r["transport_floor_cpu_per_round"] = transport_floor(r["wire_bytes_per_round"],
+                                                                     rates)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     medians = {name: {k: statistics.median(r[k] for r in rs) for k in rs[0]}
@@ -216,7 +236,9 @@ def print_result(args, result) -> bool:
     print(f"  memcpy, one core: {rates['memcpy'] / 1e9:.2f} GB/s; "
           f"AES-256-GCM, one core: {rates['aes_256_gcm'] / 1e9:.2f} GB/s; "
           f"SHA-256, one core: {rates['sha256'] / 1e9:.2f} GB/s; "
-          f"fingerprint (GMAC), one core: {rates['fingerprint'] / 1e9:.2f} GB/s")
+          f"fingerprint (GMAC), one core: {rates['fingerprint'] / 1e9:.2f} GB/s; "
+          f"loopback TCP through ZeroMQ, both ends: {rates['loopback'] / 1e9:.2f} GB "
+          f"per CPU-second")
     # The repeats' spread beside the median: on a shared machine it can be
     # wider than the change being measured.
     print("| run | fp32 GB a round | CPU s a round (user + sys) | training CPU s | "
@@ -247,6 +269,17 @@ def print_result(args, result) -> bool:
               f"{what}) costs {floor:.2f} CPU-s a round here: at most "
               f"{m['fp32_bytes_per_round'] / 1e9 / floor:.2f} GB per CPU-second with nothing "
               f"else; the rest takes {max(0.0, m['pipeline_cpu_per_round'] - floor):.2f} CPU-s.")
+    m = med[CONFIGS[-1][0]]
+    floor = m["crypto_floor_cpu_per_round"] + m["transport_floor_cpu_per_round"]
+    print(f"{CONFIGS[-1][0]}: its links' transport alone (each of those bytes through ZeroMQ "
+          f"and loopback TCP, both ends) costs {m['transport_floor_cpu_per_round']:.2f} CPU-s "
+          f"a round here; with the cryptography {floor:.2f}: at most "
+          f"{m['fp32_bytes_per_round'] / 1e9 / floor:.2f} GB per CPU-second with nothing else "
+          f"(the data path reaches "
+          f"{m['gb_per_cpu_s'] * floor / (m['fp32_bytes_per_round'] / 1e9):.2f} of it); "
+          f"the rest (decoding, the mean, the outer step, encoding with error "
+          f"feedback, copies, the nodes' loops) takes "
+          f"{max(0.0, m['pipeline_cpu_per_round'] - floor):.2f} CPU-s.")
     figure = med[CONFIGS[-1][0]]["gb_per_cpu_s"]
     if any(math.isnan(r["gb_per_cpu_s"]) for rs in result["runs"].values() for r in rs):
         print("Some runs' extra rounds cost less CPU than the runs' own noise (nan above): "
