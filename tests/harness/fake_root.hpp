@@ -134,20 +134,21 @@ class FakeRoot {
 
 // A small tree over ipc:// sockets in `dir`: root (with a standby when
 // asked) -> site-0, or root -> region-0 -> site-0; heartbeats every 100 ms
-// and a timeout of 1 s.
+// and a timeout of 1 s unless given.
 struct IpcTree {
   std::string job = "ipc-tree";
   uint64_t rounds = 1;
   bool standby = false;
   bool region = false;
   uint64_t chunk_bytes = 1 << 20;
+  double heartbeat_timeout_s = 1;
 };
 inline Topology ipc_tree(const std::filesystem::path& dir, const IpcTree& t) {
   FederationSpec f;
   f.rounds = t.rounds;
   f.chunk_bytes = t.chunk_bytes;
   f.heartbeat_s = 0.1;
-  f.heartbeat_timeout_s = 1;
+  f.heartbeat_timeout_s = t.heartbeat_timeout_s;
   NodeSpec root;
   root.id = "root";
   root.role = Role::kRoot;

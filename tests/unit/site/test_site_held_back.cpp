@@ -31,6 +31,9 @@ TEST(SiteHeldBack, AParentThatNeverLetsTheUpdateGoFailsTheSyncAtTheRoundTimeout)
   t.job = "held-back";
   t.rounds = 2;
   t.chunk_bytes = kChunk * sizeof(float);
+  // Longer than the round timeout below: a loaded machine's pause between
+  // two allowances never has the site judge its parent silent first.
+  t.heartbeat_timeout_s = 10;
   const Topology topo = testing::ipc_tree(dir.path(), t);
   std::atomic<int> deltas{0};
   // One chunk of round 0's update, told at the welcome and again with every
