@@ -273,7 +273,13 @@ def main() -> int:
               f"({rate / 1e6 / args.rate_mbit:.3f}x; {flood_got} of {flood_sent} datagrams); TCP "
               f"steady {tcp_rate / 1e6:.1f} Mbit/s ({tcp_rate / 1e6 / args.rate_mbit:.3f}x), whole "
               f"transfer {sent * 8 / seconds / 1e6:.1f} Mbit/s of payload in {seconds:.2f} s")
-        print(f"count: sender wrote {sent} B, emulator saw {new_payload(stats)} B of new TCP payload")
+        c = stats["links"][0]["a_to_b"]["counters"]
+        # What TCP met on the lossless link: the bottleneck queue's drops
+        # (slow start overshooting it) and the retransmissions that repaired
+        # them; none with a slow TCP reading points at the machine instead.
+        print(f"count: sender wrote {sent} B, emulator saw {new_payload(stats)} B of new TCP payload; "
+              f"{c['queue_drop_packets']} of {c['packets']} packets dropped at the full queue, "
+              f"{c['tcp_retransmitted_bytes']} B retransmitted")
         if not within(one_way, args.delay_ms, 0.05):
             failures.append("delay off by more than 5%")
         if not within(rate / 1e6, args.rate_mbit, 0.05):
