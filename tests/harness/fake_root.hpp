@@ -132,6 +132,18 @@ class FakeRoot {
   std::thread thread_;  // last: it runs over the members above
 };
 
+// What a live root answers the hello of a child that holds the model
+// already: a welcome to round 0 that changes nothing (for on_hello).
+inline void welcome_unchanged(FakeRoot& r, const std::string& child, const wire::ParsedFrame& f,
+                              uint64_t elements) {
+  wire::HelloPayload hello;
+  if (!wire::decode_hello(f.payload, f.payload_size, &hello)) return;
+  wire::FrameHeader h = r.header(wire::MsgType::kWelcome);
+  h.flags = wire::kFlagNoChange;
+  h.total_elements = elements;
+  r.send(child, h, std::vector<uint8_t>(hello.model_digest.begin(), hello.model_digest.end()));
+}
+
 // A small tree over ipc:// sockets in `dir`: root (with a standby when
 // asked) -> site-0, or root -> region-0 -> site-0; heartbeats every 100 ms
 // and a timeout of 1 s unless given.

@@ -45,12 +45,7 @@ TEST(SiteHeldBack, AParentThatNeverLetsTheUpdateGoFailsTheSyncAtTheRoundTimeout)
   };
   testing::FakeRoot root(topo, topo.root().endpoint, /*mute=*/false);
   root.on_hello = [&](testing::FakeRoot& r, const std::string& child, const wire::ParsedFrame& f) {
-    wire::HelloPayload hello;
-    if (!wire::decode_hello(f.payload, f.payload_size, &hello)) return;
-    wire::FrameHeader h = r.header(wire::MsgType::kWelcome);
-    h.flags = wire::kFlagNoChange;
-    h.total_elements = kElements;
-    r.send(child, h, std::vector<uint8_t>(hello.model_digest.begin(), hello.model_digest.end()));
+    testing::welcome_unchanged(r, child, f, kElements);
     pace(r, child);
   };
   root.on_other = [&](testing::FakeRoot& r, const std::string& child, const wire::ParsedFrame& f) {
