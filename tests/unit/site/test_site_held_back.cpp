@@ -36,17 +36,19 @@ TEST(SiteHeldBack, AParentThatNeverLetsTheUpdateGoFailsTheSyncAtTheRoundTimeout)
   t.heartbeat_timeout_s = 10;
   const Topology topo = testing::ipc_tree(dir.path(), t);
   std::atomic<int> deltas{0};
-  // One chunk of round 0's update, told at the welcome and again with every
-  // heartbeat the site sends.
+  // One chunk of round 0's update, told before the welcome and again with
+  // every heartbeat the site sends.
   const auto pace = [](testing::FakeRoot& r, const std::string& child) {
     wire::FrameHeader h = r.header(wire::MsgType::kHeartbeat, 0);
     h.flags = wire::kFlagPace;
     r.send(child, h, wire::encode_pace(wire::PacePayload{1, 1}));
   };
   testing::FakeRoot root(topo, topo.root().endpoint, /*mute=*/false);
+  // Ahead of the welcome, as an aggregator tells it: the site has its
+  // allowance before join() returns, so its sync never starts unpaced.
   root.on_hello = [&](testing::FakeRoot& r, const std::string& child, const wire::ParsedFrame& f) {
-    testing::welcome_unchanged(r, child, f, kElements);
     pace(r, child);
+    testing::welcome_unchanged(r, child, f, kElements);
   };
   root.on_other = [&](testing::FakeRoot& r, const std::string& child, const wire::ParsedFrame& f) {
     if (f.header.type == wire::MsgType::kDelta) deltas += 1;
