@@ -68,6 +68,16 @@ struct FEDWAN_API AggregatorOptions : NodeOptions {
   // "Pacing"), so that few chunks wait on disk for their last copies.
   // false: sites send as fast as their links take it.
   bool pace_uploads = true;
+  // The most bytes one child's checkpoint replica may have (with
+  // checkpoint_dir). 0: what the wire allows a checkpoint, 16 fp32 models
+  // plus 64 MiB, once the model's size is known (a site's whole checkpoint
+  // is its parameters, anchor, bf16 residual and the caller's blobs: 4.5
+  // models with Adam's two moments); set it lower to bound the disk.
+  // A replica that announces more is refused (`replica_refused`) before a
+  // byte of it is written, and so is one sent before this node knows the
+  // model's size: a child's replicas take at most three times this on
+  // this node's disk (two kept, one arriving).
+  uint64_t replica_max_bytes = 0;
   // The file `topology` was loaded from. The node checks it every heartbeat
   // and adopts a later version signed by the federation's admin identity:
   // sites it adds join (counted from the round boundary after they come),

@@ -231,6 +231,8 @@ class Aggregator::Impl {
 
   // Checkpoint replication (aggregator_replicas.cpp).
   void on_child_checkpoint(Child& c, const wire::ParsedFrame& f);
+  checkpoint::ReplicaStore::Result refuse_replica_before_model(const std::string& child,
+                                                               uint64_t round);
   void serve_replica(Child& c, const wire::ParsedFrame& f);
   void pump_serving();    // next pieces of replicas going back to children
   void start_upload();    // after save_checkpoint: send it up / to the standby

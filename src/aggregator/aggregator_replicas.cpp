@@ -32,6 +32,18 @@ std::vector<uint8_t> Aggregator::Impl::checkpoint_signal(uint64_t round, uint8_t
 
 // ---- replicas of children ------------------------------------------------------
 
+checkpoint::ReplicaStore::Result Aggregator::Impl::refuse_replica_before_model(
+    const std::string& child, uint64_t round) {
+  repl_.store->abandon(child);
+  checkpoint::ReplicaStore::Result r;
+  r.kind = checkpoint::ReplicaStore::Result::Kind::kRefused;
+  r.round = round;
+  r.detail = "replica of '" + child + "' round " + std::to_string(round) +
+             " refused: this node does not know the model's size yet, so not how large a "
+             "replica may be (replica_max_bytes)";
+  return r;
+}
+
 void Aggregator::Impl::on_child_checkpoint(Child& c, const wire::ParsedFrame& f) {
   const wire::FrameHeader& h = f.header;
   if (h.flags != 0) return;  // signals go down, never up
@@ -57,8 +69,14 @@ void Aggregator::Impl::on_child_checkpoint(Child& c, const wire::ParsedFrame& f)
     }
     return;
   }
-  const checkpoint::ReplicaStore::Result r = repl_.store->add_piece(
-      c.id, h.round, h.chunk_index, h.chunk_count, h.total_elements, f.payload, f.payload_size);
+  // As large as a child's checkpoint can be, and no larger: a child that
+  // announces more cannot fill this node's disk with it.
+  const uint64_t limit = aggregator::replica_max_bytes(opt_.replica_max_bytes, model_.elements);
+  repl_.store->set_max_bytes(limit);
+  const checkpoint::ReplicaStore::Result r =
+      limit == 0 ? refuse_replica_before_model(c.id, h.round)
+                 : repl_.store->add_piece(c.id, h.round, h.chunk_index, h.chunk_count,
+                                          h.total_elements, f.payload, f.payload_size);
   using Kind = checkpoint::ReplicaStore::Result::Kind;
   if (r.kind == Kind::kPartial) return;
   if (r.kind == Kind::kRefused) {

@@ -3,6 +3,7 @@
 #include <charconv>
 #include <cmath>
 
+#include "node/node_config.hpp"
 #include "wire/frame.hpp"
 
 namespace fedwan::aggregator {
@@ -65,6 +66,11 @@ std::optional<std::string> telemetry_refusal(uint64_t wan_bytes, uint64_t fp32_b
            std::to_string(wire::kHeaderSize) + "-byte header";
   }
   return std::nullopt;
+}
+
+uint64_t replica_max_bytes(uint64_t configured, uint64_t model_elements) {
+  if (configured > 0) return configured;
+  return model_elements == 0 ? 0 : node::checkpoint_max_bytes(model_elements);
 }
 
 }  // namespace fedwan::aggregator

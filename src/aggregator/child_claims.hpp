@@ -12,6 +12,7 @@
 //   telemetry round           a round the parent still waits a report for
 //   telemetry counts          once per child and round; frames * 64 <= bytes
 //   checkpoint round          at most a couple of rounds past the parent's
+//   checkpoint size           at most replica_max_bytes (16 models + 64 MiB)
 //   hello node, topology,     must match the authenticated peer, the loaded
 //   model size                topology and the federation's model
 #pragma once
@@ -45,5 +46,11 @@ std::optional<std::string> telemetry_refusal(uint64_t wan_bytes, uint64_t fp32_b
 // A child writes a checkpoint at a round boundary it reached through this
 // parent, so a replica claims a round at most this many past the parent's.
 inline constexpr uint64_t kReplicaRoundSlack = 2;
+
+// The most bytes a child's replica may announce: `configured` when set,
+// else what a checkpoint of the model may be on the wire
+// (node::checkpoint_max_bytes: 16 fp32 models plus 64 MiB); 0 while neither
+// is known (no replica is taken then).
+uint64_t replica_max_bytes(uint64_t configured, uint64_t model_elements);
 
 }  // namespace fedwan::aggregator

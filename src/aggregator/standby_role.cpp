@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 
+#include "aggregator/child_claims.hpp"
 #include "checkpoint/node_checkpoint.hpp"
 #include "checkpoint/stream_check.hpp"
 #include "common/log.hpp"
@@ -87,6 +88,10 @@ void Aggregator::Impl::StandbyRole::on_root_frame(transport::Incoming& in) {
   if (f.header.type != wire::MsgType::kCheckpoint || f.header.flags != 0) return;
   const wire::FrameHeader& h = f.header;
   n_.summary_.replica_bytes += f.payload_size;
+  // The root is this node's own identity; its checkpoints are bounded as a
+  // child's are once the model's size is known.
+  n_.repl_.store->set_max_bytes(
+      aggregator::replica_max_bytes(n_.opt_.replica_max_bytes, n_.model_.elements));
   const checkpoint::ReplicaStore::Result r =
       n_.repl_.store->add_piece(n_.self_.id, h.round, h.chunk_index, h.chunk_count,
                                 h.total_elements, f.payload, f.payload_size);

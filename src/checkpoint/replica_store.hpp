@@ -135,6 +135,12 @@ class ReplicaStore {
   Result add_piece(const std::string& child, uint64_t round, uint32_t index, uint32_t count,
                    uint64_t total, const uint8_t* data, size_t n);
   void abandon(const std::string& child);  // drops an unfinished assembly
+  // The most bytes one replica may announce; 0: no limit. A transfer that
+  // announces more is refused at its first piece, before anything is
+  // written: a child cannot fill this node's disk with a file it never
+  // finishes.
+  void set_max_bytes(uint64_t max_bytes) { max_bytes_ = max_bytes; }
+  uint64_t max_bytes() const { return max_bytes_; }
 
   // The newest replica of `child` that passes check_checkpoint_stream (and
   // holds the round its name says); one that fails is renamed *.corrupt,
@@ -153,6 +159,7 @@ class ReplicaStore {
   size_t keep_;
   std::shared_ptr<const security::SignatureVerifier> verifier_;
   std::string job_;
+  uint64_t max_bytes_ = 0;
   std::map<std::string, std::unique_ptr<CheckpointAssembly>> pending_;
 };
 

@@ -38,6 +38,7 @@ AggregatorOptions aggregator_options(const NodeArgs& a, const AggregatorTorch& t
   o.record_updates_dir = a.record_updates;
   o.standby = a.standby;
   o.pace_uploads = !a.no_pace;
+  o.replica_max_bytes = a.replica_max_mib << 20;
   if (!a.initial_model.empty() && a.eval) {
     throw ConfigError("--eval evaluates the fashion-cnn model; a model from --initial-model "
                       "is evaluated by its own code (the root's --out file is the final model)");
@@ -205,6 +206,10 @@ void configure_aggregator(CLI::App& app, NodeArgs& args, int* exit_code,
   cmd->add_flag("--no-pace", args.no_pace,
                 "do not pace the sites' uploads (each sends as fast as its link takes it; "
                 "chunks that run ahead wait on disk for their last copies)");
+  cmd->add_option("--replica-max-mib", args.replica_max_mib,
+                  "the largest checkpoint replica a child may send here, in MiB; a larger one "
+                  "is refused before it is written (default 0: 16 fp32 models plus 64 MiB)")
+      ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 30));
   cmd->callback([&args, exit_code, torch] { *exit_code = run_aggregator(args, torch); });
 }
 

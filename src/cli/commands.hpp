@@ -47,6 +47,7 @@ struct NodeArgs {
   std::string record_updates;      // aggregators: keep received update payloads here
   bool standby = false;            // root: run as its standby
   bool no_pace = false;            // aggregator: do not pace the sites' uploads
+  uint64_t replica_max_mib = 0;    // aggregator: largest child replica kept; 0: 16 models + 64
   int rank = 0;                    // sites: this process's rank in the site
   int ranks = 1;                   // sites: ranks in the site
   std::string rendezvous;          // sites with ranks > 1: where the ranks meet

@@ -100,8 +100,14 @@ NodeConfig::NodeConfig(const Topology& topology, const NodeSpec& self,
 wire::FrameLimits NodeConfig::limits_for_model(uint64_t total_elements) const {
   wire::FrameLimits l = limits;
   l.max_total_elements = total_elements;
-  l.max_checkpoint_bytes = (uint64_t{64} << 20) + total_elements * sizeof(float) * 16;
+  l.max_checkpoint_bytes = checkpoint_max_bytes(total_elements);
   return l;
+}
+
+uint64_t checkpoint_max_bytes(uint64_t total_elements) {
+  constexpr uint64_t kPerElement = sizeof(float) * kCheckpointModels;
+  if (total_elements > (UINT64_MAX - kCheckpointSlackBytes) / kPerElement) return UINT64_MAX;
+  return total_elements * kPerElement + kCheckpointSlackBytes;
 }
 
 }  // namespace fedwan::node

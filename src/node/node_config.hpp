@@ -100,4 +100,12 @@ struct NodeConfig {
   wire::FrameLimits limits_for_model(uint64_t total_elements) const;
 };
 
+// The most bytes a checkpoint of a model of `total_elements` may have on the
+// wire: kCheckpointModels fp32 models plus kCheckpointSlackBytes (a site's
+// whole checkpoint with Adam's two moments is 4.5 models and its meta).
+// Saturates instead of wrapping.
+inline constexpr uint64_t kCheckpointModels = 16;
+inline constexpr uint64_t kCheckpointSlackBytes = uint64_t{64} << 20;
+uint64_t checkpoint_max_bytes(uint64_t total_elements);
+
 }  // namespace fedwan::node

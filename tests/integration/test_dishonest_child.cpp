@@ -106,6 +106,7 @@ TEST(DishonestChild, RegionClaimsAreBoundedByTheTopology) {
   spawn_aggregator(nodes, topo, "root", init, &root_summary, [&](AggregatorOptions& o) {
     o.security.audit_log = root_audit.string();
     o.checkpoint_dir = root_ckpt.string();
+    o.replica_max_bytes = 1 << 20;
   });
   RawSite rogue(
       topo, "region-0",
@@ -132,6 +133,14 @@ TEST(DishonestChild, RegionClaimsAreBoundedByTheTopology) {
   ck.element_count = static_cast<uint32_t>(bytes.size());
   ck.total_elements = bytes.size();
   rogue.send(node::make_frame(ck, bytes));
+  // A replica announcing more than the root keeps for one (its
+  // replica_max_bytes, set below): refused at its first piece, nothing of it
+  // written to the root's disk.
+  wire::FrameHeader huge = node::node_header(topo, rogue.node().index, wire::MsgType::kCheckpoint, 0);
+  huge.chunk_count = 512;
+  huge.element_count = 4096;
+  huge.total_elements = 512 * 4096;
+  rogue.send(node::make_frame(huge, std::vector<uint8_t>(4096, 0x5a)));
 
   const auto fp16_delta = [&](uint32_t c) {
     const Codec& fp16 = codec_by_name("fp16");
@@ -188,6 +197,9 @@ TEST(DishonestChild, RegionClaimsAreBoundedByTheTopology) {
   EXPECT_EQ(count_audit(root_audit, "refusal", "1000 frames in 5000 bytes"), 1u);
   EXPECT_EQ(count_audit(root_audit, "replica_refused", "round 1000"), 1u);
   EXPECT_FALSE(fs::exists(root_ckpt / "replicas" / "region-0" / "round-1000.fwck"));
+  EXPECT_EQ(count_audit(root_audit, "replica_refused", "announces 2097152 bytes"), 1u);
+  const fs::path kept = root_ckpt / "replicas" / "region-0";
+  EXPECT_TRUE(!fs::exists(kept) || fs::is_empty(kept));
 }
 
 // The first child to say hello used to set a region's model size, and every

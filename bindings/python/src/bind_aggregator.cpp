@@ -53,7 +53,8 @@ class PyAggregator {
                const OptionalPathArg& credentials, bool insecure_plaintext,
                const std::string& cipher, const OptionalPathArg& audit_log,
                const OptionalPathArg& checkpoint_dir, bool standby,
-               std::optional<int64_t> spill_from_bytes, bool pace_uploads)
+               std::optional<int64_t> spill_from_bytes, bool pace_uploads,
+               std::optional<int64_t> replica_max_bytes)
       : on_round_(on_round.obj), on_model_(on_model.obj) {
     require_callable(on_round_, "on_round");
     require_callable(on_model_, "on_model");
@@ -86,6 +87,13 @@ class PyAggregator {
       opt.spill_from_bytes = static_cast<size_t>(*spill_from_bytes);
     }
     opt.pace_uploads = pace_uploads;
+    if (replica_max_bytes) {
+      if (*replica_max_bytes <= 0) {
+        throw ConfigError("replica_max_bytes must be > 0 (None: 16 fp32 models plus 64 MiB), got " +
+                          std::to_string(*replica_max_bytes));
+      }
+      opt.replica_max_bytes = static_cast<uint64_t>(*replica_max_bytes);
+    }
     // The lambdas hold `this`, never a Python object: the core may copy or
     // destroy them without the GIL.
     if (!on_round_.is_none()) {
@@ -299,13 +307,15 @@ refusals.)")
       .def(py::init<const TopologyArg&, const std::string&, const OptionalFloat32ArrayArg&,
                     const RoundCallbackArg&, const ModelCallbackArg&, double, std::optional<double>,
                     int, const OptionalPathArg&, bool, const std::string&, const OptionalPathArg&,
-                    const OptionalPathArg&, bool, std::optional<int64_t>, bool>(),
+                    const OptionalPathArg&, bool, std::optional<int64_t>, bool,
+                    std::optional<int64_t>>(),
            "topology"_a, "node_id"_a, "initial_model"_a = py::none(), "on_round"_a = py::none(),
            "on_model"_a = py::none(), "join_timeout_s"_a = 300.0, py::kw_only(),
            "round_timeout_s"_a = py::none(), "window"_a = NodeOptions{}.window,
            "credentials"_a = py::none(), "insecure_plaintext"_a = false, "cipher"_a = "aes-256-gcm",
            "audit_log"_a = py::none(), "checkpoint_dir"_a = py::none(), "standby"_a = false,
            "spill_from_bytes"_a = py::none(), "pace_uploads"_a = true,
+           "replica_max_bytes"_a = py::none(),
            R"(Builds node `node_id` (a root or region) of `topology` (a Topology or the
 path of a topology file) and binds its endpoint.
 
@@ -323,7 +333,9 @@ frames kept for sending again, and chunks in flight beyond 12 MiB (4 MiB at a re
 unnamed file in checkpoint_dir (0: always; None: 64 MiB; docs/operations.md,
 "An aggregator's memory"). `pace_uploads`: where that holds, tell each site how far
 its update may run ahead of the slowest child's (docs/protocol.md, "Pacing");
-False: sites send as fast as their links take it.
+False: sites send as fast as their links take it. `replica_max_bytes`: the
+largest checkpoint replica a child may send here (with checkpoint_dir); a larger
+one is refused before it is written (None: 16 fp32 models plus 64 MiB).
 Raises fedwan.ConfigError (bad options, a node that is not an aggregator, missing
 or mismatched credentials), fedwan.CryptoError (an unusable certificate or CRL)
 or fedwan.TransportError (the endpoint cannot be bound).)")

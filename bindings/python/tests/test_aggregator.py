@@ -49,6 +49,9 @@ def test_options_are_checked(sock_dir, credentials):
     with pytest.raises(fedwan.ConfigError, match="spill_from_bytes must be >= 0"):
         fedwan.Aggregator(topo, "root", np.zeros(4, np.float32), spill_from_bytes=-1,
                           credentials=creds)
+    with pytest.raises(fedwan.ConfigError, match="replica_max_bytes must be > 0"):
+        fedwan.Aggregator(topo, "root", np.zeros(4, np.float32), replica_max_bytes=0,
+                          credentials=creds)
 
 
 def test_a_root_that_keeps_its_round_on_disk_gives_the_same_model(sock_dir, credentials,
