@@ -170,8 +170,8 @@ ReplicaStore::Result ReplicaStore::add_piece(const std::string& child, uint64_t 
       pending_.erase(child);
       if (max_bytes_ > 0 && total > max_bytes_) {
         return refuse("replica of '" + child + "' round " + std::to_string(round) +
-                      " refused: it announces " + std::to_string(total) +
-                      " bytes, more than the " + std::to_string(max_bytes_) +
+                      " refused: it announces " + std::to_string(total) + " bytes, more than the " +
+                      std::to_string(max_bytes_) +
                       " this node keeps for one replica (replica_max_bytes)");
       }
       const std::vector<uint64_t> have = rounds(child);

@@ -136,7 +136,8 @@ TEST(DishonestChild, RegionClaimsAreBoundedByTheTopology) {
   // A replica announcing more than the root keeps for one (its
   // replica_max_bytes, set below): refused at its first piece, nothing of it
   // written to the root's disk.
-  wire::FrameHeader huge = node::node_header(topo, rogue.node().index, wire::MsgType::kCheckpoint, 0);
+  wire::FrameHeader huge =
+      node::node_header(topo, rogue.node().index, wire::MsgType::kCheckpoint, 0);
   huge.chunk_count = 512;
   huge.element_count = 4096;
   huge.total_elements = 512 * 4096;

@@ -48,8 +48,8 @@ TEST(ReplicaLimit, AFileAnnouncedOverTheLimitIsRefusedBeforeAnythingIsWritten) {
   store.set_max_bytes(1 << 20);
   const std::vector<uint8_t> piece(4096, 0x5a);
   for (const uint64_t total : {(uint64_t{1} << 20) + 1, uint64_t{1} << 40, UINT64_MAX}) {
-    const ReplicaStore::Result r = store.add_piece("site-a", 4, 0, 1u << 20, total, piece.data(),
-                                                   piece.size());
+    const ReplicaStore::Result r =
+        store.add_piece("site-a", 4, 0, 1u << 20, total, piece.data(), piece.size());
     ASSERT_EQ(r.kind, Kind::kRefused) << total;
     EXPECT_NE(r.detail.find("announces " + std::to_string(total) + " bytes"), std::string::npos)
         << r.detail;
