@@ -347,8 +347,9 @@ class Aggregator::Impl {
     aggregator::FrameStore store;
   } anchors_;
 
-  // Checkpoint replication. Pieces are chunk_bytes each and go out only
-  // when nothing of the round protocol waits (they never delay a round).
+  // Checkpoint replication. Pieces are a chunk's frame each (NodeConfig::
+  // upload_piece_bytes) and go out only when nothing of the round protocol
+  // waits (they never delay a round).
   struct Serving {  // a child's replica on its way back to it
     std::unique_ptr<checkpoint::PieceReader> reader;
     uint64_t round = 0;

@@ -3,8 +3,9 @@
 // streamed back to a child that asks after losing its own; this node's
 // checkpoint goes up to its parent, or from the root to its standby (the
 // standby's side: standby_role.cpp).
-// Pieces are chunk_bytes each and leave only when no frame of the round
-// protocol waits, so replication never delays a round.
+// Pieces are a chunk's frame each (NodeConfig::upload_piece_bytes) and
+// leave only when no frame of the round protocol waits, so replication
+// never delays a round.
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -122,7 +123,7 @@ void Aggregator::Impl::serve_replica(Child& c, const wire::ParsedFrame& f) {
     send_child(c, checkpoint_signal(0, wire::kFlagNoReplica), h);
     return;
   }
-  s.reader = std::make_unique<checkpoint::PieceReader>(*path, cfg_.piece_bytes());
+  s.reader = std::make_unique<checkpoint::PieceReader>(*path, cfg_.upload_piece_bytes());
   s.round = id.round;
   log().info("[agg:{}] sending '{}' its replica of round {} ({} bytes)", self_.id, c.id, id.round,
              s.reader->size());
@@ -162,12 +163,12 @@ void Aggregator::Impl::start_upload() {
       // The root's round commits once its standby holds this checkpoint
       // (root_role.cpp): the newest replaces one still on its way.
       repl_.upload->start(checkpoint::checkpoint_path(opt_.checkpoint_dir, self_.id), round_,
-                          cfg_.piece_bytes());
+                          cfg_.upload_piece_bytes());
     } else {
       // A region's image (save_checkpoint); one on its way finishes first,
       // so one longer than a round still lands.
       repl_.upload->offer(checkpoint::replica_image_path(opt_.checkpoint_dir, self_.id), round_,
-                          cfg_.piece_bytes());
+                          cfg_.upload_piece_bytes());
     }
   } catch (const Error& e) {
     log().warn("[agg:{}] cannot send its checkpoint: {}", self_.id, e.what());

@@ -130,7 +130,7 @@ void Aggregator::Impl::StandbyRole::serve_root_replica() {
                                           n_.checkpoint_signal(0, wire::kFlagNoReplica));
       return;
     }
-    checkpoint::PieceReader reader(*path, n_.cfg_.piece_bytes());
+    checkpoint::PieceReader reader(*path, n_.cfg_.upload_piece_bytes());
     log().warn("[agg:{}] standby: sending the root its checkpoint of round {} ({} bytes)",
                n_.self_.id, id.round, reader.size());
     n_.security_->audit("replica_served", {{"peer", n_.self_.id},

@@ -6,6 +6,7 @@
 // thread.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -93,7 +94,15 @@ struct NodeConfig {
   tensor::ChunkPlan plan(uint64_t total_elements) const {
     return tensor::ChunkPlan::from_bytes(total_elements, chunk_bytes);
   }
+  // The largest checkpoint piece a peer may send (the frame limit).
   uint32_t piece_bytes() const { return static_cast<uint32_t>(chunk_bytes); }
+  // The pieces this node sends: a chunk's frame in the federation's codec
+  // (half a chunk in fp16), at most piece_bytes(), so a link's window of
+  // queued frames holds no more bytes of a replica than of an update.
+  uint32_t upload_piece_bytes() const {
+    const uint64_t frame = codec->encoded_size(chunk_bytes / sizeof(float));
+    return static_cast<uint32_t>(std::min<uint64_t>(std::max<uint64_t>(frame, 4096), chunk_bytes));
+  }
   // `limits` once the model's size is known. A checkpoint holds a few
   // model-sized sections (parameters, anchor, residual, optimizer state):
   // one announcing far more is refused before any of it reaches the disk.

@@ -350,7 +350,7 @@ void SiteCore::Impl::start_upload() {
   try {
     // Behind an image still on its way, which finishes first.
     uplink->upload().offer(checkpoint::replica_image_path(opt.checkpoint_dir, self.id), round,
-                           cfg.piece_bytes());
+                           cfg.upload_piece_bytes());
   } catch (const Error& e) {
     log().warn("[site:{}] cannot send its checkpoint to the parent: {}", self.id, e.what());
   }

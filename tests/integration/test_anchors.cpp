@@ -339,7 +339,7 @@ TEST(CheckpointAnchors, AReplicaForgedByTheParentIsRefused) {
           !(f.header.flags & wire::kFlagNeedReplica)) {
         continue;
       }
-      // In pieces of the federation's chunk size, as a real parent sends.
+      // In pieces of the federation's chunk size, the largest a child takes.
       const size_t piece = topo.federation().chunk_bytes;
       const uint32_t count = static_cast<uint32_t>((bytes.size() + piece - 1) / piece);
       for (uint32_t i = 0; i < count; ++i) {

@@ -42,6 +42,10 @@ TEST(NodeConfig, DerivesTheFederationSettingsOnce) {
   EXPECT_EQ(cfg.codec->id(), CodecId::kInt8);
   EXPECT_EQ(cfg.chunk_bytes, 8192u);
   EXPECT_EQ(cfg.piece_bytes(), 8192u);
+  // Its own pieces are a chunk's int8 frame (2048 values and their scales,
+  // under 4 KiB), raised to 4 KiB.
+  EXPECT_LT(cfg.codec->encoded_size(2048), 4096u);
+  EXPECT_EQ(cfg.upload_piece_bytes(), 4096u);
   EXPECT_EQ(cfg.replica_every, 3u);
   EXPECT_DOUBLE_EQ(cfg.quorum, 0.5);
   EXPECT_EQ(cfg.round_timeout, milliseconds(90000));
