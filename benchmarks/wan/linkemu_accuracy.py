@@ -276,10 +276,12 @@ def main() -> int:
         c = stats["links"][0]["a_to_b"]["counters"]
         # What TCP met on the lossless link: the bottleneck queue's drops
         # (slow start overshooting it) and the retransmissions that repaired
-        # them; none with a slow TCP reading points at the machine instead.
+        # them, and packets the receiving TUN device refused; none with a slow
+        # TCP reading points at the machine instead.
         print(f"count: sender wrote {sent} B, emulator saw {new_payload(stats)} B of new TCP payload; "
               f"{c['queue_drop_packets']} of {c['packets']} packets dropped at the full queue, "
-              f"{c['tcp_retransmitted_bytes']} B retransmitted")
+              f"{c['tcp_retransmitted_bytes']} B retransmitted, "
+              f"{stats.get('write_errors', 0)} packets the receiving TUN device refused")
         if not within(one_way, args.delay_ms, 0.05):
             failures.append("delay off by more than 5%")
         if not within(rate / 1e6, args.rate_mbit, 0.05):
