@@ -47,6 +47,7 @@
 #include "aggregator/downlink.hpp"
 #include "aggregator/round_book.hpp"
 #include "aggregator/round_wait.hpp"
+#include "aggregator/stall_clock.hpp"
 #include "aggregator/uplink_pacer.hpp"
 #include "checkpoint/checkpoint_upload.hpp"
 #include "checkpoint/replica_store.hpp"
@@ -337,6 +338,9 @@ class Aggregator::Impl {
     // quorum, whoever else still owes it.
     bool past_deadline = false;
     std::unique_ptr<node::EventTimers::Timer> deadline_timer;  // the round's deadline
+    // The heartbeat timer's ticks: how long this node was away from its
+    // loop, which its children's silence is not blamed for.
+    aggregator::StallClock ticks;
   } clock_;
   node::EventTimers timers_;
   // The anchors a child welcomed mid-round may need.

@@ -5,6 +5,7 @@
 // region_role.cpp, the root's link to its standby in root_role.cpp).
 // docs/operations.md states the guarantees these steps give.
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -221,6 +222,19 @@ void Aggregator::Impl::on_heartbeat_timer() {
   // theirs and send nothing but a hello now and then. Judged sooner, a region
   // whose parent took longer than a heartbeat timeout to welcome it lost
   // every child before its first round and that round could never close.
+  // Time this node spent away from its loop is not its children's
+  // silence: each is credited with it before it is judged, so a node busy
+  // for longer than the timeout does not drop children that went on
+  // talking to it (and stop heartbeating them, so that they reconnect).
+  const Clock::duration away = clock_.ticks.tick(now);
+  if (away > Clock::duration::zero()) {
+    for (Child& c : down_.children) c.last_heard = std::min(now, c.last_heard + away);
+    if (2 * away >= cfg_.heartbeat_timeout) {
+      log().warn("[agg:{}] away from its event loop for {} ms (a long checkpoint, a slow disk, the "
+                 "host short of memory); its children's silence meanwhile is not counted",
+                 self_.id, std::chrono::duration_cast<std::chrono::milliseconds>(away).count());
+    }
+  }
   if (phase_ != Phase::kJoining && phase_ != Phase::kAwaitWelcome) {
     for (Child& c : down_.children) {
       if (c.live && !ended_with(c) && now - c.last_heard > cfg_.heartbeat_timeout) child_lost(c);

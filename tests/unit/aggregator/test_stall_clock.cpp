@@ -1,0 +1,39 @@
+// aggregator/stall_clock.hpp: how long a node's own loop was away, told by
+// its heartbeat timer's late ticks; its children are not blamed for it.
+#include "aggregator/stall_clock.hpp"
+
+#include <gtest/gtest.h>
+
+namespace fedwan::aggregator {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = StallClock::Clock;
+
+TEST(StallClock, OnTimeTicksAndTheFirstAreNeverAway) {
+  StallClock c(100ms);
+  const Clock::time_point t0{};
+  EXPECT_EQ(c.tick(t0 + 5s), Clock::duration::zero());  // the first
+  EXPECT_EQ(c.tick(t0 + 5s + 100ms), Clock::duration::zero());
+  EXPECT_EQ(c.tick(t0 + 5s + 290ms), Clock::duration::zero());  // late by under a period
+  EXPECT_EQ(c.tick(t0 + 5s + 290ms), Clock::duration::zero());  // the same instant
+}
+
+TEST(StallClock, ALateTickIsAwayByAllButThePeriodItOwed) {
+  StallClock c(100ms);
+  const Clock::time_point t0{};
+  (void)c.tick(t0);
+  EXPECT_EQ(c.tick(t0 + 30s), 30s - 100ms);
+  EXPECT_EQ(c.tick(t0 + 30s + 100ms), Clock::duration::zero());  // and on time again
+  EXPECT_EQ(c.tick(t0 + 30s + 301ms), 101ms);
+}
+
+TEST(StallClock, WithoutAPeriodItIsNeverAway) {
+  StallClock c;
+  const Clock::time_point t0{};
+  (void)c.tick(t0);
+  EXPECT_EQ(c.tick(t0 + 1h), Clock::duration::zero());
+}
+
+}  // namespace
+}  // namespace fedwan::aggregator
