@@ -217,11 +217,6 @@ void Aggregator::Impl::on_heartbeat_timer() {
   const auto now = Clock::now();
   security_->tick();
   check_topology_file();
-  // A child is judged by its silence only once it can speak: until this
-  // node's own first welcome (kJoining, kAwaitWelcome) its children wait for
-  // theirs and send nothing but a hello now and then. Judged sooner, a region
-  // whose parent took longer than a heartbeat timeout to welcome it lost
-  // every child before its first round and that round could never close.
   // Time this node spent away from its loop is not its children's
   // silence: each is credited with it before it is judged, so a node busy
   // for longer than the timeout does not drop children that went on
@@ -235,6 +230,11 @@ void Aggregator::Impl::on_heartbeat_timer() {
                  self_.id, std::chrono::duration_cast<std::chrono::milliseconds>(away).count());
     }
   }
+  // A child is judged by its silence only once it can speak: until this
+  // node's own first welcome (kJoining, kAwaitWelcome) its children wait for
+  // theirs and send nothing but a hello now and then. Judged sooner, a region
+  // whose parent took longer than a heartbeat timeout to welcome it lost
+  // every child before its first round and that round could never close.
   if (phase_ != Phase::kJoining && phase_ != Phase::kAwaitWelcome) {
     for (Child& c : down_.children) {
       if (c.live && !ended_with(c) && now - c.last_heard > cfg_.heartbeat_timeout) child_lost(c);
