@@ -62,7 +62,7 @@ void Aggregator::Impl::save_checkpoint() {
   }
   summary_.checkpoints_written += 1;
   metrics_.last_checkpoint = Clock::now();
-  not_listening(Clock::now() - t0);
+  not_listening(t0);
   const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   log().info("[agg:{}] checkpoint of round {} written in {:.1f} ms", self_.id, round_, ms);
   security_->audit("checkpoint",
@@ -71,12 +71,20 @@ void Aggregator::Impl::save_checkpoint() {
                     {"ms", ms}});
 }
 
-void Aggregator::Impl::not_listening(Clock::duration d) {
+void Aggregator::Impl::not_listening(Clock::time_point since) {
   // The silence of its peers while this node wrote (seconds, for a large
   // model on a busy disk) is its own: it would otherwise lose children that
-  // kept talking, and they their parent, at every slow checkpoint.
-  for (Child& c : down_.children) c.last_heard += d;
-  if (session::Uplink* up = role_->uplink()) up->session().not_listening(d);
+  // kept talking, and they their parent, at every slow checkpoint. The
+  // heartbeat timer's next tick counts from here, not crediting it twice.
+  const auto now = Clock::now();
+  credit_silence(now - since, now, /*parent_too=*/true);
+  clock_.ticks.reset(now);
+}
+
+void Aggregator::Impl::credit_silence(Clock::duration d, Clock::time_point now, bool parent_too) {
+  for (Child& c : down_.children) c.last_heard = std::min(now, c.last_heard + d);
+  session::Uplink* up = role_->uplink();
+  if (up != nullptr && parent_too) up->session().not_listening(d, now);
 }
 
 bool Aggregator::Impl::resume_from_checkpoint() {

@@ -47,11 +47,11 @@
 #include "aggregator/downlink.hpp"
 #include "aggregator/round_book.hpp"
 #include "aggregator/round_wait.hpp"
-#include "aggregator/stall_clock.hpp"
 #include "aggregator/uplink_pacer.hpp"
 #include "checkpoint/checkpoint_upload.hpp"
 #include "checkpoint/replica_store.hpp"
 #include "common/byte_pool.hpp"
+#include "common/stall_clock.hpp"
 #include "costs/cost_recorder.hpp"
 #include "fedwan/aggregator.hpp"
 #include "fedwan/codec.hpp"
@@ -274,9 +274,12 @@ class Aggregator::Impl {
   // The model is large enough (AggregatorOptions::spill_from_bytes) that
   // the round's frames kept for sending again wait on disk.
   bool spills() const;
-  // It did not read its sockets for `d` (a checkpoint written): its
+  // It did not read its sockets since `since` (a checkpoint written): its
   // children's and its parent's silence meanwhile does not count.
-  void not_listening(Clock::duration d);
+  void not_listening(Clock::time_point since);
+  // Credits every child, and the parent when `parent_too`, with `d` of
+  // silence until `now` (this node's own time away), none past `now`.
+  void credit_silence(Clock::duration d, Clock::time_point now, bool parent_too);
   void clip_children_copies(uint32_t idx);
   // Adaptive clipping (central privacy with a target quantile): the root
   // moves the clip; it travels down with welcomes and anchor updates, and
@@ -340,7 +343,7 @@ class Aggregator::Impl {
     std::unique_ptr<node::EventTimers::Timer> deadline_timer;  // the round's deadline
     // The heartbeat timer's ticks: how long this node was away from its
     // loop, which its children's silence is not blamed for.
-    aggregator::StallClock ticks;
+    StallClock ticks;
   } clock_;
   node::EventTimers timers_;
   // The anchors a child welcomed mid-round may need.

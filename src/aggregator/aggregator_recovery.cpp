@@ -223,10 +223,14 @@ void Aggregator::Impl::on_heartbeat_timer() {
   // talking to it (and stop heartbeating them, so that they reconnect).
   const Clock::duration away = clock_.ticks.tick(now);
   if (away > Clock::duration::zero()) {
-    for (Child& c : down_.children) c.last_heard = std::min(now, c.last_heard + away);
+    // Its parent is not credited when this node sent it nothing for a
+    // heartbeat timeout or more: the parent has judged it lost, and it
+    // rejoins at once (RegionLink::heartbeat finds the parent silent).
+    session::Uplink* up = role_->uplink();
+    credit_silence(away, now, up != nullptr && !up->session().judged_lost_after(away));
     if (2 * away >= cfg_.heartbeat_timeout) {
       log().warn("[agg:{}] away from its event loop for {} ms (a long checkpoint, a slow disk, the "
-                 "host short of memory); its children's silence meanwhile is not counted",
+                 "host short of memory); its peers' silence meanwhile is not counted",
                  self_.id, std::chrono::duration_cast<std::chrono::milliseconds>(away).count());
     }
   }

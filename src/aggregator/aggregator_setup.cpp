@@ -43,7 +43,7 @@ Aggregator::Impl::Impl(AggregatorOptions options)
                                         role_name(self_.role), security_->key());
   start_metrics();
   clock_.deadline_timer = timers_.make_timer();
-  clock_.ticks = aggregator::StallClock(cfg_.heartbeat);
+  clock_.ticks = StallClock(cfg_.heartbeat);
   timers_.every(cfg_.heartbeat, [this] { on_heartbeat_timer(); });
   watch_.start_digest = topo_.digest();
   if (!opt_.topology_file.empty()) (void)file_changed();  // the version it started from

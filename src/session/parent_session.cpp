@@ -17,7 +17,8 @@ ParentSession::ParentSession(const Topology& topo, const NodeSpec& self,
       parent_(topo.node(self.parent_index)),
       transport_(transport),
       security_(security),
-      options_(std::move(options)) {
+      options_(std::move(options)),
+      turns_(options_.heartbeat) {
   open(options_.link.linger_ms);
   heard_ = Clock::now();
 }
@@ -64,6 +65,35 @@ void ParentSession::reconnect(const std::string& why, uint64_t round, bool grow_
 void ParentSession::heard(Clock::time_point now, bool reset_backoff) {
   heard_ = now;
   if (reset_backoff) backoff_ = Millis(0);
+}
+
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+// `t` moved on by `d`, never past `now`; the zero time point ("long ago",
+// judged at once) stays.
+void credit(SteadyClock::time_point& t, SteadyClock::duration d, SteadyClock::time_point now) {
+  if (t != SteadyClock::time_point{} && t < now) t = std::min(now, t + d);
+}
+
+}  // namespace
+
+void ParentSession::not_listening(Clock::duration d, Clock::time_point now) {
+  credit(heard_, d, now);
+  credit(opened_at_, d, now);
+  turns_.reset(now);
+}
+
+ParentSession::Clock::duration ParentSession::turn(Clock::time_point now) {
+  const Clock::duration away = turns_.tick(now);
+  // Judged lost by its parent, it is not credited: rejoining at once beats
+  // waiting another timeout to find that out.
+  if (away > Clock::duration::zero() && !judged_lost_after(away)) {
+    credit(heard_, away, now);
+    credit(opened_at_, away, now);
+  }
+  return away;
 }
 
 bool ParentSession::heartbeat(uint64_t round, uint8_t flags, const std::vector<uint8_t>& payload) {

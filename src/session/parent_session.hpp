@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "common/stall_clock.hpp"
 #include "fedwan/topology.hpp"
 #include "node/node_security.hpp"
 #include "transport/links.hpp"
@@ -62,10 +63,22 @@ class ParentSession {
   void heard(Clock::time_point now, bool reset_backoff = true);
   // Judge the parent as silent from now on (its session failed).
   void forget_heard() { heard_ = Clock::time_point{}; }
-  // This node did not listen for `d` (it wrote a checkpoint): the parent's
-  // silence does not count meanwhile.
-  void not_listening(Clock::duration d) {
-    if (heard_ != Clock::time_point{}) heard_ += d;
+  // This node did not listen for `d` until `now` (it wrote a checkpoint, or
+  // its loop was away): the parent's silence meanwhile does not count, nor
+  // does a handshake's. The next turn() counts from `now`.
+  void not_listening(Clock::duration d, Clock::time_point now = Clock::now());
+  // One turn of the owner's loop at `now` (a site calls it each time it
+  // looks at its link): a turn later than two heartbeat periods means the
+  // loop was away (a caller that trained without servicing the site, a
+  // long encode); that time, less the period, is returned (zero when on
+  // time) and credited as above unless judged_lost_after() it.
+  Clock::duration turn(Clock::time_point now);
+  // After a turn `away` that late, the owner had sent nothing for a
+  // heartbeat timeout or more (it sends only as its loop turns): its parent
+  // has judged it lost, and it rejoins.
+  bool judged_lost_after(Clock::duration away) const {
+    return away > Clock::duration::zero() &&
+           away + options_.heartbeat >= options_.heartbeat_timeout;
   }
   Clock::time_point last_heard() const { return heard_; }
   // Bytes on the wire to and from the parent since the session began, over
@@ -112,6 +125,7 @@ class ParentSession {
   std::unique_ptr<transport::ParentLink> link_;
   bool use_standby_ = false;  // under a root with a standby: failed over
   Clock::time_point opened_at_, heard_, retry_at_;
+  StallClock turns_;                                  // of turn()
   uint64_t retired_sent_ = 0, retired_received_ = 0;  // of the links replaced
   Millis backoff_{0};
   uint64_t reconnects_ = 0;

@@ -48,10 +48,33 @@ void SiteCore::Impl::pump(Millis wait, SyncResult* res) {
 }
 
 void SiteCore::Impl::upkeep() {
+  const auto now = Clock::now();
+  // Time this site did not look at its link (the caller trained without
+  // calling service(), a long encode or checkpoint) is not its parent's
+  // silence: what the parent sent meanwhile waits unread.
+  const Clock::duration away = parent().turn(now);
+  const auto away_ms = std::chrono::duration_cast<Millis>(away).count();
+  if (2 * away >= cfg.heartbeat_timeout && !parent().judged_lost_after(away)) {
+    security->log_noise("away:" + self.id,
+                        "did not read its link for " + std::to_string(away_ms) +
+                            " ms, over half its heartbeat_timeout (" +
+                            std::to_string(cfg.heartbeat_timeout.count()) +
+                            " ms): its parent's silence meanwhile is not counted; call service() "
+                            "between inner steps, or raise heartbeat_timeout_s");
+  }
   // While the sealing pipeline's worker owns the link's sealer, nothing else
   // may seal (a heartbeat, a hello) or replace the link under it.
   if (sealing_active) return;
-  const auto now = Clock::now();
+  if (parent().judged_lost_after(away) && uplink->in_federation() && welcome.link_ok &&
+      parent().retry_due(now)) {
+    // It sent nothing for as long either: its parent has judged it lost.
+    reconnect("this site did not read or write its link for " +
+              std::to_string(away_ms + cfg.heartbeat.count()) +
+              " ms, over its heartbeat_timeout (" + std::to_string(cfg.heartbeat_timeout.count()) +
+              " ms): its parent has judged it lost; call service() between inner steps, or raise "
+              "heartbeat_timeout_s");
+    return;
+  }
   if (welcome.hello_pending && link().established()) {
     std::optional<size_t> n = link().try_send(hello_frame());
     if (n) {

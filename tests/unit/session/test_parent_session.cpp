@@ -93,14 +93,57 @@ TEST_F(ParentSessionTest, SilenceWhileThisNodeDidNotListenDoesNotCount) {
   const auto t = std::chrono::steady_clock::now();
   s->heard(t);
   EXPECT_TRUE(s->silent(t + 1001ms));
-  s->not_listening(800ms);  // a checkpoint written meanwhile
+  s->not_listening(800ms, t + 900ms);  // a checkpoint written meanwhile
   EXPECT_FALSE(s->silent(t + 1001ms));
   EXPECT_FALSE(s->silent(t + 1800ms));
   EXPECT_TRUE(s->silent(t + 1801ms));
+  // Never credited past the time it is told (nothing heard in the future).
+  s->heard(t);
+  s->not_listening(5s, t + 300ms);
+  EXPECT_EQ(s->last_heard(), t + 300ms);
   // A parent never heard from stays unheard.
   s->forget_heard();
-  s->not_listening(800ms);
+  s->not_listening(800ms, t + 900ms);
   EXPECT_EQ(s->last_heard(), std::chrono::steady_clock::time_point{});
+}
+
+// The owner's loop turns at least every heartbeat period while it looks at
+// its link; a turn much later means it did not look (a caller that trained
+// without servicing its site): the parent's silence then is not counted,
+// unless the owner was away so long that its parent has judged it lost.
+TEST_F(ParentSessionTest, ALateTurnCreditsTheParentWithTheTimeAway) {
+  using std::chrono::steady_clock;
+  std::unique_ptr<ParentSession> s = session(/*standby=*/false);
+  const auto t = steady_clock::now() + 1h;  // after the link opened
+  s->heard(t);
+  EXPECT_EQ(s->turn(t), steady_clock::duration::zero());  // the first
+  EXPECT_EQ(s->turn(t + 100ms), steady_clock::duration::zero());
+  // 700 ms without a turn: heard is moved on by all but the period owed.
+  EXPECT_EQ(s->turn(t + 800ms), 600ms);
+  EXPECT_EQ(s->last_heard(), t + 600ms);
+  // Turning on time again, a parent that stays silent is lost a heartbeat
+  // timeout after what was credited, not later.
+  for (auto at = t + 900ms; at <= t + 1600ms; at += 100ms) {
+    EXPECT_EQ(s->turn(at), steady_clock::duration::zero());
+  }
+  EXPECT_FALSE(s->silent(t + 1600ms));
+  EXPECT_TRUE(s->silent(t + 1601ms));
+  // Away so long that nothing went to the parent for a heartbeat timeout
+  // (the period plus the time away): the parent has judged this node lost,
+  // and nothing is credited.
+  EXPECT_FALSE(s->judged_lost_after(899ms));
+  EXPECT_TRUE(s->judged_lost_after(900ms));
+  s->heard(t + 1600ms);
+  EXPECT_EQ(s->turn(t + 3600ms), 1900ms);
+  EXPECT_EQ(s->last_heard(), t + 1600ms);
+  EXPECT_TRUE(s->silent(t + 3600ms));
+  // A checkpoint credited by its writer is not credited again by the turn
+  // after it.
+  s->heard(t + 4s);
+  s->not_listening(500ms, t + 4500ms);
+  EXPECT_EQ(s->last_heard(), t + 4500ms);
+  EXPECT_EQ(s->turn(t + 4600ms), steady_clock::duration::zero());
+  EXPECT_EQ(s->last_heard(), t + 4500ms);
 }
 
 }  // namespace

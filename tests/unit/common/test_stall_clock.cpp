@@ -1,10 +1,10 @@
-// aggregator/stall_clock.hpp: how long a node's own loop was away, told by
-// its heartbeat timer's late ticks; its children are not blamed for it.
-#include "aggregator/stall_clock.hpp"
+// common/stall_clock.hpp: how long a node's own loop was away, told by
+// its late ticks; its peers are not blamed for it.
+#include "common/stall_clock.hpp"
 
 #include <gtest/gtest.h>
 
-namespace fedwan::aggregator {
+namespace fedwan {
 namespace {
 
 using namespace std::chrono_literals;
@@ -28,6 +28,16 @@ TEST(StallClock, ALateTickIsAwayByAllButThePeriodItOwed) {
   EXPECT_EQ(c.tick(t0 + 30s + 301ms), 101ms);
 }
 
+TEST(StallClock, TimeAccountedForOtherwiseIsNotCountedAgain) {
+  StallClock c(100ms);
+  const Clock::time_point t0{};
+  (void)c.tick(t0);
+  c.reset(t0 + 20s);  // a checkpoint of 20 s, credited by its writer
+  EXPECT_EQ(c.tick(t0 + 20s + 100ms), Clock::duration::zero());
+  c.reset(t0 + 40s);
+  EXPECT_EQ(c.tick(t0 + 45s), 5s - 100ms);  // only what came after
+}
+
 TEST(StallClock, WithoutAPeriodItIsNeverAway) {
   StallClock c;
   const Clock::time_point t0{};
@@ -36,4 +46,4 @@ TEST(StallClock, WithoutAPeriodItIsNeverAway) {
 }
 
 }  // namespace
-}  // namespace fedwan::aggregator
+}  // namespace fedwan
