@@ -1,5 +1,6 @@
 #include "cli/demo_supervisor.hpp"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -14,7 +15,10 @@
 #include <fstream>
 #include <iostream>
 #include <limits>
+#include <optional>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -35,9 +39,18 @@ pid_t spawn(const std::string& exe, const std::vector<std::string>& args, const 
   for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   const pid_t parent = ::getpid();
+  // Closed by the exec: the demo waits for it, so that nothing it samples
+  // of the process (its memory) is of its copy of the demo before.
+  int exec_pipe[2];
+  if (::pipe2(exec_pipe, O_CLOEXEC) != 0) throw Error("demo: pipe failed");
   const pid_t pid = ::fork();
-  if (pid < 0) throw Error("demo: fork failed");
+  if (pid < 0) {
+    ::close(exec_pipe[0]);
+    ::close(exec_pipe[1]);
+    throw Error("demo: fork failed");
+  }
   if (pid == 0) {
+    ::close(exec_pipe[0]);
     // A node never outlives the demo, however the demo ends (SIGKILL too):
     // it is told to stop the way an operator would stop it.
     ::prctl(PR_SET_PDEATHSIG, SIGTERM);
@@ -49,9 +62,35 @@ pid_t spawn(const std::string& exe, const std::vector<std::string>& args, const 
     }
     ::execv(exe.c_str(), argv.data());
     std::perror("fedwan demo: exec");
-    ::_exit(127);
+    ::_exit(127);  // closes the pipe too; the exit status tells the failure
   }
+  ::close(exec_pipe[1]);
+  char byte = 0;
+  while (::read(exec_pipe[0], &byte, 1) < 0 && errno == EINTR) {
+  }
+  ::close(exec_pipe[0]);
   return pid;
+}
+
+// The values of `keys` (KiB) in a /proc status file, in the order asked;
+// a key not there (the process gone, or a zombie without memory) is none.
+std::vector<std::optional<uint64_t>> status_kib(const std::string& path,
+                                                const std::vector<std::string>& keys) {
+  std::vector<std::optional<uint64_t>> out(keys.size());
+  std::ifstream status(path);
+  std::string key;
+  while (status >> key) {
+    for (size_t i = 0; i < keys.size(); ++i) {
+      uint64_t kib = 0;
+      if (key == keys[i] && status >> kib) out[i] = kib;
+    }
+    status.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+  }
+  return out;
+}
+
+std::optional<uint64_t> one_status_kib(const std::string& path, const std::string& key) {
+  return status_kib(path, std::vector<std::string>{key})[0];
 }
 
 std::string describe(int status) {
@@ -186,6 +225,7 @@ void DemoSupervisor::spawn_node(size_t index, bool first) {
     Process p;
     p.node = index;
     p.rank = r;
+    p.fork_rss_kib = one_status_kib("/proc/self/status", "VmRSS:").value_or(0);
     p.pid = spawn(n.exe.empty() ? exe_ : n.exe, n.rank_args[r], n.rank_logs[r],
                   first ? n.first_env : kNone, !first);
     procs_.push_back(p);
@@ -306,7 +346,11 @@ pid_t DemoSupervisor::reap(pid_t pid, int* status, int options) {
     if (p.pid != got) continue;
     const std::string& node = nodes_[p.node].launch.node;
     uint64_t& peak = peak_rss_kib_[node];
-    peak = std::max<uint64_t>(peak, static_cast<uint64_t>(usage.ru_maxrss));  // KiB on Linux
+    const auto kernel = static_cast<uint64_t>(usage.ru_maxrss);  // KiB on Linux
+    // No larger than the demo's copy it held before exec: that copy's,
+    // perhaps; its own peak as sampled is the node's.
+    const bool fork_copy = kernel <= p.fork_rss_kib && p.hwm_kib > 0;
+    peak = std::max(peak, fork_copy ? p.hwm_kib : kernel);
     const auto seconds = [](const timeval& t) {
       return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) / 1e6;
     };
@@ -321,19 +365,16 @@ void DemoSupervisor::sample_memory() {
   const auto now = std::chrono::steady_clock::now();
   if (now - sampled_at_ < std::chrono::milliseconds(250)) return;
   sampled_at_ = now;
-  for (const Process& p : procs_) {
+  for (Process& p : procs_) {
     if (p.pid <= 0) continue;
-    std::ifstream status("/proc/" + std::to_string(p.pid) + "/status");
-    std::string key;
-    uint64_t kib = 0;
-    while (status >> key) {
-      if (key == "RssAnon:" && status >> kib) {
-        uint64_t& peak = peak_anon_kib_[nodes_[p.node].launch.node];
-        peak = std::max(peak, kib);
-        break;
-      }
-      status.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+    const auto kib = status_kib("/proc/" + std::to_string(p.pid) + "/status",
+                                std::vector<std::string>{"RssAnon:", "VmHWM:"});
+    if (kib[0]) {
+      uint64_t& peak = peak_anon_kib_[nodes_[p.node].launch.node];
+      peak = std::max(peak, *kib[0]);
     }
+    // Sampled after the exec (spawn waits for it): the node's own.
+    if (kib[1]) p.hwm_kib = std::max(p.hwm_kib, *kib[1]);
   }
 }
 

@@ -109,7 +109,10 @@ class DemoSupervisor {
   void account();
   const std::vector<Restart>& restarts() const { return restarts_; }
   // Each node's peak resident memory in KiB, the largest of its processes'
-  // (every rank, every life) as the kernel counted them when they exited.
+  // (every rank, every life) as the kernel counted them when they exited;
+  // where that count is no larger than the copy of the demo a process held
+  // before it exec'd (a small model), the process's own peak as sampled
+  // every 250 ms while it ran (VmHWM) instead.
   const std::map<std::string, uint64_t>& peak_rss_kib() const { return peak_rss_kib_; }
   // Each node's peak anonymous memory in KiB (RssAnon, sampled every
   // 250 ms while it runs): its RSS less the file pages it maps, such as a
@@ -127,6 +130,11 @@ class DemoSupervisor {
     size_t node = 0;  // index into nodes_
     size_t rank = 0;
     pid_t pid = -1;
+    // The demo's own resident memory as it forked this process: the child
+    // counts a copy of it before it execs, so a kernel peak no larger may
+    // be that copy's rather than the node's.
+    uint64_t fork_rss_kib = 0;
+    uint64_t hwm_kib = 0;  // the node's own peak (VmHWM, reset at exec), as last sampled
   };
   struct Node {
     NodeLaunch launch;
