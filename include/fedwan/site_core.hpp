@@ -179,8 +179,9 @@ class FEDWAN_API SiteCore {
   // begin_sync() returns a handle on the pending sync (PendingSync, whose
   // wait(timeout) merges it like finish_sync(); ignoring it is fine).
   // Between the two calls use only sync_pending(), sync_ready(),
-  // finish_sync(), the handle, stop(), set_data_position(), service() (which then only
-  // reports: the worker keeps the link), round() and finished() (both still
+  // finish_sync(), the handle, stop(), set_data_position(), service() (which keeps the
+  // link once the sync is done and reports nothing of it: finish_sync() reports a resync
+  // or the end; keep calling it between inner steps), round() and finished() (both still
   // describe the round that ended), inner_steps(), overlap_steps(), rounds(),
   // data_position(), checkpoint() (which then keeps the last merge's) and
   // alarms() (as last read before begin_sync). A begin_sync() or

@@ -348,8 +348,22 @@ void SiteCore::Impl::apply_early() {
 
 SyncResult SiteCore::Impl::service() {
   SyncResult res;
-  if (overlap.pending) {  // the worker keeps the link meanwhile
+  if (overlap.pending) {
     res.round = overlap.round;
+    // While the sync is in flight its worker keeps the link. Once it is
+    // done, the caller's thread does until finish_sync() merges it (tau
+    // steps may be longer than the heartbeat timeout: unheard, the parent
+    // would drop the site and the site its parent). What the link brings
+    // goes into the sync's result: finish_sync() reports a resync or the
+    // end, as it would had the worker read it.
+    if (overlap.done.load() && !overlap.error) {
+      if (overlap.worker.joinable()) overlap.worker.join();
+      try {
+        pump(Millis(0), &overlap.result);
+      } catch (...) {
+        overlap.error = std::current_exception();  // finish_sync() throws it
+      }
+    }
     return res;
   }
   if (!joined || finished) return res;

@@ -82,7 +82,7 @@ SyncResult SiteCore::Impl::finish_sync() {
   if (!overlap.pending) {
     throw Error("site '" + self.id + "': no sync is pending; call begin_sync() first");
   }
-  overlap.worker.join();
+  if (overlap.worker.joinable()) overlap.worker.join();  // service() may have joined it
   overlap.pending = false;
   work = params;
   in_sync.store(false);

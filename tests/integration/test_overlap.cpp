@@ -10,6 +10,7 @@
 #include <future>
 #include <memory>
 #include <optional>
+#include <thread>
 
 #include "fedwan/error.hpp"
 #include "harness/federation_fixture.hpp"
@@ -298,6 +299,50 @@ TEST(Overlap, AnAbandonedOrFailedSyncEndsPromptlyAndIsNotReused) {
   ASSERT_TRUE(destroyed_in.has_value()) << ::testing::PrintToString(nodes.error_list());
   // Well within the 30 s round timeout (the worker checks every 50 ms).
   EXPECT_LT(*destroyed_in, std::chrono::seconds(5));
+}
+
+// The sync is done long before the caller merges it (a long step after a
+// quick round): the link is kept meanwhile, heartbeats both ways, so the
+// parent never loses the site and the site never its parent.
+TEST(Overlap, ASyncDoneLongBeforeItsMergeKeepsTheLinkAlive) {
+  TempDir dir;
+  FederationSpec f = overlap_spec("fp16", "fedavg", 1);
+  f.rounds = 3;
+  f.heartbeat_s = 0.1;
+  f.heartbeat_timeout_s = 1;
+  const Topology topo = make_tree(dir.path(), 0, 1, f);
+  const std::vector<float> init = synthetic::initial_model(3000, kSeed);
+  AggregatorSummary summary;
+  NodeSpawner nodes;
+  spawn_aggregator(nodes, topo, "root", init, &summary);
+  {
+    std::vector<float> params = init;
+    SiteCore site(site_options(topo, "site-0", std::chrono::seconds(30)), params.data(),
+                  params.size());
+    site.join();
+    for (uint64_t r = 0; r < f.rounds; ++r) {
+      synthetic::local_steps(params.data(), params.size(), 1, 3, kSeed);
+      site.begin_sync();
+      while (!site.sync_ready()) {
+        (void)site.service();
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      // Two and a half heartbeat timeouts of training before the merge,
+      // servicing the link as a caller does between steps.
+      const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(2500);
+      while (std::chrono::steady_clock::now() < until) {
+        (void)site.service();
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      const SyncResult res = site.finish_sync();
+      EXPECT_FALSE(res.resynced) << "round " << r;
+    }
+    EXPECT_TRUE(site.finished());
+  }
+  nodes.join();
+  EXPECT_TRUE(nodes.error_list().empty()) << ::testing::PrintToString(nodes.error_list());
+  EXPECT_EQ(summary.children_lost, 0u) << "the root lost a site whose sync was done";
+  EXPECT_EQ(summary.rejoins, 0u) << "the site rejoined";
 }
 
 }  // namespace
