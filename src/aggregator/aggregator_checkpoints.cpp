@@ -17,6 +17,7 @@
 #include "common/atomic_file.hpp"
 #include "common/log.hpp"
 #include "common/sha256.hpp"
+#include "common/stall_clock.hpp"
 #include "fedwan/error.hpp"
 
 namespace fedwan {
@@ -82,7 +83,8 @@ void Aggregator::Impl::not_listening(Clock::time_point since) {
 }
 
 void Aggregator::Impl::credit_silence(Clock::duration d, Clock::time_point now, bool parent_too) {
-  for (Child& c : down_.children) c.last_heard = std::min(now, c.last_heard + d);
+  for (Child& c : down_.children) StallClock::credit(c.last_heard, d, now);
+  role_->not_listening(d, now);  // the root's standby, a standby's root
   session::Uplink* up = role_->uplink();
   if (up != nullptr && parent_too) up->session().not_listening(d, now);
 }

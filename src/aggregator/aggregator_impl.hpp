@@ -277,8 +277,9 @@ class Aggregator::Impl {
   // It did not read its sockets since `since` (a checkpoint written): its
   // children's and its parent's silence meanwhile does not count.
   void not_listening(Clock::time_point since);
-  // Credits every child, and the parent when `parent_too`, with `d` of
-  // silence until `now` (this node's own time away), none past `now`.
+  // Credits every child, its role's own peers (the root's standby, a
+  // standby's root) and the parent when `parent_too`, with `d` of silence
+  // until `now` (this node's own time away), none past `now`.
   void credit_silence(Clock::duration d, Clock::time_point now, bool parent_too);
   void clip_children_copies(uint32_t idx);
   // Adaptive clipping (central privacy with a target quantile): the root

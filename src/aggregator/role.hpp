@@ -84,6 +84,10 @@ class Aggregator::Impl::Role {
   virtual bool flush() { return true; }
   virtual size_t waiting() const { return 0; }
   virtual void heartbeat(Clock::time_point now) = 0;
+  // This node did not read its links for `d` until `now` (its loop was
+  // away): the peers only its role talks to (the root's standby, a
+  // standby's root) are not blamed for their silence meanwhile.
+  virtual void not_listening(Clock::duration /*d*/, Clock::time_point /*now*/) {}
   // Throws when the link above has not read for too long.
   virtual void check_stuck(Clock::time_point /*now*/) const {}
   // Whom the phases that wait for an answer from above wait for.

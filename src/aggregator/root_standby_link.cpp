@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/log.hpp"
+#include "common/stall_clock.hpp"
 #include "fedwan/error.hpp"
 #include "node/node_frames.hpp"
 
@@ -96,6 +97,13 @@ void Aggregator::Impl::RootRole::on_standby_frame(transport::Incoming& in) {
     }
     default: return;  // heartbeats
   }
+}
+
+void Aggregator::Impl::RootRole::not_listening(Clock::duration d, Clock::time_point now) {
+  // Its standby's heartbeats and acknowledgement wait unread meanwhile.
+  StallClock::credit(standby_.heard, d, now);
+  StallClock::credit(standby_.link_opened, d, now);
+  StallClock::credit(held_since_, d, now);
 }
 
 void Aggregator::Impl::RootRole::heartbeat(Clock::time_point now) {

@@ -13,6 +13,7 @@
 #include "checkpoint/node_checkpoint.hpp"
 #include "checkpoint/stream_check.hpp"
 #include "common/log.hpp"
+#include "common/stall_clock.hpp"
 #include "fedwan/error.hpp"
 #include "node/node_frames.hpp"
 
@@ -148,6 +149,13 @@ void Aggregator::Impl::StandbyRole::serve_root_replica() {
     log().warn("[agg:{}] standby: could not send the root its checkpoint: {}", n_.self_.id,
                e.what());
   }
+}
+
+void Aggregator::Impl::StandbyRole::not_listening(Clock::duration d, Clock::time_point now) {
+  RootRole::not_listening(d, now);
+  // The root's heartbeats wait unread meanwhile: a standby that was away
+  // (writing the root's checkpoint) does not take the root for dead.
+  StallClock::credit(root_heard_, d, now);
 }
 
 bool Aggregator::Impl::StandbyRole::may_serve(const std::string& peer) {

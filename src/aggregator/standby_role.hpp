@@ -18,6 +18,7 @@ class Aggregator::Impl::StandbyRole final : public Aggregator::Impl::RootRole {
   explicit StandbyRole(Impl& node);
 
   void heartbeat(Clock::time_point now) override;
+  void not_listening(Clock::duration d, Clock::time_point now) override;
   bool recover(bool resumed) override;
   void summarize(AggregatorSummary& s) override;
   bool passive() const override { return passive_; }

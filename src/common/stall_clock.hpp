@@ -8,6 +8,7 @@
 // caller passes the time.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <optional>
 
@@ -30,6 +31,13 @@ class StallClock {
     }
     last_ = now;
     return away;
+  }
+
+  // A peer last heard at `t` is credited with `d` this node spent away:
+  // `t` moves on by `d`, never past `now`. The zero time point (never
+  // heard: judged at once) stays.
+  static void credit(Clock::time_point& t, Clock::duration d, Clock::time_point now) {
+    if (t != Clock::time_point{} && t < now) t = std::min(now, t + d);
   }
 
   // The time away until `now` was accounted for otherwise (the node

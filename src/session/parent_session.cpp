@@ -67,21 +67,9 @@ void ParentSession::heard(Clock::time_point now, bool reset_backoff) {
   if (reset_backoff) backoff_ = Millis(0);
 }
 
-namespace {
-
-using SteadyClock = std::chrono::steady_clock;
-
-// `t` moved on by `d`, never past `now`; the zero time point ("long ago",
-// judged at once) stays.
-void credit(SteadyClock::time_point& t, SteadyClock::duration d, SteadyClock::time_point now) {
-  if (t != SteadyClock::time_point{} && t < now) t = std::min(now, t + d);
-}
-
-}  // namespace
-
 void ParentSession::not_listening(Clock::duration d, Clock::time_point now) {
-  credit(heard_, d, now);
-  credit(opened_at_, d, now);
+  StallClock::credit(heard_, d, now);
+  StallClock::credit(opened_at_, d, now);
   turns_.reset(now);
 }
 
@@ -90,8 +78,8 @@ ParentSession::Clock::duration ParentSession::turn(Clock::time_point now) {
   // Judged lost by its parent, it is not credited: rejoining at once beats
   // waiting another timeout to find that out.
   if (away > Clock::duration::zero() && !judged_lost_after(away)) {
-    credit(heard_, away, now);
-    credit(opened_at_, away, now);
+    StallClock::credit(heard_, away, now);
+    StallClock::credit(opened_at_, away, now);
   }
   return away;
 }

@@ -38,6 +38,20 @@ TEST(StallClock, TimeAccountedForOtherwiseIsNotCountedAgain) {
   EXPECT_EQ(c.tick(t0 + 45s), 5s - 100ms);  // only what came after
 }
 
+TEST(StallClock, APeerIsCreditedUpToNowAndANeverHeardPeerIsNot) {
+  const Clock::time_point t0 = Clock::time_point{} + 1h;
+  Clock::time_point heard = t0;
+  StallClock::credit(heard, 3s, t0 + 10s);
+  EXPECT_EQ(heard, t0 + 3s);
+  StallClock::credit(heard, 30s, t0 + 10s);
+  EXPECT_EQ(heard, t0 + 10s);  // never heard in the future
+  StallClock::credit(heard, 5s, t0 + 10s);
+  EXPECT_EQ(heard, t0 + 10s);  // heard at `now` already: nothing to credit
+  Clock::time_point never{};
+  StallClock::credit(never, 5s, t0);
+  EXPECT_EQ(never, Clock::time_point{});
+}
+
 TEST(StallClock, WithoutAPeriodItIsNeverAway) {
   StallClock c;
   const Clock::time_point t0{};
