@@ -411,11 +411,10 @@ void def_lifecycle(py::class_<PySiteCore>& cls) {
            "fedwan.TimeoutError, fedwan.ProtocolError, fedwan.TransportError, or "
            "fedwan.StoppedError after stop(); fedwan.Error while a begin_sync() is pending.")
       .def("service", &PySiteCore::service,
-           "Keeps the link alive between syncs (heartbeats, reconnects); call it between "
-           "inner steps. Returns the same dict as sync(); resynced=True means params now "
-           "hold the parent's model and the round restarts. While a sync is pending it reports "
-           "only the round that ended; once the sync is done it keeps the link until "
-           "finish_sync(), which reports a resync or the end.")
+           "Keeps the link alive between syncs (heartbeats, reconnects); call it between inner "
+           "steps. Returns the same dict as sync(); resynced=True means params now hold the "
+           "parent's model and the round restarts. While a sync is pending it reports only the "
+           "round that ended (finish_sync() reports a resync or the end).")
       .def("checkpoint", &PySiteCore::checkpoint,
            "Writes a checkpoint of the current state to checkpoint_dir now (on SIGTERM). "
            "After a sync() that raised, it keeps the checkpoint taken when the round began "
