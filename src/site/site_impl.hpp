@@ -241,6 +241,7 @@ class SiteCore::Impl {
   std::optional<wire::ParsedFrame> poll_frame(transport::Incoming* in, Millis timeout);
   void pump(Millis wait, SyncResult* res);
   void upkeep();
+  bool back_from_away(Clock::time_point now);  // the parent credited; true: reconnected
   void reconnect(const std::string& why, bool grow_backoff = true);
   // Sends a membership heartbeat (kFlagLeaving, kFlagPausing) within
   // `timeout`, pumping the link meanwhile; whether it went.

@@ -47,14 +47,16 @@ void SiteCore::Impl::pump(Millis wait, SyncResult* res) {
   upkeep();
 }
 
-void SiteCore::Impl::upkeep() {
-  const auto now = Clock::now();
-  // Time this site did not look at its link (the caller trained without
-  // calling service(), a long encode or checkpoint) is not its parent's
-  // silence: what the parent sent meanwhile waits unread.
+// Time this site did not look at its link (the caller trained without
+// calling service(), a long encode or checkpoint) is not its parent's
+// silence: what the parent sent meanwhile waits unread. Away for a whole
+// heartbeat timeout it sent nothing for as long either: its parent has
+// judged it lost, and it rejoins at once (true: it reconnected).
+bool SiteCore::Impl::back_from_away(Clock::time_point now) {
   const Clock::duration away = parent().turn(now);
   const auto away_ms = std::chrono::duration_cast<Millis>(away).count();
-  if (2 * away >= cfg.heartbeat_timeout && !parent().judged_lost_after(away)) {
+  const bool lost = parent().judged_lost_after(away);
+  if (2 * away >= cfg.heartbeat_timeout && !lost) {
     security->log_noise("away:" + self.id,
                         "did not read its link for " + std::to_string(away_ms) +
                             " ms, over half its heartbeat_timeout (" +
@@ -62,19 +64,25 @@ void SiteCore::Impl::upkeep() {
                             " ms): its parent's silence meanwhile is not counted; call service() "
                             "between inner steps, or raise heartbeat_timeout_s");
   }
+  // The sealing pipeline's worker may own the link: it is not replaced then.
+  if (!lost || sealing_active || !uplink->in_federation() || !welcome.link_ok ||
+      !parent().retry_due(now)) {
+    return false;
+  }
+  reconnect("this site did not read or write its link for " +
+            std::to_string(away_ms + cfg.heartbeat.count()) + " ms, over its heartbeat_timeout (" +
+            std::to_string(cfg.heartbeat_timeout.count()) +
+            " ms): its parent has judged it lost; call service() between inner steps, or raise "
+            "heartbeat_timeout_s");
+  return true;
+}
+
+void SiteCore::Impl::upkeep() {
+  const auto now = Clock::now();
+  if (back_from_away(now)) return;
   // While the sealing pipeline's worker owns the link's sealer, nothing else
   // may seal (a heartbeat, a hello) or replace the link under it.
   if (sealing_active) return;
-  if (parent().judged_lost_after(away) && uplink->in_federation() && welcome.link_ok &&
-      parent().retry_due(now)) {
-    // It sent nothing for as long either: its parent has judged it lost.
-    reconnect("this site did not read or write its link for " +
-              std::to_string(away_ms + cfg.heartbeat.count()) +
-              " ms, over its heartbeat_timeout (" + std::to_string(cfg.heartbeat_timeout.count()) +
-              " ms): its parent has judged it lost; call service() between inner steps, or raise "
-              "heartbeat_timeout_s");
-    return;
-  }
   if (welcome.hello_pending && link().established()) {
     std::optional<size_t> n = link().try_send(hello_frame());
     if (n) {
