@@ -9,6 +9,7 @@ PACKAGES=(
   clang-format clang-tidy             # scripts/lint.sh (.clang-format, .clang-tidy)
   libtorch-dev python3-torch
   libzmq3-dev cppzmq-dev libssl-dev zlib1g-dev libzstd-dev
+  libgcrypt20-dev                     # AES-256-GCM with VAES (src/security/aead.hpp)
   libboost-dev libboost-system-dev libgloo-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev

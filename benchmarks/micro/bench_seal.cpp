@@ -102,6 +102,7 @@ void run_raw(benchmark::State& state, sec::AeadAlgorithm algorithm) {
   const std::vector<float> values = delta_values(n, 3);
   fp16().encode(values.data(), n, nullptr, payload.data());
   sec::AeadCipher cipher(algorithm, kKey);
+  state.SetLabel(sec::aead_description(algorithm));  // the library FEDWAN_AEAD_LIBRARY chose
   uint8_t tag[sec::kAeadTagSize];
   uint64_t seq = 0;
   for (auto _ : state) {

@@ -48,7 +48,13 @@ void set_parent_channel_wrapper(ParentChannelWrapper wrapper) {
 NodeSecurity::NodeSecurity(const SecurityOptions& options, const Topology& topology,
                            const NodeSpec& self)
     : options_(options), topology_(topology), self_(self), alarm_noise_(alarm_repeats()) {
-  (void)security::aead_by_name(options_.cipher);  // unknown names fail here, at start
+  // Unknown names, and a FEDWAN_AEAD_LIBRARY this build cannot serve, fail
+  // here, at start, not at the first handshake.
+  const security::AeadAlgorithm cipher = security::aead_by_name(options_.cipher);
+  if (!options_.insecure_plaintext) {
+    (void)security::AeadCipher(cipher, security::AeadKey{});
+    log().info("frames sealed with {}", security::aead_description(cipher));
+  }
   if (options_.insecure_plaintext && !options_.credentials_dir.empty()) {
     throw ConfigError("node '" + self_.id +
                       "': both credentials and insecure_plaintext given; "

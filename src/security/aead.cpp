@@ -4,14 +4,15 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/kdf.h>
+#include <openssl/opensslv.h>
 #include <openssl/params.h>
 
-#include <algorithm>
-#include <climits>
+#include <cstdlib>
 #include <cstring>
 
 #include "common/openssl_check.hpp"
 #include "fedwan/error.hpp"
+#include "security/aead_backend.hpp"
 
 namespace fedwan::security {
 namespace {
@@ -35,23 +36,26 @@ const AeadEntry& entry(AeadAlgorithm a) {
                     "; valid ids are 1 (aes-256-gcm) and 2 (chacha20-poly1305)");
 }
 
-// EVP lengths are int; larger buffers go through in pieces (both ciphers are
-// stream modes, so splitting changes nothing in the output).
-constexpr size_t kMaxUpdate = size_t{1} << 30;
+// Whether OpenSSL has a vector AES-GCM of its own here: its AVX-512
+// VAES/VPCLMULQDQ code came with 3.1 and needs AVX-512 on the CPU.
+bool openssl_has_vector_aes() {
+  if (OpenSSL_version_num() < 0x30100000L) return false;
+#if defined(__x86_64__)
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("vaes") &&
+         __builtin_cpu_supports("vpclmulqdq");
+#else
+  return false;
+#endif
+}
 
-void update(EVP_CIPHER_CTX* ctx, const uint8_t* in, size_t size, uint8_t* out) {
-  while (size > 0) {
-    const int n = static_cast<int>(std::min(size, kMaxUpdate));
-    int outl = 0;
-    FEDWAN_OPENSSL_CHECK(EVP_CipherUpdate(ctx, out, &outl, in, n));
-    if (out != nullptr && outl != n) {
-      throw CryptoError("EVP_CipherUpdate produced " + std::to_string(outl) + " of " +
-                        std::to_string(n) + " bytes of a stream cipher");
-    }
-    in += n;
-    if (out != nullptr) out += n;
-    size -= size_t(n);
-  }
+AeadLibrary library_from_environment() {
+  const char* env = std::getenv("FEDWAN_AEAD_LIBRARY");
+  if (env == nullptr || *env == '\0' || std::strcmp(env, "auto") == 0) return AeadLibrary::kAuto;
+  if (std::strcmp(env, "openssl") == 0) return AeadLibrary::kOpenSsl;
+  if (std::strcmp(env, "libgcrypt") == 0) return AeadLibrary::kGcrypt;
+  throw ConfigError(std::string("FEDWAN_AEAD_LIBRARY=") + env +
+                    ": valid values are auto, openssl and libgcrypt");
 }
 
 }  // namespace
@@ -73,41 +77,42 @@ std::vector<std::string> aead_names() {
   return out;
 }
 
-// The EVP context holds the only copy of the key (as its key schedule):
-// rekey() overwrites it in place and EVP_CIPHER_CTX_free cleanses it, so
-// AeadCipher keeps no key bytes of its own to wipe. The direction flag is
-// switched per message with the IV, which re-initialises nothing else: both
-// modes use the same key schedule to encrypt and to decrypt.
-struct AeadCipher::Impl {
-  detail::OpenSslPtr<EVP_CIPHER, EVP_CIPHER_free> cipher;
-  detail::OpenSslPtr<EVP_CIPHER_CTX, EVP_CIPHER_CTX_free> ctx;
-
-  explicit Impl(const AeadEntry& e)
-      : cipher(detail::openssl_check_ptr(EVP_CIPHER_fetch(nullptr, e.openssl_name, nullptr),
-                                         "EVP_CIPHER_fetch")),
-        ctx(detail::openssl_check_ptr(EVP_CIPHER_CTX_new(), "EVP_CIPHER_CTX_new")) {
-    if (EVP_CIPHER_get_key_length(cipher.get()) != int(kAeadKeySize) ||
-        EVP_CIPHER_get_iv_length(cipher.get()) != int(kAeadNonceSize)) {
-      throw CryptoError(std::string("OpenSSL's ") + e.openssl_name +
-                        " does not use 32-byte keys and 12-byte nonces");
-    }
-    FEDWAN_OPENSSL_CHECK(EVP_CipherInit_ex(ctx.get(), cipher.get(), nullptr, nullptr, nullptr, 1));
+const char* aead_library_name(AeadLibrary library) {
+  switch (library) {
+    case AeadLibrary::kOpenSsl: return "openssl";
+    case AeadLibrary::kGcrypt: return "libgcrypt";
+    case AeadLibrary::kAuto: break;
   }
+  return "auto";
+}
 
-  void set_key(const AeadKey& key) {
-    FEDWAN_OPENSSL_CHECK(EVP_CipherInit_ex(ctx.get(), nullptr, nullptr, key.data(), nullptr, -1));
+AeadLibrary aead_library_for(AeadAlgorithm algorithm) {
+  (void)entry(algorithm);                                 // an unknown algorithm is named as such
+  const AeadLibrary chosen = library_from_environment();  // checked whatever the algorithm
+  if (algorithm != AeadAlgorithm::kAes256Gcm) return AeadLibrary::kOpenSsl;
+  if (chosen != AeadLibrary::kAuto) return chosen;
+  const bool gcrypt_faster = backend::gcrypt_has_vector_aes() && !openssl_has_vector_aes();
+  return gcrypt_faster ? AeadLibrary::kGcrypt : AeadLibrary::kOpenSsl;
+}
+
+std::string aead_description(AeadAlgorithm algorithm) {
+  const AeadLibrary library = aead_library_for(algorithm);
+  std::string out = std::string(aead_name(algorithm)) + " by ";
+  if (library == AeadLibrary::kGcrypt) {
+    out += backend::gcrypt_version();
+    if (backend::gcrypt_has_vector_aes()) out += " (VAES)";
+  } else {
+    out += OpenSSL_version(OPENSSL_VERSION);
   }
+  return out;
+}
 
-  // Per message: only the nonce and the direction change.
-  void start(const AeadNonce& nonce, int enc, const uint8_t* aad, size_t aad_size) {
-    FEDWAN_OPENSSL_CHECK(
-        EVP_CipherInit_ex(ctx.get(), nullptr, nullptr, nullptr, nonce.data(), enc));
-    update(ctx.get(), aad, aad_size, nullptr);
-  }
-};
-
-AeadCipher::AeadCipher(AeadAlgorithm algorithm, const AeadKey& key)
-    : algorithm_(algorithm), impl_(std::make_unique<Impl>(entry(algorithm))) {
+AeadCipher::AeadCipher(AeadAlgorithm algorithm, const AeadKey& key, AeadLibrary library)
+    : algorithm_(algorithm),
+      library_(library == AeadLibrary::kAuto ? aead_library_for(algorithm) : library),
+      impl_(library_ == AeadLibrary::kGcrypt
+                ? backend::gcrypt_aead(algorithm)
+                : backend::openssl_aead(entry(algorithm).openssl_name)) {
   impl_->set_key(key);
 }
 
@@ -117,32 +122,13 @@ void AeadCipher::rekey(const AeadKey& key) { impl_->set_key(key); }
 
 void AeadCipher::seal(const AeadNonce& nonce, const uint8_t* aad, size_t aad_size,
                       const uint8_t* in, size_t size, uint8_t* out, uint8_t tag[kAeadTagSize]) {
-  EVP_CIPHER_CTX* ctx = impl_->ctx.get();
-  impl_->start(nonce, 1, aad, aad_size);
-  update(ctx, in, size, out);
-  int outl = 0;
-  FEDWAN_OPENSSL_CHECK(EVP_CipherFinal_ex(ctx, out + size, &outl));
-  FEDWAN_OPENSSL_CHECK(EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_GET_TAG, int(kAeadTagSize), tag));
+  impl_->seal(nonce, aad, aad_size, in, size, out, tag);
 }
 
 bool AeadCipher::open(const AeadNonce& nonce, const uint8_t* aad, size_t aad_size,
                       const uint8_t* in, size_t size, uint8_t* out,
                       const uint8_t tag[kAeadTagSize]) {
-  EVP_CIPHER_CTX* ctx = impl_->ctx.get();
-  impl_->start(nonce, 0, aad, aad_size);
-  update(ctx, in, size, out);
-  // SET_TAG only copies the tag into the context; the cast is OpenSSL's API.
-  FEDWAN_OPENSSL_CHECK(EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_SET_TAG, int(kAeadTagSize),
-                                           const_cast<uint8_t*>(tag)));
-  int outl = 0;
-  if (EVP_CipherFinal_ex(ctx, out + size, &outl) <= 0) {
-    // A mismatched tag is an expected outcome on a hostile link, not an
-    // OpenSSL failure: leave nothing in this thread's error queue for the
-    // next, unrelated check to report.
-    ERR_clear_error();
-    return false;
-  }
-  return true;
+  return impl_->open(nonce, aad, aad_size, in, size, out, tag);
 }
 
 AeadNonce nonce_for(const AeadNonce& iv, uint64_t seq) {

@@ -6,6 +6,7 @@
 #include "common/sha256.hpp"
 #include "fedwan/error.hpp"
 #include "security/aead.hpp"
+#include "security/aead_backend.hpp"
 
 namespace fedwan::security {
 namespace {
@@ -72,6 +73,16 @@ std::vector<KnownAnswer> known_answers() {
   };
 }
 
+// Every library that serves `a` in this build: OpenSSL always, libgcrypt
+// for AES-256-GCM where built in (whatever this CPU's vector AES).
+std::vector<AeadLibrary> libraries_for(AeadAlgorithm a) {
+  std::vector<AeadLibrary> out{AeadLibrary::kOpenSsl};
+  if (a == AeadAlgorithm::kAes256Gcm && backend::gcrypt_built_in()) {
+    out.push_back(AeadLibrary::kGcrypt);
+  }
+  return out;
+}
+
 TEST(AeadRegistry, NamesRoundTrip) {
   EXPECT_EQ(aead_names(), (std::vector<std::string>{"aes-256-gcm", "chacha20-poly1305"}));
   for (const std::string& name : aead_names()) EXPECT_EQ(aead_name(aead_by_name(name)), name);
@@ -94,27 +105,31 @@ TEST(AeadRegistry, UnknownNameListsTheValidOnes) {
 
 TEST(AeadKnownAnswer, SealMatchesPublishedVectors) {
   for (const KnownAnswer& v : known_answers()) {
-    SCOPED_TRACE(v.label);
-    AeadCipher c(v.algorithm, array_from_hex<kAeadKeySize>(v.key));
-    const Bytes aad = from_hex(v.aad), pt = from_hex(v.plaintext);
-    Bytes ct(pt.size());
-    uint8_t tag[kAeadTagSize];
-    c.seal(array_from_hex<kAeadNonceSize>(v.nonce), aad.data(), aad.size(), pt.data(), pt.size(),
-           ct.data(), tag);
-    EXPECT_EQ(hex(ct), v.ciphertext);
-    EXPECT_EQ(hex(tag, sizeof(tag)), v.tag);
+    for (AeadLibrary library : libraries_for(v.algorithm)) {
+      SCOPED_TRACE(std::string(v.label) + " by " + aead_library_name(library));
+      AeadCipher c(v.algorithm, array_from_hex<kAeadKeySize>(v.key), library);
+      const Bytes aad = from_hex(v.aad), pt = from_hex(v.plaintext);
+      Bytes ct(pt.size());
+      uint8_t tag[kAeadTagSize];
+      c.seal(array_from_hex<kAeadNonceSize>(v.nonce), aad.data(), aad.size(), pt.data(), pt.size(),
+             ct.data(), tag);
+      EXPECT_EQ(hex(ct), v.ciphertext);
+      EXPECT_EQ(hex(tag, sizeof(tag)), v.tag);
+    }
   }
 }
 
 TEST(AeadKnownAnswer, OpenRecoversPublishedPlaintextInPlace) {
   for (const KnownAnswer& v : known_answers()) {
-    SCOPED_TRACE(v.label);
-    AeadCipher c(v.algorithm, array_from_hex<kAeadKeySize>(v.key));
-    const Bytes aad = from_hex(v.aad), tag = from_hex(v.tag);
-    Bytes buf = from_hex(v.ciphertext);
-    ASSERT_TRUE(c.open(array_from_hex<kAeadNonceSize>(v.nonce), aad.data(), aad.size(), buf.data(),
-                       buf.size(), buf.data(), tag.data()));
-    EXPECT_EQ(hex(buf), v.plaintext);
+    for (AeadLibrary library : libraries_for(v.algorithm)) {
+      SCOPED_TRACE(std::string(v.label) + " by " + aead_library_name(library));
+      AeadCipher c(v.algorithm, array_from_hex<kAeadKeySize>(v.key), library);
+      const Bytes aad = from_hex(v.aad), tag = from_hex(v.tag);
+      Bytes buf = from_hex(v.ciphertext);
+      ASSERT_TRUE(c.open(array_from_hex<kAeadNonceSize>(v.nonce), aad.data(), aad.size(),
+                         buf.data(), buf.size(), buf.data(), tag.data()));
+      EXPECT_EQ(hex(buf), v.plaintext);
+    }
   }
 }
 
@@ -122,33 +137,35 @@ TEST(AeadKnownAnswer, OpenRecoversPublishedPlaintextInPlace) {
 // without an exception and without disturbing the next genuine message.
 TEST(AeadKnownAnswer, EveryBitFlipIsRefused) {
   for (const KnownAnswer& v : known_answers()) {
-    SCOPED_TRACE(v.label);
-    AeadCipher c(v.algorithm, array_from_hex<kAeadKeySize>(v.key));
-    const AeadNonce nonce = array_from_hex<kAeadNonceSize>(v.nonce);
-    const Bytes aad = from_hex(v.aad), ct = from_hex(v.ciphertext), tag = from_hex(v.tag);
-    auto opens = [&](const Bytes& a, const Bytes& x, const Bytes& t) {
-      Bytes out(x.size());
-      return c.open(nonce, a.data(), a.size(), x.data(), x.size(), out.data(), t.data());
-    };
-    size_t refused = 0, tried = 0;
-    for (int part = 0; part < 3; ++part) {
-      const Bytes& target = part == 0 ? ct : part == 1 ? aad : tag;
-      for (size_t bit = 0; bit < 8 * target.size(); ++bit) {
-        Bytes a = aad, x = ct, t = tag;
-        Bytes& flip = part == 0 ? x : part == 1 ? a : t;
-        flip[bit / 8] ^= uint8_t(1u << (bit % 8));
-        ++tried;
-        refused += !opens(a, x, t);
+    for (AeadLibrary library : libraries_for(v.algorithm)) {
+      SCOPED_TRACE(std::string(v.label) + " by " + aead_library_name(library));
+      AeadCipher c(v.algorithm, array_from_hex<kAeadKeySize>(v.key), library);
+      const AeadNonce nonce = array_from_hex<kAeadNonceSize>(v.nonce);
+      const Bytes aad = from_hex(v.aad), ct = from_hex(v.ciphertext), tag = from_hex(v.tag);
+      auto opens = [&](const Bytes& a, const Bytes& x, const Bytes& t) {
+        Bytes out(x.size());
+        return c.open(nonce, a.data(), a.size(), x.data(), x.size(), out.data(), t.data());
+      };
+      size_t refused = 0, tried = 0;
+      for (int part = 0; part < 3; ++part) {
+        const Bytes& target = part == 0 ? ct : part == 1 ? aad : tag;
+        for (size_t bit = 0; bit < 8 * target.size(); ++bit) {
+          Bytes a = aad, x = ct, t = tag;
+          Bytes& flip = part == 0 ? x : part == 1 ? a : t;
+          flip[bit / 8] ^= uint8_t(1u << (bit % 8));
+          ++tried;
+          refused += !opens(a, x, t);
+        }
       }
+      EXPECT_EQ(refused, tried);
+      EXPECT_TRUE(opens(aad, ct, tag));
+      // A nonce off by one bit is a different message too.
+      AeadNonce other = nonce;
+      other[11] ^= 1;
+      Bytes out(ct.size());
+      EXPECT_FALSE(
+          c.open(other, aad.data(), aad.size(), ct.data(), ct.size(), out.data(), tag.data()));
     }
-    EXPECT_EQ(refused, tried);
-    EXPECT_TRUE(opens(aad, ct, tag));
-    // A nonce off by one bit is a different message too.
-    AeadNonce other = nonce;
-    other[11] ^= 1;
-    Bytes out(ct.size());
-    EXPECT_FALSE(
-        c.open(other, aad.data(), aad.size(), ct.data(), ct.size(), out.data(), tag.data()));
   }
 }
 
