@@ -22,7 +22,9 @@ The gate applies to the last: mutual TLS, every byte sealed and opened.
 The others say what the audit log and durability cost on top.
 
 In the same invocation it measures, on one core, ``memcpy`` (256 MiB
-buffers), raw AES-256-GCM, SHA-256 and the fingerprint an aggregator tells
+buffers), raw AES-256-GCM (by the library the nodes seal with, as
+``FEDWAN_AEAD_LIBRARY`` or its default picks it, and by OpenSSL beside it),
+SHA-256 and the fingerprint an aggregator tells
 replayed copies by without an audit log (``fedwan_micro_bench``, a 4 MiB
 chunk's fp16 payload): what the machine allows for the operations every
 byte needs at least once. From these and the bytes a round puts on the
@@ -66,7 +68,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 GATE_GB_PER_CPU_S = 1.0
 
@@ -90,36 +92,49 @@ def memcpy_rate(size: int = 256 << 20, repeats: int = 5) -> float:
     return size / best
 
 
-def micro_rate(micro: Path, what: str, chunk: int = 4 << 20, timing: str = "real_time") -> float:
-    """Bytes per second of the micro benchmark BM_<what> over one fp32
-    chunk of `chunk` bytes (its fp16 payload): on one core for BM_Seal_*
-    (OpenSSL, wall-clock time of one thread), per CPU-second of every
-    thread for BM_Transport_* (process time)."""
+def micro_result(micro: Path, what: str, chunk: int = 4 << 20, timing: str = "real_time",
+                 env: Optional[Dict[str, str]] = None) -> Dict:
+    """The micro benchmark BM_<what> over one fp32 chunk of `chunk` bytes
+    (its fp16 payload), as Google Benchmark's JSON reports it; `env` is
+    added to this process's environment for the run."""
     if not micro.exists():
         raise CouldNotRun(f"{micro} is missing; build the target fedwan_micro_bench")
     name = f"BM_{what}/{chunk}/{timing}"
     out = subprocess.run(
         [str(micro), f"--benchmark_filter=^BM_{what}/{chunk}/",
          "--benchmark_format=json", "--benchmark_min_time=0.3"],
-        capture_output=True, text=True, check=False)
+        capture_output=True, text=True, check=False, env={**os.environ, **(env or {})})
     if out.returncode != 0:
         raise CouldNotRun(f"{micro} failed: {out.stderr.strip()[-400:]}")
     for b in json.loads(out.stdout)["benchmarks"]:
         if b["name"] == name:
-            return float(b["bytes_per_second"])
+            return b
     raise CouldNotRun(f"{micro} did not report {name}")
 
 
-def machine_rates(micro: Path) -> Dict[str, float]:
+def micro_rate(micro: Path, what: str, chunk: int = 4 << 20, timing: str = "real_time",
+               env: Optional[Dict[str, str]] = None) -> float:
+    """Bytes per second of micro_result's benchmark: on one core for
+    BM_Seal_* (wall-clock time of one thread), per CPU-second of every
+    thread for BM_Transport_* (process time)."""
+    return float(micro_result(micro, what, chunk, timing, env)["bytes_per_second"])
+
+
+def machine_rates(micro: Path) -> Tuple[Dict[str, float], str]:
     """What one core of this machine does for the operations every byte
-    needs at least once: a copy, AES-256-GCM, SHA-256 (the audit log's
-    digests) and the replay fingerprint (GMAC)."""
-    return {"memcpy": memcpy_rate(), "aes_256_gcm": micro_rate(micro, "Seal_RawAes256Gcm"),
+    needs at least once: a copy, AES-256-GCM (by the library the nodes seal
+    with, and by OpenSSL beside it), SHA-256 (the audit log's digests) and
+    the replay fingerprint (GMAC)."""
+    aes = micro_result(micro, "Seal_RawAes256Gcm")
+    return {"memcpy": memcpy_rate(), "aes_256_gcm": float(aes["bytes_per_second"]),
+            "aes_256_gcm_openssl": micro_rate(micro, "Seal_RawAes256Gcm",
+                                              env={"FEDWAN_AEAD_LIBRARY": "openssl"}),
             "sha256": micro_rate(micro, "Seal_Sha256"),
             "fingerprint": micro_rate(micro, "Seal_Fingerprint"),
             # The demo's chunks (1 MiB of fp32): the frame size sets how much
             # each read and write moves, which the transport's cost follows.
-            "loopback": micro_rate(micro, "Transport_Loopback", 1 << 20, "process_time")}
+            "loopback": micro_rate(micro, "Transport_Loopback", 1 << 20, "process_time")}, \
+        aes.get("label", "")
 
 
 def crypto_floor(wire_bytes: float, rates: Dict[str, float], audit: bool) -> float:
@@ -234,7 +249,7 @@ def steady_pair(args, workdir: Path, extra: List[str]) -> Dict[str, float]:
 
 
 def measure(args) -> Dict[str, object]:
-    rates = machine_rates(args.micro_bench)
+    rates, aes_library = machine_rates(args.micro_bench)
     workdir = Path(tempfile.mkdtemp(prefix="fedwan-pipeline-cpu-", dir=args.workdir))
     runs: Dict[str, List[Dict[str, float]]] = {name: [] for name, _, _ in CONFIGS}
     try:
@@ -258,7 +273,7 @@ def measure(args) -> Dict[str, object]:
         kept = [r for r in rs if r["consistent"]] or rs
         medians[name] = {k: statistics.median(float(r[k]) for r in kept) for k in rs[0]}
         medians[name]["consistent"] = kept[0]["consistent"]
-    return {"rates": rates, "runs": runs, "median": medians}
+    return {"rates": rates, "aes_library": aes_library, "runs": runs, "median": medians}
 
 
 def print_result(args, result) -> Optional[bool]:
@@ -270,7 +285,9 @@ def print_result(args, result) -> Optional[bool]:
           f"H = {args.inner_steps}; steady rounds from runs of {args.long} and {args.short} "
           f"rounds; {args.repeats} repeat(s), medians")
     print(f"  memcpy, one core: {rates['memcpy'] / 1e9:.2f} GB/s; "
-          f"AES-256-GCM, one core: {rates['aes_256_gcm'] / 1e9:.2f} GB/s; "
+          f"AES-256-GCM, one core: {rates['aes_256_gcm'] / 1e9:.2f} GB/s "
+          f"({result['aes_library'] or 'as the nodes seal'}; OpenSSL's "
+          f"{rates['aes_256_gcm_openssl'] / 1e9:.2f}); "
           f"SHA-256, one core: {rates['sha256'] / 1e9:.2f} GB/s; "
           f"fingerprint (GMAC), one core: {rates['fingerprint'] / 1e9:.2f} GB/s; "
           f"loopback TCP through ZeroMQ, both ends: {rates['loopback'] / 1e9:.2f} GB "
