@@ -10,6 +10,10 @@
 #include <cstdlib>
 #include <cstring>
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 #include "common/openssl_check.hpp"
 #include "fedwan/error.hpp"
 #include "security/aead_backend.hpp"
@@ -37,13 +41,17 @@ const AeadEntry& entry(AeadAlgorithm a) {
 }
 
 // Whether OpenSSL has a vector AES-GCM of its own here: its AVX-512
-// VAES/VPCLMULQDQ code came with 3.1 and needs AVX-512 on the CPU.
+// VAES/VPCLMULQDQ code came with 3.1 and needs AVX-512 (F, VL, BW) on the
+// CPU (CPUID leaf 7).
 bool openssl_has_vector_aes() {
   if (OpenSSL_version_num() < 0x30100000L) return false;
 #if defined(__x86_64__)
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("vaes") &&
-         __builtin_cpu_supports("vpclmulqdq");
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
+  const bool avx512 =
+      (ebx & (1u << 16)) != 0 && (ebx & (1u << 30)) != 0 && (ebx & (1u << 31)) != 0;  // F, BW, VL
+  const bool vector_aes = (ecx & (1u << 9)) != 0 && (ecx & (1u << 10)) != 0;  // VAES, VPCLMULQDQ
+  return avx512 && vector_aes;
 #else
   return false;
 #endif
