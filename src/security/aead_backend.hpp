@@ -30,7 +30,7 @@ std::unique_ptr<AeadBackend> gcrypt_aead(AeadAlgorithm algorithm);
 
 // Whether this build has libgcrypt, and whether libgcrypt runs AES-GCM on
 // this CPU with its VAES/VPCLMULQDQ code (32 bytes an instruction), the
-// case where it outpaces OpenSSL 3.0's AES-NI code.
+// case where it outpaces OpenSSL 3.0's AES-NI code (never in FIPS mode).
 bool gcrypt_built_in();
 bool gcrypt_has_vector_aes();
 // "libgcrypt 1.10.1", or "" where not built in.

@@ -111,7 +111,9 @@ bool gcrypt_built_in() { return true; }
 
 bool gcrypt_has_vector_aes() {
   static const bool vector = [] {
-    if (initialised() == nullptr) return false;
+    // In FIPS mode libgcrypt does not take a GCM nonce from its caller as
+    // an approved service: OpenSSL (and its provider) seals there.
+    if (initialised() == nullptr || gcry_fips_mode_active()) return false;
     // The feature libgcrypt takes its AES-GCM VAES/VPCLMULQDQ path on, as
     // its configuration lists what it found and left on.
     char* config = gcry_get_config(0, "hwflist");
