@@ -209,7 +209,10 @@ void keep_freed_memory_for_reuse() {
   // An operator's own GLIBC_TUNABLES win (mallopt would override them).
   if (std::getenv("GLIBC_TUNABLES") != nullptr) return;
   constexpr int kMmapThreshold = 2 << 20;  // above a chunk's buffers (1 MiB of fp32)
-  constexpr int kTrimThreshold = 4 << 20;
+  // Above what a link's received frames swing by between chunks: at 4 MiB
+  // glibc gave that back and every frame ZeroMQ received went into pages
+  // faulted in again (docs/benchmarks.md, "Received frames in pages kept").
+  constexpr int kTrimThreshold = 8 << 20;
   ::mallopt(M_MMAP_THRESHOLD, kMmapThreshold);
   ::mallopt(M_TRIM_THRESHOLD, kTrimThreshold);
 }
