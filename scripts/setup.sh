@@ -10,6 +10,7 @@ PACKAGES=(
   libtorch-dev python3-torch
   libzmq3-dev cppzmq-dev libssl-dev zlib1g-dev libzstd-dev
   libgcrypt20-dev                     # AES-256-GCM with VAES (src/security/aead.hpp)
+  libxxhash-dev                       # the replay fingerprint (src/common/fingerprint.hpp)
   libboost-dev libboost-system-dev libgloo-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev

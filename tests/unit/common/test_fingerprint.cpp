@@ -5,6 +5,8 @@
 #include <thread>
 #include <vector>
 
+#include <xxhash.h>
+
 #include "common/fingerprint.hpp"
 
 namespace fedwan {
@@ -28,11 +30,25 @@ TEST(Fingerprint, EqualBytesAgreeAndAnyChangedByteDiffers) {
   std::vector<uint8_t> longer = a;
   longer.push_back(0);
   EXPECT_TRUE(seen.insert(fingerprint64(longer.data(), longer.size())).second);
-  // All-zero strings of different lengths differ too (GHASH alone would
-  // not tell them apart; the length block does).
+  // All-zero strings of different lengths differ too, at every length XXH3
+  // treats apart (up to 16, 128, 240 bytes, longer).
   const std::vector<uint8_t> z16(16, 0), z32(32, 0);
   EXPECT_NE(fingerprint64(z16.data(), z16.size()), fingerprint64(z32.data(), z32.size()));
+  std::set<uint64_t> zeros;
+  const std::vector<uint8_t> z(2000, 0);
+  for (size_t n : {1, 3, 4, 8, 9, 16, 17, 128, 129, 240, 241, 1024, 1025, 2000}) {
+    EXPECT_TRUE(zeros.insert(fingerprint64(z.data(), n)).second) << n << " zero bytes";
+  }
   EXPECT_EQ(fingerprint64(nullptr, 0), fingerprint64(z16.data(), 0));
+}
+
+// Not a fixed function: the secret is the process's own, so the
+// fingerprint is not XXH3's with its published default secret (which
+// anyone could compute collisions for offline).
+TEST(Fingerprint, UnderTheProcessesOwnSecret) {
+  const std::vector<uint8_t> a(4096, 0x5a);
+  EXPECT_NE(fingerprint64(a.data(), a.size()), XXH3_64bits(a.data(), a.size()));
+  EXPECT_NE(fingerprint64(a.data(), a.size()), XXH3_64bits_withSeed(a.data(), a.size(), 0));
 }
 
 TEST(Fingerprint, TheSameOnEveryThreadOfTheProcess) {
