@@ -15,6 +15,15 @@
 //   BM_Site_AnchorStreamed    Codec::decode_add_copy: each block decoded
 //                             into the anchor and copied into params while
 //                             in L1, the copy stored past the caches
+//   BM_Site_UpdateTwoPasses   a site's update (anchor - params) into a
+//                             chunk buffer, then encoded with its bf16
+//                             residual a block at a time in two passes
+//                             (every block's maximum first, nothing written
+//                             before all are known finite)
+//   BM_Site_UpdateOnePass     codec::encode_difference_with_bf16_residual:
+//                             the same bits, each block's difference made,
+//                             measured and encoded while in L1, its old
+//                             residual bits saved to undo a non-finite value
 //   BM_Root_CopiesIntoNewSums two children's copies of every chunk into the
 //                             round's accumulator, one after the other,
 //                             each chunk taken once both are in: each
@@ -52,6 +61,10 @@
 
 #include "aggregation/round_accumulator.hpp"
 #include "aggregator/root_model.hpp"
+#include "codec/block_scaled.hpp"
+#include "codec/compact_feedback.hpp"
+#include "codec/fp16_codec.hpp"
+#include "codec/half.hpp"
 #include "common/spill_file.hpp"
 #include "fedwan/codec.hpp"
 #include "tensor/chunk_plan.hpp"
@@ -178,6 +191,58 @@ void BM_Site_AnchorThenCopy(benchmark::State& state) { site_anchor(state, SiteAn
 void BM_Site_AnchorInPlace(benchmark::State& state) { site_anchor(state, SiteAnchor::kInPlace); }
 void BM_Site_AnchorStreamed(benchmark::State& state) { site_anchor(state, SiteAnchor::kStreamed); }
 
+// The site's encoding as it was: the difference stored whole, then two
+// passes over it and the residual, a block at a time.
+void two_pass_update(const float* anchor, const float* params, uint32_t n, float* delta,
+                     uint16_t* residual, uint8_t* out) {
+  namespace k = fedwan::kernels;
+  using fedwan::Fp16Codec;
+  constexpr size_t kBlock = Fp16Codec::kBlock;
+  const k::HalfKernels& h = k::half_kernels();
+  for (uint32_t i = 0; i < n; ++i) delta[i] = anchor[i] - params[i];
+  auto* bits = reinterpret_cast<uint8_t*>(residual);
+  uint8_t* const halves = out + Fp16Codec::kScaleBytes * Fp16Codec::blocks(n);
+  alignas(64) float r[kBlock];
+  k::for_each_block<kBlock>(size_t{n}, [&](size_t b, size_t begin, size_t len) {
+    h.bf16_decode(bits + 2 * begin, len, r);
+    k::store_u32(out + Fp16Codec::kScaleBytes * b, h.max_abs_bits(delta + begin, r, len));
+  });
+  k::for_each_block<kBlock>(size_t{n}, [&](size_t b, size_t begin, size_t len) {
+    const k::Fp16Scale s = k::fp16_scale_for(k::load_u32(out + Fp16Codec::kScaleBytes * b));
+    k::store_scale(out + Fp16Codec::kScaleBytes * b, s.scale);
+    h.bf16_decode(bits + 2 * begin, len, r);
+    h.fp16_encode(delta + begin, r, len, s, halves + 2 * begin);
+    h.bf16_encode(r, nullptr, len, bits + 2 * begin);
+  });
+}
+
+void site_update(benchmark::State& state, bool one_pass) {
+  const Codec& fp16 = codec_by_name("fp16");
+  const std::vector<float> anchor = ramp(kElements, 0.25f, 0.0003f);
+  std::vector<float> params = anchor;
+  for (size_t k = 0; k < kElements; k += 5) params[k] += 1e-4f;  // the local steps
+  std::vector<uint16_t> residual(kElements, 0);
+  std::vector<float> delta(kChunk), scratch, diff;
+  std::vector<uint8_t> payload(fp16.encoded_size(kChunk));
+  for (auto _ : state) {
+    for (size_t off = 0; off < kElements; off += kChunk) {
+      if (one_pass) {
+        fedwan::codec::encode_difference_with_bf16_residual(
+            fp16, anchor.data() + off, params.data() + off, kChunk, residual.data() + off,
+            scratch, diff, payload.data());
+      } else {
+        two_pass_update(anchor.data() + off, params.data() + off, kChunk, delta.data(),
+                        residual.data() + off, payload.data());
+      }
+      benchmark::DoNotOptimize(payload.data());
+    }
+  }
+  finish(state);
+}
+
+void BM_Site_UpdateTwoPasses(benchmark::State& state) { site_update(state, false); }
+void BM_Site_UpdateOnePass(benchmark::State& state) { site_update(state, true); }
+
 void root_copies(benchmark::State& state, bool recycle) {
   // As the node programs keep freed heap (cli/node_common.cpp).
   ::mallopt(M_MMAP_THRESHOLD, 2 << 20);
@@ -228,3 +293,5 @@ BENCHMARK(BM_Root_EncodeAndSettle)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Site_AnchorThenCopy)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Site_AnchorInPlace)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Site_AnchorStreamed)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Site_UpdateTwoPasses)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Site_UpdateOnePass)->Unit(benchmark::kMillisecond);

@@ -16,8 +16,18 @@ namespace fedwan::codec {
 // Encodes n values with `codec`, the residual added and updated as
 // Codec::encode does: `residual` holds n bf16 values (their bits, as
 // kernels::HalfKernels writes them). `scratch` is a working buffer, grown
-// to n floats.
+// to n floats (half of that with the fp16 codec, which saves the residual's
+// bits there as it goes: a non-finite value leaves the residual as it was).
 void encode_with_bf16_residual(const Codec& codec, const float* values, size_t n,
                                uint16_t* residual, std::vector<float>& scratch, uint8_t* out);
+
+// The same for values[i] = minuend[i] - subtrahend[i] (a site's update:
+// anchor minus parameters), the same bits. With the fp16 codec the
+// difference is made a block at a time in L1 and never stored whole; other
+// codecs make it in `diff` (grown to n floats) first.
+void encode_difference_with_bf16_residual(const Codec& codec, const float* minuend,
+                                          const float* subtrahend, size_t n, uint16_t* residual,
+                                          std::vector<float>& scratch, std::vector<float>& diff,
+                                          uint8_t* out);
 
 }  // namespace fedwan::codec

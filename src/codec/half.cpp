@@ -124,6 +124,26 @@ uint16_t scalar_u16_max_abs(const uint8_t* in, size_t n) {
   return m;
 }
 
+uint32_t scalar_add_bf16_residual(const float* a, const float* b, const uint8_t* bits, size_t n,
+                                  float* out) {
+  uint32_t m = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const float v = (b ? a[i] - b[i] : a[i]) + bf16_to_fp32(load_u16(bits + 2 * i));
+    out[i] = v;
+    m = std::max(m, bits_of(v) & kF32AbsMask);
+  }
+  return m;
+}
+
+void scalar_fp16_encode_bf16_residual(const float* v, size_t n, const Fp16Scale& s, uint8_t* out,
+                                      uint8_t* bits) {
+  for (size_t i = 0; i < n; ++i) {
+    const uint16_t h = fp16_quantise(v[i], s);
+    store_u16(out + 2 * i, h);
+    store_u16(bits + 2 * i, fp32_to_bf16(v[i] - fp16_to_fp32(h) * s.scale));
+  }
+}
+
 const HalfKernels kScalar{"scalar",
                           scalar_max_abs_bits,
                           scalar_fp16_encode,
@@ -134,7 +154,9 @@ const HalfKernels kScalar{"scalar",
                           scalar_bf16_decode,
                           scalar_bf16_decode_accumulate,
                           scalar_bf16_decode_add,
-                          scalar_u16_max_abs};
+                          scalar_u16_max_abs,
+                          scalar_add_bf16_residual,
+                          scalar_fp16_encode_bf16_residual};
 
 // ---- AVX2 + F16C kernels --------------------------------------------------
 // No "fma" in the target list on purpose: without it the compiler cannot
@@ -334,6 +356,54 @@ FEDWAN_AVX2 uint16_t avx2_u16_max_abs(const uint8_t* in, size_t n) {
   return m;
 }
 
+FEDWAN_AVX2 uint32_t avx2_add_bf16_residual(const float* a, const float* b, const uint8_t* bits,
+                                            size_t n, float* out) {
+  __m256i m0 = _mm256_setzero_si256(), m1 = m0;
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m256 d0 = _mm256_loadu_ps(a + i), d1 = _mm256_loadu_ps(a + i + 8);
+    if (b) {
+      d0 = _mm256_sub_ps(d0, _mm256_loadu_ps(b + i));
+      d1 = _mm256_sub_ps(d1, _mm256_loadu_ps(b + i + 8));
+    }
+    const __m256 v0 = _mm256_add_ps(d0, load_bf16x8(bits + 2 * i));
+    const __m256 v1 = _mm256_add_ps(d1, load_bf16x8(bits + 2 * i + 16));
+    _mm256_storeu_ps(out + i, v0);
+    _mm256_storeu_ps(out + i + 8, v1);
+    m0 = _mm256_max_epi32(m0, abs_bits(v0));
+    m1 = _mm256_max_epi32(m1, abs_bits(v1));
+  }
+  alignas(32) uint32_t lanes[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), _mm256_max_epi32(m0, m1));
+  uint32_t m = scalar_add_bf16_residual(a + i, b ? b + i : nullptr, bits + 2 * i, n - i, out + i);
+  for (uint32_t v : lanes) m = std::max(m, v);
+  return m;
+}
+
+template <bool Clamp>
+FEDWAN_AVX2 size_t avx2_fp16_encode_bf16_head(const float* v, size_t n, const Fp16Scale& s,
+                                              uint8_t* out, uint8_t* bits) {
+  const __m256 inv = _mm256_set1_ps(s.inv), scale = _mm256_set1_ps(s.scale);
+  const __m256 hi = _mm256_set1_ps(s.limit), lo = _mm256_set1_ps(-s.limit);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x = _mm256_loadu_ps(v + i);
+    const __m128i h = avx2_fp16_quantise<Clamp>(x, inv, lo, hi);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2 * i), h);
+    const __m256 back = _mm256_mul_ps(_mm256_cvtph_ps(h), scale);
+    store_u16x8(bits + 2 * i, avx2_bf16_round(_mm256_sub_ps(x, back)));
+  }
+  return i;
+}
+
+FEDWAN_AVX2 void avx2_fp16_encode_bf16_residual(const float* v, size_t n, const Fp16Scale& s,
+                                                uint8_t* out, uint8_t* bits) {
+  const size_t i = s.limit == std::numeric_limits<float>::infinity()
+                       ? avx2_fp16_encode_bf16_head<false>(v, n, s, out, bits)
+                       : avx2_fp16_encode_bf16_head<true>(v, n, s, out, bits);
+  scalar_fp16_encode_bf16_residual(v + i, n - i, s, out + 2 * i, bits + 2 * i);
+}
+
 const HalfKernels kAvx2{"avx2",
                         avx2_max_abs_bits,
                         avx2_fp16_encode,
@@ -344,7 +414,9 @@ const HalfKernels kAvx2{"avx2",
                         avx2_bf16_decode,
                         avx2_bf16_decode_accumulate,
                         avx2_bf16_decode_add,
-                        avx2_u16_max_abs};
+                        avx2_u16_max_abs,
+                        avx2_add_bf16_residual,
+                        avx2_fp16_encode_bf16_residual};
 #endif  // __x86_64__
 
 }  // namespace

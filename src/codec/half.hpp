@@ -88,6 +88,18 @@ struct HalfKernels {
   // Largest (value & 0x7FFF) over n LE u16: the magnitude bits of fp16 and
   // bf16 alike, so receivers can check for Inf/NaN and overflow in one pass.
   uint16_t (*u16_max_abs)(const uint8_t* in, size_t n);
+
+  // Error feedback with the residual in bf16 (codec/compact_feedback.hpp),
+  // in two steps over a block in L1. First out[i] = (a[i] - b[i]) +
+  // bf16[i] (a[i] + bf16[i] where b is null), returning the largest bit
+  // pattern of |out[i]| as max_abs_bits does; then out's values quantised
+  // as fp16_encode quantises them, each one's loss (v - half * scale)
+  // written back to `bits` as bf16 as bf16_encode rounds it. The same bits
+  // as bf16_decode, fp16_encode with that residual and bf16_encode.
+  uint32_t (*add_bf16_residual)(const float* a, const float* b, const uint8_t* bits, size_t n,
+                                float* out);
+  void (*fp16_encode_bf16_residual)(const float* v, size_t n, const Fp16Scale& s, uint8_t* out,
+                                    uint8_t* bits);
 };
 
 const HalfKernels& scalar_half_kernels();

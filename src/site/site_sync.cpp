@@ -96,6 +96,11 @@ void SiteCore::Impl::send_update(uint64_t start_round, SyncResult* res) {
     uint8_t* payload = frame->data() + wire::kHeaderSize;
     if (opt.update_encoder) {
       opt.update_encoder->encode(*cfg.codec, off, n, lossy, payload);
+    } else if (lossy && !local_privacy) {
+      // The difference made a block at a time as it is encoded.
+      codec::encode_difference_with_bf16_residual(*cfg.codec, anchor.data() + off, work + off, n,
+                                                  residual.data() + off, residual_scratch, delta,
+                                                  payload);
     } else {
       for (uint32_t k = 0; k < n; ++k) delta[k] = anchor[off + k] - work[off + k];
       if (local_privacy) local_privacy->apply(delta.data(), n);

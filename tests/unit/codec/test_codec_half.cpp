@@ -297,5 +297,53 @@ TEST(Fp16Kernels, SimdMatchesScalarBitForBit) {
   EXPECT_TRUE(same_bits(a, b));
 }
 
+// The two kernels of error feedback with a bf16 residual give what the
+// three they stand for give (bf16_decode, fp16_encode with that residual,
+// bf16_encode), bit for bit, on either kernel set, for a difference and for
+// plain values, clamped and not; the maximum sees a non-finite value.
+TEST(Fp16Kernels, Bf16FeedbackKernelsAreTheThreeTheyReplace) {
+  std::vector<const kernels::HalfKernels*> sets{&kernels::scalar_half_kernels()};
+  if (kernels::avx2_half_kernels()) sets.push_back(kernels::avx2_half_kernels());
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const kernels::HalfKernels* k : sets) {
+    for (size_t n : {size_t(0), size_t(1), size_t(15), size_t(16), size_t(17), size_t(2048)}) {
+      Floats a = edge_values(n), b = random_floats(n, 51, 1e-2f);
+      for (auto& x : a) x = std::isfinite(x) ? x : 0.5f;
+      Bytes bits0(2 * n);
+      const Floats r0 = random_floats(n, 52, 1e-4f);
+      k->bf16_encode(r0.data(), nullptr, n, bits0.data());
+      for (const bool diff : {false, true}) {
+        Floats in(n);
+        for (size_t i = 0; i < n; ++i) in[i] = diff ? a[i] - b[i] : a[i];
+        Floats r(n), v(n);
+        k->bf16_decode(bits0.data(), n, r.data());
+        const uint32_t want = k->max_abs_bits(in.data(), r.data(), n);
+        ASSERT_EQ(k->add_bf16_residual(a.data(), diff ? b.data() : nullptr, bits0.data(), n,
+                                       v.data()),
+                  want)
+            << k->name << " n=" << n;
+        for (kernels::Fp16Scale s : {kernels::fp16_scale_for(want),
+                                     kernels::Fp16Scale{0x1p-10f, 0x1p10f, 65504.0f},
+                                     kernels::Fp16Scale{0x1p-10f, 0x1p10f, inf}}) {
+          Bytes out_a(2 * n), out_b(2 * n), bits_a = bits0, bits_b = bits0;
+          Floats rr = r;
+          k->fp16_encode(in.data(), rr.data(), n, s, out_a.data());
+          k->bf16_encode(rr.data(), nullptr, n, bits_a.data());
+          k->fp16_encode_bf16_residual(v.data(), n, s, out_b.data(), bits_b.data());
+          ASSERT_EQ(out_a, out_b) << k->name << " n=" << n << " scale=" << s.scale;
+          ASSERT_EQ(bits_a, bits_b) << k->name << " n=" << n << " scale=" << s.scale;
+        }
+      }
+      if (n > 0) {
+        a[n / 2] = -inf;
+        Floats v(n);
+        EXPECT_GE(k->add_bf16_residual(a.data(), b.data(), bits0.data(), n, v.data()),
+                  kernels::kF32ExpMask)
+            << k->name << " n=" << n;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace fedwan

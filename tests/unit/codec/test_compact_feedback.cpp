@@ -78,13 +78,49 @@ TEST(CompactFeedback, Fp16ABlockAtATimeIsTheWholeChunksEncoding) {
       ASSERT_EQ(a, b) << n << " round " << round;
       ASSERT_EQ(fast, slow) << n << " round " << round;
     }
-    std::vector<float> bad = gaussian(n, 1.0f, 99);
-    bad[n - 1] = std::numeric_limits<float>::infinity();
-    const std::vector<uint16_t> before = fast;
-    EXPECT_THROW(
-        codec::encode_with_bf16_residual(fp16, bad.data(), n, fast.data(), scratch, a.data()),
-        Error);
-    EXPECT_EQ(fast, before) << n;
+    for (size_t at : {n - 1, n / 2, size_t{0}}) {
+      std::vector<float> bad = gaussian(n, 1.0f, 99);
+      bad[at] = std::numeric_limits<float>::infinity();
+      const std::vector<uint16_t> before = fast;
+      EXPECT_THROW(
+          codec::encode_with_bf16_residual(fp16, bad.data(), n, fast.data(), scratch, a.data()),
+          Error);
+      EXPECT_EQ(fast, before) << n << " at " << at;
+    }
+  }
+}
+
+// A site's update encoded as a difference: the payload and residual of
+// the difference made whole and encoded, for every codec; a non-finite
+// value in any block throws and leaves the residual as it was.
+TEST(CompactFeedback, ADifferenceIsEncodedAsTheValuesWouldBe) {
+  for (const char* name : {"fp16", "int8", "bf16"}) {
+    const Codec& c = codec_by_name(name);
+    for (size_t n : {1, 2049, 6000}) {
+      std::vector<uint16_t> fast(n, 0), slow(n, 0);
+      std::vector<float> scratch, diff, x(n);
+      std::vector<uint8_t> a(c.encoded_size(n)), b(c.encoded_size(n));
+      for (unsigned round = 0; round < 3; ++round) {
+        const std::vector<float> anchor = gaussian(n, 1.0f, 20 + round);
+        const std::vector<float> params = gaussian(n, 1.0f, 30 + round);
+        for (size_t i = 0; i < n; ++i) x[i] = anchor[i] - params[i];
+        codec::encode_difference_with_bf16_residual(c, anchor.data(), params.data(), n,
+                                                    fast.data(), scratch, diff, a.data());
+        codec::encode_with_bf16_residual(c, x.data(), n, slow.data(), scratch, b.data());
+        ASSERT_EQ(a, b) << name << " " << n << " round " << round;
+        ASSERT_EQ(fast, slow) << name << " " << n << " round " << round;
+      }
+      for (size_t at : {size_t{0}, n / 2, n - 1}) {
+        std::vector<float> anchor = gaussian(n, 1.0f, 40), params = gaussian(n, 1.0f, 41);
+        params[at] = std::numeric_limits<float>::quiet_NaN();
+        const std::vector<uint16_t> before = fast;
+        EXPECT_THROW(codec::encode_difference_with_bf16_residual(
+                         c, anchor.data(), params.data(), n, fast.data(), scratch, diff, a.data()),
+                     Error)
+            << name << " " << n << " at " << at;
+        EXPECT_EQ(fast, before) << name << " " << n << " at " << at;
+      }
+    }
   }
 }
 
