@@ -124,7 +124,7 @@ def machine_rates(micro: Path) -> Tuple[Dict[str, float], str]:
     """What one core of this machine does for the operations every byte
     needs at least once: a copy, AES-256-GCM (by the library the nodes seal
     with, and by OpenSSL beside it), SHA-256 (the audit log's digests) and
-    the replay fingerprint (GMAC)."""
+    the replay fingerprint (XXH3)."""
     aes = micro_result(micro, "Seal_RawAes256Gcm")
     return {"memcpy": memcpy_rate(), "aes_256_gcm": float(aes["bytes_per_second"]),
             "aes_256_gcm_openssl": micro_rate(micro, "Seal_RawAes256Gcm",
@@ -289,7 +289,7 @@ def print_result(args, result) -> Optional[bool]:
           f"({result['aes_library'] or 'as the nodes seal'}; OpenSSL's "
           f"{rates['aes_256_gcm_openssl'] / 1e9:.2f}); "
           f"SHA-256, one core: {rates['sha256'] / 1e9:.2f} GB/s; "
-          f"fingerprint (GMAC), one core: {rates['fingerprint'] / 1e9:.2f} GB/s; "
+          f"fingerprint (XXH3), one core: {rates['fingerprint'] / 1e9:.2f} GB/s; "
           f"loopback TCP through ZeroMQ, both ends: {rates['loopback'] / 1e9:.2f} GB "
           f"per CPU-second")
     # The repeats' spread beside the median: on a shared machine it can be
