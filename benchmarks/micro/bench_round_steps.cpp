@@ -228,8 +228,8 @@ void site_update(benchmark::State& state, bool one_pass) {
     for (size_t off = 0; off < kElements; off += kChunk) {
       if (one_pass) {
         fedwan::codec::encode_difference_with_bf16_residual(
-            fp16, anchor.data() + off, params.data() + off, kChunk, residual.data() + off,
-            scratch, diff, payload.data());
+            fp16, anchor.data() + off, params.data() + off, kChunk, residual.data() + off, scratch,
+            diff, payload.data());
       } else {
         two_pass_update(anchor.data() + off, params.data() + off, kChunk, delta.data(),
                         residual.data() + off, payload.data());

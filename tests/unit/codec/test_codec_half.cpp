@@ -318,13 +318,13 @@ TEST(Fp16Kernels, Bf16FeedbackKernelsAreTheThreeTheyReplace) {
         Floats r(n), v(n);
         k->bf16_decode(bits0.data(), n, r.data());
         const uint32_t want = k->max_abs_bits(in.data(), r.data(), n);
-        ASSERT_EQ(k->add_bf16_residual(a.data(), diff ? b.data() : nullptr, bits0.data(), n,
-                                       v.data()),
-                  want)
+        ASSERT_EQ(
+            k->add_bf16_residual(a.data(), diff ? b.data() : nullptr, bits0.data(), n, v.data()),
+            want)
             << k->name << " n=" << n;
-        for (kernels::Fp16Scale s : {kernels::fp16_scale_for(want),
-                                     kernels::Fp16Scale{0x1p-10f, 0x1p10f, 65504.0f},
-                                     kernels::Fp16Scale{0x1p-10f, 0x1p10f, inf}}) {
+        for (kernels::Fp16Scale s :
+             {kernels::fp16_scale_for(want), kernels::Fp16Scale{0x1p-10f, 0x1p10f, 65504.0f},
+              kernels::Fp16Scale{0x1p-10f, 0x1p10f, inf}}) {
           Bytes out_a(2 * n), out_b(2 * n), bits_a = bits0, bits_b = bits0;
           Floats rr = r;
           k->fp16_encode(in.data(), rr.data(), n, s, out_a.data());

@@ -104,8 +104,8 @@ TEST(CompactFeedback, ADifferenceIsEncodedAsTheValuesWouldBe) {
         const std::vector<float> anchor = gaussian(n, 1.0f, 20 + round);
         const std::vector<float> params = gaussian(n, 1.0f, 30 + round);
         for (size_t i = 0; i < n; ++i) x[i] = anchor[i] - params[i];
-        codec::encode_difference_with_bf16_residual(c, anchor.data(), params.data(), n,
-                                                    fast.data(), scratch, diff, a.data());
+        codec::encode_difference_with_bf16_residual(c, anchor.data(), params.data(), n, fast.data(),
+                                                    scratch, diff, a.data());
         codec::encode_with_bf16_residual(c, x.data(), n, slow.data(), scratch, b.data());
         ASSERT_EQ(a, b) << name << " " << n << " round " << round;
         ASSERT_EQ(fast, slow) << name << " " << n << " round " << round;
