@@ -6,7 +6,10 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -16,6 +19,14 @@
 
 namespace fedwan::checkpoint {
 namespace {
+
+// A section of plain bytes (neither a view nor produced as it is written).
+CheckpointSection section(std::string name, std::vector<uint8_t> bytes) {
+  CheckpointSection s;
+  s.name = std::move(name);
+  s.bytes = std::move(bytes);
+  return s;
+}
 
 constexpr const char* kMeta = "meta";
 constexpr const char* kXor = "xor-fp32-zstd";
@@ -217,7 +228,7 @@ const nlohmann::json& replica_meta(const nlohmann::json& meta) {
 
 CheckpointSection meta_section(const nlohmann::json& meta) {
   const std::string m = meta.dump();
-  return {kMeta, std::vector<uint8_t>(m.begin(), m.end())};
+  return section(kMeta, std::vector<uint8_t>(m.begin(), m.end()));
 }
 
 }  // namespace
@@ -237,7 +248,7 @@ Checkpoint make_replica_image(const Checkpoint& c, const ReplicaPlan& plan,
   nlohmann::json sections = nlohmann::json::array();
   for (const CheckpointSection& s : c.sections) {
     if (s.name == plan.base || s.name == kMeta) continue;
-    CheckpointSection out{s.name, {}};
+    CheckpointSection out = section(s.name, {});
     const char* encoding = kZstd;
     // The producers read the section's bytes (a view of the node's model,
     // or c's own) while write_checkpoint writes the image.
@@ -324,8 +335,8 @@ Checkpoint expand_replica_image(const Checkpoint& image, const float* base, size
   c.node_id = image.node_id;
   if (base != nullptr) {
     c.sections.push_back(
-        {base_name, std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(base),
-                                         reinterpret_cast<const uint8_t*>(base) + n * 4)});
+        section(base_name, std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(base),
+                                                reinterpret_cast<const uint8_t*>(base) + n * 4)));
   }
   for (const nlohmann::json& e : r["sections"]) {
     if (!e.is_object() || !e.contains("name") || !e["name"].is_string() ||
@@ -341,7 +352,7 @@ Checkpoint expand_replica_image(const Checkpoint& image, const float* base, size
       throw CryptoError("replica image: section '" + name + "' is missing or misplaced");
     }
     if (bytes > kMaxRawBytes) throw CryptoError("replica image: section '" + name + "' too big");
-    CheckpointSection out{name, {}};
+    CheckpointSection out = section(name, {});
     if (encoding == kXor) {
       if (base == nullptr) continue;
       if (bytes != n * sizeof(float)) {
