@@ -12,6 +12,7 @@
 #include <cstring>
 
 #if defined(__CUDACC__)
+#include <cuda_fp16.h>
 #define FEDWAN_HD __host__ __device__ __forceinline__
 #else
 #define FEDWAN_HD inline
@@ -78,7 +79,14 @@ FEDWAN_HD float max_f(float a, float b) { return a < b ? b : a; }
 // ---- fp16 / bf16 conversions ---------------------------------------------
 
 // Round to nearest, ties to even. Overflow gives +-Inf, NaN stays NaN.
+// On the device every value but NaN takes the conversion instruction
+// (cvt.rn.f16.f32: the same rounding, subnormal halves included), which
+// spares the kernels the integer arithmetic below; NaN keeps its payload
+// the way the host spells it.
 FEDWAN_HD uint16_t fp32_to_fp16(float f) {
+#if defined(__CUDA_ARCH__)
+  if ((bits_of(f) & kF32AbsMask) <= kF32ExpMask) return __half_as_ushort(__float2half_rn(f));
+#endif
   uint32_t x = bits_of(f);
   const uint16_t sign = uint16_t((x >> 16) & 0x8000u);
   x &= kF32AbsMask;
@@ -105,6 +113,9 @@ FEDWAN_HD uint16_t fp32_to_fp16(float f) {
 }
 
 FEDWAN_HD float fp16_to_fp32(uint16_t h) {
+#if defined(__CUDA_ARCH__)
+  if ((h & 0x7FFFu) <= 0x7C00u) return __half2float(__ushort_as_half(h));  // exact, not NaN
+#endif
   const uint32_t sign = uint32_t(h & 0x8000u) << 16;
   const uint32_t e = (h >> 10) & 0x1Fu;
   const uint32_t m = h & 0x3FFu;
