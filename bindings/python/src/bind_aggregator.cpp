@@ -70,14 +70,8 @@ class PyAggregator {
       const auto values = float32_values(initial_model.obj, "initial_model");
       opt.initial_model.assign(values.data(), values.data() + values.size());
     }
-    opt.join_timeout = seconds_to_ms(join_timeout_s, "join_timeout_s");
-    if (round_timeout_s) opt.round_timeout = seconds_to_ms(*round_timeout_s, "round_timeout_s");
-    if (window < 1) throw ConfigError("window must be >= 1, got " + std::to_string(window));
-    opt.window = window;
-    opt.security = security_options(credentials.obj, insecure_plaintext, cipher, audit_log.obj);
-    if (!checkpoint_dir.obj.is_none()) {
-      opt.checkpoint_dir = path_from(checkpoint_dir.obj, "checkpoint_dir");
-    }
+    set_node_options(opt, join_timeout_s, round_timeout_s, window, credentials.obj,
+                     insecure_plaintext, cipher, audit_log.obj, checkpoint_dir.obj);
     opt.standby = standby;
     if (spill_from_bytes) {
       if (*spill_from_bytes < 0) {

@@ -16,6 +16,7 @@
 #include <string>
 #include <thread>
 
+#include "fedwan/error.hpp"
 #include "fedwan/security.hpp"
 #include "fedwan/topology.hpp"
 
@@ -63,6 +64,23 @@ SecurityOptions security_options(const py::handle& credentials, bool insecure_pl
 // Seconds from Python to milliseconds; throws ConfigError naming `what`
 // unless finite and > 0.
 std::chrono::milliseconds seconds_to_ms(double seconds, const std::string& what);
+
+// The keyword arguments SiteCore and Aggregator take alike, checked and set
+// on either's options (SiteOptions, AggregatorOptions): the timeouts, the
+// window, security and the checkpoint directory. `credentials`,
+// `audit_log` and `checkpoint_dir` are None or paths.
+template <class Options>
+void set_node_options(Options& opt, double join_timeout_s, std::optional<double> round_timeout_s,
+                      int window, const py::handle& credentials, bool insecure_plaintext,
+                      const std::string& cipher, const py::handle& audit_log,
+                      const py::handle& checkpoint_dir) {
+  opt.join_timeout = seconds_to_ms(join_timeout_s, "join_timeout_s");
+  if (round_timeout_s) opt.round_timeout = seconds_to_ms(*round_timeout_s, "round_timeout_s");
+  if (window < 1) throw ConfigError("window must be >= 1, got " + std::to_string(window));
+  opt.window = window;
+  opt.security = security_options(credentials, insecure_plaintext, cipher, audit_log);
+  if (!checkpoint_dir.is_none()) opt.checkpoint_dir = path_from(checkpoint_dir, "checkpoint_dir");
+}
 
 // A blocking C++ call that Ctrl-C can interrupt. run() runs `call` on a
 // worker thread while the calling thread waits with the GIL released and

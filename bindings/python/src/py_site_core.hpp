@@ -54,14 +54,8 @@ class PySiteCore {
     SiteOptions opt;
     opt.topology = topology_from(topology.obj);
     opt.node_id = node_id;
-    opt.join_timeout = seconds_to_ms(join_timeout_s, "join_timeout_s");
-    if (round_timeout_s) opt.round_timeout = seconds_to_ms(*round_timeout_s, "round_timeout_s");
-    if (window < 1) throw ConfigError("window must be >= 1, got " + std::to_string(window));
-    opt.window = window;
-    opt.security = security_options(credentials.obj, insecure_plaintext, cipher, audit_log.obj);
-    if (!checkpoint_dir.obj.is_none()) {
-      opt.checkpoint_dir = path_from(checkpoint_dir.obj, "checkpoint_dir");
-    }
+    set_node_options(opt, join_timeout_s, round_timeout_s, window, credentials.obj,
+                     insecure_plaintext, cipher, audit_log.obj, checkpoint_dir.obj);
     if (!costs_path.obj.is_none()) opt.costs_path = path_from(costs_path.obj, "costs_path");
     opt.checkpoint_budget = checkpoint_budget;
     if (page_out_from_bytes) {
