@@ -372,7 +372,9 @@ def main(argv=None) -> int:
     p.add_argument("-H", "--inner-steps", type=int, default=1)
     p.add_argument("--short", type=int, default=3, help="rounds of the shorter run")
     p.add_argument("--long", type=int, default=11, help="rounds of the longer run")
-    p.add_argument("--repeats", type=int, default=1, help="pairs of runs (the median is kept)")
+    p.add_argument("--repeats", type=int, default=3,
+                   help="pairs of runs (the median is kept): one pair's figure moves with the "
+                        "host's load by 15-20%% on a shared machine, the median of three much less")
     p.add_argument("--pair-tries", type=int, default=3,
                    help="tries of a pair whose longer run cost less than its shorter")
     p.add_argument("--workdir", default=None, help="where the runs write (default: the temp dir)")

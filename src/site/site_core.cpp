@@ -29,6 +29,7 @@
 #include "fedwan/codec.hpp"
 #include "fedwan/error.hpp"
 #include "node/node_frames.hpp"
+#include "security/frame_protector.hpp"
 #include "security/noise_filter.hpp"
 #include "site/site_impl.hpp"
 
@@ -67,14 +68,18 @@ SiteCore::Impl::Impl(SiteOptions options, float* p, size_t n)
   outgoing.store = node::FrameStore(n * sizeof(float) >= opt.page_out_from_bytes,
                                     opt.checkpoint_dir, "site:" + self.id, "update");
   // The frames of an update are written into buffers used before: a site
-  // makes one frame and one sealed copy a chunk. Eight (4 MiB) cover the
-  // sealed copies, which go back as they are sent. The frames themselves
-  // are kept for resends until the round ends; where they stay in memory
-  // the pool keeps them too, so the next round's update is written into
-  // pages this one faulted in (the site held them at its peak already).
-  // The frames' share lasts as long as this site.
+  // makes one frame and one sealed copy a chunk. Eight of the largest
+  // sealed frame cover the sealed copies, which go back as they are sent
+  // (sized by the frame: a fixed few MiB would keep only one or two of a
+  // 4 MiB chunk's, and every other copy would be faulted in afresh). The
+  // frames themselves are kept for resends until the round ends; where
+  // they stay in memory the pool keeps them too, so the next round's
+  // update is written into pages this one faulted in (the site held them
+  // at its peak already). The frames' share lasts as long as this site.
   const size_t buffers = 8;
-  const size_t bytes = size_t{4} << 20;
+  const size_t bytes =
+      buffers * (wire::kHeaderSize + cfg.codec->encoded_size(plan.chunk_elements()) +
+                 security::kSealTrailer + 64);
   BytePool::shared().allow(buffers, bytes);
   if (!outgoing.store.on()) {
     const size_t frames = plan.count();
