@@ -27,6 +27,7 @@ namespace {
 AggregatorOptions aggregator_options(const NodeArgs& a, const AggregatorTorch& torch) {
   AggregatorOptions o;
   o.topology = Topology::load(a.topology);
+  keep_freed_memory_for_reuse(o.topology.federation().chunk_bytes);
   o.topology_file = a.topology;
   o.node_id = a.node;
   o.join_timeout = std::chrono::milliseconds(static_cast<int64_t>(a.join_timeout_s * 1000));

@@ -59,6 +59,7 @@ SiteOptions site_options(const NodeArgs& a) {
   }
   SiteOptions o;
   o.topology = Topology::load(a.topology);
+  keep_freed_memory_for_reuse(o.topology.federation().chunk_bytes);
   o.node_id = a.node;
   o.join_timeout = std::chrono::milliseconds(static_cast<int64_t>(a.join_timeout_s * 1000));
   o.security = security_options(a.security);

@@ -3,6 +3,7 @@
 
 #include <malloc.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -205,16 +206,20 @@ std::vector<float> read_model(const std::string& path) {
   return model;
 }
 
-void keep_freed_memory_for_reuse() {
+void keep_freed_memory_for_reuse(uint64_t chunk_bytes) {
   // An operator's own GLIBC_TUNABLES win (mallopt would override them).
   if (std::getenv("GLIBC_TUNABLES") != nullptr) return;
-  constexpr int kMmapThreshold = 2 << 20;  // above a chunk's buffers (1 MiB of fp32)
-  // Above what a link's received frames swing by between chunks: at 4 MiB
-  // glibc gave that back and every frame ZeroMQ received went into pages
-  // faulted in again (docs/benchmarks.md, "Received frames in pages kept").
-  constexpr int kTrimThreshold = 8 << 20;
-  ::mallopt(M_MMAP_THRESHOLD, kMmapThreshold);
-  ::mallopt(M_TRIM_THRESHOLD, kTrimThreshold);
+  // Above a chunk's buffers: twice its fp32 bytes, 2 MiB for the default
+  // 1 MiB chunk.
+  const uint64_t chunk = std::max<uint64_t>(chunk_bytes, uint64_t{1} << 20);
+  const int mmap_threshold = static_cast<int>(std::min<uint64_t>(2 * chunk, uint64_t{1} << 30));
+  // Above what a link's received frames swing by between chunks: at four
+  // chunks glibc gave that back and every frame ZeroMQ received went into
+  // pages faulted in again (docs/benchmarks.md, "Received frames in pages
+  // kept").
+  const int trim_threshold = static_cast<int>(std::min<uint64_t>(8 * chunk, uint64_t{1} << 30));
+  ::mallopt(M_MMAP_THRESHOLD, mmap_threshold);
+  ::mallopt(M_TRIM_THRESHOLD, trim_threshold);
 }
 
 int parse_and_run(CLI::App& app, int argc, const char* const* argv, const std::string& program,

@@ -66,11 +66,15 @@ void print_alarms(const std::string& who, const std::vector<std::string>& alarms
 // to the kernel whenever over 128 KiB of it is free, so the next round's
 // buffers fault their pages in again, zeroed and charged to the cgroup: at
 // 100M parameters 40% of the root's system time. The node programs keep
-// up to 4 MiB of freed heap for reuse instead (more saves a little more
-// time and costs peak RSS), and take anything of 2 MiB or more (a model's
-// arrays) straight from the kernel, which gets it back at once.
+// up to eight chunks (fp32) of freed heap for reuse instead, 8 MiB at
+// least (more saves a little more time and costs peak RSS), and take
+// anything of two chunks or more, 2 MiB at least (a model's arrays),
+// straight from the kernel, which gets it back at once. Called with the
+// default chunk when a program starts and again with the topology's once
+// a node has read it: a frame of a larger chunk above a fixed threshold
+// would be mapped and faulted in afresh, every byte received.
 // When GLIBC_TUNABLES is set, it decides instead.
-void keep_freed_memory_for_reuse();
+void keep_freed_memory_for_reuse(uint64_t chunk_bytes = uint64_t{1} << 20);
 
 // Parses argv with `app`, whose callbacks run the command, and turns what
 // goes wrong into a line on stderr led by `program` and the exit code: 2
