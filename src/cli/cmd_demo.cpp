@@ -211,7 +211,8 @@ void report_demo(const DemoArgs& a, const DemoPlan& plan, const Placement& place
   print_restarts(supervisor.restarts());
   report["memory"] = memory_json(supervisor.peak_rss_kib(), supervisor.peak_anon_kib(),
                                  plan.topology, model_parameters(a.workload));
-  report["cpu"] = cpu_json(supervisor.cpu_seconds(), plan.dir / "reports");
+  report["cpu"] =
+      cpu_json(supervisor.cpu_seconds(), plan.dir / "reports", supervisor.minor_faults());
   report["wall_seconds"] = wall;
   report["federation_seconds"] = fed_seconds;
   report["configuration"] = demo_configuration(a, plan.topology, place.cuda(), plan.dir);

@@ -146,13 +146,17 @@ void print_federation_summary(nlohmann::json& report, double federation_s, doubl
 }
 
 nlohmann::json cpu_json(const std::map<std::string, std::pair<double, double>>& cpu_seconds,
-                        const fs::path& reports_dir) {
+                        const fs::path& reports_dir,
+                        const std::map<std::string, uint64_t>& minor_faults) {
   nlohmann::json nodes = nlohmann::json::object();
   double user = 0;
   double system = 0;
   std::optional<double> training;
   for (const auto& [id, t] : cpu_seconds) {
     nodes[id] = {{"user_s", t.first}, {"system_s", t.second}};
+    if (const auto f = minor_faults.find(id); f != minor_faults.end()) {
+      nodes[id]["minor_faults"] = f->second;
+    }
     user += t.first;
     system += t.second;
     std::ifstream f(reports_dir / (id + ".json"));

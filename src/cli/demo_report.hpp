@@ -38,8 +38,11 @@ nlohmann::json demo_configuration(const DemoArgs& a, const Topology& topo, bool 
 // give their training's CPU time (the synthetic trainer): the part of the
 // sum that was training, not federation (of a site's last start: a
 // restarted site's report is its last process's).
+// Each node's entry has its "minor_faults" too, where `minor_faults` has
+// it (DemoSupervisor::minor_faults).
 nlohmann::json cpu_json(const std::map<std::string, std::pair<double, double>>& cpu_seconds,
-                        const std::filesystem::path& reports_dir);
+                        const std::filesystem::path& reports_dir,
+                        const std::map<std::string, uint64_t>& minor_faults = {});
 void print_cpu(const nlohmann::json& cpu, double fp32_bytes);
 
 // Each node's peak resident memory (`peak_rss_kib`, from the supervisor)

@@ -357,6 +357,7 @@ pid_t DemoSupervisor::reap(pid_t pid, int* status, int options) {
     auto& [user, system] = cpu_seconds_[node];
     user += seconds(usage.ru_utime);
     system += seconds(usage.ru_stime);
+    minor_faults_[node] += static_cast<uint64_t>(usage.ru_minflt);
   }
   return got;
 }

@@ -124,6 +124,10 @@ class DemoSupervisor {
   const std::map<std::string, std::pair<double, double>>& cpu_seconds() const {
     return cpu_seconds_;
   }
+  // Each node's page faults that needed no disk read (ru_minflt), counted
+  // the same way: pages it touched for the first time, or again after
+  // giving them back (a buffer mapped afresh for every frame received).
+  const std::map<std::string, uint64_t>& minor_faults() const { return minor_faults_; }
 
  private:
   struct Process {
@@ -165,6 +169,7 @@ class DemoSupervisor {
   std::map<std::string, uint64_t> peak_anon_kib_;
   std::chrono::steady_clock::time_point sampled_at_{};
   std::map<std::string, std::pair<double, double>> cpu_seconds_;
+  std::map<std::string, uint64_t> minor_faults_;
   std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
 };
 
