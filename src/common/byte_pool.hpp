@@ -11,7 +11,8 @@
 // does (SiteCore), where the frames of its update are made: where they
 // stay in memory for resends, as many buffers as its update has frames, so
 // each round writes into the pages the last one faulted in; those for as
-// long as the site lives (a Lease), eight (4 MiB) for the process. An aggregator
+// long as the site lives (a Lease), eight of its sealed frames for the
+// process (a little over 4 MiB for fp16 at the default 1 MiB chunk). An aggregator
 // does not: what the pool holds would count against the memory bound its
 // role keeps (docs/architecture.md), and buffers kept at the top of the
 // heap keep the allocator from handing back the freed memory below them

@@ -108,8 +108,9 @@ TEST(Federation, ManyMoreChunksThanTheWindowDoNotDeadlock) {
 
 // A site's pool keeps its update's frames between rounds, and lets go of
 // them with the site: after the run the process's pool holds no more than
-// what it keeps for every site (eight buffers, 4 MiB), not the 8 MiB of
-// fp16 frames two sites of 4M parameters made each round.
+// what it keeps for every site (eight sealed frames: 512 KiB of payload
+// each, plus under 1 KiB of header and seal), not the 8 MiB of fp16 frames
+// two sites of 4M parameters made each round.
 TEST(Federation, ASitesFramesLeaveThePoolWithTheSite) {
   TempDir dir;
   FederationSpec f = spec("fp16", "fedavg", 3);
@@ -119,7 +120,8 @@ TEST(Federation, ASitesFramesLeaveThePoolWithTheSite) {
   FederationRun run = run_threads(topo, init, kSeed);
   ASSERT_TRUE(run.errors.empty()) << run.error_text();
   EXPECT_LE(BytePool::shared().kept_buffers(), 8u);
-  EXPECT_LE(BytePool::shared().kept_bytes(), size_t{4} << 20);
+  constexpr size_t kSealedFrame = (size_t{512} << 10) + 1024;
+  EXPECT_LE(BytePool::shared().kept_bytes(), 8 * kSealedFrame);
 }
 
 // Runs 5 rounds of a 300000-parameter model in 1 MiB chunks and returns the
