@@ -117,7 +117,9 @@ AggregatorSummary Aggregator::Impl::run() {
     role_->watch(&interests);
     // A server socket cannot signal room for one particular child, so while
     // frames wait the loop polls briefly instead of sleeping.
-    (void)transport_->wait(interests, pending ? Millis(2) : kPoll);
+    // Frames the link read ahead are no longer the socket's to signal.
+    const Millis wait = down_.link.link().holding() ? Millis(0) : pending ? Millis(2) : kPoll;
+    (void)transport_->wait(interests, wait);
     timers_.poll();
     transport::Incoming in;
     // Drain a bounded batch per socket so neither side starves the other.

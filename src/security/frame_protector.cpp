@@ -230,6 +230,63 @@ FrameOpener::Result FrameOpener::open(uint8_t* data, size_t size, size_t* frame_
   return Result::kOk;
 }
 
+DetachedOpen::~DetachedOpen() {
+  wipe(key_);
+  wipe(iv_);
+}
+
+bool DetachedOpen::run(uint8_t* data, std::unique_ptr<AeadCipher>* cipher) const {
+  if (!*cipher || (*cipher)->algorithm() != algorithm_) {
+    *cipher = std::make_unique<AeadCipher>(algorithm_, key_);
+  } else {
+    (*cipher)->rekey(key_);
+  }
+  uint8_t* trailer = data + kHeader + payload_;
+  uint8_t aad[kAadSize];
+  gather_aad(data, trailer, aad);
+  uint8_t* body = data + kHeader;
+  return (*cipher)->open(nonce_for(iv_, seq_), aad, kAadSize, body, payload_, body, trailer + 12);
+}
+
+std::unique_ptr<DetachedOpen> FrameOpener::detach(const uint8_t* data, size_t size) const {
+  if (size < kHeader + kSealTrailer || !(data[kOffFlags] & kFlagSealed)) return nullptr;
+  const uint32_t payload = load_u32(data + kOffPayloadLength);
+  if (size_t(payload) != size - kHeader - kSealTrailer) return nullptr;
+  const uint8_t* trailer = data + kHeader + payload;
+  const uint32_t epoch = load_u32(trailer);
+  const uint64_t seq = load_u64(trailer + 4);
+  // Anything but a fresh number under the current key is open()'s: its
+  // refusals, earlier keys and key updates.
+  if (epoch != epoch_ || window_.check(seq) != ReplayWindow::Verdict::kFresh) return nullptr;
+  std::unique_ptr<DetachedOpen> d(new DetachedOpen());
+  d->algorithm_ = cipher_.algorithm();
+  d->key_ = key_;
+  d->iv_ = iv_;
+  d->epoch_ = epoch;
+  d->seq_ = seq;
+  d->payload_ = payload;
+  return d;
+}
+
+FrameOpener::Result FrameOpener::finish(const DetachedOpen& frame, bool authenticated,
+                                        uint8_t* data, size_t* frame_size) {
+  // Only other detached frames were finished since: the epoch cannot have
+  // moved, but a frame that finds it moved is refused, never opened under
+  // a key it was not checked against.
+  if (frame.epoch_ != epoch_) return Result::kStaleEpoch;
+  switch (window_.check(frame.seq_)) {
+    case ReplayWindow::Verdict::kReplay: return Result::kReplay;
+    case ReplayWindow::Verdict::kTooOld: return Result::kTooOld;
+    case ReplayWindow::Verdict::kFresh: break;
+  }
+  if (!authenticated) return Result::kBadTag;
+  data[kOffFlags] &= static_cast<uint8_t>(~kFlagSealed);
+  window_.accept(frame.seq_);
+  last_seq_ = frame.seq_;
+  *frame_size = kHeader + frame.payload_;
+  return Result::kOk;
+}
+
 bool FrameOpener::open_earlier(const Earlier& earlier, uint64_t seq, const uint8_t* aad,
                                uint8_t* body, uint32_t payload, const uint8_t* tag) {
   cipher_.rekey(earlier.key);

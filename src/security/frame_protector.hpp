@@ -25,6 +25,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <vector>
 
 #include "security/aead.hpp"
@@ -93,6 +94,37 @@ class FrameSealer {
   wire::OrderCounter order_;
 };
 
+// A received frame checked by its FrameOpener (detach()) and opened by
+// run() on any thread, with a cipher of that thread's own: the decryption,
+// which is most of opening a frame, leaves the opener's thread while that
+// thread goes on with the frames before it. Holds a copy of the frame's key
+// (wiped when it goes). The opener records the frame only when finish() is
+// given it back, on the opener's thread.
+class DetachedOpen {
+ public:
+  DetachedOpen(const DetachedOpen&) = delete;
+  DetachedOpen& operator=(const DetachedOpen&) = delete;
+  ~DetachedOpen();
+  // Decrypts and authenticates the frame at `data` (the bytes detach() was
+  // given, at the same address or a copy) in place; true when its tag
+  // verified. `cipher` is the calling thread's own: made here when null or
+  // of another algorithm, rekeyed to this frame's key otherwise. Throws
+  // CryptoError only on a failure of the library.
+  bool run(uint8_t* data, std::unique_ptr<AeadCipher>* cipher) const;
+  uint64_t seq() const { return seq_; }
+  uint32_t payload() const { return payload_; }
+
+ private:
+  friend class FrameOpener;
+  DetachedOpen() = default;
+  AeadAlgorithm algorithm_ = AeadAlgorithm::kAes256Gcm;
+  AeadKey key_{};
+  AeadNonce iv_{};
+  uint32_t epoch_ = 0;
+  uint64_t seq_ = 0;
+  uint32_t payload_ = 0;
+};
+
 class FrameOpener {
  public:
   enum class Result {
@@ -121,6 +153,20 @@ class FrameOpener {
   // and leave the bytes untouched. Throws CryptoError only on an OpenSSL
   // failure.
   [[nodiscard]] Result open(uint8_t* data, size_t size, size_t* frame_size);
+
+  // The same in two steps, for opening on another thread: detach() takes
+  // the refusals that need no cryptography and, for a frame of the current
+  // epoch whose sequence number is fresh, returns what opening it needs
+  // (null for every other frame: open() it instead, in its turn). finish()
+  // then records it as open() would have: kOk when `authenticated` (its
+  // run() returned true) and its number is still fresh now that the frames
+  // detached before it are recorded (two copies of one frame in flight: the
+  // second is a replay); nothing changes otherwise. Frames are finished in
+  // the order they were detached, and nothing is opened between a
+  // detach() and its finish() but other detached frames.
+  [[nodiscard]] std::unique_ptr<DetachedOpen> detach(const uint8_t* data, size_t size) const;
+  [[nodiscard]] Result finish(const DetachedOpen& frame, bool authenticated, uint8_t* data,
+                              size_t* frame_size);
 
   uint32_t epoch() const { return epoch_; }
   // The sequence number of the frame the last kOk opened.

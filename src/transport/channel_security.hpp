@@ -17,6 +17,7 @@
 #include "wire/frame_order.hpp"
 
 namespace fedwan::security {
+class AeadCipher;
 class FrameSealer;
 }  // namespace fedwan::security
 
@@ -41,6 +42,19 @@ struct LinkEvent {
   uint64_t bytes = 0;  // rejected frames: their size
 };
 using LinkEventSink = std::function<void(const LinkEvent&)>;
+
+// A received frame whose opening left the owner's thread: ChannelSecurity::
+// detach() made it, any thread may run() it (with a cipher of that
+// thread's own), and the owner gives it back to finish().
+class DetachedFrame {
+ public:
+  virtual ~DetachedFrame() = default;
+  // Decrypts and authenticates the frame at `data` in place; true when it
+  // verified. Throws CryptoError only on a failure of the library.
+  virtual bool run(uint8_t* data, std::unique_ptr<security::AeadCipher>* cipher) const = 0;
+  // Bytes of payload to decrypt (small frames are not worth another thread).
+  virtual size_t payload() const = 0;
+};
 
 class ChannelSecurity {
  public:
@@ -88,6 +102,29 @@ class ChannelSecurity {
   // Handles one received message in place.
   virtual Inbound receive(uint8_t* data, size_t size, size_t* frame_size, std::string* why,
                           SecurityReplies* out) = 0;
+
+  // receive() in two steps, for opening frames on other threads: a data
+  // frame of an established session that needs nothing but decrypting and
+  // recording is detached (null for every other message: receive() it, in
+  // its turn); once run, finish() does what receive() would have, with the
+  // same results, refusals and events. Messages are finished or received
+  // in the order they came, and nothing but other detached frames is
+  // received between a detach() and its finish().
+  virtual std::unique_ptr<DetachedFrame> detach(const uint8_t* data, size_t size) {
+    (void)data;
+    (void)size;
+    return nullptr;
+  }
+  virtual Inbound finish(const DetachedFrame& frame, bool authenticated, uint8_t* data,
+                         size_t size, size_t* frame_size, std::string* why) {
+    (void)frame;
+    (void)authenticated;
+    (void)data;
+    (void)size;
+    (void)frame_size;
+    *why = "this channel detaches no frames";
+    return Inbound::kRejected;
+  }
 
   // Where the message the last receive() opened stands in its sender's
   // order: the session (a new one starts with each key agreement) and its

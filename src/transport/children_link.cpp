@@ -9,6 +9,7 @@
 
 #include "common/log.hpp"
 #include "fedwan/error.hpp"
+#include "security/aead.hpp"
 #include "wire/frame.hpp"
 
 namespace fedwan::transport {
@@ -23,7 +24,13 @@ ChildrenLink::ChildrenLink(Transport& transport, const std::string& bind_endpoin
       max_message_bytes_(options.max_message_bytes),
       factory_(std::move(security)),
       admission_(std::move(admission)),
-      guard_(admission_.handshakes) {}
+      guard_(admission_.handshakes) {
+  const size_t threads = options.opening_threads < 0 ? OpeningWorkers::default_threads()
+                                                     : size_t(options.opening_threads);
+  if (threads > 0) openers_ = std::make_unique<OpeningWorkers>(threads);
+}
+
+ChildrenLink::~ChildrenLink() = default;
 
 bool ChildrenLink::established(const std::string& peer) const {
   auto it = security_.find(peer);
@@ -270,8 +277,15 @@ bool ChildrenLink::recv(Incoming* out, Millis timeout) {
     }
     expire_handshakes();
     if (!reseq_.empty() && pop_reordered(out, Clock::now())) return true;
+    // With opening threads, messages are read ahead while there is room
+    // and every one before is a data frame being opened, then taken in the
+    // order they came.
     Received in;
-    if (!socket_->try_recv(&in)) {
+    if (!reading_ahead() || !socket_->try_recv(&in)) {
+      if (!taken_.empty()) {
+        if (take_oldest(out)) return true;
+        continue;
+      }
       if (!wait_readable(deadline)) return false;
       continue;
     }
@@ -280,9 +294,14 @@ bool ChildrenLink::recv(Incoming* out, Millis timeout) {
     std::string peer;
     size_t stripe = 0;
     if (!admit(in, &peer, &stripe)) continue;
-    taking_pieced_ = is_fragment(in.message.data(), in.message.size());
+    const bool pieced = is_fragment(in.message.data(), in.message.size());
+    if (pieced && !reassemble(peer, in)) continue;
+    if (openers_) {
+      queue_taken(std::move(peer), stripe, in, pieced);
+      continue;
+    }
+    taking_pieced_ = pieced;
     taking_long_ = in.long_link;
-    if (taking_pieced_ && !reassemble(peer, in)) continue;
     if (take_frame(std::move(peer), stripe, in, out)) return true;
   }
 }
@@ -326,6 +345,11 @@ bool ChildrenLink::take_frame(std::string peer, size_t stripe, Received& in, Inc
     }
     send_unsealed(peer, reply);
   }
+  return settle(std::move(peer), stripe, in, r, frame_size, security, out);
+}
+
+bool ChildrenLink::settle(std::string peer, size_t stripe, Received& in, ChannelSecurity::Inbound r,
+                          size_t frame_size, ChannelSecurity& security, Incoming* out) {
   if (r == ChannelSecurity::Inbound::kRejected) counters_.rejected += 1;
   const std::optional<ChannelSecurity::Order> order = security.last_order();
   if (order && admission_.streams && admission_.streams(peer) > 1) {

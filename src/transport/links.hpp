@@ -28,6 +28,7 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -38,6 +39,7 @@
 #include "transport/channel_security.hpp"
 #include "transport/fragments.hpp"
 #include "transport/handshake_guard.hpp"
+#include "transport/opening_workers.hpp"
 #include "transport/resequencer.hpp"
 #include "transport/stream_governor.hpp"
 #include "transport/transport.hpp"
@@ -206,6 +208,9 @@ class ChildrenLink {
   using Clock = std::chrono::steady_clock;
   ChildrenLink(Transport& transport, const std::string& bind_endpoint, const LinkOptions& options,
                SecurityFactory security, LinkAdmission admission = {});
+  ~ChildrenLink();
+  ChildrenLink(const ChildrenLink&) = delete;
+  ChildrenLink& operator=(const ChildrenLink&) = delete;
   // Blocks while that child's window is full, at most `timeout`. Throws
   // TransportError when the child is not connected, TimeoutError on timeout.
   // Returns the bytes put on the wire (after the security layer).
@@ -216,8 +221,16 @@ class ChildrenLink {
   [[nodiscard]] std::optional<size_t> try_send(const std::string& peer,
                                                const std::vector<uint8_t>& frame);
   // Waits at most `timeout`; false when nothing (valid) arrived. Handshake
-  // messages are answered here and never returned.
+  // messages are answered here and never returned. With opening threads
+  // (LinkOptions::opening_threads), it reads ahead what the socket holds
+  // and opens those frames on them, while the caller handles the one
+  // returned; a frame read ahead counts as arrived (recv waits for its
+  // opening whatever the timeout), so false still means none is left.
   bool recv(Incoming* out, Millis timeout);
+  // Messages read ahead and not yet returned: the socket no longer signals
+  // them, so an owner that waits on it calls recv() first.
+  bool holding() const { return !taken_.empty(); }
+  size_t opening_threads() const { return openers_ ? openers_->threads() : 0; }
   // Puts out what is left of frames sent in pieces (one per child at most),
   // as far as the connections take it: true when nothing is left. recv()
   // does it too; the owner polls while something is left.
@@ -274,6 +287,15 @@ class ChildrenLink {
   // with a frame in *out; false when it was a handshake message, refused,
   // or is held for a striped child's order.
   bool take_frame(std::string peer, size_t stripe, Received& in, Incoming* out);
+  // What take_frame() does once the channel security had the message.
+  bool settle(std::string peer, size_t stripe, Received& in, ChannelSecurity::Inbound r,
+              size_t frame_size, ChannelSecurity& security, Incoming* out);
+  // Read ahead (children_opening.cpp): a message queued in its turn, its
+  // opening started on a thread when it is a data frame that can be; the
+  // oldest taken as take_frame() would have (waiting for its opening).
+  void queue_taken(std::string peer, size_t stripe, Received& in, bool pieced);
+  bool take_oldest(Incoming* out);
+  bool reading_ahead() const;
   ChannelSecurity& security_for(const std::string& peer);
   // Drops handshakes that outlived their timeout, with their state.
   void expire_handshakes();
@@ -325,6 +347,24 @@ class ChildrenLink {
   // Plain refusals to peers without a session go out at a bounded rate.
   std::chrono::steady_clock::time_point reply_window_{};
   int replies_in_window_ = 0;
+  // Messages read ahead, oldest first; those not detached (every message
+  // but a data frame of an established session) stop the reading ahead
+  // until their turn, so that nothing is admitted before what comes first
+  // has changed the state it is admitted by.
+  struct Taken {
+    std::string peer;
+    size_t stripe = 0;
+    Received in;
+    bool pieced = false;
+    std::unique_ptr<DetachedFrame> detached;
+    bool on_thread = false;  // submitted; small frames are opened in their turn
+    OpeningWorkers::Job job;
+  };
+  std::deque<std::unique_ptr<Taken>> taken_;
+  size_t taken_undetached_ = 0;
+  std::unique_ptr<security::AeadCipher> own_cipher_;  // for small frames
+  // Last: it goes first, its threads done with the frames above.
+  std::unique_ptr<OpeningWorkers> openers_;
 };
 
 }  // namespace fedwan::transport

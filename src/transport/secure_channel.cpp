@@ -298,6 +298,53 @@ ChannelSecurity::Inbound SecureChannel::on_sealed(uint8_t* data, size_t size, si
   return Inbound::kFrame;
 }
 
+namespace {
+
+// A data frame of one session of one channel, opened elsewhere.
+struct SealedDetached final : DetachedFrame {
+  SealedDetached(const SecureChannel* c, uint64_t s, std::unique_ptr<security::DetachedOpen> o)
+      : channel(c), session(s), open(std::move(o)) {}
+  bool run(uint8_t* data, std::unique_ptr<security::AeadCipher>* cipher) const override {
+    return open->run(data, cipher);
+  }
+  size_t payload() const override { return open->payload(); }
+  const SecureChannel* channel;
+  uint64_t session;
+  std::unique_ptr<security::DetachedOpen> open;
+};
+
+}  // namespace
+
+std::unique_ptr<DetachedFrame> SecureChannel::detach(const uint8_t* data, size_t size) {
+  if (!opener_ || state_ != State::kEstablished || !looks_like_frame(data, size) ||
+      !is_sealed(data) || type_of(data) == wire::MsgType::kHandshake) {
+    return nullptr;
+  }
+  std::unique_ptr<security::DetachedOpen> open = opener_->detach(data, size);
+  if (!open) return nullptr;
+  return std::make_unique<SealedDetached>(this, session_, std::move(open));
+}
+
+ChannelSecurity::Inbound SecureChannel::finish(const DetachedFrame& frame, bool authenticated,
+                                               uint8_t* data, size_t size, size_t* frame_size,
+                                               std::string* why) {
+  last_order_.reset();
+  const auto* d = dynamic_cast<const SealedDetached*>(&frame);
+  if (d == nullptr || d->channel != this || d->session != session_ || !opener_) {
+    // Keys agreed again meanwhile: the frame was checked against a session
+    // that is over.
+    return reject("sealed frame of an ended session", size, why);
+  }
+  const FrameOpener::Result r = opener_->finish(*d->open, authenticated, data, frame_size);
+  if (r != FrameOpener::Result::kOk) {
+    return reject(std::string("sealed frame refused: ") + FrameOpener::result_name(r), size, why);
+  }
+  last_order_ =
+      Order{session_, opener_->last_seq(), wire::order_class(data[kTypeOffset], data[kFlagsOffset]),
+            wire::unpack_order(load_order(data))};
+  return Inbound::kFrame;
+}
+
 ChannelSecurity::Inbound SecureChannel::receive(uint8_t* data, size_t size, size_t* frame_size,
                                                 std::string* why, SecurityReplies* out) {
   last_order_.reset();

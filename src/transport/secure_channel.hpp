@@ -60,6 +60,10 @@ class SecureChannel final : public ChannelSecurity {
   Inbound receive(uint8_t* data, size_t size, size_t* frame_size, std::string* why,
                   SecurityReplies* out) override;
 
+  std::unique_ptr<DetachedFrame> detach(const uint8_t* data, size_t size) override;
+  Inbound finish(const DetachedFrame& frame, bool authenticated, uint8_t* data, size_t size,
+                 size_t* frame_size, std::string* why) override;
+
   std::optional<Order> last_order() const override { return last_order_; }
   bool handshaking() const override { return pending_ != nullptr; }
   void abandon_handshake() override;

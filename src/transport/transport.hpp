@@ -61,6 +61,11 @@ struct SocketOptions {
   int streams = 1;
   bool adaptive_streams = false;
   int reorder_wait_ms = 5000;
+  // Threads a parent's link opens (decrypts and authenticates) its
+  // children's frames on, beside its owner's (transport/opening_workers.hpp);
+  // 0: on the owner's thread; -1: one fewer than the cores the process
+  // may use, at most 3.
+  int opening_threads = -1;
 };
 
 // A TCP connection's counts from the kernel (TCP_INFO), or their sum over

@@ -473,6 +473,44 @@ TEST_P(FrameProtector, AFrameSealedBeforeARekeyOpensAfterTheFirstUnderTheNewKey)
   EXPECT_EQ(open_copy(opener, f1), Result::kReplay);
 }
 
+// Opening in two steps (detach, run anywhere, finish) takes only frames of
+// the current epoch; a key update, and frames of an earlier key, are
+// open()'s, in their turn.
+TEST_P(FrameProtector, OnlyFramesOfTheCurrentKeyAreDetached) {
+  RekeyPolicy p;
+  p.max_frames = 2;
+  FrameSealer sealer(alg(), test_key(1), test_iv(2), p);
+  FrameOpener opener(alg(), test_key(1), test_iv(2));
+  const Bytes plain0 = delta_frame(0);
+  Bytes f0 = sealed_copy(sealer, plain0);
+  const Bytes f1 = sealed_copy(sealer, delta_frame(1));
+  const Bytes f2 = sealed_copy(sealer, delta_frame(2));
+  ASSERT_EQ(epoch_of(f2), 1u);
+  EXPECT_EQ(opener.detach(f2.data(), f2.size()), nullptr) << "the next key";
+  const auto d0 = opener.detach(f0.data(), f0.size());
+  ASSERT_NE(d0, nullptr);
+  std::unique_ptr<AeadCipher> cipher;
+  const bool ok = d0->run(f0.data(), &cipher);
+  ASSERT_TRUE(ok);
+  size_t n = 0;
+  ASSERT_EQ(opener.finish(*d0, ok, f0.data(), &n), Result::kOk);
+  f0.resize(n);
+  EXPECT_EQ(f0[kOffFlags] & kFlagSealed, 0);
+  ASSERT_EQ(open_copy(opener, f2), Result::kOk);
+  EXPECT_EQ(opener.epoch(), 1u);
+  EXPECT_EQ(opener.detach(f1.data(), f1.size()), nullptr) << "an earlier key";
+  EXPECT_EQ(open_copy(opener, f1), Result::kOk);
+  // A frame not authenticated is not recorded: its genuine copy opens.
+  const Bytes f3 = sealed_copy(sealer, delta_frame(3));
+  Bytes forged = f3;
+  forged[kHeader + 5] ^= 1;
+  const auto d3 = opener.detach(forged.data(), forged.size());
+  ASSERT_NE(d3, nullptr);
+  EXPECT_FALSE(d3->run(forged.data(), &cipher));
+  EXPECT_EQ(opener.finish(*d3, false, forged.data(), &n), Result::kBadTag);
+  EXPECT_EQ(open_copy(opener, f3), Result::kOk);
+}
+
 TEST_P(FrameProtector, OldEpochOutsideWhatItCouldHaveSealedIsStale) {
   RekeyPolicy p;
   p.max_frames = 2;

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "fedwan/error.hpp"
+#include "security/aead.hpp"
 #include "security/authorization.hpp"
 #include "security/certs.hpp"
 #include "transport/secure_channel.hpp"
@@ -267,6 +268,90 @@ TEST_F(SecureChannelTest, NewHandshakeReplacesKeysOnlyWhenComplete) {
   std::vector<uint8_t> fresh = frame(2, 2, 3);
   again->seal(fresh);
   EXPECT_EQ(deliver(parent, fresh, &none), ChannelSecurity::Inbound::kFrame);
+}
+
+// Opening on other threads (ChildrenLink's): detached frames open as
+// receive() opens them, in the order finished, with the same refusals.
+TEST_F(SecureChannelTest, DetachedFramesOpenAsReceivedOnesDo) {
+  SecureChannel child(config("a", true), true, "eu");
+  SecureChannel parent(config("eu", false), false, "a");
+  SecurityReplies first;
+  child.start(&first);
+  EXPECT_EQ(parent.detach(first[0].data(), first[0].size()), nullptr) << "a handshake message";
+  pump(child, parent, std::move(first));
+  ASSERT_TRUE(parent.established());
+  std::vector<std::vector<uint8_t>> plain, sealed;
+  for (uint8_t i = 0; i < 3; ++i) {
+    plain.push_back(frame(2, i, i));
+    sealed.push_back(plain.back());
+    child.seal(sealed.back());
+  }
+  // All three detached before any is finished, a copy of the second too,
+  // and a copy of the third with a bit of its ciphertext flipped.
+  std::vector<std::vector<uint8_t>> bytes = {sealed[0], sealed[1], sealed[1], sealed[2],
+                                             sealed[2]};
+  bytes[3][wire::kHeaderSize + 3] ^= 0x10;
+  std::vector<std::unique_ptr<DetachedFrame>> d;
+  for (auto& b : bytes) {
+    d.push_back(parent.detach(b.data(), b.size()));
+    ASSERT_NE(d.back(), nullptr);
+  }
+  std::unique_ptr<security::AeadCipher> cipher;
+  const std::vector<ChannelSecurity::Inbound> expected = {
+      ChannelSecurity::Inbound::kFrame, ChannelSecurity::Inbound::kFrame,
+      ChannelSecurity::Inbound::kRejected, ChannelSecurity::Inbound::kRejected,
+      ChannelSecurity::Inbound::kFrame};
+  const std::vector<std::string> why_expected = {"", "", "replay", "bad tag", ""};
+  const std::vector<size_t> plain_of = {0, 1, 1, 2, 2};
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    const bool ok = d[i]->run(bytes[i].data(), &cipher);
+    size_t frame_size = 0;
+    std::string why;
+    EXPECT_EQ(parent.finish(*d[i], ok, bytes[i].data(), bytes[i].size(), &frame_size, &why),
+              expected[i])
+        << i;
+    EXPECT_NE(why.find(why_expected[i]), std::string::npos) << i << ": " << why;
+    if (expected[i] != ChannelSecurity::Inbound::kFrame) continue;
+    bytes[i].resize(frame_size);
+    EXPECT_EQ(without_order(bytes[i]), plain[plain_of[i]]) << i;
+    ASSERT_TRUE(parent.last_order().has_value());
+    EXPECT_EQ(parent.last_order()->seq, plain_of[i]);
+  }
+  EXPECT_EQ(events_.back().kind, LinkEvent::Kind::kFrameRejected);
+  // Recorded: a copy that comes again is not detached; receive() refuses it.
+  std::vector<uint8_t> again = sealed[0];
+  EXPECT_EQ(parent.detach(again.data(), again.size()), nullptr);
+  SecurityReplies none;
+  EXPECT_EQ(deliver(parent, again, &none), ChannelSecurity::Inbound::kRejected);
+}
+
+TEST_F(SecureChannelTest, AFrameDetachedBeforeNewKeysIsRefusedAfter) {
+  SecureChannel parent(config("eu", false), false, "a");
+  auto child = std::make_unique<SecureChannel>(config("a", true), true, "eu");
+  SecurityReplies first;
+  child->start(&first);
+  pump(*child, parent, std::move(first));
+  std::vector<uint8_t> old_frame = frame(2, 1, 9);
+  child->seal(old_frame);
+  auto d = parent.detach(old_frame.data(), old_frame.size());
+  ASSERT_NE(d, nullptr);
+  std::unique_ptr<security::AeadCipher> cipher;
+  const bool ok = d->run(old_frame.data(), &cipher);
+  EXPECT_TRUE(ok);
+  auto again = std::make_unique<SecureChannel>(config("a", true), true, "eu");
+  SecurityReplies hello;
+  again->start(&hello);
+  pump(*again, parent, std::move(hello));
+  ASSERT_TRUE(again->established());
+  size_t frame_size = 0;
+  std::string why;
+  EXPECT_EQ(parent.finish(*d, ok, old_frame.data(), old_frame.size(), &frame_size, &why),
+            ChannelSecurity::Inbound::kRejected);
+  EXPECT_NE(why.find("ended session"), std::string::npos) << why;
+  // Nor does another channel's detached frame finish here.
+  SecureChannel other(config("eu", false), false, "b");
+  EXPECT_EQ(other.finish(*d, true, old_frame.data(), old_frame.size(), &frame_size, &why),
+            ChannelSecurity::Inbound::kRejected);
 }
 
 }  // namespace

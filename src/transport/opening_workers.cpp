@@ -1,0 +1,94 @@
+#include "transport/opening_workers.hpp"
+
+#include <pthread.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+
+#include "fedwan/error.hpp"
+#include "security/aead.hpp"
+
+namespace fedwan::transport {
+
+OpeningWorkers::OpeningWorkers(size_t threads) {
+  if (threads == 0) throw ConfigError("OpeningWorkers: at least one thread");
+  threads_.reserve(threads);
+  for (size_t i = 0; i < threads; ++i) threads_.emplace_back([this] { work(); });
+}
+
+OpeningWorkers::~OpeningWorkers() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  for (std::thread& t : threads_) t.join();
+}
+
+void OpeningWorkers::submit(Job* job) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    job->done_ = false;
+    queued_.push_back(job);
+  }
+  wake_.notify_one();
+}
+
+bool OpeningWorkers::wait(const Job* job, std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return ran_.wait_for(lock, timeout, [&] { return job->done_; });
+}
+
+bool OpeningWorkers::done(const Job* job) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return job->done_;
+}
+
+size_t OpeningWorkers::default_threads() {
+  if (const char* env = std::getenv("FEDWAN_OPENING_THREADS"); env != nullptr && *env != '\0') {
+    const std::string v = env;
+    const bool number = v.size() <= 2 && v.find_first_not_of("0123456789") == std::string::npos;
+    if (!number || std::stoul(v) > kMaxThreads) {
+      throw ConfigError("FEDWAN_OPENING_THREADS=" + v + ": a number of threads from 0 to " +
+                        std::to_string(kMaxThreads) + " (0: frames are opened on the link's " +
+                        "own thread); unset, one fewer than the cores, at most 3");
+    }
+    return std::stoul(v);
+  }
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  size_t cores = 1;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) cores = size_t(CPU_COUNT(&set));
+  return std::min<size_t>(3, cores > 0 ? cores - 1 : 0);
+}
+
+void OpeningWorkers::work() {
+  // Named, so that top -H and /proc show where a link's opening goes.
+  pthread_setname_np(pthread_self(), "fedwan-open");
+  std::unique_ptr<security::AeadCipher> cipher;  // this thread's own
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    wake_.wait(lock, [&] { return stop_ || !queued_.empty(); });
+    if (stop_) return;
+    Job* job = queued_.front();
+    queued_.pop_front();
+    lock.unlock();
+    bool ok = false;
+    std::exception_ptr error;
+    try {
+      ok = job->frame->run(job->data, &cipher);
+    } catch (...) {
+      error = std::current_exception();
+      cipher.reset();  // its state after a library failure is unknown
+    }
+    lock.lock();
+    job->authenticated = ok;
+    job->error = error;
+    job->done_ = true;
+    ran_.notify_all();
+  }
+}
+
+}  // namespace fedwan::transport

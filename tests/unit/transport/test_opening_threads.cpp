@@ -1,0 +1,150 @@
+// A parent's link that opens its children's frames on threads of its own
+// (LinkOptions::opening_threads): every frame comes whole and in the order
+// its child sent it, whatever thread opened it, and a frame changed on the
+// way or sent twice is refused as it is without them, the rest going on.
+#include <cstdlib>
+#include <map>
+
+#include "striped_links_fixture.hpp"
+
+namespace fedwan::transport::striped {
+namespace {
+
+constexpr size_t kBig = 40 << 10;  // opened on a thread
+constexpr size_t kSmall = 3000;    // opened in its turn on the owner's
+
+// Every fifth frame small: both kinds interleave in one child's order.
+size_t payload_of(uint32_t n) { return n % 5 == 4 ? kSmall : kBig; }
+
+class OpeningThreads : public StripedLinks {
+ protected:
+  void start(int threads) {
+    LinkOptions o;
+    o.opening_threads = threads;
+    start_parent(5000ms, o);
+    ASSERT_EQ(children_->opening_threads(), size_t(threads));
+  }
+
+  // Sends `n` numbered frames up from each child, at most one each per
+  // turn, and takes what the parent delivers until each child's count came
+  // (`short_by` fewer than sent for a child named there); checks every
+  // frame's bytes.
+  void send_up(std::vector<std::pair<std::string, ParentLink*>> children, uint32_t n,
+               std::map<std::string, size_t> short_by = {}) {
+    std::map<std::string, uint32_t> sent;
+    const auto end = Clock::now() + 20s;
+    while (Clock::now() < end) {
+      for (auto& [id, link] : children) {
+        const uint32_t k = sent[id];
+        if (k < n &&
+            link->try_send(numbered(*topo_, topo_->node(id).index, k, payload_of(k)))) {
+          sent[id] = k + 1;
+        }
+        Incoming ignored;
+        while (link->recv(&ignored, 0ms)) {
+        }
+      }
+      Incoming in;
+      while (children_->recv(&in, 0ms)) {
+        const uint32_t k = number_of(in);
+        const size_t body = in.frame_size - wire::kHeaderSize;
+        EXPECT_EQ(body, payload_of(k));
+        const uint8_t* p = in.data() + wire::kHeaderSize;
+        EXPECT_TRUE(std::all_of(p, p + body, [&](uint8_t b) { return b == uint8_t(k); }))
+            << "frame " << k << " from " << in.peer;
+        got_[in.peer].push_back(k);
+      }
+      bool all = true;
+      for (auto& [id, link] : children) all = all && got_[id].size() + short_by[id] >= n;
+      if (all && !children_->holding()) return;
+      std::this_thread::sleep_for(1ms);
+    }
+    ADD_FAILURE() << "not every frame came";
+  }
+
+  std::map<std::string, std::vector<uint32_t>> got_;
+};
+
+TEST_F(OpeningThreads, FramesOpenedOnThreadsComeWholeAndInTheirOrder) {
+  start(2);
+  auto a = connect("a", 1);
+  auto b = connect("b", 1);
+  send_up({{"a", a.get()}, {"b", b.get()}}, 150);
+  EXPECT_EQ(got_["a"], iota(150));
+  EXPECT_EQ(got_["b"], iota(150));
+  EXPECT_EQ(children_->counters().rejected, 0u);
+}
+
+// Over three connections chunks come as they arrive (a chunk may overtake
+// another: links.hpp), each once and whole.
+TEST_F(OpeningThreads, AStripedChildsFramesComeEachOnceAndWhole) {
+  start(2);
+  auto a = connect("a", 3);
+  send_up({{"a", a.get()}}, 150);
+  EXPECT_EQ(sorted(got_["a"]), iota(150));
+}
+
+TEST_F(OpeningThreads, AFrameChangedOnTheWayOrSentTwiceIsRefusedAndTheRestGoOn) {
+  // Frame 7 of a's has a bit of its ciphertext flipped; frame 11 of b's and
+  // the small frame 14 of a's arrive twice.
+  const auto is = [](uint32_t k) {
+    return [k](const uint8_t* d, size_t size) {
+      uint32_t index = 0;
+      if (size >= wire::kHeaderSize) std::memcpy(&index, d + 28, 4);
+      return size >= wire::kHeaderSize && index == k;
+    };
+  };
+  const auto flipped = faults_->add(FaultRule::corrupt(wire::kHeaderSize + 100)
+                                        .on(endpoint(), "a")
+                                        .up()
+                                        .of_type(wire::MsgType::kDelta)
+                                        .where(is(7)));
+  const auto twice_b =
+      faults_->add(FaultRule::duplicate().on(endpoint(), "b").up().where(is(11)).first(1));
+  const auto twice_a =
+      faults_->add(FaultRule::duplicate().on(endpoint(), "a").up().where(is(14)).first(1));
+  start(2);
+  auto a = connect("a", 1);
+  auto b = connect("b", 1);
+  send_up({{"a", a.get()}, {"b", b.get()}}, 40, {{"a", 1}});
+  EXPECT_EQ(faults_->hits(flipped), 1u);
+  EXPECT_EQ(faults_->hits(twice_b), 1u);
+  EXPECT_EQ(faults_->hits(twice_a), 1u);
+  std::vector<uint32_t> without_7 = iota(40);
+  without_7.erase(without_7.begin() + 7);
+  EXPECT_EQ(got_["a"], without_7);
+  EXPECT_EQ(got_["b"], iota(40));
+  EXPECT_EQ(children_->counters().rejected, 3u);
+}
+
+// The same traffic with and without threads: the same frames, the same
+// refusals (the threads change where frames are opened, nothing else).
+TEST_F(OpeningThreads, WithoutThreadsTheLinkOpensOnItsOwnThread) {
+  start(0);
+  auto a = connect("a", 1);
+  send_up({{"a", a.get()}}, 60);
+  EXPECT_EQ(got_["a"], iota(60));
+  EXPECT_FALSE(children_->holding());
+}
+
+// The operator's setting: a number of threads within bounds, or a clear
+// error; unset, what the cores allow.
+TEST(OpeningThreadsSetting, FromTheEnvironmentWithinBounds) {
+  const char* before = std::getenv("FEDWAN_OPENING_THREADS");
+  const std::string saved = before != nullptr ? before : "";
+  ::setenv("FEDWAN_OPENING_THREADS", "2", 1);
+  EXPECT_EQ(OpeningWorkers::default_threads(), 2u);
+  ::setenv("FEDWAN_OPENING_THREADS", "0", 1);
+  EXPECT_EQ(OpeningWorkers::default_threads(), 0u);
+  for (const char* bad : {"17", "-1", "two", "1000", " 1"}) {
+    ::setenv("FEDWAN_OPENING_THREADS", bad, 1);
+    EXPECT_THROW(OpeningWorkers::default_threads(), ConfigError) << bad;
+  }
+  ::unsetenv("FEDWAN_OPENING_THREADS");
+  EXPECT_LE(OpeningWorkers::default_threads(), 3u);
+  if (before != nullptr) ::setenv("FEDWAN_OPENING_THREADS", saved.c_str(), 1);
+  EXPECT_THROW(OpeningWorkers(0), ConfigError);
+}
+
+}  // namespace
+}  // namespace fedwan::transport::striped
