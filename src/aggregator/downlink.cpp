@@ -45,13 +45,39 @@ bool Downlink::flush(const OnSent& on_sent) {
   // anchor first would send its whole update ahead of the others', whose
   // chunks the aggregator would then hold for their last copies.
   for (bool progress = true; progress;) {
-    progress = false;
+    progress = seal_turn(on_sent);
     for (size_t i = 0; i < out_.size(); ++i) {
       if (out_[i].empty()) continue;
       if (send_head(i, on_sent)) progress = true;
     }
   }
   return empty();
+}
+
+bool Downlink::seal_turn(const OnSent& on_sent) {
+  if (!link_ || link_->crypto_threads() == 0) return false;
+  std::vector<size_t> slots;
+  std::vector<std::pair<std::string, const std::vector<uint8_t>*>> turn;
+  for (size_t i = 0; i < out_.size(); ++i) {
+    if (out_[i].empty() || !link_->may_seal_ahead(ids_[i])) continue;
+    Outgoing& head = out_[i].front();
+    if (!head.loaded) head.loaded = head.frame.load();
+    slots.push_back(i);
+    turn.emplace_back(ids_[i], head.loaded.get());
+  }
+  // One child's frame gains nothing from another thread: it is sealed as
+  // it goes (send_head).
+  if (turn.size() < 2) return false;
+  const std::vector<std::optional<size_t>> sent = link_->seal_ahead(turn);
+  bool any = false;
+  for (size_t k = 0; k < slots.size(); ++k) {
+    if (!sent[k]) continue;
+    Outbox& box = out_[slots[k]];
+    on_sent(box.front().header, *sent[k]);
+    box.pop(Clock::now());
+    any = true;
+  }
+  return any;
 }
 
 bool Downlink::send_head(size_t i, const OnSent& on_sent) {

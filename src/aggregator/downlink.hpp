@@ -88,7 +88,8 @@ class Downlink {
   // the bytes only).
   void queue(size_t slot, StoredFrame frame, const wire::FrameHeader& h);
   // Sends what the children's windows take, a frame per child in turn,
-  // `on_sent` told of each frame.
+  // `on_sent` told of each frame (a frame sealed ahead when it is sealed:
+  // it is the link's then, ChildrenLink::seal_ahead).
   // A child that is not connected loses what waited for it: it reaches it
   // as a resync when it says hello again. True when every outbox is empty.
   bool flush(const OnSent& on_sent);
@@ -98,6 +99,10 @@ class Downlink {
  private:
   // Sends the head of child i's outbox if its window takes it.
   bool send_head(size_t i, const OnSent& on_sent);
+  // With crypto threads on the link: the heads of the outboxes of every
+  // child that can take a frame sealed ahead, sealed together (one turn
+  // of flush()'s, on several cores); true when any was.
+  bool seal_turn(const OnSent& on_sent);
 
   std::string log_name_;
   std::unique_ptr<transport::ChildrenLink> link_;

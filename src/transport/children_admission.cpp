@@ -68,6 +68,7 @@ void ChildrenLink::expire_handshakes() {
       security_.erase(it);
       reseq_.erase(peer);
       out_.erase(peer);
+      held_.erase(peer);
       reassembly_.erase(peer);
       pieced_session_.erase(peer);
       next_send_.erase(peer);

@@ -25,9 +25,9 @@ ChildrenLink::ChildrenLink(Transport& transport, const std::string& bind_endpoin
       factory_(std::move(security)),
       admission_(std::move(admission)),
       guard_(admission_.handshakes) {
-  const size_t threads = options.opening_threads < 0 ? OpeningWorkers::default_threads()
-                                                     : size_t(options.opening_threads);
-  if (threads > 0) openers_ = std::make_unique<OpeningWorkers>(threads);
+  const size_t threads = options.crypto_threads < 0 ? CryptoWorkers::default_threads()
+                                                     : size_t(options.crypto_threads);
+  if (threads > 0) openers_ = std::make_unique<CryptoWorkers>(threads);
 }
 
 ChildrenLink::~ChildrenLink() = default;
@@ -86,6 +86,16 @@ SendResult ChildrenLink::send_striped(const std::string& peer, SendOn send_on) {
 }
 
 bool ChildrenLink::flush(const std::string& child) {
+  if (auto h = held_.find(child); h != held_.end()) {
+    const SendResult r = send_striped(
+        child, [&](const std::string& id) { return socket_->try_send_owned(id, h->second); });
+    if (r == SendResult::kFull && !suspended_.count(child)) return false;
+    if (r != SendResult::kSent) {
+      log().debug("child '{}' left with a sealed frame of {} bytes still to send", child,
+                  h->second.size());
+    }
+    held_.erase(h);
+  }
   auto it = out_.find(child);
   while (it != out_.end()) {
     Fragmenter& f = it->second;
@@ -115,12 +125,15 @@ bool ChildrenLink::fragmenting_to(const std::string& child, size_t size) const {
 }
 
 bool ChildrenLink::flush() {
-  bool all = true;
-  for (auto it = out_.begin(); it != out_.end();) {
-    const std::string child = (it++)->first;
-    // flush(child) may erase its own entry, never another.
-    all = flush(child) && all;
+  if (out_.empty() && held_.empty()) return true;
+  std::vector<std::string> children;
+  children.reserve(out_.size() + held_.size());
+  for (const auto& entry : held_) children.push_back(entry.first);
+  for (const auto& entry : out_) {
+    if (!held_.count(entry.first)) children.push_back(entry.first);
   }
+  bool all = true;
+  for (const std::string& child : children) all = flush(child) && all;
   return all;
 }
 

@@ -39,7 +39,7 @@
 #include "transport/channel_security.hpp"
 #include "transport/fragments.hpp"
 #include "transport/handshake_guard.hpp"
-#include "transport/opening_workers.hpp"
+#include "transport/crypto_workers.hpp"
 #include "transport/resequencer.hpp"
 #include "transport/stream_governor.hpp"
 #include "transport/transport.hpp"
@@ -222,7 +222,7 @@ class ChildrenLink {
                                                const std::vector<uint8_t>& frame);
   // Waits at most `timeout`; false when nothing (valid) arrived. Handshake
   // messages are answered here and never returned. With opening threads
-  // (LinkOptions::opening_threads), it reads ahead what the socket holds
+  // (LinkOptions::crypto_threads), it reads ahead what the socket holds
   // and opens those frames on them, while the caller handles the one
   // returned; a frame read ahead counts as arrived (recv waits for its
   // opening whatever the timeout), so false still means none is left.
@@ -230,12 +230,24 @@ class ChildrenLink {
   // Messages read ahead and not yet returned: the socket no longer signals
   // them, so an owner that waits on it calls recv() first.
   bool holding() const { return !taken_.empty(); }
-  size_t opening_threads() const { return openers_ ? openers_->threads() : 0; }
-  // Puts out what is left of frames sent in pieces (one per child at most),
-  // as far as the connections take it: true when nothing is left. recv()
-  // does it too; the owner polls while something is left.
+  size_t crypto_threads() const { return openers_ ? openers_->threads() : 0; }
+  // Puts out what is left of frames sent in pieces or sealed ahead (one per
+  // child at most), as far as the connections take it: true when nothing is
+  // left. recv() does it too; the owner polls while something is left.
   bool flush();
-  bool sending() const { return !out_.empty(); }
+  bool sending() const { return !out_.empty() || !held_.empty(); }
+  // Seals each child's frame of `frames` (a child once at most), all at
+  // once: on the link's threads and this one, each child's by its own
+  // sealer. Each goes out ahead of anything sent to that child later, as a
+  // frame in pieces does: flush(), send() and try_send() put it out first,
+  // as that child's window takes it. A child that cannot take one now
+  // (may_seal_ahead) is skipped. Returns the bytes each frame puts on the
+  // wire, nullopt for those skipped. A sealing that fails throws here once
+  // every other has ended (those that succeeded are kept and go).
+  std::vector<std::optional<size_t>> seal_ahead(
+      const std::vector<std::pair<std::string, const std::vector<uint8_t>*>>& frames);
+  // Whether `child` has a session and nothing of its own still to go out.
+  bool may_seal_ahead(const std::string& child) const;
   Socket& socket() { return *socket_; }
   const LinkCounters& counters() const { return counters_; }
   // Bytes put on the wire to one child (send and try_send) since the link
@@ -334,8 +346,10 @@ class ChildrenLink {
   std::unordered_map<std::string, uint64_t> suspended_;
   std::unordered_map<std::string, uint64_t> gaps_seen_;
   LinkCounters counters_;
-  // Frames going out in pieces, and pieces coming in, per child.
+  // Frames going out in pieces, and pieces coming in, per child; a whole
+  // frame sealed ahead (seal_ahead), per child.
   std::unordered_map<std::string, Fragmenter> out_;
+  std::unordered_map<std::string, std::vector<uint8_t>> held_;
   std::unordered_map<std::string, Reassembler> reassembly_;
   std::unordered_map<std::string, uint64_t> pieced_session_;  // sends in pieces, in this session
   bool taking_pieced_ = false;  // the frame take_frame() has now came in pieces
@@ -358,13 +372,13 @@ class ChildrenLink {
     bool pieced = false;
     std::unique_ptr<DetachedFrame> detached;
     bool on_thread = false;  // submitted; small frames are opened in their turn
-    OpeningWorkers::Job job;
+    CryptoWorkers::Job job;
   };
   std::deque<std::unique_ptr<Taken>> taken_;
   size_t taken_undetached_ = 0;
   std::unique_ptr<security::AeadCipher> own_cipher_;  // for small frames
   // Last: it goes first, its threads done with the frames above.
-  std::unique_ptr<OpeningWorkers> openers_;
+  std::unique_ptr<CryptoWorkers> openers_;
 };
 
 }  // namespace fedwan::transport

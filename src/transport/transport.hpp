@@ -62,10 +62,11 @@ struct SocketOptions {
   bool adaptive_streams = false;
   int reorder_wait_ms = 5000;
   // Threads a parent's link opens (decrypts and authenticates) its
-  // children's frames on, beside its owner's (transport/opening_workers.hpp);
-  // 0: on the owner's thread; -1: one fewer than the cores the process
-  // may use, at most 3.
-  int opening_threads = -1;
+  // children's frames on, and seals a turn's frames for several children
+  // on, beside its owner's (transport/crypto_workers.hpp); 0: all on the
+  // owner's thread; -1: FEDWAN_CRYPTO_THREADS, or else one fewer than the
+  // cores the process may use, at most 3.
+  int crypto_threads = -1;
 };
 
 // A TCP connection's counts from the kernel (TCP_INFO), or their sum over

@@ -1,4 +1,4 @@
-#include "transport/opening_workers.hpp"
+#include "transport/crypto_workers.hpp"
 
 #include <pthread.h>
 #include <sched.h>
@@ -12,13 +12,13 @@
 
 namespace fedwan::transport {
 
-OpeningWorkers::OpeningWorkers(size_t threads) {
-  if (threads == 0) throw ConfigError("OpeningWorkers: at least one thread");
+CryptoWorkers::CryptoWorkers(size_t threads) {
+  if (threads == 0) throw ConfigError("CryptoWorkers: at least one thread");
   threads_.reserve(threads);
   for (size_t i = 0; i < threads; ++i) threads_.emplace_back([this] { work(); });
 }
 
-OpeningWorkers::~OpeningWorkers() {
+CryptoWorkers::~CryptoWorkers() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
@@ -27,7 +27,7 @@ OpeningWorkers::~OpeningWorkers() {
   for (std::thread& t : threads_) t.join();
 }
 
-void OpeningWorkers::submit(Job* job) {
+void CryptoWorkers::submit(Job* job) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     job->done_ = false;
@@ -36,24 +36,24 @@ void OpeningWorkers::submit(Job* job) {
   wake_.notify_one();
 }
 
-bool OpeningWorkers::wait(const Job* job, std::chrono::milliseconds timeout) {
+bool CryptoWorkers::wait(const Job* job, std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mu_);
   return ran_.wait_for(lock, timeout, [&] { return job->done_; });
 }
 
-bool OpeningWorkers::done(const Job* job) const {
+bool CryptoWorkers::done(const Job* job) const {
   std::lock_guard<std::mutex> lock(mu_);
   return job->done_;
 }
 
-size_t OpeningWorkers::default_threads() {
-  if (const char* env = std::getenv("FEDWAN_OPENING_THREADS"); env != nullptr && *env != '\0') {
+size_t CryptoWorkers::default_threads() {
+  if (const char* env = std::getenv("FEDWAN_CRYPTO_THREADS"); env != nullptr && *env != '\0') {
     const std::string v = env;
     const bool number = v.size() <= 2 && v.find_first_not_of("0123456789") == std::string::npos;
     if (!number || std::stoul(v) > kMaxThreads) {
-      throw ConfigError("FEDWAN_OPENING_THREADS=" + v + ": a number of threads from 0 to " +
-                        std::to_string(kMaxThreads) + " (0: frames are opened on the link's " +
-                        "own thread); unset, one fewer than the cores, at most 3");
+      throw ConfigError("FEDWAN_CRYPTO_THREADS=" + v + ": a number of threads from 0 to " +
+                        std::to_string(kMaxThreads) + " (0: frames are sealed and opened on " +
+                        "the link's own thread); unset, one fewer than the cores, at most 3");
     }
     return std::stoul(v);
   }
@@ -64,9 +64,9 @@ size_t OpeningWorkers::default_threads() {
   return std::min<size_t>(3, cores > 0 ? cores - 1 : 0);
 }
 
-void OpeningWorkers::work() {
+void CryptoWorkers::work() {
   // Named, so that top -H and /proc show where a link's opening goes.
-  pthread_setname_np(pthread_self(), "fedwan-open");
+  pthread_setname_np(pthread_self(), "fedwan-crypto");
   std::unique_ptr<security::AeadCipher> cipher;  // this thread's own
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
@@ -78,7 +78,11 @@ void OpeningWorkers::work() {
     bool ok = false;
     std::exception_ptr error;
     try {
-      ok = job->frame->run(job->data, &cipher);
+      if (job->task) {
+        job->task();
+      } else {
+        ok = job->frame->run(job->data, &cipher);
+      }
     } catch (...) {
       error = std::current_exception();
       cipher.reset();  // its state after a library failure is unknown

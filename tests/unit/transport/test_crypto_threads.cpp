@@ -1,5 +1,5 @@
 // A parent's link that opens its children's frames on threads of its own
-// (LinkOptions::opening_threads): every frame comes whole and in the order
+// (LinkOptions::crypto_threads): every frame comes whole and in the order
 // its child sent it, whatever thread opened it, and a frame changed on the
 // way or sent twice is refused as it is without them, the rest going on.
 #include <cstdlib>
@@ -16,13 +16,13 @@ constexpr size_t kSmall = 3000;    // opened in its turn on the owner's
 // Every fifth frame small: both kinds interleave in one child's order.
 size_t payload_of(uint32_t n) { return n % 5 == 4 ? kSmall : kBig; }
 
-class OpeningThreads : public StripedLinks {
+class CryptoThreads : public StripedLinks {
  protected:
   void start(int threads) {
     LinkOptions o;
-    o.opening_threads = threads;
+    o.crypto_threads = threads;
     start_parent(5000ms, o);
-    ASSERT_EQ(children_->opening_threads(), size_t(threads));
+    ASSERT_EQ(children_->crypto_threads(), size_t(threads));
   }
 
   // Sends `n` numbered frames up from each child, at most one each per
@@ -65,7 +65,7 @@ class OpeningThreads : public StripedLinks {
   std::map<std::string, std::vector<uint32_t>> got_;
 };
 
-TEST_F(OpeningThreads, FramesOpenedOnThreadsComeWholeAndInTheirOrder) {
+TEST_F(CryptoThreads, FramesOpenedOnThreadsComeWholeAndInTheirOrder) {
   start(2);
   auto a = connect("a", 1);
   auto b = connect("b", 1);
@@ -77,14 +77,14 @@ TEST_F(OpeningThreads, FramesOpenedOnThreadsComeWholeAndInTheirOrder) {
 
 // Over three connections chunks come as they arrive (a chunk may overtake
 // another: links.hpp), each once and whole.
-TEST_F(OpeningThreads, AStripedChildsFramesComeEachOnceAndWhole) {
+TEST_F(CryptoThreads, AStripedChildsFramesComeEachOnceAndWhole) {
   start(2);
   auto a = connect("a", 3);
   send_up({{"a", a.get()}}, 150);
   EXPECT_EQ(sorted(got_["a"]), iota(150));
 }
 
-TEST_F(OpeningThreads, AFrameChangedOnTheWayOrSentTwiceIsRefusedAndTheRestGoOn) {
+TEST_F(CryptoThreads, AFrameChangedOnTheWayOrSentTwiceIsRefusedAndTheRestGoOn) {
   // Frame 7 of a's has a bit of its ciphertext flipped; frame 11 of b's and
   // the small frame 14 of a's arrive twice.
   const auto is = [](uint32_t k) {
@@ -119,7 +119,7 @@ TEST_F(OpeningThreads, AFrameChangedOnTheWayOrSentTwiceIsRefusedAndTheRestGoOn) 
 
 // The same traffic with and without threads: the same frames, the same
 // refusals (the threads change where frames are opened, nothing else).
-TEST_F(OpeningThreads, WithoutThreadsTheLinkOpensOnItsOwnThread) {
+TEST_F(CryptoThreads, WithoutThreadsTheLinkOpensOnItsOwnThread) {
   start(0);
   auto a = connect("a", 1);
   send_up({{"a", a.get()}}, 60);
@@ -127,23 +127,83 @@ TEST_F(OpeningThreads, WithoutThreadsTheLinkOpensOnItsOwnThread) {
   EXPECT_FALSE(children_->holding());
 }
 
+// Frames sealed ahead for several children at once go first to each, whole
+// and in the order sealed, before what is sent to it after; a child without
+// a session is skipped.
+TEST_F(CryptoThreads, FramesSealedAheadGoFirstToEachChildInOrder) {
+  start(1);
+  auto a = connect("a", 1);
+  auto b = connect("b", 1);
+  std::map<std::string, ParentLink*> links = {{"a", a.get()}, {"b", b.get()}};
+  std::map<std::string, std::vector<uint32_t>> down;
+  const auto take = [&] {
+    Incoming in;
+    while (children_->recv(&in, 0ms)) {
+    }
+    for (auto& [id, link] : links) {
+      while (link->recv(&in, 0ms)) {
+        const uint32_t k = number_of(in);
+        const size_t body = in.frame_size - wire::kHeaderSize;
+        const uint8_t* p = in.data() + wire::kHeaderSize;
+        EXPECT_EQ(body, payload_of(k));
+        EXPECT_TRUE(std::all_of(p, p + body, [&](uint8_t v) { return v == uint8_t(k); }));
+        down[id].push_back(k);
+      }
+    }
+  };
+  const auto end = Clock::now() + 20s;
+  while (!(children_->established("a") && children_->established("b")) && Clock::now() < end) {
+    take();
+    std::this_thread::sleep_for(1ms);
+  }
+  ASSERT_TRUE(children_->established("a") && children_->established("b"));
+  // 0..59 sealed ahead two children at a time (with one that has no
+  // session), then 60 sent as usual.
+  uint32_t k = 0;
+  while (k < 60 && Clock::now() < end) {
+    if (children_->may_seal_ahead("a") && children_->may_seal_ahead("b")) {
+      const auto fa = numbered(*topo_, 0, k, payload_of(k));
+      const auto fb = fa;
+      const auto fc = fa;
+      const auto sent = children_->seal_ahead({{"a", &fa}, {"c", &fc}, {"b", &fb}});
+      ASSERT_EQ(sent.size(), 3u);
+      EXPECT_TRUE(sent[0].has_value() && *sent[0] > fa.size()) << "sealed, with its trailer";
+      EXPECT_FALSE(sent[1].has_value()) << "c has no session";
+      EXPECT_TRUE(sent[2].has_value());
+      ++k;
+    }
+    (void)children_->flush();
+    take();
+  }
+  for (const std::string id : {"a", "b"}) {
+    while (!children_->try_send(id, numbered(*topo_, 0, 60, payload_of(60))) &&
+           Clock::now() < end) {
+      take();
+    }
+  }
+  while ((down["a"].size() < 61 || down["b"].size() < 61) && Clock::now() < end) take();
+  EXPECT_EQ(down["a"], iota(61));
+  EXPECT_EQ(down["b"], iota(61));
+  EXPECT_FALSE(children_->sending());
+}
+
 // The operator's setting: a number of threads within bounds, or a clear
 // error; unset, what the cores allow.
-TEST(OpeningThreadsSetting, FromTheEnvironmentWithinBounds) {
-  const char* before = std::getenv("FEDWAN_OPENING_THREADS");
+TEST(CryptoThreadsSetting, FromTheEnvironmentWithinBounds) {
+  const char* before = std::getenv("FEDWAN_CRYPTO_THREADS");
   const std::string saved = before != nullptr ? before : "";
-  ::setenv("FEDWAN_OPENING_THREADS", "2", 1);
-  EXPECT_EQ(OpeningWorkers::default_threads(), 2u);
-  ::setenv("FEDWAN_OPENING_THREADS", "0", 1);
-  EXPECT_EQ(OpeningWorkers::default_threads(), 0u);
+  ::setenv("FEDWAN_CRYPTO_THREADS", "2", 1);
+  EXPECT_EQ(CryptoWorkers::default_threads(), 2u);
+  ::setenv("FEDWAN_CRYPTO_THREADS", "0", 1);
+  EXPECT_EQ(CryptoWorkers::default_threads(), 0u);
   for (const char* bad : {"17", "-1", "two", "1000", " 1"}) {
-    ::setenv("FEDWAN_OPENING_THREADS", bad, 1);
-    EXPECT_THROW(OpeningWorkers::default_threads(), ConfigError) << bad;
+    ::setenv("FEDWAN_CRYPTO_THREADS", bad, 1);
+    EXPECT_THROW(CryptoWorkers::default_threads(), ConfigError) << bad;
   }
-  ::unsetenv("FEDWAN_OPENING_THREADS");
-  EXPECT_LE(OpeningWorkers::default_threads(), 3u);
-  if (before != nullptr) ::setenv("FEDWAN_OPENING_THREADS", saved.c_str(), 1);
-  EXPECT_THROW(OpeningWorkers(0), ConfigError);
+  ::unsetenv("FEDWAN_CRYPTO_THREADS");
+  EXPECT_LE(CryptoWorkers::default_threads(), 3u);
+  if (before != nullptr) ::setenv("FEDWAN_CRYPTO_THREADS", saved.c_str(), 1);
+  EXPECT_THROW(CryptoWorkers(0), ConfigError);
 }
 
 }  // namespace

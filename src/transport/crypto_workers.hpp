@@ -1,0 +1,81 @@
+// Threads that do a link's cryptography beside its owner's thread. They
+// open received frames (decrypt and authenticate them), so that opening
+// frame k+1 overlaps with what the owner does with frame k (an aggregator:
+// check, decode and add it) and frames from several children are opened on
+// several cores: the owner detaches a frame (ChannelSecurity::detach),
+// submits it here, and takes it back, opened or refused, in the order it
+// submitted frames (ChildrenLink::recv). And they seal: the frames of one
+// turn for several children (each its own sealer) at once
+// (ChildrenLink::seal_ahead).
+//
+// Each thread keeps a cipher of its own for opening, rekeyed for every
+// frame; a job holds its frame's bytes and its key's copy until the owner
+// takes it back. Thread safety: submit(), wait() and done() from the
+// owner's thread; the pool's threads touch only the jobs they run.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "transport/channel_security.hpp"
+
+namespace fedwan::transport {
+
+class CryptoWorkers {
+ public:
+  // One frame to open (`frame` and `data`), or any other `task`. The owner
+  // keeps it (and its bytes) alive until done() says so, or until the pool
+  // is gone.
+  struct Job {
+    const DetachedFrame* frame = nullptr;
+    uint8_t* data = nullptr;
+    std::function<void()> task;  // run instead, when set
+    bool authenticated = false;  // valid once done
+    std::exception_ptr error;    // what the job threw (a failure of the crypto library)
+   private:
+    friend class CryptoWorkers;
+    bool done_ = false;  // under the pool's lock
+  };
+
+  // `threads` at least 1 (0 throws ConfigError).
+  explicit CryptoWorkers(size_t threads);
+  // Jobs still queued are left unrun; running ones finish first.
+  ~CryptoWorkers();
+  CryptoWorkers(const CryptoWorkers&) = delete;
+  CryptoWorkers& operator=(const CryptoWorkers&) = delete;
+
+  void submit(Job* job);
+  // Whether `job` ran; waits at most `timeout` for it.
+  bool wait(const Job* job, std::chrono::milliseconds timeout);
+  bool done(const Job* job) const;
+  size_t threads() const { return threads_.size(); }
+
+  // How many threads a link has by default: what
+  // FEDWAN_CRYPTO_THREADS says (0 to kMaxThreads; anything else is a
+  // ConfigError), or else one fewer than the cores this process may use, at
+  // most 3 (more add nothing at the pace one owner thread takes frames),
+  // none on a single core.
+  static constexpr size_t kMaxThreads = 16;
+  static size_t default_threads();
+
+ private:
+  void work();
+
+  mutable std::mutex mu_;
+  std::condition_variable wake_;  // a job queued, or stop
+  std::condition_variable ran_;   // a job ran
+  std::deque<Job*> queued_;
+  bool stop_ = false;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace fedwan::transport
