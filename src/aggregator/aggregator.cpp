@@ -46,6 +46,14 @@ void Aggregator::Impl::send_child(const Child& c, aggregator::StoredFrame frame,
   flush();
 }
 
+void Aggregator::Impl::send_children(const aggregator::StoredFrame& frame,
+                                     const wire::FrameHeader& h) {
+  for (const Child& c : down_.children) {
+    if (c.live && !c.rejoin_pending) down_.link.queue(down_.link.slot(c.id), frame, h);
+  }
+  flush();
+}
+
 bool Aggregator::Impl::flush() {
   pump_serving();
   if (pace_waiting_) send_paces();

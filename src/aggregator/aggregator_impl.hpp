@@ -262,6 +262,10 @@ class Aggregator::Impl {
   void send_child(const Child& c, std::vector<uint8_t> frame, const wire::FrameHeader& h) {
     send_child(c, std::make_shared<const std::vector<uint8_t>>(std::move(frame)), h);
   }
+  // The same frame to every live child that is not rejoining, queued for
+  // all before any is sent: the link seals a turn's frames for several
+  // children at once (aggregator/downlink.hpp).
+  void send_children(const aggregator::StoredFrame& frame, const wire::FrameHeader& h);
   // Sends what the windows take; returns true when every outbox is empty.
   bool flush();
   bool outboxes_empty() const;

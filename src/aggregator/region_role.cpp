@@ -353,9 +353,7 @@ void Aggregator::Impl::RegionRole::on_parent_anchor(const wire::ParsedFrame& f, 
   const aggregator::StoredFrame frame = n_.anchors_.store.keep(std::move(bytes));
   n_.anchors_.next.emplace_back(frame, out);
   relay_.pending.push_back({h.chunk_index, codec, frame});
-  for (const Child& c : n_.down_.children) {
-    if (c.live && !c.rejoin_pending) n_.send_child(c, frame, out);
-  }
+  n_.send_children(frame, out);
   relay_.chunks += 1;
   if (relay_.chunks < n_.model_.plan->count()) return;
   relay_.chunks = 0;

@@ -121,9 +121,7 @@ void Aggregator::Impl::RootRole::chunk_complete(uint32_t chunk) {
   const aggregator::StoredFrame stored = n_.anchors_.store.keep(frame);
   if (!advances) pending_.emplace_back(chunk, stored);
   n_.anchors_.next.emplace_back(stored, h);
-  for (const Child& c : n_.down_.children) {
-    if (c.live && !c.rejoin_pending) n_.send_child(c, stored, h);
-  }
+  n_.send_children(stored, h);
 }
 
 void Aggregator::Impl::RootRole::round_closed(Clock::time_point now, double secs) {
@@ -245,10 +243,7 @@ void Aggregator::Impl::RootRole::release_held_back() {
   for (auto& [held, h] : held_back_) {
     // Adaptive clipping: the round committed has moved the clip the anchor's
     // round gets; its regions learn it from the anchor.
-    const Frame frame = n_.with_round_clip(held, h);
-    for (const Child& c : n_.down_.children) {
-      if (c.live && !c.rejoin_pending) n_.send_child(c, frame, h);
-    }
+    n_.send_children(n_.with_round_clip(held, h), h);
   }
   held_back_.clear();
   if (done_pending_) {
