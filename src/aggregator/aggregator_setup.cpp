@@ -116,6 +116,12 @@ void Aggregator::Impl::open_links(const std::string& bind) {
                                                             security_->children_factory(),
                                                             security_->children_admission()),
                   "agg:" + self_.id);
+  const size_t threads = down_.link.link().crypto_threads();
+  if (threads > 0) {
+    log().info("[agg:{}] children's frames opened and sealed on {} crypto thread(s) beside the "
+               "event loop (FEDWAN_CRYPTO_THREADS)",
+               self_.id, threads);
+  }
 }
 
 void Aggregator::Impl::recover() {
