@@ -115,8 +115,8 @@ class ChannelSecurity {
     (void)size;
     return nullptr;
   }
-  virtual Inbound finish(const DetachedFrame& frame, bool authenticated, uint8_t* data,
-                         size_t size, size_t* frame_size, std::string* why) {
+  virtual Inbound finish(const DetachedFrame& frame, bool authenticated, uint8_t* data, size_t size,
+                         size_t* frame_size, std::string* why) {
     (void)frame;
     (void)authenticated;
     (void)data;

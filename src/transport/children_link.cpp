@@ -26,7 +26,7 @@ ChildrenLink::ChildrenLink(Transport& transport, const std::string& bind_endpoin
       admission_(std::move(admission)),
       guard_(admission_.handshakes) {
   const size_t threads = options.crypto_threads < 0 ? CryptoWorkers::default_threads()
-                                                     : size_t(options.crypto_threads);
+                                                    : size_t(options.crypto_threads);
   if (threads > 0) openers_ = std::make_unique<CryptoWorkers>(threads);
 }
 

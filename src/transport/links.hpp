@@ -37,9 +37,9 @@
 #include <vector>
 
 #include "transport/channel_security.hpp"
+#include "transport/crypto_workers.hpp"
 #include "transport/fragments.hpp"
 #include "transport/handshake_guard.hpp"
-#include "transport/crypto_workers.hpp"
 #include "transport/resequencer.hpp"
 #include "transport/stream_governor.hpp"
 #include "transport/transport.hpp"

@@ -36,8 +36,7 @@ class CryptoThreads : public StripedLinks {
     while (Clock::now() < end) {
       for (auto& [id, link] : children) {
         const uint32_t k = sent[id];
-        if (k < n &&
-            link->try_send(numbered(*topo_, topo_->node(id).index, k, payload_of(k)))) {
+        if (k < n && link->try_send(numbered(*topo_, topo_->node(id).index, k, payload_of(k)))) {
           sent[id] = k + 1;
         }
         Incoming ignored;

@@ -288,8 +288,7 @@ TEST_F(SecureChannelTest, DetachedFramesOpenAsReceivedOnesDo) {
   }
   // All three detached before any is finished, a copy of the second too,
   // and a copy of the third with a bit of its ciphertext flipped.
-  std::vector<std::vector<uint8_t>> bytes = {sealed[0], sealed[1], sealed[1], sealed[2],
-                                             sealed[2]};
+  std::vector<std::vector<uint8_t>> bytes = {sealed[0], sealed[1], sealed[1], sealed[2], sealed[2]};
   bytes[3][wire::kHeaderSize + 3] ^= 0x10;
   std::vector<std::unique_ptr<DetachedFrame>> d;
   for (auto& b : bytes) {
