@@ -16,6 +16,17 @@ constexpr size_t kSmall = 3000;    // opened in its turn on the owner's
 // Every fifth frame small: both kinds interleave in one child's order.
 size_t payload_of(uint32_t n) { return n % 5 == 4 ? kSmall : kBig; }
 
+// A frame's number, once its size and every byte of it checked.
+uint32_t whole_number(const Incoming& in) {
+  const uint32_t k = number_of(in);
+  const size_t body = in.frame_size - wire::kHeaderSize;
+  EXPECT_EQ(body, payload_of(k));
+  const uint8_t* p = in.data() + wire::kHeaderSize;
+  EXPECT_TRUE(std::all_of(p, p + body, [&](uint8_t b) { return b == uint8_t(k); }))
+      << "frame " << k << " from " << in.peer;
+  return k;
+}
+
 class CryptoThreads : public StripedLinks {
  protected:
   void start(int threads) {
@@ -44,15 +55,7 @@ class CryptoThreads : public StripedLinks {
         }
       }
       Incoming in;
-      while (children_->recv(&in, 0ms)) {
-        const uint32_t k = number_of(in);
-        const size_t body = in.frame_size - wire::kHeaderSize;
-        EXPECT_EQ(body, payload_of(k));
-        const uint8_t* p = in.data() + wire::kHeaderSize;
-        EXPECT_TRUE(std::all_of(p, p + body, [&](uint8_t b) { return b == uint8_t(k); }))
-            << "frame " << k << " from " << in.peer;
-        got_[in.peer].push_back(k);
-      }
+      while (children_->recv(&in, 0ms)) got_[in.peer].push_back(whole_number(in));
       bool all = true;
       for (auto& [id, link] : children) all = all && got_[id].size() + short_by[id] >= n;
       if (all && !children_->holding()) return;
@@ -140,14 +143,7 @@ TEST_F(CryptoThreads, FramesSealedAheadGoFirstToEachChildInOrder) {
     while (children_->recv(&in, 0ms)) {
     }
     for (auto& [id, link] : links) {
-      while (link->recv(&in, 0ms)) {
-        const uint32_t k = number_of(in);
-        const size_t body = in.frame_size - wire::kHeaderSize;
-        const uint8_t* p = in.data() + wire::kHeaderSize;
-        EXPECT_EQ(body, payload_of(k));
-        EXPECT_TRUE(std::all_of(p, p + body, [&](uint8_t v) { return v == uint8_t(k); }));
-        down[id].push_back(k);
-      }
+      while (link->recv(&in, 0ms)) down[id].push_back(whole_number(in));
     }
   };
   const auto end = Clock::now() + 20s;

@@ -84,6 +84,14 @@ class SecureChannelTest : public ::testing::Test {
     if (r == ChannelSecurity::Inbound::kFrame) m.resize(frame_size);
     return r;
   }
+  // Site a's channel, its session with `parent` up.
+  std::unique_ptr<SecureChannel> connected_child(SecureChannel& parent) {
+    auto child = std::make_unique<SecureChannel>(config("a", true), true, "eu");
+    SecurityReplies first;
+    child->start(&first);
+    pump(*child, parent, std::move(first));
+    return child;
+  }
   static std::vector<uint8_t> frame(uint32_t sender, uint64_t round, uint8_t fill) {
     wire::FrameHeader h;
     h.type = wire::MsgType::kTelemetry;
@@ -240,10 +248,7 @@ TEST_F(SecureChannelTest, RekeyingKeepsFramesFlowing) {
 
 TEST_F(SecureChannelTest, NewHandshakeReplacesKeysOnlyWhenComplete) {
   SecureChannel parent(config("eu", false), false, "a");
-  auto child = std::make_unique<SecureChannel>(config("a", true), true, "eu");
-  SecurityReplies first;
-  child->start(&first);
-  pump(*child, parent, std::move(first));
+  auto child = connected_child(parent);
   std::vector<uint8_t> old_frame = frame(2, 1, 9);
   child->seal(old_frame);
 
@@ -326,10 +331,7 @@ TEST_F(SecureChannelTest, DetachedFramesOpenAsReceivedOnesDo) {
 
 TEST_F(SecureChannelTest, AFrameDetachedBeforeNewKeysIsRefusedAfter) {
   SecureChannel parent(config("eu", false), false, "a");
-  auto child = std::make_unique<SecureChannel>(config("a", true), true, "eu");
-  SecurityReplies first;
-  child->start(&first);
-  pump(*child, parent, std::move(first));
+  auto child = connected_child(parent);
   std::vector<uint8_t> old_frame = frame(2, 1, 9);
   child->seal(old_frame);
   auto d = parent.detach(old_frame.data(), old_frame.size());
