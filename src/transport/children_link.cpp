@@ -27,7 +27,7 @@ ChildrenLink::ChildrenLink(Transport& transport, const std::string& bind_endpoin
       guard_(admission_.handshakes) {
   const size_t threads = options.crypto_threads < 0 ? CryptoWorkers::default_threads()
                                                     : size_t(options.crypto_threads);
-  if (threads > 0) openers_ = std::make_unique<CryptoWorkers>(threads);
+  if (threads > 0) workers_ = std::make_unique<CryptoWorkers>(threads);
 }
 
 ChildrenLink::~ChildrenLink() = default;
@@ -309,7 +309,7 @@ bool ChildrenLink::recv(Incoming* out, Millis timeout) {
     if (!admit(in, &peer, &stripe)) continue;
     const bool pieced = is_fragment(in.message.data(), in.message.size());
     if (pieced && !reassemble(peer, in)) continue;
-    if (openers_) {
+    if (workers_) {
       queue_taken(std::move(peer), stripe, in, pieced);
       continue;
     }

@@ -26,11 +26,11 @@ constexpr size_t kOnThreadFrom = 16 << 10;
 }  // namespace
 
 bool ChildrenLink::reading_ahead() const {
-  if (!openers_ || taken_.empty()) return true;
+  if (!workers_ || taken_.empty()) return true;
   // Room for every thread's frame and the next one's, no more: what is read
   // ahead is memory held, and a frame read early waits as long as the
   // owner takes to get to it.
-  return taken_undetached_ == 0 && taken_.size() < 2 * openers_->threads() + 1;
+  return taken_undetached_ == 0 && taken_.size() < 2 * workers_->threads() + 1;
 }
 
 void ChildrenLink::queue_taken(std::string peer, size_t stripe, Received& in, bool pieced) {
@@ -46,7 +46,7 @@ void ChildrenLink::queue_taken(std::string peer, size_t stripe, Received& in, bo
     t->job.frame = t->detached.get();
     t->job.data = t->in.message.data();
     if (t->detached->payload() >= kOnThreadFrom) {
-      openers_->submit(&t->job);
+      workers_->submit(&t->job);
       t->on_thread = true;
     }
   } else {
@@ -67,7 +67,7 @@ bool ChildrenLink::take_oldest(Incoming* out) {
   if (t->on_thread) {
     // Opening takes a millisecond at most; the bytes are the thread's until
     // it is done, so it is never given up on.
-    while (!openers_->wait(&t->job, std::chrono::milliseconds(100))) {
+    while (!workers_->wait(&t->job, std::chrono::milliseconds(100))) {
     }
     if (t->job.error) std::rethrow_exception(t->job.error);
   } else {
@@ -105,7 +105,7 @@ std::vector<std::optional<size_t>> ChildrenLink::seal_ahead(
     }
   };
   // Every (threads + 1)-th on this thread, the rest on the link's threads.
-  const size_t share = openers_ ? openers_->threads() + 1 : 1;
+  const size_t share = workers_ ? workers_->threads() + 1 : 1;
   std::vector<std::unique_ptr<CryptoWorkers::Job>> jobs;
   for (size_t k = 0; k < taken.size(); ++k) {
     if (k % share == 0) continue;
@@ -115,7 +115,7 @@ std::vector<std::optional<size_t>> ChildrenLink::seal_ahead(
     const std::vector<uint8_t>* frame = frames[taken[k]].second;
     std::vector<uint8_t>* out = &sealed[taken[k]];
     job->task = [security, frame, out] { *out = security->sealed(*frame); };
-    openers_->submit(job.get());
+    workers_->submit(job.get());
     jobs.push_back(std::move(job));
   }
   for (size_t k = 0; k < taken.size(); k += share) seal(taken[k]);
@@ -124,7 +124,7 @@ std::vector<std::optional<size_t>> ChildrenLink::seal_ahead(
     CryptoWorkers::Job& job = *jobs[j++];
     // Sealing takes a millisecond at most, and the job's bytes are the
     // thread's until it ends: never given up on.
-    while (!openers_->wait(&job, std::chrono::milliseconds(100))) {
+    while (!workers_->wait(&job, std::chrono::milliseconds(100))) {
     }
     failed[taken[k]] = job.error;
   }

@@ -230,7 +230,7 @@ class ChildrenLink {
   // Messages read ahead and not yet returned: the socket no longer signals
   // them, so an owner that waits on it calls recv() first.
   bool holding() const { return !taken_.empty(); }
-  size_t crypto_threads() const { return openers_ ? openers_->threads() : 0; }
+  size_t crypto_threads() const { return workers_ ? workers_->threads() : 0; }
   // Puts out what is left of frames sent in pieces or sealed ahead (one per
   // child at most), as far as the connections take it: true when nothing is
   // left. recv() does it too; the owner polls while something is left.
@@ -378,7 +378,7 @@ class ChildrenLink {
   size_t taken_undetached_ = 0;
   std::unique_ptr<security::AeadCipher> own_cipher_;  // for small frames
   // Last: it goes first, its threads done with the frames above.
-  std::unique_ptr<CryptoWorkers> openers_;
+  std::unique_ptr<CryptoWorkers> workers_;
 };
 
 }  // namespace fedwan::transport
