@@ -5,14 +5,17 @@ A parent's link opens its children's frames and seals a turn's frames for
 several children on threads beside the aggregator's event loop
 (``FEDWAN_CRYPTO_THREADS``; docs/architecture.md, "Several cores for one
 link"). This harness runs the same loopback federation (``fedwan demo``:
-real node processes, mutual TLS, the data path alone: no checkpoints, no
-audit log) with the crypto threads off (``FEDWAN_CRYPTO_THREADS=0``, the
+real node processes, mutual TLS, the data path alone: no checkpoints, and
+no audit log unless ``--audit-log`` is given) with the crypto threads off (``FEDWAN_CRYPTO_THREADS=0``, the
 baseline) and with each setting asked for, alternating, and reads the
 root's threads from ``/proc`` while it runs: the event loop (the process's
 main thread), the crypto threads (``fedwan-crypto``) and ZeroMQ's I/O
 thread. Each setting runs ``--short`` and ``--long`` rounds; the difference
 over the difference of rounds is what a steady round costs each thread,
-start-up and the first round left out.
+start-up and the first round left out. The crypto threads also take the
+digest of each update's payload (SHA-256 with the audit log, else the
+replay check's fingerprint) and the codec's check of it where they opened
+its frame.
 
 It prints, per setting, the CPU seconds a round costs each of the root's
 threads and all of them, and the median round time (rounds after the
@@ -101,8 +104,10 @@ def run_demo(args, rounds: int, threads: str, workdir: Path) -> Dict[str, object
     cmd = [str(args.fedwan), "demo", "--trainer", "synthetic",
            "--synthetic-size", str(args.params), "--regions", "0",
            "--sites", str(args.sites), "--rounds", str(rounds), "-H", "1",
-           "--codec", args.codec, "--no-baseline", "--no-checkpoints", "--no-audit-log",
+           "--codec", args.codec, "--no-baseline", "--no-checkpoints",
            "--report", str(report), "--dir", str(run_dir)]
+    if not args.audit_log:
+        cmd.append("--no-audit-log")
     env = dict(os.environ)
     if threads == "auto":
         env.pop("FEDWAN_CRYPTO_THREADS", None)
@@ -172,8 +177,9 @@ def measure(args) -> Dict[str, object]:
 
 def print_result(args, result) -> None:
     base = result["0"]
+    what = "data path and audit log" if args.audit_log else "data path"
     print(f"root of {args.sites} sites, {args.params:,} parameters {args.codec}, mutual TLS, "
-          f"data path; rounds {args.short} and {args.long}, median of {args.repeats}")
+          f"{what}; rounds {args.short} and {args.long}, median of {args.repeats}")
     print(f"{'crypto threads':>14} {'event loop':>14} {'crypto':>8} {'zmq io':>8} "
           f"{'root':>14} {'round':>14}")
     for s, r in result.items():
@@ -203,6 +209,8 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=3, help="pairs per setting, alternating")
     p.add_argument("--threads", default="auto",
                    help="settings beside the baseline 0, comma separated: numbers or auto")
+    p.add_argument("--audit-log", action="store_true",
+                   help="with the nodes' audit logs (the default of a federation)")
     p.add_argument("--workdir", default=None, help="where the runs write (default: the temp dir)")
     p.add_argument("--json", type=Path, help="write every figure here")
     args = p.parse_args(argv)

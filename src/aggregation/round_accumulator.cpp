@@ -111,7 +111,7 @@ RoundAccumulator::Result RoundAccumulator::add(uint64_t round, uint32_t sender, 
                                                uint32_t element_count, double weight,
                                                const Codec& codec, const uint8_t* payload,
                                                size_t bytes, double excused,
-                                               const Sha256Digest* payload_sha) {
+                                               const PayloadFacts& known) {
   const int slot = child_slot(sender);
   if (slot < 0) return {AddOutcome::kUnknownSender, false, {}};
   if (!open_ || round > round_) return {AddOutcome::kFuture, false, {}};
@@ -135,7 +135,7 @@ RoundAccumulator::Result RoundAccumulator::add(uint64_t round, uint32_t sender, 
     return deliver(slot, chunk, {AddOutcome::kRefused, false, v});
   }
   // Validate before decoding: a malformed payload leaves no trace but its weight.
-  if (!codec.validate(payload, bytes, element_count)) {
+  if (!known.valid && !codec.validate(payload, bytes, element_count)) {
     CopyVerdict v;
     v.verdict = Verdict::kRefused;
     v.reason = "malformed payload (the " + std::string(codec.name()) + " codec's check failed)";
@@ -145,7 +145,9 @@ RoundAccumulator::Result RoundAccumulator::add(uint64_t round, uint32_t sender, 
   codec.decode(payload, element_count, scratch_.data());
   uint64_t digest = 0;
   if (screen_.checks_replays()) {
-    digest = payload_sha != nullptr ? payload_digest(*payload_sha) : payload_digest(payload, bytes);
+    digest = known.sha != nullptr ? payload_digest(*known.sha)
+             : known.fingerprint  ? *known.fingerprint
+                                  : payload_digest(payload, bytes);
   }
   CopyVerdict v = screen_.judge(round, chunk, static_cast<uint32_t>(slot), digest, scratch_.data(),
                                 element_count);

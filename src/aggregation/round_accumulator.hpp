@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -53,6 +54,18 @@ struct LateVerdict {
   uint32_t sender = 0;  // wire id
   double weight = 0;
   CopyVerdict verdict;
+};
+
+// What the caller knows of a payload already, worked out where it cost
+// less (its SHA-256 for the audit log; on the thread that opened its
+// frame): each is taken in place of working it out again.
+struct PayloadFacts {
+  // Its SHA-256: the replay check takes its first 8 bytes (payload_digest).
+  const Sha256Digest* sha = nullptr;
+  // Else payload_digest(payload, bytes).
+  std::optional<uint64_t> fingerprint;
+  // The codec's validate() passed for these bytes and this element count.
+  bool valid = false;
 };
 
 struct ChunkSum {
@@ -94,11 +107,10 @@ class RoundAccumulator {
   // that delivered this chunk and was refused there (a region's); with no
   // values (`payload` null, `bytes` 0, `weight` 0) the copy is that alone.
   // A payload the codec finds malformed is refused like a screened copy.
-  // `payload_sha`: the payload's SHA-256 where the caller has computed it
-  // (for its audit log): the replay check uses it rather than hashing again.
+  // `known`: what the caller knows of the payload already (PayloadFacts).
   Result add(uint64_t round, uint32_t sender, uint32_t chunk, uint32_t element_count, double weight,
              const Codec& codec, const uint8_t* payload, size_t bytes, double excused = 0,
-             const Sha256Digest* payload_sha = nullptr);
+             const PayloadFacts& known = {});
 
   // Releases a chunk's combiner with what the rule made of its copies (held
   // copies judged first); the chunk must have at least one arrival and not

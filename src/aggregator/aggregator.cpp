@@ -307,7 +307,7 @@ void Aggregator::Impl::on_child_frame(transport::Incoming& in) {
         on_membership(c, f);
       }
       break;
-    case wire::MsgType::kDelta: on_delta(c, f); break;
+    case wire::MsgType::kDelta: on_delta(c, f, aggregator::delta_facts(in.inspected, f)); break;
     case wire::MsgType::kTelemetry: on_telemetry(c, f); break;
     case wire::MsgType::kCheckpoint: on_child_checkpoint(c, f); break;
     case wire::MsgType::kDone:

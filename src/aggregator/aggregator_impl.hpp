@@ -44,6 +44,7 @@
 #include "aggregator/child.hpp"
 #include "aggregator/child_claims.hpp"
 #include "aggregator/child_table.hpp"
+#include "aggregator/delta_inspection.hpp"
 #include "aggregator/downlink.hpp"
 #include "aggregator/round_book.hpp"
 #include "aggregator/round_wait.hpp"
@@ -102,7 +103,8 @@ class Aggregator::Impl {
   // Event handlers.
   void on_child_frame(transport::Incoming& in);
   void on_hello(Child& c, const wire::ParsedFrame& f);
-  void on_delta(Child& c, const wire::ParsedFrame& f);
+  // `facts`: worked out on the crypto thread that opened the frame, if it was.
+  void on_delta(Child& c, const wire::ParsedFrame& f, const aggregator::DeltaFacts* facts);
   // The steps of on_delta: its audit entry (and recorded copy), and what the
   // accumulator's verdict leads to.
   static const char* delta_decision(const aggregation::RoundAccumulator::Result& r,

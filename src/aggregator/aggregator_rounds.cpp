@@ -161,7 +161,8 @@ void Aggregator::Impl::open_round(uint64_t round) {
   update_metrics();  // the status shows the new round at once
 }
 
-void Aggregator::Impl::on_delta(Child& c, const wire::ParsedFrame& f) {
+void Aggregator::Impl::on_delta(Child& c, const wire::ParsedFrame& f,
+                                const aggregator::DeltaFacts* facts) {
   const wire::FrameHeader& h = f.header;
   if (!acc_ || phase_ == Phase::kJoining || phase_ == Phase::kAwaitWelcome) {
     refuse(c.id, "delta before the federation started");
@@ -187,16 +188,16 @@ void Aggregator::Impl::on_delta(Child& c, const wire::ParsedFrame& f) {
                         : "an unclipped-site count, and this federation's clip is fixed";
     decision = "bad_weight";
   }
-  // Hashed once: the audit entry and the replay check both use it.
+  // Hashed once (where a crypto thread opened it): for the audit and the replay check.
   std::optional<Sha256Digest> sha;
   if (security_->auditing() || !opt_.record_updates_dir.empty()) {
-    sha = sha256(f.payload, f.payload_size);
+    sha = facts != nullptr && facts->sha ? *facts->sha : sha256(f.payload, f.payload_size);
   }
   aggregation::RoundAccumulator::Result r{aggregation::AddOutcome::kBadChunk, false, {}};
   if (!refusal && h.total_elements == model_.elements && h.chunk_count == model_.plan->count()) {
     r = acc_->add(h.round, c.index, h.chunk_index, h.element_count, w.weight, *codec,
                   f.payload_size > 0 ? f.payload : nullptr, f.payload_size, f.excused_weight,
-                  sha ? &*sha : nullptr);
+                  aggregator::payload_facts(facts, sha ? &*sha : nullptr));
     if (f.unclipped_sites) take_unclipped_report(c, h.round, *f.unclipped_sites, r.outcome);
   }
   if (decision == nullptr) decision = delta_decision(r, f);

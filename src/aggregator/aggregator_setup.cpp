@@ -116,6 +116,10 @@ void Aggregator::Impl::open_links(const std::string& bind) {
                                                             security_->children_factory(),
                                                             security_->children_admission()),
                   "agg:" + self_.id);
+  // Its crypto threads hash and check each delta's payload where they
+  // opened it.
+  down_.link.link().inspect_opened(
+      aggregator::delta_inspector(security_->auditing() || !opt_.record_updates_dir.empty()));
   const size_t threads = down_.link.link().crypto_threads();
   if (threads > 0) {
     log().info("[agg:{}] children's frames opened and sealed on {} crypto thread(s) beside the "

@@ -245,8 +245,14 @@ bool DetachedOpen::run(uint8_t* data, std::unique_ptr<AeadCipher>* cipher) const
   uint8_t aad[kAadSize];
   gather_aad(data, trailer, aad);
   uint8_t* body = data + kHeader;
-  return (*cipher)->open(nonce_for(iv_, seq_), aad, kAadSize, body, payload_, body, trailer + 12);
+  if (!(*cipher)->open(nonce_for(iv_, seq_), aad, kAadSize, body, payload_, body, trailer + 12)) {
+    return false;
+  }
+  data[kOffFlags] &= static_cast<uint8_t>(~kFlagSealed);
+  return true;
 }
+
+size_t DetachedOpen::opened_size() const { return kHeader + payload_; }
 
 std::unique_ptr<DetachedOpen> FrameOpener::detach(const uint8_t* data, size_t size) const {
   if (size < kHeader + kSealTrailer || !(data[kOffFlags] & kFlagSealed)) return nullptr;

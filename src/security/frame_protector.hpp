@@ -108,11 +108,16 @@ class DetachedOpen {
   // Decrypts and authenticates the frame at `data` (the bytes detach() was
   // given, at the same address or a copy) in place; true when its tag
   // verified. `cipher` is the calling thread's own: made here when null or
-  // of another algorithm, rekeyed to this frame's key otherwise. Throws
-  // CryptoError only on a failure of the library.
+  // of another algorithm, rekeyed to this frame's key otherwise. A frame
+  // that verified is then the plain frame finish() will hand on,
+  // data[0, opened_size()) (its sealed flag cleared), so that what is
+  // worked out from it may be worked out on the same thread; finish() may
+  // still refuse it (a replay, a key moved on). Throws CryptoError only on
+  // a failure of the library.
   bool run(uint8_t* data, std::unique_ptr<AeadCipher>* cipher) const;
   uint64_t seq() const { return seq_; }
   uint32_t payload() const { return payload_; }
+  size_t opened_size() const;
 
  private:
   friend class FrameOpener;

@@ -50,10 +50,12 @@ class DetachedFrame {
  public:
   virtual ~DetachedFrame() = default;
   // Decrypts and authenticates the frame at `data` in place; true when it
-  // verified. Throws CryptoError only on a failure of the library.
+  // verified, and then data[0, opened_size()) is the frame finish() hands
+  // on if it takes it. Throws CryptoError only on a failure of the library.
   virtual bool run(uint8_t* data, std::unique_ptr<security::AeadCipher>* cipher) const = 0;
   // Bytes of payload to decrypt (small frames are not worth another thread).
   virtual size_t payload() const = 0;
+  virtual size_t opened_size() const = 0;
 };
 
 class ChannelSecurity {

@@ -271,6 +271,7 @@ bool ChildrenLink::pop_reordered(Incoming* out, Clock::time_point now) {
       out->peer = child;
       out->message = std::move(f.message);
       out->frame_size = f.frame_size;
+      out->inspected = std::move(f.inspected);
       return true;
     }
   }
@@ -279,6 +280,7 @@ bool ChildrenLink::pop_reordered(Incoming* out, Clock::time_point now) {
 
 bool ChildrenLink::recv(Incoming* out, Millis timeout) {
   const auto deadline = Clock::now() + timeout;
+  out->inspected.reset();  // an answer is never another frame's
   for (;;) {
     if (!out_.empty()) {
       try {
@@ -358,17 +360,18 @@ bool ChildrenLink::take_frame(std::string peer, size_t stripe, Received& in, Inc
     }
     send_unsealed(peer, reply);
   }
-  return settle(std::move(peer), stripe, in, r, frame_size, security, out);
+  return settle(std::move(peer), stripe, in, {}, r, frame_size, security, out);
 }
 
-bool ChildrenLink::settle(std::string peer, size_t stripe, Received& in, ChannelSecurity::Inbound r,
-                          size_t frame_size, ChannelSecurity& security, Incoming* out) {
+bool ChildrenLink::settle(std::string peer, size_t stripe, Received& in, std::any inspected,
+                          ChannelSecurity::Inbound r, size_t frame_size, ChannelSecurity& security,
+                          Incoming* out) {
   if (r == ChannelSecurity::Inbound::kRejected) counters_.rejected += 1;
   const std::optional<ChannelSecurity::Order> order = security.last_order();
   if (order && admission_.streams && admission_.streams(peer) > 1) {
     std::optional<Resequencer::Frame> f;
     if (r == ChannelSecurity::Inbound::kFrame) {
-      f = Resequencer::Frame{std::move(in.message), frame_size};
+      f = Resequencer::Frame{std::move(in.message), frame_size, std::move(inspected)};
     }
     auto it = reseq_.find(peer);
     if (it == reseq_.end()) {
@@ -409,6 +412,7 @@ bool ChildrenLink::settle(std::string peer, size_t stripe, Received& in, Channel
   out->peer = std::move(peer);
   out->message = std::move(in.message);
   out->frame_size = frame_size;
+  out->inspected = std::move(inspected);
   return true;
 }
 

@@ -45,6 +45,7 @@ void ChildrenLink::queue_taken(std::string peer, size_t stripe, Received& in, bo
   if (t->detached) {
     t->job.frame = t->detached.get();
     t->job.data = t->in.message.data();
+    t->job.inspect = &inspect_;
     if (t->detached->payload() >= kOnThreadFrom) {
       workers_->submit(&t->job);
       t->on_thread = true;
@@ -78,7 +79,9 @@ bool ChildrenLink::take_oldest(Incoming* out) {
   ChannelSecurity& security = security_for(t->peer);
   const auto r = security.finish(*t->detached, t->job.authenticated, t->in.message.data(),
                                  t->in.message.size(), &frame_size, &why);
-  return settle(std::move(t->peer), t->stripe, t->in, r, frame_size, security, out);
+  // Small frames are not inspected: they are opened here, in their turn.
+  return settle(std::move(t->peer), t->stripe, t->in, std::move(t->job.inspected), r, frame_size,
+                security, out);
 }
 
 bool ChildrenLink::may_seal_ahead(const std::string& child) const {

@@ -64,6 +64,15 @@ size_t CryptoWorkers::default_threads() {
   return std::min<size_t>(3, cores > 0 ? cores - 1 : 0);
 }
 
+std::any CryptoWorkers::inspect(const Job& job) {
+  if (job.inspect == nullptr || !*job.inspect) return {};
+  try {
+    return (*job.inspect)(job.data, job.frame->opened_size());
+  } catch (...) {
+    return {};  // the owner works it out itself, and meets what failed there
+  }
+}
+
 void CryptoWorkers::work() {
   // Named, so that top -H and /proc show where a link's opening goes.
   pthread_setname_np(pthread_self(), "fedwan-crypto");
@@ -87,8 +96,10 @@ void CryptoWorkers::work() {
       error = std::current_exception();
       cipher.reset();  // its state after a library failure is unknown
     }
+    std::any inspected = ok ? inspect(*job) : std::any();
     lock.lock();
     job->authenticated = ok;
+    job->inspected = std::move(inspected);
     job->error = error;
     job->done_ = true;
     ran_.notify_all();

@@ -4,7 +4,8 @@
 // check, decode and add it) and frames from several children are opened on
 // several cores: the owner detaches a frame (ChannelSecurity::detach),
 // submits it here, and takes it back, opened or refused, in the order it
-// submitted frames (ChildrenLink::recv). And they seal: the frames of one
+// submitted frames (ChildrenLink::recv), with what the owner's
+// FrameInspector worked out from its opened bytes. And they seal: the frames of one
 // turn for several children (each its own sealer) at once
 // (ChildrenLink::seal_ahead).
 //
@@ -14,6 +15,7 @@
 // owner's thread; the pool's threads touch only the jobs they run.
 #pragma once
 
+#include <any>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -30,6 +32,14 @@
 
 namespace fedwan::transport {
 
+// What an owner works out from a frame's opened bytes on the thread that
+// opened it, while they are in its cache (a digest, a check of the
+// payload): a pure function of the bytes, run on any of the threads, at
+// once on several frames. Its answer goes back with the frame
+// (Incoming::inspected); an empty one, or one it threw, is none, and the
+// owner works it out itself. The frame may yet be refused after it ran.
+using FrameInspector = std::function<std::any(const uint8_t* frame, size_t size)>;
+
 class CryptoWorkers {
  public:
   // One frame to open (`frame` and `data`), or any other `task`. The owner
@@ -38,9 +48,11 @@ class CryptoWorkers {
   struct Job {
     const DetachedFrame* frame = nullptr;
     uint8_t* data = nullptr;
-    std::function<void()> task;  // run instead, when set
-    bool authenticated = false;  // valid once done
-    std::exception_ptr error;    // what the job threw (a failure of the crypto library)
+    const FrameInspector* inspect = nullptr;  // run on the frame once it verified
+    std::function<void()> task;               // run instead, when set
+    bool authenticated = false;               // valid once done
+    std::any inspected;                       // what `inspect` answered, once done
+    std::exception_ptr error;  // what the job threw (a failure of the crypto library)
    private:
     friend class CryptoWorkers;
     bool done_ = false;  // under the pool's lock
@@ -69,6 +81,8 @@ class CryptoWorkers {
 
  private:
   void work();
+  // The job's inspector on its opened frame; none when it threw.
+  static std::any inspect(const Job& job);
 
   mutable std::mutex mu_;
   std::condition_variable wake_;  // a job queued, or stop

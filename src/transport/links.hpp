@@ -25,6 +25,7 @@
 // Thread safety: a link is owned by one thread; the transport may be shared.
 #pragma once
 
+#include <any>
 #include <array>
 #include <chrono>
 #include <cstdint>
@@ -59,6 +60,9 @@ struct Incoming {
   std::string peer;  // the child's node id (ChildrenLink); the parent's endpoint (ParentLink)
   Message message;
   size_t frame_size = 0;
+  // What the link's FrameInspector answered for this frame, where it ran
+  // (ChildrenLink::inspect_opened); else empty.
+  std::any inspected;
   const uint8_t* data() const { return message.data(); }
 };
 
@@ -231,6 +235,10 @@ class ChildrenLink {
   // them, so an owner that waits on it calls recv() first.
   bool holding() const { return !taken_.empty(); }
   size_t crypto_threads() const { return workers_ ? workers_->threads() : 0; }
+  // Runs `inspect` on each frame opened on the crypto threads, there, once
+  // it verified; its answers come back with the frames. Set before the
+  // first recv().
+  void inspect_opened(FrameInspector inspect) { inspect_ = std::move(inspect); }
   // Puts out what is left of frames sent in pieces or sealed ahead (one per
   // child at most), as far as the connections take it: true when nothing is
   // left. recv() does it too; the owner polls while something is left.
@@ -300,8 +308,9 @@ class ChildrenLink {
   // or is held for a striped child's order.
   bool take_frame(std::string peer, size_t stripe, Received& in, Incoming* out);
   // What take_frame() does once the channel security had the message.
-  bool settle(std::string peer, size_t stripe, Received& in, ChannelSecurity::Inbound r,
-              size_t frame_size, ChannelSecurity& security, Incoming* out);
+  bool settle(std::string peer, size_t stripe, Received& in, std::any inspected,
+              ChannelSecurity::Inbound r, size_t frame_size, ChannelSecurity& security,
+              Incoming* out);
   // Read ahead (children_opening.cpp): a message queued in its turn, its
   // opening started on a thread when it is a data frame that can be; the
   // oldest taken as take_frame() would have (waiting for its opening).
@@ -377,6 +386,7 @@ class ChildrenLink {
   std::deque<std::unique_ptr<Taken>> taken_;
   size_t taken_undetached_ = 0;
   std::unique_ptr<security::AeadCipher> own_cipher_;  // for small frames
+  FrameInspector inspect_;
   // Last: it goes first, its threads done with the frames above.
   std::unique_ptr<CryptoWorkers> workers_;
 };

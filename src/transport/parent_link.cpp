@@ -331,6 +331,7 @@ bool ParentLink::take(Received& in, bool striped, Incoming* out) {
 
 bool ParentLink::recv(Incoming* out, Millis timeout) {
   const auto deadline = Clock::now() + timeout;
+  out->inspected.reset();  // its frames are not inspected
   // An adaptive link runs its frames through the resequencer from the
   // start, single while it has one connection, so that the count is in
   // step when it opens a second.

@@ -30,6 +30,7 @@
 // Not thread safe: owned by the link's thread.
 #pragma once
 
+#include <any>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -56,6 +57,7 @@ class Resequencer {
   struct Frame {
     Message message;
     size_t frame_size = 0;
+    std::any inspected;  // Incoming::inspected
   };
   struct Stats {
     uint64_t held = 0;          // frames that waited for an earlier one

@@ -308,6 +308,7 @@ struct SealedDetached final : DetachedFrame {
     return open->run(data, cipher);
   }
   size_t payload() const override { return open->payload(); }
+  size_t opened_size() const override { return open->opened_size(); }
   const SecureChannel* channel;
   uint64_t session;
   std::unique_ptr<security::DetachedOpen> open;

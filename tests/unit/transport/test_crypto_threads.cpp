@@ -2,8 +2,13 @@
 // (LinkOptions::crypto_threads): every frame comes whole and in the order
 // its child sent it, whatever thread opened it, and a frame changed on the
 // way or sent twice is refused as it is without them, the rest going on.
+#include <any>
 #include <cstdlib>
+#include <cstring>
+#include <functional>
 #include <map>
+#include <stdexcept>
+#include <thread>
 
 #include "striped_links_fixture.hpp"
 
@@ -55,7 +60,10 @@ class CryptoThreads : public StripedLinks {
         }
       }
       Incoming in;
-      while (children_->recv(&in, 0ms)) got_[in.peer].push_back(whole_number(in));
+      while (children_->recv(&in, 0ms)) {
+        got_[in.peer].push_back(whole_number(in));
+        if (check_) check_(in);
+      }
       bool all = true;
       for (auto& [id, link] : children) all = all && got_[id].size() + short_by[id] >= n;
       if (all && !children_->holding()) return;
@@ -65,7 +73,66 @@ class CryptoThreads : public StripedLinks {
   }
 
   std::map<std::string, std::vector<uint32_t>> got_;
+  std::function<void(const Incoming&)> check_;  // on each frame delivered
 };
+
+// What the inspector below saw of a frame.
+struct Seen {
+  std::thread::id thread;
+  uint32_t number = 0;
+  size_t size = 0;
+  uint64_t sum = 0;  // of the payload's bytes
+};
+
+// Throws on every frame whose number is 3 more than a multiple of 7.
+FrameInspector seeing() {
+  return [](const uint8_t* frame, size_t size) -> std::any {
+    Seen s;
+    s.thread = std::this_thread::get_id();
+    std::memcpy(&s.number, frame + 28, 4);
+    if (s.number % 7 == 3) throw std::runtime_error("an inspector that failed");
+    s.size = size;
+    for (size_t i = wire::kHeaderSize; i < size; ++i) s.sum += frame[i];
+    return s;
+  };
+}
+
+// The inspector's answer comes with the frame it saw, worked out on a
+// crypto thread from the opened bytes (the sum of the plain payload): for
+// each big frame but those it threw on, and for no small one (opened on the
+// owner's thread), over one connection and over a striped child's three.
+class FrameInspection : public CryptoThreads {
+ protected:
+  void send_and_check(int streams) {
+    start(2);
+    children_->inspect_opened(seeing());
+    size_t answered = 0;
+    check_ = [&](const Incoming& in) {
+      const uint32_t k = number_of(in);
+      const auto* seen = std::any_cast<Seen>(&in.inspected);
+      if (payload_of(k) == kSmall || k % 7 == 3) {
+        EXPECT_FALSE(in.inspected.has_value()) << "frame " << k;
+        return;
+      }
+      ASSERT_NE(seen, nullptr) << "frame " << k;
+      answered += 1;
+      EXPECT_EQ(seen->number, k);
+      EXPECT_EQ(seen->size, in.frame_size);
+      EXPECT_EQ(seen->sum, uint64_t(k % 256) * kBig) << "what it saw was opened";
+      EXPECT_NE(seen->thread, std::this_thread::get_id());
+    };
+    auto a = connect("a", streams);
+    send_up({{"a", a.get()}}, 70);
+    EXPECT_EQ(sorted(got_["a"]), iota(70));
+    // 70 less 14 small ones and 8 big ones it threw on (3, 10, ..., 66 but 24 and 59).
+    EXPECT_EQ(answered, 48u);
+    check_ = nullptr;
+  }
+};
+
+TEST_F(FrameInspection, AnAnswerComesWithTheFrameItSaw) { send_and_check(1); }
+
+TEST_F(FrameInspection, AStripedChildsAnswersComeThroughItsReordering) { send_and_check(3); }
 
 TEST_F(CryptoThreads, FramesOpenedOnThreadsComeWholeAndInTheirOrder) {
   start(2);
