@@ -15,6 +15,12 @@ Steps, in this order (each with its own time limit, all within --budget-s):
               plain ncclAllReduce of the same bytes
   demo        `fedwan demo --device cuda`: a federation whose sites train Fashion-MNIST on
               the GPU, its report checked (needs the dataset: bundled, or --data)
+  cores       benchmarks/python/crypto_threads.py on a machine of CORES_FROM cores or
+              more: the data path at 100M parameters (a root and two sites, mutual TLS,
+              the audit log) with its crypto threads off and at their default, each of
+              the root's threads' CPU a round and the round time, set against the 0.32 s
+              a 10 Gbit/s link (the bench harness's `lan` profile) takes to carry a
+              site's update up and its anchor down
 
 A step is `passed`, `failed` or `skipped` with the reason (no GPU, no LibTorch with CUDA,
 a bundle built for another LibTorch, out of time). Without a GPU every step still runs as
@@ -43,6 +49,9 @@ TRAINING_FILTER = "CudaTraining.*:*GpuSiteCodec*"
 # The least time a step is started with.
 MIN_STEP_S = 15
 
+# The cores step measures a machine with a core for each node's busy threads.
+CORES_FROM = 8
+
 # name -> (seconds it may take at most, what it is), in the order they run
 STEPS = {
     "kernels": (150, "codec kernels vs CPU codecs, device update encoder, NCCL engine"),
@@ -50,6 +59,7 @@ STEPS = {
     "codec": (100, "device codec benchmark"),
     "allreduce": (120, "bucketed allreduce benchmark"),
     "demo": (200, "fedwan demo --device cuda (Fashion-MNIST)"),
+    "cores": (240, "the data path at 100M on this machine's cores, crypto threads off and on"),
 }
 
 
@@ -213,6 +223,9 @@ class Check:
         self.logs = {name: open(os.path.join(self.out, name), "w")
                      for name in ("environment.log", "tests.log", "bench.log", "demo.log")}
         self.tmp = tempfile.mkdtemp(prefix="fedwan-gpu-check-")
+        self.cores = len(os.sched_getaffinity(0))
+        # The steps this machine runs, which the budget is shared among.
+        self.steps = [s for s in STEPS if s != "cores" or self.cores >= CORES_FROM]
 
     def left(self):
         return self.deadline - time.monotonic()
@@ -227,7 +240,7 @@ class Check:
     def limit(self, step):
         """Seconds the step may take, or None when too little of the budget is left: a step
         that hangs leaves each later step MIN_STEP_S of the budget."""
-        later = list(STEPS)[list(STEPS).index(step) + 1:]
+        later = self.steps[self.steps.index(step) + 1:]
         limit = min(STEPS[step][0], self.left() - (MIN_STEP_S + 5) * len(later))
         return limit if limit >= MIN_STEP_S else None
 
@@ -343,6 +356,34 @@ class Check:
             detail = ", ".join(f"{k} {v}" for k, v in figures.items())
             self.record(step, "passed", took, detail, **figures)
 
+    def cores_step(self):
+        step = "cores"
+        cores = self.cores
+        if step not in self.steps:
+            self.record(step, "skipped", 0, f"{cores} cores here; it measures {CORES_FROM} or more")
+            return
+        if not self.layout.have("fedwan") or self.missing.get("fedwan"):
+            self.record(step, "skipped", 0, "the fedwan program was not built, or cannot load")
+            return
+        limit = self.limit(step)
+        if limit is None:
+            self.record(step, "skipped", 0, "the time budget is spent")
+            return
+        cmd = [sys.executable, os.path.join(ROOT, "benchmarks", "python", "crypto_threads.py"),
+               "--fedwan", self.layout.bin["fedwan"], "--threads", "auto", "--audit-log",
+               "--short", "3", "--long", "9", "--repeats", "3",
+               "--workdir", os.path.join(self.tmp, "cores")]
+        t0 = time.monotonic()
+        code, out = run(cmd, limit, self.env, self.logs["bench.log"])
+        took = time.monotonic() - t0
+        if code is None:
+            self.record(step, "failed", took, f"did not finish within {limit:.0f} s")
+        elif code != 0:
+            self.record(step, "failed", took, f"exit {code} (see bench.log)")
+        else:
+            self.record(step, "passed", took, f"{cores} cores; figures in bench.log",
+                        output=out.splitlines())
+
     def environment(self):
         log = self.logs["environment.log"]
         self.env = dict(os.environ)
@@ -399,6 +440,7 @@ class Check:
         self.bench_step("codec", "bench_codec", ["--reps", "30"])
         self.bench_step("allreduce", "bench_allreduce", ["--iters", "20", "--warmup", "5"])
         self.demo_step()
+        self.cores_step()
         return self.finish()
 
     def finish(self):

@@ -124,7 +124,7 @@ def main():
     code, text, summary, steps = run_check(
         source, bundle, os.path.join(work, "bad"),
         {"FAKE_FEDWAN_CUDA_TESTS": "fail", "FAKE_FEDWAN_TORCH_TESTS": "hang",
-         "FAKE_FEDWAN_GPU_BENCH_DEVICE_CODEC": "fail"}, "--budget-s", "100")
+         "FAKE_FEDWAN_GPU_BENCH_DEVICE_CODEC": "fail"}, "--budget-s", "120")
     expect(code == 1, f"failures: exit {code}")
     expect(steps["kernels"]["status"] == "failed" and "Suite.T1" in steps["kernels"]["detail"],
            f"failed test not named: {steps['kernels']}")
