@@ -125,6 +125,10 @@ void decode_payload(const ParsedFrame& f) {
       }
     }
   }
+  if (f.header.type == MsgType::kHeartbeat && (f.header.flags & kFlagBusy) &&
+      f.header.flags != kFlagBusy) {
+    fail("accepted busy beside another flag");
+  }
   if (f.header.type == MsgType::kHeartbeat && (f.header.flags & kFlagPace) &&
       f.header.flags != kFlagPace) {
     fail("accepted pace beside another flag");

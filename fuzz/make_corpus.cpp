@@ -155,6 +155,7 @@ std::vector<std::pair<std::string, Bytes>> frames() {
                                        1.25)},
       {"heartbeat_pace",
        control_frame(wire::MsgType::kHeartbeat, wire::encode_pace({12, 4}), 0, wire::kFlagPace)},
+      {"heartbeat_busy", control_frame(wire::MsgType::kHeartbeat, {}, 0, wire::kFlagBusy)},
   };
 }
 

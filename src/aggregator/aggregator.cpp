@@ -303,6 +303,8 @@ void Aggregator::Impl::on_child_frame(transport::Incoming& in) {
       break;
     case wire::MsgType::kHeartbeat:  // liveness (last_heard, above), and membership
       c.heartbeats += 1;
+      // Busy writing its checkpoint: alive, and not reading for a while.
+      if (f.header.flags & wire::kFlagBusy) down_.link.outbox(*slot).peer_busy(c.last_heard);
       if (f.header.flags & (wire::kFlagLeaving | wire::kFlagPausing | wire::kFlagMembership)) {
         on_membership(c, f);
       }

@@ -15,10 +15,12 @@
 #include "aggregator/role.hpp"
 #include "checkpoint/node_checkpoint.hpp"
 #include "common/atomic_file.hpp"
+#include "common/keep_alive.hpp"
 #include "common/log.hpp"
 #include "common/sha256.hpp"
 #include "common/stall_clock.hpp"
 #include "fedwan/error.hpp"
+#include "node/node_frames.hpp"
 
 namespace fedwan {
 namespace fs = std::filesystem;
@@ -27,6 +29,9 @@ namespace fs = std::filesystem;
 
 void Aggregator::Impl::save_checkpoint() {
   if (opt_.checkpoint_dir.empty()) return;
+  // Seconds at a billion parameters, on its loop: its peers go on hearing
+  // from it (a busy heartbeat each period) and do not take it for lost.
+  const KeepAlive keep_alive(cfg_.heartbeat, [this] { busy_beat(); });
   Checkpoint c;
   c.round = round_;  // the round a resumed node opens
   c.topology_digest = topo_.lineage_digest();
@@ -80,6 +85,24 @@ void Aggregator::Impl::not_listening(Clock::time_point since) {
   const auto now = Clock::now();
   credit_silence(now - since, now, /*parent_too=*/true);
   clock_.ticks.reset(now);
+}
+
+void Aggregator::Impl::busy_beat() {
+  const wire::FrameHeader h = [this] {
+    wire::FrameHeader b = node::node_header(topo_, self_.index, wire::MsgType::kHeartbeat, round_);
+    b.flags = wire::kFlagBusy;
+    return b;
+  }();
+  const std::vector<uint8_t> frame = node::make_frame(h, {});
+  for (const Child& c : down_.children) {
+    if (!c.live || !c.joined) continue;
+    try {
+      (void)down_.link.link().try_send(c.id, frame);
+    } catch (const Error&) {
+      // Not connected right now: nothing to keep alive.
+    }
+  }
+  role_->busy_beat();
 }
 
 void Aggregator::Impl::credit_silence(Clock::duration d, Clock::time_point now, bool parent_too) {

@@ -283,6 +283,10 @@ class Aggregator::Impl {
   // It did not read its sockets since `since` (a checkpoint written): its
   // children's and its parent's silence meanwhile does not count.
   void not_listening(Clock::time_point since);
+  // While it works without reading (a checkpoint written, common/keep_alive.hpp):
+  // a heartbeat marked busy to every child that can take one, and to the
+  // peers above (the parent, the root's standby). Never queued, never blocks.
+  void busy_beat();
   // Credits every child, its role's own peers (the root's standby, a
   // standby's root) and the parent when `parent_too`, with `d` of silence
   // until `now` (this node's own time away), none past `now`.

@@ -48,6 +48,9 @@ class Outbox {
   // The head went: the next one starts waiting now.
   void pop(Clock::time_point now);
   void clear() { frames_.clear(); }
+  // The peer says it is busy (it writes its checkpoint and reads nothing
+  // meanwhile, wire::kFlagBusy): the head's wait counts from `now`.
+  void peer_busy(Clock::time_point now) { waiting_since_ = now; }
   // The head frame has waited longer than `limit`: the peer is not reading.
   bool stuck(Clock::time_point now, Clock::duration limit) const {
     return !frames_.empty() && now - waiting_since_ > limit;

@@ -108,6 +108,12 @@ void Aggregator::Impl::RegionLink::reconnect(const std::string& why, bool grow_b
   if (n_.phase_ != Phase::kJoining) hello();
 }
 
+void Aggregator::Impl::RegionLink::busy_beat() {
+  // Only to a parent that knows this region: before its welcome a region
+  // has nothing to keep alive (and says hello as it must).
+  if (uplink_->in_federation()) (void)uplink_->session().heartbeat(n_.round_, wire::kFlagBusy);
+}
+
 void Aggregator::Impl::RegionLink::heartbeat(Clock::time_point now) {
   session::ParentSession& parent = uplink_->session();
   // A hello, welcome or piece of the full model lost on a bad link: without
@@ -293,6 +299,12 @@ void Aggregator::Impl::RegionLink::on_frame(transport::Incoming& in) {
 }
 
 void Aggregator::Impl::RegionLink::on_heartbeat(const wire::ParsedFrame& f) {
+  // The parent writes its checkpoint (the anchor's last chunk waits for
+  // it): alive, and nothing of this round was lost.
+  if (f.header.flags & wire::kFlagBusy) {
+    (void)uplink_->behind(false);
+    return;
+  }
   // The parent's round still lacks part of this region's aggregate (frames
   // lost to a restart or a bad link): send again what it names once its
   // progress stalled; duplicates count once.

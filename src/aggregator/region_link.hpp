@@ -47,6 +47,7 @@ class Aggregator::Impl::RegionLink {
   // A new session, then hello; the session's backoff grows unless told not to.
   void reconnect(const std::string& why, bool grow_backoff = true);
   void heartbeat(Clock::time_point now);  // hello again, membership, reconnects
+  void busy_beat();                       // writing its checkpoint (wire::kFlagBusy)
   void report_membership();
   void telemetry(uint64_t round, const node::Traffic& t);
   void done();  // this region holds the final model, as its children do

@@ -46,6 +46,7 @@ class Aggregator::Impl::RegionRole final : public Aggregator::Impl::Role {
   bool flush() override { return link_.flush(); }
   size_t waiting() const override { return link_.waiting(); }
   void heartbeat(Clock::time_point now) override { link_.heartbeat(now); }
+  void busy_beat() override { link_.busy_beat(); }
   void check_stuck(Clock::time_point now) const override { link_.check_stuck(now); }
   std::string awaited() const override { return link_.awaited(); }
   bool replicates(uint64_t round) const override { return link_.replicates(round); }

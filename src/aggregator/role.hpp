@@ -84,6 +84,9 @@ class Aggregator::Impl::Role {
   virtual bool flush() { return true; }
   virtual size_t waiting() const { return 0; }
   virtual void heartbeat(Clock::time_point now) = 0;
+  // A heartbeat marked busy (wire::kFlagBusy) to the peer above, if it can
+  // go now: the node writes its checkpoint and reads nothing meanwhile.
+  virtual void busy_beat() {}
   // This node did not read its links for `d` until `now` (its loop was
   // away): the peers only its role talks to (the root's standby, a
   // standby's root) are not blamed for their silence meanwhile.

@@ -46,6 +46,7 @@ class Aggregator::Impl::RootRole : public Aggregator::Impl::Role {
   void watch(std::vector<transport::Transport::Interest>* interests) override;
   void receive(transport::Incoming& in) override;
   void heartbeat(Clock::time_point now) override;
+  void busy_beat() override;  // to its standby
   void not_listening(Clock::duration d, Clock::time_point now) override;
   bool replicates(uint64_t round) const override;
   transport::ParentLink* replica_link() override { return standby_.link.get(); }

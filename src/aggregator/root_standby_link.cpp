@@ -106,6 +106,14 @@ void Aggregator::Impl::RootRole::not_listening(Clock::duration d, Clock::time_po
   StallClock::credit(held_since_, d, now);
 }
 
+void Aggregator::Impl::RootRole::busy_beat() {
+  if (!standby_.link || !standby_.link->established()) return;
+  wire::FrameHeader h =
+      node::node_header(n_.topo_, n_.self_.index, wire::MsgType::kHeartbeat, n_.round_);
+  h.flags = wire::kFlagBusy;
+  (void)standby_.link->try_send(node::make_frame(h, {}));
+}
+
 void Aggregator::Impl::RootRole::heartbeat(Clock::time_point now) {
   if (!standby_.link) return;
   if (standby_.link->established()) {

@@ -1,6 +1,7 @@
 // Writing a checkpoint file (checkpoint_file.hpp): the header and manifest,
 // the sections streamed from their bytes, views or producers, the manifest
 // digest and the signature, committed atomically.
+#include <algorithm>
 #include <set>
 #include <string>
 #include <utility>
@@ -22,6 +23,7 @@ using checkpoint_format::kMagic;
 using checkpoint_format::throw_io;
 
 constexpr mode_t kCheckpointMode = 0600;
+constexpr uint64_t kStallBlock = 1 << 20;
 
 void put_u16(std::vector<uint8_t>& out, uint16_t v) {
   for (int i = 0; i < 2; ++i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));
@@ -124,17 +126,33 @@ std::vector<Sha256Digest> write_checkpoint(const fs::path& path, const Checkpoin
       },
       PageCache::kBypass);
   out.write(header.data(), header.size());
+  // Section bytes go a MiB at a time: a stall point (a slow disk) per MiB.
+  const std::string stall = std::string(crash_points) + ".block";
+  uint64_t since_stall = 0;
+  const auto put = [&](const uint8_t* data, size_t n) {
+    while (n > 0) {
+      const size_t k = std::min<size_t>(n, kStallBlock - since_stall);
+      out.write(data, k);
+      data += k;
+      n -= k;
+      since_stall += k;
+      if (since_stall == kStallBlock) {
+        since_stall = 0;
+        stall_point(stall);
+      }
+    }
+  };
   bool produced = false;
   for (size_t i = 0; i < c.sections.size(); ++i) {
     const CheckpointSection& s = c.sections[i];
     if (!s.produce) {
-      out.write(s.data(), s.size());
+      put(s.data(), s.size());
       continue;
     }
     Sha256 hash;
     uint64_t size = 0;
     s.produce([&](const uint8_t* data, size_t n) {
-      out.write(data, n);
+      put(data, n);
       hash.update(data, n);
       size += n;
     });

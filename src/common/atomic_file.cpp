@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "common/errno_text.hpp"
+#include "common/keep_alive.hpp"
 #include "fedwan/error.hpp"
 
 namespace fedwan {
@@ -181,8 +182,16 @@ void AtomicFileWriter::failed(std::string_view action, int err) const {
 }
 
 void AtomicFileWriter::write_buffered(const uint8_t* p, size_t n, uint64_t offset) {
-  if (const int err = write_all(fd_, p, n, offset)) {
-    failed("write", err);
+  // In pieces, so that a node writing a large file through the cache keeps
+  // its heartbeats going between them (common/keep_alive.hpp).
+  constexpr size_t kPiece = 8 << 20;
+  while (n > 0) {
+    const size_t k = std::min(n, kPiece);
+    if (const int err = write_all(fd_, p, k, offset)) failed("write", err);
+    p += k;
+    offset += k;
+    n -= k;
+    KeepAlive::pulse();
   }
 }
 
@@ -204,6 +213,7 @@ void AtomicFileWriter::flush_stage(bool last) {
   d.flushed_any = true;
   d.base += n;
   d.used = 0;
+  KeepAlive::pulse();
 }
 
 void AtomicFileWriter::write(const void* data, size_t n) {

@@ -7,6 +7,12 @@
 //   replica_image.written  replica_image.synced  replica_image.renamed
 //   site.mid_upload     site.replica_stored
 //   aggregator.update_accepted  aggregator.round_closed
+//
+// Stall points, for liveness testing: a process started with
+//   FEDWAN_STALL_POINT=<name>@<ms>
+// sleeps <ms> milliseconds each time execution reaches stall_point("<name>").
+// Names in use: checkpoint.block, replica_image.block (each MiB of a
+// checkpoint or replica image written: a slow disk).
 // Thread safety: safe to call from any thread.
 #pragma once
 
@@ -15,5 +21,6 @@
 namespace fedwan {
 
 void crash_point(std::string_view name);
+void stall_point(std::string_view name);
 
 }  // namespace fedwan

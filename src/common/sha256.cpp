@@ -2,6 +2,7 @@
 
 #include <openssl/evp.h>
 
+#include "common/keep_alive.hpp"
 #include "common/openssl_check.hpp"
 
 namespace fedwan {
@@ -21,7 +22,17 @@ Sha256& Sha256::operator=(Sha256&&) noexcept = default;
 void Sha256::update(const void* data, size_t n) {
   if (!impl_) throw CryptoError("Sha256::update on a moved-from hasher");
   if (n == 0) return;  // data may legitimately be null for an empty range
-  FEDWAN_OPENSSL_CHECK(EVP_DigestUpdate(impl_->ctx.get(), data, n));
+  // A model's worth in pieces, so that a node hashing one keeps its
+  // heartbeats going between them (common/keep_alive.hpp).
+  constexpr size_t kPiece = 16 << 20;
+  const auto* p = static_cast<const uint8_t*>(data);
+  while (n > kPiece) {
+    FEDWAN_OPENSSL_CHECK(EVP_DigestUpdate(impl_->ctx.get(), p, kPiece));
+    p += kPiece;
+    n -= kPiece;
+    KeepAlive::pulse();
+  }
+  FEDWAN_OPENSSL_CHECK(EVP_DigestUpdate(impl_->ctx.get(), p, n));
 }
 
 std::array<uint8_t, 32> Sha256::finish() {

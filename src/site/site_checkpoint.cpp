@@ -95,8 +95,20 @@ Checkpoint SiteCore::Impl::state_checkpoint(bool on_anchor_known) {
   return c;
 }
 
+KeepAlive SiteCore::Impl::keep_alive() {
+  return KeepAlive(cfg.heartbeat, [this] { busy_beat(); });
+}
+
+void SiteCore::Impl::busy_beat() {
+  // Only to a parent that knows this site: it judges the silence of
+  // members, and a site not welcomed yet says hello as it must.
+  if (uplink->in_federation()) (void)parent().heartbeat(round, wire::kFlagBusy);
+}
+
 void SiteCore::Impl::save_checkpoint(bool with_replica, bool on_anchor) {
   if (opt.checkpoint_dir.empty() || !joined) return;
+  // Seconds at a billion parameters: its parent goes on hearing from it.
+  const KeepAlive keep = keep_alive();
   const Checkpoint c = state_checkpoint(on_anchor);
   const checkpoint::CheckpointTrust trust = checkpoint::checkpoint_trust(*security, topo, self);
   const auto t0 = Clock::now();
@@ -104,7 +116,7 @@ void SiteCore::Impl::save_checkpoint(bool with_replica, bool on_anchor) {
       checkpoint::save_node_checkpoint(opt.checkpoint_dir, c, trust);
   cadence.whole_at = Clock::now();
   cadence.whole_seconds = std::chrono::duration<double>(*cadence.whole_at - t0).count();
-  security->audit("checkpoint", {{"round", round}});
+  security->audit("checkpoint", {{"round", round}, {"ms", cadence.whole_seconds * 1e3}});
   // The image's base is the anchor the checkpoint just hashed.
   if (with_replica) save_image(c, trust, checkpoint::section_digest(c, digests, "anchor"));
   site_metrics.last_checkpoint = Clock::now();
@@ -331,9 +343,11 @@ void SiteCore::Impl::boundary_checkpoint(bool upload, bool on_anchor) {
     save_checkpoint(upload && replica_due(), on_anchor);
     return;
   }
+  const KeepAlive keep = keep_alive();
   const auto t0 = Clock::now();
   save_image(state_checkpoint(on_anchor), checkpoint::checkpoint_trust(*security, topo, self));
-  security->audit("checkpoint", {{"round", round}, {"image", true}});
+  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  security->audit("checkpoint", {{"round", round}, {"image", true}, {"ms", ms}});
   site_metrics.last_checkpoint = Clock::now();
   site_metrics.checkpoints += 1;
   parent().not_listening(Clock::now() - t0);

@@ -22,6 +22,7 @@
 #include "checkpoint/node_checkpoint.hpp"
 #include "checkpoint/replica_store.hpp"
 #include "common/byte_pool.hpp"
+#include "common/keep_alive.hpp"
 #include "common/mapped_floats.hpp"
 #include "common/sha256.hpp"
 #include "costs/cost_recorder.hpp"
@@ -58,6 +59,10 @@ class SiteCore::Impl {
   // `on_anchor`: the caller knows the parameters are the anchor (it just
   // copied one to the other), else they are compared.
   void save_checkpoint(bool with_replica = false, bool on_anchor = false);
+  // Around work that reads nothing for long (a checkpoint written): a
+  // heartbeat marked busy to the parent each period (common/keep_alive.hpp).
+  KeepAlive keep_alive();
+  void busy_beat();
   // Membership (site_membership.cpp): a graceful leave, and the pause
   // outside the participation windows at a round boundary.
   bool leave(Millis timeout);

@@ -174,6 +174,12 @@ std::vector<uint8_t> SiteCore::Impl::hello_frame() {
 }
 
 void SiteCore::Impl::on_heartbeat(const wire::ParsedFrame& f, SyncResult* res) {
+  // The parent writes its checkpoint (the anchor's last chunk waits for
+  // it): alive, and nothing of this round was lost.
+  if (f.header.flags & wire::kFlagBusy) {
+    (void)uplink->behind(false);
+    return;
+  }
   const wire::FrameHeader& h = f.header;
   if (h.flags & wire::kFlagPace) {
     wire::PacePayload p;

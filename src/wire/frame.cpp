@@ -25,7 +25,8 @@ uint8_t allowed_flags(MsgType t) {
     case MsgType::kWelcome: return kFlagNoChange | kFlagKeepsReplicas | kFlagClip;
     case MsgType::kHello: return kFlagSent | kFlagNeedReplica;
     case MsgType::kHeartbeat:
-      return kFlagPace | kFlagNeedUpdate | kFlagLeaving | kFlagPausing | kFlagMembership;
+      return kFlagPace | kFlagBusy | kFlagNeedUpdate | kFlagLeaving | kFlagPausing |
+             kFlagMembership;
     case MsgType::kCheckpoint: return kFlagReplicaStored | kFlagNoReplica;
     default: return 0;
   }
@@ -377,6 +378,11 @@ ParsedFrame parse_frame(const uint8_t* data, size_t size, const FrameLimits& lim
     return reject(f, RejectReason::kBadReserved,
                   "heartbeat with flags 0x%02x: pace (0x%02x) goes alone", unsigned{h.flags},
                   unsigned{kFlagPace});
+  }
+  if (h.type == MsgType::kHeartbeat && (h.flags & kFlagBusy) && h.flags != kFlagBusy) {
+    return reject(f, RejectReason::kBadReserved,
+                  "heartbeat with flags 0x%02x: busy (0x%02x) goes alone", unsigned{h.flags},
+                  unsigned{kFlagBusy});
   }
   if (has_no_values(h) && (h.flags & kFlagExcused) == 0) {
     return reject(f, RejectReason::kBadReserved,

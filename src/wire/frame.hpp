@@ -19,8 +19,8 @@
 //   other type (kBadCodec); no flag bits except kFlagFullAnchor or kFlagClip on kAnchor,
 //   kFlagNoValues, kFlagExcused and kFlagUnclipped on kDelta (kFlagNoValues only with
 //   kFlagExcused), kFlagNoChange, kFlagKeepsReplicas and kFlagClip on kWelcome, kFlagSent and
-//   kFlagNeedReplica on kHello, kFlagPace, kFlagNeedUpdate, kFlagLeaving, kFlagPausing and
-//   kFlagMembership on kHeartbeat, kFlagReplicaStored or kFlagNoReplica on
+//   kFlagNeedReplica on kHello, kFlagPace, kFlagBusy, kFlagNeedUpdate, kFlagLeaving,
+//   kFlagPausing and kFlagMembership on kHeartbeat, kFlagReplicaStored or kFlagNoReplica on
 //   kCheckpoint (kBadReserved); payload_length == bytes after the header, so
 //   trailing bytes and truncation are kLengthMismatch.
 //   kAnchor/kDelta: 1 <= chunk_count <= max_chunk_count, chunk_index <
@@ -72,8 +72,9 @@ inline constexpr uint32_t kMagic = 0x4E415746;  // "FWAN" read as little-endian 
 // over regions (kFlagUnclipped up, kFlagClip down); 9: the header's last
 // field (reserved before) is `order`, which lets chunks on a striped link
 // overtake one another (wire/frame_order.hpp); 10: a parent paces its
-// sites' updates (kFlagPace on kHeartbeat)
-inline constexpr uint8_t kVersion = 10;
+// sites' updates (kFlagPace on kHeartbeat); 11: a node busy with long work
+// says so on its heartbeats (kFlagBusy)
+inline constexpr uint8_t kVersion = 11;
 inline constexpr size_t kHeaderSize = 64;
 
 enum class MsgType : uint8_t {
@@ -139,6 +140,11 @@ inline constexpr uint8_t kFlagNeedUpdate = 0x04;  // kHeartbeat from a parent, s
 // the heartbeat's round's update the site may have sent (docs/protocol.md,
 // "Pacing"). Never with another flag.
 inline constexpr uint8_t kFlagPace = 0x01;
+// kHeartbeat either way: the sender is busy with long work at a round
+// boundary (writing its checkpoint) and reads nothing meanwhile; it is
+// alive, and what it owes follows (common/keep_alive.hpp). Never with
+// another flag.
+inline constexpr uint8_t kFlagBusy = 0x02;
 // kHeartbeat from a child, membership (docs/protocol.md, "Membership"): it
 // leaves the federation (kFlagLeaving) or pauses until its participation
 // window opens (kFlagPausing), from the heartbeat's round on; it is no longer

@@ -127,6 +127,8 @@ class ChaosFederation {
     write_topology();
   }
 
+  // The synthetic model's parameters (kParams unless set before start).
+  void set_params(size_t n) { params_ = n; }
   const Topology& topo() const { return topo_; }
   pid_t pid(const std::string& node) const { return pids_.at(node); }
   const std::filesystem::path& dir() const { return dir_.path(); }
@@ -189,7 +191,7 @@ class ChaosFederation {
                                      "--trainer",
                                      "synthetic",
                                      "--synthetic-size",
-                                     std::to_string(kParams),
+                                     std::to_string(params_),
                                      "--seed",
                                      std::to_string(kSeed),
                                      "--join-timeout",
@@ -259,19 +261,20 @@ class ChaosFederation {
 
   // The two checks of every scenario; returns the replay for RPO/RTO.
   ReplayResult check_against_audit() {
-    const std::vector<float> init = synthetic::initial_model(kParams, kSeed);
+    const std::vector<float> init = synthetic::initial_model(params_, kSeed);
     std::vector<std::filesystem::path> logs = {audit(topo_.root().id)};
     if (standby_ && std::filesystem::exists(audit("standby"))) logs.push_back(audit("standby"));
     ReplayResult r = replay_root_audits(topo_, init, logs, dir_.path() / "store");
     EXPECT_TRUE(r.problems.empty()) << ::testing::PrintToString(r.problems);
     EXPECT_EQ(r.rounds_committed, topo_.federation().rounds);
     const std::vector<float> global = read_model(model_path());
-    EXPECT_EQ(global.size(), kParams);
+    EXPECT_EQ(global.size(), params_);
     if (global.size() == r.global.size()) {
-      EXPECT_EQ(0, std::memcmp(global.data(), r.global.data(), kParams * sizeof(float)))
+      EXPECT_EQ(0, std::memcmp(global.data(), r.global.data(), params_ * sizeof(float)))
           << "the final model is not the replay of the accepted updates";
     }
-    const uint32_t chunks = static_cast<uint32_t>((kParams * 4 + 16383) / 16384);
+    const uint64_t chunk_bytes = topo_.federation().chunk_bytes;
+    const uint32_t chunks = static_cast<uint32_t>((params_ * 4 + chunk_bytes - 1) / chunk_bytes);
     for (const auto& [key, n] : r.accepted_by_round_sender) {
       EXPECT_LE(n, static_cast<int>(chunks)) << "round " << key.first << " sender " << key.second;
     }
@@ -321,6 +324,7 @@ class ChaosFederation {
   std::map<std::string, pid_t> pids_;
   std::map<std::string, bool> started_, crashed_;
   bool standby_ = false;
+  size_t params_ = kParams;
 };
 
 inline double seconds_between(SysClock::time_point a, std::optional<SysClock::time_point> b) {

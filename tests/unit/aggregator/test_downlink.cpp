@@ -1,5 +1,6 @@
 // The outboxes an aggregator's frames wait in (aggregator/downlink.hpp):
-// the head frame's wait, what counts as a peer that does not read, and the
+// the head frame's wait, what counts as a peer that does not read (and
+// one that said it is busy), and the
 // slots of the children's side. Sending over a link is exercised by every
 // federation test.
 #include "aggregator/downlink.hpp"
@@ -37,6 +38,22 @@ TEST(Outbox, TheHeadsWaitStartsWhenItReachesTheHead) {
   box.clear();
   EXPECT_TRUE(box.empty());
   EXPECT_EQ(box.sent(), 1u);  // what went stays counted
+}
+
+TEST(Outbox, APeerThatSaysItIsBusyIsNotJudgedForNotReadingMeanwhile) {
+  Outbox box;
+  const Clock::time_point t0 = Clock::now();
+  box.push(frame_of(10), t0);
+  // It writes its checkpoint: a busy heartbeat at 0.9 s, another at 1.8 s.
+  box.peer_busy(t0 + milliseconds(900));
+  EXPECT_FALSE(box.stuck(t0 + milliseconds(1800), milliseconds(1000)));
+  box.peer_busy(t0 + milliseconds(1800));
+  EXPECT_FALSE(box.stuck(t0 + milliseconds(2700), milliseconds(1000)));
+  // Then silent and still not reading: stuck a timeout after its last word.
+  EXPECT_TRUE(box.stuck(t0 + milliseconds(2801), milliseconds(1000)));
+  Outbox empty;
+  empty.peer_busy(t0);
+  EXPECT_FALSE(empty.stuck(t0 + std::chrono::hours(1), milliseconds(1)));
 }
 
 TEST(Downlink, SlotsFollowTheOrderChildrenAreAdded) {

@@ -233,6 +233,21 @@ TEST(Frame, PaceGoesAloneOnHeartbeats) {
   EXPECT_EQ(reason(welcome), RejectReason::kBadReserved);
 }
 
+TEST(Frame, BusyGoesAloneOnHeartbeats) {
+  Bytes heartbeat = control_frame(MsgType::kHeartbeat, {});
+  heartbeat[kOffFlags] = kFlagBusy;
+  EXPECT_EQ(reason(heartbeat), RejectReason::kNone);
+  for (uint8_t other : {kFlagPace, kFlagNeedUpdate, kFlagLeaving, kFlagPausing, kFlagMembership}) {
+    heartbeat[kOffFlags] = static_cast<uint8_t>(kFlagBusy | other);
+    EXPECT_EQ(reason(heartbeat), RejectReason::kBadReserved) << int{other};
+  }
+  for (MsgType t : {MsgType::kHello, MsgType::kDone, MsgType::kTelemetry}) {
+    Bytes other = control_frame(t, {});
+    other[kOffFlags] = kFlagBusy;
+    EXPECT_EQ(reason(other), RejectReason::kBadReserved) << int(t);
+  }
+}
+
 TEST(Frame, PaceRoundTripAndRejects) {
   const Bytes b = encode_pace({17, 4});
   PacePayload q;

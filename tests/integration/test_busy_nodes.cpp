@@ -1,0 +1,112 @@
+// A node busy at a round boundary for longer than the heartbeat timeout
+// (its checkpoint written to a slow disk: FEDWAN_STALL_POINT sleeps at
+// each MiB written, as a billion parameters on one disk take tens of
+// seconds) keeps its peers: it sends heartbeats marked busy while it
+// writes, so its parent does not drop it, its children do not reconnect
+// (nor fail over to the root's standby), and nothing is sent again. Real
+// `fedwan` processes, a root, a region and two sites, 1M parameters (the
+// root's checkpoint about 10 MiB), heartbeats every 0.3 s, a 2 s timeout.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "harness/chaos_federation.hpp"
+
+#ifdef FEDWAN_CLI_PATH
+
+namespace fedwan::testing {
+namespace {
+
+constexpr size_t kBigParams = 1'000'000;
+constexpr const char* kSlowDisk = "checkpoint.block@500";  // 0.5 s a MiB
+
+void megabyte_chunks(FederationSpec& f) { f.chunk_bytes = 1 << 20; }
+
+size_t count_events(const ChaosFederation& fed, const std::string& node, const std::string& event) {
+  if (!std::filesystem::exists(fed.audit(node))) return 0;
+  const std::vector<AuditEntry> entries = read_audit(fed.audit(node));
+  return static_cast<size_t>(std::count_if(entries.begin(), entries.end(),
+                                           [&](const AuditEntry& e) { return e.event == event; }));
+}
+
+// The longest checkpoint `node` wrote, in ms, by its audit log.
+double longest_checkpoint_ms(const ChaosFederation& fed, const std::string& node) {
+  double longest = 0;
+  for (const AuditEntry& e : read_audit(fed.audit(node))) {
+    if (e.event == "checkpoint") longest = std::max(longest, e.fields.value("ms", 0.0));
+  }
+  return longest;
+}
+
+// Nobody lost anybody: no child dropped, no link to a parent opened again,
+// no child that took its parent's wait for lost anchor chunks and rejoined
+// to be resynced.
+void expect_nobody_lost(const ChaosFederation& fed, const std::vector<std::string>& nodes) {
+  for (const std::string& n : nodes) {
+    EXPECT_EQ(count_events(fed, n, "child_lost"), 0u) << n << " lost a child:\n" << fed.log(n);
+    EXPECT_EQ(count_events(fed, n, "reconnect"), 0u) << n << " reconnected:\n" << fed.log(n);
+    EXPECT_EQ(fed.log(n).find("rejoining"), std::string::npos) << n << " rejoined:\n" << fed.log(n);
+  }
+}
+
+std::vector<std::string> every_node(const ChaosFederation& fed) {
+  std::vector<std::string> ids;
+  for (const NodeSpec& n : fed.topo().nodes()) ids.push_back(n.id);
+  return ids;
+}
+
+// The node whose disk is slow: the root, the region, or a site.
+class SlowCheckpoint : public ::testing::TestWithParam<Role> {};
+
+TEST_P(SlowCheckpoint, KeepsItsPeersAndCountsEveryUpdateOnce) {
+  ChaosFederation fed(1, 2, /*rounds=*/3, /*overlap_steps=*/0, /*streams=*/1, megabyte_chunks);
+  fed.set_params(kBigParams);
+  std::string slow;
+  for (const NodeSpec& n : fed.topo().nodes()) {
+    if (n.role == GetParam()) slow = n.id;  // the last of its kind
+  }
+  fed.start_all({{slow, {{"FEDWAN_STALL_POINT", kSlowDisk}}}});
+  fed.wait_all(std::chrono::seconds(240));
+  fed.check_against_audit();
+  const double timeout_ms = fed.topo().federation().heartbeat_timeout_s * 1e3;
+  // The scenario took place: some checkpoint outlasted the timeout.
+  EXPECT_GT(longest_checkpoint_ms(fed, slow), timeout_ms) << fed.log(slow);
+  expect_nobody_lost(fed, every_node(fed));
+}
+
+INSTANTIATE_TEST_SUITE_P(Nodes, SlowCheckpoint,
+                         ::testing::Values(Role::kRoot, Role::kRegion, Role::kSite),
+                         [](const auto& info) {
+                           switch (info.param) {
+                             case Role::kRoot: return std::string("Root");
+                             case Role::kRegion: return std::string("Region");
+                             default: return std::string("Site");
+                           }
+                         });
+
+// The root writing slowly is not taken for dead: its standby, which takes
+// over when the root is silent and a child comes to it, never does.
+TEST(SlowCheckpoint, TheRootsStandbyDoesNotTakeOver) {
+  ChaosFederation fed(1, 2, /*rounds=*/3, /*overlap_steps=*/0, /*streams=*/1, megabyte_chunks);
+  fed.set_params(kBigParams);
+  fed.add_standby();
+  fed.start_standby();
+  fed.start_all({{"root", {{"FEDWAN_STALL_POINT", kSlowDisk}}}});
+  fed.wait_all(std::chrono::seconds(240));
+  fed.check_against_audit();
+  EXPECT_GT(longest_checkpoint_ms(fed, "root"), fed.topo().federation().heartbeat_timeout_s * 1e3);
+  EXPECT_EQ(count_events(fed, "standby", "takeover"), 0u) << fed.log("standby");
+  EXPECT_EQ(count_events(fed, "root", "fenced"), 0u) << fed.log("root");
+  std::vector<std::string> nodes = every_node(fed);
+  nodes.push_back("standby");
+  expect_nobody_lost(fed, nodes);
+}
+
+}  // namespace
+}  // namespace fedwan::testing
+
+#endif  // FEDWAN_CLI_PATH
