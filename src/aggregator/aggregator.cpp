@@ -128,6 +128,10 @@ AggregatorSummary Aggregator::Impl::run() {
     // Frames the link read ahead are no longer the socket's to signal.
     const Millis wait = down_.link.link().holding() ? Millis(0) : pending ? Millis(2) : kPoll;
     (void)transport_->wait(interests, wait);
+    // What this turn does may block for long (an update recorded, a
+    // child's replica stored, on a disk slow to flush): its peers go on
+    // hearing from it, a busy heartbeat each period (common/keep_alive.hpp).
+    const KeepAlive keep = keep_alive();
     timers_.poll();
     transport::Incoming in;
     // Drain a bounded batch per socket so neither side starves the other.

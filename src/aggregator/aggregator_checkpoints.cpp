@@ -31,7 +31,7 @@ void Aggregator::Impl::save_checkpoint() {
   if (opt_.checkpoint_dir.empty()) return;
   // Seconds at a billion parameters, on its loop: its peers go on hearing
   // from it (a busy heartbeat each period) and do not take it for lost.
-  const KeepAlive keep_alive(cfg_.heartbeat, [this] { busy_beat(); });
+  const KeepAlive keep = keep_alive();
   Checkpoint c;
   c.round = round_;  // the round a resumed node opens
   c.topology_digest = topo_.lineage_digest();
@@ -85,6 +85,10 @@ void Aggregator::Impl::not_listening(Clock::time_point since) {
   const auto now = Clock::now();
   credit_silence(now - since, now, /*parent_too=*/true);
   clock_.ticks.reset(now);
+}
+
+KeepAlive Aggregator::Impl::keep_alive() {
+  return KeepAlive(cfg_.heartbeat, [this] { busy_beat(); });
 }
 
 void Aggregator::Impl::busy_beat() {

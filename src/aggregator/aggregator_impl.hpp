@@ -52,6 +52,7 @@
 #include "checkpoint/checkpoint_upload.hpp"
 #include "checkpoint/replica_store.hpp"
 #include "common/byte_pool.hpp"
+#include "common/keep_alive.hpp"
 #include "common/stall_clock.hpp"
 #include "costs/cost_recorder.hpp"
 #include "fedwan/aggregator.hpp"
@@ -287,6 +288,9 @@ class Aggregator::Impl {
   // a heartbeat marked busy to every child that can take one, and to the
   // peers above (the parent, the root's standby). Never queued, never blocks.
   void busy_beat();
+  // A scope (common/keep_alive.hpp) around work on the whole model at a
+  // round boundary (the commit, a checkpoint): busy_beat() each period.
+  KeepAlive keep_alive();
   // Credits every child, its role's own peers (the root's standby, a
   // standby's root) and the parent when `parent_too`, with `d` of silence
   // until `now` (this node's own time away), none past `now`.

@@ -15,6 +15,7 @@
 
 #include "codec/compact_feedback.hpp"
 #include "common/byte_pool.hpp"
+#include "common/keep_alive.hpp"
 #include "common/log.hpp"
 #include "common/sha256.hpp"
 #include "fedwan/codec.hpp"
@@ -359,6 +360,8 @@ void Aggregator::Impl::RegionRole::on_parent_anchor(const wire::ParsedFrame& f, 
   relay_.chunks = 0;
   n_.book_.relayed_through(h.round);
   if (h.round < n_.cfg_.rounds) {
+    // The whole anchor and the checkpoint: its peers go on hearing from it.
+    const KeepAlive keep = n_.keep_alive();
     apply_relayed();  // anchor_ becomes the round's it opens
     if (n_.adaptive_clip()) use_clip(relay_.clip, h.round);
     n_.round_ = h.round;
@@ -399,6 +402,7 @@ void Aggregator::Impl::RegionRole::apply_relayed() {
     const aggregator::Frame frame = p.frame.load();
     p.codec->decode_accumulate(frame->data() + wire::kHeaderSize, n_.model_.plan->size(p.chunk),
                                1.0f, anchor_.data() + n_.model_.plan->offset(p.chunk));
+    KeepAlive::pulse();
   }
   relay_.pending.clear();
   anchor_changed();

@@ -18,6 +18,7 @@
 #include "checkpoint/node_checkpoint.hpp"
 #include "checkpoint/replica_fetch.hpp"
 #include "common/byte_pool.hpp"
+#include "common/keep_alive.hpp"
 #include "common/log.hpp"
 #include "common/sha256.hpp"
 #include "fedwan/codec.hpp"
@@ -175,6 +176,7 @@ void Aggregator::Impl::RootRole::apply_pending() {
     const uint8_t* frame = stored.bytes(scratch);
     model_.apply(n_.model_.plan->offset(chunk), n_.model_.plan->size(chunk), *n_.cfg_.codec,
                  frame + wire::kHeaderSize);
+    KeepAlive::pulse();
   }
   pending_.clear();
   mixed_ = false;

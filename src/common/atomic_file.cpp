@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/crash_point.hpp"
 #include "common/errno_text.hpp"
 #include "common/keep_alive.hpp"
 #include "fedwan/error.hpp"
@@ -39,7 +40,7 @@ std::string size_text(size_t bytes) {
 int sync_directory(const fs::path& dir) {
   Fd d{::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
   if (d.fd < 0) return errno;
-  return ::fsync(d.fd) == 0 ? 0 : errno;
+  return KeepAlive::during([&] { return ::fsync(d.fd) == 0 ? 0 : errno; });
 }
 
 }  // namespace
@@ -274,7 +275,14 @@ void AtomicFileWriter::commit(bool require_durable_rename,
   }
   if (on_step) on_step("written");
   if (::fchmod(fd_, mode_) != 0) failed("set the mode of", errno);
-  if (::fsync(fd_) != 0) failed("sync", errno);
+  // Seconds for a file written through the cache on a slow disk: a node
+  // keeps its heartbeats going meanwhile (common/keep_alive.hpp).
+  const int fd_to_sync = fd_;
+  const int err_sync = KeepAlive::during([fd_to_sync] {
+    stall_point("file.sync");  // a slow disk's fsync, for liveness tests
+    return ::fsync(fd_to_sync) == 0 ? 0 : errno;
+  });
+  if (err_sync != 0) failed("sync", err_sync);
   if (on_step) on_step("synced");
   const int fd = fd_;
   fd_ = -1;

@@ -12,7 +12,9 @@
 //   FEDWAN_STALL_POINT=<name>@<ms>
 // sleeps <ms> milliseconds each time execution reaches stall_point("<name>").
 // Names in use: checkpoint.block, replica_image.block (each MiB of a
-// checkpoint or replica image written: a slow disk).
+// checkpoint or replica image written: a slow disk); file.sync (each fsync
+// of a file written whole and replaced, on the thread that syncs it: a
+// slow disk's flush).
 // Thread safety: safe to call from any thread.
 #pragma once
 

@@ -15,9 +15,15 @@
 // the innermost beats. A beat's exception is logged and dropped (what the
 // work does must not fail for a heartbeat that did not go), and a beat
 // never runs within itself (it may write, and so pulse).
+//
+// Work that is one blocking call (an fsync of a file written through the
+// cache: seconds where the disk is slow) has no pieces to pulse between:
+// KeepAlive::during() runs it on a helper thread while this one goes on
+// pulsing.
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <functional>
 
 namespace fedwan {
@@ -35,6 +41,15 @@ class KeepAlive {
   // Runs this thread's innermost scope's beat when a period passed since
   // its last (or since it opened). Cheap when none is due: a clock read.
   static void pulse();
+  // Runs `call` (one blocking system call, say an fsync) and returns what
+  // it returned. On a thread with a scope it runs on a helper thread while
+  // this one pulses, a few times a period, until it returned; elsewhere it
+  // runs here. What it throws is thrown here.
+  static int during(const std::function<int()>& call);
+  // memcpy in pieces of 16 MiB, pulsing between them: a whole model copied
+  // into a file-backed array (the kernel may throttle a writer whose dirty
+  // pages pass its limit) takes seconds at a billion parameters.
+  static void copy(void* dst, const void* src, size_t bytes);
   // Beats this scope ran so far.
   unsigned long beats() const { return beats_; }
 

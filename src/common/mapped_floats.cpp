@@ -10,6 +10,7 @@
 #include <system_error>
 
 #include "common/errno_text.hpp"
+#include "common/keep_alive.hpp"
 #include "common/unnamed_file.hpp"
 
 namespace fedwan {
@@ -68,7 +69,9 @@ void MappedFloats::resize(size_t n) {
 void MappedFloats::assign(const float* first, const float* last) {
   const size_t n = static_cast<size_t>(last - first);
   resize(n);
-  if (n > 0) std::memcpy(data_, first, n * sizeof(float));
+  // In pieces: seconds into a file at a billion parameters, and a node
+  // that has a KeepAlive open goes on heartbeating meanwhile.
+  if (n > 0) KeepAlive::copy(data_, first, n * sizeof(float));
 }
 
 void MappedFloats::clear() {

@@ -252,6 +252,7 @@ bool SiteCore::Impl::anchor_matches(const wire::ParsedFrame& f) {
 }
 
 void SiteCore::Impl::set_anchor(const float* from) {
+  const KeepAlive keep = keep_alive();  // the whole model copied: seconds at a billion
   anchor.assign(from, from + plan.total());
   if (!anchor.why().empty() && !anchor_file_warned) {
     anchor_file_warned = true;
@@ -302,7 +303,9 @@ void SiteCore::Impl::model_in_full(SyncResult* res) {
   // The whole model is in: this round restarts from it (an overlapped
   // sync's caller copies it at finish_sync).
   const uint64_t full_round = incoming.full_round();
-  if (!overlapping()) std::memcpy(params, anchor.data(), plan.total() * sizeof(float));
+  // The copy and the checkpoint: its parent goes on hearing from it.
+  const KeepAlive keep = keep_alive();
+  if (!overlapping()) KeepAlive::copy(params, anchor.data(), plan.total() * sizeof(float));
   anchor_mixed = false;
   log().info("[site:{}] {} at round {}", self.id, welcome.joined_once ? "resynced" : "joined",
              full_round);
@@ -346,6 +349,7 @@ void SiteCore::Impl::apply_update_chunk(uint32_t chunk, const Codec& c, const ui
 void SiteCore::Impl::apply_early() {
   for (const site::AnchorAssembly::EarlyChunk& c : incoming.take_early(outgoing.encoded_upto)) {
     apply_update_chunk(c.chunk, *codec_by_wire_id(c.codec), c.payload.data());
+    KeepAlive::pulse();
   }
 }
 

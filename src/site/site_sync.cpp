@@ -245,6 +245,9 @@ void SiteCore::Impl::await_anchor(uint64_t start_round, SyncResult* res) {
 }
 
 void SiteCore::Impl::take_anchor() {
+  // The kept chunks applied and the checkpoint written: its parent goes on
+  // hearing from it.
+  const KeepAlive keep = keep_alive();
   apply_early();  // every chunk is now in the anchor (and, not overlapped, in params)
   anchor_mixed = false;
   round += 1;

@@ -110,11 +110,18 @@ class ParentLink {
   bool sending() const { return out_.has_value(); }
   // Waits at most `timeout` for one frame that passes the security layer.
   // Throws CryptoError once the handshake failed, and on a striped link once
-  // a frame was lost on one of its connections (the owner reconnects).
+  // a frame was lost on one of its connections (the owner reconnects): at
+  // once from the call that met the failure, after `timeout` from every
+  // later one (a failed link delivers nothing, and an owner polling it
+  // until its reconnect is due must not spin).
   bool recv(Incoming* out, Millis timeout);
+  // It failed (see recv): it delivers nothing more, and watch() adds none
+  // of its connections.
+  bool failed() const;
   ChannelSecurity& security() { return *security_; }
   // For the owner's Transport::wait over all its links: adds every
-  // connection of this link (readable, and writable when asked).
+  // connection of this link (readable, and writable when asked); none once
+  // it failed.
   void watch(std::vector<Transport::Interest>* out, bool writable = false);
   // The connections open (1 + extra stripes), those that carry frames now,
   // and the reordering they caused.

@@ -4,6 +4,7 @@
 #include "transport/links.hpp"
 
 #include <algorithm>
+#include <thread>
 #include <utility>
 
 #include "common/log.hpp"
@@ -59,6 +60,9 @@ void ParentLink::abandon() {
 }
 
 void ParentLink::watch(std::vector<Transport::Interest>* out, bool writable) {
+  // A failed link delivers nothing more: what its sockets still hold would
+  // keep an owner's wait waking at once, for nothing, until it reconnects.
+  if (failed()) return;
   // What is left of a frame in pieces waits for room too.
   for (auto& s : stripes_) out->push_back({s.get(), true, writable || out_.has_value()});
 }
@@ -132,6 +136,8 @@ void ParentLink::send_replies(SecurityReplies& replies) {
   }
   replies.clear();
 }
+
+bool ParentLink::failed() const { return !security_->failure().empty() || !broken_.empty(); }
 
 void ParentLink::check_failure() const {
   if (!security_->failure().empty()) {
@@ -330,8 +336,16 @@ bool ParentLink::take(Received& in, bool striped, Incoming* out) {
 }
 
 bool ParentLink::recv(Incoming* out, Millis timeout) {
-  const auto deadline = Clock::now() + timeout;
   out->inspected.reset();  // its frames are not inspected
+  if (failed()) {
+    // Said once already (the call that met the failure threw at once):
+    // nothing comes over it any more, so it waits as for a silent parent
+    // before saying it again. An owner polling it until its reconnect is
+    // due (with backoff: seconds) does not spin meanwhile.
+    std::this_thread::sleep_for(timeout);
+    check_failure();
+  }
+  const auto deadline = Clock::now() + timeout;
   // An adaptive link runs its frames through the resequencer from the
   // start, single while it has one connection, so that the count is in
   // step when it opens a second.

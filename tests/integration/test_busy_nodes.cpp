@@ -6,6 +6,8 @@
 // (nor fail over to the root's standby), and nothing is sent again. Real
 // `fedwan` processes, a root, a region and two sites, 1M parameters (the
 // root's checkpoint about 10 MiB), heartbeats every 0.3 s, a 2 s timeout.
+// And a node whose every fsync outlasts the timeout (a disk slow to
+// flush): the one blocking call runs beside its beats.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -23,8 +25,13 @@ namespace {
 
 constexpr size_t kBigParams = 1'000'000;
 constexpr const char* kSlowDisk = "checkpoint.block@500";  // 0.5 s a MiB
+// Each fsync of a file written whole takes 2.5 s: one blocking call longer
+// than the timeout, with no pieces to beat between.
+constexpr const char* kSlowSync = "file.sync@2500";
 
 void megabyte_chunks(FederationSpec& f) { f.chunk_bytes = 1 << 20; }
+// One chunk a model: one update recorded (and synced) a child a round.
+void whole_chunks(FederationSpec& f) { f.chunk_bytes = 4 << 20; }
 
 size_t count_events(const ChaosFederation& fed, const std::string& node, const std::string& event) {
   if (!std::filesystem::exists(fed.audit(node))) return 0;
@@ -78,15 +85,38 @@ TEST_P(SlowCheckpoint, KeepsItsPeersAndCountsEveryUpdateOnce) {
   expect_nobody_lost(fed, every_node(fed));
 }
 
+std::string role_name(const ::testing::TestParamInfo<Role>& info) {
+  switch (info.param) {
+    case Role::kRoot: return "Root";
+    case Role::kRegion: return "Region";
+    default: return "Site";
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Nodes, SlowCheckpoint,
-                         ::testing::Values(Role::kRoot, Role::kRegion, Role::kSite),
-                         [](const auto& info) {
-                           switch (info.param) {
-                             case Role::kRoot: return std::string("Root");
-                             case Role::kRegion: return std::string("Region");
-                             default: return std::string("Site");
-                           }
-                         });
+                         ::testing::Values(Role::kRoot, Role::kRegion, Role::kSite), role_name);
+
+// One fsync that outlasts the timeout (a disk flushing slowly): the node
+// runs it beside its beats and keeps its peers all the same.
+class SlowSync : public ::testing::TestWithParam<Role> {};
+
+TEST_P(SlowSync, KeepsItsPeersAndCountsEveryUpdateOnce) {
+  ChaosFederation fed(1, 2, /*rounds=*/3, /*overlap_steps=*/0, /*streams=*/1, whole_chunks);
+  fed.set_params(kBigParams);
+  std::string slow;
+  for (const NodeSpec& n : fed.topo().nodes()) {
+    if (n.role == GetParam()) slow = n.id;
+  }
+  fed.start_all({{slow, {{"FEDWAN_STALL_POINT", kSlowSync}}}});
+  fed.wait_all(std::chrono::seconds(240));
+  fed.check_against_audit();
+  EXPECT_GT(longest_checkpoint_ms(fed, slow), fed.topo().federation().heartbeat_timeout_s * 1e3)
+      << fed.log(slow);
+  expect_nobody_lost(fed, every_node(fed));
+}
+
+INSTANTIATE_TEST_SUITE_P(Nodes, SlowSync,
+                         ::testing::Values(Role::kRoot, Role::kRegion, Role::kSite), role_name);
 
 // The root writing slowly is not taken for dead: its standby, which takes
 // over when the root is silent and a child comes to it, never does.

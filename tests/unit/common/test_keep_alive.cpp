@@ -5,13 +5,17 @@
 // here depends on how fast the machine is.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
+#include <cstring>
+#include <numeric>
 #include <stdexcept>
 #include <thread>
 #include <vector>
 
 #include "common/atomic_file.hpp"
 #include "common/keep_alive.hpp"
+#include "common/mapped_floats.hpp"
 #include "common/sha256.hpp"
 #include "harness/temp_dir.hpp"
 
@@ -107,6 +111,61 @@ TEST(KeepAlive, AFileWrittenAndADigestTakenPulseAsTheyGo) {
     h.update(bytes.data() + i, std::min<size_t>(3u << 20, bytes.size() - i));
   }
   EXPECT_EQ(h.finish(), whole);
+}
+
+// One blocking call (an fsync) has no pieces: with a scope open it runs on
+// another thread while this one beats; without one it runs here.
+TEST(KeepAlive, ABlockingCallRunsBesideTheBeatsAndOnItsOwnThreadOnlyInAScope) {
+  const std::thread::id here = std::this_thread::get_id();
+  std::thread::id ran_on;
+  EXPECT_EQ(KeepAlive::during([&] {
+              ran_on = std::this_thread::get_id();
+              return 7;
+            }),
+            7);
+  EXPECT_EQ(ran_on, here) << "no scope: run in place";
+
+  std::atomic<int> beats{0};
+  std::atomic<bool> released{false};
+  const KeepAlive k(0s, [&] { ++beats; });
+  // The call returns only once this thread beat three times meanwhile:
+  // without the beats going on beside it, it would wait forever (the
+  // test's own timeout), whatever the machine's speed.
+  const int r = KeepAlive::during([&] {
+    ran_on = std::this_thread::get_id();
+    while (beats.load() < 3) std::this_thread::sleep_for(1ms);
+    released = true;
+    return 0;
+  });
+  EXPECT_EQ(r, 0);
+  EXPECT_TRUE(released.load());
+  EXPECT_NE(ran_on, here) << "in a scope: on a helper thread";
+  EXPECT_GE(beats.load(), 3);
+}
+
+TEST(KeepAlive, WhatABlockingCallThrowsIsThrownHere) {
+  const KeepAlive k(1h, [] {});
+  EXPECT_THROW(KeepAlive::during([]() -> int { throw std::runtime_error("disk gone"); }),
+               std::runtime_error);
+}
+
+// A whole model copied (into a file-backed array: the anchor at a billion
+// parameters) pulses between pieces, and copies every byte.
+TEST(KeepAlive, AModelCopiedIntoAnArrayPulsesAsItGoes) {
+  std::vector<float> model(10u << 20);  // 40 MiB
+  std::iota(model.begin(), model.end(), 0.0f);
+  int beats = 0;
+  const KeepAlive k(0s, [&] { ++beats; });
+  MappedFloats anchor;
+  anchor.assign(model);
+  EXPECT_GE(beats, 2) << "40 MiB copied in one go";
+  ASSERT_EQ(anchor.size(), model.size());
+  EXPECT_EQ(std::memcmp(anchor.data(), model.data(), model.size() * sizeof(float)), 0);
+  std::vector<uint8_t> odd(17u << 20 | 3u);
+  for (size_t i = 0; i < odd.size(); ++i) odd[i] = static_cast<uint8_t>(i * 31);
+  std::vector<uint8_t> to(odd.size());
+  KeepAlive::copy(to.data(), odd.data(), odd.size());
+  EXPECT_EQ(to, odd);
 }
 
 }  // namespace

@@ -163,6 +163,17 @@ TEST_F(StripedLinks, ALostFrameOnTheWayDownFailsTheChildsLink) {
     EXPECT_NE(std::string(e.what()).find("never arrived"), std::string::npos) << e.what();
   }
   EXPECT_EQ(child->reordering().gaps_skipped, 1u);
+  // Failed, it delivers nothing more: an owner polling it until its
+  // reconnect is due waits on it (its timeout) instead of spinning, and its
+  // connections, whatever they still hold, wake no wait.
+  EXPECT_TRUE(child->failed());
+  std::vector<Transport::Interest> interests;
+  child->watch(&interests, /*writable=*/true);
+  EXPECT_TRUE(interests.empty());
+  Incoming in;
+  const auto start = Clock::now();
+  EXPECT_THROW(child->recv(&in, 150ms), CryptoError);
+  EXPECT_GE(Clock::now() - start, 150ms) << "it said so at once again: an owner would spin";
 }
 
 TEST_F(StripedLinks, AutoOpensMoreConnectionsOnlyOverALossyLinkThatHoldsTheSenderBack) {
