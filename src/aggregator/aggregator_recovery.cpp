@@ -227,7 +227,7 @@ void Aggregator::Impl::on_heartbeat_timer() {
     // heartbeat timeout or more: the parent has judged it lost, and it
     // rejoins at once (RegionLink::heartbeat finds the parent silent).
     session::Uplink* up = role_->uplink();
-    credit_silence(away, now, up != nullptr && !up->session().judged_lost_after(away));
+    credit_silence(away, now, up != nullptr && !up->session().judged_lost_after(away, now));
     if (2 * away >= cfg_.heartbeat_timeout) {
       log().warn("[agg:{}] away from its event loop for {} ms (a long checkpoint, a slow disk, the "
                  "host short of memory); its peers' silence meanwhile is not counted",

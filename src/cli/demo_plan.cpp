@@ -51,12 +51,6 @@ Topology demo_topology(const DemoArgs& a, const std::vector<double>& weights,
                       "root: use --root-aggregation)");
   }
   fed.privacy = privacy_settings(a.privacy);
-  // A node is silent while it does a round boundary's work on the whole
-  // model (copies its anchor, writes its checkpoint): on one disk about 10 s
-  // per GiB of fp32 model. Its peers allow that much before they call it lost
-  // (docs/operations.md, "Large models").
-  const double model_gib = static_cast<double>(model_parameters(a.workload)) * 4.0 / (1u << 30);
-  fed.heartbeat_timeout_s = std::max(fed.heartbeat_timeout_s, 10.0 * model_gib);
   auto endpoint = [&](int k) {
     const int port = a.base_port > 0 ? a.base_port + k : free_port();
     return "tcp://127.0.0.1:" + std::to_string(port);

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/errno_text.hpp"
+#include "common/keep_alive.hpp"
 #include "common/log.hpp"
 #include "common/utc_time.hpp"
 #include "fedwan/error.hpp"
@@ -34,7 +35,10 @@ bool append_line(const std::string& path, const std::string& line, std::string* 
   (void)::fchmod(fd, 0600);  // a file an earlier release made 0644
   const ssize_t n = ::write(fd, line.data(), line.size());
   const int err = errno;
-  const bool ok = n == static_cast<ssize_t>(line.size()) && ::fsync(fd) == 0;
+  // A disk slow to flush holds the fsync: a node's loop goes on beating
+  // meanwhile (common/keep_alive.hpp).
+  const bool ok = n == static_cast<ssize_t>(line.size()) &&
+                  KeepAlive::during([fd] { return ::fsync(fd) == 0 ? 0 : errno; }) == 0;
   ::close(fd);
   if (!ok) *why = n < 0 ? errno_text(err) : "short write";
   return ok;

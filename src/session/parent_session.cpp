@@ -77,7 +77,7 @@ ParentSession::Clock::duration ParentSession::turn(Clock::time_point now) {
   const Clock::duration away = turns_.tick(now);
   // Judged lost by its parent, it is not credited: rejoining at once beats
   // waiting another timeout to find that out.
-  if (away > Clock::duration::zero() && !judged_lost_after(away)) {
+  if (away > Clock::duration::zero() && !judged_lost_after(away, now)) {
     StallClock::credit(heard_, away, now);
     StallClock::credit(opened_at_, away, now);
   }
@@ -88,7 +88,9 @@ bool ParentSession::heartbeat(uint64_t round, uint8_t flags, const std::vector<u
   if (!link_->established()) return false;
   wire::FrameHeader h = node::node_header(topo_, self_.index, wire::MsgType::kHeartbeat, round);
   h.flags = flags;
-  return link_->try_send(node::make_frame(h, payload)).has_value();
+  if (!link_->try_send(node::make_frame(h, payload)).has_value()) return false;
+  spoke(Clock::now());
+  return true;
 }
 
 }  // namespace fedwan::session

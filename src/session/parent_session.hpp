@@ -73,13 +73,18 @@ class ParentSession {
   // long encode); that time, less the period, is returned (zero when on
   // time) and credited as above unless judged_lost_after() it.
   Clock::duration turn(Clock::time_point now);
-  // After a turn `away` that late, the owner had sent nothing for a
-  // heartbeat timeout or more (it sends only as its loop turns): its parent
-  // has judged it lost, and it rejoins.
-  bool judged_lost_after(Clock::duration away) const {
-    return away > Clock::duration::zero() &&
-           away + options_.heartbeat >= options_.heartbeat_timeout;
+  // After a turn `away` that late, at `now`, the owner had sent nothing for
+  // a heartbeat timeout or more (it sends only as its loop turns, and its
+  // busy heartbeats from long work: the last it sent, see spoke()): its
+  // parent has judged it lost, and it rejoins.
+  bool judged_lost_after(Clock::duration away, Clock::time_point now) const {
+    if (away <= Clock::duration::zero()) return false;
+    const Clock::duration unheard = std::min(away + options_.heartbeat, now - spoke_);
+    return unheard >= options_.heartbeat_timeout;
   }
+  // A heartbeat went to the parent at `now` (heartbeat() says so itself).
+  void spoke(Clock::time_point now) { spoke_ = std::max(spoke_, now); }
+  Clock::time_point last_spoke() const { return spoke_; }
   Clock::time_point last_heard() const { return heard_; }
   // Bytes on the wire to and from the parent since the session began, over
   // every link it opened (checkpoint pieces, heartbeats, handshakes
@@ -123,6 +128,7 @@ class ParentSession {
   node::NodeSecurity& security_;
   Options options_;
   std::unique_ptr<transport::ParentLink> link_;
+  Clock::time_point spoke_{};  // the last heartbeat that went
   bool use_standby_ = false;  // under a root with a standby: failed over
   Clock::time_point opened_at_, heard_, retry_at_;
   StallClock turns_;                                  // of turn()

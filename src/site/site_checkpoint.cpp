@@ -102,7 +102,10 @@ KeepAlive SiteCore::Impl::keep_alive() {
 void SiteCore::Impl::busy_beat() {
   // Only to a parent that knows this site: it judges the silence of
   // members, and a site not welcomed yet says hello as it must.
-  if (uplink->in_federation()) (void)parent().heartbeat(round, wire::kFlagBusy);
+  // Nothing else may seal while the sealing pipeline's worker owns the sealer.
+  if (uplink->in_federation() && !sealing_active) {
+    (void)parent().heartbeat(round, wire::kFlagBusy);
+  }
 }
 
 void SiteCore::Impl::save_checkpoint(bool with_replica, bool on_anchor) {

@@ -55,8 +55,11 @@ void SiteCore::Impl::pump(Millis wait, SyncResult* res) {
 bool SiteCore::Impl::back_from_away(Clock::time_point now) {
   const Clock::duration away = parent().turn(now);
   const auto away_ms = std::chrono::duration_cast<Millis>(away).count();
-  const bool lost = parent().judged_lost_after(away);
-  if (2 * away >= cfg.heartbeat_timeout && !lost) {
+  const bool lost = parent().judged_lost_after(away, now);
+  // Away in its own long work (a whole-model copy), it said it was busy
+  // meanwhile: nothing for the caller to change.
+  const bool said_busy = parent().last_spoke() > now - away;
+  if (2 * away >= cfg.heartbeat_timeout && !lost && !said_busy) {
     security->log_noise("away:" + self.id,
                         "did not read its link for " + std::to_string(away_ms) +
                             " ms, over half its heartbeat_timeout (" +

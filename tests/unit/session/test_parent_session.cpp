@@ -131,8 +131,13 @@ TEST_F(ParentSessionTest, ALateTurnCreditsTheParentWithTheTimeAway) {
   // Away so long that nothing went to the parent for a heartbeat timeout
   // (the period plus the time away): the parent has judged this node lost,
   // and nothing is credited.
-  EXPECT_FALSE(s->judged_lost_after(899ms));
-  EXPECT_TRUE(s->judged_lost_after(900ms));
+  EXPECT_FALSE(s->judged_lost_after(899ms, t + 1600ms));
+  EXPECT_TRUE(s->judged_lost_after(900ms, t + 1600ms));
+  // Unless it said it was busy meanwhile: the parent heard it then, and
+  // judges the silence since.
+  s->spoke(t + 1000ms);
+  EXPECT_FALSE(s->judged_lost_after(900ms, t + 1600ms)) << "heard 600 ms ago";
+  EXPECT_TRUE(s->judged_lost_after(900ms, t + 2000ms)) << "heard 1000 ms ago";
   s->heard(t + 1600ms);
   EXPECT_EQ(s->turn(t + 3600ms), 1900ms);
   EXPECT_EQ(s->last_heard(), t + 1600ms);
