@@ -129,7 +129,7 @@ class ParentSession {
   Options options_;
   std::unique_ptr<transport::ParentLink> link_;
   Clock::time_point spoke_{};  // the last heartbeat that went
-  bool use_standby_ = false;  // under a root with a standby: failed over
+  bool use_standby_ = false;   // under a root with a standby: failed over
   Clock::time_point opened_at_, heard_, retry_at_;
   StallClock turns_;                                  // of turn()
   uint64_t retired_sent_ = 0, retired_received_ = 0;  // of the links replaced

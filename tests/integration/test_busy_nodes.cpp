@@ -66,22 +66,22 @@ std::vector<std::string> every_node(const ChaosFederation& fed) {
   return ids;
 }
 
-// The node whose disk is slow: the root, the region, or a site.
-class SlowCheckpoint : public ::testing::TestWithParam<Role> {};
-
-TEST_P(SlowCheckpoint, KeepsItsPeersAndCountsEveryUpdateOnce) {
-  ChaosFederation fed(1, 2, /*rounds=*/3, /*overlap_steps=*/0, /*streams=*/1, megabyte_chunks);
+// A federation whose node of role `slow_role` (the last of its kind) runs
+// with `stall`: it completes, every update counted once, the slow node's
+// longest checkpoint outlasted the heartbeat timeout (the scenario took
+// place), and nobody lost anybody.
+void run_with_a_slow_node(Role slow_role, const char* stall, void (*chunks)(FederationSpec&)) {
+  ChaosFederation fed(1, 2, /*rounds=*/3, /*overlap_steps=*/0, /*streams=*/1, chunks);
   fed.set_params(kBigParams);
   std::string slow;
   for (const NodeSpec& n : fed.topo().nodes()) {
-    if (n.role == GetParam()) slow = n.id;  // the last of its kind
+    if (n.role == slow_role) slow = n.id;
   }
-  fed.start_all({{slow, {{"FEDWAN_STALL_POINT", kSlowDisk}}}});
+  fed.start_all({{slow, {{"FEDWAN_STALL_POINT", stall}}}});
   fed.wait_all(std::chrono::seconds(240));
   fed.check_against_audit();
-  const double timeout_ms = fed.topo().federation().heartbeat_timeout_s * 1e3;
-  // The scenario took place: some checkpoint outlasted the timeout.
-  EXPECT_GT(longest_checkpoint_ms(fed, slow), timeout_ms) << fed.log(slow);
+  EXPECT_GT(longest_checkpoint_ms(fed, slow), fed.topo().federation().heartbeat_timeout_s * 1e3)
+      << fed.log(slow);
   expect_nobody_lost(fed, every_node(fed));
 }
 
@@ -93,6 +93,13 @@ std::string role_name(const ::testing::TestParamInfo<Role>& info) {
   }
 }
 
+// The node whose disk is slow: the root, the region, or a site.
+class SlowCheckpoint : public ::testing::TestWithParam<Role> {};
+
+TEST_P(SlowCheckpoint, KeepsItsPeersAndCountsEveryUpdateOnce) {
+  run_with_a_slow_node(GetParam(), kSlowDisk, megabyte_chunks);
+}
+
 INSTANTIATE_TEST_SUITE_P(Nodes, SlowCheckpoint,
                          ::testing::Values(Role::kRoot, Role::kRegion, Role::kSite), role_name);
 
@@ -101,18 +108,7 @@ INSTANTIATE_TEST_SUITE_P(Nodes, SlowCheckpoint,
 class SlowSync : public ::testing::TestWithParam<Role> {};
 
 TEST_P(SlowSync, KeepsItsPeersAndCountsEveryUpdateOnce) {
-  ChaosFederation fed(1, 2, /*rounds=*/3, /*overlap_steps=*/0, /*streams=*/1, whole_chunks);
-  fed.set_params(kBigParams);
-  std::string slow;
-  for (const NodeSpec& n : fed.topo().nodes()) {
-    if (n.role == GetParam()) slow = n.id;
-  }
-  fed.start_all({{slow, {{"FEDWAN_STALL_POINT", kSlowSync}}}});
-  fed.wait_all(std::chrono::seconds(240));
-  fed.check_against_audit();
-  EXPECT_GT(longest_checkpoint_ms(fed, slow), fed.topo().federation().heartbeat_timeout_s * 1e3)
-      << fed.log(slow);
-  expect_nobody_lost(fed, every_node(fed));
+  run_with_a_slow_node(GetParam(), kSlowSync, whole_chunks);
 }
 
 INSTANTIATE_TEST_SUITE_P(Nodes, SlowSync,
