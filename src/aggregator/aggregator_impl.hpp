@@ -288,8 +288,10 @@ class Aggregator::Impl {
   // a heartbeat marked busy to every child that can take one, and to the
   // peers above (the parent, the root's standby). Never queued, never blocks.
   void busy_beat();
-  // A scope (common/keep_alive.hpp) around work on the whole model at a
-  // round boundary (the commit, a checkpoint): busy_beat() each period.
+  // A scope (common/keep_alive.hpp) whose beat is busy_beat(): open for each
+  // turn of the loop (run), so the commit, a recorded update or a stored
+  // replica beat as they go, and around a checkpoint, which is also
+  // written before the loop runs.
   KeepAlive keep_alive();
   // Credits every child, its role's own peers (the root's standby, a
   // standby's root) and the parent when `parent_too`, with `d` of silence

@@ -319,9 +319,6 @@ void Aggregator::Impl::complete_round() {
   security_->audit_sync();
   crash_point("aggregator.round_closed");
   clock_.deadline_timer->cancel();
-  // The root's commit works through the whole model (the anchor's last
-  // chunks added, the checkpoint): its peers go on hearing from it.
-  const KeepAlive keep = keep_alive();
   role_->round_closed(now, secs);  // the root commits; a region awaits the anchor
 }
 

@@ -360,8 +360,6 @@ void Aggregator::Impl::RegionRole::on_parent_anchor(const wire::ParsedFrame& f, 
   relay_.chunks = 0;
   n_.book_.relayed_through(h.round);
   if (h.round < n_.cfg_.rounds) {
-    // The whole anchor and the checkpoint: its peers go on hearing from it.
-    const KeepAlive keep = n_.keep_alive();
     apply_relayed();  // anchor_ becomes the round's it opens
     if (n_.adaptive_clip()) use_clip(relay_.clip, h.round);
     n_.round_ = h.round;
