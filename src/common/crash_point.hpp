@@ -14,7 +14,7 @@
 // Names in use: checkpoint.block, replica_image.block (each MiB of a
 // checkpoint or replica image written: a slow disk); file.sync (each fsync
 // of a file written whole and replaced, on the thread that syncs it: a
-// slow disk's flush).
+// slow disk's flush); audit.sync (each fsync of the audit log, likewise).
 // Thread safety: safe to call from any thread.
 #pragma once
 

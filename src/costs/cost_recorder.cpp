@@ -34,14 +34,21 @@ bool append_line(const std::string& path, const std::string& line, std::string* 
   }
   (void)::fchmod(fd, 0600);  // a file an earlier release made 0644
   const ssize_t n = ::write(fd, line.data(), line.size());
-  const int err = errno;
+  const int write_err = errno;
   // A disk slow to flush holds the fsync: a node's loop goes on beating
   // meanwhile (common/keep_alive.hpp).
-  const bool ok = n == static_cast<ssize_t>(line.size()) &&
-                  KeepAlive::during([fd] { return ::fsync(fd) == 0 ? 0 : errno; }) == 0;
+  const int sync_err = n == static_cast<ssize_t>(line.size())
+                           ? KeepAlive::during([fd] { return ::fsync(fd) == 0 ? 0 : errno; })
+                           : 0;
   ::close(fd);
-  if (!ok) *why = n < 0 ? errno_text(err) : "short write";
-  return ok;
+  if (n < 0) {
+    *why = errno_text(write_err);
+  } else if (n != static_cast<ssize_t>(line.size())) {
+    *why = "short write";
+  } else if (sync_err != 0) {
+    *why = "fsync: " + errno_text(sync_err);
+  }
+  return n == static_cast<ssize_t>(line.size()) && sync_err == 0;
 }
 
 }  // namespace

@@ -19,7 +19,9 @@
 #include <utility>
 
 #include "common/atomic_file.hpp"
+#include "common/crash_point.hpp"
 #include "common/errno_text.hpp"
+#include "common/keep_alive.hpp"
 #include "common/sha256.hpp"
 #include "common/utc_time.hpp"
 #include "fedwan/error.hpp"
@@ -312,12 +314,34 @@ void AuditLog::retry() {
 }
 
 bool AuditLog::sync() {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!waiting_.empty()) flush_waiting();
-  while (::fsync(fd_) != 0) {
-    if (errno == EINTR) continue;
+  // The fsync goes on a copy of the descriptor with the lock released: a
+  // disk slow to flush holds it for seconds, during which the node's loop
+  // beats (common/keep_alive.hpp) and what it does may append here.
+  int dup_err = 0;
+  const UniqueFd own([this, &dup_err] {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!waiting_.empty()) flush_waiting();
+    const int fd = ::fcntl(fd_, F_DUPFD_CLOEXEC, 0);
+    dup_err = errno;
+    return fd;
+  }());
+  if (own.get() < 0) {
+    std::lock_guard<std::mutex> lock(mu_);
     health_.failed_writes += 1;
-    health_.last_error = "fsync of audit log " + path_ + " failed: " + errno_text(errno);
+    health_.last_error = "fsync of audit log " + path_ + " failed: " + errno_text(dup_err);
+    return false;
+  }
+  const int err = KeepAlive::during([fd = own.get()] {
+    stall_point("audit.sync");  // a slow disk's flush, for liveness tests
+    while (::fsync(fd) != 0) {
+      if (errno != EINTR) return errno;
+    }
+    return 0;
+  });
+  std::lock_guard<std::mutex> lock(mu_);
+  if (err != 0) {
+    health_.failed_writes += 1;
+    health_.last_error = "fsync of audit log " + path_ + " failed: " + errno_text(err);
     return false;
   }
   return waiting_.empty();

@@ -119,7 +119,9 @@ class AuditLog {
   // is written as U+FFFD. Blocks on the file write (no fsync).
   void append(const std::string& event, const nlohmann::json& fields);
   // Writes what waits, then fsync(2). False when something is still not
-  // durable (health() says why).
+  // durable (health() says why). The fsync runs without the log's lock and,
+  // in a KeepAlive scope, beside the beats: entries appended meanwhile are
+  // written but not covered by this call.
   bool sync();
   // Tries to write the entries waiting in memory now.
   void retry();

@@ -35,7 +35,10 @@ void SiteCore::Impl::run_sync(SyncResult* res) {
   // chunks); otherwise nothing of the next anchor outlives this sync.
   if (!res->resynced) incoming.forget_next();
   if (finished) confirm_end(res);
-  security->audit_sync();
+  {
+    const KeepAlive keep = keep_alive();  // the audit log's fsync: a slow disk's flush
+    security->audit_sync();
+  }
   res->round = round;
   res->finished = finished;
 }

@@ -7,11 +7,14 @@
 // `fedwan` processes, a root, a region and two sites, 1M parameters (the
 // root's checkpoint about 10 MiB), heartbeats every 0.3 s, a 2 s timeout.
 // And a node whose every fsync outlasts the timeout (a disk slow to
-// flush): the one blocking call runs beside its beats.
+// flush, its checkpoints' or its audit log's): the one blocking call runs
+// beside its beats.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <ctime>
 #include <map>
 #include <string>
 #include <vector>
@@ -28,6 +31,8 @@ constexpr const char* kSlowDisk = "checkpoint.block@500";  // 0.5 s a MiB
 // Each fsync of a file written whole takes 2.5 s: one blocking call longer
 // than the timeout, with no pieces to beat between.
 constexpr const char* kSlowSync = "file.sync@2500";
+// Each fsync of the audit log takes 2.5 s.
+constexpr const char* kSlowAuditSync = "audit.sync@2500";
 
 void megabyte_chunks(FederationSpec& f) { f.chunk_bytes = 1 << 20; }
 // One chunk a model: one update recorded (and synced) a child a round.
@@ -49,6 +54,33 @@ double longest_checkpoint_ms(const ChaosFederation& fed, const std::string& node
   return longest;
 }
 
+// An audit entry's time ("2026-01-02T03:04:05.678Z") in ms since the epoch.
+double audit_time_ms(const std::string& t) {
+  std::tm tm{};
+  int ms = 0;
+  if (std::sscanf(t.c_str(), "%d-%d-%dT%d:%d:%d.%dZ", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
+                  &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &ms) != 7) {
+    ADD_FAILURE() << "not an audit time: " << t;
+    return 0;
+  }
+  tm.tm_year -= 1900;
+  tm.tm_mon -= 1;
+  return static_cast<double>(::timegm(&tm)) * 1e3 + ms;
+}
+
+// The longest time between two of `node`'s audit entries, in ms: the
+// audit log's fsync held back what came next.
+double longest_audit_gap_ms(const ChaosFederation& fed, const std::string& node) {
+  double longest = 0;
+  double last = -1;
+  for (const AuditEntry& e : read_audit(fed.audit(node))) {
+    const double t = audit_time_ms(e.time);
+    if (last >= 0) longest = std::max(longest, t - last);
+    last = t;
+  }
+  return longest;
+}
+
 // Nobody lost anybody: no child dropped, no link to a parent opened again,
 // no child that took its parent's wait for lost anchor chunks and rejoined
 // to be resynced.
@@ -66,11 +98,15 @@ std::vector<std::string> every_node(const ChaosFederation& fed) {
   return ids;
 }
 
+// How long the slow node was held at most, in ms, by what it recorded.
+using HeldFor = double (*)(const ChaosFederation&, const std::string&);
+
 // A federation whose node of role `slow_role` (the last of its kind) runs
-// with `stall`: it completes, every update counted once, the slow node's
-// longest checkpoint outlasted the heartbeat timeout (the scenario took
+// with `stall`: it completes, every update counted once, the slow node was
+// held longer than the heartbeat timeout by `held_for` (the scenario took
 // place), and nobody lost anybody.
-void run_with_a_slow_node(Role slow_role, const char* stall, void (*chunks)(FederationSpec&)) {
+void run_with_a_slow_node(Role slow_role, const char* stall, void (*chunks)(FederationSpec&),
+                          HeldFor held_for = longest_checkpoint_ms) {
   ChaosFederation fed(1, 2, /*rounds=*/3, /*overlap_steps=*/0, /*streams=*/1, chunks);
   fed.set_params(kBigParams);
   std::string slow;
@@ -80,7 +116,7 @@ void run_with_a_slow_node(Role slow_role, const char* stall, void (*chunks)(Fede
   fed.start_all({{slow, {{"FEDWAN_STALL_POINT", stall}}}});
   fed.wait_all(std::chrono::seconds(240));
   fed.check_against_audit();
-  EXPECT_GT(longest_checkpoint_ms(fed, slow), fed.topo().federation().heartbeat_timeout_s * 1e3)
+  EXPECT_GT(held_for(fed, slow), fed.topo().federation().heartbeat_timeout_s * 1e3)
       << fed.log(slow);
   expect_nobody_lost(fed, every_node(fed));
 }
@@ -112,6 +148,18 @@ TEST_P(SlowSync, KeepsItsPeersAndCountsEveryUpdateOnce) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Nodes, SlowSync,
+                         ::testing::Values(Role::kRoot, Role::kRegion, Role::kSite), role_name);
+
+// The audit log's fsync at each round's close outlasting the timeout: it
+// too runs beside the beats, and what the beats audit meanwhile waits for
+// no lock the fsync holds.
+class SlowAuditSync : public ::testing::TestWithParam<Role> {};
+
+TEST_P(SlowAuditSync, KeepsItsPeersAndCountsEveryUpdateOnce) {
+  run_with_a_slow_node(GetParam(), kSlowAuditSync, megabyte_chunks, longest_audit_gap_ms);
+}
+
+INSTANTIATE_TEST_SUITE_P(Nodes, SlowAuditSync,
                          ::testing::Values(Role::kRoot, Role::kRegion, Role::kSite), role_name);
 
 // The root writing slowly is not taken for dead: its standby, which takes
