@@ -211,11 +211,16 @@ void Aggregator::Impl::check_deadlines() {
   const auto now = Clock::now();
   for (size_t i = 0; i < down_.children.size(); ++i) {
     const Outbox& box = down_.link.outbox(i);
-    if (box.stuck(now, cfg_.heartbeat_timeout) && down_.children[i].live &&
-        !ended_with(down_.children[i])) {
-      // A child that does not read is as good as gone: stop waiting for it.
+    if (!down_.children[i].live || ended_with(down_.children[i])) continue;
+    // A child that does not read is as good as gone: stop waiting for it.
+    // One that says it is busy is waited for, up to a round's timeout.
+    if (box.stuck(now, cfg_.heartbeat_timeout)) {
       log().warn("[agg:{}] '{}' has not read for {} ms ({} frames waiting)", self_.id,
                  down_.children[i].id, cfg_.heartbeat_timeout.count(), box.size());
+      child_lost(down_.children[i]);
+    } else if (box.held(now, cfg_.round_timeout)) {
+      log().warn("[agg:{}] '{}' has said it was busy and not read for {} ms ({} frames waiting)",
+                 self_.id, down_.children[i].id, cfg_.round_timeout.count(), box.size());
       child_lost(down_.children[i]);
     }
   }

@@ -6,14 +6,14 @@
 namespace fedwan::aggregator {
 
 void Outbox::push(Outgoing o, Clock::time_point now) {
-  if (frames_.empty()) waiting_since_ = now;
+  if (frames_.empty()) waiting_since_ = head_since_ = now;
   frames_.push_back(std::move(o));
 }
 
 void Outbox::pop(Clock::time_point now) {
   frames_.pop_front();
   sent_ += 1;
-  waiting_since_ = now;
+  waiting_since_ = head_since_ = now;
 }
 
 size_t Downlink::add(const std::string& id) {

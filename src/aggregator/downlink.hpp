@@ -55,11 +55,18 @@ class Outbox {
   bool stuck(Clock::time_point now, Clock::duration limit) const {
     return !frames_.empty() && now - waiting_since_ > limit;
   }
+  // The head frame has waited longer than `limit` since it reached the
+  // head, whatever the peer said meanwhile: a peer may be busy for a while
+  // (a checkpoint written), not for ever.
+  bool held(Clock::time_point now, Clock::duration limit) const {
+    return !frames_.empty() && now - head_since_ > limit;
+  }
   uint64_t sent() const { return sent_; }
 
  private:
   std::deque<Outgoing> frames_;
   Clock::time_point waiting_since_;
+  Clock::time_point head_since_;
   uint64_t sent_ = 0;
 };
 

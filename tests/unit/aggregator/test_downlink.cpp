@@ -54,6 +54,24 @@ TEST(Outbox, APeerThatSaysItIsBusyIsNotJudgedForNotReadingMeanwhile) {
   Outbox empty;
   empty.peer_busy(t0);
   EXPECT_FALSE(empty.stuck(t0 + std::chrono::hours(1), milliseconds(1)));
+  EXPECT_FALSE(empty.held(t0 + std::chrono::hours(1), milliseconds(1)));
+}
+
+TEST(Outbox, APeerIsBusyForAWhileNotForEver) {
+  Outbox box;
+  const Clock::time_point t0 = Clock::now();
+  box.push(frame_of(10), t0);
+  box.push(frame_of(20), t0 + milliseconds(100));
+  // A busy heartbeat every 0.5 s, never a frame read: never stuck for
+  // silence, held once the head has waited past the limit.
+  for (int i = 1; i <= 20; ++i) box.peer_busy(t0 + milliseconds(500) * i);
+  EXPECT_FALSE(box.stuck(t0 + milliseconds(10'400), milliseconds(1000)));
+  EXPECT_FALSE(box.held(t0 + milliseconds(10'000), milliseconds(10'000)));
+  EXPECT_TRUE(box.held(t0 + milliseconds(10'001), milliseconds(10'000)));
+  // The head went: the next frame's wait starts from then.
+  box.pop(t0 + milliseconds(10'001));
+  EXPECT_FALSE(box.held(t0 + milliseconds(20'001), milliseconds(10'000)));
+  EXPECT_TRUE(box.held(t0 + milliseconds(20'002), milliseconds(10'000)));
 }
 
 TEST(Downlink, SlotsFollowTheOrderChildrenAreAdded) {
