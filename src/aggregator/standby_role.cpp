@@ -200,6 +200,9 @@ void Aggregator::Impl::StandbyRole::take_over(const std::string& asker) {
       "takeover",
       {{"asker", asker}, {"round", round}, {"replica", path ? path->string() : std::string()}});
   if (!path || !n_.resume_from_checkpoint()) {
+    // From the initial model: what the root accepted before is not in it
+    // (the audit's reader discards the root's acceptances from round 0 on).
+    n_.security_->audit("resumed", {{"round", n_.round_}, {"path", std::string()}});
     n_.phase_ = Phase::kJoining;
     n_.clock_.phase_deadline = Clock::now() + n_.opt_.join_timeout;
   }

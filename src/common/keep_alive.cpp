@@ -16,8 +16,13 @@ thread_local KeepAlive* innermost = nullptr;
 
 }  // namespace
 
-KeepAlive::KeepAlive(Clock::duration period, std::function<void()> beat)
-    : period_(period), beat_(std::move(beat)), due_(Clock::now() + period), outer_(innermost) {
+KeepAlive::KeepAlive(Clock::duration period, std::function<void()> beat, Clock::duration limit)
+    : period_(period),
+      beat_(std::move(beat)),
+      opened_(Clock::now()),
+      limit_(limit),
+      due_(opened_ + period),
+      outer_(innermost) {
   innermost = this;
 }
 
@@ -55,7 +60,13 @@ void KeepAlive::copy(void* dst, const void* src, size_t bytes) {
 }
 
 void KeepAlive::maybe_beat(Clock::time_point now) {
-  if (beating_ || now < due_ || !beat_) return;
+  if (beating_ || now < due_ || !beat_ || gave_up_) return;
+  if (now - opened_ > limit_) {
+    gave_up_ = true;
+    log().warn("busy for over {} ms: no longer saying so; its peers will take it for lost",
+               std::chrono::duration_cast<std::chrono::milliseconds>(limit_).count());
+    return;
+  }
   beating_ = true;
   try {
     beat_();

@@ -33,7 +33,12 @@ class KeepAlive {
   using Clock = std::chrono::steady_clock;
 
   // Opens the scope on this thread; the first beat is due a period from now.
-  KeepAlive(Clock::duration period, std::function<void()> beat);
+  // Past `limit` from now the scope beats no more (once, it says so in the
+  // log): a node may be busy for a while, not for ever. Work that hangs (an
+  // fsync on a dead disk) then reads as silence, and its peers go on
+  // without it (a child to its parent's standby, say).
+  KeepAlive(Clock::duration period, std::function<void()> beat,
+            Clock::duration limit = Clock::duration::max());
   ~KeepAlive();  // the scope it opened within, if any, is the innermost again
   KeepAlive(const KeepAlive&) = delete;
   KeepAlive& operator=(const KeepAlive&) = delete;
@@ -58,6 +63,9 @@ class KeepAlive {
 
   Clock::duration period_;
   std::function<void()> beat_;
+  Clock::time_point opened_;
+  Clock::duration limit_;
+  bool gave_up_ = false;
   Clock::time_point due_;
   KeepAlive* outer_;
   bool beating_ = false;

@@ -96,7 +96,10 @@ Checkpoint SiteCore::Impl::state_checkpoint(bool on_anchor_known) {
 }
 
 KeepAlive SiteCore::Impl::keep_alive() {
-  return KeepAlive(cfg.heartbeat, [this] { busy_beat(); });
+  // Busy for half a round timeout at most: hung work (an fsync on a dead
+  // disk) then reads as silence early enough for the parent to drop this
+  // site before it must give up the round.
+  return KeepAlive(cfg.heartbeat, [this] { busy_beat(); }, cfg.round_timeout / 2);
 }
 
 void SiteCore::Impl::busy_beat() {

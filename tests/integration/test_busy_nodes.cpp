@@ -13,8 +13,9 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
-#include <ctime>
+#include <csignal>
+#include <optional>
+#include <thread>
 #include <map>
 #include <string>
 #include <vector>
@@ -54,31 +55,19 @@ double longest_checkpoint_ms(const ChaosFederation& fed, const std::string& node
   return longest;
 }
 
-// An audit entry's time ("2026-01-02T03:04:05.678Z") in ms since the epoch.
-double audit_time_ms(const std::string& t) {
-  std::tm tm{};
-  int ms = 0;
-  if (std::sscanf(t.c_str(), "%d-%d-%dT%d:%d:%d.%dZ", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
-                  &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &ms) != 7) {
-    ADD_FAILURE() << "not an audit time: " << t;
-    return 0;
-  }
-  tm.tm_year -= 1900;
-  tm.tm_mon -= 1;
-  return static_cast<double>(::timegm(&tm)) * 1e3 + ms;
-}
-
 // The longest time between two of `node`'s audit entries, in ms: the
 // audit log's fsync held back what came next.
 double longest_audit_gap_ms(const ChaosFederation& fed, const std::string& node) {
-  double longest = 0;
-  double last = -1;
+  std::chrono::milliseconds longest{0};
+  std::optional<SysClock::time_point> last;
   for (const AuditEntry& e : read_audit(fed.audit(node))) {
-    const double t = audit_time_ms(e.time);
-    if (last >= 0) longest = std::max(longest, t - last);
+    const SysClock::time_point t = audit_time(e.time);
+    if (last) {
+      longest = std::max(longest, std::chrono::duration_cast<std::chrono::milliseconds>(t - *last));
+    }
     last = t;
   }
-  return longest;
+  return static_cast<double>(longest.count());
 }
 
 // Nobody lost anybody: no child dropped, no link to a parent opened again,
@@ -178,6 +167,34 @@ TEST(SlowCheckpoint, TheRootsStandbyDoesNotTakeOver) {
   std::vector<std::string> nodes = every_node(fed);
   nodes.push_back("standby");
   expect_nobody_lost(fed, nodes);
+}
+
+// A root whose work hangs (its audit log's fsync blocked for ten minutes:
+// a dead disk) says it is busy for half a round timeout, then nothing: its
+// region takes it for lost before its own wait for the anchor gives up,
+// goes to the standby, and the standby takes over; every update counts
+// once. Were the root busy for ever, the region would give up the round
+// instead and the federation would stop.
+TEST(HungWork, TheRootsStandbyTakesOverFromARootThatHangs) {
+  ChaosFederation fed(1, 2, /*rounds=*/4, /*overlap_steps=*/0, /*streams=*/1,
+                      [](FederationSpec& f) { f.round_timeout_s = 20; });
+  fed.add_standby();
+  fed.start_standby();
+  const SysClock::time_point t0 = SysClock::now();
+  fed.start_all({{"root", {{"FEDWAN_STALL_POINT", "audit.sync@600000"}}}});
+  const SysClock::time_point until = SysClock::now() + std::chrono::seconds(120);
+  while (!fed.first_after("standby", "takeover", t0) && SysClock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  const std::string root_log = fed.log("root");
+  ::kill(fed.pid("root"), SIGKILL);
+  (void)wait_processes({fed.pid("root")}, std::chrono::seconds(30));
+  fed.forget("root");
+  ASSERT_TRUE(fed.first_after("standby", "takeover", t0))
+      << fed.log("standby") << "\nregion-0:\n" << fed.log("region-0") << "\nroot:\n" << root_log;
+  fed.wait_all(std::chrono::seconds(180));
+  EXPECT_NE(root_log.find("busy for over 10000 ms"), std::string::npos) << root_log;
+  fed.check_against_audit();
 }
 
 }  // namespace
