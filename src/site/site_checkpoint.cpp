@@ -99,7 +99,8 @@ KeepAlive SiteCore::Impl::keep_alive() {
   // Busy for half a round timeout at most: hung work (an fsync on a dead
   // disk) then reads as silence early enough for the parent to drop this
   // site before it must give up the round.
-  return KeepAlive(cfg.heartbeat, [this] { busy_beat(); }, cfg.round_timeout / 2);
+  return KeepAlive(
+      cfg.heartbeat, [this] { busy_beat(); }, cfg.round_timeout / 2);
 }
 
 void SiteCore::Impl::busy_beat() {

@@ -14,10 +14,10 @@
 #include <algorithm>
 #include <chrono>
 #include <csignal>
-#include <optional>
-#include <thread>
 #include <map>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "harness/chaos_federation.hpp"
@@ -190,8 +190,9 @@ TEST(HungWork, TheRootsStandbyTakesOverFromARootThatHangs) {
   ::kill(fed.pid("root"), SIGKILL);
   (void)wait_processes({fed.pid("root")}, std::chrono::seconds(30));
   fed.forget("root");
-  ASSERT_TRUE(fed.first_after("standby", "takeover", t0))
-      << fed.log("standby") << "\nregion-0:\n" << fed.log("region-0") << "\nroot:\n" << root_log;
+  ASSERT_TRUE(fed.first_after("standby", "takeover", t0)) << fed.log("standby") << "\nregion-0:\n"
+                                                          << fed.log("region-0") << "\nroot:\n"
+                                                          << root_log;
   fed.wait_all(std::chrono::seconds(180));
   EXPECT_NE(root_log.find("busy for over 10000 ms"), std::string::npos) << root_log;
   fed.check_against_audit();

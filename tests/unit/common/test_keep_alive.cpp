@@ -59,19 +59,22 @@ TEST(KeepAlive, TheInnermostScopeBeatsAndTheOuterAgainOnceItCloses) {
 TEST(KeepAlive, AScopeBeatsNoMorePastItsLimit) {
   int within = 0, past = 0, later = 0;
   {
-    const KeepAlive k(0s, [&] { ++within; }, 1h);
+    const KeepAlive k(
+        0s, [&] { ++within; }, 1h);
     KeepAlive::pulse();
     KeepAlive::pulse();
   }
   {
     // Past its limit from the start: silence, as a node hung in its work.
-    const KeepAlive k(0s, [&] { ++past; }, -1ns);
+    const KeepAlive k(
+        0s, [&] { ++past; }, -1ns);
     KeepAlive::pulse();
     KeepAlive::pulse();
     EXPECT_EQ(k.beats(), 0u);
   }
   {
-    const KeepAlive k(0s, [&] { ++later; }, 20ms);
+    const KeepAlive k(
+        0s, [&] { ++later; }, 20ms);
     std::this_thread::sleep_for(30ms);  // the work outlasted the limit
     KeepAlive::pulse();
     // A blocking call beside the beats beats no more either.
