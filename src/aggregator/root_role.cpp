@@ -32,7 +32,6 @@ namespace fs = std::filesystem;
 Aggregator::Impl::RootRole::RootRole(Impl& node) : Role(node) {
   model_ = aggregator::RootModel(std::move(n_.opt_.initial_model));
   n_.init_model_state(model_.size());
-  model_digest_ = model_.held_digest();
   outer_ = make_outer_optimizer(n_.cfg_.outer, model_.size());
   if (n_.cfg_.privacy.mode == node::NodeConfig::Privacy::Mode::kCentral) {
     noise_ = std::make_unique<aggregator::CentralNoise>(n_.cfg_.privacy, model_.size());
@@ -46,10 +45,13 @@ Aggregator::Impl::RootRole::RootRole(Impl& node) : Role(node) {
 // ---- the round protocol ----------------------------------------------------------
 
 void Aggregator::Impl::RootRole::children_joined() {
+  // Hashed here, on the loop (a billion parameters take seconds, beside
+  // the beats), not before it serves: handshakes wait for no hash.
+  const std::array<uint8_t, 32> digest = model_.held_digest();
   for (Child& c : n_.down_.children) {
     if (!c.joined) continue;  // a late_join site that has not come yet
-    const bool same = c.hello.model_digest == model_digest_;
-    std::vector<uint8_t> payload(model_digest_.begin(), model_digest_.end());
+    const bool same = c.hello.model_digest == digest;
+    std::vector<uint8_t> payload(digest.begin(), digest.end());
     wire::FrameHeader h = node::node_header(n_.topo_, n_.self_.index, wire::MsgType::kWelcome, 0);
     h.total_elements = n_.model_.elements;
     h.flags = (same ? wire::kFlagNoChange : 0) | n_.welcome_flags();
@@ -337,7 +339,7 @@ void Aggregator::Impl::RootRole::restore(const Checkpoint& c, const std::string&
   for (const OuterOptimizer::StateBuffer& b : outer_->state()) {
     *b.data = checkpoint::floats_of(c, "outer." + b.name, b.data->size());
   }
-  model_digest_ = model_.held_digest();
+  (void)model_.held_digest();  // known before the round's anchor moves it
   if (!quantile_) return;
   // Adaptive clipping resumes where the clip was (a checkpoint without it:
   // from the topology's clip).

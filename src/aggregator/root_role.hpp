@@ -94,7 +94,6 @@ class Aggregator::Impl::RootRole : public Aggregator::Impl::Role {
   std::vector<bool> advanced_;  // the open round's chunks already in the anchor
   bool mixed_ = false;          // any of them
   std::optional<std::array<uint8_t, 32>> round_digest_;  // the round's own anchor's, if known
-  std::array<uint8_t, 32> model_digest_{};
   std::unique_ptr<OuterOptimizer> outer_;
   // The last anchor chunk of a round waits until the round's checkpoint is
   // durable (and held by a live standby), so no child ever holds a round
