@@ -88,11 +88,8 @@ void Aggregator::Impl::not_listening(Clock::time_point since) {
 }
 
 KeepAlive Aggregator::Impl::keep_alive() {
-  // Busy for half a round timeout at most: hung work (an fsync on a dead
-  // disk) then reads as silence early enough for the children to go to
-  // the root's standby before their own wait for the anchor gives up.
   return KeepAlive(
-      cfg_.heartbeat, [this] { busy_beat(); }, cfg_.round_timeout / 2);
+      cfg_.heartbeat, [this] { busy_beat(); }, cfg_.busy_limit());
 }
 
 void Aggregator::Impl::busy_beat() {

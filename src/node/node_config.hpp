@@ -91,6 +91,12 @@ struct NodeConfig {
   // model, and for its last frames to leave.
   Millis finish_wait{};
 
+  // How long one piece of a node's own work may say it is busy (KeepAlive's
+  // limit): half a round timeout, so that hung work (an fsync on a dead
+  // disk) reads as silence early enough for its peers to go on without it
+  // (a child to the root's standby) before their own waits give up.
+  Millis busy_limit() const { return round_timeout / 2; }
+
   tensor::ChunkPlan plan(uint64_t total_elements) const {
     return tensor::ChunkPlan::from_bytes(total_elements, chunk_bytes);
   }

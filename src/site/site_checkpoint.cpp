@@ -96,11 +96,8 @@ Checkpoint SiteCore::Impl::state_checkpoint(bool on_anchor_known) {
 }
 
 KeepAlive SiteCore::Impl::keep_alive() {
-  // Busy for half a round timeout at most: hung work (an fsync on a dead
-  // disk) then reads as silence early enough for the parent to drop this
-  // site before it must give up the round.
   return KeepAlive(
-      cfg.heartbeat, [this] { busy_beat(); }, cfg.round_timeout / 2);
+      cfg.heartbeat, [this] { busy_beat(); }, cfg.busy_limit());
 }
 
 void SiteCore::Impl::busy_beat() {
