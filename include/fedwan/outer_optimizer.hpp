@@ -52,12 +52,22 @@ class FEDWAN_API OuterOptimizer {
   // range is advanced. `params` and `pseudo_grad` point at element `offset`.
   virtual void step(float* params, const float* pseudo_grad, size_t offset, size_t n) = 0;
 
-  // Named state buffers (momentum, moments) for checkpoints and tests.
+  // Named state buffers (momentum, moments) for checkpoints and tests: a
+  // view of `size` floats (the model's element count) the optimizer owns,
+  // valid until it is destroyed. A buffer is zero until the first step()
+  // writes it; its memory is spent as steps touch its pages, so making an
+  // optimizer for a large model is instant.
   struct StateBuffer {
     std::string name;
-    std::vector<float>* data;
+    float* data = nullptr;
+    size_t size = 0;
   };
   virtual std::vector<StateBuffer> state() = 0;
+
+  // Starts taking the state's memory on a helper thread, ahead of the
+  // steps that first write it (a root, before its children's first
+  // round); the values do not change. None by default.
+  virtual void warm_state() {}
 };
 
 // fedavg:  SGD (params -= lr * g)

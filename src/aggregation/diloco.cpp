@@ -69,7 +69,7 @@ const OuterOptimizerDef& DiLoCoOptimizer::definition() {
 }
 
 DiLoCoOptimizer::DiLoCoOptimizer(const Options& options, size_t total_elements)
-    : options_(options), round_lr_(options.lr), momentum_(total_elements, 0.0f) {}
+    : options_(options), round_lr_(options.lr), momentum_(total_elements) {}
 
 void DiLoCoOptimizer::begin_round(uint64_t round) {
   const uint64_t warmup = options_.lr_warmup_rounds;
@@ -92,7 +92,7 @@ void DiLoCoOptimizer::step(float* params, const float* pseudo_grad, size_t offse
 }
 
 std::vector<OuterOptimizer::StateBuffer> DiLoCoOptimizer::state() {
-  return {{"momentum", &momentum_}};
+  return {{"momentum", momentum_.data(), momentum_.size()}};
 }
 
 }  // namespace fedwan::aggregation

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "aggregation/outer_registry.hpp"
+#include "common/zeroed_array.hpp"
 #include "fedwan/outer_optimizer.hpp"
 
 namespace fedwan::aggregation {
@@ -30,7 +31,8 @@ class DiLoCoOptimizer final : public OuterOptimizer {
     uint64_t lr_warmup_rounds = 0;
   };
 
-  // Allocates a zeroed momentum buffer of total_elements floats.
+  // A momentum buffer of total_elements zeros, its pages taken as steps
+  // first write them.
   DiLoCoOptimizer(const Options& options, size_t total_elements);
 
   std::string_view name() const override { return "diloco"; }
@@ -38,11 +40,12 @@ class DiLoCoOptimizer final : public OuterOptimizer {
   void step(float* params, const float* pseudo_grad, size_t offset, size_t n) override;
   // One buffer, "momentum".
   std::vector<StateBuffer> state() override;
+  void warm_state() override { momentum_.warm(); }
 
  private:
   Options options_;
   float round_lr_ = 0;  // lr_r of the round begin_round() opened
-  std::vector<float> momentum_;
+  ZeroedArray<float> momentum_;
 };
 
 }  // namespace fedwan::aggregation

@@ -27,9 +27,7 @@ const OuterOptimizerDef& FedAdamOptimizer::definition() {
 }
 
 FedAdamOptimizer::FedAdamOptimizer(const Options& options, size_t total_elements)
-    : options_(options),
-      first_moment_(total_elements, 0.0f),
-      second_moment_(total_elements, 0.0f) {}
+    : options_(options), first_moment_(total_elements), second_moment_(total_elements) {}
 
 void FedAdamOptimizer::begin_round(uint64_t /*round*/) {}
 
@@ -59,7 +57,8 @@ void FedAdamOptimizer::step(float* params, const float* pseudo_grad, size_t offs
 }
 
 std::vector<OuterOptimizer::StateBuffer> FedAdamOptimizer::state() {
-  return {{"first_moment", &first_moment_}, {"second_moment", &second_moment_}};
+  return {{"first_moment", first_moment_.data(), first_moment_.size()},
+          {"second_moment", second_moment_.data(), second_moment_.size()}};
 }
 
 }  // namespace fedwan::aggregation

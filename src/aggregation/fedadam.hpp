@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "aggregation/outer_registry.hpp"
+#include "common/zeroed_array.hpp"
 #include "fedwan/outer_optimizer.hpp"
 
 namespace fedwan::aggregation {
@@ -30,7 +31,8 @@ class FedAdamOptimizer final : public OuterOptimizer {
     float eps = 0;
   };
 
-  // Allocates two zeroed moment buffers of total_elements floats each.
+  // Two moment buffers of total_elements zeros each, their pages taken as
+  // steps first write them.
   FedAdamOptimizer(const Options& options, size_t total_elements);
 
   std::string_view name() const override { return "fedadam"; }
@@ -38,11 +40,15 @@ class FedAdamOptimizer final : public OuterOptimizer {
   void step(float* params, const float* pseudo_grad, size_t offset, size_t n) override;
   // Two buffers, "first_moment" (m) and "second_moment" (v).
   std::vector<StateBuffer> state() override;
+  void warm_state() override {
+    first_moment_.warm();
+    second_moment_.warm();
+  }
 
  private:
   Options options_;
-  std::vector<float> first_moment_;
-  std::vector<float> second_moment_;
+  ZeroedArray<float> first_moment_;
+  ZeroedArray<float> second_moment_;
 };
 
 }  // namespace fedwan::aggregation

@@ -36,9 +36,9 @@ void settle_values(float* theta, float* held, const float* step, size_t n, bool 
 }  // namespace
 
 RootModel::RootModel(std::vector<float> initial)
-    : held_(std::move(initial)), residual_(held_.size(), 0) {}
+    : held_(std::move(initial)), residual_(held_.size()) {}
 
-RootModel::RootModel(std::vector<float> held, std::vector<uint16_t> residual)
+RootModel::RootModel(std::vector<float> held, ZeroedArray<uint16_t> residual)
     : held_(std::move(held)), residual_(std::move(residual)) {
   if (residual_.size() != held_.size()) {
     throw CryptoError("checkpoint: the root's residual holds " + std::to_string(residual_.size()) +
@@ -131,7 +131,7 @@ std::vector<float> RootModel::take_global() {
   held_digest_.reset();
   kernels::half_kernels().bf16_decode_accumulate(bytes_of(residual_.data()), residual_.size(), 1.0f,
                                                  held_.data());
-  std::vector<uint16_t>().swap(residual_);
+  residual_ = ZeroedArray<uint16_t>();
   return std::move(held_);
 }
 
@@ -146,7 +146,7 @@ void RootModel::save(Checkpoint& c) const {
 
 RootModel RootModel::restore(const Checkpoint& c) {
   std::vector<float> held = checkpoint::floats_of(c, "held", 0);
-  std::vector<uint16_t> residual(held.size());
+  ZeroedArray<uint16_t> residual(held.size());
   if (const CheckpointSection* s = c.find("residual")) {
     if (s->size() != residual.size() * sizeof(uint16_t)) {
       throw CryptoError("checkpoint: section 'residual' holds " + std::to_string(s->size()) +

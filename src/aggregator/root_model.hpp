@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "checkpoint/checkpoint_file.hpp"
+#include "common/zeroed_array.hpp"
 #include "fedwan/codec.hpp"
 
 namespace fedwan::aggregator {
@@ -24,12 +25,16 @@ namespace fedwan::aggregator {
 class RootModel {
  public:
   RootModel() = default;
-  // Starts with the global model equal to the anchor (residual 0).
+  // Starts with the global model equal to the anchor (residual 0, its
+  // pages taken as the first rounds write them).
   explicit RootModel(std::vector<float> initial);
   // From a checkpoint: the anchor, and the residual's bf16 bits.
-  RootModel(std::vector<float> held, std::vector<uint16_t> residual);
+  RootModel(std::vector<float> held, ZeroedArray<uint16_t> residual);
 
   size_t size() const { return held_.size(); }
+  // Takes the residual's pages on a helper thread, ahead of the first
+  // round's writes.
+  void warm() { residual_.warm(); }
   const std::vector<float>& held() const { return held_; }
   // SHA-256 of the anchor's fp32 bytes (what a child's hello names): taken
   // once for each anchor, when first asked, and kept until apply() moves it.
@@ -93,7 +98,7 @@ class RootModel {
                               Anchor anchor);
 
   std::vector<float> held_;
-  std::vector<uint16_t> residual_;  // bf16 bits, little-endian in checkpoints
+  ZeroedArray<uint16_t> residual_;  // bf16 bits, little-endian in checkpoints
   std::vector<float> scratch_;      // one chunk's decoded anchor step (settle_chunk)
   mutable std::optional<std::array<uint8_t, 32>> held_digest_;  // of held_, while it stands
 };

@@ -290,8 +290,7 @@ void Aggregator::Impl::RootRole::summarize(AggregatorSummary& s) {
 void Aggregator::Impl::RootRole::save(Checkpoint& c, nlohmann::json& meta) const {
   model_.save(c);
   for (const OuterOptimizer::StateBuffer& b : outer_->state()) {
-    c.sections.push_back(
-        checkpoint::float_section("outer." + b.name, b.data->data(), b.data->size()));
+    c.sections.push_back(checkpoint::float_section("outer." + b.name, b.data, b.size));
   }
   meta["outer"] = std::string(outer_->name());
   // Adaptive clipping: the clip the next round's copies get.
@@ -337,7 +336,7 @@ void Aggregator::Impl::RootRole::restore(const Checkpoint& c, const std::string&
   n_.init_model_state(model_.size());
   outer_ = make_outer_optimizer(n_.cfg_.outer, model_.size());
   for (const OuterOptimizer::StateBuffer& b : outer_->state()) {
-    *b.data = checkpoint::floats_of(c, "outer." + b.name, b.data->size());
+    checkpoint::copy_floats(c, "outer." + b.name, b.data, b.size);
   }
   (void)model_.held_digest();  // known before the round's anchor moves it
   if (!quantile_) return;
@@ -376,6 +375,14 @@ bool Aggregator::Impl::RootRole::recover(bool resumed) {
     }
   }
   if (!n_.self_.standby_endpoint.empty() && !standby_.link) open_standby_link();
+  if (!resumed) {
+    // A fresh start: the residual and the optimizer's state are zeros whose
+    // pages come while the children join (a second a GB on a small VM),
+    // not on the loop in the first round. Not before a restore, which
+    // replaces and writes them.
+    model_.warm();
+    outer_->warm_state();
+  }
   return resumed;
 }
 

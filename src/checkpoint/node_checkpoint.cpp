@@ -133,19 +133,37 @@ CheckpointSection float_section(std::string name, const float* data, size_t n) {
   return s;
 }
 
-std::vector<float> floats_of(const Checkpoint& c, const std::string& name, size_t n) {
+namespace {
+
+// The section's bytes, checked to hold floats: exactly n of them where
+// `exact`, or n = 0 and any count.
+const std::vector<uint8_t>& float_bytes(const Checkpoint& c, const std::string& name, size_t n,
+                                        bool exact) {
   const CheckpointSection* s = c.find(name);
   if (s == nullptr) {
     throw CryptoError("checkpoint of '" + c.node_id + "' has no section '" + name + "'");
   }
-  if (s->bytes.size() % sizeof(float) != 0 || (n != 0 && s->bytes.size() != n * sizeof(float))) {
+  if (s->bytes.size() % sizeof(float) != 0 ||
+      ((exact || n != 0) && s->bytes.size() != n * sizeof(float))) {
     throw CryptoError("checkpoint section '" + name + "' of '" + c.node_id + "' holds " +
                       std::to_string(s->bytes.size()) + " bytes, expected " +
                       std::to_string(n * sizeof(float)));
   }
-  std::vector<float> out(s->bytes.size() / sizeof(float));
-  if (!out.empty()) std::memcpy(out.data(), s->bytes.data(), s->bytes.size());
+  return s->bytes;
+}
+
+}  // namespace
+
+std::vector<float> floats_of(const Checkpoint& c, const std::string& name, size_t n) {
+  const std::vector<uint8_t>& bytes = float_bytes(c, name, n, false);
+  std::vector<float> out(bytes.size() / sizeof(float));
+  if (!out.empty()) std::memcpy(out.data(), bytes.data(), bytes.size());
   return out;
+}
+
+void copy_floats(const Checkpoint& c, const std::string& name, float* out, size_t n) {
+  const std::vector<uint8_t>& bytes = float_bytes(c, name, n, true);
+  if (n > 0) std::memcpy(out, bytes.data(), bytes.size());
 }
 
 }  // namespace fedwan::checkpoint

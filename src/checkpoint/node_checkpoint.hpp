@@ -96,5 +96,8 @@ inline CheckpointSection bytes_section(std::string name, std::vector<uint8_t> by
 // The section's floats; throws CryptoError naming the section when it is
 // missing or does not hold exactly `n` floats (n = 0: any length).
 std::vector<float> floats_of(const Checkpoint& c, const std::string& name, size_t n = 0);
+// The section's n floats copied to `out`; throws CryptoError naming the
+// section when it is missing or does not hold exactly n floats.
+void copy_floats(const Checkpoint& c, const std::string& name, float* out, size_t n);
 
 }  // namespace fedwan::checkpoint

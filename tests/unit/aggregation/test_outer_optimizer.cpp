@@ -31,6 +31,11 @@ std::vector<float> random_vector(size_t n, uint32_t seed, float lo, float hi) {
   return v;
 }
 
+// A state buffer's values, copied.
+std::vector<float> values(const OuterOptimizer::StateBuffer& b) {
+  return std::vector<float>(b.data, b.data + b.size);
+}
+
 uint32_t bits(float f) {
   uint32_t u;
   std::memcpy(&u, &f, sizeof u);
@@ -242,7 +247,7 @@ TEST(OuterOptimizerState, ExposesNamedZeroedBuffersOfModelSize) {
     for (size_t i = 0; i < state.size(); ++i) {
       EXPECT_EQ(state[i].name, buffers[i]);
       ASSERT_NE(state[i].data, nullptr);
-      EXPECT_EQ(*state[i].data, std::vector<float>(n, 0.0f));
+      EXPECT_EQ(values(state[i]), std::vector<float>(n, 0.0f));
     }
   }
 }
@@ -264,7 +269,8 @@ TEST(OuterOptimizerState, RestoringStateResumesBitIdentically) {
     ASSERT_EQ(from.size(), to.size());
     for (size_t i = 0; i < from.size(); ++i) {
       ASSERT_EQ(from[i].name, to[i].name);
-      *to[i].data = *from[i].data;
+      ASSERT_EQ(to[i].size, from[i].size);
+      std::copy(from[i].data, from[i].data + from[i].size, to[i].data);
     }
     for (uint64_t round = 4; round < 7; ++round) {
       const auto g = random_vector(n, 10 + round, -1, 1);
@@ -310,7 +316,8 @@ TEST_P(OuterOptimizerChunking, ShuffledChunksMatchOneWholeStepBitForBit) {
   const auto sw = whole->state();
   const auto sc = chunked->state();
   ASSERT_EQ(sw.size(), sc.size());
-  for (size_t i = 0; i < sw.size(); ++i) expect_bit_identical(*sw[i].data, *sc[i].data, sw[i].name);
+  for (size_t i = 0; i < sw.size(); ++i)
+    expect_bit_identical(values(sw[i]), values(sc[i]), sw[i].name);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllOptimizers, OuterOptimizerChunking,
@@ -367,11 +374,11 @@ TEST(DiLoCoOptimizer, HandComputedStepsWithDefaults) {
   // buf = 0.5; p = 1 - 0.7 * (0.5 + 0.9 * 0.5) = 1 - 0.665
   step_whole(*opt, 0, p, g);
   EXPECT_NEAR(p[0], 0.335, 1e-6);
-  EXPECT_NEAR((*opt->state()[0].data)[0], 0.5, 1e-7);
+  EXPECT_NEAR(opt->state()[0].data[0], 0.5, 1e-7);
   // buf = 0.45 + 0.5 = 0.95; p = 0.335 - 0.7 * (0.5 + 0.855) = 0.335 - 0.9485
   step_whole(*opt, 1, p, g);
   EXPECT_NEAR(p[0], -0.6135, 1e-6);
-  EXPECT_NEAR((*opt->state()[0].data)[0], 0.95, 1e-7);
+  EXPECT_NEAR(opt->state()[0].data[0], 0.95, 1e-7);
 }
 
 TEST(DiLoCoOptimizer, MomentumPersistsAcrossRounds) {
@@ -387,7 +394,7 @@ TEST(DiLoCoOptimizer, MomentumPersistsAcrossRounds) {
     EXPECT_NEAR(before[i] - p[i], 0.53865, 1e-6);
     EXPECT_NEAR(p[i], -1.15215, 1e-6);
   }
-  EXPECT_NEAR((*opt->state()[0].data)[0], 0.855, 1e-7);
+  EXPECT_NEAR(opt->state()[0].data[0], 0.855, 1e-7);
 }
 
 TEST(DiLoCoOptimizer, ZeroMomentumIsPlainSgd) {
@@ -457,7 +464,7 @@ TEST(DiLoCoOptimizer, MatchesDoubleReference) {
     }
   }
   expect_close(params, ref);
-  const auto& momentum = *opt->state()[0].data;
+  const auto momentum = values(opt->state()[0]);
   expect_close(momentum, buf);
 }
 
@@ -486,7 +493,7 @@ TEST(DiLoCoOptimizer, StepsEveryValueAsTheFp32FormulaDoes) {
     }
   }
   ASSERT_EQ(std::memcmp(params.data(), ref.data(), total * sizeof(float)), 0);
-  ASSERT_EQ(std::memcmp(opt->state()[0].data->data(), buf.data(), total * sizeof(float)), 0);
+  ASSERT_EQ(std::memcmp(opt->state()[0].data, buf.data(), total * sizeof(float)), 0);
 }
 
 // ---- FedAdam ----------------------------------------------------------------
@@ -503,8 +510,8 @@ TEST(FedAdamOptimizer, HandComputedStepsWithDefaults) {
   step_whole(*opt, 1, p, g);
   EXPECT_NEAR(p[0], 0.9769156208713781, 1e-6);
   const auto state = opt->state();
-  EXPECT_NEAR((*state[0].data)[0], 0.095, 1e-7);
-  EXPECT_NEAR((*state[1].data)[0], 0.004975, 1e-8);
+  EXPECT_NEAR(state[0].data[0], 0.095, 1e-7);
+  EXPECT_NEAR(state[1].data[0], 0.004975, 1e-8);
 }
 
 // Without bias correction, a constant g from zero state gives after t steps
@@ -574,8 +581,8 @@ TEST(FedAdamOptimizer, MatchesDoubleReference) {
   }
   expect_close(params, ref);
   const auto state = opt->state();
-  expect_close(*state[0].data, m);
-  expect_close(*state[1].data, v);
+  expect_close(values(state[0]), m);
+  expect_close(values(state[1]), v);
 }
 
 }  // namespace
