@@ -36,6 +36,11 @@ class PageWarmer {
   // Stops at the end of the piece under way, and returns when the helper
   // has.
   void stop();
+  // Returns when the helper has gone through the whole range (or given
+  // up); warmed() then says how far it went.
+  void wait() {
+    if (state_ != nullptr && state_->thread.joinable()) state_->thread.join();
+  }
   // Whether the helper has gone through the whole range (or given up).
   bool done() const { return state_ == nullptr || state_->done.load(); }
   // The bytes it asked the kernel to populate so far.

@@ -54,6 +54,7 @@ class ZeroedArray {
   // Takes the pages on a helper thread from now on; the values do not
   // change, and the array may be read and written meanwhile.
   void warm() { warmer_ = PageWarmer(data_, bytes()); }
+  PageWarmer& warmer() { return warmer_; }
   const PageWarmer& warmer() const { return warmer_; }
 
   T* data() { return data_; }
