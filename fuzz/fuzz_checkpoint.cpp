@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "checkpoint/checkpoint_file.hpp"
 #include "checkpoint/replica_store.hpp"
@@ -67,9 +68,30 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const fedwan::CryptoError&) {
   } catch (const fedwan::TransportError&) {
   }
+  std::vector<uint8_t> in_memory;
+  bool whole_ok = false;
   try {
-    (void)fedwan::read_checkpoint(path);  // integrity only
+    const fedwan::Checkpoint c = fedwan::read_checkpoint(path);  // integrity only
+    whole_ok = true;
+    for (const fedwan::CheckpointSection& s : c.sections) {
+      in_memory.insert(in_memory.end(), s.bytes.begin(), s.bytes.end());
+    }
   } catch (const fedwan::CryptoError&) {
+  } catch (const fedwan::TransportError&) {
+  }
+  // Every section but the empty left in the file: the same verdict, and the
+  // same bytes when read back.
+  try {
+    const fedwan::Checkpoint c = fedwan::read_checkpoint(path, {}, {1});
+    std::vector<uint8_t> on_disk;
+    for (const fedwan::CheckpointSection& s : c.sections) {
+      const std::vector<uint8_t> b = fedwan::section_bytes(s);
+      on_disk.insert(on_disk.end(), b.begin(), b.end());
+    }
+    if (!whole_ok) fail("a file refused when read whole passed with its sections on disk");
+    if (on_disk != in_memory) fail("a section read back from the file differs from the one read");
+  } catch (const fedwan::CryptoError&) {
+    if (whole_ok) fail("a file read whole was refused with its sections on disk");
   } catch (const fedwan::TransportError&) {
   }
   fedwan::checkpoint::CheckpointIdentity id;

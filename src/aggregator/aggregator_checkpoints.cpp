@@ -13,6 +13,7 @@
 
 #include "aggregator/aggregator_impl.hpp"
 #include "aggregator/role.hpp"
+#include "checkpoint/checkpoint_meta.hpp"
 #include "checkpoint/node_checkpoint.hpp"
 #include "common/atomic_file.hpp"
 #include "common/keep_alive.hpp"
@@ -139,9 +140,8 @@ bool Aggregator::Impl::resume_from_checkpoint() {
     c2.member = !c2.late;
     c2.away = c2.member ? Away::kNo : Away::kNotYet;
   }
-  if (const CheckpointSection* meta = c.find("meta")) {
-    const auto j = nlohmann::json::parse(meta->bytes.begin(), meta->bytes.end(), nullptr, false);
-    if (j.is_object() && j.contains("membership")) restore_membership(j["membership"]);
+  if (const nlohmann::json j = checkpoint::checkpoint_meta(c); j.contains("membership")) {
+    restore_membership(j["membership"]);
   }
   for (Child& c2 : down_.children) {
     // Members come back by saying hello; until then the round waits for

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/checkpoint_meta.hpp"
 #include "checkpoint/node_checkpoint.hpp"
 #include "checkpoint/replica_fetch.hpp"
 #include "codec/half.hpp"
@@ -49,11 +50,9 @@ void Aggregator::Impl::RegionRole::restore(const Checkpoint& c, const std::strin
     // wait until it is in (resyncing).
     const Checkpoint part = checkpoint::expand_replica_image(c, nullptr, 0);
     uint64_t elements = 0;
-    if (const CheckpointSection* meta = part.find("meta")) {
-      const auto j = nlohmann::json::parse(meta->bytes.begin(), meta->bytes.end(), nullptr, false);
-      if (j.is_object() && j.contains("elements") && j["elements"].is_number_unsigned()) {
-        elements = j["elements"].get<uint64_t>();
-      }
+    if (const nlohmann::json j = checkpoint::checkpoint_meta(part);
+        j.contains("elements") && j["elements"].is_number_unsigned()) {
+      elements = j["elements"].get<uint64_t>();
     }
     if (elements == 0) throw CryptoError("replica image " + path + ": no model size in its meta");
     anchor_.clear();
@@ -68,12 +67,10 @@ void Aggregator::Impl::RegionRole::restore(const Checkpoint& c, const std::strin
   }
   link_.uplink().resumed();
   if (!n_.adaptive_clip()) return;
-  if (const CheckpointSection* meta = c.find("meta")) {
-    const auto j = nlohmann::json::parse(meta->bytes.begin(), meta->bytes.end(), nullptr, false);
-    if (j.is_object() && j.contains("privacy_clip") && j["privacy_clip"].is_number()) {
-      const double clip = j["privacy_clip"].get<double>();
-      if (std::isfinite(clip) && clip > 0) use_clip(clip, n_.round_);
-    }
+  if (const nlohmann::json j = checkpoint::checkpoint_meta(c);
+      j.contains("privacy_clip") && j["privacy_clip"].is_number()) {
+    const double clip = j["privacy_clip"].get<double>();
+    if (std::isfinite(clip) && clip > 0) use_clip(clip, n_.round_);
   }
 }
 
@@ -84,7 +81,7 @@ void Aggregator::Impl::RegionRole::restore_residual(const Checkpoint& c, const s
       throw CryptoError("checkpoint " + path + ": its residual is not bf16");
     }
     residual_.resize(r->size() / sizeof(uint16_t));
-    std::memcpy(residual_.data(), r->data(), r->size());
+    read_section(*r, reinterpret_cast<uint8_t*>(residual_.data()));
   } else if (c.find("residual") != nullptr) {
     // Written by an earlier fedwan: the residual in fp32.
     const std::vector<float> fp32 = checkpoint::floats_of(c, "residual", 0);

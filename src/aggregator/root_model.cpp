@@ -145,14 +145,17 @@ void RootModel::save(Checkpoint& c) const {
 }
 
 RootModel RootModel::restore(const Checkpoint& c) {
+  // Each array read from the file straight into its place.
+  const CheckpointSection* r = c.find("residual");
+  if (const CheckpointSection* h = c.find("held");
+      r != nullptr && h != nullptr && r->size() != h->size() / sizeof(float) * sizeof(uint16_t)) {
+    throw CryptoError("checkpoint: section 'residual' holds " + std::to_string(r->size()) +
+                      " bytes for a model of " + std::to_string(h->size() / sizeof(float)));
+  }
   std::vector<float> held = checkpoint::floats_of(c, "held", 0);
   ZeroedArray<uint16_t> residual(held.size());
-  if (const CheckpointSection* s = c.find("residual")) {
-    if (s->size() != residual.size() * sizeof(uint16_t)) {
-      throw CryptoError("checkpoint: section 'residual' holds " + std::to_string(s->size()) +
-                        " bytes for a model of " + std::to_string(held.size()));
-    }
-    std::copy_n(s->data(), s->size(), bytes_of(residual.data()));
+  if (r != nullptr) {
+    read_section(*r, bytes_of(residual.data()));
   } else {
     // Written before the residual: the global model beside the anchor.
     std::vector<float> global = checkpoint::floats_of(c, "global", held.size());

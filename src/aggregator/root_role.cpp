@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "checkpoint/checkpoint_meta.hpp"
 #include "checkpoint/node_checkpoint.hpp"
 #include "checkpoint/replica_fetch.hpp"
 #include "common/byte_pool.hpp"
@@ -342,11 +343,9 @@ void Aggregator::Impl::RootRole::restore(const Checkpoint& c, const std::string&
   if (!quantile_) return;
   // Adaptive clipping resumes where the clip was (a checkpoint without it:
   // from the topology's clip).
-  if (const CheckpointSection* meta = c.find("meta")) {
-    const auto j = nlohmann::json::parse(meta->bytes.begin(), meta->bytes.end(), nullptr, false);
-    if (j.is_object() && j.contains("privacy_clip") && j["privacy_clip"].is_number()) {
-      quantile_->restore(j["privacy_clip"].get<double>());
-    }
+  const nlohmann::json j = checkpoint::checkpoint_meta(c);
+  if (j.contains("privacy_clip") && j["privacy_clip"].is_number()) {
+    quantile_->restore(j["privacy_clip"].get<double>());
   }
   n_.privacy_clip_ = quantile_->clip();
   for (uint32_t idx : n_.self_.children) n_.clip_children_copies(idx);

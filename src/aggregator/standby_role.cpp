@@ -186,7 +186,8 @@ void Aggregator::Impl::StandbyRole::take_over(const std::string& asker) {
     // restarting from its disk.
     const checkpoint::CheckpointTrust trust =
         checkpoint::checkpoint_trust(*n_.security_, n_.topo_, n_.self_);
-    Checkpoint c = read_checkpoint(*path, trust.check);
+    // Copied from file to file: the model never in memory here.
+    Checkpoint c = read_checkpoint(*path, trust.check, {checkpoint::kRestoreOnDiskFrom});
     round = c.round;
     checkpoint::save_node_checkpoint(n_.opt_.checkpoint_dir, c, trust);
   }

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <optional>
 #include <set>
+#include <stdexcept>
 #include <utility>
 
 #include "checkpoint/checkpoint_format.hpp"
@@ -18,6 +19,27 @@
 #include "fedwan/error.hpp"
 
 namespace fedwan {
+
+// An open checkpoint file, closed with its last user.
+struct CheckpointFd {
+  int fd = -1;
+  explicit CheckpointFd(int f) : fd(f) {}
+  CheckpointFd(const CheckpointFd&) = delete;
+  CheckpointFd& operator=(const CheckpointFd&) = delete;
+  ~CheckpointFd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+// A section read_checkpoint verified and left in its file.
+struct StoredSection {
+  std::shared_ptr<CheckpointFd> file;  // open while any of its sections lives
+  std::filesystem::path path;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  std::array<uint8_t, 32> digest{};
+};
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -30,13 +52,6 @@ constexpr size_t kFixedHeaderSize = 4 + 2 + 2 + 8 + kDigestSize + 2;
 // Sections are read and hashed in pieces of this size, so hashing starts
 // before the whole section is in memory and every read() stays modest.
 constexpr size_t kIoChunk = size_t{4} << 20;
-
-struct Fd {
-  int fd = -1;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
 
 uint64_t get_le(const uint8_t* p, int n) {
   uint64_t v = 0;
@@ -239,21 +254,36 @@ void check_exact_size(const CheckpointReader& r, const fs::path& path, uint64_t 
   }
 }
 
-// Each section's bytes, checked against its manifest digest.
+// Each section's bytes, checked against its manifest digest; those of
+// options.leave_on_disk_from bytes or more are hashed through one working
+// buffer and left in `file`.
 void read_sections(CheckpointReader& r, const fs::path& path,
-                   const std::vector<ManifestEntry>& entries, Checkpoint* c) {
+                   const std::vector<ManifestEntry>& entries,
+                   const std::shared_ptr<CheckpointFd>& file, const CheckpointReadOptions& options,
+                   Checkpoint* c) {
   Sha256 section_hash;
+  std::vector<uint8_t> buffer;
   for (uint64_t i = 0; i < entries.size(); ++i) {
     CheckpointSection& s = c->sections[i];
-    s.bytes.resize(entries[i].length);
-    for (size_t done = 0; done < s.bytes.size();) {
-      const size_t n = std::min(s.bytes.size() - done, kIoChunk);
-      r.read(s.bytes.data() + done, n, "section bytes");
-      section_hash.update(s.bytes.data() + done, n);
+    const uint64_t length = entries[i].length;
+    const bool on_disk = length > 0 && length >= options.leave_on_disk_from;
+    const uint64_t offset = r.offset();
+    if (!on_disk) s.bytes.resize(length);
+    if (on_disk) buffer.resize(static_cast<size_t>(std::min<uint64_t>(length, kIoChunk)));
+    for (uint64_t done = 0; done < length;) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(length - done, kIoChunk));
+      uint8_t* into = on_disk ? buffer.data() : s.bytes.data() + done;
+      r.read(into, n, "section bytes");
+      section_hash.update(into, n);
       done += n;
     }
     if (section_hash.finish() != entries[i].digest) {
       throw_corrupt(path, "section '" + s.name + "' digest mismatch: the checkpoint is corrupt");
+    }
+    if (on_disk) {
+      s.stored = std::make_shared<const StoredSection>(
+          StoredSection{file, path, offset, length, entries[i].digest});
+      s.stored_size = length;
     }
   }
 }
@@ -310,15 +340,16 @@ const CheckpointSection* Checkpoint::find(std::string_view name) const {
   return nullptr;
 }
 
-Checkpoint read_checkpoint(const fs::path& path, const CheckpointSignerCheck& check) {
-  Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
-  if (f.fd < 0) throw_io("open", path, errno);
+Checkpoint read_checkpoint(const fs::path& path, const CheckpointSignerCheck& check,
+                           const CheckpointReadOptions& options) {
+  auto f = std::make_shared<CheckpointFd>(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (f->fd < 0) throw_io("open", path, errno);
   struct stat st {};
-  if (::fstat(f.fd, &st) != 0) throw_io("stat", path, errno);
+  if (::fstat(f->fd, &st) != 0) throw_io("stat", path, errno);
   if (!S_ISREG(st.st_mode)) {
     throw TransportError("cannot read checkpoint " + path.string() + ": not a regular file");
   }
-  CheckpointReader r(f.fd, path, static_cast<uint64_t>(st.st_size));
+  CheckpointReader r(f->fd, path, static_cast<uint64_t>(st.st_size));
 
   const Format format = read_format(r, path);
   const bool is_signed = format.is_signed;
@@ -340,10 +371,61 @@ Checkpoint read_checkpoint(const fs::path& path, const CheckpointSignerCheck& ch
   std::optional<Sha256Digest> header_digest;
   if (format.version >= 3) header_digest = r.finish_manifest();
   check_exact_size(r, path, manifest.claimed, trailer, is_signed);
-  read_sections(r, path, manifest.entries, &c);
+  read_sections(r, path, manifest.entries, f, options, &c);
   const Sha256Digest computed = header_digest ? *header_digest : r.finish_manifest();
   check_trailer(r, path, c, check, cert, is_signed, computed);
   return c;
+}
+
+void CheckpointSection::throw_on_disk() const {
+  throw std::logic_error("checkpoint section '" + name +
+                         "' is on disk: read it with read_section or stream_section");
+}
+
+void stream_section(const CheckpointSection& s, const CheckpointSection::Sink& sink) {
+  if (!s.on_disk()) {
+    if (s.size() > 0) sink(s.data(), s.size());
+    return;
+  }
+  const StoredSection& d = *s.stored;
+  std::vector<uint8_t> buffer(static_cast<size_t>(std::min<uint64_t>(d.length, kIoChunk)));
+  Sha256 hash;
+  for (uint64_t done = 0; done < d.length;) {
+    // A whole piece before the sink sees it, short reads or not.
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(d.length - done, kIoChunk));
+    for (size_t got = 0; got < want;) {
+      const ssize_t n = ::pread(d.file->fd, buffer.data() + got, want - got,
+                                static_cast<off_t>(d.offset + done + got));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) throw_io("read", d.path, errno);
+      if (n == 0) {
+        throw_corrupt(d.path, "section '" + s.name +
+                                  "' ends early: the file was truncated after it was verified");
+      }
+      got += static_cast<size_t>(n);
+    }
+    hash.update(buffer.data(), want);
+    sink(buffer.data(), want);
+    done += want;
+  }
+  if (hash.finish() != d.digest) {
+    throw_corrupt(d.path, "section '" + s.name +
+                              "' changed on disk after it was verified: the checkpoint is not "
+                              "used");
+  }
+}
+
+void read_section(const CheckpointSection& s, uint8_t* out) {
+  stream_section(s, [&out](const uint8_t* data, size_t n) {
+    std::memcpy(out, data, n);
+    out += n;
+  });
+}
+
+std::vector<uint8_t> section_bytes(const CheckpointSection& s) {
+  std::vector<uint8_t> out(s.size());
+  if (!out.empty()) read_section(s, out.data());
+  return out;
 }
 
 }  // namespace fedwan

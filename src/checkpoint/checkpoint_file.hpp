@@ -65,6 +65,9 @@ inline constexpr size_t kCheckpointSignatureSlot = 128;  // signature bytes, zer
 inline constexpr size_t kMaxCheckpointSections = 256;
 inline constexpr size_t kMaxCheckpointSectionNameLength = 64;
 
+// Where a section left on disk is (checkpoint_file.cpp).
+struct StoredSection;
+
 struct CheckpointSection {
   std::string name;            // 1..64 characters of [a-z0-9_.-]
   std::vector<uint8_t> bytes;  // its bytes (what read_checkpoint returns)
@@ -79,9 +82,25 @@ struct CheckpointSection {
   // empty until materialize() runs it.
   using Sink = std::function<void(const uint8_t* data, size_t n)>;
   std::function<void(const Sink&)> produce;
+  // Or, as read_checkpoint leaves a large section when asked
+  // (CheckpointReadOptions): verified, but still in its file, which stays
+  // open while the section lives. Its bytes come by read_section or
+  // stream_section, read and hashed again; data() throws std::logic_error.
+  std::shared_ptr<const StoredSection> stored;
+  uint64_t stored_size = 0;
 
-  const uint8_t* data() const { return view != nullptr ? view : bytes.data(); }
-  size_t size() const { return view != nullptr ? view_size : bytes.size(); }
+  bool on_disk() const { return stored != nullptr; }
+  const uint8_t* data() const {
+    if (stored != nullptr) throw_on_disk();
+    return view != nullptr ? view : bytes.data();
+  }
+  size_t size() const {
+    if (stored != nullptr) return static_cast<size_t>(stored_size);
+    return view != nullptr ? view_size : bytes.size();
+  }
+
+ private:
+  [[noreturn]] void throw_on_disk() const;
 };
 
 struct Checkpoint {
@@ -116,7 +135,8 @@ struct CheckpointSignerCheck {
 // With `key` the checkpoint is signed by it. The steps of the commit are
 // crash points (common/crash_point.hpp) named `<crash_points>.written`,
 // `.synced` and `.renamed`.
-// Sections with `produce` are written as they are made: their lengths and
+// Sections with `produce` are written as they are made, and sections left on
+// disk are copied from their file (stream_section): their lengths and
 // digests go into the manifest once they are written.
 // Returns each section's SHA-256, in c.sections' order: a caller that needs
 // the digest of a section it just wrote (a replica image's base) has it
@@ -126,16 +146,38 @@ std::vector<std::array<uint8_t, 32>> write_checkpoint(const std::filesystem::pat
                                                       const security::NodeKey* key = nullptr,
                                                       std::string_view crash_points = "checkpoint");
 
-// Runs every section's `produce` into its bytes (the checkpoint in memory,
-// as read_checkpoint would return it).
+// Brings every section's bytes into memory: runs each `produce`, reads
+// each section left on disk (the checkpoint as read_checkpoint returns it
+// without options). Throws like read_section.
 void materialize(Checkpoint& c);
+
+struct CheckpointReadOptions {
+  // Sections of at least this many bytes are verified but left in the file
+  // (CheckpointSection::stored), for the caller to read straight into where
+  // they belong: a model restored without a second copy of it in memory.
+  uint64_t leave_on_disk_from = UINT64_MAX;
+};
 
 // Reads `path` and verifies all of it (magic, version, flags, every length
 // against the limits and the file size before anything is allocated, names,
 // each section digest, the manifest digest, the signature when `check` has a
 // verifier, no trailing bytes). Memory use is bounded by the file's size
-// whatever its content. Blocks on the disk.
+// whatever its content, and by the sections kept in memory with `options`.
+// Blocks on the disk.
 Checkpoint read_checkpoint(const std::filesystem::path& path,
-                           const CheckpointSignerCheck& check = {});
+                           const CheckpointSignerCheck& check = {},
+                           const CheckpointReadOptions& options = {});
+
+// Passes the section's bytes to `sink` in order, in pieces whose sizes are
+// multiples of 4 MiB but for the last: from memory, or read again from its
+// file and hashed again. Throws CryptoError when the file's bytes no longer
+// hash to what read_checkpoint verified (changed in place since), after the
+// sink took some of them: the caller discards what it made. TransportError
+// when the file cannot be read. Safe to call from several threads at once.
+void stream_section(const CheckpointSection& s, const CheckpointSection::Sink& sink);
+// Copies the section's size() bytes to out[0..size()), by stream_section.
+void read_section(const CheckpointSection& s, uint8_t* out);
+// The section's bytes in memory: a copy, by stream_section.
+std::vector<uint8_t> section_bytes(const CheckpointSection& s);
 
 }  // namespace fedwan

@@ -1,5 +1,5 @@
 // Writing a checkpoint file (checkpoint_file.hpp): the header and manifest,
-// the sections streamed from their bytes, views or producers, the manifest
+// the sections streamed from their bytes, views, producers or files, the manifest
 // digest and the signature, committed atomically.
 #include <algorithm>
 #include <set>
@@ -107,7 +107,7 @@ std::vector<Sha256Digest> write_checkpoint(const fs::path& path, const Checkpoin
   std::vector<Entry> entries(c.sections.size());
   for (size_t i = 0; i < c.sections.size(); ++i) {
     const CheckpointSection& s = c.sections[i];
-    if (!s.produce) entries[i] = {s.size(), sha256(s.data(), s.size())};
+    if (!s.produce && !s.on_disk()) entries[i] = {s.size(), sha256(s.data(), s.size())};
   }
   std::vector<uint8_t> header = encode_header(c, key, entries);
 
@@ -145,17 +145,23 @@ std::vector<Sha256Digest> write_checkpoint(const fs::path& path, const Checkpoin
   bool produced = false;
   for (size_t i = 0; i < c.sections.size(); ++i) {
     const CheckpointSection& s = c.sections[i];
-    if (!s.produce) {
+    if (!s.produce && !s.on_disk()) {
       put(s.data(), s.size());
       continue;
     }
     Sha256 hash;
     uint64_t size = 0;
-    s.produce([&](const uint8_t* data, size_t n) {
+    const CheckpointSection::Sink sink = [&](const uint8_t* data, size_t n) {
       put(data, n);
       hash.update(data, n);
       size += n;
-    });
+    };
+    // A section still in the file it was read from is copied from there.
+    if (s.produce) {
+      s.produce(sink);
+    } else {
+      stream_section(s, sink);
+    }
     entries[i] = {size, hash.finish()};
     produced = true;
   }
@@ -186,6 +192,12 @@ std::vector<Sha256Digest> write_checkpoint(const fs::path& path, const Checkpoin
 
 void materialize(Checkpoint& c) {
   for (CheckpointSection& s : c.sections) {
+    if (s.on_disk()) {
+      s.bytes = section_bytes(s);
+      s.stored.reset();
+      s.stored_size = 0;
+      continue;
+    }
     if (!s.produce) continue;
     std::vector<uint8_t> bytes;
     s.produce(

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/checkpoint_meta.hpp"
 #include "common/atomic_file.hpp"
 #include "common/log.hpp"
 #include "common/sha256.hpp"
@@ -83,7 +84,10 @@ std::optional<LoadedCheckpoint> load_node_checkpoint(const fs::path& dir, const 
     if (!fs::exists(p, ec)) continue;
     Checkpoint c;
     try {
-      c = read_checkpoint(p, trust.check);
+      // The model's arrays stay in the file until the caller reads them
+      // into place; an image (compressed, read whole to expand) comes in.
+      c = read_checkpoint(p, trust.check, {kRestoreOnDiskFrom});
+      if (is_replica_image(c)) materialize(c);
     } catch (const CryptoError& e) {
       out.problems.emplace_back(e.what());
       log().error("checkpoint {} is corrupt and will not be used: {}", p.string(), e.what());
@@ -112,10 +116,8 @@ std::optional<LoadedCheckpoint> load_node_checkpoint(const fs::path& dir, const 
 }
 
 void check_recorded_audit_head(const Checkpoint& c, NodeSecurity& security) {
-  const CheckpointSection* meta = c.find("meta");
-  if (meta == nullptr) return;
-  const auto j = nlohmann::json::parse(meta->bytes.begin(), meta->bytes.end(), nullptr, false);
-  if (!j.is_object() || !j.contains("audit_seq") || !j.contains("audit_hash") ||
+  const nlohmann::json j = checkpoint_meta(c);
+  if (!j.contains("audit_seq") || !j.contains("audit_hash") ||
       !j["audit_seq"].is_number_unsigned() || !j["audit_hash"].is_string()) {
     return;
   }
@@ -135,35 +137,34 @@ CheckpointSection float_section(std::string name, const float* data, size_t n) {
 
 namespace {
 
-// The section's bytes, checked to hold floats: exactly n of them where
-// `exact`, or n = 0 and any count.
-const std::vector<uint8_t>& float_bytes(const Checkpoint& c, const std::string& name, size_t n,
-                                        bool exact) {
+// The section, checked to hold floats: exactly n of them where `exact`, or
+// n = 0 and any count.
+const CheckpointSection& float_section_of(const Checkpoint& c, const std::string& name, size_t n,
+                                          bool exact) {
   const CheckpointSection* s = c.find(name);
   if (s == nullptr) {
     throw CryptoError("checkpoint of '" + c.node_id + "' has no section '" + name + "'");
   }
-  if (s->bytes.size() % sizeof(float) != 0 ||
-      ((exact || n != 0) && s->bytes.size() != n * sizeof(float))) {
+  if (s->size() % sizeof(float) != 0 || ((exact || n != 0) && s->size() != n * sizeof(float))) {
     throw CryptoError("checkpoint section '" + name + "' of '" + c.node_id + "' holds " +
-                      std::to_string(s->bytes.size()) + " bytes, expected " +
+                      std::to_string(s->size()) + " bytes, expected " +
                       std::to_string(n * sizeof(float)));
   }
-  return s->bytes;
+  return *s;
 }
 
 }  // namespace
 
 std::vector<float> floats_of(const Checkpoint& c, const std::string& name, size_t n) {
-  const std::vector<uint8_t>& bytes = float_bytes(c, name, n, false);
-  std::vector<float> out(bytes.size() / sizeof(float));
-  if (!out.empty()) std::memcpy(out.data(), bytes.data(), bytes.size());
+  const CheckpointSection& s = float_section_of(c, name, n, false);
+  std::vector<float> out(s.size() / sizeof(float));
+  if (!out.empty()) read_section(s, reinterpret_cast<uint8_t*>(out.data()));
   return out;
 }
 
 void copy_floats(const Checkpoint& c, const std::string& name, float* out, size_t n) {
-  const std::vector<uint8_t>& bytes = float_bytes(c, name, n, true);
-  if (n > 0) std::memcpy(out, bytes.data(), bytes.size());
+  const CheckpointSection& s = float_section_of(c, name, n, true);
+  if (n > 0) read_section(s, reinterpret_cast<uint8_t*>(out));
 }
 
 }  // namespace fedwan::checkpoint

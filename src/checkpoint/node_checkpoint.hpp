@@ -68,10 +68,18 @@ struct LoadedCheckpoint {
   std::vector<std::string> problems;  // files refused on the way (corrupt)
 };
 
+// Sections of a whole checkpoint this big or bigger are left in the file by
+// load_node_checkpoint (CheckpointSection::stored).
+inline constexpr uint64_t kRestoreOnDiskFrom = uint64_t{1} << 20;
+
 // The node's newest intact checkpoint that passes trust.check, or nullopt
 // when there is none (the problems met are logged; a refused file is kept
 // as *.corrupt). Throws ConfigError when an intact checkpoint belongs to
-// another node or topology: resuming it would be a silent error.
+// another node or topology: resuming it would be a silent error. A whole
+// checkpoint's sections of kRestoreOnDiskFrom bytes or more are verified
+// and left in the file, so the caller reads the model straight into place
+// (copy_floats, read_section) with no copy of it beside; an image is read
+// into memory.
 std::optional<LoadedCheckpoint> load_node_checkpoint(const std::filesystem::path& dir,
                                                      const Topology& topo, const std::string& node,
                                                      const CheckpointTrust& trust = {});
@@ -93,11 +101,14 @@ inline CheckpointSection bytes_section(std::string name, std::vector<uint8_t> by
   s.bytes = std::move(bytes);
   return s;
 }
-// The section's floats; throws CryptoError naming the section when it is
-// missing or does not hold exactly `n` floats (n = 0: any length).
+// The section's floats (from memory or its file); throws CryptoError naming
+// the section when it is missing or does not hold exactly `n` floats (n = 0:
+// any length), or as read_section.
 std::vector<float> floats_of(const Checkpoint& c, const std::string& name, size_t n = 0);
-// The section's n floats copied to `out`; throws CryptoError naming the
-// section when it is missing or does not hold exactly n floats.
+// The section's n floats copied to `out` (from memory or its file); throws
+// CryptoError naming the section, leaving `out` as it was, when it is
+// missing or does not hold exactly n floats; or as read_section, with part
+// of `out` written.
 void copy_floats(const Checkpoint& c, const std::string& name, float* out, size_t n);
 
 }  // namespace fedwan::checkpoint

@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/checkpoint_meta.hpp"
 #include "codec/half.hpp"
 #include "common/sha256.hpp"
 #include "fedwan/error.hpp"
@@ -28,7 +29,7 @@ CheckpointSection section(std::string name, std::vector<uint8_t> bytes) {
   return s;
 }
 
-constexpr const char* kMeta = "meta";
+constexpr const char* kMeta = kMetaSection;
 constexpr const char* kXor = "xor-fp32-zstd";
 constexpr const char* kBf16 = "bf16-planes";           // zstd(high bytes), then the low bytes
 constexpr const char* kBf16Held = "bf16-held-planes";  // the same of bf16 values, kept as bf16
@@ -206,14 +207,6 @@ bool listed(const std::vector<std::string>& names, const std::string& name) {
   return std::find(names.begin(), names.end(), name) != names.end();
 }
 
-nlohmann::json meta_of(const Checkpoint& c) {
-  const CheckpointSection* m = c.find(kMeta);
-  if (m == nullptr) return nlohmann::json::object();
-  const auto* p = reinterpret_cast<const char*>(m->data());
-  nlohmann::json j = nlohmann::json::parse(p, p + m->size(), nullptr, false);
-  return j.is_object() ? j : nlohmann::json::object();
-}
-
 const nlohmann::json& replica_meta(const nlohmann::json& meta) {
   if (!meta.contains("replica") || !meta["replica"].is_object()) {
     throw CryptoError("replica image: its meta has no replica entry");
@@ -289,7 +282,7 @@ Checkpoint make_replica_image(const Checkpoint& c, const ReplicaPlan& plan,
     sections.push_back({{"name", s.name}, {"encoding", encoding}, {"bytes", size}});
     image.sections.push_back(std::move(out));
   }
-  nlohmann::json meta = meta_of(c);
+  nlohmann::json meta = checkpoint_meta(c);
   const Sha256Digest digest =
       base_sha256 != nullptr ? *base_sha256 : sha256(base->data(), base->size());
   meta["replica"] = {{"base", plan.base},
@@ -300,12 +293,12 @@ Checkpoint make_replica_image(const Checkpoint& c, const ReplicaPlan& plan,
 }
 
 bool is_replica_image(const Checkpoint& c) {
-  const nlohmann::json meta = meta_of(c);
+  const nlohmann::json meta = checkpoint_meta(c);
   return meta.contains("replica");
 }
 
 std::array<uint8_t, 32> replica_base_sha256(const Checkpoint& image) {
-  const nlohmann::json meta = meta_of(image);
+  const nlohmann::json meta = checkpoint_meta(image);
   const std::string hex = replica_meta(meta)["base_sha256"].get<std::string>();
   std::array<uint8_t, 32> d{};
   if (hex.size() != 64) throw CryptoError("replica image: base_sha256 is not 64 hex digits");
@@ -323,7 +316,7 @@ std::array<uint8_t, 32> replica_base_sha256(const Checkpoint& image) {
 }
 
 Checkpoint expand_replica_image(const Checkpoint& image, const float* base, size_t n) {
-  nlohmann::json meta = meta_of(image);
+  nlohmann::json meta = checkpoint_meta(image);
   const nlohmann::json r = replica_meta(meta);
   const std::string base_name = r["base"].get<std::string>();
   if (base != nullptr && sha256(base, n * sizeof(float)) != replica_base_sha256(image)) {
@@ -334,9 +327,12 @@ Checkpoint expand_replica_image(const Checkpoint& image, const float* base, size
   c.topology_digest = image.topology_digest;
   c.node_id = image.node_id;
   if (base != nullptr) {
-    c.sections.push_back(
-        section(base_name, std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(base),
-                                                reinterpret_cast<const uint8_t*>(base) + n * 4)));
+    CheckpointSection b;  // a view: no copy of the model
+    b.name = base_name;
+    static const uint8_t kNone = 0;
+    b.view = n > 0 ? reinterpret_cast<const uint8_t*>(base) : &kNone;
+    b.view_size = n * sizeof(float);
+    c.sections.push_back(std::move(b));
   }
   for (const nlohmann::json& e : r["sections"]) {
     if (!e.is_object() || !e.contains("name") || !e["name"].is_string() ||

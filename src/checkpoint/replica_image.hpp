@@ -64,8 +64,9 @@ bool is_replica_image(const Checkpoint& c);
 std::array<uint8_t, 32> replica_base_sha256(const Checkpoint& image);
 
 // The whole checkpoint the image was made of, with `base` (n floats, which
-// must hash to replica_base_sha256) as its base section; the sections kept
-// to bf16 come back as fp32. Its meta has no "replica" entry. Without a base
+// must hash to replica_base_sha256) as its base section, a view of `base`
+// (which must outlive the result); the sections kept to bf16 come back as
+// fp32. Its meta has no "replica" entry. Without a base
 // (nullptr), the base and the sections stored against it are left out.
 Checkpoint expand_replica_image(const Checkpoint& image, const float* base, size_t n);
 

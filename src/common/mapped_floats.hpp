@@ -31,6 +31,12 @@ class MappedFloats {
   // array is resized to their count.
   void assign(const float* first, const float* last);
   void assign(const std::vector<float>& v) { assign(v.data(), v.data() + v.size()); }
+  // Sized to n values whose contents are unspecified, for the caller to
+  // fill (from a file, without a copy beside): returns data().
+  float* reset(size_t n) {
+    resize(n);
+    return data_;
+  }
   void clear();
 
   float* data() { return data_; }

@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/checkpoint_meta.hpp"
 #include "checkpoint/node_checkpoint.hpp"
 #include "codec/half.hpp"
 #include "common/log.hpp"
@@ -36,10 +37,8 @@ bool reserved_section(const std::string& name) {
 const checkpoint::ReplicaPlan kReplicaPlan{"anchor", {"params"}, {"residual"}, {kResidualBf16}};
 
 bool params_on_anchor(const Checkpoint& c) {
-  const CheckpointSection* meta = c.find("meta");
-  if (meta == nullptr) return false;
-  const auto j = nlohmann::json::parse(meta->bytes.begin(), meta->bytes.end(), nullptr, false);
-  return j.is_object() && j.contains("params_on_anchor") && j["params_on_anchor"].is_boolean() &&
+  const nlohmann::json j = checkpoint::checkpoint_meta(c);
+  return j.contains("params_on_anchor") && j["params_on_anchor"].is_boolean() &&
          j["params_on_anchor"].get<bool>();
 }
 
@@ -170,14 +169,24 @@ bool SiteCore::Impl::resume() {
     return resume_from_image(std::move(*loaded));
   }
   const Checkpoint& c = loaded->checkpoint;
-  set_anchor(checkpoint::floats_of(c, "anchor", plan.total()).data());
+  const std::string what = "checkpoint " + loaded->path.string();
   // No "params" section: the parameters were the anchor (the meta says so).
-  const std::vector<float> p = c.find("params") != nullptr || !params_on_anchor(c)
-                                   ? checkpoint::floats_of(c, "params", plan.total())
-                                   : std::vector<float>();
-  if (!restore_residual(c, "checkpoint " + loaded->path.string())) clear_residual();
+  const bool own_params = c.find("params") != nullptr || !params_on_anchor(c);
+  // Every size checked before anything is overwritten; then each array
+  // straight from the file into place, no copy of the model beside it.
+  check_restorable(c, own_params, what);
+  {
+    const KeepAlive keep = keep_alive();  // seconds at a billion parameters
+    checkpoint::copy_floats(c, "anchor", anchor.reset(plan.total()), plan.total());
+    warn_anchor_in_memory();
+    if (own_params) {
+      checkpoint::copy_floats(c, "params", params, plan.total());
+    } else {
+      std::memcpy(params, anchor.data(), plan.total() * sizeof(float));
+    }
+  }
+  if (!restore_residual(c, what)) clear_residual();
   restore_progress(c);
-  std::memcpy(params, p.empty() ? anchor.data() : p.data(), plan.total() * sizeof(float));
   round = c.round;
   welcome.joined_once = true;
   resumed = true;
@@ -216,16 +225,13 @@ std::optional<checkpoint::LoadedCheckpoint> SiteCore::Impl::local_image() {
 // The site's own progress in a checkpoint: the data position and the
 // caller's blobs.
 void SiteCore::Impl::restore_progress(const Checkpoint& c) {
-  const CheckpointSection* meta = c.find("meta");
-  if (meta != nullptr) {
-    const auto j = nlohmann::json::parse(meta->bytes.begin(), meta->bytes.end(), nullptr, false);
-    if (j.is_object() && j.contains("data_position") && j["data_position"].is_number_unsigned()) {
-      data_position = j["data_position"].get<uint64_t>();
-    }
+  const nlohmann::json j = checkpoint::checkpoint_meta(c);
+  if (j.contains("data_position") && j["data_position"].is_number_unsigned()) {
+    data_position = j["data_position"].get<uint64_t>();
   }
   std::vector<StateBlob> blobs;
   for (const CheckpointSection& s : c.sections) {
-    if (!reserved_section(s.name)) blobs.push_back({s.name, s.bytes});
+    if (!reserved_section(s.name)) blobs.push_back({s.name, section_bytes(s)});
   }
   if (opt.load_state) opt.load_state(blobs);
 }
@@ -266,10 +272,11 @@ void SiteCore::Impl::take_replica_image(uint64_t full_round) {
   try {
     const Checkpoint whole = checkpoint::expand_replica_image(image, anchor.data(), anchor.size());
     // No "params": they were the anchor, already in place.
-    const std::vector<float> p = whole.find("params") != nullptr || !params_on_anchor(whole)
-                                     ? checkpoint::floats_of(whole, "params", plan.total())
-                                     : std::vector<float>();
-    if (!overlapping() && !p.empty()) std::memcpy(params, p.data(), p.size() * sizeof(float));
+    const bool own_params = whole.find("params") != nullptr || !params_on_anchor(whole);
+    check_restorable(whole, own_params, "replica image");
+    if (!overlapping() && own_params) {
+      checkpoint::copy_floats(whole, "params", params, plan.total());
+    }
     restore_residual(whole, "replica image");
     if (security->auditing()) {  // a hash of the whole model, for the entry alone
       security->audit("replica_rebuilt",
@@ -295,36 +302,69 @@ void SiteCore::Impl::clear_residual() {
   }
 }
 
-bool SiteCore::Impl::restore_residual(const Checkpoint& c, const std::string& what) {
-  std::vector<float> fp32;
-  std::vector<uint16_t> bf16;
-  if (const CheckpointSection* r = c.find(kResidualBf16)) {
-    if (r->size() != plan.total() * sizeof(uint16_t)) {
-      throw CryptoError(what + ": residual size mismatch");
+// The sizes of what a restore from `c` overwrites, checked before it
+// starts: a checkpoint that does not fit this model changes nothing.
+void SiteCore::Impl::check_restorable(const Checkpoint& c, bool own_params,
+                                      const std::string& what) const {
+  const auto fits = [&](const char* name, size_t element_bytes, bool needed) {
+    const CheckpointSection* s = c.find(name);
+    if (s == nullptr ? needed : s->size() != plan.total() * element_bytes) {
+      throw CryptoError(what + ": its '" + name + "' section " +
+                        (s == nullptr ? std::string("is missing")
+                                      : "holds " + std::to_string(s->size()) + " bytes, not " +
+                                            std::to_string(plan.total() * element_bytes)) +
+                        " for this model of " + std::to_string(plan.total()) + " parameters");
     }
-    bf16.resize(plan.total());
-    std::memcpy(bf16.data(), r->data(), r->size());
-  } else {
-    fp32 = checkpoint::floats_of(c, "residual", 0);
-    if (fp32.empty()) return false;
-    if (fp32.size() != plan.total()) throw CryptoError(what + ": residual size mismatch");
+  };
+  fits("anchor", sizeof(float), true);
+  fits("params", sizeof(float), own_params);
+  fits(kResidualBf16, sizeof(uint16_t), false);
+  const CheckpointSection* fp32 = c.find("residual");
+  // fp32 (an earlier fedwan, or an update encoder's); empty: none.
+  if (c.find(kResidualBf16) == nullptr && fp32 != nullptr && fp32->size() > 0) {
+    fits("residual", sizeof(float), false);
+  }
+}
+
+// The residual from `c`, read from the file into place; false when `c` has
+// none (an empty fp32 one: the fp32 codec keeps none).
+bool SiteCore::Impl::restore_residual(const Checkpoint& c, const std::string& what) {
+  const CheckpointSection* bf16 = c.find(kResidualBf16);
+  const CheckpointSection* fp32 = bf16 == nullptr ? c.find("residual") : nullptr;
+  if (bf16 == nullptr && (fp32 == nullptr || fp32->size() == 0)) return false;
+  const size_t element_bytes = bf16 != nullptr ? sizeof(uint16_t) : sizeof(float);
+  if ((bf16 != nullptr ? bf16 : fp32)->size() != plan.total() * element_bytes) {
+    throw CryptoError(what + ": residual size mismatch");
   }
   if (cfg.codec->id() == CodecId::kFp32) return true;  // the codec needs none
   const kernels::HalfKernels& k = kernels::half_kernels();
-  if (opt.update_encoder) {
-    if (fp32.empty()) {
-      fp32.resize(plan.total());
-      k.bf16_decode(reinterpret_cast<const uint8_t*>(bf16.data()), plan.total(), fp32.data());
+  if (opt.update_encoder) {  // it takes fp32: decoded piece by piece
+    std::vector<float> values(plan.total());
+    if (bf16 != nullptr) {
+      size_t at = 0;
+      stream_section(*bf16, [&](const uint8_t* data, size_t n) {
+        k.bf16_decode(data, n / sizeof(uint16_t), values.data() + at);
+        at += n / sizeof(uint16_t);
+      });
+    } else {
+      checkpoint::copy_floats(c, "residual", values.data(), values.size());
     }
-    opt.update_encoder->write_residual(fp32.data(), fp32.size());
+    opt.update_encoder->write_residual(values.data(), values.size());
     residual.clear();
     return true;
   }
-  if (bf16.empty()) {
-    bf16.resize(plan.total());
-    k.bf16_encode(fp32.data(), nullptr, plan.total(), reinterpret_cast<uint8_t*>(bf16.data()));
+  residual.resize(plan.total());
+  auto* out = reinterpret_cast<uint8_t*>(residual.data());
+  if (bf16 != nullptr) {
+    read_section(*bf16, out);
+    return true;
   }
-  residual = std::move(bf16);
+  size_t at = 0;  // written by an earlier fedwan: fp32, kept to bf16 piece by piece
+  stream_section(*fp32, [&](const uint8_t* data, size_t n) {
+    const size_t m = n / sizeof(float);
+    k.bf16_encode(reinterpret_cast<const float*>(data), nullptr, m, out + at * sizeof(uint16_t));
+    at += m;
+  });
   return true;
 }
 

@@ -254,6 +254,10 @@ bool SiteCore::Impl::anchor_matches(const wire::ParsedFrame& f) {
 void SiteCore::Impl::set_anchor(const float* from) {
   const KeepAlive keep = keep_alive();  // the whole model copied: seconds at a billion
   anchor.assign(from, from + plan.total());
+  warn_anchor_in_memory();
+}
+
+void SiteCore::Impl::warn_anchor_in_memory() {
   if (!anchor.why().empty() && !anchor_file_warned) {
     anchor_file_warned = true;
     log().warn("[site:{}] the anchor ({} MiB) stays in memory: no file for it in {}", self.id,

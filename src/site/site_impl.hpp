@@ -89,6 +89,8 @@ class SiteCore::Impl {
   // Sizes the anchor to the model and copies `from` into it; logs once
   // when it should have gone to a file and could not.
   void set_anchor(const float* from);
+  // The warning set_anchor gives when the anchor could not go to its file.
+  void warn_anchor_in_memory();
   // A welcome "no change" at this round: false (and a hello offering no
   // digest is due) when the parent's anchor digest is not the one this
   // site offered for its whole anchor.
@@ -105,6 +107,7 @@ class SiteCore::Impl {
   // ("residual.bf16") or fp32 ("residual", as written before, and by a site
   // with an UpdateEncoder). Whether it had one.
   bool restore_residual(const Checkpoint& c, const std::string& what);
+  void check_restorable(const Checkpoint& c, bool own_params, const std::string& what) const;
   // Restored from the parent's replica image: the image until the parent's
   // model of its round is in (site_checkpoint.cpp).
   std::optional<Checkpoint> replica_image;

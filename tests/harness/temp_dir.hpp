@@ -9,8 +9,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -48,6 +51,20 @@ inline std::vector<std::string> entries(const std::filesystem::path& dir) {
   }
   std::sort(out.begin(), out.end());
   return out;
+}
+
+// The bytes of the file at `p` (empty when it cannot be read).
+inline std::vector<uint8_t> slurp(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// Replaces the file at `p` with the first `n` of `bytes` (all by default).
+inline void spit(const std::filesystem::path& p, const std::vector<uint8_t>& bytes,
+                 size_t n = static_cast<size_t>(-1)) {
+  std::ofstream out(p, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(std::min(n, bytes.size())));
 }
 
 }  // namespace fedwan::testing

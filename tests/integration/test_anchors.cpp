@@ -14,6 +14,7 @@
 #include <zmq.hpp>
 
 #include "checkpoint/checkpoint_file.hpp"
+#include "checkpoint/node_checkpoint.hpp"
 #include "common/sha256.hpp"
 #include "fedwan/error.hpp"
 #include "harness/audit_replay.hpp"
@@ -260,6 +261,29 @@ TEST(CheckpointAnchors, ALargeSiteWritesImagesBetweenWholeCheckpoints) {
   const Restarted site = restart_without_parent(topo, dir.path(), kLarge);
   EXPECT_TRUE(site.resumed);
   EXPECT_EQ(site.round, image_round);
+}
+
+// A site's model of more than a MiB resumes from its whole checkpoint
+// with the arrays read from the file straight into place (they are left
+// there when it is read): its parameters are the checkpoint's, bit for bit.
+TEST(CheckpointAnchors, ASiteResumesAModelReadStraightFromItsFile) {
+  TempDir dir;
+  constexpr size_t kMiBModel = 400'000;  // 1.6 MB arrays: left on disk when read
+  static_assert(kMiBModel * sizeof(float) >= checkpoint::kRestoreOnDiskFrom);
+  const Topology topo = make_tree(dir.path(), 0, 1, small_federation(3));
+  const FederationRun run =
+      run_with_checkpoints(topo, dir.path(), synthetic::initial_model(kMiBModel, kSeed));
+  ASSERT_TRUE(run.errors.empty()) << run.error_text();
+  const fs::path whole_path = dir.path() / "site-0" / "site-0.fwck";
+  const Checkpoint whole = read_checkpoint(whole_path);
+  const std::vector<float> saved = checkpoint::floats_of(
+      whole, whole.find("params") != nullptr ? "params" : "anchor", kMiBModel);
+
+  const Restarted site = restart_without_parent(topo, dir.path(), kMiBModel);
+  EXPECT_TRUE(site.resumed);
+  EXPECT_EQ(site.round, whole.round);
+  ASSERT_EQ(site.params.size(), saved.size());
+  EXPECT_EQ(std::memcmp(site.params.data(), saved.data(), saved.size() * sizeof(float)), 0);
 }
 
 // Replica bytes are reported round by round where they cross a link: a

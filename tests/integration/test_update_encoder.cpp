@@ -210,7 +210,7 @@ TEST(UpdateEncoder, Fp32AndBf16ResidualsResumeEitherKindOfSite) {
   ASSERT_NE(bf16, nullptr);
   ASSERT_EQ(bf16->size(), init.size() * sizeof(uint16_t));
   std::vector<float> widened(init.size());
-  kernels::half_kernels().bf16_decode(bf16->data(), init.size(), widened.data());
+  kernels::half_kernels().bf16_decode(section_bytes(*bf16).data(), init.size(), widened.data());
   bool nonzero = false;
   for (float r : widened) nonzero = nonzero || r != 0.0f;
   EXPECT_TRUE(nonzero) << "int8 leaves a residual";

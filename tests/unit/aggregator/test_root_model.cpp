@@ -100,6 +100,11 @@ TEST(RootModel, TheAnchorsDigestFollowsTheAnchor) {
       RootModel::restore(read_checkpoint(checkpoint::checkpoint_path(dir.path(), "root")));
   EXPECT_EQ(restored.held(), m.held());
   EXPECT_EQ(restored.held_digest(), digest_of());
+  // Its arrays left in the file (as a node's restart reads them): the same.
+  const RootModel from_file =
+      RootModel::restore(read_checkpoint(checkpoint::checkpoint_path(dir.path(), "root"), {}, {1}));
+  EXPECT_EQ(from_file.held(), m.held());
+  EXPECT_EQ(from_file.global(), m.global());
 }
 
 TEST(RootModel, KeepsResidualsBelowFp16sRange) {

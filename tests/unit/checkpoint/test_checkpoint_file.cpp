@@ -23,18 +23,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
+using fedwan::testing::slurp;
+using fedwan::testing::spit;
 using fedwan::testing::TempDir;
 using fedwan::testing::entries;
-
-std::vector<uint8_t> slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-void spit(const fs::path& p, const std::vector<uint8_t>& bytes, size_t n) {
-  std::ofstream out(p, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(n));
-}
 
 // The message of the exception of type E that `f` throws ("" when none).
 template <typename E, typename F>

@@ -27,19 +27,10 @@ namespace {
 namespace fs = std::filesystem;
 using Kind = ReplicaStore::Result::Kind;
 
+using fedwan::testing::slurp;
+using fedwan::testing::spit;
 using fedwan::testing::TempDir;
 using fedwan::testing::entries;
-
-std::vector<uint8_t> slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-void spit(const fs::path& p, const std::vector<uint8_t>& bytes) {
-  std::ofstream out(p, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(bytes.data()),
-            static_cast<std::streamsize>(bytes.size()));
-}
 
 bool contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
