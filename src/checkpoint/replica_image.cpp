@@ -6,6 +6,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -92,27 +93,42 @@ class Compressor {
 };
 
 // Decompresses one zstd frame (`data`, `size` bytes, of section `name`)
-// into exactly n bytes at `out`.
+// that must hold exactly n bytes, into `out` when `take` is empty, else a
+// working block at a time handed to take(at, block, k).
+using TakeBlock = std::function<void(size_t at, const uint8_t* block, size_t k)>;
 // NOLINTNEXTLINE(readability-non-const-parameter): zstd writes through `out`
-void decompress(const std::string& name, const uint8_t* data, size_t size, uint8_t* out, size_t n) {
+void decompress(const std::string& name, const uint8_t* data, size_t size, uint8_t* out, size_t n,
+                const TakeBlock& take = nullptr) {
   const std::string what = "replica image section '" + name + "': ";
   const unsigned long long declared = ZSTD_getFrameContentSize(data, size);
   if (declared != n) throw CryptoError(what + "its compressed size does not match the meta");
   std::unique_ptr<ZSTD_DCtx, DCtxFree> ctx(ZSTD_createDCtx());
   if (!ctx) throw Error("replica image: zstd cannot allocate a decompression context");
+  std::vector<uint8_t> block(take ? std::min(n, kBlockFloats * sizeof(float)) : 0);
   ZSTD_inBuffer in{data, size, 0};
-  ZSTD_outBuffer o{out, n, 0};
+  ZSTD_outBuffer o{take ? block.data() : out, take ? block.size() : n, 0};
+  size_t done = 0;  // bytes handed to `take` before this block
+  const auto hand = [&] {
+    if (o.pos > 0) take(done, block.data(), o.pos);
+    done += o.pos;
+    o.pos = 0;
+  };
   for (;;) {
     const size_t in_before = in.pos, out_before = o.pos;
     const size_t r = ZSTD_decompressStream(ctx.get(), &o, &in);
     if (ZSTD_isError(r)) throw CryptoError(what + "zstd: " + ZSTD_getErrorName(r));
     if (r == 0) break;  // frame complete
+    if (take && o.pos == o.size && done + o.pos < n) {
+      hand();  // a full block: room for the next
+      continue;
+    }
     if (in.pos == in_before && o.pos == out_before) {
       throw CryptoError(what +
                         (o.pos == o.size ? "it holds more than the meta says" : "it is cut short"));
     }
   }
-  if (o.pos != n || in.pos != in.size) {
+  if (take) hand();
+  if ((take ? done : o.pos) != n || in.pos != in.size) {
     throw CryptoError(what + "it does not hold exactly the bytes the meta says");
   }
 }
@@ -170,9 +186,10 @@ void bf16_planes(size_t n, const std::function<void(size_t at, size_t k, uint8_t
   }
 }
 
-// The bytes of a section stored as bf16 byte planes (bf16_planes):
-// `bytes` of fp32, or of bf16 when `held`.
-std::vector<uint8_t> from_bf16_planes(const CheckpointSection& s, uint64_t bytes, bool held) {
+// A section stored as bf16 byte planes (bf16_planes) decoded into
+// out[0..bytes): fp32 values, or bf16 when `held`. The high plane is
+// decompressed a block at a time, so nothing of it is held whole.
+void from_bf16_planes(const CheckpointSection& s, uint64_t bytes, bool held, uint8_t* out) {
   const size_t width = held ? sizeof(uint16_t) : sizeof(float);
   if (bytes % width != 0) {
     throw CryptoError("replica image: section '" + s.name + "' is not " + (held ? "bf16" : "fp32"));
@@ -182,20 +199,71 @@ std::vector<uint8_t> from_bf16_planes(const CheckpointSection& s, uint64_t bytes
   if (ZSTD_isError(frame) || s.size() - frame != k) {
     throw CryptoError("replica image: section '" + s.name + "' does not hold its two planes");
   }
-  std::vector<uint8_t> high(k);
-  decompress(s.name, s.data(), frame, high.data(), k);
   const uint8_t* low = s.data() + frame;
-  std::vector<uint8_t> out(bytes);
-  for (size_t i = 0; i < k; ++i) {
-    const auto h = static_cast<uint16_t>((high[i] << 8) | low[i]);
-    if (held) {
-      std::memcpy(out.data() + 2 * i, &h, 2);
-    } else {
-      const float f = kernels::bf16_to_fp32(h);
-      std::memcpy(out.data() + 4 * i, &f, 4);
+  decompress(s.name, s.data(), frame, nullptr, k, [&](size_t at, const uint8_t* high, size_t m) {
+    for (size_t i = 0; i < m; ++i) {
+      const auto h = static_cast<uint16_t>((high[i] << 8) | low[at + i]);
+      if (held) {
+        std::memcpy(out + 2 * (at + i), &h, 2);
+      } else {
+        const float f = kernels::bf16_to_fp32(h);
+        std::memcpy(out + 4 * (at + i), &f, 4);
+      }
+    }
+  });
+}
+
+// One entry of an image's replica meta: a section, how it is stored and its
+// bytes once decoded.
+struct ImageEntry {
+  std::string name;
+  std::string encoding;
+  uint64_t bytes = 0;
+};
+
+std::vector<ImageEntry> image_entries(const nlohmann::json& r) {
+  std::vector<ImageEntry> out;
+  for (const nlohmann::json& e : r["sections"]) {
+    if (!e.is_object() || !e.contains("name") || !e["name"].is_string() ||
+        !e.contains("encoding") || !e["encoding"].is_string() || !e.contains("bytes") ||
+        !e["bytes"].is_number_unsigned()) {
+      throw CryptoError("replica image: a section entry lacks name, encoding or bytes");
+    }
+    out.push_back({e["name"].get<std::string>(), e["encoding"].get<std::string>(),
+                   e["bytes"].get<uint64_t>()});
+    if (out.back().bytes > kMaxRawBytes) {
+      throw CryptoError("replica image: section '" + out.back().name + "' too big");
     }
   }
   return out;
+}
+
+// Entry e's section of the image decoded into out[0..e.bytes); an XOR
+// section against `base` (n floats, already checked against the image).
+void decode_into(const ImageEntry& e, const CheckpointSection& s, const float* base, size_t n,
+                 uint8_t* out) {
+  if (e.encoding == kXor) {
+    if (e.bytes != n * sizeof(float)) {
+      throw CryptoError("replica image: section '" + e.name + "' is not the size of the model");
+    }
+    decompress(s, out, e.bytes);
+    for (size_t i = 0; i < n; ++i) {
+      uint32_t a = 0, b = 0;
+      std::memcpy(&a, out + 4 * i, 4);
+      std::memcpy(&b, base + i, 4);
+      a ^= b;
+      std::memcpy(out + 4 * i, &a, 4);
+    }
+  } else if (e.encoding == kBf16 || e.encoding == kBf16Held) {
+    from_bf16_planes(s, e.bytes, e.encoding == kBf16Held, out);
+  } else if (e.encoding == kZstd) {
+    decompress(s, out, e.bytes);
+  } else {
+    std::string why = "replica image: section '" + e.name + "' has unknown encoding '";
+    why += e.encoding;
+    why += "'";
+    throw CryptoError(why);
+  }
 }
 
 void compressed(const uint8_t* data, size_t n, const Sink& sink) {
@@ -334,51 +402,51 @@ Checkpoint expand_replica_image(const Checkpoint& image, const float* base, size
     b.view_size = n * sizeof(float);
     c.sections.push_back(std::move(b));
   }
-  for (const nlohmann::json& e : r["sections"]) {
-    if (!e.is_object() || !e.contains("name") || !e["name"].is_string() ||
-        !e.contains("encoding") || !e["encoding"].is_string() || !e.contains("bytes") ||
-        !e["bytes"].is_number_unsigned()) {
-      throw CryptoError("replica image: a section entry lacks name, encoding or bytes");
+  for (const ImageEntry& e : image_entries(r)) {
+    const CheckpointSection* s = image.find(e.name);
+    if (s == nullptr || e.name == kMeta || e.name == base_name) {
+      throw CryptoError("replica image: section '" + e.name + "' is missing or misplaced");
     }
-    const std::string name = e["name"].get<std::string>();
-    const std::string encoding = e["encoding"].get<std::string>();
-    const uint64_t bytes = e["bytes"].get<uint64_t>();
-    const CheckpointSection* s = image.find(name);
-    if (s == nullptr || name == kMeta || name == base_name) {
-      throw CryptoError("replica image: section '" + name + "' is missing or misplaced");
-    }
-    if (bytes > kMaxRawBytes) throw CryptoError("replica image: section '" + name + "' too big");
-    CheckpointSection out = section(name, {});
-    if (encoding == kXor) {
-      if (base == nullptr) continue;
-      if (bytes != n * sizeof(float)) {
-        throw CryptoError("replica image: section '" + name + "' is not the size of the model");
-      }
-      out.bytes.resize(bytes);
-      decompress(*s, out.bytes.data(), out.bytes.size());
-      for (size_t i = 0; i < n; ++i) {
-        uint32_t a = 0, b = 0;
-        std::memcpy(&a, out.bytes.data() + 4 * i, 4);
-        std::memcpy(&b, base + i, 4);
-        a ^= b;
-        std::memcpy(out.bytes.data() + 4 * i, &a, 4);
-      }
-    } else if (encoding == kBf16 || encoding == kBf16Held) {
-      out.bytes = from_bf16_planes(*s, bytes, encoding == kBf16Held);
-    } else if (encoding == kZstd) {
-      out.bytes.resize(bytes);
-      decompress(*s, out.bytes.data(), out.bytes.size());
-    } else {
-      std::string why = "replica image: section '" + name + "' has unknown encoding '";
-      why += encoding;
-      why += "'";
-      throw CryptoError(why);
-    }
+    if (e.encoding == kXor && base == nullptr) continue;
+    CheckpointSection out = section(e.name, std::vector<uint8_t>(e.bytes));
+    decode_into(e, *s, base, n, out.bytes.data());
     c.sections.push_back(std::move(out));
   }
   meta.erase("replica");
   c.sections.push_back(meta_section(meta));
   return c;
+}
+
+std::optional<uint64_t> replica_section_size(const Checkpoint& image, const std::string& name) {
+  const nlohmann::json meta = checkpoint_meta(image);
+  for (const ImageEntry& e : image_entries(replica_meta(meta))) {
+    if (e.name == name) return e.bytes;
+  }
+  return std::nullopt;
+}
+
+void expand_replica_section(const Checkpoint& image, const std::string& name, const float* base,
+                            size_t n, uint8_t* out, size_t out_bytes) {
+  const nlohmann::json meta = checkpoint_meta(image);
+  const nlohmann::json& r = replica_meta(meta);
+  for (const ImageEntry& e : image_entries(r)) {
+    if (e.name != name) continue;
+    const CheckpointSection* s = image.find(name);
+    if (s == nullptr || name == kMeta || name == r["base"].get<std::string>()) {
+      throw CryptoError("replica image: section '" + name + "' is missing or misplaced");
+    }
+    if (e.bytes != out_bytes) {
+      throw CryptoError("replica image: section '" + name + "' holds " + std::to_string(e.bytes) +
+                        " bytes, not " + std::to_string(out_bytes));
+    }
+    if (e.encoding == kXor &&
+        (base == nullptr || sha256(base, n * sizeof(float)) != replica_base_sha256(image))) {
+      throw CryptoError("replica image: the model given is not the one it was made against");
+    }
+    decode_into(e, *s, base, n, out);
+    return;
+  }
+  throw CryptoError("replica image: it has no section '" + name + "'");
 }
 
 }  // namespace fedwan::checkpoint

@@ -70,4 +70,16 @@ std::array<uint8_t, 32> replica_base_sha256(const Checkpoint& image);
 // (nullptr), the base and the sections stored against it are left out.
 Checkpoint expand_replica_image(const Checkpoint& image, const float* base, size_t n);
 
+// The bytes the image's section `name` decodes to; nullopt when it holds
+// none.
+std::optional<uint64_t> replica_section_size(const Checkpoint& image, const std::string& name);
+// Decodes the image's section `name` into out[0..out_bytes), which must be
+// its decoded size: one array restored in place, with no copy of the
+// expanded image. A section stored against the base needs `base` (n
+// floats hashing to replica_base_sha256). Throws CryptoError as
+// expand_replica_image, and when the section is missing or of another size
+// (before writing to `out`).
+void expand_replica_section(const Checkpoint& image, const std::string& name, const float* base,
+                            size_t n, uint8_t* out, size_t out_bytes);
+
 }  // namespace fedwan::checkpoint

@@ -9,6 +9,7 @@
 // of its round in full and rebuilds its checkpoint from both.
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -40,6 +41,42 @@ bool params_on_anchor(const Checkpoint& c) {
   const nlohmann::json j = checkpoint::checkpoint_meta(c);
   return j.contains("params_on_anchor") && j["params_on_anchor"].is_boolean() &&
          j["params_on_anchor"].get<bool>();
+}
+
+// A checkpoint's sections, in memory or left in its file.
+site::RestoreSource from_checkpoint(const Checkpoint& c) {
+  const auto section = [&c](const std::string& name) -> const CheckpointSection& {
+    const CheckpointSection* s = c.find(name);
+    if (s == nullptr) throw CryptoError("checkpoint: no section '" + name + "'");
+    return *s;
+  };
+  return {[&c](const std::string& name) -> std::optional<uint64_t> {
+            const CheckpointSection* s = c.find(name);
+            if (s == nullptr) return std::nullopt;
+            return s->size();
+          },
+          [section](const std::string& name, uint8_t* out) { read_section(section(name), out); },
+          [section](const std::string& name, const CheckpointSection::Sink& sink) {
+            stream_section(section(name), sink);
+          }};
+}
+
+// A replica image's sections, each decoded on its own against `base` (the
+// anchor it was made against).
+site::RestoreSource from_image(const Checkpoint& image, const float* base, size_t n) {
+  const auto read = [&image, base, n](const std::string& name, uint8_t* out) {
+    const std::optional<uint64_t> bytes = checkpoint::replica_section_size(image, name);
+    if (!bytes) throw CryptoError("replica image: no section '" + name + "'");
+    checkpoint::expand_replica_section(image, name, base, n, out, *bytes);
+  };
+  return {
+      [&image](const std::string& name) { return checkpoint::replica_section_size(image, name); },
+      read,
+      [&image, read](const std::string& name, const CheckpointSection::Sink& sink) {
+        std::vector<uint8_t> bytes(checkpoint::replica_section_size(image, name).value_or(0));
+        read(name, bytes.data());
+        sink(bytes.data(), bytes.size());
+      }};
 }
 
 }  // namespace
@@ -170,22 +207,23 @@ bool SiteCore::Impl::resume() {
   }
   const Checkpoint& c = loaded->checkpoint;
   const std::string what = "checkpoint " + loaded->path.string();
+  const site::RestoreSource src = from_checkpoint(c);
   // No "params" section: the parameters were the anchor (the meta says so).
   const bool own_params = c.find("params") != nullptr || !params_on_anchor(c);
   // Every size checked before anything is overwritten; then each array
   // straight from the file into place, no copy of the model beside it.
-  check_restorable(c, own_params, what);
+  check_restorable(src, own_params, /*with_anchor=*/true, what);
   {
     const KeepAlive keep = keep_alive();  // seconds at a billion parameters
-    checkpoint::copy_floats(c, "anchor", anchor.reset(plan.total()), plan.total());
+    src.read("anchor", reinterpret_cast<uint8_t*>(anchor.reset(plan.total())));
     warn_anchor_in_memory();
     if (own_params) {
-      checkpoint::copy_floats(c, "params", params, plan.total());
+      src.read("params", reinterpret_cast<uint8_t*>(params));
     } else {
       std::memcpy(params, anchor.data(), plan.total() * sizeof(float));
     }
   }
-  if (!restore_residual(c, what)) clear_residual();
+  if (!restore_residual(src, what)) clear_residual();
   restore_progress(c);
   round = c.round;
   welcome.joined_once = true;
@@ -270,14 +308,13 @@ void SiteCore::Impl::take_replica_image(uint64_t full_round) {
     return;
   }
   try {
-    const Checkpoint whole = checkpoint::expand_replica_image(image, anchor.data(), anchor.size());
+    // Each array decoded from the image into place: no expanded copy.
+    const site::RestoreSource src = from_image(image, anchor.data(), anchor.size());
     // No "params": they were the anchor, already in place.
-    const bool own_params = whole.find("params") != nullptr || !params_on_anchor(whole);
-    check_restorable(whole, own_params, "replica image");
-    if (!overlapping() && own_params) {
-      checkpoint::copy_floats(whole, "params", params, plan.total());
-    }
-    restore_residual(whole, "replica image");
+    const bool own_params = src.size("params").has_value() || !params_on_anchor(image);
+    check_restorable(src, own_params, /*with_anchor=*/false, "replica image");
+    if (!overlapping() && own_params) src.read("params", reinterpret_cast<uint8_t*>(params));
+    restore_residual(src, "replica image");
     if (security->auditing()) {  // a hash of the whole model, for the entry alone
       security->audit("replica_rebuilt",
                       {{"round", image.round},
@@ -289,6 +326,9 @@ void SiteCore::Impl::take_replica_image(uint64_t full_round) {
     log().error("[site:{}] its replica image of round {} does not decode: {}", self.id, image.round,
                 e.what());
     security->audit("replica_refused", {{"round", image.round}, {"reason", e.what()}});
+    // What a decode cut short left: the model as it came, no residual.
+    if (!overlapping()) std::memcpy(params, anchor.data(), plan.total() * sizeof(float));
+    clear_residual();
   }
 }
 
@@ -302,52 +342,51 @@ void SiteCore::Impl::clear_residual() {
   }
 }
 
-// The sizes of what a restore from `c` overwrites, checked before it
+// The sizes of what a restore from `src` overwrites, checked before it
 // starts: a checkpoint that does not fit this model changes nothing.
-void SiteCore::Impl::check_restorable(const Checkpoint& c, bool own_params,
-                                      const std::string& what) const {
+void SiteCore::Impl::check_restorable(const site::RestoreSource& src, bool own_params,
+                                      bool with_anchor, const std::string& what) const {
   const auto fits = [&](const char* name, size_t element_bytes, bool needed) {
-    const CheckpointSection* s = c.find(name);
-    if (s == nullptr ? needed : s->size() != plan.total() * element_bytes) {
+    const std::optional<uint64_t> size = src.size(name);
+    if (!size ? needed : *size != plan.total() * element_bytes) {
       throw CryptoError(what + ": its '" + name + "' section " +
-                        (s == nullptr ? std::string("is missing")
-                                      : "holds " + std::to_string(s->size()) + " bytes, not " +
-                                            std::to_string(plan.total() * element_bytes)) +
+                        (!size ? std::string("is missing")
+                               : "holds " + std::to_string(*size) + " bytes, not " +
+                                     std::to_string(plan.total() * element_bytes)) +
                         " for this model of " + std::to_string(plan.total()) + " parameters");
     }
   };
-  fits("anchor", sizeof(float), true);
+  fits("anchor", sizeof(float), with_anchor);
   fits("params", sizeof(float), own_params);
   fits(kResidualBf16, sizeof(uint16_t), false);
-  const CheckpointSection* fp32 = c.find("residual");
   // fp32 (an earlier fedwan, or an update encoder's); empty: none.
-  if (c.find(kResidualBf16) == nullptr && fp32 != nullptr && fp32->size() > 0) {
+  if (!src.size(kResidualBf16) && src.size("residual").value_or(0) > 0) {
     fits("residual", sizeof(float), false);
   }
 }
 
-// The residual from `c`, read from the file into place; false when `c` has
-// none (an empty fp32 one: the fp32 codec keeps none).
-bool SiteCore::Impl::restore_residual(const Checkpoint& c, const std::string& what) {
-  const CheckpointSection* bf16 = c.find(kResidualBf16);
-  const CheckpointSection* fp32 = bf16 == nullptr ? c.find("residual") : nullptr;
-  if (bf16 == nullptr && (fp32 == nullptr || fp32->size() == 0)) return false;
-  const size_t element_bytes = bf16 != nullptr ? sizeof(uint16_t) : sizeof(float);
-  if ((bf16 != nullptr ? bf16 : fp32)->size() != plan.total() * element_bytes) {
+// The residual from `src`, read into place; false when it has none (an
+// empty fp32 one: the fp32 codec keeps none).
+bool SiteCore::Impl::restore_residual(const site::RestoreSource& src, const std::string& what) {
+  const bool bf16 = src.size(kResidualBf16).has_value();
+  const uint64_t fp32_bytes = bf16 ? 0 : src.size("residual").value_or(0);
+  if (!bf16 && fp32_bytes == 0) return false;
+  const uint64_t bytes = bf16 ? *src.size(kResidualBf16) : fp32_bytes;
+  if (bytes != plan.total() * (bf16 ? sizeof(uint16_t) : sizeof(float))) {
     throw CryptoError(what + ": residual size mismatch");
   }
   if (cfg.codec->id() == CodecId::kFp32) return true;  // the codec needs none
   const kernels::HalfKernels& k = kernels::half_kernels();
   if (opt.update_encoder) {  // it takes fp32: decoded piece by piece
     std::vector<float> values(plan.total());
-    if (bf16 != nullptr) {
+    if (bf16) {
       size_t at = 0;
-      stream_section(*bf16, [&](const uint8_t* data, size_t n) {
+      src.stream(kResidualBf16, [&](const uint8_t* data, size_t n) {
         k.bf16_decode(data, n / sizeof(uint16_t), values.data() + at);
         at += n / sizeof(uint16_t);
       });
     } else {
-      checkpoint::copy_floats(c, "residual", values.data(), values.size());
+      src.read("residual", reinterpret_cast<uint8_t*>(values.data()));
     }
     opt.update_encoder->write_residual(values.data(), values.size());
     residual.clear();
@@ -355,12 +394,12 @@ bool SiteCore::Impl::restore_residual(const Checkpoint& c, const std::string& wh
   }
   residual.resize(plan.total());
   auto* out = reinterpret_cast<uint8_t*>(residual.data());
-  if (bf16 != nullptr) {
-    read_section(*bf16, out);
+  if (bf16) {
+    src.read(kResidualBf16, out);
     return true;
   }
   size_t at = 0;  // written by an earlier fedwan: fp32, kept to bf16 piece by piece
-  stream_section(*fp32, [&](const uint8_t* data, size_t n) {
+  src.stream("residual", [&](const uint8_t* data, size_t n) {
     const size_t m = n / sizeof(float);
     k.bf16_encode(reinterpret_cast<const float*>(data), nullptr, m, out + at * sizeof(uint16_t));
     at += m;

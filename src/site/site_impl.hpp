@@ -11,6 +11,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -42,6 +43,20 @@
 #include "wire/frame.hpp"
 
 namespace fedwan {
+
+namespace site {
+// Where a restore reads a site's arrays from (site_checkpoint.cpp): a
+// checkpoint's sections, in memory or left in its file, or a replica
+// image's, each decoded on its own. size: the bytes of section `name`,
+// nullopt when there is none; read: exactly those bytes into `out`;
+// stream: the same in pieces of whole values. Valid while what it reads
+// lives.
+struct RestoreSource {
+  std::function<std::optional<uint64_t>(const std::string& name)> size;
+  std::function<void(const std::string& name, uint8_t* out)> read;
+  std::function<void(const std::string& name, const CheckpointSection::Sink& sink)> stream;
+};
+}  // namespace site
 
 class SiteCore::Impl {
  public:
@@ -106,8 +121,9 @@ class SiteCore::Impl {
   // The residual of `c` (a checkpoint, or a replica image expanded): bf16
   // ("residual.bf16") or fp32 ("residual", as written before, and by a site
   // with an UpdateEncoder). Whether it had one.
-  bool restore_residual(const Checkpoint& c, const std::string& what);
-  void check_restorable(const Checkpoint& c, bool own_params, const std::string& what) const;
+  bool restore_residual(const site::RestoreSource& src, const std::string& what);
+  void check_restorable(const site::RestoreSource& src, bool own_params, bool with_anchor,
+                        const std::string& what) const;
   // Restored from the parent's replica image: the image until the parent's
   // model of its round is in (site_checkpoint.cpp).
   std::optional<Checkpoint> replica_image;

@@ -104,6 +104,43 @@ TEST(ReplicaImage, ComesBackWholeWithTheAnchor) {
   }
 }
 
+// One section decoded straight into the caller's buffer (a restore into
+// place) is what the whole expansion holds; a wrong size, a missing section
+// or the wrong anchor is refused before the buffer is touched.
+TEST(ReplicaImage, OneSectionExpandsIntoTheCallersBuffer) {
+  const SiteState s = site_state(300000, 2000);  // planes over several working blocks
+  const Checkpoint image = image_of(checkpoint_of(s), kSitePlan);
+  const Checkpoint back = checkpoint::expand_replica_image(image, s.anchor.data(), s.anchor.size());
+  for (const char* name : {"params", "residual", "optimizer"}) {
+    SCOPED_TRACE(name);
+    const CheckpointSection* whole = back.find(name);
+    ASSERT_NE(whole, nullptr);
+    ASSERT_EQ(checkpoint::replica_section_size(image, name), whole->size());
+    std::vector<uint8_t> out(whole->size(), 0xEE);
+    checkpoint::expand_replica_section(image, name, s.anchor.data(), s.anchor.size(), out.data(),
+                                       out.size());
+    EXPECT_EQ(out, whole->bytes);
+  }
+  EXPECT_FALSE(checkpoint::replica_section_size(image, "anchor").has_value());
+  EXPECT_FALSE(checkpoint::replica_section_size(image, "nope").has_value());
+
+  std::vector<uint8_t> out(s.params.size() * sizeof(float), 0xEE);
+  const std::vector<uint8_t> untouched = out;
+  const auto refused = [&](const char* name, const float* base, size_t bytes) {
+    EXPECT_THROW(
+        checkpoint::expand_replica_section(image, name, base, s.anchor.size(), out.data(), bytes),
+        CryptoError)
+        << name;
+    EXPECT_EQ(out, untouched) << name;
+  };
+  refused("params", s.anchor.data(), out.size() - 4);
+  refused("params", nullptr, out.size());
+  std::vector<float> other = s.anchor;
+  other[5] += 1.0f;
+  refused("params", other.data(), out.size());
+  refused("nope", s.anchor.data(), out.size());
+  refused("anchor", s.anchor.data(), out.size());
+}
 TEST(ReplicaImage, IsAFractionOfTheCheckpoint) {
   const size_t n = 1000000;
   const SiteState s = site_state(n, 0);
