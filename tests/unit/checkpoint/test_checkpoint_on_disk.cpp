@@ -147,7 +147,7 @@ TEST(CheckpointOnDisk, BytesChangedAfterTheReadAreRefusedNamingTheSection) {
   const Checkpoint c = read_checkpoint(p, {}, {kFrom});
   const std::vector<uint8_t> file = testing::slurp(p);
   // The last byte of "params": 8 MiB into it, past the first two pieces.
-  const std::vector<uint8_t>& params = model_checkpoint().sections[0].bytes;
+  const std::vector<uint8_t> params = model_checkpoint().sections[0].bytes;
   const auto at = std::search(file.begin(), file.end(), params.end() - 64, params.end());
   ASSERT_NE(at, file.end());
   flip_in_place(p, static_cast<uint64_t>(at - file.begin()) + 63);
