@@ -13,6 +13,7 @@
 #include "checkpoint/checkpoint_meta.hpp"
 #include "checkpoint/node_checkpoint.hpp"
 #include "checkpoint/replica_fetch.hpp"
+#include "checkpoint/replica_image.hpp"
 #include "codec/half.hpp"
 #include "fedwan/error.hpp"
 
@@ -48,9 +49,8 @@ void Aggregator::Impl::RegionRole::restore(const Checkpoint& c, const std::strin
     // Its parent's copy, without the anchor: the parent sends the model in
     // full when it says hello offering none (held_digest), and children
     // wait until it is in (resyncing).
-    const Checkpoint part = checkpoint::expand_replica_image(c, nullptr, 0);
     uint64_t elements = 0;
-    if (const nlohmann::json j = checkpoint::checkpoint_meta(part);
+    if (const nlohmann::json j = checkpoint::checkpoint_meta(c);
         j.contains("elements") && j["elements"].is_number_unsigned()) {
       elements = j["elements"].get<uint64_t>();
     }
@@ -58,7 +58,11 @@ void Aggregator::Impl::RegionRole::restore(const Checkpoint& c, const std::strin
     anchor_.clear();
     anchor_changed();
     n_.init_model_state(elements);
-    restore_residual(part, path);
+    if (checkpoint::replica_section_size(c, kResidualSection)) {
+      restore_image_residual(c, path);  // decoded from the file into place
+    } else {
+      restore_residual(checkpoint::expand_replica_image(c, nullptr, 0), path);  // fp32, earlier
+    }
   } else {
     anchor_ = checkpoint::floats_of(c, "anchor", 0);
     anchor_changed();
@@ -92,6 +96,17 @@ void Aggregator::Impl::RegionRole::restore_residual(const Checkpoint& c, const s
   if (!residual_.empty() && residual_.size() != n_.model_.elements) {
     throw CryptoError("checkpoint " + path + ": residual size mismatch");
   }
+}
+
+void Aggregator::Impl::RegionRole::restore_image_residual(const Checkpoint& image,
+                                                          const std::string& path) {
+  const uint64_t bytes = checkpoint::replica_section_size(image, kResidualSection).value_or(0);
+  if (bytes != n_.model_.elements * sizeof(uint16_t)) {
+    throw CryptoError("replica image " + path + ": residual size mismatch");
+  }
+  residual_.assign(n_.model_.elements, 0);
+  checkpoint::expand_replica_section(image, kResidualSection, nullptr, 0,
+                                     reinterpret_cast<uint8_t*>(residual_.data()), bytes);
 }
 
 bool Aggregator::Impl::RegionRole::recover(bool resumed) {

@@ -80,6 +80,7 @@ class Aggregator::Impl::RegionRole final : public Aggregator::Impl::Role {
   // Its residual from a checkpoint or replica image (in fp32 from an
   // earlier fedwan, to bf16); throws CryptoError for a wrong size.
   void restore_residual(const Checkpoint& c, const std::string& path);
+  void restore_image_residual(const Checkpoint& image, const std::string& path);
   // Adaptive clipping: the clip the parent sent in `what` (0: none), which
   // under adaptive clipping it must; throws ProtocolError otherwise.
   double parent_clip(double clip, const char* what, uint64_t round) const;

@@ -85,9 +85,8 @@ std::optional<LoadedCheckpoint> load_node_checkpoint(const fs::path& dir, const 
     Checkpoint c;
     try {
       // The model's arrays stay in the file until the caller reads them
-      // into place; an image (compressed, read whole to expand) comes in.
+      // into place, or decodes an image's from there.
       c = read_checkpoint(p, trust.check, {kRestoreOnDiskFrom});
-      if (is_replica_image(c)) materialize(c);
     } catch (const CryptoError& e) {
       out.problems.emplace_back(e.what());
       log().error("checkpoint {} is corrupt and will not be used: {}", p.string(), e.what());

@@ -75,11 +75,11 @@ inline constexpr uint64_t kRestoreOnDiskFrom = uint64_t{1} << 20;
 // The node's newest intact checkpoint that passes trust.check, or nullopt
 // when there is none (the problems met are logged; a refused file is kept
 // as *.corrupt). Throws ConfigError when an intact checkpoint belongs to
-// another node or topology: resuming it would be a silent error. A whole
-// checkpoint's sections of kRestoreOnDiskFrom bytes or more are verified
-// and left in the file, so the caller reads the model straight into place
-// (copy_floats, read_section) with no copy of it beside; an image is read
-// into memory.
+// another node or topology: resuming it would be a silent error. Sections
+// of kRestoreOnDiskFrom bytes or more are verified and left in the file, so
+// the caller reads the model straight into place (copy_floats,
+// read_section; an image's by expand_replica_section) with no copy of it
+// beside.
 std::optional<LoadedCheckpoint> load_node_checkpoint(const std::filesystem::path& dir,
                                                      const Topology& topo, const std::string& node,
                                                      const CheckpointTrust& trust = {});

@@ -1,3 +1,6 @@
+// Making a replica image (replica_image.hpp): each section encoded while
+// write_checkpoint writes it, from the node's own arrays. Reading one back
+// is replica_decode.cpp.
 #include "checkpoint/replica_image.hpp"
 
 #include <zstd.h>
@@ -6,15 +9,14 @@
 #include <cstring>
 #include <functional>
 #include <memory>
-#include <optional>
 #include <string>
-#include <string_view>
 #include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/checkpoint_meta.hpp"
+#include "checkpoint/replica_format.hpp"
 #include "codec/half.hpp"
 #include "common/sha256.hpp"
 #include "fedwan/error.hpp"
@@ -22,28 +24,17 @@
 namespace fedwan::checkpoint {
 namespace {
 
-// A section of plain bytes (neither a view nor produced as it is written).
-CheckpointSection section(std::string name, std::vector<uint8_t> bytes) {
-  CheckpointSection s;
-  s.name = std::move(name);
-  s.bytes = std::move(bytes);
-  return s;
-}
+using replica::kBf16;
+using replica::kBf16Held;
+using replica::kBlockFloats;
+using replica::kMeta;
+using replica::kXor;
+using replica::kZstd;
 
-constexpr const char* kMeta = kMetaSection;
-constexpr const char* kXor = "xor-fp32-zstd";
-constexpr const char* kBf16 = "bf16-planes";           // zstd(high bytes), then the low bytes
-constexpr const char* kBf16Held = "bf16-held-planes";  // the same of bf16 values, kept as bf16
-constexpr const char* kZstd = "zstd";
-constexpr int kLevel = 1;                      // fast; the model's bits barely compress further
-constexpr size_t kBlockFloats = 1u << 16;      // working buffer: 256 KiB of fp32
-constexpr uint64_t kMaxRawBytes = 1ull << 40;  // a section no node could hold
+constexpr int kLevel = 1;  // fast; the model's bits barely compress further
 
 struct CCtxFree {
   void operator()(ZSTD_CCtx* c) const { ZSTD_freeCCtx(c); }
-};
-struct DCtxFree {
-  void operator()(ZSTD_DCtx* c) const { ZSTD_freeDCtx(c); }
 };
 
 using Sink = CheckpointSection::Sink;
@@ -91,51 +82,6 @@ class Compressor {
   const Sink& sink_;
   std::vector<uint8_t> out_;
 };
-
-// Decompresses one zstd frame (`data`, `size` bytes, of section `name`)
-// that must hold exactly n bytes, into `out` when `take` is empty, else a
-// working block at a time handed to take(at, block, k).
-using TakeBlock = std::function<void(size_t at, const uint8_t* block, size_t k)>;
-// NOLINTNEXTLINE(readability-non-const-parameter): zstd writes through `out`
-void decompress(const std::string& name, const uint8_t* data, size_t size, uint8_t* out, size_t n,
-                const TakeBlock& take = nullptr) {
-  const std::string what = "replica image section '" + name + "': ";
-  const unsigned long long declared = ZSTD_getFrameContentSize(data, size);
-  if (declared != n) throw CryptoError(what + "its compressed size does not match the meta");
-  std::unique_ptr<ZSTD_DCtx, DCtxFree> ctx(ZSTD_createDCtx());
-  if (!ctx) throw Error("replica image: zstd cannot allocate a decompression context");
-  std::vector<uint8_t> block(take ? std::min(n, kBlockFloats * sizeof(float)) : 0);
-  ZSTD_inBuffer in{data, size, 0};
-  ZSTD_outBuffer o{take ? block.data() : out, take ? block.size() : n, 0};
-  size_t done = 0;  // bytes handed to `take` before this block
-  const auto hand = [&] {
-    if (o.pos > 0) take(done, block.data(), o.pos);
-    done += o.pos;
-    o.pos = 0;
-  };
-  for (;;) {
-    const size_t in_before = in.pos, out_before = o.pos;
-    const size_t r = ZSTD_decompressStream(ctx.get(), &o, &in);
-    if (ZSTD_isError(r)) throw CryptoError(what + "zstd: " + ZSTD_getErrorName(r));
-    if (r == 0) break;  // frame complete
-    if (take && o.pos == o.size && done + o.pos < n) {
-      hand();  // a full block: room for the next
-      continue;
-    }
-    if (in.pos == in_before && o.pos == out_before) {
-      throw CryptoError(what +
-                        (o.pos == o.size ? "it holds more than the meta says" : "it is cut short"));
-    }
-  }
-  if (take) hand();
-  if ((take ? done : o.pos) != n || in.pos != in.size) {
-    throw CryptoError(what + "it does not hold exactly the bytes the meta says");
-  }
-}
-
-void decompress(const CheckpointSection& section, uint8_t* out, size_t n) {
-  decompress(section.name, section.data(), section.size(), out, n);
-}
 
 const float* floats_view(const CheckpointSection& s, size_t n, const std::string& base) {
   if (s.size() != n * sizeof(float)) {
@@ -186,86 +132,6 @@ void bf16_planes(size_t n, const std::function<void(size_t at, size_t k, uint8_t
   }
 }
 
-// A section stored as bf16 byte planes (bf16_planes) decoded into
-// out[0..bytes): fp32 values, or bf16 when `held`. The high plane is
-// decompressed a block at a time, so nothing of it is held whole.
-void from_bf16_planes(const CheckpointSection& s, uint64_t bytes, bool held, uint8_t* out) {
-  const size_t width = held ? sizeof(uint16_t) : sizeof(float);
-  if (bytes % width != 0) {
-    throw CryptoError("replica image: section '" + s.name + "' is not " + (held ? "bf16" : "fp32"));
-  }
-  const size_t k = bytes / width;
-  const size_t frame = ZSTD_findFrameCompressedSize(s.data(), s.size());
-  if (ZSTD_isError(frame) || s.size() - frame != k) {
-    throw CryptoError("replica image: section '" + s.name + "' does not hold its two planes");
-  }
-  const uint8_t* low = s.data() + frame;
-  decompress(s.name, s.data(), frame, nullptr, k, [&](size_t at, const uint8_t* high, size_t m) {
-    for (size_t i = 0; i < m; ++i) {
-      const auto h = static_cast<uint16_t>((high[i] << 8) | low[at + i]);
-      if (held) {
-        std::memcpy(out + 2 * (at + i), &h, 2);
-      } else {
-        const float f = kernels::bf16_to_fp32(h);
-        std::memcpy(out + 4 * (at + i), &f, 4);
-      }
-    }
-  });
-}
-
-// One entry of an image's replica meta: a section, how it is stored and its
-// bytes once decoded.
-struct ImageEntry {
-  std::string name;
-  std::string encoding;
-  uint64_t bytes = 0;
-};
-
-std::vector<ImageEntry> image_entries(const nlohmann::json& r) {
-  std::vector<ImageEntry> out;
-  for (const nlohmann::json& e : r["sections"]) {
-    if (!e.is_object() || !e.contains("name") || !e["name"].is_string() ||
-        !e.contains("encoding") || !e["encoding"].is_string() || !e.contains("bytes") ||
-        !e["bytes"].is_number_unsigned()) {
-      throw CryptoError("replica image: a section entry lacks name, encoding or bytes");
-    }
-    out.push_back({e["name"].get<std::string>(), e["encoding"].get<std::string>(),
-                   e["bytes"].get<uint64_t>()});
-    if (out.back().bytes > kMaxRawBytes) {
-      throw CryptoError("replica image: section '" + out.back().name + "' too big");
-    }
-  }
-  return out;
-}
-
-// Entry e's section of the image decoded into out[0..e.bytes); an XOR
-// section against `base` (n floats, already checked against the image).
-void decode_into(const ImageEntry& e, const CheckpointSection& s, const float* base, size_t n,
-                 uint8_t* out) {
-  if (e.encoding == kXor) {
-    if (e.bytes != n * sizeof(float)) {
-      throw CryptoError("replica image: section '" + e.name + "' is not the size of the model");
-    }
-    decompress(s, out, e.bytes);
-    for (size_t i = 0; i < n; ++i) {
-      uint32_t a = 0, b = 0;
-      std::memcpy(&a, out + 4 * i, 4);
-      std::memcpy(&b, base + i, 4);
-      a ^= b;
-      std::memcpy(out + 4 * i, &a, 4);
-    }
-  } else if (e.encoding == kBf16 || e.encoding == kBf16Held) {
-    from_bf16_planes(s, e.bytes, e.encoding == kBf16Held, out);
-  } else if (e.encoding == kZstd) {
-    decompress(s, out, e.bytes);
-  } else {
-    std::string why = "replica image: section '" + e.name + "' has unknown encoding '";
-    why += e.encoding;
-    why += "'";
-    throw CryptoError(why);
-  }
-}
-
 void compressed(const uint8_t* data, size_t n, const Sink& sink) {
   Compressor z(n, sink);
   z.feed(data, n, true);
@@ -273,23 +139,6 @@ void compressed(const uint8_t* data, size_t n, const Sink& sink) {
 
 bool listed(const std::vector<std::string>& names, const std::string& name) {
   return std::find(names.begin(), names.end(), name) != names.end();
-}
-
-const nlohmann::json& replica_meta(const nlohmann::json& meta) {
-  if (!meta.contains("replica") || !meta["replica"].is_object()) {
-    throw CryptoError("replica image: its meta has no replica entry");
-  }
-  const nlohmann::json& r = meta["replica"];
-  if (!r.contains("base") || !r["base"].is_string() || !r.contains("base_sha256") ||
-      !r["base_sha256"].is_string() || !r.contains("sections") || !r["sections"].is_array()) {
-    throw CryptoError("replica image: its replica entry lacks base, base_sha256 or sections");
-  }
-  return r;
-}
-
-CheckpointSection meta_section(const nlohmann::json& meta) {
-  const std::string m = meta.dump();
-  return section(kMeta, std::vector<uint8_t>(m.begin(), m.end()));
 }
 
 }  // namespace
@@ -309,7 +158,7 @@ Checkpoint make_replica_image(const Checkpoint& c, const ReplicaPlan& plan,
   nlohmann::json sections = nlohmann::json::array();
   for (const CheckpointSection& s : c.sections) {
     if (s.name == plan.base || s.name == kMeta) continue;
-    CheckpointSection out = section(s.name, {});
+    CheckpointSection out = replica::plain_section(s.name, {});
     const char* encoding = kZstd;
     // The producers read the section's bytes (a view of the node's model,
     // or c's own) while write_checkpoint writes the image.
@@ -356,97 +205,8 @@ Checkpoint make_replica_image(const Checkpoint& c, const ReplicaPlan& plan,
   meta["replica"] = {{"base", plan.base},
                      {"base_sha256", to_hex(digest.data(), digest.size())},
                      {"sections", std::move(sections)}};
-  image.sections.push_back(meta_section(meta));
+  image.sections.push_back(replica::meta_section(meta));
   return image;
-}
-
-bool is_replica_image(const Checkpoint& c) {
-  const nlohmann::json meta = checkpoint_meta(c);
-  return meta.contains("replica");
-}
-
-std::array<uint8_t, 32> replica_base_sha256(const Checkpoint& image) {
-  const nlohmann::json meta = checkpoint_meta(image);
-  const std::string hex = replica_meta(meta)["base_sha256"].get<std::string>();
-  std::array<uint8_t, 32> d{};
-  if (hex.size() != 64) throw CryptoError("replica image: base_sha256 is not 64 hex digits");
-  for (size_t i = 0; i < d.size(); ++i) {
-    unsigned v = 0;
-    for (size_t k = 0; k < 2; ++k) {
-      const char ch = hex[2 * i + k];
-      const int x = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
-      if (x < 0) throw CryptoError("replica image: base_sha256 is not lower-case hex");
-      v = v * 16 + static_cast<unsigned>(x);
-    }
-    d[i] = static_cast<uint8_t>(v);
-  }
-  return d;
-}
-
-Checkpoint expand_replica_image(const Checkpoint& image, const float* base, size_t n) {
-  nlohmann::json meta = checkpoint_meta(image);
-  const nlohmann::json r = replica_meta(meta);
-  const std::string base_name = r["base"].get<std::string>();
-  if (base != nullptr && sha256(base, n * sizeof(float)) != replica_base_sha256(image)) {
-    throw CryptoError("replica image: the model given is not the one it was made against");
-  }
-  Checkpoint c;
-  c.round = image.round;
-  c.topology_digest = image.topology_digest;
-  c.node_id = image.node_id;
-  if (base != nullptr) {
-    CheckpointSection b;  // a view: no copy of the model
-    b.name = base_name;
-    static const uint8_t kNone = 0;
-    b.view = n > 0 ? reinterpret_cast<const uint8_t*>(base) : &kNone;
-    b.view_size = n * sizeof(float);
-    c.sections.push_back(std::move(b));
-  }
-  for (const ImageEntry& e : image_entries(r)) {
-    const CheckpointSection* s = image.find(e.name);
-    if (s == nullptr || e.name == kMeta || e.name == base_name) {
-      throw CryptoError("replica image: section '" + e.name + "' is missing or misplaced");
-    }
-    if (e.encoding == kXor && base == nullptr) continue;
-    CheckpointSection out = section(e.name, std::vector<uint8_t>(e.bytes));
-    decode_into(e, *s, base, n, out.bytes.data());
-    c.sections.push_back(std::move(out));
-  }
-  meta.erase("replica");
-  c.sections.push_back(meta_section(meta));
-  return c;
-}
-
-std::optional<uint64_t> replica_section_size(const Checkpoint& image, const std::string& name) {
-  const nlohmann::json meta = checkpoint_meta(image);
-  for (const ImageEntry& e : image_entries(replica_meta(meta))) {
-    if (e.name == name) return e.bytes;
-  }
-  return std::nullopt;
-}
-
-void expand_replica_section(const Checkpoint& image, const std::string& name, const float* base,
-                            size_t n, uint8_t* out, size_t out_bytes) {
-  const nlohmann::json meta = checkpoint_meta(image);
-  const nlohmann::json& r = replica_meta(meta);
-  for (const ImageEntry& e : image_entries(r)) {
-    if (e.name != name) continue;
-    const CheckpointSection* s = image.find(name);
-    if (s == nullptr || name == kMeta || name == r["base"].get<std::string>()) {
-      throw CryptoError("replica image: section '" + name + "' is missing or misplaced");
-    }
-    if (e.bytes != out_bytes) {
-      throw CryptoError("replica image: section '" + name + "' holds " + std::to_string(e.bytes) +
-                        " bytes, not " + std::to_string(out_bytes));
-    }
-    if (e.encoding == kXor &&
-        (base == nullptr || sha256(base, n * sizeof(float)) != replica_base_sha256(image))) {
-      throw CryptoError("replica image: the model given is not the one it was made against");
-    }
-    decode_into(e, *s, base, n, out);
-    return;
-  }
-  throw CryptoError("replica image: it has no section '" + name + "'");
 }
 
 }  // namespace fedwan::checkpoint

@@ -17,10 +17,16 @@
 // "encoding", "bytes"}]}, in section order. Restoring it takes the anchor of
 // its round, from the parent's model (expand_replica_image).
 //
+// Reading an image takes its sections in memory or still in their file
+// (read_checkpoint's CheckpointReadOptions): each is decoded as it streams
+// from there, so the compressed image is never held whole.
+//
 // Errors: make_replica_image throws ConfigError when the checkpoint lacks
 // the base or a listed section does not match it in size. Reading an image
 // (expand_replica_image, replica_base_sha256) throws CryptoError for any
-// content that does not decode as declared, naming the section.
+// content that does not decode as declared, naming the section, and for a
+// section left in its file that changed there since it was verified; the
+// caller's buffer may then hold part of the decode.
 // Thread safety: pure functions.
 #pragma once
 
@@ -69,6 +75,9 @@ std::array<uint8_t, 32> replica_base_sha256(const Checkpoint& image);
 // fp32. Its meta has no "replica" entry. Without a base
 // (nullptr), the base and the sections stored against it are left out.
 Checkpoint expand_replica_image(const Checkpoint& image, const float* base, size_t n);
+
+// The image's sections besides its meta, in order.
+std::vector<std::string> replica_section_names(const Checkpoint& image);
 
 // The bytes the image's section `name` decodes to; nullopt when it holds
 // none.

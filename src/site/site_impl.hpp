@@ -1,7 +1,8 @@
 // SiteCore's state, private to the site's sources: site_core.cpp (the round
 // protocol's receiving side), site_sync.cpp (the steps of sync(), sending),
-// site_link.cpp (link upkeep), site_checkpoint.cpp (saving and resuming),
-// site_membership.cpp, site_overlap.cpp and site_metrics.cpp. Thread
+// site_link.cpp (link upkeep), site_checkpoint.cpp (saving),
+// site_restore.cpp (resuming), site_membership.cpp, site_overlap.cpp and
+// site_metrics.cpp. Thread
 // safety: one thread drives a SiteCore.
 #pragma once
 
@@ -45,13 +46,25 @@
 namespace fedwan {
 
 namespace site {
-// Where a restore reads a site's arrays from (site_checkpoint.cpp): a
+// The residual as a host-encoding site keeps it (bf16 bits); "residual" is
+// fp32 (earlier checkpoints, and a site with an UpdateEncoder).
+inline constexpr const char* kResidualBf16 = "residual.bf16";
+
+// The sections a site writes itself; any other is one of the caller's
+// blobs (SiteOptions::save_state).
+inline bool reserved_section(const std::string& name) {
+  return name == "params" || name == "anchor" || name == "residual" || name == kResidualBf16 ||
+         name == "meta";
+}
+
+// Where a restore reads a site's arrays from (site_restore.cpp): a
 // checkpoint's sections, in memory or left in its file, or a replica
-// image's, each decoded on its own. size: the bytes of section `name`,
-// nullopt when there is none; read: exactly those bytes into `out`;
-// stream: the same in pieces of whole values. Valid while what it reads
-// lives.
+// image's, each decoded on its own as it is read. names: its sections but
+// the meta; size: the bytes of section `name`, nullopt when there is none;
+// read: exactly those bytes into `out`; stream: the same in pieces of
+// whole values. Valid while what it reads lives.
 struct RestoreSource {
+  std::function<std::vector<std::string>()> names;
   std::function<std::optional<uint64_t>(const std::string& name)> size;
   std::function<void(const std::string& name, uint8_t* out)> read;
   std::function<void(const std::string& name, const CheckpointSection::Sink& sink)> stream;
@@ -125,7 +138,8 @@ class SiteCore::Impl {
   void check_restorable(const site::RestoreSource& src, bool own_params, bool with_anchor,
                         const std::string& what) const;
   // Restored from the parent's replica image: the image until the parent's
-  // model of its round is in (site_checkpoint.cpp).
+  // model of its round is in (site_restore.cpp), its sections left in
+  // the file.
   std::optional<Checkpoint> replica_image;
   // Whole checkpoints' cadence (site_checkpoint.cpp): the last one's time
   // and cost. Between them each round boundary writes the replica image.
@@ -257,7 +271,8 @@ class SiteCore::Impl {
   // Replica bytes sent since it was last asked (SyncResult::replica_bytes).
   uint64_t replica_bytes_since_last();
   uint64_t replica_bytes_reported = 0;
-  void restore_progress(const Checkpoint& c);  // data position, the caller's blobs
+  // The data position (c's meta) and the caller's blobs (read from src).
+  void restore_progress(const Checkpoint& c, const site::RestoreSource& src);
   void take_replica_image(uint64_t full_round);
   bool replica_due() const;  // this round's checkpoint goes to the parent
   void start_upload();       // after a checkpoint: send its image to the parent

@@ -10,7 +10,6 @@
 #include <cstdint>
 #include <cstring>
 #include <fstream>
-#include <functional>
 #include <iterator>
 #include <stdexcept>
 #include <string>
@@ -21,6 +20,7 @@
 #include "checkpoint/checkpoint_meta.hpp"
 #include "checkpoint/node_checkpoint.hpp"
 #include "fedwan/error.hpp"
+#include "harness/config_error.hpp"
 #include "harness/temp_dir.hpp"
 
 namespace fedwan {
@@ -63,15 +63,6 @@ Checkpoint model_checkpoint() {
   const std::string meta = R"({"data_position":42})";
   c.sections.push_back({"meta", std::vector<uint8_t>(meta.begin(), meta.end())});
   return c;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const CryptoError& e) {
-    return e.what();
-  }
-  return "";
 }
 
 TEST(CheckpointOnDisk, LargeSectionsStayInTheFileAndReadBackExactly) {
@@ -151,13 +142,13 @@ TEST(CheckpointOnDisk, BytesChangedAfterTheReadAreRefusedNamingTheSection) {
   const auto at = std::search(file.begin(), file.end(), params.end() - 64, params.end());
   ASSERT_NE(at, file.end());
   flip_in_place(p, static_cast<uint64_t>(at - file.begin()) + 63);
-  const std::string msg = error_of([&] { (void)section_bytes(*c.find("params")); });
+  const std::string msg = testing::crypto_error([&] { (void)section_bytes(*c.find("params")); });
   EXPECT_NE(msg.find("section 'params' changed on disk"), std::string::npos) << msg;
   EXPECT_NE(msg.find(p.string()), std::string::npos) << msg;
   // The sections left alone still read.
   EXPECT_EQ(section_bytes(*c.find("residual.bf16")), model_checkpoint().sections[3].bytes);
   // A copy of the changed file is not made either.
-  EXPECT_NE(error_of([&] { write_checkpoint(d / "copy.fwck", c); }), "");
+  EXPECT_NE(testing::crypto_error([&] { write_checkpoint(d / "copy.fwck", c); }), "");
   EXPECT_FALSE(fs::exists(d / "copy.fwck"));
 }
 
@@ -167,9 +158,9 @@ TEST(CheckpointOnDisk, ATruncatedFileIsRefusedNotReadPastItsEnd) {
   write_checkpoint(p, model_checkpoint());
   const Checkpoint c = read_checkpoint(p, {}, {kFrom});
   ASSERT_EQ(::truncate(p.c_str(), 5 * kMiB), 0);
-  const std::string msg = error_of([&] { (void)section_bytes(*c.find("params")); });
+  const std::string msg = testing::crypto_error([&] { (void)section_bytes(*c.find("params")); });
   EXPECT_NE(msg.find("section 'params' ends early"), std::string::npos) << msg;
-  EXPECT_NE(error_of([&] { (void)section_bytes(*c.find("residual.bf16")); }), "");
+  EXPECT_NE(testing::crypto_error([&] { (void)section_bytes(*c.find("residual.bf16")); }), "");
 }
 
 TEST(CheckpointOnDisk, AFileReplacedOrRenamedAfterTheReadChangesNothing) {
