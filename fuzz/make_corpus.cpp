@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/checkpoint_file.hpp"
+#include "checkpoint/replica_image.hpp"
 #include "fedwan/codec.hpp"
 #include "fuzz_keys.hpp"
 #include "security/audit_log.hpp"
@@ -289,6 +290,52 @@ void checkpoint_seeds() {
   fs::remove(path);
 }
 
+// fuzz_replica_image inputs: images of a site's state against the
+// target's base (64 floats, value i % 13 - 6), one section of each
+// encoding, in the target's framing (fuzz_replica_image.cpp).
+void replica_seeds() {
+  std::vector<float> base(64), params(64), residual(64);
+  for (size_t i = 0; i < base.size(); ++i) {
+    base[i] = static_cast<float>(i % 13) - 6.0f;
+    params[i] = base[i] + (i % 9 == 0 ? 0.01f : 0.0f);
+    residual[i] = 1e-3f * static_cast<float>(static_cast<int>(i % 7) - 3);
+  }
+  std::vector<uint16_t> held(64);
+  for (size_t i = 0; i < held.size(); ++i) held[i] = static_cast<uint16_t>(0x3c00 + 37 * i);
+  const auto bytes_of = [](const void* p, size_t n) {
+    const auto* b = static_cast<const uint8_t*>(p);
+    return Bytes(b, b + n);
+  };
+  for (const bool with_params : {true, false}) {
+    Checkpoint c;
+    c.round = 3;
+    c.node_id = "site-a";
+    if (with_params) c.sections.push_back({"params", bytes_of(params.data(), 256)});
+    c.sections.push_back({"anchor", bytes_of(base.data(), 256)});
+    c.sections.push_back({"residual", bytes_of(residual.data(), 256)});
+    c.sections.push_back({"residual.bf16", bytes_of(held.data(), 128)});
+    c.sections.push_back({"optimizer", Bytes(300, 7)});
+    const std::string meta = R"({"role":"site","data_position":9})";
+    c.sections.push_back({"meta", Bytes(meta.begin(), meta.end())});
+    Checkpoint image =
+        checkpoint::make_replica_image(c, {"anchor", {"params"}, {"residual"}, {"residual.bf16"}});
+    materialize(image);
+    Bytes in;
+    const CheckpointSection* m = image.find("meta");
+    in.push_back(static_cast<uint8_t>(m->bytes.size() & 0xff));
+    in.push_back(static_cast<uint8_t>(m->bytes.size() >> 8));
+    in.insert(in.end(), m->bytes.begin(), m->bytes.end());
+    for (const CheckpointSection& sec : image.sections) {
+      if (sec.name == "meta") continue;
+      in.push_back(static_cast<uint8_t>(sec.name.size()));
+      in.insert(in.end(), sec.name.begin(), sec.name.end());
+      for (int k = 0; k < 4; ++k) in.push_back(static_cast<uint8_t>(sec.bytes.size() >> (8 * k)));
+      in.insert(in.end(), sec.bytes.begin(), sec.bytes.end());
+    }
+    write_seed("fuzz_replica_image", with_params ? "site_image" : "params_on_anchor", in);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -303,6 +350,7 @@ int main(int argc, char** argv) {
     sealed_seeds();
     audit_seeds();
     checkpoint_seeds();
+    replica_seeds();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fuzz_make_corpus: %s\n", e.what());
     return 1;
