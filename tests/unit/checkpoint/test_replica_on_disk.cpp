@@ -68,6 +68,7 @@ Checkpoint checkpoint_of(const State& s) {
   held.view_size = kN * sizeof(uint16_t);
   c.sections.push_back(std::move(held));
   c.sections.push_back({"optimizer", s.blob});
+  c.sections.push_back({"empty", {}});  // a caller's blob may be
   const std::string meta = R"({"role":"site","data_position":5})";
   c.sections.push_back({"meta", std::vector<uint8_t>(meta.begin(), meta.end())});
   return c;
@@ -96,8 +97,8 @@ TEST(ReplicaOnDisk, SectionsLeftInTheFileDecodeAsTheImageInMemory) {
   ASSERT_TRUE(on_disk.find("held")->on_disk());
   EXPECT_GT(on_disk.find("optimizer")->size(), 2 * checkpoint::kRestoreOnDiskFrom * 4);
   EXPECT_EQ(checkpoint::replica_section_names(on_disk),
-            (std::vector<std::string>{"params", "residual", "held", "optimizer"}));
-  for (const std::string name : {"params", "residual", "held", "optimizer"}) {
+            (std::vector<std::string>{"params", "residual", "held", "optimizer", "empty"}));
+  for (const std::string name : {"params", "residual", "held", "optimizer", "empty"}) {
     SCOPED_TRACE(name);
     EXPECT_EQ(decoded(on_disk, name, s), decoded(whole, name, s));
   }
@@ -107,6 +108,7 @@ TEST(ReplicaOnDisk, SectionsLeftInTheFileDecodeAsTheImageInMemory) {
   const std::vector<uint8_t> held = decoded(on_disk, "held", s);
   EXPECT_EQ(std::memcmp(held.data(), s.held.data(), held.size()), 0);
   EXPECT_EQ(decoded(on_disk, "optimizer", s), s.blob);
+  EXPECT_TRUE(decoded(on_disk, "empty", s).empty());
   // The whole expansion reads the same.
   const Checkpoint back = checkpoint::expand_replica_image(on_disk, s.anchor.data(), kN);
   EXPECT_EQ(back.find("optimizer")->bytes, s.blob);
