@@ -1,10 +1,10 @@
-// A site restored (site_impl.hpp): resume() reads its own checkpoint, or
-// the newer replica image of its own, back at join(), each array straight
-// into place from the file; a site whose checkpoints were lost takes its
-// progress from its parent's image at once and its parameters and residual
-// once the parent's model of its round is in (take_replica_image). Every
-// size is checked before anything is overwritten. Saving is
-// site_checkpoint.cpp.
+// A site restored (site_impl.hpp) at join(): from its whole checkpoint,
+// each array read straight into place from the file; or from a replica
+// image (its own, newer than the whole checkpoint, or its parent's when
+// its checkpoints were lost), its progress at once and its parameters and
+// residual, decoded from the file, once the parent's model of its round is
+// in (take_replica_image). Every size is checked before anything is
+// overwritten. Saving is site_checkpoint.cpp.
 #include <cstring>
 #include <filesystem>
 #include <functional>
