@@ -350,6 +350,9 @@ class Aggregator::Impl {
   // go through (sealed copies, anchor frames, frames read back from disk),
   // so each is written into memory the last one faulted in, not zeroed.
   BytePool::Lease frames_pool_;
+  // Declared before clock_: the deadline timer it makes must be destroyed
+  // while its io_context still lives (members die in reverse order).
+  node::EventTimers timers_;
   struct Clocks {
     Clock::time_point phase_deadline;
     Clock::time_point round_started;
@@ -362,7 +365,6 @@ class Aggregator::Impl {
     // loop, which its children's silence is not blamed for.
     StallClock ticks;
   } clock_;
-  node::EventTimers timers_;
   // The anchors a child welcomed mid-round may need.
   struct Anchors {
     // The next round's anchor chunks sent down so far (shared with the

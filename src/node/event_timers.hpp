@@ -49,6 +49,8 @@ class EventTimers {
     });
   }
 
+  // The timer uses this object's io_context: it must be destroyed first
+  // (an owner declares its EventTimers before the timers it makes).
   std::unique_ptr<Timer> make_timer() { return std::make_unique<Timer>(io_); }
 
   // Runs the handlers that are due, at most kMaxHandlersPerPoll of them, so
