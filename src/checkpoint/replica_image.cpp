@@ -189,7 +189,10 @@ Checkpoint make_replica_image(const Checkpoint& c, const ReplicaPlan& plan,
       }
       out.produce = [data, k = size / sizeof(uint16_t)](const Sink& sink) {
         bf16_planes(
-            k, [&](size_t at, size_t m, uint8_t* o) { std::memcpy(o, data + 2 * at, 2 * m); },
+            k,
+            [&](size_t at, size_t m, uint8_t* o) {
+              if (m > 0) std::memcpy(o, data + 2 * at, 2 * m);  // none: both may be null
+            },
             sink);
       };
       encoding = kBf16Held;
