@@ -40,7 +40,9 @@ std::vector<float> random_values(size_t n, uint32_t seed) {
 }
 
 bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  // Empty vectors may hold no storage: memcmp is not given their null pointers.
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 TEST(AggregationRule, WeightedMeanIsTheAccumulationItReplaced) {

@@ -2,6 +2,7 @@
 // relies on is that a checkpoint read back is exactly the one written, and
 // that any damaged or foreign file is refused with a CryptoError.
 #include "checkpoint/checkpoint_file.hpp"
+#include "harness/error_message.hpp"
 #include "harness/temp_dir.hpp"
 
 #include <gtest/gtest.h>
@@ -27,17 +28,7 @@ using fedwan::testing::slurp;
 using fedwan::testing::spit;
 using fedwan::testing::TempDir;
 using fedwan::testing::entries;
-
-// The message of the exception of type E that `f` throws ("" when none).
-template <typename E, typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  return "";
-}
+using fedwan::testing::error_message;
 
 bool contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
@@ -208,7 +199,7 @@ TEST(CheckpointFile, AFailedWriteKeepsTheOldCheckpoint) {
   Checkpoint bad = small_checkpoint();
   bad.sections[0].name = "Params";
   EXPECT_THROW(write_checkpoint(d / "ckpt", bad), ConfigError);
-  const std::string msg = error_of<TransportError>(
+  const std::string msg = error_message<TransportError>(
       [&] { write_checkpoint(d / "no-dir" / "ckpt", small_checkpoint()); });
   EXPECT_TRUE(contains(msg, (d / "no-dir" / "ckpt").string())) << msg;
   EXPECT_TRUE(contains(msg, "No such file or directory")) << msg;
@@ -226,7 +217,7 @@ TEST(CheckpointFile, EverySingleByteFlipIsDetected) {
       std::vector<uint8_t> f = good;
       f[off] ^= mask;
       spit(bad, f, f.size());
-      const std::string msg = error_of<CryptoError>([&] { read_checkpoint(bad); });
+      const std::string msg = error_message<CryptoError>([&] { read_checkpoint(bad); });
       ASSERT_TRUE(contains(msg, bad.string()))
           << "offset " << off << " mask " << int{mask} << ": '" << msg << "'";
     }
@@ -240,7 +231,7 @@ TEST(CheckpointFile, CorruptSectionBytesNameTheSection) {
   // The "params" bytes come right before "outer.opt-state"'s and the digest.
   f[f.size() - 32 - 3 - 1] ^= 0x10;
   spit(d / "ckpt", f, f.size());
-  EXPECT_EQ(error_of<CryptoError>([&] { read_checkpoint(d / "ckpt"); }),
+  EXPECT_EQ(error_message<CryptoError>([&] { read_checkpoint(d / "ckpt"); }),
             "checkpoint " + (d / "ckpt").string() +
                 ": section 'params' digest mismatch: the checkpoint is corrupt");
 }
@@ -252,7 +243,7 @@ TEST(CheckpointFile, TruncationAtEveryOffsetIsDetected) {
   const fs::path bad = d / "bad";
   for (size_t n = 0; n < good.size(); ++n) {
     spit(bad, good, n);
-    const std::string msg = error_of<CryptoError>([&] { read_checkpoint(bad); });
+    const std::string msg = error_message<CryptoError>([&] { read_checkpoint(bad); });
     ASSERT_TRUE(contains(msg, "truncated after " + std::to_string(n) + " bytes"))
         << "length " << n << ": '" << msg << "'";
   }
@@ -264,7 +255,7 @@ TEST(CheckpointFile, TrailingBytesAreRefused) {
   std::vector<uint8_t> f = slurp(d / "ckpt");
   f.push_back(0);
   spit(d / "ckpt", f, f.size());
-  EXPECT_TRUE(contains(error_of<CryptoError>([&] { read_checkpoint(d / "ckpt"); }),
+  EXPECT_TRUE(contains(error_message<CryptoError>([&] { read_checkpoint(d / "ckpt"); }),
                        "1 trailing bytes after the manifest digest"));
 }
 
@@ -278,20 +269,20 @@ TEST(CheckpointFile, HostileLengthsAreRefusedBeforeAllocating) {
   std::vector<uint8_t> f = good;
   for (size_t i = 0; i < 8; ++i) f[first_length_at + i] = 0xff;  // a 16 EiB section
   spit(d / "bad", f, f.size());
-  std::string msg = error_of<CryptoError>([&] { read_checkpoint(d / "bad"); });
+  std::string msg = error_message<CryptoError>([&] { read_checkpoint(d / "bad"); });
   EXPECT_TRUE(contains(msg, "section 'params' claims 18446744073709551615 bytes")) << msg;
 
   f = good;
   for (size_t i = 0; i < 4; ++i) f[count_at + i] = 0xff;
   spit(d / "bad", f, f.size());
-  msg = error_of<CryptoError>([&] { read_checkpoint(d / "bad"); });
+  msg = error_message<CryptoError>([&] { read_checkpoint(d / "bad"); });
   EXPECT_TRUE(contains(msg, "section count 4294967295 over the limit 256")) << msg;
 
   f = good;
   f[48] = 0xff;
   f[49] = 0xff;
   spit(d / "bad", f, f.size());
-  msg = error_of<CryptoError>([&] { read_checkpoint(d / "bad"); });
+  msg = error_message<CryptoError>([&] { read_checkpoint(d / "bad"); });
   EXPECT_TRUE(contains(msg, "node id length 65535 outside 1..64")) << msg;
 }
 
@@ -301,7 +292,7 @@ TEST(CheckpointFile, AFutureVersionIsRefusedNamingBothVersions) {
   std::vector<uint8_t> f = slurp(d / "ckpt");
   f[4] = 4;
   spit(d / "ckpt", f, f.size());
-  EXPECT_EQ(error_of<CryptoError>([&] { read_checkpoint(d / "ckpt"); }),
+  EXPECT_EQ(error_message<CryptoError>([&] { read_checkpoint(d / "ckpt"); }),
             "checkpoint " + (d / "ckpt").string() +
                 ": format version 4 is newer than version 3, the newest this build reads: "
                 "upgrade fedwan to load it");
@@ -310,13 +301,13 @@ TEST(CheckpointFile, AFutureVersionIsRefusedNamingBothVersions) {
 TEST(CheckpointFile, AForeignFileIsRefused) {
   TempDir d;
   spit(d / "x", std::vector<uint8_t>(200, 'x'), 200);
-  EXPECT_TRUE(contains(error_of<CryptoError>([&] { read_checkpoint(d / "x"); }), "bad magic"));
+  EXPECT_TRUE(contains(error_message<CryptoError>([&] { read_checkpoint(d / "x"); }), "bad magic"));
 }
 
 TEST(CheckpointFile, WriteRefusesBadNamesDuplicatesAndTooManySections) {
   TempDir d;
   auto refused = [&](const Checkpoint& c) {
-    return error_of<ConfigError>([&] { write_checkpoint(d / "ckpt", c); });
+    return error_message<ConfigError>([&] { write_checkpoint(d / "ckpt", c); });
   };
   for (const std::string& name :
        std::vector<std::string>{"", "Params", "a b", "a/b", std::string(65, 'a')}) {
@@ -351,11 +342,11 @@ TEST(CheckpointFile, WriteRefusesBadNamesDuplicatesAndTooManySections) {
 
 TEST(CheckpointFile, AMissingFileSaysSo) {
   TempDir d;
-  const std::string msg = error_of<TransportError>([&] { read_checkpoint(d / "absent"); });
+  const std::string msg = error_message<TransportError>([&] { read_checkpoint(d / "absent"); });
   EXPECT_EQ(msg,
             "cannot open checkpoint " + (d / "absent").string() + ": No such file or directory");
-  EXPECT_TRUE(
-      contains(error_of<TransportError>([&] { read_checkpoint(d.path()); }), "not a regular file"));
+  EXPECT_TRUE(contains(error_message<TransportError>([&] { read_checkpoint(d.path()); }),
+                       "not a regular file"));
 }
 
 }  // namespace
@@ -416,9 +407,9 @@ TEST(SignedCheckpoint, AnEditedAndRehashedFileIsRefused) {
   forged.sections[0].bytes.assign(4000, 42);
   fedwan::testing::forge_signed_checkpoint(d / "ckpt", forged);
   expect_same(forged, read_checkpoint(d / "ckpt"));  // intact as far as hashes go
-  EXPECT_TRUE(
-      contains(error_of<CryptoError>([&] { read_checkpoint(d / "ckpt", check_for("site-a")); }),
-               "signature does not verify"));
+  EXPECT_TRUE(contains(
+      error_message<CryptoError>([&] { read_checkpoint(d / "ckpt", check_for("site-a")); }),
+      "signature does not verify"));
   const auto why = check_checkpoint_stream(d / "ckpt", "site-a", forged.topology_digest, nullptr,
                                            check_for("site-a"));
   ASSERT_TRUE(why.has_value());
@@ -428,9 +419,9 @@ TEST(SignedCheckpoint, AnEditedAndRehashedFileIsRefused) {
 TEST(SignedCheckpoint, UnsignedOrOtherSignersAreRefusedWhenASignatureIsExpected) {
   TempDir d;
   write_checkpoint(d / "plain", site_a_checkpoint(5));
-  EXPECT_TRUE(
-      contains(error_of<CryptoError>([&] { read_checkpoint(d / "plain", check_for("site-a")); }),
-               "it is not signed"));
+  EXPECT_TRUE(contains(
+      error_message<CryptoError>([&] { read_checkpoint(d / "plain", check_for("site-a")); }),
+      "it is not signed"));
   const auto why = check_checkpoint_stream(
       d / "plain", "site-a", TestPki::get().topology().digest(), nullptr, check_for("site-a"));
   ASSERT_TRUE(why.has_value());
@@ -456,9 +447,12 @@ TEST(SignedCheckpoint, EverySingleByteChangeIsRefused) {
     const size_t at = rng() % bad.size();
     bad[at] ^= static_cast<uint8_t>(1u << (rng() % 8));
     spit(d / "bad", bad, bad.size());
-    EXPECT_FALSE(
-        error_of<CryptoError>([&] { read_checkpoint(d / "bad", check_for("site-a")); }).empty() &&
-        error_of<TransportError>([&] { read_checkpoint(d / "bad", check_for("site-a")); }).empty())
+    EXPECT_FALSE(error_message<CryptoError>([&] {
+                   read_checkpoint(d / "bad", check_for("site-a"));
+                 }).empty() &&
+                 error_message<TransportError>([&] {
+                   read_checkpoint(d / "bad", check_for("site-a"));
+                 }).empty())
         << "byte " << at;
     EXPECT_TRUE(check_checkpoint_stream(d / "bad", "site-a", TestPki::get().topology().digest(),
                                         nullptr, check_for("site-a"))

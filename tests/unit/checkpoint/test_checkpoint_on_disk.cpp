@@ -20,7 +20,7 @@
 #include "checkpoint/checkpoint_meta.hpp"
 #include "checkpoint/node_checkpoint.hpp"
 #include "fedwan/error.hpp"
-#include "harness/config_error.hpp"
+#include "harness/error_message.hpp"
 #include "harness/temp_dir.hpp"
 
 namespace fedwan {

@@ -18,7 +18,7 @@
 #include "checkpoint/node_checkpoint.hpp"
 #include "checkpoint/replica_image.hpp"
 #include "fedwan/error.hpp"
-#include "harness/config_error.hpp"
+#include "harness/error_message.hpp"
 #include "harness/random_floats.hpp"
 #include "harness/temp_dir.hpp"
 

@@ -18,7 +18,7 @@
 
 #include "fedwan/error.hpp"
 
-#include "harness/config_error.hpp"
+#include "harness/error_message.hpp"
 
 namespace fedwan {
 namespace {

@@ -16,6 +16,7 @@
 #include "costs/cost_bill.hpp"
 #include "costs/cost_ledger.hpp"
 #include "fedwan/error.hpp"
+#include "harness/error_message.hpp"
 
 namespace fedwan::costs {
 namespace {
@@ -27,16 +28,7 @@ const char* const kSiteLine =
     R"("end":"2026-11-25T07:00:12.600Z","train_seconds":12.25,"devices":2,"device":"gpu",)"
     R"("contributed":true,"links":{"region-0":{"sent":123456,"received":456789}},"extra":[1]})";
 
-// The message of the ConfigError `f` throws ("" when it throws none).
-template <typename F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::config_error;
 
 json record(const std::string& node, const std::string& role, uint64_t round) {
   return {{"v", 1},
@@ -98,16 +90,16 @@ TEST(CostRecords, AnAggregatorsMissingFieldsAreZero) {
 TEST(CostRecords, RefusesOtherSchemaVersions) {
   json j = record("site-0", "site", 0);
   j["v"] = 3;
-  const std::string e = error_of([&] { parse_cost_record(j.dump(), "r/costs.jsonl:9"); });
+  const std::string e = config_error([&] { parse_cost_record(j.dump(), "r/costs.jsonl:9"); });
   EXPECT_EQ(e.rfind("r/costs.jsonl:9: schema version 3 is not supported", 0), 0u) << e;
   EXPECT_NE(e.find("reads cost records of versions 1 to 2"), std::string::npos) << e;
   j["v"] = 2;  // version 2 names its job
-  EXPECT_NE(error_of([&] { parse_cost_record(j.dump(), "x:1"); }).find("no \"job\""),
+  EXPECT_NE(config_error([&] { parse_cost_record(j.dump(), "x:1"); }).find("no \"job\""),
             std::string::npos);
   j["job"] = "demo";
   EXPECT_EQ(parse_cost_record(j.dump(), "x:1").job, "demo");
   j.erase("v");
-  EXPECT_NE(error_of([&] { parse_cost_record(j.dump(), "x:1"); }).find("no \"v\""),
+  EXPECT_NE(config_error([&] { parse_cost_record(j.dump(), "x:1"); }).find("no \"v\""),
             std::string::npos);
 }
 
@@ -145,14 +137,14 @@ TEST(CostRecords, BadLinesSayWhereAndWhatIsWrong) {
        "\"links.root.sent\" must be a non-negative integer, got -5"},
   };
   for (const auto& [line, what] : cases) {
-    const std::string e = error_of([&] { parse_cost_record(line, "d/costs.jsonl:7"); });
+    const std::string e = config_error([&] { parse_cost_record(line, "d/costs.jsonl:7"); });
     EXPECT_EQ(e.rfind("d/costs.jsonl:7: ", 0), 0u) << line << " -> " << e;
     EXPECT_NE(e.find(what), std::string::npos) << line << " -> " << e;
   }
   json no_kind = record("site-0", "site", 1);
   no_kind["train_seconds"] = 3;
   no_kind["devices"] = 1;
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(config_error([&] {
               parse_cost_record(no_kind.dump(), "x:1");
             }).find("no \"device\": cpu or gpu is needed"),
             std::string::npos);
@@ -295,7 +287,7 @@ TEST(CostRates, BadRatesSayWhereAndWhatIsWrong) {
       {"egress_gb: {default: 1\n", "rates.yaml:2:1: not valid YAML"},
   };
   for (const auto& [text, what] : cases) {
-    const std::string e = error_of([&] { parse_cost_rates(text, "rates.yaml"); });
+    const std::string e = config_error([&] { parse_cost_rates(text, "rates.yaml"); });
     EXPECT_NE(e.find(what), std::string::npos) << text << " -> " << e;
     EXPECT_EQ(e.rfind("rates.yaml:", 0), 0u) << e;
   }
@@ -493,7 +485,7 @@ TEST(CostBill, ARecordBelongsToTheWindowHoldingItsEnd) {
   EXPECT_EQ(b.windows[0].totals.rounds, 1u);
   EXPECT_EQ(b.windows[1].totals.rounds, 1u);
   EXPECT_EQ(cost_window_seconds("1d"), 86400);
-  EXPECT_NE(error_of([] { cost_window_seconds("2h"); }), "");
+  EXPECT_NE(config_error([] { cost_window_seconds("2h"); }), "");
 }
 
 }  // namespace

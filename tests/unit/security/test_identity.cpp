@@ -16,6 +16,7 @@
 #include "common/openssl_check.hpp"
 #include "fedwan/error.hpp"
 #include "fedwan/topology.hpp"
+#include "harness/error_message.hpp"
 #include "security/identity.hpp"
 
 namespace fedwan::security {
@@ -49,12 +50,7 @@ std::string self_signed(const std::vector<std::pair<int, std::string>>& subject)
 }
 
 std::string crypto_error_of(const std::string& pem) {
-  try {
-    identity_from_pem(pem);
-  } catch (const CryptoError& e) {
-    return e.what();
-  }
-  return "";
+  return testing::crypto_error([&] { identity_from_pem(pem); });
 }
 
 TEST(IdentityFromPem, RejectsGarbage) {

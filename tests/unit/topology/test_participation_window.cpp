@@ -7,6 +7,7 @@
 
 #include "fedwan/error.hpp"
 #include "fedwan/topology.hpp"
+#include "harness/error_message.hpp"
 #include "topology/participation_window.hpp"
 
 namespace fedwan {
@@ -92,12 +93,7 @@ nodes:
 std::string with(const std::string& sites) { return std::string(kBase) + sites; }
 
 std::string load_error(const std::string& yaml) {
-  try {
-    (void)Topology::parse(yaml);
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "";
+  return testing::config_error([&] { (void)Topology::parse(yaml); });
 }
 
 TEST(TopologyMembershipKeys, ReadWrittenAndInTheDigest) {

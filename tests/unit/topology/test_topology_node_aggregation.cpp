@@ -7,6 +7,7 @@
 
 #include "fedwan/error.hpp"
 #include "fedwan/topology.hpp"
+#include "harness/error_message.hpp"
 #include "node/node_config.hpp"
 #include "topology/topology_version.hpp"
 
@@ -33,12 +34,7 @@ std::string tree(const std::string& fed, const std::string& root = "", const std
 }
 
 std::string message(const std::string& text) {
-  try {
-    Topology::parse(text);
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "";
+  return testing::config_error([&] { Topology::parse(text); });
 }
 
 TEST(NodeAggregation, AnAggregatorsKeysApplyOverTheFederations) {

@@ -28,7 +28,7 @@
 #include "topology/topology_version.hpp"
 #include "topology_test_util.hpp"
 
-#include "harness/config_error.hpp"
+#include "harness/error_message.hpp"
 
 namespace fedwan {
 namespace {

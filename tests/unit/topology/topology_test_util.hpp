@@ -9,6 +9,7 @@
 
 #include "fedwan/error.hpp"
 #include "fedwan/topology.hpp"
+#include "harness/error_message.hpp"
 
 namespace fedwan {
 
@@ -51,12 +52,7 @@ inline std::string example_with(int line, const std::string& replacement) {
 
 // Parses and returns the ConfigError message ("" if it parsed).
 inline std::string error_of(const std::string& yaml) {
-  try {
-    Topology::parse(yaml, "topo.yaml");
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "";
+  return testing::config_error([&] { Topology::parse(yaml, "topo.yaml"); });
 }
 
 inline void expect_error(const std::string& yaml, const std::vector<std::string>& parts) {
