@@ -2,6 +2,7 @@
 // the sections streamed from their bytes, views, producers or files, the manifest
 // digest and the signature, committed atomically.
 #include <algorithm>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -9,6 +10,7 @@
 #include "checkpoint/checkpoint_file.hpp"
 #include "checkpoint/checkpoint_format.hpp"
 #include "common/atomic_file.hpp"
+#include "common/background_sha256.hpp"
 #include "common/crash_point.hpp"
 #include "common/errno_text.hpp"
 #include "common/node_id.hpp"
@@ -24,6 +26,9 @@ using checkpoint_format::throw_io;
 
 constexpr mode_t kCheckpointMode = 0600;
 constexpr uint64_t kStallBlock = 1 << 20;
+// Sections smaller than this are hashed before the header is written, on
+// this thread: a helper thread would cost more than it saves.
+constexpr size_t kHashAsideFrom = 4 << 20;
 
 void put_u16(std::vector<uint8_t>& out, uint16_t v) {
   for (int i = 0; i < 2; ++i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));
@@ -105,10 +110,25 @@ std::vector<Sha256Digest> write_checkpoint(const fs::path& path, const Checkpoin
   // The manifest's length does not depend on the sections' lengths or
   // digests: a produced section's are filled in once it is written.
   std::vector<Entry> entries(c.sections.size());
+  // So are those of large sections in memory: they are hashed on helper threads while this one
+  // writes them (common/background_sha256.hpp), so that a model-sized
+  // checkpoint takes the longer of the disk's time and SHA-256's, not
+  // their sum.
+  std::vector<size_t> hashed_aside;
+  std::vector<BackgroundSha256::Range> ranges;
   for (size_t i = 0; i < c.sections.size(); ++i) {
     const CheckpointSection& s = c.sections[i];
-    if (!s.produce && !s.on_disk()) entries[i] = {s.size(), sha256(s.data(), s.size())};
+    if (s.produce || s.on_disk()) continue;
+    entries[i].size = s.size();
+    if (s.size() < kHashAsideFrom) {
+      entries[i].digest = sha256(s.data(), s.size());
+      continue;
+    }
+    hashed_aside.push_back(i);
+    ranges.push_back({s.data(), s.size()});
   }
+  std::optional<BackgroundSha256> hashing;
+  if (!ranges.empty()) hashing.emplace(std::move(ranges));
   std::vector<uint8_t> header = encode_header(c, key, entries);
 
   // Recovery trusts a checkpoint reported written, so unlike credentials a
@@ -165,7 +185,11 @@ std::vector<Sha256Digest> write_checkpoint(const fs::path& path, const Checkpoin
     entries[i] = {size, hash.finish()};
     produced = true;
   }
-  if (produced) {
+  if (hashing) {
+    const std::vector<Sha256Digest> digests = hashing->wait();
+    for (size_t k = 0; k < hashed_aside.size(); ++k) entries[hashed_aside[k]].digest = digests[k];
+  }
+  if (produced || hashing) {
     header = encode_header(c, key, entries);
     out.write_at(0, header.data(), header.size());
   }
