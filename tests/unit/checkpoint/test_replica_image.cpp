@@ -294,6 +294,28 @@ TEST(ReplicaImage, StreamedToItsFileItHoldsTheImage) {
   }
 }
 
+// A base large enough to be hashed on a helper thread while the image is
+// written: the file is the one written with the base's digest given, and
+// the image, written or materialized, names the base it was made against.
+TEST(ReplicaImage, ABaseHashedWhileTheImageIsWrittenIsNamedAsOneGiven) {
+  testing::TempDir dir;
+  const SiteState s = site_state(size_t{3} << 20, 2000);  // a 12 MiB anchor
+  const Checkpoint c = checkpoint_of(s);
+  const Sha256Digest anchor = sha256(s.anchor.data(), s.anchor.size() * sizeof(float));
+  write_checkpoint(dir.path() / "given.fwck",
+                   checkpoint::make_replica_image(c, kSitePlan, &anchor));
+  write_checkpoint(dir.path() / "aside.fwck", checkpoint::make_replica_image(c, kSitePlan));
+  EXPECT_EQ(testing::slurp(dir.path() / "given.fwck"), testing::slurp(dir.path() / "aside.fwck"));
+  EXPECT_EQ(checkpoint::replica_base_sha256(read_checkpoint(dir.path() / "aside.fwck")), anchor);
+  const Checkpoint image = image_of(c, kSitePlan);
+  EXPECT_EQ(checkpoint::replica_base_sha256(image), anchor);
+  EXPECT_EQ(
+      floats(checkpoint::expand_replica_image(image, s.anchor.data(), s.anchor.size()), "params"),
+      s.params);
+  // Made and dropped unwritten: its helper stops with it.
+  { const Checkpoint unwritten = checkpoint::make_replica_image(c, kSitePlan); }
+}
+
 // A section already in bf16 (a residual kept so) comes back bit for bit,
 // in the two planes an fp32 section kept to bf16 uses.
 TEST(ReplicaImage, ABf16SectionComesBackBitForBit) {
