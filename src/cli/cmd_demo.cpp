@@ -138,6 +138,14 @@ void print_demo_banner(const DemoArgs& a, const Placement& place, const fs::path
                                      : "mutual TLS 1.3, frames " + a.cipher + "; credentials in " +
                                            (dir / "pki").string())
             << std::endl;
+  // A synthetic run's aggregators run without LibTorch when they can; the
+  // memory report would otherwise count LibTorch's libraries as theirs.
+  if (a.workload.trainer == "synthetic" && torch_free_aggregator().empty()) {
+    std::cout << "fedwan demo: no fedwan-aggregator beside this program: the aggregators run "
+                 "as `fedwan aggregator`, LibTorch loaded (about 150 MiB more resident each); "
+                 "build the fedwan_aggregator_cli target for their own memory"
+              << std::endl;
+  }
 }
 
 // Starts every node (the added site last, on its own topology version) and

@@ -30,9 +30,8 @@ void join_when_due(NodeLaunch& l, const DemoArgs& a, const DemoPlan& plan, const
   }
 }
 
-// fedwan-aggregator beside this program ("" when it is not there): a
-// synthetic run's aggregators need no LibTorch, and without it their memory
-// is their model's and their buffers'.
+}  // namespace
+
 std::string torch_free_aggregator() {
   std::error_code ec;
   const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
@@ -40,8 +39,6 @@ std::string torch_free_aggregator() {
   const std::filesystem::path p = self.parent_path() / "fedwan-aggregator";
   return std::filesystem::exists(p, ec) ? p.string() : "";
 }
-
-}  // namespace
 
 NodeLaunch demo_node_launch(const DemoArgs& a, const DemoPlan& plan, const NodeSpec& n,
                             const std::string& topology_file) {

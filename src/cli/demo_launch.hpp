@@ -17,4 +17,9 @@ namespace fedwan::cli {
 NodeLaunch demo_node_launch(const DemoArgs& a, const DemoPlan& plan, const NodeSpec& n,
                             const std::string& topology_file);
 
+// fedwan-aggregator beside this program ("" when it is not there): a
+// synthetic run's aggregators need no LibTorch, and without it their memory
+// is their model's and their buffers'.
+std::string torch_free_aggregator();
+
 }  // namespace fedwan::cli
