@@ -34,6 +34,11 @@ struct Fd {
   }
 };
 
+// A parent receives its children's replicas side by side: each transfer's
+// write buffer is a quarter of a checkpoint's, so that the buffers of many
+// children stay small beside the model (pieces are half a MiB).
+constexpr size_t kAssemblyStageBytes = size_t{256} << 10;
+
 // "round-<r>.fwck" with r in canonical decimal; anything else is not a replica.
 bool parse_replica_name(const std::string& name, uint64_t* round) {
   const std::string prefix = "round-", suffix = ".fwck";
@@ -108,7 +113,7 @@ CheckpointAssembly::Status CheckpointAssembly::add(uint32_t index, uint32_t coun
   try {
     if (!s.out)
       s.out = std::make_unique<AtomicFileWriter>(s.target, kReplicaMode, AtomicFileWriter::FailFn{},
-                                                 PageCache::kBypass);
+                                                 PageCache::kBypass, kAssemblyStageBytes);
     s.out->write(data, n);
     s.check.feed(data, n);
     s.received += n;

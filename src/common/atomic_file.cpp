@@ -86,7 +86,7 @@ std::string read_file(const fs::path& path, const ReadFileOptions& options) {
 // the temporary file. `base` (a multiple of `align`) is the file offset of
 // buf[0]; the bytes before it are on the disk.
 struct AtomicFileWriter::Direct {
-  static constexpr size_t kStage = size_t{1} << 20;
+  size_t stage = 0;  // bytes of buf
   int fd = -1;
   size_t align = 0;
   uint8_t* buf = nullptr;
@@ -149,13 +149,14 @@ size_t direct_io_alignment(int fd) {
 
 }  // namespace
 
-AtomicFileWriter::AtomicFileWriter(fs::path path, mode_t mode, FailFn fail, PageCache cache)
+AtomicFileWriter::AtomicFileWriter(fs::path path, mode_t mode, FailFn fail, PageCache cache,
+                                   size_t direct_stage_bytes)
     : path_(std::move(path)), mode_(mode), fail_(std::move(fail)) {
   temp_ = (path_.parent_path() / ("." + path_.filename().string() + ".XXXXXX")).string();
   fd_ = ::mkstemp(temp_.data());  // created 0600: a key is never readable by others
   if (fd_ < 0) failed("create a temporary file for", errno);
   created_ = true;
-  if (cache == PageCache::kBypass) open_direct();
+  if (cache == PageCache::kBypass) open_direct(direct_stage_bytes);
 }
 
 AtomicFileWriter::~AtomicFileWriter() {
@@ -164,15 +165,16 @@ AtomicFileWriter::~AtomicFileWriter() {
   if (created_ && !committed_) ::unlink(temp_.c_str());
 }
 
-void AtomicFileWriter::open_direct() {
+void AtomicFileWriter::open_direct(size_t stage) {
   const size_t align = direct_io_alignment(fd_);
-  if (align == 0 || align > Direct::kStage || Direct::kStage % align != 0) return;
+  if (align == 0 || align > stage || stage % align != 0) return;
   auto d = std::make_unique<Direct>();
   d->fd = ::open(temp_.c_str(), O_RDWR | O_DIRECT | O_CLOEXEC);
   if (d->fd < 0) return;  // the page cache it is
   void* mem = nullptr;
-  if (::posix_memalign(&mem, std::max<size_t>(align, 4096), Direct::kStage) != 0) return;
+  if (::posix_memalign(&mem, std::max<size_t>(align, 4096), stage) != 0) return;
   d->buf = static_cast<uint8_t*>(mem);
+  d->stage = stage;
   d->align = align;
   direct_ = std::move(d);
 }
@@ -221,13 +223,13 @@ void AtomicFileWriter::write(const void* data, size_t n) {
   const auto* p = static_cast<const uint8_t*>(data);
   while (n > 0 && direct_) {
     Direct& d = *direct_;
-    const size_t k = std::min(n, Direct::kStage - d.used);
+    const size_t k = std::min(n, d.stage - d.used);
     std::memcpy(d.buf + d.used, p, k);
     d.used += k;
     size_ += k;
     p += k;
     n -= k;
-    if (d.used == Direct::kStage) flush_stage(false);
+    if (d.used == d.stage) flush_stage(false);
   }
   if (n == 0) return;
   write_buffered(p, n, size_);

@@ -74,8 +74,14 @@ enum class PageCache { kKeep, kBypass };
 class AtomicFileWriter {
  public:
   using FailFn = std::function<void(std::string_view action, int err)>;
+  // `direct_stage_bytes`: the staging buffer kBypass writes from (a
+  // multiple of the file system's alignment, else the cache it is); a
+  // writer of which several are open at once (a parent receiving its
+  // children's replicas) takes a smaller one.
+  static constexpr size_t kDirectStageBytes = size_t{1} << 20;
   AtomicFileWriter(std::filesystem::path path, mode_t mode, FailFn fail = {},
-                   PageCache cache = PageCache::kKeep);
+                   PageCache cache = PageCache::kKeep,
+                   size_t direct_stage_bytes = kDirectStageBytes);
   ~AtomicFileWriter();
   AtomicFileWriter(const AtomicFileWriter&) = delete;
   AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
@@ -99,7 +105,7 @@ class AtomicFileWriter {
  private:
   struct Direct;
   [[noreturn]] void failed(std::string_view action, int err) const;
-  void open_direct();
+  void open_direct(size_t stage);
   void write_buffered(const uint8_t* p, size_t n, uint64_t offset);
   void flush_stage(bool last);
   void patch_flushed(uint64_t offset, const uint8_t* p, size_t n);

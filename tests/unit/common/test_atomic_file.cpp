@@ -186,8 +186,9 @@ std::string random_bytes(size_t n, uint32_t seed) {
 // write_at, commits; returns what reached the disk.
 std::string stream_and_patch(const fs::path& path, const std::string& body,
                              const std::vector<std::pair<uint64_t, std::string>>& patches,
-                             PageCache cache, bool* bypassed) {
-  AtomicFileWriter w(path, 0600, {}, cache);
+                             PageCache cache, bool* bypassed,
+                             size_t stage = AtomicFileWriter::kDirectStageBytes) {
+  AtomicFileWriter w(path, 0600, {}, cache, stage);
   *bypassed = w.bypassing_cache();
   size_t at = 0;
   for (size_t piece = 1; at < body.size(); piece = piece * 3 + 7) {
@@ -222,8 +223,16 @@ TEST(AtomicFile, StreamedBytesAreTheSameThroughTheCacheAndAroundIt) {
         << size;
     EXPECT_EQ(fs::file_size(d / "direct"), size);
     EXPECT_EQ(mode_of(d / "direct"), 0600u);
+    // A smaller staging buffer (a parent's replica transfers), and one the
+    // file system's alignment cannot divide (written through the cache).
+    for (const size_t stage : {size_t{256} << 10, size_t{4096}, size_t{1000}}) {
+      EXPECT_EQ(stream_and_patch(d / "staged", body, patches, PageCache::kBypass, &bypassed, stage),
+                want)
+          << size << " " << stage;
+      if (stage == 1000) EXPECT_FALSE(bypassed);
+    }
   }
-  EXPECT_EQ(entries(d.path()), (std::vector<std::string>{"direct", "kept"}));
+  EXPECT_EQ(entries(d.path()), (std::vector<std::string>{"direct", "kept", "staged"}));
 }
 
 TEST(AtomicFile, AroundTheCacheWhereTheFileSystemAllowsIt) {
