@@ -321,7 +321,8 @@ bool ParentLink::take(Received& in, bool striped, Incoming* out) {
   if (striped && order) {
     std::optional<Resequencer::Frame> f;
     if (r == ChannelSecurity::Inbound::kFrame) {
-      f = Resequencer::Frame{std::move(in.message), frame_size};
+      // A parent's frames are not inspected.
+      f = Resequencer::Frame{std::move(in.message), frame_size, {}};
     }
     reseq_.push(*order, std::move(f), Clock::now());
     check_failure();
