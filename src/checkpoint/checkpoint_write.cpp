@@ -26,9 +26,6 @@ using checkpoint_format::throw_io;
 
 constexpr mode_t kCheckpointMode = 0600;
 constexpr uint64_t kStallBlock = 1 << 20;
-// Sections smaller than this are hashed before the header is written, on
-// this thread: a helper thread would cost more than it saves.
-constexpr size_t kHashAsideFrom = 4 << 20;
 
 void put_u16(std::vector<uint8_t>& out, uint16_t v) {
   for (int i = 0; i < 2; ++i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));
@@ -120,7 +117,7 @@ std::vector<Sha256Digest> write_checkpoint(const fs::path& path, const Checkpoin
     const CheckpointSection& s = c.sections[i];
     if (s.produce || s.on_disk()) continue;
     entries[i].size = s.size();
-    if (s.size() < kHashAsideFrom) {
+    if (s.size() < BackgroundSha256::kWorthFrom) {
       entries[i].digest = sha256(s.data(), s.size());
       continue;
     }

@@ -139,9 +139,6 @@ void compressed(const uint8_t* data, size_t n, const Sink& sink) {
   z.feed(data, n, true);
 }
 
-// A base this large is hashed on a helper thread (common/background_sha256.hpp).
-constexpr size_t kHashAsideFrom = 4 << 20;
-
 // The base's digest, begun on a helper thread when the image is made and
 // taken when its meta is written (or materialized: then kept).
 class BaseHash {
@@ -224,7 +221,7 @@ Checkpoint make_replica_image(const Checkpoint& c, const ReplicaPlan& plan,
   }
   nlohmann::json meta = checkpoint_meta(c);
   meta["replica"] = {{"base", plan.base}, {"sections", std::move(sections)}};
-  if (base_sha256 != nullptr || base->size() < kHashAsideFrom) {
+  if (base_sha256 != nullptr || base->size() < BackgroundSha256::kWorthFrom) {
     const Sha256Digest digest =
         base_sha256 != nullptr ? *base_sha256 : sha256(base->data(), base->size());
     meta["replica"]["base_sha256"] = to_hex(digest.data(), digest.size());

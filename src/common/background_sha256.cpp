@@ -78,7 +78,7 @@ void BackgroundSha256::work() {
 std::vector<Sha256Digest> BackgroundSha256::wait() {
   if (waited_) throw Error("BackgroundSha256::wait called twice");
   waited_ = true;
-  work();  // what no helper has taken (Sha256::update pulses between pieces)
+  work();  // what no helper has taken, pulsing between pieces
   {
     std::unique_lock<std::mutex> lock(mu_);
     while (running_ > 0) {

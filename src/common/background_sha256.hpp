@@ -52,6 +52,9 @@ class BackgroundSha256 {
   // One fewer than the cores (the caller's thread has its own work), at
   // least one.
   static unsigned default_threads();
+  // Ranges smaller than this are cheaper hashed on the caller's thread than
+  // handed to a helper.
+  static constexpr size_t kWorthFrom = size_t{4} << 20;
 
  private:
   // Takes ranges until none is left or stop is set.
