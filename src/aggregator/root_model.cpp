@@ -79,34 +79,32 @@ bool RootModel::encode_fp16_and_settle(uint64_t off, uint32_t n, float* theta, u
   constexpr size_t kBlock = Fp16Codec::kBlock;
   const kernels::HalfKernels& k = kernels::half_kernels();
   float* const held = held_.data() + off;
-  const bool advances = anchor == Anchor::kAdvances;
   uint8_t* const halves = payload + Fp16Codec::kScaleBytes * Fp16Codec::blocks(n);
   uint8_t* const residual = bytes_of(residual_.data() + off);
-  alignas(64) float d[kBlock];
-  alignas(64) float step[kBlock];
   // Every block's largest |theta - held| first, parked in its scale slot:
   // nothing of the residual is written before all are known finite (a
   // value that is not makes the caller's path name it and throw).
   uint32_t chunk_max = 0;
   kernels::for_each_block<kBlock>(n, [&](size_t b, size_t begin, size_t len) {
-    for (size_t i = 0; i < len; ++i) d[i] = theta[begin + i] - held[begin + i];
-    const uint32_t max_bits = k.max_abs_bits(d, nullptr, len);
+    const uint32_t max_bits = k.sub_max_abs_bits(theta + begin, held + begin, len);
     kernels::store_u32(payload + Fp16Codec::kScaleBytes * b, max_bits);
     chunk_max = std::max(chunk_max, max_bits);
   });
   if (chunk_max >= kernels::kF32ExpMask) return false;
+  const bool advances = anchor == Anchor::kAdvances;
   if (advances) held_digest_.reset();
-  kernels::for_each_block<kBlock>(n, [&](size_t b, size_t begin, size_t len) {
+  // Then each block in one pass (what the children will hold, by apply()'s
+  // arithmetic: see settle_chunk), the last first: the chunk is larger
+  // than L2, and the first pass left its end there.
+  for (size_t b = Fp16Codec::blocks(n); b-- > 0;) {
+    const size_t begin = b * kBlock;
+    const size_t len = std::min(kBlock, size_t{n} - begin);
     uint8_t* const slot = payload + Fp16Codec::kScaleBytes * b;
-    for (size_t i = 0; i < len; ++i) d[i] = theta[begin + i] - held[begin + i];
     const kernels::Fp16Scale s = kernels::fp16_scale_for(kernels::load_u32(slot));
     kernels::store_scale(slot, s.scale);
-    k.fp16_encode(d, nullptr, len, s, halves + 2 * begin);
-    // What the children will hold, by apply()'s arithmetic (see settle_chunk).
-    k.fp16_decode(halves + 2 * begin, len, kernels::load_scale(slot), step);
-    settle_values(theta + begin, held + begin, step, len, advances);
-    k.bf16_encode(theta + begin, nullptr, len, residual + 2 * begin);
-  });
+    k.fp16_encode_settle(theta + begin, held + begin, len, s, advances, halves + 2 * begin,
+                         residual + 2 * begin);
+  }
   return true;
 }
 

@@ -64,11 +64,12 @@ class RootModel {
   // Both steps of a chunk's round at once: encodes the anchor update
   // (theta - held) with `codec` into `payload` (codec.encoded_size(n)
   // bytes) and settles the chunk as settle_chunk does. The fp16 codec's
-  // blocks are encoded, decoded again and settled while each is in L1 (the
-  // same kernels in the same order per element as encode then
-  // settle_chunk, so the same bits); other codecs go through `diff`
-  // (grown to n floats). Throws as the codec's encode does, on a value it
-  // cannot encode, with the residual untouched.
+  // blocks are encoded and settled in one pass over each
+  // (HalfKernels::fp16_encode_settle: the same arithmetic per element as
+  // encode then settle_chunk, so the same bits); other codecs go through
+  // `diff` (grown to n floats). `theta` is the caller's scratch: what it
+  // holds after is unspecified. Throws as the codec's encode does, on a
+  // value it cannot encode, with the residual untouched.
   void encode_and_settle(uint64_t off, uint32_t n, float* theta, const Codec& codec,
                          uint8_t* payload, std::vector<float>& diff,
                          Anchor anchor = Anchor::kStays);

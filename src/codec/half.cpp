@@ -144,6 +144,23 @@ void scalar_fp16_encode_bf16_residual(const float* v, size_t n, const Fp16Scale&
   }
 }
 
+uint32_t scalar_sub_max_abs_bits(const float* a, const float* b, size_t n) {
+  uint32_t m = 0;
+  for (size_t i = 0; i < n; ++i) m = std::max(m, bits_of(a[i] - b[i]) & kF32AbsMask);
+  return m;
+}
+
+void scalar_fp16_encode_settle(const float* theta, float* held, size_t n, const Fp16Scale& s,
+                               bool advance, uint8_t* out, uint8_t* bits) {
+  for (size_t i = 0; i < n; ++i) {
+    const uint16_t h = fp16_quantise(theta[i] - held[i], s);
+    store_u16(out + 2 * i, h);
+    const float next = held[i] + fp16_to_fp32(h) * s.scale;
+    store_u16(bits + 2 * i, fp32_to_bf16(theta[i] - next));
+    if (advance) held[i] = next;
+  }
+}
+
 const HalfKernels kScalar{"scalar",
                           scalar_max_abs_bits,
                           scalar_fp16_encode,
@@ -156,7 +173,9 @@ const HalfKernels kScalar{"scalar",
                           scalar_bf16_decode_add,
                           scalar_u16_max_abs,
                           scalar_add_bf16_residual,
-                          scalar_fp16_encode_bf16_residual};
+                          scalar_fp16_encode_bf16_residual,
+                          scalar_sub_max_abs_bits,
+                          scalar_fp16_encode_settle};
 
 // ---- AVX2 + F16C kernels --------------------------------------------------
 // No "fma" in the target list on purpose: without it the compiler cannot
@@ -404,6 +423,56 @@ FEDWAN_AVX2 void avx2_fp16_encode_bf16_residual(const float* v, size_t n, const 
   scalar_fp16_encode_bf16_residual(v + i, n - i, s, out + 2 * i, bits + 2 * i);
 }
 
+FEDWAN_AVX2 uint32_t avx2_sub_max_abs_bits(const float* a, const float* b, size_t n) {
+  __m256i m0 = _mm256_setzero_si256(), m1 = m0, m2 = m0, m3 = m0;
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    m0 = _mm256_max_epi32(
+        m0, abs_bits(_mm256_sub_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i))));
+    m1 = _mm256_max_epi32(
+        m1, abs_bits(_mm256_sub_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8))));
+    m2 = _mm256_max_epi32(
+        m2, abs_bits(_mm256_sub_ps(_mm256_loadu_ps(a + i + 16), _mm256_loadu_ps(b + i + 16))));
+    m3 = _mm256_max_epi32(
+        m3, abs_bits(_mm256_sub_ps(_mm256_loadu_ps(a + i + 24), _mm256_loadu_ps(b + i + 24))));
+  }
+  alignas(32) uint32_t lanes[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes),
+                     _mm256_max_epi32(_mm256_max_epi32(m0, m1), _mm256_max_epi32(m2, m3)));
+  uint32_t m = scalar_sub_max_abs_bits(a + i, b + i, n - i);
+  for (uint32_t v : lanes) m = std::max(m, v);
+  return m;
+}
+
+template <bool Clamp, bool Advance>
+FEDWAN_AVX2 size_t avx2_fp16_encode_settle_head(const float* theta, float* held, size_t n,
+                                                const Fp16Scale& s, uint8_t* out, uint8_t* bits) {
+  const __m256 inv = _mm256_set1_ps(s.inv), scale = _mm256_set1_ps(s.scale);
+  const __m256 hi = _mm256_set1_ps(s.limit), lo = _mm256_set1_ps(-s.limit);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 t = _mm256_loadu_ps(theta + i), base = _mm256_loadu_ps(held + i);
+    const __m128i h = avx2_fp16_quantise<Clamp>(_mm256_sub_ps(t, base), inv, lo, hi);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2 * i), h);
+    const __m256 next = _mm256_add_ps(base, _mm256_mul_ps(_mm256_cvtph_ps(h), scale));
+    store_u16x8(bits + 2 * i, avx2_bf16_round(_mm256_sub_ps(t, next)));
+    if constexpr (Advance) _mm256_storeu_ps(held + i, next);
+  }
+  return i;
+}
+
+FEDWAN_AVX2 void avx2_fp16_encode_settle(const float* theta, float* held, size_t n,
+                                         const Fp16Scale& s, bool advance, uint8_t* out,
+                                         uint8_t* bits) {
+  const bool clamp = s.limit != std::numeric_limits<float>::infinity();
+  const size_t i =
+      clamp ? (advance ? avx2_fp16_encode_settle_head<true, true>(theta, held, n, s, out, bits)
+                       : avx2_fp16_encode_settle_head<true, false>(theta, held, n, s, out, bits))
+            : (advance ? avx2_fp16_encode_settle_head<false, true>(theta, held, n, s, out, bits)
+                       : avx2_fp16_encode_settle_head<false, false>(theta, held, n, s, out, bits));
+  scalar_fp16_encode_settle(theta + i, held + i, n - i, s, advance, out + 2 * i, bits + 2 * i);
+}
+
 const HalfKernels kAvx2{"avx2",
                         avx2_max_abs_bits,
                         avx2_fp16_encode,
@@ -416,7 +485,9 @@ const HalfKernels kAvx2{"avx2",
                         avx2_bf16_decode_add,
                         avx2_u16_max_abs,
                         avx2_add_bf16_residual,
-                        avx2_fp16_encode_bf16_residual};
+                        avx2_fp16_encode_bf16_residual,
+                        avx2_sub_max_abs_bits,
+                        avx2_fp16_encode_settle};
 #endif  // __x86_64__
 
 }  // namespace

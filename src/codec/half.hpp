@@ -100,6 +100,17 @@ struct HalfKernels {
                                 float* out);
   void (*fp16_encode_bf16_residual)(const float* v, size_t n, const Fp16Scale& s, uint8_t* out,
                                     uint8_t* bits);
+
+  // The root's anchor encoding (aggregator/root_model.cpp), over a block in
+  // cache. First the largest bit pattern of |a[i] - b[i]|, as max_abs_bits
+  // finds it. Then theta[i] - held[i] quantised as fp16_encode quantises it
+  // (out); next = held[i] + half * scale, what a child's decode adds to its
+  // anchor; theta[i] - next as bf16_encode rounds it (bits); and, with
+  // `advance`, held[i] = next. The same bits as the subtraction,
+  // fp16_encode, fp16_decode, the settling and bf16_encode in turn.
+  uint32_t (*sub_max_abs_bits)(const float* a, const float* b, size_t n);
+  void (*fp16_encode_settle)(const float* theta, float* held, size_t n, const Fp16Scale& s,
+                             bool advance, uint8_t* out, uint8_t* bits);
 };
 
 const HalfKernels& scalar_half_kernels();

@@ -345,5 +345,60 @@ TEST(Fp16Kernels, Bf16FeedbackKernelsAreTheThreeTheyReplace) {
   }
 }
 
+// The root's anchor kernels give what the steps they stand for give (the
+// difference, fp16_encode, fp16_decode, held + step, theta - next and
+// bf16_encode), bit for bit, on either kernel set, clamped and not, the
+// anchor moved or not; the maximum sees a non-finite difference.
+TEST(Fp16Kernels, RootSettleKernelsAreTheStepsTheyReplace) {
+  std::vector<const kernels::HalfKernels*> sets{&kernels::scalar_half_kernels()};
+  if (kernels::avx2_half_kernels()) sets.push_back(kernels::avx2_half_kernels());
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const kernels::HalfKernels* k : sets) {
+    for (size_t n : {size_t(0), size_t(1), size_t(7), size_t(8), size_t(9), size_t(33),
+                     size_t(2048)}) {
+      Floats theta = edge_values(n), held = random_floats(n, 61, 1e-1f);
+      for (auto& x : theta) x = std::isfinite(x) ? x : 0.25f;
+      // Some steps nothing, some under fp16's range, some of either sign.
+      for (size_t i = 0; i < n; i += 5) theta[i] = held[i];
+      for (size_t i = 1; i < n; i += 11) theta[i] = held[i] + 1e-30f;
+      Floats d(n);
+      for (size_t i = 0; i < n; ++i) d[i] = theta[i] - held[i];
+      const uint32_t top = k->max_abs_bits(d.data(), nullptr, n);
+      ASSERT_EQ(k->sub_max_abs_bits(theta.data(), held.data(), n), top) << k->name << " n=" << n;
+      for (kernels::Fp16Scale s :
+           {kernels::fp16_scale_for(top), kernels::Fp16Scale{0x1p-10f, 0x1p10f, 65504.0f},
+            kernels::Fp16Scale{0x1p-10f, 0x1p10f, inf}}) {
+        Bytes out_a(2 * n), bits_a(2 * n);
+        Floats step(n), next = held, rest = theta;
+        k->fp16_encode(d.data(), nullptr, n, s, out_a.data());
+        k->fp16_decode(out_a.data(), n, s.scale, step.data());
+        for (size_t i = 0; i < n; ++i) {
+          next[i] = held[i] + step[i];
+          rest[i] = theta[i] - next[i];
+        }
+        k->bf16_encode(rest.data(), nullptr, n, bits_a.data());
+        for (const bool advance : {false, true}) {
+          Bytes out_b(2 * n, 0x5a), bits_b(2 * n, 0xa5);
+          Floats h = held;
+          k->fp16_encode_settle(theta.data(), h.data(), n, s, advance, out_b.data(),
+                                bits_b.data());
+          ASSERT_EQ(out_a, out_b) << k->name << " n=" << n << " scale=" << s.scale;
+          ASSERT_EQ(bits_a, bits_b) << k->name << " n=" << n << " scale=" << s.scale;
+          ASSERT_TRUE(same_bits(h, advance ? next : held)) << k->name << " n=" << n;
+        }
+      }
+      if (n > 0) {
+        theta[n - 1] = -inf;
+        EXPECT_GE(k->sub_max_abs_bits(theta.data(), held.data(), n), kernels::kF32ExpMask)
+            << k->name << " n=" << n;
+        theta[n - 1] = 3e38f;
+        held[n - 1] = -3e38f;  // finite both, their difference not
+        EXPECT_GE(k->sub_max_abs_bits(theta.data(), held.data(), n), kernels::kF32ExpMask)
+            << k->name << " n=" << n;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace fedwan
