@@ -1,7 +1,9 @@
 // Outer optimizers run at the root on the global model, once per round, fed
 // the weighted mean pseudo-gradient of all sites (anchor - local: a descent
 // direction, like a gradient). They are elementwise, so the root steps each
-// chunk as soon as every child's chunk arrived. Not thread safe: one owner.
+// chunk as soon as every child's chunk arrived, and splits a chunk's step
+// over its helper threads: step() on disjoint ranges may run on several
+// threads at once, nothing else meanwhile. Otherwise one owner.
 #pragma once
 
 #include "fedwan/export.hpp"

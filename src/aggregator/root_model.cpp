@@ -76,27 +76,45 @@ void RootModel::encode_and_settle(uint64_t off, uint32_t n, float* theta, const 
 
 bool RootModel::encode_fp16_and_settle(uint64_t off, uint32_t n, float* theta, uint8_t* payload,
                                        Anchor anchor) {
+  const size_t blocks = Fp16Codec::blocks(n);
+  if (fp16_measure(off, n, theta, payload, 0, blocks) >= kernels::kF32ExpMask) return false;
+  settling_starts(anchor);
+  fp16_settle(off, n, theta, payload, 0, blocks, anchor);
+  return true;
+}
+
+uint32_t RootModel::fp16_measure(uint64_t off, uint32_t n, const float* theta, uint8_t* payload,
+                                 size_t first_block, size_t end_block) const {
+  constexpr size_t kBlock = Fp16Codec::kBlock;
+  const kernels::HalfKernels& k = kernels::half_kernels();
+  const float* const held = held_.data() + off;
+  uint32_t top = 0;
+  for (size_t b = first_block; b < end_block; ++b) {
+    const size_t begin = b * kBlock;
+    const size_t len = std::min(kBlock, size_t{n} - begin);
+    const uint32_t max_bits = k.sub_max_abs_bits(theta + begin, held + begin, len);
+    kernels::store_u32(payload + Fp16Codec::kScaleBytes * b, max_bits);
+    top = std::max(top, max_bits);
+  }
+  return top;
+}
+
+void RootModel::settling_starts(Anchor anchor) {
+  if (anchor == Anchor::kAdvances) held_digest_.reset();
+}
+
+void RootModel::fp16_settle(uint64_t off, uint32_t n, const float* theta, uint8_t* payload,
+                            size_t first_block, size_t end_block, Anchor anchor) {
   constexpr size_t kBlock = Fp16Codec::kBlock;
   const kernels::HalfKernels& k = kernels::half_kernels();
   float* const held = held_.data() + off;
   uint8_t* const halves = payload + Fp16Codec::kScaleBytes * Fp16Codec::blocks(n);
   uint8_t* const residual = bytes_of(residual_.data() + off);
-  // Every block's largest |theta - held| first, parked in its scale slot:
-  // nothing of the residual is written before all are known finite (a
-  // value that is not makes the caller's path name it and throw).
-  uint32_t chunk_max = 0;
-  kernels::for_each_block<kBlock>(n, [&](size_t b, size_t begin, size_t len) {
-    const uint32_t max_bits = k.sub_max_abs_bits(theta + begin, held + begin, len);
-    kernels::store_u32(payload + Fp16Codec::kScaleBytes * b, max_bits);
-    chunk_max = std::max(chunk_max, max_bits);
-  });
-  if (chunk_max >= kernels::kF32ExpMask) return false;
   const bool advances = anchor == Anchor::kAdvances;
-  if (advances) held_digest_.reset();
-  // Then each block in one pass (what the children will hold, by apply()'s
-  // arithmetic: see settle_chunk), the last first: the chunk is larger
-  // than L2, and the first pass left its end there.
-  for (size_t b = Fp16Codec::blocks(n); b-- > 0;) {
+  // Each block in one pass (what the children will hold, by apply()'s
+  // arithmetic: see settle_chunk), the last first: the range is larger
+  // than L2, and the measuring pass left its end there.
+  for (size_t b = end_block; b-- > first_block;) {
     const size_t begin = b * kBlock;
     const size_t len = std::min(kBlock, size_t{n} - begin);
     uint8_t* const slot = payload + Fp16Codec::kScaleBytes * b;
@@ -105,7 +123,6 @@ bool RootModel::encode_fp16_and_settle(uint64_t off, uint32_t n, float* theta, u
     k.fp16_encode_settle(theta + begin, held + begin, len, s, advances, halves + 2 * begin,
                          residual + 2 * begin);
   }
-  return true;
 }
 
 const std::array<uint8_t, 32>& RootModel::held_digest() const {

@@ -73,6 +73,22 @@ class RootModel {
   void encode_and_settle(uint64_t off, uint32_t n, float* theta, const Codec& codec,
                          uint8_t* payload, std::vector<float>& diff,
                          Anchor anchor = Anchor::kStays);
+  // The fp16 codec's part of encode_and_settle in its two passes, over a
+  // range of the chunk's blocks (Fp16Codec::kBlock values each) at a time,
+  // so that a chunk can be split over threads. First fp16_measure over
+  // every block: it parks each block's largest |theta - held| in the
+  // block's scale slot and returns the range's largest (>=
+  // kernels::kF32ExpMask: a value is not finite, and nothing may be
+  // settled: encode_and_settle then names it and throws). Then
+  // settling_starts, on one thread, and fp16_settle over every block.
+  // Disjoint ranges of one chunk may be measured, or settled, on several
+  // threads at once, with nothing else of the model running meanwhile.
+  // The same bits as encode_and_settle.
+  uint32_t fp16_measure(uint64_t off, uint32_t n, const float* theta, uint8_t* payload,
+                        size_t first_block, size_t end_block) const;
+  void settling_starts(Anchor anchor);
+  void fp16_settle(uint64_t off, uint32_t n, const float* theta, uint8_t* payload,
+                   size_t first_block, size_t end_block, Anchor anchor);
   // The anchor moves by the update the children decode (the same
   // arithmetic settle_chunk assumed, so held + residual is the global model
   // again).

@@ -18,6 +18,8 @@
 #include "checkpoint/checkpoint_meta.hpp"
 #include "checkpoint/node_checkpoint.hpp"
 #include "checkpoint/replica_fetch.hpp"
+#include "codec/fp16_codec.hpp"
+#include "codec/half.hpp"
 #include "common/byte_pool.hpp"
 #include "common/keep_alive.hpp"
 #include "common/log.hpp"
@@ -26,6 +28,7 @@
 #include "fedwan/error.hpp"
 #include "fedwan/outer_optimizer.hpp"
 #include "node/node_frames.hpp"
+#include "transport/crypto_workers.hpp"
 
 namespace fedwan {
 namespace fs = std::filesystem;
@@ -80,18 +83,11 @@ void Aggregator::Impl::RootRole::chunk_complete(uint32_t chunk) {
   auto bytes = BytePool::shared().take_shared(wire::kHeaderSize + encoded);
   wire::frame_to_fill(h, encoded, *bytes);
   uint8_t* payload = bytes->data() + wire::kHeaderSize;
-  global_.resize(n);  // every value written next
-  float* global = global_.data();
-  model_.global_chunk(off, n, global);
-  // A chunk whose every copy was refused keeps its values (and its
-  // optimizer state) this round. Central privacy: the noise goes on the sum
-  // before anything else sees it.
-  if (!cs.mean.empty()) {
-    if (noise_) {
-      noise_->apply(cs.mean.data(), n, cs.weight, aggregator::max_site_weight(n_.topo_),
-                    n_.privacy_clip_);
-    }
-    outer_->step(global, cs.mean.data(), off, n);
+  // Central privacy: the noise goes on the sum before anything else sees
+  // it.
+  if (!cs.mean.empty() && noise_) {
+    noise_->apply(cs.mean.data(), n, cs.weight, aggregator::max_site_weight(n_.topo_),
+                  n_.privacy_clip_);
   }
   // Send what the children need to move from the anchor to the new global
   // model; the anchor then advances by exactly what they decode, so
@@ -102,9 +98,9 @@ void Aggregator::Impl::RootRole::chunk_complete(uint32_t chunk) {
   const bool advances = !held_back && advances_now();
   std::optional<std::array<uint8_t, 32>> whole_digest;
   if (advances && !mixed_) whole_digest = model_.known_held_digest();  // before it moves
-  model_.encode_and_settle(off, n, global, *n_.cfg_.codec, payload, cs.mean,
-                           advances ? aggregator::RootModel::Anchor::kAdvances
-                                    : aggregator::RootModel::Anchor::kStays);
+  step_and_encode(off, n, cs.mean, payload,
+                  advances ? aggregator::RootModel::Anchor::kAdvances
+                           : aggregator::RootModel::Anchor::kStays);
   if (advances) {
     if (!mixed_) {
       mixed_ = true;
@@ -126,6 +122,59 @@ void Aggregator::Impl::RootRole::chunk_complete(uint32_t chunk) {
   if (!advances) pending_.emplace_back(chunk, stored);
   n_.anchors_.next.emplace_back(stored, h);
   n_.send_children(stored, h);
+}
+
+void Aggregator::Impl::RootRole::step_and_encode(uint64_t off, uint32_t n,
+                                                 std::vector<float>& mean, uint8_t* payload,
+                                                 aggregator::RootModel::Anchor anchor) {
+  global_.resize(n);  // every value written next
+  float* const global = global_.data();
+  // A chunk whose every copy was refused keeps its values (and its
+  // optimizer state) this round.
+  const bool stepping = !mean.empty();
+  const Codec& codec = *n_.cfg_.codec;
+  transport::CryptoWorkers* const workers = n_.down_.link.link().crypto_workers();
+  constexpr size_t kBlock = Fp16Codec::kBlock;
+  const size_t blocks = Fp16Codec::blocks(n);
+  const size_t most = workers == nullptr ? 1 : workers->threads() + 1;
+  const size_t per = std::max(kCommitPartBlocks, (blocks + most - 1) / most);
+  const size_t parts = (blocks + per - 1) / per;
+  if (parts <= 1) {
+    model_.global_chunk(off, n, global);
+    if (stepping) outer_->step(global, mean.data(), off, n);
+    model_.encode_and_settle(off, n, global, codec, payload, mean, anchor);
+    return;
+  }
+  // The chunk in parts of whole fp16 blocks, each on one of the link's
+  // crypto threads or this one: the global values, the outer step and (fp16)
+  // each block's largest difference from the anchor; then, every value
+  // known finite, each part encoded and settled. Parts touch disjoint
+  // ranges of the model, the optimizer's state and the payload.
+  const bool fp16 = codec.id() == CodecId::kFp16;
+  std::vector<uint32_t> top(parts, 0);
+  const auto range = [&](size_t p) {
+    const size_t first = p * per;
+    return std::make_pair(first, std::min(blocks, first + per));
+  };
+  workers->run_parts(parts, [&](size_t p) {
+    const auto [first, end] = range(p);
+    const size_t begin = first * kBlock;
+    const size_t len = std::min<size_t>(n, end * kBlock) - begin;
+    model_.global_chunk(off + begin, static_cast<uint32_t>(len), global + begin);
+    if (stepping) outer_->step(global + begin, mean.data() + begin, off + begin, len);
+    if (fp16) top[p] = model_.fp16_measure(off, n, global, payload, first, end);
+  });
+  if (!fp16 || *std::max_element(top.begin(), top.end()) >= kernels::kF32ExpMask) {
+    // Other codecs encode the chunk whole; a value that is not finite is
+    // named there, and nothing of the residual or the anchor moves.
+    model_.encode_and_settle(off, n, global, codec, payload, mean, anchor);
+    return;
+  }
+  model_.settling_starts(anchor);
+  workers->run_parts(parts, [&](size_t p) {
+    const auto [first, end] = range(p);
+    model_.fp16_settle(off, n, global, payload, first, end, anchor);
+  });
 }
 
 void Aggregator::Impl::RootRole::round_closed(Clock::time_point now, double secs) {

@@ -88,6 +88,15 @@ class Aggregator::Impl::RootRole : public Aggregator::Impl::Role {
   // wait in their encoded frames (pending_) and are added at the commit.
   aggregator::RootModel model_;
   std::vector<float> global_;  // one chunk's global values (chunk_complete)
+  // A chunk's global values stepped by the outer optimizer with `mean` (if
+  // any copy stood), encoded into `payload` and settled
+  // (RootModel::encode_and_settle), split over the children's link's
+  // crypto threads where it has some, in parts of at least
+  // kCommitPartBlocks fp16 blocks (64K values: a tenth of a millisecond of
+  // work, where handing a part to a thread costs some microseconds).
+  static constexpr size_t kCommitPartBlocks = 32;
+  void step_and_encode(uint64_t off, uint32_t n, std::vector<float>& mean, uint8_t* payload,
+                       aggregator::RootModel::Anchor anchor);
   std::vector<std::pair<uint32_t, aggregator::StoredFrame>> pending_;  // chunk, its anchor frame
   void apply_pending();
   bool advances_now() const;    // whether the next chunk of the anchor may be added as it goes

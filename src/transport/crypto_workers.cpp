@@ -36,6 +36,48 @@ void CryptoWorkers::submit(Job* job) {
   wake_.notify_one();
 }
 
+void CryptoWorkers::run_parts(size_t parts, const std::function<void(size_t)>& fn) {
+  if (parts == 0) return;
+  std::vector<Job> jobs(parts - 1);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    // At the queue's front, part 1 first.
+    for (size_t k = parts - 1; k > 0; --k) {
+      Job& job = jobs[k - 1];
+      job.task = [&fn, k] { fn(k); };
+      job.done_ = false;
+      queued_.push_front(&job);
+    }
+  }
+  wake_.notify_all();
+  std::vector<std::exception_ptr> errors(parts);
+  try {
+    fn(0);
+  } catch (...) {
+    errors[0] = std::current_exception();
+  }
+  for (size_t k = 1; k < parts; ++k) {
+    Job& job = jobs[k - 1];
+    std::unique_lock<std::mutex> lock(mu_);
+    const auto queued = std::find(queued_.begin(), queued_.end(), &job);
+    if (queued != queued_.end()) {  // no thread took it: this one does
+      queued_.erase(queued);
+      lock.unlock();
+      try {
+        fn(k);
+      } catch (...) {
+        errors[k] = std::current_exception();
+      }
+      continue;
+    }
+    ran_.wait(lock, [&] { return job.done_; });
+    errors[k] = job.error;
+  }
+  for (const std::exception_ptr& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
 bool CryptoWorkers::wait(const Job* job, std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mu_);
   return ran_.wait_for(lock, timeout, [&] { return job->done_; });

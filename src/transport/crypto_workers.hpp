@@ -7,7 +7,8 @@
 // submitted frames (ChildrenLink::recv), with what the owner's
 // FrameInspector worked out from its opened bytes. And they seal: the frames of one
 // turn for several children (each its own sealer) at once
-// (ChildrenLink::seal_ahead).
+// (ChildrenLink::seal_ahead). And the owner's own work split in parts
+// (run_parts: the root's commit of a chunk).
 //
 // Each thread keeps a cipher of its own for opening, rekeyed for every
 // frame; a job holds its frame's bytes and its key's copy until the owner
@@ -66,6 +67,13 @@ class CryptoWorkers {
   CryptoWorkers& operator=(const CryptoWorkers&) = delete;
 
   void submit(Job* job);
+  // Runs fn(0) .. fn(parts - 1), each once, on this thread and the pool's,
+  // and returns when every one ran; rethrows the exception of the first
+  // part (in part order) that threw. The parts go ahead of the frames
+  // queued to be opened (the owner waits for them), and a part no thread
+  // has started by the time this thread is free runs here: the owner never
+  // waits for a thread busy elsewhere. The parts must be independent.
+  void run_parts(size_t parts, const std::function<void(size_t)>& fn);
   // Whether `job` ran; waits at most `timeout` for it.
   bool wait(const Job* job, std::chrono::milliseconds timeout);
   bool done(const Job* job) const;

@@ -242,6 +242,9 @@ class ChildrenLink {
   // them, so an owner that waits on it calls recv() first.
   bool holding() const { return !taken_.empty(); }
   size_t crypto_threads() const { return workers_ ? workers_->threads() : 0; }
+  // The link's crypto threads, for the owner's own work split in parts
+  // (CryptoWorkers::run_parts); null without any.
+  CryptoWorkers* crypto_workers() { return workers_.get(); }
   // Runs `inspect` on each frame opened on the crypto threads, there, once
   // it verified; its answers come back with the frames. Set before the
   // first recv().

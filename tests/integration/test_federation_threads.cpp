@@ -4,7 +4,9 @@
 // be accounted exactly.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "common/byte_pool.hpp"
 #include "harness/federation_fixture.hpp"
@@ -104,6 +106,42 @@ TEST(Federation, ManyMoreChunksThanTheWindowDoNotDeadlock) {
   ASSERT_TRUE(run.errors.empty()) << run.error_text();
   const ReferenceResult ref = run_reference(topo, init, synthetic_training(topo));
   EXPECT_TRUE(bit_equal(run.root.global_model, ref.global));
+}
+
+// A chunk's commit at the root split over its link's crypto threads
+// (chunks of 256K values, two threads: parts of whole fp16 blocks) gives
+// the reference bit for bit: the anchor moved as each chunk goes down
+// (sites under the root) or at the commit (regions between), fp16 settled
+// in parts, and a codec whose encoding stays whole.
+TEST(Federation, AChunkSplitOverTheRootsThreadsIsTheReference) {
+  const char* before = std::getenv("FEDWAN_CRYPTO_THREADS");
+  const std::string saved = before != nullptr ? before : "";
+  ::setenv("FEDWAN_CRYPTO_THREADS", "2", 1);
+  struct Shape {
+    uint32_t regions;
+    const char* codec;
+    const char* outer;
+  };
+  for (const Shape& s : {Shape{0, "fp16", "diloco"}, Shape{2, "fp16", "fedadam"},
+                         Shape{0, "int8", "diloco"}}) {
+    SCOPED_TRACE(std::string(s.codec) + "/" + s.outer + " regions " + std::to_string(s.regions));
+    TempDir dir;
+    FederationSpec f = spec(s.codec, s.outer, 3);
+    f.chunk_bytes = 1 << 20;
+    const Topology topo = make_tree(dir.path(), s.regions, 2, f);
+    // Two whole chunks and one of 75712 values (37 blocks: parts of 32 and 5).
+    const std::vector<float> init = synthetic::initial_model(600000, kSeed);
+    FederationRun run = run_threads(topo, init, kSeed);
+    ASSERT_TRUE(run.errors.empty()) << run.error_text();
+    const ReferenceResult ref = run_reference(topo, init, synthetic_training(topo));
+    EXPECT_TRUE(bit_equal(run.root.global_model, ref.global));
+    for (const auto& site : run.site_models) EXPECT_TRUE(bit_equal(site, ref.held));
+  }
+  if (before != nullptr) {
+    ::setenv("FEDWAN_CRYPTO_THREADS", saved.c_str(), 1);
+  } else {
+    ::unsetenv("FEDWAN_CRYPTO_THREADS");
+  }
 }
 
 // A site's pool keeps its update's frames between rounds, and lets go of

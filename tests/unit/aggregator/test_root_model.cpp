@@ -5,11 +5,13 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "checkpoint/node_checkpoint.hpp"
+#include "codec/half.hpp"
 #include "common/sha256.hpp"
 #include "fedwan/codec.hpp"
 #include "fedwan/error.hpp"
@@ -214,6 +216,51 @@ TEST(RootModel, AnAnchorAdvancedAsItIsEncodedIsTheOneAppliedAtTheCommit) {
     EXPECT_EQ(std::memcmp(now.held().data(), init.data(), n * sizeof(float)), 0);
     EXPECT_NE(now.held_digest(), before);
   }
+}
+
+// The fp16 codec's two passes over ranges of a chunk's blocks, the ranges
+// taken in any order, give encode_and_settle's payload, anchor and global
+// model bit for bit, the anchor moved or not; a range holding a value
+// that is not finite says so, and the others do not.
+TEST(RootModel, Fp16PassesOverRangesOfBlocksAreEncodeAndSettle) {
+  const Codec& fp16 = codec_by_name("fp16");
+  const size_t n = 5 * 2048 + 700;  // six blocks, the last a part
+  const std::vector<float> init = ramp(2 * n, -0.3f, 0.0071f);
+  std::vector<float> target(n);
+  for (size_t i = 0; i < n; ++i) {
+    const float x = init[n + i];
+    target[i] = i % 5 == 0 ? x : i < 2048 ? x + 6e4f : x - 3e-3f * std::sin(static_cast<float>(i));
+  }
+  const std::vector<std::pair<size_t, size_t>> ranges = {{5, 6}, {0, 2}, {2, 5}};
+  for (const auto anchor : {RootModel::Anchor::kStays, RootModel::Anchor::kAdvances}) {
+    RootModel whole(init), split(init);
+    std::vector<float> theta_whole = target, theta_split = target, diff;
+    std::vector<uint8_t> p_whole(fp16.encoded_size(n)), p_split(fp16.encoded_size(n), 0x5a);
+    whole.encode_and_settle(n, static_cast<uint32_t>(n), theta_whole.data(), fp16, p_whole.data(),
+                            diff, anchor);
+    for (const auto& [first, end] : ranges) {
+      EXPECT_LT(split.fp16_measure(n, static_cast<uint32_t>(n), theta_split.data(),
+                                   p_split.data(), first, end),
+                kernels::kF32ExpMask);
+    }
+    split.settling_starts(anchor);
+    for (const auto& [first, end] : ranges) {
+      split.fp16_settle(n, static_cast<uint32_t>(n), theta_split.data(), p_split.data(), first,
+                        end, anchor);
+    }
+    ASSERT_EQ(p_split, p_whole);
+    ASSERT_EQ(std::memcmp(split.held().data(), whole.held().data(), 2 * n * sizeof(float)), 0);
+    const std::vector<float> a = whole.global(), b = split.global();
+    ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+  }
+  RootModel m(init);
+  std::vector<float> theta = target;
+  theta[3 * 2048 + 5] = std::numeric_limits<float>::quiet_NaN();
+  std::vector<uint8_t> payload(fp16.encoded_size(n));
+  EXPECT_LT(m.fp16_measure(n, static_cast<uint32_t>(n), theta.data(), payload.data(), 0, 3),
+            kernels::kF32ExpMask);
+  EXPECT_GE(m.fp16_measure(n, static_cast<uint32_t>(n), theta.data(), payload.data(), 3, 4),
+            kernels::kF32ExpMask);
 }
 
 TEST(RootModel, AnAdvancingEncodeRefusesANonFiniteStepWithTheAnchorUntouched) {

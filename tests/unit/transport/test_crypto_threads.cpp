@@ -2,13 +2,20 @@
 // (LinkOptions::crypto_threads): every frame comes whole and in the order
 // its child sent it, whatever thread opened it, and a frame changed on the
 // way or sent twice is refused as it is without them, the rest going on.
+// And the owner's own work split in parts over them (run_parts).
 #include <any>
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
+#include <mutex>
+#include <set>
 #include <stdexcept>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "striped_links_fixture.hpp"
 
@@ -266,6 +273,51 @@ TEST(CryptoThreadsSetting, FromTheEnvironmentWithinBounds) {
   EXPECT_LE(CryptoWorkers::default_threads(), 3u);
   if (before != nullptr) ::setenv("FEDWAN_CRYPTO_THREADS", saved.c_str(), 1);
   EXPECT_THROW(CryptoWorkers(0), ConfigError);
+}
+
+// The owner's work in parts: each part runs once, whatever the number; an
+// error comes back only after every part ran, the first in part order.
+TEST(CryptoWorkersParts, EachPartRunsOnceAndTheFirstErrorComesBack) {
+  CryptoWorkers w(2);
+  for (const size_t parts : {size_t(0), size_t(1), size_t(2), size_t(3), size_t(7)}) {
+    std::vector<std::atomic<int>> runs(parts);
+    w.run_parts(parts, [&](size_t p) { runs[p] += 1; });
+    for (size_t p = 0; p < parts; ++p) EXPECT_EQ(runs[p].load(), 1) << p << " of " << parts;
+  }
+  std::vector<std::atomic<int>> runs(5);
+  try {
+    w.run_parts(5, [&](size_t p) {
+      runs[p] += 1;
+      if (p == 1 || p == 3) throw std::runtime_error("part " + std::to_string(p));
+    });
+    ADD_FAILURE() << "no error came back";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "part 1");
+  }
+  for (size_t p = 0; p < runs.size(); ++p) EXPECT_EQ(runs[p].load(), 1) << p;
+}
+
+// A pool whose every thread is busy elsewhere does not hold its owner up:
+// the parts no thread took run on the owner's thread.
+TEST(CryptoWorkersParts, ThreadsBusyElsewhereLeaveThePartsToTheOwner) {
+  CryptoWorkers w(1);
+  std::atomic<bool> started{false}, release{false};
+  CryptoWorkers::Job blocker;
+  blocker.task = [&] {
+    started = true;
+    while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  };
+  w.submit(&blocker);
+  while (!started) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::mutex mu;
+  std::set<std::thread::id> ran_on;
+  w.run_parts(4, [&](size_t) {
+    std::lock_guard<std::mutex> lock(mu);
+    ran_on.insert(std::this_thread::get_id());
+  });
+  EXPECT_EQ(ran_on, std::set<std::thread::id>{std::this_thread::get_id()});
+  release = true;
+  EXPECT_TRUE(w.wait(&blocker, std::chrono::seconds(10)));
 }
 
 }  // namespace
