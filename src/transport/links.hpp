@@ -181,9 +181,11 @@ class ParentLink {
   std::optional<Fragmenter> out_;
   uint64_t next_fragment_id_ = fragment_id_base();
   Reassembler reassembler_;
-  bool long_link_ = false;  // 5 ms or more there and back, checked now and then
+  // A connection's round trip at options_.long_link_rtt_us or more (5 ms
+  // by default, the threshold the parent applies at the handshake), checked
+  // now and then.
+  bool long_link_ = false;
   std::chrono::steady_clock::time_point long_checked_{};
-  static constexpr uint32_t kLongRttUs = 5000;
 };
 
 // Who may reach a parent at all. Anyone can connect and pick a routing id,

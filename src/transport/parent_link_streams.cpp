@@ -83,7 +83,7 @@ bool ParentLink::long_link() {
     long_link_ = false;
     for (auto& s : stripes_) {
       const auto c = s->tcp_counters();
-      long_link_ = long_link_ || (c && c->rtt_us >= kLongRttUs);
+      long_link_ = long_link_ || (c && c->rtt_us >= options_.long_link_rtt_us);
     }
   }
   return long_link_;

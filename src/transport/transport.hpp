@@ -52,7 +52,9 @@ struct SocketOptions {
   // window lets go, so that a striped link's pieces go to the connections
   // that drain (links.hpp).
   int long_link_notsent_lowat = 32 << 10;
-  // The round trip (at the handshake) from which a connection is long.
+  // The round trip from which a connection is long: a parent's at the
+  // handshake, a child's link (ParentLink, which sends its frames in
+  // pieces over a long striped link) as the kernel measures it since.
   uint32_t long_link_rtt_us = 5000;
   // For the link layer above (links.hpp), not the transport: the connections
   // a child opens to its parent (federation.streams; with adaptive_streams,

@@ -136,11 +136,13 @@ class StripedLinks : public ::testing::Test {
                                                parent_sec_->children_factory(), a);
   }
 
+  // `o`: the child's other link options (its streams and reordering are
+  // set from the arguments).
   std::unique_ptr<ParentLink> connect(const std::string& id, int streams, SecurityOptions so = {},
-                                      Millis reorder_wait = 5000ms, bool adaptive = false) {
+                                      Millis reorder_wait = 5000ms, bool adaptive = false,
+                                      LinkOptions o = {}) {
     if (so.credentials_dir.empty() && !so.insecure_plaintext) so = options_for(id);
     child_sec_.push_back(std::make_unique<node::NodeSecurity>(so, *topo_, topo_->node(id)));
-    LinkOptions o;
     o.streams = streams;
     o.adaptive_streams = adaptive;
     o.reorder_wait_ms = static_cast<int>(reorder_wait.count());

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <thread>
 #include <vector>
@@ -48,15 +49,19 @@ TEST_F(StripedLinks, BigFramesGoInPiecesOverEveryConnectionAndArriveWholeBothWay
 }
 
 TEST_F(StripedLinks, AParentSendsInPiecesToAChildWhoseConnectionsItMeasuredAsLong) {
-  // The child sees a short link and sends whole frames; the parent counts
-  // every connection as long (a threshold of 0 us there and back) and
-  // sends its own frames in pieces from the child's first frame on.
+  // The child sees a short link (no round trip is long to it, however
+  // slow a loaded machine makes loopback) and sends whole frames; the
+  // parent counts every connection as long (a threshold of 0 us there and
+  // back) and sends its own frames in pieces from the child's first frame
+  // on.
   const auto second_up = faults_->add(FaultRule::observe().on(endpoint(), "a~2").up());
   const auto second_down = faults_->add(FaultRule::observe().on(endpoint(), "a~2").down());
   LinkOptions parent;
   parent.long_link_rtt_us = 0;
   start_parent(5000ms, parent);
-  auto child = connect("a", 3);
+  LinkOptions short_link;
+  short_link.long_link_rtt_us = std::numeric_limits<uint32_t>::max();
+  auto child = connect("a", 3, {}, 5000ms, false, short_link);
   exchange(*child, "a", 30, /*pieces=*/false, 200'000);
   EXPECT_EQ(sorted(up_), iota(30));
   EXPECT_EQ(sorted(down_), iota(30));
