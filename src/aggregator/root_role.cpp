@@ -124,8 +124,8 @@ void Aggregator::Impl::RootRole::chunk_complete(uint32_t chunk) {
   n_.send_children(stored, h);
 }
 
-void Aggregator::Impl::RootRole::step_and_encode(uint64_t off, uint32_t n,
-                                                 std::vector<float>& mean, uint8_t* payload,
+void Aggregator::Impl::RootRole::step_and_encode(uint64_t off, uint32_t n, std::vector<float>& mean,
+                                                 uint8_t* payload,
                                                  aggregator::RootModel::Anchor anchor) {
   global_.resize(n);  // every value written next
   float* const global = global_.data();

@@ -189,35 +189,50 @@ FEDWAN_AVX2 inline __m256i abs_bits(__m256 v) {
   return _mm256_and_si256(_mm256_castps_si256(v), _mm256_set1_epi32(int(kF32AbsMask)));
 }
 
-FEDWAN_AVX2 uint32_t avx2_max_abs_bits(const float* in, const float* res, size_t n) {
-  // Four accumulators so the loop is bound by loads, not by max latency.
+// The largest bit pattern of |v(i)| over the head of n values a multiple
+// of 32 long (its length in *done), where `load` gives v(i .. i + 7): four
+// accumulators, so the loop is bound by loads, not by max latency.
+template <class Load>
+FEDWAN_AVX2 inline uint32_t avx2_max_bits_head(size_t n, size_t* done, Load load) {
   __m256i m0 = _mm256_setzero_si256(), m1 = m0, m2 = m0, m3 = m0;
   size_t i = 0;
-  if (res) {
-    for (; i + 32 <= n; i += 32) {
-      m0 = _mm256_max_epi32(
-          m0, abs_bits(_mm256_add_ps(_mm256_loadu_ps(in + i), _mm256_loadu_ps(res + i))));
-      m1 = _mm256_max_epi32(
-          m1, abs_bits(_mm256_add_ps(_mm256_loadu_ps(in + i + 8), _mm256_loadu_ps(res + i + 8))));
-      m2 = _mm256_max_epi32(
-          m2, abs_bits(_mm256_add_ps(_mm256_loadu_ps(in + i + 16), _mm256_loadu_ps(res + i + 16))));
-      m3 = _mm256_max_epi32(
-          m3, abs_bits(_mm256_add_ps(_mm256_loadu_ps(in + i + 24), _mm256_loadu_ps(res + i + 24))));
-    }
-  } else {
-    for (; i + 32 <= n; i += 32) {
-      m0 = _mm256_max_epi32(m0, abs_bits(_mm256_loadu_ps(in + i)));
-      m1 = _mm256_max_epi32(m1, abs_bits(_mm256_loadu_ps(in + i + 8)));
-      m2 = _mm256_max_epi32(m2, abs_bits(_mm256_loadu_ps(in + i + 16)));
-      m3 = _mm256_max_epi32(m3, abs_bits(_mm256_loadu_ps(in + i + 24)));
-    }
+  for (; i + 32 <= n; i += 32) {
+    m0 = _mm256_max_epi32(m0, abs_bits(load(i)));
+    m1 = _mm256_max_epi32(m1, abs_bits(load(i + 8)));
+    m2 = _mm256_max_epi32(m2, abs_bits(load(i + 16)));
+    m3 = _mm256_max_epi32(m3, abs_bits(load(i + 24)));
   }
+  *done = i;
   // Signed max is right: every masked pattern is non-negative as an int32.
   const __m256i m = _mm256_max_epi32(_mm256_max_epi32(m0, m1), _mm256_max_epi32(m2, m3));
   __m128i h = _mm_max_epi32(_mm256_castsi256_si128(m), _mm256_extracti128_si256(m, 1));
   h = _mm_max_epi32(h, _mm_shuffle_epi32(h, 0x4E));
   h = _mm_max_epi32(h, _mm_shuffle_epi32(h, 0xB1));
-  const uint32_t head = uint32_t(_mm_cvtsi128_si32(h));
+  return uint32_t(_mm_cvtsi128_si32(h));
+}
+
+// What avx2_max_bits_head loads: in + res, in alone, a - b.
+struct LoadSum {
+  const float *a, *b;
+  FEDWAN_AVX2 __m256 operator()(size_t i) const {
+    return _mm256_add_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i));
+  }
+};
+struct LoadOne {
+  const float* a;
+  FEDWAN_AVX2 __m256 operator()(size_t i) const { return _mm256_loadu_ps(a + i); }
+};
+struct LoadDifference {
+  const float *a, *b;
+  FEDWAN_AVX2 __m256 operator()(size_t i) const {
+    return _mm256_sub_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i));
+  }
+};
+
+FEDWAN_AVX2 uint32_t avx2_max_abs_bits(const float* in, const float* res, size_t n) {
+  size_t i = 0;
+  const uint32_t head =
+      res ? avx2_max_bits_head(n, &i, LoadSum{in, res}) : avx2_max_bits_head(n, &i, LoadOne{in});
   return std::max(head, scalar_max_abs_bits(in + i, res ? res + i : nullptr, n - i));
 }
 
@@ -424,24 +439,9 @@ FEDWAN_AVX2 void avx2_fp16_encode_bf16_residual(const float* v, size_t n, const 
 }
 
 FEDWAN_AVX2 uint32_t avx2_sub_max_abs_bits(const float* a, const float* b, size_t n) {
-  __m256i m0 = _mm256_setzero_si256(), m1 = m0, m2 = m0, m3 = m0;
   size_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    m0 = _mm256_max_epi32(
-        m0, abs_bits(_mm256_sub_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i))));
-    m1 = _mm256_max_epi32(
-        m1, abs_bits(_mm256_sub_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8))));
-    m2 = _mm256_max_epi32(
-        m2, abs_bits(_mm256_sub_ps(_mm256_loadu_ps(a + i + 16), _mm256_loadu_ps(b + i + 16))));
-    m3 = _mm256_max_epi32(
-        m3, abs_bits(_mm256_sub_ps(_mm256_loadu_ps(a + i + 24), _mm256_loadu_ps(b + i + 24))));
-  }
-  alignas(32) uint32_t lanes[8];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes),
-                     _mm256_max_epi32(_mm256_max_epi32(m0, m1), _mm256_max_epi32(m2, m3)));
-  uint32_t m = scalar_sub_max_abs_bits(a + i, b + i, n - i);
-  for (uint32_t v : lanes) m = std::max(m, v);
-  return m;
+  const uint32_t head = avx2_max_bits_head(n, &i, LoadDifference{a, b});
+  return std::max(head, scalar_sub_max_abs_bits(a + i, b + i, n - i));
 }
 
 template <bool Clamp, bool Advance>

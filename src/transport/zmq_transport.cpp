@@ -5,6 +5,7 @@
 #include <zmq.hpp>
 
 #include "common/byte_pool.hpp"
+#include "common/thread_sanitizer.hpp"
 #include "fedwan/error.hpp"
 #include "transport/congestion_monitor.hpp"
 #include "transport/socket_buffers.hpp"
@@ -38,10 +39,12 @@ std::string source_of(zmq::message_t& msg) {
 zmq::message_t owning(std::vector<uint8_t>&& bytes) {
   if (bytes.empty()) return zmq::message_t();
   auto* held = new std::vector<uint8_t>(std::move(bytes));
+  handed_over(held);  // to zmq's I/O thread, through queues no sanitizer sees
   try {
     return zmq::message_t(
         held->data(), held->size(),
         [](void* /*data*/, void* hint) {
+          taken_over(hint);
           auto* sent = static_cast<std::vector<uint8_t>*>(hint);
           BytePool::shared().give(std::move(*sent));  // the next frame is sealed into it
           delete sent;

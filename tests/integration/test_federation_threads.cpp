@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 
 #include "common/byte_pool.hpp"
@@ -33,6 +34,19 @@ LocalTraining synthetic_training(const Topology& topo) {
   return [&topo](uint32_t site, uint64_t, std::vector<float>& p) {
     synthetic::local_steps(p.data(), p.size(), site, topo.federation().inner_steps, kSeed);
   };
+}
+
+// The federation run as threads, held to the in-process reference bit for
+// bit (the root's global model and every site's); empty on errors.
+std::optional<FederationRun> run_matching_reference(const Topology& topo,
+                                                    const std::vector<float>& init) {
+  FederationRun run = run_threads(topo, init, kSeed);
+  EXPECT_TRUE(run.errors.empty()) << run.error_text();
+  if (!run.errors.empty()) return std::nullopt;
+  const ReferenceResult ref = run_reference(topo, init, synthetic_training(topo));
+  EXPECT_TRUE(bit_equal(run.root.global_model, ref.global));
+  for (const auto& site : run.site_models) EXPECT_TRUE(bit_equal(site, ref.held));
+  return run;
 }
 
 struct Case {
@@ -67,14 +81,11 @@ TEST_P(FederationMatchesReference, TwoRegionsFourSitesInProcess) {
       make_tree(dir.path(), 2, 2, spec(GetParam().codec, GetParam().outer, 4), /*in_process=*/true);
   ASSERT_EQ(topo.root().endpoint.rfind("mem://", 0), 0u);
   const std::vector<float> init = synthetic::initial_model(5000, kSeed);
-  FederationRun run = run_threads(topo, init, kSeed);
-  ASSERT_TRUE(run.errors.empty()) << run.error_text();
-  const ReferenceResult ref = run_reference(topo, init, synthetic_training(topo));
-  EXPECT_TRUE(bit_equal(run.root.global_model, ref.global));
-  for (const auto& site : run.site_models) EXPECT_TRUE(bit_equal(site, ref.held));
-  ASSERT_EQ(run.root.reports.size(), 4u);
+  const std::optional<FederationRun> run = run_matching_reference(topo, init);
+  ASSERT_TRUE(run.has_value());
+  ASSERT_EQ(run->root.reports.size(), 4u);
   // Exact traffic accounting holds over any transport.
-  for (const auto& r : run.root.reports) EXPECT_GT(r.wan_bytes, 0u);
+  for (const auto& r : run->root.reports) EXPECT_GT(r.wan_bytes, 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Codecs, FederationMatchesReference,
@@ -122,8 +133,8 @@ TEST(Federation, AChunkSplitOverTheRootsThreadsIsTheReference) {
     const char* codec;
     const char* outer;
   };
-  for (const Shape& s : {Shape{0, "fp16", "diloco"}, Shape{2, "fp16", "fedadam"},
-                         Shape{0, "int8", "diloco"}}) {
+  for (const Shape& s :
+       {Shape{0, "fp16", "diloco"}, Shape{2, "fp16", "fedadam"}, Shape{0, "int8", "diloco"}}) {
     SCOPED_TRACE(std::string(s.codec) + "/" + s.outer + " regions " + std::to_string(s.regions));
     TempDir dir;
     FederationSpec f = spec(s.codec, s.outer, 3);
@@ -131,11 +142,7 @@ TEST(Federation, AChunkSplitOverTheRootsThreadsIsTheReference) {
     const Topology topo = make_tree(dir.path(), s.regions, 2, f);
     // Two whole chunks and one of 75712 values (37 blocks: parts of 32 and 5).
     const std::vector<float> init = synthetic::initial_model(600000, kSeed);
-    FederationRun run = run_threads(topo, init, kSeed);
-    ASSERT_TRUE(run.errors.empty()) << run.error_text();
-    const ReferenceResult ref = run_reference(topo, init, synthetic_training(topo));
-    EXPECT_TRUE(bit_equal(run.root.global_model, ref.global));
-    for (const auto& site : run.site_models) EXPECT_TRUE(bit_equal(site, ref.held));
+    EXPECT_TRUE(run_matching_reference(topo, init).has_value());
   }
   if (before != nullptr) {
     ::setenv("FEDWAN_CRYPTO_THREADS", saved.c_str(), 1);

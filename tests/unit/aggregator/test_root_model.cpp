@@ -239,14 +239,14 @@ TEST(RootModel, Fp16PassesOverRangesOfBlocksAreEncodeAndSettle) {
     whole.encode_and_settle(n, static_cast<uint32_t>(n), theta_whole.data(), fp16, p_whole.data(),
                             diff, anchor);
     for (const auto& [first, end] : ranges) {
-      EXPECT_LT(split.fp16_measure(n, static_cast<uint32_t>(n), theta_split.data(),
-                                   p_split.data(), first, end),
+      EXPECT_LT(split.fp16_measure(n, static_cast<uint32_t>(n), theta_split.data(), p_split.data(),
+                                   first, end),
                 kernels::kF32ExpMask);
     }
     split.settling_starts(anchor);
     for (const auto& [first, end] : ranges) {
-      split.fp16_settle(n, static_cast<uint32_t>(n), theta_split.data(), p_split.data(), first,
-                        end, anchor);
+      split.fp16_settle(n, static_cast<uint32_t>(n), theta_split.data(), p_split.data(), first, end,
+                        anchor);
     }
     ASSERT_EQ(p_split, p_whole);
     ASSERT_EQ(std::memcmp(split.held().data(), whole.held().data(), 2 * n * sizeof(float)), 0);

@@ -354,8 +354,8 @@ TEST(Fp16Kernels, RootSettleKernelsAreTheStepsTheyReplace) {
   if (kernels::avx2_half_kernels()) sets.push_back(kernels::avx2_half_kernels());
   const float inf = std::numeric_limits<float>::infinity();
   for (const kernels::HalfKernels* k : sets) {
-    for (size_t n : {size_t(0), size_t(1), size_t(7), size_t(8), size_t(9), size_t(33),
-                     size_t(2048)}) {
+    for (size_t n :
+         {size_t(0), size_t(1), size_t(7), size_t(8), size_t(9), size_t(33), size_t(2048)}) {
       Floats theta = edge_values(n), held = random_floats(n, 61, 1e-1f);
       for (auto& x : theta) x = std::isfinite(x) ? x : 0.25f;
       // Some steps nothing, some under fp16's range, some of either sign.
@@ -380,8 +380,7 @@ TEST(Fp16Kernels, RootSettleKernelsAreTheStepsTheyReplace) {
         for (const bool advance : {false, true}) {
           Bytes out_b(2 * n, 0x5a), bits_b(2 * n, 0xa5);
           Floats h = held;
-          k->fp16_encode_settle(theta.data(), h.data(), n, s, advance, out_b.data(),
-                                bits_b.data());
+          k->fp16_encode_settle(theta.data(), h.data(), n, s, advance, out_b.data(), bits_b.data());
           ASSERT_EQ(out_a, out_b) << k->name << " n=" << n << " scale=" << s.scale;
           ASSERT_EQ(bits_a, bits_b) << k->name << " n=" << n << " scale=" << s.scale;
           ASSERT_TRUE(same_bits(h, advance ? next : held)) << k->name << " n=" << n;
