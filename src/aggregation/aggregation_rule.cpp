@@ -30,6 +30,18 @@ class WeightedMeanCombiner final : public ChunkCombiner {
     }
     weight_ += weight;
   }
+  void add_encoded(uint32_t, const Codec& codec, const uint8_t* payload, uint32_t elements,
+                   double weight, std::vector<float>&) override {
+    if (unwritten_) {
+      // Decoded where the sum goes, then 0 + weight * x in place.
+      codec.decode(payload, elements, sum_.data());
+      first_weighted(sum_.data(), sum_.data(), sum_.size(), static_cast<float>(weight));
+      unwritten_ = false;
+    } else {
+      codec.decode_accumulate(payload, elements, static_cast<float>(weight), sum_.data());
+    }
+    weight_ += weight;
+  }
   Combined finish() override {
     if (unwritten_) std::fill(sum_.begin(), sum_.end(), 0.0f);  // nothing added: no values
     finalize_mean(sum_.data(), sum_.size(), weight_);
@@ -97,6 +109,13 @@ std::string joined_names(const std::map<std::string, RuleFactory>& factories) {
 }
 
 }  // namespace
+
+void ChunkCombiner::add_encoded(uint32_t slot, const Codec& codec, const uint8_t* payload,
+                                uint32_t elements, double weight, std::vector<float>& scratch) {
+  if (scratch.size() < elements) scratch.resize(elements);
+  codec.decode(payload, elements, scratch.data());
+  add(slot, scratch.data(), weight);
+}
 
 const char* rule_memory_name(RuleMemory m) {
   return m == RuleMemory::kStreaming ? "streaming" : "buffered";

@@ -55,6 +55,12 @@ class ChunkCombiner {
   // may bring a higher one). The combiner may keep a copy; `values` is the
   // caller's.
   virtual void add(uint32_t slot, const float* values, double weight) = 0;
+  // The same copy as the payload `codec` decodes to those values (valid
+  // for the chunk's `elements`): the default decodes it into `scratch` and
+  // calls add(); a rule may fold it in as it decodes (the weighted mean:
+  // Codec::decode_accumulate, the same bits as add() on the decoding).
+  virtual void add_encoded(uint32_t slot, const Codec& codec, const uint8_t* payload,
+                           uint32_t elements, double weight, std::vector<float>& scratch);
   // The combined chunk, once, after at least one add(). A rule that leaves
   // copies out says which and why; what stands behind the values is the
   // rest (at least one copy).

@@ -141,16 +141,27 @@ RoundAccumulator::Result RoundAccumulator::add(uint64_t round, uint32_t sender, 
     v.reason = "malformed payload (the " + std::string(codec.name()) + " codec's check failed)";
     return refuse(acc, slot, chunk, weight, v);
   }
-  scratch_.resize(element_count);
-  codec.decode(payload, element_count, scratch_.data());
+  // Decoded only when something asks for the values.
+  bool decoded = false;
+  const ValuesOnDemand decoded_values = [&]() -> float* {
+    if (!decoded) {
+      scratch_.resize(element_count);
+      codec.decode(payload, element_count, scratch_.data());
+      decoded = true;
+    }
+    return scratch_.data();
+  };
+  std::optional<ValueMeasure> measure =
+      known.measure ? known.measure : measure_payload(codec, payload, element_count);
+  if (!measure) measure = measure_values(decoded_values(), element_count);
   uint64_t digest = 0;
   if (screen_.checks_replays()) {
     digest = known.sha != nullptr ? payload_digest(*known.sha)
              : known.fingerprint  ? *known.fingerprint
                                   : payload_digest(payload, bytes);
   }
-  CopyVerdict v = screen_.judge(round, chunk, static_cast<uint32_t>(slot), digest, scratch_.data(),
-                                element_count);
+  CopyVerdict v = screen_.judge(round, chunk, static_cast<uint32_t>(slot), digest, *measure,
+                                decoded_values, element_count);
   if (v.verdict == Verdict::kRefused) return refuse(acc, slot, chunk, weight, v);
   double norm = v.norm;  // of the values the rule gets
   // Whether those values are the payload's decoding, as they were made.
@@ -158,7 +169,7 @@ RoundAccumulator::Result RoundAccumulator::add(uint64_t round, uint32_t sender, 
   if (auto it = clip_.find(sender); it != clip_.end()) {
     const double share = privacy::chunk_share(it->second, element_count, plan_.total());
     clip_valued_.insert(sender);
-    if (privacy::clip_l2(scratch_.data(), element_count, share) < 1) {
+    if (privacy::clip_l2(decoded_values(), element_count, share) < 1) {
       privacy_clipped_ += 1;
       clip_hit_.insert(sender);
       norm = std::min(norm, share);
@@ -170,11 +181,18 @@ RoundAccumulator::Result RoundAccumulator::add(uint64_t round, uint32_t sender, 
   // is) can have the payload wait in place of what it decodes to.
   const bool findable = codec_by_id(codec.id()) == &codec;
   if (v.verdict == Verdict::kDeferred) {
+    decoded_values();
     acc.held.push_back({static_cast<uint32_t>(slot), weight, norm, scratch_, v.bound});
   } else {
     if (!(as_decoded && findable &&
           park_first_copy(acc, chunk, slot, weight, Payload{&codec, payload, bytes, false}))) {
-      combiner_of(acc, chunk).add(static_cast<uint32_t>(slot), scratch_.data(), weight);
+      ChunkCombiner& combiner = combiner_of(acc, chunk);
+      if (decoded) {
+        combiner.add(static_cast<uint32_t>(slot), scratch_.data(), weight);
+      } else {
+        combiner.add_encoded(static_cast<uint32_t>(slot), codec, payload, element_count, weight,
+                             scratch_);
+      }
     }
     acc.added.emplace_back(static_cast<uint32_t>(slot), weight);
     screen_.remember(round, chunk, v.verdict == Verdict::kClipped ? std::min(v.bound, norm) : norm);

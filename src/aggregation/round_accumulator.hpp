@@ -1,11 +1,13 @@
 // Per-round bookkeeping of an aggregator: which child delivered which chunk,
 // and one combiner of the round's aggregation rule per chunk *in flight*
 // (made on the first arrival of chunk i, released by take()). Every copy is
-// decoded and judged by the update screen (update_screen.hpp) before the
-// rule sees it. With a streaming rule (the default weighted mean) memory is
-// O(chunks in flight), never O(children x model); a buffered rule, or a
-// round whose norm bound has no history yet, holds O(fan-in) copies per
-// chunk in flight. Pure: no sockets, no clocks. Not thread safe.
+// judged by the update screen (update_screen.hpp) before the rule sees it:
+// an fp16 copy from its measure, taken a block at a time in cache, and
+// decoded only where the rule or the screen needs its values (the weighted
+// mean decodes it into its sum; a copy set aside is not decoded at all). With a streaming rule (the
+// default weighted mean) memory is O(chunks in flight), never O(children x model); a buffered rule,
+// or a round whose norm bound has no history yet, holds O(fan-in) copies per chunk in flight. Pure:
+// no sockets, no clocks. Not thread safe.
 //
 // Refused copies: a copy the screen or the rule refuses has been delivered.
 // Its weight is *excused*: it counts toward the quorum (the round does not
@@ -66,6 +68,8 @@ struct PayloadFacts {
   std::optional<uint64_t> fingerprint;
   // The codec's validate() passed for these bytes and this element count.
   bool valid = false;
+  // measure_payload's answer for these bytes and this element count.
+  std::optional<ValueMeasure> measure;
 };
 
 struct ChunkSum {
@@ -260,7 +264,7 @@ class RoundAccumulator {
   UpdateScreen screen_;
   std::vector<float> scratch_;              // one decoded copy
   std::vector<uint8_t> replay_payload_;     // one parked payload read back
-  std::vector<float> replay_values_;        // and decoded (for a combiner)
+  std::vector<float> replay_values_;        // a combiner's scratch to decode it
   std::vector<std::vector<float>> spares_;  // see recycle()
   ChunkParking parking_;
   bool rule_parks_ = false;     // the rule's combiners are parkable (learned from the first)

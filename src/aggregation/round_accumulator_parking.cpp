@@ -53,10 +53,9 @@ ChunkCombiner& RoundAccumulator::combiner_of(Inflight& acc, uint32_t chunk) {
     // The same calls as when the copy came: the same state, bit for bit.
     const Codec* codec = codec_by_id(acc.replay_codec);
     ChunkParking::unpark_bytes(&replay_payload_, &acc.replay);
-    replay_values_.resize(n);
-    codec->decode(replay_payload_.data(), n, replay_values_.data());
     acc.combiner = rule_->begin_chunk_reusing(n, acc.fan_in, spare(n));
-    acc.combiner->add(acc.added.front().first, replay_values_.data(), acc.added.front().second);
+    acc.combiner->add_encoded(acc.added.front().first, *codec, replay_payload_.data(), n,
+                              acc.added.front().second, replay_values_);
   } else if (!acc.combiner) {
     acc.fan_in = children_.size();
     acc.combiner = rule_->begin_chunk_reusing(n, acc.fan_in, spare(n));

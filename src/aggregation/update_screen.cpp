@@ -8,6 +8,8 @@
 #include <cstring>
 #include <utility>
 
+#include "codec/block_scaled.hpp"
+#include "codec/fp16_codec.hpp"
 #include "codec/half.hpp"
 #include "common/cpu_features.hpp"
 #include "common/fingerprint.hpp"
@@ -38,12 +40,11 @@ double add_lanes(const double* a) {
   return (quads[0] + quads[1]) + (quads[2] + quads[3]);
 }
 
-double sum_of_squares_scalar(const float* v, size_t n, size_t from, double* lanes) {
+void squares_scalar(const float* v, size_t n, size_t from, double* lanes) {
   for (size_t i = from; i < n; ++i) {
     const double x = v[i];
     lanes[i % kLanes] += x * x;
   }
-  return add_lanes(lanes);
 }
 
 // With `top`, the largest |value|'s bits (HalfKernels::max_abs_bits) are
@@ -53,15 +54,17 @@ double sum_of_squares_scalar(const float* v, size_t n, size_t from, double* lane
 constexpr size_t kStretch = 4096;  // floats, a multiple of kLanes
 static_assert(kStretch % kLanes == 0, "a stretch must end on a lane boundary");
 
-__attribute__((target("avx2"))) double sum_of_squares_avx2(const float* v, size_t n,
-                                                           uint32_t* top) {
-  __m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(),
-                    _mm256_setzero_pd()};
+// Adds v's squares into `lanes` (element i into lane i % kLanes) and
+// raises *top to the largest |v|'s bits.
+__attribute__((target("avx2"))) void squares_avx2(const float* v, size_t n, double* lanes,
+                                                  uint32_t* top) {
+  __m256d acc[4];
+  for (size_t q = 0; q < 4; ++q) acc[q] = _mm256_loadu_pd(lanes + 4 * q);
   const kernels::HalfKernels& k = kernels::half_kernels();
   size_t i = 0;
   for (size_t s = 0; s < n; s += kStretch) {
     const size_t end = std::min(n, s + kStretch);
-    if (top) *top = std::max(*top, k.max_abs_bits(v + s, nullptr, end - s));
+    *top = std::max(*top, k.max_abs_bits(v + s, nullptr, end - s));
     for (; i + kLanes <= end; i += kLanes) {
       for (size_t q = 0; q < 4; ++q) {
         const __m256d x = _mm256_cvtps_pd(_mm_loadu_ps(v + i + 4 * q));
@@ -69,19 +72,51 @@ __attribute__((target("avx2"))) double sum_of_squares_avx2(const float* v, size_
       }
     }
   }
-  double lanes[kLanes];
   for (size_t q = 0; q < 4; ++q) _mm256_storeu_pd(lanes + 4 * q, acc[q]);
-  return sum_of_squares_scalar(v, n, i, lanes);
+  squares_scalar(v, n, i, lanes);
 }
 
-double sum_of_squares(const float* v, size_t n, uint32_t* top = nullptr) {
-  if (cpu_has_avx2()) return sum_of_squares_avx2(v, n, top);
-  if (top) *top = kernels::half_kernels().max_abs_bits(v, nullptr, n);
-  double lanes[kLanes] = {};
-  return sum_of_squares_scalar(v, n, 0, lanes);
+// The same, on the vector path where the CPU has one. Calls may go on
+// from one another: each but the last over a multiple of kLanes values.
+void add_squares(const float* v, size_t n, double* lanes, uint32_t* top) {
+  if (cpu_has_avx2()) {
+    squares_avx2(v, n, lanes, top);
+    return;
+  }
+  *top = std::max(*top, kernels::half_kernels().max_abs_bits(v, nullptr, n));
+  squares_scalar(v, n, 0, lanes);
 }
 
 }  // namespace
+
+ValueMeasure measure_values(const float* v, size_t n) {
+  double lanes[kLanes] = {};
+  ValueMeasure m;
+  add_squares(v, n, lanes, &m.top);
+  m.squares = add_lanes(lanes);
+  return m;
+}
+
+std::optional<ValueMeasure> measure_payload(const Codec& codec, const uint8_t* payload, size_t n) {
+  // The library's fp16 codec, whose layout this reads (not another that
+  // took its id).
+  if (dynamic_cast<const Fp16Codec*>(&codec) == nullptr) return std::nullopt;
+  // A block at a time, decoded into L1 as Fp16Codec::decode decodes it.
+  constexpr size_t kBlock = Fp16Codec::kBlock;
+  static_assert(kBlock % kLanes == 0, "a block must end on a lane boundary");
+  const kernels::HalfKernels& k = kernels::half_kernels();
+  const uint8_t* const halves = payload + Fp16Codec::kScaleBytes * Fp16Codec::blocks(n);
+  alignas(64) float block[kBlock];
+  double lanes[kLanes] = {};
+  ValueMeasure m;
+  kernels::for_each_block<kBlock>(n, [&](size_t b, size_t begin, size_t len) {
+    k.fp16_decode(halves + 2 * begin, len,
+                  kernels::load_scale(payload + Fp16Codec::kScaleBytes * b), block);
+    add_squares(block, len, lanes, &m.top);
+  });
+  m.squares = add_lanes(lanes);
+  return m;
+}
 
 ScreenConfig ScreenConfig::none() {
   ScreenConfig c;
@@ -102,11 +137,12 @@ const char* verdict_name(Verdict v) {
   return "?";
 }
 
-double l2_norm(const float* v, size_t n) { return std::sqrt(sum_of_squares(v, n)); }
+double l2_norm(const float* v, size_t n) { return std::sqrt(measure_values(v, n).squares); }
 
 double l2_norm_scalar(const float* v, size_t n) {
   double lanes[kLanes] = {};
-  return std::sqrt(sum_of_squares_scalar(v, n, 0, lanes));
+  squares_scalar(v, n, 0, lanes);
+  return std::sqrt(add_lanes(lanes));
 }
 
 double median_of(std::vector<double>& v) {
@@ -159,7 +195,7 @@ std::optional<uint64_t> UpdateScreen::replayed(uint64_t round, uint32_t chunk, u
   return std::nullopt;
 }
 
-std::optional<std::string> UpdateScreen::value_problem(const float* v, uint32_t n,
+std::optional<std::string> UpdateScreen::value_problem(const ValuesOnDemand& values, uint32_t n,
                                                        uint32_t top) const {
   const float max_abs = static_cast<float>(cfg_.max_abs);
   // The largest magnitude came with the sum of squares; only a chunk with a
@@ -167,6 +203,7 @@ std::optional<std::string> UpdateScreen::value_problem(const float* v, uint32_t 
   float top_value = 0;
   std::memcpy(&top_value, &top, sizeof top_value);
   if (top < kF32Infinity && (cfg_.max_abs <= 0 || top_value <= max_abs)) return std::nullopt;
+  const float* const v = values();
   for (uint32_t i = 0; i < n; ++i) {
     const float x = v[i];
     if (cfg_.finite_check && !std::isfinite(x)) {
@@ -207,6 +244,12 @@ std::optional<double> UpdateScreen::bound(uint64_t round, uint32_t chunk) const 
 }
 
 CopyVerdict UpdateScreen::over_bound(CopyVerdict v, float* values, uint32_t n) const {
+  return over_bound(
+      std::move(v), [values] { return values; }, n);
+}
+
+CopyVerdict UpdateScreen::over_bound(CopyVerdict v, const ValuesOnDemand& values,
+                                     uint32_t n) const {
   if (!(v.norm > v.bound)) return v;
   const std::string why = "L2 norm " + number(v.norm) + " over the bound " + number(v.bound);
   if (!cfg_.clip) {
@@ -218,23 +261,29 @@ CopyVerdict UpdateScreen::over_bound(CopyVerdict v, float* values, uint32_t n) c
   v.reason = why + "; clipped to it";
   v.scale = v.bound / v.norm;
   const float s = static_cast<float>(v.scale);
-  for (uint32_t i = 0; i < n; ++i) values[i] *= s;
+  float* const x = values();
+  for (uint32_t i = 0; i < n; ++i) x[i] *= s;
   return v;
 }
 
 CopyVerdict UpdateScreen::judge(uint64_t round, uint32_t chunk, uint32_t slot, uint64_t digest,
                                 float* values, uint32_t n) {
+  return judge(
+      round, chunk, slot, digest, measure_values(values, n), [values] { return values; }, n);
+}
+
+CopyVerdict UpdateScreen::judge(uint64_t round, uint32_t chunk, uint32_t slot, uint64_t digest,
+                                const ValueMeasure& measure, const ValuesOnDemand& values,
+                                uint32_t n) {
   CopyVerdict v;
   const bool checked = cfg_.finite_check || cfg_.max_abs > 0;
-  uint32_t top = 0;
-  const double squares = sum_of_squares(values, n, checked ? &top : nullptr);
-  if (auto problem = checked ? value_problem(values, n, top) : std::nullopt) {
+  if (auto problem = checked ? value_problem(values, n, measure.top) : std::nullopt) {
     v.verdict = Verdict::kRefused;
     v.reason = *problem;
     v.norm = std::nan("");
     return v;
   }
-  v.norm = std::sqrt(squares);  // l2_norm's bits
+  v.norm = std::sqrt(measure.squares);  // l2_norm's bits
   if (cfg_.replay_window > 0 && v.norm > 0) {
     if (auto earlier = replayed(round, chunk, slot, digest)) {
       v.verdict = Verdict::kRefused;

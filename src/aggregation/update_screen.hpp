@@ -27,12 +27,15 @@
 // Pure: no sockets, no clocks. Not thread safe.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "common/sha256.hpp"
+#include "fedwan/codec.hpp"
 #include "tensor/chunk_plan.hpp"
 
 namespace fedwan::aggregation {
@@ -71,6 +74,25 @@ struct HeldCopy {
   double bound = 0;  // a suspect's bound; 0: held for want of history
 };
 
+// What the screen measures of a copy's values: the sum of their squares
+// (l2_norm's before its square root: the same bits) and the largest
+// |value|'s bits (HalfKernels::max_abs_bits; at or above kF32ExpMask: a NaN
+// or an infinity).
+struct ValueMeasure {
+  double squares = 0;
+  uint32_t top = 0;
+};
+ValueMeasure measure_values(const float* v, size_t n);
+// The same of the values a valid payload decodes to, for a codec decoded a
+// block at a time in L1 (fp16) rather than into a whole chunk's buffer; the
+// same bits as measure_values on codec.decode's output. nullopt for the
+// other codecs.
+std::optional<ValueMeasure> measure_payload(const Codec& codec, const uint8_t* payload, size_t n);
+
+// A copy's values, decoded when first asked for (the screen asks only to
+// name a value it refuses or to clip them): n writable floats.
+using ValuesOnDemand = std::function<float*()>;
+
 class UpdateScreen {
  public:
   UpdateScreen(ScreenConfig cfg, tensor::ChunkPlan plan);
@@ -82,6 +104,10 @@ class UpdateScreen {
   // yet; judge_held decides once every copy is in. Remembers the digest.
   CopyVerdict judge(uint64_t round, uint32_t chunk, uint32_t slot, uint64_t digest, float* values,
                     uint32_t n);
+  // The same from the copy's measure (measure_payload), its values decoded
+  // only where the verdict needs them (`values`; clipped in place there).
+  CopyVerdict judge(uint64_t round, uint32_t chunk, uint32_t slot, uint64_t digest,
+                    const ValueMeasure& measure, const ValuesOnDemand& values, uint32_t n);
   bool checks_replays() const { return cfg_.replay_window > 0; }
   // Decides the suspects of one chunk (copies over its adaptive bound) once
   // the chunk closed with `copies` copies with values in all: refused or
@@ -106,8 +132,10 @@ class UpdateScreen {
     uint64_t round = 0;
     std::vector<double> norms;
   };
-  // `top`: the largest |v|'s bits (HalfKernels::max_abs_bits).
-  std::optional<std::string> value_problem(const float* v, uint32_t n, uint32_t top) const;
+  // `top`: the largest |v|'s bits (HalfKernels::max_abs_bits); the values
+  // are asked for only when one is to be named.
+  std::optional<std::string> value_problem(const ValuesOnDemand& values, uint32_t n,
+                                           uint32_t top) const;
   // The earlier round in which the child sent this very copy, if any; then
   // remembers it for `round`.
   std::optional<uint64_t> replayed(uint64_t round, uint32_t chunk, uint32_t slot, uint64_t digest);
@@ -116,6 +144,8 @@ class UpdateScreen {
     uint64_t digest = 0;
   };
   CopyVerdict over_bound(CopyVerdict v, float* values, uint32_t n) const;
+  // over_bound, the values asked for only when they are clipped.
+  CopyVerdict over_bound(CopyVerdict v, const ValuesOnDemand& values, uint32_t n) const;
 
   ScreenConfig cfg_;
   tensor::ChunkPlan plan_;

@@ -31,6 +31,9 @@ transport::FrameInspector delta_inspector(bool sha256) {
     facts.element_count = f.header.element_count;
     if (facts.codec == nullptr) return {};
     facts.valid = facts.codec->validate(f.payload, f.payload_size, f.header.element_count);
+    if (facts.valid) {
+      facts.measure = aggregation::measure_payload(*facts.codec, f.payload, f.header.element_count);
+    }
     if (sha256) {
       facts.sha = fedwan::sha256(f.payload, f.payload_size);
     } else {
@@ -56,6 +59,7 @@ aggregation::PayloadFacts payload_facts(const DeltaFacts* facts, const Sha256Dig
   if (facts != nullptr) {
     known.fingerprint = facts->fingerprint;
     known.valid = facts->valid;
+    known.measure = facts->measure;
   }
   return known;
 }

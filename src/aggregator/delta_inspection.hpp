@@ -1,10 +1,10 @@
 // What a parent works out from a child's delta frame on the crypto thread
 // that opened it (transport::FrameInspector), while its bytes are in that
 // core's cache: the digest the audit log or the replay check takes (SHA-256
-// with an audit log, else the keyed fingerprint) and the codec's check of
-// the payload. The event loop then decodes and adds the chunk without
-// passing over its bytes for them again. Pure: a function of the frame's
-// bytes alone, so it may run on any thread, on several frames at once.
+// with an audit log, else the keyed fingerprint), the codec's check of the
+// payload and the screen's measure of its values (fp16). The event loop then
+// judges and adds the chunk without passing over its bytes for them again. Pure: a function of the
+// frame's bytes alone, so it may run on any thread, on several frames at once.
 #pragma once
 
 #include <any>
@@ -29,6 +29,8 @@ struct DeltaFacts {
   std::optional<Sha256Digest> sha;      // with `sha256`
   std::optional<uint64_t> fingerprint;  // without
   bool valid = false;                   // the codec's validate() passed
+  // aggregation::measure_payload's, where valid.
+  std::optional<aggregation::ValueMeasure> measure;
 };
 
 // Answers DeltaFacts for a delta frame with values, nothing for any other.

@@ -1,5 +1,6 @@
 // What a parent works out from a child's delta frame on the crypto thread
-// that opened it: the digest and the codec's check of the payload, which
+// that opened it: the digest, the codec's check of the payload and the
+// screen's measure of its values (fp16), which
 // the event loop then takes in place of passing over the bytes again. They
 // hold for the very payload they came from, never for another.
 #include "aggregator/delta_inspection.hpp"
@@ -55,6 +56,14 @@ TEST(DeltaInspection, AFrameWithValuesIsCheckedAndDigestedOnce) {
     EXPECT_TRUE(facts->valid);
     EXPECT_FALSE(facts->sha);
     EXPECT_EQ(facts->fingerprint, aggregation::payload_digest(f.payload, f.payload_size));
+    // The screen's measure, where it is read from the payload (fp16).
+    const auto measure = aggregation::measure_payload(codec, f.payload, kElements);
+    ASSERT_EQ(facts->measure.has_value(), measure.has_value());
+    if (measure) {
+      EXPECT_EQ(facts->measure->squares, measure->squares);
+      EXPECT_EQ(facts->measure->top, measure->top);
+    }
+    EXPECT_EQ(payload_facts(facts, nullptr).measure.has_value(), measure.has_value());
     const std::any hashed = delta_inspector(true)(frame.data(), frame.size());
     facts = delta_facts(hashed, f);
     ASSERT_NE(facts, nullptr);
@@ -77,6 +86,7 @@ TEST(DeltaInspection, AMalformedPayloadIsFoundSo) {
   const DeltaFacts* facts = delta_facts(a, f);
   ASSERT_NE(facts, nullptr);
   EXPECT_FALSE(facts->valid);
+  EXPECT_FALSE(facts->measure) << "nothing measured of a payload that failed its check";
   EXPECT_FALSE(payload_facts(facts, nullptr).valid);
 }
 
