@@ -243,7 +243,10 @@ void site_update(benchmark::State& state, bool one_pass) {
 void BM_Site_UpdateTwoPasses(benchmark::State& state) { site_update(state, false); }
 void BM_Site_UpdateOnePass(benchmark::State& state) { site_update(state, true); }
 
-void root_copies(benchmark::State& state, bool recycle) {
+// With `fresh`, state.range(0) 1 gives add() each payload's measure, as the
+// crypto thread that opened the frame gives it (aggregator/delta_inspection.hpp):
+// what is left to the event loop.
+void root_copies(benchmark::State& state, bool recycle, bool fresh = false) {
   // As the node programs keep freed heap (cli/node_common.cpp).
   ::mallopt(M_MMAP_THRESHOLD, 2 << 20);
   ::mallopt(M_TRIM_THRESHOLD, 4 << 20);
@@ -251,23 +254,38 @@ void root_copies(benchmark::State& state, bool recycle) {
   const Codec& fp16 = codec_by_name("fp16");
   const fedwan::tensor::ChunkPlan plan(kElements, kCopyChunk);
   fedwan::aggregation::RoundAccumulator acc(plan, {10, 11});
-  const bool parked = state.range(0) != 0;
+  const bool parked = !fresh && state.range(0) != 0;
+  const bool measured = fresh && state.range(0) != 0;
   const std::filesystem::path dir = std::filesystem::temp_directory_path();
   if (parked) acc.park_beyond(0, dir.string(), "bench");
-  // Two children's copies of a chunk, as opened from the link.
-  std::vector<std::vector<uint8_t>> payloads(2,
+  // Two children's copies of a chunk, as opened from the link: the same
+  // two for every chunk (in cache), or with `fresh` each chunk's own, as a
+  // round brings them (from memory).
+  const size_t kinds = fresh ? 2 * size_t{plan.count()} : 2;
+  std::vector<std::vector<uint8_t>> payloads(kinds,
                                              std::vector<uint8_t>(fp16.encoded_size(kCopyChunk)));
-  for (size_t s = 0; s < 2; ++s) {
-    const std::vector<float> v = ramp(kCopyChunk, -0.01f * float(s + 1), 2e-5f);
+  for (size_t s = 0; s < kinds; ++s) {
+    const std::vector<float> v =
+        ramp(kCopyChunk, -0.01f * float(s % 2 + 1) - 1e-4f * float(s / 2), 2e-5f);
     fp16.encode(v.data(), kCopyChunk, nullptr, payloads[s].data());
+  }
+  // Larger than the last level cache: what one chunk leaves in it is gone
+  // before the next round comes back to it.
+  std::vector<uint8_t> evict(fresh ? size_t{64} << 20 : 0);
+  std::vector<fedwan::aggregation::PayloadFacts> facts(kinds);
+  for (size_t k = 0; k < kinds && measured; ++k) {
+    facts[k].valid = true;
+    facts[k].measure = fedwan::aggregation::measure_payload(fp16, payloads[k].data(), kCopyChunk);
   }
   uint64_t round = 1;
   for (auto _ : state) {
     acc.open(round);
     for (uint32_t c = 0; c < plan.count(); ++c) {
       for (uint32_t s = 0; s < 2; ++s) {
-        const auto r = acc.add(round, 10 + s, c, kCopyChunk, 1.0 + s, fp16, payloads[s].data(),
-                               payloads[s].size());
+        const size_t k = fresh ? 2 * c + s : s;
+        const std::vector<uint8_t>& p = payloads[k];
+        const auto r =
+            acc.add(round, 10 + s, c, kCopyChunk, 1.0 + s, fp16, p.data(), p.size(), 0, facts[k]);
         if (!r.chunk_complete) continue;
         fedwan::aggregation::ChunkSum sum = acc.take(c);
         benchmark::DoNotOptimize(sum.mean.data());
@@ -275,17 +293,49 @@ void root_copies(benchmark::State& state, bool recycle) {
       }
     }
     round += 1;
+    if (fresh) {
+      state.PauseTiming();
+      for (size_t i = 0; i < evict.size(); i += 64) evict[i] += 1;
+      benchmark::DoNotOptimize(evict.data());
+      state.ResumeTiming();
+    }
   }
   finish(state);
 }
 
+// The screen's measure of one chunk's fp16 copy in cache, as the crypto
+// thread takes it after opening the frame: from the payload a block at a
+// time (0), or decoded whole into a buffer and measured there (1).
+void BM_Screen_Measure(benchmark::State& state) {
+  constexpr uint32_t kCopyChunk = uint32_t{1} << 18;
+  const Codec& fp16 = codec_by_name("fp16");
+  std::vector<uint8_t> payload(fp16.encoded_size(kCopyChunk));
+  const std::vector<float> v = ramp(kCopyChunk, -0.01f, 2e-5f);
+  fp16.encode(v.data(), kCopyChunk, nullptr, payload.data());
+  std::vector<float> values(kCopyChunk);
+  for (auto _ : state) {
+    fedwan::aggregation::ValueMeasure m;
+    if (state.range(0) == 0) {
+      m = *fedwan::aggregation::measure_payload(fp16, payload.data(), kCopyChunk);
+    } else {
+      fp16.decode(payload.data(), kCopyChunk, values.data());
+      m = fedwan::aggregation::measure_values(values.data(), kCopyChunk);
+    }
+    benchmark::DoNotOptimize(m);
+  }
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(kCopyChunk * sizeof(float)));
+}
+
 void BM_Root_CopiesIntoNewSums(benchmark::State& state) { root_copies(state, false); }
 void BM_Root_CopiesIntoUsedSums(benchmark::State& state) { root_copies(state, true); }
+void BM_Root_CopiesFromMemory(benchmark::State& state) { root_copies(state, true, true); }
 
 }  // namespace
 
 BENCHMARK(BM_Root_CopiesIntoNewSums)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Root_CopiesIntoUsedSums)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Screen_Measure)->Arg(0)->Arg(1);
+BENCHMARK(BM_Root_CopiesFromMemory)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Root_AnchorAtCommit)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Root_AnchorAdvancing)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Root_EncodeThenSettle)->Unit(benchmark::kMillisecond);

@@ -101,7 +101,9 @@ std::optional<ValueMeasure> measure_payload(const Codec& codec, const uint8_t* p
   // The library's fp16 codec, whose layout this reads (not another that
   // took its id).
   if (dynamic_cast<const Fp16Codec*>(&codec) == nullptr) return std::nullopt;
-  // A block at a time, decoded into L1 as Fp16Codec::decode decodes it.
+  // A block at a time, decoded into L1 as Fp16Codec::decode decodes it and
+  // measured there (faster than one kernel that decodes and measures in
+  // registers: the double-precision squares keep the vector units busy).
   constexpr size_t kBlock = Fp16Codec::kBlock;
   static_assert(kBlock % kLanes == 0, "a block must end on a lane boundary");
   const kernels::HalfKernels& k = kernels::half_kernels();
