@@ -10,7 +10,9 @@
 //
 // Checked promises (include/fedwan/codec.hpp): validate() true means every
 // decoded value is finite, and decode_accumulate() equals decode() followed
-// by accumulate_weighted() bit for bit.
+// by accumulate_weighted() bit for bit; where the update screen measures a
+// payload without decoding it (aggregation::measure_payload), its measure is
+// that of the decoded values, bit for bit.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -20,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "aggregation/update_screen.hpp"
 #include "fedwan/codec.hpp"
 
 namespace {
@@ -63,6 +66,14 @@ void exercise(const fedwan::Codec& codec, const uint8_t* payload, size_t bytes, 
   codec.decode(payload, n, decoded.data());
   for (size_t i = 0; i < n; ++i) {
     if (!std::isfinite(decoded[i])) fail(codec, n, "validate() passed a non-finite value");
+  }
+
+  if (const auto m = fedwan::aggregation::measure_payload(codec, payload, n)) {
+    const fedwan::aggregation::ValueMeasure want =
+        fedwan::aggregation::measure_values(decoded.data(), n);
+    if (std::memcmp(&m->squares, &want.squares, sizeof want.squares) != 0 || m->top != want.top) {
+      fail(codec, n, "measure_payload differs from measure_values of the decoding");
+    }
   }
 
   // The accumulator starts from a spread of magnitudes and signs, as a
