@@ -7,7 +7,8 @@
 //   dropped) and is refused as a replay when it comes again.
 // kModeTamper: the rest builds a frame, a FrameSealer with the same keys seals
 //   it 1..4 times (optionally with a fresh key per frame, so the opener must
-//   ratchet), and one bit of the last sealed frame, chosen by the input, is
+//   ratchet, and with the session's first key epoch up to 31 below 2^32, so
+//   that the epochs wrap), and one bit of the last sealed frame, chosen by the input, is
 //   flipped. The opener must accept the frames before it, refuse the tampered
 //   one (the process aborts if it accepts it), and still accept the untouched
 //   frame afterwards: a refusal changes no key and records no sequence number.
@@ -83,6 +84,7 @@ void tamper_mode(fedwan::security::AeadAlgorithm cipher, const uint8_t* data, si
   const size_t frames = 1 + (data[0] & 3);
   fedwan::security::RekeyPolicy policy;
   if (data[0] & 4) policy.max_frames = 1;  // a new key epoch for every frame
+  const uint32_t first_epoch = UINT32_MAX - (data[0] >> 3);
   uint32_t bit_choice = 0;
   std::memcpy(&bit_choice, data + 1, sizeof bit_choice);
   data += 5;
@@ -99,8 +101,9 @@ void tamper_mode(fedwan::security::AeadAlgorithm cipher, const uint8_t* data, si
     frame[kOffPayloadLength + i] = static_cast<uint8_t>(payload >> (8 * i));
   frame[kOffFlags] &= static_cast<uint8_t>(~kFlagSealed);
 
-  FrameSealer sealer(cipher, fedwan::fuzz::fuzz_key(), fedwan::fuzz::fuzz_iv(), policy);
-  FrameOpener opener(cipher, fedwan::fuzz::fuzz_key(), fedwan::fuzz::fuzz_iv());
+  FrameSealer sealer(cipher, fedwan::fuzz::fuzz_key(), fedwan::fuzz::fuzz_iv(), policy,
+                     first_epoch);
+  FrameOpener opener(cipher, fedwan::fuzz::fuzz_key(), fedwan::fuzz::fuzz_iv(), first_epoch);
   std::vector<uint8_t> sealed;
   for (size_t i = 0; i < frames; ++i) {
     sealed = frame;

@@ -65,6 +65,7 @@ void Aggregator::Impl::update_metrics() {
   raise_to(rejected.with({me, "refused"}), metrics_.refused);
   raise_to(rejected.with({me, "stale"}), summary_.stale_updates);
   raise_to(rejected.with({me, "security"}), down_.link.link().counters().rejected);
+  raise_to(rejected.with({me, "other_session"}), down_.link.link().counters().other_session);
   m.gauge("fedwan_topology_version", "The topology version this node runs.", {"node"})
       .with({me})
       .set(static_cast<double>(topo_.version()));

@@ -1,5 +1,6 @@
 #include "node/node_security.hpp"
 
+#include <algorithm>
 #include <ctime>
 
 #include <nlohmann/json.hpp>
@@ -115,10 +116,14 @@ void NodeSecurity::audit(const std::string& event, const nlohmann::json& fields)
 
 bool NodeSecurity::audit_noise(const std::string& event, const std::string& key,
                                const nlohmann::json& fields, const std::string& log_line,
-                               uint64_t bytes) {
+                               uint64_t bytes, bool warn) {
   flush_noise(false);
   if (!noise_.admit(key, Clock::now(), bytes)) return false;
-  log().warn("[{}] {}", self_.id, log_line);
+  if (warn) {
+    log().warn("[{}] {}", self_.id, log_line);
+  } else {
+    log().info("[{}] {}", self_.id, log_line);
+  }
   audit(event, fields);
   return true;
 }
@@ -304,6 +309,15 @@ void NodeSecurity::on_link_event(const transport::LinkEvent& e, bool as_parent) 
                   std::string("dropped frame from ") + side + " '" + e.peer + "': " + e.reason,
                   e.bytes);
       return;
+    case transport::LinkEvent::Kind::kFrameOfOtherSession:
+      // What a restart or a new key agreement leaves on the way: told apart
+      // from tampering by its key epoch, before any cryptography.
+      audit_noise("frame_of_other_session", noise_key("frame_of_other_session", e.reason),
+                  {{"peer", e.peer}, {"side", side}, {"bytes", e.bytes}, {"reason", e.reason}},
+                  std::string("dropped a frame of another session from ") + side + " '" + e.peer +
+                      "': " + e.reason,
+                  e.bytes, /*warn=*/false);
+      return;
   }
 }
 
@@ -355,6 +369,10 @@ transport::SecureChannelConfig NodeSecurity::channel_config(transport::LinkEvent
   c.job_id = topology_.job_id();
   c.self_index = self_.index;
   c.on_event = std::move(sink);
+  // A restart's leftovers come within the new handshake and the reorder
+  // wait that follows it: both well inside two heartbeat timeouts.
+  c.other_session_grace = std::chrono::milliseconds(
+      static_cast<int64_t>(std::max(5000.0, 2000 * topology_.federation().heartbeat_timeout_s)));
   return c;
 }
 

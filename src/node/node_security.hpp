@@ -63,11 +63,11 @@ class NodeSecurity {
 
   // Appends to the audit log (no-op without one). `fields` is a JSON object.
   void audit(const std::string& event, const nlohmann::json& fields);
-  // An event a peer can cause at will: logged at warn (`log_line`) and
-  // audited at most a burst per `key` and window, the rest summarised.
-  // True when it was written.
+  // An event a peer can cause at will: logged at warn (`log_line`; at info
+  // when not `warn`) and audited at most a burst per `key` and window, the
+  // rest summarised. True when it was written.
   bool audit_noise(const std::string& event, const std::string& key, const nlohmann::json& fields,
-                   const std::string& log_line, uint64_t bytes = 0);
+                   const std::string& log_line, uint64_t bytes = 0, bool warn = true);
   // The same for a log line alone; true when it was written.
   bool log_noise(const std::string& key, const std::string& log_line);
   void audit_sync();

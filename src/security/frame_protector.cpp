@@ -47,11 +47,12 @@ void wipe(T& secret) {
 }  // namespace
 
 FrameSealer::FrameSealer(AeadAlgorithm algorithm, const AeadKey& key, const AeadNonce& iv,
-                         RekeyPolicy policy)
+                         RekeyPolicy policy, uint32_t first_epoch)
     : cipher_(algorithm, key),
       key_(key),
       iv_(iv),
       policy_(policy),
+      epoch_(first_epoch),
       epoch_start_(std::chrono::steady_clock::now()) {}
 
 FrameSealer::~FrameSealer() {
@@ -60,7 +61,7 @@ FrameSealer::~FrameSealer() {
 }
 
 void FrameSealer::advance_epoch() {
-  if (epoch_ == std::numeric_limits<uint32_t>::max()) {
+  if (epochs_left_ == 0) {
     throw CryptoError("FrameSealer: all 2^32 key epochs of this link are used up; "
                       "reconnect to agree fresh keys");
   }
@@ -79,7 +80,8 @@ void FrameSealer::advance_epoch() {
   iv_ = iv;
   wipe(key);
   wipe(iv);
-  ++epoch_;
+  ++epoch_;  // modulo 2^32, from the session's first
+  --epochs_left_;
   epoch_bytes_ = 0;
   epoch_frames_ = 0;
   epoch_start_ = std::chrono::steady_clock::now();
@@ -155,14 +157,15 @@ const char* FrameOpener::result_name(Result r) {
     case Result::kReplay: return "replay";
     case Result::kTooOld: return "too old";
     case Result::kStaleEpoch: return "stale epoch";
-    case Result::kEpochJump: return "epoch jump";
+    case Result::kOtherSession: return "sealed in another session of the link";
     case Result::kBadTag: return "bad tag";
   }
   return "unknown";
 }
 
-FrameOpener::FrameOpener(AeadAlgorithm algorithm, const AeadKey& key, const AeadNonce& iv)
-    : cipher_(algorithm, key), key_(key), iv_(iv) {}
+FrameOpener::FrameOpener(AeadAlgorithm algorithm, const AeadKey& key, const AeadNonce& iv,
+                         uint32_t first_epoch)
+    : cipher_(algorithm, key), key_(key), iv_(iv), first_epoch_(first_epoch), epoch_(first_epoch) {}
 
 FrameOpener::~FrameOpener() {
   wipe(key_);
@@ -184,6 +187,12 @@ FrameOpener::Result FrameOpener::open(uint8_t* data, size_t size, size_t* frame_
   const uint64_t seq = load_u64(trailer + 4);
   // Cheap refusals first, before any cryptography: a replayed or stale frame
   // costs an attacker nothing to send, so it must cost us nothing to drop.
+  // Its epoch first, since a frame of another session numbers its own:
+  // neither an epoch this session reached nor one it may reach next, no key
+  // of this session could open it.
+  if (uint64_t{offset(epoch)} > uint64_t{offset(epoch_)} + kMaxEpochJump) {
+    return Result::kOtherSession;
+  }
   switch (window_.check(seq)) {
     case ReplayWindow::Verdict::kReplay: return Result::kReplay;
     case ReplayWindow::Verdict::kTooOld: return Result::kTooOld;
@@ -197,7 +206,7 @@ FrameOpener::Result FrameOpener::open(uint8_t* data, size_t size, size_t* frame_
     earlier_.pop_front();
   }
   const Earlier* earlier = nullptr;
-  if (epoch < epoch_) {
+  if (offset(epoch) < offset(epoch_)) {
     // Sealed before a key update yet overtaken on the way (frames striped
     // over several connections): only numbers below the first frame seen
     // under a later key can be genuine.
@@ -206,7 +215,6 @@ FrameOpener::Result FrameOpener::open(uint8_t* data, size_t size, size_t* frame_
     }
     if (earlier == nullptr) return Result::kStaleEpoch;
   }
-  if (uint64_t(epoch) > uint64_t(epoch_) + kMaxEpochJump) return Result::kEpochJump;
 
   uint8_t aad[kAadSize];
   gather_aad(data, trailer, aad);
@@ -317,7 +325,7 @@ bool FrameOpener::open_ahead(uint32_t epoch, uint64_t seq, const uint8_t* aad, u
   std::vector<Earlier> passed;  // the keys of epoch_ .. epoch - 1
   // Room for all of them first: a vector that grew would free a buffer of
   // key copies without wiping it (the jump is bounded, see open()).
-  passed.reserve(epoch - epoch_);
+  passed.reserve(offset(epoch) - offset(epoch_));
   const auto wipe_copies = [&] {
     wipe(key);
     wipe(iv);
@@ -328,7 +336,7 @@ bool FrameOpener::open_ahead(uint32_t epoch, uint64_t seq, const uint8_t* aad, u
   };
   bool ok = false, rekeyed = false;
   try {
-    for (uint32_t e = epoch_; e < epoch; ++e) {
+    for (uint32_t e = epoch_; e != epoch; ++e) {  // modulo 2^32
       passed.push_back(Earlier{e, key, iv, seq});
       ratchet(&key, &iv);
     }

@@ -9,7 +9,12 @@
 //   [+12, +28)       AEAD tag
 // AAD = header || epoch || seq. nonce = iv(epoch) XOR seq (see aead.hpp).
 // Sequence numbers count every frame of the direction from 0 and never
-// repeat; epochs count key updates. A sealer moves to the next epoch
+// repeat; epochs count key updates from the session's first epoch (drawn
+// from the session's keys: tls_session.hpp, LinkKeys::first_epoch), modulo
+// 2^32. An opener refuses, before any cryptography, a frame whose epoch is
+// neither one it has reached nor one of the next kMaxEpochJump: a frame
+// sealed in another session of the link (the peer restarted, or the two
+// agreed keys again, while it was on its way) or an epoch forged. A sealer moves to the next epoch
 // (security::ratchet, old key wiped) before its RekeyPolicy would be
 // exceeded; an opener follows forward (at most kMaxEpochJump at once) and
 // only commits the new key once a frame has authenticated under it. It keeps
@@ -51,7 +56,7 @@ struct RekeyPolicy {
 class FrameSealer {
  public:
   FrameSealer(AeadAlgorithm algorithm, const AeadKey& key, const AeadNonce& iv,
-              RekeyPolicy policy = {});
+              RekeyPolicy policy = {}, uint32_t first_epoch = 0);
   ~FrameSealer();
   FrameSealer(const FrameSealer&) = delete;
   FrameSealer& operator=(const FrameSealer&) = delete;
@@ -88,6 +93,7 @@ class FrameSealer {
   AeadNonce iv_;
   RekeyPolicy policy_;
   uint32_t epoch_ = 0;
+  uint32_t epochs_left_ = UINT32_MAX;  // key updates this session may still make
   uint64_t seq_ = 0;
   uint64_t epoch_bytes_ = 0, epoch_frames_ = 0;
   std::chrono::steady_clock::time_point epoch_start_;
@@ -139,12 +145,15 @@ class FrameOpener {
     kReplay,      // sequence number already seen
     kTooOld,      // sequence number below the replay window
     kStaleEpoch,  // key epoch older than the current one (its key is gone)
-    kEpochJump,   // more than kMaxEpochJump epochs ahead
-    kBadTag,      // authentication failed: tampered, or not our session
+    // Its epoch is none this session reached nor one of the next
+    // kMaxEpochJump: sealed in another session of the link, or forged.
+    kOtherSession,
+    kBadTag,  // authentication failed: tampered with
   };
   static const char* result_name(Result r);
 
-  FrameOpener(AeadAlgorithm algorithm, const AeadKey& key, const AeadNonce& iv);
+  FrameOpener(AeadAlgorithm algorithm, const AeadKey& key, const AeadNonce& iv,
+              uint32_t first_epoch = 0);
   ~FrameOpener();
   FrameOpener(const FrameOpener&) = delete;
   FrameOpener& operator=(const FrameOpener&) = delete;
@@ -200,9 +209,13 @@ class FrameOpener {
   bool open_ahead(uint32_t epoch, uint64_t seq, const uint8_t* aad, uint8_t* body, uint32_t payload,
                   const uint8_t* tag);
 
+  // Epochs counted from the session's first.
+  uint32_t offset(uint32_t epoch) const { return epoch - first_epoch_; }
+
   AeadCipher cipher_;
   AeadKey key_;
   AeadNonce iv_;
+  uint32_t first_epoch_ = 0;
   uint32_t epoch_ = 0;
   ReplayWindow window_;
   uint64_t last_seq_ = 0;

@@ -29,6 +29,11 @@ using StoreCtxPtr = OpenSslPtr<X509_STORE_CTX, X509_STORE_CTX_free>;
 
 // v2: the exporter's context names the frame cipher (export_keys).
 constexpr char kExporterLabel[] = "EXPORTER-fedwan-link-keys-v2";
+// The session's first key epoch (LinkKeys::first_epoch). Exported without
+// the cipher's context: a cipher rewritten on the path gives the two ends
+// different keys but the same first epoch, so its frames fail as tampered
+// ones (a bad tag), not as another session's.
+constexpr char kEpochLabel[] = "EXPORTER-fedwan-link-epoch-v1";
 
 // Credentials are small; a larger file is a mistake or an attack, refused
 // before anything reads it whole. A CRL grows with its revocations.
@@ -286,6 +291,7 @@ void LinkKeys::wipe() {
   OPENSSL_cleanse(parent_to_child_key.data(), parent_to_child_key.size());
   OPENSSL_cleanse(child_to_parent_iv.data(), child_to_parent_iv.size());
   OPENSSL_cleanse(parent_to_child_iv.data(), parent_to_child_iv.size());
+  first_epoch = 0;
 }
 
 // ---- TlsHandshake -------------------------------------------------------------
@@ -385,12 +391,17 @@ LinkKeys TlsHandshake::export_keys(AeadAlgorithm cipher) {
   if (state_ != State::kDone || ssl_ == nullptr) {
     FEDWAN_THROW(CryptoError, "export_keys before a completed handshake");
   }
+  uint8_t epoch[4];
+  FEDWAN_OPENSSL_CHECK(SSL_export_keying_material(ssl_, epoch, sizeof epoch, kEpochLabel,
+                                                  sizeof(kEpochLabel) - 1, nullptr, 0, 0));
   uint8_t buf[2 * kAeadKeySize + 2 * kAeadNonceSize];
   const std::string context = std::string("fedwan frame cipher ") + aead_name(cipher);
   FEDWAN_OPENSSL_CHECK(SSL_export_keying_material(
       ssl_, buf, sizeof buf, kExporterLabel, sizeof(kExporterLabel) - 1,
       reinterpret_cast<const unsigned char*>(context.data()), context.size(), 1));
   LinkKeys k;
+  k.first_epoch = uint32_t{epoch[0]} | uint32_t{epoch[1]} << 8 | uint32_t{epoch[2]} << 16 |
+                  uint32_t{epoch[3]} << 24;
   size_t off = 0;
   std::memcpy(k.child_to_parent_key.data(), buf + off, kAeadKeySize);
   off += kAeadKeySize;

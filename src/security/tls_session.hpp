@@ -80,10 +80,16 @@ class TlsContext {
 // Whether a CRL that expired at `next_update` may still be applied at `now`.
 bool crl_in_grace(std::time_t next_update, std::chrono::seconds grace, std::time_t now);
 
-// Keys for the two directions of a link, from the exporter.
+// Keys for the two directions of a link, from the exporter, and the key
+// epoch the session's frames start at in both directions: drawn from the
+// exporter too (under a label of its own), so that a frame sealed in
+// another session of the link (before the peer restarted, or before the
+// two agreed keys again) is told apart by its epoch, before any
+// cryptography, from one of this session that was tampered with.
 struct LinkKeys {
   AeadKey child_to_parent_key{}, parent_to_child_key{};
   AeadNonce child_to_parent_iv{}, parent_to_child_iv{};
+  uint32_t first_epoch = 0;
   void wipe();
 };
 

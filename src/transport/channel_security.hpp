@@ -29,8 +29,18 @@ using SecurityReplies = std::vector<std::vector<uint8_t>>;
 // What happened on a link, for the node's log and audit trail.
 struct LinkEvent {
   // kCrlUnusable: a handshake found crl.pem changed but unusable; the last
-  // good CRL stays in force (reason says why).
-  enum class Kind { kHandshakeAccepted, kHandshakeRefused, kFrameRejected, kCrlUnusable };
+  // good CRL stays in force (reason says why). kFrameOfOtherSession: a
+  // sealed frame dropped as one of another session of the link, sealed
+  // before the peer restarted or before the two agreed keys again (its
+  // key epoch is none of this session's, or it came before any session):
+  // what a restart leaves on the way, not a frame tampered with.
+  enum class Kind {
+    kHandshakeAccepted,
+    kHandshakeRefused,
+    kFrameRejected,
+    kCrlUnusable,
+    kFrameOfOtherSession
+  };
   Kind kind = Kind::kFrameRejected;
   std::string peer;       // routing id (parent side) or parent endpoint (child side)
   std::string reason;     // refusals: why, in words
@@ -64,6 +74,9 @@ class ChannelSecurity {
     kFrame,     // a data frame, opened in place: data[0, *frame_size)
     kConsumed,  // a handshake message, handled; replies may be in *out
     kRejected,  // dropped; *why says why (already reported to the sink)
+    // Dropped as a frame of another session of the link (LinkEvent::
+    // kFrameOfOtherSession, reported to the sink): not counted as rejected.
+    kOtherSession,
   };
 
   virtual ~ChannelSecurity() = default;

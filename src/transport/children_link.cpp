@@ -367,6 +367,7 @@ bool ChildrenLink::settle(std::string peer, size_t stripe, Received& in, std::an
                           ChannelSecurity::Inbound r, size_t frame_size, ChannelSecurity& security,
                           Incoming* out) {
   if (r == ChannelSecurity::Inbound::kRejected) counters_.rejected += 1;
+  if (r == ChannelSecurity::Inbound::kOtherSession) counters_.other_session += 1;
   const std::optional<ChannelSecurity::Order> order = security.last_order();
   if (order && admission_.streams && admission_.streams(peer) > 1) {
     std::optional<Resequencer::Frame> f;

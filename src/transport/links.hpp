@@ -53,6 +53,8 @@ struct LinkCounters {
   uint64_t frames_sent = 0, bytes_sent = 0;
   uint64_t frames_received = 0, bytes_received = 0;
   uint64_t rejected = 0;  // dropped by the security layer
+  // Dropped as sealed in another session of the link (a restart's leftovers).
+  uint64_t other_session = 0;
 };
 
 // A received frame: the bytes stay where the transport put them (no copy).

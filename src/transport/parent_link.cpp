@@ -317,6 +317,7 @@ bool ParentLink::take(Received& in, bool striped, Incoming* out) {
       security_->receive(in.message.data(), in.message.size(), &frame_size, &why, &replies);
   send_replies(replies);
   if (r == ChannelSecurity::Inbound::kRejected) counters_.rejected += 1;
+  if (r == ChannelSecurity::Inbound::kOtherSession) counters_.other_session += 1;
   const std::optional<ChannelSecurity::Order> order = security_->last_order();
   if (striped && order) {
     std::optional<Resequencer::Frame> f;

@@ -129,16 +129,17 @@ void SecureChannel::start(SecurityReplies* out) {
 void SecureChannel::adopt_keys(security::LinkKeys& keys, security::AeadAlgorithm cipher) {
   cipher_ = cipher;
   ++session_;
+  keys_at_ = std::chrono::steady_clock::now();
   if (is_client_) {
-    sealer_ = std::make_unique<security::FrameSealer>(cipher, keys.child_to_parent_key,
-                                                      keys.child_to_parent_iv, config_.rekey);
-    opener_ =
-        std::make_unique<FrameOpener>(cipher, keys.parent_to_child_key, keys.parent_to_child_iv);
+    sealer_ = std::make_unique<security::FrameSealer>(
+        cipher, keys.child_to_parent_key, keys.child_to_parent_iv, config_.rekey, keys.first_epoch);
+    opener_ = std::make_unique<FrameOpener>(cipher, keys.parent_to_child_key,
+                                            keys.parent_to_child_iv, keys.first_epoch);
   } else {
-    sealer_ = std::make_unique<security::FrameSealer>(cipher, keys.parent_to_child_key,
-                                                      keys.parent_to_child_iv, config_.rekey);
-    opener_ =
-        std::make_unique<FrameOpener>(cipher, keys.child_to_parent_key, keys.child_to_parent_iv);
+    sealer_ = std::make_unique<security::FrameSealer>(
+        cipher, keys.parent_to_child_key, keys.parent_to_child_iv, config_.rekey, keys.first_epoch);
+    opener_ = std::make_unique<FrameOpener>(cipher, keys.child_to_parent_key,
+                                            keys.child_to_parent_iv, keys.first_epoch);
   }
   keys.wipe();
 }
@@ -164,19 +165,37 @@ std::vector<uint8_t> SecureChannel::sealed(const std::vector<uint8_t>& frame) {
   return sealer_->sealed(frame);
 }
 
+void SecureChannel::dropped(LinkEvent::Kind kind, std::string reason, uint64_t bytes) {
+  if (!config_.on_event) return;
+  LinkEvent e;
+  e.kind = kind;
+  e.peer = peer_;
+  e.reason = std::move(reason);
+  e.bytes = bytes;
+  e.cipher = security::aead_name(cipher_);
+  config_.on_event(e);
+}
+
 ChannelSecurity::Inbound SecureChannel::reject(std::string reason, uint64_t bytes,
                                                std::string* why) {
   *why = reason;
-  if (config_.on_event) {
-    LinkEvent e;
-    e.kind = LinkEvent::Kind::kFrameRejected;
-    e.peer = peer_;
-    e.reason = std::move(reason);
-    e.bytes = bytes;
-    e.cipher = security::aead_name(cipher_);
-    config_.on_event(e);
-  }
+  dropped(LinkEvent::Kind::kFrameRejected, std::move(reason), bytes);
   return Inbound::kRejected;
+}
+
+ChannelSecurity::Inbound SecureChannel::other_session(std::string reason, uint64_t bytes,
+                                                      std::string* why) {
+  const auto since = std::chrono::steady_clock::now() - keys_at_;
+  if (opener_ && since > config_.other_session_grace) {
+    // Long into this session: no restart or key agreement explains it.
+    const auto s = std::chrono::duration_cast<std::chrono::seconds>(since).count();
+    return reject(reason + ", " + std::to_string(s) +
+                      " s into this session (longer than a restart's leftovers take)",
+                  bytes, why);
+  }
+  *why = reason;
+  dropped(LinkEvent::Kind::kFrameOfOtherSession, std::move(reason), bytes);
+  return Inbound::kOtherSession;
 }
 
 void SecureChannel::refuse_handshake(const std::string& reason, SecurityReplies* out) {
@@ -269,9 +288,19 @@ ChannelSecurity::Inbound SecureChannel::on_handshake(const uint8_t* data, size_t
 ChannelSecurity::Inbound SecureChannel::on_sealed(uint8_t* data, size_t size, size_t* frame_size,
                                                   std::string* why) {
   if (!opener_) {
-    return reject("sealed frame before any session was established", size, why);
+    // No keys here yet: sealed in a session before this end's (the peer's
+    // frames of one this end had before it restarted, or the parent's of
+    // the child's last session, sent before it saw this one begin).
+    return other_session("sealed frame of an earlier session (none is established here yet)", size,
+                         why);
   }
   const FrameOpener::Result r = opener_->open(data, size, frame_size);
+  if (r == FrameOpener::Result::kOtherSession) {
+    return other_session(std::string("sealed frame of another session: its key epoch is none of "
+                                     "this session's (the peer restarted or the keys were agreed "
+                                     "again while it was on its way)"),
+                         size, why);
+  }
   if (r != FrameOpener::Result::kOk) {
     return reject(std::string("sealed frame refused: ") + FrameOpener::result_name(r), size, why);
   }
@@ -331,10 +360,15 @@ ChannelSecurity::Inbound SecureChannel::finish(const DetachedFrame& frame, bool 
                                                std::string* why) {
   last_order_.reset();
   const auto* d = dynamic_cast<const SealedDetached*>(&frame);
-  if (d == nullptr || d->channel != this || d->session != session_ || !opener_) {
+  if (d == nullptr || d->channel != this || !opener_) {
+    return reject("sealed frame detached by another channel", size, why);
+  }
+  if (d->session != session_) {
     // Keys agreed again meanwhile: the frame was checked against a session
     // that is over.
-    return reject("sealed frame of an ended session", size, why);
+    return other_session("sealed frame of an ended session (the keys were agreed again while it "
+                         "was opened)",
+                         size, why);
   }
   const FrameOpener::Result r = opener_->finish(*d->open, authenticated, data, frame_size);
   if (r != FrameOpener::Result::kOk) {

@@ -19,6 +19,7 @@
 // Not thread safe: owned by the link's thread.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -43,6 +44,12 @@ struct SecureChannelConfig {
                                            const std::string& claimed)>
       authorize;
   LinkEventSink on_event;
+  // How long after keys are agreed a sealed frame of another session is
+  // taken for what a restart or the new agreement left on the way (a
+  // LinkEvent::kFrameOfOtherSession). Later, nothing explains one: it is
+  // a rejected frame. Before this end has any session, there is nothing
+  // to tamper with and such a frame is always of another session.
+  std::chrono::milliseconds other_session_grace{30000};
 };
 
 class SecureChannel final : public ChannelSecurity {
@@ -81,6 +88,10 @@ class SecureChannel final : public ChannelSecurity {
   Inbound on_handshake(const uint8_t* data, size_t size, std::string* why, SecurityReplies* out);
   Inbound on_sealed(uint8_t* data, size_t size, size_t* frame_size, std::string* why);
   Inbound reject(std::string reason, uint64_t bytes, std::string* why);
+  // A sealed frame of another session of the link, dropped.
+  Inbound other_session(std::string reason, uint64_t bytes, std::string* why);
+  // Tells the event sink of a frame dropped (kind: why).
+  void dropped(LinkEvent::Kind kind, std::string reason, uint64_t bytes);
   void refuse_handshake(const std::string& reason, SecurityReplies* out);
   void adopt_keys(security::LinkKeys& keys, security::AeadAlgorithm cipher);
   std::vector<uint8_t> handshake_frame(const std::vector<uint8_t>& records) const;
@@ -100,7 +111,8 @@ class SecureChannel final : public ChannelSecurity {
   std::optional<security::NodeIdentity> peer_identity_;
   std::string peer_serial_;
   double handshake_ms_ = 0;
-  uint64_t session_ = 0;  // key agreements so far
+  uint64_t session_ = 0;                             // key agreements so far
+  std::chrono::steady_clock::time_point keys_at_{};  // the last agreement's
   std::optional<Order> last_order_;
 };
 

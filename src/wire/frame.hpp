@@ -73,8 +73,10 @@ inline constexpr uint32_t kMagic = 0x4E415746;  // "FWAN" read as little-endian 
 // field (reserved before) is `order`, which lets chunks on a striped link
 // overtake one another (wire/frame_order.hpp); 10: a parent paces its
 // sites' updates (kFlagPace on kHeartbeat); 11: a node busy with long work
-// says so on its heartbeats (kFlagBusy)
-inline constexpr uint8_t kVersion = 11;
+// says so on its heartbeats (kFlagBusy); 12: a secure session's key epochs
+// start at one drawn from its keys, so a frame of another session is told
+// apart (security/frame_protector.hpp)
+inline constexpr uint8_t kVersion = 12;
 inline constexpr size_t kHeaderSize = 64;
 
 enum class MsgType : uint8_t {

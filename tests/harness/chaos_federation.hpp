@@ -282,8 +282,28 @@ class ChaosFederation {
       const security::AuditVerifyResult v = security::verify_audit_file(p.string());
       EXPECT_TRUE(v.ok) << p << ": " << v.problem;
     }
+    // Crashes, restarts and partitions tamper with nothing: what they leave
+    // on the way is a frame of another session, never a rejected one.
+    if (!rejections_expected_) {
+      std::vector<std::string> names;
+      for (const NodeSpec& n : topo_.nodes()) names.push_back(n.id);
+      if (standby_) names.emplace_back("standby");
+      for (const std::string& name : names) {
+        if (!std::filesystem::exists(audit(name))) continue;
+        for (const AuditEntry& e : read_audit(audit(name))) {
+          if (e.event == "frame_rejected") {
+            ADD_FAILURE() << name << " rejected a frame: " << e.fields.dump();
+          }
+        }
+      }
+    }
     return r;
   }
+
+  // Frames the scenario damages on the way (a proxy that duplicates or
+  // corrupts them) are rejected as they should be: check_against_audit
+  // then does not fail on `frame_rejected` entries.
+  void expect_rejected_frames() { rejections_expected_ = true; }
 
   // The first entry of `event` at `node` logged after `t` (its time).
   std::optional<SysClock::time_point> first_after(const std::string& node, const std::string& event,
@@ -324,6 +344,7 @@ class ChaosFederation {
   std::map<std::string, pid_t> pids_;
   std::map<std::string, bool> started_, crashed_;
   bool standby_ = false;
+  bool rejections_expected_ = false;
   size_t params_ = kParams;
 };
 

@@ -386,6 +386,7 @@ TEST(Chaos, LossyDuplicatingReorderingLink) {
   po.target_port = fed.port(region);
   FaultProxy proxy(po);
   fed.route_through(region, proxy.port());
+  fed.expect_rejected_frames();  // each duplicate is refused as a replay
   FaultSpec spec;
   spec.drop = 0.05;
   spec.duplicate = 0.05;

@@ -3,8 +3,10 @@
 // re-handshake logic is tested deterministically.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <random>
+#include <thread>
 
 #include "fedwan/error.hpp"
 #include "security/aead.hpp"
@@ -265,11 +267,12 @@ TEST_F(SecureChannelTest, NewHandshakeReplacesKeysOnlyWhenComplete) {
 
   pump(*again, parent, {}, std::move(replies));
   ASSERT_TRUE(again->established());
-  // A frame of the old session no longer opens.
+  // A frame of the old session no longer opens: it is one of another
+  // session, told apart by its key epoch.
   std::vector<uint8_t> replayed = old_frame;
   std::string why;
-  EXPECT_EQ(deliver(parent, replayed, &none, &why), ChannelSecurity::Inbound::kRejected);
-  EXPECT_NE(why.find("bad tag"), std::string::npos) << why;
+  EXPECT_EQ(deliver(parent, replayed, &none, &why), ChannelSecurity::Inbound::kOtherSession);
+  EXPECT_NE(why.find("another session"), std::string::npos) << why;
   std::vector<uint8_t> fresh = frame(2, 2, 3);
   again->seal(fresh);
   EXPECT_EQ(deliver(parent, fresh, &none), ChannelSecurity::Inbound::kFrame);
@@ -347,12 +350,120 @@ TEST_F(SecureChannelTest, AFrameDetachedBeforeNewKeysIsRefusedAfter) {
   size_t frame_size = 0;
   std::string why;
   EXPECT_EQ(parent.finish(*d, ok, old_frame.data(), old_frame.size(), &frame_size, &why),
-            ChannelSecurity::Inbound::kRejected);
+            ChannelSecurity::Inbound::kOtherSession);
   EXPECT_NE(why.find("ended session"), std::string::npos) << why;
+  EXPECT_EQ(events_.back().kind, LinkEvent::Kind::kFrameOfOtherSession);
   // Nor does another channel's detached frame finish here.
   SecureChannel other(config("eu", false), false, "b");
   EXPECT_EQ(other.finish(*d, true, old_frame.data(), old_frame.size(), &frame_size, &why),
             ChannelSecurity::Inbound::kRejected);
+}
+
+// A child restarts: what its parent sealed for the last session (before it
+// saw the new ClientHello, and while the new handshake ran) reaches the new
+// process before it has keys, while it waits for the parent's confirmation
+// and once the new session is up; what the old process sealed reaches the
+// parent after the new keys. Each is dropped as a frame of another session,
+// never reported as a rejected (tampered) frame, and the new session's own
+// frames go through.
+TEST_F(SecureChannelTest, WhatARestartLeavesOnTheWayIsOfAnotherSession) {
+  for (int rekeys : {0, 3}) {
+    SCOPED_TRACE("old session rekeyed " + std::to_string(rekeys) + " times");
+    events_.clear();
+    SecureChannelConfig parent_config = config("eu", false);
+    parent_config.rekey.max_frames = rekeys == 0 ? (uint64_t{1} << 32) : 2;
+    SecureChannel parent(parent_config, false, "a");
+    auto old_child = connected_child(parent);
+    ASSERT_TRUE(old_child->established() && parent.established());
+    SecurityReplies none;
+    for (int i = 0; i < 2 * rekeys; ++i) {
+      std::vector<uint8_t> f = frame(1, 1, 1);
+      parent.seal(f);
+      ASSERT_EQ(deliver(*old_child, f, &none), ChannelSecurity::Inbound::kFrame);
+    }
+    auto sealed_down = [&] {
+      std::vector<uint8_t> f = frame(1, 2, 0x5a);
+      parent.seal(f);
+      return f;
+    };
+    std::vector<uint8_t> old_up = frame(2, 2, 0x33);
+    old_child->seal(old_up);
+    std::vector<uint8_t> before_hello = sealed_down();
+
+    auto child = std::make_unique<SecureChannel>(config("a", true), true, "eu");
+    SecurityReplies hello;
+    child->start(&hello);
+    std::string why;
+    EXPECT_EQ(deliver(*child, before_hello, &none, &why), ChannelSecurity::Inbound::kOtherSession)
+        << why;
+    // The parent answers the ClientHello; until the child's last flight it
+    // still seals under the old keys.
+    SecurityReplies to_child;
+    for (auto& m : hello) deliver(parent, m, &to_child);
+    std::vector<uint8_t> during = sealed_down();
+    SecurityReplies to_parent;
+    for (auto& m : to_child) deliver(*child, m, &to_parent);
+    EXPECT_FALSE(child->established());  // waits for the parent's confirmation
+    EXPECT_EQ(deliver(*child, during, &none, &why), ChannelSecurity::Inbound::kOtherSession) << why;
+    std::vector<uint8_t> late = sealed_down();
+    pump(*child, parent, std::move(to_parent));
+    ASSERT_TRUE(child->established() && parent.established());
+    EXPECT_EQ(deliver(*child, late, &none, &why), ChannelSecurity::Inbound::kOtherSession) << why;
+    EXPECT_EQ(deliver(parent, old_up, &none, &why), ChannelSecurity::Inbound::kOtherSession) << why;
+
+    std::vector<uint8_t> down = sealed_down();
+    const std::vector<uint8_t> plain_down = frame(1, 2, 0x5a);
+    EXPECT_EQ(deliver(*child, down, &none), ChannelSecurity::Inbound::kFrame);
+    EXPECT_EQ(without_order(down), plain_down);
+    std::vector<uint8_t> up = frame(2, 2, 0x44);
+    child->seal(up);
+    EXPECT_EQ(deliver(parent, up, &none), ChannelSecurity::Inbound::kFrame);
+
+    size_t other = 0;
+    for (const LinkEvent& e : events_) {
+      EXPECT_NE(e.kind, LinkEvent::Kind::kFrameRejected) << e.reason;
+      other += e.kind == LinkEvent::Kind::kFrameOfOtherSession ? 1 : 0;
+    }
+    EXPECT_EQ(other, 4u);
+  }
+}
+
+// Long into a session, nothing explains a frame of another one: it is a
+// rejected frame (here the grace is none at all).
+TEST_F(SecureChannelTest, AFrameOfAnotherSessionLongIntoThisOneIsRejected) {
+  SecureChannelConfig c = config("eu", false);
+  c.other_session_grace = std::chrono::milliseconds(0);
+  SecureChannel parent(c, false, "a");
+  auto old_child = connected_child(parent);
+  std::vector<uint8_t> old_frame = frame(2, 1, 9);
+  old_child->seal(old_frame);
+  auto child = connected_child(parent);
+  ASSERT_TRUE(child->established());
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  events_.clear();
+  SecurityReplies none;
+  std::string why;
+  EXPECT_EQ(deliver(parent, old_frame, &none, &why), ChannelSecurity::Inbound::kRejected);
+  EXPECT_NE(why.find("into this session"), std::string::npos) << why;
+  ASSERT_FALSE(events_.empty());
+  EXPECT_EQ(events_.back().kind, LinkEvent::Kind::kFrameRejected);
+}
+
+// A frame of this session tampered with is still a rejection, whatever its
+// epoch field says within the session's reach.
+TEST_F(SecureChannelTest, ATamperedFrameOfThisSessionIsStillRejected) {
+  SecureChannel parent(config("eu", false), false, "a");
+  auto child = connected_child(parent);
+  std::vector<uint8_t> up = frame(2, 1, 0x21);
+  child->seal(up);
+  up[wire::kHeaderSize + 3] ^= 0x01;
+  events_.clear();
+  SecurityReplies none;
+  std::string why;
+  EXPECT_EQ(deliver(parent, up, &none, &why), ChannelSecurity::Inbound::kRejected);
+  EXPECT_NE(why.find("bad tag"), std::string::npos) << why;
+  ASSERT_FALSE(events_.empty());
+  EXPECT_EQ(events_.back().kind, LinkEvent::Kind::kFrameRejected);
 }
 
 }  // namespace
