@@ -117,6 +117,14 @@ class ChannelSecurity {
   // Handles one received message in place.
   virtual Inbound receive(uint8_t* data, size_t size, size_t* frame_size, std::string* why,
                           SecurityReplies* out) = 0;
+  // A message of `bytes` that the link can tell, without opening it, was
+  // sealed for a session this end has not got (a sealed frame, or a piece
+  // of one, on a striped peer's further connection before any session
+  // here: what the peer sent before this end restarted). Dropped and
+  // reported as receive() reports a frame of another session: kOtherSession
+  // where the mechanism has sessions, kRejected where it has none.
+  virtual Inbound sealed_before_any_session(std::string reason, uint64_t bytes,
+                                            std::string* why) = 0;
 
   // receive() in two steps, for opening frames on other threads: a data
   // frame of an established session that needs nothing but decrypting and
@@ -175,8 +183,12 @@ class PlaintextSecurity final : public ChannelSecurity {
   void seal(std::vector<uint8_t>&) override {}
   Inbound receive(uint8_t* data, size_t size, size_t* frame_size, std::string* why,
                   SecurityReplies* out) override;
+  Inbound sealed_before_any_session(std::string reason, uint64_t bytes, std::string* why) override;
 
  private:
+  // Tells the sink of a message dropped (why) and says so.
+  Inbound rejected(const std::string& why, uint64_t bytes);
+
   uint64_t job_id_;
   uint32_t self_index_;
   LinkEventSink sink_;

@@ -188,10 +188,27 @@ bool ChildrenLink::admit_stripe(const std::string& peer, size_t stripe, const Re
   // connections; the handshake runs on the first.
   const bool sealed = (in.message.size() >= wire::kHeaderSize && (in.message.data()[7] & 0x80)) ||
                       is_fragment(in.message.data(), in.message.size());
-  if (!sealed || !established(peer)) {
+  if (!sealed) {
     drop(id, in.source,
          "only sealed frames of an established session may come on a further connection",
          in.message.size(), false);
+    return false;
+  }
+  if (!established(peer)) {
+    // Sealed in a session this end has not got: what the child sent, and
+    // sends until it notices, after this node restarted. Reported as its
+    // first connection's are (a frame of another session), not as a
+    // refused handshake; its new session begins on that one.
+    std::string why;
+    const ChannelSecurity::Inbound r = security_for(peer).sealed_before_any_session(
+        "sealed frame of an earlier session on a further connection (none is established here "
+        "yet)",
+        in.message.size(), &why);
+    if (r == ChannelSecurity::Inbound::kOtherSession) {
+      counters_.other_session += 1;
+    } else {
+      counters_.rejected += 1;
+    }
     return false;
   }
   return true;

@@ -59,18 +59,30 @@ ChannelSecurity::Inbound PlaintextSecurity::receive(uint8_t* data, size_t size, 
     if (type_of(data) == wire::MsgType::kHandshake && !is_sealed(data)) {
       out->push_back(plain_reject_frame(job_id_, self_index_, *why));
     }
-    if (sink_) {
-      LinkEvent e;
-      e.kind = LinkEvent::Kind::kFrameRejected;
-      e.peer = peer_;
-      e.reason = *why;
-      e.bytes = size;
-      sink_(e);
-    }
-    return Inbound::kRejected;
+    return rejected(*why, size);
   }
   *frame_size = size;
   return Inbound::kFrame;
+}
+
+ChannelSecurity::Inbound PlaintextSecurity::sealed_before_any_session(std::string reason,
+                                                                      uint64_t bytes,
+                                                                      std::string* why) {
+  // Nothing is sealed on a plaintext link: no session explains it.
+  *why = std::move(reason);
+  return rejected(*why, bytes);
+}
+
+ChannelSecurity::Inbound PlaintextSecurity::rejected(const std::string& why, uint64_t bytes) {
+  if (sink_) {
+    LinkEvent e;
+    e.kind = LinkEvent::Kind::kFrameRejected;
+    e.peer = peer_;
+    e.reason = why;
+    e.bytes = bytes;
+    sink_(e);
+  }
+  return Inbound::kRejected;
 }
 
 // ---- SecureChannel ----------------------------------------------------------------
@@ -196,6 +208,12 @@ ChannelSecurity::Inbound SecureChannel::other_session(std::string reason, uint64
   *why = reason;
   dropped(LinkEvent::Kind::kFrameOfOtherSession, std::move(reason), bytes);
   return Inbound::kOtherSession;
+}
+
+ChannelSecurity::Inbound SecureChannel::sealed_before_any_session(std::string reason,
+                                                                  uint64_t bytes,
+                                                                  std::string* why) {
+  return other_session(std::move(reason), bytes, why);
 }
 
 void SecureChannel::refuse_handshake(const std::string& reason, SecurityReplies* out) {

@@ -66,6 +66,7 @@ class SecureChannel final : public ChannelSecurity {
   std::vector<uint8_t> sealed(const std::vector<uint8_t>& frame) override;
   Inbound receive(uint8_t* data, size_t size, size_t* frame_size, std::string* why,
                   SecurityReplies* out) override;
+  Inbound sealed_before_any_session(std::string reason, uint64_t bytes, std::string* why) override;
 
   std::unique_ptr<DetachedFrame> detach(const uint8_t* data, size_t size) override;
   Inbound finish(const DetachedFrame& frame, bool authenticated, uint8_t* data, size_t size,

@@ -283,7 +283,9 @@ class ChaosFederation {
       EXPECT_TRUE(v.ok) << p << ": " << v.problem;
     }
     // Crashes, restarts and partitions tamper with nothing: what they leave
-    // on the way is a frame of another session, never a rejected one.
+    // on the way is a frame of another session, never a rejected one, and
+    // no node of the federation is refused a link (on any of its
+    // connections).
     if (!rejections_expected_) {
       std::vector<std::string> names;
       for (const NodeSpec& n : topo_.nodes()) names.push_back(n.id);
@@ -294,6 +296,9 @@ class ChaosFederation {
           if (e.event == "frame_rejected") {
             ADD_FAILURE() << name << " rejected a frame: " << e.fields.dump();
           }
+          if (e.event == "handshake" && e.fields.value("decision", "") == "refused") {
+            ADD_FAILURE() << name << " refused a link: " << e.fields.dump();
+          }
         }
       }
     }
@@ -302,7 +307,7 @@ class ChaosFederation {
 
   // Frames the scenario damages on the way (a proxy that duplicates or
   // corrupts them) are rejected as they should be: check_against_audit
-  // then does not fail on `frame_rejected` entries.
+  // then does not fail on `frame_rejected` or refused `handshake` entries.
   void expect_rejected_frames() { rejections_expected_ = true; }
 
   // The first entry of `event` at `node` logged after `t` (its time).

@@ -23,6 +23,7 @@
 #include <mutex>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cli/commands.hpp"
@@ -178,6 +179,9 @@ class TamperingChannel final : public ChannelSecurity {
   Inbound receive(uint8_t* data, size_t size, size_t* frame_size, std::string* why,
                   SecurityReplies* out) override {
     return inner_->receive(data, size, frame_size, why, out);
+  }
+  Inbound sealed_before_any_session(std::string reason, uint64_t bytes, std::string* why) override {
+    return inner_->sealed_before_any_session(std::move(reason), bytes, why);
   }
   std::optional<Order> last_order() const override { return inner_->last_order(); }
   bool handshaking() const override { return inner_->handshaking(); }

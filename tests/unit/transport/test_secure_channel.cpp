@@ -428,6 +428,32 @@ TEST_F(SecureChannelTest, WhatARestartLeavesOnTheWayIsOfAnotherSession) {
   }
 }
 
+// What a link can tell was sealed before this end had a session (a striped
+// child's further connection, after its parent restarted): of another
+// session, as such a frame on the first connection is; on a plaintext
+// link, where nothing is sealed, a rejected frame.
+TEST_F(SecureChannelTest, ASealedMessageBeforeAnySessionIsOfAnotherSessionUnlessNothingIsSealed) {
+  SecureChannel parent(config("eu", false), false, "a");
+  std::string why;
+  EXPECT_EQ(parent.sealed_before_any_session("sealed on a further connection", 92, &why),
+            ChannelSecurity::Inbound::kOtherSession);
+  EXPECT_EQ(why, "sealed on a further connection");
+  ASSERT_FALSE(events_.empty());
+  EXPECT_EQ(events_.back().kind, LinkEvent::Kind::kFrameOfOtherSession);
+  EXPECT_EQ(events_.back().bytes, 92u);
+  EXPECT_FALSE(parent.established());
+
+  std::vector<LinkEvent> plain_events;
+  PlaintextSecurity plain(
+      7, 0, [&](const LinkEvent& e) { plain_events.push_back(e); }, "a");
+  EXPECT_EQ(plain.sealed_before_any_session("sealed on a further connection", 92, &why),
+            ChannelSecurity::Inbound::kRejected);
+  ASSERT_EQ(plain_events.size(), 1u);
+  EXPECT_EQ(plain_events[0].kind, LinkEvent::Kind::kFrameRejected);
+  EXPECT_EQ(plain_events[0].reason, "sealed on a further connection");
+  EXPECT_EQ(plain_events[0].bytes, 92u);
+}
+
 // Long into a session, nothing explains a frame of another one: it is a
 // rejected frame (here the grace is none at all).
 TEST_F(SecureChannelTest, AFrameOfAnotherSessionLongIntoThisOneIsRejected) {

@@ -3,8 +3,9 @@
 // with one connection slowed or lossy by the fault-injecting transport.
 // Chunks arrive as they come while checkpoint pieces keep their order,
 // both ways, across key updates; a lost frame is given up after the wait; what the topology does
-// not allow, or what is not a sealed frame of the session, is refused on a
-// further connection; plaintext links cannot be striped.
+// not allow, or what is not a sealed frame, is refused on a further
+// connection, and a sealed frame there before any session (the parent
+// restarted) is of another session; plaintext links cannot be striped.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -155,6 +156,44 @@ TEST_F(StripedLinks, OnlySealedFramesOfTheSessionComeOnAFurtherConnection) {
   EXPECT_EQ(sorted(up_), iota(8));
   EXPECT_EQ(sorted(down_), iota(8));
   EXPECT_FALSE(children_->suspended("a")) << "the new session lifted it";
+}
+
+TEST_F(StripedLinks, WhatAChildSealedBeforeItsParentRestartedIsOfAnotherSessionOnEveryConnection) {
+  start_parent();
+  auto child = connect("a", 2);
+  exchange(*child, "a", 4);
+  // The parent restarts on its port: the child's connections come back to
+  // the new process on their own, and until the child notices, it goes on
+  // sealing for the session the parent no longer has, over both of them.
+  children_.reset();
+  parent_sec_.reset();
+  drops_.clear();
+  start_parent();
+  const uint32_t sender = topo_->node("a").index;
+  uint32_t sent = 0;
+  ASSERT_TRUE(pump(*child,
+                   [&] {
+                     if (sent < 40 && child->try_send(numbered(*topo_, sender, 100 + sent))) ++sent;
+                     return sent == 40 && children_->counters().other_session >= 20;
+                   }))
+      << "other session " << children_->counters().other_session;
+  EXPECT_EQ(up_.size(), 4u) << "nothing of the old session is taken";
+  EXPECT_EQ(children_->counters().rejected, 0u) << "nothing taken for an attack";
+  EXPECT_TRUE(drops_.empty()) << "no handshake refused on a further connection: " << drops_[0];
+  EXPECT_FALSE(children_->established("a"));
+
+  // What is not sealed stays refused on a further connection, as before.
+  auto intruder = transport_->connect(endpoint(), "a~1", {});
+  const std::vector<uint8_t> plain = numbered(*topo_, sender, 999);
+  const auto end = Clock::now() + 2s;
+  while (intruder->try_send("", plain.data(), plain.size()) != SendResult::kSent &&
+         Clock::now() < end) {
+    std::this_thread::sleep_for(5ms);
+  }
+  ASSERT_TRUE(pump(*child, [&] { return children_->counters().rejected >= 1; }));
+  ASSERT_FALSE(drops_.empty());
+  EXPECT_NE(drops_.back().find("only sealed frames of an established session"), std::string::npos)
+      << drops_.back();
 }
 
 TEST_F(StripedLinks, ALostFrameOnTheWayDownFailsTheChildsLink) {
