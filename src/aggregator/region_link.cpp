@@ -44,7 +44,10 @@ void Aggregator::Impl::RegionLink::send(aggregator::StoredFrame frame) {
 bool Aggregator::Impl::RegionLink::flush() {
   // What is left of a frame going out in pieces first.
   (void)uplink_->link().flush();
-  while (!out_.empty()) {
+  // A membership report first: the aggregates queued behind it carry the
+  // weight it explains (a site that left is missing from them).
+  if (membership_due_) report_membership();
+  while (!out_.empty() && !(membership_due_ && membership_settled())) {
     if (!uplink_->link().established()) break;
     aggregator::Outgoing& head = out_.front();
     if (!head.loaded) head.loaded = head.frame.load();  // read once, however long it waits
@@ -101,6 +104,7 @@ void Aggregator::Impl::RegionLink::reconnect(const std::string& why, bool grow_b
   // are the session's; what was queued for the old one goes again as the
   // new session needs it.
   out_.clear();
+  membership_due_ = false;  // the new session's welcome decides when it is told
   uplink_->session().reconnect(why, n_.round_, grow_backoff);
   welcome.welcomed = false;
   welcome.full_pending = false;
@@ -168,7 +172,10 @@ void Aggregator::Impl::RegionLink::report_membership() {
   wire::MembershipPayload p;
   p.weight = n_.member_weight();
   p.sites = n_.member_sites();
-  (void)uplink_->session().heartbeat(n_.round_, wire::kFlagMembership, wire::encode_membership(p));
+  // A heartbeat is never queued; a report the link cannot take now stays
+  // due (flush), so no aggregate overtakes it.
+  membership_due_ =
+      !uplink_->session().heartbeat(n_.round_, wire::kFlagMembership, wire::encode_membership(p));
 }
 
 void Aggregator::Impl::RegionLink::telemetry(uint64_t round, const node::Traffic& t) {

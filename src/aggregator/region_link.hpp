@@ -48,6 +48,9 @@ class Aggregator::Impl::RegionLink {
   void reconnect(const std::string& why, bool grow_backoff = true);
   void heartbeat(Clock::time_point now);  // hello again, membership, reconnects
   void busy_beat();                       // writing its checkpoint (wire::kFlagBusy)
+  // Its membership to the parent, now if the link takes it, else ahead of
+  // anything queued once it does: the parent's quorum must know it before
+  // the aggregates whose weight it explains.
   void report_membership();
   void telemetry(uint64_t round, const node::Traffic& t);
   void done();  // this region holds the final model, as its children do
@@ -79,6 +82,9 @@ class Aggregator::Impl::RegionLink {
   RegionRole& region_;
   std::unique_ptr<session::Uplink> uplink_;
   Outbox out_;
+  // A membership report the link did not take yet: it goes before the
+  // outbox.
+  bool membership_due_ = false;
   std::map<uint32_t, aggregator::StoredFrame> sent_up_;  // by chunk
   aggregator::FrameStore store_;                         // where sent_up_ lies
 };

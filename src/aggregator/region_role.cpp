@@ -228,6 +228,9 @@ void Aggregator::Impl::RegionRole::on_parent_welcome(const wire::ParsedFrame& f)
                  n_.self_.id, n_.round_, link_.welcome.clip, n_.privacy_clip_);
       use_clip(link_.welcome.clip, n_.round_);
     }
+    // The parent (restarted, perhaps) knows this region's membership only
+    // from its reports: one goes before the aggregates it explains.
+    link_.report_membership();
     link_.send_aggregates_again();
     return;
   }
