@@ -85,6 +85,7 @@ std::string Aggregator::Impl::RegionLink::awaited() const {
 
 void Aggregator::Impl::RegionLink::hello() {
   welcome.full_pending = false;
+  reported_round_.reset();  // the welcome that answers may be a restarted parent's
   wire::HelloPayload up;
   up.node_id = n_.self_.id;
   // The version it started from: the parent knew that one when it started.
@@ -105,6 +106,7 @@ void Aggregator::Impl::RegionLink::reconnect(const std::string& why, bool grow_b
   // new session needs it.
   out_.clear();
   membership_due_ = false;  // the new session's welcome decides when it is told
+  reported_round_.reset();
   uplink_->session().reconnect(why, n_.round_, grow_backoff);
   welcome.welcomed = false;
   welcome.full_pending = false;
@@ -172,6 +174,7 @@ void Aggregator::Impl::RegionLink::report_membership() {
   wire::MembershipPayload p;
   p.weight = n_.member_weight();
   p.sites = n_.member_sites();
+  reported_round_ = n_.round_;
   // A heartbeat is never queued; a report the link cannot take now stays
   // due (flush), so no aggregate overtakes it.
   membership_due_ =
@@ -211,6 +214,10 @@ void Aggregator::Impl::RegionLink::round_opened(uint64_t round) {
 }
 
 void Aggregator::Impl::RegionLink::send_aggregate(uint32_t chunk, Frame frame) {
+  // Its weight in the round goes before the round's first aggregate, however
+  // this session was welcomed (a parent that restarted knows only the
+  // weights of its last checkpoint).
+  if (reported_round_ != n_.round_) report_membership();
   const aggregator::StoredFrame& kept = sent_up_[chunk] = store_.keep(std::move(frame));
   uplink_->resend().handed_over(Clock::now());
   send(kept);

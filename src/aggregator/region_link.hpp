@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -85,6 +86,10 @@ class Aggregator::Impl::RegionLink {
   // A membership report the link did not take yet: it goes before the
   // outbox.
   bool membership_due_ = false;
+  // The round whose aggregates a report went ahead of (none yet on this
+  // session): each round's first aggregate follows one, so a parent that
+  // restarted with older weights never judges the round by them.
+  std::optional<uint64_t> reported_round_;
   std::map<uint32_t, aggregator::StoredFrame> sent_up_;  // by chunk
   aggregator::FrameStore store_;                         // where sent_up_ lies
 };

@@ -153,13 +153,14 @@ struct IpcTree {
   bool standby = false;
   bool region = false;
   uint64_t chunk_bytes = 1 << 20;
+  double heartbeat_s = 0.1;
   double heartbeat_timeout_s = 1;
 };
 inline Topology ipc_tree(const std::filesystem::path& dir, const IpcTree& t) {
   FederationSpec f;
   f.rounds = t.rounds;
   f.chunk_bytes = t.chunk_bytes;
-  f.heartbeat_s = 0.1;
+  f.heartbeat_s = t.heartbeat_s;
   f.heartbeat_timeout_s = t.heartbeat_timeout_s;
   NodeSpec root;
   root.id = "root";
