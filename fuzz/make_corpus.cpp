@@ -141,6 +141,8 @@ std::vector<std::pair<std::string, Bytes>> frames() {
       {"done", control_frame(wire::MsgType::kDone, {})},
       {"handshake", control_frame(wire::MsgType::kHandshake, Bytes{0x16, 0x03, 0x03, 0, 2, 1, 0}, 0,
                                   0, static_cast<uint8_t>(security::AeadAlgorithm::kAes256Gcm))},
+      {"handshake_no_session",
+       control_frame(wire::MsgType::kHandshake, {}, 0, wire::kFlagNoSession)},
       {"delta_int8", data_frame(wire::MsgType::kDelta, int8, 1, 3, 900, ramp(300, 0.01f), 2.0, 0)},
       {"delta_fp16_excused", excused_delta(fp16, 1, 2, 40, ramp(20, 0.5f), 3.0, 1.5)},
       {"delta_fp32_no_values", no_values_delta(fp32, 0, 2, 12, 6, 4.0)},

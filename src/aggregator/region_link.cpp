@@ -156,7 +156,7 @@ void Aggregator::Impl::RegionLink::heartbeat(Clock::time_point now) {
   }
   // Before its first answer the parent is judged by the join timeout.
   if (uplink_->in_federation() && parent.silent(now) && parent.retry_due(now)) {
-    reconnect("no frame from it for " + std::to_string(n_.cfg_.heartbeat_timeout.count()) + " ms");
+    reconnect(parent.silence(now));
   }
 }
 

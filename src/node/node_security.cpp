@@ -318,6 +318,16 @@ void NodeSecurity::on_link_event(const transport::LinkEvent& e, bool as_parent) 
                       "': " + e.reason,
                   e.bytes, /*warn=*/false);
       return;
+    case transport::LinkEvent::Kind::kPeerWithoutSession:
+      // Unauthenticated: its only effect is a shorter wait on the parent's
+      // silence (session::ParentSession::silent); the reconnect that may
+      // follow is audited with its reason.
+      audit_noise("parent_without_session", noise_key("parent_without_session", e.peer),
+                  {{"peer", e.peer}, {"reason", e.reason}},
+                  std::string("parent at ") + e.peer + " says it holds no session with this node " +
+                      "(it restarted?); its silence is judged sooner",
+                  e.bytes, /*warn=*/false);
+      return;
   }
 }
 

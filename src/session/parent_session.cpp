@@ -64,7 +64,29 @@ void ParentSession::reconnect(const std::string& why, uint64_t round, bool grow_
 
 void ParentSession::heard(Clock::time_point now, bool reset_backoff) {
   heard_ = now;
+  last_frame_at_ = now;
   if (reset_backoff) backoff_ = Millis(0);
+}
+
+bool ParentSession::told_no_session() const {
+  // Said after the parent's last frame: a parent that spoke since holds
+  // the session, whatever anyone said before.
+  const auto said = link_->security().peer_without_session();
+  return said && *said > last_frame_at_;
+}
+
+ParentSession::Clock::duration ParentSession::silence_limit() const {
+  if (!told_no_session()) return options_.heartbeat_timeout;
+  return std::min<Clock::duration>(2 * options_.heartbeat, options_.heartbeat_timeout);
+}
+
+std::string ParentSession::silence(Clock::time_point now) const {
+  const auto ms = std::chrono::duration_cast<Millis>(now - heard_).count();
+  if (told_no_session() && now - heard_ <= options_.heartbeat_timeout) {
+    return "no frame from it for " + std::to_string(ms) +
+           " ms, and its end says it holds no session with this node (it restarted)";
+  }
+  return "no frame from it for " + std::to_string(options_.heartbeat_timeout.count()) + " ms";
 }
 
 void ParentSession::not_listening(Clock::duration d, Clock::time_point now) {

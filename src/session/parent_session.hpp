@@ -91,7 +91,13 @@ class ParentSession {
   // included). Not thread safe: read by the thread that owns the link.
   uint64_t bytes_sent() const { return retired_sent_ + link_->counters().bytes_sent; }
   uint64_t bytes_received() const { return retired_received_ + link_->counters().bytes_received; }
-  bool silent(Clock::time_point now) const { return now - heard_ > options_.heartbeat_timeout; }
+  // Nothing heard from the parent for a heartbeat timeout; or for two
+  // heartbeat periods since its end said it holds no session with this node
+  // (ChannelSecurity::peer_without_session: it restarted). That word is not
+  // authenticated, so it never ends a session whose parent still speaks.
+  bool silent(Clock::time_point now) const { return now - heard_ > silence_limit(); }
+  // Why silent() holds, for the reconnect's log line and audit entry.
+  std::string silence(Clock::time_point now) const;
   // The secure session has not come up within a heartbeat timeout of the
   // link opening (a handshake message lost on the way).
   bool stalled(Clock::time_point now) const {
@@ -120,6 +126,8 @@ class ParentSession {
 
  private:
   void open(int linger_ms);
+  Clock::duration silence_limit() const;
+  bool told_no_session() const;
 
   const Topology& topo_;
   const NodeSpec& self_;
@@ -131,7 +139,8 @@ class ParentSession {
   Clock::time_point spoke_{};  // the last heartbeat that went
   bool use_standby_ = false;   // under a root with a standby: failed over
   Clock::time_point opened_at_, heard_, retry_at_;
-  StallClock turns_;                                  // of turn()
+  Clock::time_point last_frame_at_{};  // the parent's last frame, as heard (never credited)
+  StallClock turns_;                   // of turn()
   uint64_t retired_sent_ = 0, retired_received_ = 0;  // of the links replaced
   Millis backoff_{0};
   uint64_t reconnects_ = 0;

@@ -138,8 +138,7 @@ void SiteCore::Impl::upkeep() {
     reconnect(!welcome.link_ok ? (link().security().failure().empty()
                                       ? std::string("a send to it failed")
                                       : "its session failed: " + link().security().failure())
-                               : "no frame from it for " +
-                                     std::to_string(cfg.heartbeat_timeout.count()) + " ms");
+                               : parent().silence(now));
   }
 }
 

@@ -6,6 +6,7 @@
 // SecureChannel (secure_channel.hpp: mutual TLS 1.3, then AEAD frames).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -39,7 +40,10 @@ struct LinkEvent {
     kHandshakeRefused,
     kFrameRejected,
     kCrlUnusable,
-    kFrameOfOtherSession
+    kFrameOfOtherSession,
+    // Child side: the parent said, in the clear, that it holds no session
+    // with this node (wire::kFlagNoSession).
+    kPeerWithoutSession
   };
   Kind kind = Kind::kFrameRejected;
   std::string peer;       // routing id (parent side) or parent endpoint (child side)
@@ -165,6 +169,15 @@ class ChannelSecurity {
   };
   virtual std::optional<Order> last_order() const { return std::nullopt; }
 
+  // Child side: when the parent's end last said, in the clear, that it
+  // holds no session with this node (wire::kFlagNoSession: it restarted and
+  // cannot open what this node seals), while this session was up. Anyone on
+  // the path could say so: it only shortens how long the parent's silence
+  // is waited out (session::ParentSession::silent).
+  virtual std::optional<std::chrono::steady_clock::time_point> peer_without_session() const {
+    return std::nullopt;
+  }
+
   // Parent side: a handshake is in progress (its state is held), and
   // dropping it (it took too long). An established session survives.
   virtual bool handshaking() const { return false; }
@@ -200,5 +213,9 @@ class PlaintextSecurity final : public ChannelSecurity {
 // it has no session with.
 std::vector<uint8_t> plain_reject_frame(uint64_t job_id, uint32_t self_index,
                                         const std::string& reason);
+// A plain kHandshake with wire::kFlagNoSession: a parent tells a child whose
+// sealed frame it cannot open that it holds no session with it.
+std::vector<uint8_t> no_session_frame(uint64_t job_id, uint32_t self_index);
+bool is_no_session_frame(const std::vector<uint8_t>& bytes);
 
 }  // namespace fedwan::transport

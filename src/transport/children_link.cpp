@@ -354,10 +354,10 @@ bool ChildrenLink::take_frame(std::string peer, size_t stripe, Received& in, Inc
     // Best effort, never blocking: a peer that does not read its handshake
     // replies times out on its side. Plain refusals share the budget of
     // drop()'s.
-    if (reply.size() > 5 && reply[5] == static_cast<uint8_t>(wire::MsgType::kReject) &&
-        !may_refuse()) {
-      continue;
-    }
+    const bool plain_word =
+        (reply.size() > 5 && reply[5] == static_cast<uint8_t>(wire::MsgType::kReject)) ||
+        is_no_session_frame(reply);
+    if (plain_word && !may_refuse()) continue;
     send_unsealed(peer, reply);
   }
   return settle(std::move(peer), stripe, in, {}, r, frame_size, security, out);

@@ -46,6 +46,21 @@ std::vector<uint8_t> plain_reject_frame(uint64_t job_id, uint32_t self_index,
   return wire::encode_frame(h, reinterpret_cast<const uint8_t*>(text.data()), text.size());
 }
 
+std::vector<uint8_t> no_session_frame(uint64_t job_id, uint32_t self_index) {
+  wire::FrameHeader h;
+  h.type = wire::MsgType::kHandshake;
+  h.flags = wire::kFlagNoSession;
+  h.job_id = job_id;
+  h.sender = self_index;
+  return wire::encode_frame(h, nullptr, 0);
+}
+
+bool is_no_session_frame(const std::vector<uint8_t>& bytes) {
+  return looks_like_frame(bytes.data(), bytes.size()) && !is_sealed(bytes.data()) &&
+         type_of(bytes.data()) == wire::MsgType::kHandshake &&
+         (bytes[kFlagsOffset] & wire::kFlagNoSession) != 0;
+}
+
 PlaintextSecurity::PlaintextSecurity(uint64_t job_id, uint32_t self_index, LinkEventSink sink,
                                      std::string peer)
     : job_id_(job_id), self_index_(self_index), sink_(std::move(sink)), peer_(std::move(peer)) {}
@@ -239,6 +254,7 @@ ChannelSecurity::Inbound SecureChannel::on_handshake(const uint8_t* data, size_t
   if (f.header.job_id != config_.job_id) {
     return reject("handshake for another federation (job id mismatch)", size, why);
   }
+  if ((f.header.flags & wire::kFlagNoSession) != 0) return on_no_session(f, size, why);
   if (is_client_) {
     if (state_ != State::kHandshaking || !pending_) {
       return reject("unexpected handshake message from the parent", size, why);
@@ -303,12 +319,39 @@ ChannelSecurity::Inbound SecureChannel::on_handshake(const uint8_t* data, size_t
   return Inbound::kConsumed;
 }
 
+ChannelSecurity::Inbound SecureChannel::on_no_session(const wire::ParsedFrame& f, uint64_t bytes,
+                                                      std::string* why) {
+  if (!is_client_ || f.payload_size != 0) {
+    return reject("a parent's word that it holds no session, from a child or with a payload", bytes,
+                  why);
+  }
+  // Only a session that is up can be one the parent lost: during a
+  // handshake it is the word of a session this end is replacing anyway.
+  if (state_ == State::kEstablished) {
+    peer_without_session_ = std::chrono::steady_clock::now();
+    dropped(LinkEvent::Kind::kPeerWithoutSession,
+            "the parent holds no session with this node (it restarted, or someone on the path "
+            "says so: unauthenticated)",
+            bytes);
+  }
+  *why = "the parent holds no session with this node";
+  return Inbound::kConsumed;
+}
+
 ChannelSecurity::Inbound SecureChannel::on_sealed(uint8_t* data, size_t size, size_t* frame_size,
-                                                  std::string* why) {
+                                                  std::string* why, SecurityReplies* out) {
   if (!opener_) {
     // No keys here yet: sealed in a session before this end's (the peer's
     // frames of one this end had before it restarted, or the parent's of
-    // the child's last session, sent before it saw this one begin).
+    // the child's last session, sent before it saw this one begin). A
+    // parent that is not in a handshake with the child tells it, at most
+    // once a second, so that it starts a session sooner than its heartbeat
+    // timeout would have it.
+    const auto now = std::chrono::steady_clock::now();
+    if (!is_client_ && !pending_ && now - no_session_told_ >= std::chrono::seconds(1)) {
+      no_session_told_ = now;
+      out->push_back(no_session_frame(config_.job_id, config_.self_index));
+    }
     return other_session("sealed frame of an earlier session (none is established here yet)", size,
                          why);
   }
@@ -404,7 +447,7 @@ ChannelSecurity::Inbound SecureChannel::receive(uint8_t* data, size_t size, size
   if (!looks_like_frame(data, size)) {
     return reject("not a fedwan frame (" + std::to_string(size) + " bytes)", size, why);
   }
-  if (is_sealed(data)) return on_sealed(data, size, frame_size, why);
+  if (is_sealed(data)) return on_sealed(data, size, frame_size, why, out);
   const wire::MsgType type = type_of(data);
   if (type == wire::MsgType::kHandshake) return on_handshake(data, size, why, out);
   if (type == wire::MsgType::kReject && is_client_ && state_ != State::kEstablished &&

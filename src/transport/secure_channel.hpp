@@ -14,7 +14,9 @@
 // by security::FrameSealer/FrameOpener. A refusal is reported to the event
 // sink and told to the peer in a plain kReject (it has no keys to read a
 // sealed one). A parent keeps a child's current keys while the child runs a
-// new handshake (after a restart) and switches when it completes.
+// new handshake (after a restart) and switches when it completes. A parent
+// with no session (it restarted) answers a child's sealed frame with a plain
+// kHandshake flagged kFlagNoSession, so the child judges its silence sooner.
 //
 // Not thread safe: owned by the link's thread.
 #pragma once
@@ -28,6 +30,7 @@
 #include "security/identity.hpp"
 #include "security/tls_session.hpp"
 #include "transport/channel_security.hpp"
+#include "wire/frame.hpp"
 
 namespace fedwan::transport {
 
@@ -74,6 +77,9 @@ class SecureChannel final : public ChannelSecurity {
 
   std::optional<Order> last_order() const override { return last_order_; }
   bool handshaking() const override { return pending_ != nullptr; }
+  std::optional<std::chrono::steady_clock::time_point> peer_without_session() const override {
+    return peer_without_session_;
+  }
   void abandon_handshake() override;
 
   // The peer's identity once established (nullopt before).
@@ -87,7 +93,11 @@ class SecureChannel final : public ChannelSecurity {
   // Picks up a changed crl.pem; reports one that cannot be used.
   void reload_crl();
   Inbound on_handshake(const uint8_t* data, size_t size, std::string* why, SecurityReplies* out);
-  Inbound on_sealed(uint8_t* data, size_t size, size_t* frame_size, std::string* why);
+  Inbound on_sealed(uint8_t* data, size_t size, size_t* frame_size, std::string* why,
+                    SecurityReplies* out);
+  // The parent's word, in the clear, that it holds no session with this
+  // child (wire::kFlagNoSession).
+  Inbound on_no_session(const wire::ParsedFrame& f, uint64_t bytes, std::string* why);
   Inbound reject(std::string reason, uint64_t bytes, std::string* why);
   // A sealed frame of another session of the link, dropped.
   Inbound other_session(std::string reason, uint64_t bytes, std::string* why);
@@ -115,6 +125,10 @@ class SecureChannel final : public ChannelSecurity {
   uint64_t session_ = 0;                             // key agreements so far
   std::chrono::steady_clock::time_point keys_at_{};  // the last agreement's
   std::optional<Order> last_order_;
+  // Parent side: when it last told this peer it holds no session with it
+  // (at most once a second). Child side: when its parent last said so.
+  std::chrono::steady_clock::time_point no_session_told_{};
+  std::optional<std::chrono::steady_clock::time_point> peer_without_session_;
 };
 
 }  // namespace fedwan::transport

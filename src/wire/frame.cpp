@@ -28,6 +28,7 @@ uint8_t allowed_flags(MsgType t) {
       return kFlagPace | kFlagBusy | kFlagNeedUpdate | kFlagLeaving | kFlagPausing |
              kFlagMembership;
     case MsgType::kCheckpoint: return kFlagReplicaStored | kFlagNoReplica;
+    case MsgType::kHandshake: return kFlagNoSession;
     default: return 0;
   }
 }

@@ -21,10 +21,10 @@
 //   kFlagExcused), kFlagNoChange, kFlagKeepsReplicas and kFlagClip on kWelcome, kFlagSent and
 //   kFlagNeedReplica on kHello, kFlagPace, kFlagBusy, kFlagNeedUpdate, kFlagLeaving,
 //   kFlagPausing and kFlagMembership on kHeartbeat, kFlagReplicaStored or kFlagNoReplica on
-//   kCheckpoint (kBadReserved); payload_length == bytes after the header, so
-//   trailing bytes and truncation are kLengthMismatch.
-//   kAnchor/kDelta: 1 <= chunk_count <= max_chunk_count, chunk_index <
-//   chunk_count, chunk_count <= total_elements (kBadChunk); 1 <= element_count
+//   kCheckpoint, kFlagNoSession on kHandshake (kBadReserved); payload_length == bytes after the
+//   header, so trailing bytes and truncation are kLengthMismatch. kAnchor/kDelta: 1 <= chunk_count
+//   <= max_chunk_count, chunk_index < chunk_count, chunk_count <= total_elements (kBadChunk); 1 <=
+//   element_count
 //   <= max_chunk_elements, total_elements <= max_total_elements, and the chunk
 //   fits its stream: the other chunk_count-1 chunks get >= 1 element each, a
 //   single chunk carries exactly total_elements (kBadElements); payload_length
@@ -76,7 +76,7 @@ inline constexpr uint32_t kMagic = 0x4E415746;  // "FWAN" read as little-endian 
 // says so on its heartbeats (kFlagBusy); 12: a secure session's key epochs
 // start at one drawn from its keys, so a frame of another session is told
 // apart (security/frame_protector.hpp)
-inline constexpr uint8_t kVersion = 12;
+inline constexpr uint8_t kVersion = 13;
 inline constexpr size_t kHeaderSize = 64;
 
 enum class MsgType : uint8_t {
@@ -163,6 +163,12 @@ inline constexpr uint8_t kFlagNeedReplica = 0x08;
 inline constexpr uint8_t kFlagKeepsReplicas = 0x04;
 inline constexpr uint8_t kFlagReplicaStored = 0x01;  // kCheckpoint signal
 inline constexpr uint8_t kFlagNoReplica = 0x02;      // kCheckpoint signal
+// A plain kHandshake from a parent, with no payload: it holds no session
+// with the child whose sealed frame it just dropped (it restarted). Not
+// authenticated: a child whose session is up takes it only as a reason to
+// judge its parent's silence sooner (docs/protocol.md, "Liveness and
+// rejoining").
+inline constexpr uint8_t kFlagNoSession = 0x01;
 
 struct FrameHeader {
   MsgType type = MsgType::kHello;

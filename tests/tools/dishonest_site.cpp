@@ -185,6 +185,9 @@ class TamperingChannel final : public ChannelSecurity {
   }
   std::optional<Order> last_order() const override { return inner_->last_order(); }
   bool handshaking() const override { return inner_->handshaking(); }
+  std::optional<std::chrono::steady_clock::time_point> peer_without_session() const override {
+    return inner_->peer_without_session();
+  }
   void abandon_handshake() override { inner_->abandon_handshake(); }
 
  private:

@@ -454,6 +454,78 @@ TEST_F(SecureChannelTest, ASealedMessageBeforeAnySessionIsOfAnotherSessionUnless
   EXPECT_EQ(plain_events[0].bytes, 92u);
 }
 
+// A parent that restarted holds no session with its child: the child's
+// sealed frames are of another session, and the first of them in a second
+// is answered with a plain "no session here". A child whose session is up
+// notes when it heard that (nothing else changes: anyone could say it); a
+// child in a handshake, or a parent, does not take it from a peer.
+TEST_F(SecureChannelTest, AParentWithoutTheSessionSaysSoAndTheChildOnlyNotesIt) {
+  SecureChannel parent(config("eu", false), false, "a");
+  auto child = connected_child(parent);
+  ASSERT_TRUE(child->established());
+  ASSERT_FALSE(child->peer_without_session());
+
+  SecureChannel restarted(config("eu", false), false, "a");
+  std::vector<uint8_t> beat = frame(2, 1, 0x33);
+  child->seal(beat);
+  std::vector<uint8_t> beat_again = beat;
+  events_.clear();
+  SecurityReplies replies;
+  std::string why;
+  EXPECT_EQ(deliver(restarted, beat, &replies, &why), ChannelSecurity::Inbound::kOtherSession);
+  ASSERT_EQ(replies.size(), 1u);
+  EXPECT_TRUE(is_no_session_frame(replies[0]));
+  const wire::ParsedFrame said = wire::parse_frame(replies[0].data(), replies[0].size());
+  ASSERT_TRUE(said.ok()) << said.detail;
+  EXPECT_EQ(said.header.type, wire::MsgType::kHandshake);
+  EXPECT_EQ(said.header.flags, wire::kFlagNoSession);
+  EXPECT_EQ(said.payload_size, 0u);
+  // Within the second: nothing more said, the frame still dropped as of
+  // another session.
+  SecurityReplies more;
+  EXPECT_EQ(deliver(restarted, beat_again, &more, &why), ChannelSecurity::Inbound::kOtherSession);
+  EXPECT_TRUE(more.empty());
+
+  events_.clear();
+  SecurityReplies none;
+  EXPECT_EQ(deliver(*child, replies[0], &none, &why), ChannelSecurity::Inbound::kConsumed);
+  EXPECT_TRUE(none.empty());
+  EXPECT_TRUE(child->established());
+  ASSERT_TRUE(child->peer_without_session());
+  ASSERT_EQ(events_.size(), 1u);
+  EXPECT_EQ(events_[0].kind, LinkEvent::Kind::kPeerWithoutSession);
+
+  // A child still in its handshake does not fail on it (its new session is
+  // the answer), nor note it.
+  SecureChannel fresh(config("a", true), true, "eu");
+  SecurityReplies hello;
+  fresh.start(&hello);
+  std::vector<uint8_t> word = no_session_frame(topo_->job_id(), topo_->node("eu").index);
+  EXPECT_EQ(deliver(fresh, word, &none, &why), ChannelSecurity::Inbound::kConsumed);
+  EXPECT_TRUE(fresh.failure().empty()) << fresh.failure();
+  EXPECT_FALSE(fresh.peer_without_session());
+  pump(fresh, restarted, std::move(hello));
+  EXPECT_TRUE(fresh.established());
+
+  // A parent does not take it from a child, and a parent in a handshake
+  // with the child says nothing.
+  events_.clear();
+  std::vector<uint8_t> from_child = no_session_frame(topo_->job_id(), topo_->node("a").index);
+  EXPECT_EQ(deliver(parent, from_child, &none, &why), ChannelSecurity::Inbound::kRejected);
+  SecureChannel handshaking(config("eu", false), false, "a");
+  SecureChannel joining(config("a", true), true, "eu");
+  SecurityReplies client_hello;
+  joining.start(&client_hello);
+  SecurityReplies server_flight;
+  deliver(handshaking, client_hello[0], &server_flight);
+  ASSERT_TRUE(handshaking.handshaking());
+  std::vector<uint8_t> stale = frame(2, 1, 0x44);
+  child->seal(stale);
+  SecurityReplies quiet;
+  EXPECT_EQ(deliver(handshaking, stale, &quiet, &why), ChannelSecurity::Inbound::kOtherSession);
+  EXPECT_TRUE(quiet.empty());
+}
+
 // Long into a session, nothing explains a frame of another one: it is a
 // rejected frame (here the grace is none at all).
 TEST_F(SecureChannelTest, AFrameOfAnotherSessionLongIntoThisOneIsRejected) {

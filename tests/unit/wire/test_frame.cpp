@@ -22,7 +22,7 @@ TEST(Frame, HeaderLayoutIsLittleEndianFwan) {
   const size_t need = fp16().encoded_size(600);
   ASSERT_EQ(b.size(), kHeaderSize + need);
   EXPECT_EQ(std::string(b.begin(), b.begin() + 4), "FWAN");
-  EXPECT_EQ(b[kOffVersion], 12);
+  EXPECT_EQ(b[kOffVersion], 13);
   EXPECT_EQ(b[kOffType], 4);
   EXPECT_EQ(b[kOffCodec], static_cast<uint8_t>(CodecId::kFp16));
   EXPECT_EQ(b[kOffElements], 600 & 0xff);
@@ -88,7 +88,7 @@ TEST(Frame, BadMagicVersionTypeReserved) {
     b[i] ^= 0x20;
     EXPECT_EQ(reason(b), RejectReason::kBadMagic) << i;
   }
-  for (uint8_t v : {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 255}) {
+  for (uint8_t v : {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 14, 255}) {
     Bytes b = data_frame(MsgType::kDelta, fp16());
     b[kOffVersion] = v;
     EXPECT_EQ(reason(b), RejectReason::kBadVersion) << int{v};

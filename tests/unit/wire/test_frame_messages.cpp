@@ -220,6 +220,19 @@ TEST(Frame, MembershipFlagsOnlyOnHeartbeats) {
   }
 }
 
+TEST(Frame, NoSessionOnlyOnHandshakes) {
+  Bytes handshake = control_frame(MsgType::kHandshake, {});
+  handshake[kOffFlags] = kFlagNoSession;
+  EXPECT_EQ(reason(handshake), RejectReason::kNone);
+  handshake[kOffFlags] = static_cast<uint8_t>(kFlagNoSession | 0x02);
+  EXPECT_EQ(reason(handshake), RejectReason::kBadReserved);
+  for (MsgType t : {MsgType::kReject, MsgType::kTelemetry, MsgType::kDone}) {
+    Bytes other = control_frame(t, {});
+    other[kOffFlags] = kFlagNoSession;
+    EXPECT_EQ(reason(other), RejectReason::kBadReserved) << int(t);
+  }
+}
+
 TEST(Frame, PaceGoesAloneOnHeartbeats) {
   Bytes heartbeat = control_frame(MsgType::kHeartbeat, encode_pace({3, 4}));
   heartbeat[kOffFlags] = kFlagPace;
