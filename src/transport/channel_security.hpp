@@ -126,9 +126,11 @@ class ChannelSecurity {
   // of one, on a striped peer's further connection before any session
   // here: what the peer sent before this end restarted). Dropped and
   // reported as receive() reports a frame of another session: kOtherSession
-  // where the mechanism has sessions, kRejected where it has none.
-  virtual Inbound sealed_before_any_session(std::string reason, uint64_t bytes,
-                                            std::string* why) = 0;
+  // where the mechanism has sessions, kRejected where it has none; what the
+  // peer is told, as receive() would tell it, goes to *out (for its first
+  // connection).
+  virtual Inbound sealed_before_any_session(std::string reason, uint64_t bytes, std::string* why,
+                                            SecurityReplies* out) = 0;
 
   // receive() in two steps, for opening frames on other threads: a data
   // frame of an established session that needs nothing but decrypting and
@@ -196,7 +198,8 @@ class PlaintextSecurity final : public ChannelSecurity {
   void seal(std::vector<uint8_t>&) override {}
   Inbound receive(uint8_t* data, size_t size, size_t* frame_size, std::string* why,
                   SecurityReplies* out) override;
-  Inbound sealed_before_any_session(std::string reason, uint64_t bytes, std::string* why) override;
+  Inbound sealed_before_any_session(std::string reason, uint64_t bytes, std::string* why,
+                                    SecurityReplies* out) override;
 
  private:
   // Tells the sink of a message dropped (why) and says so.

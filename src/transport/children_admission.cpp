@@ -200,10 +200,14 @@ bool ChildrenLink::admit_stripe(const std::string& peer, size_t stripe, const Re
     // first connection's are (a frame of another session), not as a
     // refused handshake; its new session begins on that one.
     std::string why;
+    SecurityReplies replies;
     const ChannelSecurity::Inbound r = security_for(peer).sealed_before_any_session(
         "sealed frame of an earlier session on a further connection (none is established here "
         "yet)",
-        in.message.size(), &why);
+        in.message.size(), &why, &replies);
+    // On its first connection, which every end of the child reads: a
+    // child striped over many may send little there.
+    send_plain_words(peer, replies);
     if (r == ChannelSecurity::Inbound::kOtherSession) {
       counters_.other_session += 1;
     } else {

@@ -350,17 +350,21 @@ bool ChildrenLink::take_frame(std::string peer, size_t stripe, Received& in, Inc
   const auto r =
       security.receive(in.message.data(), in.message.size(), &frame_size, &why, &replies);
   if (guard_.pending(peer) && !security.handshaking()) guard_.finish(peer);
+  send_plain_words(peer, replies);
+  return settle(std::move(peer), stripe, in, {}, r, frame_size, security, out);
+}
+
+void ChildrenLink::send_plain_words(const std::string& peer, SecurityReplies& replies) {
   for (auto& reply : replies) {
     // Best effort, never blocking: a peer that does not read its handshake
-    // replies times out on its side. Plain refusals share the budget of
-    // drop()'s.
+    // replies times out on its side. Plain refusals and "no session here"
+    // share the budget of drop()'s.
     const bool plain_word =
         (reply.size() > 5 && reply[5] == static_cast<uint8_t>(wire::MsgType::kReject)) ||
         is_no_session_frame(reply);
     if (plain_word && !may_refuse()) continue;
     send_unsealed(peer, reply);
   }
-  return settle(std::move(peer), stripe, in, {}, r, frame_size, security, out);
 }
 
 bool ChildrenLink::settle(std::string peer, size_t stripe, Received& in, std::any inspected,

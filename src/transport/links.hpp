@@ -340,6 +340,9 @@ class ChildrenLink {
   void count_sent(const std::string& peer, size_t n);
   // Best effort, never blocking: handshake replies and plain refusals.
   void send_unsealed(const std::string& peer, const std::vector<uint8_t>& bytes);
+  // What the security layer has to tell `peer` in the clear or to start a
+  // session (handshake records, refusals, "no session here").
+  void send_plain_words(const std::string& peer, SecurityReplies& replies);
 
   Transport& transport_;
   std::unique_ptr<Socket> socket_;

@@ -82,7 +82,9 @@ ChannelSecurity::Inbound PlaintextSecurity::receive(uint8_t* data, size_t size, 
 
 ChannelSecurity::Inbound PlaintextSecurity::sealed_before_any_session(std::string reason,
                                                                       uint64_t bytes,
-                                                                      std::string* why) {
+                                                                      std::string* why,
+                                                                      SecurityReplies* out) {
+  (void)out;
   // Nothing is sealed on a plaintext link: no session explains it.
   *why = std::move(reason);
   return rejected(*why, bytes);
@@ -226,9 +228,22 @@ ChannelSecurity::Inbound SecureChannel::other_session(std::string reason, uint64
 }
 
 ChannelSecurity::Inbound SecureChannel::sealed_before_any_session(std::string reason,
-                                                                  uint64_t bytes,
-                                                                  std::string* why) {
+                                                                  uint64_t bytes, std::string* why,
+                                                                  SecurityReplies* out) {
+  // Only a parent has further connections, and it has no session: it says
+  // so as on the first connection.
+  tell_no_session(out);
   return other_session(std::move(reason), bytes, why);
+}
+
+void SecureChannel::tell_no_session(SecurityReplies* out) {
+  // Told once a second at most (the peer's heartbeats bring it again), and
+  // only where no session and no handshake is: a child that is starting a
+  // session needs no word.
+  const auto now = std::chrono::steady_clock::now();
+  if (is_client_ || pending_ || opener_ || now - no_session_told_ < std::chrono::seconds(1)) return;
+  no_session_told_ = now;
+  out->push_back(no_session_frame(config_.job_id, config_.self_index));
 }
 
 void SecureChannel::refuse_handshake(const std::string& reason, SecurityReplies* out) {
@@ -344,14 +359,9 @@ ChannelSecurity::Inbound SecureChannel::on_sealed(uint8_t* data, size_t size, si
     // No keys here yet: sealed in a session before this end's (the peer's
     // frames of one this end had before it restarted, or the parent's of
     // the child's last session, sent before it saw this one begin). A
-    // parent that is not in a handshake with the child tells it, at most
-    // once a second, so that it starts a session sooner than its heartbeat
-    // timeout would have it.
-    const auto now = std::chrono::steady_clock::now();
-    if (!is_client_ && !pending_ && now - no_session_told_ >= std::chrono::seconds(1)) {
-      no_session_told_ = now;
-      out->push_back(no_session_frame(config_.job_id, config_.self_index));
-    }
+    // parent tells the child, so that it starts a session sooner than its
+    // heartbeat timeout would have it.
+    tell_no_session(out);
     return other_session("sealed frame of an earlier session (none is established here yet)", size,
                          why);
   }

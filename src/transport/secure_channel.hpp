@@ -69,7 +69,8 @@ class SecureChannel final : public ChannelSecurity {
   std::vector<uint8_t> sealed(const std::vector<uint8_t>& frame) override;
   Inbound receive(uint8_t* data, size_t size, size_t* frame_size, std::string* why,
                   SecurityReplies* out) override;
-  Inbound sealed_before_any_session(std::string reason, uint64_t bytes, std::string* why) override;
+  Inbound sealed_before_any_session(std::string reason, uint64_t bytes, std::string* why,
+                                    SecurityReplies* out) override;
 
   std::unique_ptr<DetachedFrame> detach(const uint8_t* data, size_t size) override;
   Inbound finish(const DetachedFrame& frame, bool authenticated, uint8_t* data, size_t size,
@@ -98,6 +99,9 @@ class SecureChannel final : public ChannelSecurity {
   // The parent's word, in the clear, that it holds no session with this
   // child (wire::kFlagNoSession).
   Inbound on_no_session(const wire::ParsedFrame& f, uint64_t bytes, std::string* why);
+  // Parent side, no session with the peer: tells it so, at most once a
+  // second, unless a handshake with it is under way.
+  void tell_no_session(SecurityReplies* out);
   Inbound reject(std::string reason, uint64_t bytes, std::string* why);
   // A sealed frame of another session of the link, dropped.
   Inbound other_session(std::string reason, uint64_t bytes, std::string* why);

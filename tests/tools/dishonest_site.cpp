@@ -180,8 +180,9 @@ class TamperingChannel final : public ChannelSecurity {
                   SecurityReplies* out) override {
     return inner_->receive(data, size, frame_size, why, out);
   }
-  Inbound sealed_before_any_session(std::string reason, uint64_t bytes, std::string* why) override {
-    return inner_->sealed_before_any_session(std::move(reason), bytes, why);
+  Inbound sealed_before_any_session(std::string reason, uint64_t bytes, std::string* why,
+                                    SecurityReplies* out) override {
+    return inner_->sealed_before_any_session(std::move(reason), bytes, why, out);
   }
   std::optional<Order> last_order() const override { return inner_->last_order(); }
   bool handshaking() const override { return inner_->handshaking(); }

@@ -136,6 +136,25 @@ class StripedLinks : public ::testing::Test {
                                                parent_sec_->children_factory(), a);
   }
 
+  // The parent's process ends and a new one binds its port. ZeroMQ closes
+  // the old listening socket on its I/O thread, after the link is gone, so
+  // the new one binds once that has happened (a process that restarted
+  // finds its old one's socket closed by the kernel).
+  void restart_parent() {
+    children_.reset();
+    parent_sec_.reset();
+    const auto end = Clock::now() + 5s;
+    for (;;) {
+      try {
+        start_parent();
+        return;
+      } catch (const TransportError&) {
+        if (Clock::now() >= end) throw;
+        std::this_thread::sleep_for(10ms);
+      }
+    }
+  }
+
   // `o`: the child's other link options (its streams and reordering are
   // set from the arguments).
   std::unique_ptr<ParentLink> connect(const std::string& id, int streams, SecurityOptions so = {},

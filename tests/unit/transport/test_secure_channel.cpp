@@ -435,19 +435,26 @@ TEST_F(SecureChannelTest, WhatARestartLeavesOnTheWayIsOfAnotherSession) {
 TEST_F(SecureChannelTest, ASealedMessageBeforeAnySessionIsOfAnotherSessionUnlessNothingIsSealed) {
   SecureChannel parent(config("eu", false), false, "a");
   std::string why;
-  EXPECT_EQ(parent.sealed_before_any_session("sealed on a further connection", 92, &why),
+  SecurityReplies told;
+  EXPECT_EQ(parent.sealed_before_any_session("sealed on a further connection", 92, &why, &told),
             ChannelSecurity::Inbound::kOtherSession);
   EXPECT_EQ(why, "sealed on a further connection");
   ASSERT_FALSE(events_.empty());
   EXPECT_EQ(events_.back().kind, LinkEvent::Kind::kFrameOfOtherSession);
   EXPECT_EQ(events_.back().bytes, 92u);
   EXPECT_FALSE(parent.established());
+  // The child is told it has no session here (on its first connection).
+  ASSERT_EQ(told.size(), 1u);
+  EXPECT_TRUE(is_no_session_frame(told[0]));
 
   std::vector<LinkEvent> plain_events;
   PlaintextSecurity plain(
       7, 0, [&](const LinkEvent& e) { plain_events.push_back(e); }, "a");
-  EXPECT_EQ(plain.sealed_before_any_session("sealed on a further connection", 92, &why),
-            ChannelSecurity::Inbound::kRejected);
+  SecurityReplies plain_told;
+  EXPECT_EQ(
+      plain.sealed_before_any_session("sealed on a further connection", 92, &why, &plain_told),
+      ChannelSecurity::Inbound::kRejected);
+  EXPECT_TRUE(plain_told.empty());
   ASSERT_EQ(plain_events.size(), 1u);
   EXPECT_EQ(plain_events[0].kind, LinkEvent::Kind::kFrameRejected);
   EXPECT_EQ(plain_events[0].reason, "sealed on a further connection");

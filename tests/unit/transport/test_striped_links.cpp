@@ -165,10 +165,8 @@ TEST_F(StripedLinks, WhatAChildSealedBeforeItsParentRestartedIsOfAnotherSessionO
   // The parent restarts on its port: the child's connections come back to
   // the new process on their own, and until the child notices, it goes on
   // sealing for the session the parent no longer has, over both of them.
-  children_.reset();
-  parent_sec_.reset();
   drops_.clear();
-  start_parent();
+  restart_parent();
   const uint32_t sender = topo_->node("a").index;
   uint32_t sent = 0;
   ASSERT_TRUE(pump(*child,
@@ -181,6 +179,18 @@ TEST_F(StripedLinks, WhatAChildSealedBeforeItsParentRestartedIsOfAnotherSessionO
   EXPECT_EQ(children_->counters().rejected, 0u) << "nothing taken for an attack";
   EXPECT_TRUE(drops_.empty()) << "no handshake refused on a further connection: " << drops_[0];
   EXPECT_FALSE(children_->established("a"));
+  // The new process tells the child it has no session with it (on its
+  // first connection, whichever one the child's frame came on), at most
+  // once a second: the child goes on sending, as its heartbeats would.
+  auto next = Clock::now();
+  ASSERT_TRUE(pump(*child, [&] {
+    if (Clock::now() >= next) {
+      (void)child->try_send(numbered(*topo_, sender, 200 + sent++));
+      next = Clock::now() + 200ms;
+    }
+    return child->security().peer_without_session().has_value();
+  })) << "the child was never told its parent holds no session";
+  EXPECT_TRUE(child->established()) << "the word alone ends nothing";
 
   // What is not sealed stays refused on a further connection, as before.
   auto intruder = transport_->connect(endpoint(), "a~1", {});
