@@ -4,103 +4,22 @@
 
 #include "common/log.hpp"
 #include "fedwan/error.hpp"
+#include "transport/frame_peek.hpp"
 #include "wire/frame.hpp"
 #include "wire/frame_order.hpp"
 
 namespace fedwan::transport {
 namespace {
 
+using peek::is_sealed;
+using peek::kFlagsOffset;
+using peek::kTypeOffset;
+using peek::load_order;
+using peek::looks_like_frame;
+using peek::type_of;
 using security::FrameOpener;
-using security::kFlagSealed;
-
-constexpr size_t kFlagsOffset = 7;
-constexpr size_t kTypeOffset = 5;
-constexpr size_t kCodecOffset = 6;
-
-bool looks_like_frame(const uint8_t* data, size_t size) {
-  return size >= wire::kHeaderSize &&
-         (uint32_t{data[0]} | uint32_t{data[1]} << 8 | uint32_t{data[2]} << 16 |
-          uint32_t{data[3]} << 24) == wire::kMagic;
-}
-
-bool is_sealed(const uint8_t* data) { return (data[kFlagsOffset] & kFlagSealed) != 0; }
-
-wire::MsgType type_of(const uint8_t* data) { return static_cast<wire::MsgType>(data[kTypeOffset]); }
-
-uint32_t load_order(const uint8_t* data) {
-  const uint8_t* p = data + wire::kOrderOffset;
-  return uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 | uint32_t{p[3]} << 24;
-}
 
 }  // namespace
-
-// ---- plaintext ------------------------------------------------------------------
-
-std::vector<uint8_t> plain_reject_frame(uint64_t job_id, uint32_t self_index,
-                                        const std::string& reason) {
-  wire::FrameHeader h;
-  h.type = wire::MsgType::kReject;
-  h.job_id = job_id;
-  h.sender = self_index;
-  const std::string text = reason.substr(0, 4000);
-  return wire::encode_frame(h, reinterpret_cast<const uint8_t*>(text.data()), text.size());
-}
-
-std::vector<uint8_t> no_session_frame(uint64_t job_id, uint32_t self_index) {
-  wire::FrameHeader h;
-  h.type = wire::MsgType::kHandshake;
-  h.flags = wire::kFlagNoSession;
-  h.job_id = job_id;
-  h.sender = self_index;
-  return wire::encode_frame(h, nullptr, 0);
-}
-
-bool is_no_session_frame(const std::vector<uint8_t>& bytes) {
-  return looks_like_frame(bytes.data(), bytes.size()) && !is_sealed(bytes.data()) &&
-         type_of(bytes.data()) == wire::MsgType::kHandshake &&
-         (bytes[kFlagsOffset] & wire::kFlagNoSession) != 0;
-}
-
-PlaintextSecurity::PlaintextSecurity(uint64_t job_id, uint32_t self_index, LinkEventSink sink,
-                                     std::string peer)
-    : job_id_(job_id), self_index_(self_index), sink_(std::move(sink)), peer_(std::move(peer)) {}
-
-ChannelSecurity::Inbound PlaintextSecurity::receive(uint8_t* data, size_t size, size_t* frame_size,
-                                                    std::string* why, SecurityReplies* out) {
-  if (looks_like_frame(data, size) &&
-      (type_of(data) == wire::MsgType::kHandshake || is_sealed(data))) {
-    *why = "peer uses an encrypted link but this node runs with --insecure-plaintext; "
-           "start every node of the federation with its credentials instead";
-    if (type_of(data) == wire::MsgType::kHandshake && !is_sealed(data)) {
-      out->push_back(plain_reject_frame(job_id_, self_index_, *why));
-    }
-    return rejected(*why, size);
-  }
-  *frame_size = size;
-  return Inbound::kFrame;
-}
-
-ChannelSecurity::Inbound PlaintextSecurity::sealed_before_any_session(std::string reason,
-                                                                      uint64_t bytes,
-                                                                      std::string* why,
-                                                                      SecurityReplies* out) {
-  (void)out;
-  // Nothing is sealed on a plaintext link: no session explains it.
-  *why = std::move(reason);
-  return rejected(*why, bytes);
-}
-
-ChannelSecurity::Inbound PlaintextSecurity::rejected(const std::string& why, uint64_t bytes) {
-  if (sink_) {
-    LinkEvent e;
-    e.kind = LinkEvent::Kind::kFrameRejected;
-    e.peer = peer_;
-    e.reason = why;
-    e.bytes = bytes;
-    sink_(e);
-  }
-  return Inbound::kRejected;
-}
 
 // ---- SecureChannel ----------------------------------------------------------------
 
