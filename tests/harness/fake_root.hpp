@@ -8,16 +8,21 @@
 // heartbeat every 100 ms. Mute, it completes TLS and answers nothing, as a
 // passive standby does while its root lives. A test may script the answer
 // to a hello (`on_hello`, set before `serving`) and silence the heartbeats
-// (`silent`). Runs its own thread.
+// (`silent`), and have the next frame a child seals answered with a plain
+// "no session here" as someone on the path could forge it
+// (`forge_no_session`: the session stays up). Runs its own thread.
 #pragma once
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -27,11 +32,50 @@
 #include "node/node_config.hpp"
 #include "node/node_frames.hpp"
 #include "node/node_security.hpp"
+#include "transport/channel_security.hpp"
 #include "transport/links.hpp"
 #include "transport/transport.hpp"
 #include "wire/frame.hpp"
 
 namespace fedwan::testing {
+
+// A parent's end of one child's session, unchanged except that, while
+// `*forge` is set, the next sealed frame it opens is answered with a plain
+// "no session here" (wire::kFlagNoSession) beside it, once. It detaches
+// nothing: every frame passes through receive() here.
+class NoSessionForgingChannel final : public transport::ChannelSecurity {
+ public:
+  NoSessionForgingChannel(std::unique_ptr<ChannelSecurity> inner, std::atomic<bool>* forge,
+                          uint64_t job_id, uint32_t self_index)
+      : inner_(std::move(inner)), forge_(forge), job_id_(job_id), self_index_(self_index) {}
+  std::string_view name() const override { return inner_->name(); }
+  bool established() const override { return inner_->established(); }
+  const std::string& failure() const override { return inner_->failure(); }
+  bool failure_is_final() const override { return inner_->failure_is_final(); }
+  void start(transport::SecurityReplies* out) override { inner_->start(out); }
+  void seal(std::vector<uint8_t>& bytes) override { inner_->seal(bytes); }
+  Inbound receive(uint8_t* data, size_t size, size_t* frame_size, std::string* why,
+                  transport::SecurityReplies* out) override {
+    const Inbound r = inner_->receive(data, size, frame_size, why, out);
+    if (r == Inbound::kFrame && forge_->exchange(false)) {
+      out->push_back(transport::no_session_frame(job_id_, self_index_));
+    }
+    return r;
+  }
+  Inbound sealed_before_any_session(std::string reason, uint64_t bytes, std::string* why,
+                                    transport::SecurityReplies* out) override {
+    return inner_->sealed_before_any_session(std::move(reason), bytes, why, out);
+  }
+  std::optional<Order> last_order() const override { return inner_->last_order(); }
+  bool handshaking() const override { return inner_->handshaking(); }
+  void abandon_handshake() override { inner_->abandon_handshake(); }
+
+ private:
+  std::unique_ptr<ChannelSecurity> inner_;
+  std::atomic<bool>* forge_;
+  uint64_t job_id_;
+  uint32_t self_index_;
+};
 
 class FakeRoot {
  public:
@@ -40,7 +84,7 @@ class FakeRoot {
         config_(topo, topo.root(), node::NodeOverrides{}),
         security_(security_for(topo, topo.root().id), topo, topo.root()),
         transport_(transport::make_transport(bind)),
-        link_(*transport_, bind, config_.link, security_.children_factory(),
+        link_(*transport_, bind, config_.link, forging(security_.children_factory()),
               security_.children_admission()),
         mute_(mute),
         thread_([this] { loop(); }) {}
@@ -54,6 +98,9 @@ class FakeRoot {
   std::atomic<bool> serving{false};
   // While set, no heartbeats go (a child then judges this root silent).
   std::atomic<bool> silent{false};
+  // While set, the next frame a child seals is answered with a plain "no
+  // session here" (then it clears): a forged word, from a root that lives.
+  std::atomic<bool> forge_no_session{false};
   // Answers a hello that is not a replica request instead of the default
   // (the child heartbeated from then on), on the loop's thread.
   std::function<void(FakeRoot&, const std::string& child, const wire::ParsedFrame& hello)> on_hello;
@@ -78,6 +125,13 @@ class FakeRoot {
 
  private:
   using Clock = std::chrono::steady_clock;
+
+  transport::SecurityFactory forging(transport::SecurityFactory inner) {
+    return [this, inner = std::move(inner)](const std::string& peer) {
+      return std::make_unique<NoSessionForgingChannel>(inner(peer), &forge_no_session,
+                                                       topo_.job_id(), topo_.root().index);
+    };
+  }
 
   void loop() {
     auto next_beat = Clock::now();

@@ -4,10 +4,12 @@
 // parent for silent after two heartbeat periods instead of its heartbeat
 // timeout: it rejoins within a second here, where the timeout is 20 s. A
 // scripted root plays the parent (heartbeats every 100 ms), restarted as a
-// new one on the same endpoint.
+// new one on the same endpoint. Anyone on the path could say it: a word
+// the parent spoke after does not count.
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <memory>
@@ -37,16 +39,30 @@ std::unique_ptr<testing::FakeRoot> serving_root(const Topology& topo) {
   return root;
 }
 
-// Calls service() every 20 ms until `root` has had a hello or `limit`
-// passed; how long that took.
+// Calls service() every 20 ms until `root` has had `hellos` hellos or
+// `limit` passed; how long that took.
 Clock::duration service_until_hello(SiteCore& site, const testing::FakeRoot& root,
-                                    Clock::duration limit) {
+                                    Clock::duration limit, int hellos = 1) {
   const auto t0 = Clock::now();
-  while (root.hellos() < 1 && Clock::now() - t0 < limit) {
+  while (root.hellos() < hellos && Clock::now() - t0 < limit) {
     (void)site.service();
     std::this_thread::sleep_for(20ms);
   }
   return Clock::now() - t0;
+}
+
+std::string audit_of(const std::filesystem::path& file) {
+  std::ifstream in(file);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// Calls service() every 20 ms for `d`.
+void service_for(SiteCore& site, Clock::duration d) {
+  const auto t0 = Clock::now();
+  while (Clock::now() - t0 < d) {
+    (void)site.service();
+    std::this_thread::sleep_for(20ms);
+  }
 }
 
 TEST(SiteParentRestart, ASiteRejoinsARestartedParentWithoutWaitingOutItsTimeout) {
@@ -63,11 +79,7 @@ TEST(SiteParentRestart, ASiteRejoinsARestartedParentWithoutWaitingOutItsTimeout)
   site.join();
   ASSERT_EQ(root->hellos(), 1);
   // The parent heartbeats; the site heard it a moment ago.
-  const auto t0 = Clock::now();
-  while (Clock::now() - t0 < 300ms) {
-    (void)site.service();
-    std::this_thread::sleep_for(20ms);
-  }
+  service_for(site, 300ms);
   root.reset();  // the parent's process ends
   root = serving_root(topo);
   const Clock::duration took = service_until_hello(site, *root, 15s);
@@ -75,11 +87,57 @@ TEST(SiteParentRestart, ASiteRejoinsARestartedParentWithoutWaitingOutItsTimeout)
   // Two heartbeat periods after the last frame it heard, plus a period to
   // notice: not the 20 s of its timeout.
   EXPECT_LT(took, 5s);
-  std::ifstream in(dir.path() / "site-0.jsonl");
-  const std::string audit((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string audit = audit_of(dir.path() / "site-0.jsonl");
   EXPECT_NE(audit.find("\"parent_without_session\""), std::string::npos) << audit;
   EXPECT_NE(audit.find("holds no session with this node"), std::string::npos) << audit;
   EXPECT_EQ(audit.find("\"frame_rejected\""), std::string::npos) << audit;
+}
+
+// A "no session here" forged while the parent lives: the parent's next
+// heartbeat outdates it, and a pause of the parent's (longer than the two
+// heartbeat periods the word would allow, within its timeout) ends
+// nothing. Said while the parent is quiet, the same word still brings the
+// site back at once.
+TEST(SiteParentRestart, AForgedNoSessionWordOutdatedByTheParentsNextFrameEndsNothing) {
+  testing::TempDir dir;
+  testing::IpcTree t;
+  t.job = "forged-no-session";
+  t.heartbeat_timeout_s = 20;
+  const Topology topo = testing::ipc_tree(dir.path(), t);
+  std::vector<float> params(kElements, 0.25f);
+  SiteOptions o = testing::site_options(topo, "site-0", 30s);
+  const std::filesystem::path audit = dir.path() / "site-0.jsonl";
+  o.security.audit_log = audit.string();
+  SiteCore site(std::move(o), params.data(), params.size());
+  auto root = serving_root(topo);
+  site.join();
+  ASSERT_EQ(root->hellos(), 1);
+  service_for(site, 300ms);
+
+  // The word, in answer to the site's next heartbeat; the site notes it.
+  root->forge_no_session = true;
+  const auto t0 = Clock::now();
+  while (audit_of(audit).find("\"parent_without_session\"") == std::string::npos &&
+         Clock::now() - t0 < 5s) {
+    service_for(site, 20ms);
+  }
+  ASSERT_NE(audit_of(audit).find("\"parent_without_session\""), std::string::npos)
+      << "the forged word never reached the site";
+  // The parent heartbeats on (every 100 ms), then pauses for 1.5 s: seven
+  // times the 200 ms the word would have allowed.
+  service_for(site, 300ms);
+  root->silent = true;
+  service_for(site, 1500ms);
+  EXPECT_EQ(root->hellos(), 1) << "the site left a parent that spoke after the word";
+  EXPECT_EQ(audit_of(audit).find("\"reconnect\""), std::string::npos) << audit_of(audit);
+
+  // The parent still quiet, the word again: now nothing came after it.
+  root->forge_no_session = true;
+  const Clock::duration took = service_until_hello(site, *root, 10s, /*hellos=*/2);
+  ASSERT_EQ(root->hellos(), 2) << "the site did not rejoin a quiet parent that said the word";
+  EXPECT_LT(took, 5s);
+  const std::string log = audit_of(audit);
+  EXPECT_NE(log.find("holds no session with this node"), std::string::npos) << log;
 }
 
 }  // namespace
