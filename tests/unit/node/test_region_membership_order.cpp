@@ -23,6 +23,8 @@
 #include "fedwan/site_core.hpp"
 #include "harness/fake_root.hpp"
 #include "harness/federation_fixture.hpp"
+#include "harness/node_spawner.hpp"
+#include "harness/node_threads.hpp"
 #include "harness/temp_dir.hpp"
 #include "harness/wait_for.hpp"
 #include "wire/frame.hpp"
@@ -130,20 +132,11 @@ TEST(RegionMembershipOrder, EachRoundsFirstAggregateFollowsAReportOfItsWeight) {
   std::vector<float> init(kElements);
   for (size_t i = 0; i < init.size(); ++i) init[i] = 0.003f * static_cast<float>(i % 83);
   RecordingRoot root(topo);
-  AggregatorOptions ao;
-  ao.topology = topo;
-  ao.node_id = "region-0";
-  ao.join_timeout = 60s;
-  ao.security = testing::security_for(topo, "region-0");
-  ao.initial_model = init;
-  Aggregator region(std::move(ao));
-  std::string region_ended;
-  std::thread region_thread([&] {
-    try {
-      region.run();
-    } catch (const std::exception& e) {
-      region_ended = e.what();
-    }
+  // The region holds the model already, as after an earlier round.
+  testing::NodeSpawner nodes;
+  testing::spawn_aggregator(nodes, topo, "region-0", init, nullptr, [&](AggregatorOptions& o) {
+    o.initial_model = init;
+    o.spill_from_bytes = AggregatorOptions{}.spill_from_bytes;
   });
   std::vector<float> params = init;
   SiteCore site(testing::site_options(topo, "site-0", 60s), params.data(), params.size());
@@ -169,8 +162,9 @@ TEST(RegionMembershipOrder, EachRoundsFirstAggregateFollowsAReportOfItsWeight) {
   const bool both = wait_for([&] { return delta_of(0) && delta_of(1); }, 30s);
   site.stop();
   runner.join();
-  region.stop();
-  region_thread.join();
+  nodes.stop();
+  nodes.join();
+  const std::string region_ended = nodes.errors();
   std::string order;
   for (const Seen& s : root.seen()) {
     order += " " + std::to_string(static_cast<int>(s.type)) + "@" + std::to_string(s.round) +

@@ -22,6 +22,8 @@
 #include "fedwan/site_core.hpp"
 #include "harness/fake_root.hpp"
 #include "harness/federation_fixture.hpp"
+#include "harness/node_spawner.hpp"
+#include "harness/node_threads.hpp"
 #include "harness/temp_dir.hpp"
 #include "harness/wait_for.hpp"
 #include "wire/frame.hpp"
@@ -172,21 +174,12 @@ Rejoined rejoin_region(bool wrong_digest, Clock::duration settle) {
   Digest rejoin_digest = out.anchor;
   if (wrong_digest) rejoin_digest[3] ^= 0x01;
   ScriptedRoot root(topo, rejoin_digest);
-  AggregatorOptions ao;
-  ao.topology = topo;
-  ao.node_id = "region-0";
-  ao.join_timeout = 60s;
-  ao.security = testing::security_for(topo, "region-0");
-  ao.security.audit_log = (dir.path() / "region-0.jsonl").string();
-  ao.initial_model = init;
-  Aggregator region(std::move(ao));
-  std::string region_ended;
-  std::thread region_thread([&] {
-    try {
-      region.run();
-    } catch (const std::exception& e) {
-      region_ended = e.what();
-    }
+  // The region holds the model already, as after an earlier round.
+  testing::NodeSpawner nodes;
+  testing::spawn_aggregator(nodes, topo, "region-0", init, nullptr, [&](AggregatorOptions& o) {
+    o.initial_model = init;
+    o.spill_from_bytes = AggregatorOptions{}.spill_from_bytes;
+    o.security.audit_log = (dir.path() / "region-0.jsonl").string();
   });
   std::vector<float> params = init;
   SiteCore site(testing::site_options(topo, "site-0", 60s), params.data(), params.size());
@@ -204,8 +197,9 @@ Rejoined rejoin_region(bool wrong_digest, Clock::duration settle) {
   if (second) wait_for([&] { return asked_in_full(root.hellos()); }, settle);
   site.stop();
   runner.join();
-  region.stop();
-  region_thread.join();
+  nodes.stop();
+  nodes.join();
+  const std::string region_ended = nodes.errors();
   EXPECT_TRUE(second) << "the region did not reconnect to its silent parent";
   EXPECT_TRUE(region_ended.empty() || region_ended.find("stopped") != std::string::npos)
       << region_ended;
