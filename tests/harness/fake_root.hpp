@@ -198,6 +198,18 @@ inline void welcome_unchanged(FakeRoot& r, const std::string& child, const wire:
   r.send(child, h, std::vector<uint8_t>(hello.model_digest.begin(), hello.model_digest.end()));
 }
 
+// A live root on `topo`'s root endpoint, serving: it welcomes each child
+// that holds its model of `elements` already (welcome_unchanged) and
+// heartbeats it.
+inline std::unique_ptr<FakeRoot> serving_root(const Topology& topo, uint64_t elements) {
+  auto root = std::make_unique<FakeRoot>(topo, topo.root().endpoint, /*mute=*/false);
+  root->on_hello = [elements](FakeRoot& r, const std::string& child, const wire::ParsedFrame& f) {
+    welcome_unchanged(r, child, f, elements);
+  };
+  root->serving = true;
+  return root;
+}
+
 // A small tree over ipc:// sockets in `dir`: root (with a standby when
 // asked) -> site-0, or root -> region-0 -> site-0; heartbeats every 100 ms
 // and a timeout of 1 s unless given.

@@ -10,8 +10,6 @@
 
 #include <chrono>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <memory>
 #include <string>
 #include <thread>
@@ -20,6 +18,7 @@
 #include "fedwan/site_core.hpp"
 #include "harness/fake_root.hpp"
 #include "harness/federation_fixture.hpp"
+#include "harness/process.hpp"
 #include "harness/temp_dir.hpp"
 
 namespace fedwan {
@@ -29,15 +28,6 @@ using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
 constexpr uint64_t kElements = 1024;
-
-std::unique_ptr<testing::FakeRoot> serving_root(const Topology& topo) {
-  auto root = std::make_unique<testing::FakeRoot>(topo, topo.root().endpoint, /*mute=*/false);
-  root->on_hello = [](testing::FakeRoot& r, const std::string& child, const wire::ParsedFrame& f) {
-    testing::welcome_unchanged(r, child, f, kElements);
-  };
-  root->serving = true;
-  return root;
-}
 
 // Calls service() every 20 ms until `root` has had `hellos` hellos or
 // `limit` passed; how long that took.
@@ -49,11 +39,6 @@ Clock::duration service_until_hello(SiteCore& site, const testing::FakeRoot& roo
     std::this_thread::sleep_for(20ms);
   }
   return Clock::now() - t0;
-}
-
-std::string audit_of(const std::filesystem::path& file) {
-  std::ifstream in(file);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
 // Calls service() every 20 ms for `d`.
@@ -75,19 +60,19 @@ TEST(SiteParentRestart, ASiteRejoinsARestartedParentWithoutWaitingOutItsTimeout)
   SiteOptions o = testing::site_options(topo, "site-0", 30s);
   o.security.audit_log = (dir.path() / "site-0.jsonl").string();
   SiteCore site(std::move(o), params.data(), params.size());
-  auto root = serving_root(topo);
+  auto root = testing::serving_root(topo, kElements);
   site.join();
   ASSERT_EQ(root->hellos(), 1);
   // The parent heartbeats; the site heard it a moment ago.
   service_for(site, 300ms);
   root.reset();  // the parent's process ends
-  root = serving_root(topo);
+  root = testing::serving_root(topo, kElements);
   const Clock::duration took = service_until_hello(site, *root, 15s);
   ASSERT_EQ(root->hellos(), 1) << "the site did not rejoin its restarted parent in 15 s";
   // Two heartbeat periods after the last frame it heard, plus a period to
   // notice: not the 20 s of its timeout.
   EXPECT_LT(took, 5s);
-  const std::string audit = audit_of(dir.path() / "site-0.jsonl");
+  const std::string audit = testing::read_text(dir.path() / "site-0.jsonl");
   EXPECT_NE(audit.find("\"parent_without_session\""), std::string::npos) << audit;
   EXPECT_NE(audit.find("holds no session with this node"), std::string::npos) << audit;
   EXPECT_EQ(audit.find("\"frame_rejected\""), std::string::npos) << audit;
@@ -109,7 +94,7 @@ TEST(SiteParentRestart, AForgedNoSessionWordOutdatedByTheParentsNextFrameEndsNot
   const std::filesystem::path audit = dir.path() / "site-0.jsonl";
   o.security.audit_log = audit.string();
   SiteCore site(std::move(o), params.data(), params.size());
-  auto root = serving_root(topo);
+  auto root = testing::serving_root(topo, kElements);
   site.join();
   ASSERT_EQ(root->hellos(), 1);
   service_for(site, 300ms);
@@ -117,11 +102,11 @@ TEST(SiteParentRestart, AForgedNoSessionWordOutdatedByTheParentsNextFrameEndsNot
   // The word, in answer to the site's next heartbeat; the site notes it.
   root->forge_no_session = true;
   const auto t0 = Clock::now();
-  while (audit_of(audit).find("\"parent_without_session\"") == std::string::npos &&
+  while (testing::read_text(audit).find("\"parent_without_session\"") == std::string::npos &&
          Clock::now() - t0 < 5s) {
     service_for(site, 20ms);
   }
-  ASSERT_NE(audit_of(audit).find("\"parent_without_session\""), std::string::npos)
+  ASSERT_NE(testing::read_text(audit).find("\"parent_without_session\""), std::string::npos)
       << "the forged word never reached the site";
   // The parent heartbeats on (every 100 ms), then pauses for 1.5 s: seven
   // times the 200 ms the word would have allowed.
@@ -129,14 +114,15 @@ TEST(SiteParentRestart, AForgedNoSessionWordOutdatedByTheParentsNextFrameEndsNot
   root->silent = true;
   service_for(site, 1500ms);
   EXPECT_EQ(root->hellos(), 1) << "the site left a parent that spoke after the word";
-  EXPECT_EQ(audit_of(audit).find("\"reconnect\""), std::string::npos) << audit_of(audit);
+  EXPECT_EQ(testing::read_text(audit).find("\"reconnect\""), std::string::npos)
+      << testing::read_text(audit);
 
   // The parent still quiet, the word again: now nothing came after it.
   root->forge_no_session = true;
   const Clock::duration took = service_until_hello(site, *root, 10s, /*hellos=*/2);
   ASSERT_EQ(root->hellos(), 2) << "the site did not rejoin a quiet parent that said the word";
   EXPECT_LT(took, 5s);
-  const std::string log = audit_of(audit);
+  const std::string log = testing::read_text(audit);
   EXPECT_NE(log.find("holds no session with this node"), std::string::npos) << log;
 }
 
