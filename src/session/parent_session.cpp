@@ -84,7 +84,7 @@ std::string ParentSession::silence(Clock::time_point now) const {
   const auto ms = std::chrono::duration_cast<Millis>(now - heard_).count();
   if (told_no_session() && now - heard_ <= options_.heartbeat_timeout) {
     return "no frame from it for " + std::to_string(ms) +
-           " ms, and its end says it holds no session with this node (it restarted)";
+           " ms, and its end says it holds no session with this node (as after a restart)";
   }
   return "no frame from it for " + std::to_string(options_.heartbeat_timeout.count()) + " ms";
 }
