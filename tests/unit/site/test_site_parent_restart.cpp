@@ -29,25 +29,28 @@ using Clock = std::chrono::steady_clock;
 
 constexpr uint64_t kElements = 1024;
 
-// Calls service() every 20 ms until `root` has had `hellos` hellos or
-// `limit` passed; how long that took.
-Clock::duration service_until_hello(SiteCore& site, const testing::FakeRoot& root,
-                                    Clock::duration limit, int hellos = 1) {
+// Calls service() every 20 ms while `more()` holds, at most `limit`; how
+// long that took.
+template <typename More>
+Clock::duration service_while(SiteCore& site, More more, Clock::duration limit) {
   const auto t0 = Clock::now();
-  while (root.hellos() < hellos && Clock::now() - t0 < limit) {
+  while (more() && Clock::now() - t0 < limit) {
     (void)site.service();
     std::this_thread::sleep_for(20ms);
   }
   return Clock::now() - t0;
 }
 
-// Calls service() every 20 ms for `d`.
+// Until `root` has had `hellos` hellos or `limit` passed.
+Clock::duration service_until_hello(SiteCore& site, const testing::FakeRoot& root,
+                                    Clock::duration limit, int hellos = 1) {
+  return service_while(
+      site, [&] { return root.hellos() < hellos; }, limit);
+}
+
 void service_for(SiteCore& site, Clock::duration d) {
-  const auto t0 = Clock::now();
-  while (Clock::now() - t0 < d) {
-    (void)site.service();
-    std::this_thread::sleep_for(20ms);
-  }
+  (void)service_while(
+      site, [] { return true; }, d);
 }
 
 TEST(SiteParentRestart, ASiteRejoinsARestartedParentWithoutWaitingOutItsTimeout) {
@@ -101,11 +104,12 @@ TEST(SiteParentRestart, AForgedNoSessionWordOutdatedByTheParentsNextFrameEndsNot
 
   // The word, in answer to the site's next heartbeat; the site notes it.
   root->forge_no_session = true;
-  const auto t0 = Clock::now();
-  while (testing::read_text(audit).find("\"parent_without_session\"") == std::string::npos &&
-         Clock::now() - t0 < 5s) {
-    service_for(site, 20ms);
-  }
+  (void)service_while(
+      site,
+      [&] {
+        return testing::read_text(audit).find("\"parent_without_session\"") == std::string::npos;
+      },
+      5s);
   ASSERT_NE(testing::read_text(audit).find("\"parent_without_session\""), std::string::npos)
       << "the forged word never reached the site";
   // The parent heartbeats on (every 100 ms), then pauses for 1.5 s: seven
