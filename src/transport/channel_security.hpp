@@ -171,6 +171,11 @@ class ChannelSecurity {
   };
   virtual std::optional<Order> last_order() const { return std::nullopt; }
 
+  // Key agreements (sessions) so far on this channel; 0 for mechanisms
+  // that agree none. A parent follows a child to the link whose message
+  // made the count grow (ChildrenLink). A wrapper forwards it.
+  virtual uint64_t key_agreements() const = 0;
+
   // Child side: when the parent's end last said, in the clear, that it
   // holds no session with this node (wire::kFlagNoSession: it restarted and
   // cannot open what this node seals), while this session was up. Anyone on
@@ -194,6 +199,7 @@ class PlaintextSecurity final : public ChannelSecurity {
   PlaintextSecurity(uint64_t job_id, uint32_t self_index, LinkEventSink sink, std::string peer);
   std::string_view name() const override { return "plaintext"; }
   bool established() const override { return true; }
+  uint64_t key_agreements() const override { return 0; }
   const std::string& failure() const override { return failure_; }
   void seal(std::vector<uint8_t>&) override {}
   Inbound receive(uint8_t* data, size_t size, size_t* frame_size, std::string* why,

@@ -5,12 +5,14 @@
 #include "transport/links.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "common/log.hpp"
 #include "fedwan/error.hpp"
+#include "transport/routing_id.hpp"
 #include "wire/frame.hpp"
 
 namespace fedwan::transport {
@@ -66,6 +68,7 @@ void ChildrenLink::expire_handshakes() {
     // A peer that never had a session keeps nothing here.
     if (!it->second->established()) {
       security_.erase(it);
+      links_.erase(peer);
       reseq_.erase(peer);
       out_.erase(peer);
       held_.erase(peer);
@@ -122,12 +125,13 @@ bool ChildrenLink::reassemble(const std::string& child, Received& in) {
 }
 
 bool ChildrenLink::admit(Received& in, std::string* child, size_t* stripe_out) {
-  std::string peer = std::move(in.peer);
+  // `in.peer` stays the connection's routing id: replies go back to it.
+  const std::string& connection = in.peer;
   if (in.malformed) {
     counters_.rejected += 1;
     return false;
   }
-  if (!peer.empty() && peer[0] == '\0') {
+  if (!connection.empty() && connection[0] == '\0') {
     // ZeroMQ's name for a connection whose routing id a newer connection
     // took over (a node that restarted, or a child's new link): the last
     // frames of the old one, which nobody can read any more. Node ids
@@ -137,45 +141,38 @@ bool ChildrenLink::admit(Received& in, std::string* child, size_t* stripe_out) {
                 in.message.size());
     return false;
   }
-  // A striped child's further connections: "<id>~<k>", k from 1.
-  size_t stripe = 0;
-  if (const size_t tilde = peer.find('~'); tilde != std::string::npos) {
-    const std::string k = peer.substr(tilde + 1);
-    const bool number = !k.empty() && k.size() <= 2 && k[0] != '0' &&
-                        k.find_first_not_of("0123456789") == std::string::npos;
-    if (!number) {
-      drop(peer, in.source, "malformed routing id (a further connection is <id>~<k>, k >= 1)",
-           in.message.size(), true);
-      return false;
-    }
-    stripe = std::stoul(k);
-    peer.resize(tilde);
+  // "<id>~<k>.<link>" (routing_id.hpp), or an untagged form.
+  std::string why;
+  std::optional<RoutingId> id = parse_routing_id(connection, &why);
+  if (!id) {
+    drop(connection, in.source, why, in.message.size(), true);
+    return false;
   }
   if (admission_.refusal) {
-    const std::string why = admission_.refusal(peer);
+    why = admission_.refusal(id->node);
     if (!why.empty()) {
       // Never authorizable: no state is kept for it, whatever it sends.
-      drop(stripe == 0 ? peer : peer + "~" + std::to_string(stripe), in.source, why,
-           in.message.size(), true);
+      drop(connection, in.source, why, in.message.size(), true);
       return false;
     }
   }
-  if (stripe > 0 && !admit_stripe(peer, stripe, in)) return false;
+  if (id->stripe > 0 && !admit_stripe(id->node, id->stripe, in)) return false;
   if (is_client_hello(in.message)) {
-    const HandshakeGuard::Verdict v = guard_.start(peer, in.source, Clock::now());
+    const HandshakeGuard::Verdict v = guard_.start(id->node, in.source, Clock::now());
     if (v != HandshakeGuard::Verdict::kAdmit) {
-      drop(peer, in.source, std::string("TLS handshake not started: ") + handshake_verdict_text(v),
+      drop(connection, in.source,
+           std::string("TLS handshake not started: ") + handshake_verdict_text(v),
            in.message.size(), false);
       return false;
     }
   }
-  *child = std::move(peer);
-  *stripe_out = stripe;
+  *child = std::move(id->node);
+  *stripe_out = id->stripe;
   return true;
 }
 
 bool ChildrenLink::admit_stripe(const std::string& peer, size_t stripe, const Received& in) {
-  const std::string id = peer + "~" + std::to_string(stripe);
+  const std::string& id = in.peer;
   const size_t allowed = admission_.streams ? admission_.streams(peer) : 1;
   if (stripe >= allowed) {
     drop(id, in.source,
@@ -205,9 +202,9 @@ bool ChildrenLink::admit_stripe(const std::string& peer, size_t stripe, const Re
         "sealed frame of an earlier session on a further connection (none is established here "
         "yet)",
         in.message.size(), &why, &replies);
-    // On its first connection, which every end of the child reads: a
-    // child striped over many may send little there.
-    send_plain_words(peer, replies);
+    // On its link's first connection, which every end of the child reads:
+    // a child striped over many may send little there.
+    send_plain_words(first_connection(in.peer), replies);
     if (r == ChannelSecurity::Inbound::kOtherSession) {
       counters_.other_session += 1;
     } else {

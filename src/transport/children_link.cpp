@@ -5,11 +5,13 @@
 #include "transport/links.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "common/log.hpp"
 #include "fedwan/error.hpp"
 #include "security/aead.hpp"
+#include "transport/routing_id.hpp"
 #include "wire/frame.hpp"
 
 namespace fedwan::transport {
@@ -64,18 +66,46 @@ size_t ChildrenLink::width_of(const std::string& child) const {
   return n;
 }
 
+std::string ChildrenLink::route(const std::string& child, size_t k) const {
+  const auto it = links_.find(child);
+  return routing_id(child, k, it == links_.end() ? std::string() : it->second.tag);
+}
+
+std::string ChildrenLink::first_connection(const std::string& connection) {
+  std::string why;
+  const std::optional<RoutingId> id = parse_routing_id(connection, &why);
+  return id ? routing_id(id->node, 0, id->link) : connection;
+}
+
+void ChildrenLink::follow_link(const std::string& child, const std::string& connection,
+                               const ChannelSecurity& security) {
+  const uint64_t agreements = security.key_agreements();
+  auto [it, fresh] = links_.try_emplace(child);
+  if (!fresh && agreements != 0 && agreements == it->second.agreements) return;
+  std::string why;
+  const std::optional<RoutingId> id = parse_routing_id(connection, &why);
+  if (!id) return;  // admitted, so never
+  if (!fresh && it->second.tag != id->link && agreements != 0) {
+    log().debug("child '{}': a new session on its link {} (was {})", child,
+                id->link.empty() ? "(untagged)" : id->link,
+                it->second.tag.empty() ? "(untagged)" : it->second.tag);
+  }
+  it->second.agreements = agreements;
+  it->second.tag = id->link;
+}
+
 template <typename SendOn>
 SendResult ChildrenLink::send_striped(const std::string& peer, SendOn send_on) {
   if (suspended_.count(peer)) return SendResult::kFull;
   const size_t n = width_of(peer);
-  if (n == 1) return send_on(peer);
+  if (n == 1) return send_on(route(peer, 0));
   size_t& next = next_send_[peer];
   bool any_full = false;
   for (size_t i = 0; i < n; ++i) {
     const size_t k = (next + i) % n;
     // A connection not (yet) open is skipped; the child is gone only when
     // none is.
-    const SendResult r = send_on(k == 0 ? peer : peer + "~" + std::to_string(k));
+    const SendResult r = send_on(route(peer, k));
     if (r == SendResult::kSent) {
       next = (k + 1) % n;
       return r;
@@ -350,7 +380,7 @@ bool ChildrenLink::take_frame(std::string peer, size_t stripe, Received& in, Inc
   const auto r =
       security.receive(in.message.data(), in.message.size(), &frame_size, &why, &replies);
   if (guard_.pending(peer) && !security.handshaking()) guard_.finish(peer);
-  send_plain_words(peer, replies);
+  send_plain_words(first_connection(in.peer), replies);
   return settle(std::move(peer), stripe, in, {}, r, frame_size, security, out);
 }
 
@@ -372,6 +402,7 @@ bool ChildrenLink::settle(std::string peer, size_t stripe, Received& in, std::an
                           Incoming* out) {
   if (r == ChannelSecurity::Inbound::kRejected) counters_.rejected += 1;
   if (r == ChannelSecurity::Inbound::kOtherSession) counters_.other_session += 1;
+  follow_link(peer, in.peer, security);
   const std::optional<ChannelSecurity::Order> order = security.last_order();
   if (order && admission_.streams && admission_.streams(peer) > 1) {
     std::optional<Resequencer::Frame> f;

@@ -1,11 +1,16 @@
 // The two ends of a tree link, over any transport (transport.hpp): a parent
 // binds one server socket for all its children; each child connects one
-// client socket whose routing id is its node id. Here the security layer
+// client socket (or several) under routing ids that name it, its link and
+// the connection (routing_id.hpp). Here the security layer
 // (channel_security.hpp), the windows and the admission of peers sit on
 // top of the transport, the same for all of them.
 //
+// Each connection's routing id names the child, the connection and the link
+// (routing_id.hpp): the parent sends to the connections of the link whose
+// handshake made the child's current session.
+//
 // Striping (LinkOptions::streams > 1): a child opens more connections, under
-// the routing ids "<id>~1", "<id>~2", ...; the first carries the TLS
+// the routing ids "<id>~1.<link>", "<id>~2.<link>", ...; the first carries the TLS
 // handshake and all of them carry sealed frames of the one secure session.
 // Each frame goes out on the next connection with room, and the receiver
 // delivers chunks as they come and everything else in the order it was
@@ -136,6 +141,9 @@ class ParentLink {
   const Resequencer::Stats& reordering() const { return reseq_.stats(); }
   const LinkCounters& counters() const { return counters_; }
   const std::string& endpoint() const { return endpoint_; }
+  // The routing id connection k (0: the first) goes under: the node id,
+  // k and this link's tag (routing_id.hpp).
+  std::string routing_id(size_t k) const;
   // 5 ms or more there and back on one of its connections, as the kernel
   // measured it lately (checked at most every half second; false where
   // the transport cannot tell).
@@ -165,6 +173,7 @@ class ParentLink {
 
   Transport& transport_;
   std::string self_id_;
+  std::string link_tag_;  // this link's, in each connection's routing id
   LinkOptions options_;
   size_t max_streams_ = 1;
   std::optional<StreamGovernor> governor_;        // `streams: auto`
@@ -195,7 +204,8 @@ class ParentLink {
 // an id that can never be authorized gets no state at all, and TLS
 // handshakes in progress are capped (HandshakeGuard) and time out.
 struct LinkAdmission {
-  // Why `peer` (a routing id) can never have a session on this link, or ""
+  // Why `peer` (a child's node id, from its routing id) can never have a
+  // session on this link, or ""
   // when it may try. Null: every id may try.
   std::function<std::string(const std::string& peer)> refusal;
   HandshakeGuard::Options handshakes;
@@ -343,6 +353,17 @@ class ChildrenLink {
   // What the security layer has to tell `peer` in the clear or to start a
   // session (handshake records, refusals, "no session here").
   void send_plain_words(const std::string& peer, SecurityReplies& replies);
+  // The routing id connection k of `child` goes under: of the link whose
+  // handshake made its current session (see links_).
+  std::string route(const std::string& child, size_t k) const;
+  // The first connection of the link a connection belongs to (its routing
+  // id): where plain words for it go.
+  static std::string first_connection(const std::string& connection);
+  // Follows `child` to the link a message came from (`connection`, its
+  // routing id) when that message made a new session (`security` agreed
+  // keys again), or when the mechanism agrees none (plaintext).
+  void follow_link(const std::string& child, const std::string& connection,
+                   const ChannelSecurity& security);
 
   Transport& transport_;
   std::unique_ptr<Socket> socket_;
@@ -351,6 +372,16 @@ class ChildrenLink {
   LinkAdmission admission_;
   HandshakeGuard guard_;
   std::unordered_map<std::string, std::unique_ptr<ChannelSecurity>> security_;
+  // Each child's current link: its tag (routing_id.hpp; empty for a child
+  // under the untagged ids) and the key agreement that made the session
+  // on it. Frames to the child go only to that link's connections: one of
+  // a link the child replaced, however late ZeroMQ completes it, never
+  // takes a frame or a live connection's id. Kept with security_.
+  struct ChildLink {
+    uint64_t agreements = 0;
+    std::string tag;
+  };
+  std::unordered_map<std::string, ChildLink> links_;
   // Striped children only: the order their frames are put back in, and the
   // connection their next frame goes out on.
   std::unordered_map<std::string, Resequencer> reseq_;

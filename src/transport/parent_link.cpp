@@ -9,6 +9,7 @@
 
 #include "common/log.hpp"
 #include "fedwan/error.hpp"
+#include "transport/routing_id.hpp"
 #include "wire/frame.hpp"
 
 namespace fedwan::transport {
@@ -20,6 +21,7 @@ ParentLink::ParentLink(Transport& transport, const std::string& endpoint,
                        const SecurityFactory& security)
     : transport_(transport),
       self_id_(self_id),
+      link_tag_(new_link_tag()),
       options_(options),
       endpoint_(endpoint),
       security_(security(endpoint)),

@@ -8,6 +8,7 @@
 
 #include "common/log.hpp"
 #include "fedwan/error.hpp"
+#include "transport/routing_id.hpp"
 
 namespace fedwan::transport {
 
@@ -15,12 +16,18 @@ using Clock = std::chrono::steady_clock;
 
 void ParentLink::open_stripe() {
   const size_t k = stripes_.size();
-  const std::string id = k == 0 ? self_id_ : self_id_ + "~" + std::to_string(k);
+  // Under this link's own tag: a connection of a link this node replaced
+  // can never take one of this link's over at the parent (routing_id.hpp).
+  const std::string id = routing_id(k);
   LinkOptions o = options_;
   // An adaptive link may open dozens: each further connection queues half
   // the window (frames waiting for its TCP connection), not all of it.
   if (governor_ && k > 0) o.window = std::max(2, options_.window / 2);
   stripes_.push_back(transport_.connect(endpoint_, id, o));
+}
+
+std::string ParentLink::routing_id(size_t k) const {
+  return transport::routing_id(self_id_, k, link_tag_);
 }
 
 size_t ParentLink::active_streams() const {

@@ -76,6 +76,7 @@ class SecureChannel final : public ChannelSecurity {
   Inbound finish(const DetachedFrame& frame, bool authenticated, uint8_t* data, size_t size,
                  size_t* frame_size, std::string* why) override;
 
+  uint64_t key_agreements() const override { return session_; }
   std::optional<Order> last_order() const override { return last_order_; }
   bool handshaking() const override { return pending_ != nullptr; }
   std::optional<std::chrono::steady_clock::time_point> peer_without_session() const override {

@@ -3,8 +3,9 @@
 // pairs); ParentLink and ChildrenLink (links.hpp) put the security layer,
 // windows and admission on top, the same for every transport.
 //
-//   client socket   connects to one endpoint under a routing id (its node
-//                   id); messages go to, and come from, whoever is bound there
+//   client socket   connects to one endpoint under a routing id (a link's
+//                   connection, routing_id.hpp); messages go to, and come
+//                   from, whoever is bound there
 //   server socket   binds an endpoint; every message it receives names the
 //                   routing id it came from, and a send names the one it goes to
 //

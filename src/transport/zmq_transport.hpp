@@ -1,7 +1,8 @@
 // The ZeroMQ transport (tcp://, ipc://, inproc://): a client socket is a
-// DEALER whose routing id is the node id, a server socket a ROUTER with
-// ROUTER_MANDATORY (an unknown peer is an answer, not a silent drop) and
-// ROUTER_HANDOVER (a reconnecting child takes its id back). ZeroMQ
+// DEALER under a routing id that names its node, link and connection
+// (routing_id.hpp), a server socket a ROUTER with ROUTER_MANDATORY (an
+// unknown peer is an answer, not a silent drop) and ROUTER_HANDOVER (a
+// connection that ZeroMQ re-establishes takes its id back). ZeroMQ
 // reconnects a dropped TCP connection by itself. One context per transport;
 // inproc:// reaches only sockets of the same transport object. A tcp://
 // socket with SocketOptions::tcp_congestion sets it on each connection it

@@ -67,6 +67,7 @@ class NoSessionForgingChannel final : public transport::ChannelSecurity {
     return inner_->sealed_before_any_session(std::move(reason), bytes, why, out);
   }
   std::optional<Order> last_order() const override { return inner_->last_order(); }
+  uint64_t key_agreements() const override { return inner_->key_agreements(); }
   bool handshaking() const override { return inner_->handshaking(); }
   void abandon_handshake() override { inner_->abandon_handshake(); }
 

@@ -1,6 +1,7 @@
 #include "harness/fault_lane.hpp"
 
 #include "harness/zmtp.hpp"
+#include "transport/routing_id.hpp"
 
 namespace fedwan::testing {
 
@@ -88,7 +89,8 @@ bool FaultLane::take(std::vector<ZmtpSplitter::Piece>& pieces, Clock::time_point
       case ZmtpSplitter::Kind::kCommand:
         counters_->commands += 1;
         if (to_target_ && peer_.empty()) {
-          if (auto id = zmtp::ready_identity(p.bytes)) set_peer(*id, now);
+          if (auto id = zmtp::ready_identity(p.bytes))
+            set_peer(transport::untagged_routing_id(*id), now);
         }
         enqueue(std::move(p.bytes), now);
         break;

@@ -42,7 +42,8 @@ struct FaultSpec {
   bool to_target = true;  // fault the client -> target direction
   bool to_client = true;  // fault the target -> client direction
   // Only connections whose client announced this ZeroMQ routing id (the
-  // READY command's Identity; fedwan nodes use their node id); empty: all.
+  // READY command's Identity, without a fedwan link's tag: "eu" for a
+  // node's first connection, "eu~1" for its second); empty: all.
   std::string peer;
   uint64_t seed = 1;
 
@@ -77,8 +78,9 @@ class FaultLane {
   // old spec goes out now if this lane is no longer faulted.
   void set_faults(const FaultSpec& spec, uint64_t connection_ordinal, Clock::time_point now);
 
-  // The client's routing id: a client -> target lane learns it from the
-  // READY command it forwards; the proxy tells the other lane.
+  // The client's routing id (untagged, as FaultSpec::peer): a client ->
+  // target lane learns it from the READY command it forwards; the proxy
+  // tells the other lane.
   const std::string& peer() const { return peer_; }
   void set_peer(const std::string& peer, Clock::time_point now) {
     peer_ = peer;

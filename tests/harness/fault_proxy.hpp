@@ -19,8 +19,9 @@
 //
 // One proxy in front of an aggregator carries every child's link (they all
 // connect to its one endpoint), so partitions and faults can name a peer:
-// the ZeroMQ routing id its client announces in the READY command (fedwan
-// sets it to the node id). partition("eu") blackholes eu's connections only,
+// the ZeroMQ routing id its client announces in the READY command, without
+// the link's tag fedwan adds (transport/routing_id.hpp): the node id for a
+// node's first connection. partition("eu") blackholes eu's connections only,
 // from the moment eu's READY is seen on a new one; FaultSpec::peer limits
 // faults the same way.
 //

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "fedwan/error.hpp"
+#include "transport/routing_id.hpp"
 
 namespace fedwan::testing {
 
@@ -277,7 +278,8 @@ class FaultySocket final : public Socket {
   void admit(Received in) {
     Hop hop;
     hop.endpoint = endpoint_;
-    hop.client = client_id_ ? *client_id_ : in.peer;
+    // As rules name a connection: the same for every link the client opens.
+    hop.client = transport::untagged_routing_id(client_id_ ? *client_id_ : in.peer);
     hop.way = client_id_ ? Way::kDown : Way::kUp;
     const FaultInjector::Verdict v = faults_->judge(hop, in.message.data(), in.message.size());
     if (v.drop) return;

@@ -59,7 +59,7 @@ enum class Way { kAny, kUp, kDown };
 // Where a received message travelled.
 struct Hop {
   std::string endpoint;  // the server's
-  std::string client;    // the client's routing id
+  std::string client;    // the client's routing id, without its link's tag ("a", "a~1")
   Way way = Way::kUp;    // kUp or kDown
 };
 

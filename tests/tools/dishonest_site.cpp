@@ -185,6 +185,7 @@ class TamperingChannel final : public ChannelSecurity {
     return inner_->sealed_before_any_session(std::move(reason), bytes, why, out);
   }
   std::optional<Order> last_order() const override { return inner_->last_order(); }
+  uint64_t key_agreements() const override { return inner_->key_agreements(); }
   bool handshaking() const override { return inner_->handshaking(); }
   std::optional<std::chrono::steady_clock::time_point> peer_without_session() const override {
     return inner_->peer_without_session();
