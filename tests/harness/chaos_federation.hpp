@@ -33,6 +33,7 @@
 #include "harness/federation_fixture.hpp"
 #include "harness/process.hpp"
 #include "security/audit_log.hpp"
+#include "transport/routing_id.hpp"
 
 #ifdef FEDWAN_CLI_PATH
 
@@ -140,6 +141,17 @@ class ChaosFederation {
     return dir_.path() / (node + ".audit");
   }
   std::string log(const std::string& node) const { return read_text(log_path(node)); }
+  // Its last `lines` lines.
+  std::string log_tail(const std::string& node, size_t lines) const {
+    const std::string text = log(node);
+    size_t at = text.size();
+    for (size_t n = 0; n <= lines && at > 0; ++n) {
+      const size_t nl = text.rfind('\n', at - 1);
+      if (nl == std::string::npos) return text;
+      at = nl;
+    }
+    return text.substr(at == 0 ? 0 : at + 1);
+  }
   // The newest round of which `parent` keeps a replica of `child` (0: none).
   uint64_t newest_replica(const std::string& parent, const std::string& child) const {
     uint64_t newest = 0;
@@ -290,14 +302,28 @@ class ChaosFederation {
       std::vector<std::string> names;
       for (const NodeSpec& n : topo_.nodes()) names.push_back(n.id);
       if (standby_) names.emplace_back("standby");
+      // The first one reported comes with both ends' last log lines: a rare
+      // failure is understood from the run that had it.
+      bool told = false;
+      const auto ends = [&](const std::string& name, const AuditEntry& e) {
+        if (told) return std::string();
+        told = true;
+        std::string out = "\n--- " + name + "'s log, last lines:\n" + log_tail(name, 60);
+        const std::string peer = transport::untagged_routing_id(e.fields.value("peer", ""));
+        const std::string node = peer.substr(0, peer.find('~'));
+        if (node != name && std::filesystem::exists(log_path(node))) {
+          out += "--- " + node + "'s log, last lines:\n" + log_tail(node, 60);
+        }
+        return out;
+      };
       for (const std::string& name : names) {
         if (!std::filesystem::exists(audit(name))) continue;
         for (const AuditEntry& e : read_audit(audit(name))) {
           if (e.event == "frame_rejected") {
-            ADD_FAILURE() << name << " rejected a frame: " << e.fields.dump();
+            ADD_FAILURE() << name << " rejected a frame: " << e.fields.dump() << ends(name, e);
           }
           if (e.event == "handshake" && e.fields.value("decision", "") == "refused") {
-            ADD_FAILURE() << name << " refused a link: " << e.fields.dump();
+            ADD_FAILURE() << name << " refused a link: " << e.fields.dump() << ends(name, e);
           }
         }
       }
