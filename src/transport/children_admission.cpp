@@ -204,7 +204,7 @@ bool ChildrenLink::admit_stripe(const std::string& peer, size_t stripe, const Re
         in.message.size(), &why, &replies);
     // On its link's first connection, which every end of the child reads:
     // a child striped over many may send little there.
-    send_plain_words(first_connection(in.peer), replies);
+    if (!replies.empty()) send_plain_words(first_connection(in.peer), replies);
     if (r == ChannelSecurity::Inbound::kOtherSession) {
       counters_.other_session += 1;
     } else {

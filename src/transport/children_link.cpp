@@ -1,17 +1,16 @@
 // ChildrenLink: a parent's link to its children (one server socket), with a
 // channel security per child, frames sent over a child's connections (whole
 // or in pieces), and striped children's frames put back in order. What may
-// arrive at all is children_admission.cpp's.
+// arrive at all is children_admission.cpp's; which connection of a child a
+// frame goes to, children_routes.cpp's.
 #include "transport/links.hpp"
 
 #include <algorithm>
-#include <optional>
 #include <utility>
 
 #include "common/log.hpp"
 #include "fedwan/error.hpp"
 #include "security/aead.hpp"
-#include "transport/routing_id.hpp"
 #include "wire/frame.hpp"
 
 namespace fedwan::transport {
@@ -64,34 +63,6 @@ size_t ChildrenLink::width_of(const std::string& child) const {
     n = std::min(n, w == widths_.end() ? size_t{1} : w->second.width);
   }
   return n;
-}
-
-std::string ChildrenLink::route(const std::string& child, size_t k) const {
-  const auto it = links_.find(child);
-  return routing_id(child, k, it == links_.end() ? std::string() : it->second.tag);
-}
-
-std::string ChildrenLink::first_connection(const std::string& connection) {
-  std::string why;
-  const std::optional<RoutingId> id = parse_routing_id(connection, &why);
-  return id ? routing_id(id->node, 0, id->link) : connection;
-}
-
-void ChildrenLink::follow_link(const std::string& child, const std::string& connection,
-                               const ChannelSecurity& security) {
-  const uint64_t agreements = security.key_agreements();
-  auto [it, fresh] = links_.try_emplace(child);
-  if (!fresh && agreements != 0 && agreements == it->second.agreements) return;
-  std::string why;
-  const std::optional<RoutingId> id = parse_routing_id(connection, &why);
-  if (!id) return;  // admitted, so never
-  if (!fresh && it->second.tag != id->link && agreements != 0) {
-    log().debug("child '{}': a new session on its link {} (was {})", child,
-                id->link.empty() ? "(untagged)" : id->link,
-                it->second.tag.empty() ? "(untagged)" : it->second.tag);
-  }
-  it->second.agreements = agreements;
-  it->second.tag = id->link;
 }
 
 template <typename SendOn>
@@ -380,7 +351,7 @@ bool ChildrenLink::take_frame(std::string peer, size_t stripe, Received& in, Inc
   const auto r =
       security.receive(in.message.data(), in.message.size(), &frame_size, &why, &replies);
   if (guard_.pending(peer) && !security.handshaking()) guard_.finish(peer);
-  send_plain_words(first_connection(in.peer), replies);
+  if (!replies.empty()) send_plain_words(first_connection(in.peer), replies);
   return settle(std::move(peer), stripe, in, {}, r, frame_size, security, out);
 }
 
